@@ -1,0 +1,31 @@
+/* Runs the PyTorch baseline of bench/train_step in a python3 subprocess that
+ * takes commands on stdin ("losses N", "time N") and answers on stdout. */
+#ifndef GIANT_BENCH_TORCH_H
+#define GIANT_BENCH_TORCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "giant/giant.h"
+
+typedef struct bench_torch bench_torch;
+typedef struct bench_torch_shape {
+  int B, T, V, C, NH, L;
+} bench_torch_shape;
+
+/* Writes the model's parameters (params.bin, params.txt) and the token
+ * stream (tokens.bin) into dir for the subprocess to load. */
+gt_status bench_torch_export(gt_model *m, const int32_t *tokens, size_t ntokens, const char *dir);
+/* Starts PyTorch under two thread settings, keeps the faster: one pool
+ * (torch.set_num_threads(1), OPENBLAS_NUM_THREADS=threads) or torch's own
+ * (torch.set_num_threads(threads), OPENBLAS_NUM_THREADS=1). Fails if python3
+ * or torch is missing. */
+gt_status bench_torch_start(const char *dir, const bench_torch_shape *shape, int threads, bench_torch **out);
+/* Losses of the first n steps from the exported weights. */
+gt_status bench_torch_losses(bench_torch *t, int n, float *losses);
+/* Mean ms per step over n steps. */
+gt_status bench_torch_time(bench_torch *t, int n, double *ms);
+const char *bench_torch_setting(const bench_torch *t);
+void bench_torch_stop(bench_torch *t);
+
+#endif

@@ -1,0 +1,187 @@
+/* bench/train_step: one GPT training step, Giant against PyTorch.
+ *
+ * Trains GPT (default L=4, C=256, NH=4, T=128, B=8, V=8192, fp32, AdamW,
+ * global-norm clipping) and reports ms/step, tokens/s, GFLOP/s and MFU
+ * against the sgemm peak measured in the same run. When python3 with torch
+ * is available, the same model and step run in PyTorch, interleaved round
+ * by round with Giant and the peak measurement (the machine's speed drifts),
+ * and the ratio is printed. Before timing, both start from identical
+ * weights and the same batch, and their losses over three steps must agree.
+ *
+ * FLOPs per step = 3 x forward, forward = 2 x (multiply-adds of every
+ * matrix product): 6*N*tokens for the N weights used in matrix products
+ * (the tied output matrix included, the embedding lookup not), plus the
+ * attention term 12*L*T*C per token (QK^T and AV over the full T x T).
+ *
+ * The last line is machine-readable: vs_pytorch=<ratio> mfu=<fraction>. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bench_torch.h"
+#include "giant/options.h"
+#include "gpt.h"
+
+typedef struct args {
+  const char *device;
+  int L, C, NH, T, B, V, threads, rounds, steps, check_steps;
+  bool no_torch;
+} args;
+
+static const char *usage =
+    "usage: bench_train_step [options]\n"
+    "  --device NAME   cpu or cuda (default cpu)\n"
+    "  --layers L --channels C --heads NH --seq T --batch B --vocab V\n"
+    "                  (default 4, 256, 4, 128, 8, 8192)\n"
+    "  --threads N     CPU threads (default 2)\n"
+    "  --rounds R      interleaved measurement rounds (default 5)\n"
+    "  --steps N       timed steps per round and framework (default 5)\n"
+    "  --no-torch      skip the PyTorch baseline\n";
+
+typedef struct giant_run {
+  gt_backend *be;
+  gt_model *m;
+  gt_trainer *tr;
+} giant_run;
+
+static void giant_free(giant_run *g) {
+  gt_trainer_destroy(g->tr);
+  gt_model_destroy(g->m);
+  g->tr = NULL;
+  g->m = NULL;
+}
+
+static gt_status giant_setup(giant_run *g, const args *a) {
+  gpt_config gc = {.vocab_size = a->V, .T_max = a->T, .C = a->C, .NH = a->NH, .L = a->L, .tie_weights = true};
+  gt_model_config mc = {.B_max = a->B, .T_max = a->T, .seed = 1};
+  GT_TRY(gt_model_create(g->be, &mc, &g->m));
+  GT_TRY(gpt_add_layers(g->m, &gc));
+  GT_TRY(gt_model_build(g->m));
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 1,
+                          .schedule = {.lr_max = 3e-4f, .lr_min = 3e-4f, .warmup = 0, .total = 0}};
+  return gt_trainer_create(g->m, &tc, &g->tr);
+}
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int die(const char *what) {
+  fprintf(stderr, "bench_train_step: %s: %s\n", what, gt_last_error());
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  args a = {.device = "cpu", .L = 4, .C = 256, .NH = 4, .T = 128, .B = 8, .V = 8192, .threads = 2, .rounds = 5,
+            .steps = 5, .check_steps = 3};
+  gt_opt_spec specs[] = {
+      {"--device", GT_OPT_STR, &a.device, 0, 0},     {"--layers", GT_OPT_INT, &a.L, 1, 1000},
+      {"--channels", GT_OPT_INT, &a.C, 1, 65536},    {"--heads", GT_OPT_INT, &a.NH, 1, 1024},
+      {"--seq", GT_OPT_INT, &a.T, 1, 65536},         {"--batch", GT_OPT_INT, &a.B, 1, 65536},
+      {"--vocab", GT_OPT_INT, &a.V, 2, 1 << 22},     {"--threads", GT_OPT_INT, &a.threads, 1, 1024},
+      {"--rounds", GT_OPT_INT, &a.rounds, 1, 1000},  {"--steps", GT_OPT_INT, &a.steps, 1, 100000},
+      {"--no-torch", GT_OPT_FLAG, &a.no_torch, 0, 0},
+  };
+  int rc = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]), usage, NULL);
+  if (rc >= 0) return rc;
+  gt_backend_config bc;
+  if (gt_device_parse(a.device, &bc) != GT_OK) return fprintf(stderr, "%s\n", gt_last_error()), 2;
+  bc.num_threads = a.threads;
+  giant_run g = {0};
+  if (gt_backend_create(&bc, &g.be) != GT_OK) return die("backend");
+  if (giant_setup(&g, &a) != GT_OK) return die("model");
+
+  /* One fixed batch of random tokens, the same for both frameworks. */
+  size_t BT = (size_t)a.B * (size_t)a.T;
+  int32_t *tokens = malloc((BT + 1) * sizeof *tokens);
+  uint64_t x = 42;
+  for (size_t i = 0; i <= BT; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    tokens[i] = (int32_t)((x >> 33) % (uint64_t)a.V);
+  }
+  gt_batch batch = {.B = a.B, .T = a.T, .inputs = tokens, .targets = tokens + 1};
+
+  double flops = 3.0 * gt_model_flops(g.m, a.B, a.T);
+  printf("config: GPT L=%d C=%d NH=%d T=%d B=%d V=%d, fp32, AdamW + clip 1.0, device %s, %d threads\n", a.L, a.C,
+         a.NH, a.T, a.B, a.V, g.be->name, g.be->num_threads);
+  printf("params: %zu (tied); FLOPs/step: %.3f G = 6*N*tokens + 12*L*T*C*tokens (N = matmul weights)\n",
+         gt_model_param_count(g.m), flops / 1e9);
+
+  bench_torch *torch = NULL;
+  if (!a.no_torch && g.be->kind == GT_DEVICE_CPU) {
+    char dir[] = "/tmp/giant-bench-XXXXXX";
+    if (!mkdtemp(dir)) return die("mkdtemp");
+    if (bench_torch_export(g.m, tokens, BT + 1, dir) != GT_OK) return die("exporting weights");
+    if (bench_torch_start(dir, &(bench_torch_shape){a.B, a.T, a.V, a.C, a.NH, a.L}, a.threads, &torch) != GT_OK) {
+      printf("pytorch: not available (%s); Giant alone\n", gt_last_error());
+      torch = NULL;
+    }
+    /* Loss agreement over the first steps, from identical weights. */
+    if (torch) {
+      float gl[8], tl[8];
+      for (int i = 0; i < a.check_steps; i++) {
+        gt_step_stats st;
+        if (gt_trainer_step_batches(g.tr, &batch, 1, &st) != GT_OK) return die("step");
+        gl[i] = st.loss;
+      }
+      if (bench_torch_losses(torch, a.check_steps, tl) != GT_OK) return die("pytorch losses");
+      double worst = 0;
+      for (int i = 0; i < a.check_steps; i++) {
+        double rel = fabs((double)gl[i] - tl[i]) / fabs((double)tl[i]);
+        if (rel > worst) worst = rel;
+        printf("check step %d: giant loss %.6f, pytorch loss %.6f\n", i, gl[i], tl[i]);
+      }
+      printf("losses over %d steps from identical weights: max relative difference %.2e (%s 1e-4)\n",
+             a.check_steps, worst, worst <= 1e-4 ? "agree within" : "DISAGREE beyond");
+      if (worst > 1e-4) rc = 3;
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  }
+
+  double *peak = calloc((size_t)a.rounds, sizeof(double)), *gms = calloc((size_t)a.rounds, sizeof(double));
+  double *tms = calloc((size_t)a.rounds, sizeof(double));
+  /* Warm-up: first touches of memory and thread start-up. */
+  for (int i = 0; i < 2; i++)
+    if (gt_trainer_step_batches(g.tr, &batch, 1, NULL) != GT_OK) return die("step");
+  for (int r = 0; r < a.rounds; r++) {
+    if (gt_backend_measure_peak(g.be, 1024, 0.5, &peak[r]) != GT_OK) return die("peak");
+    double t0 = gt_now();
+    for (int i = 0; i < a.steps; i++)
+      if (gt_trainer_step_batches(g.tr, &batch, 1, NULL) != GT_OK) return die("step");
+    gms[r] = (gt_now() - t0) / a.steps * 1e3;
+    if (torch && bench_torch_time(torch, a.steps, &tms[r]) != GT_OK) return die("pytorch timing");
+    printf("round %d: sgemm peak %.1f GFLOP/s | giant %.1f ms/step", r, peak[r] / 1e9, gms[r]);
+    if (torch) printf(" | pytorch %.1f ms/step", tms[r]);
+    printf("\n");
+  }
+  double pk = median(peak, a.rounds), gm = median(gms, a.rounds), tm = torch ? median(tms, a.rounds) : 0;
+  double mfu = flops / (gm / 1e3) / pk;
+  printf("giant:   %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s, MFU %.1f%% of sgemm peak %.1f GFLOP/s\n", gm,
+         BT / (gm / 1e3), flops / (gm / 1e3) / 1e9, 100 * mfu, pk / 1e9);
+  if (torch) {
+    printf("pytorch: %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s (%s)\n", tm, BT / (tm / 1e3),
+           flops / (tm / 1e3) / 1e9, bench_torch_setting(torch));
+    printf("vs_pytorch=%.3f mfu=%.3f\n", tm / gm, mfu);
+  } else {
+    printf("vs_pytorch=nan mfu=%.3f\n", mfu);
+  }
+  bench_torch_stop(torch);
+  free(peak);
+  free(gms);
+  free(tms);
+  free(tokens);
+  giant_free(&g);
+  gt_backend_destroy(g.be);
+  return rc;
+}

@@ -1,0 +1,99 @@
+"""PyTorch baseline for bench/train_step: the same GPT, step and weights.
+
+Started by bench_train_step as: python3 train_step_torch.py DIR B,T,V,C,NH,L THREADS
+Loads DIR/params.txt + params.bin (Giant's parameter buffer) and tokens.bin,
+then answers commands on stdin, one line each:
+  losses N  -> the losses of N training steps, space separated
+  time N    -> mean milliseconds per step over N steps
+  reset     -> reload the weights and a fresh optimizer
+"""
+import math
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+DIR, SHAPE, THREADS = sys.argv[1], sys.argv[2], int(sys.argv[3])
+B, T, V, C, NH, L = (int(x) for x in SHAPE.split(","))
+torch.set_num_threads(THREADS)
+torch.manual_seed(0)
+
+
+def load_params():
+    flat = np.fromfile(f"{DIR}/params.bin", dtype=np.float32)
+    params = {}
+    for line in open(f"{DIR}/params.txt"):
+        name, off, numel, tied, *shape = line.split()
+        if int(tied) >= 0:
+            continue  # shares storage with an earlier parameter
+        off, numel = int(off), int(numel)
+        t = torch.from_numpy(flat[off:off + numel].copy()).reshape([int(s) for s in shape])
+        params[name] = t.requires_grad_(True)
+    return params
+
+
+def block(x, p, i):
+    g = lambda k: p[f"h{i}.{k}"]
+    h = F.layer_norm(x, (C,), g("ln1.w"), g("ln1.b"), 1e-5)
+    q, k, v = F.linear(h, g("qkv.w"), g("qkv.b")).split(C, dim=2)
+    hs = C // NH
+    q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in (q, k, v))
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+    att = att.masked_fill(MASK[:, :, :T, :T] == 0, float("-inf"))
+    y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(B, T, C)
+    x = x + F.linear(y, g("proj.w"), g("proj.b"))
+    h = F.layer_norm(x, (C,), g("ln2.w"), g("ln2.b"), 1e-5)
+    h = F.gelu(F.linear(h, g("fc1.w"), g("fc1.b")), approximate="tanh")
+    return x + F.linear(h, g("fc2.w"), g("fc2.b"))
+
+
+def forward(p, idx, targets):
+    x = p["embed.wte"][idx] + p["embed.wpe"][:T]
+    for i in range(L):
+        x = block(x, p, i)
+    x = F.layer_norm(x, (C,), p["ln_f.w"], p["ln_f.b"], 1e-5)
+    logits = x @ p["embed.wte"].t()
+    return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+
+
+def optimizer(p):
+    # Giant decays matrices (and embeddings), not biases or norms.
+    decay = [t for n, t in p.items() if t.dim() == 2]
+    rest = [t for n, t in p.items() if t.dim() != 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                             lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+
+
+MASK = torch.tril(torch.ones(T, T)).view(1, 1, T, T)
+tokens = torch.from_numpy(np.fromfile(f"{DIR}/tokens.bin", dtype=np.int32).astype(np.int64))
+idx, targets = tokens[:B * T].view(B, T), tokens[1:B * T + 1].view(B, T)
+params = load_params()
+opt = optimizer(params)
+
+
+def step():
+    opt.zero_grad(set_to_none=True)
+    loss = forward(params, idx, targets)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
+    opt.step()
+    return loss.item()
+
+
+print("ready", flush=True)
+for line in sys.stdin:
+    cmd, n = line.split()
+    n = int(n)
+    if cmd == "losses":
+        print(" ".join(f"{step():.8f}" for _ in range(n)), flush=True)
+    elif cmd == "time":
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+        print(f"{(time.perf_counter() - t0) / n * 1e3:.3f}", flush=True)
+    elif cmd == "reset":
+        params = load_params()
+        opt = optimizer(params)
+        print("ok", flush=True)

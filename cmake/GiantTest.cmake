@@ -1,0 +1,23 @@
+# giant_add_test(NAME name SOURCES a.c b.c LABELS area [TIMEOUT s] [ARGS ...]
+#                [LIBS ...] [RESOURCE_LOCK name])
+# Builds a CMocka test program linked to libgiant and registers it with ctest.
+# A test that exits 77 is reported as skipped (used when a device is absent).
+function(giant_add_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT;RESOURCE_LOCK" "SOURCES;LABELS;ARGS;LIBS" ${ARGN})
+  if(NOT T_LABELS)
+    message(FATAL_ERROR "test ${T_NAME} needs LABELS")
+  endif()
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE giant PkgConfig::CMOCKA m ${T_LIBS})
+  target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/tests)
+  add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${T_ARGS})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+    SKIP_RETURN_CODE 77
+    ENVIRONMENT "OMP_NUM_THREADS=2;GT_TEST_DATA=${PROJECT_SOURCE_DIR}/tests/data;GT_BUILD_DIR=${PROJECT_BINARY_DIR}")
+  if(T_RESOURCE_LOCK)
+    set_tests_properties(${T_NAME} PROPERTIES RESOURCE_LOCK ${T_RESOURCE_LOCK})
+  endif()
+endfunction()

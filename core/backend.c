@@ -1,0 +1,72 @@
+/* Backend selection, and helpers every backend shares. */
+#include "giant/backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/cpu/cpu_internal.h"
+#include "giant/log.h"
+
+#ifdef GIANT_HAVE_CUDA
+gt_status gt_cuda_backend_create(const gt_backend_config *cfg, gt_backend **out);
+bool gt_cuda_available(char *why, size_t why_len);
+#endif
+
+bool gt_backend_available(gt_device_kind kind, char *why, size_t why_len) {
+  if (kind == GT_DEVICE_CPU) return true;
+#ifdef GIANT_HAVE_CUDA
+  return gt_cuda_available(why, why_len);
+#else
+  if (why) snprintf(why, why_len, "this build of Giant has no CUDA backend (configure with GIANT_CUDA=ON)");
+  return false;
+#endif
+}
+
+gt_status gt_device_parse(const char *s, gt_backend_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->device = -1;
+  if (!strcmp(s, "cpu")) {
+    cfg->kind = GT_DEVICE_CPU;
+    cfg->device = 0;
+    return GT_OK;
+  }
+  if (!strncmp(s, "cuda", 4)) {
+    cfg->kind = GT_DEVICE_CUDA;
+    if (s[4] == '\0') return GT_OK;
+    char *end;
+    long d = s[4] == ':' ? strtol(s + 5, &end, 10) : -1;
+    if (s[4] == ':' && end != s + 5 && *end == '\0' && d >= 0 && d < 1024) {
+      cfg->device = (int)d;
+      return GT_OK;
+    }
+  }
+  return gt_errorf(GT_EINVAL, "unknown device '%s': use cpu, cuda or cuda:N", s);
+}
+
+gt_status gt_backend_create(const gt_backend_config *cfg, gt_backend **out) {
+  *out = NULL;
+  gt_backend_config def = {.kind = GT_DEVICE_CPU, .device = 0, .num_threads = 0};
+  if (!cfg) cfg = &def;
+  if (cfg->kind == GT_DEVICE_CPU) return gt_cpu_backend_create(cfg, out);
+#ifdef GIANT_HAVE_CUDA
+  return gt_cuda_backend_create(cfg, out);
+#else
+  return gt_errorf(GT_EUNSUPPORTED, "device cuda requested, but this build of Giant has no CUDA backend; "
+                                    "rebuild with -DGIANT_CUDA=ON on a machine with the CUDA toolkit");
+#endif
+}
+
+void gt_backend_destroy(gt_backend *be) {
+  if (be) be->ops->destroy(be);
+}
+
+gt_status gt_backend_upload(gt_backend *be, void *dst, const void *src, size_t bytes) {
+  GT_TRY(be->ops->memcpy(be, dst, src, bytes, GT_COPY_H2D, be->compute));
+  return be->ops->stream_sync(be, be->compute);
+}
+
+gt_status gt_backend_download(gt_backend *be, void *dst, const void *src, size_t bytes) {
+  GT_TRY(be->ops->memcpy(be, dst, src, bytes, GT_COPY_D2H, be->compute));
+  return be->ops->stream_sync(be, be->compute);
+}

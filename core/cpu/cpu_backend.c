@@ -1,0 +1,118 @@
+/* CPU backend: memory, streams and events.
+ *
+ * On the CPU every operation completes before it returns, so a stream is an
+ * ordering token and an event is recorded complete. Keeping the calls lets
+ * code above the interface be written once for CPU and GPU. Threads: the
+ * kernels and OpenBLAS share one OpenMP pool of num_threads threads.
+ */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/cpu/cpu_internal.h"
+
+struct gt_stream {
+  int unused;
+};
+struct gt_event {
+  int recorded;
+};
+
+gt_status gt_cpu_alloc(gt_backend *be, size_t bytes, void **ptr) {
+  (void)be;
+  /* 256-byte alignment: whole cache lines and any vector width. */
+  size_t n = (bytes + 255) & ~(size_t)255;
+  if (n == 0) n = 256;
+  void *p = aligned_alloc(256, n);
+  if (!p) return gt_errorf(GT_ENOMEM, "cpu: out of memory allocating %zu bytes", bytes);
+  *ptr = p;
+  return GT_OK;
+}
+
+void gt_cpu_free(gt_backend *be, void *ptr) {
+  (void)be;
+  free(ptr);
+}
+
+gt_status gt_cpu_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind,
+                        gt_stream *s) {
+  (void)be, (void)kind, (void)s;
+  if (bytes) memmove(dst, src, bytes);
+  return GT_OK;
+}
+
+gt_status gt_cpu_memset(gt_backend *be, void *dst, int value, size_t bytes, gt_stream *s) {
+  (void)be, (void)s;
+  if (bytes) memset(dst, value, bytes);
+  return GT_OK;
+}
+
+gt_status gt_cpu_stream_create(gt_backend *be, gt_stream **s) {
+  (void)be;
+  *s = calloc(1, sizeof **s);
+  return *s ? GT_OK : gt_errorf(GT_ENOMEM, "cpu: out of memory creating a stream");
+}
+
+void gt_cpu_stream_destroy(gt_backend *be, gt_stream *s) {
+  (void)be;
+  free(s);
+}
+
+gt_status gt_cpu_stream_sync(gt_backend *be, gt_stream *s) {
+  (void)be, (void)s;
+  return GT_OK;
+}
+
+gt_status gt_cpu_event_create(gt_backend *be, gt_event **e) {
+  (void)be;
+  *e = calloc(1, sizeof **e);
+  return *e ? GT_OK : gt_errorf(GT_ENOMEM, "cpu: out of memory creating an event");
+}
+
+void gt_cpu_event_destroy(gt_backend *be, gt_event *e) {
+  (void)be;
+  free(e);
+}
+
+gt_status gt_cpu_event_record(gt_backend *be, gt_event *e, gt_stream *s) {
+  (void)be, (void)s;
+  e->recorded = 1;
+  return GT_OK;
+}
+
+gt_status gt_cpu_stream_wait_event(gt_backend *be, gt_stream *s, gt_event *e) {
+  (void)be, (void)s;
+  if (!e->recorded) return gt_errorf(GT_ESTATE, "cpu: waiting on an event that was never recorded");
+  return GT_OK;
+}
+
+gt_status gt_cpu_event_sync(gt_backend *be, gt_event *e) { return gt_cpu_stream_wait_event(be, NULL, e); }
+
+void gt_cpu_destroy(gt_backend *be) {
+  gt_cpu_stream_destroy(be, be->compute);
+  gt_cpu_stream_destroy(be, be->copy);
+  free(be);
+}
+
+gt_status gt_cpu_backend_create(const gt_backend_config *cfg, gt_backend **out) {
+  gt_backend *be = calloc(1, sizeof *be);
+  if (!be) return gt_errorf(GT_ENOMEM, "cpu: out of memory creating the backend");
+  be->ops = &gt_cpu_ops;
+  be->kind = GT_DEVICE_CPU;
+  int n = cfg && cfg->num_threads > 0 ? cfg->num_threads : omp_get_max_threads();
+  if (n < 1) n = 1;
+  be->num_threads = n;
+  /* One pool for everything: our kernels and OpenBLAS (OpenMP build) both
+   * run on these threads. */
+  omp_set_num_threads(n);
+  strcpy(be->name, "cpu");
+  gt_status s = gt_cpu_stream_create(be, &be->compute);
+  if (s == GT_OK) s = gt_cpu_stream_create(be, &be->copy);
+  if (s != GT_OK) {
+    gt_cpu_destroy(be);
+    return s;
+  }
+  *out = be;
+  return GT_OK;
+}

@@ -1,0 +1,79 @@
+/* CPU backend internals: the functions behind gt_cpu_ops. Kernels live in
+ * cpu_*.c files by family; cpu_ops.c gathers them into the ops table. */
+#ifndef GIANT_CPU_INTERNAL_H
+#define GIANT_CPU_INTERNAL_H
+
+#include "giant/backend.h"
+
+extern const gt_backend_ops gt_cpu_ops;
+
+gt_status gt_cpu_backend_create(const gt_backend_config *cfg, gt_backend **out);
+
+/* memory, streams, events (cpu_backend.c) */
+gt_status gt_cpu_alloc(gt_backend *be, size_t bytes, void **ptr);
+void gt_cpu_free(gt_backend *be, void *ptr);
+gt_status gt_cpu_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind,
+                        gt_stream *s);
+gt_status gt_cpu_memset(gt_backend *be, void *dst, int value, size_t bytes, gt_stream *s);
+gt_status gt_cpu_stream_create(gt_backend *be, gt_stream **s);
+void gt_cpu_stream_destroy(gt_backend *be, gt_stream *s);
+gt_status gt_cpu_stream_sync(gt_backend *be, gt_stream *s);
+gt_status gt_cpu_event_create(gt_backend *be, gt_event **e);
+void gt_cpu_event_destroy(gt_backend *be, gt_event *e);
+gt_status gt_cpu_event_record(gt_backend *be, gt_event *e, gt_stream *s);
+gt_status gt_cpu_stream_wait_event(gt_backend *be, gt_stream *s, gt_event *e);
+gt_status gt_cpu_event_sync(gt_backend *be, gt_event *e);
+void gt_cpu_destroy(gt_backend *be);
+
+/* matrix products (cpu_gemm.c) */
+gt_status gt_cpu_gemm(gt_backend *be, const gt_gemm_args *g);
+
+/* layers (cpu_kernels_nn.c) */
+gt_status gt_cpu_embedding_forward(gt_backend *be, float *out, const int32_t *tokens,
+                                   const float *wte, const float *wpe, int B, int T, int C);
+gt_status gt_cpu_embedding_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
+                                    const int32_t *tokens, int B, int T, int C);
+gt_status gt_cpu_layernorm_forward(gt_backend *be, float *out, float *mean, float *rstd,
+                                   const float *inp, const float *w, const float *b, int N, int C);
+gt_status gt_cpu_layernorm_backward(gt_backend *be, float *dinp, float *dw, float *db,
+                                    const float *dout, const float *inp, const float *w,
+                                    const float *mean, const float *rstd, int N, int C);
+gt_status gt_cpu_linear_forward(gt_backend *be, float *out, const float *inp, const float *w,
+                                const float *bias, int N, int C, int OC);
+gt_status gt_cpu_linear_backward(gt_backend *be, float *dinp, float *dw, float *dbias,
+                                 const float *dout, const float *inp, const float *w, int N, int C,
+                                 int OC);
+gt_status gt_cpu_gelu_forward(gt_backend *be, float *out, const float *inp, size_t n);
+gt_status gt_cpu_gelu_backward(gt_backend *be, float *dinp, const float *inp, const float *dout,
+                               size_t n);
+gt_status gt_cpu_residual_forward(gt_backend *be, float *out, const float *a, const float *b,
+                                  size_t n);
+gt_status gt_cpu_residual_backward(gt_backend *be, float *da, float *db, const float *dout,
+                                   size_t n);
+
+/* attention (cpu_attention.c) */
+gt_status gt_cpu_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B,
+                                   int T, int C, int NH);
+gt_status gt_cpu_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout,
+                                    const float *qkv, const float *att, int B, int T, int C,
+                                    int NH);
+
+/* loss (cpu_kernels_loss.c) */
+gt_status gt_cpu_softmax_xent_forward(gt_backend *be, float *losses, float *probs,
+                                      const float *logits, const int32_t *targets, int N, int V);
+gt_status gt_cpu_softmax_xent_backward(gt_backend *be, float *dlogits, const float *probs,
+                                       const int32_t *targets, float dloss, int N, int V);
+
+/* optimizers (cpu_kernels_optim.c) */
+gt_status gt_cpu_adamw_update(gt_backend *be, float *param, const float *grad, float *m, float *v,
+                              size_t n, const gt_adamw_args *a);
+gt_status gt_cpu_sgd_update(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
+                            const gt_sgd_args *a);
+
+/* reductions, scaling, conversions (cpu_kernels_math.c) */
+gt_status gt_cpu_sum_squares(gt_backend *be, double *out, const float *x, size_t n);
+gt_status gt_cpu_scale(gt_backend *be, float *x, float s, size_t n);
+gt_status gt_cpu_f32_to_bf16(gt_backend *be, uint16_t *dst, const float *src, size_t n);
+gt_status gt_cpu_bf16_to_f32(gt_backend *be, float *dst, const uint16_t *src, size_t n);
+
+#endif

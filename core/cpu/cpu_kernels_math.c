@@ -1,0 +1,67 @@
+/* Reductions, scaling and bf16 conversions on the CPU. */
+#include <stdint.h>
+
+#include "core/cpu/cpu_internal.h"
+#include "core/cpu/cpu_parallel.h"
+
+#define MAX_PARTIALS 256
+
+gt_status gt_cpu_sum_squares(gt_backend *be, double *out, const float *x, size_t n) {
+  int nt = gt_cpu_threads(be);
+  if (nt > MAX_PARTIALS) nt = MAX_PARTIALS;
+  int64_t len = (int64_t)n;
+  /* One partial per thread over a fixed share, summed in thread order: the
+   * same bits every call for a given thread count. */
+  double partial[MAX_PARTIALS] = {0};
+  int used = 1;
+#pragma omp parallel num_threads(nt) if (len >= GT_CPU_PAR_MIN)
+  {
+    int64_t lo, hi;
+    gt_cpu_share(len, 16, &lo, &hi);
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = lo; i < hi; i++) s += (double)x[i] * (double)x[i];
+    partial[omp_get_thread_num()] = s;
+#pragma omp single
+    used = omp_get_num_threads();
+  }
+  double total = 0.0;
+  for (int t = 0; t < used; t++) total += partial[t];
+  *out = total;
+  return GT_OK;
+}
+
+gt_status gt_cpu_scale(gt_backend *be, float *x, float s, size_t n) {
+  int nt = gt_cpu_threads(be);
+  int64_t len = (int64_t)n;
+#pragma omp parallel for simd num_threads(nt) schedule(simd : static) if (len >= GT_CPU_PAR_MIN)
+  for (int64_t i = 0; i < len; i++) x[i] *= s;
+  return GT_OK;
+}
+
+/* Same rounding as gt_f32_to_bf16 (round to nearest even, NaN stays a
+ * quiet NaN), written branch-free so the loop vectorises. */
+gt_status gt_cpu_f32_to_bf16(gt_backend *be, uint16_t *dst, const float *src, size_t n) {
+  int nt = gt_cpu_threads(be);
+  int64_t len = (int64_t)n;
+#pragma omp parallel for simd num_threads(nt) schedule(simd : static) if (len >= GT_CPU_PAR_MIN)
+  for (int64_t i = 0; i < len; i++) {
+    uint32_t u;
+    memcpy(&u, &src[i], sizeof u);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = (u >> 16) | 0x40u;
+    dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  }
+  return GT_OK;
+}
+
+gt_status gt_cpu_bf16_to_f32(gt_backend *be, float *dst, const uint16_t *src, size_t n) {
+  int nt = gt_cpu_threads(be);
+  int64_t len = (int64_t)n;
+#pragma omp parallel for simd num_threads(nt) schedule(simd : static) if (len >= GT_CPU_PAR_MIN)
+  for (int64_t i = 0; i < len; i++) {
+    uint32_t u = (uint32_t)src[i] << 16;
+    memcpy(&dst[i], &u, sizeof u);
+  }
+  return GT_OK;
+}

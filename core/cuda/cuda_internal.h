@@ -1,0 +1,193 @@
+/* CUDA backend internals: the device state behind a gt_backend, error
+ * helpers every .cu file shares, and the functions behind the ops table.
+ *
+ * Threading: the compute stream and the cuBLAS handle belong to the thread
+ * that issues kernels (the training thread). Memory, copies, streams and
+ * events may be used from other threads; every entry point binds the
+ * calling thread to the backend's device first, because a fresh thread
+ * starts on device 0. */
+#ifndef GIANT_CUDA_INTERNAL_H
+#define GIANT_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "giant/backend.h"
+
+struct gt_stream {
+  cudaStream_t s;
+};
+
+struct gt_event {
+  cudaEvent_t e;
+  bool recorded; /* CUDA treats a never-recorded event as complete; we report it */
+};
+
+typedef struct gt_cuda {
+  cublasHandle_t blas;
+  void *blas_ws; /* cuBLAS workspace: fixed, so GEMMs never allocate */
+  size_t blas_ws_bytes;
+  /* First position of an out-of-range token or target (GT_CUDA_NO_ERROR
+   * when none), written by check_ids_kernel and read back after it. */
+  unsigned long long *err;
+  unsigned long long *err_host; /* pinned */
+  /* Scratch for multi-pass reductions. It only grows, and kernels that use
+   * it run in order on the compute stream, so one buffer serves them all. */
+  void *scratch;
+  size_t scratch_bytes;
+} gt_cuda;
+
+#define GT_CUDA_NO_ERROR 0xffffffffffffffffull
+#define GT_CUDA_THREADS 256
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+gt_status gt_cuda_backend_create(const gt_backend_config *cfg, gt_backend **out);
+bool gt_cuda_available(char *why, size_t why_len);
+
+/* Error helpers: turn a CUDA or cuBLAS status into a gt_status with a
+ * message naming the device and the call. */
+gt_status gt_cuda_check(gt_backend *be, cudaError_t e, const char *what);
+gt_status gt_cuda_blas_check(gt_backend *be, cublasStatus_t st, const char *what);
+/* After a kernel launch: reports a bad launch configuration at once. */
+gt_status gt_cuda_launched(gt_backend *be, const char *kernel);
+/* Binds the calling thread to the backend's device. */
+gt_status gt_cuda_enter(gt_backend *be);
+/* Scratch of at least `bytes` on the device, valid until the next call. */
+gt_status gt_cuda_scratch(gt_backend *be, size_t bytes, void **ptr);
+/* Checks that ids[0..n) lie in [lo, hi) before a kernel indexes with them,
+ * so a bad token or target fails cleanly and changes nothing. Sets *bad_row
+ * to the first offending position (and *bad_val to its value), or to -1.
+ * Synchronises the compute stream: the answer is needed on the host. */
+gt_status gt_cuda_check_ids(gt_backend *be, const int32_t *ids, int64_t n, int64_t lo, int64_t hi,
+                            int64_t *bad_row, int32_t *bad_val);
+
+static inline cudaStream_t gt_cuda_stream(gt_backend *be) { return be->compute->s; }
+static inline gt_cuda *gt_cuda_of(gt_backend *be) { return (gt_cuda *)be->impl; }
+static inline unsigned gt_cuda_blocks(size_t n, unsigned threads) {
+  size_t b = (n + threads - 1) / threads;
+  /* Elementwise kernels loop grid-stride, so a capped grid covers any n. */
+  return (unsigned)(b > 65536u * 8u ? 65536u * 8u : (b ? b : 1));
+}
+
+/* Row-major GEMM on the compute stream (see gt_gemm_args). */
+gt_status gt_cuda_gemm_rm(gt_backend *be, gt_transpose ta, gt_transpose tb, int m, int n, int k,
+                          float alpha, const float *a, int lda, int64_t sa, const float *b, int ldb,
+                          int64_t sb, float beta, float *c, int ldc, int64_t sc, int batch);
+
+/* memory, streams, events (cuda_backend.cu) */
+gt_status gt_cuda_alloc(gt_backend *be, size_t bytes, void **ptr);
+void gt_cuda_free(gt_backend *be, void *ptr);
+gt_status gt_cuda_host_alloc(gt_backend *be, size_t bytes, void **ptr);
+void gt_cuda_host_free(gt_backend *be, void *ptr);
+gt_status gt_cuda_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind,
+                         gt_stream *s);
+gt_status gt_cuda_memset(gt_backend *be, void *dst, int value, size_t bytes, gt_stream *s);
+gt_status gt_cuda_stream_create(gt_backend *be, gt_stream **s);
+void gt_cuda_stream_destroy(gt_backend *be, gt_stream *s);
+gt_status gt_cuda_stream_sync(gt_backend *be, gt_stream *s);
+gt_status gt_cuda_event_create(gt_backend *be, gt_event **e);
+void gt_cuda_event_destroy(gt_backend *be, gt_event *e);
+gt_status gt_cuda_event_record(gt_backend *be, gt_event *e, gt_stream *s);
+gt_status gt_cuda_stream_wait_event(gt_backend *be, gt_stream *s, gt_event *e);
+gt_status gt_cuda_event_sync(gt_backend *be, gt_event *e);
+void gt_cuda_destroy(gt_backend *be);
+
+/* matrix products (cuda_gemm.cu) */
+gt_status gt_cuda_gemm(gt_backend *be, const gt_gemm_args *g);
+gt_status gt_cuda_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g);
+
+/* embedding, layernorm, linear, gelu, residual (cuda_kernels_nn.cu) */
+gt_status gt_cuda_embedding_forward(gt_backend *be, float *out, const int32_t *tokens,
+                                    const float *wte, const float *wpe, int B, int T, int C);
+gt_status gt_cuda_embedding_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
+                                     const int32_t *tokens, int B, int T, int C);
+gt_status gt_cuda_layernorm_forward(gt_backend *be, float *out, float *mean, float *rstd,
+                                    const float *inp, const float *w, const float *b, int N, int C);
+gt_status gt_cuda_layernorm_backward(gt_backend *be, float *dinp, float *dw, float *db,
+                                     const float *dout, const float *inp, const float *w,
+                                     const float *mean, const float *rstd, int N, int C);
+gt_status gt_cuda_linear_forward(gt_backend *be, float *out, const float *inp, const float *w,
+                                 const float *bias, int N, int C, int OC);
+gt_status gt_cuda_linear_backward(gt_backend *be, float *dinp, float *dw, float *dbias,
+                                  const float *dout, const float *inp, const float *w, int N, int C,
+                                  int OC);
+gt_status gt_cuda_gelu_forward(gt_backend *be, float *out, const float *inp, size_t n);
+gt_status gt_cuda_gelu_backward(gt_backend *be, float *dinp, const float *inp, const float *dout,
+                                size_t n);
+gt_status gt_cuda_residual_forward(gt_backend *be, float *out, const float *a, const float *b,
+                                   size_t n);
+gt_status gt_cuda_residual_backward(gt_backend *be, float *da, float *db, const float *dout,
+                                    size_t n);
+
+/* attention (cuda_attention.cu) */
+gt_status gt_cuda_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B,
+                                    int T, int C, int NH);
+gt_status gt_cuda_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout,
+                                     const float *qkv, const float *att, int B, int T, int C,
+                                     int NH);
+
+/* softmax cross-entropy (cuda_kernels_loss.cu) */
+gt_status gt_cuda_softmax_xent_forward(gt_backend *be, float *losses, float *probs,
+                                       const float *logits, const int32_t *targets, int N, int V);
+gt_status gt_cuda_softmax_xent_backward(gt_backend *be, float *dlogits, const float *probs,
+                                        const int32_t *targets, float dloss, int N, int V);
+
+/* optimizers, reductions, conversions (cuda_kernels_optim.cu) */
+gt_status gt_cuda_adamw_update(gt_backend *be, float *param, const float *grad, float *m, float *v,
+                               size_t n, const gt_adamw_args *a);
+gt_status gt_cuda_sgd_update(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
+                             const gt_sgd_args *a);
+gt_status gt_cuda_sum_squares(gt_backend *be, double *out, const float *x, size_t n);
+gt_status gt_cuda_scale(gt_backend *be, float *x, float s, size_t n);
+gt_status gt_cuda_f32_to_bf16(gt_backend *be, uint16_t *dst, const float *src, size_t n);
+gt_status gt_cuda_bf16_to_f32(gt_backend *be, float *dst, const uint16_t *src, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* Block-wide reductions for kernels (device code only). Every thread of the
+ * block must call them; every thread gets the same result, and the order of
+ * additions is fixed by the block size, so results are deterministic. */
+#ifdef __CUDACC__
+template <typename T>
+__device__ __forceinline__ T gt_warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ T gt_warp_max(T v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/* blockDim.x must be a multiple of 32. */
+template <typename T>
+__device__ T gt_block_sum(T v) {
+  __shared__ T buf[32];
+  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = gt_warp_sum(v);
+  __syncthreads(); /* an earlier call may still be reading buf */
+  if (lane == 0) buf[wid] = v;
+  __syncthreads();
+  v = lane < nw ? buf[lane] : (T)0;
+  return gt_warp_sum(v);
+}
+
+__device__ __forceinline__ float gt_block_max(float v) {
+  __shared__ float buf[32];
+  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = gt_warp_max(v);
+  __syncthreads();
+  if (lane == 0) buf[wid] = v;
+  __syncthreads();
+  v = lane < nw ? buf[lane] : -INFINITY;
+  return gt_warp_max(v);
+}
+#endif
+
+#endif

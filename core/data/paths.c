@@ -1,0 +1,124 @@
+/* Tokenizing a corpus given as files and directories.
+ *
+ * Directory entries are sorted by name so that the same corpus gives the
+ * same token file on every file system. Inputs are compared with the output
+ * by inode, so an output placed inside an input directory is never fed back
+ * into itself.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "giant/data.h"
+
+typedef struct job {
+  gt_tokfile_writer *w;
+  const char *sep;
+  struct stat out, tmp; /* st_ino 0 where absent */
+  int nfiles;
+} job;
+
+static bool is_output(const job *j, const struct stat *st) {
+  return (j->out.st_ino && st->st_dev == j->out.st_dev && st->st_ino == j->out.st_ino) ||
+         (j->tmp.st_ino && st->st_dev == j->tmp.st_dev && st->st_ino == j->tmp.st_ino);
+}
+
+static gt_status add_file(job *j, const char *path, const struct stat *st) {
+  if (is_output(j, st)) return GT_OK;
+  GT_TRY(gt_tokenize_bytes_into(j->w, path, j->sep));
+  j->nfiles++;
+  return GT_OK;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static int by_name(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static gt_status add_dir(job *j, const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return gt_errorf(GT_EIO, "cannot read directory %s: %s", dir, strerror(errno));
+  char **names = NULL;
+  size_t n = 0, cap = 0;
+  gt_status s = GT_OK;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (ends_with(e->d_name, ".dat") || ends_with(e->d_name, ".u8")) continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 64;
+      char **v = realloc(names, cap * sizeof *v);
+      if (!v) break;
+      names = v;
+    }
+    if (!(names[n] = strdup(e->d_name))) break;
+    n++;
+  }
+  if (e) s = gt_errorf(GT_ENOMEM, "out of memory listing %s", dir);
+  closedir(d);
+  if (n) qsort(names, n, sizeof *names, by_name);
+  size_t dl = strlen(dir);
+  for (size_t i = 0; i < n && s == GT_OK; i++) {
+    char *p = malloc(dl + strlen(names[i]) + 2);
+    if (!p) {
+      s = gt_errorf(GT_ENOMEM, "out of memory listing %s", dir);
+      break;
+    }
+    strcpy(p, dir);
+    p[dl] = '/';
+    strcpy(p + dl + 1, names[i]);
+    struct stat st;
+    if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) s = add_file(j, p, &st);
+    free(p);
+  }
+  for (size_t i = 0; i < n; i++) free(names[i]);
+  free(names);
+  return s;
+}
+
+static gt_status add_all(job *j, const char *const *inputs, int ninputs) {
+  for (int i = 0; i < ninputs; i++) {
+    const char *in = inputs[i];
+    struct stat st;
+    if (!in || stat(in, &st) != 0)
+      return gt_errorf(in && errno == ENOENT ? GT_ENOTFOUND : GT_EIO, "input %s: %s",
+                       in ? in : "(null)", in ? strerror(errno) : "no path");
+    GT_TRY(S_ISDIR(st.st_mode) ? add_dir(j, in) : add_file(j, in, &st));
+  }
+  if (j->nfiles == 0)
+    return gt_errorf(GT_EINVAL, "no input files found (a directory's *.dat and *.u8 files, and "
+                                "its subdirectories, are left out)");
+  return GT_OK;
+}
+
+gt_status gt_tokenize_paths(const char *const *inputs, int ninputs, const char *separator_line,
+                            const char *out_path, uint64_t *ntokens) {
+  if (!inputs || ninputs <= 0) return gt_errorf(GT_EINVAL, "no inputs to tokenize");
+  job j = {.sep = separator_line};
+  GT_TRY(gt_tokfile_writer_open(out_path, GT_BYTE_VOCAB, GT_BYTE_DOC_SEP, &j.w));
+  size_t n = strlen(out_path);
+  char *tmp = malloc(n + 5);
+  if (!tmp) {
+    gt_tokfile_writer_abort(j.w);
+    return gt_errorf(GT_ENOMEM, "out of memory tokenizing into %s", out_path);
+  }
+  memcpy(tmp, out_path, n);
+  memcpy(tmp + n, ".tmp", 5);
+  if (stat(out_path, &j.out) != 0) j.out.st_ino = 0;
+  if (stat(tmp, &j.tmp) != 0) j.tmp.st_ino = 0;
+  free(tmp);
+  gt_status s = add_all(&j, inputs, ninputs);
+  uint64_t count = gt_tokfile_writer_count(j.w);
+  if (s != GT_OK) {
+    gt_tokfile_writer_abort(j.w);
+    return s;
+  }
+  GT_TRY(gt_tokfile_writer_commit(j.w));
+  if (ntokens) *ntokens = count;
+  return GT_OK;
+}

@@ -1,0 +1,154 @@
+/* The GPT-2 transformer block, pre-LayerNorm:
+ *
+ *   x2  = x  + proj(attention(qkv(ln1(x))))
+ *   out = x2 + fc2(gelu(fc1(ln2(x2))))
+ *
+ * Forward and backward are written out step by step in the manner of llm.c;
+ * every saved activation has a named slot below. */
+#include <math.h>
+
+#include "core/layers/layer_util.h"
+#include "giant/layers.h"
+
+enum { LN1W, LN1B, QKVW, QKVB, PROJW, PROJB, LN2W, LN2B, FC1W, FC1B, FC2W, FC2B, NPARAMS };
+
+typedef struct block_cfg {
+  int C, NH, H;
+} block_cfg;
+
+/* Offsets (in floats) of the saved activations for one (B,T). */
+typedef struct block_acts {
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
+  size_t total;
+} block_acts;
+
+static block_acts layout(const block_cfg *c, float *base, int B, int T) {
+  size_t BT = (size_t)B * (size_t)T, C = (size_t)c->C, H = (size_t)c->H;
+  size_t att = (size_t)B * (size_t)c->NH * (size_t)T * (size_t)T;
+  size_t sizes[12] = {BT * C, BT, BT, 3 * BT * C, att, BT * C, BT * C, BT * C, BT, BT, BT * H, BT * H};
+  float **slots[12];
+  block_acts a;
+  slots[0] = &a.ln1, slots[1] = &a.ln1_mean, slots[2] = &a.ln1_rstd, slots[3] = &a.qkv;
+  slots[4] = &a.att, slots[5] = &a.atty, slots[6] = &a.res2, slots[7] = &a.ln2;
+  slots[8] = &a.ln2_mean, slots[9] = &a.ln2_rstd, slots[10] = &a.fch, slots[11] = &a.fch_gelu;
+  size_t off = 0;
+  for (int i = 0; i < 12; i++) {
+    *slots[i] = base ? base + off : NULL;
+    off += sizes[i];
+  }
+  a.total = off;
+  return a;
+}
+
+static gt_status block_build(gt_layer *self, const void *config) {
+  const gt_block_config *u = config;
+  if (!u) return gt_errorf(GT_EINVAL, "a configuration is required");
+  if (u->C <= 0 || u->NH <= 0) return gt_errorf(GT_EINVAL, "block needs C and NH > 0, got %d and %d", u->C, u->NH);
+  if (u->C % u->NH)
+    return gt_errorf(GT_EINVAL, "block: C=%d is not divisible by the head count NH=%d", u->C, u->NH);
+  block_cfg c = {.C = u->C, .NH = u->NH, .H = u->mlp_hidden > 0 ? u->mlp_hidden : 4 * u->C};
+  GT_TRY(gt_layer_keep_config(self, &c, sizeof c));
+  self->in_dim = self->out_dim = c.C;
+  /* GPT-2 scales the init of the projections that feed the residual stream. */
+  float std = 0.02f, res_std = u->n_layers_total > 0 ? 0.02f / sqrtf(2.0f * (float)u->n_layers_total) : 0.02f;
+  const gt_param_spec specs[NPARAMS] = {
+      {"ln1.w", 1, {c.C}, GT_INIT_ONES, 0, false},
+      {"ln1.b", 1, {c.C}, GT_INIT_ZEROS, 0, false},
+      {"qkv.w", 2, {3 * c.C, c.C}, GT_INIT_NORMAL, std, true},
+      {"qkv.b", 1, {3 * c.C}, GT_INIT_ZEROS, 0, false},
+      {"proj.w", 2, {c.C, c.C}, GT_INIT_NORMAL, res_std, true},
+      {"proj.b", 1, {c.C}, GT_INIT_ZEROS, 0, false},
+      {"ln2.w", 1, {c.C}, GT_INIT_ONES, 0, false},
+      {"ln2.b", 1, {c.C}, GT_INIT_ZEROS, 0, false},
+      {"fc1.w", 2, {c.H, c.C}, GT_INIT_NORMAL, std, true},
+      {"fc1.b", 1, {c.H}, GT_INIT_ZEROS, 0, false},
+      {"fc2.w", 2, {c.C, c.H}, GT_INIT_NORMAL, res_std, true},
+      {"fc2.b", 1, {c.C}, GT_INIT_ZEROS, 0, false},
+  };
+  for (int i = 0; i < NPARAMS; i++) GT_TRY(gt_layer_declare_param(self, &specs[i], NULL));
+  return GT_OK;
+}
+
+static size_t block_acts_floats(const gt_layer *self, int B, int T) { return layout(self->state, NULL, B, T).total; }
+
+static size_t block_scratch(const gt_layer *self, int B, int T) {
+  const block_cfg *c = self->state;
+  size_t BT = (size_t)B * (size_t)T;
+  /* backward: dres2, dln, datty (C each), dqkv (3C), dfch_gelu, dfch (H each), datt */
+  return BT * (6 * (size_t)c->C + 2 * (size_t)c->H) + (size_t)B * (size_t)c->NH * (size_t)T * (size_t)T;
+}
+
+#define P(i) gt_layer_param(self, i)
+#define G(i) gt_layer_grad(self, i)
+
+static gt_status block_forward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out, float *acts) {
+  const block_cfg *c = self->state;
+  gt_backend *be = ctx->be;
+  const gt_backend_ops *op = be->ops;
+  int B = ctx->B, T = ctx->T, N = B * T, C = c->C, H = c->H;
+  size_t NC = (size_t)N * (size_t)C;
+  block_acts a = layout(c, acts, B, T);
+  float *tmp = ctx->scratch; /* (N, C) branch output before the residual add */
+
+  GT_TRY(op->layernorm_forward(be, a.ln1, a.ln1_mean, a.ln1_rstd, in, P(LN1W), P(LN1B), N, C));
+  GT_TRY(op->linear_forward(be, a.qkv, a.ln1, P(QKVW), P(QKVB), N, C, 3 * C));
+  GT_TRY(op->attention_forward(be, a.atty, a.att, a.qkv, B, T, C, c->NH));
+  GT_TRY(op->linear_forward(be, tmp, a.atty, P(PROJW), P(PROJB), N, C, C));
+  GT_TRY(op->residual_forward(be, a.res2, in, tmp, NC));
+  GT_TRY(op->layernorm_forward(be, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(LN2W), P(LN2B), N, C));
+  GT_TRY(op->linear_forward(be, a.fch, a.ln2, P(FC1W), P(FC1B), N, C, H));
+  GT_TRY(op->gelu_forward(be, a.fch_gelu, a.fch, (size_t)N * (size_t)H));
+  GT_TRY(op->linear_forward(be, tmp, a.fch_gelu, P(FC2W), P(FC2B), N, H, C));
+  return op->residual_forward(be, out, a.res2, tmp, NC);
+}
+
+static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
+                                float *din, float *acts) {
+  const block_cfg *c = self->state;
+  gt_backend *be = ctx->be;
+  const gt_backend_ops *op = be->ops;
+  int B = ctx->B, T = ctx->T, N = B * T, C = c->C, H = c->H;
+  size_t NC = (size_t)N * (size_t)C, NH_ = (size_t)N * (size_t)H;
+  block_acts a = layout(c, acts, B, T);
+  float *dres2 = ctx->scratch, *dln = dres2 + NC, *datty = dln + NC, *dqkv = datty + NC;
+  float *dfch_gelu = dqkv + 3 * NC, *dfch = dfch_gelu + NH_, *datt = dfch + NH_;
+
+  /* MLP branch: out = res2 + fc2(gelu(fc1(ln2(res2)))). */
+  GT_TRY(be->ops->memcpy(be, dres2, dout, NC * sizeof(float), GT_COPY_D2D, be->compute));
+  GT_TRY(GT_ZERO(be, dfch_gelu, NH_));
+  GT_TRY(op->linear_backward(be, dfch_gelu, G(FC2W), G(FC2B), dout, a.fch_gelu, P(FC2W), N, H, C));
+  GT_TRY(GT_ZERO(be, dfch, NH_));
+  GT_TRY(op->gelu_backward(be, dfch, a.fch, dfch_gelu, NH_));
+  GT_TRY(GT_ZERO(be, dln, NC));
+  GT_TRY(op->linear_backward(be, dln, G(FC1W), G(FC1B), dfch, a.ln2, P(FC1W), N, C, H));
+  GT_TRY(op->layernorm_backward(be, dres2, G(LN2W), G(LN2B), dln, a.res2, P(LN2W), a.ln2_mean, a.ln2_rstd, N, C));
+
+  /* Attention branch: res2 = in + proj(attention(qkv(ln1(in)))). */
+  GT_TRY(op->residual_backward(be, din, NULL, dres2, NC));
+  GT_TRY(GT_ZERO(be, datty, NC));
+  GT_TRY(op->linear_backward(be, datty, G(PROJW), G(PROJB), dres2, a.atty, P(PROJW), N, C, C));
+  GT_TRY(GT_ZERO(be, dqkv, 3 * NC));
+  GT_TRY(op->attention_backward(be, dqkv, datt, datty, a.qkv, a.att, B, T, C, c->NH));
+  GT_TRY(GT_ZERO(be, dln, NC));
+  GT_TRY(op->linear_backward(be, dln, G(QKVW), G(QKVB), dqkv, a.ln1, P(QKVW), N, C, 3 * C));
+  return op->layernorm_backward(be, din, G(LN1W), G(LN1B), dln, in, P(LN1W), a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+static double block_flops(const gt_layer *self, int B, int T) {
+  const block_cfg *c = self->state;
+  double N = (double)B * T, C = c->C, H = c->H;
+  double linear = 2.0 * N * (3 * C * C + C * C + 2 * C * H);
+  double attention = 2.0 * 2.0 * B * (double)T * T * C; /* QK^T and AV, full (unmasked) */
+  return linear + attention;
+}
+
+const gt_layer_type gt_block_layer = {
+    .name = "block",
+    .build = block_build,
+    .acts_floats = block_acts_floats,
+    .scratch_floats = block_scratch,
+    .forward = block_forward,
+    .backward = block_backward,
+    .flops = block_flops,
+    .destroy = gt_layer_free_state,
+};

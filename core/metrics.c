@@ -1,0 +1,49 @@
+/* Step metrics: a human line and a JSON line. */
+#include "giant/metrics.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct gt_metrics {
+  FILE *f;
+};
+
+gt_status gt_metrics_open(const char *path, gt_metrics **out) {
+  *out = NULL;
+  gt_metrics *m = calloc(1, sizeof *m);
+  if (!m) return gt_errorf(GT_ENOMEM, "out of memory opening metrics");
+  if (path) {
+    m->f = fopen(path, "a");
+    if (!m->f) {
+      int e = errno;
+      free(m);
+      return gt_errorf(GT_EIO, "cannot open metrics file %s: %s", path, strerror(e));
+    }
+  }
+  *out = m;
+  return GT_OK;
+}
+
+void gt_metrics_close(gt_metrics *m) {
+  if (!m) return;
+  if (m->f) fclose(m->f);
+  free(m);
+}
+
+gt_status gt_metrics_write(gt_metrics *m, const gt_step_stats *s) {
+  if (!m || !m->f) return GT_OK;
+  int n = fprintf(m->f,
+                  "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"step_time_s\":%.6f,"
+                  "\"tokens\":%lld,\"tokens_per_s\":%.1f,\"flops\":%.6e,\"mfu\":%.4f,\"micro_batches\":%d,"
+                  "\"seq_len\":%d}\n",
+                  s->step, s->loss, s->lr, s->grad_norm, s->seconds, (long long)s->tokens, s->tokens_per_s,
+                  s->flops, s->mfu, s->micro_batches, s->seq_len);
+  if (n < 0 || fflush(m->f) != 0) return gt_errorf(GT_EIO, "writing the metrics file failed: %s", strerror(errno));
+  return GT_OK;
+}
+
+void gt_metrics_print(FILE *f, const gt_step_stats *s) {
+  fprintf(f, "step %5d | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms | %.0f tok/s | MFU %.1f%%\n", s->step,
+          s->loss, s->lr, s->grad_norm, s->seconds * 1e3, s->tokens_per_s, 100.0 * s->mfu);
+}

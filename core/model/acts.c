@@ -1,0 +1,157 @@
+/* Activations of one micro-batch, and the forward and backward passes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/model/model_internal.h"
+
+gt_status gt_acts_create(gt_model *m, gt_acts **out) {
+  *out = NULL;
+  if (!m->built) return gt_errorf(GT_ESTATE, "the model is not built yet (call gt_model_build)");
+  gt_acts *a = calloc(1, sizeof *a);
+  if (!a) return gt_errorf(GT_ENOMEM, "out of memory creating activations");
+  a->m = m;
+  a->out = calloc((size_t)m->nlayers, sizeof *a->out);
+  a->saved = calloc((size_t)m->nlayers, sizeof *a->saved);
+  if (!a->out || !a->saved) {
+    gt_acts_destroy(a);
+    return gt_errorf(GT_ENOMEM, "out of memory creating activations");
+  }
+  size_t BT = (size_t)m->cfg.B_max * (size_t)m->cfg.T_max;
+  gt_status s = GT_OK;
+  for (int i = 0; i < m->nlayers && s == GT_OK; i++) {
+    gt_layer *l = m->layers[i];
+    s = gt_arena_alloc(m->arena, BT * (size_t)l->out_dim * sizeof(float), (void **)&a->out[i]);
+    size_t n = l->type->acts_floats(l, m->cfg.B_max, m->cfg.T_max);
+    if (s == GT_OK && n) s = gt_arena_alloc(m->arena, n * sizeof(float), (void **)&a->saved[i]);
+  }
+  for (int k = 0; k < 2 && s == GT_OK; k++)
+    s = gt_arena_alloc(m->arena, BT * (size_t)m->max_dim * sizeof(float), (void **)&a->dbuf[k]);
+  if (s == GT_OK) s = gt_arena_alloc(m->arena, BT * sizeof(int32_t), (void **)&a->tokens);
+  if (s == GT_OK) s = gt_arena_alloc(m->arena, BT * sizeof(int32_t), (void **)&a->targets);
+  if (s != GT_OK) {
+    gt_acts_destroy(a);
+    return gt_error_context(s, "allocating activations for B=%d T=%d", m->cfg.B_max, m->cfg.T_max);
+  }
+  *out = a;
+  return GT_OK;
+}
+
+void gt_acts_destroy(gt_acts *a) {
+  if (!a) return;
+  gt_arena *ar = a->m->arena;
+  for (int i = 0; i < a->m->nlayers; i++) {
+    if (a->out) gt_arena_free(ar, a->out[i]);
+    if (a->saved) gt_arena_free(ar, a->saved[i]);
+  }
+  gt_arena_free(ar, a->dbuf[0]);
+  gt_arena_free(ar, a->dbuf[1]);
+  gt_arena_free(ar, a->tokens);
+  gt_arena_free(ar, a->targets);
+  free(a->out);
+  free(a->saved);
+  free(a);
+}
+
+static void make_ctx(gt_model *m, gt_acts *a, float loss_scale, gt_layer_ctx *ctx) {
+  ctx->be = m->be;
+  ctx->B = a->B;
+  ctx->T = a->T;
+  ctx->tokens = a->tokens;
+  ctx->targets = a->targets;
+  ctx->loss_scale = loss_scale;
+  ctx->scratch = m->scratch;
+}
+
+/* Token ids are checked on the host before they reach a device, where an
+ * out-of-range id would read out of bounds. */
+static gt_status check_batch(const gt_model *m, const gt_batch *b) {
+  if (b->B <= 0 || b->T <= 0) return gt_errorf(GT_EINVAL, "batch shape (%d, %d) must be positive", b->B, b->T);
+  if (b->B > m->cfg.B_max)
+    return gt_errorf(GT_EINVAL, "batch of %d rows is larger than the model's B_max %d", b->B, m->cfg.B_max);
+  if (b->T > m->cfg.T_max)
+    return gt_errorf(GT_EINVAL, "sequence of %d tokens is longer than the model's T_max %d", b->T,
+                     m->cfg.T_max);
+  size_t n = (size_t)b->B * (size_t)b->T;
+  int vin = m->vocab_in, vout = m->vocab_out;
+  for (size_t i = 0; i < n; i++) {
+    if (b->inputs[i] < 0 || b->inputs[i] >= vin)
+      return gt_errorf(GT_ERANGE, "token id %d at position %zu is outside the vocabulary [0, %d)",
+                       b->inputs[i], i, vin);
+    if (b->targets && (b->targets[i] < -1 || b->targets[i] >= vout))
+      return gt_errorf(GT_ERANGE, "target id %d at position %zu is outside the vocabulary [0, %d)",
+                       b->targets[i], i, vout);
+  }
+  return GT_OK;
+}
+
+gt_status gt_model_forward(gt_model *m, gt_acts *a, const gt_batch *batch, float *loss) {
+  if (!m->built) return gt_errorf(GT_ESTATE, "the model is not built yet (call gt_model_build)");
+  GT_TRY(check_batch(m, batch));
+  gt_backend *be = m->be;
+  a->B = batch->B;
+  a->T = batch->T;
+  size_t BT = (size_t)a->B * (size_t)a->T;
+  GT_TRY(be->ops->memcpy(be, a->tokens, batch->inputs, BT * sizeof(int32_t), GT_COPY_H2D, be->compute));
+  if (batch->targets) {
+    GT_TRY(be->ops->memcpy(be, a->targets, batch->targets, BT * sizeof(int32_t), GT_COPY_H2D, be->compute));
+  } else {
+    GT_TRY(be->ops->memset(be, a->targets, 0xff, BT * sizeof(int32_t), be->compute)); /* all -1 */
+  }
+  gt_layer_ctx ctx;
+  make_ctx(m, a, 0.0f, &ctx);
+  const float *in = NULL;
+  for (int i = 0; i < m->nlayers; i++) {
+    gt_layer *l = m->layers[i];
+    gt_status s = l->type->forward(l, &ctx, in, a->out[i], a->saved[i]);
+    if (s != GT_OK) return gt_error_context(s, "forward of layer '%s'", l->name);
+    in = a->out[i];
+  }
+  a->forward_done = true;
+  int64_t valid = 0;
+  if (batch->targets)
+    for (size_t i = 0; i < BT; i++) valid += batch->targets[i] >= 0;
+  a->ntargets = valid;
+  if (loss) {
+    GT_TRY(gt_backend_download(be, m->host_losses, a->out[m->nlayers - 1], BT * sizeof(float)));
+    double sum = 0;
+    for (size_t i = 0; i < BT; i++) sum += m->host_losses[i];
+    *loss = valid ? (float)(sum / (double)valid) : 0.0f;
+  }
+  return GT_OK;
+}
+
+gt_status gt_model_backward(gt_model *m, gt_acts *a, float loss_scale) {
+  if (!a->forward_done) return gt_errorf(GT_ESTATE, "backward without a forward on these activations");
+  gt_backend *be = m->be;
+  gt_layer_ctx ctx;
+  make_ctx(m, a, loss_scale, &ctx);
+  size_t BT = (size_t)a->B * (size_t)a->T;
+  const float *dout = NULL;
+  int k = 0;
+  for (int i = m->nlayers - 1; i >= 0; i--) {
+    gt_layer *l = m->layers[i];
+    float *din = NULL;
+    if (i > 0) {
+      din = a->dbuf[k];
+      k ^= 1;
+      /* Backward kernels accumulate, so the input gradient starts at zero. */
+      GT_TRY(be->ops->memset(be, din, 0, BT * (size_t)l->in_dim * sizeof(float), be->compute));
+    }
+    const float *in = i > 0 ? a->out[i - 1] : NULL;
+    gt_status s = l->type->backward(l, &ctx, in, dout, din, a->saved[i]);
+    if (s != GT_OK) return gt_error_context(s, "backward of layer '%s'", l->name);
+    dout = din;
+  }
+  a->forward_done = false;
+  return GT_OK;
+}
+
+gt_status gt_model_probs(gt_model *m, gt_acts *a, int b, int t, float *host_out) {
+  gt_layer *l = m->layers[m->nlayers - 1];
+  if (!l->type->probs) return gt_errorf(GT_EUNSUPPORTED, "loss layer '%s' does not expose probabilities", l->name);
+  if (b < 0 || b >= a->B || t < 0 || t >= a->T)
+    return gt_errorf(GT_ERANGE, "position (%d, %d) is outside the last batch (%d, %d)", b, t, a->B, a->T);
+  gt_layer_ctx ctx;
+  make_ctx(m, a, 0.0f, &ctx);
+  return l->type->probs(l, &ctx, a->saved[m->nlayers - 1], b, t, host_out);
+}

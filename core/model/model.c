@@ -1,0 +1,294 @@
+/* Model construction: layers, parameter layout, build. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/model/model_internal.h"
+#include "giant/log.h"
+
+gt_status gt_model_create(gt_backend *be, const gt_model_config *cfg, gt_model **out) {
+  *out = NULL;
+  if (!be || !cfg) return gt_errorf(GT_EINVAL, "gt_model_create needs a backend and a config");
+  if (cfg->B_max <= 0 || cfg->T_max <= 0)
+    return gt_errorf(GT_EINVAL, "model B_max and T_max must be positive (got B_max=%d, T_max=%d)",
+                     cfg->B_max, cfg->T_max);
+  gt_model *m = calloc(1, sizeof *m);
+  if (!m) return gt_errorf(GT_ENOMEM, "out of memory creating a model");
+  m->be = be;
+  m->cfg = *cfg;
+  gt_status s = gt_arena_create(be, cfg->budget_bytes, &m->arena);
+  if (s != GT_OK) {
+    free(m);
+    return s;
+  }
+  *out = m;
+  return GT_OK;
+}
+
+void gt_model_destroy(gt_model *m) {
+  if (!m) return;
+  for (int i = 0; i < m->nlayers; i++) {
+    gt_layer *l = m->layers[i];
+    if (l->type->destroy) l->type->destroy(l);
+    free(l);
+  }
+  free(m->layers);
+  free(m->params);
+  free(m->host_losses);
+  gt_arena_free(m->arena, m->param_buf);
+  gt_arena_free(m->arena, m->grad_buf);
+  gt_arena_free(m->arena, m->scratch);
+  gt_arena_destroy(m->arena);
+  free(m);
+}
+
+gt_status gt_model_add(gt_model *m, const gt_layer_type *type, const char *name, const void *config,
+                       gt_layer **out) {
+  if (out) *out = NULL;
+  if (m->built) return gt_errorf(GT_ESTATE, "layer '%s' added after gt_model_build", name);
+  if (!type || !type->build || !type->forward || !type->backward || !type->acts_floats)
+    return gt_errorf(GT_EINVAL, "layer '%s': its type must define build, forward, backward and acts_floats",
+                     name ? name : "?");
+  if (!name || !*name || strlen(name) >= sizeof(((gt_layer *)0)->name))
+    return gt_errorf(GT_EINVAL, "a layer needs a name of 1 to %zu characters",
+                     sizeof(((gt_layer *)0)->name) - 1);
+  if (gt_model_find_layer(m, name)) return gt_errorf(GT_EEXIST, "two layers are named '%s'", name);
+  gt_layer *prev = m->nlayers ? m->layers[m->nlayers - 1] : NULL;
+  if (prev && prev->is_loss)
+    return gt_errorf(GT_EINVAL, "layer '%s' added after the loss layer '%s'; the loss layer must be last",
+                     name, prev->name);
+  if (m->nlayers == m->cap_layers) {
+    int cap = m->cap_layers ? 2 * m->cap_layers : 16;
+    gt_layer **l = realloc(m->layers, (size_t)cap * sizeof *l);
+    if (!l) return gt_errorf(GT_ENOMEM, "out of memory adding layer '%s'", name);
+    m->layers = l;
+    m->cap_layers = cap;
+  }
+  gt_layer *l = calloc(1, sizeof *l);
+  if (!l) return gt_errorf(GT_ENOMEM, "out of memory adding layer '%s'", name);
+  l->type = type;
+  snprintf(l->name, sizeof l->name, "%s", name);
+  l->index = m->nlayers;
+  l->model = m;
+  l->first_param = m->nparams;
+  gt_status s = type->build(l, config);
+  if (s != GT_OK) {
+    if (type->destroy) type->destroy(l);
+    m->nparams = l->first_param; /* drop what it declared */
+    free(l);
+    return gt_error_context(s, "layer '%s' (%s)", name, type->name);
+  }
+  /* The shape contract between neighbours. */
+  const char *why = NULL;
+  if (!prev && l->in_dim != 0) why = "the first layer must read token ids (in_dim 0)";
+  if (prev && l->in_dim == 0) why = "only the first layer may read token ids";
+  if (prev && l->in_dim != prev->out_dim) {
+    if (type->destroy) type->destroy(l);
+    m->nparams = l->first_param;
+    gt_status e = gt_errorf(GT_EINVAL,
+                            "shape mismatch: layer '%s' (%s) takes %d features per token, but the "
+                            "previous layer '%s' (%s) produces %d",
+                            name, type->name, l->in_dim, prev->name, prev->type->name, prev->out_dim);
+    free(l);
+    return e;
+  }
+  if (why || l->out_dim <= 0) {
+    if (type->destroy) type->destroy(l);
+    m->nparams = l->first_param;
+    free(l);
+    return gt_errorf(GT_EINVAL, "layer '%s': %s", name, why ? why : "out_dim must be positive");
+  }
+  m->layers[m->nlayers++] = l;
+  if (out) *out = l;
+  return GT_OK;
+}
+
+int gt_model_num_layers(const gt_model *m) { return m->nlayers; }
+gt_layer *gt_model_layer(const gt_model *m, int i) { return i >= 0 && i < m->nlayers ? m->layers[i] : NULL; }
+
+gt_layer *gt_model_find_layer(const gt_model *m, const char *name) {
+  for (int i = 0; i < m->nlayers; i++)
+    if (!strcmp(m->layers[i]->name, name)) return m->layers[i];
+  return NULL;
+}
+
+int gt_model_num_params(const gt_model *m) { return m->nparams; }
+const gt_param *gt_model_param(const gt_model *m, int i) { return &m->params[i]; }
+size_t gt_model_param_count(const gt_model *m) { return m->ntrainable; }
+size_t gt_model_buffer_floats(const gt_model *m) { return m->nfloats; }
+float *gt_model_params(const gt_model *m) { return m->param_buf; }
+float *gt_model_grads(const gt_model *m) { return m->grad_buf; }
+gt_backend *gt_model_backend(const gt_model *m) { return m->be; }
+gt_arena *gt_model_arena(const gt_model *m) { return m->arena; }
+const gt_model_config *gt_model_get_config(const gt_model *m) { return &m->cfg; }
+
+double gt_model_flops(const gt_model *m, int B, int T) {
+  double f = 0;
+  for (int i = 0; i < m->nlayers; i++)
+    if (m->layers[i]->type->flops) f += m->layers[i]->type->flops(m->layers[i], B, T);
+  return f;
+}
+
+/* ---- parameters ---- */
+
+static gt_status push_param(gt_model *m, gt_param *p) {
+  if (m->nparams == m->cap_params) {
+    int cap = m->cap_params ? 2 * m->cap_params : 64;
+    gt_param *np = realloc(m->params, (size_t)cap * sizeof *np);
+    if (!np) return gt_errorf(GT_ENOMEM, "out of memory declaring parameter %s", p->name);
+    m->params = np;
+    m->cap_params = cap;
+  }
+  m->params[m->nparams++] = *p;
+  return GT_OK;
+}
+
+gt_status gt_layer_declare_param(gt_layer *self, const gt_param_spec *spec, int *index) {
+  gt_model *m = self->model;
+  gt_param p = {0};
+  if (snprintf(p.name, sizeof p.name, "%s.%s", self->name, spec->name) >= (int)sizeof p.name)
+    return gt_errorf(GT_EINVAL, "parameter name %s.%s is too long", self->name, spec->name);
+  if (spec->ndim < 1 || spec->ndim > 4)
+    return gt_errorf(GT_EINVAL, "parameter %s has rank %d (1 to 4 allowed)", p.name, spec->ndim);
+  p.ndim = spec->ndim;
+  p.numel = 1;
+  for (int i = 0; i < spec->ndim; i++) {
+    if (spec->shape[i] <= 0)
+      return gt_errorf(GT_EINVAL, "parameter %s has dimension %d of size %lld", p.name, i,
+                       (long long)spec->shape[i]);
+    p.shape[i] = spec->shape[i];
+    p.numel *= (size_t)spec->shape[i];
+  }
+  p.init = spec->init;
+  p.std = spec->std;
+  p.decay = spec->decay;
+  p.layer = self->index;
+  p.tied_to = -1;
+  GT_TRY(push_param(m, &p));
+  if (index) *index = self->nparams;
+  self->nparams++;
+  return GT_OK;
+}
+
+gt_status gt_layer_tie_param(gt_layer *self, const char *local_name, const char *layer_name,
+                             const char *param, int *index) {
+  gt_model *m = self->model;
+  gt_layer *src = gt_model_find_layer(m, layer_name);
+  if (!src)
+    return gt_errorf(GT_ENOTFOUND, "cannot tie to layer '%s': no such layer before '%s'", layer_name,
+                     self->name);
+  char full[128];
+  snprintf(full, sizeof full, "%s.%s", layer_name, param);
+  int target = -1;
+  for (int i = src->first_param; i < src->first_param + src->nparams; i++)
+    if (!strcmp(m->params[i].name, full)) target = i;
+  if (target < 0) return gt_errorf(GT_ENOTFOUND, "cannot tie to '%s': layer '%s' has no such parameter", full, layer_name);
+  gt_param p = m->params[target];
+  snprintf(p.name, sizeof p.name, "%s.%s", self->name, local_name);
+  p.layer = self->index;
+  p.tied_to = target;
+  GT_TRY(push_param(m, &p));
+  if (index) *index = self->nparams;
+  self->nparams++;
+  return GT_OK;
+}
+
+float *gt_layer_param(const gt_layer *self, int i) {
+  return self->model->param_buf + self->model->params[self->first_param + i].offset;
+}
+float *gt_layer_grad(const gt_layer *self, int i) {
+  return self->model->grad_buf + self->model->params[self->first_param + i].offset;
+}
+const gt_param *gt_layer_param_info(const gt_layer *self, int i) {
+  return &self->model->params[self->first_param + i];
+}
+
+/* ---- build ---- */
+
+static gt_status init_params(gt_model *m) {
+  float *host = malloc((m->nfloats ? m->nfloats : 1) * sizeof *host);
+  if (!host) return gt_errorf(GT_ENOMEM, "out of host memory initialising %zu parameters", m->nfloats);
+  for (int i = 0; i < m->nparams; i++) {
+    const gt_param *p = &m->params[i];
+    if (p->tied_to >= 0) continue;
+    for (size_t j = 0; j < p->numel; j++)
+      host[p->offset + j] = gt_init_value(m->cfg.seed, p->name, j, p->init, p->std);
+  }
+  gt_status s = gt_backend_upload(m->be, m->param_buf, host, m->nfloats * sizeof *host);
+  free(host);
+  return s;
+}
+
+gt_status gt_model_build(gt_model *m) {
+  if (m->built) return gt_errorf(GT_ESTATE, "gt_model_build called twice");
+  if (m->nlayers == 0) return gt_errorf(GT_EINVAL, "the model has no layers");
+  gt_layer *first = m->layers[0], *last = m->layers[m->nlayers - 1];
+  if (!last->is_loss)
+    return gt_errorf(GT_EINVAL, "the model must end in a loss layer (such as gt_lm_head_layer); the last is '%s' (%s)",
+                     last->name, last->type->name);
+  if (first->vocab <= 0 || last->vocab <= 0)
+    return gt_errorf(GT_EINVAL, "the first layer ('%s') and the loss layer ('%s') must set their vocabulary size",
+                     first->name, last->name);
+  m->vocab_in = first->vocab;
+  m->vocab_out = last->vocab;
+  /* Parameter layout: declaration order, tied parameters share storage. */
+  size_t off = 0;
+  for (int i = 0; i < m->nparams; i++) {
+    gt_param *p = &m->params[i];
+    if (p->tied_to >= 0) {
+      p->offset = m->params[p->tied_to].offset;
+      continue;
+    }
+    p->offset = off;
+    off += (p->numel + 15) & ~(size_t)15; /* 64-byte aligned starts */
+    m->ntrainable += p->numel;
+  }
+  m->nfloats = off;
+  int B = m->cfg.B_max, T = m->cfg.T_max;
+  m->max_dim = 1;
+  m->scratch_floats = 0;
+  for (int i = 0; i < m->nlayers; i++) {
+    gt_layer *l = m->layers[i];
+    if (l->out_dim > m->max_dim) m->max_dim = l->out_dim;
+    if (l->in_dim > m->max_dim) m->max_dim = l->in_dim;
+    size_t sc = l->type->scratch_floats ? l->type->scratch_floats(l, B, T) : 0;
+    if (sc > m->scratch_floats) m->scratch_floats = sc;
+  }
+  size_t bytes = (m->nfloats ? m->nfloats : 1) * sizeof(float);
+  GT_TRY(gt_arena_alloc(m->arena, bytes, (void **)&m->param_buf));
+  GT_TRY(gt_arena_alloc(m->arena, bytes, (void **)&m->grad_buf));
+  GT_TRY(gt_arena_alloc(m->arena, (m->scratch_floats ? m->scratch_floats : 1) * sizeof(float),
+                        (void **)&m->scratch));
+  m->host_losses = malloc((size_t)B * (size_t)T * sizeof(float));
+  if (!m->host_losses) return gt_errorf(GT_ENOMEM, "out of host memory for the loss buffer");
+  m->built = true;
+  GT_TRY(init_params(m));
+  return gt_model_zero_grads(m);
+}
+
+gt_status gt_model_zero_grads(gt_model *m) {
+  if (!m->built) return gt_errorf(GT_ESTATE, "the model is not built yet (call gt_model_build)");
+  return m->be->ops->memset(m->be, m->grad_buf, 0, m->nfloats * sizeof(float), m->be->compute);
+}
+
+static gt_status check_n(const gt_model *m, size_t n) {
+  if (!m->built) return gt_errorf(GT_ESTATE, "the model is not built yet (call gt_model_build)");
+  if (n != m->nfloats)
+    return gt_errorf(GT_EINVAL, "parameter buffer holds %zu floats, caller passed %zu", m->nfloats, n);
+  return GT_OK;
+}
+
+gt_status gt_model_get_params(gt_model *m, float *host, size_t n) {
+  GT_TRY(check_n(m, n));
+  return gt_backend_download(m->be, host, m->param_buf, n * sizeof(float));
+}
+
+gt_status gt_model_set_params(gt_model *m, const float *host, size_t n) {
+  GT_TRY(check_n(m, n));
+  return gt_backend_upload(m->be, m->param_buf, host, n * sizeof(float));
+}
+
+gt_status gt_model_get_grads(gt_model *m, float *host, size_t n) {
+  GT_TRY(check_n(m, n));
+  return gt_backend_download(m->be, host, m->grad_buf, n * sizeof(float));
+}

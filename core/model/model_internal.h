@@ -1,0 +1,39 @@
+/* The model's private state, shared by model.c, params.c and acts.c. */
+#ifndef GIANT_MODEL_INTERNAL_H
+#define GIANT_MODEL_INTERNAL_H
+
+#include "giant/model.h"
+
+struct gt_model {
+  gt_backend *be;
+  gt_model_config cfg;
+  gt_arena *arena;
+  gt_layer **layers;
+  int nlayers, cap_layers;
+  gt_param *params;
+  int nparams, cap_params;
+  bool built;
+  size_t nfloats;       /* floats in the parameter buffer (tied params once) */
+  size_t ntrainable;    /* sum of untied parameters' sizes */
+  float *param_buf;     /* device */
+  float *grad_buf;      /* device */
+  float *scratch;       /* device, shared by layers one at a time */
+  size_t scratch_floats;
+  int max_dim;          /* widest per-token activation between layers */
+  int vocab_in;         /* token ids the first layer accepts */
+  int vocab_out;        /* targets the loss layer accepts */
+  float *host_losses;   /* B_max*T_max, to reduce the per-token losses */
+};
+
+struct gt_acts {
+  gt_model *m;
+  float **out;          /* per layer: (B_max,T_max,out_dim) */
+  float **saved;        /* per layer: its saved activations */
+  float *dbuf[2];       /* ping-pong gradient buffers between layers */
+  int32_t *tokens, *targets; /* device copies of the batch */
+  int B, T;
+  int64_t ntargets;
+  bool forward_done;
+};
+
+#endif

@@ -1,0 +1,212 @@
+/* examples/gpt: train a byte-level GPT on a text corpus and sample from it.
+ *
+ *   gpt [--steps N] [--data FILE.tok | --corpus PATH] [...]   (--help lists all)
+ *
+ * With no --data, the text of Debian's fortunes is tokenized once into
+ * data/fortunes.tok. Each step prints its loss, learning rate, gradient
+ * norm, time, tokens/s and MFU; at the end the model writes a sample. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "gpt.h"
+#include "giant/options.h"
+
+typedef struct args {
+  const char *data, *corpus, *metrics, *device, *optimizer;
+  int steps, batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every;
+  float lr, min_lr, clip, weight_decay, temperature;
+  uint64_t seed;
+  bool documents, untied;
+} args;
+
+static const char *usage =
+    "usage: gpt [options]\n"
+    "Trains a byte-level GPT on a text corpus, then prints a sample.\n\n"
+    "data:\n"
+    "  --data FILE         token file to train on (default data/fortunes.tok)\n"
+    "  --corpus PATH       text file or directory tokenized into --data when it is missing\n"
+    "                      (default /usr/share/games/fortunes)\n"
+    "  --documents         cut micro-batches at document boundaries (T varies up to --seq)\n"
+    "model:\n"
+    "  --layers L  --channels C  --heads NH  --seq T   (default 4, 128, 4, 128)\n"
+    "  --untied            do not tie the output matrix to the embedding\n"
+    "training:\n"
+    "  --steps N           optimizer steps (default 300)\n"
+    "  --batch B           rows per micro-batch (default 8)\n"
+    "  --accum K           micro-batches per step (default 1)\n"
+    "  --optimizer NAME    adamw or sgd (default adamw)\n"
+    "  --lr X --min-lr X   peak and final learning rate (default 1e-3, 1e-4)\n"
+    "  --warmup N          warmup steps (default 20)\n"
+    "  --weight-decay X    (default 0.1 for adamw, 0 for sgd)\n"
+    "  --clip X            max global gradient norm, 0 = off (default 1.0)\n"
+    "  --seed N            initialisation seed (default 1)\n"
+    "run:\n"
+    "  --device NAME       cpu or cuda[:N] (default cpu)\n"
+    "  --threads N         CPU threads (default: OMP_NUM_THREADS or all cores)\n"
+    "  --metrics FILE      append one JSON line per step\n"
+    "  --print-every N     print every N steps (default 10)\n"
+    "  --sample N          tokens to generate at the end (default 300, 0 = none)\n"
+    "  --temperature X     sampling temperature (default 0.8)\n";
+
+static int parse_args(int argc, char **argv, args *a) {
+  *a = (args){.data = "data/fortunes.tok", .corpus = "/usr/share/games/fortunes", .device = "cpu",
+              .optimizer = "adamw", .steps = 300, .batch = 8, .seq = 128, .layers = 4, .channels = 128,
+              .heads = 4, .accum = 1, .warmup = 20, .sample = 300, .print_every = 10, .lr = 1e-3f,
+              .min_lr = 1e-4f, .clip = 1.0f, .weight_decay = -1, .temperature = 0.8f, .seed = 1};
+  gt_opt_spec specs[] = {
+      {"--data", GT_OPT_STR, &a->data, 0, 0},          {"--corpus", GT_OPT_STR, &a->corpus, 0, 0},
+      {"--metrics", GT_OPT_STR, &a->metrics, 0, 0},    {"--device", GT_OPT_STR, &a->device, 0, 0},
+      {"--optimizer", GT_OPT_STR, &a->optimizer, 0, 0},
+      {"--steps", GT_OPT_INT, &a->steps, 1, 1e9},      {"--batch", GT_OPT_INT, &a->batch, 1, 1e6},
+      {"--seq", GT_OPT_INT, &a->seq, 1, 1e6},          {"--layers", GT_OPT_INT, &a->layers, 0, 1e4},
+      {"--channels", GT_OPT_INT, &a->channels, 1, 1e6}, {"--heads", GT_OPT_INT, &a->heads, 1, 1e4},
+      {"--accum", GT_OPT_INT, &a->accum, 1, 1e6},      {"--warmup", GT_OPT_INT, &a->warmup, 0, 1e9},
+      {"--threads", GT_OPT_INT, &a->threads, 0, 4096}, {"--sample", GT_OPT_INT, &a->sample, 0, 1e7},
+      {"--print-every", GT_OPT_INT, &a->print_every, 0, 1e9},
+      {"--lr", GT_OPT_FLOAT, &a->lr, 0, 10},           {"--min-lr", GT_OPT_FLOAT, &a->min_lr, 0, 10},
+      {"--clip", GT_OPT_FLOAT, &a->clip, 0, 1e9},      {"--weight-decay", GT_OPT_FLOAT, &a->weight_decay, 0, 10},
+      {"--temperature", GT_OPT_FLOAT, &a->temperature, 1e-3, 100},
+      {"--seed", GT_OPT_U64, &a->seed, 0, 0},
+      {"--documents", GT_OPT_FLAG, &a->documents, 0, 0}, {"--untied", GT_OPT_FLAG, &a->untied, 0, 0},
+  };
+  return gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]), usage, NULL);
+}
+
+static int fail(const char *what, gt_status s) {
+  fprintf(stderr, "gpt: %s: %s (%s)\n", what, gt_last_error(), gt_status_name(s));
+  return 1;
+}
+
+/* Tokenize the corpus on first use; an existing token file is reused. */
+static gt_status ensure_data(const args *a) {
+  struct stat st;
+  if (stat(a->data, &st) == 0) return GT_OK;
+  if (errno != ENOENT) return gt_errorf(GT_EIO, "cannot read %s: %s", a->data, strerror(errno));
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s", a->data);
+  char *slash = strrchr(dir, '/');
+  if (slash) {
+    *slash = '\0';
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return gt_errorf(GT_EIO, "cannot create %s: %s", dir, strerror(errno));
+  }
+  uint64_t n = 0;
+  const char *inputs[1] = {a->corpus};
+  GT_TRY(gt_tokenize_paths(inputs, 1, "%", a->data, &n));
+  printf("tokenized %s into %s: %llu tokens\n", a->corpus, a->data, (unsigned long long)n);
+  return GT_OK;
+}
+
+/* Draws from probs^(1/temperature), renormalised. */
+static int sample_token(const float *probs, int V, float temperature, uint64_t *rng) {
+  double total = 0;
+  for (int i = 0; i < V; i++) total += pow(probs[i], 1.0 / temperature);
+  *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+  double r = (double)(*rng >> 11) * 0x1.0p-53 * total, acc = 0;
+  for (int i = 0; i < V; i++) {
+    acc += pow(probs[i], 1.0 / temperature);
+    if (r < acc) return i;
+  }
+  return V - 1;
+}
+
+static gt_status generate(gt_model *m, const args *a, int vocab) {
+  gt_acts *acts = NULL;
+  GT_TRY(gt_acts_create(m, &acts));
+  int32_t *ctx = calloc((size_t)a->seq, sizeof *ctx);
+  int32_t *out = calloc((size_t)a->sample + 1, sizeof *out);
+  float *probs = malloc((size_t)vocab * sizeof *probs);
+  char *text = malloc(4 * (size_t)a->sample + 16);
+  gt_status s = ctx && out && probs && text ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory for sampling");
+  uint64_t rng = a->seed ^ 0x5eed;
+  int n = 0;
+  out[n++] = vocab > GT_BYTE_DOC_SEP ? GT_BYTE_DOC_SEP : '\n'; /* start as a new document */
+  while (s == GT_OK && n <= a->sample) {
+    int T = n < a->seq ? n : a->seq;
+    memcpy(ctx, out + n - T, (size_t)T * sizeof *ctx);
+    gt_batch b = {.B = 1, .T = T, .inputs = ctx, .targets = NULL};
+    s = gt_model_forward(m, acts, &b, NULL);
+    if (s == GT_OK) s = gt_model_probs(m, acts, 0, T - 1, probs);
+    if (s == GT_OK) out[n++] = sample_token(probs, vocab, a->temperature, &rng);
+  }
+  if (s == GT_OK) {
+    gt_detokenize_bytes(out + 1, (size_t)n - 1, text, 4 * (size_t)a->sample + 16);
+    printf("\n---- sample (%d tokens, temperature %.2f) ----\n%s\n----\n", n - 1, a->temperature, text);
+  }
+  free(ctx);
+  free(out);
+  free(probs);
+  free(text);
+  gt_acts_destroy(acts);
+  return s;
+}
+
+int main(int argc, char **argv) {
+  args a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) return rc;
+  gt_optim_kind kind;
+  gt_status s = gt_optim_parse(a.optimizer, &kind);
+  if (s != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
+  gt_backend_config bc;
+  if ((s = gt_device_parse(a.device, &bc)) != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
+  bc.num_threads = a.threads;
+  if ((s = ensure_data(&a)) != GT_OK) return fail("preparing data", s);
+
+  gt_backend *be = NULL;
+  gt_model *m = NULL;
+  gt_loader *loader = NULL;
+  gt_trainer *tr = NULL;
+  if ((s = gt_backend_create(&bc, &be)) != GT_OK) return fail("starting the backend", s);
+  gt_loader_config lc = {.path = a.data, .B = a.batch, .T_max = a.seq, .nshards = 1,
+                         .mode = a.documents ? GT_LOADER_DOCUMENTS : GT_LOADER_FIXED};
+  rc = 1;
+  if ((s = gt_loader_open(&lc, 0, &loader)) != GT_OK) {
+    fail("opening the data", s);
+    goto out;
+  }
+  int vocab = (int)gt_loader_header(loader)->vocab_size;
+  gpt_config gc = {.vocab_size = vocab, .T_max = a.seq, .C = a.channels, .NH = a.heads, .L = a.layers,
+                   .tie_weights = !a.untied};
+  gt_model_config mc = {.B_max = a.batch, .T_max = a.seq, .seed = a.seed};
+  if ((s = gt_model_create(be, &mc, &m)) != GT_OK || (s = gpt_add_layers(m, &gc)) != GT_OK ||
+      (s = gt_model_build(m)) != GT_OK) {
+    fail("building the model", s);
+    goto out;
+  }
+  gt_trainer_config tc = {.optim = gt_optim_defaults(kind), .grad_clip = a.clip, .grad_accum = a.accum,
+                          .metrics_path = a.metrics, .print_every = a.print_every,
+                          .schedule = {.lr_max = a.lr, .lr_min = a.min_lr, .warmup = a.warmup, .total = a.steps}};
+  if (a.weight_decay >= 0) tc.optim.weight_decay = a.weight_decay;
+  if ((s = gt_trainer_create(m, &tc, &tr)) != GT_OK) {
+    fail("creating the trainer", s);
+    goto out;
+  }
+  printf("gpt: %zu parameters, L=%d C=%d NH=%d T=%d V=%d, B=%d x %d micro-batches, %s, %d threads, "
+         "peak %.1f GFLOP/s\n",
+         gt_model_param_count(m), a.layers, a.channels, a.heads, a.seq, vocab, a.batch, a.accum, be->name,
+         be->num_threads, be->peak_flops / 1e9);
+  gt_step_stats st = {0}, first = {0};
+  for (int i = 0; i < a.steps; i++) {
+    if ((s = gt_trainer_step(tr, loader, &st)) != GT_OK) {
+      fail("training", s);
+      goto out;
+    }
+    if (i == 0) first = st;
+  }
+  printf("loss %.4f -> %.4f over %d steps\n", first.loss, st.loss, a.steps);
+  if (a.sample > 0 && (s = generate(m, &a, vocab)) != GT_OK) {
+    fail("sampling", s);
+    goto out;
+  }
+  rc = 0;
+out:
+  gt_trainer_destroy(tr);
+  gt_model_destroy(m);
+  gt_loader_close(loader);
+  gt_backend_destroy(be);
+  return rc;
+}

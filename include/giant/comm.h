@@ -1,0 +1,213 @@
+/* Communicators: collectives and point-to-point transfers between ranks,
+ * the TCP store that bootstraps them, and the process grid.
+ *
+ * A communicator (gt_comm) joins `size` ranks that found each other through
+ * a gt_store under a key prefix. Every operation is asynchronous: a
+ * *_start call queues it and returns a request; gt_comm_wait or
+ * gt_comm_test finishes it. Operations run in the order they were started,
+ * on one progress thread per communicator, so a gradient all-reduce overlaps
+ * whatever the caller does next. Every rank must start the same collectives
+ * in the same order; a send on one rank pairs with a recv on the other, in
+ * the same order as their other operations.
+ *
+ * Failure is fatal to a communicator, as in NCCL: when an operation fails
+ * (a peer died, a timeout, garbage on the wire) or any thread calls
+ * gt_comm_abort, the pending operation and every later one fail at once,
+ * and the ranks still in the group see their operations fail too. Build a
+ * new communicator (under a new prefix) to carry on.
+ *
+ * Backends: on a host gt_backend (or none) buffers are host memory and the
+ * transport is TCP, or shared memory when every rank runs on one host. On
+ * a CUDA gt_backend (when built with CUDA and NCCL) buffers are device
+ * pointers and NCCL moves them.
+ *
+ * Authentication: every connection (store and communicator) proves, in
+ * both directions, that it knows the job's secret (HMAC-SHA256 over fresh
+ * nonces). The secret comes from the config or from GT_JOB_SECRET.
+ */
+#ifndef GIANT_COMM_H
+#define GIANT_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "giant/backend.h"
+#include "giant/status.h"
+#include "giant/store.h"
+#include "giant/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ */
+/* TCP store: hosted by one process (a server thread), used by all.     */
+
+typedef struct gt_store_tcp_config {
+  const char *host;   /* server address to connect to ("127.0.0.1") */
+  int port;           /* server port; with is_host, 0 picks a free one */
+  bool is_host;       /* start the server in this process, then connect */
+  const char *secret; /* job secret; NULL = $GT_JOB_SECRET */
+  int timeout_ms;     /* connect timeout (the server may start later) */
+} gt_store_tcp_config;
+
+/* Opens a store client (and, with is_host, the server it talks to; the
+ * server stops when this store is destroyed). */
+gt_status gt_store_tcp_open(const gt_store_tcp_config *cfg, gt_store **out);
+/* The port of the server this store talks to. */
+int gt_store_tcp_port(const gt_store *s);
+
+/* ------------------------------------------------------------------ */
+/* Communicators.                                                       */
+
+typedef enum gt_comm_op {
+  GT_COMM_SUM = 0,
+  GT_COMM_AVG = 1, /* sum, then divided by the group size */
+} gt_comm_op;
+
+typedef enum gt_comm_transport {
+  GT_COMM_AUTO = 0, /* shared memory when all ranks share a host, else TCP */
+  GT_COMM_TCP = 1,
+  GT_COMM_SHM = 2,  /* fails with GT_EUNSUPPORTED when ranks span hosts */
+} gt_comm_transport;
+
+typedef struct gt_comm_config {
+  gt_store *store;       /* bootstrap store, shared by the group */
+  const char *prefix;    /* key namespace, unique per communicator and
+                            generation, e.g. "gen3/dp/0" */
+  int rank, size;        /* this rank's index in the group, group size */
+  gt_backend *backend;   /* NULL or CPU: host buffers; CUDA: device (NCCL) */
+  const char *secret;    /* job secret; NULL = $GT_JOB_SECRET */
+  const char *host;      /* address peers reach us at; NULL = $GT_COMM_HOST,
+                            else 127.0.0.1 (set it when ranks span hosts) */
+  gt_comm_transport transport; /* $GT_COMM_TRANSPORT=tcp|shm overrides AUTO */
+  int init_timeout_ms;   /* forming the group; 0 = 60 s */
+  int op_timeout_ms;     /* one operation, once it runs; 0 = $GT_COMM_TIMEOUT_MS
+                            or 300 s. A stopped peer is caught by this. */
+} gt_comm_config;
+
+typedef struct gt_comm gt_comm;
+typedef struct gt_comm_req gt_comm_req;
+
+/* Forms the group: every rank of it calls this with the same prefix and
+ * size. Returns when all are connected and authenticated. */
+gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out);
+/* Ranks with the same color form a new communicator, ordered by key then
+ * by rank; a negative color joins none (*out = NULL). Collective over
+ * `comm`. The new group's keys live under `prefix`. */
+gt_status gt_comm_split(gt_comm *comm, int color, int key, const char *prefix, gt_comm **out);
+/* Aborts (if still running) and frees. Pending requests must be waited
+ * for first. */
+void gt_comm_destroy(gt_comm *comm);
+
+int gt_comm_rank(const gt_comm *comm);
+int gt_comm_size(const gt_comm *comm);
+/* "tcp", "shm" or "nccl". */
+const char *gt_comm_transport_name(const gt_comm *comm);
+
+/* Thread-safe, callable from any thread (not from a signal handler): the
+ * pending operation and every later one fail with GT_EABORTED, and peers
+ * see the group fail. */
+void gt_comm_abort(gt_comm *comm);
+/* GT_OK while healthy; else the status that broke the communicator. */
+gt_status gt_comm_error(const gt_comm *comm);
+
+/* Asynchronous operations. `count` is in elements of dtype (GT_F32 or
+ * GT_BF16; bf16 is reduced in fp32 and rounded at each step). Buffers must
+ * stay untouched until the request finishes. */
+gt_status gt_comm_allreduce_start(gt_comm *comm, void *buf, size_t count, gt_dtype dtype,
+                                  gt_comm_op op, gt_comm_req **req);
+/* send holds size*count elements; rank r receives the reduction of block r. */
+gt_status gt_comm_reduce_scatter_start(gt_comm *comm, const void *send, void *recv,
+                                       size_t count, gt_dtype dtype, gt_comm_op op,
+                                       gt_comm_req **req);
+/* recv holds size*count elements; block r is rank r's send. send may be
+ * recv + rank*count (in place). */
+gt_status gt_comm_allgather_start(gt_comm *comm, const void *send, void *recv, size_t count,
+                                  gt_dtype dtype, gt_comm_req **req);
+gt_status gt_comm_broadcast_start(gt_comm *comm, void *buf, size_t count, gt_dtype dtype,
+                                  int root, gt_comm_req **req);
+gt_status gt_comm_send_start(gt_comm *comm, const void *buf, size_t count, gt_dtype dtype,
+                             int peer, gt_comm_req **req);
+gt_status gt_comm_recv_start(gt_comm *comm, void *buf, size_t count, gt_dtype dtype, int peer,
+                             gt_comm_req **req);
+gt_status gt_comm_barrier_start(gt_comm *comm, gt_comm_req **req);
+
+/* Waits up to timeout_ms (< 0: until the operation ends, which its own
+ * op_timeout bounds). When the operation has ended, returns its status and
+ * frees the request. On GT_ETIMEDOUT the request is still pending and stays
+ * valid. */
+gt_status gt_comm_wait(gt_comm_req *req, int timeout_ms);
+/* Sets *done; when done, returns the operation's status and frees req. */
+gt_status gt_comm_test(gt_comm_req *req, bool *done);
+
+/* Blocking forms: start, then wait until done. */
+gt_status gt_comm_allreduce(gt_comm *comm, void *buf, size_t count, gt_dtype dtype,
+                            gt_comm_op op);
+gt_status gt_comm_reduce_scatter(gt_comm *comm, const void *send, void *recv, size_t count,
+                                 gt_dtype dtype, gt_comm_op op);
+gt_status gt_comm_allgather(gt_comm *comm, const void *send, void *recv, size_t count,
+                            gt_dtype dtype);
+gt_status gt_comm_broadcast(gt_comm *comm, void *buf, size_t count, gt_dtype dtype, int root);
+gt_status gt_comm_send(gt_comm *comm, const void *buf, size_t count, gt_dtype dtype, int peer);
+gt_status gt_comm_recv(gt_comm *comm, void *buf, size_t count, gt_dtype dtype, int peer);
+gt_status gt_comm_barrier(gt_comm *comm);
+
+/* ------------------------------------------------------------------ */
+/* The process grid: dp x pp x tp.                                      */
+/*
+ * Rank order follows Megatron: tensor-parallel index fastest, then
+ * data-parallel, then pipeline-parallel:
+ *     rank = tp_idx + tp * (dp_idx + dp * pp_idx)
+ * so the tp ranks of one model replica stage are adjacent (one node), and a
+ * pipeline stage's ranks are contiguous.
+ */
+
+typedef enum gt_grid_axis { GT_GRID_DP = 0, GT_GRID_TP = 1, GT_GRID_PP = 2 } gt_grid_axis;
+
+typedef struct gt_grid_layout {
+  int dp, tp, pp;
+} gt_grid_layout;
+
+typedef struct gt_grid_coords {
+  int dp, tp, pp;
+} gt_grid_coords;
+
+/* Checks that every factor is >= 1 and dp*tp*pp == world. */
+gt_status gt_grid_check(const gt_grid_layout *l, int world);
+gt_status gt_grid_coords_of(const gt_grid_layout *l, int rank, gt_grid_coords *c);
+int gt_grid_rank_of(const gt_grid_layout *l, const gt_grid_coords *c);
+/* The world ranks of `rank`'s group along `axis`, in group order, into
+ * ranks[] (room for the axis size); *index = rank's place in it and *group
+ * = which group of that axis it is (0 .. world/axis_size - 1). */
+gt_status gt_grid_group(const gt_grid_layout *l, int rank, gt_grid_axis axis, int *ranks,
+                        int *index, int *group);
+int gt_grid_axis_size(const gt_grid_layout *l, gt_grid_axis axis);
+
+typedef struct gt_grid gt_grid;
+
+typedef struct gt_grid_config {
+  gt_store *store;
+  const char *generation; /* namespaces every key ("gen7"); unique per build */
+  gt_grid_layout layout;
+  int rank;               /* world rank */
+  gt_comm_config comm;    /* template: backend, secret, host, transport,
+                             timeouts (store, prefix, rank, size ignored) */
+} gt_grid_config;
+
+/* Builds the world communicator and this rank's dp, tp and pp groups.
+ * Collective over the world. */
+gt_status gt_grid_create(const gt_grid_config *cfg, gt_grid **out);
+void gt_grid_destroy(gt_grid *g);
+/* The group along an axis (size-1 groups are communicators too). */
+gt_comm *gt_grid_comm(gt_grid *g, gt_grid_axis axis);
+gt_comm *gt_grid_world(gt_grid *g);
+const gt_grid_coords *gt_grid_my_coords(const gt_grid *g);
+/* Aborts every communicator of the grid (any thread). */
+void gt_grid_abort(gt_grid *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

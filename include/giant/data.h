@@ -1,0 +1,142 @@
+/* Training data: the token-file format, a byte-level tokenizer, and a
+ * loader that yields (B, T) micro-batches.
+ *
+ * Token file format (all integers little-endian), documented in
+ * docs/token-format.md:
+ *
+ *   offset size  field
+ *   0      8     magic "GIANTTOK"
+ *   8      4     version (1)
+ *   12     4     token width in bytes (1, 2 or 4)
+ *   16     8     token count
+ *   24     4     vocabulary size (every token id < this)
+ *   28     4     document separator id, or 0xFFFFFFFF for none
+ *   32     32    reserved, zero
+ *   64     ...   tokens, `count` of `width` bytes each
+ */
+#ifndef GIANT_DATA_H
+#define GIANT_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "giant/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GT_TOKFILE_MAGIC "GIANTTOK"
+#define GT_TOKFILE_VERSION 1u
+#define GT_TOKFILE_HEADER_BYTES 64u
+#define GT_TOKFILE_NO_SEP 0xFFFFFFFFu
+
+/* The byte-level tokenizer: ids 0..255 are bytes, 256 separates documents. */
+#define GT_BYTE_VOCAB 257
+#define GT_BYTE_DOC_SEP 256
+
+typedef struct gt_tokfile_header {
+  uint32_t version;
+  uint32_t width;
+  uint64_t count;
+  uint32_t vocab_size;
+  uint32_t doc_sep; /* GT_TOKFILE_NO_SEP if none */
+} gt_tokfile_header;
+
+/* Writes a token file atomically (to path.tmp, then renamed). */
+gt_status gt_tokfile_write(const char *path, const uint32_t *tokens, uint64_t count,
+                           uint32_t vocab_size, uint32_t doc_sep);
+
+/* A token file written in pieces, for inputs too large to hold whole.
+ * Tokens go to path.tmp; commit writes the header, fsyncs and renames it to
+ * path, abort removes it. Both free the writer. */
+typedef struct gt_tokfile_writer gt_tokfile_writer;
+gt_status gt_tokfile_writer_open(const char *path, uint32_t vocab_size, uint32_t doc_sep,
+                                 gt_tokfile_writer **out);
+/* Fails with GT_EINVAL (writing nothing) if a token is >= vocab_size. */
+gt_status gt_tokfile_writer_append(gt_tokfile_writer *w, const uint32_t *tokens, size_t n);
+uint64_t gt_tokfile_writer_count(const gt_tokfile_writer *w);
+gt_status gt_tokfile_writer_commit(gt_tokfile_writer *w);
+void gt_tokfile_writer_abort(gt_tokfile_writer *w);
+
+/* Reads and checks the 64-byte header at the start of `bytes` (`size` is the
+ * whole file's size, checked against the count). `name` is used in errors. */
+gt_status gt_tokfile_parse_header(const unsigned char *bytes, uint64_t size, const char *name,
+                                  gt_tokfile_header *out);
+
+/* Tokenizes a text file byte by byte. If `separator_line` is non-NULL, a
+ * line consisting of exactly that text (e.g. "%" in fortune files) ends a
+ * document: it is replaced by GT_BYTE_DOC_SEP. Writes a token file. */
+gt_status gt_tokenize_bytes(const char *text_path, const char *separator_line, const char *out_path,
+                            uint64_t *ntokens);
+
+/* Appends one text file's byte tokens to `w` (as gt_tokenize_bytes does,
+ * the file ending a document). `w` must have vocabulary GT_BYTE_VOCAB. */
+gt_status gt_tokenize_bytes_into(gt_tokfile_writer *w, const char *text_path,
+                                 const char *separator_line);
+
+/* Tokenizes several inputs into one token file, in the order given. An
+ * input directory stands for its regular files (not subdirectories) whose
+ * names do not end in ".dat" or ".u8" (fortune index files), sorted by name.
+ * Each file ends a document. The output and its .tmp are never read as
+ * input. Fails (GT_EINVAL) when no input file is found. */
+gt_status gt_tokenize_paths(const char *const *inputs, int ninputs, const char *separator_line,
+                            const char *out_path, uint64_t *ntokens);
+
+/* Turns byte-level tokens back into text (separator shown as "\n%\n",
+ * negative ids (padding) skipped, ids above 256 shown as '?'). Writes whole
+ * tokens while they fit, always NUL-terminates when out_len > 0, and returns
+ * the bytes written without the NUL. */
+size_t gt_detokenize_bytes(const int32_t *tokens, size_t n, char *out, size_t out_len);
+
+typedef struct gt_loader gt_loader;
+
+typedef enum gt_loader_mode {
+  /* Every micro-batch is B rows of exactly T_max consecutive tokens. */
+  GT_LOADER_FIXED = 0,
+  /* Rows start at document starts; a micro-batch's T is the longest of its
+   * B documents (capped at T_max), shorter rows are padded and their
+   * padding targets set to -1 (ignored by the loss). T varies from batch to
+   * batch, without reallocation. Needs a file with a document separator. */
+  GT_LOADER_DOCUMENTS = 1,
+} gt_loader_mode;
+
+typedef struct gt_loader_config {
+  const char *path;
+  int B, T_max;
+  gt_loader_mode mode;
+  /* Data-parallel sharding: this replica reads shard `shard` of `nshards`
+   * (micro-batch k of the replica is global micro-batch k*nshards+shard). */
+  int shard, nshards;
+  uint64_t seed; /* 0 = sequential order; else batch order shuffled per epoch */
+} gt_loader_config;
+
+typedef struct gt_batch {
+  int B, T;          /* this micro-batch's shape, T <= T_max */
+  int32_t *inputs;   /* B*T, row-major, host memory owned by the loader */
+  int32_t *targets;  /* B*T, next token, or -1 for padding */
+  int64_t ntargets;  /* targets that are not -1 */
+  uint64_t epoch;    /* how many times the data has wrapped */
+} gt_batch;
+
+/* Opens and validates the file (magic, version, width, size, every id <
+ * vocab_size and < `vocab_limit` when that is non-zero). Errors name the
+ * file and the problem. */
+gt_status gt_loader_open(const gt_loader_config *cfg, uint32_t vocab_limit, gt_loader **out);
+void gt_loader_close(gt_loader *l);
+const gt_tokfile_header *gt_loader_header(const gt_loader *l);
+/* Fills *batch with the next micro-batch (buffers reused; valid until the
+ * next call). Wraps around at the end of the data. */
+gt_status gt_loader_next(gt_loader *l, gt_batch *batch);
+/* Restart from micro-batch `index` (for resuming). */
+gt_status gt_loader_seek(gt_loader *l, uint64_t index);
+uint64_t gt_loader_position(const gt_loader *l);
+/* Rows one epoch holds: windows of T_max tokens (FIXED) or documents of at
+ * least 2 tokens (DOCUMENTS). */
+uint64_t gt_loader_rows_per_epoch(const gt_loader *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

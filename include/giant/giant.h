@@ -1,0 +1,21 @@
+/* Giant: a hybrid-parallel training engine for giant models.
+ * One include for the whole public API. */
+#ifndef GIANT_GIANT_H
+#define GIANT_GIANT_H
+
+#include "giant/arena.h"
+#include "giant/backend.h"
+#include "giant/data.h"
+#include "giant/layer.h"
+#include "giant/layers.h"
+#include "giant/log.h"
+#include "giant/metrics.h"
+#include "giant/model.h"
+#include "giant/optim.h"
+#include "giant/status.h"
+#include "giant/tensor.h"
+#include "giant/trainer.h"
+
+#define GIANT_VERSION_STRING "0.1.0"
+
+#endif

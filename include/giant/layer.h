@@ -1,0 +1,130 @@
+/* Layers: the unit a model is made of.
+ *
+ * A layer type is a table of functions (gt_layer_type). At build time a
+ * layer declares its parameters with gt_layer_declare_param; the model lays
+ * every parameter out in one contiguous buffer (and the gradients in a twin
+ * buffer), so an optimizer, a gradient all-reduce or a checkpoint sees one
+ * flat array. At run time the model hands each layer its input, output and a
+ * block of saved activations for one micro-batch; the layer reads its
+ * parameters with gt_layer_param and accumulates into gt_layer_grad.
+ *
+ * Users write their own layer types against exactly this interface; the
+ * built-in ones (embedding, transformer block, LayerNorm, linear, LM head)
+ * use nothing else. See examples/custom_layer.
+ */
+#ifndef GIANT_LAYER_H
+#define GIANT_LAYER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "giant/backend.h"
+#include "giant/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gt_model gt_model;
+typedef struct gt_layer gt_layer;
+
+/* How a parameter is initialised (values depend only on the model seed, the
+ * parameter's name and the element index, so every layout and every rank
+ * computes the same initial values). */
+typedef enum gt_init_kind {
+  GT_INIT_ZEROS = 0,
+  GT_INIT_ONES,
+  GT_INIT_NORMAL, /* N(0, std) */
+} gt_init_kind;
+
+typedef struct gt_param_spec {
+  const char *name;   /* local to the layer, e.g. "w"; the model prefixes the layer name */
+  int ndim;
+  int64_t shape[4];
+  gt_init_kind init;
+  float std;          /* for GT_INIT_NORMAL */
+  bool decay;         /* weight decay applies (matrices yes, biases and norms no) */
+} gt_param_spec;
+
+typedef struct gt_param {
+  char name[96];      /* "<layer>.<local>" */
+  int ndim;
+  int64_t shape[4];
+  size_t numel;
+  size_t offset;      /* in floats, into the model's parameter (and gradient) buffer */
+  gt_init_kind init;
+  float std;
+  bool decay;
+  int layer;          /* index of the declaring layer */
+  int tied_to;        /* index of the parameter whose storage this one shares, or -1 */
+} gt_param;
+
+/* What a layer sees when it runs on one micro-batch. */
+typedef struct gt_layer_ctx {
+  gt_backend *be;
+  int B, T;                 /* this micro-batch; T <= the model's T_max */
+  const int32_t *tokens;    /* (B,T) token ids, device memory */
+  const int32_t *targets;   /* (B,T) next-token targets, -1 = ignore, device memory */
+  float loss_scale;         /* d(step loss)/d(per-token loss), for loss layers */
+  float *scratch;           /* device scratch of the largest scratch_floats() of any layer */
+} gt_layer_ctx;
+
+typedef struct gt_layer_type {
+  const char *name;
+  /* Reads the user's config, sets in_dim/out_dim, declares parameters. */
+  gt_status (*build)(gt_layer *self, const void *config);
+  /* Floats of activations saved for backward, for one micro-batch of (B,T). */
+  size_t (*acts_floats)(const gt_layer *self, int B, int T);
+  /* Floats of temporary scratch needed by forward or backward. */
+  size_t (*scratch_floats)(const gt_layer *self, int B, int T);
+  /* in: (B,T,in_dim) floats, or NULL when in_dim == 0 (the layer reads
+   * ctx->tokens). out: (B,T,out_dim). For a loss layer out is the per-token
+   * loss (B,T). */
+  gt_status (*forward)(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out,
+                       float *acts);
+  /* Accumulates into din (NULL for the first layer) and the parameter
+   * gradients. dout is NULL for a loss layer, which uses ctx->loss_scale. */
+  gt_status (*backward)(gt_layer *self, const gt_layer_ctx *ctx, const float *in,
+                        const float *dout, float *din, float *acts);
+  /* Forward FLOPs for one micro-batch (matrix products, 2 per multiply-add);
+   * a training step costs three times this. NULL counts as zero. */
+  double (*flops)(const gt_layer *self, int B, int T);
+  /* Optional, for loss layers: copy the next-token distribution at (b,t)
+   * from acts to host memory (V floats), after a forward. */
+  gt_status (*probs)(gt_layer *self, const gt_layer_ctx *ctx, float *acts, int b, int t,
+                     float *host_out);
+  void (*destroy)(gt_layer *self);
+} gt_layer_type;
+
+struct gt_layer {
+  const gt_layer_type *type;
+  char name[64];
+  int index;
+  int in_dim;      /* features per token in; 0 = the layer reads token ids */
+  int out_dim;     /* features per token out */
+  bool is_loss;    /* last layer: produces per-token losses (out_dim 1) */
+  int vocab;       /* a layer that reads token ids or predicts them: the vocabulary size */
+  int first_param; /* this layer's parameters are model params [first, first+n) */
+  int nparams;
+  gt_model *model;
+  void *state;     /* the layer type's own data (its config) */
+};
+
+/* During build: declare a parameter; *index receives its position among the
+ * layer's parameters (0, 1, ...). */
+gt_status gt_layer_declare_param(gt_layer *self, const gt_param_spec *spec, int *index);
+/* During build: share another layer's parameter instead of declaring a new
+ * one (weight tying). `layer_name` and `param` name it ("wte", "w"). */
+gt_status gt_layer_tie_param(gt_layer *self, const char *local_name, const char *layer_name,
+                             const char *param, int *index);
+/* At run time: the device pointers of parameter i of this layer and of its
+ * gradient. */
+float *gt_layer_param(const gt_layer *self, int i);
+float *gt_layer_grad(const gt_layer *self, int i);
+const gt_param *gt_layer_param_info(const gt_layer *self, int i);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

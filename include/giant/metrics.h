@@ -1,0 +1,42 @@
+/* Per-step training metrics: printed as a line and appended as one JSON
+ * object per line to a metrics file, for plots and for the iteration-time
+ * predictor. */
+#ifndef GIANT_METRICS_H
+#define GIANT_METRICS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "giant/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gt_step_stats {
+  int step;              /* 0-based */
+  float loss;            /* mean over the step's micro-batches */
+  float lr;
+  double grad_norm;      /* before clipping */
+  double seconds;        /* wall time of the step */
+  int64_t tokens;        /* tokens processed (B*T summed over micro-batches) */
+  double tokens_per_s;
+  double flops;          /* model FLOPs of the step (3x forward) */
+  double mfu;            /* flops / seconds / measured peak; 0 if no peak */
+  int micro_batches;
+  int seq_len;           /* T of the last micro-batch */
+} gt_step_stats;
+
+typedef struct gt_metrics gt_metrics;
+
+/* path NULL: no file. The file is appended to (a resumed run continues it). */
+gt_status gt_metrics_open(const char *path, gt_metrics **out);
+void gt_metrics_close(gt_metrics *m);
+gt_status gt_metrics_write(gt_metrics *m, const gt_step_stats *s);
+/* "step 12 | loss 3.2101 | lr 3.00e-04 | ..." to f. */
+void gt_metrics_print(FILE *f, const gt_step_stats *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,88 @@
+/* A model: an ordered list of layers, its parameters, and the forward and
+ * backward passes over one micro-batch.
+ *
+ * Lifecycle: gt_model_create, gt_model_add for each layer (shapes are
+ * checked as layers are added), gt_model_build (lays out and initialises
+ * parameters on the device), then any number of forward/backward passes.
+ *
+ * Activations live in a gt_acts: the saved tensors of one micro-batch in
+ * flight. A plain training loop needs one; a pipeline schedule keeps several.
+ */
+#ifndef GIANT_MODEL_H
+#define GIANT_MODEL_H
+
+#include "giant/arena.h"
+#include "giant/backend.h"
+#include "giant/data.h"
+#include "giant/layer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gt_acts gt_acts;
+
+typedef struct gt_model_config {
+  int B_max, T_max;  /* the largest micro-batch the model will run */
+  uint64_t seed;     /* initialisation */
+  size_t budget_bytes; /* device memory budget for the model's arena; 0 = none */
+} gt_model_config;
+
+gt_status gt_model_create(gt_backend *be, const gt_model_config *cfg, gt_model **out);
+void gt_model_destroy(gt_model *m);
+
+/* Appends a layer. Fails with a message naming both layers when its input
+ * width does not match the previous layer's output width, or when a layer is
+ * added after the loss layer. */
+gt_status gt_model_add(gt_model *m, const gt_layer_type *type, const char *name, const void *config,
+                       gt_layer **out);
+/* Allocates and initialises parameters and gradients; after this no layer
+ * can be added. The model must end in a loss layer. */
+gt_status gt_model_build(gt_model *m);
+
+int gt_model_num_layers(const gt_model *m);
+gt_layer *gt_model_layer(const gt_model *m, int i);
+gt_layer *gt_model_find_layer(const gt_model *m, const char *name);
+int gt_model_num_params(const gt_model *m);
+const gt_param *gt_model_param(const gt_model *m, int i);
+/* Trainable scalars (tied parameters counted once). */
+size_t gt_model_param_count(const gt_model *m);
+/* Floats in the flat parameter buffer: every parameter starts on a 64-byte
+ * boundary, so this is a little more than gt_model_param_count. */
+size_t gt_model_buffer_floats(const gt_model *m);
+/* The flat parameter and gradient buffers (device memory). */
+float *gt_model_params(const gt_model *m);
+float *gt_model_grads(const gt_model *m);
+gt_backend *gt_model_backend(const gt_model *m);
+gt_arena *gt_model_arena(const gt_model *m);
+const gt_model_config *gt_model_get_config(const gt_model *m);
+/* Forward FLOPs of one micro-batch (B,T), summed over layers. */
+double gt_model_flops(const gt_model *m, int B, int T);
+
+/* Activations for one micro-batch of up to (B_max, T_max). */
+gt_status gt_acts_create(gt_model *m, gt_acts **out);
+void gt_acts_destroy(gt_acts *a);
+
+/* Runs the batch forward; *loss (if not NULL) gets the mean loss over the
+ * batch's valid targets. Token ids >= the vocabulary fail with GT_ERANGE. */
+gt_status gt_model_forward(gt_model *m, gt_acts *a, const gt_batch *batch, float *loss);
+/* Backward of the last forward on `a`, accumulating into the gradients with
+ * d(step loss)/d(per-token loss) = loss_scale. */
+gt_status gt_model_backward(gt_model *m, gt_acts *a, float loss_scale);
+gt_status gt_model_zero_grads(gt_model *m);
+/* After a forward: the output distribution at (b,t), V floats into host_out. */
+gt_status gt_model_probs(gt_model *m, gt_acts *a, int b, int t, float *host_out);
+
+/* Copies between the device parameter buffer and host memory (for tests,
+ * checkpoints, inspection). n = gt_model_buffer_floats floats. */
+gt_status gt_model_get_params(gt_model *m, float *host, size_t n);
+gt_status gt_model_set_params(gt_model *m, const float *host, size_t n);
+gt_status gt_model_get_grads(gt_model *m, float *host, size_t n);
+
+/* The initial value of element `i` of parameter `name` under `seed`. */
+float gt_init_value(uint64_t seed, const char *name, size_t i, gt_init_kind kind, float std);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

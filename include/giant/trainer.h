@@ -1,0 +1,41 @@
+/* The training loop: micro-batches forward and backward with gradient
+ * accumulation, global-norm clipping, a learning-rate schedule, one
+ * optimizer update, and metrics. */
+#ifndef GIANT_TRAINER_H
+#define GIANT_TRAINER_H
+
+#include "giant/data.h"
+#include "giant/metrics.h"
+#include "giant/model.h"
+#include "giant/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gt_trainer_config {
+  gt_optim_config optim;
+  gt_lr_schedule schedule;
+  float grad_clip;          /* max global grad norm; 0 = no clipping */
+  int grad_accum;           /* micro-batches per step, >= 1 */
+  const char *metrics_path; /* JSON lines; NULL = none */
+  int print_every;          /* print a line every N steps; 0 = never */
+} gt_trainer_config;
+
+typedef struct gt_trainer gt_trainer;
+
+gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_trainer **out);
+void gt_trainer_destroy(gt_trainer *t);
+
+/* One optimizer step over grad_accum micro-batches from the loader. The step
+ * fails (and changes no parameter) if the loss or gradient is not finite. */
+gt_status gt_trainer_step(gt_trainer *t, gt_loader *loader, gt_step_stats *stats);
+/* The same over micro-batches the caller provides (n == grad_accum). */
+gt_status gt_trainer_step_batches(gt_trainer *t, const gt_batch *batches, int n, gt_step_stats *stats);
+int gt_trainer_step_index(const gt_trainer *t);
+gt_optimizer *gt_trainer_optimizer(gt_trainer *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,86 @@
+/* AdamW and SGD with momentum over the model's flat parameter buffer. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "giant/optim.h"
+
+struct gt_optimizer {
+  gt_model *m;
+  gt_optim_config cfg;
+  float *state[2]; /* AdamW: m, v. SGD: momentum (state[1] unused). */
+  int steps;
+};
+
+gt_optim_config gt_optim_defaults(gt_optim_kind kind) {
+  gt_optim_config c = {.kind = kind, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .momentum = 0.9f,
+                       .nesterov = false, .weight_decay = kind == GT_OPTIM_ADAMW ? 0.1f : 0.0f};
+  return c;
+}
+
+gt_status gt_optim_parse(const char *name, gt_optim_kind *kind) {
+  if (!strcmp(name, "adamw")) *kind = GT_OPTIM_ADAMW;
+  else if (!strcmp(name, "sgd")) *kind = GT_OPTIM_SGD;
+  else return gt_errorf(GT_EINVAL, "unknown optimizer '%s': use adamw or sgd", name);
+  return GT_OK;
+}
+
+gt_status gt_optimizer_create(gt_model *m, const gt_optim_config *cfg, gt_optimizer **out) {
+  *out = NULL;
+  if (cfg->kind != GT_OPTIM_ADAMW && cfg->kind != GT_OPTIM_SGD)
+    return gt_errorf(GT_EINVAL, "unknown optimizer kind %d", (int)cfg->kind);
+  if (cfg->kind == GT_OPTIM_ADAMW &&
+      (cfg->beta1 < 0 || cfg->beta1 >= 1 || cfg->beta2 < 0 || cfg->beta2 >= 1 || cfg->eps <= 0))
+    return gt_errorf(GT_EINVAL, "AdamW needs 0 <= beta1, beta2 < 1 and eps > 0 (got %g, %g, %g)", cfg->beta1,
+                     cfg->beta2, cfg->eps);
+  if (cfg->weight_decay < 0) return gt_errorf(GT_EINVAL, "weight decay must be >= 0, got %g", cfg->weight_decay);
+  gt_optimizer *o = calloc(1, sizeof *o);
+  if (!o) return gt_errorf(GT_ENOMEM, "out of memory creating an optimizer");
+  o->m = m;
+  o->cfg = *cfg;
+  gt_backend *be = gt_model_backend(m);
+  size_t bytes = gt_model_buffer_floats(m) * sizeof(float);
+  int nstate = cfg->kind == GT_OPTIM_ADAMW ? 2 : 1;
+  for (int i = 0; i < nstate; i++) {
+    gt_status s = gt_arena_alloc(gt_model_arena(m), bytes, (void **)&o->state[i]);
+    if (s == GT_OK) s = be->ops->memset(be, o->state[i], 0, bytes, be->compute);
+    if (s != GT_OK) {
+      gt_optimizer_destroy(o);
+      return gt_error_context(s, "optimizer state");
+    }
+  }
+  *out = o;
+  return GT_OK;
+}
+
+void gt_optimizer_destroy(gt_optimizer *o) {
+  if (!o) return;
+  for (int i = 0; i < 2; i++) gt_arena_free(gt_model_arena(o->m), o->state[i]);
+  free(o);
+}
+
+int gt_optimizer_steps(const gt_optimizer *o) { return o->steps; }
+
+gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale) {
+  gt_model *m = o->m;
+  gt_backend *be = gt_model_backend(m);
+  float *p = gt_model_params(m), *g = gt_model_grads(m);
+  o->steps++;
+  /* Per parameter, because weight decay applies to some and not others;
+   * tied parameters share storage and are updated once, by their owner. */
+  for (int i = 0; i < gt_model_num_params(m); i++) {
+    const gt_param *pi = gt_model_param(m, i);
+    if (pi->tied_to >= 0) continue;
+    size_t off = pi->offset;
+    float wd = pi->decay ? o->cfg.weight_decay : 0.0f;
+    if (o->cfg.kind == GT_OPTIM_ADAMW) {
+      gt_adamw_args a = {.lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
+                         .weight_decay = wd, .step = o->steps, .grad_scale = grad_scale};
+      GT_TRY(be->ops->adamw_update(be, p + off, g + off, o->state[0] + off, o->state[1] + off, pi->numel, &a));
+    } else {
+      gt_sgd_args a = {.lr = lr, .momentum = o->cfg.momentum, .weight_decay = wd, .nesterov = o->cfg.nesterov,
+                       .grad_scale = grad_scale};
+      GT_TRY(be->ops->sgd_update(be, p + off, g + off, o->state[0] + off, pi->numel, &a));
+    }
+  }
+  return GT_OK;
+}

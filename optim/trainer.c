@@ -1,0 +1,110 @@
+/* The training loop of one process. */
+#include "giant/trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "giant/log.h"
+
+struct gt_trainer {
+  gt_model *m;
+  gt_trainer_config cfg;
+  gt_optimizer *opt;
+  gt_acts *acts;
+  gt_metrics *metrics;
+  int step;
+};
+
+gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_trainer **out) {
+  *out = NULL;
+  if (cfg->grad_accum < 1) return gt_errorf(GT_EINVAL, "grad_accum must be >= 1, got %d", cfg->grad_accum);
+  if (!(cfg->schedule.lr_max >= 0) || !(cfg->schedule.lr_min >= 0))
+    return gt_errorf(GT_EINVAL, "learning rates must be >= 0 (got max %g, min %g)", cfg->schedule.lr_max,
+                     cfg->schedule.lr_min);
+  if (cfg->grad_clip < 0) return gt_errorf(GT_EINVAL, "grad_clip must be >= 0, got %g", cfg->grad_clip);
+  gt_trainer *t = calloc(1, sizeof *t);
+  if (!t) return gt_errorf(GT_ENOMEM, "out of memory creating a trainer");
+  t->m = m;
+  t->cfg = *cfg;
+  t->cfg.metrics_path = NULL; /* not kept: the caller's string */
+  gt_status s = gt_optimizer_create(m, &cfg->optim, &t->opt);
+  if (s == GT_OK) s = gt_acts_create(m, &t->acts);
+  if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
+  gt_backend *be = gt_model_backend(m);
+  /* MFU needs the machine's peak; measure it once if nobody has. */
+  if (s == GT_OK && be->peak_flops <= 0) s = gt_backend_measure_peak(be, 512, 0.3, NULL);
+  if (s != GT_OK) {
+    gt_trainer_destroy(t);
+    return s;
+  }
+  *out = t;
+  return GT_OK;
+}
+
+void gt_trainer_destroy(gt_trainer *t) {
+  if (!t) return;
+  gt_acts_destroy(t->acts);
+  gt_optimizer_destroy(t->opt);
+  gt_metrics_close(t->metrics);
+  free(t);
+}
+
+int gt_trainer_step_index(const gt_trainer *t) { return t->step; }
+gt_optimizer *gt_trainer_optimizer(gt_trainer *t) { return t->opt; }
+
+/* Runs micro-batch i, from `batches` or the loader. */
+static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *batches, int i, double *loss_sum,
+                             gt_step_stats *st) {
+  gt_batch b;
+  if (batches) b = batches[i];
+  else GT_TRY(gt_loader_next(loader, &b));
+  float loss = 0;
+  GT_TRY(gt_model_forward(t->m, t->acts, &b, &loss));
+  int64_t valid = 0;
+  for (int64_t k = 0; k < (int64_t)b.B * b.T; k++) valid += b.targets[k] >= 0;
+  /* Each micro-batch's mean loss weighs 1/grad_accum in the step's loss. */
+  float scale = valid ? 1.0f / ((float)valid * (float)t->cfg.grad_accum) : 0.0f;
+  GT_TRY(gt_model_backward(t->m, t->acts, scale));
+  *loss_sum += loss;
+  st->tokens += (int64_t)b.B * b.T;
+  st->flops += 3.0 * gt_model_flops(t->m, b.B, b.T);
+  st->seq_len = b.T;
+  return GT_OK;
+}
+
+static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batches, gt_step_stats *out) {
+  gt_step_stats st = {.step = t->step, .micro_batches = t->cfg.grad_accum};
+  double t0 = gt_now(), loss_sum = 0;
+  GT_TRY(gt_model_zero_grads(t->m));
+  for (int i = 0; i < t->cfg.grad_accum; i++) GT_TRY(micro_batch(t, loader, batches, i, &loss_sum, &st));
+  GT_TRY(gt_grad_norm(t->m, &st.grad_norm));
+  st.loss = (float)(loss_sum / t->cfg.grad_accum);
+  if (!isfinite(st.loss) || !isfinite(st.grad_norm))
+    return gt_errorf(GT_ERANGE,
+                     "step %d: loss %g, gradient norm %g: training diverged; lower the learning rate or "
+                     "enable gradient clipping",
+                     t->step, st.loss, st.grad_norm);
+  st.lr = gt_lr_at(&t->cfg.schedule, t->step);
+  GT_TRY(gt_optimizer_step(t->opt, st.lr, gt_clip_factor(st.grad_norm, t->cfg.grad_clip)));
+  gt_backend *be = gt_model_backend(t->m);
+  GT_TRY(be->ops->stream_sync(be, be->compute));
+  st.seconds = gt_now() - t0;
+  st.tokens_per_s = st.tokens / st.seconds;
+  st.mfu = be->peak_flops > 0 ? st.flops / st.seconds / be->peak_flops : 0;
+  GT_TRY(gt_metrics_write(t->metrics, &st));
+  if (t->cfg.print_every > 0 && t->step % t->cfg.print_every == 0) gt_metrics_print(stdout, &st);
+  t->step++;
+  if (out) *out = st;
+  return GT_OK;
+}
+
+gt_status gt_trainer_step(gt_trainer *t, gt_loader *loader, gt_step_stats *stats) {
+  return run_step(t, loader, NULL, stats);
+}
+
+gt_status gt_trainer_step_batches(gt_trainer *t, const gt_batch *batches, int n, gt_step_stats *stats) {
+  if (n != t->cfg.grad_accum)
+    return gt_errorf(GT_EINVAL, "%d micro-batches given, the trainer accumulates %d", n, t->cfg.grad_accum);
+  return run_step(t, NULL, batches, stats);
+}

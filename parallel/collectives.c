@@ -1,0 +1,183 @@
+/* The collectives as transfer plans over a ring (or a chain), run by the
+ * communicator's transport.
+ *
+ * All-reduce is a reduce-scatter followed by an all-gather around the ring
+ * (rank r sends to r+1, receives from r-1), each moving one chunk per step;
+ * the plan lets a received piece be forwarded as soon as it is reduced, so
+ * sending, receiving and reducing overlap. Broadcast is a chain from the
+ * root, forwarded piece by piece. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/comm_internal.h"
+
+void gt_comm_reduce(gt_dtype t, void *dst, const void *a, const void *b, size_t n) {
+  if (t == GT_F32) {
+    float *d = dst;
+    const float *x = a, *y = b;
+    for (size_t i = 0; i < n; i++) d[i] = x[i] + y[i];
+  } else {
+    uint16_t *d = dst;
+    const uint16_t *x = a, *y = b;
+    for (size_t i = 0; i < n; i++) d[i] = gt_f32_to_bf16(gt_bf16_to_f32(x[i]) + gt_bf16_to_f32(y[i]));
+  }
+}
+
+static void divide(gt_dtype t, void *buf, size_t n, int by) {
+  if (t == GT_F32) {
+    float *d = buf;
+    for (size_t i = 0; i < n; i++) d[i] /= (float)by;
+  } else {
+    uint16_t *d = buf;
+    for (size_t i = 0; i < n; i++) d[i] = gt_f32_to_bf16(gt_bf16_to_f32(d[i]) / (float)by);
+  }
+}
+
+/* Chunk c of n over count elements: the first count % n chunks get one more. */
+static size_t chunk_off(size_t count, int n, int c) {
+  size_t base = count / (size_t)n, rem = count % (size_t)n;
+  return (size_t)c * base + ((size_t)c < rem ? (size_t)c : rem);
+}
+static size_t chunk_len(size_t count, int n, int c) {
+  return count / (size_t)n + ((size_t)c < count % (size_t)n ? 1 : 0);
+}
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+static gt_status run(gt_comm *c, plan *p, double deadline) {
+  if (p->tx_peer >= 0) p->tx_seq = c->tx_seq[p->tx_peer]++;
+  if (p->rx_peer >= 0) p->rx_seq = c->rx_seq[p->rx_peer]++;
+  return c->transport == GT_COMM_SHM ? gt_comm_run_shm(c, p, deadline)
+                                     : gt_comm_run_tcp(c, p, deadline);
+}
+
+static gt_status allreduce(gt_comm *c, char *buf, size_t count, gt_dtype t, double deadline) {
+  int n = c->size, r = c->rank;
+  size_t es = gt_dtype_size(t);
+  int steps = 2 * (n - 1);
+  plan_step tx[2 * 64], rx[2 * 64];
+  plan_step *ptx = tx, *prx = rx;
+  if (steps > 2 * 64) {
+    ptx = malloc(sizeof *ptx * (size_t)steps);
+    prx = malloc(sizeof *prx * (size_t)steps);
+    if (!ptx || !prx) {
+      free(ptx == tx ? NULL : ptx), free(prx == rx ? NULL : prx);
+      return gt_errorf(GT_ENOMEM, "out of memory for a plan of %d steps", steps);
+    }
+  }
+  for (int s = 0; s < n - 1; s++) {
+    int cs = mod(r - s, n), cr = mod(r - s - 1, n);
+    ptx[s] = (plan_step){buf + chunk_off(count, n, cs) * es, NULL, chunk_len(count, n, cs) * es};
+    char *d = buf + chunk_off(count, n, cr) * es;
+    prx[s] = (plan_step){d, d, chunk_len(count, n, cr) * es};
+  }
+  for (int s = 0; s < n - 1; s++) {
+    int cs = mod(r + 1 - s, n), cr = mod(r - s, n);
+    ptx[n - 1 + s] = (plan_step){buf + chunk_off(count, n, cs) * es, NULL, chunk_len(count, n, cs) * es};
+    prx[n - 1 + s] = (plan_step){buf + chunk_off(count, n, cr) * es, NULL, chunk_len(count, n, cr) * es};
+  }
+  plan p = {.tx_peer = mod(r + 1, n), .rx_peer = mod(r - 1, n), .ntx = steps, .nrx = steps,
+            .tx = ptx, .rx = prx, .dep = 1, .dtype = t};
+  gt_status st = run(c, &p, deadline);
+  if (ptx != tx) free(ptx), free(prx);
+  return st;
+}
+
+static gt_status reduce_scatter(gt_comm *c, const char *send, char *recv, size_t count,
+                                gt_dtype t, double deadline) {
+  int n = c->size, r = c->rank;
+  size_t es = gt_dtype_size(t), blk = count * es;
+  char *work = malloc(blk * (size_t)n);
+  plan_step *tx = malloc(sizeof *tx * (size_t)(n - 1)), *rx = malloc(sizeof *rx * (size_t)(n - 1));
+  if (!work || !tx || !rx) {
+    free(work), free(tx), free(rx);
+    return gt_errorf(GT_ENOMEM, "out of memory for a reduce-scatter of %zu bytes", blk * (size_t)n);
+  }
+  for (int s = 0; s < n - 1; s++) {
+    int cs = mod(r - s - 1, n), cr = mod(r - s - 2, n);
+    tx[s] = (plan_step){(s == 0 ? (char *)send : work) + (size_t)cs * blk, NULL, blk};
+    rx[s] = (plan_step){s == n - 2 ? recv : work + (size_t)cr * blk, send + (size_t)cr * blk, blk};
+  }
+  plan p = {.tx_peer = mod(r + 1, n), .rx_peer = mod(r - 1, n), .ntx = n - 1, .nrx = n - 1,
+            .tx = tx, .rx = rx, .dep = 1, .dtype = t};
+  gt_status st = run(c, &p, deadline);
+  free(work), free(tx), free(rx);
+  return st;
+}
+
+static gt_status allgather(gt_comm *c, const char *send, char *recv, size_t count, gt_dtype t,
+                           double deadline) {
+  int n = c->size, r = c->rank;
+  size_t blk = count * gt_dtype_size(t);
+  if (send != recv + (size_t)r * blk) memmove(recv + (size_t)r * blk, send, blk);
+  if (n == 1) return GT_OK;
+  plan_step *tx = malloc(sizeof *tx * (size_t)(n - 1)), *rx = malloc(sizeof *rx * (size_t)(n - 1));
+  if (!tx || !rx) {
+    free(tx), free(rx);
+    return gt_errorf(GT_ENOMEM, "out of memory");
+  }
+  for (int s = 0; s < n - 1; s++) {
+    tx[s] = (plan_step){recv + (size_t)mod(r - s, n) * blk, NULL, blk};
+    rx[s] = (plan_step){recv + (size_t)mod(r - s - 1, n) * blk, NULL, blk};
+  }
+  plan p = {.tx_peer = mod(r + 1, n), .rx_peer = mod(r - 1, n), .ntx = n - 1, .nrx = n - 1,
+            .tx = tx, .rx = rx, .dep = 1, .dtype = t};
+  gt_status st = run(c, &p, deadline);
+  free(tx), free(rx);
+  return st;
+}
+
+static gt_status broadcast(gt_comm *c, char *buf, size_t bytes, int root, gt_dtype t,
+                           double deadline) {
+  int n = c->size, pos = mod(c->rank - root, n);
+  plan_step tx = {buf, NULL, bytes}, rx = {buf, NULL, bytes};
+  plan p = {.tx_peer = pos < n - 1 ? mod(c->rank + 1, n) : -1,
+            .rx_peer = pos > 0 ? mod(c->rank - 1, n) : -1,
+            .tx = &tx, .rx = &rx, .dep = pos > 0 ? 0 : -1, .dtype = t};
+  p.ntx = p.tx_peer >= 0, p.nrx = p.rx_peer >= 0;
+  return run(c, &p, deadline);
+}
+
+gt_status gt_comm_execute(gt_comm *c, gt_comm_req *q, double deadline) {
+  size_t es = gt_dtype_size(q->dtype);
+  int n = c->size;
+  switch (q->kind) {
+    case OP_ALLREDUCE:
+      if (q->count == 0) return GT_OK;
+      if (n > 1) GT_TRY(allreduce(c, q->buf, q->count, q->dtype, deadline));
+      if (q->op == GT_COMM_AVG && n > 1) divide(q->dtype, q->buf, q->count, n);
+      return GT_OK;
+    case OP_REDUCE_SCATTER:
+      if (q->count == 0) return GT_OK;
+      if (n == 1) memmove(q->buf, q->src, q->count * es);
+      else GT_TRY(reduce_scatter(c, q->src, q->buf, q->count, q->dtype, deadline));
+      if (q->op == GT_COMM_AVG && n > 1) divide(q->dtype, q->buf, q->count, n);
+      return GT_OK;
+    case OP_ALLGATHER:
+      if (q->count == 0) return GT_OK;
+      return allgather(c, q->src, q->buf, q->count, q->dtype, deadline);
+    case OP_BROADCAST:
+      if (q->count == 0 || n == 1) return GT_OK;
+      return broadcast(c, q->buf, q->count * es, q->peer, q->dtype, deadline);
+    case OP_SEND: {
+      plan_step tx = {(char *)q->src, NULL, q->count * es};
+      plan p = {.tx_peer = q->peer, .rx_peer = -1, .ntx = 1, .tx = &tx, .dep = -1, .dtype = q->dtype};
+      return run(c, &p, deadline);
+    }
+    case OP_RECV: {
+      plan_step rx = {q->buf, NULL, q->count * es};
+      plan p = {.tx_peer = -1, .rx_peer = q->peer, .nrx = 1, .rx = &rx, .dep = -1, .dtype = q->dtype};
+      return run(c, &p, deadline);
+    }
+    case OP_BARRIER: {
+      /* An all-reduce completes on a rank only after every rank's
+       * contribution reached it: a barrier. */
+      float one = 1.0f;
+      if (n == 1) return GT_OK;
+      GT_TRY(allreduce(c, (char *)&one, 1, GT_F32, deadline));
+      if (one != (float)n)
+        return gt_errorf(GT_EFORMAT, "barrier counted %g ranks, expected %d", (double)one, n);
+      return GT_OK;
+    }
+  }
+  return gt_errorf(GT_EINVAL, "unknown operation");
+}

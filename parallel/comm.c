@@ -1,0 +1,387 @@
+/* Communicator lifecycle: forming the group, the progress thread that runs
+ * queued operations in order, requests, and abort. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "giant/log.h"
+#include "parallel/comm_internal.h"
+#include "parallel/wire.h"
+
+void gt_comm_key(const gt_comm *c, char *out, size_t n, const char *fmt, ...) {
+  int k = snprintf(out, n, "comm/%s/", c->prefix);
+  va_list ap;
+  va_start(ap, fmt);
+  if (k > 0 && (size_t)k < n) vsnprintf(out + k, n - (size_t)k, fmt, ap);
+  va_end(ap);
+}
+
+/* Marks the communicator failed (first failure wins) and tells the peers:
+ * closing our side of every connection makes their waits end at once. */
+static void fail(gt_comm *c, gt_status st, const char *msg) {
+  pthread_mutex_lock(&c->mu);
+  bool first = !atomic_load(&c->aborted);
+  if (first) {
+    c->fail_status = st;
+    snprintf(c->fail_msg, sizeof c->fail_msg, "%s", msg);
+    atomic_store(&c->aborted, 1);
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (!first) return;
+  if (c->nccl) {
+    gt_comm_nccl_abort(c);
+    return;
+  }
+  for (int i = 0; c->fds && i < c->size; i++)
+    if (c->fds[i] >= 0) shutdown(c->fds[i], SHUT_RDWR);
+  gt_comm_shm_fail(c);
+  gt_comm_shm_wake(c);
+  if (c->wake_fd >= 0) {
+    uint64_t one = 1;
+    ssize_t w = write(c->wake_fd, &one, sizeof one);
+    (void)w;
+  }
+}
+
+void gt_comm_abort(gt_comm *comm) {
+  if (comm) fail(comm, GT_EABORTED, "the communicator was aborted (gt_comm_abort)");
+}
+
+gt_status gt_comm_aborted_status(gt_comm *c) {
+  pthread_mutex_lock(&c->mu);
+  gt_status st = gt_errorf(c->fail_status, "%s", c->fail_msg);
+  pthread_mutex_unlock(&c->mu);
+  return st;
+}
+
+gt_status gt_comm_error(const gt_comm *comm) {
+  return atomic_load(&comm->aborted) ? comm->fail_status : GT_OK;
+}
+
+int gt_comm_rank(const gt_comm *comm) { return comm->rank; }
+int gt_comm_size(const gt_comm *comm) { return comm->size; }
+
+const char *gt_comm_transport_name(const gt_comm *comm) {
+  return comm->nccl ? "nccl" : comm->transport == GT_COMM_SHM ? "shm" : "tcp";
+}
+
+static const char *op_name(comm_op_kind k) {
+  static const char *const names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
+                                      "send", "recv", "barrier"};
+  return names[k];
+}
+
+static void *progress_main(void *arg) {
+  gt_comm *c = arg;
+  for (;;) {
+    pthread_mutex_lock(&c->mu);
+    while (!c->head && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
+    gt_comm_req *r = c->head;
+    pthread_mutex_unlock(&c->mu);
+    if (!r) break;
+    gt_status st;
+    if (atomic_load(&c->aborted)) {
+      st = gt_comm_aborted_status(c);
+    } else {
+      st = c->nccl ? gt_comm_nccl_execute(c, r, gt_now() + c->op_timeout)
+                   : gt_comm_execute(c, r, gt_now() + c->op_timeout);
+      if (st != GT_OK) {
+        gt_error_context(st, "%s of %zu %s (rank %d of %d, group '%s')", op_name(r->kind),
+                         r->count, gt_dtype_name(r->dtype), c->rank, c->size, c->prefix);
+        fail(c, st, gt_last_error());
+        if (st != GT_EABORTED && c->fail_status == GT_EABORTED) st = GT_EABORTED;
+      }
+    }
+    pthread_mutex_lock(&c->mu);
+    snprintf(r->msg, sizeof r->msg, "%s", st == GT_OK ? "" : gt_last_error());
+    r->status = st;
+    r->done = true;
+    c->head = r->next;
+    if (!c->head) c->tail = NULL;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+  }
+  return NULL;
+}
+
+static gt_status enqueue(gt_comm *c, gt_comm_req *tmpl, gt_comm_req **out) {
+  if (!c || !out) return gt_errorf(GT_EINVAL, "NULL communicator or request");
+  if (tmpl->dtype != GT_F32 && tmpl->dtype != GT_BF16)
+    return gt_errorf(GT_EINVAL, "%s: dtype %s is not supported (use f32 or bf16)",
+                     op_name(tmpl->kind), gt_dtype_name(tmpl->dtype));
+  if (tmpl->count > ((size_t)1 << 40))
+    return gt_errorf(GT_EINVAL, "%s: count %zu is too large", op_name(tmpl->kind), tmpl->count);
+  if ((tmpl->kind == OP_SEND || tmpl->kind == OP_RECV) &&
+      (tmpl->peer < 0 || tmpl->peer >= c->size || tmpl->peer == c->rank))
+    return gt_errorf(GT_EINVAL, "%s: peer %d is not another rank of this group of %d",
+                     op_name(tmpl->kind), tmpl->peer, c->size);
+  if (tmpl->kind == OP_BROADCAST && (tmpl->peer < 0 || tmpl->peer >= c->size))
+    return gt_errorf(GT_EINVAL, "broadcast: root %d is not a rank of this group of %d",
+                     tmpl->peer, c->size);
+  if (tmpl->count && ((tmpl->kind == OP_REDUCE_SCATTER || tmpl->kind == OP_ALLGATHER ||
+                       tmpl->kind == OP_SEND) ? !tmpl->src : false))
+    return gt_errorf(GT_EINVAL, "%s: NULL send buffer", op_name(tmpl->kind));
+  if (tmpl->count && tmpl->kind != OP_SEND && tmpl->kind != OP_BARRIER && !tmpl->buf)
+    return gt_errorf(GT_EINVAL, "%s: NULL buffer", op_name(tmpl->kind));
+  gt_comm_req *r = malloc(sizeof *r);
+  if (!r) return gt_errorf(GT_ENOMEM, "out of memory for a request");
+  *r = *tmpl;
+  r->comm = c, r->done = false, r->status = GT_OK, r->next = NULL, r->msg[0] = 0;
+  pthread_mutex_lock(&c->mu);
+  if (c->tail) c->tail->next = r;
+  else c->head = r;
+  c->tail = r;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  *out = r;
+  return GT_OK;
+}
+
+gt_status gt_comm_wait(gt_comm_req *r, int timeout_ms) {
+  if (!r) return gt_errorf(GT_EINVAL, "gt_comm_wait: NULL request");
+  gt_comm *c = r->comm;
+  struct timespec abs;
+  clock_gettime(CLOCK_MONOTONIC, &abs);
+  if (timeout_ms >= 0) {
+    abs.tv_sec += timeout_ms / 1000;
+    abs.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (abs.tv_nsec >= 1000000000L) abs.tv_sec++, abs.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&c->mu);
+  while (!r->done) {
+    if (timeout_ms < 0) {
+      pthread_cond_wait(&c->cv, &c->mu);
+    } else if (pthread_cond_timedwait(&c->cv, &c->mu, &abs) == ETIMEDOUT && !r->done) {
+      pthread_mutex_unlock(&c->mu);
+      return gt_errorf(GT_ETIMEDOUT, "%s (rank %d of %d, group '%s') still running after %d ms",
+                       op_name(r->kind), c->rank, c->size, c->prefix, timeout_ms);
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  gt_status st = r->status;
+  if (st != GT_OK) gt_errorf(st, "%s", r->msg);
+  free(r);
+  return st;
+}
+
+gt_status gt_comm_test(gt_comm_req *r, bool *done) {
+  if (!r || !done) return gt_errorf(GT_EINVAL, "gt_comm_test: NULL argument");
+  pthread_mutex_lock(&r->comm->mu);
+  *done = r->done;
+  pthread_mutex_unlock(&r->comm->mu);
+  return *done ? gt_comm_wait(r, 0) : GT_OK;
+}
+
+/* ---- starting operations ---- */
+
+gt_status gt_comm_allreduce_start(gt_comm *c, void *buf, size_t count, gt_dtype dtype,
+                                  gt_comm_op op, gt_comm_req **req) {
+  gt_comm_req t = {.kind = OP_ALLREDUCE, .buf = buf, .count = count, .dtype = dtype, .op = op};
+  return enqueue(c, &t, req);
+}
+
+gt_status gt_comm_reduce_scatter_start(gt_comm *c, const void *send, void *recv, size_t count,
+                                       gt_dtype dtype, gt_comm_op op, gt_comm_req **req) {
+  gt_comm_req t = {.kind = OP_REDUCE_SCATTER, .src = send, .buf = recv, .count = count,
+                   .dtype = dtype, .op = op};
+  return enqueue(c, &t, req);
+}
+
+gt_status gt_comm_allgather_start(gt_comm *c, const void *send, void *recv, size_t count,
+                                  gt_dtype dtype, gt_comm_req **req) {
+  gt_comm_req t = {.kind = OP_ALLGATHER, .src = send, .buf = recv, .count = count, .dtype = dtype};
+  return enqueue(c, &t, req);
+}
+
+gt_status gt_comm_broadcast_start(gt_comm *c, void *buf, size_t count, gt_dtype dtype, int root,
+                                  gt_comm_req **req) {
+  gt_comm_req t = {.kind = OP_BROADCAST, .buf = buf, .count = count, .dtype = dtype, .peer = root};
+  return enqueue(c, &t, req);
+}
+
+gt_status gt_comm_send_start(gt_comm *c, const void *buf, size_t count, gt_dtype dtype, int peer,
+                             gt_comm_req **req) {
+  gt_comm_req t = {.kind = OP_SEND, .src = buf, .count = count, .dtype = dtype, .peer = peer};
+  return enqueue(c, &t, req);
+}
+
+gt_status gt_comm_recv_start(gt_comm *c, void *buf, size_t count, gt_dtype dtype, int peer,
+                             gt_comm_req **req) {
+  gt_comm_req t = {.kind = OP_RECV, .buf = buf, .count = count, .dtype = dtype, .peer = peer};
+  return enqueue(c, &t, req);
+}
+
+gt_status gt_comm_barrier_start(gt_comm *c, gt_comm_req **req) {
+  gt_comm_req t = {.kind = OP_BARRIER, .dtype = GT_F32};
+  return enqueue(c, &t, req);
+}
+
+#define BLOCKING(call)             \
+  gt_comm_req *r_;                 \
+  GT_TRY(call);                    \
+  return gt_comm_wait(r_, -1)
+
+gt_status gt_comm_allreduce(gt_comm *c, void *buf, size_t count, gt_dtype dtype, gt_comm_op op) {
+  BLOCKING(gt_comm_allreduce_start(c, buf, count, dtype, op, &r_));
+}
+gt_status gt_comm_reduce_scatter(gt_comm *c, const void *send, void *recv, size_t count,
+                                 gt_dtype dtype, gt_comm_op op) {
+  BLOCKING(gt_comm_reduce_scatter_start(c, send, recv, count, dtype, op, &r_));
+}
+gt_status gt_comm_allgather(gt_comm *c, const void *send, void *recv, size_t count,
+                            gt_dtype dtype) {
+  BLOCKING(gt_comm_allgather_start(c, send, recv, count, dtype, &r_));
+}
+gt_status gt_comm_broadcast(gt_comm *c, void *buf, size_t count, gt_dtype dtype, int root) {
+  BLOCKING(gt_comm_broadcast_start(c, buf, count, dtype, root, &r_));
+}
+gt_status gt_comm_send(gt_comm *c, const void *buf, size_t count, gt_dtype dtype, int peer) {
+  BLOCKING(gt_comm_send_start(c, buf, count, dtype, peer, &r_));
+}
+gt_status gt_comm_recv(gt_comm *c, void *buf, size_t count, gt_dtype dtype, int peer) {
+  BLOCKING(gt_comm_recv_start(c, buf, count, dtype, peer, &r_));
+}
+gt_status gt_comm_barrier(gt_comm *c) { BLOCKING(gt_comm_barrier_start(c, &r_)); }
+
+/* ---- forming and freeing ---- */
+
+void gt_comm_destroy(gt_comm *c) {
+  if (!c) return;
+  if (c->thread_started) {
+    pthread_mutex_lock(&c->mu);
+    c->stop = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->thread, NULL);
+  }
+  if (c->nccl) gt_comm_nccl_destroy(c);
+  gt_comm_shm_destroy(c);
+  for (int i = 0; c->fds && i < c->size; i++)
+    if (c->fds[i] >= 0) close(c->fds[i]);
+  for (int i = 0; c->pidfds && i < c->size; i++)
+    if (c->pidfds[i] >= 0) close(c->pidfds[i]);
+  if (c->wake_fd >= 0) close(c->wake_fd);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c->fds), free(c->pidfds), free(c->tx_seq), free(c->rx_seq);
+  free(c->prefix), free(c->secret), free(c->host);
+  free(c);
+}
+
+static int env_int(const char *name, int dflt) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (*end || x <= 0 || x > 1000000000L) {
+    gt_warn("ignoring %s=%s: expected a positive integer (milliseconds)", name, v);
+    return dflt;
+  }
+  return (int)x;
+}
+
+gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
+  if (!cfg || !out) return gt_errorf(GT_EINVAL, "gt_comm_init: NULL argument");
+  *out = NULL;
+  if (!cfg->store) return gt_errorf(GT_EINVAL, "gt_comm_init: no store to bootstrap from");
+  if (!cfg->prefix || !*cfg->prefix || strlen(cfg->prefix) > 200)
+    return gt_errorf(GT_EINVAL, "gt_comm_init: the key prefix must be 1..200 characters");
+  if (cfg->size < 1 || cfg->size > 65536 || cfg->rank < 0 || cfg->rank >= cfg->size)
+    return gt_errorf(GT_EINVAL, "gt_comm_init: rank %d of size %d is out of range", cfg->rank,
+                     cfg->size);
+  const char *secret;
+  GT_TRY(gt_wire_secret(cfg->secret, &secret));
+  gt_comm_transport tr = cfg->transport;
+  const char *te = getenv("GT_COMM_TRANSPORT");
+  if (tr == GT_COMM_AUTO && te && *te) {
+    if (!strcmp(te, "tcp")) tr = GT_COMM_TCP;
+    else if (!strcmp(te, "shm")) tr = GT_COMM_SHM;
+    else if (strcmp(te, "auto"))
+      return gt_errorf(GT_EINVAL, "GT_COMM_TRANSPORT=%s: expected tcp, shm or auto", te);
+  }
+
+  gt_comm *c = calloc(1, sizeof *c);
+  if (!c) return gt_errorf(GT_ENOMEM, "out of memory");
+  c->rank = cfg->rank, c->size = cfg->size;
+  c->store = cfg->store;
+  c->backend = cfg->backend;
+  c->cfg = *cfg;
+  c->wake_fd = -1;
+  c->prefix = strdup(cfg->prefix);
+  c->secret = strdup(secret);
+  c->fds = malloc(sizeof(int) * (size_t)c->size);
+  c->pidfds = malloc(sizeof(int) * (size_t)c->size);
+  c->tx_seq = calloc((size_t)c->size, sizeof(uint32_t));
+  c->rx_seq = calloc((size_t)c->size, sizeof(uint32_t));
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (!c->prefix || !c->secret || !c->fds || !c->pidfds || !c->tx_seq || !c->rx_seq) {
+    gt_comm_destroy(c);
+    return gt_errorf(GT_ENOMEM, "out of memory");
+  }
+  for (int i = 0; i < c->size; i++) c->fds[i] = c->pidfds[i] = -1;
+  c->op_timeout = (cfg->op_timeout_ms > 0 ? cfg->op_timeout_ms
+                                          : env_int("GT_COMM_TIMEOUT_MS", 300000)) / 1000.0;
+  c->init_timeout_ms = cfg->init_timeout_ms > 0 ? cfg->init_timeout_ms : 60000;
+  double deadline = gt_wire_deadline(c->init_timeout_ms);
+  c->cfg.store = NULL, c->cfg.prefix = NULL, c->cfg.secret = NULL, c->cfg.host = NULL;
+
+  gt_status st = GT_OK;
+  if (cfg->backend && cfg->backend->kind == GT_DEVICE_CUDA) {
+    c->nccl = true;
+    st = gt_comm_nccl_init(c, deadline);
+  } else {
+    c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (c->wake_fd < 0) st = gt_errorf(GT_EIO, "eventfd: %s", strerror(errno));
+    const char *host = cfg->host ? cfg->host : getenv("GT_COMM_HOST");
+    if (!host || !*host) host = "127.0.0.1";
+    if (!(c->host = strdup(host))) st = gt_errorf(GT_ENOMEM, "out of memory");
+    if (st == GT_OK) st = gt_comm_mesh_connect(c, host, deadline);
+    c->transport = GT_COMM_TCP;
+    if (st == GT_OK && tr != GT_COMM_TCP && c->size > 1) {
+      st = gt_comm_shm_setup(c, deadline);
+      if (st == GT_EUNSUPPORTED && tr == GT_COMM_AUTO) st = GT_OK;
+    }
+  }
+  if (st == GT_OK) {
+    if (pthread_create(&c->thread, NULL, progress_main, c) != 0)
+      st = gt_errorf(GT_ENOMEM, "cannot start the progress thread");
+    else
+      c->thread_started = true;
+  }
+  if (st != GT_OK) {
+    st = gt_error_context(st, "forming group '%s' (rank %d of %d)", cfg->prefix, cfg->rank,
+                          cfg->size);
+    gt_comm_destroy(c);
+    return st;
+  }
+  *out = c;
+  return GT_OK;
+}
+
+#ifndef GIANT_HAVE_NCCL
+gt_status gt_comm_nccl_init(gt_comm *c, double deadline) {
+  (void)c, (void)deadline;
+  return gt_errorf(GT_EUNSUPPORTED, "a CUDA backend needs NCCL communicators, and this build has no NCCL: rebuild with CUDA and NCCL");
+}
+gt_status gt_comm_nccl_split(gt_comm *parent, int color, int key, gt_comm **child) {
+  (void)parent, (void)color, (void)key, (void)child;
+  return gt_errorf(GT_EUNSUPPORTED, "this build has no NCCL");
+}
+gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *r, double deadline) {
+  (void)c, (void)r, (void)deadline;
+  return gt_errorf(GT_EUNSUPPORTED, "this build has no NCCL");
+}
+void gt_comm_nccl_abort(gt_comm *c) { (void)c; }
+void gt_comm_nccl_destroy(gt_comm *c) { (void)c; }
+#endif

@@ -1,0 +1,127 @@
+/* Inside a communicator: its state, the request queue, the transfer plans
+ * the collectives are made of, and the two host transports that run them. */
+#ifndef GIANT_PARALLEL_COMM_INTERNAL_H
+#define GIANT_PARALLEL_COMM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#include "giant/comm.h"
+
+typedef enum {
+  OP_ALLREDUCE,
+  OP_REDUCE_SCATTER,
+  OP_ALLGATHER,
+  OP_BROADCAST,
+  OP_SEND,
+  OP_RECV,
+  OP_BARRIER,
+} comm_op_kind;
+
+struct gt_comm_req {
+  gt_comm *comm;
+  comm_op_kind kind;
+  void *buf;        /* allreduce, broadcast, recv; recv side otherwise */
+  const void *src;  /* reduce_scatter, allgather, send */
+  size_t count;
+  gt_dtype dtype;
+  gt_comm_op op;
+  int peer;         /* root, or the other rank of send / recv */
+  bool done;
+  gt_status status;
+  char msg[512];
+  struct gt_comm_req *next;
+};
+
+/* One transfer: bytes of a send step, or a receive step that copies into
+ * dst or reduces dst = src2 + data (src2 may be dst). */
+typedef struct plan_step {
+  char *ptr;
+  const char *src2;
+  size_t len;
+} plan_step;
+
+/* A pipelined exchange with one sender-to peer and one receive-from peer.
+ * Send step k may send byte o once receive step k - dep has delivered it
+ * (dep < 0: no dependency), which is what lets a ring forward a chunk
+ * piece by piece while the rest of it still arrives. */
+typedef struct plan {
+  int tx_peer, rx_peer; /* -1: no sends / no receives */
+  int ntx, nrx;
+  plan_step *tx, *rx;
+  int dep;
+  gt_dtype dtype;
+  uint32_t tx_seq, rx_seq; /* per-peer frame numbers, checked on receipt */
+} plan;
+
+typedef struct shm_state shm_state;
+typedef struct nccl_state nccl_state;
+
+struct gt_comm {
+  int rank, size;
+  char *prefix;
+  char *secret;
+  char *host;         /* the address peers reach us at */
+  gt_backend *backend;
+  gt_comm_transport transport; /* resolved: TCP or SHM (or NCCL below) */
+  bool nccl;
+  gt_store *store;
+  double op_timeout;  /* seconds */
+  int init_timeout_ms;
+  gt_comm_config cfg; /* for split */
+
+  int *fds;           /* socket to each peer, -1 for self */
+  int wake_fd;        /* eventfd: wakes the progress thread's polls */
+  int *pidfds;        /* same-host peers' processes, -1 where unknown */
+  shm_state *shm;
+  nccl_state *nc;
+
+  atomic_int aborted; /* set by gt_comm_abort or by a failure */
+  gt_status fail_status;
+  char fail_msg[512];
+
+  pthread_t thread;
+  bool thread_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;     /* queue changed, or a request finished */
+  gt_comm_req *head, *tail;
+  bool stop;
+  uint32_t *tx_seq, *rx_seq; /* frames sent to / received from each peer */
+  uint32_t split_seq;
+};
+
+/* Runs a plan over the communicator's transport. */
+gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline);
+gt_status gt_comm_run_shm(gt_comm *c, const plan *p, double deadline);
+
+/* Executes one request (on the progress thread). */
+gt_status gt_comm_execute(gt_comm *c, gt_comm_req *r, double deadline);
+
+/* dst[i] = a[i] + b[i] over n elements (bf16 summed in fp32). */
+void gt_comm_reduce(gt_dtype t, void *dst, const void *a, const void *b, size_t n);
+
+/* Connection setup: the TCP mesh, the shared-memory segments. */
+gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline);
+gt_status gt_comm_shm_setup(gt_comm *c, double deadline);
+void gt_comm_shm_destroy(gt_comm *c);
+/* Tells same-host peers that this group failed (wakes their waits). */
+void gt_comm_shm_fail(gt_comm *c);
+/* Wakes the progress thread wherever it waits. */
+void gt_comm_shm_wake(gt_comm *c);
+
+/* The status (and message) of a communicator that was aborted or failed. */
+gt_status gt_comm_aborted_status(gt_comm *c);
+
+/* Store keys under the communicator's prefix. */
+void gt_comm_key(const gt_comm *c, char *out, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* NCCL backend (parallel/nccl/), when built with CUDA. */
+gt_status gt_comm_nccl_init(gt_comm *c, double deadline);
+gt_status gt_comm_nccl_split(gt_comm *parent, int color, int key, gt_comm **child);
+gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *r, double deadline);
+void gt_comm_nccl_abort(gt_comm *c);
+void gt_comm_nccl_destroy(gt_comm *c);
+
+#endif

@@ -1,0 +1,321 @@
+/* Failures: a peer killed or stopped mid-collective, strangers at the
+ * door, operations that do not match, and abort from another thread.
+ * Survivors must fail promptly with a clear error; none may hang or die of
+ * SIGPIPE, and a group that refused strangers must still compute right. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm/harness.h"
+#include "parallel/wire.h"
+
+typedef struct shared {
+  double victim_time;   /* when the victim killed or stopped itself */
+  double fail_time[HARNESS_MAX];
+  int fail_status[HARNESS_MAX];
+  char fail_msg[HARNESS_MAX][256];
+} shared;
+
+typedef struct fcfg {
+  gt_comm_transport transport;
+  int sig;           /* SIGKILL or SIGSTOP */
+  int op_timeout_ms;
+  shared *sh;
+} fcfg;
+
+enum { VICTIM = 1, BIG = (16u << 20) / 4 };
+
+static int victim_main(int r, int n, void *arg) {
+  fcfg *k = arg;
+  gt_store *s = harness_store();
+  gt_comm *c = harness_comm(s, "fail", r, n, k->transport, k->op_timeout_ms);
+  float *x = malloc(BIG * sizeof *x);
+  CHECK(x);
+  for (int it = 0; it < 50; it++) {
+    for (size_t i = 0; i < BIG; i++) x[i] = 1.0f;
+    gt_comm_req *req;
+    CHECK_OK(gt_comm_allreduce_start(c, x, BIG, GT_F32, GT_COMM_SUM, &req));
+    if (r == VICTIM && it == 2) {
+      /* Mid-collective: let the others get going, then vanish. */
+      usleep(5000);
+      k->sh->victim_time = gt_now();
+      __atomic_thread_fence(__ATOMIC_SEQ_CST);
+      raise(k->sig);
+      _exit(RANK_FAIL); /* not reached for SIGKILL; SIGSTOP never resumes */
+    }
+    gt_status st = gt_comm_wait(req, -1);
+    if (st != GT_OK) {
+      k->sh->fail_time[r] = gt_now();
+      k->sh->fail_status[r] = st;
+      snprintf(k->sh->fail_msg[r], sizeof k->sh->fail_msg[r], "%s", gt_last_error());
+      /* Every later operation fails at once. */
+      double t0 = gt_now();
+      CHECK(gt_comm_allreduce(c, x, 10, GT_F32, GT_COMM_SUM) != GT_OK);
+      CHECK(gt_comm_barrier(c) != GT_OK);
+      CHECK(gt_now() - t0 < 0.5);
+      CHECK(gt_comm_error(c) != GT_OK);
+      break;
+    }
+    CHECK(it < 2);
+    for (size_t i = 0; i < BIG; i += 4099) CHECK(x[i] == (float)n);
+  }
+  free(x);
+  gt_comm_destroy(c);
+  gt_store_destroy(s);
+  return RANK_OK;
+}
+
+static void run_victim(int n, gt_comm_transport t, int sig, int op_timeout_ms, double limit_s) {
+  shared *sh = harness_shared(sizeof *sh);
+  fcfg k = {t, sig, op_timeout_ms, sh};
+  int codes[HARNESS_MAX];
+  harness_run(n, victim_main, &k, 40, codes);
+  assert_int_equal(codes[VICTIM], sig == SIGKILL ? RANK_KILLED_BY(SIGKILL) : RANK_STOPPED);
+  assert_true(sh->victim_time > 0);
+  for (int r = 0; r < n; r++) {
+    if (r == VICTIM) continue;
+    if (codes[r] != RANK_OK) print_error("rank %d exited with %d\n", r, codes[r]);
+    assert_int_equal(codes[r], RANK_OK); /* no hang, no SIGPIPE */
+    double dt = sh->fail_time[r] - sh->victim_time;
+    print_message("rank %d failed %.3f s after the victim (%s): %s\n", r, dt,
+                  gt_status_name(sh->fail_status[r]), sh->fail_msg[r]);
+    assert_true(sh->fail_time[r] > 0);
+    assert_true(dt >= 0 && dt < limit_s);
+    assert_true(sh->fail_status[r] == GT_ECONN || sh->fail_status[r] == GT_ETIMEDOUT);
+    assert_true(strlen(sh->fail_msg[r]) > 20);
+  }
+}
+
+static void kill_tcp(void **s) { (void)s; run_victim(4, GT_COMM_TCP, SIGKILL, 30000, 1.0); }
+static void kill_shm(void **s) { (void)s; run_victim(4, GT_COMM_SHM, SIGKILL, 30000, 1.0); }
+static void kill_tcp_2(void **s) { (void)s; run_victim(2, GT_COMM_TCP, SIGKILL, 30000, 1.0); }
+static void kill_shm_3(void **s) { (void)s; run_victim(3, GT_COMM_SHM, SIGKILL, 30000, 1.0); }
+/* A stopped peer is caught by the operation timeout (1.5 s here). */
+static void stop_tcp(void **s) { (void)s; run_victim(3, GT_COMM_TCP, SIGSTOP, 1500, 1.5 + 1.0); }
+static void stop_shm(void **s) { (void)s; run_victim(3, GT_COMM_SHM, SIGSTOP, 1500, 1.5 + 1.0); }
+
+/* ---- strangers ---- */
+
+enum { ROGUE = 3, GROUP = 3 };
+
+/* A handshake that sends a made-up proof; returns the server's verdict. */
+static gt_status bad_proof(int fd, const char *ctx) {
+  (void)ctx;
+  uint8_t hello[36] = {1, 2, 3};
+  hello[32] = 2; /* claims rank 2 */
+  if (gt_wire_send_frame(fd, GT_MSG_HELLO, 0, hello, sizeof hello, gt_wire_deadline(2000), NULL))
+    return GT_EIO;
+  gt_wire_hdr h;
+  uint8_t ch[64];
+  if (gt_wire_recv_frame(fd, GT_MSG_CHALLENGE, &h, ch, sizeof ch, gt_wire_deadline(2000), NULL))
+    return GT_EIO;
+  uint8_t proof[32] = {0};
+  if (gt_wire_send_frame(fd, GT_MSG_PROOF, 0, proof, sizeof proof, gt_wire_deadline(2000), NULL))
+    return GT_EIO;
+  char why[256];
+  if (gt_wire_recv_frame(fd, GT_MSG_REJECT, &h, why, sizeof why, gt_wire_deadline(2000), NULL))
+    return GT_EIO;
+  return GT_EAUTH;
+}
+
+static const char *const LOG0 = "/tmp/giant-test-comm-rank0.log";
+
+static int stranger_main(int r, int n, void *arg) {
+  (void)n, (void)arg;
+  gt_store *s = harness_store();
+  if (r == ROGUE) {
+    void *v;
+    size_t len;
+    CHECK_OK(gt_store_get(s, "comm/door/addr/0", &v, &len, 10000));
+    char host[64];
+    int port;
+    CHECK(sscanf(v, "%63s %d", host, &port) == 2);
+    free(v);
+    int fd;
+    /* 1. garbage */
+    CHECK_OK(gt_wire_connect(host, port, gt_wire_deadline(2000), &fd));
+    char junk[64];
+    memset(junk, 'x', sizeof junk);
+    CHECK_OK(gt_wire_send_all(fd, junk, sizeof junk, gt_wire_deadline(1000), NULL));
+    gt_wire_hdr h;
+    char why[256];
+    CHECK_OK(gt_wire_recv_frame(fd, GT_MSG_REJECT, &h, why, sizeof why, gt_wire_deadline(2000), NULL));
+    close(fd);
+    /* 2. a made-up proof */
+    CHECK_OK(gt_wire_connect(host, port, gt_wire_deadline(2000), &fd));
+    CHECK(bad_proof(fd, "comm:door") == GT_EAUTH);
+    close(fd);
+    /* 3. a client with the wrong secret learns the server is not its peer */
+    CHECK_OK(gt_wire_connect(host, port, gt_wire_deadline(2000), &fd));
+    CHECK(gt_wire_auth_client(fd, "wrong", "comm:door", 1, gt_wire_deadline(2000)) == GT_EAUTH);
+    close(fd);
+    /* 4. the right secret, but a rank that is not a peer of rank 0 */
+    CHECK_OK(gt_wire_connect(host, port, gt_wire_deadline(2000), &fd));
+    CHECK_OK(gt_wire_auth_client(fd, HARNESS_SECRET, "comm:door", 0, gt_wire_deadline(2000)));
+    close(fd);
+    CHECK_OK(gt_store_set(s, "rogue/done", "1", 1));
+    gt_store_destroy(s);
+    return RANK_OK;
+  }
+  if (r == 0) {
+    int fd = open(LOG0, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+  } else {
+    const char *keys[1] = {"rogue/done"};
+    CHECK_OK(gt_store_wait(s, keys, 1, 20000));
+  }
+  gt_comm *c = harness_comm(s, "door", r, GROUP, GT_COMM_TCP, 10000);
+  float x[1001];
+  for (int i = 0; i < 1001; i++) x[i] = (float)(i + r);
+  CHECK_OK(gt_comm_allreduce(c, x, 1001, GT_F32, GT_COMM_SUM));
+  for (int i = 0; i < 1001; i++) CHECK(x[i] == (float)(3 * i + 3));
+  gt_comm_destroy(c);
+  gt_store_destroy(s);
+  return RANK_OK;
+}
+
+static void strangers_refused(void **st) {
+  (void)st;
+  int codes[HARNESS_MAX];
+  assert_int_equal(harness_run(GROUP + 1, stranger_main, NULL, 40, codes), 0);
+  FILE *f = fopen(LOG0, "r");
+  assert_non_null(f);
+  char line[1024];
+  int refused = 0, magic = 0, proof = 0, rank = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (!strstr(line, "refused a connection")) continue;
+    refused++;
+    magic += strstr(line, "magic") != NULL;
+    proof += strstr(line, "wrong proof") != NULL;
+    rank += strstr(line, "not an expected peer") != NULL;
+  }
+  fclose(f);
+  unlink(LOG0);
+  print_message("rank 0 logged %d refusals\n", refused);
+  assert_true(refused >= 4);
+  assert_int_equal(magic, 1);
+  assert_int_equal(proof, 1);
+  assert_int_equal(rank, 1);
+}
+
+/* ---- mismatched operations ---- */
+
+static int mismatch_main(int r, int n, void *arg) {
+  gt_comm_transport t = *(gt_comm_transport *)arg;
+  gt_store *s = harness_store();
+  gt_comm *c = harness_comm(s, "mismatch", r, n, t, 10000);
+  float x[40] = {0};
+  double t0 = gt_now();
+  gt_status st = gt_comm_allreduce(c, x, r == 0 ? 20 : 40, GT_F32, GT_COMM_SUM);
+  CHECK(st == GT_EFORMAT || st == GT_ECONN);
+  CHECK(gt_now() - t0 < 2.0);
+  CHECK(strstr(gt_last_error(), "rank") != NULL);
+  gt_comm_destroy(c);
+  gt_store_destroy(s);
+  return RANK_OK;
+}
+
+static void mismatch_tcp(void **st) {
+  (void)st;
+  gt_comm_transport t = GT_COMM_TCP;
+  int codes[HARNESS_MAX];
+  assert_int_equal(harness_run(3, mismatch_main, &t, 30, codes), 0);
+}
+static void mismatch_shm(void **st) {
+  (void)st;
+  gt_comm_transport t = GT_COMM_SHM;
+  int codes[HARNESS_MAX];
+  assert_int_equal(harness_run(3, mismatch_main, &t, 30, codes), 0);
+}
+
+/* ---- abort from another thread ---- */
+
+typedef struct aborter {
+  gt_comm *c;
+  double at;
+} aborter;
+
+static void *abort_later(void *arg) {
+  aborter *a = arg;
+  usleep(200000);
+  a->at = gt_now();
+  gt_comm_abort(a->c);
+  return NULL;
+}
+
+static int abort_main(int r, int n, void *arg) {
+  gt_comm_transport t = *(gt_comm_transport *)arg;
+  gt_store *s = harness_store();
+  gt_comm *c = harness_comm(s, "abort", r, n, t, 30000);
+  float x[1000];
+  if (r == 0) {
+    /* Rank 1 never joins this all-reduce: only the abort can end it. */
+    gt_comm_req *req;
+    CHECK_OK(gt_comm_allreduce_start(c, x, 1000, GT_F32, GT_COMM_SUM, &req));
+    gt_comm_req *later;
+    CHECK_OK(gt_comm_barrier_start(c, &later));
+    /* A wait that runs out leaves the request pending and valid. */
+    CHECK(gt_comm_wait(req, 50) == GT_ETIMEDOUT);
+    aborter a = {c, 0};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, abort_later, &a) == 0);
+    gt_status st = gt_comm_wait(req, 10000);
+    double done = gt_now();
+    pthread_join(th, NULL);
+    CHECK(st == GT_EABORTED);
+    CHECK(done - a.at < 0.2);
+    CHECK(gt_comm_wait(later, 1000) == GT_EABORTED);
+    double t0 = gt_now();
+    CHECK(gt_comm_allreduce(c, x, 1000, GT_F32, GT_COMM_SUM) == GT_EABORTED);
+    CHECK(strstr(gt_last_error(), "abort") != NULL);
+    CHECK(gt_now() - t0 < 0.1);
+    CHECK(gt_comm_error(c) == GT_EABORTED);
+    CHECK_OK(gt_store_set(s, "aborted", "1", 1));
+  } else {
+    /* The peer's abort breaks the group for us too, at once. */
+    const char *keys[1] = {"aborted"};
+    CHECK_OK(gt_store_wait(s, keys, 1, 10000));
+    double t0 = gt_now();
+    CHECK(gt_comm_allreduce(c, x, 1000, GT_F32, GT_COMM_SUM) == GT_ECONN);
+    CHECK(gt_now() - t0 < 1.0);
+  }
+  gt_comm_destroy(c);
+  gt_store_destroy(s);
+  return RANK_OK;
+}
+
+static void abort_tcp(void **st) {
+  (void)st;
+  gt_comm_transport t = GT_COMM_TCP;
+  int codes[HARNESS_MAX];
+  assert_int_equal(harness_run(2, abort_main, &t, 30, codes), 0);
+}
+static void abort_shm(void **st) {
+  (void)st;
+  gt_comm_transport t = GT_COMM_SHM;
+  int codes[HARNESS_MAX];
+  assert_int_equal(harness_run(2, abort_main, &t, 30, codes), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(kill_tcp),     cmocka_unit_test(kill_shm),
+      cmocka_unit_test(kill_tcp_2),   cmocka_unit_test(kill_shm_3),
+      cmocka_unit_test(stop_tcp),     cmocka_unit_test(stop_shm),
+      cmocka_unit_test(strangers_refused),
+      cmocka_unit_test(mismatch_tcp), cmocka_unit_test(mismatch_shm),
+      cmocka_unit_test(abort_tcp),    cmocka_unit_test(abort_shm),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

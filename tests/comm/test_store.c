@@ -1,0 +1,165 @@
+/* The TCP store: values, waits with timeouts, atomic adds across processes,
+ * barriers, and refusal of strangers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "comm/harness.h"
+#include "parallel/wire.h"
+
+static gt_store *host_store(void) {
+  gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = 0, .is_host = true,
+                             .secret = HARNESS_SECRET, .timeout_ms = 5000};
+  gt_store *s = NULL;
+  assert_int_equal(gt_store_tcp_open(&cfg, &s), GT_OK);
+  return s;
+}
+
+static void test_set_get_del(void **state) {
+  (void)state;
+  gt_store *s = host_store();
+  assert_int_equal(gt_store_set(s, "a", "hello", 5), GT_OK);
+  void *v;
+  size_t len;
+  assert_int_equal(gt_store_get(s, "a", &v, &len, 1000), GT_OK);
+  assert_int_equal(len, 5);
+  assert_string_equal(v, "hello");
+  free(v);
+  /* Binary values with NULs survive, and a set replaces. */
+  uint8_t bin[300];
+  for (int i = 0; i < 300; i++) bin[i] = (uint8_t)(i * 7);
+  assert_int_equal(gt_store_set(s, "a", bin, sizeof bin), GT_OK);
+  assert_int_equal(gt_store_get(s, "a", &v, &len, 1000), GT_OK);
+  assert_int_equal(len, sizeof bin);
+  assert_memory_equal(v, bin, sizeof bin);
+  free(v);
+  assert_int_equal(gt_store_set(s, "empty", "", 0), GT_OK);
+  assert_int_equal(gt_store_get(s, "empty", &v, &len, 1000), GT_OK);
+  assert_int_equal(len, 0);
+  free(v);
+  assert_int_equal(gt_store_del(s, "a"), GT_OK);
+  double t0 = gt_now();
+  assert_int_equal(gt_store_get(s, "a", &v, &len, 200), GT_ETIMEDOUT);
+  double dt = gt_now() - t0;
+  assert_true(dt >= 0.19 && dt < 2.0);
+  assert_non_null(strstr(gt_last_error(), "'a'"));
+  const char *keys[2] = {"empty", "missing"};
+  assert_int_equal(gt_store_wait(s, keys, 2, 100), GT_ETIMEDOUT);
+  assert_int_equal(gt_store_wait(s, keys, 1, 100), GT_OK);
+  /* Bad input is an error, not a crash. */
+  assert_int_equal(gt_store_set(s, "", "x", 1), GT_EINVAL);
+  int64_t sum;
+  assert_int_equal(gt_store_set(s, "text", "abc", 3), GT_OK);
+  assert_int_equal(gt_store_add(s, "text", 1, &sum), GT_EINVAL);
+  assert_int_equal(gt_store_add(s, "n", 5, &sum), GT_OK);
+  assert_int_equal(sum, 5);
+  assert_int_equal(gt_store_add(s, "n", -7, &sum), GT_OK);
+  assert_int_equal(sum, -2);
+  gt_store_destroy(s);
+}
+
+static int adder(int rank, int n, void *arg) {
+  (void)arg;
+  gt_store *s = harness_store();
+  /* Rank 0 publishes late: the others' gets must wait for it. */
+  if (rank == 0) {
+    usleep(200000);
+    CHECK_OK(gt_store_set(s, "late", "v", 1));
+  } else {
+    void *v;
+    size_t len;
+    CHECK_OK(gt_store_get(s, "late", &v, &len, 5000));
+    CHECK(len == 1 && ((char *)v)[0] == 'v');
+    free(v);
+  }
+  for (int i = 0; i < 100; i++) CHECK_OK(gt_store_add(s, "count", 1, NULL));
+  for (int b = 0; b < 3; b++) {
+    char name[32];
+    snprintf(name, sizeof name, "b%d", b);
+    CHECK_OK(gt_store_barrier(s, name, rank, n, 5000));
+  }
+  int64_t total;
+  CHECK_OK(gt_store_add(s, "count", 0, &total));
+  CHECK(total == 100 * n);
+  gt_store_destroy(s);
+  return RANK_OK;
+}
+
+static void test_multi_process(void **state) {
+  (void)state;
+  int codes[4];
+  assert_int_equal(harness_run(4, adder, NULL, 30, codes), 0);
+}
+
+static void test_strangers_refused(void **state) {
+  (void)state;
+  gt_store *s = host_store();
+  int port = gt_store_tcp_port(s);
+  /* Garbage instead of a hello. */
+  int fd;
+  assert_int_equal(gt_wire_connect("127.0.0.1", port, gt_wire_deadline(2000), &fd), GT_OK);
+  const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  assert_int_equal(gt_wire_send_all(fd, junk, sizeof junk, gt_wire_deadline(1000), NULL), GT_OK);
+  /* Refused with a reason, then closed. */
+  gt_wire_hdr h;
+  char why[512];
+  assert_int_equal(gt_wire_recv_frame(fd, GT_MSG_REJECT, &h, why, sizeof why - 1, gt_wire_deadline(2000), NULL), GT_OK);
+  why[h.len] = 0;
+  assert_non_null(strstr(why, "magic"));
+  char b[1];
+  assert_int_equal(gt_wire_recv_all(fd, b, 1, gt_wire_deadline(2000), NULL), GT_ECONN);
+  close(fd);
+  /* A wrong secret: the client sees the server's proof fail. */
+  gt_store_tcp_config bad = {.host = "127.0.0.1", .port = port, .secret = "wrong", .timeout_ms = 2000};
+  gt_store *t = NULL;
+  assert_int_equal(gt_store_tcp_open(&bad, &t), GT_EAUTH);
+  /* And the server refuses a client that cannot prove the secret. */
+  assert_int_equal(gt_wire_connect("127.0.0.1", port, gt_wire_deadline(2000), &fd), GT_OK);
+  assert_int_not_equal(gt_wire_auth_client(fd, "wrong", "giant-store", 0, gt_wire_deadline(2000)), GT_OK);
+  close(fd);
+  /* The store still serves its real clients. */
+  assert_int_equal(gt_store_set(s, "k", "ok", 2), GT_OK);
+  void *v;
+  size_t len;
+  assert_int_equal(gt_store_get(s, "k", &v, &len, 1000), GT_OK);
+  assert_string_equal(v, "ok");
+  free(v);
+  /* No secret anywhere is a clear error. */
+  unsetenv("GT_JOB_SECRET");
+  gt_store_tcp_config none = {.host = "127.0.0.1", .port = port, .timeout_ms = 500};
+  assert_int_equal(gt_store_tcp_open(&none, &t), GT_EINVAL);
+  assert_non_null(strstr(gt_last_error(), "GT_JOB_SECRET"));
+  gt_store_destroy(s);
+}
+
+static void test_server_gone(void **state) {
+  (void)state;
+  gt_store *s = host_store();
+  gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = gt_store_tcp_port(s),
+                             .secret = HARNESS_SECRET, .timeout_ms = 2000};
+  gt_store *c = NULL;
+  assert_int_equal(gt_store_tcp_open(&cfg, &c), GT_OK);
+  gt_store_destroy(s);
+  double t0 = gt_now();
+  void *v;
+  size_t len;
+  assert_int_equal(gt_store_get(c, "x", &v, &len, 5000), GT_ECONN);
+  assert_true(gt_now() - t0 < 2.0);
+  gt_store_destroy(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_set_get_del),
+      cmocka_unit_test(test_multi_process),
+      cmocka_unit_test(test_strangers_refused),
+      cmocka_unit_test(test_server_gone),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

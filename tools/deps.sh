@@ -1,0 +1,25 @@
+# Installs the Debian packages Giant needs, when any is missing.
+# Sourced by the quick-start scripts and by .ci/run.
+GIANT_PACKAGES="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev fortunes \
+libgrpc-dev libprotobuf-c-dev protobuf-c-compiler etcd-server etcd-client libssl-dev openssl"
+
+giant_install_deps() {
+  local missing=""
+  for p in $GIANT_PACKAGES; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+  done
+  [ -z "$missing" ] && return 0
+  echo "installing:$missing"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q $missing
+}
+
+# giant_build DIR [cmake options...]: configure and build into DIR.
+giant_build() {
+  local dir="$1"
+  shift
+  cmake -S "$GIANT_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@" >"$dir.configure.log" 2>&1 ||
+    { cat "$dir.configure.log"; return 1; }
+  cmake --build "$dir" -j"$(nproc)"
+}

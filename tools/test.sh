@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Quick start, second command: installs what is missing, builds, and runs
+# every test. Arguments go to ctest (for example -L comm for one area).
+set -euo pipefail
+GIANT_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+. "$GIANT_ROOT/tools/deps.sh"
+giant_install_deps
+BUILD="${GIANT_BUILD_DIR:-$GIANT_ROOT/build}"
+mkdir -p "$BUILD"
+giant_build "$BUILD" ${GIANT_CMAKE_ARGS:-}
+cd "$BUILD"
+ctest --output-on-failure -j2 --timeout 600 "$@"
