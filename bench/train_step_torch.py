@@ -30,6 +30,8 @@ def load_params():
             continue  # shares storage with an earlier parameter
         off, numel = int(off), int(numel)
         t = torch.from_numpy(flat[off:off + numel].copy()).reshape([int(s) for s in shape])
+        if name.endswith("qkv.w") or name.endswith("qkv.b"):
+            t = t.reshape(3 * C, -1).squeeze(-1)  # Giant keeps q, k, v as (3, C, ...)
         params[name] = t.requires_grad_(True)
     return params
 

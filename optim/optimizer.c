@@ -7,7 +7,8 @@
 struct gt_optimizer {
   gt_model *m;
   gt_optim_config cfg;
-  float *state[2]; /* AdamW: m, v. SGD: momentum (state[1] unused). */
+  float *state[2]; /* AdamW: m, v. SGD: momentum (state[1] unused). Index 0 = float lo. */
+  size_t lo, hi;   /* the floats of the flat buffer this optimizer owns */
   int steps;
 };
 
@@ -25,7 +26,15 @@ gt_status gt_optim_parse(const char *name, gt_optim_kind *kind) {
 }
 
 gt_status gt_optimizer_create(gt_model *m, const gt_optim_config *cfg, gt_optimizer **out) {
+  return gt_optimizer_create_range(m, cfg, 0, gt_model_buffer_floats(m), out);
+}
+
+gt_status gt_optimizer_create_range(gt_model *m, const gt_optim_config *cfg, size_t lo, size_t hi,
+                                    gt_optimizer **out) {
   *out = NULL;
+  if (lo > hi || hi > gt_model_buffer_floats(m))
+    return gt_errorf(GT_EINVAL, "optimizer range [%zu, %zu) is outside the %zu-float parameter buffer", lo, hi,
+                     gt_model_buffer_floats(m));
   if (cfg->kind != GT_OPTIM_ADAMW && cfg->kind != GT_OPTIM_SGD)
     return gt_errorf(GT_EINVAL, "unknown optimizer kind %d", (int)cfg->kind);
   if (cfg->kind == GT_OPTIM_ADAMW &&
@@ -37,8 +46,10 @@ gt_status gt_optimizer_create(gt_model *m, const gt_optim_config *cfg, gt_optimi
   if (!o) return gt_errorf(GT_ENOMEM, "out of memory creating an optimizer");
   o->m = m;
   o->cfg = *cfg;
+  o->lo = lo;
+  o->hi = hi;
   gt_backend *be = gt_model_backend(m);
-  size_t bytes = gt_model_buffer_floats(m) * sizeof(float);
+  size_t bytes = (hi - lo ? hi - lo : 1) * sizeof(float);
   int nstate = cfg->kind == GT_OPTIM_ADAMW ? 2 : 1;
   for (int i = 0; i < nstate; i++) {
     gt_status s = gt_arena_alloc(gt_model_arena(m), bytes, (void **)&o->state[i]);
@@ -66,20 +77,24 @@ gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale) {
   float *p = gt_model_params(m), *g = gt_model_grads(m);
   o->steps++;
   /* Per parameter, because weight decay applies to some and not others;
-   * tied parameters share storage and are updated once, by their owner. */
+   * tied parameters share storage and are updated once, by their owner.
+   * Only the part of each parameter inside [lo, hi) is this optimizer's. */
   for (int i = 0; i < gt_model_num_params(m); i++) {
     const gt_param *pi = gt_model_param(m, i);
     if (pi->tied_to >= 0) continue;
-    size_t off = pi->offset;
+    size_t a = pi->offset > o->lo ? pi->offset : o->lo;
+    size_t b = pi->offset + pi->numel < o->hi ? pi->offset + pi->numel : o->hi;
+    if (a >= b) continue;
     float wd = pi->decay ? o->cfg.weight_decay : 0.0f;
+    float *m0 = o->state[0] + (a - o->lo), *m1 = o->state[1] ? o->state[1] + (a - o->lo) : NULL;
     if (o->cfg.kind == GT_OPTIM_ADAMW) {
-      gt_adamw_args a = {.lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
-                         .weight_decay = wd, .step = o->steps, .grad_scale = grad_scale};
-      GT_TRY(be->ops->adamw_update(be, p + off, g + off, o->state[0] + off, o->state[1] + off, pi->numel, &a));
+      gt_adamw_args ar = {.lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
+                          .weight_decay = wd, .step = o->steps, .grad_scale = grad_scale};
+      GT_TRY(be->ops->adamw_update(be, p + a, g + a, m0, m1, b - a, &ar));
     } else {
-      gt_sgd_args a = {.lr = lr, .momentum = o->cfg.momentum, .weight_decay = wd, .nesterov = o->cfg.nesterov,
-                       .grad_scale = grad_scale};
-      GT_TRY(be->ops->sgd_update(be, p + off, g + off, o->state[0] + off, pi->numel, &a));
+      gt_sgd_args ar = {.lr = lr, .momentum = o->cfg.momentum, .weight_decay = wd, .nesterov = o->cfg.nesterov,
+                        .grad_scale = grad_scale};
+      GT_TRY(be->ops->sgd_update(be, p + a, g + a, m0, b - a, &ar));
     }
   }
   return GT_OK;

@@ -1,5 +1,6 @@
 /* Learning-rate schedule and gradient clipping. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "giant/optim.h"
 
@@ -25,4 +26,41 @@ gt_status gt_grad_norm(gt_model *m, double *norm) {
 float gt_clip_factor(double norm, float max_norm) {
   if (max_norm <= 0 || !(norm > max_norm)) return 1.0f;
   return (float)(max_norm / (norm + 1e-6));
+}
+
+gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards, gt_group *tp, double *norm) {
+  gt_backend *be = gt_model_backend(m);
+  int np = gt_model_num_params(m);
+  double *dev = NULL;
+  GT_TRY(gt_arena_alloc(gt_model_arena(m), (size_t)(np ? np : 1) * sizeof(double), (void **)&dev));
+  double *host = calloc((size_t)(np ? np : 1), sizeof *host);
+  gt_status s = host ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory");
+  /* One partial sum per parameter, so split and whole ones can be told apart. */
+  const float *g = gt_model_grads(m);
+  for (int i = 0; i < np && s == GT_OK; i++) {
+    const gt_param *p = gt_model_param(m, i);
+    size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    if (p->tied_to >= 0 || a >= b) {
+      s = be->ops->memset(be, dev + i, 0, sizeof(double), be->compute);
+      continue;
+    }
+    s = be->ops->sum_squares(be, dev + i, g + a, b - a);
+  }
+  if (s == GT_OK) s = gt_backend_download(be, host, dev, (size_t)np * sizeof(double));
+  gt_arena_free(gt_model_arena(m), dev);
+  /* [0] split parameters, [1] whole ones. The groups carry floats in
+   * device memory; a squared norm keeps its relative precision in float. */
+  double sums[2] = {0, 0};
+  for (int i = 0; i < np && s == GT_OK; i++) sums[gt_model_param(m, i)->split_dim >= 0 ? 0 : 1] += host[i];
+  free(host);
+  float part[2] = {(float)sums[0], (float)sums[1]}, *dpart = NULL;
+  bool reduce = (shards && shards->size > 1) || (tp && tp->size > 1);
+  if (s == GT_OK && reduce) s = gt_arena_alloc(gt_model_arena(m), sizeof part, (void **)&dpart);
+  if (s == GT_OK && reduce) s = gt_backend_upload(be, dpart, part, sizeof part);
+  if (s == GT_OK && shards && shards->size > 1) s = shards->allreduce_sum(shards, dpart, 2);
+  if (s == GT_OK && tp && tp->size > 1) s = tp->allreduce_sum(tp, dpart, 1);
+  if (s == GT_OK && reduce) s = gt_backend_download(be, part, dpart, sizeof part);
+  if (dpart) gt_arena_free(gt_model_arena(m), dpart);
+  *norm = sqrt((double)part[0] + (double)part[1]);
+  return s;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "giant/log.h"
+#include "giant/plan.h"
 
 struct gt_trainer {
   gt_model *m;
@@ -13,6 +14,9 @@ struct gt_trainer {
   gt_optimizer *opt;
   gt_acts *acts;
   gt_metrics *metrics;
+  gt_dist *dist;      /* NULL: one process */
+  gt_dp_sync *sync;   /* NULL: no data parallelism */
+  float *scalar;      /* device float for reducing the loss */
   int step;
 };
 
@@ -28,7 +32,20 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   t->m = m;
   t->cfg = *cfg;
   t->cfg.metrics_path = NULL; /* not kept: the caller's string */
-  gt_status s = gt_optimizer_create(m, &cfg->optim, &t->opt);
+  t->dist = cfg->dist;
+  gt_status s = GT_OK;
+  const gt_plan *plan = t->dist ? gt_dist_plan(t->dist) : NULL;
+  if (plan && plan->layout.dp > 1)
+    s = gt_dp_sync_create(m, gt_grid_comm(gt_dist_grid(t->dist), GT_GRID_DP), plan->bucket_bytes, plan->zero1,
+                          &t->sync);
+  if (s == GT_OK && t->sync && gt_dp_sync_zero1(t->sync)) {
+    size_t lo, hi;
+    gt_dp_sync_shard(t->sync, &lo, &hi);
+    s = gt_optimizer_create_range(m, &cfg->optim, lo, hi, &t->opt);
+  } else if (s == GT_OK) {
+    s = gt_optimizer_create(m, &cfg->optim, &t->opt);
+  }
+  if (s == GT_OK && t->dist) s = gt_arena_alloc(gt_model_arena(m), sizeof(float), (void **)&t->scalar);
   if (s == GT_OK) s = gt_acts_create(m, &t->acts);
   if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
   gt_backend *be = gt_model_backend(m);
@@ -45,6 +62,8 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
 void gt_trainer_destroy(gt_trainer *t) {
   if (!t) return;
   gt_acts_destroy(t->acts);
+  gt_dp_sync_destroy(t->sync);
+  if (t->scalar) gt_arena_free(gt_model_arena(t->m), t->scalar);
   gt_optimizer_destroy(t->opt);
   gt_metrics_close(t->metrics);
   free(t);
@@ -52,6 +71,7 @@ void gt_trainer_destroy(gt_trainer *t) {
 
 int gt_trainer_step_index(const gt_trainer *t) { return t->step; }
 gt_optimizer *gt_trainer_optimizer(gt_trainer *t) { return t->opt; }
+gt_dp_sync *gt_trainer_dp_sync(gt_trainer *t) { return t->sync; }
 
 /* Runs micro-batch i, from `batches` or the loader. */
 static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *batches, int i, double *loss_sum,
@@ -65,6 +85,7 @@ static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *b
   for (int64_t k = 0; k < (int64_t)b.B * b.T; k++) valid += b.targets[k] >= 0;
   /* Each micro-batch's mean loss weighs 1/grad_accum in the step's loss. */
   float scale = valid ? 1.0f / ((float)valid * (float)t->cfg.grad_accum) : 0.0f;
+  if (t->sync) GT_TRY(gt_dp_sync_begin(t->sync, i == t->cfg.grad_accum - 1, !t->cfg.no_overlap));
   GT_TRY(gt_model_backward(t->m, t->acts, scale));
   *loss_sum += loss;
   st->tokens += (int64_t)b.B * b.T;
@@ -73,13 +94,41 @@ static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *b
   return GT_OK;
 }
 
+/* Distributed: finish averaging gradients, and make the loss and the
+ * gradient norm those of the whole job. */
+static gt_status reduce_step(gt_trainer *t, gt_step_stats *st) {
+  gt_backend *be = gt_model_backend(t->m);
+  gt_group *dp = gt_dist_dp_group(t->dist), *tp = gt_dist_tp_group(t->dist);
+  size_t lo = 0, hi = gt_model_buffer_floats(t->m);
+  bool zero1 = false;
+  if (t->sync) {
+    GT_TRY(gt_dp_sync_finish(t->sync));
+    gt_dp_sync_shard(t->sync, &lo, &hi);
+    zero1 = gt_dp_sync_zero1(t->sync);
+  }
+  GT_TRY(gt_grad_norm_dist(t->m, lo, hi, zero1 ? dp : NULL, tp, &st->grad_norm));
+  if (dp->size > 1) {
+    float loss = st->loss;
+    GT_TRY(gt_backend_upload(be, t->scalar, &loss, sizeof loss));
+    GT_TRY(dp->allreduce_sum(dp, t->scalar, 1));
+    GT_TRY(gt_backend_download(be, &loss, t->scalar, sizeof loss));
+    st->loss = loss / (float)dp->size;
+    st->tokens *= dp->size; /* every replica processed as many */
+  }
+  return GT_OK;
+}
+
 static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batches, gt_step_stats *out) {
   gt_step_stats st = {.step = t->step, .micro_batches = t->cfg.grad_accum};
   double t0 = gt_now(), loss_sum = 0;
   GT_TRY(gt_model_zero_grads(t->m));
   for (int i = 0; i < t->cfg.grad_accum; i++) GT_TRY(micro_batch(t, loader, batches, i, &loss_sum, &st));
-  GT_TRY(gt_grad_norm(t->m, &st.grad_norm));
   st.loss = (float)(loss_sum / t->cfg.grad_accum);
+  if (t->dist) {
+    GT_TRY(reduce_step(t, &st));
+  } else {
+    GT_TRY(gt_grad_norm(t->m, &st.grad_norm));
+  }
   if (!isfinite(st.loss) || !isfinite(st.grad_norm))
     return gt_errorf(GT_ERANGE,
                      "step %d: loss %g, gradient norm %g: training diverged; lower the learning rate or "
@@ -87,6 +136,7 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
                      t->step, st.loss, st.grad_norm);
   st.lr = gt_lr_at(&t->cfg.schedule, t->step);
   GT_TRY(gt_optimizer_step(t->opt, st.lr, gt_clip_factor(st.grad_norm, t->cfg.grad_clip)));
+  if (t->sync) GT_TRY(gt_dp_sync_gather_params(t->sync));
   gt_backend *be = gt_model_backend(t->m);
   GT_TRY(be->ops->stream_sync(be, be->compute));
   st.seconds = gt_now() - t0;

@@ -286,26 +286,7 @@ static int env_int(const char *name, int dflt) {
   return (int)x;
 }
 
-gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
-  if (!cfg || !out) return gt_errorf(GT_EINVAL, "gt_comm_init: NULL argument");
-  *out = NULL;
-  if (!cfg->store) return gt_errorf(GT_EINVAL, "gt_comm_init: no store to bootstrap from");
-  if (!cfg->prefix || !*cfg->prefix || strlen(cfg->prefix) > 200)
-    return gt_errorf(GT_EINVAL, "gt_comm_init: the key prefix must be 1..200 characters");
-  if (cfg->size < 1 || cfg->size > 65536 || cfg->rank < 0 || cfg->rank >= cfg->size)
-    return gt_errorf(GT_EINVAL, "gt_comm_init: rank %d of size %d is out of range", cfg->rank,
-                     cfg->size);
-  const char *secret;
-  GT_TRY(gt_wire_secret(cfg->secret, &secret));
-  gt_comm_transport tr = cfg->transport;
-  const char *te = getenv("GT_COMM_TRANSPORT");
-  if (tr == GT_COMM_AUTO && te && *te) {
-    if (!strcmp(te, "tcp")) tr = GT_COMM_TCP;
-    else if (!strcmp(te, "shm")) tr = GT_COMM_SHM;
-    else if (strcmp(te, "auto"))
-      return gt_errorf(GT_EINVAL, "GT_COMM_TRANSPORT=%s: expected tcp, shm or auto", te);
-  }
-
+gt_status gt_comm_alloc(const gt_comm_config *cfg, const char *secret, gt_comm **out) {
   gt_comm *c = calloc(1, sizeof *c);
   if (!c) return gt_errorf(GT_ENOMEM, "out of memory");
   c->rank = cfg->rank, c->size = cfg->size;
@@ -330,6 +311,39 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
     return gt_errorf(GT_ENOMEM, "out of memory");
   }
   for (int i = 0; i < c->size; i++) c->fds[i] = c->pidfds[i] = -1;
+  *out = c;
+  return GT_OK;
+}
+
+gt_status gt_comm_start(gt_comm *c) {
+  if (pthread_create(&c->thread, NULL, progress_main, c) != 0)
+    return gt_errorf(GT_ENOMEM, "cannot start the progress thread");
+  c->thread_started = true;
+  return GT_OK;
+}
+
+gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
+  if (!cfg || !out) return gt_errorf(GT_EINVAL, "gt_comm_init: NULL argument");
+  *out = NULL;
+  if (!cfg->store) return gt_errorf(GT_EINVAL, "gt_comm_init: no store to bootstrap from");
+  if (!cfg->prefix || !*cfg->prefix || strlen(cfg->prefix) > 200)
+    return gt_errorf(GT_EINVAL, "gt_comm_init: the key prefix must be 1..200 characters");
+  if (cfg->size < 1 || cfg->size > 65536 || cfg->rank < 0 || cfg->rank >= cfg->size)
+    return gt_errorf(GT_EINVAL, "gt_comm_init: rank %d of size %d is out of range", cfg->rank,
+                     cfg->size);
+  const char *secret;
+  GT_TRY(gt_wire_secret(cfg->secret, &secret));
+  gt_comm_transport tr = cfg->transport;
+  const char *te = getenv("GT_COMM_TRANSPORT");
+  if (tr == GT_COMM_AUTO && te && *te) {
+    if (!strcmp(te, "tcp")) tr = GT_COMM_TCP;
+    else if (!strcmp(te, "shm")) tr = GT_COMM_SHM;
+    else if (strcmp(te, "auto"))
+      return gt_errorf(GT_EINVAL, "GT_COMM_TRANSPORT=%s: expected tcp, shm or auto", te);
+  }
+
+  gt_comm *c = NULL;
+  GT_TRY(gt_comm_alloc(cfg, secret, &c));
   c->op_timeout = (cfg->op_timeout_ms > 0 ? cfg->op_timeout_ms
                                           : env_int("GT_COMM_TIMEOUT_MS", 300000)) / 1000.0;
   c->init_timeout_ms = cfg->init_timeout_ms > 0 ? cfg->init_timeout_ms : 60000;
@@ -353,12 +367,7 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
       if (st == GT_EUNSUPPORTED && tr == GT_COMM_AUTO) st = GT_OK;
     }
   }
-  if (st == GT_OK) {
-    if (pthread_create(&c->thread, NULL, progress_main, c) != 0)
-      st = gt_errorf(GT_ENOMEM, "cannot start the progress thread");
-    else
-      c->thread_started = true;
-  }
+  if (st == GT_OK) st = gt_comm_start(c);
   if (st != GT_OK) {
     st = gt_error_context(st, "forming group '%s' (rank %d of %d)", cfg->prefix, cfg->rank,
                           cfg->size);

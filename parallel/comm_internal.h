@@ -91,6 +91,10 @@ struct gt_comm {
   uint32_t split_seq;
 };
 
+/* A communicator shell (no connections, no thread) and its start. */
+gt_status gt_comm_alloc(const gt_comm_config *cfg, const char *secret, gt_comm **out);
+gt_status gt_comm_start(gt_comm *c);
+
 /* Runs a plan over the communicator's transport. */
 gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline);
 gt_status gt_comm_run_shm(gt_comm *c, const plan *p, double deadline);

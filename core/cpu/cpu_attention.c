@@ -34,17 +34,9 @@ static int row_block(int T) {
 static void causal_softmax(float *a, int T, int r0, int r1) {
   for (int t = r0; t < r1; t++) {
     float *row = a + (int64_t)t * T;
-    float mx = row[0];
-#pragma omp simd reduction(max : mx)
-    for (int j = 0; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j <= t; j++) {
-      float e = gt_cpu_expf(row[j] - mx);
-      row[j] = e;
-      sum += e;
-    }
-    float inv = 1.0f / sum;
+    float mx = gt_cpu_max(row, t + 1);
+    for (int j = 0; j <= t; j++) row[j] = gt_cpu_expf(row[j] - mx);
+    float inv = 1.0f / gt_cpu_sum(row, t + 1);
     for (int j = 0; j <= t; j++) row[j] *= inv;
     for (int j = t + 1; j < T; j++) row[j] = 0.0f;
   }
@@ -85,9 +77,7 @@ static void causal_softmax_backward(float *da, const float *a, int T, int r0, in
   for (int t = r0; t < r1; t++) {
     float *d = da + (int64_t)t * T;
     const float *p = a + (int64_t)t * T;
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int j = 0; j <= t; j++) dot += p[j] * d[j];
+    float dot = gt_cpu_dot(p, d, t + 1);
     for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - dot) * scale;
     for (int j = t + 1; j < T; j++) d[j] = 0.0f;
   }

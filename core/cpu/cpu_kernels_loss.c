@@ -26,16 +26,9 @@ gt_status gt_cpu_softmax_xent_forward(gt_backend *be, float *losses, float *prob
     float *p = probs + (int64_t)i * V;
     int tgt = targets[i];
     float x_tgt = tgt >= 0 ? x[tgt] : 0.0f;
-    float mx = x[0];
-#pragma omp simd reduction(max : mx)
-    for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < V; j++) {
-      float e = gt_cpu_expf(x[j] - mx);
-      p[j] = e;
-      sum += e;
-    }
+    float mx = gt_cpu_max(x, V);
+    for (int j = 0; j < V; j++) p[j] = gt_cpu_expf(x[j] - mx);
+    float sum = gt_cpu_sum(p, V);
     float inv = 1.0f / sum;
     for (int j = 0; j < V; j++) p[j] *= inv;
     /* log(sum) - (x_t - max) rather than -log(p_t): no log(0) when the

@@ -18,9 +18,7 @@ gt_status gt_cpu_sum_squares(gt_backend *be, double *out, const float *x, size_t
   {
     int64_t lo, hi;
     gt_cpu_share(len, 16, &lo, &hi);
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = lo; i < hi; i++) s += (double)x[i] * (double)x[i];
+    double s = gt_cpu_sumsq_f64(x + lo, hi - lo);
     partial[omp_get_thread_num()] = s;
 #pragma omp single
     used = omp_get_num_threads();

@@ -79,14 +79,8 @@ gt_status gt_cpu_layernorm_forward(gt_backend *be, float *out, float *mean, floa
   for (int i = 0; i < N; i++) {
     const float *x = inp + (int64_t)i * C;
     float *o = out + (int64_t)i * C;
-    float m = 0.0f;
-#pragma omp simd reduction(+ : m)
-    for (int c = 0; c < C; c++) m += x[c];
-    m /= (float)C;
-    float v = 0.0f;
-#pragma omp simd reduction(+ : v)
-    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-    v /= (float)C;
+    float m = gt_cpu_sum(x, C) / (float)C;
+    float v = gt_cpu_sumsq_dev(x, m, C) / (float)C;
     float s = 1.0f / sqrtf(v + LN_EPS);
     for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
     if (mean) mean[i] = m;
@@ -107,15 +101,10 @@ gt_status gt_cpu_layernorm_backward(gt_backend *be, float *dinp, float *dw, floa
       const float *x = inp + (int64_t)i * C, *d = dout + (int64_t)i * C;
       float *dx = dinp + (int64_t)i * C;
       float m = mean[i], s = rstd[i];
-      float dn_mean = 0.0f, dn_n_mean = 0.0f;
-#pragma omp simd reduction(+ : dn_mean, dn_n_mean)
-      for (int c = 0; c < C; c++) {
-        float dn = w[c] * d[c];
-        dn_mean += dn;
-        dn_n_mean += dn * (x[c] - m) * s;
-      }
-      dn_mean /= (float)C;
-      dn_n_mean /= (float)C;
+      /* mean of w*dout, and of w*dout*(x - mean): the rstd factor is
+       * applied once outside the sum. */
+      float dn_mean = gt_cpu_dot(w, d, C) / (float)C;
+      float dn_n_mean = gt_cpu_dot_dev(w, d, x, m, C) * s / (float)C;
       for (int c = 0; c < C; c++) {
         float n = (x[c] - m) * s;
         dx[c] += (w[c] * d[c] - dn_mean - n * dn_n_mean) * s;

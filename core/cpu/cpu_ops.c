@@ -38,4 +38,9 @@ const gt_backend_ops gt_cpu_ops = {
     .f32_to_bf16 = gt_cpu_f32_to_bf16,
     .bf16_to_f32 = gt_cpu_bf16_to_f32,
     .destroy = gt_cpu_destroy,
+    .embedding_forward_vp = gt_cpu_embedding_forward_vp,
+    .embedding_backward_vp = gt_cpu_embedding_backward_vp,
+    .xent_vp_local = gt_cpu_xent_vp_local,
+    .xent_vp_finish = gt_cpu_xent_vp_finish,
+    .softmax_xent_backward_vp = gt_cpu_softmax_xent_backward_vp,
 };

@@ -1,5 +1,5 @@
-/* Helpers the CPU kernels share: thread counts, work splitting, argument
- * checks and a vectorisable exp. */
+/* Helpers the CPU kernels share: thread counts, work splitting, row
+ * reductions and a vectorisable exp. */
 #ifndef GIANT_CPU_PARALLEL_H
 #define GIANT_CPU_PARALLEL_H
 
@@ -32,6 +32,20 @@ static inline void gt_cpu_share(int64_t n, int64_t align, int64_t *lo, int64_t *
   *lo = tid * per < n ? tid * per : n;
   *hi = *lo + per < n ? *lo + per : n;
 }
+
+/* Reductions over one row (cpu_reduce.c). Each runs as a single-thread
+ * vector loop whose order is fixed at compile time: the same bits on every
+ * call. They are out of line because GCC spills omp simd reductions to the
+ * stack on every iteration when they are inlined into parallel regions. */
+float gt_cpu_sum(const float *x, int64_t n);
+float gt_cpu_max(const float *x, int64_t n); /* n >= 1 */
+float gt_cpu_dot(const float *x, const float *y, int64_t n);
+/* sum (x - c)^2 */
+float gt_cpu_sumsq_dev(const float *x, float c, int64_t n);
+/* sum a * b * (x - c) */
+float gt_cpu_dot_dev(const float *a, const float *b, const float *x, float c, int64_t n);
+/* sum x^2 in double */
+double gt_cpu_sumsq_f64(const float *x, int64_t n);
 
 /* e^x, branch-free so loops around it vectorise (libm's expf does not
  * without -ffast-math). Cephes' polynomial on x - n*ln2, about 2 ulp.

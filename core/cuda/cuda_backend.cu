@@ -81,16 +81,26 @@ gt_status gt_cuda_check(gt_backend *be, cudaError_t e, const char *what) {
 
 static const char *blas_status_name(cublasStatus_t st) {
   switch (st) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR:
+      return "CUBLAS_STATUS_LICENSE_ERROR";
   }
   return "unknown cuBLAS status";
 }
@@ -158,7 +168,8 @@ bool gt_cuda_available(char *why, size_t why_len) {
  * when it is -1, or 0. */
 static gt_status pick_device(const gt_backend_config *cfg, int *dev) {
   int d = cfg ? cfg->device : -1;
-  if (d < -1) return gt_errorf(GT_EINVAL, "CUDA device index %d is negative; use cuda:N with N >= 0", d);
+  if (d < -1)
+    return gt_errorf(GT_EINVAL, "CUDA device index %d is negative; use cuda:N with N >= 0", d);
   if (d == -1) {
     const char *env = getenv("GT_LOCAL_RANK");
     d = 0;
@@ -181,7 +192,8 @@ static gt_status pick_device(const gt_backend_config *cfg, int *dev) {
     return gt_errorf(GT_EBACKEND, "%s; or run with --device cpu", buf);
   }
   if (n == 0)
-    return gt_errorf(GT_EBACKEND, "no CUDA device found: the driver reports 0 devices "
+    return gt_errorf(GT_EBACKEND,
+                     "no CUDA device found: the driver reports 0 devices "
                      "(check CUDA_VISIBLE_DEVICES), or run with --device cpu");
   if (d >= n) {
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
@@ -218,9 +230,11 @@ gt_status gt_cuda_backend_create(const gt_backend_config *cfg, gt_backend **out)
   if (s == GT_OK) s = gt_cuda_stream_create(be, &be->compute);
   if (s == GT_OK) s = gt_cuda_stream_create(be, &be->copy);
   if (s == GT_OK) s = gt_cuda_blas_check(be, cublasCreate(&cu->blas), "cublasCreate");
-  if (s == GT_OK) s = gt_cuda_blas_check(be, cublasSetStream(cu->blas, be->compute->s), "cublasSetStream");
+  if (s == GT_OK)
+    s = gt_cuda_blas_check(be, cublasSetStream(cu->blas, be->compute->s), "cublasSetStream");
   if (s == GT_OK) {
-    s = gt_cuda_check(be, cudaMalloc(&cu->blas_ws, BLAS_WORKSPACE_BYTES), "cudaMalloc (cuBLAS workspace)");
+    s = gt_cuda_check(be, cudaMalloc(&cu->blas_ws, BLAS_WORKSPACE_BYTES),
+                      "cudaMalloc (cuBLAS workspace)");
     if (s == GT_OK) cu->blas_ws_bytes = BLAS_WORKSPACE_BYTES;
   }
   if (s == GT_OK)
@@ -231,13 +245,16 @@ gt_status gt_cuda_backend_create(const gt_backend_config *cfg, gt_backend **out)
      * GT_CUDA_TF32=1 trades that for tensor-core speed. */
     const char *tf32 = getenv("GT_CUDA_TF32");
     bool fast = tf32 && !strcmp(tf32, "1");
-    s = gt_cuda_blas_check(be, cublasSetMathMode(cu->blas, fast ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                : CUBLAS_DEFAULT_MATH),
-                           "cublasSetMathMode");
+    s = gt_cuda_blas_check(
+        be, cublasSetMathMode(cu->blas, fast ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+        "cublasSetMathMode");
   }
-  if (s == GT_OK) s = gt_cuda_check(be, cudaMalloc((void **)&cu->err, sizeof *cu->err), "cudaMalloc (error slot)");
   if (s == GT_OK)
-    s = gt_cuda_check(be, cudaMallocHost((void **)&cu->err_host, sizeof *cu->err_host), "cudaMallocHost (error slot)");
+    s = gt_cuda_check(be, cudaMalloc((void **)&cu->err, sizeof *cu->err),
+                      "cudaMalloc (error slot)");
+  if (s == GT_OK)
+    s = gt_cuda_check(be, cudaMallocHost((void **)&cu->err_host, sizeof *cu->err_host),
+                      "cudaMallocHost (error slot)");
   if (s == GT_OK) {
     reset_flag_kernel<<<1, 1, 0, be->compute->s>>>(cu->err);
     s = gt_cuda_launched(be, "reset_flag");
@@ -306,11 +323,12 @@ gt_status gt_cuda_check_ids(gt_backend *be, const int32_t *ids, int64_t n, int64
   if (n <= 0) return GT_OK;
   gt_cuda *cu = gt_cuda_of(be);
   cudaStream_t st = gt_cuda_stream(be);
-  check_ids_kernel<<<gt_cuda_blocks((size_t)n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, st>>>(ids, n, lo, hi,
-                                                                                         cu->err);
+  check_ids_kernel<<<gt_cuda_blocks((size_t)n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, st>>>(
+      ids, n, lo, hi, cu->err);
   GT_TRY(gt_cuda_launched(be, "check_ids"));
-  GT_TRY(gt_cuda_check(be, cudaMemcpyAsync(cu->err_host, cu->err, sizeof *cu->err, cudaMemcpyDeviceToHost, st),
-                       "cudaMemcpyAsync (error slot)"));
+  GT_TRY(gt_cuda_check(
+      be, cudaMemcpyAsync(cu->err_host, cu->err, sizeof *cu->err, cudaMemcpyDeviceToHost, st),
+      "cudaMemcpyAsync (error slot)"));
   GT_TRY(gt_cuda_check(be, cudaStreamSynchronize(st), "cudaStreamSynchronize"));
   unsigned long long row = *cu->err_host;
   if (row == GT_CUDA_NO_ERROR) return GT_OK;
@@ -359,8 +377,10 @@ gt_status gt_cuda_host_alloc(gt_backend *be, size_t bytes, void **ptr) {
   cudaError_t e = cudaMallocHost(ptr, bytes);
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
-    return gt_errorf(GT_ENOMEM, "%s: cannot pin %zu bytes of host memory; check `ulimit -l` "
-                     "and free host memory", be->name, bytes);
+    return gt_errorf(GT_ENOMEM,
+                     "%s: cannot pin %zu bytes of host memory; check `ulimit -l` "
+                     "and free host memory",
+                     be->name, bytes);
   }
   return gt_cuda_check(be, e, "cudaMallocHost");
 }
@@ -377,19 +397,28 @@ void gt_cuda_host_free(gt_backend *be, void *ptr) {
 
 static cudaStream_t stream_of(gt_backend *be, gt_stream *s) { return (s ? s : be->compute)->s; }
 
-gt_status gt_cuda_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind,
-                         gt_stream *s) {
+gt_status gt_cuda_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes,
+                         gt_copy_kind kind, gt_stream *s) {
   cudaMemcpyKind k;
   switch (kind) {
-    case GT_COPY_H2D: k = cudaMemcpyHostToDevice; break;
-    case GT_COPY_D2H: k = cudaMemcpyDeviceToHost; break;
-    case GT_COPY_D2D: k = cudaMemcpyDeviceToDevice; break;
-    default: return gt_errorf(GT_EINVAL, "%s: unknown copy kind %d", be->name, (int)kind);
+    case GT_COPY_H2D:
+      k = cudaMemcpyHostToDevice;
+      break;
+    case GT_COPY_D2H:
+      k = cudaMemcpyDeviceToHost;
+      break;
+    case GT_COPY_D2D:
+      k = cudaMemcpyDeviceToDevice;
+      break;
+    default:
+      return gt_errorf(GT_EINVAL, "%s: unknown copy kind %d", be->name, (int)kind);
   }
   if (bytes == 0) return GT_OK;
-  if (!dst || !src) return gt_errorf(GT_EINVAL, "%s: memcpy of %zu bytes with a NULL pointer", be->name, bytes);
+  if (!dst || !src)
+    return gt_errorf(GT_EINVAL, "%s: memcpy of %zu bytes with a NULL pointer", be->name, bytes);
   GT_TRY(gt_cuda_enter(be));
-  return gt_cuda_check(be, cudaMemcpyAsync(dst, src, bytes, k, stream_of(be, s)), "cudaMemcpyAsync");
+  return gt_cuda_check(be, cudaMemcpyAsync(dst, src, bytes, k, stream_of(be, s)),
+                       "cudaMemcpyAsync");
 }
 
 gt_status gt_cuda_memset(gt_backend *be, void *dst, int value, size_t bytes, gt_stream *s) {

@@ -18,9 +18,11 @@ static gt_status check_shape(gt_backend *be, gt_transpose ta, gt_transpose tb, i
                              const void *a, int lda, const void *b, int ldb, const void *c, int ldc,
                              int batch) {
   if ((ta != GT_NO_TRANS && ta != GT_TRANS) || (tb != GT_NO_TRANS && tb != GT_TRANS))
-    return gt_errorf(GT_EINVAL, "%s: gemm: transpose flags must be GT_NO_TRANS or GT_TRANS", be->name);
+    return gt_errorf(GT_EINVAL, "%s: gemm: transpose flags must be GT_NO_TRANS or GT_TRANS",
+                     be->name);
   if (m < 0 || n < 0 || k < 0 || batch < 1)
-    return gt_errorf(GT_EINVAL, "%s: gemm: need m, n, k >= 0 and batch >= 1, got m=%d n=%d k=%d batch=%d",
+    return gt_errorf(GT_EINVAL,
+                     "%s: gemm: need m, n, k >= 0 and batch >= 1, got m=%d n=%d k=%d batch=%d",
                      be->name, m, n, k, batch);
   if (m == 0 || n == 0) return GT_OK;
   if (!c || (k > 0 && (!a || !b)))
@@ -45,17 +47,19 @@ static gt_status check_batch_overlap(gt_backend *be, int m, int n, int ldc, int6
   int64_t span = (int64_t)(m - 1) * ldc + n;
   int64_t sc = stride_c < 0 ? -stride_c : stride_c;
   if (sc < span)
-    return gt_errorf(GT_EINVAL,
-                     "%s: gemm: stride_c=%lld makes the %d outputs of the batch overlap (each spans "
-                     "%lld elements)",
-                     be->name, (long long)stride_c, batch, (long long)span);
+    return gt_errorf(
+        GT_EINVAL,
+        "%s: gemm: stride_c=%lld makes the %d outputs of the batch overlap (each spans "
+        "%lld elements)",
+        be->name, (long long)stride_c, batch, (long long)span);
   return GT_OK;
 }
 
 /* k == 0: C = beta*C, and beta == 0 ignores what C held (BLAS convention),
  * done here rather than trusting every library version with empty sums. */
 template <typename T>
-__global__ void scale_c_kernel(T *c, int m, int n, int ldc, int64_t stride_c, int batch, float beta) {
+__global__ void scale_c_kernel(T *c, int m, int n, int ldc, int64_t stride_c, int batch,
+                               float beta) {
   int64_t per = (int64_t)m * n, total = per * batch;
   for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
        idx += (int64_t)gridDim.x * blockDim.x) {
@@ -69,8 +73,9 @@ template <typename T>
 static gt_status scale_c(gt_backend *be, T *c, int m, int n, int ldc, int64_t stride_c, int batch,
                          float beta) {
   size_t total = (size_t)m * n * batch;
-  scale_c_kernel<T><<<gt_cuda_blocks(total, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(
-      c, m, n, ldc, stride_c, batch, beta);
+  scale_c_kernel<T>
+      <<<gt_cuda_blocks(total, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(
+          c, m, n, ldc, stride_c, batch, beta);
   return gt_cuda_launched(be, "gemm_scale_c");
 }
 
@@ -102,9 +107,14 @@ gt_status gt_cuda_gemm(gt_backend *be, const gt_gemm_args *g) {
 
 static bool cuda_type(gt_dtype t, cudaDataType_t *out) {
   switch (t) {
-    case GT_F32: *out = CUDA_R_32F; return true;
-    case GT_BF16: *out = CUDA_R_16BF; return true;
-    default: return false;
+    case GT_F32:
+      *out = CUDA_R_32F;
+      return true;
+    case GT_BF16:
+      *out = CUDA_R_16BF;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -115,9 +125,15 @@ gt_status gt_cuda_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g) {
                      be->name, gt_dtype_name(g->a_type), gt_dtype_name(g->b_type),
                      gt_dtype_name(g->c_type));
   if (g->a_type != g->b_type)
-    return gt_errorf(GT_EUNSUPPORTED, "%s: gemm_ex needs a and b of one dtype, got a=%s b=%s; "
-                     "convert one with f32_to_bf16 or bf16_to_f32", be->name,
-                     gt_dtype_name(g->a_type), gt_dtype_name(g->b_type));
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "%s: gemm_ex needs a and b of one dtype, got a=%s b=%s; "
+                     "convert one with f32_to_bf16 or bf16_to_f32",
+                     be->name, gt_dtype_name(g->a_type), gt_dtype_name(g->b_type));
+  if (g->a_type == GT_F32 && g->c_type == GT_BF16)
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "%s: gemm_ex has no f32 x f32 -> bf16 path; write f32 and "
+                     "convert with f32_to_bf16",
+                     be->name);
   GT_TRY(check_shape(be, g->trans_a, g->trans_b, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c,
                      g->ldc, g->batch));
   GT_TRY(check_batch_overlap(be, g->m, g->n, g->ldc, g->stride_c, g->batch));
@@ -129,11 +145,12 @@ gt_status gt_cuda_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g) {
     return scale_c(be, (float *)g->c, g->m, g->n, g->ldc, g->stride_c, g->batch, g->beta);
   }
   cublasHandle_t h = gt_cuda_of(be)->blas;
-  /* CUBLAS_COMPUTE_32F: fp32 accumulation, and no TF32 for fp32 inputs. */
+  /* CUBLAS_COMPUTE_32F: fp32 accumulation; fp32 inputs stay fp32 unless
+   * GT_CUDA_TF32=1 set the handle's math mode to TF32. */
   cublasStatus_t st;
   if (g->batch == 1)
-    st = cublasGemmEx(h, op_of(g->trans_b), op_of(g->trans_a), g->n, g->m, g->k, &g->alpha, g->b, bt,
-                      g->ldb, g->a, at, g->lda, &g->beta, g->c, ct, g->ldc, CUBLAS_COMPUTE_32F,
+    st = cublasGemmEx(h, op_of(g->trans_b), op_of(g->trans_a), g->n, g->m, g->k, &g->alpha, g->b,
+                      bt, g->ldb, g->a, at, g->lda, &g->beta, g->c, ct, g->ldc, CUBLAS_COMPUTE_32F,
                       CUBLAS_GEMM_DEFAULT);
   else
     st = cublasGemmStridedBatchedEx(h, op_of(g->trans_b), op_of(g->trans_a), g->n, g->m, g->k,

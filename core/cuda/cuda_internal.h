@@ -82,8 +82,8 @@ gt_status gt_cuda_alloc(gt_backend *be, size_t bytes, void **ptr);
 void gt_cuda_free(gt_backend *be, void *ptr);
 gt_status gt_cuda_host_alloc(gt_backend *be, size_t bytes, void **ptr);
 void gt_cuda_host_free(gt_backend *be, void *ptr);
-gt_status gt_cuda_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind,
-                         gt_stream *s);
+gt_status gt_cuda_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes,
+                         gt_copy_kind kind, gt_stream *s);
 gt_status gt_cuda_memset(gt_backend *be, void *dst, int value, size_t bytes, gt_stream *s);
 gt_status gt_cuda_stream_create(gt_backend *be, gt_stream **s);
 void gt_cuda_stream_destroy(gt_backend *be, gt_stream *s);

@@ -90,7 +90,7 @@ gt_status gt_cuda_embedding_backward(gt_backend *be, float *dwte, float *dwpe, c
   cudaStream_t st = gt_cuda_stream(be);
   unsigned threads = 128;
   embedding_backward_wte_kernel<<<(C + threads - 1) / threads, threads, 0, st>>>(dwte, dout, tokens,
-                                                                                N, C);
+                                                                                 N, C);
   GT_TRY(gt_cuda_launched(be, "embedding_backward_wte"));
   if (dwpe) {
     embedding_backward_wpe_kernel<<<gt_cuda_blocks((size_t)T * C, GT_CUDA_THREADS), GT_CUDA_THREADS,
@@ -201,12 +201,13 @@ __global__ void layernorm_backward_partial_kernel(float *partial, const float *d
 }
 
 gt_status gt_cuda_layernorm_forward(gt_backend *be, float *out, float *mean, float *rstd,
-                                    const float *inp, const float *w, const float *b, int N, int C) {
+                                    const float *inp, const float *w, const float *b, int N,
+                                    int C) {
   GT_TRY(check_dims(be, "layernorm_forward", N, C, 0));
   if (N == 0 || C == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
-  layernorm_forward_kernel<<<N, GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(out, mean, rstd, inp, w, b,
-                                                                           C);
+  layernorm_forward_kernel<<<N, GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(out, mean, rstd, inp, w,
+                                                                          b, C);
   return gt_cuda_launched(be, "layernorm_forward");
 }
 
@@ -218,7 +219,8 @@ gt_status gt_cuda_layernorm_backward(gt_backend *be, float *dinp, float *dw, flo
   GT_TRY(gt_cuda_enter(be));
   cudaStream_t st = gt_cuda_stream(be);
   if (dinp) {
-    layernorm_backward_dinp_kernel<<<N, GT_CUDA_THREADS, 0, st>>>(dinp, dout, inp, w, mean, rstd, C);
+    layernorm_backward_dinp_kernel<<<N, GT_CUDA_THREADS, 0, st>>>(dinp, dout, inp, w, mean, rstd,
+                                                                  C);
     GT_TRY(gt_cuda_launched(be, "layernorm_backward_dinp"));
   }
   if (!dw && !db) return GT_OK;
@@ -226,8 +228,8 @@ gt_status gt_cuda_layernorm_backward(gt_backend *be, float *dinp, float *dw, flo
   float *partial;
   GT_TRY(gt_cuda_scratch(be, (size_t)2 * chunks * C * sizeof(float), (void **)&partial));
   dim3 grid((C + GT_CUDA_THREADS - 1) / GT_CUDA_THREADS, chunks);
-  layernorm_backward_partial_kernel<<<grid, GT_CUDA_THREADS, 0, st>>>(partial, dout, inp, mean, rstd,
-                                                                      N, C, chunks, rows_per);
+  layernorm_backward_partial_kernel<<<grid, GT_CUDA_THREADS, 0, st>>>(partial, dout, inp, mean,
+                                                                      rstd, N, C, chunks, rows_per);
   GT_TRY(gt_cuda_launched(be, "layernorm_backward_partial"));
   unsigned blocks = (C + GT_CUDA_THREADS - 1) / GT_CUDA_THREADS;
   if (dw && db) {
@@ -275,10 +277,10 @@ gt_status gt_cuda_linear_backward(gt_backend *be, float *dinp, float *dw, float 
   GT_TRY(gt_cuda_enter(be));
   if (C > 0) {
     if (dinp)
-      GT_TRY(gt_cuda_gemm_rm(be, GT_NO_TRANS, GT_NO_TRANS, N, C, OC, 1.0f, dout, OC, 0, w, C, 0, 1.0f,
-                             dinp, C, 0, 1));
-    GT_TRY(gt_cuda_gemm_rm(be, GT_TRANS, GT_NO_TRANS, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dw,
-                           C, 0, 1));
+      GT_TRY(gt_cuda_gemm_rm(be, GT_NO_TRANS, GT_NO_TRANS, N, C, OC, 1.0f, dout, OC, 0, w, C, 0,
+                             1.0f, dinp, C, 0, 1));
+    GT_TRY(gt_cuda_gemm_rm(be, GT_TRANS, GT_NO_TRANS, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f,
+                           dw, C, 0, 1));
   }
   if (!dbias) return GT_OK;
   cudaStream_t st = gt_cuda_stream(be);
@@ -334,8 +336,8 @@ __global__ void residual_backward_kernel(float *da, float *db, const float *dout
 gt_status gt_cuda_gelu_forward(gt_backend *be, float *out, const float *inp, size_t n) {
   if (n == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
-  gelu_forward_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(
-      out, inp, n);
+  gelu_forward_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0,
+                        gt_cuda_stream(be)>>>(out, inp, n);
   return gt_cuda_launched(be, "gelu_forward");
 }
 
@@ -343,8 +345,8 @@ gt_status gt_cuda_gelu_backward(gt_backend *be, float *dinp, const float *inp, c
                                 size_t n) {
   if (n == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
-  gelu_backward_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(
-      dinp, inp, dout, n);
+  gelu_backward_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0,
+                         gt_cuda_stream(be)>>>(dinp, inp, dout, n);
   return gt_cuda_launched(be, "gelu_backward");
 }
 

@@ -43,8 +43,8 @@ gt_status gt_cuda_adamw_update(gt_backend *be, float *param, const float *grad, 
 
 /* SGD as torch.optim.SGD without dampening; a zeroed momentum buffer makes
  * the first step's buffer the gradient, as PyTorch's does. */
-__global__ void sgd_kernel(float *param, const float *grad, float *mom, size_t n, float lr, float mu,
-                           float wd, float gs, bool nesterov) {
+__global__ void sgd_kernel(float *param, const float *grad, float *mom, size_t n, float lr,
+                           float mu, float wd, float gs, bool nesterov) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     if (mu == 0.0f) {
@@ -113,7 +113,8 @@ __global__ void scale_kernel(float *x, float s, size_t n) {
 gt_status gt_cuda_scale(gt_backend *be, float *x, float s, size_t n) {
   if (n == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
-  scale_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(x, s, n);
+  scale_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(x, s,
+                                                                                               n);
   return gt_cuda_launched(be, "scale");
 }
 
@@ -140,15 +141,15 @@ __global__ void bf16_to_f32_kernel(float *dst, const uint16_t *src, size_t n) {
 gt_status gt_cuda_f32_to_bf16(gt_backend *be, uint16_t *dst, const float *src, size_t n) {
   if (n == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
-  f32_to_bf16_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(
-      dst, src, n);
+  f32_to_bf16_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0,
+                       gt_cuda_stream(be)>>>(dst, src, n);
   return gt_cuda_launched(be, "f32_to_bf16");
 }
 
 gt_status gt_cuda_bf16_to_f32(gt_backend *be, float *dst, const uint16_t *src, size_t n) {
   if (n == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
-  bf16_to_f32_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(
-      dst, src, n);
+  bf16_to_f32_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0,
+                       gt_cuda_stream(be)>>>(dst, src, n);
   return gt_cuda_launched(be, "bf16_to_f32");
 }

@@ -4,7 +4,16 @@
  *   out = x2 + fc2(gelu(fc1(ln2(x2))))
  *
  * Forward and backward are written out step by step in the manner of llm.c;
- * every saved activation has a named slot below. */
+ * every saved activation has a named slot below.
+ *
+ * Split across a tensor-parallel group of p ranks (Megatron's pattern), each
+ * rank holds NH/p heads: qkv and fc1 are column-parallel (rank r holds its
+ * heads' rows of the weight), proj and fc2 are row-parallel (the matching
+ * columns). Each branch then produces a partial sum that one all-reduce
+ * completes, in forward; in backward, the gradient reaching each LayerNorm
+ * is a partial sum completed the same way. LayerNorms and the row-parallel
+ * biases are held whole by every rank, and their gradients come out
+ * identical on every rank, so they need no reduction. */
 #include <math.h>
 
 #include "core/layers/layer_util.h"
@@ -13,7 +22,8 @@
 enum { LN1W, LN1B, QKVW, QKVB, PROJW, PROJB, LN2W, LN2B, FC1W, FC1B, FC2W, FC2B, NPARAMS };
 
 typedef struct block_cfg {
-  int C, NH, H;
+  int C, NH, H;  /* the whole block */
+  int Cl, NHl, Hl; /* this rank's share: attention width, heads, MLP width */
 } block_cfg;
 
 /* Offsets (in floats) of the saved activations for one (B,T). */
@@ -23,9 +33,9 @@ typedef struct block_acts {
 } block_acts;
 
 static block_acts layout(const block_cfg *c, float *base, int B, int T) {
-  size_t BT = (size_t)B * (size_t)T, C = (size_t)c->C, H = (size_t)c->H;
-  size_t att = (size_t)B * (size_t)c->NH * (size_t)T * (size_t)T;
-  size_t sizes[12] = {BT * C, BT, BT, 3 * BT * C, att, BT * C, BT * C, BT * C, BT, BT, BT * H, BT * H};
+  size_t BT = (size_t)B * (size_t)T, C = (size_t)c->C, Cl = (size_t)c->Cl, Hl = (size_t)c->Hl;
+  size_t att = (size_t)B * (size_t)c->NHl * (size_t)T * (size_t)T;
+  size_t sizes[12] = {BT * C, BT, BT, 3 * BT * Cl, att, BT * Cl, BT * C, BT * C, BT, BT, BT * Hl, BT * Hl};
   float **slots[12];
   block_acts a;
   slots[0] = &a.ln1, slots[1] = &a.ln1_mean, slots[2] = &a.ln1_rstd, slots[3] = &a.qkv;
@@ -46,24 +56,30 @@ static gt_status block_build(gt_layer *self, const void *config) {
   if (u->C <= 0 || u->NH <= 0) return gt_errorf(GT_EINVAL, "block needs C and NH > 0, got %d and %d", u->C, u->NH);
   if (u->C % u->NH)
     return gt_errorf(GT_EINVAL, "block: C=%d is not divisible by the head count NH=%d", u->C, u->NH);
-  block_cfg c = {.C = u->C, .NH = u->NH, .H = u->mlp_hidden > 0 ? u->mlp_hidden : 4 * u->C};
+  int p = gt_layer_tp_size(self), H = u->mlp_hidden > 0 ? u->mlp_hidden : 4 * u->C;
+  if (u->NH % p)
+    return gt_errorf(GT_EINVAL, "tensor parallelism tp=%d does not divide the head count NH=%d", p, u->NH);
+  if (H % p) return gt_errorf(GT_EINVAL, "tensor parallelism tp=%d does not divide the MLP width %d", p, H);
+  block_cfg c = {.C = u->C, .NH = u->NH, .H = H, .Cl = u->C / p, .NHl = u->NH / p, .Hl = H / p};
   GT_TRY(gt_layer_keep_config(self, &c, sizeof c));
   self->in_dim = self->out_dim = c.C;
   /* GPT-2 scales the init of the projections that feed the residual stream. */
   float std = 0.02f, res_std = u->n_layers_total > 0 ? 0.02f / sqrtf(2.0f * (float)u->n_layers_total) : 0.02f;
+  /* qkv is declared (3, C, C) so that a split along dimension 1 gives each
+   * rank the q, k and v rows of its own heads. */
   const gt_param_spec specs[NPARAMS] = {
-      {"ln1.w", 1, {c.C}, GT_INIT_ONES, 0, false},
-      {"ln1.b", 1, {c.C}, GT_INIT_ZEROS, 0, false},
-      {"qkv.w", 2, {3 * c.C, c.C}, GT_INIT_NORMAL, std, true},
-      {"qkv.b", 1, {3 * c.C}, GT_INIT_ZEROS, 0, false},
-      {"proj.w", 2, {c.C, c.C}, GT_INIT_NORMAL, res_std, true},
-      {"proj.b", 1, {c.C}, GT_INIT_ZEROS, 0, false},
-      {"ln2.w", 1, {c.C}, GT_INIT_ONES, 0, false},
-      {"ln2.b", 1, {c.C}, GT_INIT_ZEROS, 0, false},
-      {"fc1.w", 2, {c.H, c.C}, GT_INIT_NORMAL, std, true},
-      {"fc1.b", 1, {c.H}, GT_INIT_ZEROS, 0, false},
-      {"fc2.w", 2, {c.C, c.H}, GT_INIT_NORMAL, res_std, true},
-      {"fc2.b", 1, {c.C}, GT_INIT_ZEROS, 0, false},
+      {"ln1.w", 1, {c.C}, GT_INIT_ONES, 0, false, false, 0},
+      {"ln1.b", 1, {c.C}, GT_INIT_ZEROS, 0, false, false, 0},
+      {"qkv.w", 3, {3, c.C, c.C}, GT_INIT_NORMAL, std, true, true, 1},
+      {"qkv.b", 2, {3, c.C}, GT_INIT_ZEROS, 0, false, true, 1},
+      {"proj.w", 2, {c.C, c.C}, GT_INIT_NORMAL, res_std, true, true, 1},
+      {"proj.b", 1, {c.C}, GT_INIT_ZEROS, 0, false, false, 0},
+      {"ln2.w", 1, {c.C}, GT_INIT_ONES, 0, false, false, 0},
+      {"ln2.b", 1, {c.C}, GT_INIT_ZEROS, 0, false, false, 0},
+      {"fc1.w", 2, {c.H, c.C}, GT_INIT_NORMAL, std, true, true, 0},
+      {"fc1.b", 1, {c.H}, GT_INIT_ZEROS, 0, false, true, 0},
+      {"fc2.w", 2, {c.C, c.H}, GT_INIT_NORMAL, res_std, true, true, 1},
+      {"fc2.b", 1, {c.C}, GT_INIT_ZEROS, 0, false, false, 0},
   };
   for (int i = 0; i < NPARAMS; i++) GT_TRY(gt_layer_declare_param(self, &specs[i], NULL));
   return GT_OK;
@@ -74,31 +90,41 @@ static size_t block_acts_floats(const gt_layer *self, int B, int T) { return lay
 static size_t block_scratch(const gt_layer *self, int B, int T) {
   const block_cfg *c = self->state;
   size_t BT = (size_t)B * (size_t)T;
-  /* backward: dres2, dln, datty (C each), dqkv (3C), dfch_gelu, dfch (H each), datt */
-  return BT * (6 * (size_t)c->C + 2 * (size_t)c->H) + (size_t)B * (size_t)c->NH * (size_t)T * (size_t)T;
+  /* backward: dres2, dln (C each), datty (Cl), dqkv (3Cl), dfch_gelu, dfch (Hl each), datt */
+  return BT * (2 * (size_t)c->C + 4 * (size_t)c->Cl + 2 * (size_t)c->Hl) +
+         (size_t)B * (size_t)c->NHl * (size_t)T * (size_t)T;
 }
 
 #define P(i) gt_layer_param(self, i)
 #define G(i) gt_layer_grad(self, i)
 
+/* Completes a row-parallel partial sum across the tensor-parallel group. */
+static gt_status tp_sum(gt_layer *self, float *buf, size_t n) {
+  return self->tp ? self->tp->allreduce_sum(self->tp, buf, n) : GT_OK;
+}
+
 static gt_status block_forward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out, float *acts) {
   const block_cfg *c = self->state;
   gt_backend *be = ctx->be;
   const gt_backend_ops *op = be->ops;
-  int B = ctx->B, T = ctx->T, N = B * T, C = c->C, H = c->H;
+  int B = ctx->B, T = ctx->T, N = B * T, C = c->C, Cl = c->Cl, Hl = c->Hl;
   size_t NC = (size_t)N * (size_t)C;
   block_acts a = layout(c, acts, B, T);
   float *tmp = ctx->scratch; /* (N, C) branch output before the residual add */
+  /* A row-parallel bias is added by one rank, before the sum. */
+  bool bias_here = gt_layer_tp_rank(self) == 0;
 
   GT_TRY(op->layernorm_forward(be, a.ln1, a.ln1_mean, a.ln1_rstd, in, P(LN1W), P(LN1B), N, C));
-  GT_TRY(op->linear_forward(be, a.qkv, a.ln1, P(QKVW), P(QKVB), N, C, 3 * C));
-  GT_TRY(op->attention_forward(be, a.atty, a.att, a.qkv, B, T, C, c->NH));
-  GT_TRY(op->linear_forward(be, tmp, a.atty, P(PROJW), P(PROJB), N, C, C));
+  GT_TRY(op->linear_forward(be, a.qkv, a.ln1, P(QKVW), P(QKVB), N, C, 3 * Cl));
+  GT_TRY(op->attention_forward(be, a.atty, a.att, a.qkv, B, T, Cl, c->NHl));
+  GT_TRY(op->linear_forward(be, tmp, a.atty, P(PROJW), bias_here ? P(PROJB) : NULL, N, Cl, C));
+  GT_TRY(tp_sum(self, tmp, NC));
   GT_TRY(op->residual_forward(be, a.res2, in, tmp, NC));
   GT_TRY(op->layernorm_forward(be, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(LN2W), P(LN2B), N, C));
-  GT_TRY(op->linear_forward(be, a.fch, a.ln2, P(FC1W), P(FC1B), N, C, H));
-  GT_TRY(op->gelu_forward(be, a.fch_gelu, a.fch, (size_t)N * (size_t)H));
-  GT_TRY(op->linear_forward(be, tmp, a.fch_gelu, P(FC2W), P(FC2B), N, H, C));
+  GT_TRY(op->linear_forward(be, a.fch, a.ln2, P(FC1W), P(FC1B), N, C, Hl));
+  GT_TRY(op->gelu_forward(be, a.fch_gelu, a.fch, (size_t)N * (size_t)Hl));
+  GT_TRY(op->linear_forward(be, tmp, a.fch_gelu, P(FC2W), bias_here ? P(FC2B) : NULL, N, Hl, C));
+  GT_TRY(tp_sum(self, tmp, NC));
   return op->residual_forward(be, out, a.res2, tmp, NC);
 }
 
@@ -107,38 +133,41 @@ static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const f
   const block_cfg *c = self->state;
   gt_backend *be = ctx->be;
   const gt_backend_ops *op = be->ops;
-  int B = ctx->B, T = ctx->T, N = B * T, C = c->C, H = c->H;
-  size_t NC = (size_t)N * (size_t)C, NH_ = (size_t)N * (size_t)H;
+  int B = ctx->B, T = ctx->T, N = B * T, C = c->C, Cl = c->Cl, Hl = c->Hl;
+  size_t NC = (size_t)N * (size_t)C, NCl = (size_t)N * (size_t)Cl, NHl = (size_t)N * (size_t)Hl;
   block_acts a = layout(c, acts, B, T);
-  float *dres2 = ctx->scratch, *dln = dres2 + NC, *datty = dln + NC, *dqkv = datty + NC;
-  float *dfch_gelu = dqkv + 3 * NC, *dfch = dfch_gelu + NH_, *datt = dfch + NH_;
+  float *dres2 = ctx->scratch, *dln = dres2 + NC, *datty = dln + NC, *dqkv = datty + NCl;
+  float *dfch_gelu = dqkv + 3 * NCl, *dfch = dfch_gelu + NHl, *datt = dfch + NHl;
 
   /* MLP branch: out = res2 + fc2(gelu(fc1(ln2(res2)))). */
   GT_TRY(be->ops->memcpy(be, dres2, dout, NC * sizeof(float), GT_COPY_D2D, be->compute));
-  GT_TRY(GT_ZERO(be, dfch_gelu, NH_));
-  GT_TRY(op->linear_backward(be, dfch_gelu, G(FC2W), G(FC2B), dout, a.fch_gelu, P(FC2W), N, H, C));
-  GT_TRY(GT_ZERO(be, dfch, NH_));
-  GT_TRY(op->gelu_backward(be, dfch, a.fch, dfch_gelu, NH_));
+  GT_TRY(GT_ZERO(be, dfch_gelu, NHl));
+  GT_TRY(op->linear_backward(be, dfch_gelu, G(FC2W), G(FC2B), dout, a.fch_gelu, P(FC2W), N, Hl, C));
+  GT_TRY(GT_ZERO(be, dfch, NHl));
+  GT_TRY(op->gelu_backward(be, dfch, a.fch, dfch_gelu, NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
-  GT_TRY(op->linear_backward(be, dln, G(FC1W), G(FC1B), dfch, a.ln2, P(FC1W), N, C, H));
+  GT_TRY(op->linear_backward(be, dln, G(FC1W), G(FC1B), dfch, a.ln2, P(FC1W), N, C, Hl));
+  GT_TRY(tp_sum(self, dln, NC));
   GT_TRY(op->layernorm_backward(be, dres2, G(LN2W), G(LN2B), dln, a.res2, P(LN2W), a.ln2_mean, a.ln2_rstd, N, C));
 
   /* Attention branch: res2 = in + proj(attention(qkv(ln1(in)))). */
   GT_TRY(op->residual_backward(be, din, NULL, dres2, NC));
-  GT_TRY(GT_ZERO(be, datty, NC));
-  GT_TRY(op->linear_backward(be, datty, G(PROJW), G(PROJB), dres2, a.atty, P(PROJW), N, C, C));
-  GT_TRY(GT_ZERO(be, dqkv, 3 * NC));
-  GT_TRY(op->attention_backward(be, dqkv, datt, datty, a.qkv, a.att, B, T, C, c->NH));
+  GT_TRY(GT_ZERO(be, datty, NCl));
+  GT_TRY(op->linear_backward(be, datty, G(PROJW), G(PROJB), dres2, a.atty, P(PROJW), N, Cl, C));
+  GT_TRY(GT_ZERO(be, dqkv, 3 * NCl));
+  GT_TRY(op->attention_backward(be, dqkv, datt, datty, a.qkv, a.att, B, T, Cl, c->NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
-  GT_TRY(op->linear_backward(be, dln, G(QKVW), G(QKVB), dqkv, a.ln1, P(QKVW), N, C, 3 * C));
+  GT_TRY(op->linear_backward(be, dln, G(QKVW), G(QKVB), dqkv, a.ln1, P(QKVW), N, C, 3 * Cl));
+  GT_TRY(tp_sum(self, dln, NC));
   return op->layernorm_backward(be, din, G(LN1W), G(LN1B), dln, in, P(LN1W), a.ln1_mean, a.ln1_rstd, N, C);
 }
 
+/* This rank's share of the work. */
 static double block_flops(const gt_layer *self, int B, int T) {
   const block_cfg *c = self->state;
-  double N = (double)B * T, C = c->C, H = c->H;
-  double linear = 2.0 * N * (3 * C * C + C * C + 2 * C * H);
-  double attention = 2.0 * 2.0 * B * (double)T * T * C; /* QK^T and AV, full (unmasked) */
+  double N = (double)B * T, C = c->C, Cl = c->Cl, Hl = c->Hl;
+  double linear = 2.0 * N * (3 * Cl * C + Cl * C + 2 * C * Hl);
+  double attention = 2.0 * 2.0 * B * (double)T * T * Cl; /* QK^T and AV, full (unmasked) */
   return linear + attention;
 }
 

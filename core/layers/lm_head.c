@@ -1,7 +1,13 @@
 /* The language-model head: logits over the vocabulary and softmax
  * cross-entropy. The probabilities are kept in the saved activations and
  * overwritten in place by their gradient in backward, so the (B,T,V) logits
- * cost one buffer. */
+ * cost one buffer.
+ *
+ * Split across a tensor-parallel group (vocabulary parallelism), rank r
+ * computes the logits of its V/p vocabulary entries only; the softmax is
+ * completed from per-row (max, sum of exponentials) pairs gathered from
+ * every rank, so no rank ever holds a whole row of logits. The input
+ * gradient is then a partial sum over ranks, completed by an all-reduce. */
 #include "core/layers/layer_util.h"
 #include "giant/layers.h"
 
@@ -12,63 +18,99 @@ static gt_status head_build(gt_layer *self, const void *config) {
   const gt_lm_head_config *user = config;
   if (c->C <= 0 || c->vocab_size <= 0)
     return gt_errorf(GT_EINVAL, "lm_head needs C and vocab_size > 0, got %d and %d", c->C, c->vocab_size);
+  int p = gt_layer_tp_size(self);
+  if (c->vocab_size % p)
+    return gt_errorf(GT_EINVAL, "tensor parallelism tp=%d does not divide the vocabulary size %d", p,
+                     c->vocab_size);
   self->in_dim = c->C;
   self->out_dim = 1;
   self->is_loss = true;
   self->vocab = c->vocab_size;
   if (user->tie_to) {
     GT_TRY(gt_layer_tie_param(self, "w", user->tie_to, "wte", NULL));
-    const gt_param *p = gt_layer_param_info(self, 0);
-    if (p->shape[0] != c->vocab_size || p->shape[1] != c->C)
-      return gt_errorf(GT_EINVAL, "cannot tie lm_head (%d x %d) to %s.wte of shape %lld x %lld", c->vocab_size,
-                       c->C, user->tie_to, (long long)p->shape[0], (long long)p->shape[1]);
+    const gt_param *w = gt_layer_param_info(self, 0);
+    if (w->global_shape[0] != c->vocab_size || w->global_shape[1] != c->C || w->split_parts != p)
+      return gt_errorf(GT_EINVAL,
+                       "cannot tie lm_head (%d x %d, split %d ways) to %s.wte (%lld x %lld, split %d ways); "
+                       "put both layers in the same split scope",
+                       c->vocab_size, c->C, p, user->tie_to, (long long)w->global_shape[0],
+                       (long long)w->global_shape[1], w->split_parts);
     return GT_OK;
   }
   gt_param_spec w = {.name = "w", .ndim = 2, .shape = {c->vocab_size, c->C}, .init = GT_INIT_NORMAL,
-                     .std = 0.02f, .decay = true};
+                     .std = 0.02f, .decay = true, .split = true, .split_dim = 0};
   return gt_layer_declare_param(self, &w, NULL);
 }
 
-static size_t head_acts(const gt_layer *self, int B, int T) {
+static int local_vocab(const gt_layer *self) {
   const gt_lm_head_config *c = self->state;
-  return (size_t)B * (size_t)T * (size_t)c->vocab_size;
+  return c->vocab_size / gt_layer_tp_size(self);
+}
+
+static size_t head_acts(const gt_layer *self, int B, int T) {
+  return (size_t)B * (size_t)T * (size_t)local_vocab(self);
+}
+
+/* Split forward: the (max, sum) pairs of every rank, and the target logits. */
+static size_t head_scratch(const gt_layer *self, int B, int T) {
+  size_t N = (size_t)B * (size_t)T;
+  return self->tp ? N * (2 + 2 * (size_t)self->tp->size + 1) : 0;
 }
 
 static gt_status head_forward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out, float *acts) {
   const gt_lm_head_config *c = self->state;
-  int N = ctx->B * ctx->T;
+  int N = ctx->B * ctx->T, V = local_vocab(self);
   gt_backend *be = ctx->be;
-  GT_TRY(be->ops->linear_forward(be, acts, in, gt_layer_param(self, 0), NULL, N, c->C, c->vocab_size));
-  return be->ops->softmax_xent_forward(be, out, acts, acts, ctx->targets, N, c->vocab_size);
+  GT_TRY(be->ops->linear_forward(be, acts, in, gt_layer_param(self, 0), NULL, N, c->C, V));
+  if (!self->tp) return be->ops->softmax_xent_forward(be, out, acts, acts, ctx->targets, N, V);
+  gt_group *g = self->tp;
+  float *stats = ctx->scratch, *all = stats + 2 * (size_t)N, *tlogit = all + 2 * (size_t)N * g->size;
+  GT_TRY(be->ops->xent_vp_local(be, stats, tlogit, acts, ctx->targets, g->rank * V, N, V));
+  GT_TRY(g->allgather(g, stats, all, 2 * (size_t)N));
+  GT_TRY(g->allreduce_sum(g, tlogit, (size_t)N));
+  return be->ops->xent_vp_finish(be, out, acts, acts, all, g->size, tlogit, ctx->targets, c->vocab_size, N, V);
 }
 
 static gt_status head_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
                                float *din, float *acts) {
   (void)dout;
   const gt_lm_head_config *c = self->state;
-  int N = ctx->B * ctx->T;
+  int N = ctx->B * ctx->T, V = local_vocab(self);
   gt_backend *be = ctx->be;
-  GT_TRY(be->ops->softmax_xent_backward(be, acts, acts, ctx->targets, ctx->loss_scale, N, c->vocab_size));
-  return be->ops->linear_backward(be, din, gt_layer_grad(self, 0), NULL, acts, in, gt_layer_param(self, 0), N,
-                                  c->C, c->vocab_size);
+  if (!self->tp) {
+    GT_TRY(be->ops->softmax_xent_backward(be, acts, acts, ctx->targets, ctx->loss_scale, N, V));
+  } else {
+    GT_TRY(be->ops->softmax_xent_backward_vp(be, acts, acts, ctx->targets, self->tp->rank * V, ctx->loss_scale,
+                                             N, V));
+  }
+  GT_TRY(be->ops->linear_backward(be, din, gt_layer_grad(self, 0), NULL, acts, in, gt_layer_param(self, 0), N,
+                                  c->C, V));
+  /* din arrived zeroed, so it now holds exactly this rank's partial sum. */
+  if (self->tp && din) GT_TRY(self->tp->allreduce_sum(self->tp, din, (size_t)N * (size_t)c->C));
+  return GT_OK;
 }
 
+/* This rank's share of the work. */
 static double head_flops(const gt_layer *self, int B, int T) {
   const gt_lm_head_config *c = self->state;
-  return 2.0 * B * T * c->C * (double)c->vocab_size;
+  return 2.0 * B * T * c->C * (double)local_vocab(self);
 }
 
 static gt_status head_probs(gt_layer *self, const gt_layer_ctx *ctx, float *acts, int b, int t, float *host_out) {
-  const gt_lm_head_config *c = self->state;
+  int V = local_vocab(self);
   size_t row = (size_t)b * (size_t)ctx->T + (size_t)t;
-  return gt_backend_download(ctx->be, host_out, acts + row * (size_t)c->vocab_size,
-                             (size_t)c->vocab_size * sizeof(float));
+  const float *src = acts + row * (size_t)V;
+  if (!self->tp) return gt_backend_download(ctx->be, host_out, src, (size_t)V * sizeof(float));
+  /* Gather the row's pieces from every rank into scratch, then download. */
+  GT_TRY(self->tp->allgather(self->tp, src, ctx->scratch, (size_t)V));
+  return gt_backend_download(ctx->be, host_out, ctx->scratch, (size_t)V * self->tp->size * sizeof(float));
 }
 
 const gt_layer_type gt_lm_head_layer = {
     .name = "lm_head",
     .build = head_build,
     .acts_floats = head_acts,
+    .scratch_floats = head_scratch,
     .forward = head_forward,
     .backward = head_backward,
     .flops = head_flops,

@@ -140,6 +140,7 @@ gt_status gt_model_backward(gt_model *m, gt_acts *a, float loss_scale) {
     const float *in = i > 0 ? a->out[i - 1] : NULL;
     gt_status s = l->type->backward(l, &ctx, in, dout, din, a->saved[i]);
     if (s != GT_OK) return gt_error_context(s, "backward of layer '%s'", l->name);
+    if (m->grad_hook) GT_TRY(m->grad_hook(m->grad_hook_ctx, i));
     dout = din;
   }
   a->forward_done = false;

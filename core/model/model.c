@@ -71,6 +71,10 @@ gt_status gt_model_add(gt_model *m, const gt_layer_type *type, const char *name,
   l->index = m->nlayers;
   l->model = m;
   l->first_param = m->nparams;
+  l->stage = m->stages > 0 ? m->stages - 1 : 0;
+  for (int i = 0; i < m->nscopes; i++)
+    if (m->scopes[i] == GT_SCOPE_SPLIT) l->split = true;
+  if (l->split && m->par.tp && m->par.tp->size > 1) l->tp = m->par.tp;
   gt_status s = type->build(l, config);
   if (s != GT_OK) {
     if (type->destroy) type->destroy(l);
@@ -152,12 +156,28 @@ gt_status gt_layer_declare_param(gt_layer *self, const gt_param_spec *spec, int 
     return gt_errorf(GT_EINVAL, "parameter %s has rank %d (1 to 4 allowed)", p.name, spec->ndim);
   p.ndim = spec->ndim;
   p.numel = 1;
+  p.split_dim = -1;
+  p.split_parts = 1;
+  int parts = gt_layer_tp_size(self);
+  if (spec->split && parts > 1) {
+    if (spec->split_dim < 0 || spec->split_dim >= spec->ndim)
+      return gt_errorf(GT_EINVAL, "parameter %s: split dimension %d out of range", p.name, spec->split_dim);
+    if (spec->shape[spec->split_dim] % parts)
+      return gt_errorf(GT_EINVAL,
+                       "tensor parallelism tp=%d does not divide dimension %d (size %lld) of parameter %s; "
+                       "choose a tp that divides it",
+                       parts, spec->split_dim, (long long)spec->shape[spec->split_dim], p.name);
+    p.split_dim = spec->split_dim;
+    p.split_parts = parts;
+    p.split_rank = gt_layer_tp_rank(self);
+  }
   for (int i = 0; i < spec->ndim; i++) {
     if (spec->shape[i] <= 0)
       return gt_errorf(GT_EINVAL, "parameter %s has dimension %d of size %lld", p.name, i,
                        (long long)spec->shape[i]);
-    p.shape[i] = spec->shape[i];
-    p.numel *= (size_t)spec->shape[i];
+    p.global_shape[i] = spec->shape[i];
+    p.shape[i] = i == p.split_dim ? spec->shape[i] / parts : spec->shape[i];
+    p.numel *= (size_t)p.shape[i];
   }
   p.init = spec->init;
   p.std = spec->std;
@@ -203,6 +223,67 @@ const gt_param *gt_layer_param_info(const gt_layer *self, int i) {
   return &self->model->params[self->first_param + i];
 }
 
+int gt_layer_tp_size(const gt_layer *self) { return self->tp ? self->tp->size : 1; }
+int gt_layer_tp_rank(const gt_layer *self) { return self->tp ? self->tp->rank : 0; }
+
+size_t gt_param_global_index(const gt_param *p, size_t i) {
+  if (p->split_dim < 0) return i;
+  /* Local coordinates, shifted along the split dimension, re-flattened. */
+  size_t coord[4], g = 0;
+  for (int d = p->ndim - 1; d >= 0; d--) {
+    coord[d] = i % (size_t)p->shape[d];
+    i /= (size_t)p->shape[d];
+  }
+  coord[p->split_dim] += (size_t)p->split_rank * (size_t)p->shape[p->split_dim];
+  for (int d = 0; d < p->ndim; d++) g = g * (size_t)p->global_shape[d] + coord[d];
+  return g;
+}
+
+/* ---- parallel context and annotations ---- */
+
+gt_status gt_model_set_parallel(gt_model *m, const gt_model_parallel *p) {
+  if (m->nlayers > 0) return gt_errorf(GT_ESTATE, "set the parallel context before adding layers");
+  if (p->seq_parallel && !(p->tp && p->tp->size > 1))
+    return gt_errorf(GT_EINVAL, "sequence parallelism needs tensor parallelism (tp > 1)");
+  m->par = *p;
+  return GT_OK;
+}
+
+const gt_model_parallel *gt_model_get_parallel(const gt_model *m) { return &m->par; }
+
+gt_status gt_model_scope_begin(gt_model *m, gt_scope_kind kind, int micro_batches) {
+  if (m->built) return gt_errorf(GT_ESTATE, "annotation after gt_model_build");
+  if (m->nscopes == (int)(sizeof m->scopes / sizeof m->scopes[0]))
+    return gt_errorf(GT_EINVAL, "annotation scopes nest deeper than %d", m->nscopes);
+  switch (kind) {
+    case GT_SCOPE_REPLICATE: break;
+    case GT_SCOPE_SPLIT: m->any_split_scope = true; break;
+    case GT_SCOPE_STAGE:
+      for (int i = 0; i < m->nscopes; i++)
+        if (m->scopes[i] == GT_SCOPE_STAGE) return gt_errorf(GT_EINVAL, "stage scopes cannot nest");
+      m->stages++;
+      break;
+    case GT_SCOPE_PIPELINE:
+      if (micro_batches < 1)
+        return gt_errorf(GT_EINVAL, "a pipeline scope needs at least 1 micro-batch, got %d", micro_batches);
+      if (m->micro_batches) return gt_errorf(GT_EINVAL, "a model has at most one pipeline scope");
+      m->micro_batches = micro_batches;
+      break;
+    default: return gt_errorf(GT_EINVAL, "unknown annotation scope %d", (int)kind);
+  }
+  m->scopes[m->nscopes++] = kind;
+  return GT_OK;
+}
+
+gt_status gt_model_scope_end(gt_model *m) {
+  if (m->nscopes == 0) return gt_errorf(GT_ESTATE, "gt_model_scope_end without a matching begin");
+  m->nscopes--;
+  return GT_OK;
+}
+
+int gt_model_pipeline_micro_batches(const gt_model *m) { return m->micro_batches; }
+int gt_model_num_stages(const gt_model *m) { return m->stages > 0 ? m->stages : 1; }
+
 /* ---- build ---- */
 
 static gt_status init_params(gt_model *m) {
@@ -212,7 +293,7 @@ static gt_status init_params(gt_model *m) {
     const gt_param *p = &m->params[i];
     if (p->tied_to >= 0) continue;
     for (size_t j = 0; j < p->numel; j++)
-      host[p->offset + j] = gt_init_value(m->cfg.seed, p->name, j, p->init, p->std);
+      host[p->offset + j] = gt_init_value(m->cfg.seed, p->name, gt_param_global_index(p, j), p->init, p->std);
   }
   gt_status s = gt_backend_upload(m->be, m->param_buf, host, m->nfloats * sizeof *host);
   free(host);
@@ -222,6 +303,7 @@ static gt_status init_params(gt_model *m) {
 gt_status gt_model_build(gt_model *m) {
   if (m->built) return gt_errorf(GT_ESTATE, "gt_model_build called twice");
   if (m->nlayers == 0) return gt_errorf(GT_EINVAL, "the model has no layers");
+  if (m->nscopes) return gt_errorf(GT_EINVAL, "%d annotation scope(s) still open at build", m->nscopes);
   gt_layer *first = m->layers[0], *last = m->layers[m->nlayers - 1];
   if (!last->is_loss)
     return gt_errorf(GT_EINVAL, "the model must end in a loss layer (such as gt_lm_head_layer); the last is '%s' (%s)",
@@ -243,6 +325,8 @@ gt_status gt_model_build(gt_model *m) {
     off += (p->numel + 15) & ~(size_t)15; /* 64-byte aligned starts */
     m->ntrainable += p->numel;
   }
+  size_t mult = m->par.buffer_multiple;
+  if (mult > 1) off = (off + mult - 1) / mult * mult;
   m->nfloats = off;
   int B = m->cfg.B_max, T = m->cfg.T_max;
   m->max_dim = 1;
@@ -264,6 +348,12 @@ gt_status gt_model_build(gt_model *m) {
   m->built = true;
   GT_TRY(init_params(m));
   return gt_model_zero_grads(m);
+}
+
+gt_status gt_model_set_grad_hook(gt_model *m, gt_status (*hook)(void *ctx, int layer), void *ctx) {
+  m->grad_hook = hook;
+  m->grad_hook_ctx = ctx;
+  return GT_OK;
 }
 
 gt_status gt_model_zero_grads(gt_model *m) {

@@ -23,6 +23,16 @@ struct gt_model {
   int vocab_in;         /* token ids the first layer accepts */
   int vocab_out;        /* targets the loss layer accepts */
   float *host_losses;   /* B_max*T_max, to reduce the per-token losses */
+  gt_model_parallel par;
+  /* annotation scopes */
+  gt_scope_kind scopes[16];
+  int nscopes;
+  bool any_split_scope; /* the user annotated split somewhere */
+  int stages;           /* stage scopes opened so far */
+  int micro_batches;    /* from a pipeline scope */
+  /* called after each layer's backward (data-parallel gradient sync) */
+  gt_status (*grad_hook)(void *ctx, int layer);
+  void *grad_hook_ctx;
 };
 
 struct gt_acts {

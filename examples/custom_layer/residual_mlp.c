@@ -21,10 +21,10 @@ static gt_status build(gt_layer *self, const void *config) {
   memcpy(self->state, c, sizeof *c);
   self->in_dim = self->out_dim = c->C;
   gt_param_spec specs[] = {
-      {"fc1.w", 2, {c->hidden, c->C}, GT_INIT_NORMAL, 0.02f, true},
-      {"fc1.b", 1, {c->hidden}, GT_INIT_ZEROS, 0, false},
-      {"fc2.w", 2, {c->C, c->hidden}, GT_INIT_NORMAL, 0.02f, true},
-      {"fc2.b", 1, {c->C}, GT_INIT_ZEROS, 0, false},
+      {"fc1.w", 2, {c->hidden, c->C}, GT_INIT_NORMAL, 0.02f, true, false, 0},
+      {"fc1.b", 1, {c->hidden}, GT_INIT_ZEROS, 0, false, false, 0},
+      {"fc2.w", 2, {c->C, c->hidden}, GT_INIT_NORMAL, 0.02f, true, false, 0},
+      {"fc2.b", 1, {c->C}, GT_INIT_ZEROS, 0, false, false, 0},
   };
   for (int i = 0; i < 4; i++) GT_TRY(gt_layer_declare_param(self, &specs[i], NULL));
   return GT_OK;

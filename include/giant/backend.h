@@ -68,11 +68,12 @@ typedef struct gt_gemm_args {
 } gt_gemm_args;
 
 /* Mixed precision: gemm with a dtype per operand. a and b are both GT_F32 or
- * both GT_BF16; c is GT_F32 or GT_BF16. Products accumulate in fp32 whatever
- * the storage (alpha and beta are fp32 too), so a trainer can keep bf16
- * copies of weights and activations for its matrix products, fp32 results
- * where precision matters, and fp32 master weights for the optimizer.
- * Shapes, leading dimensions and strides are in elements, as in gemm. */
+ * both GT_BF16; c is GT_F32, or GT_BF16 when a and b are (other mixes are
+ * GT_EUNSUPPORTED). Products accumulate in fp32 whatever the storage
+ * (alpha and beta are fp32 too), so a trainer can keep bf16 copies of
+ * weights and activations for its matrix products, fp32 results where
+ * precision matters, and fp32 master weights for the optimizer. Shapes,
+ * leading dimensions and strides are in elements, as in gemm. */
 typedef struct gt_gemm_ex_args {
   gt_transpose trans_a, trans_b;
   int m, n, k;
@@ -192,6 +193,32 @@ typedef struct gt_backend_ops {
   /* Mixed-precision matrix product; NULL when the backend has none (callers
    * fall back to converting and calling gemm). */
   gt_status (*gemm_ex)(gt_backend *be, const gt_gemm_ex_args *g);
+
+  /* Vocabulary parallelism: this rank holds rows [v0, v0 + V) of the token
+   * table, or columns [v0, v0 + V) of each row of logits. */
+  /* out[b,t,:] = wte[tokens[b,t] - v0,:] when the token is in range, else 0;
+   * plus wpe[t,:] when wpe is not NULL. */
+  gt_status (*embedding_forward_vp)(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
+                                    int v0, int V, const float *wpe, int B, int T, int C);
+  /* dwte += rows of dout for tokens in range; dwpe (may be NULL) += dout summed over b. */
+  gt_status (*embedding_backward_vp)(gt_backend *be, float *dwte, float *dwpe, const float *dout,
+                                     const int32_t *tokens, int v0, int V, int B, int T, int C);
+  /* Per row of this rank's logits (N, V): stats[i] = local max m, stats[N+i]
+   * = sum_j exp(logit - m); tlogit[i] = the target's logit when the target
+   * is in range, else 0. */
+  gt_status (*xent_vp_local)(gt_backend *be, float *stats, float *tlogit, const float *logits,
+                             const int32_t *targets, int v0, int N, int V);
+  /* With every rank's stats gathered (P blocks of 2N, rank order) and the
+   * target logits summed over ranks: probs = softmax over the whole row
+   * (this rank's columns; may alias logits), losses = log-sum-exp - target
+   * logit (0 where the target is < 0). A target >= the whole vocabulary
+   * (vocab_total) is GT_ERANGE. */
+  gt_status (*xent_vp_finish)(gt_backend *be, float *losses, float *probs, const float *logits,
+                              const float *stats_all, int P, const float *tlogit, const int32_t *targets,
+                              int vocab_total, int N, int V);
+  /* dlogits = (probs - onehot(target - v0)) * dloss, written; may alias probs. */
+  gt_status (*softmax_xent_backward_vp)(gt_backend *be, float *dlogits, const float *probs,
+                                        const int32_t *targets, int v0, float dloss, int N, int V);
 } gt_backend_ops;
 
 struct gt_backend {

@@ -6,8 +6,17 @@
  * when no endpoint could be reached. Calls are thread-safe. Keys are
  * NUL-terminated strings; values are bytes.
  *
+ * A call refused by an unavailable endpoint is sent to the next one, and
+ * again until the deadline; the client reconnects by itself when a server
+ * comes back. A put or delete whose connection broke mid-call may thus be
+ * applied twice (same result). A transaction is retried only when it was
+ * never sent; otherwise it fails with GT_ECONN saying it may or may not
+ * have been applied.
+ *
  * Background work (lease keepalives, watches) runs on threads the library
  * owns; their callbacks run on those threads, one at a time per handle.
+ * Like gRPC below it, a client does not survive fork(): make clients in
+ * the process that uses them (after forking, or in the exec'ed program).
  */
 #ifndef GIANT_ETCD_H
 #define GIANT_ETCD_H
@@ -76,6 +85,8 @@ typedef struct gt_etcd_get_opts {
   int64_t limit;    /* at most this many keys; 0 = all */
   int64_t revision; /* read as of this revision; 0 = latest */
   int keys_only;    /* leave values out */
+  int serializable; /* answer from the member's local state, without a
+                       consensus round: faster, may be slightly stale */
 } gt_etcd_get_opts;
 
 /* Reads key (or a prefix); opts may be NULL. An absent key gives n == 0. */

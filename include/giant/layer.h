@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "giant/backend.h"
+#include "giant/group.h"
 #include "giant/status.h"
 
 #ifdef __cplusplus
@@ -41,17 +42,25 @@ typedef enum gt_init_kind {
 typedef struct gt_param_spec {
   const char *name;   /* local to the layer, e.g. "w"; the model prefixes the layer name */
   int ndim;
-  int64_t shape[4];
+  int64_t shape[4];   /* the whole parameter's shape, as one process holds it */
   gt_init_kind init;
   float std;          /* for GT_INIT_NORMAL */
   bool decay;         /* weight decay applies (matrices yes, biases and norms no) */
+  /* Tensor parallelism: when split and the layer is split across a group of
+   * size p, rank r holds part r of p equal parts along split_dim. Otherwise
+   * every rank of the group holds all of it. */
+  bool split;
+  int split_dim;
 } gt_param_spec;
 
 typedef struct gt_param {
   char name[96];      /* "<layer>.<local>" */
   int ndim;
-  int64_t shape[4];
-  size_t numel;
+  int64_t shape[4];   /* what this rank holds */
+  int64_t global_shape[4]; /* the whole parameter */
+  int split_dim;      /* -1: held whole; else cut along this dimension */
+  int split_rank, split_parts; /* this rank holds part split_rank of split_parts */
+  size_t numel;       /* elements this rank holds */
   size_t offset;      /* in floats, into the model's parameter (and gradient) buffer */
   gt_init_kind init;
   float std;
@@ -69,6 +78,15 @@ typedef struct gt_layer_ctx {
   float loss_scale;         /* d(step loss)/d(per-token loss), for loss layers */
   float *scratch;           /* device scratch of the largest scratch_floats() of any layer */
 } gt_layer_ctx;
+
+/* Annotation scopes, in the manner of Whale: opened and closed around the
+ * layers a user adds (gt_model_scope_begin / gt_model_scope_end). */
+typedef enum gt_scope_kind {
+  GT_SCOPE_REPLICATE = 0, /* data parallel: the layers inside are replicated */
+  GT_SCOPE_SPLIT = 1,     /* tensor parallel: the layers inside are sharded */
+  GT_SCOPE_STAGE = 2,     /* a pipeline stage boundary: the layers inside form one stage */
+  GT_SCOPE_PIPELINE = 3,  /* the stages inside run as a pipeline of micro_batches */
+} gt_scope_kind;
 
 typedef struct gt_layer_type {
   const char *name;
@@ -105,6 +123,9 @@ struct gt_layer {
   int out_dim;     /* features per token out */
   bool is_loss;    /* last layer: produces per-token losses (out_dim 1) */
   int vocab;       /* a layer that reads token ids or predicts them: the vocabulary size */
+  gt_group *tp;    /* the tensor-parallel group this layer is split across, or NULL */
+  bool split;      /* inside a split scope (or the default strategy): shard when tp > 1 */
+  int stage;       /* pipeline stage from the stage annotations (0 without any) */
   int first_param; /* this layer's parameters are model params [first, first+n) */
   int nparams;
   gt_model *model;
@@ -123,6 +144,10 @@ gt_status gt_layer_tie_param(gt_layer *self, const char *local_name, const char 
 float *gt_layer_param(const gt_layer *self, int i);
 float *gt_layer_grad(const gt_layer *self, int i);
 const gt_param *gt_layer_param_info(const gt_layer *self, int i);
+/* The size of the tensor-parallel group this layer is split across (1 when
+ * it is not split), and this rank's index in it. Valid from build on. */
+int gt_layer_tp_size(const gt_layer *self);
+int gt_layer_tp_rank(const gt_layer *self);
 
 #ifdef __cplusplus
 }

@@ -31,6 +31,29 @@ typedef struct gt_model_config {
 gt_status gt_model_create(gt_backend *be, const gt_model_config *cfg, gt_model **out);
 void gt_model_destroy(gt_model *m);
 
+/* Parallel context, set before layers are added (by the plan; see
+ * giant/plan.h). tp: the group tensor-parallel layers are split across;
+ * NULL or size 1 = no tensor parallelism. */
+typedef struct gt_model_parallel {
+  gt_group *tp;
+  bool seq_parallel;     /* sequence parallelism in split layers (needs tp > 1) */
+  size_t buffer_multiple; /* pad the flat buffers to a multiple of this many
+                             floats (so data-parallel shards are equal); 0 = none */
+} gt_model_parallel;
+gt_status gt_model_set_parallel(gt_model *m, const gt_model_parallel *p);
+const gt_model_parallel *gt_model_get_parallel(const gt_model *m);
+
+/* Annotations. Scopes nest; every begin needs an end before build.
+ * micro_batches is read for GT_SCOPE_PIPELINE only. Without any split
+ * scope, every layer that supports it is split when tp > 1 (the default
+ * strategy); with one, only the layers inside split scopes are. */
+gt_status gt_model_scope_begin(gt_model *m, gt_scope_kind kind, int micro_batches);
+gt_status gt_model_scope_end(gt_model *m);
+/* Micro-batches requested by a pipeline scope (0 if none), and the number of
+ * stages the stage annotations make (1 if none). */
+int gt_model_pipeline_micro_batches(const gt_model *m);
+int gt_model_num_stages(const gt_model *m);
+
 /* Appends a layer. Fails with a message naming both layers when its input
  * width does not match the previous layer's output width, or when a layer is
  * added after the loss layer. */
@@ -70,6 +93,11 @@ gt_status gt_model_forward(gt_model *m, gt_acts *a, const gt_batch *batch, float
  * d(step loss)/d(per-token loss) = loss_scale. */
 gt_status gt_model_backward(gt_model *m, gt_acts *a, float loss_scale);
 gt_status gt_model_zero_grads(gt_model *m);
+/* Called after each layer's backward with the layer's index, in backward
+ * order: the layer's parameter gradients for this micro-batch are final
+ * then. Data parallelism uses it to start reducing gradients while the
+ * layers below are still computing theirs. NULL removes the hook. */
+gt_status gt_model_set_grad_hook(gt_model *m, gt_status (*hook)(void *ctx, int layer), void *ctx);
 /* After a forward: the output distribution at (b,t), V floats into host_out. */
 gt_status gt_model_probs(gt_model *m, gt_acts *a, int b, int t, float *host_out);
 
@@ -78,6 +106,10 @@ gt_status gt_model_probs(gt_model *m, gt_acts *a, int b, int t, float *host_out)
 gt_status gt_model_get_params(gt_model *m, float *host, size_t n);
 gt_status gt_model_set_params(gt_model *m, const float *host, size_t n);
 gt_status gt_model_get_grads(gt_model *m, float *host, size_t n);
+
+/* The element of the whole parameter that element `i` of this rank's slice
+ * is (identity when the parameter is not split). */
+size_t gt_param_global_index(const gt_param *p, size_t i);
 
 /* The initial value of element `i` of parameter `name` under `seed`. */
 float gt_init_value(uint64_t seed, const char *name, size_t i, gt_init_kind kind, float std);

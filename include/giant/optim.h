@@ -6,6 +6,7 @@
 #ifndef GIANT_OPTIM_H
 #define GIANT_OPTIM_H
 
+#include "giant/group.h"
 #include "giant/model.h"
 
 #ifdef __cplusplus
@@ -30,6 +31,10 @@ gt_status gt_optim_parse(const char *name, gt_optim_kind *kind);
 typedef struct gt_optimizer gt_optimizer;
 
 gt_status gt_optimizer_create(gt_model *m, const gt_optim_config *cfg, gt_optimizer **out);
+/* An optimizer that owns only floats [lo, hi) of the flat buffer (a ZeRO
+ * shard): its state is sized hi - lo and a step updates only that range. */
+gt_status gt_optimizer_create_range(gt_model *m, const gt_optim_config *cfg, size_t lo, size_t hi,
+                                    gt_optimizer **out);
 void gt_optimizer_destroy(gt_optimizer *o);
 /* One update of every parameter from the model's gradients, which are first
  * multiplied by grad_scale (1 = none; clipping passes its factor). */
@@ -46,6 +51,13 @@ float gt_lr_at(const gt_lr_schedule *s, int step);
 
 /* The global L2 norm of the model's gradients. */
 gt_status gt_grad_norm(gt_model *m, double *norm);
+/* The same when the model is split or sharded: this rank holds the floats
+ * [lo, hi) of the gradients that count (a ZeRO shard, or everything), and
+ * the norm's square is summed over `shards` (the data-parallel group under
+ * ZeRO, else NULL) and, for split parameters only, over the tensor-parallel
+ * group `tp` (NULL when not split): parameters held whole by every
+ * tensor-parallel rank are counted once. */
+gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards, gt_group *tp, double *norm);
 /* The factor that brings a gradient of norm `norm` down to `max_norm`
  * (1 when it is already within, or when max_norm <= 0). */
 float gt_clip_factor(double norm, float max_norm);

@@ -20,6 +20,11 @@ typedef struct gt_trainer_config {
   int grad_accum;           /* micro-batches per step, >= 1 */
   const char *metrics_path; /* JSON lines; NULL = none */
   int print_every;          /* print a line every N steps; 0 = never */
+  /* Distributed training (giant/plan.h): gradients averaged over the data-
+   * parallel group (bucketed, overlapping backward), optionally ZeRO-1; the
+   * loss and gradient norm reduced over every group. NULL = one process. */
+  struct gt_dist *dist;
+  bool no_overlap;          /* hold gradient reduction back until backward ends */
 } gt_trainer_config;
 
 typedef struct gt_trainer gt_trainer;
@@ -34,6 +39,8 @@ gt_status gt_trainer_step(gt_trainer *t, gt_loader *loader, gt_step_stats *stats
 gt_status gt_trainer_step_batches(gt_trainer *t, const gt_batch *batches, int n, gt_step_stats *stats);
 int gt_trainer_step_index(const gt_trainer *t);
 gt_optimizer *gt_trainer_optimizer(gt_trainer *t);
+/* The data-parallel gradient sync (NULL without data parallelism). */
+struct gt_dp_sync *gt_trainer_dp_sync(gt_trainer *t);
 
 #ifdef __cplusplus
 }

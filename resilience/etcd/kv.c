@@ -111,6 +111,7 @@ gt_status gt_etcd_get(gt_etcd_client *c, const char *key, const gt_etcd_get_opts
   req.limit = o.limit;
   req.revision = o.revision;
   req.keys_only = o.keys_only != 0;
+  req.serializable = o.serializable != 0;
   ProtobufCMessage *m = NULL;
   char what[300];
   snprintf(what, sizeof what, "etcd get '%.200s'", key);

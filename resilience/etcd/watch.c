@@ -102,6 +102,11 @@ static int on_response(gt_etcd_watch *w, const Etcdserverpb__WatchResponse *r) {
     atomic_store(&w->last_rev, rev);
     if (rev + 1 > top) top = rev + 1;
   }
+  /* An empty response that is neither creation nor cancellation is a
+   * progress notification: every change up to its revision was sent. It
+   * keeps a quiet watch's resume point ahead of compaction. */
+  if (r->n_events == 0 && !r->created && !r->canceled && r->header && r->header->revision + 1 > top)
+    top = r->header->revision + 1;
   atomic_store(&w->next_rev, top);
   if (r->canceled) {
     if (r->compact_revision > 0) {
@@ -134,6 +139,7 @@ static int run_stream(gt_etcd_watch *w) {
     return 1;
   }
   cr.start_revision = atomic_load(&w->next_rev);
+  cr.progress_notify = 1;
   Etcdserverpb__WatchRequest req = ETCDSERVERPB__WATCH_REQUEST__INIT;
   req.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
   req.create_request = &cr;

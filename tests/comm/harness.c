@@ -10,6 +10,10 @@
 #include <time.h>
 
 int harness_rank = -1;
+
+/* Present when built with the leak sanitizer: ranks end with _exit, which
+ * skips the at-exit leak check, so each rank runs it itself. */
+extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
 static int store_port;
 
 void *harness_shared(size_t bytes) {
@@ -40,24 +44,58 @@ gt_comm *harness_comm(gt_store *s, const char *prefix, int rank, int n, gt_comm_
   return c;
 }
 
+/* The store lives in a process of its own, forked before anything else:
+ * forking ranks from a process with running threads could hand a child a
+ * lock some thread held (the sanitizers' allocator lock, for one). */
+static pid_t start_store(int *ctl) {
+  int port_pipe[2], ctl_pipe[2];
+  if (pipe(port_pipe) || pipe(ctl_pipe)) return -1;
+  fflush(stdout), fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(port_pipe[0]), close(ctl_pipe[1]);
+    gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = 0, .is_host = true,
+                               .secret = HARNESS_SECRET, .timeout_ms = 5000};
+    gt_store *server = NULL;
+    int port = -1;
+    if (gt_store_tcp_open(&cfg, &server) == GT_OK) port = gt_store_tcp_port(server);
+    else fprintf(stderr, "harness: cannot start the store: %s\n", gt_last_error());
+    if (write(port_pipe[1], &port, sizeof port) != sizeof port) _exit(1);
+    char b;
+    while (read(ctl_pipe[0], &b, 1) > 0) {
+    }
+    gt_store_destroy(server);
+    _exit(0);
+  }
+  close(port_pipe[1]), close(ctl_pipe[0]);
+  int port = -1;
+  if (pid < 0 || read(port_pipe[0], &port, sizeof port) != sizeof port || port <= 0) {
+    close(port_pipe[0]), close(ctl_pipe[1]);
+    if (pid > 0) kill(pid, SIGKILL), waitpid(pid, NULL, 0);
+    return -1;
+  }
+  close(port_pipe[0]);
+  store_port = port;
+  *ctl = ctl_pipe[1];
+  return pid;
+}
+
 int harness_run(int n, harness_fn fn, void *arg, double timeout_s, int *codes) {
   if (n < 1 || n > HARNESS_MAX) return n;
-  gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = 0, .is_host = true,
-                             .secret = HARNESS_SECRET, .timeout_ms = 5000};
-  gt_store *server = NULL;
-  if (gt_store_tcp_open(&cfg, &server) != GT_OK) {
-    fprintf(stderr, "harness: cannot start the store: %s\n", gt_last_error());
-    return n;
-  }
-  store_port = gt_store_tcp_port(server);
+  int ctl = -1;
+  pid_t store_pid = start_store(&ctl);
+  if (store_pid < 0) return n;
   pid_t pids[HARNESS_MAX];
   fflush(stdout), fflush(stderr);
   for (int r = 0; r < n; r++) {
     pids[r] = fork();
     if (pids[r] == 0) {
+      close(ctl);
       harness_rank = r;
       gt_log_set_rank(r);
       int code = fn(r, n, arg);
+      if (__lsan_do_recoverable_leak_check && __lsan_do_recoverable_leak_check() && code == RANK_OK)
+        code = RANK_FAIL;
       fflush(stdout), fflush(stderr);
       _exit(code);
     }
@@ -92,7 +130,17 @@ int harness_run(int n, harness_fn fn, void *arg, double timeout_s, int *codes) {
       waitpid(pids[r], NULL, 0);
     }
   }
-  gt_store_destroy(server);
+  close(ctl);
+  double until = gt_now() + 5;
+  while (waitpid(store_pid, NULL, WNOHANG) == 0) {
+    if (gt_now() > until) {
+      kill(store_pid, SIGKILL);
+      waitpid(store_pid, NULL, 0);
+      break;
+    }
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
   int bad = 0;
   for (int r = 0; r < n; r++) bad += codes[r] != RANK_OK;
   return bad;

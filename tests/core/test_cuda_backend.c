@@ -20,9 +20,9 @@
 
 static gt_backend *be;
 
-#define OK(expr)                                                                        \
-  do {                                                                                  \
-    gt_status s_ = (expr);                                                              \
+#define OK(expr)                                                                         \
+  do {                                                                                   \
+    gt_status s_ = (expr);                                                               \
     if (s_ != GT_OK) fail_msg("%s: %s: %s", #expr, gt_status_name(s_), gt_last_error()); \
   } while (0)
 
@@ -183,8 +183,10 @@ static void ref_gemm(double *c, const float *a, const float *b, int m, int n, in
       for (int j = 0; j < n; j++) {
         double s = 0;
         for (int p = 0; p < k; p++) {
-          double av = ta ? a[(size_t)i * m * k + (size_t)p * m + r] : a[(size_t)i * m * k + (size_t)r * k + p];
-          double bv = tb ? b[(size_t)i * k * n + (size_t)j * k + p] : b[(size_t)i * k * n + (size_t)p * n + j];
+          double av = ta ? a[(size_t)i * m * k + (size_t)p * m + r]
+                         : a[(size_t)i * m * k + (size_t)r * k + p];
+          double bv = tb ? b[(size_t)i * k * n + (size_t)j * k + p]
+                         : b[(size_t)i * k * n + (size_t)p * n + j];
           s += av * bv;
         }
         c[(size_t)i * m * n + (size_t)r * n + j] = s;
@@ -207,20 +209,34 @@ static void check_gemm_ex(int m, int n, int k, int ta, int tb, int batch) {
   ref_gemm(want, a, b, m, n, k, ta, tb, batch);
   void *da = dput(a16, na * 2), *db = dput(b16, nb * 2), *dc;
   OK(be->ops->alloc(be, nc * sizeof(float), &dc));
-  gt_gemm_ex_args g = {
-      .trans_a = ta ? GT_TRANS : GT_NO_TRANS, .trans_b = tb ? GT_TRANS : GT_NO_TRANS,
-      .m = m, .n = n, .k = k, .alpha = 1.0f, .beta = 0.0f,
-      .a = da, .a_type = GT_BF16, .lda = ta ? m : k, .stride_a = (int64_t)m * k,
-      .b = db, .b_type = GT_BF16, .ldb = tb ? k : n, .stride_b = (int64_t)k * n,
-      .c = dc, .c_type = GT_F32, .ldc = n, .stride_c = (int64_t)m * n, .batch = batch};
+  gt_gemm_ex_args g = {.trans_a = ta ? GT_TRANS : GT_NO_TRANS,
+                       .trans_b = tb ? GT_TRANS : GT_NO_TRANS,
+                       .m = m,
+                       .n = n,
+                       .k = k,
+                       .alpha = 1.0f,
+                       .beta = 0.0f,
+                       .a = da,
+                       .a_type = GT_BF16,
+                       .lda = ta ? m : k,
+                       .stride_a = (int64_t)m * k,
+                       .b = db,
+                       .b_type = GT_BF16,
+                       .ldb = tb ? k : n,
+                       .stride_b = (int64_t)k * n,
+                       .c = dc,
+                       .c_type = GT_F32,
+                       .ldc = n,
+                       .stride_c = (int64_t)m * n,
+                       .batch = batch};
   OK(be->ops->gemm_ex(be, &g));
   float *got = xmalloc(nc * sizeof *got);
   OK(gt_backend_download(be, got, dc, nc * sizeof(float)));
   /* Exact products of bf16 values, summed in fp32: error grows with k. */
   for (size_t i = 0; i < nc; i++)
     if (fabs(got[i] - want[i]) > 1e-5 * k + 1e-6)
-      fail_msg("gemm_ex bf16->f32 m=%d n=%d k=%d ta=%d tb=%d batch=%d: [%zu] got %.7g want %.7g", m, n,
-               k, ta, tb, batch, i, got[i], want[i]);
+      fail_msg("gemm_ex bf16->f32 m=%d n=%d k=%d ta=%d tb=%d batch=%d: [%zu] got %.7g want %.7g", m,
+               n, k, ta, tb, batch, i, got[i], want[i]);
 
   /* bf16 output: the fp32 result rounded once, so within one bf16 step. */
   g.c_type = GT_BF16;
@@ -246,17 +262,29 @@ static void test_gemm_ex(void **state) {
 
   /* fp32 through gemm_ex is plain fp32 (no TF32): matches gemm closely. */
   enum { M = 33, N = 47, K = 129 };
-  float *a = xmalloc(M * K * sizeof *a), *b = xmalloc(K * N * sizeof *b), *c = xmalloc(M * N * sizeof *c);
+  float *a = xmalloc(M * K * sizeof *a), *b = xmalloc(K * N * sizeof *b),
+        *c = xmalloc(M * N * sizeof *c);
   for (int i = 0; i < M * K; i++) a[i] = uniform();
   for (int i = 0; i < K * N; i++) b[i] = uniform();
   double *want = xmalloc(M * N * sizeof *want);
   ref_gemm(want, a, b, M, N, K, 0, 0, 1);
   void *da = dput(a, sizeof(float) * M * K), *db = dput(b, sizeof(float) * K * N), *dc;
   OK(be->ops->alloc(be, M * N * sizeof(float), &dc));
-  gt_gemm_ex_args g = {.m = M, .n = N, .k = K, .alpha = 1.0f, .beta = 0.0f,
-                       .a = da, .a_type = GT_F32, .lda = K,
-                       .b = db, .b_type = GT_F32, .ldb = N,
-                       .c = dc, .c_type = GT_F32, .ldc = N, .batch = 1};
+  gt_gemm_ex_args g = {.m = M,
+                       .n = N,
+                       .k = K,
+                       .alpha = 1.0f,
+                       .beta = 0.0f,
+                       .a = da,
+                       .a_type = GT_F32,
+                       .lda = K,
+                       .b = db,
+                       .b_type = GT_F32,
+                       .ldb = N,
+                       .c = dc,
+                       .c_type = GT_F32,
+                       .ldc = N,
+                       .batch = 1};
   OK(be->ops->gemm_ex(be, &g));
   OK(gt_backend_download(be, c, dc, M * N * sizeof(float)));
   for (int i = 0; i < M * N; i++) assert_true(fabs(c[i] - want[i]) < 1e-5 * (1 + fabs(want[i])));
@@ -265,6 +293,8 @@ static void test_gemm_ex(void **state) {
   g.b_type = GT_BF16;
   assert_int_equal(be->ops->gemm_ex(be, &g), GT_EUNSUPPORTED);
   g.b_type = GT_I32;
+  assert_int_equal(be->ops->gemm_ex(be, &g), GT_EUNSUPPORTED);
+  g.b_type = GT_F32, g.c_type = GT_BF16;
   assert_int_equal(be->ops->gemm_ex(be, &g), GT_EUNSUPPORTED);
   be->ops->free(be, da);
   be->ops->free(be, db);
@@ -298,7 +328,8 @@ static void test_bad_ids_change_nothing(void **state) {
   for (int i = 0; i < V * C; i++) wte[i] = uniform(), dwte0[i] = uniform();
   for (int i = 0; i < N * C; i++) dout[i] = uniform();
   int32_t *dtok = dput(tokens, sizeof tokens);
-  float *dwte = dput(dwte0, sizeof dwte0), *ddout = dput(dout, sizeof dout), *dwe = dput(wte, sizeof wte);
+  float *dwte = dput(dwte0, sizeof dwte0), *ddout = dput(dout, sizeof dout),
+        *dwe = dput(wte, sizeof wte);
   assert_int_equal(be->ops->embedding_backward(be, dwte, NULL, ddout, dtok, 2, 3, C), GT_ERANGE);
   assert_non_null(strstr(gt_last_error(), "token id -4 at position 3"));
   assert_int_equal(be->ops->embedding_forward(be, ddout, dtok, dwe, NULL, 2, 3, C), GT_ERANGE);
@@ -333,9 +364,9 @@ int main(void) {
     return 1;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_device_selection),  cmocka_unit_test(test_arena_steady_state),
-      cmocka_unit_test(test_out_of_memory),     cmocka_unit_test(test_streams_and_events),
-      cmocka_unit_test(test_gemm_ex),           cmocka_unit_test(test_bad_ids_change_nothing),
+      cmocka_unit_test(test_device_selection), cmocka_unit_test(test_arena_steady_state),
+      cmocka_unit_test(test_out_of_memory),    cmocka_unit_test(test_streams_and_events),
+      cmocka_unit_test(test_gemm_ex),          cmocka_unit_test(test_bad_ids_change_nothing),
   };
   int failed = cmocka_run_group_tests_name("cuda_backend", tests, NULL, NULL);
   gt_backend_destroy(be);

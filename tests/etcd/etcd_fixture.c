@@ -169,25 +169,41 @@ static int launch(etcd_fixture *fx) {
   return -1;
 }
 
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(path);
+}
+
 int etcd_fixture_start(etcd_fixture *fx, const etcd_fixture_opts *opts) {
   memset(fx, 0, sizeof *fx);
   if (opts) fx->opts = *opts;
   snprintf(fx->dir, sizeof fx->dir, "%s/giant-etcd-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(fx->dir)) {
     perror("etcd_fixture: mkdtemp");
+    fx->dir[0] = 0;
     return -1;
   }
-  fx->client_port = free_port();
-  do fx->peer_port = free_port();
-  while (fx->peer_port == fx->client_port);
-  if (fx->client_port <= 0 || fx->peer_port <= 0) {
-    fprintf(stderr, "etcd_fixture: no free loopback port\n");
-    return -1;
+  /* A port found free can be taken by another test before etcd binds it:
+   * then etcd exits at once, and new ports are tried. */
+  for (int attempt = 0; attempt < 3; attempt++) {
+    if (attempt > 0) { /* the data of a failed start names the old ports */
+      char data[300];
+      snprintf(data, sizeof data, "%s/data", fx->dir);
+      nftw(data, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
+    fx->client_port = free_port();
+    do fx->peer_port = free_port();
+    while (fx->peer_port == fx->client_port);
+    if (fx->client_port <= 0 || fx->peer_port <= 0) {
+      fprintf(stderr, "etcd_fixture: no free loopback port\n");
+      return -1;
+    }
+    snprintf(fx->endpoint, sizeof fx->endpoint, "127.0.0.1:%d", fx->client_port);
+    snprintf(fx->url, sizeof fx->url, "%s://127.0.0.1:%d", fx->opts.cert_file ? "https" : "http",
+             fx->client_port);
+    if (launch(fx) == 0) return 0;
   }
-  snprintf(fx->endpoint, sizeof fx->endpoint, "127.0.0.1:%d", fx->client_port);
-  snprintf(fx->url, sizeof fx->url, "%s://127.0.0.1:%d", fx->opts.cert_file ? "https" : "http",
-           fx->client_port);
-  return launch(fx);
+  return -1;
 }
 
 int etcd_fixture_signal(etcd_fixture *fx, int sig) {
@@ -223,11 +239,6 @@ int etcd_fixture_resume(etcd_fixture *fx) {
 int etcd_fixture_restart(etcd_fixture *fx) {
   etcd_fixture_stop(fx);
   return launch(fx);
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
 }
 
 void etcd_fixture_destroy(etcd_fixture *fx) {

@@ -1,0 +1,318 @@
+/* bench_comm: all-reduce, all-gather and reduce-scatter between forked
+ * ranks on this host, over TCP and shared memory, from 4 KiB up to
+ * --max-size (256 MiB by default), with algbw and busbw as nccl-tests
+ * define them:
+ *   algbw = bytes / time
+ *   busbw = algbw * 2(n-1)/n   (all-reduce)
+ *   busbw = algbw * (n-1)/n    (all-gather, reduce-scatter; bytes = the
+ *                               whole gathered / scattered buffer)
+ * next to this machine's memcpy bandwidth measured in the same run, and to
+ * torch.distributed's Gloo all-reduce on the same sizes (bench/comm_gloo.py
+ * in a python3 subprocess) when torch is installed.
+ *
+ * The last line is machine-readable:
+ *   allreduce_64MiB_2ranks_GBps=<x> vs_gloo=<ratio>
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "giant/comm.h"
+#include "giant/log.h"
+
+#define MAX_SIZES 32
+#define SECRET "bench-comm-secret"
+
+enum { OP_AR, OP_AG, OP_RS, NOPS };
+static const char *const op_names[NOPS] = {"allreduce", "allgather", "reducescatter"};
+
+typedef struct result {
+  double us[2][NOPS][MAX_SIZES]; /* [transport][op][size]: slowest rank's mean */
+  int failed;
+  char why[256];
+} result;
+
+static size_t sizes[MAX_SIZES];
+static int nsizes;
+static bool quick;
+static int store_port;
+
+static int iters_for(size_t bytes) {
+  size_t budget = (quick ? 64u : 256u) << 20;
+  size_t n = budget / (bytes ? bytes : 1);
+  int lo = quick ? 3 : 5;
+  return n < (size_t)lo ? lo : n > 200 ? 200 : (int)n;
+}
+
+static double memcpy_gbps(size_t bytes) {
+  char *a = malloc(bytes), *b = malloc(bytes);
+  if (!a || !b) {
+    free(a), free(b);
+    return 0;
+  }
+  memset(a, 1, bytes), memset(b, 2, bytes);
+  double best = 1e30;
+  for (int i = 0; i < (quick ? 3 : 8); i++) {
+    double t0 = gt_now();
+    memcpy(i % 2 ? a : b, i % 2 ? b : a, bytes);
+    double dt = gt_now() - t0;
+    if (dt < best) best = dt;
+  }
+  volatile char sink = a[bytes / 2] + b[bytes / 3];
+  (void)sink;
+  free(a), free(b);
+  return bytes / best / 1e9;
+}
+
+/* One rank: every op and size on one transport; rank 0 records times. */
+static int rank_main(int rank, int n, gt_comm_transport t, int ti, result *res) {
+  gt_store_tcp_config sc = {.host = "127.0.0.1", .port = store_port, .secret = SECRET,
+                            .timeout_ms = 10000};
+  gt_store *s = NULL;
+  gt_comm *c = NULL;
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "bench/%d/%d", n, ti);
+  gt_comm_config cc = {.prefix = prefix, .rank = rank, .size = n, .secret = SECRET,
+                       .host = "127.0.0.1", .transport = t, .op_timeout_ms = 120000};
+  gt_status st = gt_store_tcp_open(&sc, &s);
+  if (st == GT_OK) {
+    cc.store = s;
+    st = gt_comm_init(&cc, &c);
+  }
+  size_t maxb = sizes[nsizes - 1];
+  float *buf = st == GT_OK ? malloc(maxb) : NULL, *out = st == GT_OK ? malloc(maxb) : NULL;
+  if (st == GT_OK && (!buf || !out)) st = gt_errorf(GT_ENOMEM, "out of memory");
+  if (st == GT_OK) memset(buf, 0, maxb), memset(out, 0, maxb);
+  for (int op = 0; st == GT_OK && op < NOPS; op++) {
+    for (int k = 0; st == GT_OK && k < nsizes; k++) {
+      size_t bytes = sizes[k], count = bytes / 4, per = count / (size_t)n;
+      if (op != OP_AR && per == 0) continue;
+      int iters = iters_for(bytes);
+      double t0 = 0;
+      for (int i = -2; st == GT_OK && i < iters; i++) {
+        if (i == 0) {
+          st = gt_comm_barrier(c);
+          t0 = gt_now();
+        }
+        if (st != GT_OK) break;
+        if (op == OP_AR) st = gt_comm_allreduce(c, buf, count, GT_F32, GT_COMM_SUM);
+        else if (op == OP_AG) st = gt_comm_allgather(c, buf, out, per, GT_F32);
+        else st = gt_comm_reduce_scatter(c, buf, out, per, GT_F32, GT_COMM_SUM);
+      }
+      float dt = (float)((gt_now() - t0) / iters * 1e6);
+      /* The slowest rank's time is the collective's time: gather all, take the max. */
+      float parts[64] = {0};
+      if (st == GT_OK && n <= 64) {
+        parts[rank] = dt;
+        st = gt_comm_allreduce(c, parts, (size_t)n, GT_F32, GT_COMM_SUM);
+      }
+      if (st == GT_OK && rank == 0) {
+        float mx = 0;
+        for (int r = 0; r < n; r++) mx = parts[r] > mx ? parts[r] : mx;
+        res->us[ti][op][k] = mx;
+      }
+    }
+  }
+  if (st != GT_OK && rank == 0) {
+    res->failed = 1;
+    snprintf(res->why, sizeof res->why, "%s", gt_last_error());
+  }
+  free(buf), free(out);
+  gt_comm_destroy(c);
+  gt_store_destroy(s);
+  return st == GT_OK ? 0 : 1;
+}
+
+/* A store process, then n ranks; everything forked from a thread-free
+ * parent. */
+static int run_ranks(int n, gt_comm_transport t, int ti, result *res) {
+  int port_pipe[2], ctl[2];
+  if (pipe(port_pipe) || pipe(ctl)) return -1;
+  pid_t sp = fork();
+  if (sp == 0) {
+    close(port_pipe[0]), close(ctl[1]);
+    gt_store_tcp_config cfg = {.host = "127.0.0.1", .is_host = true, .secret = SECRET};
+    gt_store *srv = NULL;
+    int port = gt_store_tcp_open(&cfg, &srv) == GT_OK ? gt_store_tcp_port(srv) : -1;
+    if (write(port_pipe[1], &port, sizeof port) != sizeof port) _exit(1);
+    char b;
+    while (read(ctl[0], &b, 1) > 0) {
+    }
+    gt_store_destroy(srv);
+    _exit(0);
+  }
+  close(port_pipe[1]), close(ctl[0]);
+  if (read(port_pipe[0], &store_port, sizeof store_port) != sizeof store_port || store_port <= 0) {
+    close(ctl[1]);
+    return -1;
+  }
+  close(port_pipe[0]);
+  pid_t pids[64];
+  for (int r = 0; r < n; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      close(ctl[1]);
+      _exit(rank_main(r, n, t, ti, res));
+    }
+  }
+  int bad = 0;
+  double deadline = gt_now() + 600;
+  for (int r = 0; r < n; r++) {
+    int status = 0;
+    while (waitpid(pids[r], &status, WNOHANG) == 0) {
+      if (gt_now() > deadline) {
+        for (int q = 0; q < n; q++) kill(pids[q], SIGKILL);
+        waitpid(pids[r], &status, 0);
+        break;
+      }
+      struct timespec ts = {0, 10000000};
+      nanosleep(&ts, NULL);
+    }
+    bad += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  close(ctl[1]);
+  waitpid(sp, NULL, 0);
+  return bad;
+}
+
+/* Gloo: runs bench/comm_gloo.py and reads "bytes=<n> us=<t>" lines. */
+static int run_gloo(int n, double *us) {
+  const char *script = getenv("GT_BENCH_GLOO");
+  if (!script) script = GIANT_BENCH_DIR "/comm_gloo.py";
+  const char *py = getenv("GT_PYTHON");
+  if (!py) py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+  char cmd[4096];
+  int k = snprintf(cmd, sizeof cmd, "%s -c 'import torch.distributed' 2>/dev/null", py);
+  if (system(cmd) != 0) return -1;
+  k = snprintf(cmd, sizeof cmd, "%s %s --ranks %d %s --sizes ", py, script, n, quick ? "--quick" : "");
+  for (int i = 0; i < nsizes && k < (int)sizeof cmd - 32; i++)
+    k += snprintf(cmd + k, sizeof cmd - (size_t)k, "%s%zu", i ? "," : "", sizes[i]);
+  FILE *f = popen(cmd, "r");
+  if (!f) return -1;
+  char line[256];
+  int got = 0;
+  while (fgets(line, sizeof line, f)) {
+    size_t b;
+    double t;
+    if (sscanf(line, "gloo allreduce bytes=%zu us=%lf", &b, &t) != 2) continue;
+    for (int i = 0; i < nsizes; i++)
+      if (sizes[i] == b) us[i] = t, got++;
+  }
+  int rc = pclose(f);
+  return rc == 0 && got ? 0 : -1;
+}
+
+static size_t parse_size(const char *s) {
+  char *end;
+  double v = strtod(s, &end);
+  size_t mul = 1;
+  if (*end == 'K' || *end == 'k') mul = 1024, end++;
+  else if (*end == 'M' || *end == 'm') mul = 1u << 20, end++;
+  else if (*end == 'G' || *end == 'g') mul = 1u << 30, end++;
+  if (*end == 'i') end++;
+  if (*end == 'B') end++;
+  if (*end || v <= 0) return 0;
+  return (size_t)(v * (double)mul);
+}
+
+static void usage(void) {
+  fprintf(stderr, "usage: bench_comm [--max-size SIZE (e.g. 64M, default 256M)] [--quick] [--no-gloo]\n");
+}
+
+int main(int argc, char **argv) {
+  size_t max_size = 256u << 20;
+  bool gloo = true;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) quick = true;
+    else if (!strcmp(argv[i], "--no-gloo")) gloo = false;
+    else if (!strcmp(argv[i], "--max-size") && i + 1 < argc) {
+      max_size = parse_size(argv[++i]);
+      if (max_size < 4096 || max_size > (4ull << 30)) {
+        fprintf(stderr, "bench_comm: --max-size must be between 4K and 4G, got '%s'\n", argv[i]);
+        return 2;
+      }
+    } else {
+      usage();
+      return 2;
+    }
+  }
+  for (size_t s = 4096; s <= max_size && nsizes < MAX_SIZES; s *= quick ? 16 : 4) sizes[nsizes++] = s;
+  /* 64 MiB is the headline size: always include it when in range. */
+  if (max_size >= (64u << 20)) {
+    bool have = false;
+    for (int i = 0; i < nsizes; i++) have |= sizes[i] == (64u << 20);
+    if (!have && nsizes < MAX_SIZES) {
+      int i = nsizes++;
+      while (i > 0 && sizes[i - 1] > (64u << 20)) sizes[i] = sizes[i - 1], i--;
+      sizes[i] = 64u << 20;
+    }
+  }
+  double mc = memcpy_gbps(max_size < (64u << 20) ? max_size : 64u << 20);
+  printf("# bench_comm: %d sizes 4 KiB .. %zu MiB%s, memcpy %.2f GB/s (same run), %ld cores\n",
+         nsizes, sizes[nsizes - 1] >> 20, quick ? " (quick)" : "", mc, sysconf(_SC_NPROCESSORS_ONLN));
+  printf("# algbw = bytes/time; busbw = algbw*2(n-1)/n (allreduce), algbw*(n-1)/n (others)\n");
+  printf("%-14s %5s %-4s %12s %12s %10s %10s %9s\n", "op", "ranks", "alg", "bytes", "time_us",
+         "algbw_GBs", "busbw_GBs", "vs_memcpy");
+  double headline = 0, headline_gloo = 0;
+  const int ranks[2] = {2, 4};
+  const gt_comm_transport tr[2] = {GT_COMM_TCP, GT_COMM_SHM};
+  const char *trn[2] = {"tcp", "shm"};
+  for (int ri = 0; ri < 2; ri++) {
+    int n = ranks[ri];
+    result *res = mmap(NULL, sizeof *res, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (res == MAP_FAILED) return 1;
+    memset(res, 0, sizeof *res);
+    for (int ti = 0; ti < 2; ti++) {
+      fflush(stdout);
+      if (run_ranks(n, tr[ti], ti, res) != 0 || res->failed) {
+        fprintf(stderr, "bench_comm: %d ranks over %s failed: %s\n", n, trn[ti], res->why);
+        return 1;
+      }
+    }
+    for (int op = 0; op < NOPS; op++) {
+      for (int k = 0; k < nsizes; k++) {
+        for (int ti = 0; ti < 2; ti++) {
+          double us = res->us[ti][op][k];
+          if (us <= 0) continue;
+          double alg = sizes[k] / (us * 1e-6) / 1e9;
+          double bus = alg * (op == OP_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n);
+          printf("%-14s %5d %-4s %12zu %12.1f %10.3f %10.3f %9.2f\n", op_names[op], n, trn[ti],
+                 sizes[k], us, alg, bus, bus / mc);
+          if (op == OP_AR && n == 2 && sizes[k] == (64u << 20) && alg > headline) headline = alg;
+        }
+      }
+    }
+    if (gloo) {
+      double gus[MAX_SIZES] = {0};
+      fflush(stdout);
+      if (run_gloo(n, gus) == 0) {
+        for (int k = 0; k < nsizes; k++) {
+          if (gus[k] <= 0) continue;
+          double alg = sizes[k] / (gus[k] * 1e-6) / 1e9;
+          double best = 0;
+          for (int ti = 0; ti < 2; ti++)
+            if (res->us[ti][OP_AR][k] > 0 && sizes[k] / (res->us[ti][OP_AR][k] * 1e-6) / 1e9 > best)
+              best = sizes[k] / (res->us[ti][OP_AR][k] * 1e-6) / 1e9;
+          printf("%-14s %5d %-4s %12zu %12.1f %10.3f %10.3f %9.2f  giant/gloo=%.2f\n",
+                 "allreduce", n, "gloo", sizes[k], gus[k], alg, alg * 2.0 * (n - 1) / n,
+                 alg * 2.0 * (n - 1) / n / mc, best / alg);
+          if (n == 2 && sizes[k] == (64u << 20)) headline_gloo = alg;
+        }
+      } else {
+        printf("# gloo baseline unavailable (python3 with torch.distributed not found)\n");
+        gloo = false;
+      }
+    }
+    munmap(res, sizeof *res);
+  }
+  if (headline_gloo > 0)
+    printf("allreduce_64MiB_2ranks_GBps=%.3f vs_gloo=%.2f\n", headline, headline / headline_gloo);
+  else
+    printf("allreduce_64MiB_2ranks_GBps=%.3f vs_gloo=n/a\n", headline);
+  return 0;
+}

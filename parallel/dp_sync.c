@@ -1,0 +1,164 @@
+/* Data-parallel gradient averaging, bucketed and overlapped with backward.
+ *
+ * Parameters are laid out in layer order, so walking the flat gradient
+ * buffer from its end backwards follows the order in which backward
+ * finishes them. Buckets are contiguous ranges cut at parameter boundaries.
+ * A parameter's gradient is final once its declaring layer's backward has
+ * run: a tied user (the LM head using the embedding's table) always comes
+ * later in the model and so runs earlier in backward. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "giant/log.h"
+#include "giant/plan.h"
+
+typedef struct bucket {
+  size_t lo, hi;     /* floats of the flat buffer */
+  int min_layer;     /* lowest declaring layer among its parameters */
+  gt_comm_req *req;
+  double started;
+} bucket;
+
+struct gt_dp_sync {
+  gt_model *m;
+  gt_comm *dp;
+  bool zero1, reduce, overlap;
+  bucket *b;
+  int nb, next; /* buckets [0, next) have been started this step */
+  size_t shard_lo, shard_hi;
+  float *shard; /* ZeRO-1: this rank's reduced gradients */
+  gt_status failed;
+  gt_dp_sync_stats stats;
+};
+
+static gt_status start_bucket(gt_dp_sync *s, bucket *b) {
+  b->started = gt_now();
+  return gt_comm_allreduce_start(s->dp, gt_model_grads(s->m) + b->lo, b->hi - b->lo, GT_F32, GT_COMM_AVG, &b->req);
+}
+
+/* The model calls this after each layer's backward. */
+static gt_status on_layer_done(void *ctx, int layer) {
+  gt_dp_sync *s = ctx;
+  if (!s->reduce || !s->overlap || s->zero1) return GT_OK;
+  while (s->next < s->nb && s->b[s->next].min_layer >= layer) GT_TRY(start_bucket(s, &s->b[s->next++]));
+  return GT_OK;
+}
+
+static gt_status make_buckets(gt_dp_sync *s, size_t bucket_floats) {
+  gt_model *m = s->m;
+  int np = gt_model_num_params(m);
+  s->b = calloc((size_t)np + 1, sizeof *s->b);
+  if (!s->b) return gt_errorf(GT_ENOMEM, "out of memory for gradient buckets");
+  size_t end = gt_model_buffer_floats(m);
+  bucket cur = {.hi = end, .min_layer = 1 << 30};
+  for (int i = np - 1; i >= 0; i--) {
+    const gt_param *p = gt_model_param(m, i);
+    if (p->tied_to >= 0) continue;
+    if (p->layer < cur.min_layer) cur.min_layer = p->layer;
+    cur.lo = p->offset;
+    if (cur.hi - cur.lo >= bucket_floats) {
+      s->b[s->nb++] = cur;
+      cur = (bucket){.hi = p->offset, .min_layer = 1 << 30};
+    }
+  }
+  if (cur.hi > 0) {
+    cur.lo = 0;
+    if (cur.min_layer == 1 << 30) cur.min_layer = 0;
+    s->b[s->nb++] = cur;
+  }
+  return GT_OK;
+}
+
+gt_status gt_dp_sync_create(gt_model *m, gt_comm *dp, size_t bucket_bytes, bool zero1, gt_dp_sync **out) {
+  *out = NULL;
+  gt_dp_sync *s = calloc(1, sizeof *s);
+  if (!s) return gt_errorf(GT_ENOMEM, "out of memory creating gradient sync");
+  s->m = m;
+  s->dp = dp;
+  s->zero1 = zero1;
+  size_t n = gt_model_buffer_floats(m);
+  int P = gt_comm_size(dp), r = gt_comm_rank(dp);
+  if (zero1 && n % (size_t)P) {
+    free(s);
+    return gt_errorf(GT_EINVAL, "ZeRO-1 needs the parameter buffer (%zu floats) padded to a multiple of dp=%d; "
+                                "set the model's buffer_multiple from the plan",
+                     n, P);
+  }
+  size_t S = zero1 ? n / (size_t)P : n;
+  s->shard_lo = zero1 ? S * (size_t)r : 0;
+  s->shard_hi = zero1 ? s->shard_lo + S : n;
+  gt_status st = make_buckets(s, bucket_bytes / sizeof(float) ? bucket_bytes / sizeof(float) : 1);
+  if (st == GT_OK && zero1) st = gt_arena_alloc(gt_model_arena(m), (S ? S : 1) * sizeof(float), (void **)&s->shard);
+  if (st == GT_OK) st = gt_model_set_grad_hook(m, on_layer_done, s);
+  if (st != GT_OK) {
+    gt_dp_sync_destroy(s);
+    return st;
+  }
+  *out = s;
+  return GT_OK;
+}
+
+void gt_dp_sync_destroy(gt_dp_sync *s) {
+  if (!s) return;
+  for (int i = 0; i < s->next; i++)
+    if (s->b[i].req) gt_comm_wait(s->b[i].req, -1);
+  gt_model_set_grad_hook(s->m, NULL, NULL);
+  if (s->shard) gt_arena_free(gt_model_arena(s->m), s->shard);
+  free(s->b);
+  free(s);
+}
+
+gt_status gt_dp_sync_begin(gt_dp_sync *s, bool reduce, bool overlap) {
+  s->reduce = reduce;
+  s->overlap = overlap;
+  s->next = 0;
+  if (reduce) memset(&s->stats, 0, sizeof s->stats);
+  return GT_OK;
+}
+
+gt_status gt_dp_sync_finish(gt_dp_sync *s) {
+  gt_model *m = s->m;
+  double t0 = gt_now();
+  s->stats.buckets = s->nb;
+  if (s->zero1) {
+    /* Reduce-scatter the whole buffer; each rank keeps its shard's average. */
+    size_t S = s->shard_hi - s->shard_lo;
+    double c0 = gt_now();
+    GT_TRY(gt_comm_reduce_scatter(s->dp, gt_model_grads(m), s->shard, S, GT_F32, GT_COMM_AVG));
+    gt_backend *be = gt_model_backend(m);
+    GT_TRY(be->ops->memcpy(be, gt_model_grads(m) + s->shard_lo, s->shard, S * sizeof(float), GT_COPY_D2D,
+                           be->compute));
+    s->stats.comm_seconds = gt_now() - c0;
+    s->stats.wait_seconds = s->stats.comm_seconds;
+    return GT_OK;
+  }
+  gt_status first = GT_OK;
+  while (s->next < s->nb) {
+    gt_status st = start_bucket(s, &s->b[s->next++]);
+    if (st != GT_OK && first == GT_OK) first = st;
+  }
+  for (int i = 0; i < s->nb; i++) {
+    if (!s->b[i].req) continue;
+    gt_status st = gt_comm_wait(s->b[i].req, -1);
+    s->b[i].req = NULL;
+    s->stats.comm_seconds += gt_now() - s->b[i].started;
+    if (st != GT_OK && first == GT_OK) first = gt_error_context(st, "averaging gradients over data parallelism");
+  }
+  s->stats.wait_seconds = gt_now() - t0;
+  return first;
+}
+
+gt_status gt_dp_sync_gather_params(gt_dp_sync *s) {
+  if (!s->zero1) return GT_OK;
+  size_t S = s->shard_hi - s->shard_lo;
+  float *p = gt_model_params(s->m);
+  return gt_comm_allgather(s->dp, p + s->shard_lo, p, S, GT_F32);
+}
+
+void gt_dp_sync_shard(const gt_dp_sync *s, size_t *lo, size_t *hi) {
+  *lo = s->shard_lo;
+  *hi = s->shard_hi;
+}
+
+bool gt_dp_sync_zero1(const gt_dp_sync *s) { return s->zero1; }
+const gt_dp_sync_stats *gt_dp_sync_last(const gt_dp_sync *s) { return &s->stats; }

@@ -1,0 +1,259 @@
+/* The NCCL backend: communicators on CUDA devices, behind the same
+ * request queue and progress thread as the host transports.
+ *
+ * Communicators are non-blocking (config.blocking = 0): every NCCL call may
+ * return ncclInProgress, and we poll ncclCommGetAsyncError until it settles,
+ * against a deadline and the abort flag. A running collective is polled the
+ * same way (cudaStreamQuery plus the async error), so a dead peer or an
+ * abort ends the wait: the progress thread then calls ncclCommAbort, the
+ * only thread that touches the NCCL communicator. The unique id travels
+ * through the store; sub-groups come from ncclCommSplit.
+ *
+ * Buffers are device pointers on the backend's device. The caller makes
+ * sure their contents are ready (its compute stream synchronized, or
+ * finished) before starting an operation; collectives run on a stream of
+ * their own, so they overlap later compute. */
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "giant/log.h"
+#include "parallel/comm_internal.h"
+
+struct nccl_state {
+  ncclComm_t comm;
+  cudaStream_t stream;
+  int device;
+  float *scratch; /* one float for barriers */
+};
+
+static gt_status nccl_err(ncclResult_t r, const char *what) {
+  return gt_errorf(r == ncclRemoteError || r == ncclSystemError ? GT_ECONN : GT_EBACKEND,
+                   "%s: NCCL error %d (%s)", what, (int)r, ncclGetErrorString(r));
+}
+
+static gt_status cuda_err(cudaError_t e, const char *what) {
+  return gt_errorf(GT_EBACKEND, "%s: CUDA error %d (%s)", what, (int)e, cudaGetErrorString(e));
+}
+
+static void nap(void) {
+  struct timespec ts = {0, 50000};
+  nanosleep(&ts, NULL);
+}
+
+/* Waits for a non-blocking NCCL call on comm to settle. */
+static gt_status settle(gt_comm *c, ncclComm_t comm, ncclResult_t r, double deadline,
+                        const char *what) {
+  if (r != ncclSuccess && r != ncclInProgress) return nccl_err(r, what);
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+    if (q != ncclSuccess) return nccl_err(q, what);
+    if (state == ncclSuccess) return GT_OK;
+    if (state != ncclInProgress) return nccl_err(state, what);
+    if (c && atomic_load(&c->aborted)) return gt_comm_aborted_status(c);
+    if (gt_now() > deadline) return gt_errorf(GT_ETIMEDOUT, "%s: timed out", what);
+    nap();
+  }
+}
+
+static void nccl_teardown(nccl_state *s, bool abort) {
+  if (!s) return;
+  if (s->comm) {
+    if (abort) ncclCommAbort(s->comm);
+    else ncclCommDestroy(s->comm);
+    s->comm = NULL;
+  }
+  if (s->scratch) cudaFree(s->scratch);
+  if (s->stream) cudaStreamDestroy(s->stream);
+  s->scratch = NULL, s->stream = NULL;
+}
+
+static gt_status state_create(gt_comm *c, nccl_state **out) {
+  nccl_state *s = calloc(1, sizeof *s);
+  if (!s) return gt_errorf(GT_ENOMEM, "out of memory");
+  s->device = c->backend ? c->backend->device : 0;
+  cudaError_t e = cudaSetDevice(s->device);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaMalloc((void **)&s->scratch, sizeof(float));
+  if (e != cudaSuccess) {
+    nccl_teardown(s, false);
+    free(s);
+    return cuda_err(e, "preparing the NCCL communicator's stream");
+  }
+  *out = s;
+  return GT_OK;
+}
+
+static ncclConfig_t make_config(void) {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  return cfg;
+}
+
+gt_status gt_comm_nccl_init(gt_comm *c, double deadline) {
+  GT_TRY(state_create(c, &c->nc));
+  nccl_state *s = c->nc;
+  char key[320];
+  gt_comm_key(c, key, sizeof key, "nccl_id");
+  ncclUniqueId id;
+  gt_status st = GT_OK;
+  if (c->rank == 0) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    st = r == ncclSuccess ? gt_store_set(c->store, key, &id, sizeof id)
+                          : nccl_err(r, "ncclGetUniqueId");
+  } else {
+    void *v = NULL;
+    size_t len = 0;
+    int ms = (int)((deadline - gt_now()) * 1000);
+    st = gt_store_get(c->store, key, &v, &len, ms > 0 ? ms : 0);
+    if (st == GT_OK && len != sizeof id)
+      st = gt_errorf(GT_EFORMAT, "NCCL unique id in the store has %zu bytes, expected %zu", len, sizeof id);
+    if (st == GT_OK) memcpy(&id, v, sizeof id);
+    free(v);
+  }
+  if (st != GT_OK) return st;
+  ncclConfig_t cfg = make_config();
+  ncclResult_t r = ncclCommInitRankConfig(&s->comm, c->size, id, c->rank, &cfg);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    s->comm = NULL;
+    return nccl_err(r, "ncclCommInitRankConfig");
+  }
+  st = settle(NULL, s->comm, r, deadline, "forming the NCCL communicator");
+  if (st != GT_OK) ncclCommAbort(s->comm), s->comm = NULL;
+  return st;
+}
+
+gt_status gt_comm_nccl_split(gt_comm *p, int color, int key, gt_comm **out) {
+  *out = NULL;
+  pthread_mutex_lock(&p->mu);
+  bool busy = p->head != NULL;
+  pthread_mutex_unlock(&p->mu);
+  if (busy) return gt_errorf(GT_ESTATE, "split: finish the communicator's pending operations first");
+  if (atomic_load(&p->aborted) || !p->nc->comm) return gt_comm_aborted_status(p);
+  cudaSetDevice(p->nc->device);
+  ncclComm_t nc = NULL;
+  ncclConfig_t cfg = make_config();
+  double deadline = gt_now() + p->init_timeout_ms / 1000.0;
+  ncclResult_t r = ncclCommSplit(p->nc->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &nc, &cfg);
+  /* The split is settled on the parent; the child exists only for a color. */
+  gt_status st = settle(NULL, p->nc->comm, r, deadline, "ncclCommSplit");
+  if (st == GT_OK && nc) st = settle(NULL, nc, ncclSuccess, deadline, "ncclCommSplit (child)");
+  if (st != GT_OK || !nc) {
+    if (nc) ncclCommAbort(nc);
+    return st;
+  }
+  int rank = 0, size = 0;
+  ncclCommUserRank(nc, &rank);
+  ncclCommCount(nc, &size);
+  char prefix[256];
+  snprintf(prefix, sizeof prefix, "%s/split%d", p->prefix, color);
+  gt_comm_config cc = p->cfg;
+  cc.store = p->store, cc.prefix = prefix, cc.rank = rank, cc.size = size;
+  gt_comm *c = NULL;
+  st = gt_comm_alloc(&cc, p->secret, &c);
+  if (st != GT_OK) {
+    ncclCommAbort(nc);
+    return st;
+  }
+  c->nccl = true;
+  c->op_timeout = p->op_timeout, c->init_timeout_ms = p->init_timeout_ms;
+  st = state_create(c, &c->nc);
+  if (st == GT_OK) {
+    c->nc->comm = nc;
+    st = gt_comm_start(c);
+  } else {
+    ncclCommAbort(nc);
+  }
+  if (st != GT_OK) {
+    gt_comm_destroy(c);
+    return st;
+  }
+  *out = c;
+  return GT_OK;
+}
+
+static gt_status dtype_of(gt_dtype t, ncclDataType_t *d) {
+  if (t == GT_F32) *d = ncclFloat32;
+  else if (t == GT_BF16) *d = ncclBfloat16;
+  else return gt_errorf(GT_EINVAL, "NCCL: dtype %s not supported", gt_dtype_name(t));
+  return GT_OK;
+}
+
+/* Waits for the stream, watching for peer errors, abort and the deadline. */
+static gt_status finish(gt_comm *c, double deadline) {
+  nccl_state *s = c->nc;
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(s->stream);
+    if (e == cudaSuccess) return GT_OK;
+    if (e != cudaErrorNotReady) return cuda_err(e, "NCCL operation");
+    ncclResult_t state = ncclSuccess;
+    ncclCommGetAsyncError(s->comm, &state);
+    if (state != ncclSuccess && state != ncclInProgress) return nccl_err(state, "NCCL operation");
+    if (atomic_load(&c->aborted)) return gt_comm_aborted_status(c);
+    if (gt_now() > deadline)
+      return gt_errorf(GT_ETIMEDOUT, "NCCL operation did not finish before the operation timeout (%.1f s): a peer is stopped, hung or far behind",
+                       c->op_timeout);
+    nap();
+  }
+}
+
+gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *q, double deadline) {
+  nccl_state *s = c->nc;
+  if (!s->comm) return gt_comm_aborted_status(c);
+  cudaError_t ce = cudaSetDevice(s->device);
+  if (ce != cudaSuccess) return cuda_err(ce, "cudaSetDevice");
+  ncclDataType_t dt;
+  GT_TRY(dtype_of(q->dtype, &dt));
+  ncclRedOp_t op = q->op == GT_COMM_AVG ? ncclAvg : ncclSum;
+  size_t es = gt_dtype_size(q->dtype);
+  ncclResult_t r = ncclSuccess;
+  switch (q->kind) {
+    case OP_ALLREDUCE:
+      r = ncclAllReduce(q->buf, q->buf, q->count, dt, op, s->comm, s->stream);
+      break;
+    case OP_REDUCE_SCATTER:
+      r = ncclReduceScatter(q->src, q->buf, q->count, dt, op, s->comm, s->stream);
+      break;
+    case OP_ALLGATHER:
+      r = ncclAllGather(q->src, q->buf, q->count, dt, s->comm, s->stream);
+      break;
+    case OP_BROADCAST:
+      r = ncclBroadcast(q->buf, q->buf, q->count, dt, q->peer, s->comm, s->stream);
+      break;
+    case OP_SEND:
+      r = ncclSend(q->src, q->count, dt, q->peer, s->comm, s->stream);
+      break;
+    case OP_RECV:
+      r = ncclRecv(q->buf, q->count, dt, q->peer, s->comm, s->stream);
+      break;
+    case OP_BARRIER:
+      r = ncclAllReduce(s->scratch, s->scratch, 1, ncclFloat32, ncclSum, s->comm, s->stream);
+      break;
+  }
+  (void)es;
+  gt_status st = settle(c, s->comm, r, deadline, "issuing the NCCL operation");
+  if (st == GT_OK) st = finish(c, deadline);
+  if (st != GT_OK) {
+    /* A failed or abandoned NCCL communicator cannot be reused. */
+    ncclCommAbort(s->comm);
+    s->comm = NULL;
+  }
+  return st;
+}
+
+/* Other threads only raise the flag; the progress thread, which alone
+ * calls into this NCCL communicator, sees it within microseconds and
+ * aborts the communicator itself. */
+void gt_comm_nccl_abort(gt_comm *c) { (void)c; }
+
+void gt_comm_nccl_destroy(gt_comm *c) {
+  if (!c->nc) return;
+  cudaSetDevice(c->nc->device);
+  nccl_teardown(c->nc, atomic_load(&c->aborted) != 0);
+  free(c->nc);
+  c->nc = NULL;
+}

@@ -1,0 +1,139 @@
+/* NCCL communicators on CUDA devices: one rank per device (up to 4, at
+ * least 1), checked exactly as the host collectives are. Skipped (exit 77,
+ * with the reason) where no CUDA device is present. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "comm/harness.h"
+
+/* Counts devices in a child, so this process never initializes CUDA
+ * before forking ranks. Returns the count, or -1 with the reason printed. */
+static int probe_devices(void) {
+  fflush(stdout), fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char why[256] = "";
+    if (!gt_backend_available(GT_DEVICE_CUDA, why, sizeof why)) {
+      printf("skipped: %s\n", why);
+      fflush(stdout);
+      _exit(200);
+    }
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) _exit(200);
+    _exit(n > 4 ? 4 : n);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 200;
+  return code == 200 ? -1 : code;
+}
+
+static float *dev_upload(const float *h, size_t n) {
+  float *d = NULL;
+  CHECK(cudaMalloc((void **)&d, n * sizeof *d + 4) == cudaSuccess);
+  if (n) CHECK(cudaMemcpy(d, h, n * sizeof *d, cudaMemcpyHostToDevice) == cudaSuccess);
+  return d;
+}
+
+static void dev_download(float *h, const float *d, size_t n) {
+  if (n) CHECK(cudaMemcpy(h, d, n * sizeof *h, cudaMemcpyDeviceToHost) == cudaSuccess);
+}
+
+static int rank_main(int r, int n, void *arg) {
+  (void)arg;
+  gt_backend_config bc = {.kind = GT_DEVICE_CUDA, .device = r};
+  gt_backend *be = NULL;
+  CHECK_OK(gt_backend_create(&bc, &be));
+  gt_store *s = harness_store();
+  gt_comm_config cfg = {.store = s, .prefix = "nccl", .rank = r, .size = n, .backend = be,
+                        .secret = HARNESS_SECRET, .init_timeout_ms = 60000, .op_timeout_ms = 60000};
+  gt_comm *c = NULL;
+  CHECK_OK(gt_comm_init(&cfg, &c));
+  CHECK(strcmp(gt_comm_transport_name(c), "nccl") == 0);
+  size_t sizes[] = {1, 7, (size_t)n * 5 + 3, 1 << 20};
+  for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+    size_t count = sizes[k];
+    float *h = malloc((size_t)n * count * sizeof *h), *g = malloc((size_t)n * count * sizeof *g);
+    CHECK(h && g);
+    for (size_t i = 0; i < count; i++) h[i] = (float)(int)(i % 1000) + 3.0f * (float)r;
+    float *d = dev_upload(h, count);
+    CHECK_OK(gt_comm_allreduce(c, d, count, GT_F32, GT_COMM_SUM));
+    dev_download(g, d, count);
+    for (size_t i = 0; i < count; i++)
+      CHECK(g[i] == (float)n * (float)(int)(i % 1000) + 3.0f * (float)(n * (n - 1) / 2));
+    /* all-gather of each rank's block */
+    float *out = dev_upload(g, 0);
+    cudaFree(out);
+    CHECK(cudaMalloc((void **)&out, (size_t)n * count * sizeof *out) == cudaSuccess);
+    for (size_t i = 0; i < count; i++) h[i] = (float)(r * 1000) + (float)(int)(i % 100);
+    CHECK(cudaMemcpy(d, h, count * sizeof *h, cudaMemcpyHostToDevice) == cudaSuccess);
+    CHECK_OK(gt_comm_allgather(c, d, out, count, GT_F32));
+    dev_download(g, out, (size_t)n * count);
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < count; i++)
+        CHECK(g[(size_t)q * count + i] == (float)(q * 1000) + (float)(int)(i % 100));
+    /* reduce-scatter of the gathered buffer: block r summed n times */
+    CHECK_OK(gt_comm_reduce_scatter(c, out, d, count, GT_F32, GT_COMM_SUM));
+    dev_download(g, d, count);
+    for (size_t i = 0; i < count; i++) CHECK(g[i] == (float)n * ((float)(r * 1000) + (float)(int)(i % 100)));
+    /* broadcast from the last rank */
+    for (size_t i = 0; i < count; i++) h[i] = r == n - 1 ? (float)(int)(i % 77) : -1.0f;
+    CHECK(cudaMemcpy(d, h, count * sizeof *h, cudaMemcpyHostToDevice) == cudaSuccess);
+    CHECK_OK(gt_comm_broadcast(c, d, count, GT_F32, n - 1));
+    dev_download(g, d, count);
+    for (size_t i = 0; i < count; i++) CHECK(g[i] == (float)(int)(i % 77));
+    cudaFree(d), cudaFree(out);
+    free(h), free(g);
+  }
+  if (n >= 2 && r < 2) {
+    float v[3] = {1, 2, 3}, w[3] = {0};
+    float *d = dev_upload(v, 3);
+    if (r == 0) CHECK_OK(gt_comm_send(c, d, 3, GT_F32, 1));
+    else CHECK_OK(gt_comm_recv(c, d, 3, GT_F32, 0));
+    dev_download(w, d, 3);
+    CHECK(w[0] == 1 && w[1] == 2 && w[2] == 3);
+    cudaFree(d);
+  }
+  CHECK_OK(gt_comm_barrier(c));
+  gt_comm *half = NULL;
+  CHECK_OK(gt_comm_split(c, r % 2, r, "halves", &half));
+  CHECK(half && gt_comm_size(half) == (n - r % 2 + 1) / 2);
+  float one = 1, got = 0;
+  float *d = dev_upload(&one, 1);
+  CHECK_OK(gt_comm_allreduce(half, d, 1, GT_F32, GT_COMM_SUM));
+  dev_download(&got, d, 1);
+  CHECK(got == (float)gt_comm_size(half));
+  cudaFree(d);
+  gt_comm_destroy(half);
+  /* Abort from this thread: later operations fail at once. */
+  gt_comm_abort(c);
+  float *e = dev_upload(&one, 1);
+  CHECK(gt_comm_allreduce(c, e, 1, GT_F32, GT_COMM_SUM) == GT_EABORTED);
+  cudaFree(e);
+  gt_comm_destroy(c);
+  gt_store_destroy(s);
+  gt_backend_destroy(be);
+  return RANK_OK;
+}
+
+static void test_nccl_collectives(void **state) {
+  (void)state;
+  int n = probe_devices();
+  if (n < 1) skip();
+  int codes[HARNESS_MAX];
+  assert_int_equal(harness_run(n, rank_main, NULL, 120, codes), 0);
+}
+
+int main(void) {
+  int n = probe_devices();
+  if (n < 1) return 77;
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_nccl_collectives)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
