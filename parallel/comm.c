@@ -255,6 +255,11 @@ void gt_comm_destroy(gt_comm *c) {
   if (!c) return;
   if (c->thread_started) {
     pthread_mutex_lock(&c->mu);
+    bool pending = c->head != NULL;
+    pthread_mutex_unlock(&c->mu);
+    /* Operations nobody waited for would otherwise run (or time out) first. */
+    if (pending) fail(c, GT_EABORTED, "the communicator was destroyed with operations pending");
+    pthread_mutex_lock(&c->mu);
     c->stop = true;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);

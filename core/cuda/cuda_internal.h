@@ -77,7 +77,7 @@ gt_status gt_cuda_gemm_rm(gt_backend *be, gt_transpose ta, gt_transpose tb, int 
                           float alpha, const float *a, int lda, int64_t sa, const float *b, int ldb,
                           int64_t sb, float beta, float *c, int ldc, int64_t sc, int batch);
 
-/* memory, streams, events (cuda_backend.cu) */
+/* memory, streams, events (cuda_memory.cu); destroy (cuda_backend.cu) */
 gt_status gt_cuda_alloc(gt_backend *be, size_t bytes, void **ptr);
 void gt_cuda_free(gt_backend *be, void *ptr);
 gt_status gt_cuda_host_alloc(gt_backend *be, size_t bytes, void **ptr);

@@ -13,7 +13,13 @@
  * completes, in forward; in backward, the gradient reaching each LayerNorm
  * is a partial sum completed the same way. LayerNorms and the row-parallel
  * biases are held whole by every rank, and their gradients come out
- * identical on every rank, so they need no reduction. */
+ * identical on every rank, so they need no reduction.
+ *
+ * With sequence parallelism on, the block takes and returns a shard of the
+ * token rows: LayerNorms and residual adds run on N/p rows, an all-gather
+ * before each column-parallel product rebuilds the whole input, and a
+ * reduce-scatter after each row-parallel product replaces the all-reduce
+ * (the same bytes moved, and the LayerNorm work divided by p). */
 #include <math.h>
 
 #include "core/layers/layer_util.h"
@@ -90,6 +96,9 @@ static size_t block_acts_floats(const gt_layer *self, int B, int T) { return lay
 static size_t block_scratch(const gt_layer *self, int B, int T) {
   const block_cfg *c = self->state;
   size_t BT = (size_t)B * (size_t)T;
+  if (gt_layer_seq_parallel(self)) /* backward_sp: dfull, dln (C each) + dsh, dres2 (C) + the rest, + 2C */
+    return BT * (4 * (size_t)c->C + 4 * (size_t)c->Cl + 2 * (size_t)c->Hl) +
+           (size_t)B * (size_t)c->NHl * (size_t)T * (size_t)T + 2 * (size_t)c->C;
   /* backward: dres2, dln (C each), datty (Cl), dqkv (3Cl), dfch_gelu, dfch (Hl each), datt */
   return BT * (2 * (size_t)c->C + 4 * (size_t)c->Cl + 2 * (size_t)c->Hl) +
          (size_t)B * (size_t)c->NHl * (size_t)T * (size_t)T;
@@ -103,7 +112,13 @@ static gt_status tp_sum(gt_layer *self, float *buf, size_t n) {
   return self->tp ? self->tp->allreduce_sum(self->tp, buf, n) : GT_OK;
 }
 
+static gt_status block_forward_sp(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out,
+                                  float *acts);
+static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
+                                   float *din, float *acts);
+
 static gt_status block_forward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out, float *acts) {
+  if (gt_layer_seq_parallel(self)) return block_forward_sp(self, ctx, in, out, acts);
   const block_cfg *c = self->state;
   gt_backend *be = ctx->be;
   const gt_backend_ops *op = be->ops;
@@ -130,6 +145,7 @@ static gt_status block_forward(gt_layer *self, const gt_layer_ctx *ctx, const fl
 
 static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
                                 float *din, float *acts) {
+  if (gt_layer_seq_parallel(self)) return block_backward_sp(self, ctx, in, dout, din, acts);
   const block_cfg *c = self->state;
   gt_backend *be = ctx->be;
   const gt_backend_ops *op = be->ops;
@@ -162,6 +178,80 @@ static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const f
   return op->layernorm_backward(be, din, G(LN1W), G(LN1B), dln, in, P(LN1W), a.ln1_mean, a.ln1_rstd, N, C);
 }
 
+/* ---- sequence parallelism ---- */
+
+static gt_status block_forward_sp(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out,
+                                  float *acts) {
+  const block_cfg *c = self->state;
+  gt_backend *be = ctx->be;
+  const gt_backend_ops *op = be->ops;
+  gt_group *g = self->tp;
+  int B = ctx->B, T = ctx->T, N = B * T, C = c->C, Cl = c->Cl, Hl = c->Hl, rows = 0;
+  GT_TRY(gt_layer_rows(self, ctx, &rows));
+  size_t RC = (size_t)rows * (size_t)C, NC = (size_t)N * (size_t)C;
+  block_acts a = layout(c, acts, B, T);
+  float *sh = ctx->scratch, *tmp = sh + RC; /* a shard (rows, C) and a whole (N, C) */
+  bool bias_here = g->rank == 0;
+
+  GT_TRY(op->layernorm_forward(be, sh, a.ln1_mean, a.ln1_rstd, in, P(LN1W), P(LN1B), rows, C));
+  GT_TRY(g->allgather(g, sh, a.ln1, RC));
+  GT_TRY(op->linear_forward(be, a.qkv, a.ln1, P(QKVW), P(QKVB), N, C, 3 * Cl));
+  GT_TRY(op->attention_forward(be, a.atty, a.att, a.qkv, B, T, Cl, c->NHl));
+  GT_TRY(op->linear_forward(be, tmp, a.atty, P(PROJW), bias_here ? P(PROJB) : NULL, N, Cl, C));
+  GT_TRY(g->reduce_scatter_sum(g, tmp, sh, RC));
+  GT_TRY(op->residual_forward(be, a.res2, in, sh, RC));
+  GT_TRY(op->layernorm_forward(be, sh, a.ln2_mean, a.ln2_rstd, a.res2, P(LN2W), P(LN2B), rows, C));
+  GT_TRY(g->allgather(g, sh, a.ln2, RC));
+  GT_TRY(op->linear_forward(be, a.fch, a.ln2, P(FC1W), P(FC1B), N, C, Hl));
+  GT_TRY(op->gelu_forward(be, a.fch_gelu, a.fch, (size_t)N * (size_t)Hl));
+  GT_TRY(op->linear_forward(be, tmp, a.fch_gelu, P(FC2W), bias_here ? P(FC2B) : NULL, N, Hl, C));
+  (void)NC;
+  GT_TRY(g->reduce_scatter_sum(g, tmp, sh, RC));
+  return op->residual_forward(be, out, a.res2, sh, RC);
+}
+
+static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
+                                   float *din, float *acts) {
+  const block_cfg *c = self->state;
+  gt_backend *be = ctx->be;
+  const gt_backend_ops *op = be->ops;
+  gt_group *g = self->tp;
+  int B = ctx->B, T = ctx->T, N = B * T, C = c->C, Cl = c->Cl, Hl = c->Hl, rows = 0;
+  GT_TRY(gt_layer_rows(self, ctx, &rows));
+  size_t RC = (size_t)rows * (size_t)C, NC = (size_t)N * (size_t)C, NCl = (size_t)N * (size_t)Cl;
+  size_t NHl = (size_t)N * (size_t)Hl;
+  block_acts a = layout(c, acts, B, T);
+  float *dfull = ctx->scratch, *dln = dfull + NC, *dsh = dln + NC, *dres2 = dsh + RC, *datty = dres2 + RC;
+  float *dqkv = datty + NCl, *dfch_gelu = dqkv + 3 * NCl, *dfch = dfch_gelu + NHl, *datt = dfch + NHl;
+  float *lntmp = datt + (size_t)B * (size_t)c->NHl * (size_t)T * (size_t)T;
+
+  /* MLP branch, with the whole output gradient gathered for the products. */
+  GT_TRY(be->ops->memcpy(be, dres2, dout, RC * sizeof(float), GT_COPY_D2D, be->compute));
+  GT_TRY(g->allgather(g, dout, dfull, RC));
+  GT_TRY(GT_ZERO(be, dfch_gelu, NHl));
+  GT_TRY(op->linear_backward(be, dfch_gelu, G(FC2W), G(FC2B), dfull, a.fch_gelu, P(FC2W), N, Hl, C));
+  GT_TRY(GT_ZERO(be, dfch, NHl));
+  GT_TRY(op->gelu_backward(be, dfch, a.fch, dfch_gelu, NHl));
+  GT_TRY(GT_ZERO(be, dln, NC));
+  GT_TRY(op->linear_backward(be, dln, G(FC1W), G(FC1B), dfch, a.ln2, P(FC1W), N, C, Hl));
+  GT_TRY(g->reduce_scatter_sum(g, dln, dsh, RC));
+  GT_TRY(gt_layernorm_backward_shard(self, ctx, dres2, G(LN2W), G(LN2B), dsh, a.res2, P(LN2W), a.ln2_mean,
+                                     a.ln2_rstd, rows, C, lntmp));
+
+  /* Attention branch. */
+  GT_TRY(op->residual_backward(be, din, NULL, dres2, RC));
+  GT_TRY(g->allgather(g, dres2, dfull, RC));
+  GT_TRY(GT_ZERO(be, datty, NCl));
+  GT_TRY(op->linear_backward(be, datty, G(PROJW), G(PROJB), dfull, a.atty, P(PROJW), N, Cl, C));
+  GT_TRY(GT_ZERO(be, dqkv, 3 * NCl));
+  GT_TRY(op->attention_backward(be, dqkv, datt, datty, a.qkv, a.att, B, T, Cl, c->NHl));
+  GT_TRY(GT_ZERO(be, dln, NC));
+  GT_TRY(op->linear_backward(be, dln, G(QKVW), G(QKVB), dqkv, a.ln1, P(QKVW), N, C, 3 * Cl));
+  GT_TRY(g->reduce_scatter_sum(g, dln, dsh, RC));
+  return gt_layernorm_backward_shard(self, ctx, din, G(LN1W), G(LN1B), dsh, in, P(LN1W), a.ln1_mean, a.ln1_rstd,
+                                     rows, C, lntmp);
+}
+
 /* This rank's share of the work. */
 static double block_flops(const gt_layer *self, int B, int T) {
   const block_cfg *c = self->state;
@@ -180,4 +270,5 @@ const gt_layer_type gt_block_layer = {
     .backward = block_backward,
     .flops = block_flops,
     .destroy = gt_layer_free_state,
+    .supports_seq_parallel = true,
 };

@@ -49,10 +49,15 @@ static gt_status emb_forward(gt_layer *self, const gt_layer_ctx *ctx, const floa
   gt_backend *be = ctx->be;
   if (!self->tp)
     return be->ops->embedding_forward(be, out, ctx->tokens, gt_layer_param(self, WTE), wpe, ctx->B, ctx->T, c->C);
-  int V = c->vocab_size / self->tp->size, v0 = self->tp->rank * V;
-  GT_TRY(be->ops->embedding_forward_vp(be, out, ctx->tokens, gt_layer_param(self, WTE), v0, V,
+  int V = c->vocab_size / self->tp->size, v0 = self->tp->rank * V, rows = 0;
+  GT_TRY(gt_layer_rows(self, ctx, &rows));
+  size_t NC = (size_t)ctx->B * (size_t)ctx->T * (size_t)c->C;
+  /* On sequence shards the parts are summed and scattered in one step. */
+  float *part = gt_layer_seq_parallel(self) ? ctx->scratch : out;
+  GT_TRY(be->ops->embedding_forward_vp(be, part, ctx->tokens, gt_layer_param(self, WTE), v0, V,
                                        self->tp->rank == 0 ? wpe : NULL, ctx->B, ctx->T, c->C));
-  return self->tp->allreduce_sum(self->tp, out, (size_t)ctx->B * (size_t)ctx->T * (size_t)c->C);
+  if (gt_layer_seq_parallel(self)) return self->tp->reduce_scatter_sum(self->tp, part, out, (size_t)rows * c->C);
+  return self->tp->allreduce_sum(self->tp, out, NC);
 }
 
 static gt_status emb_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
@@ -65,9 +70,20 @@ static gt_status emb_backward(gt_layer *self, const gt_layer_ctx *ctx, const flo
     return be->ops->embedding_backward(be, gt_layer_grad(self, WTE), dwpe, dout, ctx->tokens, ctx->B, ctx->T, c->C);
   /* dout is whole on every rank, so the position gradient comes out the same
    * everywhere, as the replicated table needs. */
-  int V = c->vocab_size / self->tp->size, v0 = self->tp->rank * V;
+  int V = c->vocab_size / self->tp->size, v0 = self->tp->rank * V, rows = 0;
+  GT_TRY(gt_layer_rows(self, ctx, &rows));
+  if (gt_layer_seq_parallel(self)) {
+    GT_TRY(self->tp->allgather(self->tp, dout, ctx->scratch, (size_t)rows * c->C));
+    dout = ctx->scratch;
+  }
   return be->ops->embedding_backward_vp(be, gt_layer_grad(self, WTE), dwpe, dout, ctx->tokens, v0, V, ctx->B,
                                         ctx->T, c->C);
+}
+
+/* Sequence shards: the whole (N, C) output before it is scattered. */
+static size_t emb_scratch(const gt_layer *self, int B, int T) {
+  const gt_embedding_config *c = self->state;
+  return gt_layer_seq_parallel(self) ? (size_t)B * (size_t)T * (size_t)c->C : 0;
 }
 
 const gt_layer_type gt_embedding_layer = {
@@ -76,5 +92,7 @@ const gt_layer_type gt_embedding_layer = {
     .acts_floats = emb_acts,
     .forward = emb_forward,
     .backward = emb_backward,
+    .scratch_floats = emb_scratch,
     .destroy = gt_layer_free_state,
+    .supports_seq_parallel = true,
 };

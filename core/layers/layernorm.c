@@ -1,4 +1,5 @@
-/* LayerNorm over the feature dimension, with learned scale and shift. */
+/* LayerNorm over the feature dimension, with learned scale and shift. Under
+ * sequence parallelism it normalises this rank's rows only. */
 #include "core/layers/layer_util.h"
 #include "giant/layers.h"
 
@@ -23,7 +24,8 @@ static size_t ln_acts(const gt_layer *self, int B, int T) {
 
 static gt_status ln_forward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out, float *acts) {
   const gt_layernorm_config *c = self->state;
-  int N = ctx->B * ctx->T;
+  int N = 0;
+  GT_TRY(gt_layer_rows(self, ctx, &N));
   return ctx->be->ops->layernorm_forward(ctx->be, out, acts, acts + N, in, gt_layer_param(self, W),
                                          gt_layer_param(self, B_), N, c->C);
 }
@@ -31,9 +33,16 @@ static gt_status ln_forward(gt_layer *self, const gt_layer_ctx *ctx, const float
 static gt_status ln_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
                              float *din, float *acts) {
   const gt_layernorm_config *c = self->state;
-  int N = ctx->B * ctx->T;
-  return ctx->be->ops->layernorm_backward(ctx->be, din, gt_layer_grad(self, W), gt_layer_grad(self, B_), dout,
-                                          in, gt_layer_param(self, W), acts, acts + N, N, c->C);
+  int N = 0;
+  GT_TRY(gt_layer_rows(self, ctx, &N));
+  return gt_layernorm_backward_shard(self, ctx, din, gt_layer_grad(self, W), gt_layer_grad(self, B_), dout, in,
+                                     gt_layer_param(self, W), acts, acts + N, N, c->C, ctx->scratch);
+}
+
+static size_t ln_scratch(const gt_layer *self, int B, int T) {
+  (void)B, (void)T;
+  const gt_layernorm_config *c = self->state;
+  return 2 * (size_t)c->C;
 }
 
 const gt_layer_type gt_layernorm_layer = {
@@ -42,5 +51,7 @@ const gt_layer_type gt_layernorm_layer = {
     .acts_floats = ln_acts,
     .forward = ln_forward,
     .backward = ln_backward,
+    .scratch_floats = ln_scratch,
     .destroy = gt_layer_free_state,
+    .supports_seq_parallel = true,
 };

@@ -47,20 +47,34 @@ static int local_vocab(const gt_layer *self) {
   return c->vocab_size / gt_layer_tp_size(self);
 }
 
+/* The probabilities; on sequence shards also the gathered input. */
 static size_t head_acts(const gt_layer *self, int B, int T) {
-  return (size_t)B * (size_t)T * (size_t)local_vocab(self);
+  const gt_lm_head_config *c = self->state;
+  size_t N = (size_t)B * (size_t)T;
+  return N * (size_t)local_vocab(self) + (gt_layer_seq_parallel(self) ? N * (size_t)c->C : 0);
 }
 
 /* Split forward: the (max, sum) pairs of every rank, and the target logits. */
 static size_t head_scratch(const gt_layer *self, int B, int T) {
+  const gt_lm_head_config *c = self->state;
   size_t N = (size_t)B * (size_t)T;
-  return self->tp ? N * (2 + 2 * (size_t)self->tp->size + 1) : 0;
+  size_t stats = self->tp ? N * (2 + 2 * (size_t)self->tp->size + 1) : 0;
+  size_t din = gt_layer_seq_parallel(self) ? N * (size_t)c->C : 0; /* whole input gradient before scattering */
+  size_t row = self->tp ? (size_t)c->vocab_size : 0;                 /* one gathered row, for sampling */
+  size_t most = stats > din ? stats : din;
+  return most > row ? most : row;
 }
 
 static gt_status head_forward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out, float *acts) {
   const gt_lm_head_config *c = self->state;
-  int N = ctx->B * ctx->T, V = local_vocab(self);
+  int N = ctx->B * ctx->T, V = local_vocab(self), rows = 0;
   gt_backend *be = ctx->be;
+  GT_TRY(gt_layer_rows(self, ctx, &rows));
+  if (gt_layer_seq_parallel(self)) {
+    float *whole = acts + (size_t)N * (size_t)V;
+    GT_TRY(self->tp->allgather(self->tp, in, whole, (size_t)rows * c->C));
+    in = whole;
+  }
   GT_TRY(be->ops->linear_forward(be, acts, in, gt_layer_param(self, 0), NULL, N, c->C, V));
   if (!self->tp) return be->ops->softmax_xent_forward(be, out, acts, acts, ctx->targets, N, V);
   gt_group *g = self->tp;
@@ -82,6 +96,14 @@ static gt_status head_backward(gt_layer *self, const gt_layer_ctx *ctx, const fl
   } else {
     GT_TRY(be->ops->softmax_xent_backward_vp(be, acts, acts, ctx->targets, self->tp->rank * V, ctx->loss_scale,
                                              N, V));
+  }
+  if (gt_layer_seq_parallel(self)) {
+    /* The input gradient is a partial sum over ranks; sum and scatter it. */
+    int rows = N / self->tp->size;
+    GT_TRY(GT_ZERO(be, ctx->scratch, (size_t)N * c->C));
+    GT_TRY(be->ops->linear_backward(be, ctx->scratch, gt_layer_grad(self, 0), NULL, acts,
+                                    acts + (size_t)N * (size_t)V, gt_layer_param(self, 0), N, c->C, V));
+    return din ? self->tp->reduce_scatter_sum(self->tp, ctx->scratch, din, (size_t)rows * c->C) : GT_OK;
   }
   GT_TRY(be->ops->linear_backward(be, din, gt_layer_grad(self, 0), NULL, acts, in, gt_layer_param(self, 0), N,
                                   c->C, V));
@@ -116,4 +138,5 @@ const gt_layer_type gt_lm_head_layer = {
     .flops = head_flops,
     .probs = head_probs,
     .destroy = gt_layer_free_state,
+    .supports_seq_parallel = true,
 };

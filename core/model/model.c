@@ -224,6 +224,7 @@ const gt_param *gt_layer_param_info(const gt_layer *self, int i) {
 }
 
 int gt_layer_tp_size(const gt_layer *self) { return self->tp ? self->tp->size : 1; }
+bool gt_layer_seq_parallel(const gt_layer *self) { return self->tp && self->model->par.seq_parallel; }
 int gt_layer_tp_rank(const gt_layer *self) { return self->tp ? self->tp->rank : 0; }
 
 size_t gt_param_global_index(const gt_param *p, size_t i) {
@@ -311,6 +312,16 @@ gt_status gt_model_build(gt_model *m) {
   if (first->vocab <= 0 || last->vocab <= 0)
     return gt_errorf(GT_EINVAL, "the first layer ('%s') and the loss layer ('%s') must set their vocabulary size",
                      first->name, last->name);
+  if (m->par.seq_parallel && m->par.tp && m->par.tp->size > 1) {
+    for (int i = 0; i < m->nlayers; i++) {
+      gt_layer *l = m->layers[i];
+      if (!l->tp || !l->type->supports_seq_parallel)
+        return gt_errorf(GT_EINVAL,
+                         "sequence parallelism needs every layer split and able to run on sequence shards; "
+                         "layer '%s' (%s) %s",
+                         l->name, l->type->name, l->tp ? "cannot run on shards" : "is outside every split scope");
+    }
+  }
   m->vocab_in = first->vocab;
   m->vocab_out = last->vocab;
   /* Parameter layout: declaration order, tied parameters share storage. */

@@ -97,8 +97,9 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out);
  * by rank; a negative color joins none (*out = NULL). Collective over
  * `comm`. The new group's keys live under `prefix`. */
 gt_status gt_comm_split(gt_comm *comm, int color, int key, const char *prefix, gt_comm **out);
-/* Aborts (if still running) and frees. Pending requests must be waited
- * for first. */
+/* Frees the communicator; peers still using it see it fail. Wait for every
+ * request first: operations still pending are aborted, and their requests
+ * are never freed. */
 void gt_comm_destroy(gt_comm *comm);
 
 int gt_comm_rank(const gt_comm *comm);

@@ -113,6 +113,10 @@ typedef struct gt_layer_type {
   gt_status (*probs)(gt_layer *self, const gt_layer_ctx *ctx, float *acts, int b, int t,
                      float *host_out);
   void (*destroy)(gt_layer *self);
+  /* Under sequence parallelism, split layers pass activations between them
+   * as sequence shards: each tensor-parallel rank holds rows [r*N/p,
+   * (r+1)*N/p) of the N = B*T token rows. A type that can run so says so. */
+  bool supports_seq_parallel;
 } gt_layer_type;
 
 struct gt_layer {
@@ -148,6 +152,9 @@ const gt_param *gt_layer_param_info(const gt_layer *self, int i);
  * it is not split), and this rank's index in it. Valid from build on. */
 int gt_layer_tp_size(const gt_layer *self);
 int gt_layer_tp_rank(const gt_layer *self);
+/* Whether this layer runs on sequence shards (split, and the model has
+ * sequence parallelism on). */
+bool gt_layer_seq_parallel(const gt_layer *self);
 
 #ifdef __cplusplus
 }

@@ -206,10 +206,9 @@ gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *q, double deadline) {
   if (!s->comm) return gt_comm_aborted_status(c);
   cudaError_t ce = cudaSetDevice(s->device);
   if (ce != cudaSuccess) return cuda_err(ce, "cudaSetDevice");
-  ncclDataType_t dt;
+  ncclDataType_t dt = ncclFloat32;
   GT_TRY(dtype_of(q->dtype, &dt));
   ncclRedOp_t op = q->op == GT_COMM_AVG ? ncclAvg : ncclSum;
-  size_t es = gt_dtype_size(q->dtype);
   ncclResult_t r = ncclSuccess;
   switch (q->kind) {
     case OP_ALLREDUCE:
@@ -234,7 +233,6 @@ gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *q, double deadline) {
       r = ncclAllReduce(s->scratch, s->scratch, 1, ncclFloat32, ncclSum, s->comm, s->stream);
       break;
   }
-  (void)es;
   gt_status st = settle(c, s->comm, r, deadline, "issuing the NCCL operation");
   if (st == GT_OK) st = finish(c, deadline);
   if (st != GT_OK) {

@@ -17,6 +17,9 @@
 #include "giant/arena.h"
 #include "giant/backend.h"
 #include "giant/tensor.h"
+#ifdef GIANT_HAVE_CUDA
+#include "giant/cuda.h"
+#endif
 
 static gt_backend *be;
 
@@ -166,6 +169,19 @@ static void test_streams_and_events(void **state) {
   OK(be->ops->event_sync(be, ev));
   for (int i = 0; i < N; i++) assert_true(back[i] == (float)i);
   assert_int_equal(be->ops->memcpy(be, back, d2, 4, (gt_copy_kind)9, s), GT_EINVAL);
+
+#ifdef GIANT_HAVE_CUDA
+  /* The raw handles for libraries that take CUDA streams (NCCL). */
+  assert_non_null(gt_cuda_stream_handle(be, be->compute));
+  assert_ptr_equal(gt_cuda_stream_handle(be, NULL), gt_cuda_stream_handle(be, be->compute));
+  assert_ptr_not_equal(gt_cuda_stream_handle(be, s), gt_cuda_stream_handle(be, be->copy));
+  assert_non_null(gt_cuda_event_handle(be, ev));
+  gt_backend *cpu;
+  gt_backend_config cc = {.kind = GT_DEVICE_CPU};
+  OK(gt_backend_create(&cc, &cpu));
+  assert_null(gt_cuda_stream_handle(cpu, cpu->compute));
+  gt_backend_destroy(cpu);
+#endif
 
   be->ops->stream_destroy(be, s);
   be->ops->event_destroy(be, ev);

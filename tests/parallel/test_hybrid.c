@@ -1,7 +1,8 @@
 /* Hybrid parallelism against one process: for 4 ranks (one thread each) at
- * dp=4, tp=4 and dp=2,tp=2, with ZeRO-1 off and on, 20 training steps of a
- * small GPT give the single-process losses and final parameters within
- * 1e-5; the same layout twice gives bit-identical results.
+ * dp=4, tp=4 and dp=2,tp=2, with ZeRO-1 off and on, and with sequence
+ * parallelism on, 20 training steps of a small GPT give the single-process
+ * losses and final parameters within 1e-5; the same layout twice gives
+ * bit-identical results.
  *
  * Every run happens in forked processes (the parent never starts OpenMP,
  * which does not survive fork). Results come back through shared memory:
@@ -33,7 +34,7 @@ typedef struct result {
 
 typedef struct run_cfg {
   const char *layout; /* NULL: one process, no distribution */
-  bool zero1;
+  bool zero1, seq_parallel;
   result *out;
 } run_cfg;
 
@@ -71,7 +72,7 @@ static int train(int rank, int world, void *arg) {
   if (cfg->layout) {
     store = harness_store();
     gt_plan_config pc = {.world = world, .rank = rank, .layout = cfg->layout, .zero1 = cfg->zero1,
-                         .bucket_bytes = 8192};
+                         .seq_parallel = cfg->seq_parallel, .bucket_bytes = 8192};
     CHECK_OK(gt_plan_resolve(&pc, &plan));
     gt_dist_config dc = {.plan = plan, .store = store, .generation = "gen0",
                          .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1", .transport = GT_COMM_AUTO,
@@ -146,10 +147,10 @@ static int setup(void **state) {
   return harness_run(1, train, &cfg, 120, codes) == 0 ? 0 : -1;
 }
 
-static result *run_layout(const char *layout, bool zero1) {
+static result *run_layout(const char *layout, bool zero1, bool sp) {
   result *r = harness_shared(result_bytes());
   memcpy(r, reference, offsetof(result, params)); /* the layout table */
-  run_cfg cfg = {.layout = layout, .zero1 = zero1, .out = r};
+  run_cfg cfg = {.layout = layout, .zero1 = zero1, .seq_parallel = sp, .out = r};
   int codes[4];
   int bad = harness_run(4, train, &cfg, 240, codes);
   if (bad) fail_msg("layout %s%s: %d rank(s) failed (codes %d %d %d %d)", layout, zero1 ? " + ZeRO-1" : "", bad,
@@ -202,22 +203,25 @@ static void compare(const char *what, const result *r) {
   assert_true(worst_param <= 1e-5);
 }
 
-static void layout_case(const char *layout, bool zero1) {
+static void layout_case(const char *layout, bool zero1, bool sp) {
   char what[64];
-  snprintf(what, sizeof what, "%s%s", layout, zero1 ? " + ZeRO-1" : "");
-  compare(what, run_layout(layout, zero1));
+  snprintf(what, sizeof what, "%s%s%s", layout, zero1 ? " + ZeRO-1" : "", sp ? " + SP" : "");
+  compare(what, run_layout(layout, zero1, sp));
 }
 
-static void test_dp4(void **state) { (void)state, layout_case("dp=4", false); }
-static void test_dp4_zero1(void **state) { (void)state, layout_case("dp=4", true); }
-static void test_tp4(void **state) { (void)state, layout_case("tp=4", false); }
-static void test_tp4_zero1(void **state) { (void)state, layout_case("tp=4", true); }
-static void test_dp2_tp2(void **state) { (void)state, layout_case("dp=2,tp=2", false); }
-static void test_dp2_tp2_zero1(void **state) { (void)state, layout_case("dp=2,tp=2", true); }
+static void test_dp4(void **state) { (void)state, layout_case("dp=4", false, false); }
+static void test_dp4_zero1(void **state) { (void)state, layout_case("dp=4", true, false); }
+static void test_tp4(void **state) { (void)state, layout_case("tp=4", false, false); }
+static void test_tp4_zero1(void **state) { (void)state, layout_case("tp=4", true, false); }
+static void test_dp2_tp2(void **state) { (void)state, layout_case("dp=2,tp=2", false, false); }
+static void test_dp2_tp2_zero1(void **state) { (void)state, layout_case("dp=2,tp=2", true, false); }
+static void test_tp4_sp(void **state) { (void)state, layout_case("tp=4", false, true); }
+static void test_dp2_tp2_sp(void **state) { (void)state, layout_case("dp=2,tp=2", false, true); }
+static void test_dp2_tp2_zero1_sp(void **state) { (void)state, layout_case("dp=2,tp=2", true, true); }
 
 static void test_same_layout_twice_is_bit_identical(void **state) {
   (void)state;
-  result *a = run_layout("dp=2,tp=2", true), *b = run_layout("dp=2,tp=2", true);
+  result *a = run_layout("dp=2,tp=2", true, true), *b = run_layout("dp=2,tp=2", true, true);
   assert_memory_equal(a->losses, b->losses, sizeof a->losses);
   assert_memory_equal(a->params, b->params, reference->nparams * sizeof(float));
 }
@@ -226,6 +230,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dp4),       cmocka_unit_test(test_dp4_zero1),    cmocka_unit_test(test_tp4),
       cmocka_unit_test(test_tp4_zero1), cmocka_unit_test(test_dp2_tp2),      cmocka_unit_test(test_dp2_tp2_zero1),
+      cmocka_unit_test(test_tp4_sp),    cmocka_unit_test(test_dp2_tp2_sp),   cmocka_unit_test(test_dp2_tp2_zero1_sp),
       cmocka_unit_test(test_same_layout_twice_is_bit_identical),
   };
   return cmocka_run_group_tests(tests, setup, NULL);

@@ -1,0 +1,105 @@
+/* Rendezvous and membership on etcd: what `giantrun` agents (one per node)
+ * use to agree on a generation, a world and ranks, and to notice when that
+ * world changes.
+ *
+ * Keys live under /giant/<job>/:
+ *   current                 "<generation> <restarts>": the generation in force
+ *   secret                  the job secret (hex), made by the first round closer
+ *   done                    "ok gen<N>" or "failed: <why>": the job ended
+ *   gen<N>/nodes/<node>     "<nproc>", on the node's lease: registered for round N
+ *   gen<N>/closed           the round's members in rank order, "<node> <nproc>" lines
+ *   gen<N>/barrier/<node>   the node saw the closed round
+ *   gen<N>/finished/<node>  every worker of the node exited 0
+ *   gen<N>/reason           why the job left generation N
+ *   gen<N>/store/           the workers' gt_store (GT_STORE points here)
+ *
+ * A round opens when `current` names it. Nodes register; the round closes
+ * (one transaction, so exactly one closer) when MIN nodes are in and either
+ * MAX are in or the settle time has passed since MIN were seen. Node ranks
+ * follow the sorted node ids. Every member then passes a barrier.
+ *
+ * While a round runs, an agent polls it: a member whose lease lapsed, or a
+ * worker that failed, moves the job to the next generation and counts as a
+ * restart; a node waiting to join while the round has fewer than MAX nodes
+ * moves it too, without counting. More restarts than allowed end the job as
+ * failed, for every agent.
+ */
+#ifndef GIANT_LAUNCH_H
+#define GIANT_LAUNCH_H
+
+#include <signal.h>
+
+#include "giant/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GT_RDZV_ID_MAX 100     /* longest job or node id */
+#define GT_RDZV_MAX_NODES 1024
+
+typedef struct gt_rdzv gt_rdzv;
+
+typedef struct gt_rdzv_config {
+  const char *endpoints;           /* etcd: "host:port[,host:port...]" */
+  const char *cacert, *cert, *key; /* TLS PEM files, or NULL */
+  const char *job_id;              /* [A-Za-z0-9._-], at most GT_RDZV_ID_MAX */
+  const char *node_id;             /* same alphabet; unique per agent */
+  int min_nodes, max_nodes;
+  int nproc;                       /* workers on this node */
+  int max_restarts;                /* failures the job survives */
+  int ttl_s;                       /* lease TTL: silent this long = gone; 0 = 10 */
+  int settle_ms;                   /* wait for more than MIN; 0 = none, <0 = 5000 */
+  int join_timeout_ms;             /* one rendezvous at most this; 0 = 600000 */
+  int call_timeout_ms;             /* each etcd call; 0 = 5000 */
+  int poll_ms;                     /* period of the waits; 0 = 100 */
+  /* When it becomes non-zero (a signal handler sets it) waits end with
+   * GT_ECANCELED. May be NULL. */
+  const volatile sig_atomic_t *cancel;
+} gt_rdzv_config;
+
+typedef struct gt_rdzv_round {
+  long generation;
+  int restarts;       /* failures the job has had so far */
+  int nnodes, node_rank;
+  int nproc;          /* this node's workers */
+  int rank_base;      /* global rank of this node's first worker */
+  int world_size;
+  char secret[72];    /* hex */
+  char store_prefix[GT_RDZV_ID_MAX + 48]; /* "/giant/<job>/gen<N>/store/" */
+} gt_rdzv_round;
+
+typedef enum gt_rdzv_event {
+  GT_RDZV_RUNNING = 0, /* nothing to do */
+  GT_RDZV_RESTART,     /* the job left this generation: stop workers, join again */
+  GT_RDZV_DONE,        /* the job ended: every worker of a round exited 0 */
+  GT_RDZV_FAILED,      /* the job ended failed (see gt_rdzv_reason) */
+} gt_rdzv_event;
+
+/* Checks the config, connects, grants this node's lease and keeps it alive.
+ * An unreachable etcd or a TLS failure is reported here. */
+gt_status gt_rdzv_open(const gt_rdzv_config *cfg, gt_rdzv **out);
+/* Takes part in the next round. *ev is GT_RDZV_RUNNING with *round filled,
+ * or GT_RDZV_DONE / GT_RDZV_FAILED when the job ended meanwhile. */
+gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev);
+/* One look at the running round (call it every poll period). Moves the job
+ * on when a member is gone or a node waits, and ends it when every member
+ * has finished. */
+gt_status gt_rdzv_check(gt_rdzv *r, gt_rdzv_event *ev);
+/* This node's workers failed: moves the job to the next generation, or ends
+ * it as failed when no restart is left. Then call gt_rdzv_check or join. */
+gt_status gt_rdzv_fail(gt_rdzv *r, const char *why);
+/* Every worker of this node exited 0 in the current round. */
+gt_status gt_rdzv_finish(gt_rdzv *r);
+/* Why the job moved on or ended (for logs). */
+const char *gt_rdzv_reason(const gt_rdzv *r);
+/* Revokes the lease (so others see this node leave at once) and frees r. */
+void gt_rdzv_close(gt_rdzv *r);
+
+/* 1 when s is a valid job or node id. */
+int gt_rdzv_valid_id(const char *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

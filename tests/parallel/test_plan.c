@@ -1,0 +1,151 @@
+/* Plans: layouts parsed and checked against the world and the model, with
+ * messages that name the constraint; the printed table. No processes are
+ * needed: a tensor-parallel group is faked for the shape checks. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "examples/gpt/gpt.h"
+#include "giant/plan.h"
+
+static gt_backend *be;
+
+#define OK(expr)                                                                          \
+  do {                                                                                    \
+    gt_status s_ = (expr);                                                                \
+    if (s_ != GT_OK) fail_msg("%s: %s: %s", #expr, gt_status_name(s_), gt_last_error()); \
+  } while (0)
+
+static void expect_error(gt_status got, gt_status want, const char *words) {
+  if (got != want || !strstr(gt_last_error(), words))
+    fail_msg("got %s '%s', wanted %s with '%s'", gt_status_name(got), gt_last_error(), gt_status_name(want), words);
+}
+
+static void test_layouts_parse_and_factor_the_world(void **state) {
+  (void)state;
+  gt_grid_layout l;
+  bool autom;
+  OK(gt_plan_parse("dp=2,tp=2,pp=1", 4, &l, &autom));
+  assert_true(l.dp == 2 && l.tp == 2 && l.pp == 1 && !autom);
+  OK(gt_plan_parse("tp=2", 8, &l, &autom)); /* dp fills the world */
+  assert_true(l.dp == 4 && l.tp == 2 && l.pp == 1);
+  OK(gt_plan_parse("auto", 6, &l, &autom));
+  assert_true(l.dp == 6 && autom);
+  expect_error(gt_plan_parse("dp=2,xp=2", 4, &l, &autom), GT_EINVAL, "unknown factor 'xp'");
+  expect_error(gt_plan_parse("dp=two", 4, &l, &autom), GT_EINVAL, "positive integer");
+  expect_error(gt_plan_parse("dp=0", 4, &l, &autom), GT_EINVAL, "positive integer");
+  expect_error(gt_plan_parse("tp=3", 4, &l, &autom), GT_EINVAL, "does not divide the world size 4");
+  gt_plan p;
+  expect_error(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=2,tp=4"}, &p), GT_EINVAL,
+               "dp=2,tp=4");
+  expect_error(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=4", .seq_parallel = true}, &p),
+               GT_EINVAL, "sequence parallelism needs tensor parallelism");
+  OK(gt_plan_resolve(&(gt_plan_config){.world = 8, .rank = 5, .layout = "dp=2,tp=2,pp=2"}, &p));
+  /* Megatron order: tp fastest, then dp, then pp. */
+  assert_true(p.me.tp == 1 && p.me.dp == 0 && p.me.pp == 1);
+}
+
+/* A stand-in group: shape checks at build time need only its size. */
+static gt_group fake_group(int rank, int size) {
+  gt_group g = {.rank = rank, .size = size};
+  return g;
+}
+
+static gt_group group; /* outlives the models that point at it */
+
+static gt_status build_gpt(int tp_rank, int tp, int NH, int V, gt_model **out) {
+  gt_group *g = &group;
+  *g = fake_group(tp_rank, tp);
+  gt_model_config mc = {.B_max = 2, .T_max = 8, .seed = 1};
+  GT_TRY(gt_model_create(be, &mc, out));
+  gt_model_parallel mp = {.tp = tp > 1 ? g : NULL};
+  GT_TRY(gt_model_set_parallel(*out, &mp));
+  gpt_config gc = {.vocab_size = V, .T_max = 8, .C = 24, .NH = NH, .L = 1, .tie_weights = true};
+  gt_status s = gpt_add_layers(*out, &gc);
+  if (s == GT_OK) s = gt_model_build(*out);
+  return s;
+}
+
+static void test_model_constraints_are_named(void **state) {
+  (void)state;
+  gt_model *m = NULL;
+  expect_error(build_gpt(0, 4, 6, 64, &m), GT_EINVAL, "tp=4 does not divide the head count NH=6");
+  gt_model_destroy(m);
+  m = NULL;
+  expect_error(build_gpt(0, 4, 4, 66, &m), GT_EINVAL, "tp=4 does not divide the vocabulary size 66");
+  gt_model_destroy(m);
+  m = NULL;
+  /* Rank 1 of 2 holds the second half of every split parameter. */
+  OK(build_gpt(1, 2, 4, 64, &m));
+  int wte = -1, qkv = -1;
+  for (int i = 0; i < gt_model_num_params(m); i++) {
+    if (!strcmp(gt_model_param(m, i)->name, "embed.wte")) wte = i;
+    if (!strcmp(gt_model_param(m, i)->name, "h0.qkv.w")) qkv = i;
+  }
+  const gt_param *w = gt_model_param(m, wte), *q = gt_model_param(m, qkv);
+  assert_int_equal(w->shape[0], 32);
+  assert_int_equal(w->global_shape[0], 64);
+  assert_int_equal(gt_param_global_index(w, 0), 32 * 24);
+  assert_int_equal(q->shape[1], 12); /* (3, C/2, C): its heads' q, k and v rows */
+  assert_int_equal(gt_param_global_index(q, 12 * 24), 24 * 24 + 12 * 24); /* k block, second half */
+  /* A plan with tp=2 over a model with no split layer is rejected. */
+  gt_model *plain;
+  gt_model_config mc = {.B_max = 1, .T_max = 4, .seed = 1};
+  OK(gt_model_create(be, &mc, &plain));
+  OK(gt_model_add(plain, &gt_embedding_layer, "e", &(gt_embedding_config){8, 4, 4, false}, NULL));
+  OK(gt_model_add(plain, &gt_lm_head_layer, "h", &(gt_lm_head_config){4, 8, "e"}, NULL));
+  OK(gt_model_build(plain));
+  gt_plan p;
+  OK(gt_plan_resolve(&(gt_plan_config){.world = 2, .rank = 0, .layout = "tp=2"}, &p));
+  expect_error(gt_plan_check_model(&p, plain), GT_EINVAL, "no layer of the model is split");
+  OK(gt_plan_resolve(&(gt_plan_config){.world = 2, .rank = 0, .layout = "pp=2"}, &p));
+  expect_error(gt_plan_check_model(&p, plain), GT_EUNSUPPORTED, "pipeline");
+  /* The table names the layout, the split and the shards. */
+  OK(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 3, .layout = "dp=2,tp=2", .zero1 = true}, &p));
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  gt_plan_print(&p, m, f);
+  fclose(f);
+  assert_non_null(strstr(buf, "dp 2 x tp 2 x pp 1"));
+  assert_non_null(strstr(buf, "rank 3 is dp 1, tp 1"));
+  assert_non_null(strstr(buf, "2-way"));
+  assert_non_null(strstr(buf, "32x24 (part 2/2)"));
+  assert_non_null(strstr(buf, "shard 2 of 2"));
+  free(buf);
+  gt_model_destroy(plain);
+  gt_model_destroy(m);
+  /* Annotation scopes must be balanced. */
+  OK(gt_model_create(be, &mc, &plain));
+  OK(gt_model_scope_begin(plain, GT_SCOPE_SPLIT, 0));
+  OK(gt_model_add(plain, &gt_embedding_layer, "e", &(gt_embedding_config){8, 4, 4, false}, NULL));
+  OK(gt_model_add(plain, &gt_lm_head_layer, "h", &(gt_lm_head_config){4, 8, "e"}, NULL));
+  expect_error(gt_model_build(plain), GT_EINVAL, "still open");
+  OK(gt_model_scope_end(plain));
+  expect_error(gt_model_scope_end(plain), GT_ESTATE, "without a matching begin");
+  expect_error(gt_model_scope_begin(plain, GT_SCOPE_PIPELINE, 0), GT_EINVAL, "at least 1 micro-batch");
+  gt_model_destroy(plain);
+}
+
+static int setup(void **state) {
+  (void)state;
+  return gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be) == GT_OK ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  gt_backend_destroy(be);
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_layouts_parse_and_factor_the_world),
+      cmocka_unit_test(test_model_constraints_are_named),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
