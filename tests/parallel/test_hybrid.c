@@ -34,7 +34,8 @@ typedef struct result {
 
 typedef struct run_cfg {
   const char *layout; /* NULL: one process, no distribution */
-  bool zero1, seq_parallel;
+  const char *layout2; /* rebuild at this layout after half the steps (NULL: no rebuild) */
+  bool zero1, seq_parallel, sgd;
   result *out;
 } run_cfg;
 
@@ -58,10 +59,12 @@ static int offset_of(const result *r, const char *name) {
   return -1;
 }
 
-static int train(int rank, int world, void *arg) {
-  run_cfg *cfg = arg;
+/* One stage of training: a plan, a grid, a model and a trainer, built, run
+ * for steps [s0, s1), written back, and torn down. `whole` carries the
+ * parameters in the single-process layout between stages. */
+static void train_stage(int rank, int world, const run_cfg *cfg, const char *layout, const char *gen, int s0,
+                        int s1, bool load) {
   result *out = cfg->out;
-  gt_log_set_rank(rank);
   gt_backend *be;
   gt_backend_config bc = {.kind = GT_DEVICE_CPU, .num_threads = 1};
   CHECK_OK(gt_backend_create(&bc, &be));
@@ -69,12 +72,12 @@ static int train(int rank, int world, void *arg) {
   gt_store *store = NULL;
   gt_dist *dist = NULL;
   gt_plan plan = {.layout = {1, 1, 1}, .world = 1};
-  if (cfg->layout) {
+  if (layout) {
     store = harness_store();
-    gt_plan_config pc = {.world = world, .rank = rank, .layout = cfg->layout, .zero1 = cfg->zero1,
+    gt_plan_config pc = {.world = world, .rank = rank, .layout = layout, .zero1 = cfg->zero1,
                          .seq_parallel = cfg->seq_parallel, .bucket_bytes = 8192};
     CHECK_OK(gt_plan_resolve(&pc, &plan));
-    gt_dist_config dc = {.plan = plan, .store = store, .generation = "gen0",
+    gt_dist_config dc = {.plan = plan, .store = store, .generation = gen,
                          .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1", .transport = GT_COMM_AUTO,
                                   .init_timeout_ms = 20000, .op_timeout_ms = 20000}};
     CHECK_OK(gt_dist_create(&dc, &dist));
@@ -91,13 +94,30 @@ static int train(int rank, int world, void *arg) {
   CHECK_OK(gpt_add_layers(m, &gc));
   CHECK_OK(gt_model_build(m));
   if (dist) CHECK_OK(gt_plan_check_model(&plan, m));
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 1,
-                          .schedule = {.lr_max = 1e-2f, .lr_min = 1e-3f, .warmup = 3, .total = STEPS},
+  size_t n = gt_model_buffer_floats(m);
+  float *p = calloc(n, sizeof *p);
+  if (load) {
+    /* Take this rank's slices out of the whole parameters. */
+    for (int i = 0; i < gt_model_num_params(m); i++) {
+      const gt_param *q = gt_model_param(m, i);
+      if (q->tied_to >= 0) continue;
+      int base = offset_of(out, q->name);
+      CHECK(base >= 0);
+      for (size_t j = 0; j < q->numel; j++) p[q->offset + j] = out->params[base + gt_param_global_index(q, j)];
+    }
+    CHECK_OK(gt_model_set_params(m, p, n));
+  }
+  gt_optim_config oc = gt_optim_defaults(cfg->sgd ? GT_OPTIM_SGD : GT_OPTIM_ADAMW);
+  if (cfg->sgd) oc.momentum = 0; /* stateless, so parameters alone carry training across a rebuild */
+  float lr = cfg->sgd ? 0.2f : 1e-2f;
+  gt_trainer_config tc = {.optim = oc, .grad_clip = 1.0f, .grad_accum = 1,
+                          .schedule = cfg->sgd ? (gt_lr_schedule){lr, lr, 0, 0}
+                                               : (gt_lr_schedule){lr, lr / 10, 3, STEPS},
                           .dist = dist};
   gt_trainer *tr;
   CHECK_OK(gt_trainer_create(m, &tc, &tr));
   int32_t in[B * T], tg[B * T];
-  for (int s = 0; s < STEPS; s++) {
+  for (int s = s0; s < s1; s++) {
     batch_for(s, in, tg);
     gt_batch b = {.B = rows, .T = T, .inputs = in + row0 * T, .targets = tg + row0 * T};
     gt_step_stats st;
@@ -105,10 +125,8 @@ static int train(int rank, int world, void *arg) {
     if (rank == 0) out->losses[s] = st.loss, out->norms[s] = st.grad_norm;
   }
   /* Write what this rank holds into the single-process layout. */
-  size_t n = gt_model_buffer_floats(m);
-  float *p = malloc(n * sizeof *p);
   CHECK_OK(gt_model_get_params(m, p, n));
-  if (!cfg->layout) {
+  if (!layout) {
     out->nparams = n;
     out->count = 0;
     for (int i = 0; i < gt_model_num_params(m); i++) {
@@ -119,32 +137,50 @@ static int train(int rank, int world, void *arg) {
       out->offsets[out->count++] = q->offset;
     }
   }
+  if (dist) CHECK_OK(gt_comm_barrier(gt_grid_world(gt_dist_grid(dist)))); /* everyone has loaded */
   if (plan.me.dp == 0) {
     for (int i = 0; i < gt_model_num_params(m); i++) {
       const gt_param *q = gt_model_param(m, i);
       if (q->tied_to >= 0 || (q->split_dim < 0 && plan.me.tp != 0)) continue;
-      int base = cfg->layout ? offset_of(out, q->name) : (int)q->offset;
+      int base = layout ? offset_of(out, q->name) : (int)q->offset;
       CHECK(base >= 0);
       for (size_t j = 0; j < q->numel; j++) out->params[base + gt_param_global_index(q, j)] = p[q->offset + j];
     }
   }
+  if (dist) CHECK_OK(gt_comm_barrier(gt_grid_world(gt_dist_grid(dist)))); /* everyone has written */
   free(p);
   gt_trainer_destroy(tr);
   gt_model_destroy(m);
   gt_dist_destroy(dist);
   gt_store_destroy(store);
   gt_backend_destroy(be);
+}
+
+static int train(int rank, int world, void *arg) {
+  run_cfg *cfg = arg;
+  gt_log_set_rank(rank);
+  if (!cfg->layout2) {
+    train_stage(rank, world, cfg, cfg->layout, "gen0", 0, STEPS, false);
+  } else {
+    /* The same processes tear everything down and build again at another
+     * layout, carrying the parameters over. */
+    train_stage(rank, world, cfg, cfg->layout, "gen0", 0, STEPS / 2, false);
+    train_stage(rank, world, cfg, cfg->layout2, "gen1", STEPS / 2, STEPS, true);
+  }
   return RANK_OK;
 }
 
-static result *reference;
+static result *reference, *reference_sgd;
 
 static int setup(void **state) {
   (void)state;
   reference = harness_shared(result_bytes());
+  reference_sgd = harness_shared(result_bytes());
   run_cfg cfg = {.layout = NULL, .out = reference};
+  run_cfg sgd = {.layout = NULL, .sgd = true, .out = reference_sgd};
   int codes[1];
-  return harness_run(1, train, &cfg, 120, codes) == 0 ? 0 : -1;
+  if (harness_run(1, train, &cfg, 120, codes) != 0) return -1;
+  return harness_run(1, train, &sgd, 120, codes) == 0 ? 0 : -1;
 }
 
 static result *run_layout(const char *layout, bool zero1, bool sp) {
@@ -174,7 +210,7 @@ static bool is_key_bias(size_t i) {
   return false;
 }
 
-static void compare(const char *what, const result *r) {
+static void compare_to(const result *reference, const char *what, const result *r) {
   double worst_loss = 0, worst_param = 0;
   for (int s = 0; s < STEPS; s++) {
     double d = fabs((double)r->losses[s] - reference->losses[s]) / fabs((double)reference->losses[s]);
@@ -203,6 +239,8 @@ static void compare(const char *what, const result *r) {
   assert_true(worst_param <= 1e-5);
 }
 
+static void compare(const char *what, const result *r) { compare_to(reference, what, r); }
+
 static void layout_case(const char *layout, bool zero1, bool sp) {
   char what[64];
   snprintf(what, sizeof what, "%s%s%s", layout, zero1 ? " + ZeRO-1" : "", sp ? " + SP" : "");
@@ -219,6 +257,21 @@ static void test_tp4_sp(void **state) { (void)state, layout_case("tp=4", false, 
 static void test_dp2_tp2_sp(void **state) { (void)state, layout_case("dp=2,tp=2", false, true); }
 static void test_dp2_tp2_zero1_sp(void **state) { (void)state, layout_case("dp=2,tp=2", true, true); }
 
+/* A grid, plan and model torn down and rebuilt at another layout inside the
+ * same processes (as a reshape does) carry training on: 10 steps at dp=4
+ * then 10 at dp=2,tp=2 (with sequence parallelism) match 20 steps of one
+ * process. SGD without momentum, whose only state is the parameters. */
+static void test_rebuild_at_another_layout_inside_the_processes(void **state) {
+  (void)state;
+  result *r = harness_shared(result_bytes());
+  memcpy(r, reference_sgd, offsetof(result, params));
+  run_cfg cfg = {.layout = "dp=4", .layout2 = "dp=2,tp=2", .seq_parallel = false, .sgd = true, .out = r};
+  int codes[4];
+  int bad = harness_run(4, train, &cfg, 240, codes);
+  if (bad) fail_msg("rebuild: %d rank(s) failed", bad);
+  compare_to(reference_sgd, "dp=4 then dp=2,tp=2", r);
+}
+
 static void test_same_layout_twice_is_bit_identical(void **state) {
   (void)state;
   result *a = run_layout("dp=2,tp=2", true, true), *b = run_layout("dp=2,tp=2", true, true);
@@ -231,6 +284,7 @@ int main(void) {
       cmocka_unit_test(test_dp4),       cmocka_unit_test(test_dp4_zero1),    cmocka_unit_test(test_tp4),
       cmocka_unit_test(test_tp4_zero1), cmocka_unit_test(test_dp2_tp2),      cmocka_unit_test(test_dp2_tp2_zero1),
       cmocka_unit_test(test_tp4_sp),    cmocka_unit_test(test_dp2_tp2_sp),   cmocka_unit_test(test_dp2_tp2_zero1_sp),
+      cmocka_unit_test(test_rebuild_at_another_layout_inside_the_processes),
       cmocka_unit_test(test_same_layout_twice_is_bit_identical),
   };
   return cmocka_run_group_tests(tests, setup, NULL);

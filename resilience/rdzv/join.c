@@ -1,0 +1,237 @@
+/* Joining a round: register under the current generation, close the round
+ * when enough nodes are in (one transaction wins), pass the barrier. */
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "resilience/rdzv/internal.h"
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Makes the job secret once, the first time any round closes. */
+static gt_status ensure_secret(gt_rdzv *r) {
+  unsigned char raw[32];
+  if (RAND_bytes(raw, sizeof raw) != 1)
+    return gt_errorf(GT_EBACKEND, "OpenSSL RAND_bytes failed to make the job secret");
+  char hex[65];
+  for (size_t i = 0; i < sizeof raw; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+  char k[256];
+  rdzv_key(r, k, sizeof k, "secret");
+  int created;
+  return gt_etcd_create(r->cli, k, hex, 64, 0, &created);
+}
+
+/* Publishes the members (registered nodes, sorted, at most MAX) of round
+ * s->gen, if the round is still current and open. */
+static gt_status close_round(gt_rdzv *r, const rdzv_snap *s) {
+  const gt_etcd_kvs *nodes = rdzv_snap_nodes(s);
+  char prefix[256];
+  rdzv_key(r, prefix, sizeof prefix, "gen%ld/nodes/", s->gen);
+  size_t pl = strlen(prefix);
+  char **ids = calloc(nodes->n ? nodes->n : 1, sizeof *ids);
+  if (!ids) return gt_errorf(GT_ENOMEM, "out of memory");
+  size_t n = 0;
+  for (size_t i = 0; i < nodes->n; i++)
+    if (strlen(nodes->kvs[i].key) > pl && gt_rdzv_valid_id(nodes->kvs[i].key + pl))
+      ids[n++] = nodes->kvs[i].key + pl;
+  qsort(ids, n, sizeof *ids, cmp_str);
+  if (n > (size_t)r->cfg.max_nodes) n = (size_t)r->cfg.max_nodes;
+  size_t cap = n * (GT_RDZV_ID_MAX + 16) + 1;
+  char *text = malloc(cap);
+  if (!text) {
+    free(ids);
+    return gt_errorf(GT_ENOMEM, "out of memory");
+  }
+  size_t used = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *id = ids[i];
+    int np = 0;
+    for (size_t j = 0; j < nodes->n; j++)
+      if (strcmp(nodes->kvs[j].key + pl, id) == 0) np = atoi((const char *)nodes->kvs[j].value);
+    if (np < 1) np = 1;
+    used += (size_t)snprintf(text + used, cap - used, "%s %d\n", id, np);
+  }
+  free(ids);
+  gt_status st = ensure_secret(r);
+  if (st == GT_OK) {
+    char kc[256], kcl[256];
+    rdzv_key(r, kc, sizeof kc, "current");
+    rdzv_key(r, kcl, sizeof kcl, "gen%ld/closed", s->gen);
+    gt_etcd_cmp cmps[2] = {
+        {.key = kc, .target = GT_ETCD_CMP_VALUE, .op = GT_ETCD_EQUAL, .value = s->current,
+         .value_len = strlen(s->current)},
+        {.key = kcl, .target = GT_ETCD_CMP_CREATE_REVISION, .op = GT_ETCD_EQUAL, .number = 0},
+    };
+    gt_etcd_op put = {.type = GT_ETCD_OP_PUT, .key = kcl, .value = text, .value_len = used};
+    st = gt_etcd_txn(r->cli, cmps, 2, &put, 1, NULL, 0, NULL);
+  }
+  free(text);
+  return st;
+}
+
+static gt_status register_node(gt_rdzv *r, long gen) {
+  char k[256], v[16];
+  rdzv_key(r, k, sizeof k, "gen%ld/nodes/%s", gen, r->cfg.node_id);
+  snprintf(v, sizeof v, "%d", r->cfg.nproc);
+  return gt_etcd_put(r->cli, k, v, strlen(v), r->lease, NULL, NULL);
+}
+
+static gt_status fill_round(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_round *out) {
+  memset(out, 0, sizeof *out);
+  out->generation = s->gen;
+  out->restarts = s->restarts;
+  out->nnodes = r->nmembers;
+  out->nproc = r->cfg.nproc;
+  out->node_rank = -1;
+  for (int i = 0; i < r->nmembers; i++) {
+    if (strcmp(r->members[i].id, r->cfg.node_id) == 0) {
+      out->node_rank = i;
+      out->rank_base = out->world_size;
+    }
+    out->world_size += r->members[i].nproc;
+  }
+  snprintf(out->store_prefix, sizeof out->store_prefix, "%sgen%ld/store/", r->root, s->gen);
+  char k[256];
+  rdzv_key(r, k, sizeof k, "secret");
+  void *v;
+  size_t len;
+  gt_status st = gt_etcd_get_value(r->cli, k, &v, &len, NULL);
+  if (st != GT_OK) return gt_error_context(st, "reading the job secret");
+  if (len < 16 || len >= sizeof out->secret) {
+    free(v);
+    return gt_errorf(GT_EFORMAT, "the job secret in etcd has %zu bytes; expected 16..%zu", len,
+                     sizeof out->secret - 1);
+  }
+  memcpy(out->secret, v, len);
+  out->secret[len] = 0;
+  free(v);
+  return GT_OK;
+}
+
+typedef enum { STEP_WAIT, STEP_AGAIN, STEP_JOINED, STEP_ENDED } step;
+
+/* One pass of the barrier of round s->gen, which lists this node. */
+static gt_status barrier_step(gt_rdzv *r, const rdzv_snap *s, double started, step *out) {
+  char np[256], bp[256];
+  rdzv_key(r, np, sizeof np, "gen%ld/nodes/", s->gen);
+  rdzv_key(r, bp, sizeof bp, "gen%ld/barrier/", s->gen);
+  int all = 1;
+  for (int i = 0; i < r->nmembers; i++) {
+    const char *id = r->members[i].id;
+    if (!rdzv_kvs_has(rdzv_snap_nodes(s), np, id)) {
+      char why[300];
+      snprintf(why, sizeof why, "node %s left during the rendezvous of gen%ld", id, s->gen);
+      GT_TRY(rdzv_advance(r, s, 0, why));
+      *out = STEP_AGAIN;
+      return GT_OK;
+    }
+    if (!rdzv_kvs_has(rdzv_snap_barrier(s), bp, id)) all = 0;
+  }
+  if (all) {
+    *out = STEP_JOINED;
+    return GT_OK;
+  }
+  /* A member that registered but never reaches the barrier (stopped, not
+   * dead) would hold everyone: give it two lease periods. */
+  if (rdzv_now() - started > 2.0 * r->cfg.ttl_s + 5) {
+    char why[300];
+    snprintf(why, sizeof why, "a member of gen%ld did not reach the barrier in time", s->gen);
+    GT_TRY(rdzv_advance(r, s, 0, why));
+    *out = STEP_AGAIN;
+    return GT_OK;
+  }
+  *out = STEP_WAIT;
+  return GT_OK;
+}
+
+gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
+  *ev = GT_RDZV_RUNNING;
+  memset(round, 0, sizeof *round);
+  double deadline = rdzv_now() + r->cfg.join_timeout_ms / 1000.0;
+  long gen = r->gen >= 0 ? r->gen : 0;
+  long registered = -1, barrier_put = -1;
+  double min_seen = 0, barrier_started = 0;
+  char nodes_prefix[256];
+  free(r->members);
+  r->members = NULL;
+  r->nmembers = 0;
+  r->gen = -1;
+  for (;;) {
+    if (rdzv_cancelled(r)) return gt_errorf(GT_ECANCELED, "rendezvous cancelled");
+    if (rdzv_now() > deadline)
+      return gt_errorf(GT_ETIMEDOUT,
+                       "rendezvous of job %s did not complete in %d s (need %d node(s)): start the other agents, or raise --rdzv-timeout",
+                       r->cfg.job_id, r->cfg.join_timeout_ms / 1000, r->cfg.min_nodes);
+    GT_TRY(rdzv_ensure_lease(r));
+    rdzv_snap s;
+    GT_TRY(rdzv_snap_read(r, gen, &s));
+    gt_status st = GT_OK;
+    step next = STEP_WAIT;
+    if (s.done) {
+      snprintf(r->reason, sizeof r->reason, "%s", s.done_val);
+      *ev = s.done > 0 ? GT_RDZV_DONE : GT_RDZV_FAILED;
+      next = STEP_ENDED;
+    } else if (s.gen != gen) {
+      gen = s.gen;
+      min_seen = 0;
+      free(r->members);
+      r->members = NULL;
+      r->nmembers = 0;
+      next = STEP_AGAIN;
+    } else {
+      rdzv_key(r, nodes_prefix, sizeof nodes_prefix, "gen%ld/nodes/", gen);
+      const gt_etcd_kvs *closed = rdzv_snap_closed(&s);
+      if (registered != gen || !rdzv_kvs_has(rdzv_snap_nodes(&s), nodes_prefix, r->cfg.node_id)) {
+        st = register_node(r, gen);
+        registered = gen;
+        next = STEP_AGAIN;
+      } else if (closed->n > 0) {
+        if (!r->members) {
+          st = rdzv_parse_members((const char *)closed->kvs[0].value, closed->kvs[0].value_len,
+                                  &r->members, &r->nmembers);
+          barrier_started = rdzv_now();
+        }
+        int in = 0;
+        for (int i = 0; st == GT_OK && i < r->nmembers; i++) in |= !strcmp(r->members[i].id, r->cfg.node_id);
+        if (st == GT_OK && in) {
+          if (barrier_put != gen) {
+            char k[256];
+            rdzv_key(r, k, sizeof k, "gen%ld/barrier/%s", gen, r->cfg.node_id);
+            st = gt_etcd_put(r->cli, k, "1", 1, r->lease, NULL, NULL);
+            barrier_put = gen;
+            next = STEP_AGAIN;
+          } else {
+            st = barrier_step(r, &s, barrier_started, &next);
+          }
+        }
+        /* Not a member: the round closed before this node came; it waits
+         * for the next generation. */
+      } else {
+        int count = (int)rdzv_snap_nodes(&s)->n;
+        if (count >= r->cfg.min_nodes) {
+          if (min_seen == 0) min_seen = rdzv_now();
+          if (count >= r->cfg.max_nodes || (rdzv_now() - min_seen) * 1000 >= r->cfg.settle_ms) {
+            st = close_round(r, &s);
+            next = STEP_AGAIN;
+          }
+        } else {
+          min_seen = 0;
+        }
+      }
+    }
+    if (st == GT_OK && next == STEP_JOINED) {
+      st = fill_round(r, &s, round);
+      if (st == GT_OK) {
+        r->gen = s.gen;
+        r->restarts = s.restarts;
+      }
+    }
+    rdzv_snap_free(&s);
+    GT_TRY(st);
+    if (next == STEP_JOINED || next == STEP_ENDED) return GT_OK;
+    if (next == STEP_WAIT) rdzv_nap_ms(r->cfg.poll_ms);
+  }
+}
