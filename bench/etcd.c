@@ -215,13 +215,13 @@ int main(int argc, char **argv) {
   int replayed = atomic_load(&rc.n);
   double replay_rate = replayed / (atomic_load(&rc.last_at) - r0);
   gt_etcd_watch_cancel(w);
-  printf("%-18s %8.0f events/s (%d of %d events from history)\n", "watch replay", replay_rate,
-         replayed, total);
   double commit_rate = total / (t_written - t0);
   double watch_rate = got / (t_last - t0);
   printf("%-18s %8.0f events/s (%d of %d events; writers committed %.0f puts/s; last event "
          "%.1f ms after the last put returned)\n",
          "watch", watch_rate, got, total, commit_rate, (t_last - t_written) * 1e3);
+  printf("%-18s %8.0f events/s (%d of %d events read back from history)\n", "watch replay",
+         replay_rate, replayed, total);
   printf("ratios: put/rtt %.2f, get/rtt %.2f, txn/rtt %.2f, watch/commit %.3f\n",
          put.p50_us / rtt.p50_us, get.p50_us / rtt.p50_us, txn.p50_us / rtt.p50_us,
          watch_rate / commit_rate);

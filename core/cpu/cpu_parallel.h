@@ -76,8 +76,4 @@ static inline float gt_cpu_expf(float x) {
   return x < -87.33654f ? 0.0f : y;
 }
 
-/* tanh(x) = 1 - 2 / (e^(2x) + 1): exact at the saturated ends, absolute
- * error about 1e-7 near zero. */
-static inline float gt_cpu_tanhf(float x) { return 1.0f - 2.0f / (gt_cpu_expf(2.0f * x) + 1.0f); }
-
 #endif

@@ -59,6 +59,11 @@ static gt_backend_ops make_ops(void) {
   o.bf16_to_f32 = gt_cuda_bf16_to_f32;
   o.destroy = gt_cuda_destroy;
   o.gemm_ex = gt_cuda_gemm_ex;
+  o.embedding_forward_vp = gt_cuda_embedding_forward_vp;
+  o.embedding_backward_vp = gt_cuda_embedding_backward_vp;
+  o.xent_vp_local = gt_cuda_xent_vp_local;
+  o.xent_vp_finish = gt_cuda_xent_vp_finish;
+  o.softmax_xent_backward_vp = gt_cuda_softmax_xent_backward_vp;
   return o;
 }
 

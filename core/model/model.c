@@ -120,6 +120,18 @@ int gt_model_num_params(const gt_model *m) { return m->nparams; }
 const gt_param *gt_model_param(const gt_model *m, int i) { return &m->params[i]; }
 size_t gt_model_param_count(const gt_model *m) { return m->ntrainable; }
 size_t gt_model_buffer_floats(const gt_model *m) { return m->nfloats; }
+
+size_t gt_model_param_count_whole(const gt_model *m) {
+  size_t n = 0;
+  for (int i = 0; i < m->nparams; i++) {
+    const gt_param *p = &m->params[i];
+    if (p->tied_to >= 0) continue;
+    size_t k = 1;
+    for (int d = 0; d < p->ndim; d++) k *= (size_t)p->global_shape[d];
+    n += k;
+  }
+  return n;
+}
 float *gt_model_params(const gt_model *m) { return m->param_buf; }
 float *gt_model_grads(const gt_model *m) { return m->grad_buf; }
 gt_backend *gt_model_backend(const gt_model *m) { return m->be; }

@@ -1,10 +1,14 @@
 /* examples/gpt: train a byte-level GPT on a text corpus and sample from it.
  *
  *   gpt [--steps N] [--data FILE.tok | --corpus PATH] [...]   (--help lists all)
+ *   giantrun --standalone --nproc-per-node 4 --plan dp=2,tp=2 gpt [...]
  *
  * With no --data, the text of Debian's fortunes is tokenized once into
  * data/fortunes.tok. Each step prints its loss, learning rate, gradient
- * norm, time, tokens/s and MFU; at the end the model writes a sample. */
+ * norm, time, tokens/s and MFU; at the end the model writes a sample.
+ * Under giantrun the same model trains at the layout of --plan: each
+ * data-parallel replica reads its own shard of the data, and the model's
+ * annotations (gpt.c) split every layer across tensor-parallel ranks. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,15 +16,17 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "gpt.h"
+#include "giant/init.h"
 #include "giant/options.h"
+#include "giant/plan.h"
+#include "gpt.h"
 
 typedef struct args {
-  const char *data, *corpus, *metrics, *device, *optimizer;
-  int steps, batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every;
+  const char *data, *corpus, *metrics, *device, *optimizer, *plan;
+  int steps, batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every, bucket_kib;
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
-  bool documents, untied;
+  bool documents, untied, zero1, seq_parallel, print_plan, no_overlap;
 } args;
 
 static const char *usage =
@@ -44,6 +50,13 @@ static const char *usage =
     "  --weight-decay X    (default 0.1 for adamw, 0 for sgd)\n"
     "  --clip X            max global gradient norm, 0 = off (default 1.0)\n"
     "  --seed N            initialisation seed (default 1)\n"
+    "parallelism (under giantrun):\n"
+    "  --plan LAYOUT       dp=2,tp=2,pp=1 or auto (default: $GT_PLAN, else auto = data parallel)\n"
+    "  --zero1             shard the optimizer state over data-parallel ranks (ZeRO-1)\n"
+    "  --seq-parallel      sequence parallelism in tensor-parallel layers\n"
+    "  --bucket-kib N      gradient all-reduce bucket size (default 4096)\n"
+    "  --no-overlap        reduce gradients only after backward ends\n"
+    "  --print-plan        print the plan (layers, splits, shards) and exit\n"
     "run:\n"
     "  --device NAME       cpu or cuda[:N] (default cpu)\n"
     "  --threads N         CPU threads (default: OMP_NUM_THREADS or all cores)\n"
@@ -55,12 +68,15 @@ static const char *usage =
 static int parse_args(int argc, char **argv, args *a) {
   *a = (args){.data = "data/fortunes.tok", .corpus = "/usr/share/games/fortunes", .device = "cpu",
               .optimizer = "adamw", .steps = 300, .batch = 8, .seq = 128, .layers = 4, .channels = 128,
-              .heads = 4, .accum = 1, .warmup = 20, .sample = 300, .print_every = 10, .lr = 1e-3f,
+              .heads = 4, .accum = 1, .warmup = 20, .sample = 300, .print_every = 10, .lr = 1e-3f, .bucket_kib = 4096,
               .min_lr = 1e-4f, .clip = 1.0f, .weight_decay = -1, .temperature = 0.8f, .seed = 1};
   gt_opt_spec specs[] = {
       {"--data", GT_OPT_STR, &a->data, 0, 0},          {"--corpus", GT_OPT_STR, &a->corpus, 0, 0},
       {"--metrics", GT_OPT_STR, &a->metrics, 0, 0},    {"--device", GT_OPT_STR, &a->device, 0, 0},
-      {"--optimizer", GT_OPT_STR, &a->optimizer, 0, 0},
+      {"--optimizer", GT_OPT_STR, &a->optimizer, 0, 0}, {"--plan", GT_OPT_STR, &a->plan, 0, 0},
+      {"--bucket-kib", GT_OPT_INT, &a->bucket_kib, 1, 1 << 22},
+      {"--zero1", GT_OPT_FLAG, &a->zero1, 0, 0},    {"--seq-parallel", GT_OPT_FLAG, &a->seq_parallel, 0, 0},
+      {"--print-plan", GT_OPT_FLAG, &a->print_plan, 0, 0}, {"--no-overlap", GT_OPT_FLAG, &a->no_overlap, 0, 0},
       {"--steps", GT_OPT_INT, &a->steps, 1, 1e9},      {"--batch", GT_OPT_INT, &a->batch, 1, 1e6},
       {"--seq", GT_OPT_INT, &a->seq, 1, 1e6},          {"--layers", GT_OPT_INT, &a->layers, 0, 1e4},
       {"--channels", GT_OPT_INT, &a->channels, 1, 1e6}, {"--heads", GT_OPT_INT, &a->heads, 1, 1e4},
@@ -113,7 +129,9 @@ static int sample_token(const float *probs, int V, float temperature, uint64_t *
   return V - 1;
 }
 
-static gt_status generate(gt_model *m, const args *a, int vocab) {
+/* Every rank runs the forward passes (tensor-parallel ranks take part in
+ * each); the lead prints. */
+static gt_status generate(gt_model *m, const args *a, int vocab, bool lead) {
   gt_acts *acts = NULL;
   GT_TRY(gt_acts_create(m, &acts));
   int32_t *ctx = calloc((size_t)a->seq, sizeof *ctx);
@@ -132,7 +150,7 @@ static gt_status generate(gt_model *m, const args *a, int vocab) {
     if (s == GT_OK) s = gt_model_probs(m, acts, 0, T - 1, probs);
     if (s == GT_OK) out[n++] = sample_token(probs, vocab, a->temperature, &rng);
   }
-  if (s == GT_OK) {
+  if (s == GT_OK && lead) {
     gt_detokenize_bytes(out + 1, (size_t)n - 1, text, 4 * (size_t)a->sample + 16);
     printf("\n---- sample (%d tokens, temperature %.2f) ----\n%s\n----\n", n - 1, a->temperature, text);
   }
@@ -142,6 +160,15 @@ static gt_status generate(gt_model *m, const args *a, int vocab) {
   free(text);
   gt_acts_destroy(acts);
   return s;
+}
+
+/* The lead rank prepares the data; the others wait for it at a barrier. */
+static gt_status prepare_data(const args *a, gt_job *job) {
+  gt_status s = job->rank == 0 ? ensure_data(a) : GT_OK;
+  if (job->world_size == 1) return s;
+  if (s != GT_OK) return s; /* the others time out at the barrier with a pointer to rank 0 */
+  gt_status b = gt_store_barrier(job->store, "gpt-data", job->rank, job->world_size, 600000);
+  return b == GT_OK ? GT_OK : gt_error_context(b, "waiting for rank 0 to prepare %s", a->data);
 }
 
 int main(int argc, char **argv) {
@@ -154,16 +181,44 @@ int main(int argc, char **argv) {
   gt_backend_config bc;
   if ((s = gt_device_parse(a.device, &bc)) != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
   bc.num_threads = a.threads;
-  if ((s = ensure_data(&a)) != GT_OK) return fail("preparing data", s);
 
+  gt_job *job = NULL;
   gt_backend *be = NULL;
+  gt_dist *dist = NULL;
   gt_model *m = NULL;
   gt_loader *loader = NULL;
   gt_trainer *tr = NULL;
-  if ((s = gt_backend_create(&bc, &be)) != GT_OK) return fail("starting the backend", s);
-  gt_loader_config lc = {.path = a.data, .B = a.batch, .T_max = a.seq, .nshards = 1,
-                         .mode = a.documents ? GT_LOADER_DOCUMENTS : GT_LOADER_FIXED};
+  if ((s = gt_init(&job)) != GT_OK) return fail("joining the job", s);
+  bool lead = job->rank == 0;
+  gt_plan plan;
+  gt_plan_config pc = {.world = job->world_size, .rank = job->rank, .layout = a.plan ? a.plan : NULL,
+                       .zero1 = a.zero1, .seq_parallel = a.seq_parallel, .bucket_bytes = (size_t)a.bucket_kib << 10};
   rc = 1;
+  if ((s = gt_plan_resolve(&pc, &plan)) != GT_OK) {
+    rc = 2;
+    fail("planning", s);
+    goto out;
+  }
+  if ((s = prepare_data(&a, job)) != GT_OK) {
+    fail("preparing data", s);
+    goto out;
+  }
+  if ((s = gt_backend_create(&bc, &be)) != GT_OK) {
+    fail("starting the backend", s);
+    goto out;
+  }
+  if (job->world_size > 1) {
+    gt_dist_config dc = {.plan = plan, .store = job->store, .generation = job->generation_name,
+                         .comm = {.backend = be, .secret = job->secret}};
+    if ((s = gt_dist_create(&dc, &dist)) != GT_OK) {
+      fail("connecting the ranks", s);
+      goto out;
+    }
+  }
+  /* Each data-parallel replica reads its own shard; tensor-parallel ranks of
+   * one replica read the same one. */
+  gt_loader_config lc = {.path = a.data, .B = a.batch, .T_max = a.seq, .shard = plan.me.dp,
+                         .nshards = plan.layout.dp, .mode = a.documents ? GT_LOADER_DOCUMENTS : GT_LOADER_FIXED};
   if ((s = gt_loader_open(&lc, 0, &loader)) != GT_OK) {
     fail("opening the data", s);
     goto out;
@@ -172,23 +227,33 @@ int main(int argc, char **argv) {
   gpt_config gc = {.vocab_size = vocab, .T_max = a.seq, .C = a.channels, .NH = a.heads, .L = a.layers,
                    .tie_weights = !a.untied};
   gt_model_config mc = {.B_max = a.batch, .T_max = a.seq, .seed = a.seed};
-  if ((s = gt_model_create(be, &mc, &m)) != GT_OK || (s = gpt_add_layers(m, &gc)) != GT_OK ||
-      (s = gt_model_build(m)) != GT_OK) {
+  gt_model_parallel mp = dist ? gt_dist_model_parallel(dist) : (gt_model_parallel){0};
+  if ((s = gt_model_create(be, &mc, &m)) != GT_OK || (s = gt_model_set_parallel(m, &mp)) != GT_OK ||
+      (s = gpt_add_layers(m, &gc)) != GT_OK || (s = gt_model_build(m)) != GT_OK ||
+      (s = gt_plan_check_model(&plan, m)) != GT_OK) {
     fail("building the model", s);
     goto out;
   }
+  if (a.print_plan) {
+    if (lead) gt_plan_print(&plan, m, stdout);
+    rc = 0;
+    goto out;
+  }
   gt_trainer_config tc = {.optim = gt_optim_defaults(kind), .grad_clip = a.clip, .grad_accum = a.accum,
-                          .metrics_path = a.metrics, .print_every = a.print_every,
-                          .schedule = {.lr_max = a.lr, .lr_min = a.min_lr, .warmup = a.warmup, .total = a.steps}};
+                          .metrics_path = lead ? a.metrics : NULL, .print_every = lead ? a.print_every : 0,
+                          .schedule = {.lr_max = a.lr, .lr_min = a.min_lr, .warmup = a.warmup, .total = a.steps},
+                          .dist = dist, .no_overlap = a.no_overlap};
   if (a.weight_decay >= 0) tc.optim.weight_decay = a.weight_decay;
   if ((s = gt_trainer_create(m, &tc, &tr)) != GT_OK) {
     fail("creating the trainer", s);
     goto out;
   }
-  printf("gpt: %zu parameters, L=%d C=%d NH=%d T=%d V=%d, B=%d x %d micro-batches, %s, %d threads, "
-         "peak %.1f GFLOP/s\n",
-         gt_model_param_count(m), a.layers, a.channels, a.heads, a.seq, vocab, a.batch, a.accum, be->name,
-         be->num_threads, be->peak_flops / 1e9);
+  if (lead)
+    printf("gpt: %zu parameters, L=%d C=%d NH=%d T=%d V=%d, B=%d x %d micro-batches per replica, %s, "
+           "%d threads, peak %.1f GFLOP/s; world %d = dp %d x tp %d%s%s\n",
+           gt_model_param_count_whole(m), a.layers, a.channels, a.heads, a.seq, vocab, a.batch,
+           a.accum, be->name, be->num_threads, be->peak_flops / 1e9, plan.world, plan.layout.dp, plan.layout.tp,
+           plan.zero1 ? ", ZeRO-1" : "", plan.seq_parallel ? ", sequence parallel" : "");
   gt_step_stats st = {0}, first = {0};
   for (int i = 0; i < a.steps; i++) {
     if ((s = gt_trainer_step(tr, loader, &st)) != GT_OK) {
@@ -197,8 +262,8 @@ int main(int argc, char **argv) {
     }
     if (i == 0) first = st;
   }
-  printf("loss %.4f -> %.4f over %d steps\n", first.loss, st.loss, a.steps);
-  if (a.sample > 0 && (s = generate(m, &a, vocab)) != GT_OK) {
+  if (lead) printf("loss %.4f -> %.4f over %d steps\n", first.loss, st.loss, a.steps);
+  if (a.sample > 0 && (s = generate(m, &a, vocab, lead)) != GT_OK) {
     fail("sampling", s);
     goto out;
   }
@@ -207,6 +272,8 @@ out:
   gt_trainer_destroy(tr);
   gt_model_destroy(m);
   gt_loader_close(loader);
+  gt_dist_destroy(dist);
+  gt_job_destroy(job);
   gt_backend_destroy(be);
   return rc;
 }

@@ -70,6 +70,9 @@ int gt_model_num_params(const gt_model *m);
 const gt_param *gt_model_param(const gt_model *m, int i);
 /* Trainable scalars (tied parameters counted once). */
 size_t gt_model_param_count(const gt_model *m);
+/* Trainable scalars of the whole model, counting split parameters whole
+ * (what gt_model_param_count gives on one process). */
+size_t gt_model_param_count_whole(const gt_model *m);
 /* Floats in the flat parameter buffer: every parameter starts on a 64-byte
  * boundary, so this is a little more than gt_model_param_count. */
 size_t gt_model_buffer_floats(const gt_model *m);

@@ -39,6 +39,8 @@ gt_status gt_trainer_step(gt_trainer *t, gt_loader *loader, gt_step_stats *stats
 gt_status gt_trainer_step_batches(gt_trainer *t, const gt_batch *batches, int n, gt_step_stats *stats);
 int gt_trainer_step_index(const gt_trainer *t);
 gt_optimizer *gt_trainer_optimizer(gt_trainer *t);
+/* Turns the overlap of gradient reduction with backward on or off. */
+void gt_trainer_set_overlap(gt_trainer *t, bool overlap);
 /* The data-parallel gradient sync (NULL without data parallelism). */
 struct gt_dp_sync *gt_trainer_dp_sync(gt_trainer *t);
 

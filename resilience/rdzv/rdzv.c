@@ -255,7 +255,7 @@ gt_status rdzv_parse_members(const char *text, size_t len, rdzv_member **out, in
     char *end;
     long np = strtol(sp + 1, &end, 10);
     if (*end || end == sp + 1 || np < 1 || np > 4096 || !gt_rdzv_valid_id(buf)) goto bad;
-    snprintf(m[k].id, sizeof m[k].id, "%s", buf);
+    memcpy(m[k].id, buf, strlen(buf) + 1); /* valid ids fit */
     m[k].nproc = (int)np;
     pos += ll + 1;
   }

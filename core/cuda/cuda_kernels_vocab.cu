@@ -1,0 +1,135 @@
+/* Vocabulary-parallel embedding and cross-entropy on CUDA (see the CPU
+ * version, core/cpu/cpu_kernels_vocab.c, for the scheme): one thread per
+ * element for the embedding, one block per row for the loss. No atomics, so
+ * results repeat bit for bit. */
+#include <math.h>
+
+#include "core/cuda/cuda_internal.h"
+
+#define VP_THREADS 256
+
+__global__ void embedding_forward_vp_kernel(float *out, const int32_t *tokens, const float *wte, int v0, int V,
+                                            const float *wpe, int T, int C, int64_t n) {
+  for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
+    int64_t i = k / C;
+    int c = (int)(k % C);
+    int64_t tok = (int64_t)tokens[i] - v0;
+    float v = tok >= 0 && tok < V ? wte[tok * C + c] : 0.0f;
+    if (wpe) v += wpe[(i % T) * C + c];
+    out[k] = v;
+  }
+}
+
+/* One thread per channel walks every token in order: deterministic sums. */
+__global__ void embedding_backward_vp_kernel(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                                             int v0, int V, int64_t N, int T, int C) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  for (int64_t i = 0; i < N; i++) {
+    float d = dout[i * C + c];
+    int64_t tok = (int64_t)tokens[i] - v0;
+    if (tok >= 0 && tok < V) dwte[tok * C + c] += d;
+    if (dwpe) dwpe[(i % T) * C + c] += d;
+  }
+}
+
+__global__ void xent_vp_local_kernel(float *stats, float *tlogit, const float *logits, const int32_t *targets,
+                                     int v0, int N, int V) {
+  int64_t i = blockIdx.x;
+  const float *x = logits + i * V;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  mx = gt_block_max(mx);
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(x[j] - mx);
+  sum = gt_block_sum(sum);
+  if (threadIdx.x == 0) {
+    stats[i] = mx;
+    stats[N + i] = sum;
+    int64_t t = (int64_t)targets[i] - v0;
+    tlogit[i] = targets[i] >= 0 && t >= 0 && t < V ? x[t] : 0.0f;
+  }
+}
+
+__global__ void xent_vp_finish_kernel(float *losses, float *probs, const float *logits, const float *stats_all,
+                                      int P, const float *tlogit, const int32_t *targets, int N, int V) {
+  int64_t i = blockIdx.x;
+  float M = -INFINITY;
+  for (int r = 0; r < P; r++) M = fmaxf(M, stats_all[(int64_t)r * 2 * N + i]);
+  double S = 0;
+  for (int r = 0; r < P; r++)
+    S += (double)stats_all[(int64_t)r * 2 * N + N + i] * exp((double)stats_all[(int64_t)r * 2 * N + i] - M);
+  float inv = (float)(1.0 / S);
+  const float *x = logits + i * V;
+  float *p = probs + i * V;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] = expf(x[j] - M) * inv;
+  if (threadIdx.x == 0) losses[i] = targets[i] < 0 ? 0.0f : (float)(log(S) + M - tlogit[i]);
+}
+
+__global__ void softmax_xent_backward_vp_kernel(float *dlogits, const float *probs, const int32_t *targets, int v0,
+                                                float dloss, int V) {
+  int64_t i = blockIdx.x;
+  const float *p = probs + i * V;
+  float *d = dlogits + i * V;
+  int64_t t = (int64_t)targets[i] - v0;
+  for (int j = threadIdx.x; j < V; j += blockDim.x)
+    d[j] = targets[i] < 0 ? 0.0f : (j == t ? (p[j] - 1.0f) * dloss : p[j] * dloss);
+}
+
+static gt_status check_tokens(gt_backend *be, const char *op, const int32_t *ids, int64_t n, int64_t lo,
+                              int64_t hi) {
+  int64_t row;
+  int32_t val;
+  GT_TRY(gt_cuda_check_ids(be, ids, n, lo, hi, &row, &val));
+  if (row >= 0)
+    return gt_errorf(GT_ERANGE, "%s: %s: id %d at position %lld is outside [%lld, %lld)", be->name, op, (int)val,
+                     (long long)row, (long long)lo, (long long)hi);
+  return GT_OK;
+}
+
+gt_status gt_cuda_embedding_forward_vp(gt_backend *be, float *out, const int32_t *tokens, const float *wte, int v0,
+                                       int V, const float *wpe, int B, int T, int C) {
+  GT_TRY(gt_cuda_enter(be));
+  int64_t n = (int64_t)B * T * C;
+  GT_TRY(check_tokens(be, "embedding_forward_vp", tokens, (int64_t)B * T, 0, INT32_MAX));
+  if (n == 0) return GT_OK;
+  embedding_forward_vp_kernel<<<gt_cuda_blocks((size_t)n, VP_THREADS), VP_THREADS, 0, gt_cuda_stream(be)>>>(
+      out, tokens, wte, v0, V, wpe, T, C, n);
+  return gt_cuda_launched(be, "embedding_forward_vp");
+}
+
+gt_status gt_cuda_embedding_backward_vp(gt_backend *be, float *dwte, float *dwpe, const float *dout,
+                                        const int32_t *tokens, int v0, int V, int B, int T, int C) {
+  GT_TRY(gt_cuda_enter(be));
+  if (C == 0 || B * T == 0) return GT_OK;
+  embedding_backward_vp_kernel<<<(C + VP_THREADS - 1) / VP_THREADS, VP_THREADS, 0, gt_cuda_stream(be)>>>(
+      dwte, dwpe, dout, tokens, v0, V, (int64_t)B * T, T, C);
+  return gt_cuda_launched(be, "embedding_backward_vp");
+}
+
+gt_status gt_cuda_xent_vp_local(gt_backend *be, float *stats, float *tlogit, const float *logits,
+                                const int32_t *targets, int v0, int N, int V) {
+  GT_TRY(gt_cuda_enter(be));
+  if (N == 0) return GT_OK;
+  xent_vp_local_kernel<<<N, VP_THREADS, 0, gt_cuda_stream(be)>>>(stats, tlogit, logits, targets, v0, N, V);
+  return gt_cuda_launched(be, "xent_vp_local");
+}
+
+gt_status gt_cuda_xent_vp_finish(gt_backend *be, float *losses, float *probs, const float *logits,
+                                 const float *stats_all, int P, const float *tlogit, const int32_t *targets,
+                                 int vocab_total, int N, int V) {
+  GT_TRY(gt_cuda_enter(be));
+  GT_TRY(check_tokens(be, "xent_vp_finish", targets, N, INT32_MIN, vocab_total));
+  if (N == 0) return GT_OK;
+  xent_vp_finish_kernel<<<N, VP_THREADS, 0, gt_cuda_stream(be)>>>(losses, probs, logits, stats_all, P, tlogit,
+                                                                  targets, N, V);
+  return gt_cuda_launched(be, "xent_vp_finish");
+}
+
+gt_status gt_cuda_softmax_xent_backward_vp(gt_backend *be, float *dlogits, const float *probs,
+                                           const int32_t *targets, int v0, float dloss, int N, int V) {
+  GT_TRY(gt_cuda_enter(be));
+  if (N == 0) return GT_OK;
+  softmax_xent_backward_vp_kernel<<<N, VP_THREADS, 0, gt_cuda_stream(be)>>>(dlogits, probs, targets, v0, dloss, V);
+  return gt_cuda_launched(be, "softmax_xent_backward_vp");
+}

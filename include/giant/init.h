@@ -1,0 +1,49 @@
+/* gt_init: a worker's view of its job, read from the environment that
+ * `giantrun` sets. One call gives the ranks, the generation, the plan, the
+ * job secret and a connected store for the communicators.
+ *
+ * The environment (all set by giantrun):
+ *   GT_RANK, GT_WORLD_SIZE              this worker's global rank, of how many
+ *   GT_LOCAL_RANK, GT_LOCAL_WORLD_SIZE  the same on this node
+ *   GT_NODE_RANK, GT_NNODES             this node's rank, of how many
+ *   GT_GENERATION                       the job's generation (0, 1, ...)
+ *   GT_RESTART_COUNT                    failures the job has had so far
+ *   GT_JOB_ID                           the job id
+ *   GT_STORE                            etcd://HOST:PORT[,HOST:PORT]/PREFIX
+ *   GT_STORE_CACERT, GT_STORE_CERT, GT_STORE_KEY   TLS files for that etcd
+ *   GT_JOB_SECRET                       the job secret (hex)
+ *   GT_PLAN                             the layout (--plan), may be unset
+ *
+ * Without GT_WORLD_SIZE the process is a job of its own: rank 0 of 1, with a
+ * private TCP store in the process and a fresh random secret.
+ */
+#ifndef GIANT_INIT_H
+#define GIANT_INIT_H
+
+#include "giant/status.h"
+#include "giant/store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gt_job {
+  int rank, world_size, local_rank, local_world_size, node_rank;
+  long generation;
+  char generation_name[32]; /* "gen<N>": a key namespace for gt_dist_config.generation */
+  char job_id[128];
+  char plan[128];           /* GT_PLAN or "" */
+  gt_store *store;          /* connected: etcd under the generation's prefix, or a private TCP store */
+  char secret[128];         /* GT_JOB_SECRET */
+} gt_job;
+
+/* Reads the environment and connects the store. Malformed or inconsistent
+ * values are GT_EINVAL with a message naming the variable. */
+gt_status gt_init(gt_job **out);
+/* Closes the store and frees the job. NULL is a no-op. */
+void gt_job_destroy(gt_job *job);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,170 @@
+/* giantrun: the node agent. Joins the job's rendezvous on etcd, runs this
+ * node's workers, watches them and the other nodes, and moves to the next
+ * generation (stopping and starting its workers again) when either fails. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "giant/log.h"
+#include "launch/agent.h"
+
+volatile sig_atomic_t agent_stop_signal = 0;
+
+static void on_signal(int sig) { agent_stop_signal = sig; }
+
+static void install_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+static int fail_status(gt_status st, const char *what) {
+  if (st == GT_ECANCELED && agent_stop_signal) return 128 + agent_stop_signal;
+  fprintf(stderr, "giantrun: %s: %s (%s)\n", what, gt_last_error(), gt_status_name(st));
+  return 1;
+}
+
+typedef enum { ROUND_RESTART, ROUND_DONE, ROUND_FAILED, ROUND_STOPPED, ROUND_ERROR } round_end;
+
+/* Runs one round's workers until they finish, fail, or the job moves on. */
+static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round *rd, int *code) {
+  worker_group g;
+  gt_status st = workers_start(&g, o, rd);
+  if (st != GT_OK) {
+    *code = fail_status(st, "starting workers");
+    workers_stop(&g, o->stop_grace_s);
+    gt_rdzv_fail(r, "could not start its workers");
+    return ROUND_ERROR;
+  }
+  gt_info("giantrun: node %s is node %d of %d in gen%ld; ranks %d..%d of %d running", o->node_id,
+          rd->node_rank, rd->nnodes, rd->generation, rd->rank_base, rd->rank_base + rd->nproc - 1,
+          rd->world_size);
+  int interval_ms = (int)(o->monitor_s * 1000);
+  int finished = 0;
+  double etcd_ok_at = gt_now();
+  char why[300];
+  for (;;) {
+    workers_pump(&g, interval_ms);
+    if (agent_stop_signal) {
+      gt_info("giantrun: signal %d: stopping the workers", (int)agent_stop_signal);
+      workers_stop(&g, o->stop_grace_s);
+      *code = 128 + agent_stop_signal;
+      return ROUND_STOPPED;
+    }
+    if (workers_failed(&g, why, sizeof why)) {
+      gt_warn("giantrun: %s; stopping this node's workers", why);
+      workers_stop(&g, o->stop_grace_s);
+      st = gt_rdzv_fail(r, why);
+      if (st != GT_OK) {
+        *code = fail_status(st, "reporting the failure to etcd");
+        return ROUND_ERROR;
+      }
+      return ROUND_RESTART; /* the next join sees the new generation, or the end */
+    }
+    if (!finished && workers_all_ok(&g)) {
+      st = gt_rdzv_finish(r);
+      if (st == GT_OK) finished = 1;
+      else gt_warn("giantrun: recording that the workers finished: %s", gt_last_error());
+    }
+    gt_rdzv_event ev;
+    st = gt_rdzv_check(r, &ev);
+    if (st != GT_OK) {
+      /* etcd may come back; past a lease TTL the job has moved on anyway. */
+      if (gt_now() - etcd_ok_at > o->ttl_s + 10.0) {
+        workers_stop(&g, o->stop_grace_s);
+        *code = fail_status(st, "lost etcd");
+        return ROUND_ERROR;
+      }
+      gt_warn("giantrun: checking the job in etcd: %s", gt_last_error());
+      continue;
+    }
+    etcd_ok_at = gt_now();
+    if (ev == GT_RDZV_RUNNING) continue;
+    if (ev == GT_RDZV_DONE && !finished) {
+      /* Another node ended the job (only after every node finished). */
+      gt_warn("giantrun: the job ended (%s) while workers ran here", gt_rdzv_reason(r));
+    }
+    workers_stop(&g, o->stop_grace_s);
+    if (ev == GT_RDZV_RESTART) {
+      gt_warn("giantrun: leaving gen%ld: %s", rd->generation, gt_rdzv_reason(r));
+      return ROUND_RESTART;
+    }
+    return ev == GT_RDZV_DONE ? ROUND_DONE : ROUND_FAILED;
+  }
+}
+
+static int run_job(const agent_opts *o, const char *endpoints) {
+  gt_rdzv_config cfg = {
+      .endpoints = endpoints, .cacert = o->cacert, .cert = o->cert, .key = o->key,
+      .job_id = o->job_id, .node_id = o->node_id, .min_nodes = o->min_nodes,
+      .max_nodes = o->max_nodes, .nproc = o->nproc, .max_restarts = o->max_restarts,
+      .ttl_s = o->ttl_s, .settle_ms = (int)(o->settle_s * 1000),
+      .join_timeout_ms = o->rdzv_timeout_s * 1000, .call_timeout_ms = 5000,
+      .poll_ms = (int)(o->monitor_s * 1000), .cancel = &agent_stop_signal};
+  gt_rdzv *r;
+  gt_status st = gt_rdzv_open(&cfg, &r);
+  if (st != GT_OK) return fail_status(st, "rendezvous");
+  int code = 1, rounds = 0;
+  for (;;) {
+    gt_rdzv_round rd;
+    gt_rdzv_event ev;
+    st = gt_rdzv_join(r, &rd, &ev);
+    if (st != GT_OK) {
+      code = fail_status(st, "rendezvous");
+      break;
+    }
+    if (ev != GT_RDZV_RUNNING) {
+      if (rounds == 0) {
+        fprintf(stderr, "giantrun: job '%s' has already ended in etcd (%s): choose a new --job-id\n",
+                o->job_id, gt_rdzv_reason(r));
+        code = 1;
+      } else if (ev == GT_RDZV_DONE) {
+        code = 0;
+      } else {
+        fprintf(stderr, "giantrun: the job failed: %s\n", gt_rdzv_reason(r));
+        code = 1;
+      }
+      break;
+    }
+    rounds++;
+    round_end end = run_round(o, r, &rd, &code);
+    if (end == ROUND_RESTART) continue;
+    if (end == ROUND_DONE) {
+      gt_info("giantrun: job %s done (%s)", o->job_id, gt_rdzv_reason(r));
+      code = 0;
+    } else if (end == ROUND_FAILED) {
+      fprintf(stderr, "giantrun: the job failed: %s\n", gt_rdzv_reason(r));
+      code = 1;
+    }
+    break;
+  }
+  gt_rdzv_close(r);
+  return code;
+}
+
+int main(int argc, char **argv) {
+  install_signals();
+  agent_opts o;
+  int r = agent_parse(argc, argv, &o);
+  if (r >= 0) return r;
+  char endpoints[1024];
+  standalone_etcd etcd = {0};
+  if (o.standalone) {
+    gt_status st = standalone_start(&etcd);
+    if (st != GT_OK) return fail_status(st, "standalone");
+    snprintf(endpoints, sizeof endpoints, "%s", etcd.endpoint);
+    o.endpoint = endpoints;
+  } else {
+    snprintf(endpoints, sizeof endpoints, "%s", o.endpoint);
+  }
+  int code = agent_stop_signal ? 128 + agent_stop_signal : run_job(&o, endpoints);
+  if (o.standalone) standalone_stop(&etcd);
+  return code;
+}

@@ -1,0 +1,163 @@
+/* giantrun's flags: torchrun's names where a torchrun user would look. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "giant/options.h"
+#include "launch/agent.h"
+
+static const char usage[] =
+    "usage: giantrun [options] PROGRAM [ARGS...]\n"
+    "\n"
+    "Runs PROGRAM as --nproc-per-node workers on this node, as one node of a job\n"
+    "whose nodes meet on etcd. Workers read their ranks with gt_init().\n"
+    "\n"
+    "  --nnodes MIN[:MAX]         nodes in the job (default 1); between MIN and MAX\n"
+    "                             the round waits --rdzv-settle for more\n"
+    "  --nproc-per-node N         workers on this node (default 1)\n"
+    "  --rdzv-endpoint H:P[,H:P]  etcd endpoints (https://H:P for TLS)\n"
+    "  --rdzv-backend etcd        the only backend\n"
+    "  --job-id ID, --rdzv-id ID  names the job in etcd (default 'default')\n"
+    "  --node-id ID               names this node (default <hostname>-<pid>)\n"
+    "  --max-restarts K           failures the job survives (default 0)\n"
+    "  --standalone               one node, with a private etcd on loopback\n"
+    "  --log-dir DIR              also write DIR/<job>/gen<N>/rank<R>.log\n"
+    "  --plan LAYOUT              the parallel layout, given to workers as GT_PLAN\n"
+    "  --rdzv-cacert PEM          CA that signed etcd's certificate\n"
+    "  --rdzv-cert PEM            client certificate for etcd\n"
+    "  --rdzv-key PEM             its key\n"
+    "  --rdzv-ttl S               lease TTL: a node silent S seconds is out (default 10)\n"
+    "  --rdzv-settle S            wait for more than MIN nodes (default 5)\n"
+    "  --rdzv-timeout S           give up a rendezvous after S seconds (default 600)\n"
+    "  --monitor-interval S       how often workers and etcd are checked (default 0.1)\n"
+    "  --stop-grace S             SIGTERM to SIGKILL when stopping workers (default 5)\n"
+    "  --help, --version\n"
+    "\n"
+    "Workers get GT_RANK, GT_LOCAL_RANK, GT_WORLD_SIZE, GT_LOCAL_WORLD_SIZE,\n"
+    "GT_NODE_RANK, GT_NNODES, GT_GENERATION, GT_RESTART_COUNT, GT_JOB_ID, GT_STORE\n"
+    "(etcd://ENDPOINTS/giant/<job>/gen<N>/store/), GT_STORE_CACERT/CERT/KEY,\n"
+    "GT_JOB_SECRET and GT_PLAN.\n"
+    "Exit status: 0 the job succeeded, 1 it failed, 2 bad usage, 128+N on signal N.\n";
+
+static int usage_error(const char *fmt, const char *a) {
+  fprintf(stderr, "giantrun: ");
+  fprintf(stderr, fmt, a);
+  fprintf(stderr, "\n(run giantrun --help for the list of flags)\n");
+  return 2;
+}
+
+static int parse_nnodes(agent_opts *o) {
+  const char *s = o->nnodes;
+  char *end;
+  long lo = strtol(s, &end, 10), hi = lo;
+  if (end == s) return usage_error("--nnodes wants MIN or MIN:MAX, got '%s'", s);
+  if (*end == ':') {
+    const char *h = end + 1;
+    hi = strtol(h, &end, 10);
+    if (end == h) return usage_error("--nnodes wants MIN or MIN:MAX, got '%s'", s);
+  }
+  if (*end) return usage_error("--nnodes wants MIN or MIN:MAX, got '%s'", s);
+  if (lo < 1 || hi > GT_RDZV_MAX_NODES) return usage_error("--nnodes '%s': node counts must be in 1..1024", s);
+  if (lo > hi) return usage_error("--nnodes '%s': MIN is greater than MAX", s);
+  o->min_nodes = (int)lo;
+  o->max_nodes = (int)hi;
+  return -1;
+}
+
+/* The program as execve will run it: a path with a slash, or found on PATH. */
+static int resolve_program(agent_opts *o) {
+  const char *p = o->prog_argv[0];
+  if (strchr(p, '/')) {
+    if (access(p, X_OK) != 0) return usage_error("cannot run '%s': no such executable file", p);
+    snprintf(o->prog_path, sizeof o->prog_path, "%s", p);
+    return -1;
+  }
+  const char *path = getenv("PATH");
+  for (const char *d = path ? path : ""; *d;) {
+    const char *colon = strchr(d, ':');
+    size_t n = colon ? (size_t)(colon - d) : strlen(d);
+    snprintf(o->prog_path, sizeof o->prog_path, "%.*s/%s", (int)n, n ? d : ".", p);
+    if (access(o->prog_path, X_OK) == 0) return -1;
+    d = colon ? colon + 1 : d + n;
+  }
+  return usage_error("cannot run '%s': not found on PATH", p);
+}
+
+int agent_parse(int argc, char **argv, agent_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->nnodes = "1";
+  o->nproc = 1;
+  o->backend = "etcd";
+  o->job_id = "default";
+  o->ttl_s = 10;
+  o->rdzv_timeout_s = 600;
+  o->settle_s = 5;
+  o->stop_grace_s = 5;
+  o->monitor_s = 0.1f;
+  gt_opt_spec specs[] = {
+      {"--nnodes", GT_OPT_STR, &o->nnodes, 0, 0},
+      {"--nproc-per-node", GT_OPT_INT, &o->nproc, 1, 4096},
+      {"--nproc_per_node", GT_OPT_INT, &o->nproc, 1, 4096},
+      {"--rdzv-endpoint", GT_OPT_STR, &o->endpoint, 0, 0},
+      {"--rdzv_endpoint", GT_OPT_STR, &o->endpoint, 0, 0},
+      {"--rdzv-backend", GT_OPT_STR, &o->backend, 0, 0},
+      {"--job-id", GT_OPT_STR, &o->job_id, 0, 0},
+      {"--rdzv-id", GT_OPT_STR, &o->job_id, 0, 0},
+      {"--node-id", GT_OPT_STR, &o->node_id, 0, 0},
+      {"--max-restarts", GT_OPT_INT, &o->max_restarts, 0, 1000000},
+      {"--max_restarts", GT_OPT_INT, &o->max_restarts, 0, 1000000},
+      {"--standalone", GT_OPT_FLAG, &o->standalone, 0, 0},
+      {"--log-dir", GT_OPT_STR, &o->log_dir, 0, 0},
+      {"--log_dir", GT_OPT_STR, &o->log_dir, 0, 0},
+      {"--plan", GT_OPT_STR, &o->plan, 0, 0},
+      {"--rdzv-cacert", GT_OPT_STR, &o->cacert, 0, 0},
+      {"--rdzv-cert", GT_OPT_STR, &o->cert, 0, 0},
+      {"--rdzv-key", GT_OPT_STR, &o->key, 0, 0},
+      {"--rdzv-ttl", GT_OPT_INT, &o->ttl_s, 1, 3600},
+      {"--rdzv-settle", GT_OPT_FLOAT, &o->settle_s, 0, 3600},
+      {"--rdzv-timeout", GT_OPT_INT, &o->rdzv_timeout_s, 1, 86400},
+      {"--monitor-interval", GT_OPT_FLOAT, &o->monitor_s, 0.01, 60},
+      {"--stop-grace", GT_OPT_FLOAT, &o->stop_grace_s, 0, 600},
+      {"--version", GT_OPT_FLAG, &o->version, 0, 0},
+  };
+  int rest = argc;
+  int r = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]), usage, &rest);
+  if (r >= 0) return r;
+  if (o->version) {
+    printf("giantrun (Giant) %s\n", GIANT_VERSION);
+    return 0;
+  }
+  if (rest >= argc) return usage_error("no PROGRAM given%s: giantrun [options] PROGRAM [ARGS...]", "");
+  o->prog_argv = argv + rest;
+  if ((r = parse_nnodes(o)) >= 0) return r;
+  if (strcmp(o->backend, "etcd") != 0)
+    return usage_error("--rdzv-backend '%s' is not supported: the backend is etcd", o->backend);
+  if (!gt_rdzv_valid_id(o->job_id))
+    return usage_error("--job-id '%s': use 1 to 100 of the characters A-Z a-z 0-9 . _ -", o->job_id);
+  if (o->node_id && !gt_rdzv_valid_id(o->node_id))
+    return usage_error("--node-id '%s': use 1 to 100 of the characters A-Z a-z 0-9 . _ -", o->node_id);
+  if (!o->node_id) {
+    char host[64] = "node";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    for (char *c = host; *c; c++)
+      if (!gt_rdzv_valid_id((char[]){*c, 0})) *c = '-';
+    snprintf(o->node_buf, sizeof o->node_buf, "%s-%ld", host, (long)getpid());
+    o->node_id = o->node_buf;
+  }
+  if (o->standalone) {
+    if (o->endpoint) return usage_error("--standalone starts its own etcd: drop --rdzv-endpoint%s", "");
+    if (o->max_nodes != 1) return usage_error("--standalone runs one node, but --nnodes is '%s'", o->nnodes);
+  } else if (!o->endpoint) {
+    return usage_error("no etcd to meet on%s: give --rdzv-endpoint HOST:PORT, or --standalone for one node", "");
+  }
+  if ((o->cert == NULL) != (o->key == NULL))
+    return usage_error("TLS: give both --rdzv-cert and --rdzv-key, or neither%s", "");
+  const char *files[3] = {o->cacert, o->cert, o->key};
+  for (int i = 0; i < 3; i++)
+    if (files[i] && access(files[i], R_OK) != 0) return usage_error("cannot read TLS file '%s'", files[i]);
+  if (o->log_dir && !*o->log_dir) return usage_error("--log-dir is empty%s", "");
+  if (o->plan && strlen(o->plan) >= 128) return usage_error("--plan '%s' is too long (at most 127 characters)", o->plan);
+  return resolve_program(o);
+}

@@ -1,0 +1,326 @@
+/* The workers of one round: spawned in their own process groups (so a
+ * terminal's Ctrl-C reaches the agent, which stops them in order), killed
+ * with the agent (PR_SET_PDEATHSIG), their output prefixed with the rank. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "giant/log.h"
+#include "launch/agent.h"
+
+extern char **environ;
+
+#define LINE_MAX_BYTES 65536
+
+static const char *const our_vars[] = {
+    "GT_RANK=", "GT_LOCAL_RANK=", "GT_WORLD_SIZE=", "GT_LOCAL_WORLD_SIZE=", "GT_NODE_RANK=",
+    "GT_NNODES=", "GT_GENERATION=", "GT_RESTART_COUNT=", "GT_JOB_ID=", "GT_STORE=",
+    "GT_STORE_CACERT=", "GT_STORE_CERT=", "GT_STORE_KEY=", "GT_JOB_SECRET=", "GT_PLAN=", NULL};
+
+static int ours(const char *e) {
+  for (int i = 0; our_vars[i]; i++)
+    if (!strncmp(e, our_vars[i], strlen(our_vars[i]))) return 1;
+  return 0;
+}
+
+/* "NAME=value" strings; the last NULL. Built before fork: the child of a
+ * threaded process may only make async-signal-safe calls before exec. */
+typedef struct env_list {
+  char **v;
+  int n, cap;
+} env_list;
+
+static int env_add(env_list *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int env_add(env_list *e, const char *fmt, ...) {
+  if (e->n + 2 > e->cap) {
+    int cap = e->cap ? 2 * e->cap : 64;
+    char **v = realloc(e->v, (size_t)cap * sizeof *v);
+    if (!v) return -1;
+    e->v = v, e->cap = cap;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  int r = vasprintf(&e->v[e->n], fmt, ap);
+  va_end(ap);
+  if (r < 0) return -1;
+  e->v[++e->n] = NULL;
+  return 0;
+}
+
+static void env_free(env_list *e) {
+  for (int i = 0; i < e->n; i++) free(e->v[i]);
+  free(e->v);
+}
+
+static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, int local) {
+  int bad = 0;
+  for (char **p = environ; *p; p++)
+    if (!ours(*p)) bad |= env_add(e, "%s", *p);
+  char eps[1024];
+  /* The store takes plain HOST:PORT lists; TLS comes from the CA file. */
+  size_t k = 0;
+  for (const char *s = o->endpoint; *s && k + 1 < sizeof eps;) {
+    if (!strncmp(s, "http://", 7)) s += 7;
+    else if (!strncmp(s, "https://", 8)) s += 8;
+    while (*s && *s != ',' && k + 1 < sizeof eps) eps[k++] = *s++;
+    if (*s == ',' && k + 1 < sizeof eps) eps[k++] = *s++;
+  }
+  eps[k] = 0;
+  bad |= env_add(e, "GT_RANK=%d", r->rank_base + local);
+  bad |= env_add(e, "GT_LOCAL_RANK=%d", local);
+  bad |= env_add(e, "GT_WORLD_SIZE=%d", r->world_size);
+  bad |= env_add(e, "GT_LOCAL_WORLD_SIZE=%d", r->nproc);
+  bad |= env_add(e, "GT_NODE_RANK=%d", r->node_rank);
+  bad |= env_add(e, "GT_NNODES=%d", r->nnodes);
+  bad |= env_add(e, "GT_GENERATION=%ld", r->generation);
+  bad |= env_add(e, "GT_RESTART_COUNT=%d", r->restarts);
+  bad |= env_add(e, "GT_JOB_ID=%s", o->job_id);
+  bad |= env_add(e, "GT_STORE=etcd://%s%s", eps, r->store_prefix);
+  bad |= env_add(e, "GT_JOB_SECRET=%s", r->secret);
+  if (o->cacert) bad |= env_add(e, "GT_STORE_CACERT=%s", o->cacert);
+  if (o->cert) bad |= env_add(e, "GT_STORE_CERT=%s", o->cert);
+  if (o->key) bad |= env_add(e, "GT_STORE_KEY=%s", o->key);
+  if (o->plan) bad |= env_add(e, "GT_PLAN=%s", o->plan);
+  return bad;
+}
+
+static int mkdirs(char *path) {
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    int r = mkdir(path, 0755);
+    *p = '/';
+    if (r != 0 && errno != EEXIST) return -1;
+  }
+  return mkdir(path, 0755) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+static gt_status open_log(worker *w, const agent_opts *o, long gen) {
+  if (!o->log_dir) return GT_OK;
+  char dir[PATH_MAX], path[PATH_MAX + 32];
+  snprintf(dir, sizeof dir, "%s/%s/gen%ld", o->log_dir, o->job_id, gen);
+  if (mkdirs(dir) != 0) return gt_errorf(GT_EIO, "cannot make log directory %s: %s", dir, strerror(errno));
+  snprintf(path, sizeof path, "%s/rank%d.log", dir, w->rank);
+  w->log = fopen(path, "w");
+  if (!w->log) return gt_errorf(GT_EIO, "cannot write log file %s: %s", path, strerror(errno));
+  return GT_OK;
+}
+
+static gt_status spawn(worker *w, const agent_opts *o, char **envp) {
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
+  if (pipe2(err, O_CLOEXEC) != 0) {
+    close(out[0]), close(out[1]);
+    return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
+  }
+  pid_t agent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(out[0]), close(out[1]), close(err[0]), close(err[1]);
+    return gt_errorf(GT_EIO, "fork: %s", strerror(errno));
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    /* Die with the agent, even when it is killed with SIGKILL. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != agent) _exit(127);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    execve(o->prog_path, o->prog_argv, envp);
+    static const char msg[] = "giantrun: exec of the worker program failed\n";
+    if (write(2, msg, sizeof msg - 1) < 0) _exit(127);
+    _exit(127);
+  }
+  setpgid(pid, pid); /* also here: no race with a signal sent right away */
+  close(out[1]);
+  close(err[1]);
+  w->pid = pid;
+  w->fd[0] = out[0];
+  w->fd[1] = err[0];
+  fcntl(w->fd[0], F_SETFL, O_NONBLOCK);
+  fcntl(w->fd[1], F_SETFL, O_NONBLOCK);
+  return GT_OK;
+}
+
+gt_status workers_start(worker_group *g, const agent_opts *o, const gt_rdzv_round *r) {
+  memset(g, 0, sizeof *g);
+  g->generation = r->generation;
+  g->w = calloc((size_t)r->nproc, sizeof *g->w);
+  if (!g->w) return gt_errorf(GT_ENOMEM, "out of memory");
+  for (int i = 0; i < r->nproc; i++) {
+    worker *w = &g->w[i];
+    w->rank = r->rank_base + i;
+    w->fd[0] = w->fd[1] = -1;
+    w->exited = 1; /* until spawned */
+    env_list e = {0};
+    gt_status st = make_env(&e, o, r, i) ? gt_errorf(GT_ENOMEM, "out of memory") : GT_OK;
+    if (st == GT_OK) st = open_log(w, o, r->generation);
+    if (st == GT_OK) st = spawn(w, o, e.v);
+    env_free(&e);
+    g->n = i + 1;
+    if (st != GT_OK) return st; /* the caller stops what started */
+    w->exited = 0;
+  }
+  return GT_OK;
+}
+
+static void emit(worker *w, int stream, const char *text, size_t len) {
+  FILE *f = stream == 0 ? stdout : stderr;
+  fprintf(f, "[rank %d] %.*s\n", w->rank, (int)len, text);
+  fflush(f);
+  if (w->log) {
+    fprintf(w->log, "%.*s\n", (int)len, text);
+    fflush(w->log);
+  }
+}
+
+/* Splits what arrived into lines; a line longer than LINE_MAX_BYTES is cut. */
+static void take(worker *w, int stream, const char *data, size_t n) {
+  line_buf *lb = &w->line[stream];
+  for (size_t i = 0; i < n; i++) {
+    if (data[i] == '\n') {
+      emit(w, stream, lb->buf ? lb->buf : "", lb->len);
+      lb->len = 0;
+      continue;
+    }
+    if (!lb->buf) {
+      lb->buf = malloc(LINE_MAX_BYTES);
+      if (!lb->buf) return;
+    }
+    if (lb->len == LINE_MAX_BYTES) {
+      emit(w, stream, lb->buf, lb->len);
+      lb->len = 0;
+    }
+    lb->buf[lb->len++] = data[i];
+  }
+}
+
+static void close_stream(worker *w, int s) {
+  line_buf *lb = &w->line[s];
+  if (lb->len) emit(w, s, lb->buf, lb->len);
+  free(lb->buf);
+  lb->buf = NULL;
+  lb->len = 0;
+  close(w->fd[s]);
+  w->fd[s] = -1;
+}
+
+static void reap(worker_group *g) {
+  for (int i = 0; i < g->n; i++) {
+    worker *w = &g->w[i];
+    if (w->exited) continue;
+    int status;
+    pid_t p = waitpid(w->pid, &status, WNOHANG);
+    if (p == w->pid) {
+      w->exited = 1;
+      w->status = status;
+      /* Anything the worker left behind in its group goes with it. */
+      kill(-w->pid, SIGKILL);
+    }
+  }
+}
+
+void workers_pump(worker_group *g, int timeout_ms) {
+  struct pollfd pf[2 * 256];
+  int who[2 * 256][2];
+  int n = 0;
+  for (int i = 0; i < g->n && n + 2 <= (int)(sizeof pf / sizeof pf[0]); i++)
+    for (int s = 0; s < 2; s++)
+      if (g->w[i].fd[s] >= 0) {
+        pf[n] = (struct pollfd){.fd = g->w[i].fd[s], .events = POLLIN};
+        who[n][0] = i, who[n][1] = s;
+        n++;
+      }
+  if (n > 0) {
+    if (poll(pf, (nfds_t)n, timeout_ms) > 0) {
+      char buf[8192];
+      for (int k = 0; k < n; k++) {
+        if (!(pf[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        worker *w = &g->w[who[k][0]];
+        int s = who[k][1];
+        ssize_t r = read(w->fd[s], buf, sizeof buf);
+        if (r > 0) take(w, s, buf, (size_t)r);
+        else if (r == 0 || (errno != EAGAIN && errno != EINTR)) close_stream(w, s);
+      }
+    }
+  } else if (timeout_ms > 0) {
+    struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  reap(g);
+}
+
+int workers_failed(const worker_group *g, char *why, size_t n) {
+  for (int i = 0; i < g->n; i++) {
+    const worker *w = &g->w[i];
+    if (!w->exited || w->pid == 0) continue;
+    if (WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0) continue;
+    if (WIFSIGNALED(w->status))
+      snprintf(why, n, "worker rank %d (pid %ld) was killed by signal %d", w->rank, (long)w->pid,
+               WTERMSIG(w->status));
+    else
+      snprintf(why, n, "worker rank %d (pid %ld) exited with status %d", w->rank, (long)w->pid,
+               WEXITSTATUS(w->status));
+    return 1;
+  }
+  return 0;
+}
+
+int workers_all_ok(const worker_group *g) {
+  if (g->n == 0) return 0;
+  for (int i = 0; i < g->n; i++) {
+    const worker *w = &g->w[i];
+    if (!w->exited || w->pid == 0 || !WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0) return 0;
+  }
+  return 1;
+}
+
+static int any_alive(const worker_group *g) {
+  for (int i = 0; i < g->n; i++)
+    if (!g->w[i].exited) return 1;
+  return 0;
+}
+
+void workers_stop(worker_group *g, double grace_s) {
+  if (!g->w) return;
+  for (int i = 0; i < g->n; i++)
+    if (!g->w[i].exited) kill(-g->w[i].pid, SIGTERM);
+  double deadline = gt_now() + grace_s;
+  while (any_alive(g) && gt_now() < deadline) workers_pump(g, 20);
+  for (int i = 0; i < g->n; i++) {
+    worker *w = &g->w[i];
+    if (w->exited) continue;
+    kill(-w->pid, SIGKILL);
+    if (waitpid(w->pid, &w->status, 0) == w->pid) w->exited = 1;
+  }
+  /* Output still in the pipes; a grandchild outside the group could hold a
+   * pipe open, so draining is bounded. */
+  double drain = gt_now() + 1.0;
+  int open_fds = 1;
+  while (open_fds && gt_now() < drain) {
+    workers_pump(g, 20);
+    open_fds = 0;
+    for (int i = 0; i < g->n; i++) open_fds |= g->w[i].fd[0] >= 0 || g->w[i].fd[1] >= 0;
+  }
+  for (int i = 0; i < g->n; i++) {
+    worker *w = &g->w[i];
+    for (int s = 0; s < 2; s++)
+      if (w->fd[s] >= 0) close_stream(w, s);
+    if (w->log) fclose(w->log);
+  }
+  free(g->w);
+  memset(g, 0, sizeof *g);
+}

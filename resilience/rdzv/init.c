@@ -1,0 +1,147 @@
+/* gt_init: the worker side of the launch contract (see giant/init.h). */
+#include <errno.h>
+#include <limits.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "giant/comm.h"
+#include "giant/etcd.h"
+#include "giant/init.h"
+
+typedef struct job_impl {
+  gt_job pub; /* first, so a gt_job * is a job_impl * */
+  gt_etcd_client *cli;
+} job_impl;
+
+static gt_status env_long(const char *name, int required, long dflt, long lo, long hi, long *out) {
+  const char *v = getenv(name);
+  if (!v) {
+    if (required) return gt_errorf(GT_EINVAL, "%s is not set: start workers with giantrun, or unset GT_WORLD_SIZE to run as a job of one", name);
+    *out = dflt;
+    return GT_OK;
+  }
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno || end == v || *end)
+    return gt_errorf(GT_EINVAL, "%s='%s' is not an integer", name, v);
+  if (x < lo || x > hi)
+    return gt_errorf(GT_EINVAL, "%s=%ld is out of range [%ld, %ld]", name, x, lo, hi);
+  *out = x;
+  return GT_OK;
+}
+
+static gt_status env_copy(const char *name, int required, char *dst, size_t cap) {
+  const char *v = getenv(name);
+  if (!v || !*v) {
+    if (required) return gt_errorf(GT_EINVAL, "%s is not set: start workers with giantrun", name);
+    dst[0] = 0;
+    return GT_OK;
+  }
+  if (strlen(v) >= cap)
+    return gt_errorf(GT_EINVAL, "%s is %zu characters long; at most %zu are allowed", name, strlen(v), cap - 1);
+  memcpy(dst, v, strlen(v) + 1);
+  return GT_OK;
+}
+
+static gt_status open_etcd_store(job_impl *j, const char *url) {
+  const char *rest = url + strlen("etcd://");
+  const char *slash = strchr(rest, '/');
+  if (!slash || slash == rest || slash[1] == 0)
+    return gt_errorf(GT_EINVAL, "GT_STORE='%s' is malformed: expected etcd://HOST:PORT[,HOST:PORT]/PREFIX", url);
+  char endpoints[1024];
+  if ((size_t)(slash - rest) >= sizeof endpoints)
+    return gt_errorf(GT_EINVAL, "GT_STORE: the endpoint list is too long");
+  memcpy(endpoints, rest, (size_t)(slash - rest));
+  endpoints[slash - rest] = 0;
+  for (const char *p = endpoints; *p; p++)
+    if (*p == ' ' || *p == '/')
+      return gt_errorf(GT_EINVAL, "GT_STORE='%s' is malformed: endpoints are HOST:PORT separated by commas", url);
+  gt_etcd_config cfg = {.endpoints = endpoints,
+                        .cacert = getenv("GT_STORE_CACERT"),
+                        .cert = getenv("GT_STORE_CERT"),
+                        .key = getenv("GT_STORE_KEY"),
+                        .timeout_ms = 10000};
+  gt_status st = gt_etcd_connect(&cfg, &j->cli);
+  if (st != GT_OK) return gt_error_context(st, "GT_STORE=%s", url);
+  return gt_etcd_store_create(j->cli, slash, &j->pub.store);
+}
+
+static gt_status open_tcp_store(job_impl *j, const char *url) {
+  const char *hp = url + strlen("tcp://");
+  const char *colon = strrchr(hp, ':');
+  char host[256];
+  long port;
+  char *end;
+  if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof host) goto bad;
+  port = strtol(colon + 1, &end, 10);
+  if (*end || end == colon + 1 || port < 1 || port > 65535) goto bad;
+  memcpy(host, hp, (size_t)(colon - hp));
+  host[colon - hp] = 0;
+  gt_store_tcp_config cfg = {.host = host, .port = (int)port, .is_host = j->pub.rank == 0,
+                             .secret = j->pub.secret, .timeout_ms = 60000};
+  return gt_store_tcp_open(&cfg, &j->pub.store);
+bad:
+  return gt_errorf(GT_EINVAL, "GT_STORE='%s' is malformed: expected tcp://HOST:PORT", url);
+}
+
+static gt_status init_alone(job_impl *j) {
+  gt_job *p = &j->pub;
+  p->world_size = p->local_world_size = 1;
+  snprintf(p->job_id, sizeof p->job_id, "local");
+  GT_TRY(env_copy("GT_PLAN", 0, p->plan, sizeof p->plan));
+  unsigned char raw[32];
+  if (RAND_bytes(raw, sizeof raw) != 1) return gt_errorf(GT_EBACKEND, "OpenSSL RAND_bytes failed");
+  for (size_t i = 0; i < sizeof raw; i++) snprintf(p->secret + 2 * i, 3, "%02x", raw[i]);
+  gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = 0, .is_host = true, .secret = p->secret,
+                             .timeout_ms = 5000};
+  return gt_store_tcp_open(&cfg, &p->store);
+}
+
+static gt_status init_env(job_impl *j) {
+  gt_job *p = &j->pub;
+  long world, rank, lworld, lrank, node, gen;
+  GT_TRY(env_long("GT_WORLD_SIZE", 1, 1, 1, 1L << 20, &world));
+  GT_TRY(env_long("GT_RANK", 1, 0, 0, world - 1, &rank));
+  GT_TRY(env_long("GT_LOCAL_WORLD_SIZE", 0, world, 1, world, &lworld));
+  GT_TRY(env_long("GT_LOCAL_RANK", 0, rank, 0, lworld - 1, &lrank));
+  GT_TRY(env_long("GT_NODE_RANK", 0, 0, 0, world - 1, &node));
+  GT_TRY(env_long("GT_GENERATION", 0, 0, 0, LONG_MAX / 2, &gen));
+  p->world_size = (int)world, p->rank = (int)rank, p->local_world_size = (int)lworld;
+  p->local_rank = (int)lrank, p->node_rank = (int)node, p->generation = gen;
+  GT_TRY(env_copy("GT_JOB_ID", 0, p->job_id, sizeof p->job_id));
+  if (!p->job_id[0]) snprintf(p->job_id, sizeof p->job_id, "job");
+  GT_TRY(env_copy("GT_PLAN", 0, p->plan, sizeof p->plan));
+  GT_TRY(env_copy("GT_JOB_SECRET", 1, p->secret, sizeof p->secret));
+  const char *url = getenv("GT_STORE");
+  if (!url || !*url) return gt_errorf(GT_EINVAL, "GT_STORE is not set: start workers with giantrun (it sets etcd://...)");
+  if (strncmp(url, "etcd://", 7) == 0) return open_etcd_store(j, url);
+  if (strncmp(url, "tcp://", 6) == 0) return open_tcp_store(j, url);
+  return gt_errorf(GT_EINVAL, "GT_STORE='%s' has an unknown scheme: expected etcd://HOST:PORT/PREFIX or tcp://HOST:PORT", url);
+}
+
+gt_status gt_init(gt_job **out) {
+  if (!out) return gt_errorf(GT_EINVAL, "gt_init: NULL output");
+  *out = NULL;
+  job_impl *j = calloc(1, sizeof *j);
+  if (!j) return gt_errorf(GT_ENOMEM, "out of memory");
+  gt_status st = getenv("GT_WORLD_SIZE") ? init_env(j) : init_alone(j);
+  if (st == GT_OK)
+    snprintf(j->pub.generation_name, sizeof j->pub.generation_name, "gen%ld", j->pub.generation);
+  if (st != GT_OK) {
+    gt_job_destroy(&j->pub);
+    return st;
+  }
+  *out = &j->pub;
+  return GT_OK;
+}
+
+void gt_job_destroy(gt_job *job) {
+  if (!job) return;
+  job_impl *j = (job_impl *)job;
+  if (job->store) gt_store_destroy(job->store);
+  gt_etcd_close(j->cli);
+  free(j);
+}

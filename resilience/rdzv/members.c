@@ -1,0 +1,118 @@
+/* Membership of a running round: lost members and waiting nodes move the
+ * job on; finished members end it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "resilience/rdzv/internal.h"
+
+static gt_status need_round(const gt_rdzv *r, const char *what) {
+  if (r->gen < 0 || !r->members)
+    return gt_errorf(GT_ESTATE, "%s: this node is in no round; call gt_rdzv_join first", what);
+  return GT_OK;
+}
+
+static int is_member(const gt_rdzv *r, const char *id) {
+  for (int i = 0; i < r->nmembers; i++)
+    if (!strcmp(r->members[i].id, id)) return 1;
+  return 0;
+}
+
+static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
+  if (s->done) {
+    snprintf(r->reason, sizeof r->reason, "%s", s->done_val);
+    *ev = s->done > 0 ? GT_RDZV_DONE : GT_RDZV_FAILED;
+    return GT_OK;
+  }
+  if (s->gen != r->gen) {
+    char k[256];
+    rdzv_key(r, k, sizeof k, "gen%ld/reason", r->gen);
+    void *v;
+    size_t len;
+    if (gt_etcd_get_value(r->cli, k, &v, &len, NULL) == GT_OK) {
+      snprintf(r->reason, sizeof r->reason, "%.*s", (int)len, (const char *)v);
+      free(v);
+    }
+    *ev = GT_RDZV_RESTART;
+    return GT_OK;
+  }
+  char why[400];
+  if (!r->ka || gt_etcd_keepalive_lost(r->ka)) {
+    snprintf(why, sizeof why, "node %s lost its lease (etcd unreachable for a TTL)", r->cfg.node_id);
+    GT_TRY(rdzv_advance(r, s, 1, why));
+    *ev = GT_RDZV_RESTART;
+    return GT_OK;
+  }
+  char np[256], fp[256];
+  rdzv_key(r, np, sizeof np, "gen%ld/nodes/", r->gen);
+  rdzv_key(r, fp, sizeof fp, "gen%ld/finished/", r->gen);
+  const gt_etcd_kvs *nodes = rdzv_snap_nodes(s);
+  int finished = 0;
+  for (int i = 0; i < r->nmembers; i++) {
+    const char *id = r->members[i].id;
+    if (!rdzv_kvs_has(nodes, np, id)) {
+      snprintf(why, sizeof why, "node %s left gen%ld", id, r->gen);
+      GT_TRY(rdzv_advance(r, s, 1, why));
+      *ev = GT_RDZV_RESTART;
+      return GT_OK;
+    }
+    finished += rdzv_kvs_has(rdzv_snap_finished(s), fp, id);
+  }
+  if (finished == r->nmembers) {
+    char k[256], val[64];
+    rdzv_key(r, k, sizeof k, "done");
+    snprintf(val, sizeof val, "ok gen%ld", r->gen);
+    int created;
+    GT_TRY(gt_etcd_create(r->cli, k, val, strlen(val), 0, &created));
+    snprintf(r->reason, sizeof r->reason, "every worker of gen%ld exited 0", r->gen);
+    *ev = GT_RDZV_DONE;
+    return GT_OK;
+  }
+  /* A node waiting to join is admitted by a new round, unless workers have
+   * already finished (a new round would run them again). */
+  size_t pl = strlen(np);
+  if (r->nmembers < r->cfg.max_nodes && finished == 0) {
+    for (size_t i = 0; i < nodes->n; i++) {
+      const char *id = nodes->kvs[i].key + pl;
+      if (!is_member(r, id)) {
+        snprintf(why, sizeof why, "node %s waits to join; admitting it at gen%ld", id, r->gen + 1);
+        GT_TRY(rdzv_advance(r, s, 0, why));
+        *ev = GT_RDZV_RESTART;
+        return GT_OK;
+      }
+    }
+  }
+  *ev = GT_RDZV_RUNNING;
+  return GT_OK;
+}
+
+gt_status gt_rdzv_check(gt_rdzv *r, gt_rdzv_event *ev) {
+  *ev = GT_RDZV_RUNNING;
+  GT_TRY(need_round(r, "gt_rdzv_check"));
+  rdzv_snap s;
+  GT_TRY(rdzv_snap_read(r, r->gen, &s));
+  gt_status st = look(r, &s, ev);
+  rdzv_snap_free(&s);
+  return st;
+}
+
+gt_status gt_rdzv_fail(gt_rdzv *r, const char *why) {
+  GT_TRY(need_round(r, "gt_rdzv_fail"));
+  rdzv_snap s;
+  GT_TRY(rdzv_snap_read(r, r->gen, &s));
+  gt_status st = GT_OK;
+  if (!s.done && s.gen == r->gen) {
+    char full[400];
+    snprintf(full, sizeof full, "node %s: %s", r->cfg.node_id, why ? why : "workers failed");
+    st = rdzv_advance(r, &s, 1, full);
+  }
+  rdzv_snap_free(&s);
+  return st;
+}
+
+gt_status gt_rdzv_finish(gt_rdzv *r) {
+  GT_TRY(need_round(r, "gt_rdzv_finish"));
+  char k[256];
+  rdzv_key(r, k, sizeof k, "gen%ld/finished/%s", r->gen, r->cfg.node_id);
+  return gt_etcd_put(r->cli, k, "1", 1, r->lease, NULL, NULL);
+}
