@@ -32,7 +32,7 @@ typedef struct fcfg {
   shared *sh;
 } fcfg;
 
-enum { VICTIM = 1, BIG = (16u << 20) / 4 };
+enum { VICTIM = 1, BIG = (32u << 20) / 4 };
 
 static int victim_main(int r, int n, void *arg) {
   fcfg *k = arg;
@@ -46,7 +46,7 @@ static int victim_main(int r, int n, void *arg) {
     CHECK_OK(gt_comm_allreduce_start(c, x, BIG, GT_F32, GT_COMM_SUM, &req));
     if (r == VICTIM && it == 2) {
       /* Mid-collective: let the others get going, then vanish. */
-      usleep(5000);
+      usleep(1000);
       k->sh->victim_time = gt_now();
       __atomic_thread_fence(__ATOMIC_SEQ_CST);
       raise(k->sig);

@@ -79,5 +79,7 @@ void test_bf16(void **state);
 void test_nn_errors(void **state);
 void test_determinism(void **state);
 void test_measure_peak(void **state);
+void test_embedding_vp(void **state);
+void test_xent_vp(void **state);
 
 #endif

@@ -1,0 +1,99 @@
+/* A worker for the launcher tests. It calls gt_init, passes a barrier on
+ * the job's store with every rank, writes what it saw to
+ * $LW_DIR/gen<G>.rank<R>.env, records its pid in $LW_DIR/pids, then follows
+ * its arguments:
+ *   sleep=S[@gG][@rR]   sleep S seconds (in generation G / at rank R only)
+ *   exit=C[@gG][@rR]    then exit with C
+ *   child=1[@gG][@rR]   first fork a child that sleeps in the same group
+ * A later matching argument overrides an earlier one. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "giant/init.h"
+#include "giant/log.h"
+
+static int matches(const char *q, long gen, int rank) {
+  while (q && *q == '@') {
+    char kind = q[1];
+    long v = strtol(q + 2, (char **)&q, 10);
+    if (kind == 'g' && v != gen) return 0;
+    if (kind == 'r' && v != rank) return 0;
+  }
+  return 1;
+}
+
+static void record_pid(const char *dir, long pid) {
+  char path[512], line[64];
+  snprintf(path, sizeof path, "%s/pids", dir);
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return;
+  int n = snprintf(line, sizeof line, "%ld\n", pid);
+  if (write(fd, line, (size_t)n) != n) perror("pids");
+  close(fd);
+}
+
+int main(int argc, char **argv) {
+  const char *dir = getenv("LW_DIR");
+  if (!dir) {
+    fprintf(stderr, "launch_worker: set LW_DIR\n");
+    return 2;
+  }
+  gt_job *job;
+  if (gt_init(&job) != GT_OK) {
+    fprintf(stderr, "launch_worker: gt_init: %s\n", gt_last_error());
+    return 3;
+  }
+  record_pid(dir, (long)getpid());
+  double sleep_s = 0;
+  int code = 0, child = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *eq = strchr(argv[i], '=');
+    if (!eq) continue;
+    char *end;
+    double v = strtod(eq + 1, &end);
+    if (!matches(end, job->generation, job->rank)) continue;
+    if (!strncmp(argv[i], "sleep=", 6)) sleep_s = v;
+    else if (!strncmp(argv[i], "exit=", 5)) code = (int)v;
+    else if (!strncmp(argv[i], "child=", 6)) child = (int)v;
+  }
+  /* Every rank reaches the store: the barrier proves they share one. */
+  if (gt_store_barrier(job->store, "launch_worker", job->rank, job->world_size, 30000) != GT_OK) {
+    fprintf(stderr, "launch_worker: barrier: %s\n", gt_last_error());
+    gt_job_destroy(job);
+    return 4;
+  }
+  if (child) {
+    pid_t c = fork();
+    if (c == 0) {
+      execl("/bin/sleep", "sleep", "60", (char *)NULL);
+      _exit(127);
+    }
+    if (c > 0) record_pid(dir, (long)c);
+  }
+  char path[512], tmp[540];
+  snprintf(path, sizeof path, "%s/gen%ld.rank%d.env", dir, job->generation, job->rank);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (f) {
+    static const char *const vars[] = {"GT_RANK", "GT_LOCAL_RANK", "GT_WORLD_SIZE", "GT_LOCAL_WORLD_SIZE",
+                                       "GT_NODE_RANK", "GT_NNODES", "GT_GENERATION", "GT_RESTART_COUNT",
+                                       "GT_JOB_ID", "GT_STORE", "GT_JOB_SECRET", "GT_PLAN", NULL};
+    for (int i = 0; vars[i]; i++) fprintf(f, "%s=%s\n", vars[i], getenv(vars[i]) ? getenv(vars[i]) : "");
+    fprintf(f, "pid=%ld\nppid=%ld\npgid=%ld\nstarted=%.6f\n", (long)getpid(), (long)getppid(),
+            (long)getpgrp(), gt_now());
+    fprintf(f, "job.rank=%d\njob.world=%d\njob.generation=%s\n", job->rank, job->world_size,
+            job->generation_name);
+    fclose(f);
+    rename(tmp, path);
+  }
+  printf("worker rank %d of %d in %s up\n", job->rank, job->world_size, job->generation_name);
+  fflush(stdout);
+  gt_job_destroy(job);
+  struct timespec ts = {(time_t)sleep_s, (long)((sleep_s - (time_t)sleep_s) * 1e9)};
+  nanosleep(&ts, NULL);
+  return code;
+}
