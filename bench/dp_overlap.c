@@ -13,10 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_rank.h"
 #include "comm/harness.h"
 #include "giant/options.h"
-#include "giant/plan.h"
-#include "gpt.h"
 
 typedef struct cfg {
   int L, C, NH, T, B, V, rounds, steps, bucket_kib;
@@ -25,29 +24,10 @@ typedef struct cfg {
 
 static int rank_main(int rank, int world, void *arg) {
   cfg *c = arg;
-  gt_backend *be;
-  CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
-  be->peak_flops = 1;
-  gt_store *store = harness_store();
-  gt_plan plan;
-  CHECK_OK(gt_plan_resolve(&(gt_plan_config){.world = world, .rank = rank, .layout = "dp=2",
-                                             .bucket_bytes = (size_t)c->bucket_kib << 10},
-                           &plan));
-  gt_dist *dist;
-  gt_dist_config dc = {.plan = plan, .store = store, .generation = "bench",
-                       .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1"}};
-  CHECK_OK(gt_dist_create(&dc, &dist));
-  gt_model *m;
-  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = c->B, .T_max = c->T, .seed = 1}, &m));
-  gt_model_parallel mp = gt_dist_model_parallel(dist);
-  CHECK_OK(gt_model_set_parallel(m, &mp));
   gpt_config gc = {.vocab_size = c->V, .T_max = c->T, .C = c->C, .NH = c->NH, .L = c->L, .tie_weights = true};
-  CHECK_OK(gpt_add_layers(m, &gc));
-  CHECK_OK(gt_model_build(m));
-  gt_trainer *tr;
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 1,
-                          .schedule = {3e-4f, 3e-4f, 0, 0}, .dist = dist};
-  CHECK_OK(gt_trainer_create(m, &tc, &tr));
+  bench_rank r;
+  bench_rank_setup(&r, rank, world, "dp=2", 1, &gc, 2 * c->B, (size_t)c->bucket_kib << 10);
+  gt_trainer *tr = r.tr;
   size_t n = (size_t)c->B * c->T + 1;
   int32_t *tok = malloc(n * sizeof *tok);
   for (size_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 2654435761u + (size_t)rank * 97) % (size_t)c->V);
@@ -70,11 +50,7 @@ static int rank_main(int rank, int world, void *arg) {
     }
   }
   free(tok);
-  gt_trainer_destroy(tr);
-  gt_model_destroy(m);
-  gt_dist_destroy(dist);
-  gt_store_destroy(store);
-  gt_backend_destroy(be);
+  bench_rank_teardown(&r);
   return RANK_OK;
 }
 

@@ -8,10 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench_rank.h"
 #include "comm/harness.h"
 #include "giant/options.h"
-#include "giant/plan.h"
-#include "gpt.h"
 
 enum { BASE, DP2, TP2, NCONF };
 static const char *names[NCONF] = {"1 rank x 2 threads", "dp=2 x 1 thread", "tp=2 x 1 thread"};
@@ -23,37 +22,12 @@ typedef struct cfg {
 
 static int rank_main(int rank, int world, void *arg) {
   cfg *c = arg;
-  gt_backend *be;
-  CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = c->conf == BASE ? 2 : 1},
-                             &be));
-  be->peak_flops = 1;
-  gt_store *store = NULL;
-  gt_dist *dist = NULL;
-  int rows = c->B;
-  if (c->conf != BASE) {
-    store = harness_store();
-    gt_plan plan;
-    CHECK_OK(gt_plan_resolve(&(gt_plan_config){.world = world, .rank = rank,
-                                               .layout = c->conf == DP2 ? "dp=2" : "tp=2"},
-                             &plan));
-    gt_dist_config dc = {.plan = plan, .store = store, .generation = "bench",
-                         .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1"}};
-    CHECK_OK(gt_dist_create(&dc, &dist));
-    rows = c->B / plan.layout.dp;
-  }
-  gt_model *m;
-  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = rows, .T_max = c->T, .seed = 1}, &m));
-  if (dist) {
-    gt_model_parallel mp = gt_dist_model_parallel(dist);
-    CHECK_OK(gt_model_set_parallel(m, &mp));
-  }
   gpt_config gc = {.vocab_size = c->V, .T_max = c->T, .C = c->C, .NH = c->NH, .L = c->L, .tie_weights = true};
-  CHECK_OK(gpt_add_layers(m, &gc));
-  CHECK_OK(gt_model_build(m));
-  gt_trainer *tr;
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 1,
-                          .schedule = {3e-4f, 3e-4f, 0, 0}, .dist = dist};
-  CHECK_OK(gt_trainer_create(m, &tc, &tr));
+  static const char *layouts[NCONF] = {NULL, "dp=2", "tp=2"};
+  bench_rank r;
+  bench_rank_setup(&r, rank, world, layouts[c->conf], c->conf == BASE ? 2 : 1, &gc, c->B, 0);
+  gt_trainer *tr = r.tr;
+  int rows = r.rows;
   size_t n = (size_t)c->B * c->T + 1;
   int32_t *tok = malloc(n * sizeof *tok);
   for (size_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 2654435761u) % (size_t)c->V);
@@ -67,11 +41,7 @@ static int rank_main(int rank, int world, void *arg) {
     c->tokens[c->conf] += (double)c->steps * c->B * c->T; /* the global batch */
   }
   free(tok);
-  gt_trainer_destroy(tr);
-  gt_model_destroy(m);
-  gt_dist_destroy(dist);
-  gt_store_destroy(store);
-  gt_backend_destroy(be);
+  bench_rank_teardown(&r);
   return RANK_OK;
 }
 

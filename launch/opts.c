@@ -33,6 +33,7 @@ static const char usage[] =
     "  --monitor-interval S       how often workers and etcd are checked (default 0.1)\n"
     "  --stop-grace S             SIGTERM to SIGKILL when stopping workers (default 5)\n"
     "  --help, --version\n"
+    "torchrun's spellings with underscores (--nproc_per_node ...) work too.\n"
     "\n"
     "Workers get GT_RANK, GT_LOCAL_RANK, GT_WORLD_SIZE, GT_LOCAL_WORLD_SIZE,\n"
     "GT_NODE_RANK, GT_NNODES, GT_GENERATION, GT_RESTART_COUNT, GT_JOB_ID, GT_STORE\n"
@@ -102,6 +103,9 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
       {"--rdzv-endpoint", GT_OPT_STR, &o->endpoint, 0, 0},
       {"--rdzv_endpoint", GT_OPT_STR, &o->endpoint, 0, 0},
       {"--rdzv-backend", GT_OPT_STR, &o->backend, 0, 0},
+      {"--rdzv_backend", GT_OPT_STR, &o->backend, 0, 0},
+      {"--rdzv_id", GT_OPT_STR, &o->job_id, 0, 0},
+      {"--monitor_interval", GT_OPT_FLOAT, &o->monitor_s, 0.01, 60},
       {"--job-id", GT_OPT_STR, &o->job_id, 0, 0},
       {"--rdzv-id", GT_OPT_STR, &o->job_id, 0, 0},
       {"--node-id", GT_OPT_STR, &o->node_id, 0, 0},

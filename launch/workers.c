@@ -234,23 +234,23 @@ static void reap(worker_group *g) {
 }
 
 void workers_pump(worker_group *g, int timeout_ms) {
-  struct pollfd pf[2 * 256];
-  int who[2 * 256][2];
+  /* Two pipes per worker; a node may run thousands of workers. */
+  struct pollfd *pf = calloc((size_t)(2 * g->n + 1), sizeof *pf);
+  int *who = calloc((size_t)(2 * g->n + 1), sizeof *who);
   int n = 0;
-  for (int i = 0; i < g->n && n + 2 <= (int)(sizeof pf / sizeof pf[0]); i++)
+  for (int i = 0; pf && who && i < g->n; i++)
     for (int s = 0; s < 2; s++)
       if (g->w[i].fd[s] >= 0) {
         pf[n] = (struct pollfd){.fd = g->w[i].fd[s], .events = POLLIN};
-        who[n][0] = i, who[n][1] = s;
-        n++;
+        who[n++] = 2 * i + s;
       }
   if (n > 0) {
     if (poll(pf, (nfds_t)n, timeout_ms) > 0) {
       char buf[8192];
       for (int k = 0; k < n; k++) {
         if (!(pf[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        worker *w = &g->w[who[k][0]];
-        int s = who[k][1];
+        worker *w = &g->w[who[k] / 2];
+        int s = who[k] % 2;
         ssize_t r = read(w->fd[s], buf, sizeof buf);
         if (r > 0) take(w, s, buf, (size_t)r);
         else if (r == 0 || (errno != EAGAIN && errno != EINTR)) close_stream(w, s);
@@ -260,6 +260,8 @@ void workers_pump(worker_group *g, int timeout_ms) {
     struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
   }
+  free(pf);
+  free(who);
   reap(g);
 }
 

@@ -1,4 +1,5 @@
-/* The training loop of one process. */
+/* The training loop: micro-batches, gradient accumulation, the reductions
+ * a distributed step needs (giant/plan.h), clipping, the update, metrics. */
 #include "giant/trainer.h"
 
 #include <math.h>

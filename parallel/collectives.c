@@ -11,6 +11,21 @@
 
 #include "parallel/comm_internal.h"
 
+/* The same rounding as gt_f32_to_bf16, inlined so the loop vectorizes. */
+static inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static inline float from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 void gt_comm_reduce(gt_dtype t, void *dst, const void *a, const void *b, size_t n) {
   if (t == GT_F32) {
     float *d = dst;
@@ -19,7 +34,7 @@ void gt_comm_reduce(gt_dtype t, void *dst, const void *a, const void *b, size_t 
   } else {
     uint16_t *d = dst;
     const uint16_t *x = a, *y = b;
-    for (size_t i = 0; i < n; i++) d[i] = gt_f32_to_bf16(gt_bf16_to_f32(x[i]) + gt_bf16_to_f32(y[i]));
+    for (size_t i = 0; i < n; i++) d[i] = to_bf16(from_bf16(x[i]) + from_bf16(y[i]));
   }
 }
 
@@ -29,7 +44,7 @@ static void divide(gt_dtype t, void *buf, size_t n, int by) {
     for (size_t i = 0; i < n; i++) d[i] /= (float)by;
   } else {
     uint16_t *d = buf;
-    for (size_t i = 0; i < n; i++) d[i] = gt_f32_to_bf16(gt_bf16_to_f32(d[i]) / (float)by);
+    for (size_t i = 0; i < n; i++) d[i] = to_bf16(from_bf16(d[i]) / (float)by);
   }
 }
 
@@ -166,6 +181,12 @@ gt_status gt_comm_execute(gt_comm *c, gt_comm_req *q, double deadline) {
     case OP_RECV: {
       plan_step rx = {q->buf, NULL, q->count * es};
       plan p = {.tx_peer = -1, .rx_peer = q->peer, .nrx = 1, .rx = &rx, .dep = -1, .dtype = q->dtype};
+      return run(c, &p, deadline);
+    }
+    case OP_SENDRECV: {
+      plan_step tx = {(char *)q->src, NULL, q->count * es}, rx = {q->buf, NULL, q->count2 * es};
+      plan p = {.tx_peer = q->peer, .rx_peer = q->peer2, .ntx = 1, .nrx = 1, .tx = &tx, .rx = &rx,
+                .dep = -1, .dtype = q->dtype};
       return run(c, &p, deadline);
     }
     case OP_BARRIER: {

@@ -73,7 +73,7 @@ const char *gt_comm_transport_name(const gt_comm *comm) {
 
 static const char *op_name(comm_op_kind k) {
   static const char *const names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
-                                      "send", "recv", "barrier"};
+                                      "send", "recv", "barrier", "sendrecv"};
   return names[k];
 }
 
@@ -121,13 +121,23 @@ static gt_status enqueue(gt_comm *c, gt_comm_req *tmpl, gt_comm_req **out) {
       (tmpl->peer < 0 || tmpl->peer >= c->size || tmpl->peer == c->rank))
     return gt_errorf(GT_EINVAL, "%s: peer %d is not another rank of this group of %d",
                      op_name(tmpl->kind), tmpl->peer, c->size);
+  if (tmpl->kind == OP_SENDRECV &&
+      (tmpl->peer < 0 || tmpl->peer >= c->size || tmpl->peer == c->rank || tmpl->peer2 < 0 ||
+       tmpl->peer2 >= c->size || tmpl->peer2 == c->rank))
+    return gt_errorf(GT_EINVAL, "sendrecv: dst %d and src %d must be other ranks of this group of %d",
+                     tmpl->peer, tmpl->peer2, c->size);
+  if (tmpl->count2 > ((size_t)1 << 40))
+    return gt_errorf(GT_EINVAL, "sendrecv: receive count %zu is too large", tmpl->count2);
+  if (tmpl->kind == OP_SENDRECV && ((tmpl->count && !tmpl->src) || (tmpl->count2 && !tmpl->buf)))
+    return gt_errorf(GT_EINVAL, "sendrecv: NULL buffer");
   if (tmpl->kind == OP_BROADCAST && (tmpl->peer < 0 || tmpl->peer >= c->size))
     return gt_errorf(GT_EINVAL, "broadcast: root %d is not a rank of this group of %d",
                      tmpl->peer, c->size);
   if (tmpl->count && ((tmpl->kind == OP_REDUCE_SCATTER || tmpl->kind == OP_ALLGATHER ||
                        tmpl->kind == OP_SEND) ? !tmpl->src : false))
     return gt_errorf(GT_EINVAL, "%s: NULL send buffer", op_name(tmpl->kind));
-  if (tmpl->count && tmpl->kind != OP_SEND && tmpl->kind != OP_BARRIER && !tmpl->buf)
+  if (tmpl->count && tmpl->kind != OP_SEND && tmpl->kind != OP_BARRIER &&
+      tmpl->kind != OP_SENDRECV && !tmpl->buf)
     return gt_errorf(GT_EINVAL, "%s: NULL buffer", op_name(tmpl->kind));
   gt_comm_req *r = malloc(sizeof *r);
   if (!r) return gt_errorf(GT_ENOMEM, "out of memory for a request");
@@ -217,6 +227,14 @@ gt_status gt_comm_recv_start(gt_comm *c, void *buf, size_t count, gt_dtype dtype
   return enqueue(c, &t, req);
 }
 
+gt_status gt_comm_sendrecv_start(gt_comm *c, const void *send, size_t send_count, int dst,
+                                 void *recv, size_t recv_count, int src, gt_dtype dtype,
+                                 gt_comm_req **req) {
+  gt_comm_req t = {.kind = OP_SENDRECV, .src = send, .count = send_count, .peer = dst,
+                   .buf = recv, .count2 = recv_count, .peer2 = src, .dtype = dtype};
+  return enqueue(c, &t, req);
+}
+
 gt_status gt_comm_barrier_start(gt_comm *c, gt_comm_req **req) {
   gt_comm_req t = {.kind = OP_BARRIER, .dtype = GT_F32};
   return enqueue(c, &t, req);
@@ -246,6 +264,10 @@ gt_status gt_comm_send(gt_comm *c, const void *buf, size_t count, gt_dtype dtype
 }
 gt_status gt_comm_recv(gt_comm *c, void *buf, size_t count, gt_dtype dtype, int peer) {
   BLOCKING(gt_comm_recv_start(c, buf, count, dtype, peer, &r_));
+}
+gt_status gt_comm_sendrecv(gt_comm *c, const void *send, size_t send_count, int dst, void *recv,
+                           size_t recv_count, int src, gt_dtype dtype) {
+  BLOCKING(gt_comm_sendrecv_start(c, send, send_count, dst, recv, recv_count, src, dtype, &r_));
 }
 gt_status gt_comm_barrier(gt_comm *c) { BLOCKING(gt_comm_barrier_start(c, &r_)); }
 

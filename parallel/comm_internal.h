@@ -17,6 +17,7 @@ typedef enum {
   OP_SEND,
   OP_RECV,
   OP_BARRIER,
+  OP_SENDRECV,
 } comm_op_kind;
 
 struct gt_comm_req {
@@ -27,7 +28,9 @@ struct gt_comm_req {
   size_t count;
   gt_dtype dtype;
   gt_comm_op op;
-  int peer;         /* root, or the other rank of send / recv */
+  int peer;         /* root, or the other rank of send / recv; sendrecv: dst */
+  size_t count2;    /* sendrecv: elements received */
+  int peer2;        /* sendrecv: src */
   bool done;
   gt_status status;
   char msg[512];

@@ -133,6 +133,13 @@ gt_status gt_comm_send_start(gt_comm *comm, const void *buf, size_t count, gt_dt
                              int peer, gt_comm_req **req);
 gt_status gt_comm_recv_start(gt_comm *comm, void *buf, size_t count, gt_dtype dtype, int peer,
                              gt_comm_req **req);
+/* Sends to dst and receives from src at the same time (dst may equal src),
+ * so neighbours that exchange data both ways (pipeline stages, ring
+ * shifts) cannot block each other the way a send queued before a recv
+ * can once a message outgrows the transport's buffers. */
+gt_status gt_comm_sendrecv_start(gt_comm *comm, const void *send, size_t send_count, int dst,
+                                 void *recv, size_t recv_count, int src, gt_dtype dtype,
+                                 gt_comm_req **req);
 gt_status gt_comm_barrier_start(gt_comm *comm, gt_comm_req **req);
 
 /* Waits up to timeout_ms (< 0: until the operation ends, which its own
@@ -153,6 +160,8 @@ gt_status gt_comm_allgather(gt_comm *comm, const void *send, void *recv, size_t 
 gt_status gt_comm_broadcast(gt_comm *comm, void *buf, size_t count, gt_dtype dtype, int root);
 gt_status gt_comm_send(gt_comm *comm, const void *buf, size_t count, gt_dtype dtype, int peer);
 gt_status gt_comm_recv(gt_comm *comm, void *buf, size_t count, gt_dtype dtype, int peer);
+gt_status gt_comm_sendrecv(gt_comm *comm, const void *send, size_t send_count, int dst,
+                           void *recv, size_t recv_count, int src, gt_dtype dtype);
 gt_status gt_comm_barrier(gt_comm *comm);
 
 /* ------------------------------------------------------------------ */

@@ -21,8 +21,15 @@
  * While a round runs, an agent polls it: a member whose lease lapsed, or a
  * worker that failed, moves the job to the next generation and counts as a
  * restart; a node waiting to join while the round has fewer than MAX nodes
- * moves it too, without counting. More restarts than allowed end the job as
- * failed, for every agent.
+ * (and before any member finished) moves it too, without counting. More
+ * restarts than allowed end the job as failed, for every agent. A failure
+ * before every member finished runs every node's workers again, also those
+ * that had exited 0. The job succeeds when every member of one round has
+ * finished. Closing round N deletes generation N-1's keys.
+ *
+ * Every wait polls etcd (cfg.poll_ms) and is bounded; gt_rdzv_check reads
+ * the round only when a watch on the job's keys saw a change outside the
+ * workers' store (and at least every 5 s).
  */
 #ifndef GIANT_LAUNCH_H
 #define GIANT_LAUNCH_H

@@ -229,6 +229,14 @@ gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *q, double deadline) {
     case OP_RECV:
       r = ncclRecv(q->buf, q->count, dt, q->peer, s->comm, s->stream);
       break;
+    case OP_SENDRECV:
+      /* One group: NCCL runs both halves together, as we do on the host. */
+      r = ncclGroupStart();
+      if (r == ncclSuccess) r = ncclSend(q->src, q->count, dt, q->peer, s->comm, s->stream);
+      if (r == ncclSuccess || r == ncclInProgress)
+        r = ncclRecv(q->buf, q->count2, dt, q->peer2, s->comm, s->stream);
+      if (r == ncclSuccess || r == ncclInProgress) r = ncclGroupEnd();
+      break;
     case OP_BARRIER:
       r = ncclAllReduce(s->scratch, s->scratch, 1, ncclFloat32, ncclSum, s->comm, s->stream);
       break;

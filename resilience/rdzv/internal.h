@@ -24,6 +24,10 @@ struct gt_rdzv {
   rdzv_member *members;
   int nmembers;
   char reason[512];
+  /* A watch on the job's keys lets gt_rdzv_check skip reading etcd while
+   * nothing but the workers' store changed. */
+  gt_etcd_watch *watch;
+  double last_read;
 };
 
 /* What one transaction of reads saw under the root and generation gen. */

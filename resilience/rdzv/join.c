@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "giant/log.h"
 #include "resilience/rdzv/internal.h"
 
 static int cmp_str(const void *a, const void *b) {
@@ -65,18 +66,39 @@ static gt_status close_round(gt_rdzv *r, const rdzv_snap *s) {
          .value_len = strlen(s->current)},
         {.key = kcl, .target = GT_ETCD_CMP_CREATE_REVISION, .op = GT_ETCD_EQUAL, .number = 0},
     };
-    gt_etcd_op put = {.type = GT_ETCD_OP_PUT, .key = kcl, .value = text, .value_len = used};
-    st = gt_etcd_txn(r->cli, cmps, 2, &put, 1, NULL, 0, NULL);
+    /* The previous generation's keys (its workers' store, its members) go
+     * with the round that replaces it: every member of this round stopped
+     * its workers before registering. */
+    char kold[256];
+    rdzv_key(r, kold, sizeof kold, "gen%ld/", s->gen - 1);
+    gt_etcd_op ops[2] = {
+        {.type = GT_ETCD_OP_PUT, .key = kcl, .value = text, .value_len = used},
+        {.type = GT_ETCD_OP_DEL, .key = kold, .prefix = 1},
+    };
+    st = gt_etcd_txn(r->cli, cmps, 2, ops, s->gen > 0 ? 2 : 1, NULL, 0, NULL);
   }
   free(text);
   return st;
 }
 
-static gt_status register_node(gt_rdzv *r, long gen) {
+/* Registers this node for round gen. *busy is set when another lease holds
+ * the node id: an agent with the same --node-id, or this node's previous
+ * agent whose lease has not lapsed yet. */
+static gt_status register_node(gt_rdzv *r, long gen, int *busy) {
   char k[256], v[16];
   rdzv_key(r, k, sizeof k, "gen%ld/nodes/%s", gen, r->cfg.node_id);
   snprintf(v, sizeof v, "%d", r->cfg.nproc);
-  return gt_etcd_put(r->cli, k, v, strlen(v), r->lease, NULL, NULL);
+  gt_etcd_cmp cmp = {.key = k, .target = GT_ETCD_CMP_CREATE_REVISION, .op = GT_ETCD_EQUAL, .number = 0};
+  gt_etcd_op put = {.type = GT_ETCD_OP_PUT, .key = k, .value = v, .value_len = strlen(v), .lease = r->lease};
+  gt_etcd_op get = {.type = GT_ETCD_OP_GET, .key = k};
+  gt_etcd_txn_result res;
+  GT_TRY(gt_etcd_txn(r->cli, &cmp, 1, &put, 1, &get, 1, &res));
+  *busy = 0;
+  if (!res.succeeded && res.n == 1 && res.results[0].n == 1) {
+    if (res.results[0].kvs[0].lease != r->lease) *busy = 1;
+  }
+  gt_etcd_txn_result_free(&res);
+  return GT_OK;
 }
 
 static gt_status fill_round(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_round *out) {
@@ -153,22 +175,34 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
   double deadline = rdzv_now() + r->cfg.join_timeout_ms / 1000.0;
   long gen = r->gen >= 0 ? r->gen : 0;
   long registered = -1, barrier_put = -1;
-  double min_seen = 0, barrier_started = 0;
+  double min_seen = 0, barrier_started = 0, busy_since = 0;
   char nodes_prefix[256];
   free(r->members);
   r->members = NULL;
   r->nmembers = 0;
   r->gen = -1;
+  char etcd_error[400] = "";
   for (;;) {
     if (rdzv_cancelled(r)) return gt_errorf(GT_ECANCELED, "rendezvous cancelled");
-    if (rdzv_now() > deadline)
+    if (rdzv_now() > deadline) {
+      if (etcd_error[0])
+        return gt_errorf(GT_ETIMEDOUT, "rendezvous of job %s did not complete in %d s; etcd failed: %s",
+                         r->cfg.job_id, r->cfg.join_timeout_ms / 1000, etcd_error);
       return gt_errorf(GT_ETIMEDOUT,
                        "rendezvous of job %s did not complete in %d s (need %d node(s)): start the other agents, or raise --rdzv-timeout",
                        r->cfg.job_id, r->cfg.join_timeout_ms / 1000, r->cfg.min_nodes);
-    GT_TRY(rdzv_ensure_lease(r));
+    }
     rdzv_snap s;
-    GT_TRY(rdzv_snap_read(r, gen, &s));
-    gt_status st = GT_OK;
+    gt_status st = rdzv_ensure_lease(r);
+    if (st == GT_OK) st = rdzv_snap_read(r, gen, &s);
+    if (st != GT_OK) {
+      /* etcd may be failing over or restarting: retry until the deadline. */
+      if (st != GT_ECONN && st != GT_ETIMEDOUT) return st;
+      snprintf(etcd_error, sizeof etcd_error, "%s", gt_last_error());
+      gt_warn("rendezvous: %s; retrying", etcd_error);
+      rdzv_nap_ms(5 * r->cfg.poll_ms);
+      continue;
+    }
     step next = STEP_WAIT;
     if (s.done) {
       snprintf(r->reason, sizeof r->reason, "%s", s.done_val);
@@ -185,9 +219,20 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
       rdzv_key(r, nodes_prefix, sizeof nodes_prefix, "gen%ld/nodes/", gen);
       const gt_etcd_kvs *closed = rdzv_snap_closed(&s);
       if (registered != gen || !rdzv_kvs_has(rdzv_snap_nodes(&s), nodes_prefix, r->cfg.node_id)) {
-        st = register_node(r, gen);
-        registered = gen;
-        next = STEP_AGAIN;
+        int busy = 0;
+        st = register_node(r, gen, &busy);
+        if (st == GT_OK && busy) {
+          if (busy_since == 0) busy_since = rdzv_now();
+          if (rdzv_now() - busy_since > r->cfg.ttl_s + 2.0)
+            st = gt_errorf(GT_EEXIST,
+                           "node id '%s' is held by another agent of job %s: give every agent its own --node-id",
+                           r->cfg.node_id, r->cfg.job_id);
+          next = STEP_WAIT;
+        } else {
+          busy_since = 0;
+          registered = gen;
+          next = STEP_AGAIN;
+        }
       } else if (closed->n > 0) {
         if (!r->members) {
           st = rdzv_parse_members((const char *)closed->kvs[0].value, closed->kvs[0].value_len,
@@ -208,7 +253,8 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
           }
         }
         /* Not a member: the round closed before this node came; it waits
-         * for the next generation. */
+         * for the next generation, polling less often meanwhile. */
+        if (st == GT_OK && !in) rdzv_nap_ms(4 * r->cfg.poll_ms);
       } else {
         int count = (int)rdzv_snap_nodes(&s)->n;
         if (count >= r->cfg.min_nodes) {
@@ -230,7 +276,14 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
       }
     }
     rdzv_snap_free(&s);
+    if (st == GT_ECONN || st == GT_ETIMEDOUT) {
+      snprintf(etcd_error, sizeof etcd_error, "%s", gt_last_error());
+      gt_warn("rendezvous: %s; retrying", etcd_error);
+      rdzv_nap_ms(5 * r->cfg.poll_ms);
+      continue;
+    }
     GT_TRY(st);
+    etcd_error[0] = 0;
     if (next == STEP_JOINED || next == STEP_ENDED) return GT_OK;
     if (next == STEP_WAIT) rdzv_nap_ms(r->cfg.poll_ms);
   }

@@ -86,11 +86,43 @@ static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
   return GT_OK;
 }
 
+/* Drains the watch: 1 when something other than a workers' store key
+ * changed (or the watch broke), so the round must be read again. */
+static int changed(gt_rdzv *r) {
+  if (!r->watch) return 1;
+  if (gt_etcd_watch_status(r->watch) != GT_OK) {
+    gt_etcd_watch_cancel(r->watch);
+    r->watch = NULL;
+    return 1;
+  }
+  size_t rl = strlen(r->root);
+  int relevant = 0;
+  gt_etcd_event ev;
+  while (gt_etcd_watch_next(r->watch, &ev, 0) == GT_OK) {
+    const char *k = ev.kv.key ? ev.kv.key : "";
+    int store = strlen(k) > rl && !strncmp(k + rl, "gen", 3) && strstr(k + rl, "/store/");
+    if (ev.type != GT_ETCD_EVENT_PUT && ev.type != GT_ETCD_EVENT_DELETE) relevant = 1;
+    else if (!store) relevant = 1;
+    gt_etcd_event_free(&ev);
+  }
+  return relevant;
+}
+
+/* Past this without a read, read anyway: a safety net under the watch. */
+#define FULL_READ_PERIOD_S 5.0
+
 gt_status gt_rdzv_check(gt_rdzv *r, gt_rdzv_event *ev) {
   *ev = GT_RDZV_RUNNING;
   GT_TRY(need_round(r, "gt_rdzv_check"));
+  int lease_lost = !r->ka || gt_etcd_keepalive_lost(r->ka);
+  if (!changed(r) && !lease_lost && rdzv_now() - r->last_read < FULL_READ_PERIOD_S) return GT_OK;
   rdzv_snap s;
   GT_TRY(rdzv_snap_read(r, r->gen, &s));
+  r->last_read = rdzv_now();
+  if (!r->watch) {
+    gt_etcd_watch_opts wo = {.prefix = 1, .start_revision = s.res.revision + 1};
+    if (gt_etcd_watch_start(r->cli, r->root, &wo, NULL, NULL, &r->watch) != GT_OK) r->watch = NULL;
+  }
   gt_status st = look(r, &s, ev);
   rdzv_snap_free(&s);
   return st;

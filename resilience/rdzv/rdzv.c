@@ -144,6 +144,7 @@ gt_status gt_rdzv_open(const gt_rdzv_config *cfg, gt_rdzv **out) {
 
 void gt_rdzv_close(gt_rdzv *r) {
   if (!r) return;
+  if (r->watch) gt_etcd_watch_cancel(r->watch);
   if (r->ka) gt_etcd_keepalive_stop(r->ka);
   /* Revoking deletes this node's keys now instead of after the TTL. */
   if (r->lease) {

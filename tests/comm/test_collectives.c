@@ -38,6 +38,16 @@ static void check_allreduce(gt_comm *c, size_t count, int r, int n) {
   CHECK_OK(gt_comm_allreduce(c, h, count, GT_BF16, GT_COMM_SUM));
   for (size_t i = 0; i < count; i++)
     CHECK(gt_bf16_to_f32(h[i]) == (float)n * (float)(int)(i % 16) + (float)(n * (n - 1) / 2));
+  /* Two ranks: one rounding of the exact fp32 sum, as reference. */
+  if (n == 2) {
+    for (size_t i = 0; i < count; i++) h[i] = gt_f32_to_bf16(1.0f + (float)(int)(i % 97) / 97.0f * (float)(r + 1));
+    CHECK_OK(gt_comm_allreduce(c, h, count, GT_BF16, GT_COMM_SUM));
+    for (size_t i = 0; i < count; i++) {
+      float a = gt_bf16_to_f32(gt_f32_to_bf16(1.0f + (float)(int)(i % 97) / 97.0f));
+      float b = gt_bf16_to_f32(gt_f32_to_bf16(1.0f + (float)(int)(i % 97) / 97.0f * 2.0f));
+      CHECK(h[i] == gt_f32_to_bf16(a + b));
+    }
+  }
   free(h);
   free(x);
 }
@@ -110,6 +120,22 @@ static void check_send_recv(gt_comm *c, size_t count, int r, int n) {
   free(x);
 }
 
+/* A ring shift in both directions at once, with messages far larger than
+ * any transport buffer: separate send and recv would wait on each other. */
+static void check_sendrecv(gt_comm *c, size_t count, int r, int n) {
+  float *out = malloc(count * sizeof *out + 4), *in = malloc(count * sizeof *in + 4);
+  CHECK(out && in);
+  int right = (r + 1) % n, left = (r + n - 1) % n;
+  for (size_t i = 0; i < count; i++) out[i] = (float)(r * 1000) + (float)(int)(i % 999);
+  CHECK_OK(gt_comm_sendrecv(c, out, count, right, in, count, left, GT_F32));
+  for (size_t i = 0; i < count; i++) CHECK(in[i] == (float)(left * 1000) + (float)(int)(i % 999));
+  /* Uneven sizes: send r+1 elements, receive left+1. */
+  CHECK_OK(gt_comm_sendrecv(c, out, (size_t)r + 1, right, in, (size_t)left + 1, left, GT_F32));
+  for (int i = 0; i <= left; i++) CHECK(in[i] == (float)(left * 1000) + (float)i);
+  CHECK(gt_comm_sendrecv(c, out, 1, r, in, 1, left, GT_F32) == GT_EINVAL);
+  free(out), free(in);
+}
+
 /* Several operations in flight at once, finished in any order. */
 static void check_async(gt_comm *c, int r, int n) {
   enum { K = 4, N = 100003 };
@@ -149,6 +175,7 @@ static int rank_main(int r, int n, void *arg) {
   }
   check_send_recv(c, 1, r, n);
   check_send_recv(c, 777777, r, n);
+  check_sendrecv(c, 5u << 20, r, n);
   check_async(c, r, n);
   CHECK_OK(gt_comm_barrier(c));
   if (k->big) {

@@ -127,7 +127,8 @@ static gt_status bad_proof(int fd, const char *ctx) {
   return GT_EAUTH;
 }
 
-static const char *const LOG0 = "/tmp/giant-test-comm-rank0.log";
+/* Rank 0's stderr, per test process so parallel runs do not collide. */
+static char LOG0[128];
 
 static int stranger_main(int r, int n, void *arg) {
   (void)n, (void)arg;
@@ -187,6 +188,7 @@ static int stranger_main(int r, int n, void *arg) {
 
 static void strangers_refused(void **st) {
   (void)st;
+  snprintf(LOG0, sizeof LOG0, "/tmp/giant-test-comm-rank0-%d.log", (int)getpid());
   int codes[HARNESS_MAX];
   assert_int_equal(harness_run(GROUP + 1, stranger_main, NULL, 40, codes), 0);
   FILE *f = fopen(LOG0, "r");

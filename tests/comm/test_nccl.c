@@ -101,6 +101,14 @@ static int rank_main(int r, int n, void *arg) {
     CHECK(w[0] == 1 && w[1] == 2 && w[2] == 3);
     cudaFree(d);
   }
+  if (n >= 2) {
+    float v = (float)r, w = -1;
+    float *dv = dev_upload(&v, 1), *dw = dev_upload(&w, 1);
+    CHECK_OK(gt_comm_sendrecv(c, dv, 1, (r + 1) % n, dw, 1, (r + n - 1) % n, GT_F32));
+    dev_download(&w, dw, 1);
+    CHECK(w == (float)((r + n - 1) % n));
+    cudaFree(dv), cudaFree(dw);
+  }
   CHECK_OK(gt_comm_barrier(c));
   gt_comm *half = NULL;
   CHECK_OK(gt_comm_split(c, r % 2, r, "halves", &half));

@@ -10,16 +10,13 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "common/gt_test.h"
+
 #include "examples/gpt/gpt.h"
 #include "giant/giant.h"
 
 static gt_backend *be;
 
-#define OK(expr)                                                                                    \
-  do {                                                                                              \
-    gt_status s_ = (expr);                                                                          \
-    if (s_ != GT_OK) fail_msg("%s: %s: %s", #expr, gt_status_name(s_), gt_last_error());           \
-  } while (0)
 
 static int setup(void **state) {
   (void)state;

@@ -5,6 +5,8 @@
  *   sleep=S[@gG][@rR]   sleep S seconds (in generation G / at rank R only)
  *   exit=C[@gG][@rR]    then exit with C
  *   child=1[@gG][@rR]   first fork a child that sleeps in the same group
+ *   allreduce=1         form a communicator over the job's store (TCP) and
+ *                       record the sum of rank+1 over the world
  * A later matching argument overrides an earlier one. */
 #include <fcntl.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "giant/comm.h"
 #include "giant/init.h"
 #include "giant/log.h"
 
@@ -49,7 +52,7 @@ int main(int argc, char **argv) {
   }
   record_pid(dir, (long)getpid());
   double sleep_s = 0;
-  int code = 0, child = 0;
+  int code = 0, child = 0, allreduce = 0;
   for (int i = 1; i < argc; i++) {
     const char *eq = strchr(argv[i], '=');
     if (!eq) continue;
@@ -59,12 +62,36 @@ int main(int argc, char **argv) {
     if (!strncmp(argv[i], "sleep=", 6)) sleep_s = v;
     else if (!strncmp(argv[i], "exit=", 5)) code = (int)v;
     else if (!strncmp(argv[i], "child=", 6)) child = (int)v;
+    else if (!strncmp(argv[i], "allreduce=", 10)) allreduce = (int)v;
   }
   /* Every rank reaches the store: the barrier proves they share one. */
   if (gt_store_barrier(job->store, "launch_worker", job->rank, job->world_size, 30000) != GT_OK) {
     fprintf(stderr, "launch_worker: barrier: %s\n", gt_last_error());
     gt_job_destroy(job);
     return 4;
+  }
+  double started = gt_now();
+  float sum = -1;
+  if (allreduce) {
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s/world", job->generation_name);
+    gt_comm_config cc = {.store = job->store, .prefix = prefix, .rank = job->rank,
+                         .size = job->world_size, .secret = job->secret, .transport = GT_COMM_TCP,
+                         .init_timeout_ms = 30000, .op_timeout_ms = 30000};
+    gt_comm *comm;
+    if (gt_comm_init(&cc, &comm) != GT_OK) {
+      fprintf(stderr, "launch_worker: communicator: %s\n", gt_last_error());
+      gt_job_destroy(job);
+      return 5;
+    }
+    sum = (float)(job->rank + 1);
+    gt_status st = gt_comm_allreduce(comm, &sum, 1, GT_F32, GT_COMM_SUM);
+    gt_comm_destroy(comm);
+    if (st != GT_OK) {
+      fprintf(stderr, "launch_worker: allreduce: %s\n", gt_last_error());
+      gt_job_destroy(job);
+      return 6;
+    }
   }
   if (child) {
     pid_t c = fork();
@@ -81,10 +108,11 @@ int main(int argc, char **argv) {
   if (f) {
     static const char *const vars[] = {"GT_RANK", "GT_LOCAL_RANK", "GT_WORLD_SIZE", "GT_LOCAL_WORLD_SIZE",
                                        "GT_NODE_RANK", "GT_NNODES", "GT_GENERATION", "GT_RESTART_COUNT",
-                                       "GT_JOB_ID", "GT_STORE", "GT_JOB_SECRET", "GT_PLAN", NULL};
+                                       "GT_JOB_ID", "GT_STORE", "GT_STORE_CACERT", "GT_STORE_CERT",
+                                       "GT_STORE_KEY", "GT_JOB_SECRET", "GT_PLAN", NULL};
     for (int i = 0; vars[i]; i++) fprintf(f, "%s=%s\n", vars[i], getenv(vars[i]) ? getenv(vars[i]) : "");
-    fprintf(f, "pid=%ld\nppid=%ld\npgid=%ld\nstarted=%.6f\n", (long)getpid(), (long)getppid(),
-            (long)getpgrp(), gt_now());
+    fprintf(f, "pid=%ld\nppid=%ld\npgid=%ld\nstarted=%.6f\nallreduce=%g\n", (long)getpid(),
+            (long)getppid(), (long)getpgrp(), started, sum);
     fprintf(f, "job.rank=%d\njob.world=%d\njob.generation=%s\n", job->rank, job->world_size,
             job->generation_name);
     fclose(f);

@@ -109,7 +109,7 @@ static void train_stage(int rank, int world, const run_cfg *cfg, const char *lay
   }
   gt_optim_config oc = gt_optim_defaults(cfg->sgd ? GT_OPTIM_SGD : GT_OPTIM_ADAMW);
   if (cfg->sgd) oc.momentum = 0; /* stateless, so parameters alone carry training across a rebuild */
-  float lr = cfg->sgd ? 0.2f : 1e-2f;
+  float lr = cfg->sgd ? 0.2f : 3e-3f;
   gt_trainer_config tc = {.optim = oc, .grad_clip = 1.0f, .grad_accum = 1,
                           .schedule = cfg->sgd ? (gt_lr_schedule){lr, lr, 0, 0}
                                                : (gt_lr_schedule){lr, lr / 10, 3, STEPS},

@@ -9,16 +9,13 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "common/gt_test.h"
+
 #include "examples/gpt/gpt.h"
 #include "giant/plan.h"
 
 static gt_backend *be;
 
-#define OK(expr)                                                                          \
-  do {                                                                                    \
-    gt_status s_ = (expr);                                                                \
-    if (s_ != GT_OK) fail_msg("%s: %s: %s", #expr, gt_status_name(s_), gt_last_error()); \
-  } while (0)
 
 static void expect_error(gt_status got, gt_status want, const char *words) {
   if (got != want || !strstr(gt_last_error(), words))

@@ -1,0 +1,42 @@
+/* See bench_rank.h. Failures end the rank (the harness reports it). */
+#include "bench_rank.h"
+
+#include <string.h>
+
+#include "comm/harness.h"
+
+void bench_rank_setup(bench_rank *r, int rank, int world, const char *layout, int threads, const gpt_config *gc,
+                      int B, size_t bucket_bytes) {
+  memset(r, 0, sizeof *r);
+  CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = threads}, &r->be));
+  r->be->peak_flops = 1; /* MFU is not reported here */
+  r->plan = (gt_plan){.layout = {1, 1, 1}, .world = 1};
+  if (layout) {
+    r->store = harness_store();
+    CHECK_OK(gt_plan_resolve(&(gt_plan_config){.world = world, .rank = rank, .layout = layout,
+                                               .bucket_bytes = bucket_bytes},
+                             &r->plan));
+    gt_dist_config dc = {.plan = r->plan, .store = r->store, .generation = "bench",
+                         .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1"}};
+    CHECK_OK(gt_dist_create(&dc, &r->dist));
+  }
+  r->rows = B / r->plan.layout.dp;
+  CHECK_OK(gt_model_create(r->be, &(gt_model_config){.B_max = r->rows, .T_max = gc->T_max, .seed = 1}, &r->m));
+  if (r->dist) {
+    gt_model_parallel mp = gt_dist_model_parallel(r->dist);
+    CHECK_OK(gt_model_set_parallel(r->m, &mp));
+  }
+  CHECK_OK(gpt_add_layers(r->m, gc));
+  CHECK_OK(gt_model_build(r->m));
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 1,
+                          .schedule = {3e-4f, 3e-4f, 0, 0}, .dist = r->dist};
+  CHECK_OK(gt_trainer_create(r->m, &tc, &r->tr));
+}
+
+void bench_rank_teardown(bench_rank *r) {
+  gt_trainer_destroy(r->tr);
+  gt_model_destroy(r->m);
+  gt_dist_destroy(r->dist);
+  gt_store_destroy(r->store);
+  gt_backend_destroy(r->be);
+}

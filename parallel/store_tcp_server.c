@@ -1,0 +1,344 @@
+/* The TCP store's server: a key-value map served by one thread per
+ * connection in the hosting process, in the spirit of c10d's TCPStore.
+ * Waits block on the server (a condition variable), so a client's wait
+ * costs no polling; a connection that fails the handshake or sends a
+ * malformed request is dropped with a logged reason. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "giant/log.h"
+#include "parallel/store_tcp.h"
+#include "parallel/wire.h"
+
+#define AUTH_TIMEOUT_MS 5000
+
+typedef struct kv {
+  char *key;
+  uint8_t *val;
+  size_t len;
+} kv;
+
+typedef struct conn {
+  struct gt_store_server *srv;
+  int fd;
+  pthread_t thread;
+  char peer[64];
+  struct conn *next;
+} conn;
+
+struct gt_store_server {
+  int lfd, port;
+  char *secret;
+  atomic_int stop;
+  pthread_t accept_thread;
+  pthread_mutex_t mu;
+  pthread_cond_t changed;
+  kv *items;
+  size_t n, cap;
+  conn *conns;
+};
+typedef struct gt_store_server server;
+
+static kv *find(server *s, const char *key) {
+  for (size_t i = 0; i < s->n; i++)
+    if (strcmp(s->items[i].key, key) == 0) return &s->items[i];
+  return NULL;
+}
+
+static gt_status put(server *s, const char *key, const void *val, size_t len) {
+  uint8_t *copy = malloc(len + 1);
+  if (!copy) return gt_errorf(GT_ENOMEM, "store: out of memory for a %zu-byte value", len);
+  memcpy(copy, val, len);
+  copy[len] = 0;
+  kv *e = find(s, key);
+  if (e) {
+    free(e->val);
+    e->val = copy, e->len = len;
+    return GT_OK;
+  }
+  if (s->n == s->cap) {
+    size_t nc = s->cap ? 2 * s->cap : 64;
+    kv *ni = realloc(s->items, nc * sizeof *ni);
+    if (!ni) {
+      free(copy);
+      return gt_errorf(GT_ENOMEM, "store: out of memory for keys");
+    }
+    s->items = ni, s->cap = nc;
+  }
+  s->items[s->n].key = strdup(key);
+  if (!s->items[s->n].key) {
+    free(copy);
+    return gt_errorf(GT_ENOMEM, "store: out of memory");
+  }
+  s->items[s->n].val = copy, s->items[s->n].len = len;
+  s->n++;
+  return GT_OK;
+}
+
+/* A cursor over a request payload that refuses to read past its end. */
+typedef struct cur {
+  const uint8_t *p;
+  size_t left;
+} cur;
+
+static int take_u32(cur *c, uint32_t *v) {
+  if (c->left < 4) return -1;
+  *v = (uint32_t)c->p[0] | (uint32_t)c->p[1] << 8 | (uint32_t)c->p[2] << 16 | (uint32_t)c->p[3] << 24;
+  c->p += 4, c->left -= 4;
+  return 0;
+}
+
+static int take_item(cur *c, const uint8_t **p, uint32_t *len) {
+  if (take_u32(c, len) || *len > c->left) return -1;
+  *p = c->p;
+  c->p += *len, c->left -= *len;
+  return 0;
+}
+
+/* Copies a key out of the request, NUL-terminated; keys hold no NUL. */
+static int take_key(cur *c, char *key) {
+  const uint8_t *p;
+  uint32_t len;
+  if (take_item(c, &p, &len) || len == 0 || len >= STORE_MAX_KEY || memchr(p, 0, len)) return -1;
+  memcpy(key, p, len);
+  key[len] = 0;
+  return 0;
+}
+
+static int wait_until(server *s, struct timespec *abs) {
+  return pthread_cond_timedwait(&s->changed, &s->mu, abs);
+}
+
+static void deadline_ts(uint32_t ms, struct timespec *ts) {
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  ts->tv_sec += ms / 1000;
+  ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts->tv_nsec >= 1000000000L) ts->tv_sec++, ts->tv_nsec -= 1000000000L;
+}
+
+/* Serves one request; returns <0 when the request is malformed. */
+static int serve(server *s, conn *c, uint32_t seq, const uint8_t *req, size_t len,
+                 double deadline) {
+  cur r = {req, len};
+  if (r.left < 9) return -1;
+  uint8_t op = r.p[0];
+  r.p++, r.left--;
+  uint32_t timeout_ms, nitems;
+  take_u32(&r, &timeout_ms);
+  take_u32(&r, &nitems);
+  char key[STORE_MAX_KEY];
+  int32_t status = GT_OK;
+  uint8_t *rep = NULL;
+  size_t rep_len = 4;
+  uint8_t small[16];
+  rep = small;
+  pthread_mutex_lock(&s->mu);
+  if (op == STORE_SET && nitems == 2) {
+    const uint8_t *v;
+    uint32_t vl;
+    if (take_key(&r, key) || take_item(&r, &v, &vl)) goto bad;
+    status = put(s, key, v, vl);
+    pthread_cond_broadcast(&s->changed);
+  } else if ((op == STORE_GET || op == STORE_WAIT) && nitems >= 1 && nitems <= 65536) {
+    const uint8_t *keys = r.p;
+    size_t keys_len = r.left;
+    struct timespec abs;
+    deadline_ts(timeout_ms, &abs);
+    for (;;) {
+      cur k = {keys, keys_len};
+      uint32_t missing = 0;
+      for (uint32_t i = 0; i < nitems; i++) {
+        if (take_key(&k, key)) goto bad;
+        if (!find(s, key)) missing++;
+      }
+      if (!missing) break;
+      if (atomic_load(&s->stop)) {
+        status = GT_ECONN;
+        break;
+      }
+      if (wait_until(s, &abs) == ETIMEDOUT) {
+        status = GT_ETIMEDOUT;
+        break;
+      }
+    }
+    if (status == GT_OK && op == STORE_GET) {
+      cur k = {keys, keys_len};
+      take_key(&k, key);
+      kv *e = find(s, key);
+      rep = malloc(4 + e->len);
+      if (!rep) {
+        rep = small;
+        status = GT_ENOMEM;
+      } else {
+        memcpy(rep + 4, e->val, e->len);
+        rep_len = 4 + e->len;
+      }
+    }
+  } else if (op == STORE_ADD && nitems == 2) {
+    const uint8_t *d;
+    uint32_t dl;
+    if (take_key(&r, key) || take_item(&r, &d, &dl) || dl != 8) goto bad;
+    int64_t delta = 0, cur_v = 0;
+    memcpy(&delta, d, 8);
+    kv *e = find(s, key);
+    if (e) {
+      char *end;
+      errno = 0;
+      cur_v = strtoll((const char *)e->val, &end, 10);
+      if (errno || end == (char *)e->val) status = GT_EINVAL;
+    }
+    if (status == GT_OK) {
+      char num[32];
+      int64_t sum = (int64_t)((uint64_t)cur_v + (uint64_t)delta);
+      int nl = snprintf(num, sizeof num, "%lld", (long long)sum);
+      status = put(s, key, num, (size_t)nl);
+      memcpy(small + 4, &sum, 8);
+      rep_len = 12;
+      pthread_cond_broadcast(&s->changed);
+    }
+  } else if (op == STORE_DEL && nitems == 1) {
+    if (take_key(&r, key)) goto bad;
+    kv *e = find(s, key);
+    if (e) {
+      free(e->key);
+      free(e->val);
+      *e = s->items[--s->n];
+    }
+  } else {
+    goto bad;
+  }
+  pthread_mutex_unlock(&s->mu);
+  memcpy(rep, &status, 4);
+  gt_status st = gt_wire_send_frame(c->fd, GT_MSG_STORE_REP, seq, rep, (uint32_t)rep_len,
+                                    deadline, &s->stop);
+  if (rep != small) free(rep);
+  return st == GT_OK ? 0 : 1;
+bad:
+  pthread_mutex_unlock(&s->mu);
+  return -1;
+}
+
+static void *conn_main(void *arg) {
+  conn *c = arg;
+  server *s = c->srv;
+  uint32_t id = 0;
+  gt_status st = gt_wire_auth_server(c->fd, s->secret, STORE_CTX, &id, gt_wire_deadline(AUTH_TIMEOUT_MS));
+  if (st != GT_OK) {
+    gt_warn("store: rejected a connection from %s: %s", c->peer, gt_last_error());
+    shutdown(c->fd, SHUT_RDWR);
+    return NULL;
+  }
+  uint8_t *buf = NULL;
+  size_t cap = 0;
+  while (!atomic_load(&s->stop)) {
+    uint8_t raw[GT_WIRE_HDR];
+    gt_wire_hdr h;
+    st = gt_wire_recv_all(c->fd, raw, sizeof raw, 1e300, &s->stop);
+    if (st != GT_OK) break; /* the client went away: normal at the end */
+    if (gt_wire_hdr_decode(raw, &h) != GT_OK || h.type != GT_MSG_STORE_REQ || h.len > STORE_MAX_REQ) {
+      gt_warn("store: dropped client %s: malformed request header (type %u, %u bytes)", c->peer,
+              h.type, h.len);
+      break;
+    }
+    if (h.len > cap) {
+      uint8_t *nb = realloc(buf, h.len);
+      if (!nb) break;
+      buf = nb, cap = h.len;
+    }
+    if (gt_wire_recv_all(c->fd, buf, h.len, gt_wire_deadline(30000), &s->stop) != GT_OK) break;
+    int r = serve(s, c, h.seq, buf, h.len, gt_wire_deadline(30000));
+    if (r < 0) gt_warn("store: dropped client %s: malformed request", c->peer);
+    if (r != 0) break;
+  }
+  free(buf);
+  shutdown(c->fd, SHUT_RDWR);
+  return NULL;
+}
+
+static void *accept_main(void *arg) {
+  server *s = arg;
+  while (!atomic_load(&s->stop)) {
+    int fd;
+    char peer[64];
+    if (gt_wire_accept(s->lfd, 1e300, &s->stop, &fd, peer, sizeof peer) != GT_OK) break;
+    conn *c = calloc(1, sizeof *c);
+    if (!c) {
+      close(fd);
+      continue;
+    }
+    c->srv = s, c->fd = fd;
+    snprintf(c->peer, sizeof c->peer, "%s", peer);
+    if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
+      close(fd);
+      free(c);
+      continue;
+    }
+    pthread_mutex_lock(&s->mu);
+    c->next = s->conns, s->conns = c;
+    pthread_mutex_unlock(&s->mu);
+  }
+  return NULL;
+}
+
+void gt_store_server_stop(server *s) {
+  if (!s) return;
+  atomic_store(&s->stop, 1);
+  pthread_join(s->accept_thread, NULL);
+  pthread_mutex_lock(&s->mu);
+  pthread_cond_broadcast(&s->changed);
+  conn *c = s->conns;
+  s->conns = NULL;
+  pthread_mutex_unlock(&s->mu);
+  while (c) {
+    conn *next = c->next;
+    shutdown(c->fd, SHUT_RDWR);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(c->thread, NULL);
+    close(c->fd);
+    free(c);
+    c = next;
+  }
+  close(s->lfd);
+  for (size_t i = 0; i < s->n; i++) free(s->items[i].key), free(s->items[i].val);
+  free(s->items);
+  free(s->secret);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->changed);
+  free(s);
+}
+
+gt_status gt_store_server_start(const char *host, int port, const char *secret, server **out) {
+  server *s = calloc(1, sizeof *s);
+  if (!s) return gt_errorf(GT_ENOMEM, "store: out of memory");
+  gt_status st = gt_wire_listen(host, port, &s->lfd, &s->port);
+  if (st != GT_OK) {
+    free(s);
+    return gt_error_context(st, "starting the TCP store");
+  }
+  s->secret = strdup(secret);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->changed, &ca);
+  pthread_condattr_destroy(&ca);
+  if (!s->secret || pthread_create(&s->accept_thread, NULL, accept_main, s) != 0) {
+    close(s->lfd);
+    free(s->secret);
+    free(s);
+    return gt_errorf(GT_ENOMEM, "store: cannot start the server thread");
+  }
+  *out = s;
+  return GT_OK;
+}
+
+
+int gt_store_server_port(const server *s) { return s->port; }

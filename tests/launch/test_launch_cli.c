@@ -1,0 +1,237 @@
+/* giantrun's command line: bad input gets a clear message and a non-zero
+ * exit in bounded time; --standalone runs a job end to end with a private
+ * etcd and leaves nothing behind, also when interrupted. */
+#include <dirent.h>
+#include <sys/stat.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "etcd/etcd_fixture.h"
+#include "launch/launch_test.h"
+
+static char dir[256];
+
+typedef struct run {
+  int code;
+  double seconds;
+  char *out;
+} run;
+
+/* giantrun ARGS with output to dir/out.log, bounded by timeout_s. */
+static run giantrun(double timeout_s, const char *const *args) {
+  char log[512];
+  snprintf(log, sizeof log, "%s/out.log", dir);
+  agent a;
+  run r = {0};
+  double t0 = mono_now();
+  assert_int_equal(agent_start(&a, log, args), 0);
+  r.code = agent_wait(&a, timeout_s);
+  r.seconds = mono_now() - t0;
+  r.out = slurp(log);
+  assert_non_null(r.out);
+  return r;
+}
+
+static void expect(const char *const *args, int code, const char *message, double within_s) {
+  run r = giantrun(within_s + 5, args);
+  if (r.code != code || !strstr(r.out, message) || r.seconds > within_s)
+    fail_msg("expected exit %d with '%s' within %.0f s; got %d after %.1f s:\n%s", code, message,
+             within_s, r.code, r.seconds, r.out);
+  free(r.out);
+}
+
+static int setup(void **state) {
+  (void)state;
+  return temp_dir(dir, sizeof dir, "launch-cli");
+}
+
+static int teardown(void **state) {
+  (void)state;
+  rm_rf(dir);
+  return 0;
+}
+
+static void test_usage_errors(void **state) {
+  (void)state;
+  const char *w = worker_bin();
+  expect((const char *[]){"--bogus", w, NULL}, 2, "unknown flag '--bogus'", 5);
+  expect((const char *[]){"--nnodes", "3:2", "--rdzv-endpoint", "127.0.0.1:2379", w, NULL}, 2,
+         "MIN is greater than MAX", 5);
+  expect((const char *[]){"--nnodes", "x", "--standalone", w, NULL}, 2, "--nnodes wants MIN or MIN:MAX", 5);
+  expect((const char *[]){"--nproc-per-node", "0", "--standalone", w, NULL}, 2, "--nproc-per-node", 5);
+  expect((const char *[]){"--standalone", NULL}, 2, "no PROGRAM given", 5);
+  expect((const char *[]){"--standalone", "/nonexistent/prog", NULL}, 2, "cannot run '/nonexistent/prog'", 5);
+  expect((const char *[]){"--standalone", "giant-no-such-program", NULL}, 2, "not found on PATH", 5);
+  expect((const char *[]){w, NULL}, 2, "give --rdzv-endpoint", 5);
+  expect((const char *[]){"--standalone", "--rdzv-endpoint", "127.0.0.1:2379", w, NULL}, 2,
+         "drop --rdzv-endpoint", 5);
+  expect((const char *[]){"--standalone", "--nnodes", "2", w, NULL}, 2, "--standalone runs one node", 5);
+  expect((const char *[]){"--standalone", "--job-id", "a/b", w, NULL}, 2, "--job-id 'a/b'", 5);
+  expect((const char *[]){"--rdzv-endpoint", "127.0.0.1:2379", "--rdzv-backend", "c10d", w, NULL}, 2,
+         "not supported", 5);
+  expect((const char *[]){"--rdzv-endpoint", "127.0.0.1:2379", "--rdzv-cert", "/etc/hostname", w, NULL}, 2,
+         "both --rdzv-cert and --rdzv-key", 5);
+  expect((const char *[]){"--rdzv-endpoint", "127.0.0.1:2379", "--rdzv-cacert", "/nonexistent.pem", w, NULL},
+         2, "cannot read TLS file", 5);
+  expect((const char *[]){"--help", NULL}, 0, "usage: giantrun [options] PROGRAM", 5);
+  expect((const char *[]){"--version", NULL}, 0, "giantrun (Giant) ", 5);
+}
+
+static void test_unreachable_etcd(void **state) {
+  (void)state;
+  /* Port 1 on loopback: nothing listens, connections are refused. */
+  expect((const char *[]){"--rdzv-endpoint", "127.0.0.1:1", "--job-id", "j", worker_bin(), NULL}, 1,
+         "cannot reach etcd at 127.0.0.1:1", 15);
+}
+
+static int sh(const char *cmd) {
+  int rc = system(cmd);
+  if (rc != 0) fprintf(stderr, "command failed (%d): %s\n", rc, cmd);
+  return rc;
+}
+
+static void test_wrong_tls_ca(void **state) {
+  (void)state;
+  char cmd[4096];
+  const char *ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  snprintf(cmd, sizeof cmd,
+           "cd %s && openssl req -x509 %s -keyout ca.key -out ca.pem -days 2 -subj /CN=giant-ca >/dev/null 2>&1 "
+           "&& openssl req -x509 %s -keyout other.key -out other.pem -days 2 -subj /CN=other-ca >/dev/null 2>&1 "
+           "&& printf 'subjectAltName=IP:127.0.0.1\\n' > srv.ext "
+           "&& openssl req %s -keyout srv.key -out srv.csr -subj /CN=127.0.0.1 >/dev/null 2>&1 "
+           "&& openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+           "-extfile srv.ext -out srv.pem >/dev/null 2>&1 "
+           "&& printf 'extendedKeyUsage=clientAuth\\n' > cli.ext "
+           "&& openssl req %s -keyout cli.key -out cli.csr -subj /CN=giant-client >/dev/null 2>&1 "
+           "&& openssl x509 -req -in cli.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+           "-extfile cli.ext -out cli.pem >/dev/null 2>&1",
+           dir, ec, ec, ec, ec);
+  if (sh(cmd) != 0) skip();
+  char cert[300], key[300], other[300];
+  snprintf(cert, sizeof cert, "%s/srv.pem", dir);
+  snprintf(key, sizeof key, "%s/srv.key", dir);
+  snprintf(other, sizeof other, "%s/other.pem", dir);
+  char ca[300], ccert[300], ckey[300];
+  snprintf(ca, sizeof ca, "%s/ca.pem", dir);
+  snprintf(ccert, sizeof ccert, "%s/cli.pem", dir);
+  snprintf(ckey, sizeof ckey, "%s/cli.key", dir);
+  /* The server also checks client certificates. */
+  etcd_fixture fx;
+  etcd_fixture_opts o = {.cert_file = cert, .key_file = key, .trusted_ca_file = ca};
+  assert_int_equal(etcd_fixture_start(&fx, &o), 0);
+  expect((const char *[]){"--rdzv-endpoint", fx.endpoint, "--rdzv-cacert", other, "--rdzv-cert", ccert,
+                          "--rdzv-key", ckey, "--job-id", "tls", worker_bin(), NULL},
+         1, "cannot reach etcd", 15);
+  /* The right CA but no client certificate: refused too. */
+  expect((const char *[]){"--rdzv-endpoint", fx.endpoint, "--rdzv-cacert", ca, "--job-id", "tls",
+                          worker_bin(), NULL},
+         1, "cannot reach etcd", 15);
+  /* Both right: the job runs, and its worker reaches the store over TLS
+   * with GT_STORE_CACERT, GT_STORE_CERT and GT_STORE_KEY. */
+  char out[300], v[512], path[600];
+  snprintf(out, sizeof out, "%s/tls-out", dir);
+  assert_int_equal(mkdir(out, 0700), 0);
+  setenv("LW_DIR", out, 1);
+  expect((const char *[]){"--rdzv-endpoint", fx.endpoint, "--rdzv-cacert", ca, "--rdzv-cert", ccert,
+                          "--rdzv-key", ckey, "--job-id", "tls", worker_bin(), NULL},
+         0, "[rank 0] worker rank 0 of 1 in gen0 up", 30);
+  env_path(path, sizeof path, out, 0, 0);
+  assert_int_equal(env_get(path, "GT_STORE", v, sizeof v), 0);
+  char want[200];
+  snprintf(want, sizeof want, "etcd://%s/giant/tls/gen0/store/", fx.endpoint);
+  assert_string_equal(v, want);
+  assert_int_equal(env_get(path, "GT_STORE_CERT", v, sizeof v), 0);
+  assert_string_equal(v, ccert);
+  etcd_fixture_destroy(&fx);
+}
+
+static int giantrun_dirs(const char *tmp) {
+  DIR *d = opendir(tmp);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (!strncmp(e->d_name, "giantrun-etcd-", 14)) n++;
+  closedir(d);
+  return n;
+}
+
+static void test_standalone_end_to_end(void **state) {
+  (void)state;
+  char tmp[300], out[300];
+  snprintf(tmp, sizeof tmp, "%s/tmp", dir);
+  snprintf(out, sizeof out, "%s/standalone", dir);
+  assert_int_equal(mkdir(tmp, 0700), 0);
+  assert_int_equal(mkdir(out, 0700), 0);
+  setenv("TMPDIR", tmp, 1);
+  setenv("LW_DIR", out, 1);
+  run r = giantrun(60, (const char *[]){"--standalone", "--nproc-per-node", "2", "--plan", "dp=2",
+                                        worker_bin(), "sleep=0.2", NULL});
+  if (r.code != 0) fail_msg("standalone job exited %d:\n%s", r.code, r.out);
+  free(r.out);
+  char secret[2][128], v[512];
+  for (int rank = 0; rank < 2; rank++) {
+    char path[600];
+    env_path(path, sizeof path, out, 0, rank);
+    assert_int_equal(env_get(path, "GT_RANK", v, sizeof v), 0);
+    assert_int_equal(atoi(v), rank);
+    assert_int_equal(env_get(path, "GT_WORLD_SIZE", v, sizeof v), 0);
+    assert_string_equal(v, "2");
+    assert_int_equal(env_get(path, "GT_PLAN", v, sizeof v), 0);
+    assert_string_equal(v, "dp=2");
+    assert_int_equal(env_get(path, "GT_JOB_ID", v, sizeof v), 0);
+    assert_string_equal(v, "default");
+    assert_int_equal(env_get(path, "GT_STORE", v, sizeof v), 0);
+    assert_non_null(strstr(v, "/giant/default/gen0/store/"));
+    assert_int_equal(strncmp(v, "etcd://127.0.0.1:", 17), 0);
+    assert_int_equal(env_get(path, "GT_JOB_SECRET", secret[rank], sizeof secret[rank]), 0);
+  }
+  assert_string_equal(secret[0], secret[1]);
+  assert_int_equal(strlen(secret[0]), 64);
+  assert_int_equal(giantrun_dirs(tmp), 0);
+  assert_int_equal(alive_count(out, 5), 0);
+  unsetenv("TMPDIR");
+}
+
+static void test_standalone_sigint(void **state) {
+  (void)state;
+  char tmp[300], out[300], log[512];
+  snprintf(tmp, sizeof tmp, "%s/tmp2", dir);
+  snprintf(out, sizeof out, "%s/sigint", dir);
+  snprintf(log, sizeof log, "%s/sigint.log", dir);
+  assert_int_equal(mkdir(tmp, 0700), 0);
+  assert_int_equal(mkdir(out, 0700), 0);
+  setenv("TMPDIR", tmp, 1);
+  setenv("LW_DIR", out, 1);
+  agent a;
+  assert_int_equal(agent_start(&a, log, (const char *[]){"--standalone", "--nproc-per-node", "2",
+                                                          worker_bin(), "sleep=60", "child=1", NULL}),
+                   0);
+  if (!wait_gen(out, 0, 2, 40)) {
+    dump_log(&a);
+    fail_msg("standalone workers did not start");
+  }
+  assert_int_equal(giantrun_dirs(tmp), 1);
+  double t0 = mono_now();
+  kill(a.pid, SIGINT);
+  assert_int_equal(agent_wait(&a, 20), 128 + SIGINT);
+  assert_true(mono_now() - t0 < 10);
+  assert_int_equal(alive_count(out, 5), 0);
+  assert_int_equal(giantrun_dirs(tmp), 0);
+  unsetenv("TMPDIR");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_usage_errors),
+      cmocka_unit_test(test_unreachable_etcd),
+      cmocka_unit_test(test_wrong_tls_ca),
+      cmocka_unit_test(test_standalone_end_to_end),
+      cmocka_unit_test(test_standalone_sigint),
+  };
+  if (!etcd_fixture_available()) {
+    fprintf(stderr, "etcd not found on PATH: skipping\n");
+    return 77;
+  }
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
