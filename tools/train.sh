@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Quick start, first command: installs what is missing, builds, and trains
-# the example GPT on the text of Debian's fortunes. Extra arguments go to the
-# example (try --help).
+# the example GPT on the text of Debian's fortunes with giantrun in
+# standalone mode: 4 worker processes, hybrid parallel (2 data-parallel
+# replicas x 2 tensor-parallel ranks), on the CPU. Extra arguments go to the
+# example (try --help); GIANT_PLAN and GIANT_NPROC change the layout.
 set -euo pipefail
 GIANT_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 . "$GIANT_ROOT/tools/deps.sh"
@@ -9,4 +11,5 @@ giant_install_deps
 mkdir -p "$GIANT_ROOT/build"
 giant_build "$GIANT_ROOT/build"
 cd "$GIANT_ROOT"
-exec ./build/examples/gpt --data build/data/fortunes.tok --metrics build/gpt-metrics.jsonl "$@"
+exec ./build/launch/giantrun --standalone --nproc-per-node "${GIANT_NPROC:-4}" --plan "${GIANT_PLAN:-dp=2,tp=2}" \
+  ./build/examples/gpt --data build/data/fortunes.tok --metrics build/gpt-metrics.jsonl "$@"

@@ -95,12 +95,24 @@ void gt_cpu_destroy(gt_backend *be) {
   free(be);
 }
 
+/* OMP_NUM_THREADS when set; else, when a launcher started several workers
+ * on this node (GT_LOCAL_WORLD_SIZE), an equal share of the cores, so that
+ * workers do not oversubscribe the machine; else every core. */
+static int default_threads(void) {
+  if (getenv("OMP_NUM_THREADS")) return omp_get_max_threads();
+  const char *lws = getenv("GT_LOCAL_WORLD_SIZE");
+  long cores = sysconf(_SC_NPROCESSORS_ONLN), workers = lws ? strtol(lws, NULL, 10) : 1;
+  if (cores < 1) cores = 1;
+  if (workers < 1) workers = 1;
+  return cores / workers > 1 ? (int)(cores / workers) : 1;
+}
+
 gt_status gt_cpu_backend_create(const gt_backend_config *cfg, gt_backend **out) {
   gt_backend *be = calloc(1, sizeof *be);
   if (!be) return gt_errorf(GT_ENOMEM, "cpu: out of memory creating the backend");
   be->ops = &gt_cpu_ops;
   be->kind = GT_DEVICE_CPU;
-  int n = cfg && cfg->num_threads > 0 ? cfg->num_threads : omp_get_max_threads();
+  int n = cfg && cfg->num_threads > 0 ? cfg->num_threads : default_threads();
   if (n < 1) n = 1;
   be->num_threads = n;
   /* One pool for everything: our kernels and OpenBLAS (OpenMP build) both

@@ -131,7 +131,7 @@ static int sample_token(const float *probs, int V, float temperature, uint64_t *
 
 /* Every rank runs the forward passes (tensor-parallel ranks take part in
  * each); the lead prints. */
-static gt_status generate(gt_model *m, const args *a, int vocab, bool lead) {
+static gt_status generate(gt_model *m, const args *a, int vocab, int data_vocab, bool lead) {
   gt_acts *acts = NULL;
   GT_TRY(gt_acts_create(m, &acts));
   int32_t *ctx = calloc((size_t)a->seq, sizeof *ctx);
@@ -141,14 +141,15 @@ static gt_status generate(gt_model *m, const args *a, int vocab, bool lead) {
   gt_status s = ctx && out && probs && text ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory for sampling");
   uint64_t rng = a->seed ^ 0x5eed;
   int n = 0;
-  out[n++] = vocab > GT_BYTE_DOC_SEP ? GT_BYTE_DOC_SEP : '\n'; /* start as a new document */
+  out[n++] = data_vocab > GT_BYTE_DOC_SEP ? GT_BYTE_DOC_SEP : '\n'; /* start as a new document */
   while (s == GT_OK && n <= a->sample) {
     int T = n < a->seq ? n : a->seq;
     memcpy(ctx, out + n - T, (size_t)T * sizeof *ctx);
     gt_batch b = {.B = 1, .T = T, .inputs = ctx, .targets = NULL};
     s = gt_model_forward(m, acts, &b, NULL);
     if (s == GT_OK) s = gt_model_probs(m, acts, 0, T - 1, probs);
-    if (s == GT_OK) out[n++] = sample_token(probs, vocab, a->temperature, &rng);
+    /* Only ids the data can hold; the padding rows are never drawn. */
+    if (s == GT_OK) out[n++] = sample_token(probs, data_vocab, a->temperature, &rng);
   }
   if (s == GT_OK && lead) {
     gt_detokenize_bytes(out + 1, (size_t)n - 1, text, 4 * (size_t)a->sample + 16);
@@ -223,7 +224,10 @@ int main(int argc, char **argv) {
     fail("opening the data", s);
     goto out;
   }
-  int vocab = (int)gt_loader_header(loader)->vocab_size;
+  /* The model's vocabulary is the file's rounded up to a multiple of 64, as
+   * GPT-2 pads 50257 to 50304: the extra rows are never targets, and the
+   * size then divides among tensor-parallel ranks. */
+  int data_vocab = (int)gt_loader_header(loader)->vocab_size, vocab = (data_vocab + 63) / 64 * 64;
   gpt_config gc = {.vocab_size = vocab, .T_max = a.seq, .C = a.channels, .NH = a.heads, .L = a.layers,
                    .tie_weights = !a.untied};
   gt_model_config mc = {.B_max = a.batch, .T_max = a.seq, .seed = a.seed};
@@ -263,7 +267,7 @@ int main(int argc, char **argv) {
     if (i == 0) first = st;
   }
   if (lead) printf("loss %.4f -> %.4f over %d steps\n", first.loss, st.loss, a.steps);
-  if (a.sample > 0 && (s = generate(m, &a, vocab, lead)) != GT_OK) {
+  if (a.sample > 0 && (s = generate(m, &a, vocab, data_vocab, lead)) != GT_OK) {
     fail("sampling", s);
     goto out;
   }

@@ -238,7 +238,7 @@ gt_status rdzv_parse_members(const char *text, size_t len, rdzv_member **out, in
   int lines = 0;
   for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
   if (lines < 1 || lines > GT_RDZV_MAX_NODES)
-    return gt_errorf(GT_EFORMAT, "a closed round lists %d nodes; expected 1..%d", lines, GT_RDZV_MAX_NODES);
+    return gt_errorf(GT_EFORMAT, "a closed round's member list names %d nodes; expected 1..%d (one \"<node> <nproc>\" line each)", lines, GT_RDZV_MAX_NODES);
   rdzv_member *m = calloc((size_t)lines, sizeof *m);
   if (!m) return gt_errorf(GT_ENOMEM, "out of memory");
   size_t pos = 0;
