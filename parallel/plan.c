@@ -92,7 +92,7 @@ void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
           p->layout.tp, p->layout.pp, p->automatic ? " (auto)" : "", p->rank, p->me.dp, p->me.tp, p->me.pp);
   fprintf(f, "      ZeRO-1 %s, sequence parallel %s, gradient buckets %zu KiB\n", p->zero1 ? "on" : "off",
           p->seq_parallel ? "on" : "off", p->bucket_bytes >> 10);
-  fprintf(f, "%-4s %-16s %-12s %-6s %-6s %-22s %-16s %s\n", "#", "layer", "type", "stage", "split", "parameter",
+  fprintf(f, "%-4s %-16s %-12s %-6s %-6s %-22s %-20s %s\n", "#", "layer", "type", "stage", "split", "parameter",
           "held here", "whole");
   for (int i = 0; i < gt_model_num_layers(m); i++) {
     gt_layer *l = gt_model_layer(m, i);
@@ -109,7 +109,7 @@ void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
       const char *nm = strchr(q->name, '.') ? strchr(q->name, '.') + 1 : q->name;
       char idx[16] = "", stage[16] = "";
       if (k == 0) snprintf(idx, sizeof idx, "%d", i), snprintf(stage, sizeof stage, "%d", l->stage);
-      fprintf(f, "%-4s %-16s %-12s %-6s %-6s %-22s %-16s %s%s\n", idx, k ? "" : l->name, k ? "" : l->type->name,
+      fprintf(f, "%-4s %-16s %-12s %-6s %-6s %-22s %-20s %s%s\n", idx, k ? "" : l->name, k ? "" : l->type->name,
               stage, k ? "" : split, nm, local, b, q->tied_to >= 0 ? " (tied)" : "");
     }
   }
