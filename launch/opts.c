@@ -37,7 +37,8 @@ static const char usage[] =
     "\n"
     "Workers get GT_RANK, GT_LOCAL_RANK, GT_WORLD_SIZE, GT_LOCAL_WORLD_SIZE,\n"
     "GT_NODE_RANK, GT_NNODES, GT_GENERATION, GT_RESTART_COUNT, GT_JOB_ID, GT_STORE\n"
-    "(etcd://ENDPOINTS/giant/<job>/gen<N>/store/), GT_STORE_CACERT/CERT/KEY,\n"
+    "(etcd://ENDPOINTS/giant/<job>/gen<N>/store/, etcds:// for https endpoints),\n"
+    "GT_STORE_CACERT/CERT/KEY,\n"
     "GT_JOB_SECRET and GT_PLAN.\n"
     "Exit status: 0 the job succeeded, 1 it failed, 2 bad usage, 128+N on signal N.\n";
 

@@ -66,7 +66,8 @@ static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, in
   for (char **p = environ; *p; p++)
     if (!ours(*p)) bad |= env_add(e, "%s", *p);
   char eps[1024];
-  /* The store takes plain HOST:PORT lists; TLS comes from the CA file. */
+  /* GT_STORE lists plain HOST:PORT; "etcds://" says TLS, as https:// did. */
+  int tls = strstr(o->endpoint, "https://") != NULL;
   size_t k = 0;
   for (const char *s = o->endpoint; *s && k + 1 < sizeof eps;) {
     if (!strncmp(s, "http://", 7)) s += 7;
@@ -84,7 +85,7 @@ static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, in
   bad |= env_add(e, "GT_GENERATION=%ld", r->generation);
   bad |= env_add(e, "GT_RESTART_COUNT=%d", r->restarts);
   bad |= env_add(e, "GT_JOB_ID=%s", o->job_id);
-  bad |= env_add(e, "GT_STORE=etcd://%s%s", eps, r->store_prefix);
+  bad |= env_add(e, "GT_STORE=%s://%s%s", tls ? "etcds" : "etcd", eps, r->store_prefix);
   bad |= env_add(e, "GT_JOB_SECRET=%s", r->secret);
   if (o->cacert) bad |= env_add(e, "GT_STORE_CACERT=%s", o->cacert);
   if (o->cert) bad |= env_add(e, "GT_STORE_CERT=%s", o->cert);

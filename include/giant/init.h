@@ -9,7 +9,9 @@
  *   GT_GENERATION                       the job's generation (0, 1, ...)
  *   GT_RESTART_COUNT                    failures the job has had so far
  *   GT_JOB_ID                           the job id
- *   GT_STORE                            etcd://HOST:PORT[,HOST:PORT]/PREFIX
+ *   GT_STORE                            etcd://HOST:PORT[,HOST:PORT]/PREFIX,
+ *                                       etcds://... when etcd speaks TLS, or
+ *                                       tcp://HOST:PORT (rank 0 hosts it)
  *   GT_STORE_CACERT, GT_STORE_CERT, GT_STORE_KEY   TLS files for that etcd
  *   GT_JOB_SECRET                       the job secret (hex)
  *   GT_PLAN                             the layout (--plan), may be unset

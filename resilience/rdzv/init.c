@@ -46,19 +46,27 @@ static gt_status env_copy(const char *name, int required, char *dst, size_t cap)
   return GT_OK;
 }
 
-static gt_status open_etcd_store(job_impl *j, const char *url) {
-  const char *rest = url + strlen("etcd://");
+/* etcd://HOST:PORT[,...]/PREFIX, or etcds:// for TLS (https endpoints). */
+static gt_status open_etcd_store(job_impl *j, const char *url, int tls) {
+  const char *rest = strstr(url, "://") + 3;
   const char *slash = strchr(rest, '/');
   if (!slash || slash == rest || slash[1] == 0)
     return gt_errorf(GT_EINVAL, "GT_STORE='%s' is malformed: expected etcd://HOST:PORT[,HOST:PORT]/PREFIX", url);
-  char endpoints[1024];
-  if ((size_t)(slash - rest) >= sizeof endpoints)
-    return gt_errorf(GT_EINVAL, "GT_STORE: the endpoint list is too long");
-  memcpy(endpoints, rest, (size_t)(slash - rest));
-  endpoints[slash - rest] = 0;
-  for (const char *p = endpoints; *p; p++)
-    if (*p == ' ' || *p == '/')
+  char endpoints[2048];
+  size_t n = 0;
+  for (const char *p = rest; p < slash; p++) {
+    if (*p == ' ')
       return gt_errorf(GT_EINVAL, "GT_STORE='%s' is malformed: endpoints are HOST:PORT separated by commas", url);
+    if (tls && (p == rest || p[-1] == ',')) {
+      if (n + 8 >= sizeof endpoints) break;
+      memcpy(endpoints + n, "https://", 8);
+      n += 8;
+    }
+    if (n + 1 >= sizeof endpoints) break;
+    endpoints[n++] = *p;
+  }
+  if (n + 1 >= sizeof endpoints) return gt_errorf(GT_EINVAL, "GT_STORE: the endpoint list is too long");
+  endpoints[n] = 0;
   gt_etcd_config cfg = {.endpoints = endpoints,
                         .cacert = getenv("GT_STORE_CACERT"),
                         .cert = getenv("GT_STORE_CERT"),
@@ -117,7 +125,8 @@ static gt_status init_env(job_impl *j) {
   GT_TRY(env_copy("GT_JOB_SECRET", 1, p->secret, sizeof p->secret));
   const char *url = getenv("GT_STORE");
   if (!url || !*url) return gt_errorf(GT_EINVAL, "GT_STORE is not set: start workers with giantrun (it sets etcd://...)");
-  if (strncmp(url, "etcd://", 7) == 0) return open_etcd_store(j, url);
+  if (strncmp(url, "etcd://", 7) == 0) return open_etcd_store(j, url, 0);
+  if (strncmp(url, "etcds://", 8) == 0) return open_etcd_store(j, url, 1);
   if (strncmp(url, "tcp://", 6) == 0) return open_tcp_store(j, url);
   return gt_errorf(GT_EINVAL, "GT_STORE='%s' has an unknown scheme: expected etcd://HOST:PORT/PREFIX or tcp://HOST:PORT", url);
 }

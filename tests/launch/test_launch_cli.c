@@ -132,13 +132,13 @@ static void test_wrong_tls_ca(void **state) {
   snprintf(out, sizeof out, "%s/tls-out", dir);
   assert_int_equal(mkdir(out, 0700), 0);
   setenv("LW_DIR", out, 1);
-  expect((const char *[]){"--rdzv-endpoint", fx.endpoint, "--rdzv-cacert", ca, "--rdzv-cert", ccert,
+  expect((const char *[]){"--rdzv-endpoint", fx.url, "--rdzv-cacert", ca, "--rdzv-cert", ccert,
                           "--rdzv-key", ckey, "--job-id", "tls", worker_bin(), NULL},
          0, "[rank 0] worker rank 0 of 1 in gen0 up", 30);
   env_path(path, sizeof path, out, 0, 0);
   assert_int_equal(env_get(path, "GT_STORE", v, sizeof v), 0);
   char want[200];
-  snprintf(want, sizeof want, "etcd://%s/giant/tls/gen0/store/", fx.endpoint);
+  snprintf(want, sizeof want, "etcds://%s/giant/tls/gen0/store/", fx.endpoint);
   assert_string_equal(v, want);
   assert_int_equal(env_get(path, "GT_STORE_CERT", v, sizeof v), 0);
   assert_string_equal(v, ccert);

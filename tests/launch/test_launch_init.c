@@ -144,6 +144,8 @@ static void test_malformed(void **state) {
       {"GT_STORE", "etcd://127.0.0.1:2379", "expected etcd://HOST:PORT[,HOST:PORT]/PREFIX"},
       {"GT_STORE", "etcd:///giant/x/", "expected etcd://HOST:PORT[,HOST:PORT]/PREFIX"},
       {"GT_STORE", "etcd://127.0.0.1:2379/", "expected etcd://HOST:PORT[,HOST:PORT]/PREFIX"},
+      {"GT_STORE", "etcds://127.0.0.1:2379", "expected etcd://HOST:PORT[,HOST:PORT]/PREFIX"},
+      {"GT_STORE", "etcd://127.0.0.1:2379,, x/p", "endpoints are HOST:PORT separated by commas"},
       {"GT_STORE", "tcp://127.0.0.1", "expected tcp://HOST:PORT"},
       {"GT_STORE", "tcp://127.0.0.1:70000", "expected tcp://HOST:PORT"},
   };
