@@ -38,6 +38,24 @@ void gt_comm_reduce(gt_dtype t, void *dst, const void *a, const void *b, size_t 
   }
 }
 
+void gt_comm_reduce2(gt_dtype t, void *dst, void *dst2, const void *a, const void *b, size_t n) {
+  if (t == GT_F32) {
+    float *d = dst, *d2 = dst2;
+    const float *x = a, *y = b;
+    for (size_t i = 0; i < n; i++) {
+      float v = x[i] + y[i];
+      d[i] = v, d2[i] = v;
+    }
+  } else {
+    uint16_t *d = dst, *d2 = dst2;
+    const uint16_t *x = a, *y = b;
+    for (size_t i = 0; i < n; i++) {
+      uint16_t v = to_bf16(from_bf16(x[i]) + from_bf16(y[i]));
+      d[i] = v, d2[i] = v;
+    }
+  }
+}
+
 static void divide(gt_dtype t, void *buf, size_t n, int by) {
   if (t == GT_F32) {
     float *d = buf;
@@ -158,7 +176,9 @@ gt_status gt_comm_execute(gt_comm *c, gt_comm_req *q, double deadline) {
   switch (q->kind) {
     case OP_ALLREDUCE:
       if (q->count == 0) return GT_OK;
-      if (n > 1) GT_TRY(allreduce(c, q->buf, q->count, q->dtype, deadline));
+      if (n == 2 && c->transport == GT_COMM_SHM)
+        GT_TRY(gt_comm_shm_allreduce2(c, q->buf, q->count, q->dtype, deadline));
+      else if (n > 1) GT_TRY(allreduce(c, q->buf, q->count, q->dtype, deadline));
       if (q->op == GT_COMM_AVG && n > 1) divide(q->dtype, q->buf, q->count, n);
       return GT_OK;
     case OP_REDUCE_SCATTER:
@@ -194,7 +214,9 @@ gt_status gt_comm_execute(gt_comm *c, gt_comm_req *q, double deadline) {
        * contribution reached it: a barrier. */
       float one = 1.0f;
       if (n == 1) return GT_OK;
-      GT_TRY(allreduce(c, (char *)&one, 1, GT_F32, deadline));
+      if (n == 2 && c->transport == GT_COMM_SHM)
+        GT_TRY(gt_comm_shm_allreduce2(c, (char *)&one, 1, GT_F32, deadline));
+      else GT_TRY(allreduce(c, (char *)&one, 1, GT_F32, deadline));
       if (one != (float)n)
         return gt_errorf(GT_EFORMAT, "barrier counted %g ranks, expected %d", (double)one, n);
       return GT_OK;

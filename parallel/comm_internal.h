@@ -102,11 +102,18 @@ gt_status gt_comm_start(gt_comm *c);
 gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline);
 gt_status gt_comm_run_shm(gt_comm *c, const plan *p, double deadline);
 
+/* All-reduce between the two ranks of a shared-memory group: each rank
+ * reduces one half of buf and receives the other half reduced. */
+gt_status gt_comm_shm_allreduce2(gt_comm *c, char *buf, size_t count, gt_dtype t, double deadline);
+
 /* Executes one request (on the progress thread). */
 gt_status gt_comm_execute(gt_comm *c, gt_comm_req *r, double deadline);
 
 /* dst[i] = a[i] + b[i] over n elements (bf16 summed in fp32). */
 void gt_comm_reduce(gt_dtype t, void *dst, const void *a, const void *b, size_t n);
+/* The same sum written to both dst and dst2 (dst may be a; dst2 overlaps
+ * nothing). */
+void gt_comm_reduce2(gt_dtype t, void *dst, void *dst2, const void *a, const void *b, size_t n);
 
 /* Connection setup: the TCP mesh, the shared-memory segments. */
 gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline);

@@ -43,6 +43,7 @@ typedef struct chan {
 
 typedef struct seg {
   _Alignas(64) atomic_uint doorbell;
+  _Alignas(64) atomic_int sleepers; /* ranks in (or entering) a futex wait on doorbell */
   _Alignas(64) atomic_int failed; /* 1 + the rank that failed */
 } seg;
 
@@ -65,9 +66,31 @@ static char *slot_data(chan *ch, uint64_t i) {
   return (char *)ch + CHAN_HDR + (size_t)(i % NSLOT) * SLOT;
 }
 
+/* The wake-up system call is made only for a rank that sleeps: a waiter
+ * counts itself in sleepers before it looks at doorbell again, and a ringer
+ * bumps doorbell before it looks at sleepers, so (all seq_cst) either the
+ * waiter sees the new doorbell or the ringer sees the waiter. */
 static void ring(seg *sg) {
   atomic_fetch_add(&sg->doorbell, 1);
-  syscall(SYS_futex, (unsigned int *)&sg->doorbell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+  if (atomic_load(&sg->sleepers) > 0)
+    syscall(SYS_futex, (unsigned int *)&sg->doorbell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Sleeps until the doorbell moves past seen, for at most left seconds
+ * capped so that a dead peer is checked again at least every 20 ms. */
+static void wait_bell(seg *me, unsigned int seen, double left) {
+  /* A peer that is busy copying usually rings within microseconds: spin
+   * briefly before paying for a sleep and a wake-up. */
+  for (int i = 0; i < 2000; i++) {
+    if (atomic_load_explicit(&me->doorbell, memory_order_acquire) != seen) return;
+    __builtin_ia32_pause();
+  }
+  atomic_fetch_add(&me->sleepers, 1);
+  if (atomic_load(&me->doorbell) == seen) {
+    struct timespec ts = {0, left > 0.02 ? 20000000L : (long)(left * 1e9) + 1};
+    syscall(SYS_futex, (unsigned int *)&me->doorbell, FUTEX_WAIT, seen, &ts, NULL, 0);
+  }
+  atomic_fetch_sub(&me->sleepers, 1);
 }
 
 void gt_comm_shm_wake(gt_comm *c) {
@@ -158,9 +181,123 @@ gt_status gt_comm_run_shm(gt_comm *c, const plan *p, double deadline) {
       return gt_errorf(GT_ETIMEDOUT, "no progress with rank %d before the operation timeout (%.1f s): it is stopped, hung or far behind",
                        who, c->op_timeout);
     }
-    /* Short sleeps: a dead peer is checked again at least this often. */
-    struct timespec ts_wait = {0, left > 0.02 ? 20000000L : (long)(left * 1e9) + 1};
-    syscall(SYS_futex, (unsigned int *)&me->doorbell, FUTEX_WAIT, seen, &ts_wait, NULL, 0);
+    wait_bell(me, seen, left);
+  }
+  return GT_OK;
+}
+
+/* ---- all-reduce between two ranks ----
+ *
+ * Rank r owns half r of the buffer. Piece by piece, each rank sends its
+ * pieces of the other half (stream A, the ordinary channel), reduces the
+ * peer's pieces of its own half straight out of the slot into both its
+ * buffer and a slot of stream R (the peer segment's otherwise unused
+ * channel from the peer to itself), and copies the peer's reduced pieces
+ * of the other half into its buffer. Pieces are small enough that the
+ * slots in flight stay in cache, and both ranks copy and reduce at once.
+ * Stream R never waits on anything but its reader, so A and R cannot
+ * block each other. */
+
+#define PIECE (256u << 10)
+#define TAG_A 0x40000000u
+#define TAG_R 0x80000000u
+
+static size_t piece_bytes(void) {
+  static size_t v;
+  if (!v) {
+    const char *e = getenv("GT_SHM_PIECE");
+    size_t p = e ? (size_t)atol(e) << 10 : PIECE;
+    v = p < 4096 || p > SLOT ? PIECE : p & ~(size_t)63;
+  }
+  return v;
+}
+
+static size_t piece_len(size_t total, size_t piece, uint32_t k) {
+  size_t o = (size_t)k * piece;
+  return total - o < piece ? total - o : piece;
+}
+
+static gt_status bad_piece(int peer, const char *stream, slot_hdr h, uint32_t seq, uint32_t k,
+                           size_t want) {
+  return gt_errorf(GT_EFORMAT, "unexpected all-reduce piece from rank %d on stream %s (seq %u step %#x len %u; expected seq %u step %#x len %zu): ranks issued different operations",
+                   peer, stream, h.seq, h.step, h.len, seq, k, want);
+}
+
+gt_status gt_comm_shm_allreduce2(gt_comm *c, char *buf, size_t count, gt_dtype t, double deadline) {
+  shm_state *s = c->shm;
+  int r = c->rank, o = 1 - r;
+  seg *me = seg_of(s, r), *ps = seg_of(s, o);
+  chan *atx = chan_of(s, o, r), *rtx = chan_of(s, o, o);
+  chan *arx = chan_of(s, r, o), *rrx = chan_of(s, r, r);
+  uint32_t txseq = c->tx_seq[o]++, rxseq = c->rx_seq[o]++;
+  size_t es = gt_dtype_size(t), piece = piece_bytes();
+  /* The halves split as chunk_off does: the first gets the odd element. */
+  size_t n0 = count - count / 2;
+  char *half[2] = {buf, buf + n0 * es};
+  size_t len[2] = {n0 * es, (count - n0) * es};
+  uint32_t np[2] = {(uint32_t)((len[0] + piece - 1) / piece), (uint32_t)((len[1] + piece - 1) / piece)};
+  uint32_t a_tx = 0, a_rx = 0, r_rx = 0;
+  while (a_tx < np[o] || a_rx < np[r] || r_rx < np[o]) {
+    if (atomic_load(&c->aborted)) return gt_comm_aborted_status(c);
+    int f = atomic_load(&me->failed);
+    if (f) return gt_errorf(GT_ECONN, "rank %d of the group failed or aborted", f - 1);
+    unsigned int seen = atomic_load(&me->doorbell);
+    bool progress = false;
+    if (r_rx < np[o]) {
+      uint64_t tail = atomic_load_explicit(&rrx->tail, memory_order_relaxed);
+      uint64_t head = atomic_load_explicit(&rrx->head, memory_order_acquire);
+      if (head != tail) {
+        slot_hdr h = rrx->hdr[tail % NSLOT];
+        size_t want = piece_len(len[o], piece, r_rx);
+        if (h.seq != rxseq || h.step != (TAG_R | r_rx) || h.len != want)
+          return bad_piece(o, "R", h, rxseq, TAG_R | r_rx, want);
+        memcpy(half[o] + (size_t)r_rx * piece, slot_data(rrx, tail), want);
+        atomic_store_explicit(&rrx->tail, tail + 1, memory_order_release);
+        ring(ps);
+        r_rx++;
+        progress = true;
+      }
+    }
+    if (a_rx < np[r]) {
+      uint64_t tail = atomic_load_explicit(&arx->tail, memory_order_relaxed);
+      uint64_t head = atomic_load_explicit(&arx->head, memory_order_acquire);
+      uint64_t rhead = atomic_load_explicit(&rtx->head, memory_order_relaxed);
+      uint64_t rtail = atomic_load_explicit(&rtx->tail, memory_order_acquire);
+      if (head != tail && rhead - rtail < NSLOT) {
+        slot_hdr h = arx->hdr[tail % NSLOT];
+        size_t want = piece_len(len[r], piece, a_rx);
+        if (h.seq != rxseq || h.step != (TAG_A | a_rx) || h.len != want)
+          return bad_piece(o, "A", h, rxseq, TAG_A | a_rx, want);
+        char *d = half[r] + (size_t)a_rx * piece;
+        gt_comm_reduce2(t, d, slot_data(rtx, rhead), d, slot_data(arx, tail), want / es);
+        rtx->hdr[rhead % NSLOT] = (slot_hdr){txseq, TAG_R | a_rx, (uint32_t)want, 0};
+        atomic_store_explicit(&rtx->head, rhead + 1, memory_order_release);
+        atomic_store_explicit(&arx->tail, tail + 1, memory_order_release);
+        ring(ps);
+        a_rx++;
+        progress = true;
+      }
+    }
+    if (a_tx < np[o]) {
+      uint64_t head = atomic_load_explicit(&atx->head, memory_order_relaxed);
+      uint64_t tail = atomic_load_explicit(&atx->tail, memory_order_acquire);
+      if (head - tail < NSLOT) {
+        size_t n = piece_len(len[o], piece, a_tx);
+        memcpy(slot_data(atx, head), half[o] + (size_t)a_tx * piece, n);
+        atx->hdr[head % NSLOT] = (slot_hdr){txseq, TAG_A | a_tx, (uint32_t)n, 0};
+        atomic_store_explicit(&atx->head, head + 1, memory_order_release);
+        ring(ps);
+        a_tx++;
+        progress = true;
+      }
+    }
+    if (progress) continue;
+    GT_TRY(check_peer(c, o));
+    double left = deadline - gt_now();
+    if (left <= 0)
+      return gt_errorf(GT_ETIMEDOUT, "no progress with rank %d before the operation timeout (%.1f s): it is stopped, hung or far behind",
+                       o, c->op_timeout);
+    wait_bell(me, seen, left);
   }
   return GT_OK;
 }
