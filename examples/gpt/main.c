@@ -266,7 +266,7 @@ int main(int argc, char **argv) {
     }
     if (i == 0) first = st;
   }
-  if (lead) printf("loss %.4f -> %.4f over %d steps\n", first.loss, st.loss, a.steps);
+  if (lead) printf("loss %.6f -> %.6f over %d steps\n", first.loss, st.loss, a.steps);
   if (a.sample > 0 && (s = generate(m, &a, vocab, data_vocab, lead)) != GT_OK) {
     fail("sampling", s);
     goto out;
