@@ -40,7 +40,7 @@ gt_status gt_planner_layers_from_model(const gt_model *m, int B, int T, gt_plann
 static bool finite_nonneg(double x) { return x >= 0 && isfinite(x); }
 
 /* Strictly better by more than rounding: equal cuts keep the earlier one. */
-static bool better(double a, double b) { return a < b && !(b - a <= 1e-12 * fabs(b)); }
+static bool better(double a, double b) { return a < b && (isinf(b) || b - a > 1e-12 * fabs(b)); }
 
 typedef struct cut_ctx {
   const gt_planner_stages *st;
@@ -74,7 +74,7 @@ static double run_cuts(const cut_ctx *c, int L, double *best, int *arg, int *fir
       for (int i = s; i < j; i++) {
         double prev = best[(size_t)(s - 1) * (L + 1) + i], cost = stage_cost(c, s, i, j);
         double v = prev > cost ? prev : cost;
-        if (better(v, b) || (i == s && !(v > b))) {
+        if (i == s || better(v, b)) {
           b = v;
           a = i;
         }
@@ -93,7 +93,9 @@ gt_status gt_planner_partition(const gt_planner_layer *layers, int L, const gt_p
     return gt_errorf(GT_EINVAL, "partition needs layers, stages and an output (got %d layers, %d stages)", L,
                      st ? st->n : 0);
   int n = st->n;
-  if (n > L) return gt_errorf(GT_EINVAL, "cannot cut %d layers into %d non-empty pipeline stages: use at most %d stages", L, n, L);
+  if (n > L)
+    return gt_errorf(GT_EINVAL, "cannot cut %d layers into %d non-empty pipeline stages: use at most %d stages", L, n,
+                     L);
   for (int s = 0; s < n; s++) {
     if (st->speed && !(st->speed[s] > 0 && isfinite(st->speed[s])))
       return gt_errorf(GT_EINVAL, "stage %d has speed %g: speeds must be positive", s, st->speed[s]);
@@ -145,8 +147,9 @@ gt_status gt_planner_partition(const gt_planner_layer *layers, int L, const gt_p
 gt_status gt_planner_batch_split(int rows, int n, const double *speed, int *share) {
   if (n < 1 || !share) return gt_errorf(GT_EINVAL, "batch split needs at least one replica (got %d)", n);
   if (rows < n)
-    return gt_errorf(GT_EINVAL, "cannot split %d rows over %d replicas with at least one each: use a batch of >= %d rows",
-                     rows, n, n);
+    return gt_errorf(GT_EINVAL,
+                     "cannot split %d rows over %d replicas with at least one each: use a batch of >= %d rows", rows,
+                     n, n);
   double sum = 0;
   for (int i = 0; i < n; i++) {
     double s = speed ? speed[i] : 1;

@@ -100,7 +100,7 @@ gt_status gt_pp_schedule_build(gt_pp_kind kind, int stages, int micro_batches, i
                      "pipeline stages (%d): use %d or %d micro-batches",
                      micro_batches, stages, micro_batches / stages * stages,
                      (micro_batches / stages + 1) * stages);
-  if ((long long)micro_batches * chunks > (1 << 24) || stages > (1 << 16))
+  if ((long long)micro_batches * chunks > (1 << 24) || (long long)stages * chunks > (1 << 24))
     return gt_errorf(GT_EINVAL, "pipeline schedule too large (%d stages, %d micro-batches, %d chunks)",
                      stages, micro_batches, chunks);
   gt_pp_schedule *s = calloc(1, sizeof *s);
@@ -160,7 +160,8 @@ gt_status gt_pp_schedule_check(const gt_pp_schedule *s) {
       int vs = gt_pp_virtual_stage(s, r, t.chunk);
       if (t.op == GT_PP_FORWARD ? *x != 0 : *x != 1) {
         st = gt_errorf(GT_EINVAL, "pipeline rank %d step %d: %s of micro-batch %d stage %d %s", r, i, what,
-                       t.micro_batch, vs, t.op == GT_PP_FORWARD || *x == 2 ? "appears twice" : "comes before its forward");
+                       t.micro_batch, vs,
+                       t.op == GT_PP_FORWARD || *x == 2 ? "appears twice" : "comes before its forward");
         break;
       }
       *x = (unsigned char)(*x + 1);

@@ -79,12 +79,6 @@ static void ring(seg *sg) {
 /* Sleeps until the doorbell moves past seen, for at most left seconds
  * capped so that a dead peer is checked again at least every 20 ms. */
 static void wait_bell(seg *me, unsigned int seen, double left) {
-  /* A peer that is busy copying usually rings within microseconds: spin
-   * briefly before paying for a sleep and a wake-up. */
-  for (int i = 0; i < 2000; i++) {
-    if (atomic_load_explicit(&me->doorbell, memory_order_acquire) != seen) return;
-    __builtin_ia32_pause();
-  }
   atomic_fetch_add(&me->sleepers, 1);
   if (atomic_load(&me->doorbell) == seen) {
     struct timespec ts = {0, left > 0.02 ? 20000000L : (long)(left * 1e9) + 1};
@@ -212,6 +206,12 @@ static size_t piece_bytes(void) {
   return v;
 }
 
+static uint64_t depth(void) {
+  static uint64_t v;
+  if (!v) v = getenv("GT_DEPTH") ? (uint64_t)atoi(getenv("GT_DEPTH")) : NSLOT;
+  return v;
+}
+
 static size_t piece_len(size_t total, size_t piece, uint32_t k) {
   size_t o = (size_t)k * piece;
   return total - o < piece ? total - o : piece;
@@ -263,7 +263,7 @@ gt_status gt_comm_shm_allreduce2(gt_comm *c, char *buf, size_t count, gt_dtype t
       uint64_t head = atomic_load_explicit(&arx->head, memory_order_acquire);
       uint64_t rhead = atomic_load_explicit(&rtx->head, memory_order_relaxed);
       uint64_t rtail = atomic_load_explicit(&rtx->tail, memory_order_acquire);
-      if (head != tail && rhead - rtail < NSLOT) {
+      if (head != tail && rhead - rtail < depth()) {
         slot_hdr h = arx->hdr[tail % NSLOT];
         size_t want = piece_len(len[r], piece, a_rx);
         if (h.seq != rxseq || h.step != (TAG_A | a_rx) || h.len != want)
@@ -281,7 +281,7 @@ gt_status gt_comm_shm_allreduce2(gt_comm *c, char *buf, size_t count, gt_dtype t
     if (a_tx < np[o]) {
       uint64_t head = atomic_load_explicit(&atx->head, memory_order_relaxed);
       uint64_t tail = atomic_load_explicit(&atx->tail, memory_order_acquire);
-      if (head - tail < NSLOT) {
+      if (head - tail < depth()) {
         size_t n = piece_len(len[o], piece, a_tx);
         memcpy(slot_data(atx, head), half[o] + (size_t)a_tx * piece, n);
         atx->hdr[head % NSLOT] = (slot_hdr){txseq, TAG_A | a_tx, (uint32_t)n, 0};

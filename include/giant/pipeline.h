@@ -5,7 +5,14 @@
  * executor walks steps[rank][0 .. nsteps[rank]-1] in order; before a forward
  * of virtual stage vs > 0 it receives the activation from the rank running
  * vs-1, before a backward of vs < V-1 it receives the gradient from the rank
- * running vs+1 (V = stages * chunks model stages in all).
+ * running vs+1 (V = stages * chunks model stages in all). Model stage vs
+ * lives on rank vs % stages.
+ *
+ * The lists are deadlock-free when a rank's sends do not wait for the
+ * receiver (buffered or non-blocking sends; gt_pp_schedule_check proves
+ * this by running them). An executor with rendezvous sends must pair each
+ * send with the receive its rank posts next, as Megatron-LM's
+ * send_forward_recv_backward does.
  *
  *   GPipe        every forward, then every backward, both in micro-batch
  *                order (0, 1, ...): in-order backwards free activations in
@@ -16,7 +23,9 @@
  *                min(p-r, m) micro-batches are in flight on rank r.
  *   interleaved  Megatron-LM's interleaved 1F1B: rank r holds v chunks,
  *                model stages r, r+p, r+2p, ...; micro-batches go through
- *                in groups of p. Needs m % p == 0. With v == 1 it is 1F1B.
+ *                in groups of p. Rank r runs min(2(p-r-1) + (v-1)p, m v)
+ *                warm-up forwards (all m v when m == p, as Megatron does).
+ *                Needs m % p == 0. With v == 1 it is 1F1B.
  */
 #ifndef GIANT_PIPELINE_H
 #define GIANT_PIPELINE_H

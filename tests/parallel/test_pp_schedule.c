@@ -14,6 +14,13 @@
 
 #include "giant/pipeline.h"
 
+/* |got - want| <= tol, with both values in the failure message. */
+#define NEAR(got, want, tol)                                                                  \
+  do {                                                                                        \
+    double g_ = (got), w_ = (want);                                                           \
+    if (!(fabs(g_ - w_) <= (tol))) fail_msg("%s = %.17g, want %.17g", #got, g_, w_);          \
+  } while (0)
+
 static void expect_error(gt_status got, gt_status want, const char *words) {
   if (got != want || !strstr(gt_last_error(), words))
     fail_msg("got %s '%s', wanted %s with '%s'", gt_status_name(got), gt_last_error(), gt_status_name(want), words);
@@ -35,7 +42,8 @@ static void expect_steps(gt_pp_kind kind, int p, int m, int v, int r, const char
   OK(gt_pp_schedule_build(kind, p, m, v, &s));
   char got[1024];
   steps_text(s, r, got, sizeof got);
-  if (strcmp(got, want)) fail_msg("%s p=%d m=%d v=%d rank %d: got '%s', want '%s'", gt_pp_name(kind), p, m, v, r, got, want);
+  if (strcmp(got, want))
+    fail_msg("%s p=%d m=%d v=%d rank %d: got '%s', want '%s'", gt_pp_name(kind), p, m, v, r, got, want);
   gt_pp_schedule_free(s);
 }
 
@@ -49,8 +57,10 @@ static void test_step_lists(void **state) {
   /* Megatron's order for p=2, m=4, v=2, rank 0: warm-up 2*(2-0-1) + (2-1)*2 = 4
    * forwards (micro-batches 0,1 through chunk 0, then chunk 1), then 1F1B,
    * backwards through chunk 1 first. */
-  expect_steps(GT_PP_INTERLEAVED, 2, 4, 2, 0, "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0");
-  expect_steps(GT_PP_INTERLEAVED, 2, 4, 2, 1, "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0");
+  expect_steps(GT_PP_INTERLEAVED, 2, 4, 2, 0,
+               "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0");
+  expect_steps(GT_PP_INTERLEAVED, 2, 4, 2, 1,
+               "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0");
   /* One chunk: interleaved is 1F1B. */
   expect_steps(GT_PP_INTERLEAVED, 4, 8, 1, 1, "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7");
   gt_pp_schedule *s;
@@ -175,22 +185,22 @@ static void test_bubbles_and_peaks(void **state) {
       double want = (double)(p - 1) / (m + p - 1);
       for (int k = 0; k < 2; k++) {
         gt_pp_sim_result r = simulate((gt_pp_kind)k, p, m, 1, 1.0, 2.0, 0);
-        assert_double_equal(r.bubble, want, 1e-12);
-        assert_double_equal(r.makespan, (m + p - 1) * 3.0, 1e-9);
+        NEAR(r.bubble, want, 1e-12);
+        NEAR(r.makespan, (m + p - 1) * 3.0, 1e-9);
         assert_int_equal(r.peak_in_flight[0], k == GT_PP_GPIPE ? m : (p < m ? p : m));
         for (int q = 0; q < p; q++) {
-          assert_double_equal(r.busy[q], 3.0 * m, 1e-9);
+          NEAR(r.busy[q], 3.0 * m, 1e-9);
           int lim = k == GT_PP_GPIPE ? m : (p - q < m ? p - q : m);
           assert_int_equal(r.peak_in_flight[q], lim);
-          assert_double_equal(r.peak_act_bytes[q], lim * 1000.0 * (q + 1), 1e-6);
+          NEAR(r.peak_act_bytes[q], lim * 1000.0 * (q + 1), 1e-6);
         }
         gt_pp_sim_free(&r);
       }
       if (m % p) continue;
       for (int v = 1; v <= 4; v++) {
         gt_pp_sim_result r = simulate(GT_PP_INTERLEAVED, p, m, v, 1.0, 2.0, 0);
-        assert_double_equal(r.bubble, (double)(p - 1) / (v * m + p - 1), 1e-12);
-        assert_double_equal(r.makespan, (m + (double)(p - 1) / v) * 3.0, 1e-9);
+        NEAR(r.bubble, (double)(p - 1) / (v * m + p - 1), 1e-12);
+        NEAR(r.makespan, (m + (double)(p - 1) / v) * 3.0, 1e-9);
         int warm = 2 * (p - 1) + (v - 1) * p + 1;
         int peak = v == 1 ? (p < m ? p : m) : m == p ? v * m : (warm < v * m ? warm : v * m);
         assert_int_equal(r.peak_in_flight[0], peak);
@@ -209,10 +219,10 @@ static void test_uneven_with_latency(void **state) {
   double f[2] = {1, 3}, b[2] = {2, 6}, d = 0.5;
   gt_pp_sim_result r;
   OK(gt_pp_simulate(s, &(gt_pp_costs){.fwd = f, .bwd = b, .p2p_seconds = d}, &r));
-  assert_double_equal(r.makespan, 1 + d + 27 + d + 2, 1e-12);
-  assert_double_equal(r.busy[0], 9, 1e-12);
-  assert_double_equal(r.busy[1], 27, 1e-12);
-  assert_double_equal(r.bubble, 1 - 36 / (2 * r.makespan), 1e-12);
+  NEAR(r.makespan, 1 + d + 27 + d + 2, 1e-12);
+  NEAR(r.busy[0], 9, 1e-12);
+  NEAR(r.busy[1], 27, 1e-12);
+  NEAR(r.bubble, 1 - 36 / (2 * r.makespan), 1e-12);
   gt_pp_sim_free(&r);
   gt_pp_schedule_free(s);
 }
