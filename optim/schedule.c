@@ -28,7 +28,8 @@ float gt_clip_factor(double norm, float max_norm) {
   return (float)(max_norm / (norm + 1e-6));
 }
 
-gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards, gt_group *tp, double *norm) {
+gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards, gt_group *tp, gt_group *pp,
+                            double *norm) {
   gt_backend *be = gt_model_backend(m);
   int np = gt_model_num_params(m);
   double *dev = NULL;
@@ -39,8 +40,12 @@ gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards,
   const float *g = gt_model_grads(m);
   for (int i = 0; i < np && s == GT_OK; i++) {
     const gt_param *p = gt_model_param(m, i);
-    size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-    if (p->tied_to >= 0 || a >= b) {
+    /* A mirror of a tied parameter is counted once, by its owner's stage;
+     * other stages' parameters are not here. */
+    bool counted = p->tied_to < 0 && p->local && p->mirror_of < 0;
+    size_t a = counted && p->offset > lo ? p->offset : lo;
+    size_t b = counted && p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    if (!counted || a >= b) {
       s = be->ops->memset(be, dev + i, 0, sizeof(double), be->compute);
       continue;
     }
@@ -54,10 +59,11 @@ gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards,
   for (int i = 0; i < np && s == GT_OK; i++) sums[gt_model_param(m, i)->split_dim >= 0 ? 0 : 1] += host[i];
   free(host);
   float part[2] = {(float)sums[0], (float)sums[1]}, *dpart = NULL;
-  bool reduce = (shards && shards->size > 1) || (tp && tp->size > 1);
+  bool reduce = (shards && shards->size > 1) || (tp && tp->size > 1) || (pp && pp->size > 1);
   if (s == GT_OK && reduce) s = gt_arena_alloc(gt_model_arena(m), sizeof part, (void **)&dpart);
   if (s == GT_OK && reduce) s = gt_backend_upload(be, dpart, part, sizeof part);
   if (s == GT_OK && shards && shards->size > 1) s = shards->allreduce_sum(shards, dpart, 2);
+  if (s == GT_OK && pp && pp->size > 1) s = pp->allreduce_sum(pp, dpart, 2); /* stages hold disjoint layers */
   if (s == GT_OK && tp && tp->size > 1) s = tp->allreduce_sum(tp, dpart, 1);
   if (s == GT_OK && reduce) s = gt_backend_download(be, part, dpart, sizeof part);
   if (dpart) gt_arena_free(gt_model_arena(m), dpart);

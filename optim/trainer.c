@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "giant/log.h"
 #include "giant/plan.h"
@@ -17,9 +18,31 @@ struct gt_trainer {
   gt_metrics *metrics;
   gt_dist *dist;      /* NULL: one process */
   gt_dp_sync *sync;   /* NULL: no data parallelism */
+  gt_pp_exec *pipe;   /* NULL: no pipeline parallelism */
+  gt_batch *held;     /* pipelining a loader's batches: copies of one step's */
   float *scalar;      /* device float for reducing the loss */
   int step;
 };
+
+/* A loader reuses its buffers on every call, and a pipeline needs all of a
+ * step's micro-batches at once: keep copies. */
+static gt_status hold_batches(gt_trainer *t) {
+  const gt_model_config *mc = gt_model_get_config(t->m);
+  size_t n = (size_t)mc->B_max * (size_t)mc->T_max;
+  t->held = calloc((size_t)t->cfg.grad_accum, sizeof *t->held);
+  if (!t->held) return gt_errorf(GT_ENOMEM, "out of memory");
+  for (int i = 0; i < t->cfg.grad_accum; i++) {
+    t->held[i].inputs = malloc(n * sizeof(int32_t));
+    t->held[i].targets = malloc(n * sizeof(int32_t));
+    if (!t->held[i].inputs || !t->held[i].targets) return gt_errorf(GT_ENOMEM, "out of memory");
+  }
+  return GT_OK;
+}
+
+static void free_held(gt_trainer *t) {
+  for (int i = 0; t->held && i < t->cfg.grad_accum; i++) free(t->held[i].inputs), free(t->held[i].targets);
+  free(t->held);
+}
 
 gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_trainer **out) {
   *out = NULL;
@@ -47,6 +70,8 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
     s = gt_optimizer_create(m, &cfg->optim, &t->opt);
   }
   if (s == GT_OK && t->dist) s = gt_arena_alloc(gt_model_arena(m), sizeof(float), (void **)&t->scalar);
+  if (s == GT_OK && plan && plan->layout.pp > 1) s = gt_pp_exec_create(t->dist, m, cfg->grad_accum, &t->pipe);
+  if (s == GT_OK && t->pipe) s = hold_batches(t);
   if (s == GT_OK) s = gt_acts_create(m, &t->acts);
   if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
   gt_backend *be = gt_model_backend(m);
@@ -63,6 +88,8 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
 void gt_trainer_destroy(gt_trainer *t) {
   if (!t) return;
   gt_acts_destroy(t->acts);
+  gt_pp_exec_destroy(t->pipe);
+  free_held(t);
   gt_dp_sync_destroy(t->sync);
   if (t->scalar) gt_arena_free(gt_model_arena(t->m), t->scalar);
   gt_optimizer_destroy(t->opt);
@@ -96,6 +123,29 @@ static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *b
   return GT_OK;
 }
 
+/* Pipelined: every micro-batch of the step goes through the schedule. */
+static gt_status pipeline_batches(gt_trainer *t, gt_loader *loader, const gt_batch *batches, gt_step_stats *st) {
+  if (!batches) {
+    for (int i = 0; i < t->cfg.grad_accum; i++) {
+      gt_batch b;
+      GT_TRY(gt_loader_next(loader, &b));
+      size_t n = (size_t)b.B * (size_t)b.T;
+      memcpy(t->held[i].inputs, b.inputs, n * sizeof(int32_t));
+      memcpy(t->held[i].targets, b.targets, n * sizeof(int32_t));
+      t->held[i].B = b.B, t->held[i].T = b.T, t->held[i].ntargets = b.ntargets, t->held[i].epoch = b.epoch;
+    }
+    batches = t->held;
+  }
+  if (t->sync) GT_TRY(gt_dp_sync_begin(t->sync, false, false)); /* buckets go after the whole schedule */
+  GT_TRY(gt_pp_exec_run(t->pipe, batches, &st->loss));
+  for (int i = 0; i < t->cfg.grad_accum; i++) {
+    st->tokens += (int64_t)batches[i].B * batches[i].T;
+    st->flops += 3.0 * gt_model_flops(t->m, batches[i].B, batches[i].T);
+    st->seq_len = batches[i].T;
+  }
+  return GT_OK;
+}
+
 /* Distributed: finish averaging gradients, and make the loss and the
  * gradient norm those of the whole job. */
 static gt_status reduce_step(gt_trainer *t, gt_step_stats *st) {
@@ -103,12 +153,13 @@ static gt_status reduce_step(gt_trainer *t, gt_step_stats *st) {
   gt_group *dp = gt_dist_dp_group(t->dist), *tp = gt_dist_tp_group(t->dist);
   size_t lo = 0, hi = gt_model_buffer_floats(t->m);
   bool zero1 = false;
+  if (t->pipe) GT_TRY(gt_pp_exec_sync_tied(t->pipe));
   if (t->sync) {
     GT_TRY(gt_dp_sync_finish(t->sync));
     gt_dp_sync_shard(t->sync, &lo, &hi);
     zero1 = gt_dp_sync_zero1(t->sync);
   }
-  GT_TRY(gt_grad_norm_dist(t->m, lo, hi, zero1 ? dp : NULL, tp, &st->grad_norm));
+  GT_TRY(gt_grad_norm_dist(t->m, lo, hi, zero1 ? dp : NULL, tp, gt_dist_pp_group(t->dist), &st->grad_norm));
   if (dp->size > 1) {
     float loss = st->loss;
     GT_TRY(gt_backend_upload(be, t->scalar, &loss, sizeof loss));
@@ -124,8 +175,12 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
   gt_step_stats st = {.step = t->step, .micro_batches = t->cfg.grad_accum};
   double t0 = gt_now(), loss_sum = 0;
   GT_TRY(gt_model_zero_grads(t->m));
-  for (int i = 0; i < t->cfg.grad_accum; i++) GT_TRY(micro_batch(t, loader, batches, i, &loss_sum, &st));
-  st.loss = (float)(loss_sum / t->cfg.grad_accum);
+  if (t->pipe) {
+    GT_TRY(pipeline_batches(t, loader, batches, &st));
+  } else {
+    for (int i = 0; i < t->cfg.grad_accum; i++) GT_TRY(micro_batch(t, loader, batches, i, &loss_sum, &st));
+    st.loss = (float)(loss_sum / t->cfg.grad_accum);
+  }
   if (t->dist) {
     GT_TRY(reduce_step(t, &st));
   } else {

@@ -1,5 +1,6 @@
 /* A running job's parallel state: the grid built from a plan, and the
  * groups that layers and the trainer reduce over. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "giant/plan.h"
@@ -7,7 +8,8 @@
 struct gt_dist {
   gt_plan plan;
   gt_grid *grid;
-  gt_group tp, dp;
+  gt_group tp, dp, pp;
+  char generation[96];
 };
 
 gt_status gt_dist_create(const gt_dist_config *cfg, gt_dist **out) {
@@ -15,11 +17,13 @@ gt_status gt_dist_create(const gt_dist_config *cfg, gt_dist **out) {
   gt_dist *d = calloc(1, sizeof *d);
   if (!d) return gt_errorf(GT_ENOMEM, "out of memory creating the distributed state");
   d->plan = cfg->plan;
+  snprintf(d->generation, sizeof d->generation, "%s", cfg->generation ? cfg->generation : "gen0");
   gt_grid_config gc = {.store = cfg->store, .generation = cfg->generation, .layout = cfg->plan.layout,
                        .rank = cfg->plan.rank, .comm = cfg->comm};
   gt_status s = gt_grid_create(&gc, &d->grid);
   if (s == GT_OK) s = gt_comm_group_init(gt_grid_comm(d->grid, GT_GRID_TP), &d->tp);
   if (s == GT_OK) s = gt_comm_group_init(gt_grid_comm(d->grid, GT_GRID_DP), &d->dp);
+  if (s == GT_OK) s = gt_comm_group_init(gt_grid_comm(d->grid, GT_GRID_PP), &d->pp);
   if (s != GT_OK) {
     gt_dist_destroy(d);
     return s;
@@ -35,13 +39,18 @@ void gt_dist_destroy(gt_dist *d) {
 }
 
 const gt_plan *gt_dist_plan(const gt_dist *d) { return &d->plan; }
+const char *gt_dist_generation(const gt_dist *d) { return d->generation; }
 gt_grid *gt_dist_grid(gt_dist *d) { return d->grid; }
 gt_group *gt_dist_dp_group(gt_dist *d) { return &d->dp; }
 gt_group *gt_dist_tp_group(gt_dist *d) { return &d->tp; }
+gt_group *gt_dist_pp_group(gt_dist *d) { return d->plan.layout.pp > 1 ? &d->pp : NULL; }
 
 gt_model_parallel gt_dist_model_parallel(gt_dist *d) {
   gt_model_parallel p = {.tp = d->plan.layout.tp > 1 ? &d->tp : NULL,
                          .seq_parallel = d->plan.seq_parallel,
-                         .buffer_multiple = 16 * (size_t)d->plan.layout.dp};
+                         .buffer_multiple = 16 * (size_t)d->plan.layout.dp,
+                         .pp_rank = d->plan.me.pp,
+                         .pp_size = d->plan.layout.pp,
+                         .pp_chunks = d->plan.chunks};
   return p;
 }

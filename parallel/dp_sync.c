@@ -53,7 +53,7 @@ static gt_status make_buckets(gt_dp_sync *s, size_t bucket_floats) {
   bucket cur = {.hi = end, .min_layer = 1 << 30};
   for (int i = np - 1; i >= 0; i--) {
     const gt_param *p = gt_model_param(m, i);
-    if (p->tied_to >= 0) continue;
+    if (p->tied_to >= 0 || !p->local) continue;
     if (p->layer < cur.min_layer) cur.min_layer = p->layer;
     cur.lo = p->offset;
     if (cur.hi - cur.lo >= bucket_floats) {

@@ -60,14 +60,18 @@ gt_status gt_plan_resolve(const gt_plan_config *cfg, gt_plan *out) {
   out->zero1 = cfg->zero1;
   out->seq_parallel = cfg->seq_parallel;
   out->bucket_bytes = cfg->bucket_bytes ? cfg->bucket_bytes : (size_t)4 << 20;
+  out->schedule = cfg->schedule;
+  out->chunks = cfg->schedule == GT_PP_INTERLEAVED ? (cfg->chunks > 0 ? cfg->chunks : 2) : 1;
+  if (cfg->schedule != GT_PP_INTERLEAVED && cfg->chunks > 1)
+    return gt_errorf(GT_EINVAL, "%d chunks per pipeline rank need the interleaved schedule", cfg->chunks);
   return gt_grid_coords_of(&out->layout, cfg->rank, &out->me);
 }
 
 gt_status gt_plan_check_model(const gt_plan *p, const gt_model *m) {
-  if (p->layout.pp > 1)
-    return gt_errorf(GT_EUNSUPPORTED, "plan has pp=%d, but pipeline parallelism is not available in this build; "
-                                      "use dp and tp",
-                     p->layout.pp);
+  if (p->layout.pp > 1 && gt_model_num_pipeline_stages(m) != p->layout.pp * p->chunks)
+    return gt_errorf(GT_EINVAL, "plan has pp=%d with %d chunks, but the model was built for %d stages; "
+                                "set its parallel context from the plan before adding layers",
+                     p->layout.pp, p->chunks, gt_model_num_pipeline_stages(m));
   /* Stage annotations at pp=1 are fine: every stage runs on this rank. */
   if (p->layout.tp > 1) {
     bool any = false;

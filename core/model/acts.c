@@ -20,6 +20,7 @@ gt_status gt_acts_create(gt_model *m, gt_acts **out) {
   gt_status s = GT_OK;
   for (int i = 0; i < m->nlayers && s == GT_OK; i++) {
     gt_layer *l = m->layers[i];
+    if (!l->local) continue;
     s = gt_arena_alloc(m->arena, BT * (size_t)l->out_dim * sizeof(float), (void **)&a->out[i]);
     size_t n = l->type->acts_floats(l, m->cfg.B_max, m->cfg.T_max);
     if (s == GT_OK && n) s = gt_arena_alloc(m->arena, n * sizeof(float), (void **)&a->saved[i]);
@@ -84,8 +85,8 @@ static gt_status check_batch(const gt_model *m, const gt_batch *b) {
   return GT_OK;
 }
 
-gt_status gt_model_forward(gt_model *m, gt_acts *a, const gt_batch *batch, float *loss) {
-  if (!m->built) return gt_errorf(GT_ESTATE, "the model is not built yet (call gt_model_build)");
+/* Copies the batch to the device and records its shape. */
+static gt_status load_batch(gt_model *m, gt_acts *a, const gt_batch *batch) {
   GT_TRY(check_batch(m, batch));
   gt_backend *be = m->be;
   a->B = batch->B;
@@ -97,38 +98,45 @@ gt_status gt_model_forward(gt_model *m, gt_acts *a, const gt_batch *batch, float
   } else {
     GT_TRY(be->ops->memset(be, a->targets, 0xff, BT * sizeof(int32_t), be->compute)); /* all -1 */
   }
+  int64_t valid = 0;
+  if (batch->targets)
+    for (size_t i = 0; i < BT; i++) valid += batch->targets[i] >= 0;
+  a->ntargets = valid;
+  return GT_OK;
+}
+
+/* Forward of layers [lo, hi]; `in` feeds layer lo. */
+static gt_status forward_layers(gt_model *m, gt_acts *a, int lo, int hi, const float *in, float *loss) {
   gt_layer_ctx ctx;
   make_ctx(m, a, 0.0f, &ctx);
-  const float *in = NULL;
-  for (int i = 0; i < m->nlayers; i++) {
+  for (int i = lo; i <= hi; i++) {
     gt_layer *l = m->layers[i];
     gt_status s = l->type->forward(l, &ctx, in, a->out[i], a->saved[i]);
     if (s != GT_OK) return gt_error_context(s, "forward of layer '%s'", l->name);
     in = a->out[i];
   }
   a->forward_done = true;
-  int64_t valid = 0;
-  if (batch->targets)
-    for (size_t i = 0; i < BT; i++) valid += batch->targets[i] >= 0;
-  a->ntargets = valid;
-  if (loss) {
-    GT_TRY(gt_backend_download(be, m->host_losses, a->out[m->nlayers - 1], BT * sizeof(float)));
+  if (loss && hi == m->nlayers - 1) {
+    size_t BT = (size_t)a->B * (size_t)a->T;
+    GT_TRY(gt_backend_download(m->be, m->host_losses, a->out[hi], BT * sizeof(float)));
     double sum = 0;
     for (size_t i = 0; i < BT; i++) sum += m->host_losses[i];
-    *loss = valid ? (float)(sum / (double)valid) : 0.0f;
+    *loss = a->ntargets ? (float)(sum / (double)a->ntargets) : 0.0f;
   }
   return GT_OK;
 }
 
-gt_status gt_model_backward(gt_model *m, gt_acts *a, float loss_scale) {
-  if (!a->forward_done) return gt_errorf(GT_ESTATE, "backward without a forward on these activations");
+/* Backward of layers [lo, hi] from dout (NULL at the loss layer); *din gets
+ * the gradient of layer lo's input (NULL for layer 0). `in_lo` is what fed
+ * layer lo in forward. */
+static gt_status backward_layers(gt_model *m, gt_acts *a, int lo, int hi, const float *in_lo, const float *dout,
+                                 float loss_scale, const float **din_out) {
   gt_backend *be = m->be;
   gt_layer_ctx ctx;
   make_ctx(m, a, loss_scale, &ctx);
   size_t BT = (size_t)a->B * (size_t)a->T;
-  const float *dout = NULL;
   int k = 0;
-  for (int i = m->nlayers - 1; i >= 0; i--) {
+  for (int i = hi; i >= lo; i--) {
     gt_layer *l = m->layers[i];
     float *din = NULL;
     if (i > 0) {
@@ -137,14 +145,67 @@ gt_status gt_model_backward(gt_model *m, gt_acts *a, float loss_scale) {
       /* Backward kernels accumulate, so the input gradient starts at zero. */
       GT_TRY(be->ops->memset(be, din, 0, BT * (size_t)l->in_dim * sizeof(float), be->compute));
     }
-    const float *in = i > 0 ? a->out[i - 1] : NULL;
+    const float *in = i > lo ? a->out[i - 1] : in_lo;
     gt_status s = l->type->backward(l, &ctx, in, dout, din, a->saved[i]);
     if (s != GT_OK) return gt_error_context(s, "backward of layer '%s'", l->name);
     if (m->grad_hook) GT_TRY(m->grad_hook(m->grad_hook_ctx, i));
     dout = din;
   }
   a->forward_done = false;
+  if (din_out) *din_out = dout;
   return GT_OK;
+}
+
+static gt_status whole_model(const gt_model *m) {
+  if (!m->built) return gt_errorf(GT_ESTATE, "the model is not built yet (call gt_model_build)");
+  if (m->pp_stages > 1)
+    return gt_errorf(GT_ESTATE, "the model is cut into %d pipeline stages: run it stage by stage "
+                                "(gt_model_forward_stage) or through the trainer",
+                     m->pp_stages);
+  return GT_OK;
+}
+
+gt_status gt_model_forward(gt_model *m, gt_acts *a, const gt_batch *batch, float *loss) {
+  GT_TRY(whole_model(m));
+  GT_TRY(load_batch(m, a, batch));
+  return forward_layers(m, a, 0, m->nlayers - 1, NULL, loss);
+}
+
+gt_status gt_model_backward(gt_model *m, gt_acts *a, float loss_scale) {
+  GT_TRY(whole_model(m));
+  if (!a->forward_done) return gt_errorf(GT_ESTATE, "backward without a forward on these activations");
+  return backward_layers(m, a, 0, m->nlayers - 1, NULL, NULL, loss_scale, NULL);
+}
+
+static gt_status local_stage(const gt_model *m, int stage, int *lo, int *hi) {
+  if (!m->built) return gt_errorf(GT_ESTATE, "the model is not built yet (call gt_model_build)");
+  GT_TRY(gt_model_stage_layers(m, stage, lo, hi));
+  if (!m->layers[*lo]->local)
+    return gt_errorf(GT_EINVAL, "pipeline stage %d is not held by this rank", stage);
+  return GT_OK;
+}
+
+gt_status gt_model_forward_stage(gt_model *m, gt_acts *a, const gt_batch *batch, int stage, const float *in,
+                                 const float **out, float *loss) {
+  int lo, hi;
+  GT_TRY(local_stage(m, stage, &lo, &hi));
+  if ((lo == 0) != (in == NULL))
+    return gt_errorf(GT_EINVAL, "stage %d %s an input activation", stage, lo == 0 ? "takes no" : "needs");
+  GT_TRY(load_batch(m, a, batch));
+  a->stage_in = in;
+  GT_TRY(forward_layers(m, a, lo, hi, in, loss));
+  if (out) *out = a->out[hi];
+  return GT_OK;
+}
+
+gt_status gt_model_backward_stage(gt_model *m, gt_acts *a, int stage, const float *dout, float loss_scale,
+                                  const float **din) {
+  int lo, hi;
+  GT_TRY(local_stage(m, stage, &lo, &hi));
+  if (!a->forward_done) return gt_errorf(GT_ESTATE, "backward of stage %d without its forward", stage);
+  if ((hi == m->nlayers - 1) != (dout == NULL))
+    return gt_errorf(GT_EINVAL, "stage %d %s an output gradient", stage, hi == m->nlayers - 1 ? "takes no" : "needs");
+  return backward_layers(m, a, lo, hi, a->stage_in, dout, loss_scale, din);
 }
 
 gt_status gt_model_probs(gt_model *m, gt_acts *a, int b, int t, float *host_out) {

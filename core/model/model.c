@@ -1,4 +1,5 @@
 /* Model construction: layers, parameter layout, build. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,7 +126,7 @@ size_t gt_model_param_count_whole(const gt_model *m) {
   size_t n = 0;
   for (int i = 0; i < m->nparams; i++) {
     const gt_param *p = &m->params[i];
-    if (p->tied_to >= 0) continue;
+    if (p->tied_to >= 0 || p->mirror_of >= 0) continue;
     size_t k = 1;
     for (int d = 0; d < p->ndim; d++) k *= (size_t)p->global_shape[d];
     n += k;
@@ -140,8 +141,9 @@ const gt_model_config *gt_model_get_config(const gt_model *m) { return &m->cfg; 
 
 double gt_model_flops(const gt_model *m, int B, int T) {
   double f = 0;
-  for (int i = 0; i < m->nlayers; i++)
-    if (m->layers[i]->type->flops) f += m->layers[i]->type->flops(m->layers[i], B, T);
+  for (int i = 0; i < m->nlayers; i++) /* this rank's layers: every layer until build */
+    if (m->layers[i]->type->flops && (m->layers[i]->local || !m->built))
+      f += m->layers[i]->type->flops(m->layers[i], B, T);
   return f;
 }
 
@@ -196,6 +198,8 @@ gt_status gt_layer_declare_param(gt_layer *self, const gt_param_spec *spec, int 
   p.decay = spec->decay;
   p.layer = self->index;
   p.tied_to = -1;
+  p.mirror_of = -1;
+  p.local = true;
   GT_TRY(push_param(m, &p));
   if (index) *index = self->nparams;
   self->nparams++;
@@ -219,6 +223,7 @@ gt_status gt_layer_tie_param(gt_layer *self, const char *local_name, const char 
   snprintf(p.name, sizeof p.name, "%s.%s", self->name, local_name);
   p.layer = self->index;
   p.tied_to = target;
+  p.mirror_of = -1;
   GT_TRY(push_param(m, &p));
   if (index) *index = self->nparams;
   self->nparams++;
@@ -304,13 +309,55 @@ static gt_status init_params(gt_model *m) {
   if (!host) return gt_errorf(GT_ENOMEM, "out of host memory initialising %zu parameters", m->nfloats);
   for (int i = 0; i < m->nparams; i++) {
     const gt_param *p = &m->params[i];
-    if (p->tied_to >= 0) continue;
+    if (p->tied_to >= 0 || !p->local) continue;
+    /* A mirror starts from its owner's values: the owner's name seeds them. */
+    const char *name = p->mirror_of >= 0 ? m->params[p->mirror_of].name : p->name;
     for (size_t j = 0; j < p->numel; j++)
-      host[p->offset + j] = gt_init_value(m->cfg.seed, p->name, gt_param_global_index(p, j), p->init, p->std);
+      host[p->offset + j] = gt_init_value(m->cfg.seed, name, gt_param_global_index(p, j), p->init, p->std);
   }
   gt_status s = gt_backend_upload(m->be, m->param_buf, host, m->nfloats * sizeof *host);
   free(host);
   return s;
+}
+
+/* Stages: the annotations when they make exactly the stages the pipeline
+ * needs, else an even cut by layer count (uneven counts allowed, no layer
+ * dropped). Without pipelining every layer is this rank's. */
+static gt_status assign_stages(gt_model *m) {
+  int P = m->par.pp_size > 0 ? m->par.pp_size : 1, V = m->par.pp_chunks > 0 ? m->par.pp_chunks : 1;
+  int S = P * V;
+  m->pp_stages = S;
+  if (m->par.pp_rank < 0 || m->par.pp_rank >= P)
+    return gt_errorf(GT_EINVAL, "pipeline rank %d is outside 0..%d", m->par.pp_rank, P - 1);
+  if (S > m->nlayers)
+    return gt_errorf(GT_EINVAL, "the pipeline needs %d stages (pp=%d x %d chunks) but the model has only %d layers",
+                     S, P, V, m->nlayers);
+  bool annotated = m->stages == S && S > 1;
+  for (int i = 0; i < m->nlayers; i++) {
+    gt_layer *l = m->layers[i];
+    if (!annotated) l->stage = S > 1 ? (int)((long)i * S / m->nlayers) : 0;
+    if (i > 0 && l->stage < m->layers[i - 1]->stage)
+      return gt_errorf(GT_EINVAL, "stage of layer '%s' goes backwards", l->name);
+    l->local = l->stage % P == m->par.pp_rank;
+  }
+  for (int s = 0; s < S; s++) {
+    bool any = false;
+    for (int i = 0; i < m->nlayers; i++) any |= m->layers[i]->stage == s;
+    if (!any) return gt_errorf(GT_EINVAL, "pipeline stage %d has no layer", s);
+  }
+  return GT_OK;
+}
+
+int gt_model_num_pipeline_stages(const gt_model *m) { return m->pp_stages > 0 ? m->pp_stages : 1; }
+
+gt_status gt_model_stage_layers(const gt_model *m, int stage, int *first, int *last) {
+  *first = -1, *last = -1;
+  for (int i = 0; i < m->nlayers; i++)
+    if (m->layers[i]->stage == stage) {
+      if (*first < 0) *first = i;
+      *last = i;
+    }
+  return *first < 0 ? gt_errorf(GT_EINVAL, "no layer in pipeline stage %d", stage) : GT_OK;
 }
 
 gt_status gt_model_build(gt_model *m) {
@@ -336,10 +383,22 @@ gt_status gt_model_build(gt_model *m) {
   }
   m->vocab_in = first->vocab;
   m->vocab_out = last->vocab;
-  /* Parameter layout: declaration order, tied parameters share storage. */
+  GT_TRY(assign_stages(m));
+  /* Parameter layout: declaration order, this rank's layers only; tied
+   * parameters share storage, or, when the owner is on another stage, get
+   * storage of their own that mirrors it. */
   size_t off = 0;
   for (int i = 0; i < m->nparams; i++) {
     gt_param *p = &m->params[i];
+    p->local = m->layers[p->layer]->local;
+    if (!p->local) {
+      p->offset = SIZE_MAX;
+      continue;
+    }
+    if (p->tied_to >= 0 && !m->params[p->tied_to].local) {
+      p->mirror_of = p->tied_to;
+      p->tied_to = -1;
+    }
     if (p->tied_to >= 0) {
       p->offset = m->params[p->tied_to].offset;
       continue;
@@ -356,6 +415,7 @@ gt_status gt_model_build(gt_model *m) {
   m->scratch_floats = 0;
   for (int i = 0; i < m->nlayers; i++) {
     gt_layer *l = m->layers[i];
+    if (!l->local) continue;
     if (l->out_dim > m->max_dim) m->max_dim = l->out_dim;
     if (l->in_dim > m->max_dim) m->max_dim = l->in_dim;
     size_t sc = l->type->scratch_floats ? l->type->scratch_floats(l, B, T) : 0;

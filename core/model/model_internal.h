@@ -30,6 +30,7 @@ struct gt_model {
   bool any_split_scope; /* the user annotated split somewhere */
   int stages;           /* stage scopes opened so far */
   int micro_batches;    /* from a pipeline scope */
+  int pp_stages;        /* stages the pipeline cuts the model into (1: none) */
   /* called after each layer's backward (data-parallel gradient sync) */
   gt_status (*grad_hook)(void *ctx, int layer);
   void *grad_hook_ctx;
@@ -37,13 +38,14 @@ struct gt_model {
 
 struct gt_acts {
   gt_model *m;
-  float **out;          /* per layer: (B_max,T_max,out_dim) */
+  float **out;          /* per local layer: (B_max,T_max,out_dim) */
   float **saved;        /* per layer: its saved activations */
   float *dbuf[2];       /* ping-pong gradient buffers between layers */
   int32_t *tokens, *targets; /* device copies of the batch */
   int B, T;
   int64_t ntargets;
   bool forward_done;
+  const float *stage_in; /* the input the last forward_stage was given */
 };
 
 #endif

@@ -61,6 +61,9 @@ typedef struct gt_param {
   int split_dim;      /* -1: held whole; else cut along this dimension */
   int split_rank, split_parts; /* this rank holds part split_rank of split_parts */
   size_t numel;       /* elements this rank holds */
+  bool local;         /* its layer runs on this rank (pipeline stages) */
+  int mirror_of;      /* a local copy of a tied parameter whose owner lives on another
+                         pipeline stage: the owner's index, else -1 */
   size_t offset;      /* in floats, into the model's parameter (and gradient) buffer */
   gt_init_kind init;
   float std;
@@ -129,7 +132,8 @@ struct gt_layer {
   int vocab;       /* a layer that reads token ids or predicts them: the vocabulary size */
   gt_group *tp;    /* the tensor-parallel group this layer is split across, or NULL */
   bool split;      /* inside a split scope (or the default strategy): shard when tp > 1 */
-  int stage;       /* pipeline stage from the stage annotations (0 without any) */
+  int stage;       /* pipeline stage (annotations, or the even cut at build) */
+  bool local;      /* this rank holds the layer (its stage is this rank's) */
   int first_param; /* this layer's parameters are model params [first, first+n) */
   int nparams;
   gt_model *model;

@@ -39,6 +39,11 @@ typedef struct gt_model_parallel {
   bool seq_parallel;     /* sequence parallelism in split layers (needs tp > 1) */
   size_t buffer_multiple; /* pad the flat buffers to a multiple of this many
                              floats (so data-parallel shards are equal); 0 = none */
+  /* Pipeline parallelism: the model is cut into pp_size * pp_chunks stages
+   * (from the stage annotations when there are exactly that many, else
+   * evenly by layer count); this rank holds stages s with s % pp_size ==
+   * pp_rank, and only their layers get memory. 0 means 1. */
+  int pp_rank, pp_size, pp_chunks;
 } gt_model_parallel;
 gt_status gt_model_set_parallel(gt_model *m, const gt_model_parallel *p);
 const gt_model_parallel *gt_model_get_parallel(const gt_model *m);
@@ -84,6 +89,26 @@ gt_arena *gt_model_arena(const gt_model *m);
 const gt_model_config *gt_model_get_config(const gt_model *m);
 /* Forward FLOPs of one micro-batch (B,T), summed over layers. */
 double gt_model_flops(const gt_model *m, int B, int T);
+
+/* ---- pipeline stages ---- */
+
+/* Stages in all (pp_size * pp_chunks; 1 without pipelining), and the layers
+ * [*first, *last] of stage `stage`. */
+int gt_model_num_pipeline_stages(const gt_model *m);
+gt_status gt_model_stage_layers(const gt_model *m, int stage, int *first, int *last);
+/* Runs the layers of one stage this rank holds. `batch` gives the tokens
+ * (and targets); `in` is the activation received from the previous stage
+ * (NULL for stage 0), which must stay valid until the stage's backward.
+ * *out (when not NULL) points at the stage's output, rows x out_dim floats.
+ * On the last stage *loss gets the micro-batch's mean loss. */
+gt_status gt_model_forward_stage(gt_model *m, gt_acts *a, const gt_batch *batch, int stage, const float *in,
+                                 const float **out, float *loss);
+/* Backward of one stage: dout is the gradient of its output (NULL on the
+ * last stage, which starts from the loss); *din (when not NULL) points at
+ * the gradient of its input (NULL on stage 0), valid until this acts' next
+ * backward. */
+gt_status gt_model_backward_stage(gt_model *m, gt_acts *a, int stage, const float *dout, float loss_scale,
+                                  const float **din);
 
 /* Activations for one micro-batch of up to (B_max, T_max). */
 gt_status gt_acts_create(gt_model *m, gt_acts **out);

@@ -56,8 +56,10 @@ gt_status gt_grad_norm(gt_model *m, double *norm);
  * the norm's square is summed over `shards` (the data-parallel group under
  * ZeRO, else NULL) and, for split parameters only, over the tensor-parallel
  * group `tp` (NULL when not split): parameters held whole by every
- * tensor-parallel rank are counted once. */
-gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards, gt_group *tp, double *norm);
+ * tensor-parallel rank are counted once. Pipeline stages hold disjoint
+ * layers, so everything is summed over `pp` (NULL without pipelining). */
+gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards, gt_group *tp, gt_group *pp,
+                            double *norm);
 /* The factor that brings a gradient of norm `norm` down to `max_norm`
  * (1 when it is already within, or when max_norm <= 0). */
 float gt_clip_factor(double norm, float max_norm);

@@ -17,6 +17,7 @@
 
 #include "giant/comm.h"
 #include "giant/model.h"
+#include "giant/pipeline.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,6 +31,8 @@ typedef struct gt_plan {
   bool seq_parallel;   /* sequence parallelism in split layers */
   size_t bucket_bytes; /* gradient all-reduce bucket size */
   bool automatic;      /* the layout was chosen by "auto" */
+  gt_pp_kind schedule; /* pipeline schedule (pp > 1) */
+  int chunks;          /* virtual stages per pipeline rank (interleaved), >= 1 */
 } gt_plan;
 
 /* "dp=2,tp=2,pp=1" (missing factors are 1, except dp, which fills the world
@@ -41,6 +44,8 @@ typedef struct gt_plan_config {
   const char *layout;  /* NULL: $GT_PLAN, else "auto" */
   bool zero1, seq_parallel;
   size_t bucket_bytes; /* 0: 4 MiB */
+  gt_pp_kind schedule; /* GT_PP_GPIPE (0), GT_PP_1F1B or GT_PP_INTERLEAVED */
+  int chunks;          /* virtual stages per rank for interleaved (0: 2); 1 otherwise */
 } gt_plan_config;
 
 /* Checks the layout factors the world and fills the plan. "auto" picks pure
@@ -68,12 +73,36 @@ typedef struct gt_dist_config {
 gt_status gt_dist_create(const gt_dist_config *cfg, gt_dist **out);
 void gt_dist_destroy(gt_dist *d);
 const gt_plan *gt_dist_plan(const gt_dist *d);
+/* The key namespace this state was built under. */
+const char *gt_dist_generation(const gt_dist *d);
 gt_grid *gt_dist_grid(gt_dist *d);
 /* The model's parallel context for this rank (set it before adding layers). */
 gt_model_parallel gt_dist_model_parallel(gt_dist *d);
 /* The data-parallel group as a gt_group, for reducing metrics. */
 gt_group *gt_dist_dp_group(gt_dist *d);
 gt_group *gt_dist_tp_group(gt_dist *d);
+/* NULL without pipeline parallelism. */
+gt_group *gt_dist_pp_group(gt_dist *d);
+
+/* ---- pipeline execution ---- */
+
+/* Runs one step's micro-batches through this rank's pipeline stages in the
+ * order of the plan's schedule: activations go to the next stage and
+ * gradients to the previous one over point-to-point transfers (one
+ * communicator each way, so a blocked transfer in one direction never holds
+ * up the other). Gradients accumulate in the model; every micro-batch
+ * weighs 1/micro_batches in the step. */
+typedef struct gt_pp_exec gt_pp_exec;
+
+/* Collective over the world (it builds the communicators it needs). */
+gt_status gt_pp_exec_create(gt_dist *d, gt_model *m, int micro_batches, gt_pp_exec **out);
+void gt_pp_exec_destroy(gt_pp_exec *e);
+/* batches[micro_batches]; *loss gets the step's mean loss on every rank. */
+gt_status gt_pp_exec_run(gt_pp_exec *e, const gt_batch *batches, float *loss);
+/* Sums the gradients of a tied parameter whose copies live on different
+ * stages (the token table on the first, the LM head's on the last), so both
+ * copies take the same update. */
+gt_status gt_pp_exec_sync_tied(gt_pp_exec *e);
 
 /* ---- data-parallel gradient averaging ---- */
 

@@ -100,7 +100,7 @@ static void test_model_constraints_are_named(void **state) {
   OK(gt_plan_resolve(&(gt_plan_config){.world = 2, .rank = 0, .layout = "tp=2"}, &p));
   expect_error(gt_plan_check_model(&p, plain), GT_EINVAL, "no layer of the model is split");
   OK(gt_plan_resolve(&(gt_plan_config){.world = 2, .rank = 0, .layout = "pp=2"}, &p));
-  expect_error(gt_plan_check_model(&p, plain), GT_EUNSUPPORTED, "pipeline");
+  expect_error(gt_plan_check_model(&p, plain), GT_EINVAL, "built for 1 stages");
   /* The table names the layout, the split and the shards. */
   OK(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 3, .layout = "dp=2,tp=2", .zero1 = true}, &p));
   char *buf = NULL;

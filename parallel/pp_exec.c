@@ -1,0 +1,187 @@
+/* The pipeline executor: walks this rank's list of schedule steps, moving
+ * activations forward and gradients backward between stages.
+ *
+ * Two communicators over the pipeline group, one per direction, each with
+ * its own progress thread: sends are started and left in flight (the
+ * schedules are deadlock-free when sends do not wait for their receivers),
+ * receives block, and a transfer queued in one direction never waits
+ * behind one in the other. Every (micro-batch, chunk) has activations of
+ * its own for the whole step. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "giant/plan.h"
+
+struct gt_pp_exec {
+  gt_dist *d;
+  gt_model *m;
+  gt_pp_schedule *sched;
+  int P, r, V, M, S;
+  gt_comm *fwd, *bwd, *tied;
+  gt_acts **acts;     /* [M * V] */
+  float **in;         /* [M * V]: the activation each forward received */
+  float *grad;        /* the output gradient a backward received */
+  gt_comm_req **sends;
+  int nsends;
+  float *scalar;
+};
+
+static int rows_of(const gt_pp_exec *e, const gt_batch *b) {
+  int N = b->B * b->T;
+  const gt_model_parallel *mp = gt_model_get_parallel(e->m);
+  return mp->seq_parallel && mp->tp && mp->tp->size > 1 ? N / mp->tp->size : N;
+}
+
+/* Floats that cross the boundary after stage vs (its last layer's output). */
+static size_t boundary(const gt_pp_exec *e, int vs, const gt_batch *b) {
+  int lo, hi;
+  gt_model_stage_layers(e->m, vs, &lo, &hi);
+  return (size_t)rows_of(e, b) * (size_t)gt_model_layer(e->m, hi)->out_dim;
+}
+
+void gt_pp_exec_destroy(gt_pp_exec *e) {
+  if (!e) return;
+  for (int i = 0; i < e->nsends; i++) gt_comm_wait(e->sends[i], -1);
+  gt_arena *ar = gt_model_arena(e->m);
+  for (int i = 0; e->acts && i < e->M * e->V; i++) {
+    gt_acts_destroy(e->acts[i]);
+    if (e->in[i]) gt_arena_free(ar, e->in[i]);
+  }
+  if (e->grad) gt_arena_free(ar, e->grad);
+  if (e->scalar) gt_arena_free(ar, e->scalar);
+  gt_comm_destroy(e->fwd);
+  gt_comm_destroy(e->bwd);
+  gt_comm_destroy(e->tied);
+  gt_pp_schedule_free(e->sched);
+  free(e->acts);
+  free(e->in);
+  free(e->sends);
+  free(e);
+}
+
+gt_status gt_pp_exec_create(gt_dist *d, gt_model *m, int micro_batches, gt_pp_exec **out) {
+  *out = NULL;
+  const gt_plan *plan = gt_dist_plan(d);
+  gt_pp_exec *e = calloc(1, sizeof *e);
+  if (!e) return gt_errorf(GT_ENOMEM, "out of memory creating the pipeline executor");
+  e->d = d, e->m = m, e->P = plan->layout.pp, e->r = plan->me.pp, e->V = plan->chunks, e->M = micro_batches;
+  e->S = e->P * e->V;
+  gt_status s = gt_pp_schedule_build(plan->schedule, e->P, e->M, e->V, &e->sched);
+  if (s == GT_OK && gt_model_num_pipeline_stages(m) != e->S)
+    s = gt_errorf(GT_EINVAL, "the model has %d pipeline stages, the plan %d", gt_model_num_pipeline_stages(m), e->S);
+  /* The two directions, and the pair of ranks (first and last stage, same
+   * data- and tensor-parallel place) that share the tied token table. */
+  gt_comm *pp = gt_grid_comm(gt_dist_grid(d), GT_GRID_PP), *world = gt_grid_world(gt_dist_grid(d));
+  /* Keys unique to this generation and this pipeline group. */
+  int group = plan->me.dp * plan->layout.tp + plan->me.tp;
+  char fwd[160], bwd[160], tied[160];
+  snprintf(fwd, sizeof fwd, "%s/pp-fwd/%d", gt_dist_generation(d), group);
+  snprintf(bwd, sizeof bwd, "%s/pp-bwd/%d", gt_dist_generation(d), group);
+  snprintf(tied, sizeof tied, "%s/pp-tied", gt_dist_generation(d));
+  if (s == GT_OK) s = gt_comm_split(pp, 0, e->r, fwd, &e->fwd);
+  if (s == GT_OK) s = gt_comm_split(pp, 0, e->r, bwd, &e->bwd);
+  bool end = e->r == 0 || e->r == e->P - 1;
+  if (s == GT_OK) s = gt_comm_split(world, end ? group : -1, e->r, tied, &e->tied);
+  const gt_model_config *mc = gt_model_get_config(m);
+  size_t BT = (size_t)mc->B_max * (size_t)mc->T_max, widest = 1;
+  for (int i = 0; i < gt_model_num_layers(m); i++) {
+    size_t w = (size_t)gt_model_layer(m, i)->out_dim;
+    widest = w > widest ? w : widest;
+  }
+  e->acts = calloc((size_t)(e->M * e->V), sizeof *e->acts);
+  e->in = calloc((size_t)(e->M * e->V), sizeof *e->in);
+  e->sends = calloc((size_t)(2 * e->M * e->V + 1), sizeof *e->sends);
+  if (s == GT_OK && (!e->acts || !e->in || !e->sends)) s = gt_errorf(GT_ENOMEM, "out of memory");
+  gt_arena *ar = gt_model_arena(m);
+  for (int i = 0; s == GT_OK && i < e->M * e->V; i++) {
+    s = gt_acts_create(m, &e->acts[i]);
+    if (s == GT_OK) s = gt_arena_alloc(ar, BT * widest * sizeof(float), (void **)&e->in[i]);
+  }
+  if (s == GT_OK) s = gt_arena_alloc(ar, BT * widest * sizeof(float), (void **)&e->grad);
+  if (s == GT_OK) s = gt_arena_alloc(ar, sizeof(float), (void **)&e->scalar);
+  if (s != GT_OK) {
+    gt_pp_exec_destroy(e);
+    return gt_error_context(s, "pipeline executor");
+  }
+  *out = e;
+  return GT_OK;
+}
+
+static gt_status send_later(gt_pp_exec *e, gt_comm *c, const float *buf, size_t n, int peer) {
+  return gt_comm_send_start(c, buf, n, GT_F32, peer, &e->sends[e->nsends++]);
+}
+
+static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *batches, double *loss_sum) {
+  int mb = st->micro_batch, vs = gt_pp_virtual_stage(e->sched, e->r, st->chunk), slot = mb * e->V + st->chunk;
+  const gt_batch *b = &batches[mb];
+  gt_acts *a = e->acts[slot];
+  int prev = (e->r + e->P - 1) % e->P, next = (e->r + 1) % e->P;
+  if (st->op == GT_PP_FORWARD) {
+    const float *in = NULL;
+    if (vs > 0) {
+      GT_TRY(gt_comm_recv(e->fwd, e->in[slot], boundary(e, vs - 1, b), GT_F32, prev));
+      in = e->in[slot];
+    }
+    const float *out = NULL;
+    float loss = 0;
+    GT_TRY(gt_model_forward_stage(e->m, a, b, vs, in, &out, vs == e->S - 1 ? &loss : NULL));
+    if (vs == e->S - 1) *loss_sum += loss;
+    else GT_TRY(send_later(e, e->fwd, out, boundary(e, vs, b), next));
+    return GT_OK;
+  }
+  const float *dout = NULL, *din = NULL;
+  if (vs < e->S - 1) {
+    GT_TRY(gt_comm_recv(e->bwd, e->grad, boundary(e, vs, b), GT_F32, next));
+    dout = e->grad;
+  }
+  int64_t valid = 0;
+  for (int64_t k = 0; k < (int64_t)b->B * b->T; k++) valid += b->targets[k] >= 0;
+  float scale = valid ? 1.0f / ((float)valid * (float)e->M) : 0.0f;
+  GT_TRY(gt_model_backward_stage(e->m, a, vs, dout, scale, &din));
+  if (vs > 0) GT_TRY(send_later(e, e->bwd, din, boundary(e, vs - 1, b), prev));
+  return GT_OK;
+}
+
+gt_status gt_pp_exec_run(gt_pp_exec *e, const gt_batch *batches, float *loss) {
+  double loss_sum = 0;
+  gt_status s = GT_OK;
+  e->nsends = 0;
+  for (int i = 0; i < e->sched->nsteps[e->r] && s == GT_OK; i++) {
+    s = run_step(e, &e->sched->steps[e->r][i], batches, &loss_sum);
+    if (s != GT_OK) gt_error_context(s, "pipeline step %d on stage rank %d", i, e->r);
+  }
+  for (int i = 0; i < e->nsends; i++) {
+    gt_status w = gt_comm_wait(e->sends[i], -1);
+    if (w != GT_OK && s == GT_OK) s = w;
+  }
+  e->nsends = 0;
+  if (s != GT_OK) return s;
+  /* The last stage knows the loss; everyone reports it. */
+  gt_backend *be = gt_model_backend(e->m);
+  float mean = (float)(loss_sum / e->M);
+  GT_TRY(gt_backend_upload(be, e->scalar, &mean, sizeof mean));
+  GT_TRY(gt_comm_broadcast(gt_grid_comm(gt_dist_grid(e->d), GT_GRID_PP), e->scalar, 1, GT_F32, e->P - 1));
+  GT_TRY(gt_backend_download(be, &mean, e->scalar, sizeof mean));
+  *loss = mean;
+  return GT_OK;
+}
+
+gt_status gt_pp_exec_sync_tied(gt_pp_exec *e) {
+  if (!e->tied || e->P < 2) return GT_OK;
+  gt_model *m = e->m;
+  float *g = gt_model_grads(m);
+  /* In declaration order on both ends: the owner finds its parameter tied
+   * by a layer it does not hold; the other end holds the mirror. */
+  for (int i = 0; i < gt_model_num_params(m); i++) {
+    const gt_param *p = gt_model_param(m, i);
+    const gt_param *q = NULL;
+    if (p->local && p->mirror_of >= 0) q = p;
+    for (int j = i + 1; !q && p->local && p->tied_to < 0 && j < gt_model_num_params(m); j++) {
+      const gt_param *t = gt_model_param(m, j);
+      if (!t->local && t->tied_to == i) q = p;
+    }
+    if (q) GT_TRY(gt_comm_allreduce(e->tied, g + q->offset, q->numel, GT_F32, GT_COMM_SUM));
+  }
+  return GT_OK;
+}
