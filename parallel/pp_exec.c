@@ -5,8 +5,11 @@
  * its own progress thread: sends are started and left in flight (the
  * schedules are deadlock-free when sends do not wait for their receivers),
  * receives block, and a transfer queued in one direction never waits
- * behind one in the other. Every (micro-batch, chunk) has activations of
- * its own for the whole step. */
+ * behind one in the other. A (micro-batch, chunk)'s activations and
+ * received input are taken from the model's arena at its forward and given
+ * back after its backward, so the memory a schedule holds is what it keeps
+ * in flight: with 1F1B at most the stage count, with GPipe every
+ * micro-batch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +25,11 @@ struct gt_pp_exec {
   gt_acts **acts;     /* [M * V] */
   float **in;         /* [M * V]: the activation each forward received */
   float *grad;        /* the output gradient a backward received */
-  gt_comm_req **sends;
+  size_t in_floats;   /* room for the widest activation between stages */
+  gt_comm_req **sends;  /* forward sends in flight (their buffers outlive the step's forwards) */
   int nsends;
+  gt_comm_req **held_req; /* backward sends whose activations wait for them */
+  int *held_slot, nheld;
   float *scalar;
 };
 
@@ -40,14 +46,43 @@ static size_t boundary(const gt_pp_exec *e, int vs, const gt_batch *b) {
   return (size_t)rows_of(e, b) * (size_t)gt_model_layer(e->m, hi)->out_dim;
 }
 
+/* Gives back the activations whose backward sends have finished (all of
+ * them, waiting, when `all`). */
+static gt_status reap(gt_pp_exec *e, bool all) {
+  gt_status first = GT_OK;
+  for (int i = 0; i < e->nheld;) {
+    bool done = true;
+    gt_status s = all ? gt_comm_wait(e->held_req[i], -1) : gt_comm_test(e->held_req[i], &done);
+    if (!done) {
+      i++;
+      continue;
+    }
+    if (s != GT_OK && first == GT_OK) first = s;
+    int slot = e->held_slot[i];
+    e->held_req[i] = e->held_req[--e->nheld];
+    e->held_slot[i] = e->held_slot[e->nheld];
+    gt_acts_destroy(e->acts[slot]);
+    e->acts[slot] = NULL;
+    if (e->in[slot]) gt_arena_free(gt_model_arena(e->m), e->in[slot]);
+    e->in[slot] = NULL;
+  }
+  return first;
+}
+
+/* Gives a (micro-batch, chunk)'s memory back to the arena. */
+static void release(gt_pp_exec *e, int slot) {
+  gt_acts_destroy(e->acts[slot]);
+  e->acts[slot] = NULL;
+  if (e->in[slot]) gt_arena_free(gt_model_arena(e->m), e->in[slot]);
+  e->in[slot] = NULL;
+}
+
 void gt_pp_exec_destroy(gt_pp_exec *e) {
   if (!e) return;
   for (int i = 0; i < e->nsends; i++) gt_comm_wait(e->sends[i], -1);
+  if (e->held_req) reap(e, true);
   gt_arena *ar = gt_model_arena(e->m);
-  for (int i = 0; e->acts && i < e->M * e->V; i++) {
-    gt_acts_destroy(e->acts[i]);
-    if (e->in[i]) gt_arena_free(ar, e->in[i]);
-  }
+  for (int i = 0; e->acts && i < e->M * e->V; i++) release(e, i);
   if (e->grad) gt_arena_free(ar, e->grad);
   if (e->scalar) gt_arena_free(ar, e->scalar);
   gt_comm_destroy(e->fwd);
@@ -57,6 +92,8 @@ void gt_pp_exec_destroy(gt_pp_exec *e) {
   free(e->acts);
   free(e->in);
   free(e->sends);
+  free(e->held_req);
+  free(e->held_slot);
   free(e);
 }
 
@@ -92,12 +129,12 @@ gt_status gt_pp_exec_create(gt_dist *d, gt_model *m, int micro_batches, gt_pp_ex
   e->acts = calloc((size_t)(e->M * e->V), sizeof *e->acts);
   e->in = calloc((size_t)(e->M * e->V), sizeof *e->in);
   e->sends = calloc((size_t)(2 * e->M * e->V + 1), sizeof *e->sends);
-  if (s == GT_OK && (!e->acts || !e->in || !e->sends)) s = gt_errorf(GT_ENOMEM, "out of memory");
+  e->held_req = calloc((size_t)(e->M * e->V + 1), sizeof *e->held_req);
+  e->held_slot = calloc((size_t)(e->M * e->V + 1), sizeof *e->held_slot);
+  if (s == GT_OK && (!e->acts || !e->in || !e->sends || !e->held_req || !e->held_slot))
+    s = gt_errorf(GT_ENOMEM, "out of memory");
   gt_arena *ar = gt_model_arena(m);
-  for (int i = 0; s == GT_OK && i < e->M * e->V; i++) {
-    s = gt_acts_create(m, &e->acts[i]);
-    if (s == GT_OK) s = gt_arena_alloc(ar, BT * widest * sizeof(float), (void **)&e->in[i]);
-  }
+  e->in_floats = BT * widest;
   if (s == GT_OK) s = gt_arena_alloc(ar, BT * widest * sizeof(float), (void **)&e->grad);
   if (s == GT_OK) s = gt_arena_alloc(ar, sizeof(float), (void **)&e->scalar);
   if (s != GT_OK) {
@@ -115,8 +152,13 @@ static gt_status send_later(gt_pp_exec *e, gt_comm *c, const float *buf, size_t 
 static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *batches, double *loss_sum) {
   int mb = st->micro_batch, vs = gt_pp_virtual_stage(e->sched, e->r, st->chunk), slot = mb * e->V + st->chunk;
   const gt_batch *b = &batches[mb];
-  gt_acts *a = e->acts[slot];
   int prev = (e->r + e->P - 1) % e->P, next = (e->r + 1) % e->P;
+  if (st->op == GT_PP_FORWARD) {
+    GT_TRY(gt_acts_create(e->m, &e->acts[slot]));
+    if (vs > 0) GT_TRY(gt_arena_alloc(gt_model_arena(e->m), e->in_floats * sizeof(float), (void **)&e->in[slot]));
+  }
+  gt_acts *a = e->acts[slot];
+  if (!a) return gt_errorf(GT_ESTATE, "schedule runs the backward of micro-batch %d before its forward", mb);
   if (st->op == GT_PP_FORWARD) {
     const float *in = NULL;
     if (vs > 0) {
@@ -139,7 +181,13 @@ static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *b
   for (int64_t k = 0; k < (int64_t)b->B * b->T; k++) valid += b->targets[k] >= 0;
   float scale = valid ? 1.0f / ((float)valid * (float)e->M) : 0.0f;
   GT_TRY(gt_model_backward_stage(e->m, a, vs, dout, scale, &din));
-  if (vs > 0) GT_TRY(send_later(e, e->bwd, din, boundary(e, vs - 1, b), prev));
+  if (vs == 0) {
+    release(e, slot);
+    return GT_OK;
+  }
+  /* din lives in these activations: they go back once the send is done. */
+  GT_TRY(gt_comm_send_start(e->bwd, din, boundary(e, vs - 1, b), GT_F32, prev, &e->held_req[e->nheld]));
+  e->held_slot[e->nheld++] = slot;
   return GT_OK;
 }
 
@@ -148,9 +196,12 @@ gt_status gt_pp_exec_run(gt_pp_exec *e, const gt_batch *batches, float *loss) {
   gt_status s = GT_OK;
   e->nsends = 0;
   for (int i = 0; i < e->sched->nsteps[e->r] && s == GT_OK; i++) {
-    s = run_step(e, &e->sched->steps[e->r][i], batches, &loss_sum);
+    s = reap(e, false);
+    if (s == GT_OK) s = run_step(e, &e->sched->steps[e->r][i], batches, &loss_sum);
     if (s != GT_OK) gt_error_context(s, "pipeline step %d on stage rank %d", i, e->r);
   }
+  gt_status r = reap(e, true);
+  if (s == GT_OK) s = r;
   for (int i = 0; i < e->nsends; i++) {
     gt_status w = gt_comm_wait(e->sends[i], -1);
     if (w != GT_OK && s == GT_OK) s = w;

@@ -238,12 +238,91 @@ static void test_dp2_tp2_pp2(void **state) {
   run_case(8, "dp=2,tp=2,pp=2", GT_PP_INTERLEAVED);
 }
 
+/* ---- activation memory ---- */
+
+typedef struct mem_cfg {
+  gt_pp_kind kind;
+  int m;
+  size_t peak[2]; /* per pipeline rank: arena bytes above the step's start */
+} mem_cfg;
+
+static int measure(int rank, int world, void *arg) {
+  mem_cfg *cfg = arg;
+  gt_backend *be;
+  CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
+  be->peak_flops = 1e9;
+  gt_store *store = harness_store();
+  gt_plan plan;
+  CHECK_OK(gt_plan_resolve(&(gt_plan_config){.world = world, .rank = rank, .layout = "pp=2", .schedule = cfg->kind},
+                           &plan));
+  gt_dist *dist;
+  gt_dist_config dc = {.plan = plan, .store = store, .generation = "mem",
+                       .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1", .op_timeout_ms = 20000}};
+  CHECK_OK(gt_dist_create(&dc, &dist));
+  gt_model *m;
+  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = ROWS, .T_max = T, .seed = 42}, &m));
+  gt_model_parallel mp = gt_dist_model_parallel(dist);
+  CHECK_OK(gt_model_set_parallel(m, &mp));
+  gpt_config gc = {.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = L, .tie_weights = true};
+  CHECK_OK(gpt_add_layers(m, &gc));
+  CHECK_OK(gt_model_build(m));
+  gt_trainer *tr;
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_SGD), .grad_accum = cfg->m, .dist = dist,
+                          .schedule = {0.01f, 0.01f, 0, 0}};
+  CHECK_OK(gt_trainer_create(m, &tc, &tr));
+  int32_t (*in)[ROWS * T] = calloc((size_t)cfg->m, sizeof *in), (*tg)[ROWS * T] = calloc((size_t)cfg->m, sizeof *tg);
+  gt_batch *b = calloc((size_t)cfg->m, sizeof *b);
+  for (int k = 0; k < cfg->m; k++) {
+    batch_for(0, k, in[k], tg[k]);
+    b[k] = (gt_batch){.B = ROWS, .T = T, .inputs = in[k], .targets = tg[k]};
+  }
+  gt_arena *ar = gt_model_arena(m);
+  CHECK_OK(gt_trainer_step_batches(tr, b, cfg->m, NULL)); /* the arena's cache warms up */
+  size_t base = gt_arena_current(ar);
+  gt_arena_reset_peak(ar);
+  CHECK_OK(gt_trainer_step_batches(tr, b, cfg->m, NULL));
+  cfg->peak[plan.me.pp] = gt_arena_peak(ar) - base;
+  free(in), free(tg), free(b);
+  gt_trainer_destroy(tr);
+  gt_model_destroy(m);
+  gt_dist_destroy(dist);
+  gt_store_destroy(store);
+  gt_backend_destroy(be);
+  return RANK_OK;
+}
+
+/* 1F1B's activation memory on the first stage is bounded by the stage
+ * count; GPipe's grows with the micro-batches. */
+static void test_1f1b_memory_is_bounded_by_stages(void **state) {
+  (void)state;
+  size_t peak[2][3];
+  const int ms[3] = {4, 8, 16};
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 3; i++) {
+      mem_cfg *cfg = harness_shared(sizeof *cfg);
+      cfg->kind = k ? GT_PP_GPIPE : GT_PP_1F1B;
+      cfg->m = ms[i];
+      int codes[2];
+      if (harness_run(2, measure, cfg, 120, codes)) fail_msg("memory run failed");
+      peak[k][i] = cfg->peak[0];
+      print_message("%-6s m=%-3d first stage holds %zu KiB of activations at most\n", k ? "gpipe" : "1f1b", ms[i],
+                    cfg->peak[0] >> 10);
+    }
+  }
+  assert_true(peak[0][0] > 0);
+  assert_int_equal(peak[0][1], peak[0][0]); /* 1F1B: the same at m = 4, 8, 16 */
+  assert_int_equal(peak[0][2], peak[0][0]);
+  assert_true(peak[1][1] > peak[1][0] * 3 / 2); /* GPipe: grows with m */
+  assert_true(peak[1][2] > peak[1][1] * 3 / 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pp4),
       cmocka_unit_test(test_dp2_pp2),
       cmocka_unit_test(test_tp2_pp2),
       cmocka_unit_test(test_dp2_tp2_pp2),
+      cmocka_unit_test(test_1f1b_memory_is_bounded_by_stages),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
