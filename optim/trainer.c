@@ -101,6 +101,7 @@ int gt_trainer_step_index(const gt_trainer *t) { return t->step; }
 gt_optimizer *gt_trainer_optimizer(gt_trainer *t) { return t->opt; }
 gt_dp_sync *gt_trainer_dp_sync(gt_trainer *t) { return t->sync; }
 void gt_trainer_set_overlap(gt_trainer *t, bool overlap) { t->cfg.no_overlap = !overlap; }
+gt_pp_exec *gt_trainer_pp_exec(gt_trainer *t) { return t->pipe; }
 
 /* Runs micro-batch i, from `batches` or the loader. */
 static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *batches, int i, double *loss_sum,

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "giant/log.h"
 #include "giant/plan.h"
 
 struct gt_pp_exec {
@@ -31,6 +32,7 @@ struct gt_pp_exec {
   gt_comm_req **held_req; /* backward sends whose activations wait for them */
   int *held_slot, nheld;
   float *scalar;
+  double run_seconds, busy_seconds; /* the last run */
 };
 
 static int rows_of(const gt_pp_exec *e, const gt_batch *b) {
@@ -167,7 +169,9 @@ static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *b
     }
     const float *out = NULL;
     float loss = 0;
+    double t0 = gt_now();
     GT_TRY(gt_model_forward_stage(e->m, a, b, vs, in, &out, vs == e->S - 1 ? &loss : NULL));
+    e->busy_seconds += gt_now() - t0;
     if (vs == e->S - 1) *loss_sum += loss;
     else GT_TRY(send_later(e, e->fwd, out, boundary(e, vs, b), next));
     return GT_OK;
@@ -180,7 +184,9 @@ static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *b
   int64_t valid = 0;
   for (int64_t k = 0; k < (int64_t)b->B * b->T; k++) valid += b->targets[k] >= 0;
   float scale = valid ? 1.0f / ((float)valid * (float)e->M) : 0.0f;
+  double t0 = gt_now();
   GT_TRY(gt_model_backward_stage(e->m, a, vs, dout, scale, &din));
+  e->busy_seconds += gt_now() - t0;
   if (vs == 0) {
     release(e, slot);
     return GT_OK;
@@ -192,9 +198,10 @@ static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *b
 }
 
 gt_status gt_pp_exec_run(gt_pp_exec *e, const gt_batch *batches, float *loss) {
-  double loss_sum = 0;
+  double loss_sum = 0, start = gt_now();
   gt_status s = GT_OK;
   e->nsends = 0;
+  e->busy_seconds = 0;
   for (int i = 0; i < e->sched->nsteps[e->r] && s == GT_OK; i++) {
     s = reap(e, false);
     if (s == GT_OK) s = run_step(e, &e->sched->steps[e->r][i], batches, &loss_sum);
@@ -207,6 +214,7 @@ gt_status gt_pp_exec_run(gt_pp_exec *e, const gt_batch *batches, float *loss) {
     if (w != GT_OK && s == GT_OK) s = w;
   }
   e->nsends = 0;
+  e->run_seconds = gt_now() - start;
   if (s != GT_OK) return s;
   /* The last stage knows the loss; everyone reports it. */
   gt_backend *be = gt_model_backend(e->m);
@@ -235,4 +243,9 @@ gt_status gt_pp_exec_sync_tied(gt_pp_exec *e) {
     if (q) GT_TRY(gt_comm_allreduce(e->tied, g + q->offset, q->numel, GT_F32, GT_COMM_SUM));
   }
   return GT_OK;
+}
+
+void gt_pp_exec_timing(const gt_pp_exec *e, double *run_seconds, double *busy_seconds) {
+  *run_seconds = e->run_seconds;
+  *busy_seconds = e->busy_seconds;
 }

@@ -22,8 +22,8 @@
 #include "gpt.h"
 
 typedef struct args {
-  const char *data, *corpus, *metrics, *device, *optimizer, *plan;
-  int steps, batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every, bucket_kib;
+  const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule;
+  int steps, batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every, bucket_kib, chunks;
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
   bool documents, untied, zero1, seq_parallel, print_plan, no_overlap;
@@ -56,6 +56,9 @@ static const char *usage =
     "  --seq-parallel      sequence parallelism in tensor-parallel layers\n"
     "  --bucket-kib N      gradient all-reduce bucket size (default 4096)\n"
     "  --no-overlap        reduce gradients only after backward ends\n"
+    "  --schedule NAME     pipeline schedule when pp > 1: gpipe, 1f1b or interleaved (default 1f1b);\n"
+    "                      --accum sets the micro-batches a step pipelines\n"
+    "  --chunks V          virtual stages per pipeline rank, interleaved (default 2)\n"
     "  --print-plan        print the plan (layers, splits, shards) and exit\n"
     "run:\n"
     "  --device NAME       cpu or cuda[:N] (default cpu)\n"
@@ -68,13 +71,14 @@ static const char *usage =
 static int parse_args(int argc, char **argv, args *a) {
   *a = (args){.data = "data/fortunes.tok", .corpus = "/usr/share/games/fortunes", .device = "cpu",
               .optimizer = "adamw", .steps = 300, .batch = 8, .seq = 128, .layers = 4, .channels = 128,
-              .heads = 4, .accum = 1, .warmup = 20, .sample = 300, .print_every = 10, .lr = 1e-3f, .bucket_kib = 4096,
+              .heads = 4, .accum = 1, .warmup = 20, .sample = 300, .print_every = 10, .lr = 1e-3f, .bucket_kib = 4096, .schedule = "1f1b",
               .min_lr = 1e-4f, .clip = 1.0f, .weight_decay = -1, .temperature = 0.8f, .seed = 1};
   gt_opt_spec specs[] = {
       {"--data", GT_OPT_STR, &a->data, 0, 0},          {"--corpus", GT_OPT_STR, &a->corpus, 0, 0},
       {"--metrics", GT_OPT_STR, &a->metrics, 0, 0},    {"--device", GT_OPT_STR, &a->device, 0, 0},
       {"--optimizer", GT_OPT_STR, &a->optimizer, 0, 0}, {"--plan", GT_OPT_STR, &a->plan, 0, 0},
       {"--bucket-kib", GT_OPT_INT, &a->bucket_kib, 1, 1 << 22},
+      {"--schedule", GT_OPT_STR, &a->schedule, 0, 0},   {"--chunks", GT_OPT_INT, &a->chunks, 1, 64},
       {"--zero1", GT_OPT_FLAG, &a->zero1, 0, 0},    {"--seq-parallel", GT_OPT_FLAG, &a->seq_parallel, 0, 0},
       {"--print-plan", GT_OPT_FLAG, &a->print_plan, 0, 0}, {"--no-overlap", GT_OPT_FLAG, &a->no_overlap, 0, 0},
       {"--steps", GT_OPT_INT, &a->steps, 1, 1e9},      {"--batch", GT_OPT_INT, &a->batch, 1, 1e6},
@@ -192,9 +196,16 @@ int main(int argc, char **argv) {
   if ((s = gt_init(&job)) != GT_OK) return fail("joining the job", s);
   bool lead = job->rank == 0;
   gt_plan plan;
-  gt_plan_config pc = {.world = job->world_size, .rank = job->rank, .layout = a.plan ? a.plan : NULL,
-                       .zero1 = a.zero1, .seq_parallel = a.seq_parallel, .bucket_bytes = (size_t)a.bucket_kib << 10};
+  gt_pp_kind schedule = GT_PP_1F1B;
   rc = 1;
+  if ((s = gt_pp_parse(a.schedule, &schedule)) != GT_OK) {
+    rc = 2;
+    fail("planning", s);
+    goto out;
+  }
+  gt_plan_config pc = {.world = job->world_size, .rank = job->rank, .layout = a.plan ? a.plan : NULL,
+                       .zero1 = a.zero1, .seq_parallel = a.seq_parallel, .bucket_bytes = (size_t)a.bucket_kib << 10,
+                       .schedule = schedule, .chunks = a.chunks};
   if ((s = gt_plan_resolve(&pc, &plan)) != GT_OK) {
     rc = 2;
     fail("planning", s);
@@ -254,10 +265,10 @@ int main(int argc, char **argv) {
   }
   if (lead)
     printf("gpt: %zu parameters, L=%d C=%d NH=%d T=%d V=%d, B=%d x %d micro-batches per replica, %s, "
-           "%d threads, peak %.1f GFLOP/s; world %d = dp %d x tp %d%s%s\n",
+           "%d threads, peak %.1f GFLOP/s; world %d = dp %d x tp %d x pp %d%s%s\n",
            gt_model_param_count_whole(m), a.layers, a.channels, a.heads, a.seq, vocab, a.batch,
            a.accum, be->name, be->num_threads, be->peak_flops / 1e9, plan.world, plan.layout.dp, plan.layout.tp,
-           plan.zero1 ? ", ZeRO-1" : "", plan.seq_parallel ? ", sequence parallel" : "");
+           plan.layout.pp, plan.zero1 ? ", ZeRO-1" : "", plan.seq_parallel ? ", sequence parallel" : "");
   gt_step_stats st = {0}, first = {0};
   for (int i = 0; i < a.steps; i++) {
     if ((s = gt_trainer_step(tr, loader, &st)) != GT_OK) {
@@ -267,7 +278,9 @@ int main(int argc, char **argv) {
     if (i == 0) first = st;
   }
   if (lead) printf("loss %.6f -> %.6f over %d steps\n", first.loss, st.loss, a.steps);
-  if (a.sample > 0 && (s = generate(m, &a, vocab, data_vocab, lead)) != GT_OK) {
+  if (a.sample > 0 && plan.layout.pp > 1) {
+    if (lead) printf("(no sample: generation runs the whole model on one rank, and this one is cut into stages)\n");
+  } else if (a.sample > 0 && (s = generate(m, &a, vocab, data_vocab, lead)) != GT_OK) {
     fail("sampling", s);
     goto out;
   }

@@ -103,6 +103,9 @@ gt_status gt_pp_exec_run(gt_pp_exec *e, const gt_batch *batches, float *loss);
  * stages (the token table on the first, the LM head's on the last), so both
  * copies take the same update. */
 gt_status gt_pp_exec_sync_tied(gt_pp_exec *e);
+/* Timing of the last run on this rank: its whole length, and the time spent
+ * computing (forward and backward of its stages); the rest went waiting. */
+void gt_pp_exec_timing(const gt_pp_exec *e, double *run_seconds, double *busy_seconds);
 
 /* ---- data-parallel gradient averaging ---- */
 

@@ -41,6 +41,8 @@ int gt_trainer_step_index(const gt_trainer *t);
 gt_optimizer *gt_trainer_optimizer(gt_trainer *t);
 /* Turns the overlap of gradient reduction with backward on or off. */
 void gt_trainer_set_overlap(gt_trainer *t, bool overlap);
+/* The pipeline executor (NULL without pipeline parallelism). */
+struct gt_pp_exec *gt_trainer_pp_exec(gt_trainer *t);
 /* The data-parallel gradient sync (NULL without data parallelism). */
 struct gt_dp_sync *gt_trainer_dp_sync(gt_trainer *t);
 

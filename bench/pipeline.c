@@ -1,0 +1,157 @@
+/* bench/pipeline: the measured bubble of pipeline schedules against the
+ * theoretical (p-1)/(m+p-1), and the planner's predicted step time against
+ * the measured one.
+ *
+ * p = 2 pipeline ranks (one process and one thread each, so the two cores
+ * are not oversubscribed and a waiting rank is really idle) train GPT with
+ * GPipe and 1F1B at m = 4, 8 and 16 micro-batches. A rank's bubble is the
+ * share of the pipeline run it spent not computing (waiting for the other
+ * stage); the figure is the mean over ranks. The cost model predicts the
+ * step from layer FLOPs and a speed calibrated on one single-rank step of
+ * the same model, measured in the same run.
+ * Last line: pipeline_bubble_1f1b_m8=<measured> theory=<(p-1)/(m+p-1)>. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "comm/harness.h"
+#include "giant/options.h"
+#include "giant/plan.h"
+#include "giant/planner.h"
+#include "gpt.h"
+
+typedef struct cfg {
+  int L, C, NH, T, B, V, steps;
+  gt_pp_kind kind;
+  int m;
+  double run[2], busy[2], step, predicted;
+} cfg;
+
+static int rank_main(int rank, int world, void *arg) {
+  cfg *c = arg;
+  gt_backend *be;
+  CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
+  be->peak_flops = 1;
+  gt_store *store = harness_store();
+  gt_plan plan;
+  CHECK_OK(gt_plan_resolve(&(gt_plan_config){.world = world, .rank = rank, .layout = "pp=2", .schedule = c->kind},
+                           &plan));
+  gt_dist *dist;
+  gt_dist_config dc = {.plan = plan, .store = store, .generation = "bench",
+                       .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1"}};
+  CHECK_OK(gt_dist_create(&dc, &dist));
+  gt_model *m;
+  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = c->B, .T_max = c->T, .seed = 1}, &m));
+  gt_model_parallel mp = gt_dist_model_parallel(dist);
+  CHECK_OK(gt_model_set_parallel(m, &mp));
+  gpt_config gc = {.vocab_size = c->V, .T_max = c->T, .C = c->C, .NH = c->NH, .L = c->L, .tie_weights = true};
+  CHECK_OK(gpt_add_layers(m, &gc));
+  CHECK_OK(gt_model_build(m));
+  gt_trainer *tr;
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = c->m,
+                          .schedule = {3e-4f, 3e-4f, 0, 0}, .dist = dist};
+  CHECK_OK(gt_trainer_create(m, &tc, &tr));
+  size_t n = (size_t)c->B * c->T + 1;
+  int32_t *tok = malloc(n * sizeof *tok);
+  for (size_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 2654435761u) % (size_t)c->V);
+  gt_batch *b = calloc((size_t)c->m, sizeof *b);
+  for (int k = 0; k < c->m; k++) b[k] = (gt_batch){.B = c->B, .T = c->T, .inputs = tok, .targets = tok + 1};
+  CHECK_OK(gt_trainer_step_batches(tr, b, c->m, NULL)); /* warm up */
+  double run = 0, busy = 0, t0 = gt_now();
+  for (int s = 0; s < c->steps; s++) {
+    CHECK_OK(gt_trainer_step_batches(tr, b, c->m, NULL));
+    double r, u;
+    gt_pp_exec_timing(gt_trainer_pp_exec(tr), &r, &u);
+    run += r, busy += u;
+  }
+  c->run[rank] = run, c->busy[rank] = busy;
+  if (rank == 0) c->step = (gt_now() - t0) / c->steps;
+  free(b), free(tok);
+  gt_trainer_destroy(tr);
+  gt_model_destroy(m);
+  gt_dist_destroy(dist);
+  gt_store_destroy(store);
+  gt_backend_destroy(be);
+  return RANK_OK;
+}
+
+/* One process: time a training step of the same model, and what the cost
+ * model predicts for the pipeline from that calibration. */
+static int calibrate(int rank, int world, void *arg) {
+  (void)rank, (void)world;
+  cfg *c = arg;
+  gt_backend *be;
+  CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
+  be->peak_flops = 1;
+  gt_model *m;
+  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = c->B, .T_max = c->T, .seed = 1}, &m));
+  gpt_config gc = {.vocab_size = c->V, .T_max = c->T, .C = c->C, .NH = c->NH, .L = c->L, .tie_weights = true};
+  CHECK_OK(gpt_add_layers(m, &gc));
+  CHECK_OK(gt_model_build(m));
+  gt_trainer *tr;
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_accum = 1, .schedule = {3e-4f, 3e-4f, 0, 0}};
+  CHECK_OK(gt_trainer_create(m, &tc, &tr));
+  size_t n = (size_t)c->B * c->T + 1;
+  int32_t *tok = malloc(n * sizeof *tok);
+  for (size_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 2654435761u) % (size_t)c->V);
+  gt_batch b = {.B = c->B, .T = c->T, .inputs = tok, .targets = tok + 1};
+  CHECK_OK(gt_trainer_step_batches(tr, &b, 1, NULL));
+  double t0 = gt_now();
+  for (int s = 0; s < 3; s++) CHECK_OK(gt_trainer_step_batches(tr, &b, 1, NULL));
+  double one = (gt_now() - t0) / 3; /* seconds per micro-batch, forward + backward + update */
+  gt_planner_layer *layers;
+  int nl;
+  CHECK_OK(gt_planner_layers_from_model(m, c->B, c->T, &layers, &nl));
+  double flops = 3.0 * gt_model_flops(m, c->B, c->T);
+  gt_planner_hw hw = {.world = 2, .peak_flops = flops / one, .p2p_bandwidth = 2e9, .p2p_latency = 50e-6,
+                      .ar_bandwidth = 2e9, .ar_latency = 50e-6, .dp_overlap = 0.5};
+  gt_planner_job job = {.layers = layers, .nlayers = nl, .micro_batches = c->m, .schedule = c->kind, .chunks = 1};
+  gt_planner_result est;
+  CHECK_OK(gt_planner_estimate(&hw, &job, (gt_grid_layout){1, 1, 2}, NULL, &est));
+  c->predicted = est.step_seconds;
+  free(layers), free(tok);
+  gt_trainer_destroy(tr);
+  gt_model_destroy(m);
+  gt_backend_destroy(be);
+  return RANK_OK;
+}
+
+int main(int argc, char **argv) {
+  cfg *c = harness_shared(sizeof *c);
+  *c = (cfg){.L = 4, .C = 128, .NH = 4, .T = 64, .B = 2, .V = 4096, .steps = 3};
+  gt_opt_spec specs[] = {
+      {"--layers", GT_OPT_INT, &c->L, 2, 1000}, {"--channels", GT_OPT_INT, &c->C, 1, 65536},
+      {"--heads", GT_OPT_INT, &c->NH, 1, 1024}, {"--seq", GT_OPT_INT, &c->T, 1, 65536},
+      {"--batch", GT_OPT_INT, &c->B, 1, 65536}, {"--vocab", GT_OPT_INT, &c->V, 2, 1 << 22},
+      {"--steps", GT_OPT_INT, &c->steps, 1, 1000},
+  };
+  int rc = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
+                        "usage: bench_pipeline [--layers L --channels C --heads NH --seq T --batch B --vocab V "
+                        "--steps N]\n",
+                        NULL);
+  if (rc >= 0) return rc;
+  printf("config: pp=2 (2 processes x 1 thread, loopback), GPT L=%d C=%d NH=%d T=%d V=%d, micro-batch %d rows, "
+         "%d steps per point\n",
+         c->L, c->C, c->NH, c->T, c->V, c->B, c->steps);
+  printf("%-6s %4s %10s %10s %12s %12s\n", "sched", "m", "bubble", "theory", "step ms", "predicted ms");
+  double last = 0;
+  const int ms[3] = {4, 8, 16};
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 3; i++) {
+      c->kind = k ? GT_PP_1F1B : GT_PP_GPIPE;
+      c->m = ms[i];
+      int codes[2];
+      if (harness_run(1, calibrate, c, 600, codes) || harness_run(2, rank_main, c, 1800, codes)) {
+        fprintf(stderr, "bench_pipeline: a run failed\n");
+        return 1;
+      }
+      double bubble = 0;
+      for (int r = 0; r < 2; r++) bubble += 0.5 * (1.0 - c->busy[r] / c->run[r]);
+      double theory = 1.0 / (c->m + 1.0);
+      printf("%-6s %4d %10.3f %10.3f %12.1f %12.1f\n", gt_pp_name(c->kind), c->m, bubble, theory, c->step * 1e3,
+             c->predicted * 1e3);
+      if (c->kind == GT_PP_1F1B && c->m == 8) last = bubble;
+    }
+  }
+  printf("pipeline_bubble_1f1b_m8=%.3f theory=%.3f\n", last, 1.0 / 9.0);
+  return 0;
+}
