@@ -1,5 +1,6 @@
 /* Layouts, plans, and the checks that reject a plan before training. */
 #include "giant/plan.h"
+#include "giant/planner.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -126,4 +127,25 @@ void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
             shard * (size_t)(p->me.dp + 1) < n ? shard * (size_t)(p->me.dp + 1) : n, p->me.dp + 1, dp);
   else
     fprintf(f, "optimizer state: all of it (replicated over dp)\n");
+}
+
+gt_status gt_plan_cut_stages(const gt_plan *p, gt_model *m, int B, int T, const double *stage_speed) {
+  int P = p->layout.pp, S = P * p->chunks;
+  if (P < 2) return GT_OK;
+  gt_planner_layer *layers = NULL;
+  int n = 0;
+  GT_TRY(gt_planner_layers_from_model(m, B, T, &layers, &n));
+  double speed[GT_PLANNER_MAX_STAGES], inflight[GT_PLANNER_MAX_STAGES];
+  int first[GT_PLANNER_MAX_STAGES + 1];
+  gt_status s = S <= GT_PLANNER_MAX_STAGES ? GT_OK : gt_errorf(GT_EINVAL, "at most %d pipeline stages", GT_PLANNER_MAX_STAGES);
+  for (int v = 0; v < S && s == GT_OK; v++) {
+    speed[v] = stage_speed ? stage_speed[v % P] : 1.0;
+    if (!(speed[v] > 0)) s = gt_errorf(GT_EINVAL, "pipeline rank %d has speed %g; speeds must be positive", v % P, speed[v]);
+    inflight[v] = P - v % P; /* what 1F1B keeps on that rank */
+  }
+  gt_planner_stages st = {.n = S, .speed = speed, .in_flight = inflight};
+  if (s == GT_OK) s = gt_planner_partition(layers, n, &st, first);
+  if (s == GT_OK) s = gt_model_set_stage_cut(m, first, S);
+  free(layers);
+  return s;
 }

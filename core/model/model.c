@@ -35,6 +35,7 @@ void gt_model_destroy(gt_model *m) {
   }
   free(m->layers);
   free(m->params);
+  free(m->cut);
   free(m->host_losses);
   gt_arena_free(m->arena, m->param_buf);
   gt_arena_free(m->arena, m->grad_buf);
@@ -333,9 +334,17 @@ static gt_status assign_stages(gt_model *m) {
     return gt_errorf(GT_EINVAL, "the pipeline needs %d stages (pp=%d x %d chunks) but the model has only %d layers",
                      S, P, V, m->nlayers);
   bool annotated = m->stages == S && S > 1;
+  if (!annotated && m->cut && m->ncut != S)
+    return gt_errorf(GT_EINVAL, "the stage cut has %d stages, the pipeline %d", m->ncut, S);
   for (int i = 0; i < m->nlayers; i++) {
     gt_layer *l = m->layers[i];
-    if (!annotated) l->stage = S > 1 ? (int)((long)i * S / m->nlayers) : 0;
+    if (!annotated && m->cut) {
+      int st = 0;
+      while (st + 1 < S && i >= m->cut[st + 1]) st++;
+      l->stage = S > 1 ? st : 0;
+    } else if (!annotated) {
+      l->stage = S > 1 ? (int)((long)i * S / m->nlayers) : 0;
+    }
     if (i > 0 && l->stage < m->layers[i - 1]->stage)
       return gt_errorf(GT_EINVAL, "stage of layer '%s' goes backwards", l->name);
     l->local = l->stage % P == m->par.pp_rank;
@@ -345,6 +354,21 @@ static gt_status assign_stages(gt_model *m) {
     for (int i = 0; i < m->nlayers; i++) any |= m->layers[i]->stage == s;
     if (!any) return gt_errorf(GT_EINVAL, "pipeline stage %d has no layer", s);
   }
+  return GT_OK;
+}
+
+gt_status gt_model_set_stage_cut(gt_model *m, const int *first, int n) {
+  if (m->built) return gt_errorf(GT_ESTATE, "set the stage cut before gt_model_build");
+  if (n < 1 || first[0] != 0 || first[n] != m->nlayers)
+    return gt_errorf(GT_EINVAL, "a stage cut must run from layer 0 to the last layer (%d)", m->nlayers);
+  for (int s = 0; s < n; s++)
+    if (first[s + 1] <= first[s]) return gt_errorf(GT_EINVAL, "stage %d of the cut holds no layer", s);
+  int *c = malloc((size_t)(n + 1) * sizeof *c);
+  if (!c) return gt_errorf(GT_ENOMEM, "out of memory");
+  memcpy(c, first, (size_t)(n + 1) * sizeof *c);
+  free(m->cut);
+  m->cut = c;
+  m->ncut = n;
   return GT_OK;
 }
 

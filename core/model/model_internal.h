@@ -31,6 +31,8 @@ struct gt_model {
   int stages;           /* stage scopes opened so far */
   int micro_batches;    /* from a pipeline scope */
   int pp_stages;        /* stages the pipeline cuts the model into (1: none) */
+  int *cut;             /* from gt_model_set_stage_cut: ncut + 1 entries, or NULL */
+  int ncut;
   /* called after each layer's backward (data-parallel gradient sync) */
   gt_status (*grad_hook)(void *ctx, int layer);
   void *grad_hook_ctx;

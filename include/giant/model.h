@@ -92,6 +92,12 @@ double gt_model_flops(const gt_model *m, int B, int T);
 
 /* ---- pipeline stages ---- */
 
+/* Before build: cut the layers into `n` pipeline stages, stage s holding
+ * layers [first[s], first[s+1]) (first has n+1 entries, first[0] = 0,
+ * first[n] = the layer count). It takes precedence over the even cut; stage
+ * annotations that make exactly the stages needed take precedence over it. */
+gt_status gt_model_set_stage_cut(gt_model *m, const int *first, int n);
+
 /* Stages in all (pp_size * pp_chunks; 1 without pipelining), and the layers
  * [*first, *last] of stage `stage`. */
 int gt_model_num_pipeline_stages(const gt_model *m);

@@ -55,6 +55,12 @@ gt_status gt_plan_resolve(const gt_plan_config *cfg, gt_plan *out);
  * split that no layer can take, pipeline stages without pipelining). The
  * message names the constraint. */
 gt_status gt_plan_check_model(const gt_plan *p, const gt_model *m);
+/* Before the model is built: cut its layers into the plan's pipeline stages
+ * with the planner, balancing each stage's FLOPs against its rank's speed
+ * (stage_speed[r] for pipeline rank r; NULL: all equal) for micro-batches
+ * of (B, T). A slower rank gets fewer layers. No-op without pipelining. */
+gt_status gt_plan_cut_stages(const gt_plan *p, gt_model *m, int B, int T, const double *stage_speed);
+
 /* A table: the layout, each layer with its stage and split, each
  * parameter's local and global shape, and this rank's ZeRO shard. */
 void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f);

@@ -37,6 +37,7 @@ typedef struct run_cfg {
   const char *layout; /* NULL: one process */
   gt_pp_kind schedule;
   bool adamw;         /* else SGD with momentum */
+  const double *speed; /* per pipeline rank: the planner cuts the stages; NULL: the even cut */
   result *out;
 } run_cfg;
 
@@ -87,6 +88,7 @@ static int train(int rank, int world, void *arg) {
   }
   gpt_config gc = {.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = L, .tie_weights = true};
   CHECK_OK(gpt_add_layers(m, &gc));
+  if (cfg->speed) CHECK_OK(gt_plan_cut_stages(&plan, m, rows, T, cfg->speed));
   CHECK_OK(gt_model_build(m));
   if (dist) CHECK_OK(gt_plan_check_model(&plan, m));
   gt_trainer_config tc = {.optim = gt_optim_defaults(cfg->adamw ? GT_OPTIM_ADAMW : GT_OPTIM_SGD), .grad_clip = 1.0f,
@@ -164,11 +166,11 @@ static bool is_key_bias(size_t i) {
   return false;
 }
 
-static void run_case_with(int world, const char *layout, gt_pp_kind kind, bool adamw) {
+static void run_case_cut(int world, const char *layout, gt_pp_kind kind, bool adamw, const double *speed) {
   const result *reference = adamw ? reference_adamw : reference_sgd_ref();
   result *r = harness_shared(result_bytes());
   memcpy(r, reference, offsetof(result, params));
-  run_cfg cfg = {.layout = layout, .schedule = kind, .adamw = adamw, .out = r};
+  run_cfg cfg = {.layout = layout, .schedule = kind, .adamw = adamw, .speed = speed, .out = r};
   int codes[8];
   int bad = harness_run(world, train, &cfg, 240, codes);
   if (bad) fail_msg("%s %s: %d rank(s) failed", layout, gt_pp_name(kind), bad);
@@ -204,6 +206,10 @@ static void run_case_with(int world, const char *layout, gt_pp_kind kind, bool a
   assert_true(worst_param <= 1e-5);
 }
 
+static void run_case_with(int world, const char *layout, gt_pp_kind kind, bool adamw) {
+  run_case_cut(world, layout, kind, adamw, NULL);
+}
+
 static void run_case(int world, const char *layout, gt_pp_kind kind) { run_case_with(world, layout, kind, false); }
 
 static void test_pp4(void **state) {
@@ -219,6 +225,9 @@ static void test_pp4(void **state) {
 static void test_dp2_pp2(void **state) {
   (void)state;
   run_case(2, "pp=2", GT_PP_1F1B);
+  /* The planner's cut for a rank at half speed: uneven stages, same result. */
+  static const double slow_second[2] = {1.0, 0.5};
+  run_case_cut(2, "pp=2", GT_PP_1F1B, false, slow_second);
   run_case(4, "dp=2,pp=2", GT_PP_GPIPE);
   run_case(4, "dp=2,pp=2", GT_PP_1F1B);
   run_case(4, "dp=2,pp=2", GT_PP_INTERLEAVED);

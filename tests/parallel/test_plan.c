@@ -128,6 +128,39 @@ static void test_model_constraints_are_named(void **state) {
   gt_model_destroy(plain);
 }
 
+/* The planner cuts the layers into stages by FLOPs and speed: equal speeds
+ * balance the blocks, a rank at half speed gets fewer layers. */
+static void test_planner_cuts_pipeline_stages(void **state) {
+  (void)state;
+  int counts[2][2];
+  const double speeds[2][2] = {{1.0, 1.0}, {1.0, 0.5}};
+  for (int k = 0; k < 2; k++) {
+    gt_model *m;
+    OK(gt_model_create(be, &(gt_model_config){.B_max = 2, .T_max = 16, .seed = 1}, &m));
+    OK(gt_model_set_parallel(m, &(gt_model_parallel){.pp_rank = 0, .pp_size = 2, .pp_chunks = 1}));
+    gpt_config gc = {.vocab_size = 64, .T_max = 16, .C = 64, .NH = 4, .L = 8, .tie_weights = true};
+    OK(gpt_add_layers(m, &gc));
+    gt_plan p;
+    OK(gt_plan_resolve(&(gt_plan_config){.world = 2, .rank = 0, .layout = "pp=2"}, &p));
+    OK(gt_plan_cut_stages(&p, m, 2, 16, speeds[k]));
+    OK(gt_model_build(m));
+    counts[k][0] = counts[k][1] = 0;
+    for (int i = 0; i < gt_model_num_layers(m); i++) counts[k][gt_model_layer(m, i)->stage]++;
+    print_message("speeds %.1f/%.1f: %d + %d layers\n", speeds[k][0], speeds[k][1], counts[k][0], counts[k][1]);
+    assert_int_equal(counts[k][0] + counts[k][1], 11);
+    gt_model_destroy(m);
+  }
+  assert_true(abs(counts[0][0] - counts[0][1]) <= 1); /* 8 blocks and 3 light layers, balanced */
+  assert_true(counts[1][1] < counts[1][0] - 2);       /* the half-speed rank holds about a third */
+  gt_model *m;
+  OK(gt_model_create(be, &(gt_model_config){.B_max = 1, .T_max = 4, .seed = 1}, &m));
+  OK(gt_model_add(m, &gt_embedding_layer, "e", &(gt_embedding_config){8, 4, 4, false}, NULL));
+  OK(gt_model_add(m, &gt_lm_head_layer, "h", &(gt_lm_head_config){4, 8, "e"}, NULL));
+  expect_error(gt_model_set_stage_cut(m, (int[]){0, 2, 2}, 2), GT_EINVAL, "holds no layer");
+  expect_error(gt_model_set_stage_cut(m, (int[]){0, 1}, 1), GT_EINVAL, "from layer 0 to the last");
+  gt_model_destroy(m);
+}
+
 static int setup(void **state) {
   (void)state;
   return gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be) == GT_OK ? 0 : -1;
@@ -143,6 +176,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_layouts_parse_and_factor_the_world),
       cmocka_unit_test(test_model_constraints_are_named),
+      cmocka_unit_test(test_planner_cuts_pipeline_stages),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
