@@ -97,6 +97,9 @@ void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
           p->layout.tp, p->layout.pp, p->automatic ? " (auto)" : "", p->rank, p->me.dp, p->me.tp, p->me.pp);
   fprintf(f, "      ZeRO-1 %s, sequence parallel %s, gradient buckets %zu KiB\n", p->zero1 ? "on" : "off",
           p->seq_parallel ? "on" : "off", p->bucket_bytes >> 10);
+  if (p->layout.pp > 1)
+    fprintf(f, "      pipeline: %s, %d stages (%d per rank)\n", gt_pp_name(p->schedule), p->layout.pp * p->chunks,
+            p->chunks);
   fprintf(f, "%-4s %-16s %-12s %-6s %-6s %-22s %-20s %s\n", "#", "layer", "type", "stage", "split", "parameter",
           "held here", "whole");
   for (int i = 0; i < gt_model_num_layers(m); i++) {
@@ -109,7 +112,10 @@ void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
       char a[48], b[48], local[80];
       shape_str(q->shape, q->ndim, a, sizeof a);
       shape_str(q->global_shape, q->ndim, b, sizeof b);
-      if (q->split_dim >= 0) snprintf(local, sizeof local, "%s (part %d/%d)", a, q->split_rank + 1, q->split_parts);
+      if (!l->local && gt_model_num_pipeline_stages(m) > 1)
+        snprintf(local, sizeof local, "- (pipeline rank %d)", l->stage % p->layout.pp);
+      else if (q->split_dim >= 0)
+        snprintf(local, sizeof local, "%s (part %d/%d)", a, q->split_rank + 1, q->split_parts);
       else snprintf(local, sizeof local, "%s", a);
       const char *nm = strchr(q->name, '.') ? strchr(q->name, '.') + 1 : q->name;
       char idx[16] = "", stage[16] = "";

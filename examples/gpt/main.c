@@ -20,9 +20,10 @@
 #include "giant/options.h"
 #include "giant/plan.h"
 #include "gpt.h"
+#include "planning.h"
 
 typedef struct args {
-  const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule;
+  const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule, *speeds;
   int steps, batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every, bucket_kib, chunks;
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
@@ -51,7 +52,7 @@ static const char *usage =
     "  --clip X            max global gradient norm, 0 = off (default 1.0)\n"
     "  --seed N            initialisation seed (default 1)\n"
     "parallelism (under giantrun):\n"
-    "  --plan LAYOUT       dp=2,tp=2,pp=1 or auto (default: $GT_PLAN, else auto = data parallel)\n"
+    "  --plan LAYOUT       dp=2,tp=2,pp=1 or auto (default: $GT_PLAN, else auto: the planner chooses)\n"
     "  --zero1             shard the optimizer state over data-parallel ranks (ZeRO-1)\n"
     "  --seq-parallel      sequence parallelism in tensor-parallel layers\n"
     "  --bucket-kib N      gradient all-reduce bucket size (default 4096)\n"
@@ -59,7 +60,9 @@ static const char *usage =
     "  --schedule NAME     pipeline schedule when pp > 1: gpipe, 1f1b or interleaved (default 1f1b);\n"
     "                      --accum sets the micro-batches a step pipelines\n"
     "  --chunks V          virtual stages per pipeline rank, interleaved (default 2)\n"
-    "  --print-plan        print the plan (layers, splits, shards) and exit\n"
+    "  --speeds LIST       relative speed of each pipeline rank (e.g. 1,0.5): the planner gives\n"
+    "                      slower ranks fewer layers (default: equal)\n"
+    "  --print-plan        print the plan (layers, splits, shards, predicted step) and exit\n"
     "run:\n"
     "  --device NAME       cpu or cuda[:N] (default cpu)\n"
     "  --threads N         CPU threads (default: OMP_NUM_THREADS or all cores)\n"
@@ -79,6 +82,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--optimizer", GT_OPT_STR, &a->optimizer, 0, 0}, {"--plan", GT_OPT_STR, &a->plan, 0, 0},
       {"--bucket-kib", GT_OPT_INT, &a->bucket_kib, 1, 1 << 22},
       {"--schedule", GT_OPT_STR, &a->schedule, 0, 0},   {"--chunks", GT_OPT_INT, &a->chunks, 1, 64},
+      {"--speeds", GT_OPT_STR, &a->speeds, 0, 0},
       {"--zero1", GT_OPT_FLAG, &a->zero1, 0, 0},    {"--seq-parallel", GT_OPT_FLAG, &a->seq_parallel, 0, 0},
       {"--print-plan", GT_OPT_FLAG, &a->print_plan, 0, 0}, {"--no-overlap", GT_OPT_FLAG, &a->no_overlap, 0, 0},
       {"--steps", GT_OPT_INT, &a->steps, 1, 1e9},      {"--batch", GT_OPT_INT, &a->batch, 1, 1e6},
@@ -167,6 +171,42 @@ static gt_status generate(gt_model *m, const args *a, int vocab, int data_vocab,
   return s;
 }
 
+/* The peak FLOP/s the planner works with: measured once, on the lead rank,
+ * and shared through the store so that every rank plans alike. */
+static gt_status shared_peak(gt_job *job, gt_backend *be, double *peak) {
+  if (job->rank == 0) {
+    GT_TRY(gt_backend_measure_peak(be, 512, 0.3, peak));
+    if (job->world_size == 1) return GT_OK;
+    char text[64];
+    int n = snprintf(text, sizeof text, "%.17g", *peak);
+    return gt_store_set(job->store, "gpt/peak", text, (size_t)n);
+  }
+  void *val = NULL;
+  size_t len = 0;
+  GT_TRY(gt_store_get(job->store, "gpt/peak", &val, &len, 120000));
+  *peak = strtod(val, NULL);
+  free(val);
+  be->peak_flops = *peak;
+  return GT_OK;
+}
+
+/* "1,0.5" into one speed per pipeline rank. */
+static gt_status parse_speeds(const char *text, int pp, double *out) {
+  for (int i = 0; i < pp; i++) out[i] = 1.0;
+  if (!text) return GT_OK;
+  const char *p = text;
+  for (int i = 0; i < pp; i++) {
+    char *end;
+    out[i] = strtod(p, &end);
+    if (end == p || !(out[i] > 0) || (*end && *end != ','))
+      return gt_errorf(GT_EINVAL, "--speeds '%s': want %d positive numbers separated by commas", text, pp);
+    p = *end ? end + 1 : end;
+    if (i + 1 < pp && !*end) return gt_errorf(GT_EINVAL, "--speeds '%s': want one speed per pipeline rank (%d)", text, pp);
+  }
+  if (*p) return gt_errorf(GT_EINVAL, "--speeds '%s': more speeds than pipeline ranks (%d)", text, pp);
+  return GT_OK;
+}
+
 /* The lead rank prepares the data; the others wait for it at a barrier. */
 static gt_status prepare_data(const args *a, gt_job *job) {
   gt_status s = job->rank == 0 ? ensure_data(a) : GT_OK;
@@ -203,20 +243,55 @@ int main(int argc, char **argv) {
     fail("planning", s);
     goto out;
   }
-  gt_plan_config pc = {.world = job->world_size, .rank = job->rank, .layout = a.plan ? a.plan : NULL,
-                       .zero1 = a.zero1, .seq_parallel = a.seq_parallel, .bucket_bytes = (size_t)a.bucket_kib << 10,
-                       .schedule = schedule, .chunks = a.chunks};
-  if ((s = gt_plan_resolve(&pc, &plan)) != GT_OK) {
-    rc = 2;
-    fail("planning", s);
-    goto out;
-  }
   if ((s = prepare_data(&a, job)) != GT_OK) {
     fail("preparing data", s);
     goto out;
   }
   if ((s = gt_backend_create(&bc, &be)) != GT_OK) {
     fail("starting the backend", s);
+    goto out;
+  }
+  /* The model's vocabulary is the file's rounded up to a multiple of 64, as
+   * GPT-2 pads 50257 to 50304: the extra rows are never targets, and the
+   * size then divides among tensor-parallel ranks. */
+  gt_loader_config peek = {.path = a.data, .B = 1, .T_max = 1, .nshards = 1};
+  if ((s = gt_loader_open(&peek, 0, &loader)) != GT_OK) {
+    fail("opening the data", s);
+    goto out;
+  }
+  int data_vocab = (int)gt_loader_header(loader)->vocab_size, vocab = (data_vocab + 63) / 64 * 64;
+  gt_loader_close(loader);
+  loader = NULL;
+  gpt_config gc = {.vocab_size = vocab, .T_max = a.seq, .C = a.channels, .NH = a.heads, .L = a.layers,
+                   .tie_weights = !a.untied};
+  const char *layout = a.plan ? a.plan : (job->plan[0] ? job->plan : "auto");
+  char chosen[64];
+  double peak = 0;
+  if ((s = shared_peak(job, be, &peak)) != GT_OK) {
+    fail("measuring the machine", s);
+    goto out;
+  }
+  if (!strcmp(layout, "auto") && job->world_size > 1) {
+    if ((s = gpt_choose_layout(be, &gc, a.batch, a.seq, job->world_size, a.accum * job->world_size, peak, schedule,
+                               a.chunks, a.zero1, chosen, sizeof chosen)) != GT_OK) {
+      fail("choosing a layout", s);
+      goto out;
+    }
+    if (lead) printf("plan auto: the planner chose %s\n", chosen);
+    layout = chosen;
+  }
+  gt_plan_config pc = {.world = job->world_size, .rank = job->rank, .layout = layout, .zero1 = a.zero1,
+                       .seq_parallel = a.seq_parallel, .bucket_bytes = (size_t)a.bucket_kib << 10,
+                       .schedule = schedule, .chunks = a.chunks};
+  if ((s = gt_plan_resolve(&pc, &plan)) != GT_OK) {
+    rc = 2;
+    fail("planning", s);
+    goto out;
+  }
+  double speeds[GT_PLANNER_MAX_STAGES];
+  if (plan.layout.pp > GT_PLANNER_MAX_STAGES || (s = parse_speeds(a.speeds, plan.layout.pp, speeds)) != GT_OK) {
+    rc = 2;
+    fail("planning", s);
     goto out;
   }
   if (job->world_size > 1) {
@@ -235,23 +310,23 @@ int main(int argc, char **argv) {
     fail("opening the data", s);
     goto out;
   }
-  /* The model's vocabulary is the file's rounded up to a multiple of 64, as
-   * GPT-2 pads 50257 to 50304: the extra rows are never targets, and the
-   * size then divides among tensor-parallel ranks. */
-  int data_vocab = (int)gt_loader_header(loader)->vocab_size, vocab = (data_vocab + 63) / 64 * 64;
-  gpt_config gc = {.vocab_size = vocab, .T_max = a.seq, .C = a.channels, .NH = a.heads, .L = a.layers,
-                   .tie_weights = !a.untied};
+  /* Layers are declared first, so the planner can cut pipeline stages by
+   * their costs before any memory is allocated. */
   gt_model_config mc = {.B_max = a.batch, .T_max = a.seq, .seed = a.seed};
   gt_model_parallel mp = dist ? gt_dist_model_parallel(dist) : (gt_model_parallel){0};
   if ((s = gt_model_create(be, &mc, &m)) != GT_OK || (s = gt_model_set_parallel(m, &mp)) != GT_OK ||
-      (s = gpt_add_layers(m, &gc)) != GT_OK || (s = gt_model_build(m)) != GT_OK ||
-      (s = gt_plan_check_model(&plan, m)) != GT_OK) {
+      (s = gpt_add_layers(m, &gc)) != GT_OK || (s = gt_plan_cut_stages(&plan, m, a.batch, a.seq, speeds)) != GT_OK ||
+      (s = gt_model_build(m)) != GT_OK || (s = gt_plan_check_model(&plan, m)) != GT_OK) {
     fail("building the model", s);
     goto out;
   }
   if (a.print_plan) {
-    if (lead) gt_plan_print(&plan, m, stdout);
-    rc = 0;
+    if (lead) {
+      gt_plan_print(&plan, m, stdout);
+      s = gpt_print_prediction(be, &gc, &plan, m, a.batch, a.seq, a.accum * plan.layout.dp, peak, stdout);
+      if (s != GT_OK) fail("predicting the step", s);
+    }
+    rc = s == GT_OK ? 0 : 1;
     goto out;
   }
   gt_trainer_config tc = {.optim = gt_optim_defaults(kind), .grad_clip = a.clip, .grad_accum = a.accum,

@@ -1,0 +1,24 @@
+/* The GPT example's use of the planner: choosing a layout for --plan auto,
+ * and predicting a plan's step time, bubble and memory for --print-plan. */
+#ifndef GIANT_EXAMPLE_PLANNING_H
+#define GIANT_EXAMPLE_PLANNING_H
+
+#include <stdio.h>
+
+#include "giant/plan.h"
+#include "giant/planner.h"
+#include "gpt.h"
+
+/* What the cost model needs of the hardware: the peak measured on one rank,
+ * round numbers for the links of one machine. */
+gt_planner_hw gpt_planner_hw(int world, double peak_flops);
+
+/* The fastest layout for `world` ranks (written as "dp=..,tp=..,pp=.."). */
+gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, int world, int micro_batches,
+                            double peak_flops, gt_pp_kind schedule, int chunks, bool zero1, char *layout, size_t n);
+
+/* The plan's predicted step, with the model's actual stage cut. */
+gt_status gpt_print_prediction(gt_backend *be, const gpt_config *gc, const gt_plan *plan, const gt_model *m, int B,
+                               int T, int micro_batches, double peak_flops, FILE *f);
+
+#endif
