@@ -21,6 +21,7 @@ struct gt_trainer {
   gt_pp_exec *pipe;   /* NULL: no pipeline parallelism */
   gt_batch *held;     /* pipelining a loader's batches: copies of one step's */
   float *scalar;      /* device float for reducing the loss */
+  float *counts;      /* device floats: per micro-batch token counts, reduced over replicas */
   int step;
 };
 
@@ -69,7 +70,9 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   } else if (s == GT_OK) {
     s = gt_optimizer_create(m, &cfg->optim, &t->opt);
   }
+  if (cfg->grad_accum > 64) s = gt_errorf(GT_EINVAL, "at most 64 micro-batches a step, got %d", cfg->grad_accum);
   if (s == GT_OK && t->dist) s = gt_arena_alloc(gt_model_arena(m), sizeof(float), (void **)&t->scalar);
+  if (s == GT_OK && t->dist) s = gt_arena_alloc(gt_model_arena(m), 64 * sizeof(float), (void **)&t->counts);
   if (s == GT_OK && plan && plan->layout.pp > 1) s = gt_pp_exec_create(t->dist, m, cfg->grad_accum, &t->pipe);
   if (s == GT_OK && t->pipe) s = hold_batches(t);
   if (s == GT_OK) s = gt_acts_create(m, &t->acts);
@@ -92,6 +95,7 @@ void gt_trainer_destroy(gt_trainer *t) {
   free_held(t);
   gt_dp_sync_destroy(t->sync);
   if (t->scalar) gt_arena_free(gt_model_arena(t->m), t->scalar);
+  if (t->counts) gt_arena_free(gt_model_arena(t->m), t->counts);
   gt_optimizer_destroy(t->opt);
   gt_metrics_close(t->metrics);
   free(t);
@@ -103,6 +107,31 @@ gt_dp_sync *gt_trainer_dp_sync(gt_trainer *t) { return t->sync; }
 void gt_trainer_set_overlap(gt_trainer *t, bool overlap) { t->cfg.no_overlap = !overlap; }
 gt_pp_exec *gt_trainer_pp_exec(gt_trainer *t) { return t->pipe; }
 
+static int64_t valid_targets(const gt_batch *b) {
+  int64_t valid = 0;
+  for (int64_t k = 0; k < (int64_t)b->B * b->T; k++) valid += b->targets[k] >= 0;
+  return valid;
+}
+
+/* Every token of a step weighs the same, however the data-parallel
+ * replicas share the step's rows (evenly, or by speed): micro-batch i of
+ * this replica weighs its valid targets over all replicas' valid targets of
+ * micro-batch i, over grad_accum. The gradients are then summed over the
+ * replicas. weights[i] for i < n. */
+static gt_status micro_weights(gt_trainer *t, const int64_t *valid, int n, double *weights) {
+  float counts[64];
+  gt_group *dp = t->dist ? gt_dist_dp_group(t->dist) : NULL;
+  for (int i = 0; i < n; i++) counts[i] = (float)valid[i];
+  if (dp && dp->size > 1) {
+    gt_backend *be = gt_model_backend(t->m);
+    GT_TRY(gt_backend_upload(be, t->counts, counts, (size_t)n * sizeof(float)));
+    GT_TRY(dp->allreduce_sum(dp, t->counts, (size_t)n));
+    GT_TRY(gt_backend_download(be, counts, t->counts, (size_t)n * sizeof(float)));
+  }
+  for (int i = 0; i < n; i++) weights[i] = counts[i] > 0 ? (double)valid[i] / counts[i] / t->cfg.grad_accum : 0;
+  return GT_OK;
+}
+
 /* Runs micro-batch i, from `batches` or the loader. */
 static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *batches, int i, double *loss_sum,
                              gt_step_stats *st) {
@@ -111,13 +140,13 @@ static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *b
   else GT_TRY(gt_loader_next(loader, &b));
   float loss = 0;
   GT_TRY(gt_model_forward(t->m, t->acts, &b, &loss));
-  int64_t valid = 0;
-  for (int64_t k = 0; k < (int64_t)b.B * b.T; k++) valid += b.targets[k] >= 0;
-  /* Each micro-batch's mean loss weighs 1/grad_accum in the step's loss. */
-  float scale = valid ? 1.0f / ((float)valid * (float)t->cfg.grad_accum) : 0.0f;
+  int64_t valid = valid_targets(&b);
+  double weight;
+  GT_TRY(micro_weights(t, &valid, 1, &weight));
+  float scale = valid ? (float)(weight / (double)valid) : 0.0f; /* d(step loss)/d(token loss) */
   if (t->sync) GT_TRY(gt_dp_sync_begin(t->sync, i == t->cfg.grad_accum - 1, !t->cfg.no_overlap));
   GT_TRY(gt_model_backward(t->m, t->acts, scale));
-  *loss_sum += loss;
+  *loss_sum += weight * loss;
   st->tokens += (int64_t)b.B * b.T;
   st->flops += 3.0 * gt_model_flops(t->m, b.B, b.T);
   st->seq_len = b.T;
@@ -138,7 +167,11 @@ static gt_status pipeline_batches(gt_trainer *t, gt_loader *loader, const gt_bat
     batches = t->held;
   }
   if (t->sync) GT_TRY(gt_dp_sync_begin(t->sync, false, false)); /* buckets go after the whole schedule */
-  GT_TRY(gt_pp_exec_run(t->pipe, batches, &st->loss));
+  int64_t valid[64];
+  double weights[64];
+  for (int i = 0; i < t->cfg.grad_accum; i++) valid[i] = valid_targets(&batches[i]);
+  GT_TRY(micro_weights(t, valid, t->cfg.grad_accum, weights));
+  GT_TRY(gt_pp_exec_run(t->pipe, batches, weights, &st->loss));
   for (int i = 0; i < t->cfg.grad_accum; i++) {
     st->tokens += (int64_t)batches[i].B * batches[i].T;
     st->flops += 3.0 * gt_model_flops(t->m, batches[i].B, batches[i].T);
@@ -162,12 +195,13 @@ static gt_status reduce_step(gt_trainer *t, gt_step_stats *st) {
   }
   GT_TRY(gt_grad_norm_dist(t->m, lo, hi, zero1 ? dp : NULL, tp, gt_dist_pp_group(t->dist), &st->grad_norm));
   if (dp->size > 1) {
-    float loss = st->loss;
-    GT_TRY(gt_backend_upload(be, t->scalar, &loss, sizeof loss));
-    GT_TRY(dp->allreduce_sum(dp, t->scalar, 1));
-    GT_TRY(gt_backend_download(be, &loss, t->scalar, sizeof loss));
-    st->loss = loss / (float)dp->size;
-    st->tokens *= dp->size; /* every replica processed as many */
+    /* Each replica's loss is already weighted by its share of the tokens. */
+    float sums[2] = {st->loss, (float)st->tokens};
+    GT_TRY(gt_backend_upload(be, t->counts, sums, sizeof sums));
+    GT_TRY(dp->allreduce_sum(dp, t->counts, 2));
+    GT_TRY(gt_backend_download(be, sums, t->counts, sizeof sums));
+    st->loss = sums[0];
+    st->tokens = (int64_t)sums[1];
   }
   return GT_OK;
 }
@@ -180,7 +214,7 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
     GT_TRY(pipeline_batches(t, loader, batches, &st));
   } else {
     for (int i = 0; i < t->cfg.grad_accum; i++) GT_TRY(micro_batch(t, loader, batches, i, &loss_sum, &st));
-    st.loss = (float)(loss_sum / t->cfg.grad_accum);
+    st.loss = (float)loss_sum;
   }
   if (t->dist) {
     GT_TRY(reduce_step(t, &st));

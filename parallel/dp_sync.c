@@ -5,7 +5,11 @@
  * finishes them. Buckets are contiguous ranges cut at parameter boundaries.
  * A parameter's gradient is final once its declaring layer's backward has
  * run: a tied user (the LM head using the embedding's table) always comes
- * later in the model and so runs earlier in backward. */
+ * later in the model and so runs earlier in backward.
+ *
+ * The gradients are summed, not averaged: the trainer weighs each
+ * replica's loss by its share of the step's tokens, so the sum is the mean
+ * over every token of the step, also when replicas hold uneven shares. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +37,7 @@ struct gt_dp_sync {
 
 static gt_status start_bucket(gt_dp_sync *s, bucket *b) {
   b->started = gt_now();
-  return gt_comm_allreduce_start(s->dp, gt_model_grads(s->m) + b->lo, b->hi - b->lo, GT_F32, GT_COMM_AVG, &b->req);
+  return gt_comm_allreduce_start(s->dp, gt_model_grads(s->m) + b->lo, b->hi - b->lo, GT_F32, GT_COMM_SUM, &b->req);
 }
 
 /* The model calls this after each layer's backward. */
@@ -124,7 +128,7 @@ gt_status gt_dp_sync_finish(gt_dp_sync *s) {
     /* Reduce-scatter the whole buffer; each rank keeps its shard's average. */
     size_t S = s->shard_hi - s->shard_lo;
     double c0 = gt_now();
-    GT_TRY(gt_comm_reduce_scatter(s->dp, gt_model_grads(m), s->shard, S, GT_F32, GT_COMM_AVG));
+    GT_TRY(gt_comm_reduce_scatter(s->dp, gt_model_grads(m), s->shard, S, GT_F32, GT_COMM_SUM));
     gt_backend *be = gt_model_backend(m);
     GT_TRY(be->ops->memcpy(be, gt_model_grads(m) + s->shard_lo, s->shard, S * sizeof(float), GT_COPY_D2D,
                            be->compute));

@@ -151,7 +151,8 @@ static gt_status send_later(gt_pp_exec *e, gt_comm *c, const float *buf, size_t 
   return gt_comm_send_start(c, buf, n, GT_F32, peer, &e->sends[e->nsends++]);
 }
 
-static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *batches, double *loss_sum) {
+static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *batches, const double *weights,
+                          double *loss_sum) {
   int mb = st->micro_batch, vs = gt_pp_virtual_stage(e->sched, e->r, st->chunk), slot = mb * e->V + st->chunk;
   const gt_batch *b = &batches[mb];
   int prev = (e->r + e->P - 1) % e->P, next = (e->r + 1) % e->P;
@@ -172,7 +173,7 @@ static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *b
     double t0 = gt_now();
     GT_TRY(gt_model_forward_stage(e->m, a, b, vs, in, &out, vs == e->S - 1 ? &loss : NULL));
     e->busy_seconds += gt_now() - t0;
-    if (vs == e->S - 1) *loss_sum += loss;
+    if (vs == e->S - 1) *loss_sum += weights[mb] * loss;
     else GT_TRY(send_later(e, e->fwd, out, boundary(e, vs, b), next));
     return GT_OK;
   }
@@ -183,7 +184,7 @@ static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *b
   }
   int64_t valid = 0;
   for (int64_t k = 0; k < (int64_t)b->B * b->T; k++) valid += b->targets[k] >= 0;
-  float scale = valid ? 1.0f / ((float)valid * (float)e->M) : 0.0f;
+  float scale = valid ? (float)(weights[mb] / (double)valid) : 0.0f;
   double t0 = gt_now();
   GT_TRY(gt_model_backward_stage(e->m, a, vs, dout, scale, &din));
   e->busy_seconds += gt_now() - t0;
@@ -197,14 +198,14 @@ static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *b
   return GT_OK;
 }
 
-gt_status gt_pp_exec_run(gt_pp_exec *e, const gt_batch *batches, float *loss) {
+gt_status gt_pp_exec_run(gt_pp_exec *e, const gt_batch *batches, const double *weights, float *loss) {
   double loss_sum = 0, start = gt_now();
   gt_status s = GT_OK;
   e->nsends = 0;
   e->busy_seconds = 0;
   for (int i = 0; i < e->sched->nsteps[e->r] && s == GT_OK; i++) {
     s = reap(e, false);
-    if (s == GT_OK) s = run_step(e, &e->sched->steps[e->r][i], batches, &loss_sum);
+    if (s == GT_OK) s = run_step(e, &e->sched->steps[e->r][i], batches, weights, &loss_sum);
     if (s != GT_OK) gt_error_context(s, "pipeline step %d on stage rank %d", i, e->r);
   }
   gt_status r = reap(e, true);
@@ -218,7 +219,7 @@ gt_status gt_pp_exec_run(gt_pp_exec *e, const gt_batch *batches, float *loss) {
   if (s != GT_OK) return s;
   /* The last stage knows the loss; everyone reports it. */
   gt_backend *be = gt_model_backend(e->m);
-  float mean = (float)(loss_sum / e->M);
+  float mean = (float)loss_sum;
   GT_TRY(gt_backend_upload(be, e->scalar, &mean, sizeof mean));
   GT_TRY(gt_comm_broadcast(gt_grid_comm(gt_dist_grid(e->d), GT_GRID_PP), e->scalar, 1, GT_F32, e->P - 1));
   GT_TRY(gt_backend_download(be, &mean, e->scalar, sizeof mean));

@@ -96,15 +96,16 @@ gt_group *gt_dist_pp_group(gt_dist *d);
  * order of the plan's schedule: activations go to the next stage and
  * gradients to the previous one over point-to-point transfers (one
  * communicator each way, so a blocked transfer in one direction never holds
- * up the other). Gradients accumulate in the model; every micro-batch
- * weighs 1/micro_batches in the step. */
+ * up the other). Gradients accumulate in the model. */
 typedef struct gt_pp_exec gt_pp_exec;
 
 /* Collective over the world (it builds the communicators it needs). */
 gt_status gt_pp_exec_create(gt_dist *d, gt_model *m, int micro_batches, gt_pp_exec **out);
 void gt_pp_exec_destroy(gt_pp_exec *e);
-/* batches[micro_batches]; *loss gets the step's mean loss on every rank. */
-gt_status gt_pp_exec_run(gt_pp_exec *e, const gt_batch *batches, float *loss);
+/* batches[micro_batches]; weights[i] is micro-batch i's weight in the step's
+ * loss (its mean loss counts weights[i] times); *loss gets the weighted sum
+ * on every rank. */
+gt_status gt_pp_exec_run(gt_pp_exec *e, const gt_batch *batches, const double *weights, float *loss);
 /* Sums the gradients of a tied parameter whose copies live on different
  * stages (the token table on the first, the LM head's on the last), so both
  * copies take the same update. */
@@ -115,8 +116,10 @@ void gt_pp_exec_timing(const gt_pp_exec *e, double *run_seconds, double *busy_se
 
 /* ---- data-parallel gradient averaging ---- */
 
-/* Averages gradients over the data-parallel group. The gradient buffer is
- * cut into buckets of about bucket_bytes, in backward order; a bucket's
+/* Sums gradients over the data-parallel group: each replica's loss carries
+ * its share of the step's tokens, so the sum is the step's average, even
+ * when replicas hold uneven shares. The gradient buffer is cut into
+ * buckets of about bucket_bytes, in backward order; a bucket's
  * all-reduce starts as soon as the backward of the lowest layer it covers
  * has run, so communication overlaps the rest of backward. With ZeRO-1 the
  * gradients are reduce-scattered instead: each rank keeps the average of its
