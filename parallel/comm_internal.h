@@ -111,9 +111,9 @@ gt_status gt_comm_execute(gt_comm *c, gt_comm_req *r, double deadline);
 
 /* dst[i] = a[i] + b[i] over n elements (bf16 summed in fp32). */
 void gt_comm_reduce(gt_dtype t, void *dst, const void *a, const void *b, size_t n);
-/* The same sum written to both dst and dst2 (dst may be a; dst2 overlaps
- * nothing). */
-void gt_comm_reduce2(gt_dtype t, void *dst, void *dst2, const void *a, const void *b, size_t n);
+/* dst[i] = dst2[i] = dst[i] + b[i] over n elements, the same sum and
+ * rounding as gt_comm_reduce; the three arrays must not overlap. */
+void gt_comm_reduce2(gt_dtype t, void *dst, void *dst2, const void *b, size_t n);
 
 /* Connection setup: the TCP mesh, the shared-memory segments. */
 gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline);

@@ -195,22 +195,7 @@ gt_status gt_comm_run_shm(gt_comm *c, const plan *p, double deadline) {
 #define PIECE (256u << 10)
 #define TAG_A 0x40000000u
 #define TAG_R 0x80000000u
-
-static size_t piece_bytes(void) {
-  static size_t v;
-  if (!v) {
-    const char *e = getenv("GT_SHM_PIECE");
-    size_t p = e ? (size_t)atol(e) << 10 : PIECE;
-    v = p < 4096 || p > SLOT ? PIECE : p & ~(size_t)63;
-  }
-  return v;
-}
-
-static uint64_t depth(void) {
-  static uint64_t v;
-  if (!v) v = getenv("GT_DEPTH") ? (uint64_t)atoi(getenv("GT_DEPTH")) : NSLOT;
-  return v;
-}
+_Static_assert(PIECE <= SLOT && PIECE % 64 == 0, "a piece fills at most one slot");
 
 static size_t piece_len(size_t total, size_t piece, uint32_t k) {
   size_t o = (size_t)k * piece;
@@ -230,7 +215,7 @@ gt_status gt_comm_shm_allreduce2(gt_comm *c, char *buf, size_t count, gt_dtype t
   chan *atx = chan_of(s, o, r), *rtx = chan_of(s, o, o);
   chan *arx = chan_of(s, r, o), *rrx = chan_of(s, r, r);
   uint32_t txseq = c->tx_seq[o]++, rxseq = c->rx_seq[o]++;
-  size_t es = gt_dtype_size(t), piece = piece_bytes();
+  size_t es = gt_dtype_size(t), piece = PIECE;
   /* The halves split as chunk_off does: the first gets the odd element. */
   size_t n0 = count - count / 2;
   char *half[2] = {buf, buf + n0 * es};
@@ -263,13 +248,13 @@ gt_status gt_comm_shm_allreduce2(gt_comm *c, char *buf, size_t count, gt_dtype t
       uint64_t head = atomic_load_explicit(&arx->head, memory_order_acquire);
       uint64_t rhead = atomic_load_explicit(&rtx->head, memory_order_relaxed);
       uint64_t rtail = atomic_load_explicit(&rtx->tail, memory_order_acquire);
-      if (head != tail && rhead - rtail < depth()) {
+      if (head != tail && rhead - rtail < NSLOT) {
         slot_hdr h = arx->hdr[tail % NSLOT];
         size_t want = piece_len(len[r], piece, a_rx);
         if (h.seq != rxseq || h.step != (TAG_A | a_rx) || h.len != want)
           return bad_piece(o, "A", h, rxseq, TAG_A | a_rx, want);
         char *d = half[r] + (size_t)a_rx * piece;
-        gt_comm_reduce2(t, d, slot_data(rtx, rhead), d, slot_data(arx, tail), want / es);
+        gt_comm_reduce2(t, d, slot_data(rtx, rhead), slot_data(arx, tail), want / es);
         rtx->hdr[rhead % NSLOT] = (slot_hdr){txseq, TAG_R | a_rx, (uint32_t)want, 0};
         atomic_store_explicit(&rtx->head, rhead + 1, memory_order_release);
         atomic_store_explicit(&arx->tail, tail + 1, memory_order_release);
@@ -281,7 +266,7 @@ gt_status gt_comm_shm_allreduce2(gt_comm *c, char *buf, size_t count, gt_dtype t
     if (a_tx < np[o]) {
       uint64_t head = atomic_load_explicit(&atx->head, memory_order_relaxed);
       uint64_t tail = atomic_load_explicit(&atx->tail, memory_order_acquire);
-      if (head - tail < depth()) {
+      if (head - tail < NSLOT) {
         size_t n = piece_len(len[o], piece, a_tx);
         memcpy(slot_data(atx, head), half[o] + (size_t)a_tx * piece, n);
         atx->hdr[head % NSLOT] = (slot_hdr){txseq, TAG_A | a_tx, (uint32_t)n, 0};

@@ -60,8 +60,9 @@ static const char *usage =
     "  --schedule NAME     pipeline schedule when pp > 1: gpipe, 1f1b or interleaved (default 1f1b);\n"
     "                      --accum sets the micro-batches a step pipelines\n"
     "  --chunks V          virtual stages per pipeline rank, interleaved (default 2)\n"
-    "  --speeds LIST       relative speed of each pipeline rank (e.g. 1,0.5): the planner gives\n"
-    "                      slower ranks fewer layers (default: equal)\n"
+    "  --speeds LIST       relative speed of each rank (e.g. 1,0.5 for 2 ranks): the planner gives\n"
+    "                      slower pipeline stages fewer layers and slower data-parallel replicas\n"
+    "                      fewer rows of each micro-batch (default: all equal)\n"
     "  --print-plan        print the plan (layers, splits, shards, predicted step) and exit\n"
     "run:\n"
     "  --device NAME       cpu or cuda[:N] (default cpu)\n"
@@ -190,21 +191,33 @@ static gt_status shared_peak(gt_job *job, gt_backend *be, double *peak) {
   return GT_OK;
 }
 
-/* "1,0.5" into one speed per pipeline rank. */
-static gt_status parse_speeds(const char *text, int pp, double *out) {
-  for (int i = 0; i < pp; i++) out[i] = 1.0;
+/* "1,0.5" into one speed per world rank. */
+static gt_status parse_speeds(const char *text, int world, double *out) {
+  for (int i = 0; i < world; i++) out[i] = 1.0;
   if (!text) return GT_OK;
   const char *p = text;
-  for (int i = 0; i < pp; i++) {
+  for (int i = 0; i < world; i++) {
     char *end;
     out[i] = strtod(p, &end);
     if (end == p || !(out[i] > 0) || (*end && *end != ','))
-      return gt_errorf(GT_EINVAL, "--speeds '%s': want %d positive numbers separated by commas", text, pp);
+      return gt_errorf(GT_EINVAL, "--speeds '%s': want %d positive numbers separated by commas", text, world);
     p = *end ? end + 1 : end;
-    if (i + 1 < pp && !*end) return gt_errorf(GT_EINVAL, "--speeds '%s': want one speed per pipeline rank (%d)", text, pp);
+    if (i + 1 < world && !*end) return gt_errorf(GT_EINVAL, "--speeds '%s': want one speed per rank (%d)", text, world);
   }
-  if (*p) return gt_errorf(GT_EINVAL, "--speeds '%s': more speeds than pipeline ranks (%d)", text, pp);
+  if (*p) return gt_errorf(GT_EINVAL, "--speeds '%s': more speeds than ranks (%d)", text, world);
   return GT_OK;
+}
+
+/* A pipeline stage, or a replica, is as fast as its slowest rank. */
+static void group_speeds(const gt_plan *plan, const double *rank_speed, double *stage, double *replica) {
+  for (int i = 0; i < plan->layout.pp; i++) stage[i] = 1e300;
+  for (int i = 0; i < plan->layout.dp; i++) replica[i] = 1e300;
+  for (int r = 0; r < plan->world; r++) {
+    gt_grid_coords c;
+    gt_grid_coords_of(&plan->layout, r, &c);
+    if (rank_speed[r] < stage[c.pp]) stage[c.pp] = rank_speed[r];
+    if (rank_speed[r] < replica[c.dp]) replica[c.dp] = rank_speed[r];
+  }
 }
 
 /* The lead rank prepares the data; the others wait for it at a barrier. */
@@ -288,12 +301,28 @@ int main(int argc, char **argv) {
     fail("planning", s);
     goto out;
   }
+  /* Speeds: slower stages get fewer layers, slower replicas fewer rows of
+   * each micro-batch (the step still weighs every token alike). */
   double speeds[GT_PLANNER_MAX_STAGES];
-  if (plan.layout.pp > GT_PLANNER_MAX_STAGES || (s = parse_speeds(a.speeds, plan.layout.pp, speeds)) != GT_OK) {
+  double *rank_speed = calloc((size_t)plan.world, sizeof(double));
+  double *replica_speed = calloc((size_t)plan.layout.dp, sizeof(double));
+  int *shares = calloc((size_t)plan.layout.dp, sizeof(int));
+  if (!rank_speed || !replica_speed || !shares || plan.layout.pp > GT_PLANNER_MAX_STAGES) {
+    fail("planning", gt_errorf(GT_EINVAL, "out of memory, or more than %d pipeline ranks", GT_PLANNER_MAX_STAGES));
+    free(rank_speed), free(replica_speed), free(shares);
+    goto out;
+  }
+  s = parse_speeds(a.speeds, plan.world, rank_speed);
+  if (s == GT_OK) group_speeds(&plan, rank_speed, speeds, replica_speed);
+  if (s == GT_OK) s = gt_planner_batch_split(a.batch * plan.layout.dp, plan.layout.dp, replica_speed, shares);
+  int rows = s == GT_OK ? shares[plan.me.dp] : 0;
+  free(rank_speed), free(replica_speed), free(shares);
+  if (s != GT_OK) {
     rc = 2;
     fail("planning", s);
     goto out;
   }
+  if (lead && a.speeds) printf("speeds %s: this replica takes %d of every %d rows\n", a.speeds, rows, a.batch * plan.layout.dp);
   if (job->world_size > 1) {
     gt_dist_config dc = {.plan = plan, .store = job->store, .generation = job->generation_name,
                          .comm = {.backend = be, .secret = job->secret}};
@@ -304,7 +333,7 @@ int main(int argc, char **argv) {
   }
   /* Each data-parallel replica reads its own shard; tensor-parallel ranks of
    * one replica read the same one. */
-  gt_loader_config lc = {.path = a.data, .B = a.batch, .T_max = a.seq, .shard = plan.me.dp,
+  gt_loader_config lc = {.path = a.data, .B = rows, .T_max = a.seq, .shard = plan.me.dp,
                          .nshards = plan.layout.dp, .mode = a.documents ? GT_LOADER_DOCUMENTS : GT_LOADER_FIXED};
   if ((s = gt_loader_open(&lc, 0, &loader)) != GT_OK) {
     fail("opening the data", s);
@@ -312,10 +341,10 @@ int main(int argc, char **argv) {
   }
   /* Layers are declared first, so the planner can cut pipeline stages by
    * their costs before any memory is allocated. */
-  gt_model_config mc = {.B_max = a.batch, .T_max = a.seq, .seed = a.seed};
+  gt_model_config mc = {.B_max = rows, .T_max = a.seq, .seed = a.seed};
   gt_model_parallel mp = dist ? gt_dist_model_parallel(dist) : (gt_model_parallel){0};
   if ((s = gt_model_create(be, &mc, &m)) != GT_OK || (s = gt_model_set_parallel(m, &mp)) != GT_OK ||
-      (s = gpt_add_layers(m, &gc)) != GT_OK || (s = gt_plan_cut_stages(&plan, m, a.batch, a.seq, speeds)) != GT_OK ||
+      (s = gpt_add_layers(m, &gc)) != GT_OK || (s = gt_plan_cut_stages(&plan, m, rows, a.seq, speeds)) != GT_OK ||
       (s = gt_model_build(m)) != GT_OK || (s = gt_plan_check_model(&plan, m)) != GT_OK) {
     fail("building the model", s);
     goto out;

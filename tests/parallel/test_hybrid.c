@@ -36,6 +36,7 @@ typedef struct run_cfg {
   const char *layout; /* NULL: one process, no distribution */
   const char *layout2; /* rebuild at this layout after half the steps (NULL: no rebuild) */
   bool zero1, seq_parallel, sgd;
+  int share0; /* rows of each batch replica 0 takes (the rest to replica 1); 0: even */
   result *out;
 } run_cfg;
 
@@ -83,6 +84,10 @@ static void train_stage(int rank, int world, const run_cfg *cfg, const char *lay
     CHECK_OK(gt_dist_create(&dc, &dist));
   }
   int dp = plan.layout.dp, rows = B / dp, row0 = plan.me.dp * rows;
+  if (cfg->share0) { /* uneven shares over two replicas, as the planner sizes them for unequal speeds */
+    rows = plan.me.dp == 0 ? cfg->share0 : B - cfg->share0;
+    row0 = plan.me.dp == 0 ? 0 : cfg->share0;
+  }
   gt_model *m;
   gt_model_config mc = {.B_max = rows, .T_max = T, .seed = 42};
   CHECK_OK(gt_model_create(be, &mc, &m));
@@ -272,6 +277,19 @@ static void test_rebuild_at_another_layout_inside_the_processes(void **state) {
   compare_to(reference_sgd, "dp=4 then dp=2,tp=2", r);
 }
 
+/* Replicas holding uneven shares of the batch (3 rows and 1, as for speeds
+ * 1.0 and 0.33) still give the single process's result: every token of the
+ * step weighs the same. */
+static void test_uneven_replica_shares(void **state) {
+  (void)state;
+  result *r = harness_shared(result_bytes());
+  memcpy(r, reference, offsetof(result, params));
+  run_cfg cfg = {.layout = "dp=2", .share0 = 3, .out = r};
+  int codes[2];
+  if (harness_run(2, train, &cfg, 240, codes)) fail_msg("uneven shares: a rank failed");
+  compare("dp=2, rows 3 + 1", r);
+}
+
 static void test_same_layout_twice_is_bit_identical(void **state) {
   (void)state;
   result *a = run_layout("dp=2,tp=2", true, true), *b = run_layout("dp=2,tp=2", true, true);
@@ -285,6 +303,7 @@ int main(void) {
       cmocka_unit_test(test_tp4_zero1), cmocka_unit_test(test_dp2_tp2),      cmocka_unit_test(test_dp2_tp2_zero1),
       cmocka_unit_test(test_tp4_sp),    cmocka_unit_test(test_dp2_tp2_sp),   cmocka_unit_test(test_dp2_tp2_zero1_sp),
       cmocka_unit_test(test_rebuild_at_another_layout_inside_the_processes),
+      cmocka_unit_test(test_uneven_replica_shares),
       cmocka_unit_test(test_same_layout_twice_is_bit_identical),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
