@@ -4,7 +4,8 @@
  *
  * p = 2 pipeline ranks (one process and one thread each, so the two cores
  * are not oversubscribed and a waiting rank is really idle) train GPT with
- * GPipe and 1F1B at m = 4, 8 and 16 micro-batches. A rank's bubble is the
+ * GPipe and 1F1B at m = 4, 8 and 16 micro-batches, its layers cut into
+ * stages by the planner. A rank's bubble is the
  * share of the pipeline run it spent not computing (waiting for the other
  * stage); the figure is the mean over ranks. The cost model predicts the
  * step from layer FLOPs and a speed calibrated on one single-rank step of
@@ -45,6 +46,7 @@ static int rank_main(int rank, int world, void *arg) {
   CHECK_OK(gt_model_set_parallel(m, &mp));
   gpt_config gc = {.vocab_size = c->V, .T_max = c->T, .C = c->C, .NH = c->NH, .L = c->L, .tie_weights = true};
   CHECK_OK(gpt_add_layers(m, &gc));
+  CHECK_OK(gt_plan_cut_stages(&plan, m, c->B, c->T, NULL)); /* the cut the cost model assumes */
   CHECK_OK(gt_model_build(m));
   gt_trainer *tr;
   gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = c->m,
