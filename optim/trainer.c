@@ -75,7 +75,7 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   if (s == GT_OK && t->dist) s = gt_arena_alloc(gt_model_arena(m), 64 * sizeof(float), (void **)&t->counts);
   if (s == GT_OK && plan && plan->layout.pp > 1) s = gt_pp_exec_create(t->dist, m, cfg->grad_accum, &t->pipe);
   if (s == GT_OK && t->pipe) s = hold_batches(t);
-  if (s == GT_OK) s = gt_acts_create(m, &t->acts);
+  if (s == GT_OK && !t->pipe) s = gt_acts_create(m, &t->acts); /* a pipeline keeps its own per micro-batch */
   if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
   gt_backend *be = gt_model_backend(m);
   /* MFU needs the machine's peak; measure it once if nobody has. */

@@ -48,6 +48,14 @@ static size_t boundary(const gt_pp_exec *e, int vs, const gt_batch *b) {
   return (size_t)rows_of(e, b) * (size_t)gt_model_layer(e->m, hi)->out_dim;
 }
 
+/* Gives a (micro-batch, chunk)'s memory back to the arena. */
+static void release(gt_pp_exec *e, int slot) {
+  gt_acts_destroy(e->acts[slot]);
+  e->acts[slot] = NULL;
+  if (e->in[slot]) gt_arena_free(gt_model_arena(e->m), e->in[slot]);
+  e->in[slot] = NULL;
+}
+
 /* Gives back the activations whose backward sends have finished (all of
  * them, waiting, when `all`). */
 static gt_status reap(gt_pp_exec *e, bool all) {
@@ -63,20 +71,9 @@ static gt_status reap(gt_pp_exec *e, bool all) {
     int slot = e->held_slot[i];
     e->held_req[i] = e->held_req[--e->nheld];
     e->held_slot[i] = e->held_slot[e->nheld];
-    gt_acts_destroy(e->acts[slot]);
-    e->acts[slot] = NULL;
-    if (e->in[slot]) gt_arena_free(gt_model_arena(e->m), e->in[slot]);
-    e->in[slot] = NULL;
+    release(e, slot);
   }
   return first;
-}
-
-/* Gives a (micro-batch, chunk)'s memory back to the arena. */
-static void release(gt_pp_exec *e, int slot) {
-  gt_acts_destroy(e->acts[slot]);
-  e->acts[slot] = NULL;
-  if (e->in[slot]) gt_arena_free(gt_model_arena(e->m), e->in[slot]);
-  e->in[slot] = NULL;
 }
 
 void gt_pp_exec_destroy(gt_pp_exec *e) {
