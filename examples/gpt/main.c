@@ -24,7 +24,8 @@
 
 typedef struct args {
   const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule, *speeds;
-  int steps, batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every, bucket_kib, chunks;
+  int steps, batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every, bucket_kib, chunks,
+      mem_mib;
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
   bool documents, untied, zero1, seq_parallel, print_plan, no_overlap;
@@ -63,6 +64,7 @@ static const char *usage =
     "  --speeds LIST       relative speed of each rank (e.g. 1,0.5 for 2 ranks): the planner gives\n"
     "                      slower pipeline stages fewer layers and slower data-parallel replicas\n"
     "                      fewer rows of each micro-batch (default: all equal)\n"
+    "  --mem-mib N         memory each rank may use: --plan auto keeps to it (default: no limit)\n"
     "  --print-plan        print the plan (layers, splits, shards, predicted step) and exit\n"
     "run:\n"
     "  --device NAME       cpu or cuda[:N] (default cpu)\n"
@@ -83,7 +85,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--optimizer", GT_OPT_STR, &a->optimizer, 0, 0}, {"--plan", GT_OPT_STR, &a->plan, 0, 0},
       {"--bucket-kib", GT_OPT_INT, &a->bucket_kib, 1, 1 << 22},
       {"--schedule", GT_OPT_STR, &a->schedule, 0, 0},   {"--chunks", GT_OPT_INT, &a->chunks, 1, 64},
-      {"--speeds", GT_OPT_STR, &a->speeds, 0, 0},
+      {"--speeds", GT_OPT_STR, &a->speeds, 0, 0},       {"--mem-mib", GT_OPT_INT, &a->mem_mib, 1, 1 << 30},
       {"--zero1", GT_OPT_FLAG, &a->zero1, 0, 0},    {"--seq-parallel", GT_OPT_FLAG, &a->seq_parallel, 0, 0},
       {"--print-plan", GT_OPT_FLAG, &a->print_plan, 0, 0}, {"--no-overlap", GT_OPT_FLAG, &a->no_overlap, 0, 0},
       {"--steps", GT_OPT_INT, &a->steps, 1, 1e9},      {"--batch", GT_OPT_INT, &a->batch, 1, 1e6},
@@ -285,8 +287,9 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (!strcmp(layout, "auto") && job->world_size > 1) {
-    if ((s = gpt_choose_layout(be, &gc, a.batch, a.seq, job->world_size, a.accum * job->world_size, peak, schedule,
-                               a.chunks, a.zero1, chosen, sizeof chosen)) != GT_OK) {
+    if ((s = gpt_choose_layout(be, &gc, a.batch, a.seq, job->world_size, a.accum * job->world_size, peak,
+                               (double)a.mem_mib * (1 << 20), schedule, a.chunks, a.zero1, chosen,
+                               sizeof chosen)) != GT_OK) {
       fail("choosing a layout", s);
       goto out;
     }

@@ -31,11 +31,20 @@ static int tp_sizes(const gpt_config *gc, int world, int *out) {
 }
 
 gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, int world, int micro_batches,
-                            double peak_flops, gt_pp_kind schedule, int chunks, bool zero1, char *layout, size_t n) {
+                            double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, bool zero1,
+                            char *layout, size_t n) {
   gt_planner_layer *layers;
   int nl, tp[32];
-  GT_TRY(whole_layers(be, gc, B, T, &layers, &nl));
+  double *budget = mem_bytes > 0 ? malloc((size_t)world * sizeof *budget) : NULL;
+  if (mem_bytes > 0 && !budget) return gt_errorf(GT_ENOMEM, "out of memory");
+  for (int r = 0; budget && r < world; r++) budget[r] = mem_bytes;
+  gt_status st = whole_layers(be, gc, B, T, &layers, &nl);
+  if (st != GT_OK) {
+    free(budget);
+    return st;
+  }
   gt_planner_hw hw = gpt_planner_hw(world, peak_flops);
+  hw.mem_bytes = budget;
   gt_planner_job job = {.layers = layers, .nlayers = nl, .micro_batches = micro_batches, .schedule = schedule,
                         .chunks = schedule == GT_PP_INTERLEAVED ? chunks : 1, .zero1 = zero1, .tp_allowed = tp,
                         .ntp_allowed = tp_sizes(gc, world, tp)};
@@ -43,6 +52,7 @@ gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, 
   gt_status s = gt_planner_choose(&hw, &job, &r);
   if (s == GT_OK) snprintf(layout, n, "dp=%d,tp=%d,pp=%d", r.layout.dp, r.layout.tp, r.layout.pp);
   free(layers);
+  free(budget);
   return s;
 }
 

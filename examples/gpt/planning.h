@@ -13,9 +13,11 @@
  * round numbers for the links of one machine. */
 gt_planner_hw gpt_planner_hw(int world, double peak_flops);
 
-/* The fastest layout for `world` ranks (written as "dp=..,tp=..,pp=.."). */
+/* The fastest layout for `world` ranks that fits in mem_bytes per rank
+ * (0: no limit), written as "dp=..,tp=..,pp=..". */
 gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, int world, int micro_batches,
-                            double peak_flops, gt_pp_kind schedule, int chunks, bool zero1, char *layout, size_t n);
+                            double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, bool zero1,
+                            char *layout, size_t n);
 
 /* The plan's predicted step, with the model's actual stage cut. */
 gt_status gpt_print_prediction(gt_backend *be, const gpt_config *gc, const gt_plan *plan, const gt_model *m, int B,
