@@ -1,0 +1,77 @@
+/* See train_result.h. */
+#include "train_result.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/harness.h"
+
+enum { MAX_FLOATS = 400000 };
+
+train_result *train_result_new(const train_result *layout) {
+  train_result *r = harness_shared(sizeof(train_result) + MAX_FLOATS * sizeof(float));
+  if (layout) memcpy(r, layout, offsetof(train_result, params));
+  return r;
+}
+
+void train_result_set_layout(train_result *r, const gt_model *m) {
+  r->nparams = gt_model_buffer_floats(m);
+  CHECK(r->nparams <= MAX_FLOATS);
+  r->count = 0;
+  for (int i = 0; i < gt_model_num_params(m); i++) {
+    const gt_param *q = gt_model_param(m, i);
+    if (q->tied_to >= 0) continue;
+    CHECK(r->count < TR_MAX_PARAMS);
+    snprintf(r->names[r->count], sizeof r->names[0], "%s", q->name);
+    r->offsets[r->count++] = q->offset;
+  }
+}
+
+static long offset_of(const train_result *r, const char *name) {
+  for (int i = 0; i < r->count; i++)
+    if (!strcmp(r->names[i], name)) return (long)r->offsets[i];
+  return -1;
+}
+
+void train_result_write(train_result *r, const gt_model *m, const float *p, int tp_rank) {
+  for (int i = 0; i < gt_model_num_params(m); i++) {
+    const gt_param *q = gt_model_param(m, i);
+    if (q->tied_to >= 0 || !q->local || q->mirror_of >= 0 || (q->split_dim < 0 && tp_rank != 0)) continue;
+    long base = offset_of(r, q->name);
+    CHECK(base >= 0);
+    for (size_t j = 0; j < q->numel; j++) r->params[(size_t)base + gt_param_global_index(q, j)] = p[q->offset + j];
+  }
+}
+
+static bool is_key_bias(const train_result *ref, size_t i, int C) {
+  for (int k = 0; k < ref->count; k++) {
+    size_t len = strlen(ref->names[k]);
+    if (len > 6 && !strcmp(ref->names[k] + len - 6, ".qkv.b") && i >= ref->offsets[k] + (size_t)C &&
+        i < ref->offsets[k] + 2 * (size_t)C)
+      return true;
+  }
+  return false;
+}
+
+train_diff train_result_compare(const train_result *ref, const train_result *r, int steps, int C) {
+  train_diff d = {.worst = "none"};
+  for (int s = 0; s < steps; s++) {
+    double x = fabs((double)r->losses[s] - ref->losses[s]) / fabs((double)ref->losses[s]);
+    double y = ref->norms[s] > 0 ? fabs(r->norms[s] - ref->norms[s]) / ref->norms[s] : 0;
+    d.loss = x > d.loss ? x : d.loss;
+    d.norm = y > d.norm ? y : d.norm;
+  }
+  for (int k = 0; k < ref->count; k++) {
+    size_t lo = ref->offsets[k], hi = k + 1 < ref->count ? ref->offsets[k + 1] : ref->nparams;
+    double diff = 0, scale = 1e-30;
+    for (size_t i = lo; i < hi; i++) {
+      if (is_key_bias(ref, i, C)) continue;
+      double e = fabs((double)r->params[i] - ref->params[i]);
+      diff = e > diff ? e : diff;
+      scale = fabs((double)ref->params[i]) > scale ? fabs((double)ref->params[i]) : scale;
+    }
+    if (diff / scale > d.param) d.param = diff / scale, d.worst = ref->names[k];
+  }
+  return d;
+}

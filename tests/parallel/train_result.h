@@ -1,0 +1,47 @@
+/* What a training run leaves for comparison: its losses and gradient norms,
+ * and its final parameters in the single-process layout, written by forked
+ * ranks into memory shared with the test. */
+#ifndef GIANT_TEST_TRAIN_RESULT_H
+#define GIANT_TEST_TRAIN_RESULT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "giant/model.h"
+
+#define TR_MAX_STEPS 32
+#define TR_MAX_PARAMS 128
+
+typedef struct train_result {
+  float losses[TR_MAX_STEPS];
+  double norms[TR_MAX_STEPS];
+  size_t nparams;                   /* floats of the single-process buffer */
+  char names[TR_MAX_PARAMS][96];    /* the single-process parameter layout */
+  size_t offsets[TR_MAX_PARAMS];
+  int count;
+  float params[];
+} train_result;
+
+/* A result in shared memory; with `layout` given, its layout table copied. */
+train_result *train_result_new(const train_result *layout);
+/* One process: record the model's layout as the one results are written in. */
+void train_result_set_layout(train_result *r, const gt_model *m);
+/* Write the parameters this rank holds (p, its flat buffer) into the
+ * single-process layout: split parameters by their global index, whole ones
+ * by tensor-parallel rank 0 only, mirrors of tied parameters not at all. */
+void train_result_write(train_result *r, const gt_model *m, const float *p, int tp_rank);
+
+typedef struct train_diff {
+  double loss, param, norm; /* largest relative differences */
+  const char *worst;        /* the parameter tensor with the largest */
+} train_diff;
+
+/* Losses and norms relative to the reference; each parameter tensor's
+ * largest difference over its largest magnitude (so entries near zero are
+ * judged by the scale of their tensor). The key bias of attention (the
+ * middle C of each qkv.b) is left out: its gradient is exactly zero
+ * (softmax ignores a shift of every score by q.b), and Adam turns rounding
+ * noise in it into full-size steps, differently for every summation order. */
+train_diff train_result_compare(const train_result *ref, const train_result *r, int steps, int C);
+
+#endif
