@@ -4,8 +4,22 @@
 #ifndef GIANT_BENCH_RANK_H
 #define GIANT_BENCH_RANK_H
 
+#include <stdint.h>
+
 #include "giant/plan.h"
 #include "gpt.h"
+
+typedef struct bench_rank_config {
+  const char *layout;    /* NULL: one process */
+  int threads;
+  gpt_config gpt;
+  int B;                 /* the global rows of a micro-batch, split evenly over replicas */
+  int rows;              /* this rank's rows instead (uneven shares); 0: B / dp */
+  int micro_batches;     /* per step; 0: 1 */
+  gt_pp_kind schedule;   /* with pp > 1 */
+  bool cut_stages;       /* let the planner cut the pipeline stages */
+  size_t bucket_bytes;   /* 0: the plan's default */
+} bench_rank_config;
 
 typedef struct bench_rank {
   gt_backend *be;
@@ -17,9 +31,10 @@ typedef struct bench_rank {
   int rows;      /* micro-batch rows this rank trains on */
 } bench_rank;
 
-/* layout NULL: one process. B is the global batch. */
-void bench_rank_setup(bench_rank *r, int rank, int world, const char *layout, int threads, const gpt_config *gc,
-                      int B, size_t bucket_bytes);
+void bench_rank_setup(bench_rank *r, int rank, int world, const bench_rank_config *c);
 void bench_rank_teardown(bench_rank *r);
+
+/* n deterministic token ids below V (salt varies the stream); free() it. */
+int32_t *bench_tokens(size_t n, int V, unsigned salt);
 
 #endif

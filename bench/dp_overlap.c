@@ -21,18 +21,18 @@
 
 typedef struct cfg {
   int L, C, NH, T, B, V, rounds, steps, bucket_kib;
-  double results[2][4]; /* [overlap off, on] x {step s, exposed s, unused, samples} */
+  double results[2][3]; /* [overlap off, on] x {step s, exposed s, samples} */
 } cfg;
 
 static int rank_main(int rank, int world, void *arg) {
   cfg *c = arg;
   gpt_config gc = {.vocab_size = c->V, .T_max = c->T, .C = c->C, .NH = c->NH, .L = c->L, .tie_weights = true};
   bench_rank r;
-  bench_rank_setup(&r, rank, world, "dp=2", 1, &gc, 2 * c->B, (size_t)c->bucket_kib << 10);
+  bench_rank_setup(&r, rank, world,
+                   &(bench_rank_config){.layout = "dp=2", .threads = 1, .gpt = gc, .B = 2 * c->B,
+                                        .bucket_bytes = (size_t)c->bucket_kib << 10});
   gt_trainer *tr = r.tr;
-  size_t n = (size_t)c->B * c->T + 1;
-  int32_t *tok = malloc(n * sizeof *tok);
-  for (size_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 2654435761u + (size_t)rank * 97) % (size_t)c->V);
+  int32_t *tok = bench_tokens((size_t)c->B * c->T + 1, c->V, 97u * (unsigned)rank);
   gt_batch b = {.B = c->B, .T = c->T, .inputs = tok, .targets = tok + 1};
   CHECK_OK(gt_trainer_step_batches(tr, &b, 1, NULL)); /* warm up */
   for (int r = 0; r < c->rounds; r++) {
@@ -45,7 +45,7 @@ static int rank_main(int rank, int world, void *arg) {
         if (rank == 0) {
           c->results[k][0] += st.seconds;
           c->results[k][1] += ds->wait_seconds;
-          c->results[k][3] += 1;
+          c->results[k][2] += 1;
         }
       }
     }
@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
   }
   double step[2], exposed[2];
   for (int k = 0; k < 2; k++) {
-    double nn = c->results[k][3];
+    double nn = c->results[k][2];
     step[k] = c->results[k][0] / nn, exposed[k] = c->results[k][1] / nn;
   }
   double hidden = exposed[0] > 0 ? 1.0 - exposed[1] / exposed[0] : 0;

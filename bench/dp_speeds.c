@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_rank.h"
 #include "comm/harness.h"
 #include "giant/plan.h"
 #include "giant/planner.h"
@@ -36,41 +37,18 @@ static void pin(int core) {
 static int rank_main(int rank, int world, void *arg) {
   cfg *c = arg;
   pin(rank);
-  gt_backend *be;
-  CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
-  be->peak_flops = 1;
-  gt_store *store = harness_store();
-  gt_plan plan;
-  CHECK_OK(gt_plan_resolve(&(gt_plan_config){.world = world, .rank = rank, .layout = "dp=2"}, &plan));
-  gt_dist *dist;
-  gt_dist_config dc = {.plan = plan, .store = store, .generation = "bench",
-                       .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1"}};
-  CHECK_OK(gt_dist_create(&dc, &dist));
   int rows = rank == 0 ? c->share0 : GLOBAL_ROWS - c->share0, row0 = rank == 0 ? 0 : c->share0;
-  gt_model *m;
-  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = rows, .T_max = 128, .seed = 1}, &m));
-  gt_model_parallel mp = gt_dist_model_parallel(dist);
-  CHECK_OK(gt_model_set_parallel(m, &mp));
   gpt_config gc = {.vocab_size = 4096, .T_max = 128, .C = 128, .NH = 4, .L = 4, .tie_weights = true};
-  CHECK_OK(gpt_add_layers(m, &gc));
-  CHECK_OK(gt_model_build(m));
-  gt_trainer *tr;
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 1,
-                          .schedule = {3e-4f, 3e-4f, 0, 0}, .dist = dist};
-  CHECK_OK(gt_trainer_create(m, &tc, &tr));
-  int32_t *tok = malloc((GLOBAL_ROWS * 128 + 1) * sizeof *tok);
-  for (int i = 0; i <= GLOBAL_ROWS * 128; i++) tok[i] = (int32_t)(((unsigned)i * 2654435761u) % 4096u);
+  bench_rank r;
+  bench_rank_setup(&r, rank, world, &(bench_rank_config){.layout = "dp=2", .threads = 1, .gpt = gc, .rows = rows});
+  int32_t *tok = bench_tokens(GLOBAL_ROWS * 128 + 1, 4096, 0);
   gt_batch b = {.B = rows, .T = 128, .inputs = tok + row0 * 128, .targets = tok + row0 * 128 + 1};
-  CHECK_OK(gt_trainer_step_batches(tr, &b, 1, NULL));
+  CHECK_OK(gt_trainer_step_batches(r.tr, &b, 1, NULL));
   double t0 = gt_now();
-  for (int s = 0; s < STEPS; s++) CHECK_OK(gt_trainer_step_batches(tr, &b, 1, NULL));
+  for (int s = 0; s < STEPS; s++) CHECK_OK(gt_trainer_step_batches(r.tr, &b, 1, NULL));
   if (rank == 0) c->step_ms = (gt_now() - t0) / STEPS * 1e3;
   free(tok);
-  gt_trainer_destroy(tr);
-  gt_model_destroy(m);
-  gt_dist_destroy(dist);
-  gt_store_destroy(store);
-  gt_backend_destroy(be);
+  bench_rank_teardown(&r);
   return RANK_OK;
 }
 

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench_rank.h"
 #include "comm/harness.h"
 #include "giant/options.h"
 #include "giant/plan.h"
@@ -27,83 +28,51 @@ typedef struct cfg {
   double run[2], busy[2], step, predicted;
 } cfg;
 
+static gpt_config gpt_of(const cfg *c) {
+  return (gpt_config){.vocab_size = c->V, .T_max = c->T, .C = c->C, .NH = c->NH, .L = c->L, .tie_weights = true};
+}
+
 static int rank_main(int rank, int world, void *arg) {
   cfg *c = arg;
-  gt_backend *be;
-  CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
-  be->peak_flops = 1;
-  gt_store *store = harness_store();
-  gt_plan plan;
-  CHECK_OK(gt_plan_resolve(&(gt_plan_config){.world = world, .rank = rank, .layout = "pp=2", .schedule = c->kind},
-                           &plan));
-  gt_dist *dist;
-  gt_dist_config dc = {.plan = plan, .store = store, .generation = "bench",
-                       .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1"}};
-  CHECK_OK(gt_dist_create(&dc, &dist));
-  gt_model *m;
-  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = c->B, .T_max = c->T, .seed = 1}, &m));
-  gt_model_parallel mp = gt_dist_model_parallel(dist);
-  CHECK_OK(gt_model_set_parallel(m, &mp));
-  gpt_config gc = {.vocab_size = c->V, .T_max = c->T, .C = c->C, .NH = c->NH, .L = c->L, .tie_weights = true};
-  CHECK_OK(gpt_add_layers(m, &gc));
-  CHECK_OK(gt_plan_cut_stages(&plan, m, c->B, c->T, NULL)); /* the cut the cost model assumes */
-  CHECK_OK(gt_model_build(m));
-  gt_trainer *tr;
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = c->m,
-                          .schedule = {3e-4f, 3e-4f, 0, 0}, .dist = dist};
-  CHECK_OK(gt_trainer_create(m, &tc, &tr));
-  size_t n = (size_t)c->B * c->T + 1;
-  int32_t *tok = malloc(n * sizeof *tok);
-  for (size_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 2654435761u) % (size_t)c->V);
+  bench_rank r; /* the planner cuts the stages: the cut the cost model assumes */
+  bench_rank_setup(&r, rank, world,
+                   &(bench_rank_config){.layout = "pp=2", .threads = 1, .gpt = gpt_of(c), .B = c->B,
+                                        .micro_batches = c->m, .schedule = c->kind, .cut_stages = true});
+  int32_t *tok = bench_tokens((size_t)c->B * c->T + 1, c->V, 0);
   gt_batch *b = calloc((size_t)c->m, sizeof *b);
   for (int k = 0; k < c->m; k++) b[k] = (gt_batch){.B = c->B, .T = c->T, .inputs = tok, .targets = tok + 1};
-  CHECK_OK(gt_trainer_step_batches(tr, b, c->m, NULL)); /* warm up */
+  CHECK_OK(gt_trainer_step_batches(r.tr, b, c->m, NULL)); /* warm up */
   double run = 0, busy = 0, t0 = gt_now();
   for (int s = 0; s < c->steps; s++) {
-    CHECK_OK(gt_trainer_step_batches(tr, b, c->m, NULL));
-    double r, u;
-    gt_pp_exec_timing(gt_trainer_pp_exec(tr), &r, &u);
-    run += r, busy += u;
+    CHECK_OK(gt_trainer_step_batches(r.tr, b, c->m, NULL));
+    double rs, us;
+    gt_pp_exec_timing(gt_trainer_pp_exec(r.tr), &rs, &us);
+    run += rs, busy += us;
   }
   c->run[rank] = run, c->busy[rank] = busy;
   if (rank == 0) c->step = (gt_now() - t0) / c->steps;
   free(b), free(tok);
-  gt_trainer_destroy(tr);
-  gt_model_destroy(m);
-  gt_dist_destroy(dist);
-  gt_store_destroy(store);
-  gt_backend_destroy(be);
+  bench_rank_teardown(&r);
   return RANK_OK;
 }
 
 /* One process: time a training step of the same model, and what the cost
  * model predicts for the pipeline from that calibration. */
 static int calibrate(int rank, int world, void *arg) {
-  (void)rank, (void)world;
   cfg *c = arg;
-  gt_backend *be;
-  CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
-  be->peak_flops = 1;
-  gt_model *m;
-  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = c->B, .T_max = c->T, .seed = 1}, &m));
-  gpt_config gc = {.vocab_size = c->V, .T_max = c->T, .C = c->C, .NH = c->NH, .L = c->L, .tie_weights = true};
-  CHECK_OK(gpt_add_layers(m, &gc));
-  CHECK_OK(gt_model_build(m));
-  gt_trainer *tr;
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_accum = 1, .schedule = {3e-4f, 3e-4f, 0, 0}};
-  CHECK_OK(gt_trainer_create(m, &tc, &tr));
-  size_t n = (size_t)c->B * c->T + 1;
-  int32_t *tok = malloc(n * sizeof *tok);
-  for (size_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 2654435761u) % (size_t)c->V);
+  bench_rank r;
+  gpt_config gc = gpt_of(c);
+  bench_rank_setup(&r, rank, world, &(bench_rank_config){.threads = 1, .gpt = gc, .B = c->B});
+  int32_t *tok = bench_tokens((size_t)c->B * c->T + 1, c->V, 0);
   gt_batch b = {.B = c->B, .T = c->T, .inputs = tok, .targets = tok + 1};
-  CHECK_OK(gt_trainer_step_batches(tr, &b, 1, NULL));
+  CHECK_OK(gt_trainer_step_batches(r.tr, &b, 1, NULL));
   double t0 = gt_now();
-  for (int s = 0; s < 3; s++) CHECK_OK(gt_trainer_step_batches(tr, &b, 1, NULL));
+  for (int s = 0; s < 3; s++) CHECK_OK(gt_trainer_step_batches(r.tr, &b, 1, NULL));
   double one = (gt_now() - t0) / 3; /* seconds per micro-batch, forward + backward + update */
   gt_planner_layer *layers;
   int nl;
-  CHECK_OK(gt_planner_layers_from_model(m, c->B, c->T, &layers, &nl));
-  double flops = 3.0 * gt_model_flops(m, c->B, c->T);
+  CHECK_OK(gt_planner_layers_from_model(r.m, c->B, c->T, &layers, &nl));
+  double flops = 3.0 * gt_model_flops(r.m, c->B, c->T);
   gt_planner_hw hw = {.world = 2, .peak_flops = flops / one, .p2p_bandwidth = 2e9, .p2p_latency = 50e-6,
                       .ar_bandwidth = 2e9, .ar_latency = 50e-6, .dp_overlap = 0.5};
   gt_planner_job job = {.layers = layers, .nlayers = nl, .micro_batches = c->m, .schedule = c->kind, .chunks = 1};
@@ -111,9 +80,7 @@ static int calibrate(int rank, int world, void *arg) {
   CHECK_OK(gt_planner_estimate(&hw, &job, (gt_grid_layout){1, 1, 2}, NULL, &est));
   c->predicted = est.step_seconds;
   free(layers), free(tok);
-  gt_trainer_destroy(tr);
-  gt_model_destroy(m);
-  gt_backend_destroy(be);
+  bench_rank_teardown(&r);
   return RANK_OK;
 }
 

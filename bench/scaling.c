@@ -25,12 +25,12 @@ static int rank_main(int rank, int world, void *arg) {
   gpt_config gc = {.vocab_size = c->V, .T_max = c->T, .C = c->C, .NH = c->NH, .L = c->L, .tie_weights = true};
   static const char *layouts[NCONF] = {NULL, "dp=2", "tp=2"};
   bench_rank r;
-  bench_rank_setup(&r, rank, world, layouts[c->conf], c->conf == BASE ? 2 : 1, &gc, c->B, 0);
+  bench_rank_setup(&r, rank, world,
+                   &(bench_rank_config){.layout = layouts[c->conf], .threads = c->conf == BASE ? 2 : 1, .gpt = gc,
+                                        .B = c->B});
   gt_trainer *tr = r.tr;
   int rows = r.rows;
-  size_t n = (size_t)c->B * c->T + 1;
-  int32_t *tok = malloc(n * sizeof *tok);
-  for (size_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 2654435761u) % (size_t)c->V);
+  int32_t *tok = bench_tokens((size_t)c->B * c->T + 1, c->V, 0);
   int row0 = c->conf == DP2 ? rank * rows : 0;
   gt_batch b = {.B = rows, .T = c->T, .inputs = tok + row0 * c->T, .targets = tok + row0 * c->T + 1};
   CHECK_OK(gt_trainer_step_batches(tr, &b, 1, NULL)); /* warm up */
