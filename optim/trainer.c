@@ -20,8 +20,7 @@ struct gt_trainer {
   gt_dp_sync *sync;   /* NULL: no data parallelism */
   gt_pp_exec *pipe;   /* NULL: no pipeline parallelism */
   gt_batch *held;     /* pipelining a loader's batches: copies of one step's */
-  float *scalar;      /* device float for reducing the loss */
-  float *counts;      /* device floats: per micro-batch token counts, reduced over replicas */
+  float *counts;      /* device floats: token counts, the loss, reduced over replicas */
   int step;
 };
 
@@ -71,7 +70,6 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
     s = gt_optimizer_create(m, &cfg->optim, &t->opt);
   }
   if (cfg->grad_accum > 64) s = gt_errorf(GT_EINVAL, "at most 64 micro-batches a step, got %d", cfg->grad_accum);
-  if (s == GT_OK && t->dist) s = gt_arena_alloc(gt_model_arena(m), sizeof(float), (void **)&t->scalar);
   if (s == GT_OK && t->dist) s = gt_arena_alloc(gt_model_arena(m), 64 * sizeof(float), (void **)&t->counts);
   if (s == GT_OK && plan && plan->layout.pp > 1) s = gt_pp_exec_create(t->dist, m, cfg->grad_accum, &t->pipe);
   if (s == GT_OK && t->pipe) s = hold_batches(t);
@@ -94,7 +92,6 @@ void gt_trainer_destroy(gt_trainer *t) {
   gt_pp_exec_destroy(t->pipe);
   free_held(t);
   gt_dp_sync_destroy(t->sync);
-  if (t->scalar) gt_arena_free(gt_model_arena(t->m), t->scalar);
   if (t->counts) gt_arena_free(gt_model_arena(t->m), t->counts);
   gt_optimizer_destroy(t->opt);
   gt_metrics_close(t->metrics);

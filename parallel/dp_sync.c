@@ -20,7 +20,6 @@ typedef struct bucket {
   size_t lo, hi;     /* floats of the flat buffer */
   int min_layer;     /* lowest declaring layer among its parameters */
   gt_comm_req *req;
-  double started;
 } bucket;
 
 struct gt_dp_sync {
@@ -36,7 +35,6 @@ struct gt_dp_sync {
 };
 
 static gt_status start_bucket(gt_dp_sync *s, bucket *b) {
-  b->started = gt_now();
   return gt_comm_allreduce_start(s->dp, gt_model_grads(s->m) + b->lo, b->hi - b->lo, GT_F32, GT_COMM_SUM, &b->req);
 }
 
@@ -127,13 +125,11 @@ gt_status gt_dp_sync_finish(gt_dp_sync *s) {
   if (s->zero1) {
     /* Reduce-scatter the whole buffer; each rank keeps its shard's average. */
     size_t S = s->shard_hi - s->shard_lo;
-    double c0 = gt_now();
     GT_TRY(gt_comm_reduce_scatter(s->dp, gt_model_grads(m), s->shard, S, GT_F32, GT_COMM_SUM));
     gt_backend *be = gt_model_backend(m);
     GT_TRY(be->ops->memcpy(be, gt_model_grads(m) + s->shard_lo, s->shard, S * sizeof(float), GT_COPY_D2D,
                            be->compute));
-    s->stats.comm_seconds = gt_now() - c0;
-    s->stats.wait_seconds = s->stats.comm_seconds;
+    s->stats.wait_seconds = gt_now() - t0;
     return GT_OK;
   }
   gt_status first = GT_OK;
@@ -145,7 +141,6 @@ gt_status gt_dp_sync_finish(gt_dp_sync *s) {
     if (!s->b[i].req) continue;
     gt_status st = gt_comm_wait(s->b[i].req, -1);
     s->b[i].req = NULL;
-    s->stats.comm_seconds += gt_now() - s->b[i].started;
     if (st != GT_OK && first == GT_OK) first = gt_error_context(st, "averaging gradients over data parallelism");
   }
   s->stats.wait_seconds = gt_now() - t0;

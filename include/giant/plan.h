@@ -128,7 +128,6 @@ typedef struct gt_dp_sync gt_dp_sync;
 
 typedef struct gt_dp_sync_stats {
   int buckets;
-  double comm_seconds;   /* from each bucket's start to its observed end, summed */
   double wait_seconds;   /* time finish() spent waiting after backward ended */
 } gt_dp_sync_stats;
 
