@@ -137,7 +137,7 @@ static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *b
   else GT_TRY(gt_loader_next(loader, &b));
   float loss = 0;
   GT_TRY(gt_model_forward(t->m, t->acts, &b, &loss));
-  int64_t valid = valid_targets(&b);
+  int64_t valid = gt_acts_targets(t->acts);
   double weight;
   GT_TRY(micro_weights(t, &valid, 1, &weight));
   float scale = valid ? (float)(weight / (double)valid) : 0.0f; /* d(step loss)/d(token loss) */

@@ -179,8 +179,7 @@ static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *b
     GT_TRY(gt_comm_recv(e->bwd, e->grad, boundary(e, vs, b), GT_F32, next));
     dout = e->grad;
   }
-  int64_t valid = 0;
-  for (int64_t k = 0; k < (int64_t)b->B * b->T; k++) valid += b->targets[k] >= 0;
+  int64_t valid = gt_acts_targets(a);
   float scale = valid ? (float)(weights[mb] / (double)valid) : 0.0f;
   double t0 = gt_now();
   GT_TRY(gt_model_backward_stage(e->m, a, vs, dout, scale, &din));

@@ -53,6 +53,8 @@ void gt_acts_destroy(gt_acts *a) {
   free(a);
 }
 
+int64_t gt_acts_targets(const gt_acts *a) { return a->ntargets; }
+
 static void make_ctx(gt_model *m, gt_acts *a, float loss_scale, gt_layer_ctx *ctx) {
   ctx->be = m->be;
   ctx->B = a->B;

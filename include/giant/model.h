@@ -120,6 +120,9 @@ gt_status gt_model_backward_stage(gt_model *m, gt_acts *a, int stage, const floa
 gt_status gt_acts_create(gt_model *m, gt_acts **out);
 void gt_acts_destroy(gt_acts *a);
 
+/* The valid targets (not -1) of the batch the last forward ran on `a`. */
+int64_t gt_acts_targets(const gt_acts *a);
+
 /* Runs the batch forward; *loss (if not NULL) gets the mean loss over the
  * batch's valid targets. Token ids >= the vocabulary fail with GT_ERANGE. */
 gt_status gt_model_forward(gt_model *m, gt_acts *a, const gt_batch *batch, float *loss);
