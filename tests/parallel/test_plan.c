@@ -17,11 +17,6 @@
 static gt_backend *be;
 
 
-static void expect_error(gt_status got, gt_status want, const char *words) {
-  if (got != want || !strstr(gt_last_error(), words))
-    fail_msg("got %s '%s', wanted %s with '%s'", gt_status_name(got), gt_last_error(), gt_status_name(want), words);
-}
-
 static void test_layouts_parse_and_factor_the_world(void **state) {
   (void)state;
   gt_grid_layout l;

@@ -17,17 +17,6 @@
 
 #define MIB (1024.0 * 1024.0)
 
-#define NEAR(got, want, tol)                                                         \
-  do {                                                                               \
-    double g_ = (got), w_ = (want);                                                  \
-    if (!(fabs(g_ - w_) <= (tol))) fail_msg("%s = %.17g, want %.17g", #got, g_, w_); \
-  } while (0)
-
-static void expect_error(gt_status got, gt_status want, const char *words) {
-  if (got != want || !strstr(gt_last_error(), words))
-    fail_msg("got %s '%s', wanted %s with '%s'", gt_status_name(got), gt_last_error(), gt_status_name(want), words);
-}
-
 static void expect_cut(const int *got, const int *want, int n) {
   for (int i = 0; i <= n; i++)
     if (got[i] != want[i]) fail_msg("cut boundary %d is %d, want %d", i, got[i], want[i]);

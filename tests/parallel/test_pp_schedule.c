@@ -14,18 +14,6 @@
 
 #include "giant/pipeline.h"
 
-/* |got - want| <= tol, with both values in the failure message. */
-#define NEAR(got, want, tol)                                                                  \
-  do {                                                                                        \
-    double g_ = (got), w_ = (want);                                                           \
-    if (!(fabs(g_ - w_) <= (tol))) fail_msg("%s = %.17g, want %.17g", #got, g_, w_);          \
-  } while (0)
-
-static void expect_error(gt_status got, gt_status want, const char *words) {
-  if (got != want || !strstr(gt_last_error(), words))
-    fail_msg("got %s '%s', wanted %s with '%s'", gt_status_name(got), gt_last_error(), gt_status_name(want), words);
-}
-
 /* A rank's steps as text: "F0 F1 B0 ..." (chunk as ".c" when interleaved). */
 static void steps_text(const gt_pp_schedule *s, int r, char *buf, size_t n) {
   size_t at = 0;
