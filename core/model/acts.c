@@ -66,8 +66,9 @@ static void make_ctx(gt_model *m, gt_acts *a, float loss_scale, gt_layer_ctx *ct
 }
 
 /* Token ids are checked on the host before they reach a device, where an
- * out-of-range id would read out of bounds. */
-static gt_status check_batch(const gt_model *m, const gt_batch *b) {
+ * out-of-range id would read out of bounds; the same pass counts the valid
+ * targets. */
+static gt_status check_batch(const gt_model *m, const gt_batch *b, int64_t *valid) {
   if (b->B <= 0 || b->T <= 0) return gt_errorf(GT_EINVAL, "batch shape (%d, %d) must be positive", b->B, b->T);
   if (b->B > m->cfg.B_max)
     return gt_errorf(GT_EINVAL, "batch of %d rows is larger than the model's B_max %d", b->B, m->cfg.B_max);
@@ -76,6 +77,7 @@ static gt_status check_batch(const gt_model *m, const gt_batch *b) {
                      m->cfg.T_max);
   size_t n = (size_t)b->B * (size_t)b->T;
   int vin = m->vocab_in, vout = m->vocab_out;
+  *valid = 0;
   for (size_t i = 0; i < n; i++) {
     if (b->inputs[i] < 0 || b->inputs[i] >= vin)
       return gt_errorf(GT_ERANGE, "token id %d at position %zu is outside the vocabulary [0, %d)",
@@ -83,13 +85,16 @@ static gt_status check_batch(const gt_model *m, const gt_batch *b) {
     if (b->targets && (b->targets[i] < -1 || b->targets[i] >= vout))
       return gt_errorf(GT_ERANGE, "target id %d at position %zu is outside the vocabulary [0, %d)",
                        b->targets[i], i, vout);
+    if (b->targets) *valid += b->targets[i] >= 0;
   }
   return GT_OK;
 }
 
 /* Copies the batch to the device and records its shape. */
 static gt_status load_batch(gt_model *m, gt_acts *a, const gt_batch *batch) {
-  GT_TRY(check_batch(m, batch));
+  int64_t valid = 0;
+  GT_TRY(check_batch(m, batch, &valid));
+  a->ntargets = valid;
   gt_backend *be = m->be;
   a->B = batch->B;
   a->T = batch->T;
@@ -100,10 +105,6 @@ static gt_status load_batch(gt_model *m, gt_acts *a, const gt_batch *batch) {
   } else {
     GT_TRY(be->ops->memset(be, a->targets, 0xff, BT * sizeof(int32_t), be->compute)); /* all -1 */
   }
-  int64_t valid = 0;
-  if (batch->targets)
-    for (size_t i = 0; i < BT; i++) valid += batch->targets[i] >= 0;
-  a->ntargets = valid;
   return GT_OK;
 }
 
