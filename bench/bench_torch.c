@@ -47,8 +47,10 @@ gt_status bench_torch_export(gt_model *m, const int32_t *tokens, size_t ntokens,
   return GT_OK;
 }
 
+static void worker_stop(worker *w);
+
 static gt_status spawn(worker *w, const char *dir, const bench_torch_shape *s, int torch_threads,
-                       int blas_threads) {
+                       int blas_threads, const char *device, const char *precision) {
   int in[2], out[2];
   if (pipe(in) || pipe(out)) return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
   pid_t pid = fork();
@@ -68,7 +70,7 @@ static gt_status spawn(worker *w, const char *dir, const bench_torch_shape *s, i
      * not be the first python3 on PATH; GIANT_PYTHON overrides. */
     const char *py = getenv("GIANT_PYTHON");
     if (!py) py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
-    execlp(py, py, GIANT_BENCH_DIR "/train_step_torch.py", dir, shape, tt, (char *)NULL);
+    execlp(py, py, GIANT_BENCH_DIR "/train_step_torch.py", dir, shape, tt, device, precision, (char *)NULL);
     _exit(127);
   }
   close(in[0]);
@@ -77,10 +79,21 @@ static gt_status spawn(worker *w, const char *dir, const bench_torch_shape *s, i
   w->to = fdopen(in[1], "w");
   w->from = fdopen(out[0], "r");
   char line[256];
-  if (!fgets(line, sizeof line, w->from) || strncmp(line, "ready", 5) != 0)
+  if (!fgets(line, sizeof line, w->from)) {
+    worker_stop(w);
     return gt_errorf(GT_EUNSUPPORTED, "python3 with torch did not start (is python3-torch installed?)");
-  snprintf(w->setting, sizeof w->setting, "torch.set_num_threads(%d), OPENBLAS_NUM_THREADS=%d", torch_threads,
-           blas_threads);
+  }
+  if (strncmp(line, "ready", 5) != 0) {
+    /* The worker says why it cannot run, e.g. "unavailable: ..." */
+    line[strcspn(line, "\n")] = '\0';
+    worker_stop(w);
+    return gt_errorf(GT_EUNSUPPORTED, "the pytorch worker cannot run: %s", line);
+  }
+  if (!strcmp(device, "cpu"))
+    snprintf(w->setting, sizeof w->setting, "%s, torch.set_num_threads(%d), OPENBLAS_NUM_THREADS=%d", precision,
+             torch_threads, blas_threads);
+  else
+    snprintf(w->setting, sizeof w->setting, "%s on %s", precision, device);
   return GT_OK;
 }
 
@@ -118,13 +131,19 @@ static gt_status ask(worker *w, const char *cmd, int n, double *vals, int nvals)
   return GT_OK;
 }
 
-gt_status bench_torch_start(const char *dir, const bench_torch_shape *shape, int threads, bench_torch **out) {
+gt_status bench_torch_start(const char *dir, const bench_torch_shape *shape, int threads, const char *device,
+                            const char *precision, bench_torch **out) {
   *out = NULL;
   bench_torch *t = calloc(1, sizeof *t);
+  if (!t) return gt_errorf(GT_ENOMEM, "out of memory");
   worker own = {0};
-  GT_TRY(spawn(&t->w, dir, shape, 1, threads));
-  /* torch's own pool as a contender; keep whichever is faster. */
-  if (threads > 1 && spawn(&own, dir, shape, threads, 1) == GT_OK) {
+  gt_status s = spawn(&t->w, dir, shape, 1, threads, device, precision);
+  if (s != GT_OK) {
+    free(t);
+    return s;
+  }
+  /* On the CPU, torch's own pool as a contender; keep whichever is faster. */
+  if (!strcmp(device, "cpu") && threads > 1 && spawn(&own, dir, shape, threads, 1, device, precision) == GT_OK) {
     double a, b;
     GT_TRY(ask(&t->w, "time", 2, &a, 1));
     GT_TRY(ask(&own, "time", 2, &b, 1));

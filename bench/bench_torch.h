@@ -16,11 +16,14 @@ typedef struct bench_torch_shape {
 /* Writes the model's parameters (params.bin, params.txt) and the token
  * stream (tokens.bin) into dir for the subprocess to load. */
 gt_status bench_torch_export(gt_model *m, const int32_t *tokens, size_t ntokens, const char *dir);
-/* Starts PyTorch under two thread settings, keeps the faster: one pool
+/* Starts PyTorch on device "cpu" or "cuda" with matrix products in
+ * precision "fp32" or "bf16" (autocast, fp32 master weights). On the CPU it
+ * tries two thread settings and keeps the faster: one pool
  * (torch.set_num_threads(1), OPENBLAS_NUM_THREADS=threads) or torch's own
- * (torch.set_num_threads(threads), OPENBLAS_NUM_THREADS=1). Fails if python3
- * or torch is missing. */
-gt_status bench_torch_start(const char *dir, const bench_torch_shape *shape, int threads, bench_torch **out);
+ * (torch.set_num_threads(threads), OPENBLAS_NUM_THREADS=1). Fails, saying
+ * why, if python3 or torch is missing or torch cannot reach the device. */
+gt_status bench_torch_start(const char *dir, const bench_torch_shape *shape, int threads, const char *device,
+                            const char *precision, bench_torch **out);
 /* Losses of the first n steps from the exported weights. */
 gt_status bench_torch_losses(bench_torch *t, int n, float *losses);
 /* Mean ms per step over n steps. */

@@ -1,12 +1,16 @@
 /* bench/train_step: one GPT training step, Giant against PyTorch.
  *
- * Trains GPT (default L=4, C=256, NH=4, T=128, B=8, V=8192, fp32, AdamW,
- * global-norm clipping) and reports ms/step, tokens/s, GFLOP/s and MFU
- * against the sgemm peak measured in the same run. When python3 with torch
- * is available, the same model and step run in PyTorch, interleaved round
- * by round with Giant and the peak measurement (the machine's speed drifts),
- * and the ratio is printed. Before timing, both start from identical
- * weights and the same batch, and their losses over three steps must agree.
+ * Trains GPT (default L=4, C=256, NH=4, T=128, B=8, V=8192, AdamW,
+ * global-norm clipping) in fp32 or mixed bf16 precision (--precision) and
+ * reports ms/step, tokens/s, GFLOP/s and MFU against the peak of the same
+ * kind of matrix product (fp32 gemm, or bf16 x bf16 -> fp32 gemm_ex)
+ * measured in the same run. When python3 with torch is available (and, on
+ * --device cuda, torch sees a GPU), the same model and step run in PyTorch
+ * on the same device and precision (torch.autocast for bf16), interleaved
+ * round by round with Giant and the peak measurement (the machine's speed
+ * drifts), and the ratio is printed. Before timing, both start from
+ * identical weights and the same batch, and their losses over three steps
+ * must agree.
  *
  * FLOPs per step = 3 x forward, forward = 2 x (multiply-adds of every
  * matrix product): 6*N*tokens for the N weights used in matrix products
@@ -26,7 +30,8 @@
 #include "gpt.h"
 
 typedef struct args {
-  const char *device;
+  const char *device, *precision_name;
+  gt_precision precision;
   int L, C, NH, T, B, V, threads, rounds, steps, check_steps;
   bool no_torch;
 } args;
@@ -34,6 +39,8 @@ typedef struct args {
 static const char *usage =
     "usage: bench_train_step [options]\n"
     "  --device NAME   cpu or cuda (default cpu)\n"
+    "  --precision P   fp32 or bf16: matrix products in fp32, or bf16 with fp32\n"
+    "                  accumulation and master weights (default fp32)\n"
     "  --layers L --channels C --heads NH --seq T --batch B --vocab V\n"
     "                  (default 4, 256, 4, 128, 8, 8192)\n"
     "  --threads N     CPU threads (default 2)\n"
@@ -61,6 +68,7 @@ static gt_status giant_setup(giant_run *g, const args *a) {
   GT_TRY(gpt_add_layers(g->m, &gc));
   GT_TRY(gt_model_build(g->m));
   gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 1,
+                          .precision = a->precision,
                           .schedule = {.lr_max = 3e-4f, .lr_min = 3e-4f, .warmup = 0, .total = 0}};
   return gt_trainer_create(g->m, &tc, &g->tr);
 }
@@ -81,11 +89,12 @@ static int die(const char *what) {
 }
 
 int main(int argc, char **argv) {
-  args a = {.device = "cpu", .L = 4, .C = 256, .NH = 4, .T = 128, .B = 8, .V = 8192, .threads = 2, .rounds = 5,
-            .steps = 5, .check_steps = 3};
+  args a = {.device = "cpu", .precision_name = "fp32", .L = 4, .C = 256, .NH = 4, .T = 128, .B = 8, .V = 8192,
+            .threads = 2, .rounds = 5, .steps = 5, .check_steps = 3};
   gt_opt_spec specs[] = {
-      {"--device", GT_OPT_STR, &a.device, 0, 0},     {"--layers", GT_OPT_INT, &a.L, 1, 1000},
-      {"--channels", GT_OPT_INT, &a.C, 1, 65536},    {"--heads", GT_OPT_INT, &a.NH, 1, 1024},
+      {"--device", GT_OPT_STR, &a.device, 0, 0},     {"--precision", GT_OPT_STR, &a.precision_name, 0, 0},
+      {"--layers", GT_OPT_INT, &a.L, 1, 1000},       {"--channels", GT_OPT_INT, &a.C, 1, 65536},
+      {"--heads", GT_OPT_INT, &a.NH, 1, 1024},
       {"--seq", GT_OPT_INT, &a.T, 1, 65536},         {"--batch", GT_OPT_INT, &a.B, 1, 65536},
       {"--vocab", GT_OPT_INT, &a.V, 2, 1 << 22},     {"--threads", GT_OPT_INT, &a.threads, 1, 1024},
       {"--rounds", GT_OPT_INT, &a.rounds, 1, 1000},  {"--steps", GT_OPT_INT, &a.steps, 1, 100000},
@@ -93,6 +102,9 @@ int main(int argc, char **argv) {
   };
   int rc = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]), usage, NULL);
   if (rc >= 0) return rc;
+  rc = 0;
+  if (gt_precision_parse(a.precision_name, &a.precision) != GT_OK)
+    return fprintf(stderr, "bench_train_step: --precision: %s\n", gt_last_error()), 2;
   gt_backend_config bc;
   if (gt_device_parse(a.device, &bc) != GT_OK) return fprintf(stderr, "%s\n", gt_last_error()), 2;
   bc.num_threads = a.threads;
@@ -111,17 +123,25 @@ int main(int argc, char **argv) {
   gt_batch batch = {.B = a.B, .T = a.T, .inputs = tokens, .targets = tokens + 1};
 
   double flops = 3.0 * gt_model_flops(g.m, a.B, a.T);
-  printf("config: GPT L=%d C=%d NH=%d T=%d B=%d V=%d, fp32, AdamW + clip 1.0, device %s, %d threads\n", a.L, a.C,
-         a.NH, a.T, a.B, a.V, g.be->name, g.be->num_threads);
+  const char *prec = gt_precision_name(a.precision);
+  bool on_cpu = g.be->kind == GT_DEVICE_CPU;
+  printf("config: GPT L=%d C=%d NH=%d T=%d B=%d V=%d, precision %s%s, AdamW + clip 1.0, device %s", a.L, a.C, a.NH,
+         a.T, a.B, a.V, prec,
+         a.precision == GT_PRECISION_BF16 ? " (bf16 matrix products, fp32 accumulation, master weights, optimizer)"
+                                          : "",
+         g.be->name);
+  if (on_cpu) printf(", %d threads", g.be->num_threads);
+  printf("\n");
   printf("params: %zu (tied); FLOPs/step: %.3f G = 6*N*tokens + 12*L*T*C*tokens (N = matmul weights)\n",
          gt_model_param_count(g.m), flops / 1e9);
 
   bench_torch *torch = NULL;
-  if (!a.no_torch && g.be->kind == GT_DEVICE_CPU) {
+  if (!a.no_torch) {
     char dir[] = "/tmp/giant-bench-XXXXXX";
     if (!mkdtemp(dir)) return die("mkdtemp");
     if (bench_torch_export(g.m, tokens, BT + 1, dir) != GT_OK) return die("exporting weights");
-    if (bench_torch_start(dir, &(bench_torch_shape){a.B, a.T, a.V, a.C, a.NH, a.L}, a.threads, &torch) != GT_OK) {
+    if (bench_torch_start(dir, &(bench_torch_shape){a.B, a.T, a.V, a.C, a.NH, a.L}, a.threads,
+                          on_cpu ? "cpu" : g.be->name, prec, &torch) != GT_OK) {
       printf("pytorch: not available (%s); Giant alone\n", gt_last_error());
       torch = NULL;
     }
@@ -134,41 +154,51 @@ int main(int argc, char **argv) {
         gl[i] = st.loss;
       }
       if (bench_torch_losses(torch, a.check_steps, tl) != GT_OK) return die("pytorch losses");
+      /* fp32: the same arithmetic up to summation order. bf16: Giant
+       * rounds only the operands of its layers' products to bf16, while
+       * autocast also stores those products' outputs and runs attention's
+       * products in bf16, so the losses differ by bf16 roundings (relative
+       * 2^-9 each) that partly average out: 2e-2 holds them and still
+       * catches a wrong model or step. */
+      double tol = a.precision == GT_PRECISION_BF16 ? 2e-2 : 1e-4;
       double worst = 0;
       for (int i = 0; i < a.check_steps; i++) {
         double rel = fabs((double)gl[i] - tl[i]) / fabs((double)tl[i]);
         if (rel > worst) worst = rel;
         printf("check step %d: giant loss %.6f, pytorch loss %.6f\n", i, gl[i], tl[i]);
       }
-      printf("losses over %d steps from identical weights: max relative difference %.2e (%s 1e-4)\n",
-             a.check_steps, worst, worst <= 1e-4 ? "agree within" : "DISAGREE beyond");
-      if (worst > 1e-4) rc = 3;
+      printf("losses over %d steps from identical weights (%s): max relative difference %.2e (%s %.0e)\n",
+             a.check_steps, prec, worst, worst <= tol ? "agree within" : "DISAGREE beyond", tol);
+      if (worst > tol) rc = 3;
     }
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
   }
 
+  /* A GPU reaches its peak only on large products; n=1024 would leave it
+   * mostly idle and overstate MFU. */
+  int peak_n = on_cpu ? 1024 : 8192;
   double *peak = calloc((size_t)a.rounds, sizeof(double)), *gms = calloc((size_t)a.rounds, sizeof(double));
   double *tms = calloc((size_t)a.rounds, sizeof(double));
   /* Warm-up: first touches of memory and thread start-up. */
   for (int i = 0; i < 2; i++)
     if (gt_trainer_step_batches(g.tr, &batch, 1, NULL) != GT_OK) return die("step");
   for (int r = 0; r < a.rounds; r++) {
-    if (gt_backend_measure_peak(g.be, 1024, 0.5, &peak[r]) != GT_OK) return die("peak");
+    if (gt_backend_measure_peak_ex(g.be, a.precision, peak_n, 0.5, &peak[r]) != GT_OK) return die("peak");
     double t0 = gt_now();
     for (int i = 0; i < a.steps; i++)
       if (gt_trainer_step_batches(g.tr, &batch, 1, NULL) != GT_OK) return die("step");
     gms[r] = (gt_now() - t0) / a.steps * 1e3;
     if (torch && bench_torch_time(torch, a.steps, &tms[r]) != GT_OK) return die("pytorch timing");
-    printf("round %d: sgemm peak %.1f GFLOP/s | giant %.1f ms/step", r, peak[r] / 1e9, gms[r]);
+    printf("round %d: %s gemm peak %.1f GFLOP/s | giant %.1f ms/step", r, prec, peak[r] / 1e9, gms[r]);
     if (torch) printf(" | pytorch %.1f ms/step", tms[r]);
     printf("\n");
   }
   double pk = median(peak, a.rounds), gm = median(gms, a.rounds), tm = torch ? median(tms, a.rounds) : 0;
   double mfu = flops / (gm / 1e3) / pk;
-  printf("giant:   %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s, MFU %.1f%% of sgemm peak %.1f GFLOP/s\n", gm,
-         BT / (gm / 1e3), flops / (gm / 1e3) / 1e9, 100 * mfu, pk / 1e9);
+  printf("giant:   %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s, MFU %.1f%% of the %s gemm peak %.1f GFLOP/s\n", gm,
+         BT / (gm / 1e3), flops / (gm / 1e3) / 1e9, 100 * mfu, prec, pk / 1e9);
   if (torch) {
     printf("pytorch: %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s (%s)\n", tm, BT / (tm / 1e3),
            flops / (tm / 1e3) / 1e9, bench_torch_setting(torch));

@@ -1,13 +1,19 @@
 """PyTorch baseline for bench/train_step: the same GPT, step and weights.
 
-Started by bench_train_step as: python3 train_step_torch.py DIR B,T,V,C,NH,L THREADS
-Loads DIR/params.txt + params.bin (Giant's parameter buffer) and tokens.bin,
-then answers commands on stdin, one line each:
+Started by bench_train_step as:
+  python3 train_step_torch.py DIR B,T,V,C,NH,L THREADS DEVICE PRECISION
+DEVICE is cpu, cuda or cuda:N; PRECISION is fp32 or bf16 (torch.autocast to bfloat16
+around forward and loss, with fp32 weights, gradients and AdamW state: the
+usual PyTorch mixed precision). Loads DIR/params.txt + params.bin (Giant's
+parameter buffer) and tokens.bin, prints "ready" (or "unavailable: WHY" and
+exits), then answers commands on stdin, one line each:
   losses N  -> the losses of N training steps, space separated
   time N    -> mean milliseconds per step over N steps
   reset     -> reload the weights and a fresh optimizer
 """
+import contextlib
 import math
+import os
 import sys
 import time
 
@@ -16,9 +22,27 @@ import torch
 import torch.nn.functional as F
 
 DIR, SHAPE, THREADS = sys.argv[1], sys.argv[2], int(sys.argv[3])
+DEVICE = sys.argv[4] if len(sys.argv) > 4 else "cpu"
+PRECISION = sys.argv[5] if len(sys.argv) > 5 else "fp32"
 B, T, V, C, NH, L = (int(x) for x in SHAPE.split(","))
+DEVICE_TYPE = DEVICE.split(":")[0]
+if DEVICE_TYPE not in ("cpu", "cuda") or PRECISION not in ("fp32", "bf16"):
+    print(f"unavailable: device {DEVICE!r} / precision {PRECISION!r} not supported; use cpu|cuda and fp32|bf16",
+          flush=True)
+    sys.exit(0)
+if DEVICE_TYPE == "cuda" and not torch.cuda.is_available():
+    print("unavailable: torch.cuda.is_available() is False (no GPU, or torch built without CUDA)", flush=True)
+    sys.exit(0)
 torch.set_num_threads(THREADS)
 torch.manual_seed(0)
+# Giant's fp32 CUDA products are full fp32 unless GT_CUDA_TF32=1; match it.
+torch.backends.cuda.matmul.allow_tf32 = os.environ.get("GT_CUDA_TF32") == "1"
+
+
+def autocast():
+    if PRECISION == "bf16":
+        return torch.autocast(device_type=DEVICE_TYPE, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def load_params():
@@ -32,7 +56,7 @@ def load_params():
         t = torch.from_numpy(flat[off:off + numel].copy()).reshape([int(s) for s in shape])
         if name.endswith("qkv.w") or name.endswith("qkv.b"):
             t = t.reshape(3 * C, -1).squeeze(-1)  # Giant keeps q, k, v as (3, C, ...)
-        params[name] = t.requires_grad_(True)
+        params[name] = t.to(DEVICE).requires_grad_(True)
     return params
 
 
@@ -68,8 +92,8 @@ def optimizer(p):
                              lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
 
 
-MASK = torch.tril(torch.ones(T, T)).view(1, 1, T, T)
-tokens = torch.from_numpy(np.fromfile(f"{DIR}/tokens.bin", dtype=np.int32).astype(np.int64))
+MASK = torch.tril(torch.ones(T, T, device=DEVICE)).view(1, 1, T, T)
+tokens = torch.from_numpy(np.fromfile(f"{DIR}/tokens.bin", dtype=np.int32).astype(np.int64)).to(DEVICE)
 idx, targets = tokens[:B * T].view(B, T), tokens[1:B * T + 1].view(B, T)
 params = load_params()
 opt = optimizer(params)
@@ -77,7 +101,8 @@ opt = optimizer(params)
 
 def step():
     opt.zero_grad(set_to_none=True)
-    loss = forward(params, idx, targets)
+    with autocast():
+        loss = forward(params, idx, targets)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
     opt.step()
@@ -91,9 +116,13 @@ for line in sys.stdin:
     if cmd == "losses":
         print(" ".join(f"{step():.8f}" for _ in range(n)), flush=True)
     elif cmd == "time":
+        if DEVICE_TYPE == "cuda":
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(n):
             step()
+        if DEVICE_TYPE == "cuda":
+            torch.cuda.synchronize()
         print(f"{(time.perf_counter() - t0) / n * 1e3:.3f}", flush=True)
     elif cmd == "reset":
         params = load_params()

@@ -44,6 +44,21 @@ gt_status gt_device_parse(const char *s, gt_backend_config *cfg) {
   return gt_errorf(GT_EINVAL, "unknown device '%s': use cpu, cuda or cuda:N", s);
 }
 
+const char *gt_precision_name(gt_precision p) {
+  switch (p) {
+    case GT_PRECISION_FP32: return "fp32";
+    case GT_PRECISION_BF16: return "bf16";
+  }
+  return "unknown";
+}
+
+gt_status gt_precision_parse(const char *s, gt_precision *out) {
+  if (s && !strcmp(s, "fp32")) *out = GT_PRECISION_FP32;
+  else if (s && !strcmp(s, "bf16")) *out = GT_PRECISION_BF16;
+  else return gt_errorf(GT_EINVAL, "unknown precision '%s': use fp32 or bf16", s ? s : "(null)");
+  return GT_OK;
+}
+
 gt_status gt_backend_create(const gt_backend_config *cfg, gt_backend **out) {
   *out = NULL;
   gt_backend_config def = {.kind = GT_DEVICE_CPU, .device = 0, .num_threads = 0};

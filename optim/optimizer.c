@@ -76,6 +76,7 @@ gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale) {
   gt_backend *be = gt_model_backend(m);
   float *p = gt_model_params(m), *g = gt_model_grads(m);
   o->steps++;
+  gt_model_params_changed(m);
   /* Per parameter, because weight decay applies to some and not others;
    * tied parameters share storage and are updated once, by their owner.
    * Only the part of each parameter inside [lo, hi) is this optimizer's. */

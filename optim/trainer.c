@@ -74,10 +74,11 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   if (s == GT_OK && plan && plan->layout.pp > 1) s = gt_pp_exec_create(t->dist, m, cfg->grad_accum, &t->pipe);
   if (s == GT_OK && t->pipe) s = hold_batches(t);
   if (s == GT_OK && !t->pipe) s = gt_acts_create(m, &t->acts); /* a pipeline keeps its own per micro-batch */
+  if (s == GT_OK) s = gt_model_set_precision(m, cfg->precision);
   if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
   gt_backend *be = gt_model_backend(m);
   /* MFU needs the machine's peak; measure it once if nobody has. */
-  if (s == GT_OK && be->peak_flops <= 0) s = gt_backend_measure_peak(be, 512, 0.3, NULL);
+  if (s == GT_OK && be->peak_flops <= 0) s = gt_backend_measure_peak_ex(be, cfg->precision, 512, 0.3, NULL);
   if (s != GT_OK) {
     gt_trainer_destroy(t);
     return s;

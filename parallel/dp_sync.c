@@ -151,6 +151,7 @@ gt_status gt_dp_sync_gather_params(gt_dp_sync *s) {
   if (!s->zero1) return GT_OK;
   size_t S = s->shard_hi - s->shard_lo;
   float *p = gt_model_params(s->m);
+  gt_model_params_changed(s->m);
   return gt_comm_allgather(s->dp, p + s->shard_lo, p, S, GT_F32);
 }
 

@@ -90,6 +90,9 @@ gt_status gt_cpu_stream_wait_event(gt_backend *be, gt_stream *s, gt_event *e) {
 gt_status gt_cpu_event_sync(gt_backend *be, gt_event *e) { return gt_cpu_stream_wait_event(be, NULL, e); }
 
 void gt_cpu_destroy(gt_backend *be) {
+  gt_cpu_impl *impl = be->impl;
+  if (impl) free(impl->widen);
+  free(impl);
   gt_cpu_stream_destroy(be, be->compute);
   gt_cpu_stream_destroy(be, be->copy);
   free(be);
@@ -119,7 +122,9 @@ gt_status gt_cpu_backend_create(const gt_backend_config *cfg, gt_backend **out) 
    * run on these threads. */
   omp_set_num_threads(n);
   strcpy(be->name, "cpu");
-  gt_status s = gt_cpu_stream_create(be, &be->compute);
+  be->impl = calloc(1, sizeof(gt_cpu_impl));
+  gt_status s = be->impl ? GT_OK : gt_errorf(GT_ENOMEM, "cpu: out of memory creating the backend");
+  if (s == GT_OK) s = gt_cpu_stream_create(be, &be->compute);
   if (s == GT_OK) s = gt_cpu_stream_create(be, &be->copy);
   if (s != GT_OK) {
     gt_cpu_destroy(be);

@@ -7,6 +7,12 @@
 
 extern const gt_backend_ops gt_cpu_ops;
 
+/* be->impl of a CPU backend. */
+typedef struct gt_cpu_impl {
+  float *widen;      /* bf16 operands widened to fp32 for gemm_ex */
+  size_t widen_cap;  /* floats */
+} gt_cpu_impl;
+
 gt_status gt_cpu_backend_create(const gt_backend_config *cfg, gt_backend **out);
 
 /* memory, streams, events (cpu_backend.c) */
@@ -27,6 +33,10 @@ void gt_cpu_destroy(gt_backend *be);
 
 /* matrix products (cpu_gemm.c) */
 gt_status gt_cpu_gemm(gt_backend *be, const gt_gemm_args *g);
+/* mixed precision and biases (cpu_gemm_ex.c) */
+gt_status gt_cpu_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g);
+gt_status gt_cpu_bias_add(gt_backend *be, float *out, const float *bias, int N, int OC);
+gt_status gt_cpu_bias_backward(gt_backend *be, float *dbias, const float *dout, int N, int OC);
 
 /* layers (cpu_kernels_nn.c) */
 gt_status gt_cpu_embedding_forward(gt_backend *be, float *out, const int32_t *tokens,

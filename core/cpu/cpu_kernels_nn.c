@@ -148,7 +148,7 @@ gt_status gt_cpu_linear_backward(gt_backend *be, float *dinp, float *dw, float *
                                  int OC) {
   GT_TRY(check_dims("linear_backward", N, C, OC));
   if (N == 0 || OC == 0) return GT_OK;
-  int nt = gt_cpu_threads(be);
+  (void)gt_cpu_threads(be); /* sizes OpenBLAS's team */
   if (C > 0) {
     if (dinp)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f,
@@ -156,18 +156,7 @@ gt_status gt_cpu_linear_backward(gt_backend *be, float *dinp, float *dw, float *
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
                 dw, C);
   }
-  if (dbias) {
-#pragma omp parallel num_threads(nt) if ((int64_t)N * OC >= GT_CPU_PAR_MIN)
-    {
-      int64_t c0, c1;
-      gt_cpu_share(OC, 16, &c0, &c1);
-      for (int i = 0; i < N && c0 < c1; i++) {
-        const float *d = dout + (int64_t)i * OC;
-        for (int64_t c = c0; c < c1; c++) dbias[c] += d[c];
-      }
-    }
-  }
-  return GT_OK;
+  return dbias ? gt_cpu_bias_backward(be, dbias, dout, N, OC) : GT_OK;
 }
 
 /* 0.5 x (1 + tanh u) = x * sigmoid(2u): one exp and one division per

@@ -43,4 +43,7 @@ const gt_backend_ops gt_cpu_ops = {
     .xent_vp_local = gt_cpu_xent_vp_local,
     .xent_vp_finish = gt_cpu_xent_vp_finish,
     .softmax_xent_backward_vp = gt_cpu_softmax_xent_backward_vp,
+    .gemm_ex = gt_cpu_gemm_ex,
+    .bias_add = gt_cpu_bias_add,
+    .bias_backward = gt_cpu_bias_backward,
 };

@@ -64,6 +64,8 @@ static gt_backend_ops make_ops(void) {
   o.xent_vp_local = gt_cuda_xent_vp_local;
   o.xent_vp_finish = gt_cuda_xent_vp_finish;
   o.softmax_xent_backward_vp = gt_cuda_softmax_xent_backward_vp;
+  o.bias_add = gt_cuda_bias_add;
+  o.bias_backward = gt_cuda_bias_backward;
   return o;
 }
 

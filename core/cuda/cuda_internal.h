@@ -99,7 +99,7 @@ void gt_cuda_destroy(gt_backend *be);
 gt_status gt_cuda_gemm(gt_backend *be, const gt_gemm_args *g);
 gt_status gt_cuda_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g);
 
-/* embedding, layernorm, linear, gelu, residual (cuda_kernels_nn.cu) */
+/* embedding, layernorm, linear, bias, gelu, residual (cuda_kernels_nn.cu) */
 gt_status gt_cuda_embedding_forward(gt_backend *be, float *out, const int32_t *tokens,
                                     const float *wte, const float *wpe, int B, int T, int C);
 gt_status gt_cuda_embedding_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
@@ -114,6 +114,8 @@ gt_status gt_cuda_linear_forward(gt_backend *be, float *out, const float *inp, c
 gt_status gt_cuda_linear_backward(gt_backend *be, float *dinp, float *dw, float *dbias,
                                   const float *dout, const float *inp, const float *w, int N, int C,
                                   int OC);
+gt_status gt_cuda_bias_add(gt_backend *be, float *out, const float *bias, int N, int OC);
+gt_status gt_cuda_bias_backward(gt_backend *be, float *dbias, const float *dout, int N, int OC);
 gt_status gt_cuda_gelu_forward(gt_backend *be, float *out, const float *inp, size_t n);
 gt_status gt_cuda_gelu_backward(gt_backend *be, float *dinp, const float *inp, const float *dout,
                                 size_t n);

@@ -1,4 +1,4 @@
-/* Transformer layers on CUDA: embedding, layernorm, linear, GELU and
+/* Transformer layers on CUDA: embedding, layernorm, linear, bias, GELU and
  * residual, forward and backward, with the CPU backend's semantics.
  *
  * Gradients summed over rows (embedding tables, layernorm weights, biases)
@@ -282,17 +282,48 @@ gt_status gt_cuda_linear_backward(gt_backend *be, float *dinp, float *dw, float 
     GT_TRY(gt_cuda_gemm_rm(be, GT_TRANS, GT_NO_TRANS, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f,
                            dw, C, 0, 1));
   }
-  if (!dbias) return GT_OK;
+  return dbias ? gt_cuda_bias_backward(be, dbias, dout, N, OC) : GT_OK;
+}
+
+/* ---- biases on their own (for products done by gemm or gemm_ex) ---- */
+
+__global__ void bias_add_kernel(float *out, const float *bias, int64_t N, int OC) {
+  int64_t total = N * OC;
+  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
+       idx += (int64_t)gridDim.x * blockDim.x)
+    out[idx] += bias[idx % OC];
+}
+
+gt_status gt_cuda_bias_add(gt_backend *be, float *out, const float *bias, int N, int OC) {
+  GT_TRY(check_dims(be, "bias_add", N, OC, 0));
+  if (N == 0 || OC == 0) return GT_OK;
+  if (!out || !bias)
+    return gt_errorf(GT_EINVAL, "%s: bias_add: out and bias must not be NULL", be->name);
+  GT_TRY(gt_cuda_enter(be));
+  bias_add_kernel<<<gt_cuda_blocks((size_t)N * OC, GT_CUDA_THREADS), GT_CUDA_THREADS, 0,
+                    gt_cuda_stream(be)>>>(out, bias, N, OC);
+  return gt_cuda_launched(be, "bias_add");
+}
+
+/* A column sum in a fixed order: rows cut into chunks summed in order, then
+ * the chunks added in order, so the result does not depend on scheduling.
+ * linear_backward's bias gradient is this too. */
+gt_status gt_cuda_bias_backward(gt_backend *be, float *dbias, const float *dout, int N, int OC) {
+  GT_TRY(check_dims(be, "bias_backward", N, OC, 0));
+  if (N == 0 || OC == 0) return GT_OK;
+  if (!dbias || !dout)
+    return gt_errorf(GT_EINVAL, "%s: bias_backward: dbias and dout must not be NULL", be->name);
+  GT_TRY(gt_cuda_enter(be));
   cudaStream_t st = gt_cuda_stream(be);
   int chunks = colsum_chunks(N), rows_per = (N + chunks - 1) / chunks;
   float *partial;
   GT_TRY(gt_cuda_scratch(be, (size_t)chunks * OC * sizeof(float), (void **)&partial));
   dim3 grid((OC + GT_CUDA_THREADS - 1) / GT_CUDA_THREADS, chunks);
   colsum_partial_kernel<<<grid, GT_CUDA_THREADS, 0, st>>>(partial, dout, N, OC, rows_per);
-  GT_TRY(gt_cuda_launched(be, "linear_backward_dbias_partial"));
+  GT_TRY(gt_cuda_launched(be, "bias_backward_partial"));
   colsum_finish_kernel<<<(OC + GT_CUDA_THREADS - 1) / GT_CUDA_THREADS, GT_CUDA_THREADS, 0, st>>>(
       dbias, NULL, partial, chunks, OC);
-  return gt_cuda_launched(be, "linear_backward_dbias");
+  return gt_cuda_launched(be, "bias_backward");
 }
 
 /* ---- GELU (tanh approximation) and residual ---- */

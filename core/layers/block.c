@@ -130,15 +130,15 @@ static gt_status block_forward(gt_layer *self, const gt_layer_ctx *ctx, const fl
   bool bias_here = gt_layer_tp_rank(self) == 0;
 
   GT_TRY(op->layernorm_forward(be, a.ln1, a.ln1_mean, a.ln1_rstd, in, P(LN1W), P(LN1B), N, C));
-  GT_TRY(op->linear_forward(be, a.qkv, a.ln1, P(QKVW), P(QKVB), N, C, 3 * Cl));
+  GT_TRY(gt_layer_linear_forward(self, ctx, a.qkv, a.ln1, QKVW, P(QKVB), N, C, 3 * Cl));
   GT_TRY(op->attention_forward(be, a.atty, a.att, a.qkv, B, T, Cl, c->NHl));
-  GT_TRY(op->linear_forward(be, tmp, a.atty, P(PROJW), bias_here ? P(PROJB) : NULL, N, Cl, C));
+  GT_TRY(gt_layer_linear_forward(self, ctx, tmp, a.atty, PROJW, bias_here ? P(PROJB) : NULL, N, Cl, C));
   GT_TRY(tp_sum(self, tmp, NC));
   GT_TRY(op->residual_forward(be, a.res2, in, tmp, NC));
   GT_TRY(op->layernorm_forward(be, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(LN2W), P(LN2B), N, C));
-  GT_TRY(op->linear_forward(be, a.fch, a.ln2, P(FC1W), P(FC1B), N, C, Hl));
+  GT_TRY(gt_layer_linear_forward(self, ctx, a.fch, a.ln2, FC1W, P(FC1B), N, C, Hl));
   GT_TRY(op->gelu_forward(be, a.fch_gelu, a.fch, (size_t)N * (size_t)Hl));
-  GT_TRY(op->linear_forward(be, tmp, a.fch_gelu, P(FC2W), bias_here ? P(FC2B) : NULL, N, Hl, C));
+  GT_TRY(gt_layer_linear_forward(self, ctx, tmp, a.fch_gelu, FC2W, bias_here ? P(FC2B) : NULL, N, Hl, C));
   GT_TRY(tp_sum(self, tmp, NC));
   return op->residual_forward(be, out, a.res2, tmp, NC);
 }
@@ -158,22 +158,22 @@ static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const f
   /* MLP branch: out = res2 + fc2(gelu(fc1(ln2(res2)))). */
   GT_TRY(be->ops->memcpy(be, dres2, dout, NC * sizeof(float), GT_COPY_D2D, be->compute));
   GT_TRY(GT_ZERO(be, dfch_gelu, NHl));
-  GT_TRY(op->linear_backward(be, dfch_gelu, G(FC2W), G(FC2B), dout, a.fch_gelu, P(FC2W), N, Hl, C));
+  GT_TRY(gt_layer_linear_backward(self, ctx, dfch_gelu, G(FC2B), dout, a.fch_gelu, FC2W, N, Hl, C));
   GT_TRY(GT_ZERO(be, dfch, NHl));
   GT_TRY(op->gelu_backward(be, dfch, a.fch, dfch_gelu, NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
-  GT_TRY(op->linear_backward(be, dln, G(FC1W), G(FC1B), dfch, a.ln2, P(FC1W), N, C, Hl));
+  GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(FC1B), dfch, a.ln2, FC1W, N, C, Hl));
   GT_TRY(tp_sum(self, dln, NC));
   GT_TRY(op->layernorm_backward(be, dres2, G(LN2W), G(LN2B), dln, a.res2, P(LN2W), a.ln2_mean, a.ln2_rstd, N, C));
 
   /* Attention branch: res2 = in + proj(attention(qkv(ln1(in)))). */
   GT_TRY(op->residual_backward(be, din, NULL, dres2, NC));
   GT_TRY(GT_ZERO(be, datty, NCl));
-  GT_TRY(op->linear_backward(be, datty, G(PROJW), G(PROJB), dres2, a.atty, P(PROJW), N, Cl, C));
+  GT_TRY(gt_layer_linear_backward(self, ctx, datty, G(PROJB), dres2, a.atty, PROJW, N, Cl, C));
   GT_TRY(GT_ZERO(be, dqkv, 3 * NCl));
   GT_TRY(op->attention_backward(be, dqkv, datt, datty, a.qkv, a.att, B, T, Cl, c->NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
-  GT_TRY(op->linear_backward(be, dln, G(QKVW), G(QKVB), dqkv, a.ln1, P(QKVW), N, C, 3 * Cl));
+  GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(QKVB), dqkv, a.ln1, QKVW, N, C, 3 * Cl));
   GT_TRY(tp_sum(self, dln, NC));
   return op->layernorm_backward(be, din, G(LN1W), G(LN1B), dln, in, P(LN1W), a.ln1_mean, a.ln1_rstd, N, C);
 }
@@ -195,16 +195,16 @@ static gt_status block_forward_sp(gt_layer *self, const gt_layer_ctx *ctx, const
 
   GT_TRY(op->layernorm_forward(be, sh, a.ln1_mean, a.ln1_rstd, in, P(LN1W), P(LN1B), rows, C));
   GT_TRY(g->allgather(g, sh, a.ln1, RC));
-  GT_TRY(op->linear_forward(be, a.qkv, a.ln1, P(QKVW), P(QKVB), N, C, 3 * Cl));
+  GT_TRY(gt_layer_linear_forward(self, ctx, a.qkv, a.ln1, QKVW, P(QKVB), N, C, 3 * Cl));
   GT_TRY(op->attention_forward(be, a.atty, a.att, a.qkv, B, T, Cl, c->NHl));
-  GT_TRY(op->linear_forward(be, tmp, a.atty, P(PROJW), bias_here ? P(PROJB) : NULL, N, Cl, C));
+  GT_TRY(gt_layer_linear_forward(self, ctx, tmp, a.atty, PROJW, bias_here ? P(PROJB) : NULL, N, Cl, C));
   GT_TRY(g->reduce_scatter_sum(g, tmp, sh, RC));
   GT_TRY(op->residual_forward(be, a.res2, in, sh, RC));
   GT_TRY(op->layernorm_forward(be, sh, a.ln2_mean, a.ln2_rstd, a.res2, P(LN2W), P(LN2B), rows, C));
   GT_TRY(g->allgather(g, sh, a.ln2, RC));
-  GT_TRY(op->linear_forward(be, a.fch, a.ln2, P(FC1W), P(FC1B), N, C, Hl));
+  GT_TRY(gt_layer_linear_forward(self, ctx, a.fch, a.ln2, FC1W, P(FC1B), N, C, Hl));
   GT_TRY(op->gelu_forward(be, a.fch_gelu, a.fch, (size_t)N * (size_t)Hl));
-  GT_TRY(op->linear_forward(be, tmp, a.fch_gelu, P(FC2W), bias_here ? P(FC2B) : NULL, N, Hl, C));
+  GT_TRY(gt_layer_linear_forward(self, ctx, tmp, a.fch_gelu, FC2W, bias_here ? P(FC2B) : NULL, N, Hl, C));
   (void)NC;
   GT_TRY(g->reduce_scatter_sum(g, tmp, sh, RC));
   return op->residual_forward(be, out, a.res2, sh, RC);
@@ -229,11 +229,11 @@ static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, cons
   GT_TRY(be->ops->memcpy(be, dres2, dout, RC * sizeof(float), GT_COPY_D2D, be->compute));
   GT_TRY(g->allgather(g, dout, dfull, RC));
   GT_TRY(GT_ZERO(be, dfch_gelu, NHl));
-  GT_TRY(op->linear_backward(be, dfch_gelu, G(FC2W), G(FC2B), dfull, a.fch_gelu, P(FC2W), N, Hl, C));
+  GT_TRY(gt_layer_linear_backward(self, ctx, dfch_gelu, G(FC2B), dfull, a.fch_gelu, FC2W, N, Hl, C));
   GT_TRY(GT_ZERO(be, dfch, NHl));
   GT_TRY(op->gelu_backward(be, dfch, a.fch, dfch_gelu, NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
-  GT_TRY(op->linear_backward(be, dln, G(FC1W), G(FC1B), dfch, a.ln2, P(FC1W), N, C, Hl));
+  GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(FC1B), dfch, a.ln2, FC1W, N, C, Hl));
   GT_TRY(g->reduce_scatter_sum(g, dln, dsh, RC));
   GT_TRY(gt_layernorm_backward_shard(self, ctx, dres2, G(LN2W), G(LN2B), dsh, a.res2, P(LN2W), a.ln2_mean,
                                      a.ln2_rstd, rows, C, lntmp));
@@ -242,11 +242,11 @@ static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, cons
   GT_TRY(op->residual_backward(be, din, NULL, dres2, RC));
   GT_TRY(g->allgather(g, dres2, dfull, RC));
   GT_TRY(GT_ZERO(be, datty, NCl));
-  GT_TRY(op->linear_backward(be, datty, G(PROJW), G(PROJB), dfull, a.atty, P(PROJW), N, Cl, C));
+  GT_TRY(gt_layer_linear_backward(self, ctx, datty, G(PROJB), dfull, a.atty, PROJW, N, Cl, C));
   GT_TRY(GT_ZERO(be, dqkv, 3 * NCl));
   GT_TRY(op->attention_backward(be, dqkv, datt, datty, a.qkv, a.att, B, T, Cl, c->NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
-  GT_TRY(op->linear_backward(be, dln, G(QKVW), G(QKVB), dqkv, a.ln1, P(QKVW), N, C, 3 * Cl));
+  GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(QKVB), dqkv, a.ln1, QKVW, N, C, 3 * Cl));
   GT_TRY(g->reduce_scatter_sum(g, dln, dsh, RC));
   return gt_layernorm_backward_shard(self, ctx, din, G(LN1W), G(LN1B), dsh, in, P(LN1W), a.ln1_mean, a.ln1_rstd,
                                      rows, C, lntmp);

@@ -31,17 +31,16 @@ static size_t lin_acts(const gt_layer *self, int B, int T) {
 static gt_status lin_forward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out, float *acts) {
   (void)acts;
   const gt_linear_config *c = self->state;
-  return ctx->be->ops->linear_forward(ctx->be, out, in, gt_layer_param(self, W),
-                                      c->bias ? gt_layer_param(self, B_) : NULL, ctx->B * ctx->T, c->in, c->out);
+  return gt_layer_linear_forward(self, ctx, out, in, W, c->bias ? gt_layer_param(self, B_) : NULL, ctx->B * ctx->T,
+                                 c->in, c->out);
 }
 
 static gt_status lin_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
                               float *din, float *acts) {
   (void)acts;
   const gt_linear_config *c = self->state;
-  return ctx->be->ops->linear_backward(ctx->be, din, gt_layer_grad(self, W),
-                                       c->bias ? gt_layer_grad(self, B_) : NULL, dout, in,
-                                       gt_layer_param(self, W), ctx->B * ctx->T, c->in, c->out);
+  return gt_layer_linear_backward(self, ctx, din, c->bias ? gt_layer_grad(self, B_) : NULL, dout, in, W,
+                                  ctx->B * ctx->T, c->in, c->out);
 }
 
 static double lin_flops(const gt_layer *self, int B, int T) {

@@ -75,7 +75,7 @@ static gt_status head_forward(gt_layer *self, const gt_layer_ctx *ctx, const flo
     GT_TRY(self->tp->allgather(self->tp, in, whole, (size_t)rows * c->C));
     in = whole;
   }
-  GT_TRY(be->ops->linear_forward(be, acts, in, gt_layer_param(self, 0), NULL, N, c->C, V));
+  GT_TRY(gt_layer_linear_forward(self, ctx, acts, in, 0, NULL, N, c->C, V));
   if (!self->tp) return be->ops->softmax_xent_forward(be, out, acts, acts, ctx->targets, N, V);
   gt_group *g = self->tp;
   float *stats = ctx->scratch, *all = stats + 2 * (size_t)N, *tlogit = all + 2 * (size_t)N * g->size;
@@ -101,12 +101,11 @@ static gt_status head_backward(gt_layer *self, const gt_layer_ctx *ctx, const fl
     /* The input gradient is a partial sum over ranks; sum and scatter it. */
     int rows = N / self->tp->size;
     GT_TRY(GT_ZERO(be, ctx->scratch, (size_t)N * c->C));
-    GT_TRY(be->ops->linear_backward(be, ctx->scratch, gt_layer_grad(self, 0), NULL, acts,
-                                    acts + (size_t)N * (size_t)V, gt_layer_param(self, 0), N, c->C, V));
+    GT_TRY(gt_layer_linear_backward(self, ctx, ctx->scratch, NULL, acts, acts + (size_t)N * (size_t)V, 0, N, c->C,
+                                    V));
     return din ? self->tp->reduce_scatter_sum(self->tp, ctx->scratch, din, (size_t)rows * c->C) : GT_OK;
   }
-  GT_TRY(be->ops->linear_backward(be, din, gt_layer_grad(self, 0), NULL, acts, in, gt_layer_param(self, 0), N,
-                                  c->C, V));
+  GT_TRY(gt_layer_linear_backward(self, ctx, din, NULL, acts, in, 0, N, c->C, V));
   /* din arrived zeroed, so it now holds exactly this rank's partial sum. */
   if (self->tp && din) GT_TRY(self->tp->allreduce_sum(self->tp, din, (size_t)N * (size_t)c->C));
   return GT_OK;

@@ -63,6 +63,7 @@ static void make_ctx(gt_model *m, gt_acts *a, float loss_scale, gt_layer_ctx *ct
   ctx->targets = a->targets;
   ctx->loss_scale = loss_scale;
   ctx->scratch = m->scratch;
+  ctx->precision = m->precision;
 }
 
 /* Token ids are checked on the host before they reach a device, where an
@@ -110,6 +111,7 @@ static gt_status load_batch(gt_model *m, gt_acts *a, const gt_batch *batch) {
 
 /* Forward of layers [lo, hi]; `in` feeds layer lo. */
 static gt_status forward_layers(gt_model *m, gt_acts *a, int lo, int hi, const float *in, float *loss) {
+  GT_TRY(gt_model_refresh_bf16(m));
   gt_layer_ctx ctx;
   make_ctx(m, a, 0.0f, &ctx);
   for (int i = lo; i <= hi; i++) {

@@ -40,6 +40,7 @@ void gt_model_destroy(gt_model *m) {
   gt_arena_free(m->arena, m->param_buf);
   gt_arena_free(m->arena, m->grad_buf);
   gt_arena_free(m->arena, m->scratch);
+  gt_model_precision_destroy(m);
   gt_arena_destroy(m->arena);
   free(m);
 }
@@ -482,6 +483,7 @@ gt_status gt_model_get_params(gt_model *m, float *host, size_t n) {
 
 gt_status gt_model_set_params(gt_model *m, const float *host, size_t n) {
   GT_TRY(check_n(m, n));
+  gt_model_params_changed(m);
   return gt_backend_upload(m->be, m->param_buf, host, n * sizeof(float));
 }
 

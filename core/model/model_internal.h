@@ -36,6 +36,12 @@ struct gt_model {
   /* called after each layer's backward (data-parallel gradient sync) */
   gt_status (*grad_hook)(void *ctx, int layer);
   void *grad_hook_ctx;
+  /* mixed precision (precision.c) */
+  gt_precision precision;
+  uint16_t *param_bf16;   /* device, nfloats: the bf16 twin of param_buf, or NULL */
+  bool bf16_stale;        /* param_buf changed since param_bf16 was made */
+  uint16_t *mp_scratch;   /* device: operands rounded to bf16 */
+  size_t mp_scratch_bytes;
 };
 
 struct gt_acts {
@@ -49,5 +55,10 @@ struct gt_acts {
   bool forward_done;
   const float *stage_in; /* the input the last forward_stage was given */
 };
+
+/* precision.c: frees the bf16 buffers; converts the parameters to bf16
+ * when they changed (before a forward). */
+void gt_model_precision_destroy(gt_model *m);
+gt_status gt_model_refresh_bf16(gt_model *m);
 
 #endif

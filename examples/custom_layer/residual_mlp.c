@@ -48,9 +48,11 @@ static gt_status forward(gt_layer *self, const gt_layer_ctx *ctx, const float *i
   gt_backend *be = ctx->be;
   int N = ctx->B * ctx->T;
   float *h = acts, *g = acts + (size_t)N * c->hidden, *y = ctx->scratch;
-  GT_TRY(be->ops->linear_forward(be, h, in, gt_layer_param(self, FC1W), gt_layer_param(self, FC1B), N, c->C, c->hidden));
+  /* The matrix products go through gt_layer_linear_*, which run them in the
+   * trainer's precision (fp32, or bf16 with fp32 accumulation). */
+  GT_TRY(gt_layer_linear_forward(self, ctx, h, in, FC1W, gt_layer_param(self, FC1B), N, c->C, c->hidden));
   GT_TRY(be->ops->gelu_forward(be, g, h, (size_t)N * c->hidden));
-  GT_TRY(be->ops->linear_forward(be, y, g, gt_layer_param(self, FC2W), gt_layer_param(self, FC2B), N, c->hidden, c->C));
+  GT_TRY(gt_layer_linear_forward(self, ctx, y, g, FC2W, gt_layer_param(self, FC2B), N, c->hidden, c->C));
   return be->ops->residual_forward(be, out, in, y, (size_t)N * c->C);
 }
 
@@ -62,17 +64,14 @@ static gt_status backward(gt_layer *self, const gt_layer_ctx *ctx, const float *
   size_t NH = (size_t)N * c->hidden;
   float *h = acts, *g = acts + NH, *dg = ctx->scratch, *dh = dg + NH;
   GT_TRY(be->ops->memset(be, dg, 0, NH * sizeof(float), be->compute));
-  GT_TRY(be->ops->linear_backward(be, dg, gt_layer_grad(self, FC2W), gt_layer_grad(self, FC2B), dout, g,
-                                  gt_layer_param(self, FC2W), N, c->hidden, c->C));
+  GT_TRY(gt_layer_linear_backward(self, ctx, dg, gt_layer_grad(self, FC2B), dout, g, FC2W, N, c->hidden, c->C));
   GT_TRY(be->ops->memset(be, dh, 0, NH * sizeof(float), be->compute));
   GT_TRY(be->ops->gelu_backward(be, dh, h, dg, NH));
   if (din) {
-    GT_TRY(be->ops->linear_backward(be, din, gt_layer_grad(self, FC1W), gt_layer_grad(self, FC1B), dh, in,
-                                    gt_layer_param(self, FC1W), N, c->C, c->hidden));
+    GT_TRY(gt_layer_linear_backward(self, ctx, din, gt_layer_grad(self, FC1B), dh, in, FC1W, N, c->C, c->hidden));
     return be->ops->residual_backward(be, din, NULL, dout, (size_t)N * c->C); /* the skip connection */
   }
-  return be->ops->linear_backward(be, NULL, gt_layer_grad(self, FC1W), gt_layer_grad(self, FC1B), dh, in,
-                                  gt_layer_param(self, FC1W), N, c->C, c->hidden);
+  return gt_layer_linear_backward(self, ctx, NULL, gt_layer_grad(self, FC1B), dh, in, FC1W, N, c->C, c->hidden);
 }
 
 static double flops(const gt_layer *self, int B, int T) {

@@ -23,7 +23,7 @@
 #include "planning.h"
 
 typedef struct args {
-  const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule, *speeds;
+  const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule, *speeds, *precision;
   int steps, batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every, bucket_kib, chunks,
       mem_mib;
   float lr, min_lr, clip, weight_decay, temperature;
@@ -52,6 +52,8 @@ static const char *usage =
     "  --weight-decay X    (default 0.1 for adamw, 0 for sgd)\n"
     "  --clip X            max global gradient norm, 0 = off (default 1.0)\n"
     "  --seed N            initialisation seed (default 1)\n"
+    "  --precision NAME    fp32, or bf16: bf16 matrix products with fp32 master weights,\n"
+    "                      accumulation and optimizer state (default fp32)\n"
     "parallelism (under giantrun):\n"
     "  --plan LAYOUT       dp=2,tp=2,pp=1 or auto (default: $GT_PLAN, else auto: the planner chooses)\n"
     "  --zero1             shard the optimizer state over data-parallel ranks (ZeRO-1)\n"
@@ -75,7 +77,7 @@ static const char *usage =
     "  --temperature X     sampling temperature (default 0.8)\n";
 
 static int parse_args(int argc, char **argv, args *a) {
-  *a = (args){.data = "data/fortunes.tok", .corpus = "/usr/share/games/fortunes", .device = "cpu",
+  *a = (args){.data = "data/fortunes.tok", .corpus = "/usr/share/games/fortunes", .device = "cpu", .precision = "fp32",
               .optimizer = "adamw", .steps = 300, .batch = 8, .seq = 128, .layers = 4, .channels = 128,
               .heads = 4, .accum = 1, .warmup = 20, .sample = 300, .print_every = 10, .lr = 1e-3f, .bucket_kib = 4096, .schedule = "1f1b",
               .min_lr = 1e-4f, .clip = 1.0f, .weight_decay = -1, .temperature = 0.8f, .seed = 1};
@@ -83,6 +85,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--data", GT_OPT_STR, &a->data, 0, 0},          {"--corpus", GT_OPT_STR, &a->corpus, 0, 0},
       {"--metrics", GT_OPT_STR, &a->metrics, 0, 0},    {"--device", GT_OPT_STR, &a->device, 0, 0},
       {"--optimizer", GT_OPT_STR, &a->optimizer, 0, 0}, {"--plan", GT_OPT_STR, &a->plan, 0, 0},
+      {"--precision", GT_OPT_STR, &a->precision, 0, 0},
       {"--bucket-kib", GT_OPT_INT, &a->bucket_kib, 1, 1 << 22},
       {"--schedule", GT_OPT_STR, &a->schedule, 0, 0},   {"--chunks", GT_OPT_INT, &a->chunks, 1, 64},
       {"--speeds", GT_OPT_STR, &a->speeds, 0, 0},       {"--mem-mib", GT_OPT_INT, &a->mem_mib, 1, 1 << 30},
@@ -176,9 +179,9 @@ static gt_status generate(gt_model *m, const args *a, int vocab, int data_vocab,
 
 /* The peak FLOP/s the planner works with: measured once, on the lead rank,
  * and shared through the store so that every rank plans alike. */
-static gt_status shared_peak(gt_job *job, gt_backend *be, double *peak) {
+static gt_status shared_peak(gt_job *job, gt_backend *be, gt_precision precision, double *peak) {
   if (job->rank == 0) {
-    GT_TRY(gt_backend_measure_peak(be, 512, 0.3, peak));
+    GT_TRY(gt_backend_measure_peak_ex(be, precision, 512, 0.3, peak));
     if (job->world_size == 1) return GT_OK;
     char text[64];
     int n = snprintf(text, sizeof text, "%.17g", *peak);
@@ -238,6 +241,8 @@ int main(int argc, char **argv) {
   gt_optim_kind kind;
   gt_status s = gt_optim_parse(a.optimizer, &kind);
   if (s != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
+  gt_precision precision;
+  if ((s = gt_precision_parse(a.precision, &precision)) != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
   gt_backend_config bc;
   if ((s = gt_device_parse(a.device, &bc)) != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
   bc.num_threads = a.threads;
@@ -282,7 +287,7 @@ int main(int argc, char **argv) {
   const char *layout = a.plan ? a.plan : (job->plan[0] ? job->plan : "auto");
   char chosen[64];
   double peak = 0;
-  if ((s = shared_peak(job, be, &peak)) != GT_OK) {
+  if ((s = shared_peak(job, be, precision, &peak)) != GT_OK) {
     fail("measuring the machine", s);
     goto out;
   }
@@ -364,7 +369,7 @@ int main(int argc, char **argv) {
   gt_trainer_config tc = {.optim = gt_optim_defaults(kind), .grad_clip = a.clip, .grad_accum = a.accum,
                           .metrics_path = lead ? a.metrics : NULL, .print_every = lead ? a.print_every : 0,
                           .schedule = {.lr_max = a.lr, .lr_min = a.min_lr, .warmup = a.warmup, .total = a.steps},
-                          .dist = dist, .no_overlap = a.no_overlap};
+                          .dist = dist, .no_overlap = a.no_overlap, .precision = precision};
   if (a.weight_decay >= 0) tc.optim.weight_decay = a.weight_decay;
   if ((s = gt_trainer_create(m, &tc, &tr)) != GT_OK) {
     fail("creating the trainer", s);
@@ -372,9 +377,9 @@ int main(int argc, char **argv) {
   }
   if (lead)
     printf("gpt: %zu parameters, L=%d C=%d NH=%d T=%d V=%d, B=%d x %d micro-batches per replica, %s, "
-           "%d threads, peak %.1f GFLOP/s; world %d = dp %d x tp %d x pp %d%s%s\n",
+           "%s, %d threads, peak %.1f GFLOP/s; world %d = dp %d x tp %d x pp %d%s%s\n",
            gt_model_param_count_whole(m), a.layers, a.channels, a.heads, a.seq, vocab, a.batch,
-           a.accum, be->name, be->num_threads, be->peak_flops / 1e9, plan.world, plan.layout.dp, plan.layout.tp,
+           a.accum, be->name, gt_precision_name(precision), be->num_threads, be->peak_flops / 1e9, plan.world, plan.layout.dp, plan.layout.tp,
            plan.layout.pp, plan.zero1 ? ", ZeRO-1" : "", plan.seq_parallel ? ", sequence parallel" : "");
   gt_step_stats st = {0}, first = {0};
   for (int i = 0; i < a.steps; i++) {

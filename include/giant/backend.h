@@ -48,6 +48,20 @@ typedef enum gt_copy_kind {
 
 typedef enum gt_transpose { GT_NO_TRANS = 0, GT_TRANS = 1 } gt_transpose;
 
+/* The arithmetic of a model's matrix products, chosen per trainer.
+ * GT_PRECISION_BF16 is mixed precision: the matrix products read bf16 copies
+ * of the weights and of their input activations and accumulate in fp32;
+ * master weights, gradients, optimizer state, and every other kernel
+ * (LayerNorm, softmax, attention, GELU, the residual stream) stay fp32. */
+typedef enum gt_precision {
+  GT_PRECISION_FP32 = 0,
+  GT_PRECISION_BF16 = 1,
+} gt_precision;
+
+const char *gt_precision_name(gt_precision p);
+/* Parses "fp32" or "bf16". */
+gt_status gt_precision_parse(const char *s, gt_precision *out);
+
 /* C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for i < batch, row-major.
  * op(A) is M x K, op(B) is K x N, C is M x N. Strides between batch entries
  * are in elements (ignored when batch == 1). */
@@ -219,6 +233,12 @@ typedef struct gt_backend_ops {
   /* dlogits = (probs - onehot(target - v0)) * dloss, written; may alias probs. */
   gt_status (*softmax_xent_backward_vp)(gt_backend *be, float *dlogits, const float *probs,
                                         const int32_t *targets, int v0, float dloss, int N, int V);
+
+  /* Biases on their own, for matrix products done by gemm or gemm_ex. */
+  /* out[i,:] += bias for each of the N rows of out (N, OC). */
+  gt_status (*bias_add)(gt_backend *be, float *out, const float *bias, int N, int OC);
+  /* dbias += the sum over rows of dout (N, OC). */
+  gt_status (*bias_backward)(gt_backend *be, float *dbias, const float *dout, int N, int OC);
 } gt_backend_ops;
 
 struct gt_backend {
@@ -250,6 +270,10 @@ bool gt_backend_available(gt_device_kind kind, char *why, size_t why_len);
 /* Times fp32 GEMMs of size n (n x n x n) for about `seconds` and stores the
  * best rate in be->peak_flops (the denominator of MFU). */
 gt_status gt_backend_measure_peak(gt_backend *be, int n, double seconds, double *flops);
+/* The same for the products of a precision: under GT_PRECISION_BF16, gemm_ex
+ * with bf16 operands and an fp32 result, as mixed-precision training runs
+ * them. */
+gt_status gt_backend_measure_peak_ex(gt_backend *be, gt_precision p, int n, double seconds, double *flops);
 
 /* Shorthands for synchronous copies on the compute stream. */
 gt_status gt_backend_upload(gt_backend *be, void *dst, const void *src, size_t bytes);

@@ -80,6 +80,7 @@ typedef struct gt_layer_ctx {
   const int32_t *targets;   /* (B,T) next-token targets, -1 = ignore, device memory */
   float loss_scale;         /* d(step loss)/d(per-token loss), for loss layers */
   float *scratch;           /* device scratch of the largest scratch_floats() of any layer */
+  gt_precision precision;   /* of the model's matrix products (gt_model_set_precision) */
 } gt_layer_ctx;
 
 /* Annotation scopes, in the manner of Whale: opened and closed around the
@@ -152,6 +153,25 @@ gt_status gt_layer_tie_param(gt_layer *self, const char *local_name, const char 
 float *gt_layer_param(const gt_layer *self, int i);
 float *gt_layer_grad(const gt_layer *self, int i);
 const gt_param *gt_layer_param_info(const gt_layer *self, int i);
+/* Mixed precision: the bf16 copy of parameter i, refreshed from the fp32
+ * master before each forward that follows a change; NULL under fp32. */
+const uint16_t *gt_layer_param_bf16(const gt_layer *self, int i);
+
+/* A layer's matrix products in the model's precision. Layers (built-in and
+ * user-written) call these instead of the backend's linear kernels, so a
+ * trainer's precision setting reaches every product.
+ *
+ * out (N,OC) = in (N,C) @ W^T + bias, W = parameter w of this layer, stored
+ * (OC,C); bias may be NULL. Under bf16 the input is rounded to bf16, the
+ * product reads W's bf16 copy and accumulates in fp32; out stays fp32. */
+gt_status gt_layer_linear_forward(gt_layer *self, const gt_layer_ctx *ctx, float *out, const float *in, int w,
+                                  const float *bias, int N, int C, int OC);
+/* Accumulates din (may be NULL) += dout @ W, the gradient of W += dout^T @
+ * in, and dbias (may be NULL) += column sums of dout. Under bf16 both
+ * products take bf16 operands and accumulate in fp32 into fp32 gradients. */
+gt_status gt_layer_linear_backward(gt_layer *self, const gt_layer_ctx *ctx, float *din, float *dbias,
+                                   const float *dout, const float *in, int w, int N, int C, int OC);
+
 /* The size of the tensor-parallel group this layer is split across (1 when
  * it is not split), and this rank's index in it. Valid from build on. */
 int gt_layer_tp_size(const gt_layer *self);

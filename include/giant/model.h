@@ -81,7 +81,8 @@ size_t gt_model_param_count_whole(const gt_model *m);
 /* Floats in the flat parameter buffer: every parameter starts on a 64-byte
  * boundary, so this is a little more than gt_model_param_count. */
 size_t gt_model_buffer_floats(const gt_model *m);
-/* The flat parameter and gradient buffers (device memory). */
+/* The flat parameter and gradient buffers (device memory). Whoever writes
+ * the parameters through this pointer calls gt_model_params_changed. */
 float *gt_model_params(const gt_model *m);
 float *gt_model_grads(const gt_model *m);
 gt_backend *gt_model_backend(const gt_model *m);
@@ -137,6 +138,17 @@ gt_status gt_model_zero_grads(gt_model *m);
 gt_status gt_model_set_grad_hook(gt_model *m, gt_status (*hook)(void *ctx, int layer), void *ctx);
 /* After a forward: the output distribution at (b,t), V floats into host_out. */
 gt_status gt_model_probs(gt_model *m, gt_acts *a, int b, int t, float *host_out);
+
+/* Mixed precision (see gt_precision). Under GT_PRECISION_BF16 the model
+ * keeps a bf16 copy of its parameter buffer for the matrix products; the
+ * fp32 buffer stays the master that optimizers update. The trainer sets its
+ * configured precision here. */
+gt_status gt_model_set_precision(gt_model *m, gt_precision p);
+gt_precision gt_model_get_precision(const gt_model *m);
+/* Whoever writes the parameter buffer directly (an optimizer, a checkpoint
+ * loader) calls this so that the bf16 copy is refreshed before the next
+ * forward. gt_model_set_params does it itself. */
+void gt_model_params_changed(gt_model *m);
 
 /* Copies between the device parameter buffer and host memory (for tests,
  * checkpoints, inspection). n = gt_model_buffer_floats floats. */

@@ -25,6 +25,9 @@ typedef struct gt_trainer_config {
    * loss and gradient norm reduced over every group. NULL = one process. */
   struct gt_dist *dist;
   bool no_overlap;          /* hold gradient reduction back until backward ends */
+  /* Matrix products in fp32 (the default) or mixed bf16 with fp32 master
+   * weights, accumulation and optimizer state (giant/backend.h). */
+  gt_precision precision;
 } gt_trainer_config;
 
 typedef struct gt_trainer gt_trainer;

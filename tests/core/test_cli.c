@@ -1,5 +1,6 @@
 /* The example trainer as a user meets it: nonsense flags, missing and
  * damaged data, and a short real run whose loss falls. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,6 +44,7 @@ static void test_nonsense_flags(void **state) {
   expect((char *[]){gpt, "--batch", NULL}, 2, "--batch needs a value");
   expect((char *[]){gpt, "--optimizer", "adam", NULL}, 2, "unknown optimizer 'adam'");
   expect((char *[]){gpt, "--device", "tpu", NULL}, 2, "unknown device 'tpu'");
+  expect((char *[]){gpt, "--precision", "fp16", NULL}, 2, "unknown precision 'fp16': use fp32 or bf16");
   expect((char *[]){gpt, "stray", NULL}, 2, "unexpected argument");
   expect((char *[]){gpt, "--help", NULL}, 0, "usage: gpt");
 }
@@ -98,11 +100,38 @@ static void test_short_run_learns(void **state) {
   assert_int_equal(lines, 40);
 }
 
+/* Mixed precision from the command line: the same run learns as much. */
+static void test_bf16_run_learns(void **state) {
+  (void)state;
+  char text[128], data[128];
+  snprintf(text, sizeof text, "%s/corpus16.txt", tmpdir);
+  snprintf(data, sizeof data, "%s/corpus16.tok", tmpdir);
+  FILE *f = fopen(text, "w");
+  for (int i = 0; i < 400; i++) fprintf(f, "the quick brown fox jumps over the lazy dog %d\n%%\n", i % 10);
+  fclose(f);
+  float loss[2][2];
+  for (int k = 0; k < 2; k++) {
+    run_result r;
+    run_cmd((char *[]){gpt, "--corpus", text, "--data", data, "--steps", "30", "--layers", "1", "--channels", "32",
+                       "--seq", "32", "--lr", "3e-3", "--warmup", "5", "--sample", "0", "--precision",
+                       k ? "bf16" : "fp32", NULL},
+            NULL, 120, &r);
+    if (r.exit_code != 0) fail_msg("exit %d:\n%s", r.exit_code, r.output);
+    assert_non_null(strstr(r.output, k ? ", bf16," : ", fp32,"));
+    const char *p = strstr(r.output, "\nloss ");
+    assert_non_null(p);
+    assert_int_equal(sscanf(p, "\nloss %f -> %f", &loss[k][0], &loss[k][1]), 2);
+  }
+  assert_true(loss[1][1] < loss[1][0] - 1.0f);
+  assert_true(fabsf(loss[1][1] - loss[0][1]) < 0.02f * loss[0][1]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nonsense_flags),
       cmocka_unit_test(test_missing_and_damaged_data),
       cmocka_unit_test(test_short_run_learns),
+      cmocka_unit_test(test_bf16_run_learns),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -160,6 +160,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_bf16),            cmocka_unit_test(test_nn_errors),
       cmocka_unit_test(test_determinism),     cmocka_unit_test(test_measure_peak),
       cmocka_unit_test(test_embedding_vp),    cmocka_unit_test(test_xent_vp),
+      cmocka_unit_test(test_gemm_ex),         cmocka_unit_test(test_gemm_ex_f32_is_gemm),
+      cmocka_unit_test(test_gemm_ex_errors),  cmocka_unit_test(test_bias),
   };
   int failed = cmocka_run_group_tests_name(dev, tests, NULL, NULL);
   gt_backend_destroy(kt_ref);

@@ -81,5 +81,9 @@ void test_determinism(void **state);
 void test_measure_peak(void **state);
 void test_embedding_vp(void **state);
 void test_xent_vp(void **state);
+void test_gemm_ex(void **state);
+void test_gemm_ex_f32_is_gemm(void **state);
+void test_gemm_ex_errors(void **state);
+void test_bias(void **state);
 
 #endif

@@ -148,4 +148,10 @@ void test_measure_peak(void **state) {
   assert_int_equal(gt_backend_measure_peak(kt_be, 0, 0.1, &flops), GT_EINVAL);
   assert_int_equal(gt_backend_measure_peak(kt_be, 64, -1, &flops), GT_EINVAL);
   assert_int_equal(gt_backend_measure_peak(kt_be, 64, NAN, &flops), GT_EINVAL);
+  /* The bf16 products mixed precision runs: a rate of their own. */
+  double bf16 = 0;
+  KT_OK(gt_backend_measure_peak_ex(kt_be, GT_PRECISION_BF16, 64, 0.02, &bf16));
+  assert_true(bf16 > 0);
+  assert_true(kt_be->peak_flops == bf16);
+  assert_int_equal(gt_backend_measure_peak_ex(kt_be, (gt_precision)9, 64, 0.02, &bf16), GT_EINVAL);
 }

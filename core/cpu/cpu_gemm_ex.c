@@ -1,0 +1,119 @@
+/* Mixed-precision matrix products on the CPU.
+ *
+ * OpenBLAS as Debian builds it has no bf16 GEMM, so bf16 operands are
+ * widened to fp32 (exactly: a bf16 is the top half of a float32) and the
+ * product runs in sgemm. A product of two bf16 values is exact in fp32, so
+ * the result is what a bf16 tensor-core GEMM with fp32 accumulation computes,
+ * up to summation order: the CPU runs mixed precision with the same numerics
+ * as a GPU, which is what lets its tests stand for both. The widened copies
+ * live in one buffer kept by the backend that grows to the largest product
+ * and is then reused, so steady-state training allocates nothing.
+ */
+#include <stdlib.h>
+
+#include "core/cpu/cpu_internal.h"
+#include "core/cpu/cpu_parallel.h"
+
+/* Elements a strided, batched operand of `rows` rows spans. */
+static size_t span(int rows, int ld, int64_t stride, int batch) {
+  if (rows == 0) return 0;
+  int64_t s = stride < 0 ? -stride : stride;
+  return (size_t)(batch > 1 ? (int64_t)(batch - 1) * s : 0) + (size_t)(rows - 1) * (size_t)ld + (size_t)ld;
+}
+
+static gt_status widen_buffer(gt_backend *be, size_t floats, float **out) {
+  gt_cpu_impl *impl = be->impl;
+  if (floats > impl->widen_cap) {
+    float *p = realloc(impl->widen, floats * sizeof(float));
+    if (!p) return gt_errorf(GT_ENOMEM, "cpu: out of memory widening bf16 operands (%zu floats)", floats);
+    impl->widen = p;
+    impl->widen_cap = floats;
+  }
+  *out = impl->widen;
+  return GT_OK;
+}
+
+static bool known(gt_dtype t) { return t == GT_F32 || t == GT_BF16; }
+
+gt_status gt_cpu_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g) {
+  if (!known(g->a_type) || !known(g->b_type) || !known(g->c_type))
+    return gt_errorf(GT_EUNSUPPORTED, "cpu: gemm_ex takes f32 or bf16 operands, got a=%s b=%s c=%s",
+                     gt_dtype_name(g->a_type), gt_dtype_name(g->b_type), gt_dtype_name(g->c_type));
+  if (g->a_type != g->b_type)
+    return gt_errorf(GT_EUNSUPPORTED, "cpu: gemm_ex needs a and b of one dtype, got a=%s b=%s; convert one "
+                     "with f32_to_bf16 or bf16_to_f32",
+                     gt_dtype_name(g->a_type), gt_dtype_name(g->b_type));
+  if (g->a_type == GT_F32 && g->c_type == GT_BF16)
+    return gt_errorf(GT_EUNSUPPORTED, "cpu: gemm_ex has no f32 x f32 -> bf16 path; write f32 and convert with "
+                     "f32_to_bf16");
+  gt_gemm_args f = {.trans_a = g->trans_a, .trans_b = g->trans_b, .m = g->m, .n = g->n, .k = g->k,
+                    .alpha = g->alpha, .beta = g->beta, .lda = g->lda, .stride_a = g->stride_a, .ldb = g->ldb,
+                    .stride_b = g->stride_b, .ldc = g->ldc, .stride_c = g->stride_c, .batch = g->batch};
+  if (g->a_type == GT_F32) {
+    f.a = g->a, f.b = g->b, f.c = g->c;
+    return gt_cpu_gemm(be, &f);
+  }
+  /* Shapes are checked by gemm; the spans below need them sane first. */
+  if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 1 || g->lda < 0 || g->ldb < 0 || g->ldc < 0)
+    return gt_errorf(GT_EINVAL, "gemm_ex: need m, n, k, leading dimensions >= 0 and batch >= 1, got m=%d n=%d "
+                     "k=%d lda=%d ldb=%d ldc=%d batch=%d",
+                     g->m, g->n, g->k, g->lda, g->ldb, g->ldc, g->batch);
+  if (g->m == 0 || g->n == 0) return GT_OK;
+  bool have_k = g->k > 0;
+  size_t na = have_k ? span(g->trans_a == GT_TRANS ? g->k : g->m, g->lda, g->stride_a, g->batch) : 0;
+  size_t nb = have_k ? span(g->trans_b == GT_TRANS ? g->n : g->k, g->ldb, g->stride_b, g->batch) : 0;
+  size_t nc = g->c_type == GT_BF16 ? span(g->m, g->ldc, g->stride_c, g->batch) : 0;
+  if (have_k && (!g->a || !g->b)) return gt_errorf(GT_EINVAL, "gemm_ex: a and b must not be NULL");
+  if (!g->c) return gt_errorf(GT_EINVAL, "gemm_ex: c must not be NULL");
+  float *w = NULL;
+  GT_TRY(widen_buffer(be, na + nb + nc, &w));
+  if (have_k) {
+    GT_TRY(gt_cpu_bf16_to_f32(be, w, g->a, na));
+    GT_TRY(gt_cpu_bf16_to_f32(be, w + na, g->b, nb));
+  }
+  f.a = w, f.b = w + na;
+  if (g->c_type == GT_F32) {
+    f.c = g->c;
+    return gt_cpu_gemm(be, &f);
+  }
+  /* A bf16 result: compute in fp32 (beta reads the old C widened), round once. */
+  f.c = w + na + nb;
+  GT_TRY(gt_cpu_bf16_to_f32(be, f.c, g->c, nc));
+  GT_TRY(gt_cpu_gemm(be, &f));
+  /* Only the elements of C are written back: padding and gaps keep their bits. */
+  for (int e = 0; e < g->batch; e++)
+    for (int r = 0; r < g->m; r++) {
+      size_t off = (size_t)((int64_t)e * g->stride_c) + (size_t)r * (size_t)g->ldc;
+      GT_TRY(gt_cpu_f32_to_bf16(be, (uint16_t *)g->c + off, f.c + off, (size_t)g->n));
+    }
+  return GT_OK;
+}
+
+/* Biases apart from their product: the same loops as linear's. */
+gt_status gt_cpu_bias_add(gt_backend *be, float *out, const float *bias, int N, int OC) {
+  if (N < 0 || OC < 0) return gt_errorf(GT_EINVAL, "bias_add: need N, OC >= 0, got %d and %d", N, OC);
+  int nt = gt_cpu_threads(be);
+#pragma omp parallel for num_threads(nt) schedule(static) if ((int64_t)N * OC >= GT_CPU_PAR_MIN)
+  for (int i = 0; i < N; i++) {
+    float *o = out + (int64_t)i * OC;
+    for (int c = 0; c < OC; c++) o[c] += bias[c];
+  }
+  return GT_OK;
+}
+
+gt_status gt_cpu_bias_backward(gt_backend *be, float *dbias, const float *dout, int N, int OC) {
+  if (N < 0 || OC < 0) return gt_errorf(GT_EINVAL, "bias_backward: need N, OC >= 0, got %d and %d", N, OC);
+  int nt = gt_cpu_threads(be);
+  /* Each thread owns a range of columns and sums its rows in order: the
+   * same bits whatever the thread count. */
+#pragma omp parallel num_threads(nt) if ((int64_t)N * OC >= GT_CPU_PAR_MIN)
+  {
+    int64_t c0, c1;
+    gt_cpu_share(OC, 16, &c0, &c1);
+    for (int i = 0; i < N && c0 < c1; i++) {
+      const float *d = dout + (int64_t)i * OC;
+      for (int64_t c = c0; c < c1; c++) dbias[c] += d[c];
+    }
+  }
+  return GT_OK;
+}
