@@ -91,7 +91,7 @@ gt_status gt_cpu_event_sync(gt_backend *be, gt_event *e) { return gt_cpu_stream_
 
 void gt_cpu_destroy(gt_backend *be) {
   gt_cpu_impl *impl = be->impl;
-  if (impl) free(impl->widen);
+  if (impl) free(impl->scratch);
   free(impl);
   gt_cpu_stream_destroy(be, be->compute);
   gt_cpu_stream_destroy(be, be->copy);
@@ -110,6 +110,24 @@ static int default_threads(void) {
   return cores / workers > 1 ? (int)(cores / workers) : 1;
 }
 
+/* bf16 products: AMX tiles when the CPU has them, unless GT_CPU_BF16=widen
+ * asks for the portable path (fp32 widening and sgemm). */
+static gt_status choose_bf16_kernel(gt_cpu_impl *impl) {
+  const char *want = getenv("GT_CPU_BF16");
+  if (want && strcmp(want, "auto") && strcmp(want, "widen") && strcmp(want, "amx"))
+    return gt_errorf(GT_EINVAL, "GT_CPU_BF16=%s: use auto, amx or widen", want);
+  bool widen = want && !strcmp(want, "widen");
+#ifdef GIANT_CPU_AMX
+  impl->amx = !widen && gt_cpu_amx_available();
+#else
+  impl->amx = false;
+#endif
+  if (want && !strcmp(want, "amx") && !impl->amx)
+    return gt_errorf(GT_EUNSUPPORTED, "GT_CPU_BF16=amx, but this CPU or kernel offers no AMX bf16 tiles; "
+                                      "unset it to use the portable path");
+  return GT_OK;
+}
+
 gt_status gt_cpu_backend_create(const gt_backend_config *cfg, gt_backend **out) {
   gt_backend *be = calloc(1, sizeof *be);
   if (!be) return gt_errorf(GT_ENOMEM, "cpu: out of memory creating the backend");
@@ -122,8 +140,10 @@ gt_status gt_cpu_backend_create(const gt_backend_config *cfg, gt_backend **out) 
    * run on these threads. */
   omp_set_num_threads(n);
   strcpy(be->name, "cpu");
-  be->impl = calloc(1, sizeof(gt_cpu_impl));
-  gt_status s = be->impl ? GT_OK : gt_errorf(GT_ENOMEM, "cpu: out of memory creating the backend");
+  gt_cpu_impl *impl = calloc(1, sizeof(gt_cpu_impl));
+  be->impl = impl;
+  gt_status s = impl ? GT_OK : gt_errorf(GT_ENOMEM, "cpu: out of memory creating the backend");
+  if (s == GT_OK) s = choose_bf16_kernel(impl);
   if (s == GT_OK) s = gt_cpu_stream_create(be, &be->compute);
   if (s == GT_OK) s = gt_cpu_stream_create(be, &be->copy);
   if (s != GT_OK) {

@@ -9,7 +9,7 @@
 #include "core/cpu/cpu_internal.h"
 #include "core/cpu/cpu_parallel.h"
 
-static gt_status check_gemm(const gt_gemm_args *g) {
+gt_status gt_cpu_gemm_check(const gt_gemm_args *g) {
   if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 1)
     return gt_errorf(GT_EINVAL, "gemm: need m, n, k >= 0 and batch >= 1, got m=%d n=%d k=%d batch=%d",
                      g->m, g->n, g->k, g->batch);
@@ -56,7 +56,7 @@ static void gemm_one(const gt_gemm_args *g, int64_t i) {
 }
 
 gt_status gt_cpu_gemm(gt_backend *be, const gt_gemm_args *g) {
-  GT_TRY(check_gemm(g));
+  GT_TRY(gt_cpu_gemm_check(g));
   if (g->m == 0 || g->n == 0) return GT_OK;
   int nt = gt_cpu_threads(be);
   if (g->batch == 1 || g->batch < nt) {

@@ -9,8 +9,9 @@ extern const gt_backend_ops gt_cpu_ops;
 
 /* be->impl of a CPU backend. */
 typedef struct gt_cpu_impl {
-  float *widen;      /* bf16 operands widened to fp32 for gemm_ex */
-  size_t widen_cap;  /* floats */
+  float *scratch;    /* gemm_ex: bf16 operands widened to fp32, or packed into AMX tiles */
+  size_t scratch_cap; /* floats */
+  bool amx;          /* bf16 products on AMX tiles */
 } gt_cpu_impl;
 
 gt_status gt_cpu_backend_create(const gt_backend_config *cfg, gt_backend **out);
@@ -33,10 +34,20 @@ void gt_cpu_destroy(gt_backend *be);
 
 /* matrix products (cpu_gemm.c) */
 gt_status gt_cpu_gemm(gt_backend *be, const gt_gemm_args *g);
+/* The argument checks of gemm: shapes, leading dimensions, batch strides. */
+gt_status gt_cpu_gemm_check(const gt_gemm_args *g);
 /* mixed precision and biases (cpu_gemm_ex.c) */
 gt_status gt_cpu_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g);
 gt_status gt_cpu_bias_add(gt_backend *be, float *out, const float *bias, int N, int OC);
 gt_status gt_cpu_bias_backward(gt_backend *be, float *dbias, const float *dout, int N, int OC);
+#ifdef GIANT_CPU_AMX
+/* bf16 products on AMX tiles (cpu_gemm_amx.c): whether the CPU and OS allow
+ * them, the scratch floats one product needs, and batch entry e of a
+ * checked gemm_ex with bf16 operands, k > 0 and an fp32 result. */
+bool gt_cpu_amx_available(void);
+size_t gt_cpu_amx_scratch_floats(int m, int n, int k);
+gt_status gt_cpu_gemm_bf16_amx(gt_backend *be, const gt_gemm_ex_args *g, int64_t e, uint16_t *scratch);
+#endif
 
 /* layers (cpu_kernels_nn.c) */
 gt_status gt_cpu_embedding_forward(gt_backend *be, float *out, const int32_t *tokens,

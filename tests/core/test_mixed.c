@@ -265,6 +265,25 @@ static void test_bad_precision(void **state) {
   gt_model_destroy(m);
 }
 
+/* The CPU's bf16 kernel is chosen from GT_CPU_BF16; a value it does not
+ * know stops backend creation with the choices named. */
+static void test_cpu_bf16_kernel_choice(void **state) {
+  (void)state;
+  const char *old = getenv("GT_CPU_BF16");
+  char *saved = old ? strdup(old) : NULL;
+  gt_backend_config c = {.kind = GT_DEVICE_CPU, .num_threads = 1};
+  gt_backend *b = NULL;
+  setenv("GT_CPU_BF16", "fast", 1);
+  expect_error(gt_backend_create(&c, &b), GT_EINVAL, "use auto, amx or widen");
+  assert_null(b);
+  setenv("GT_CPU_BF16", "widen", 1);
+  OK(gt_backend_create(&c, &b));
+  gt_backend_destroy(b);
+  if (saved) setenv("GT_CPU_BF16", saved, 1);
+  else unsetenv("GT_CPU_BF16");
+  free(saved);
+}
+
 int main(void) {
   make_tokens();
   const struct CMUnitTest tests[] = {
@@ -275,6 +294,7 @@ int main(void) {
       cmocka_unit_test(test_fp32_stays_available),
       cmocka_unit_test(test_steady_state_allocates_nothing),
       cmocka_unit_test(test_bad_precision),
+      cmocka_unit_test(test_cpu_bf16_kernel_choice),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
