@@ -138,6 +138,13 @@ gt_status gt_cuda_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g) {
                      g->ldc, g->batch));
   GT_TRY(check_batch_overlap(be, g->m, g->n, g->ldc, g->stride_c, g->batch));
   if (g->m == 0 || g->n == 0) return GT_OK;
+  /* fp32 operands (and so an fp32 result) are the plain gemm, bit for bit,
+   * as on the CPU: cuBLAS documents no promise that GemmEx picks the kernel
+   * Sgemm picks for the same fp32 problem. */
+  if (g->a_type == GT_F32)
+    return gt_cuda_gemm_rm(be, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha,
+                           (const float *)g->a, g->lda, g->stride_a, (const float *)g->b, g->ldb,
+                           g->stride_b, g->beta, (float *)g->c, g->ldc, g->stride_c, g->batch);
   GT_TRY(gt_cuda_enter(be));
   if (g->k == 0) {
     if (g->c_type == GT_BF16)
@@ -145,8 +152,8 @@ gt_status gt_cuda_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g) {
     return scale_c(be, (float *)g->c, g->m, g->n, g->ldc, g->stride_c, g->batch, g->beta);
   }
   cublasHandle_t h = gt_cuda_of(be)->blas;
-  /* CUBLAS_COMPUTE_32F: fp32 accumulation; fp32 inputs stay fp32 unless
-   * GT_CUDA_TF32=1 set the handle's math mode to TF32. */
+  /* bf16 operands, CUBLAS_COMPUTE_32F: fp32 accumulation (and fp32 alpha,
+   * beta) whatever C's storage. */
   cublasStatus_t st;
   if (g->batch == 1)
     st = cublasGemmEx(h, op_of(g->trans_b), op_of(g->trans_a), g->n, g->m, g->k, &g->alpha, g->b,

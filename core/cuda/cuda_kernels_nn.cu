@@ -359,8 +359,10 @@ __global__ void residual_backward_kernel(float *da, float *db, const float *dout
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     float d = dout[i];
-    da[i] += d;
-    db[i] += d;
+    /* Either side may be NULL: a branch without a gradient (the skip
+     * connection of a transformer block passes NULL for db). */
+    if (da) da[i] += d;
+    if (db) db[i] += d;
   }
 }
 
@@ -392,7 +394,7 @@ gt_status gt_cuda_residual_forward(gt_backend *be, float *out, const float *a, c
 
 gt_status gt_cuda_residual_backward(gt_backend *be, float *da, float *db, const float *dout,
                                     size_t n) {
-  if (n == 0) return GT_OK;
+  if (n == 0 || (!da && !db)) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
   residual_backward_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0,
                              gt_cuda_stream(be)>>>(da, db, dout, n);

@@ -76,14 +76,21 @@ __global__ void softmax_xent_backward_vp_kernel(float *dlogits, const float *pro
     d[j] = targets[i] < 0 ? 0.0f : (j == t ? (p[j] - 1.0f) * dloss : p[j] * dloss);
 }
 
+/* lo == 0 checks token ids (negative is the error); otherwise targets, where
+ * a negative id is an ignored row and hi is the whole vocabulary. */
 static gt_status check_tokens(gt_backend *be, const char *op, const int32_t *ids, int64_t n, int64_t lo,
                               int64_t hi) {
   int64_t row;
   int32_t val;
   GT_TRY(gt_cuda_check_ids(be, ids, n, lo, hi, &row, &val));
+  if (row >= 0 && lo == 0)
+    return gt_errorf(GT_ERANGE, "%s: %s: token id %d at position %lld is negative", be->name, op, (int)val,
+                     (long long)row);
   if (row >= 0)
-    return gt_errorf(GT_ERANGE, "%s: %s: id %d at position %lld is outside [%lld, %lld)", be->name, op, (int)val,
-                     (long long)row, (long long)lo, (long long)hi);
+    return gt_errorf(GT_ERANGE,
+                     "%s: %s: target id %d at position %lld is not below the vocabulary size %lld; "
+                     "check that the data was tokenized for this model",
+                     be->name, op, (int)val, (long long)row, (long long)hi);
   return GT_OK;
 }
 
@@ -91,7 +98,7 @@ gt_status gt_cuda_embedding_forward_vp(gt_backend *be, float *out, const int32_t
                                        int V, const float *wpe, int B, int T, int C) {
   GT_TRY(gt_cuda_enter(be));
   int64_t n = (int64_t)B * T * C;
-  GT_TRY(check_tokens(be, "embedding_forward_vp", tokens, (int64_t)B * T, 0, INT32_MAX));
+  GT_TRY(check_tokens(be, "embedding_forward_vp", tokens, (int64_t)B * T, 0, INT64_MAX));
   if (n == 0) return GT_OK;
   embedding_forward_vp_kernel<<<gt_cuda_blocks((size_t)n, VP_THREADS), VP_THREADS, 0, gt_cuda_stream(be)>>>(
       out, tokens, wte, v0, V, wpe, T, C, n);
