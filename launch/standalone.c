@@ -1,6 +1,12 @@
 /* --standalone: a private etcd on free loopback ports with a temporary data
- * directory, gone when giantrun exits. */
+ * directory, gone when giantrun exits.
+ *
+ * A giantrun killed outright (SIGKILL, the OOM killer) cannot remove its
+ * directory; its etcd dies with it (PR_SET_PDEATHSIG). So each directory
+ * names its owner (pid and start time, as pids are reused), and the next
+ * standalone start removes the directories of owners that are gone. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -120,18 +126,84 @@ static gt_status launch_once(standalone_etcd *e, const char *bin) {
   return gt_errorf(GT_ETIMEDOUT, "standalone etcd did not serve within %d s (see %s)", START_TIMEOUT_S, logp);
 }
 
+/* Field 22 of /proc/PID/stat: when the process started, in clock ticks
+ * since boot. 0 when the process does not exist. */
+static unsigned long long start_time(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+  unsigned long long t = 0;
+  if (!p) return 0;
+  p = strchr(p, ' '); /* before field 3, the state */
+  for (int field = 3; p && field < 22; field++) p = strchr(p + 1, ' ');
+  if (p) t = strtoull(p + 1, NULL, 10);
+  return t;
+}
+
+#define OWNER_FILE "owner"
+
+static void write_owner(const char *dir) {
+  char path[PATH_MAX + 16];
+  snprintf(path, sizeof path, "%s/" OWNER_FILE, dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return; /* the directory still works; only a later sweep cannot judge it */
+  fprintf(f, "%d %llu\n", (int)getpid(), start_time(getpid()));
+  fclose(f);
+}
+
+/* Whether the giantrun named in dir/owner is gone. A directory without a
+ * readable owner is not judged: another giantrun may be creating it. */
+static bool owner_gone(const char *dir) {
+  char path[PATH_MAX + 16];
+  snprintf(path, sizeof path, "%s/" OWNER_FILE, dir);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  int pid = 0;
+  unsigned long long started = 0;
+  int got = fscanf(f, "%d %llu", &pid, &started);
+  fclose(f);
+  if (got != 2 || pid <= 0) return false;
+  return start_time((pid_t)pid) != started;
+}
+
+/* Removes this user's giantrun-etcd-* directories under tmp whose giantrun
+ * is gone. */
+static void sweep_stale(const char *tmp) {
+  DIR *d = opendir(tmp);
+  if (!d) return;
+  struct dirent *ent;
+  while ((ent = readdir(d))) {
+    if (strncmp(ent->d_name, "giantrun-etcd-", 14)) continue;
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", tmp, ent->d_name);
+    if (lstat(path, &st) || !S_ISDIR(st.st_mode) || st.st_uid != getuid() || !owner_gone(path)) continue;
+    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    gt_info("giantrun: removed %s, left by a standalone giantrun that is gone", path);
+  }
+  closedir(d);
+}
+
 gt_status standalone_start(standalone_etcd *e) {
   memset(e, 0, sizeof *e);
   char bin[PATH_MAX];
   if (find_etcd(bin, sizeof bin) != 0)
     return gt_errorf(GT_ENOTFOUND, "--standalone needs the etcd server: install Debian's etcd-server (or put etcd on PATH)");
   const char *tmp = getenv("TMPDIR");
-  snprintf(e->dir, sizeof e->dir, "%s/giantrun-etcd-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!tmp || !*tmp) tmp = "/tmp";
+  sweep_stale(tmp);
+  snprintf(e->dir, sizeof e->dir, "%s/giantrun-etcd-XXXXXX", tmp);
   if (!mkdtemp(e->dir)) {
     gt_status st = gt_errorf(GT_EIO, "cannot make a directory for the standalone etcd (%s): %s", e->dir, strerror(errno));
     e->dir[0] = 0;
     return st;
   }
+  write_owner(e->dir);
   gt_status st = GT_OK;
   /* A port found free may be taken before etcd binds it: try new ports. */
   for (int attempt = 0; attempt < 3; attempt++) {

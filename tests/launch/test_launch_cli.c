@@ -2,7 +2,9 @@
  * exit in bounded time; --standalone runs a job end to end with a private
  * etcd and leaves nothing behind, also when interrupted. */
 #include <dirent.h>
+#include <stdbool.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -221,6 +223,69 @@ static void test_standalone_sigint(void **state) {
   unsetenv("TMPDIR");
 }
 
+/* Makes tmp/name with an owner file saying "pid started" (none when pid < 0). */
+static void fake_dir(const char *tmp, const char *name, int pid, unsigned long long started) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s", tmp, name);
+  assert_int_equal(mkdir(path, 0700), 0);
+  if (pid < 0) return;
+  char owner[700];
+  snprintf(owner, sizeof owner, "%s/owner", path);
+  FILE *f = fopen(owner, "w");
+  assert_non_null(f);
+  fprintf(f, "%d %llu\n", pid, started);
+  fclose(f);
+}
+
+static bool exists(const char *tmp, const char *name) {
+  char path[600];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/%s", tmp, name);
+  return stat(path, &st) == 0;
+}
+
+/* A SIGKILLed giantrun cannot remove its etcd directory; the next
+ * standalone start removes the directories whose giantrun is gone, and
+ * keeps those of a live one and those it cannot judge. */
+static void test_standalone_removes_dirs_of_dead_runs(void **state) {
+  (void)state;
+  char tmp[300], out[300], self[64];
+  snprintf(tmp, sizeof tmp, "%s/tmp3", dir);
+  snprintf(out, sizeof out, "%s/sweep", dir);
+  assert_int_equal(mkdir(tmp, 0700), 0);
+  assert_int_equal(mkdir(out, 0700), 0);
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  assert_int_equal(waitpid(dead, NULL, 0), dead);
+  /* This test's own start time, read the way giantrun reads it. */
+  snprintf(self, sizeof self, "/proc/%d/stat", (int)getpid());
+  char stat_text[1024];
+  FILE *f = fopen(self, "r");
+  assert_non_null(f);
+  size_t n = fread(stat_text, 1, sizeof stat_text - 1, f);
+  fclose(f);
+  stat_text[n] = 0;
+  char *p = strrchr(stat_text, ')'); /* fields after the command name: state is field 3 */
+  for (int field = 2; p && field < 22; field++) p = strchr(p + 1, ' ');
+  assert_non_null(p);
+  unsigned long long started = strtoull(p + 1, NULL, 10);
+  fake_dir(tmp, "giantrun-etcd-dead", (int)dead, 12345);
+  fake_dir(tmp, "giantrun-etcd-reused", (int)getpid(), started + 1); /* a pid since reused */
+  fake_dir(tmp, "giantrun-etcd-alive", (int)getpid(), started);
+  fake_dir(tmp, "giantrun-etcd-noowner", -1, 0);
+  setenv("TMPDIR", tmp, 1);
+  setenv("LW_DIR", out, 1);
+  run r = giantrun(60, (const char *[]){"--standalone", "--nproc-per-node", "1", worker_bin(), NULL});
+  if (r.code != 0) fail_msg("standalone job exited %d:\n%s", r.code, r.out);
+  free(r.out);
+  assert_false(exists(tmp, "giantrun-etcd-dead"));
+  assert_false(exists(tmp, "giantrun-etcd-reused"));
+  assert_true(exists(tmp, "giantrun-etcd-alive"));
+  assert_true(exists(tmp, "giantrun-etcd-noowner"));
+  assert_int_equal(giantrun_dirs(tmp), 2); /* and its own is gone too */
+  unsetenv("TMPDIR");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_usage_errors),
@@ -228,6 +293,7 @@ int main(void) {
       cmocka_unit_test(test_wrong_tls_ca),
       cmocka_unit_test(test_standalone_end_to_end),
       cmocka_unit_test(test_standalone_sigint),
+      cmocka_unit_test(test_standalone_removes_dirs_of_dead_runs),
   };
   if (!etcd_fixture_available()) {
     fprintf(stderr, "etcd not found on PATH: skipping\n");
