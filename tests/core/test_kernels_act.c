@@ -83,10 +83,30 @@ static void check_residual(size_t n) {
   free(wo), free(wa), free(wb);
 }
 
+/* A branch without a gradient passes NULL (a block's skip connection):
+ * the other side still accumulates, and nothing is written through NULL. */
+static void check_residual_one_side(size_t n) {
+  float *dy = kt_randn_alloc(n, 1), *g0 = kt_randn_alloc(n, 1), *got = kt_xmalloc(n * 4), *want = kt_xmalloc(n * 4);
+  for (size_t i = 0; i < n; i++) want[i] = g0[i] + dy[i];
+  float *d_dy = kt_dput(kt_be, dy, n * 4);
+  for (int side = 0; side < 2; side++) {
+    float *g = kt_dput(kt_be, g0, n * 4);
+    KT_OK(kt_be->ops->residual_backward(kt_be, side ? NULL : g, side ? g : NULL, d_dy, n));
+    kt_dget(kt_be, got, g, n * 4);
+    kt_check_exact(side ? "residual db (da NULL)" : "residual da (db NULL)", got, want, n);
+    kt_dfree(kt_be, g);
+  }
+  KT_OK(kt_be->ops->residual_backward(kt_be, NULL, NULL, d_dy, n));
+  kt_dfree(kt_be, d_dy);
+  free(dy), free(g0), free(got), free(want);
+}
+
 void test_residual(void **state) {
   (void)state;
   kt_seed(21);
   check_residual(1);
   check_residual(37);
   check_residual(20011);
+  check_residual_one_side(37);
+  check_residual_one_side(20011);
 }
