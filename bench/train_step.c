@@ -155,11 +155,10 @@ int main(int argc, char **argv) {
       }
       if (bench_torch_losses(torch, a.check_steps, tl) != GT_OK) return die("pytorch losses");
       /* fp32: the same arithmetic up to summation order. bf16: Giant
-       * rounds only the operands of its layers' products to bf16, while
-       * autocast also stores those products' outputs and runs attention's
-       * products in bf16, so the losses differ by bf16 roundings (relative
-       * 2^-9 each) that partly average out: 2e-2 holds them and still
-       * catches a wrong model or step. */
+       * rounds only the operands of its products to bf16, while autocast
+       * also stores the products' outputs in bf16, so the losses differ by
+       * bf16 roundings (relative 2^-9 each) that partly average out: 2e-2
+       * holds them and still catches a wrong model or step. */
       double tol = a.precision == GT_PRECISION_BF16 ? 2e-2 : 1e-4;
       double worst = 0;
       for (int i = 0; i < a.check_steps; i++) {

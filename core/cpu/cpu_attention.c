@@ -120,3 +120,24 @@ gt_status gt_cpu_attention_backward(gt_backend *be, float *dqkv, float *datt, co
   }
   return GT_OK;
 }
+
+/* ---- the causal softmax on its own (mixed-precision attention) ---- */
+
+gt_status gt_cpu_causal_softmax_forward(gt_backend *be, float *att, int BH, int T) {
+  if (BH < 0 || T < 0) return gt_errorf(GT_EINVAL, "causal_softmax_forward: need BH, T >= 0, got %d and %d", BH, T);
+  int nt = gt_cpu_threads(be);
+#pragma omp parallel for num_threads(nt) schedule(static) if ((int64_t)BH * T * T >= GT_CPU_PAR_MIN)
+  for (int bh = 0; bh < BH; bh++) causal_softmax(att + (int64_t)bh * T * T, T, 0, T);
+  return GT_OK;
+}
+
+gt_status gt_cpu_causal_softmax_backward(gt_backend *be, float *datt, const float *att, int BH, int T,
+                                         float scale) {
+  if (BH < 0 || T < 0)
+    return gt_errorf(GT_EINVAL, "causal_softmax_backward: need BH, T >= 0, got %d and %d", BH, T);
+  int nt = gt_cpu_threads(be);
+#pragma omp parallel for num_threads(nt) schedule(static) if ((int64_t)BH * T * T >= GT_CPU_PAR_MIN)
+  for (int bh = 0; bh < BH; bh++)
+    causal_softmax_backward(datt + (int64_t)bh * T * T, att + (int64_t)bh * T * T, T, 0, T, scale);
+  return GT_OK;
+}

@@ -19,11 +19,11 @@
 #include "core/cpu/cpu_internal.h"
 #include "core/cpu/cpu_parallel.h"
 
-/* Elements a strided, batched operand of `rows` rows spans. */
-static size_t span(int rows, int ld, int64_t stride, int batch) {
-  if (rows == 0) return 0;
-  int64_t s = stride < 0 ? -stride : stride;
-  return (size_t)(batch > 1 ? (int64_t)(batch - 1) * s : 0) + (size_t)(rows - 1) * (size_t)ld + (size_t)ld;
+/* Elements a strided, batched operand of rows x cols (stored) spans from
+ * its first element (strides are >= 0 here). */
+static size_t span(int rows, int cols, int ld, int64_t stride, int batch) {
+  if (rows == 0 || cols == 0) return 0;
+  return (size_t)(batch > 1 ? (int64_t)(batch - 1) * stride : 0) + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
 }
 
 static gt_status gemm_ex_scratch(gt_backend *be, size_t floats, float **out) {
@@ -82,9 +82,14 @@ gt_status gt_cpu_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g) {
     return GT_OK;
   }
 #endif
-  size_t na = have_k ? span(g->trans_a == GT_TRANS ? g->k : g->m, g->lda, g->stride_a, g->batch) : 0;
-  size_t nb = have_k ? span(g->trans_b == GT_TRANS ? g->n : g->k, g->ldb, g->stride_b, g->batch) : 0;
-  size_t nc = g->c_type == GT_BF16 ? span(g->m, g->ldc, g->stride_c, g->batch) : 0;
+  /* The widened copies keep the operands' layout, so they cover each
+   * operand from its first element to its last. */
+  if (g->batch > 1 && (g->stride_a < 0 || g->stride_b < 0 || g->stride_c < 0))
+    return gt_errorf(GT_EUNSUPPORTED, "cpu: gemm_ex with bf16 operands takes batch strides >= 0");
+  bool ta = g->trans_a == GT_TRANS, tb = g->trans_b == GT_TRANS;
+  size_t na = have_k ? span(ta ? g->k : g->m, ta ? g->m : g->k, g->lda, g->stride_a, g->batch) : 0;
+  size_t nb = have_k ? span(tb ? g->n : g->k, tb ? g->k : g->n, g->ldb, g->stride_b, g->batch) : 0;
+  size_t nc = g->c_type == GT_BF16 ? span(g->m, g->n, g->ldc, g->stride_c, g->batch) : 0;
   if (!g->c) return gt_errorf(GT_EINVAL, "gemm_ex: c must not be NULL");
   float *w = NULL;
   GT_TRY(gemm_ex_scratch(be, na + nb + nc, &w));

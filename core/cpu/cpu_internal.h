@@ -78,6 +78,9 @@ gt_status gt_cpu_attention_forward(gt_backend *be, float *out, float *att, const
 gt_status gt_cpu_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout,
                                     const float *qkv, const float *att, int B, int T, int C,
                                     int NH);
+gt_status gt_cpu_causal_softmax_forward(gt_backend *be, float *att, int BH, int T);
+gt_status gt_cpu_causal_softmax_backward(gt_backend *be, float *datt, const float *att, int BH, int T,
+                                         float scale);
 
 /* loss (cpu_kernels_loss.c) */
 gt_status gt_cpu_softmax_xent_forward(gt_backend *be, float *losses, float *probs,

@@ -46,4 +46,6 @@ const gt_backend_ops gt_cpu_ops = {
     .gemm_ex = gt_cpu_gemm_ex,
     .bias_add = gt_cpu_bias_add,
     .bias_backward = gt_cpu_bias_backward,
+    .causal_softmax_forward = gt_cpu_causal_softmax_forward,
+    .causal_softmax_backward = gt_cpu_causal_softmax_backward,
 };

@@ -117,3 +117,25 @@ gt_status gt_cuda_attention_backward(gt_backend *be, float *dqkv, float *datt, c
   }
   return GT_OK;
 }
+
+/* ---- the causal softmax on its own (mixed-precision attention) ---- */
+
+gt_status gt_cuda_causal_softmax_forward(gt_backend *be, float *att, int BH, int T) {
+  if (BH < 0 || T < 0)
+    return gt_errorf(GT_EINVAL, "%s: causal_softmax_forward: need BH, T >= 0, got %d and %d", be->name, BH, T);
+  if (BH == 0 || T == 0) return GT_OK;
+  GT_TRY(gt_cuda_enter(be));
+  causal_softmax_kernel<<<(unsigned)((int64_t)BH * T), row_threads(T), 0, gt_cuda_stream(be)>>>(att, T);
+  return gt_cuda_launched(be, "causal_softmax");
+}
+
+gt_status gt_cuda_causal_softmax_backward(gt_backend *be, float *datt, const float *att, int BH, int T,
+                                          float scale) {
+  if (BH < 0 || T < 0)
+    return gt_errorf(GT_EINVAL, "%s: causal_softmax_backward: need BH, T >= 0, got %d and %d", be->name, BH, T);
+  if (BH == 0 || T == 0) return GT_OK;
+  GT_TRY(gt_cuda_enter(be));
+  causal_softmax_backward_kernel<<<(unsigned)((int64_t)BH * T), row_threads(T), 0, gt_cuda_stream(be)>>>(
+      datt, att, T, scale);
+  return gt_cuda_launched(be, "causal_softmax_backward");
+}

@@ -66,6 +66,8 @@ static gt_backend_ops make_ops(void) {
   o.softmax_xent_backward_vp = gt_cuda_softmax_xent_backward_vp;
   o.bias_add = gt_cuda_bias_add;
   o.bias_backward = gt_cuda_bias_backward;
+  o.causal_softmax_forward = gt_cuda_causal_softmax_forward;
+  o.causal_softmax_backward = gt_cuda_causal_softmax_backward;
   return o;
 }
 

@@ -130,6 +130,9 @@ gt_status gt_cuda_attention_forward(gt_backend *be, float *out, float *att, cons
 gt_status gt_cuda_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout,
                                      const float *qkv, const float *att, int B, int T, int C,
                                      int NH);
+gt_status gt_cuda_causal_softmax_forward(gt_backend *be, float *att, int BH, int T);
+gt_status gt_cuda_causal_softmax_backward(gt_backend *be, float *datt, const float *att, int BH, int T,
+                                          float scale);
 
 /* softmax cross-entropy (cuda_kernels_loss.cu) */
 gt_status gt_cuda_softmax_xent_forward(gt_backend *be, float *losses, float *probs,

@@ -131,7 +131,7 @@ static gt_status block_forward(gt_layer *self, const gt_layer_ctx *ctx, const fl
 
   GT_TRY(op->layernorm_forward(be, a.ln1, a.ln1_mean, a.ln1_rstd, in, P(LN1W), P(LN1B), N, C));
   GT_TRY(gt_layer_linear_forward(self, ctx, a.qkv, a.ln1, QKVW, P(QKVB), N, C, 3 * Cl));
-  GT_TRY(op->attention_forward(be, a.atty, a.att, a.qkv, B, T, Cl, c->NHl));
+  GT_TRY(gt_layer_attention_forward(self, ctx, a.atty, a.att, a.qkv, B, T, Cl, c->NHl));
   GT_TRY(gt_layer_linear_forward(self, ctx, tmp, a.atty, PROJW, bias_here ? P(PROJB) : NULL, N, Cl, C));
   GT_TRY(tp_sum(self, tmp, NC));
   GT_TRY(op->residual_forward(be, a.res2, in, tmp, NC));
@@ -171,7 +171,7 @@ static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const f
   GT_TRY(GT_ZERO(be, datty, NCl));
   GT_TRY(gt_layer_linear_backward(self, ctx, datty, G(PROJB), dres2, a.atty, PROJW, N, Cl, C));
   GT_TRY(GT_ZERO(be, dqkv, 3 * NCl));
-  GT_TRY(op->attention_backward(be, dqkv, datt, datty, a.qkv, a.att, B, T, Cl, c->NHl));
+  GT_TRY(gt_layer_attention_backward(self, ctx, dqkv, datt, datty, a.qkv, a.att, B, T, Cl, c->NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
   GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(QKVB), dqkv, a.ln1, QKVW, N, C, 3 * Cl));
   GT_TRY(tp_sum(self, dln, NC));
@@ -196,7 +196,7 @@ static gt_status block_forward_sp(gt_layer *self, const gt_layer_ctx *ctx, const
   GT_TRY(op->layernorm_forward(be, sh, a.ln1_mean, a.ln1_rstd, in, P(LN1W), P(LN1B), rows, C));
   GT_TRY(g->allgather(g, sh, a.ln1, RC));
   GT_TRY(gt_layer_linear_forward(self, ctx, a.qkv, a.ln1, QKVW, P(QKVB), N, C, 3 * Cl));
-  GT_TRY(op->attention_forward(be, a.atty, a.att, a.qkv, B, T, Cl, c->NHl));
+  GT_TRY(gt_layer_attention_forward(self, ctx, a.atty, a.att, a.qkv, B, T, Cl, c->NHl));
   GT_TRY(gt_layer_linear_forward(self, ctx, tmp, a.atty, PROJW, bias_here ? P(PROJB) : NULL, N, Cl, C));
   GT_TRY(g->reduce_scatter_sum(g, tmp, sh, RC));
   GT_TRY(op->residual_forward(be, a.res2, in, sh, RC));
@@ -244,7 +244,7 @@ static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, cons
   GT_TRY(GT_ZERO(be, datty, NCl));
   GT_TRY(gt_layer_linear_backward(self, ctx, datty, G(PROJB), dfull, a.atty, PROJW, N, Cl, C));
   GT_TRY(GT_ZERO(be, dqkv, 3 * NCl));
-  GT_TRY(op->attention_backward(be, dqkv, datt, datty, a.qkv, a.att, B, T, Cl, c->NHl));
+  GT_TRY(gt_layer_attention_backward(self, ctx, dqkv, datt, datty, a.qkv, a.att, B, T, Cl, c->NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
   GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(QKVB), dqkv, a.ln1, QKVW, N, C, 3 * Cl));
   GT_TRY(g->reduce_scatter_sum(g, dln, dsh, RC));

@@ -10,8 +10,9 @@
  *
  * A product's activations are rounded to bf16 as they enter it, into a
  * scratch buffer the model grows to the largest product it has seen and
- * then reuses. Saved activations stay fp32: LayerNorm, softmax, GELU and
- * attention read them at full precision.
+ * then reuses. Attention's four products go the same way
+ * (gt_attention_forward_bf16). Saved activations stay fp32: LayerNorm,
+ * softmax, GELU and the residual stream read them at full precision.
  */
 #include "core/model/model_internal.h"
 
@@ -135,4 +136,26 @@ gt_status gt_layer_linear_backward(gt_layer *self, const gt_layer_ctx *ctx, floa
     GT_TRY(be->ops->gemm_ex(be, &g));
   }
   return dbias ? be->ops->bias_backward(be, dbias, dout, N, OC) : GT_OK;
+}
+
+/* Attention in the model's precision: the backend's fp32 kernels, or under
+ * bf16 the same attention with its products on bf16 operands. */
+gt_status gt_layer_attention_forward(gt_layer *self, const gt_layer_ctx *ctx, float *out, float *att,
+                                     const float *qkv, int B, int T, int C, int NH) {
+  gt_backend *be = ctx->be;
+  if (ctx->precision != GT_PRECISION_BF16) return be->ops->attention_forward(be, out, att, qkv, B, T, C, NH);
+  uint16_t *ws = NULL;
+  GT_TRY(mp_scratch(self->model, gt_attention_bf16_scratch(B, T, C, NH) / sizeof(uint16_t), &ws));
+  return gt_attention_forward_bf16(be, out, att, qkv, B, T, C, NH, ws);
+}
+
+gt_status gt_layer_attention_backward(gt_layer *self, const gt_layer_ctx *ctx, float *dqkv, float *datt,
+                                      const float *dout, const float *qkv, const float *att, int B, int T, int C,
+                                      int NH) {
+  gt_backend *be = ctx->be;
+  if (ctx->precision != GT_PRECISION_BF16)
+    return be->ops->attention_backward(be, dqkv, datt, dout, qkv, att, B, T, C, NH);
+  uint16_t *ws = NULL;
+  GT_TRY(mp_scratch(self->model, gt_attention_bf16_scratch(B, T, C, NH) / sizeof(uint16_t), &ws));
+  return gt_attention_backward_bf16(be, dqkv, datt, dout, qkv, att, B, T, C, NH, ws);
 }

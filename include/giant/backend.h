@@ -49,10 +49,11 @@ typedef enum gt_copy_kind {
 typedef enum gt_transpose { GT_NO_TRANS = 0, GT_TRANS = 1 } gt_transpose;
 
 /* The arithmetic of a model's matrix products, chosen per trainer.
- * GT_PRECISION_BF16 is mixed precision: the matrix products read bf16 copies
- * of the weights and of their input activations and accumulate in fp32;
- * master weights, gradients, optimizer state, and every other kernel
- * (LayerNorm, softmax, attention, GELU, the residual stream) stay fp32. */
+ * GT_PRECISION_BF16 is mixed precision: the matrix products (the layers'
+ * and attention's) read bf16 copies of the weights and of their input
+ * activations and accumulate in fp32; master weights, gradients, optimizer
+ * state, and every other kernel (LayerNorm, softmax, GELU, the residual
+ * stream) stay fp32. */
 typedef enum gt_precision {
   GT_PRECISION_FP32 = 0,
   GT_PRECISION_BF16 = 1,
@@ -64,7 +65,9 @@ gt_status gt_precision_parse(const char *s, gt_precision *out);
 
 /* C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for i < batch, row-major.
  * op(A) is M x K, op(B) is K x N, C is M x N. Strides between batch entries
- * are in elements (ignored when batch == 1). */
+ * are in elements (ignored when batch == 1). The outputs C[i] must not
+ * overlap: stacked (|stride_c| at least their span) or side by side in
+ * shared rows (stride_c >= N, and all of them within ldc). */
 typedef struct gt_gemm_args {
   gt_transpose trans_a, trans_b;
   int m, n, k;
@@ -239,6 +242,15 @@ typedef struct gt_backend_ops {
   gt_status (*bias_add)(gt_backend *be, float *out, const float *bias, int N, int OC);
   /* dbias += the sum over rows of dout (N, OC). */
   gt_status (*bias_backward)(gt_backend *be, float *dbias, const float *dout, int N, int OC);
+
+  /* The causal softmax of attention on its own, for attention composed of
+   * gemm_ex products (gt_attention_forward_bf16). att holds BH score
+   * matrices of T x T; row t keeps columns 0..t. In place: softmax of the
+   * kept columns, zeros above the diagonal. */
+  gt_status (*causal_softmax_forward)(gt_backend *be, float *att, int BH, int T);
+  /* In place: datt (the gradient of the probabilities att) becomes the
+   * gradient of the scores times scale, zeros above the diagonal. */
+  gt_status (*causal_softmax_backward)(gt_backend *be, float *datt, const float *att, int BH, int T, float scale);
 } gt_backend_ops;
 
 struct gt_backend {
@@ -274,6 +286,19 @@ gt_status gt_backend_measure_peak(gt_backend *be, int n, double seconds, double 
  * with bf16 operands and an fp32 result, as mixed-precision training runs
  * them. */
 gt_status gt_backend_measure_peak_ex(gt_backend *be, gt_precision p, int n, double seconds, double *flops);
+
+/* Causal self-attention with bf16 products: as attention_forward and
+ * attention_backward, but q, k, v, the probabilities and the output
+ * gradient are rounded to bf16 for the four matrix products (gemm_ex, fp32
+ * accumulation); scores, softmax, att and every output stay fp32. Composed
+ * of backend operations, so it runs on every backend with gemm_ex. scratch
+ * is device memory of gt_attention_bf16_scratch bytes. */
+size_t gt_attention_bf16_scratch(int B, int T, int C, int NH);
+gt_status gt_attention_forward_bf16(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
+                                    int NH, void *scratch);
+/* dqkv accumulates; datt is scratch of att's size, as in attention_backward. */
+gt_status gt_attention_backward_bf16(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
+                                     const float *att, int B, int T, int C, int NH, void *scratch);
 
 /* Shorthands for synchronous copies on the compute stream. */
 gt_status gt_backend_upload(gt_backend *be, void *dst, const void *src, size_t bytes);

@@ -162,6 +162,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_embedding_vp),    cmocka_unit_test(test_xent_vp),
       cmocka_unit_test(test_gemm_ex),         cmocka_unit_test(test_gemm_ex_f32_is_gemm),
       cmocka_unit_test(test_gemm_ex_errors),  cmocka_unit_test(test_bias),
+      cmocka_unit_test(test_causal_softmax),  cmocka_unit_test(test_attention_bf16),
   };
   int failed = cmocka_run_group_tests_name(dev, tests, NULL, NULL);
   gt_backend_destroy(kt_ref);

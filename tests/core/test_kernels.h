@@ -85,5 +85,7 @@ void test_gemm_ex(void **state);
 void test_gemm_ex_f32_is_gemm(void **state);
 void test_gemm_ex_errors(void **state);
 void test_bias(void **state);
+void test_causal_softmax(void **state);
+void test_attention_bf16(void **state);
 
 #endif
