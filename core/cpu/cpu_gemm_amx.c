@@ -3,11 +3,12 @@
  * Where the CPU has AMX (Sapphire Rapids and later), a TDPBF16PS multiplies
  * a 16x32 bf16 tile by a 32x16 one into a 16x16 fp32 tile in one
  * instruction: sixteen times the multiply-adds of an AVX-512 FMA, which is
- * what makes mixed precision pay on the CPU too. Operands are packed first
- * into 1 KiB tiles (A row-major, 16 rows x 32 k; B in the pair-interleaved
- * layout the instruction reads, 16 k-pairs x 16 columns x 2), padded with
- * zeros to whole tiles, so any shape, transpose and leading dimension comes
- * down to one inner loop. Each thread computes 32x32 blocks of C with all
+ * what makes mixed precision pay on the CPU too. B is packed first into
+ * 1 KiB tiles in the pair-interleaved layout the instruction reads (16
+ * k-pairs x 16 columns x 2); A is read in place when it is row-major and
+ * tiles exactly, and otherwise packed too (16 rows x 32 k). Packing pads
+ * with zeros to whole tiles, so any shape, transpose and leading dimension
+ * comes down to one inner loop. Each thread computes 32x32 blocks of C with all
  * eight tile registers (four of C, two of A, two of B), then scales them
  * into C with alpha and beta.
  *
