@@ -34,8 +34,6 @@ void gt_cpu_destroy(gt_backend *be);
 
 /* matrix products (cpu_gemm.c) */
 gt_status gt_cpu_gemm(gt_backend *be, const gt_gemm_args *g);
-/* The argument checks of gemm: shapes, leading dimensions, batch strides. */
-gt_status gt_cpu_gemm_check(const gt_gemm_args *g);
 /* mixed precision and biases (cpu_gemm_ex.c) */
 gt_status gt_cpu_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g);
 gt_status gt_cpu_bias_add(gt_backend *be, float *out, const float *bias, int N, int OC);

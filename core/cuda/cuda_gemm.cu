@@ -13,51 +13,6 @@
 
 static cublasOperation_t op_of(gt_transpose t) { return t == GT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
-/* Row-major shape checks, the same as the CPU backend's. */
-static gt_status check_shape(gt_backend *be, gt_transpose ta, gt_transpose tb, int m, int n, int k,
-                             const void *a, int lda, const void *b, int ldb, const void *c, int ldc,
-                             int batch) {
-  if ((ta != GT_NO_TRANS && ta != GT_TRANS) || (tb != GT_NO_TRANS && tb != GT_TRANS))
-    return gt_errorf(GT_EINVAL, "%s: gemm: transpose flags must be GT_NO_TRANS or GT_TRANS",
-                     be->name);
-  if (m < 0 || n < 0 || k < 0 || batch < 1)
-    return gt_errorf(GT_EINVAL,
-                     "%s: gemm: need m, n, k >= 0 and batch >= 1, got m=%d n=%d k=%d batch=%d",
-                     be->name, m, n, k, batch);
-  if (m == 0 || n == 0) return GT_OK;
-  if (!c || (k > 0 && (!a || !b)))
-    return gt_errorf(GT_EINVAL, "%s: gemm: a, b and c must not be NULL", be->name);
-  int a_cols = ta == GT_TRANS ? m : k; /* row-major A is m x k, or k x m when transposed */
-  int b_cols = tb == GT_TRANS ? k : n;
-  if (k > 0 && (lda < a_cols || lda < 1))
-    return gt_errorf(GT_EINVAL, "%s: gemm: lda=%d is less than the %d columns of A as stored",
-                     be->name, lda, a_cols);
-  if (k > 0 && (ldb < b_cols || ldb < 1))
-    return gt_errorf(GT_EINVAL, "%s: gemm: ldb=%d is less than the %d columns of B as stored",
-                     be->name, ldb, b_cols);
-  if (ldc < n) return gt_errorf(GT_EINVAL, "%s: gemm: ldc=%d is less than n=%d", be->name, ldc, n);
-  return GT_OK;
-}
-
-/* Outputs of a public batched GEMM must not overlap (the kernels inside the
- * backend interleave heads on purpose, and skip this). */
-static gt_status check_batch_overlap(gt_backend *be, int m, int n, int ldc, int64_t stride_c,
-                                     int batch) {
-  if (batch <= 1 || m == 0 || n == 0) return GT_OK;
-  /* Outputs stacked one after another, or side by side in shared rows
-   * (attention's heads); anything else could overlap. */
-  int64_t span = (int64_t)(m - 1) * ldc + n;
-  int64_t sc = stride_c < 0 ? -stride_c : stride_c;
-  bool side_by_side = stride_c >= n && (int64_t)(batch - 1) * stride_c + n <= ldc;
-  if (sc < span && !side_by_side)
-    return gt_errorf(
-        GT_EINVAL,
-        "%s: gemm: stride_c=%lld makes the %d outputs of the batch overlap (each spans "
-        "%lld elements)",
-        be->name, (long long)stride_c, batch, (long long)span);
-  return GT_OK;
-}
-
 /* k == 0: C = beta*C, and beta == 0 ignores what C held (BLAS convention),
  * done here rather than trusting every library version with empty sums. */
 template <typename T>
@@ -85,7 +40,10 @@ static gt_status scale_c(gt_backend *be, T *c, int m, int n, int ldc, int64_t st
 gt_status gt_cuda_gemm_rm(gt_backend *be, gt_transpose ta, gt_transpose tb, int m, int n, int k,
                           float alpha, const float *a, int lda, int64_t sa, const float *b, int ldb,
                           int64_t sb, float beta, float *c, int ldc, int64_t sc, int batch) {
-  GT_TRY(check_shape(be, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, batch));
+  gt_gemm_args g = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
+                    .a = a, .lda = lda, .stride_a = sa, .b = b, .ldb = ldb, .stride_b = sb,
+                    .c = c, .ldc = ldc, .stride_c = sc, .batch = batch};
+  GT_TRY(gt_gemm_check(be, &g));
   if (m == 0 || n == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
   if (k == 0) return scale_c(be, c, m, n, ldc, sc, batch, beta);
@@ -99,48 +57,20 @@ gt_status gt_cuda_gemm_rm(gt_backend *be, gt_transpose ta, gt_transpose tb, int 
   return gt_cuda_blas_check(be, st, batch == 1 ? "cublasSgemm" : "cublasSgemmStridedBatched");
 }
 
+/* gemm_rm makes the checks. */
 gt_status gt_cuda_gemm(gt_backend *be, const gt_gemm_args *g) {
-  GT_TRY(check_shape(be, g->trans_a, g->trans_b, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c,
-                     g->ldc, g->batch));
-  GT_TRY(check_batch_overlap(be, g->m, g->n, g->ldc, g->stride_c, g->batch));
   return gt_cuda_gemm_rm(be, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, g->a, g->lda,
                          g->stride_a, g->b, g->ldb, g->stride_b, g->beta, g->c, g->ldc, g->stride_c,
                          g->batch);
 }
 
-static bool cuda_type(gt_dtype t, cudaDataType_t *out) {
-  switch (t) {
-    case GT_F32:
-      *out = CUDA_R_32F;
-      return true;
-    case GT_BF16:
-      *out = CUDA_R_16BF;
-      return true;
-    default:
-      return false;
-  }
-}
+/* gemm_ex_check has admitted only f32 and bf16. */
+static cudaDataType_t cuda_type(gt_dtype t) { return t == GT_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
 gt_status gt_cuda_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g) {
-  cudaDataType_t at, bt, ct;
-  if (!cuda_type(g->a_type, &at) || !cuda_type(g->b_type, &bt) || !cuda_type(g->c_type, &ct))
-    return gt_errorf(GT_EUNSUPPORTED, "%s: gemm_ex takes f32 or bf16 operands, got a=%s b=%s c=%s",
-                     be->name, gt_dtype_name(g->a_type), gt_dtype_name(g->b_type),
-                     gt_dtype_name(g->c_type));
-  if (g->a_type != g->b_type)
-    return gt_errorf(GT_EUNSUPPORTED,
-                     "%s: gemm_ex needs a and b of one dtype, got a=%s b=%s; "
-                     "convert one with f32_to_bf16 or bf16_to_f32",
-                     be->name, gt_dtype_name(g->a_type), gt_dtype_name(g->b_type));
-  if (g->a_type == GT_F32 && g->c_type == GT_BF16)
-    return gt_errorf(GT_EUNSUPPORTED,
-                     "%s: gemm_ex has no f32 x f32 -> bf16 path; write f32 and "
-                     "convert with f32_to_bf16",
-                     be->name);
-  GT_TRY(check_shape(be, g->trans_a, g->trans_b, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c,
-                     g->ldc, g->batch));
-  GT_TRY(check_batch_overlap(be, g->m, g->n, g->ldc, g->stride_c, g->batch));
+  GT_TRY(gt_gemm_ex_check(be, g));
   if (g->m == 0 || g->n == 0) return GT_OK;
+  cudaDataType_t at = cuda_type(g->a_type), bt = cuda_type(g->b_type), ct = cuda_type(g->c_type);
   /* fp32 operands (and so an fp32 result) are the plain gemm, bit for bit,
    * as on the CPU: cuBLAS documents no promise that GemmEx picks the kernel
    * Sgemm picks for the same fp32 problem. */

@@ -300,6 +300,13 @@ gt_status gt_attention_forward_bf16(gt_backend *be, float *out, float *att, cons
 gt_status gt_attention_backward_bf16(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
                                      const float *att, int B, int T, int C, int NH, void *scratch);
 
+/* For backend implementations: the argument checks every gemm and gemm_ex
+ * makes before touching memory (transpose flags, shapes, leading
+ * dimensions, batch outputs that do not overlap; for gemm_ex also the
+ * operand types). Pointers are only tested for NULL. */
+gt_status gt_gemm_check(const gt_backend *be, const gt_gemm_args *g);
+gt_status gt_gemm_ex_check(const gt_backend *be, const gt_gemm_ex_args *g);
+
 /* Shorthands for synchronous copies on the compute stream. */
 gt_status gt_backend_upload(gt_backend *be, void *dst, const void *src, size_t bytes);
 gt_status gt_backend_download(gt_backend *be, void *dst, const void *src, size_t bytes);
