@@ -29,7 +29,7 @@ static gt_status check(gt_backend *be, const char *op, int B, int T, int C, int 
   if (B < 0 || T < 0 || C < 0 || NH < 1 || C % NH != 0)
     return gt_errorf(GT_EINVAL, "%s: need B, T, C >= 0 and NH >= 1 dividing C, got B=%d T=%d C=%d NH=%d", op, B,
                      T, C, NH);
-  if (!be->ops->gemm_ex || !be->ops->causal_softmax_forward || !be->ops->causal_softmax_backward)
+  if (!gt_backend_has_mixed_precision(be))
     return gt_errorf(GT_EUNSUPPORTED, "%s: backend %s has no bf16 products; train in fp32", op, be->name);
   if (B && T && C && !scratch) return gt_errorf(GT_EINVAL, "%s: no scratch given", op);
   return GT_OK;

@@ -59,6 +59,11 @@ gt_status gt_precision_parse(const char *s, gt_precision *out) {
   return GT_OK;
 }
 
+bool gt_backend_has_mixed_precision(const gt_backend *be) {
+  const gt_backend_ops *o = be->ops;
+  return o->gemm_ex && o->bias_add && o->bias_backward && o->causal_softmax_forward && o->causal_softmax_backward;
+}
+
 gt_status gt_backend_create(const gt_backend_config *cfg, gt_backend **out) {
   *out = NULL;
   gt_backend_config def = {.kind = GT_DEVICE_CPU, .device = 0, .num_threads = 0};

@@ -39,7 +39,7 @@ gt_status gt_model_set_precision(gt_model *m, gt_precision p) {
     return GT_OK;
   }
   gt_backend *be = m->be;
-  if (!be->ops->gemm_ex || !be->ops->bias_add || !be->ops->bias_backward)
+  if (!gt_backend_has_mixed_precision(be))
     return gt_errorf(GT_EUNSUPPORTED, "backend %s has no mixed-precision products (gemm_ex); train in fp32",
                      be->name);
   size_t bytes = (m->nfloats ? m->nfloats : 1) * sizeof(uint16_t);

@@ -275,6 +275,9 @@ gt_status gt_backend_create(const gt_backend_config *cfg, gt_backend **out);
 void gt_backend_destroy(gt_backend *be);
 /* Parses "cpu", "cuda", "cuda:1". */
 gt_status gt_device_parse(const char *s, gt_backend_config *cfg);
+/* Whether the backend has every operation mixed precision uses (gemm_ex,
+ * bias_add, bias_backward, causal_softmax_forward/backward). */
+bool gt_backend_has_mixed_precision(const gt_backend *be);
 /* Whether a backend kind is compiled in and has a device to run on; when not,
  * why (for skipped tests and clear errors). */
 bool gt_backend_available(gt_device_kind kind, char *why, size_t why_len);
