@@ -206,6 +206,18 @@ __device__ __forceinline__ float gt_block_max(float v) {
   v = lane < nw ? buf[lane] : -INFINITY;
   return gt_warp_max(v);
 }
+
+/* A softmax's two passes over the row x[0..V): its max, and the sum of
+ * exp(x - max), both reduced over the block. */
+__device__ __forceinline__ void gt_block_max_sumexp(const float *x, int V, float *mx, float *sum) {
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, x[j]);
+  m = gt_block_max(m);
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(x[j] - m);
+  *mx = m;
+  *sum = gt_block_sum(s);
+}
 #endif
 
 #endif

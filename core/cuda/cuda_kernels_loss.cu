@@ -21,12 +21,8 @@ __global__ void softmax_xent_forward_kernel(float *losses, float *probs, const f
   float *p = probs + i * V;
   int tgt = targets[i];
   float x_tgt = tgt >= 0 ? x[tgt] : 0.0f;
-  float mx = -INFINITY;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);
-  mx = gt_block_max(mx);
-  float sum = 0.0f;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(x[j] - mx);
-  sum = gt_block_sum(sum);
+  float mx, sum;
+  gt_block_max_sumexp(x, V, &mx, &sum);
   float inv = 1.0f / sum;
   for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] = expf(x[j] - mx) * inv;
   /* log(sum) - (x_t - max) rather than -log(p_t): no log(0) when the

@@ -37,12 +37,8 @@ __global__ void xent_vp_local_kernel(float *stats, float *tlogit, const float *l
                                      int v0, int N, int V) {
   int64_t i = blockIdx.x;
   const float *x = logits + i * V;
-  float mx = -INFINITY;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);
-  mx = gt_block_max(mx);
-  float sum = 0.0f;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(x[j] - mx);
-  sum = gt_block_sum(sum);
+  float mx, sum;
+  gt_block_max_sumexp(x, V, &mx, &sum);
   if (threadIdx.x == 0) {
     stats[i] = mx;
     stats[N + i] = sum;
