@@ -30,7 +30,6 @@ struct gt_dp_sync {
   int nb, next; /* buckets [0, next) have been started this step */
   size_t shard_lo, shard_hi;
   float *shard; /* ZeRO-1: this rank's reduced gradients */
-  gt_status failed;
   gt_dp_sync_stats stats;
 };
 
