@@ -53,6 +53,15 @@ static gt_status check_shape(int ndim, const int64_t *shape) {
   return GT_OK;
 }
 
+/* A fixed trip count, not ndim: with some -march targets gcc turns an
+ * ndim-long loop into a memcpy whose length it cannot bound by check_shape's
+ * test, and warns of a copy past shape[] (-Warray-bounds). Dimensions past
+ * ndim are zero, as gt_tensor_init leaves them. */
+static void set_shape(gt_tensor *t, int ndim, const int64_t *shape) {
+  t->ndim = ndim;
+  for (int i = 0; i < GT_MAX_DIMS; i++) t->shape[i] = i < ndim ? shape[i] : 0;
+}
+
 gt_status gt_tensor_init(gt_tensor *t, struct gt_backend *be, void *data, gt_dtype dtype, int ndim,
                          const int64_t *shape) {
   GT_TRY(check_shape(ndim, shape));
@@ -60,8 +69,7 @@ gt_status gt_tensor_init(gt_tensor *t, struct gt_backend *be, void *data, gt_dty
   t->data = data;
   t->backend = be;
   t->dtype = dtype;
-  t->ndim = ndim;
-  for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+  set_shape(t, ndim, shape);
   contiguous_strides(t);
   return GT_OK;
 }
@@ -95,8 +103,7 @@ gt_status gt_tensor_reshape(const gt_tensor *t, int ndim, const int64_t *shape, 
     return gt_errorf(GT_EINVAL, "reshape from %lld to %lld elements", (long long)gt_tensor_numel(t),
                      (long long)n);
   gt_tensor r = *t;
-  r.ndim = ndim;
-  for (int i = 0; i < ndim; i++) r.shape[i] = shape[i];
+  set_shape(&r, ndim, shape);
   contiguous_strides(&r);
   *out = r;
   return GT_OK;
