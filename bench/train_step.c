@@ -132,6 +132,8 @@ int main(int argc, char **argv) {
          g.be->name);
   if (on_cpu) printf(", %d threads", g.be->num_threads);
   printf("\n");
+  /* Chosen at run time from what the processor reports (GT_CPU_KERNELS overrides). */
+  printf("kernels: %s: %s\n", on_cpu ? "cpu" : g.be->name, g.be->kernels);
   printf("params: %zu (tied); FLOPs/step: %.3f G = 6*N*tokens + 12*L*T*C*tokens (N = matmul weights)\n",
          gt_model_param_count(g.m), flops / 1e9);
 

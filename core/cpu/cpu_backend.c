@@ -131,7 +131,6 @@ static gt_status choose_bf16_kernel(gt_cpu_impl *impl) {
 gt_status gt_cpu_backend_create(const gt_backend_config *cfg, gt_backend **out) {
   gt_backend *be = calloc(1, sizeof *be);
   if (!be) return gt_errorf(GT_ENOMEM, "cpu: out of memory creating the backend");
-  be->ops = &gt_cpu_ops;
   be->kind = GT_DEVICE_CPU;
   int n = cfg && cfg->num_threads > 0 ? cfg->num_threads : default_threads();
   if (n < 1) n = 1;
@@ -143,7 +142,10 @@ gt_status gt_cpu_backend_create(const gt_backend_config *cfg, gt_backend **out) 
   gt_cpu_impl *impl = calloc(1, sizeof(gt_cpu_impl));
   be->impl = impl;
   gt_status s = impl ? GT_OK : gt_errorf(GT_ENOMEM, "cpu: out of memory creating the backend");
+  if (s == GT_OK) s = gt_cpu_isa_choose(&be->ops, be->kernels, sizeof be->kernels);
   if (s == GT_OK) s = choose_bf16_kernel(impl);
+  /* AMX runs the bf16 products only, beside the level's other kernels. */
+  if (s == GT_OK && impl->amx) strncat(be->kernels, "+amx", sizeof be->kernels - strlen(be->kernels) - 1);
   if (s == GT_OK) s = gt_cpu_stream_create(be, &be->compute);
   if (s == GT_OK) s = gt_cpu_stream_create(be, &be->copy);
   if (s != GT_OK) {

@@ -55,7 +55,8 @@ bool gt_cpu_amx_available(void) {
   static int state = -1; /* -1 unknown, 0 no, 1 yes; the answer never changes */
   int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
   if (s < 0) {
-    s = cpu_has_amx_bf16() && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    /* AVX-512 too: this file is compiled for x86-64-v4 in a portable build. */
+    s = cpu_has_amx_bf16() && __builtin_cpu_supports("x86-64-v4") && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
     __atomic_store_n(&state, s, __ATOMIC_RELEASE);
   }
   return s == 1;

@@ -1,8 +1,10 @@
 /* CPU backend internals: the functions behind gt_cpu_ops. Kernels live in
- * cpu_*.c files by family; cpu_ops.c gathers them into the ops table. */
+ * cpu_*.c files by family; cpu_ops.c gathers them into the ops table. Those
+ * files are compiled once per instruction-set level (cpu_isa.h). */
 #ifndef GIANT_CPU_INTERNAL_H
 #define GIANT_CPU_INTERNAL_H
 
+#include "core/cpu/cpu_isa.h"
 #include "giant/backend.h"
 
 extern const gt_backend_ops gt_cpu_ops;
@@ -15,6 +17,11 @@ typedef struct gt_cpu_impl {
 } gt_cpu_impl;
 
 gt_status gt_cpu_backend_create(const gt_backend_config *cfg, gt_backend **out);
+
+/* The kernels for this CPU (cpu_isa.c): the ops table of the best level the
+ * CPU and OS support, or the one GT_CPU_ISA names; `name` receives the
+ * level's name ("avx512", "avx2+fma", "sse2"). */
+gt_status gt_cpu_isa_choose(const gt_backend_ops **ops, char *name, size_t name_len);
 
 /* memory, streams, events (cpu_backend.c) */
 gt_status gt_cpu_alloc(gt_backend *be, size_t bytes, void **ptr);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/cpu/cpu_isa.h"
 #include "giant/backend.h"
 
 /* Element-wise loops below this size run on one thread: waking the pool

@@ -376,10 +376,10 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (lead)
-    printf("gpt: %zu parameters, L=%d C=%d NH=%d T=%d V=%d, B=%d x %d micro-batches per replica, %s, "
+    printf("gpt: %zu parameters, L=%d C=%d NH=%d T=%d V=%d, B=%d x %d micro-batches per replica, %s (%s kernels), "
            "%s, %d threads, peak %.1f GFLOP/s; world %d = dp %d x tp %d x pp %d%s%s\n",
            gt_model_param_count_whole(m), a.layers, a.channels, a.heads, a.seq, vocab, a.batch,
-           a.accum, be->name, gt_precision_name(precision), be->num_threads, be->peak_flops / 1e9, plan.world, plan.layout.dp, plan.layout.tp,
+           a.accum, be->name, be->kernels, gt_precision_name(precision), be->num_threads, be->peak_flops / 1e9, plan.world, plan.layout.dp, plan.layout.tp,
            plan.layout.pp, plan.zero1 ? ", ZeRO-1" : "", plan.seq_parallel ? ", sequence parallel" : "");
   gt_step_stats st = {0}, first = {0};
   for (int i = 0; i < a.steps; i++) {

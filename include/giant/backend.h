@@ -259,6 +259,8 @@ struct gt_backend {
   int device;             /* device index (CUDA), 0 on CPU */
   int num_threads;        /* host threads the kernels use */
   char name[32];          /* "cpu", "cuda:0" */
+  char kernels[48];       /* the kernels chosen for this machine at creation:
+                             "avx2+fma", "avx512+amx", "cublas+cuda" */
   gt_stream *compute;     /* where kernels run */
   gt_stream *copy;        /* for transfers that overlap compute */
   double peak_flops;      /* measured by gt_backend_measure_peak, 0 until then */
