@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/harness.h"
+#include "localkit/ranks.h"
+#include "giant/dist.h"
 
 void bench_rank_setup(bench_rank *r, int rank, int world, const bench_rank_config *c) {
   memset(r, 0, sizeof *r);

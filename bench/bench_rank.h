@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "giant/dist.h"
 #include "giant/plan.h"
 #include "gpt.h"
 

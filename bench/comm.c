@@ -25,6 +25,7 @@
 
 #include "giant/comm.h"
 #include "giant/log.h"
+#include "giant/store.h"
 
 #define MAX_SIZES 32
 #define SECRET "bench-comm-secret"

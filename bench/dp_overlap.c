@@ -16,7 +16,8 @@
 #include <string.h>
 
 #include "bench_rank.h"
-#include "comm/harness.h"
+#include "localkit/ranks.h"
+#include "giant/dp_sync.h"
 #include "giant/options.h"
 
 typedef struct cfg {

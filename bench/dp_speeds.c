@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "bench_rank.h"
-#include "comm/harness.h"
+#include "localkit/ranks.h"
 #include "giant/plan.h"
 #include "giant/planner.h"
 #include "gpt.h"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "etcd/etcd_fixture.h"
+#include "localkit/etcd_server.h"
 #include "giant/etcd.h"
 #include "giant/log.h"
 

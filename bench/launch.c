@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "etcd/etcd_fixture.h"
+#include "localkit/etcd_server.h"
 #include "giant/init.h"
 #include "giant/log.h"
 

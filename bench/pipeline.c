@@ -15,10 +15,12 @@
 #include <stdlib.h>
 
 #include "bench_rank.h"
-#include "comm/harness.h"
+#include "localkit/ranks.h"
+#include "giant/grid.h"
 #include "giant/options.h"
 #include "giant/plan.h"
 #include "giant/planner.h"
+#include "giant/pp_exec.h"
 #include "gpt.h"
 
 typedef struct cfg {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "bench_rank.h"
-#include "comm/harness.h"
+#include "localkit/ranks.h"
 #include "giant/options.h"
 
 enum { BASE, DP2, TP2, NCONF };

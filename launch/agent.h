@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "giant/launch.h"
+#include "giant/rdzv.h"
 #include "giant/status.h"
 
 typedef struct agent_opts {

@@ -7,8 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "giant/dist.h"
+#include "giant/dp_sync.h"
+#include "giant/grid.h"
 #include "giant/log.h"
 #include "giant/plan.h"
+#include "giant/pp_exec.h"
 
 struct gt_trainer {
   gt_model *m;

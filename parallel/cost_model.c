@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "giant/grid.h"
 #include "giant/planner.h"
 
 static double ring_allreduce(double bytes, int k, const gt_planner_hw *hw) {

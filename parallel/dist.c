@@ -3,6 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "giant/comm.h"
+#include "giant/dist.h"
+#include "giant/grid.h"
 #include "giant/plan.h"
 
 struct gt_dist {

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "giant/comm.h"
+#include "giant/dp_sync.h"
 #include "giant/log.h"
 #include "giant/plan.h"
 

@@ -1,4 +1,5 @@
 /* Layouts, plans, and the checks that reject a plan before training. */
+#include "giant/grid.h"
 #include "giant/plan.h"
 #include "giant/planner.h"
 

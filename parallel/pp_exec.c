@@ -14,8 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "giant/comm.h"
+#include "giant/dist.h"
+#include "giant/grid.h"
 #include "giant/log.h"
 #include "giant/plan.h"
+#include "giant/pp_exec.h"
 
 struct gt_pp_exec {
   gt_dist *d;

@@ -230,6 +230,7 @@ gt_status gt_cuda_backend_create(const gt_backend_config *cfg, gt_backend **out)
   be->num_threads = 1;
   be->impl = cu;
   snprintf(be->name, sizeof be->name, "cuda:%d", dev);
+  snprintf(be->kernels, sizeof be->kernels, "cublas+cuda");
 
   gt_status s = gt_cuda_check(be, cudaSetDevice(dev), "cudaSetDevice");
   if (s == GT_OK) s = gt_cuda_stream_create(be, &be->compute);

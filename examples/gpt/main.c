@@ -16,6 +16,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "giant/dist.h"
+#include "giant/grid.h"
 #include "giant/init.h"
 #include "giant/options.h"
 #include "giant/plan.h"

@@ -14,9 +14,7 @@
 
 #include "giant/status.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 struct gt_backend;
 typedef struct gt_arena gt_arena;
@@ -41,7 +39,5 @@ void gt_arena_set_budget(gt_arena *a, size_t budget_bytes);
 /* Device allocator calls so far (to check the steady state makes none). */
 size_t gt_arena_device_allocs(const gt_arena *a);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

@@ -30,9 +30,7 @@
 #include "giant/status.h"
 #include "giant/tensor.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 typedef struct gt_backend gt_backend;
 typedef struct gt_stream gt_stream;
@@ -316,7 +314,5 @@ gt_status gt_gemm_ex_check(const gt_backend *be, const gt_gemm_ex_args *g);
 gt_status gt_backend_upload(gt_backend *be, void *dst, const void *src, size_t bytes);
 gt_status gt_backend_download(gt_backend *be, void *dst, const void *src, size_t bytes);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

@@ -1,5 +1,6 @@
-/* Communicators: collectives and point-to-point transfers between ranks,
- * the TCP store that bootstraps them, and the process grid.
+/* Communicators: collectives and point-to-point transfers between ranks.
+ * (The store that bootstraps them is giant/store.h; the process grid built
+ * from them, giant/grid.h.)
  *
  * A communicator (gt_comm) joins `size` ranks that found each other through
  * a gt_store under a key prefix. Every operation is asynchronous: a
@@ -33,30 +34,12 @@
 #include <stdint.h>
 
 #include "giant/backend.h"
+#include "giant/group.h"
 #include "giant/status.h"
 #include "giant/store.h"
 #include "giant/tensor.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-/* ------------------------------------------------------------------ */
-/* TCP store: hosted by one process (a server thread), used by all.     */
-
-typedef struct gt_store_tcp_config {
-  const char *host;   /* server address to connect to ("127.0.0.1") */
-  int port;           /* server port; with is_host, 0 picks a free one */
-  bool is_host;       /* start the server in this process, then connect */
-  const char *secret; /* job secret; NULL = $GT_JOB_SECRET */
-  int timeout_ms;     /* connect timeout (the server may start later) */
-} gt_store_tcp_config;
-
-/* Opens a store client (and, with is_host, the server it talks to; the
- * server stops when this store is destroyed). */
-gt_status gt_store_tcp_open(const gt_store_tcp_config *cfg, gt_store **out);
-/* The port of the server this store talks to. */
-int gt_store_tcp_port(const gt_store *s);
+GT_API_BEGIN
 
 /* ------------------------------------------------------------------ */
 /* Communicators.                                                       */
@@ -164,60 +147,8 @@ gt_status gt_comm_sendrecv(gt_comm *comm, const void *send, size_t send_count, i
                            void *recv, size_t recv_count, int src, gt_dtype dtype);
 gt_status gt_comm_barrier(gt_comm *comm);
 
-/* ------------------------------------------------------------------ */
-/* The process grid: dp x pp x tp.                                      */
-/*
- * Rank order follows Megatron: tensor-parallel index fastest, then
- * data-parallel, then pipeline-parallel:
- *     rank = tp_idx + tp * (dp_idx + dp * pp_idx)
- * so the tp ranks of one model replica stage are adjacent (one node), and a
- * pipeline stage's ranks are contiguous.
- */
+/* gt_group over a communicator (host buffers): what layers reduce over. */
+gt_status gt_comm_group_init(gt_comm *comm, gt_group *out);
 
-typedef enum gt_grid_axis { GT_GRID_DP = 0, GT_GRID_TP = 1, GT_GRID_PP = 2 } gt_grid_axis;
-
-typedef struct gt_grid_layout {
-  int dp, tp, pp;
-} gt_grid_layout;
-
-typedef struct gt_grid_coords {
-  int dp, tp, pp;
-} gt_grid_coords;
-
-/* Checks that every factor is >= 1 and dp*tp*pp == world. */
-gt_status gt_grid_check(const gt_grid_layout *l, int world);
-gt_status gt_grid_coords_of(const gt_grid_layout *l, int rank, gt_grid_coords *c);
-int gt_grid_rank_of(const gt_grid_layout *l, const gt_grid_coords *c);
-/* The world ranks of `rank`'s group along `axis`, in group order, into
- * ranks[] (room for the axis size); *index = rank's place in it and *group
- * = which group of that axis it is (0 .. world/axis_size - 1). */
-gt_status gt_grid_group(const gt_grid_layout *l, int rank, gt_grid_axis axis, int *ranks,
-                        int *index, int *group);
-int gt_grid_axis_size(const gt_grid_layout *l, gt_grid_axis axis);
-
-typedef struct gt_grid gt_grid;
-
-typedef struct gt_grid_config {
-  gt_store *store;
-  const char *generation; /* namespaces every key ("gen7"); unique per build */
-  gt_grid_layout layout;
-  int rank;               /* world rank */
-  gt_comm_config comm;    /* template: backend, secret, host, transport,
-                             timeouts (store, prefix, rank, size ignored) */
-} gt_grid_config;
-
-/* Builds the world communicator and this rank's dp, tp and pp groups.
- * Collective over the world. */
-gt_status gt_grid_create(const gt_grid_config *cfg, gt_grid **out);
-void gt_grid_destroy(gt_grid *g);
-/* The group along an axis (size-1 groups are communicators too). */
-gt_comm *gt_grid_comm(gt_grid *g, gt_grid_axis axis);
-gt_comm *gt_grid_world(gt_grid *g);
-const gt_grid_coords *gt_grid_my_coords(const gt_grid *g);
-/* Aborts every communicator of the grid (any thread). */
-void gt_grid_abort(gt_grid *g);
-
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

@@ -11,14 +11,10 @@
 
 #include "giant/backend.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 void *gt_cuda_stream_handle(gt_backend *be, gt_stream *s);
 void *gt_cuda_event_handle(gt_backend *be, gt_event *e);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

@@ -23,9 +23,7 @@
 
 #include "giant/status.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 #define GT_TOKFILE_MAGIC "GIANTTOK"
 #define GT_TOKFILE_VERSION 1u
@@ -136,7 +134,5 @@ uint64_t gt_loader_position(const gt_loader *l);
  * least 2 tokens (DOCUMENTS). */
 uint64_t gt_loader_rows_per_epoch(const gt_loader *l);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

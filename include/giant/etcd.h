@@ -27,9 +27,7 @@
 #include "giant/status.h"
 #include "giant/store.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 typedef struct gt_etcd_client gt_etcd_client;
 
@@ -244,7 +242,5 @@ void gt_etcd_watch_cancel(gt_etcd_watch *w);
  * The client must outlive the store. */
 gt_status gt_etcd_store_create(gt_etcd_client *c, const char *prefix, gt_store **out);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

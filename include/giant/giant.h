@@ -7,10 +7,12 @@
 #include "giant/backend.h"
 #include "giant/comm.h"
 #include "giant/data.h"
+#include "giant/dist.h"
+#include "giant/dp_sync.h"
 #include "giant/etcd.h"
+#include "giant/grid.h"
 #include "giant/group.h"
 #include "giant/init.h"
-#include "giant/launch.h"
 #include "giant/layer.h"
 #include "giant/layers.h"
 #include "giant/log.h"
@@ -18,12 +20,21 @@
 #include "giant/model.h"
 #include "giant/optim.h"
 #include "giant/options.h"
+#include "giant/pipeline.h"
 #include "giant/plan.h"
+#include "giant/planner.h"
+#include "giant/pp_exec.h"
+#include "giant/rdzv.h"
 #include "giant/status.h"
 #include "giant/store.h"
 #include "giant/tensor.h"
 #include "giant/trainer.h"
 
 #define GIANT_VERSION_STRING "0.1.0"
+
+GT_API_BEGIN
+/* The version libgiant was built as (GIANT_VERSION_STRING of its headers). */
+const char *gt_version(void);
+GT_API_END
 
 #endif

@@ -13,9 +13,7 @@
 
 #include "giant/status.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 typedef struct gt_group gt_group;
 
@@ -30,7 +28,5 @@ struct gt_group {
   void *impl;
 };
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

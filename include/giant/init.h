@@ -25,9 +25,7 @@
 #include "giant/status.h"
 #include "giant/store.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 typedef struct gt_job {
   int rank, world_size, local_rank, local_world_size, node_rank;
@@ -45,7 +43,5 @@ gt_status gt_init(gt_job **out);
 /* Closes the store and frees the job. NULL is a no-op. */
 void gt_job_destroy(gt_job *job);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

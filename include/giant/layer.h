@@ -23,9 +23,7 @@
 #include "giant/group.h"
 #include "giant/status.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 typedef struct gt_model gt_model;
 typedef struct gt_layer gt_layer;
@@ -188,7 +186,5 @@ int gt_layer_tp_rank(const gt_layer *self);
  * sequence parallelism on). */
 bool gt_layer_seq_parallel(const gt_layer *self);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

@@ -4,9 +4,7 @@
 
 #include "giant/layer.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 /* Token embedding plus learned position embedding: tokens -> (B,T,C). */
 typedef struct gt_embedding_config {
@@ -44,7 +42,5 @@ typedef struct gt_lm_head_config {
 } gt_lm_head_config;
 extern const gt_layer_type gt_lm_head_layer;
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

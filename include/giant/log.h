@@ -4,9 +4,9 @@
 #ifndef GIANT_LOG_H
 #define GIANT_LOG_H
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+#include "giant/status.h"
+
+GT_API_BEGIN
 
 typedef enum { GT_LOG_DEBUG = 0, GT_LOG_INFO, GT_LOG_WARN, GT_LOG_ERROR } gt_log_level;
 
@@ -23,7 +23,5 @@ void gt_log_set_rank(int rank);
 /* Seconds on a monotonic clock. */
 double gt_now(void);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

@@ -9,9 +9,7 @@
 
 #include "giant/status.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 typedef struct gt_step_stats {
   int step;              /* 0-based */
@@ -36,7 +34,5 @@ gt_status gt_metrics_write(gt_metrics *m, const gt_step_stats *s);
 /* "step 12 | loss 3.2101 | lr 3.00e-04 | ..." to f. */
 void gt_metrics_print(FILE *f, const gt_step_stats *s);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

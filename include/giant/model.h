@@ -16,9 +16,7 @@
 #include "giant/data.h"
 #include "giant/layer.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 typedef struct gt_acts gt_acts;
 
@@ -163,7 +161,5 @@ size_t gt_param_global_index(const gt_param *p, size_t i);
 /* The initial value of element `i` of parameter `name` under `seed`. */
 float gt_init_value(uint64_t seed, const char *name, size_t i, gt_init_kind kind, float std);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

@@ -9,9 +9,7 @@
 #include "giant/group.h"
 #include "giant/model.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 typedef enum gt_optim_kind { GT_OPTIM_ADAMW = 0, GT_OPTIM_SGD = 1 } gt_optim_kind;
 
@@ -64,7 +62,5 @@ gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards,
  * (1 when it is already within, or when max_norm <= 0). */
 float gt_clip_factor(double norm, float max_norm);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

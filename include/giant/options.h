@@ -7,9 +7,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+#include "giant/status.h"
+
+GT_API_BEGIN
 
 typedef enum gt_opt_kind {
   GT_OPT_STR,   /* const char * */
@@ -34,7 +34,5 @@ typedef struct gt_opt_spec {
  * receives its index (launchers pass the rest to a program). */
 int gt_opt_parse(int argc, char **argv, const gt_opt_spec *specs, int nspecs, const char *usage, int *rest);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

@@ -34,9 +34,7 @@
 
 #include "giant/status.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 typedef enum gt_pp_kind { GT_PP_GPIPE = 0, GT_PP_1F1B = 1, GT_PP_INTERLEAVED = 2 } gt_pp_kind;
 typedef enum gt_pp_op { GT_PP_FORWARD = 0, GT_PP_BACKWARD = 1 } gt_pp_op;
@@ -98,7 +96,5 @@ typedef struct gt_pp_costs {
 gt_status gt_pp_simulate(const gt_pp_schedule *s, const gt_pp_costs *c, gt_pp_sim_result *out);
 void gt_pp_sim_free(gt_pp_sim_result *r);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

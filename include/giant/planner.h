@@ -25,13 +25,11 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "giant/comm.h"
+#include "giant/grid.h"
 #include "giant/model.h"
 #include "giant/pipeline.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 #define GT_PLANNER_MAX_STAGES 256 /* pipeline ranks x chunks */
 
@@ -125,7 +123,5 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
 gt_status gt_planner_choose(const gt_planner_hw *hw, const gt_planner_job *job, gt_planner_result *out);
 void gt_planner_print(const gt_planner_result *e, const gt_planner_job *job, FILE *f);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

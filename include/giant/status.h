@@ -10,9 +10,20 @@
 
 #include <stdarg.h>
 
+/* Everything between GT_API_BEGIN and GT_API_END in a public header is
+ * libgiant's interface: exported from the shared library, which is built
+ * with hidden visibility, and C linkage for C++. Nothing else leaves it. */
 #ifdef __cplusplus
-extern "C" {
+#define GT_API_EXTERN_C_BEGIN extern "C" {
+#define GT_API_EXTERN_C_END }
+#else
+#define GT_API_EXTERN_C_BEGIN
+#define GT_API_EXTERN_C_END
 #endif
+#define GT_API_BEGIN _Pragma("GCC visibility push(default)") GT_API_EXTERN_C_BEGIN
+#define GT_API_END GT_API_EXTERN_C_END _Pragma("GCC visibility pop")
+
+GT_API_BEGIN
 
 typedef enum gt_status {
   GT_OK = 0,
@@ -57,7 +68,5 @@ gt_status gt_error_context(gt_status code, const char *fmt, ...)
     if (gt_try_s_ != GT_OK) return gt_try_s_; \
   } while (0)
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

@@ -9,14 +9,13 @@
 #ifndef GIANT_STORE_H
 #define GIANT_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "giant/status.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 typedef struct gt_store gt_store;
 
@@ -45,11 +44,25 @@ gt_status gt_store_add(gt_store *s, const char *key, int64_t delta, int64_t *res
 gt_status gt_store_del(gt_store *s, const char *key);
 void gt_store_destroy(gt_store *s);
 
+/* ---- the TCP store: hosted by one process (a server thread), used by all ---- */
+
+typedef struct gt_store_tcp_config {
+  const char *host;   /* server address to connect to ("127.0.0.1") */
+  int port;           /* server port; with is_host, 0 picks a free one */
+  bool is_host;       /* start the server in this process, then connect */
+  const char *secret; /* job secret; NULL = $GT_JOB_SECRET */
+  int timeout_ms;     /* connect timeout (the server may start later) */
+} gt_store_tcp_config;
+
+/* Opens a store client (and, with is_host, the server it talks to; the
+ * server stops when this store is destroyed). */
+gt_status gt_store_tcp_open(const gt_store_tcp_config *cfg, gt_store **out);
+/* The port of the server this store talks to. */
+int gt_store_tcp_port(const gt_store *s);
+
 /* A barrier over the store: every one of `n` participants calls it with the
  * same name; returns when all have arrived. */
 gt_status gt_store_barrier(gt_store *s, const char *name, int rank, int n, int timeout_ms);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

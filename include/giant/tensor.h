@@ -13,9 +13,7 @@
 
 #include "giant/status.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 typedef enum gt_dtype {
   GT_F32 = 0,  /* IEEE float32: parameters, activations, optimizer state */
@@ -58,7 +56,5 @@ gt_status gt_tensor_slice(const gt_tensor *t, int dim, int64_t start, int64_t le
 /* "f32[8, 128, 256]" into buf. */
 const char *gt_tensor_describe(const gt_tensor *t, char *buf, size_t n);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

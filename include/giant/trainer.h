@@ -9,9 +9,7 @@
 #include "giant/model.h"
 #include "giant/optim.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 typedef struct gt_trainer_config {
   gt_optim_config optim;
@@ -49,7 +47,5 @@ struct gt_pp_exec *gt_trainer_pp_exec(gt_trainer *t);
 /* The data-parallel gradient sync (NULL without data parallelism). */
 struct gt_dp_sync *gt_trainer_dp_sync(gt_trainer *t);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

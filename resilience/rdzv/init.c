@@ -9,6 +9,7 @@
 #include "giant/comm.h"
 #include "giant/etcd.h"
 #include "giant/init.h"
+#include "giant/store.h"
 
 typedef struct job_impl {
   gt_job pub; /* first, so a gt_job * is a job_impl * */
@@ -48,6 +49,13 @@ static gt_status env_copy(const char *name, int required, char *dst, size_t cap)
 
 /* etcd://HOST:PORT[,...]/PREFIX, or etcds:// for TLS (https endpoints). */
 static gt_status open_etcd_store(job_impl *j, const char *url, int tls) {
+#ifndef GIANT_HAVE_ETCD
+  (void)j, (void)tls;
+  return gt_errorf(GT_EUNSUPPORTED,
+                   "GT_STORE='%s' is on etcd, but this build of Giant has no etcd client (GIANT_ETCD=OFF): "
+                   "rebuild with it, or use a tcp://HOST:PORT store",
+                   url);
+#else
   const char *rest = strstr(url, "://") + 3;
   const char *slash = strchr(rest, '/');
   if (!slash || slash == rest || slash[1] == 0)
@@ -75,6 +83,7 @@ static gt_status open_etcd_store(job_impl *j, const char *url, int tls) {
   gt_status st = gt_etcd_connect(&cfg, &j->cli);
   if (st != GT_OK) return gt_error_context(st, "GT_STORE=%s", url);
   return gt_etcd_store_create(j->cli, slash, &j->pub.store);
+#endif
 }
 
 static gt_status open_tcp_store(job_impl *j, const char *url) {
@@ -151,6 +160,8 @@ void gt_job_destroy(gt_job *job) {
   if (!job) return;
   job_impl *j = (job_impl *)job;
   if (job->store) gt_store_destroy(job->store);
+#ifdef GIANT_HAVE_ETCD
   gt_etcd_close(j->cli);
+#endif
   free(j);
 }

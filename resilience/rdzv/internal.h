@@ -4,7 +4,7 @@
 #define GIANT_RDZV_INTERNAL_H
 
 #include "giant/etcd.h"
-#include "giant/launch.h"
+#include "giant/rdzv.h"
 
 typedef struct rdzv_member {
   char id[GT_RDZV_ID_MAX + 1];

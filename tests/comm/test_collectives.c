@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/harness.h"
+#include "localkit/ranks.h"
 
 typedef struct cfg {
   gt_comm_transport transport;

@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm/harness.h"
-#include "parallel/wire.h"
+#include "localkit/ranks.h"
+#include "comm/wire.h"
 
 typedef struct shared {
   double victim_time;   /* when the victim killed or stopped itself */

@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/harness.h"
+#include "localkit/ranks.h"
+#include "giant/grid.h"
 
 enum { WORLD = 8 };
 

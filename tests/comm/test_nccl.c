@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "comm/harness.h"
+#include "localkit/ranks.h"
 
 /* Counts devices in a child, so this process never initializes CUDA
  * before forking ranks. Returns the count, or -1 with the reason printed. */

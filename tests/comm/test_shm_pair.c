@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/harness.h"
+#include "localkit/ranks.h"
 
 /* Values whose sum rounds: the reference is one fp32 addition. */
 __attribute__((noinline)) static float fval(int rank, size_t i) {

@@ -10,8 +10,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "comm/harness.h"
-#include "parallel/wire.h"
+#include "localkit/ranks.h"
+#include "comm/wire.h"
+#include "giant/store.h"
 
 static gt_store *host_store(void) {
   gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = 0, .is_host = true,

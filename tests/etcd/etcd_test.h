@@ -10,7 +10,7 @@
 
 #include "giant/etcd.h"
 #include "giant/log.h"
-#include "etcd/etcd_fixture.h"
+#include "localkit/etcd_server.h"
 
 #define ETCD_OK(expr)                                                        \
   do {                                                                       \

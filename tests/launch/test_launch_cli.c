@@ -8,7 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "etcd/etcd_fixture.h"
+#include "localkit/etcd_server.h"
 #include "launch/launch_test.h"
 
 static char dir[256];

@@ -3,7 +3,7 @@
  * store for a job of one), and malformed values rejected by name. */
 #include <unistd.h>
 
-#include "etcd/etcd_fixture.h"
+#include "localkit/etcd_server.h"
 #include "giant/etcd.h"
 #include "giant/init.h"
 #include "launch/launch_test.h"

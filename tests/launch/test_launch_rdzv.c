@@ -5,10 +5,10 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "etcd/etcd_fixture.h"
+#include "localkit/etcd_server.h"
 #include "giant/etcd.h"
-#include "giant/launch.h"
 #include "giant/log.h"
+#include "giant/rdzv.h"
 #include "launch/launch_test.h"
 
 #define OK(expr)                                                                           \

@@ -5,7 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "etcd/etcd_fixture.h"
+#include "localkit/etcd_server.h"
 #include "giant/etcd.h"
 #include "launch/launch_test.h"
 

@@ -17,8 +17,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "comm/harness.h"
+#include "localkit/ranks.h"
 #include "examples/gpt/gpt.h"
+#include "giant/dist.h"
 #include "giant/plan.h"
 #include "parallel/train_result.h"
 

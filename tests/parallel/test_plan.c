@@ -12,6 +12,7 @@
 #include "common/gt_test.h"
 
 #include "examples/gpt/gpt.h"
+#include "giant/grid.h"
 #include "giant/plan.h"
 
 static gt_backend *be;

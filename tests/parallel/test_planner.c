@@ -13,6 +13,7 @@
 #include "common/gt_test.h"
 
 #include "examples/gpt/gpt.h"
+#include "giant/grid.h"
 #include "giant/planner.h"
 
 #define MIB (1024.0 * 1024.0)

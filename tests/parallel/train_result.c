@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/harness.h"
+#include "localkit/ranks.h"
 
 enum { MAX_FLOATS = 400000 };
 

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "giant/log.h"
-#include "parallel/comm_internal.h"
-#include "parallel/wire.h"
+#include "comm/comm_internal.h"
+#include "comm/wire.h"
 
 #define PIECE (512u << 10)
 #define SEND_MAX (1u << 20)

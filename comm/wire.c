@@ -1,5 +1,5 @@
 /* Framed messages over TCP with deadlines; see wire.h. */
-#include "parallel/wire.h"
+#include "comm/wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* gt_group on a communicator: the collectives tensor-parallel layers call. */
-#include "giant/plan.h"
+#include "giant/comm.h"
 
 static gt_comm *comm_of(gt_group *g) { return g->impl; }
 

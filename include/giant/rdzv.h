@@ -31,16 +31,14 @@
  * the round only when a watch on the job's keys saw a change outside the
  * workers' store (and at least every 5 s).
  */
-#ifndef GIANT_LAUNCH_H
-#define GIANT_LAUNCH_H
+#ifndef GIANT_RDZV_H
+#define GIANT_RDZV_H
 
 #include <signal.h>
 
 #include "giant/status.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GT_API_BEGIN
 
 #define GT_RDZV_ID_MAX 100     /* longest job or node id */
 #define GT_RDZV_MAX_NODES 1024
@@ -106,7 +104,5 @@ void gt_rdzv_close(gt_rdzv *r);
 /* 1 when s is a valid job or node id. */
 int gt_rdzv_valid_id(const char *s);
 
-#ifdef __cplusplus
-}
-#endif
+GT_API_END
 #endif

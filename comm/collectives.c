@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/comm_internal.h"
+#include "comm/comm_internal.h"
 
 /* The same rounding as gt_f32_to_bf16, inlined so the loop vectorizes. */
 static inline uint16_t to_bf16(float f) {

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "giant/log.h"
-#include "parallel/comm_internal.h"
-#include "parallel/wire.h"
+#include "comm/comm_internal.h"
+#include "comm/wire.h"
 
 void gt_comm_key(const gt_comm *c, char *out, size_t n, const char *fmt, ...) {
   int k = snprintf(out, n, "comm/%s/", c->prefix);

@@ -1,5 +1,5 @@
-/* Starts and stops a real etcd on loopback for tests (see etcd_fixture.h). */
-#include "etcd_fixture.h"
+/* Starts and stops a real etcd on loopback (see etcd_server.h). */
+#include "localkit/etcd_server.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "giant/log.h"
-#include "parallel/comm_internal.h"
+#include "comm/comm_internal.h"
 
 #define NSLOT 4
 #define SLOT (512u << 10)

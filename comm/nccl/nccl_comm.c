@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "giant/log.h"
-#include "parallel/comm_internal.h"
+#include "comm/comm_internal.h"
 
 struct nccl_state {
   ncclComm_t comm;

@@ -8,8 +8,9 @@
 
 #include "giant/comm.h"
 #include "giant/log.h"
-#include "parallel/store_tcp.h"
-#include "parallel/wire.h"
+#include "giant/store.h"
+#include "comm/store_tcp.h"
+#include "comm/wire.h"
 
 typedef struct client {
   int fd;

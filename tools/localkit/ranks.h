@@ -1,8 +1,8 @@
-/* Multi-process test harness: fork N ranks on loopback, each running a
- * function, with a TCP store hosted by the parent; a bounded wait collects
- * their exit statuses and kills stragglers. */
-#ifndef GIANT_TESTS_COMM_HARNESS_H
-#define GIANT_TESTS_COMM_HARNESS_H
+/* Ranks on one machine, for tests and benchmarks: fork N ranks on
+ * loopback, each running a function, with a TCP store hosted by the parent;
+ * a bounded wait collects their exit statuses and kills stragglers. */
+#ifndef GIANT_LOCALKIT_RANKS_H
+#define GIANT_LOCALKIT_RANKS_H
 
 #include <stdio.h>
 #include <unistd.h>

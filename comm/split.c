@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "giant/log.h"
-#include "parallel/comm_internal.h"
+#include "comm/comm_internal.h"
 
 gt_status gt_comm_split(gt_comm *c, int color, int key, const char *prefix, gt_comm **out) {
   if (!c || !out || !prefix || !*prefix)

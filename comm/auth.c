@@ -15,7 +15,7 @@
 #include <sys/random.h>
 
 #include "giant/log.h"
-#include "parallel/wire.h"
+#include "comm/wire.h"
 
 #define NONCE 32
 #define MAC 32

@@ -1,5 +1,6 @@
-/* A real etcd server for tests: started on free 127.0.0.1 ports with a
- * fresh data directory, stopped and removed at the end.
+/* A real etcd server on this machine, for tests and benchmarks: started on
+ * free 127.0.0.1 ports with a fresh data directory, stopped and removed at
+ * the end.
  *
  *   etcd_fixture fx;
  *   if (etcd_fixture_start(&fx, NULL) != 0) return 77;   (skip: no etcd)
@@ -10,8 +11,8 @@
  * Every wait is bounded (ETCD_FIXTURE_START_S seconds to serve). The
  * server's log is in fx.dir/etcd.log. Not thread-safe; one fixture per
  * server. */
-#ifndef GIANT_TESTS_ETCD_FIXTURE_H
-#define GIANT_TESTS_ETCD_FIXTURE_H
+#ifndef GIANT_LOCALKIT_ETCD_SERVER_H
+#define GIANT_LOCALKIT_ETCD_SERVER_H
 
 #include <sys/types.h>
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "giant/comm.h"
+#include "giant/grid.h"
 
 struct gt_grid {
   gt_grid_layout l;

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "giant/log.h"
-#include "parallel/store_tcp.h"
-#include "parallel/wire.h"
+#include "comm/store_tcp.h"
+#include "comm/wire.h"
 
 #define AUTH_TIMEOUT_MS 5000
 

@@ -1,5 +1,5 @@
-/* See harness.h. */
-#include "comm/harness.h"
+/* See ranks.h. */
+#include "localkit/ranks.h"
 
 #include <signal.h>
 #include <stdbool.h>
@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
+#include "giant/store.h"
 
 int harness_rank = -1;
 
