@@ -27,6 +27,10 @@
  * that had exited 0. The job succeeds when every member of one round has
  * finished. Closing round N deletes generation N-1's keys.
  *
+ * An agent that finds itself listed in a closed round it never joined is a
+ * relaunch of a node whose agent died: it moves the job to a new generation
+ * (not counted as a restart), so no one reads the dead round's keys.
+ *
  * Every wait polls etcd (cfg.poll_ms) and is bounded; gt_rdzv_check reads
  * the round only when a watch on the job's keys saw a change outside the
  * workers' store (and at least every 5 s).

@@ -25,6 +25,16 @@ static gt_status ensure_secret(gt_rdzv *r) {
   return gt_etcd_create(r->cli, k, hex, 64, 0, &created);
 }
 
+/* 1 when the closed round's member list names id. */
+static int closed_lists(const gt_etcd_kv *closed, const char *id) {
+  rdzv_member *m;
+  int n, in = 0;
+  if (rdzv_parse_members((const char *)closed->value, closed->value_len, &m, &n) != GT_OK) return 0;
+  for (int i = 0; i < n; i++) in |= !strcmp(m[i].id, id);
+  free(m);
+  return in;
+}
+
 /* Publishes the members (registered nodes, sorted, at most MAX) of round
  * s->gen, if the round is still current and open. */
 static gt_status close_round(gt_rdzv *r, const rdzv_snap *s) {
@@ -218,7 +228,18 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
     } else {
       rdzv_key(r, nodes_prefix, sizeof nodes_prefix, "gen%ld/nodes/", gen);
       const gt_etcd_kvs *closed = rdzv_snap_closed(&s);
-      if (registered != gen || !rdzv_kvs_has(rdzv_snap_nodes(&s), nodes_prefix, r->cfg.node_id)) {
+      if (registered != gen && closed->n > 0 && closed_lists(&closed->kvs[0], r->cfg.node_id)) {
+        /* A round that lists this node, which this agent never joined: it
+         * was this node's previous agent's, which died (a relaunch). Its
+         * workers and their store died with it, so the job starts a new
+         * generation rather than rejoin a dead one. Not a failure. */
+        char why[300];
+        snprintf(why, sizeof why, "node %s was started again; gen%ld belonged to its previous agent",
+                 r->cfg.node_id, gen);
+        gt_info("rendezvous: %s", why);
+        st = rdzv_advance(r, &s, 0, why);
+        next = STEP_AGAIN;
+      } else if (registered != gen || !rdzv_kvs_has(rdzv_snap_nodes(&s), nodes_prefix, r->cfg.node_id)) {
         int busy = 0;
         st = register_node(r, gen, &busy);
         if (st == GT_OK && busy) {
