@@ -67,6 +67,31 @@ int workers_all_ok(const worker_group *g);
  * frees the group. Safe on an empty group. */
 void workers_stop(worker_group *g, double grace_s);
 
+/* ---- the round's etcd thread --------------------------------------------- */
+
+/* While workers run, every etcd call of the round happens on this thread, so
+ * that supervising workers and forwarding their output never waits on etcd
+ * (a call can take its whole timeout when etcd is away). */
+typedef struct monitor monitor;
+
+typedef struct monitor_state {
+  int ended;          /* the thread saw the round end: ev says how */
+  gt_rdzv_event ev;
+  int finished;       /* this node's finish is recorded in etcd */
+  double etcd_ok_at;  /* last time an etcd call succeeded (gt_now) */
+  char error[400];    /* the last etcd error, "" after a success */
+} monitor_state;
+
+/* Starts the thread on r, which it owns until monitor_stop. */
+gt_status monitor_start(monitor **out, gt_rdzv *r, int poll_ms);
+/* Asks the thread to record that every worker of this node exited 0; it
+ * retries with backoff until etcd takes it. */
+void monitor_finish(monitor *m);
+void monitor_get(monitor *m, monitor_state *st);
+/* Stops and joins the thread (at most one etcd call's timeout); r is the
+ * caller's again. NULL is a no-op. */
+void monitor_stop(monitor *m);
+
 /* ---- standalone etcd ------------------------------------------------------ */
 
 typedef struct standalone_etcd {

@@ -31,12 +31,46 @@ static int fail_status(gt_status st, const char *what) {
   return 1;
 }
 
-typedef enum { ROUND_RESTART, ROUND_DONE, ROUND_FAILED, ROUND_STOPPED, ROUND_ERROR } round_end;
+typedef enum {
+  ROUND_RESTART, ROUND_DONE, ROUND_FAILED, ROUND_STOPPED, ROUND_ERROR,
+  ROUND_UNRECORDED /* the workers finished, but etcd never heard of it */
+} round_end;
 
-/* Runs one round's workers until they finish, fail, or the job moves on. */
+/* How long a node whose workers all exited 0 keeps trying to record that
+ * while etcd is unreachable, before it exits 0 anyway. */
+#define FINISH_RECORD_S 120.0
+
+/* This node's workers failed: the job moves on. */
+static round_end report_failure(gt_rdzv *r, const char *why, int *code) {
+  gt_status st = gt_rdzv_fail(r, why);
+  if (st != GT_OK) {
+    *code = fail_status(st, "reporting the failure to etcd");
+    return ROUND_ERROR;
+  }
+  return ROUND_RESTART; /* the next join sees the new generation, or the end */
+}
+
+/* The round ended (seen by the etcd thread): stop what still runs here. */
+static round_end round_over(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round *rd, worker_group *g,
+                            gt_rdzv_event ev, int finished) {
+  /* Another node ended the job (only after every node finished). */
+  if (ev == GT_RDZV_DONE && !finished)
+    gt_warn("giantrun: the job ended (%s) while workers ran here", gt_rdzv_reason(r));
+  workers_stop(g, o->stop_grace_s);
+  if (ev == GT_RDZV_RESTART) {
+    gt_warn("giantrun: leaving gen%ld: %s", rd->generation, gt_rdzv_reason(r));
+    return ROUND_RESTART;
+  }
+  return ev == GT_RDZV_DONE ? ROUND_DONE : ROUND_FAILED;
+}
+
+/* Runs one round's workers until they finish, fail, or the job moves on.
+ * etcd is left to the etcd thread (monitor.c) meanwhile. */
 static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round *rd, int *code) {
   worker_group g;
   gt_status st = workers_start(&g, o, rd);
+  monitor *m = NULL;
+  if (st == GT_OK) st = monitor_start(&m, r, (int)(o->monitor_s * 1000));
   if (st != GT_OK) {
     *code = fail_status(st, "starting workers");
     workers_stop(&g, o->stop_grace_s);
@@ -47,56 +81,53 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
           rd->node_rank, rd->nnodes, rd->generation, rd->rank_base, rd->rank_base + rd->nproc - 1,
           rd->world_size);
   int interval_ms = (int)(o->monitor_s * 1000);
-  int finished = 0;
-  double etcd_ok_at = gt_now();
-  char why[300];
+  int finished = 0, warned = 0;
+  char why[400];
   for (;;) {
     workers_pump(&g, interval_ms);
+    monitor_state ms;
+    monitor_get(m, &ms);
     if (agent_stop_signal) {
       gt_info("giantrun: signal %d: stopping the workers", (int)agent_stop_signal);
       workers_stop(&g, o->stop_grace_s);
+      monitor_stop(m);
       *code = 128 + agent_stop_signal;
       return ROUND_STOPPED;
     }
     if (workers_failed(&g, why, sizeof why)) {
       gt_warn("giantrun: %s; stopping this node's workers", why);
       workers_stop(&g, o->stop_grace_s);
-      st = gt_rdzv_fail(r, why);
-      if (st != GT_OK) {
-        *code = fail_status(st, "reporting the failure to etcd");
-        return ROUND_ERROR;
-      }
-      return ROUND_RESTART; /* the next join sees the new generation, or the end */
+      monitor_stop(m);
+      return report_failure(r, why, code);
     }
     if (!finished && workers_all_ok(&g)) {
-      st = gt_rdzv_finish(r);
-      if (st == GT_OK) finished = 1;
-      else gt_warn("giantrun: recording that the workers finished: %s", gt_last_error());
+      monitor_finish(m);
+      finished = 1;
     }
-    gt_rdzv_event ev;
-    st = gt_rdzv_check(r, &ev);
-    if (st != GT_OK) {
-      /* etcd may come back; past a lease TTL the job has moved on anyway. */
-      if (gt_now() - etcd_ok_at > o->ttl_s + 10.0) {
-        workers_stop(&g, o->stop_grace_s);
-        *code = fail_status(st, "lost etcd");
-        return ROUND_ERROR;
-      }
-      gt_warn("giantrun: checking the job in etcd: %s", gt_last_error());
-      continue;
+    if (ms.ended) {
+      monitor_stop(m);
+      return round_over(o, r, rd, &g, ms.ev, finished);
     }
-    etcd_ok_at = gt_now();
-    if (ev == GT_RDZV_RUNNING) continue;
-    if (ev == GT_RDZV_DONE && !finished) {
-      /* Another node ended the job (only after every node finished). */
-      gt_warn("giantrun: the job ended (%s) while workers ran here", gt_rdzv_reason(r));
+    if (ms.error[0] && !warned) gt_warn("giantrun: %s; retrying", ms.error);
+    warned = ms.error[0] != 0;
+    double silent = gt_now() - ms.etcd_ok_at;
+    if (finished && silent > FINISH_RECORD_S) {
+      /* The work is done; only its record is missing. */
+      gt_warn("giantrun: every worker here exited 0, but etcd has not answered for %.0f s (%s): "
+              "exiting 0 without the job marked done in etcd", silent, ms.error);
+      monitor_stop(m);
+      workers_stop(&g, o->stop_grace_s);
+      *code = 0;
+      return ROUND_UNRECORDED;
     }
-    workers_stop(&g, o->stop_grace_s);
-    if (ev == GT_RDZV_RESTART) {
-      gt_warn("giantrun: leaving gen%ld: %s", rd->generation, gt_rdzv_reason(r));
-      return ROUND_RESTART;
+    /* etcd may come back; past a lease TTL the job has moved on anyway. */
+    if (!finished && silent > o->ttl_s + 10.0) {
+      workers_stop(&g, o->stop_grace_s);
+      monitor_stop(m);
+      fprintf(stderr, "giantrun: lost etcd: %s\n", ms.error);
+      *code = 1;
+      return ROUND_ERROR;
     }
-    return ev == GT_RDZV_DONE ? ROUND_DONE : ROUND_FAILED;
   }
 }
 
