@@ -15,7 +15,7 @@
 typedef struct agent_opts {
   const char *nnodes, *endpoint, *backend, *job_id, *node_id;
   const char *log_dir, *plan, *cacert, *cert, *key;
-  int nproc, max_restarts, ttl_s, rdzv_timeout_s;
+  int nproc, max_restarts, restart_window_s, ttl_s, rdzv_timeout_s;
   float settle_s, stop_grace_s, monitor_s;
   bool standalone, version;
   int min_nodes, max_nodes;
@@ -61,6 +61,15 @@ gt_status workers_start(worker_group *g, const agent_opts *o, const gt_rdzv_roun
 void workers_pump(worker_group *g, int timeout_ms);
 /* 1 when a worker exited non-zero or by a signal; why says which. */
 int workers_failed(const worker_group *g, char *why, size_t n);
+/* Worker exit statuses that stop the job at once: a restart cannot mend
+ * them. 2 is a usage or configuration error (Giant's programs and most
+ * command-line tools exit 2 on bad flags); 126 and 127 are the shell's
+ * "cannot execute" and "not found" (an exec that failed exits 127 too). */
+#define WORKER_EXIT_USAGE 2
+#define WORKER_EXIT_NOEXEC 126
+#define WORKER_EXIT_NOTFOUND 127
+/* 1 when a worker exited with one of the statuses above; why says which. */
+int workers_fatal(const worker_group *g, char *why, size_t n);
 /* 1 when every worker exited 0. */
 int workers_all_ok(const worker_group *g);
 /* SIGTERM to every live worker's group, SIGKILL after grace_s, reaps all and

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "giant/log.h"
@@ -39,10 +40,16 @@ typedef enum {
 /* How long a node whose workers all exited 0 keeps trying to record that
  * while etcd is unreachable, before it exits 0 anyway. */
 #define FINISH_RECORD_S 120.0
+/* Restarts wait BACKOFF_BASE_S * 2^(restarts-1), at most BACKOFF_MAX_S,
+ * times a random factor in [0.5, 1) so that a crash loop neither spins nor
+ * hammers etcd and the nodes in step. */
+#define BACKOFF_BASE_S 1.0
+#define BACKOFF_MAX_S 30.0
 
-/* This node's workers failed: the job moves on. */
-static round_end report_failure(gt_rdzv *r, const char *why, int *code) {
-  gt_status st = gt_rdzv_fail(r, why);
+/* This node's workers failed: the job moves on, or, when the failure is
+ * fatal (a usage or configuration error), ends. */
+static round_end report_failure(gt_rdzv *r, const char *why, int fatal, int *code) {
+  gt_status st = fatal ? gt_rdzv_abort(r, why) : gt_rdzv_fail(r, why);
   if (st != GT_OK) {
     *code = fail_status(st, "reporting the failure to etcd");
     return ROUND_ERROR;
@@ -95,10 +102,11 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
       return ROUND_STOPPED;
     }
     if (workers_failed(&g, why, sizeof why)) {
+      int fatal = workers_fatal(&g, why, sizeof why);
       gt_warn("giantrun: %s; stopping this node's workers", why);
       workers_stop(&g, o->stop_grace_s);
       monitor_stop(m);
-      return report_failure(r, why, code);
+      return report_failure(r, why, fatal, code);
     }
     if (!finished && workers_all_ok(&g)) {
       monitor_finish(m);
@@ -131,18 +139,36 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
   }
 }
 
+/* Waits before running workers again after the job's restarts went up to
+ * restarts. Returns 0 when a signal came meanwhile. */
+static int back_off(int restarts) {
+  double d = BACKOFF_BASE_S;
+  for (int i = 1; i < restarts && d < BACKOFF_MAX_S; i++) d *= 2;
+  if (d > BACKOFF_MAX_S) d = BACKOFF_MAX_S;
+  unsigned seed = (unsigned)getpid() ^ (unsigned)(gt_now() * 1e6);
+  d *= 0.5 + 0.5 * (rand_r(&seed) / ((double)RAND_MAX + 1));
+  gt_info("giantrun: restart %d: waiting %.1f s before starting workers again", restarts, d);
+  for (double end = gt_now() + d; gt_now() < end;) {
+    if (agent_stop_signal) return 0;
+    struct timespec ts = {0, 20 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  return 1;
+}
+
 static int run_job(const agent_opts *o, const char *endpoints) {
   gt_rdzv_config cfg = {
       .endpoints = endpoints, .cacert = o->cacert, .cert = o->cert, .key = o->key,
       .job_id = o->job_id, .node_id = o->node_id, .min_nodes = o->min_nodes,
       .max_nodes = o->max_nodes, .nproc = o->nproc, .max_restarts = o->max_restarts,
+      .restart_window_s = o->restart_window_s,
       .ttl_s = o->ttl_s, .settle_ms = (int)(o->settle_s * 1000),
       .join_timeout_ms = o->rdzv_timeout_s * 1000, .call_timeout_ms = 5000,
       .poll_ms = (int)(o->monitor_s * 1000), .cancel = &agent_stop_signal};
   gt_rdzv *r;
   gt_status st = gt_rdzv_open(&cfg, &r);
   if (st != GT_OK) return fail_status(st, "rendezvous");
-  int code = 1, rounds = 0;
+  int code = 1, rounds = 0, last_restarts = -1;
   for (;;) {
     gt_rdzv_round rd;
     gt_rdzv_event ev;
@@ -165,6 +191,11 @@ static int run_job(const agent_opts *o, const char *endpoints) {
       break;
     }
     rounds++;
+    if (last_restarts >= 0 && rd.restarts > last_restarts && !back_off(rd.restarts)) {
+      code = 128 + agent_stop_signal;
+      break;
+    }
+    last_restarts = rd.restarts;
     round_end end = run_round(o, r, &rd, &code);
     if (end == ROUND_RESTART) continue;
     if (end == ROUND_DONE) {
