@@ -17,6 +17,7 @@ typedef struct agent_opts {
   const char *log_dir, *plan, *cacert, *cert, *key;
   int nproc, max_restarts, restart_window_s, ttl_s, rdzv_timeout_s;
   float settle_s, stop_grace_s, monitor_s;
+  float hang_timeout_s;       /* 0: 3x the longest step seen, at least 30 s */
   bool standalone, version;
   int min_nodes, max_nodes;
   char node_buf[GT_RDZV_ID_MAX + 1];
@@ -41,8 +42,14 @@ typedef struct line_buf {
 typedef struct worker {
   pid_t pid;      /* also its process group */
   int rank;
-  int fd[2];      /* stdout, stderr pipes; -1 at EOF */
+  int fd[3];      /* stdout, stderr, progress pipes; -1 at EOF */
   line_buf line[2];
+  /* Progress: the step counter the worker reports (gt_job_step), when it
+   * last advanced, and the longest time between two advances. */
+  long long step;
+  double step_at, longest_step;
+  unsigned char rec[8]; /* a partly read progress record */
+  int rec_len;
   int exited;     /* reaped */
   int status;     /* wait status */
   FILE *log;      /* <log-dir>/<job>/gen<N>/rank<R>.log, or NULL */
@@ -72,8 +79,17 @@ int workers_failed(const worker_group *g, char *why, size_t n);
 int workers_fatal(const worker_group *g, char *why, size_t n);
 /* 1 when every worker exited 0. */
 int workers_all_ok(const worker_group *g);
-/* SIGTERM to every live worker's group, SIGKILL after grace_s, reaps all and
- * frees the group. Safe on an empty group. */
+/* 1 when a worker's step has not advanced for the hang timeout (timeout_s,
+ * or 0 for 3x its longest step, at least HANG_FLOOR_S); why says which.
+ * Workers that never reported a step, or closed their job, are not watched. */
+#define HANG_FLOOR_S 30.0
+int workers_hung(const worker_group *g, double timeout_s, char *why, size_t n);
+/* Takes progress records (8-byte little-endian step counters) from a
+ * worker's progress pipe. */
+void progress_take(worker *w, const unsigned char *data, size_t n);
+/* SIGTERM (with SIGCONT, so a stopped worker gets it) to every live
+ * worker's group, SIGKILL after grace_s, reaps all and frees the group.
+ * Safe on an empty group. */
 void workers_stop(worker_group *g, double grace_s);
 
 /* ---- the round's etcd thread --------------------------------------------- */

@@ -101,8 +101,9 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
       *code = 128 + agent_stop_signal;
       return ROUND_STOPPED;
     }
-    if (workers_failed(&g, why, sizeof why)) {
-      int fatal = workers_fatal(&g, why, sizeof why);
+    int hung = workers_hung(&g, o->hang_timeout_s, why, sizeof why);
+    if (hung || workers_failed(&g, why, sizeof why)) {
+      int fatal = !hung && workers_fatal(&g, why, sizeof why);
       gt_warn("giantrun: %s; stopping this node's workers", why);
       workers_stop(&g, o->stop_grace_s);
       monitor_stop(m);

@@ -23,6 +23,9 @@ static const char usage[] =
     "  --max-restarts K           failures the job survives (default 0)\n"
     "  --restart-window S         count only the failures of the last S seconds\n"
     "                             against --max-restarts (default 0: all of them)\n"
+    "  --hang-timeout S           a worker whose step (gt_job_step) does not advance\n"
+    "                             for S seconds has failed (default 0: 3x its longest\n"
+    "                             step, at least 30)\n"
     "  --standalone               one node, with a private etcd on loopback\n"
     "  --log-dir DIR              also write DIR/<job>/gen<N>/rank<R>.log\n"
     "  --plan LAYOUT              the parallel layout, given to workers as GT_PLAN\n"
@@ -117,6 +120,7 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
       {"--max-restarts", GT_OPT_INT, &o->max_restarts, 0, 1000000},
       {"--max_restarts", GT_OPT_INT, &o->max_restarts, 0, 1000000},
       {"--restart-window", GT_OPT_INT, &o->restart_window_s, 0, 100000000},
+      {"--hang-timeout", GT_OPT_FLOAT, &o->hang_timeout_s, 0, 1000000},
       {"--standalone", GT_OPT_FLAG, &o->standalone, 0, 0},
       {"--log-dir", GT_OPT_STR, &o->log_dir, 0, 0},
       {"--log_dir", GT_OPT_STR, &o->log_dir, 0, 0},

@@ -394,6 +394,7 @@ int main(int argc, char **argv) {
       goto out;
     }
     if (i == 0) first = st;
+    gt_job_step(job, i + 1); /* giantrun's hang detection watches this */
   }
   if (lead) printf("loss %.6f -> %.6f over %d steps\n", first.loss, st.loss, a.steps);
   if (a.sample > 0 && plan.layout.pp > 1) {
