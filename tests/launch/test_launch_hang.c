@@ -4,33 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "etcd/etcd_fixture.h"
-#include "launch/launch_test.h"
+#include "launch/launch_etcd.h"
 
-static etcd_fixture fx;
 static char dir[256];
-
-static int setup(void **state) {
-  (void)state;
-  return etcd_fixture_start(&fx, NULL);
-}
-
-static int teardown(void **state) {
-  (void)state;
-  etcd_fixture_destroy(&fx);
-  return 0;
-}
-
-/* 1 when the agent's log holds text within timeout_s. */
-static int log_has(const agent *a, const char *text, double timeout_s) {
-  for (double end = mono_now() + timeout_s;; usleep(20000)) {
-    char *s = slurp(a->log);
-    int found = s && strstr(s, text);
-    free(s);
-    if (found) return 1;
-    if (mono_now() > end) return 0;
-  }
-}
 
 static void test_hung_worker_is_failed(void **state) {
   (void)state;
@@ -106,14 +82,10 @@ static void test_step_lines_arrive_as_printed(void **state) {
 }
 
 int main(void) {
-  if (!etcd_fixture_available()) {
-    fprintf(stderr, "etcd not found on PATH: skipping\n");
-    return 77;
-  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hung_worker_is_failed),
       cmocka_unit_test(test_stopped_worker_stops_promptly),
       cmocka_unit_test(test_step_lines_arrive_as_printed),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return RUN_WITH_ETCD(tests);
 }

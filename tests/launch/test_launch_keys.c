@@ -5,23 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "etcd/etcd_fixture.h"
 #include "giant/etcd.h"
-#include "launch/launch_test.h"
+#include "launch/launch_etcd.h"
 
-static etcd_fixture fx;
 static char dir[256];
-
-static int setup(void **state) {
-  (void)state;
-  return etcd_fixture_start(&fx, NULL);
-}
-
-static int teardown(void **state) {
-  (void)state;
-  etcd_fixture_destroy(&fx);
-  return 0;
-}
 
 /* The job's keys, one a line, in etcd's (sorted) order; the secret's lease
  * into *secret_lease when asked. */
@@ -48,13 +35,7 @@ static void run_job(const char *job, const char *const *w, int code) {
   const char *flags[] = {"--nnodes", "2", "--rdzv-endpoint", fx.endpoint, "--job-id", job,
                          "--rdzv-ttl", "2", "--stop-grace", "2", NULL};
   agent a[2];
-  assert_int_equal(node_start(&a[0], dir, "x", flags, w), 0);
-  assert_int_equal(node_start(&a[1], dir, "y", flags, w), 0);
-  if (!wait_gen(dir, 0, 2, 40)) {
-    dump_log(&a[0]);
-    dump_log(&a[1]);
-    fail_msg("job %s did not start", job);
-  }
+  start_two(a, dir, flags, w, 40);
   char keys[8192];
   int64_t lease = 0;
   job_keys(job, keys, sizeof keys, &lease);
@@ -121,9 +102,7 @@ static void test_stopped_job_leaves_current(void **state) {
                          "--rdzv-ttl", "2", "--stop-grace", "2", NULL};
   const char *w[] = {"sleep=60", NULL};
   agent a[2];
-  assert_int_equal(node_start(&a[0], dir, "x", flags, w), 0);
-  assert_int_equal(node_start(&a[1], dir, "y", flags, w), 0);
-  assert_true(wait_gen(dir, 0, 2, 40));
+  start_two(a, dir, flags, w, 40);
   kill(a[0].pid, SIGTERM);
   kill(a[1].pid, SIGTERM);
   assert_int_equal(agent_wait(&a[0], 20), 128 + SIGTERM);
@@ -140,14 +119,10 @@ static void test_stopped_job_leaves_current(void **state) {
 }
 
 int main(void) {
-  if (!etcd_fixture_available()) {
-    fprintf(stderr, "etcd not found on PATH: skipping\n");
-    return 77;
-  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_finished_job_leaves_done),
       cmocka_unit_test(test_failed_job_leaves_done),
       cmocka_unit_test(test_stopped_job_leaves_current),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return RUN_WITH_ETCD(tests);
 }

@@ -7,33 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "etcd/etcd_fixture.h"
 #include "giant/etcd.h"
-#include "launch/launch_test.h"
+#include "launch/launch_etcd.h"
 
-static etcd_fixture fx;
 static char dir[256];
-
-static int setup(void **state) {
-  (void)state;
-  return etcd_fixture_start(&fx, NULL);
-}
-
-static int teardown(void **state) {
-  (void)state;
-  etcd_fixture_destroy(&fx);
-  return 0;
-}
 
 #define OUTAGE_S 30.0
 #define SPAM_LINES 20000 /* 2 MB a worker: 30 pipes' worth */
-
-static int log_has(const agent *a, const char *text) {
-  char *s = slurp(a->log);
-  int found = s && strstr(s, text);
-  free(s);
-  return found;
-}
 
 static void test_etcd_outage_at_the_end(void **state) {
   (void)state;
@@ -45,13 +25,7 @@ static void test_etcd_outage_at_the_end(void **state) {
   snprintf(spam, sizeof spam, "spam=%d", SPAM_LINES);
   const char *w[] = {"gate=1", spam, NULL};
   agent a[2];
-  assert_int_equal(node_start(&a[0], dir, "x", flags, w), 0);
-  assert_int_equal(node_start(&a[1], dir, "y", flags, w), 0);
-  if (!wait_gen(dir, 0, 2, 40)) {
-    dump_log(&a[0]);
-    dump_log(&a[1]);
-    fail_msg("gen0 did not start");
-  }
+  start_two(a, dir, flags, w, 40);
   assert_int_equal(etcd_fixture_signal(&fx, SIGKILL), 0);
   double down_at = mono_now();
   /* Now the workers write 2 MB each and exit 0. */
@@ -64,7 +38,7 @@ static void test_etcd_outage_at_the_end(void **state) {
   snprintf(last, sizeof last, "] spam %06d", SPAM_LINES - 1);
   int forwarded = 0;
   while (!forwarded && mono_now() - down_at < OUTAGE_S - 2) {
-    forwarded = log_has(&a[0], last) && log_has(&a[1], last);
+    forwarded = log_has(&a[0], last, 0) && log_has(&a[1], last, 0);
     usleep(50000);
   }
   printf("workers' output forwarded %.2f s into the outage\n", mono_now() - down_at);
@@ -99,12 +73,8 @@ static void test_etcd_outage_at_the_end(void **state) {
 }
 
 int main(void) {
-  if (!etcd_fixture_available()) {
-    fprintf(stderr, "etcd not found on PATH: skipping\n");
-    return 77;
-  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_etcd_outage_at_the_end),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return RUN_WITH_ETCD(tests);
 }

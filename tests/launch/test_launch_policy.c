@@ -4,30 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "etcd/etcd_fixture.h"
-#include "launch/launch_test.h"
+#include "launch/launch_etcd.h"
 
-static etcd_fixture fx;
 static char dir[256];
-
-static int setup(void **state) {
-  (void)state;
-  return etcd_fixture_start(&fx, NULL);
-}
-
-static int teardown(void **state) {
-  (void)state;
-  etcd_fixture_destroy(&fx);
-  return 0;
-}
-
-static void expect_exit(agent *a, int code, double timeout_s) {
-  int got = agent_wait(a, timeout_s);
-  if (got != code) {
-    dump_log(a);
-    fail_msg("agent exited %d, expected %d", got, code);
-  }
-}
 
 static int exists(int gen, int rank) {
   char path[600];
@@ -109,14 +88,10 @@ static void test_restart_window(void **state) {
 }
 
 int main(void) {
-  if (!etcd_fixture_available()) {
-    fprintf(stderr, "etcd not found on PATH: skipping\n");
-    return 77;
-  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_usage_error_stops_the_job),
       cmocka_unit_test(test_restarts_back_off),
       cmocka_unit_test(test_restart_window),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return RUN_WITH_ETCD(tests);
 }

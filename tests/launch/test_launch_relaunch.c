@@ -4,22 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "etcd/etcd_fixture.h"
-#include "launch/launch_test.h"
+#include "launch/launch_etcd.h"
 
-static etcd_fixture fx;
 static char dir[256];
-
-static int setup(void **state) {
-  (void)state;
-  return etcd_fixture_start(&fx, NULL);
-}
-
-static int teardown(void **state) {
-  (void)state;
-  etcd_fixture_destroy(&fx);
-  return 0;
-}
 
 static void test_relaunch_after_all_agents_killed(void **state) {
   (void)state;
@@ -58,12 +45,8 @@ static void test_relaunch_after_all_agents_killed(void **state) {
 }
 
 int main(void) {
-  if (!etcd_fixture_available()) {
-    fprintf(stderr, "etcd not found on PATH: skipping\n");
-    return 77;
-  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_relaunch_after_all_agents_killed),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return RUN_WITH_ETCD(tests);
 }
