@@ -15,8 +15,9 @@
 typedef struct agent_opts {
   const char *nnodes, *endpoint, *backend, *job_id, *node_id;
   const char *log_dir, *plan, *cacert, *cert, *key;
-  int nproc, max_restarts, ttl_s, rdzv_timeout_s;
+  int nproc, max_restarts, restart_window_s, ttl_s, rdzv_timeout_s;
   float settle_s, stop_grace_s, monitor_s;
+  float hang_timeout_s;       /* 0: 3x the longest step seen, at least 30 s */
   bool standalone, version;
   int min_nodes, max_nodes;
   char node_buf[GT_RDZV_ID_MAX + 1];
@@ -41,8 +42,14 @@ typedef struct line_buf {
 typedef struct worker {
   pid_t pid;      /* also its process group */
   int rank;
-  int fd[2];      /* stdout, stderr pipes; -1 at EOF */
+  int fd[3];      /* stdout, stderr, progress pipes; -1 at EOF */
   line_buf line[2];
+  /* Progress: the step counter the worker reports (gt_job_step), when it
+   * last advanced, and the longest time between two advances. */
+  long long step;
+  double step_at, longest_step;
+  unsigned char rec[8]; /* a partly read progress record */
+  int rec_len;
   int exited;     /* reaped */
   int status;     /* wait status */
   FILE *log;      /* <log-dir>/<job>/gen<N>/rank<R>.log, or NULL */
@@ -61,11 +68,54 @@ gt_status workers_start(worker_group *g, const agent_opts *o, const gt_rdzv_roun
 void workers_pump(worker_group *g, int timeout_ms);
 /* 1 when a worker exited non-zero or by a signal; why says which. */
 int workers_failed(const worker_group *g, char *why, size_t n);
+/* Worker exit statuses that stop the job at once: a restart cannot mend
+ * them. 2 is a usage or configuration error (Giant's programs and most
+ * command-line tools exit 2 on bad flags); 126 and 127 are the shell's
+ * "cannot execute" and "not found" (an exec that failed exits 127 too). */
+#define WORKER_EXIT_USAGE 2
+#define WORKER_EXIT_NOEXEC 126
+#define WORKER_EXIT_NOTFOUND 127
+/* 1 when a worker exited with one of the statuses above; why says which. */
+int workers_fatal(const worker_group *g, char *why, size_t n);
 /* 1 when every worker exited 0. */
 int workers_all_ok(const worker_group *g);
-/* SIGTERM to every live worker's group, SIGKILL after grace_s, reaps all and
- * frees the group. Safe on an empty group. */
+/* 1 when a worker's step has not advanced for the hang timeout (timeout_s,
+ * or 0 for 3x its longest step, at least HANG_FLOOR_S); why says which.
+ * Workers that never reported a step, or closed their job, are not watched. */
+#define HANG_FLOOR_S 30.0
+int workers_hung(const worker_group *g, double timeout_s, char *why, size_t n);
+/* Takes progress records (8-byte little-endian step counters) from a
+ * worker's progress pipe. */
+void progress_take(worker *w, const unsigned char *data, size_t n);
+/* SIGTERM (with SIGCONT, so a stopped worker gets it) to every live
+ * worker's group, SIGKILL after grace_s, reaps all and frees the group.
+ * Safe on an empty group. */
 void workers_stop(worker_group *g, double grace_s);
+
+/* ---- the round's etcd thread --------------------------------------------- */
+
+/* While workers run, every etcd call of the round happens on this thread, so
+ * that supervising workers and forwarding their output never waits on etcd
+ * (a call can take its whole timeout when etcd is away). */
+typedef struct monitor monitor;
+
+typedef struct monitor_state {
+  int ended;          /* the thread saw the round end: ev says how */
+  gt_rdzv_event ev;
+  int finished;       /* this node's finish is recorded in etcd */
+  double etcd_ok_at;  /* last time an etcd call succeeded (gt_now) */
+  char error[400];    /* the last etcd error, "" after a success */
+} monitor_state;
+
+/* Starts the thread on r, which it owns until monitor_stop. */
+gt_status monitor_start(monitor **out, gt_rdzv *r, int poll_ms);
+/* Asks the thread to record that every worker of this node exited 0; it
+ * retries with backoff until etcd takes it. */
+void monitor_finish(monitor *m);
+void monitor_get(monitor *m, monitor_state *st);
+/* Stops and joins the thread (at most one etcd call's timeout); r is the
+ * caller's again. NULL is a no-op. */
+void monitor_stop(monitor *m);
 
 /* ---- standalone etcd ------------------------------------------------------ */
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "giant/log.h"
@@ -31,12 +32,52 @@ static int fail_status(gt_status st, const char *what) {
   return 1;
 }
 
-typedef enum { ROUND_RESTART, ROUND_DONE, ROUND_FAILED, ROUND_STOPPED, ROUND_ERROR } round_end;
+typedef enum {
+  ROUND_RESTART, ROUND_DONE, ROUND_FAILED, ROUND_STOPPED, ROUND_ERROR,
+  ROUND_UNRECORDED /* the workers finished, but etcd never heard of it */
+} round_end;
 
-/* Runs one round's workers until they finish, fail, or the job moves on. */
+/* How long a node whose workers all exited 0 keeps trying to record that
+ * while etcd is unreachable, before it exits 0 anyway. */
+#define FINISH_RECORD_S 120.0
+/* Restarts wait BACKOFF_BASE_S * 2^(restarts-1), at most BACKOFF_MAX_S,
+ * times a random factor in [0.5, 1) so that a crash loop neither spins nor
+ * hammers etcd and the nodes in step. */
+#define BACKOFF_BASE_S 1.0
+#define BACKOFF_MAX_S 30.0
+
+/* This node's workers failed: the job moves on, or, when the failure is
+ * fatal (a usage or configuration error), ends. */
+static round_end report_failure(gt_rdzv *r, const char *why, int fatal, int *code) {
+  gt_status st = fatal ? gt_rdzv_abort(r, why) : gt_rdzv_fail(r, why);
+  if (st != GT_OK) {
+    *code = fail_status(st, "reporting the failure to etcd");
+    return ROUND_ERROR;
+  }
+  return ROUND_RESTART; /* the next join sees the new generation, or the end */
+}
+
+/* The round ended (seen by the etcd thread): stop what still runs here. */
+static round_end round_over(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round *rd, worker_group *g,
+                            gt_rdzv_event ev, int finished) {
+  /* Another node ended the job (only after every node finished). */
+  if (ev == GT_RDZV_DONE && !finished)
+    gt_warn("giantrun: the job ended (%s) while workers ran here", gt_rdzv_reason(r));
+  workers_stop(g, o->stop_grace_s);
+  if (ev == GT_RDZV_RESTART) {
+    gt_warn("giantrun: leaving gen%ld: %s", rd->generation, gt_rdzv_reason(r));
+    return ROUND_RESTART;
+  }
+  return ev == GT_RDZV_DONE ? ROUND_DONE : ROUND_FAILED;
+}
+
+/* Runs one round's workers until they finish, fail, or the job moves on.
+ * etcd is left to the etcd thread (monitor.c) meanwhile. */
 static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round *rd, int *code) {
   worker_group g;
   gt_status st = workers_start(&g, o, rd);
+  monitor *m = NULL;
+  if (st == GT_OK) st = monitor_start(&m, r, (int)(o->monitor_s * 1000));
   if (st != GT_OK) {
     *code = fail_status(st, "starting workers");
     workers_stop(&g, o->stop_grace_s);
@@ -47,57 +88,73 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
           rd->node_rank, rd->nnodes, rd->generation, rd->rank_base, rd->rank_base + rd->nproc - 1,
           rd->world_size);
   int interval_ms = (int)(o->monitor_s * 1000);
-  int finished = 0;
-  double etcd_ok_at = gt_now();
-  char why[300];
+  int finished = 0, warned = 0;
+  char why[400];
   for (;;) {
     workers_pump(&g, interval_ms);
+    monitor_state ms;
+    monitor_get(m, &ms);
     if (agent_stop_signal) {
       gt_info("giantrun: signal %d: stopping the workers", (int)agent_stop_signal);
       workers_stop(&g, o->stop_grace_s);
+      monitor_stop(m);
       *code = 128 + agent_stop_signal;
       return ROUND_STOPPED;
     }
-    if (workers_failed(&g, why, sizeof why)) {
+    int hung = workers_hung(&g, o->hang_timeout_s, why, sizeof why);
+    if (hung || workers_failed(&g, why, sizeof why)) {
+      int fatal = !hung && workers_fatal(&g, why, sizeof why);
       gt_warn("giantrun: %s; stopping this node's workers", why);
       workers_stop(&g, o->stop_grace_s);
-      st = gt_rdzv_fail(r, why);
-      if (st != GT_OK) {
-        *code = fail_status(st, "reporting the failure to etcd");
-        return ROUND_ERROR;
-      }
-      return ROUND_RESTART; /* the next join sees the new generation, or the end */
+      monitor_stop(m);
+      return report_failure(r, why, fatal, code);
     }
     if (!finished && workers_all_ok(&g)) {
-      st = gt_rdzv_finish(r);
-      if (st == GT_OK) finished = 1;
-      else gt_warn("giantrun: recording that the workers finished: %s", gt_last_error());
+      monitor_finish(m);
+      finished = 1;
     }
-    gt_rdzv_event ev;
-    st = gt_rdzv_check(r, &ev);
-    if (st != GT_OK) {
-      /* etcd may come back; past a lease TTL the job has moved on anyway. */
-      if (gt_now() - etcd_ok_at > o->ttl_s + 10.0) {
-        workers_stop(&g, o->stop_grace_s);
-        *code = fail_status(st, "lost etcd");
-        return ROUND_ERROR;
-      }
-      gt_warn("giantrun: checking the job in etcd: %s", gt_last_error());
-      continue;
+    if (ms.ended) {
+      monitor_stop(m);
+      return round_over(o, r, rd, &g, ms.ev, finished);
     }
-    etcd_ok_at = gt_now();
-    if (ev == GT_RDZV_RUNNING) continue;
-    if (ev == GT_RDZV_DONE && !finished) {
-      /* Another node ended the job (only after every node finished). */
-      gt_warn("giantrun: the job ended (%s) while workers ran here", gt_rdzv_reason(r));
+    if (ms.error[0] && !warned) gt_warn("giantrun: %s; retrying", ms.error);
+    warned = ms.error[0] != 0;
+    double silent = gt_now() - ms.etcd_ok_at;
+    if (finished && silent > FINISH_RECORD_S) {
+      /* The work is done; only its record is missing. */
+      gt_warn("giantrun: every worker here exited 0, but etcd has not answered for %.0f s (%s): "
+              "exiting 0 without the job marked done in etcd", silent, ms.error);
+      monitor_stop(m);
+      workers_stop(&g, o->stop_grace_s);
+      *code = 0;
+      return ROUND_UNRECORDED;
     }
-    workers_stop(&g, o->stop_grace_s);
-    if (ev == GT_RDZV_RESTART) {
-      gt_warn("giantrun: leaving gen%ld: %s", rd->generation, gt_rdzv_reason(r));
-      return ROUND_RESTART;
+    /* etcd may come back; past a lease TTL the job has moved on anyway. */
+    if (!finished && silent > o->ttl_s + 10.0) {
+      workers_stop(&g, o->stop_grace_s);
+      monitor_stop(m);
+      fprintf(stderr, "giantrun: lost etcd: %s\n", ms.error);
+      *code = 1;
+      return ROUND_ERROR;
     }
-    return ev == GT_RDZV_DONE ? ROUND_DONE : ROUND_FAILED;
   }
+}
+
+/* Waits before running workers again after the job's restarts went up to
+ * restarts. Returns 0 when a signal came meanwhile. */
+static int back_off(int restarts) {
+  double d = BACKOFF_BASE_S;
+  for (int i = 1; i < restarts && d < BACKOFF_MAX_S; i++) d *= 2;
+  if (d > BACKOFF_MAX_S) d = BACKOFF_MAX_S;
+  unsigned seed = (unsigned)getpid() ^ (unsigned)(gt_now() * 1e6);
+  d *= 0.5 + 0.5 * (rand_r(&seed) / ((double)RAND_MAX + 1));
+  gt_info("giantrun: restart %d: waiting %.1f s before starting workers again", restarts, d);
+  for (double end = gt_now() + d; gt_now() < end;) {
+    if (agent_stop_signal) return 0;
+    struct timespec ts = {0, 20 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  return 1;
 }
 
 static int run_job(const agent_opts *o, const char *endpoints) {
@@ -105,13 +162,14 @@ static int run_job(const agent_opts *o, const char *endpoints) {
       .endpoints = endpoints, .cacert = o->cacert, .cert = o->cert, .key = o->key,
       .job_id = o->job_id, .node_id = o->node_id, .min_nodes = o->min_nodes,
       .max_nodes = o->max_nodes, .nproc = o->nproc, .max_restarts = o->max_restarts,
+      .restart_window_s = o->restart_window_s,
       .ttl_s = o->ttl_s, .settle_ms = (int)(o->settle_s * 1000),
       .join_timeout_ms = o->rdzv_timeout_s * 1000, .call_timeout_ms = 5000,
       .poll_ms = (int)(o->monitor_s * 1000), .cancel = &agent_stop_signal};
   gt_rdzv *r;
   gt_status st = gt_rdzv_open(&cfg, &r);
   if (st != GT_OK) return fail_status(st, "rendezvous");
-  int code = 1, rounds = 0;
+  int code = 1, rounds = 0, last_restarts = -1;
   for (;;) {
     gt_rdzv_round rd;
     gt_rdzv_event ev;
@@ -134,6 +192,11 @@ static int run_job(const agent_opts *o, const char *endpoints) {
       break;
     }
     rounds++;
+    if (last_restarts >= 0 && rd.restarts > last_restarts && !back_off(rd.restarts)) {
+      code = 128 + agent_stop_signal;
+      break;
+    }
+    last_restarts = rd.restarts;
     round_end end = run_round(o, r, &rd, &code);
     if (end == ROUND_RESTART) continue;
     if (end == ROUND_DONE) {

@@ -21,6 +21,11 @@ static const char usage[] =
     "  --job-id ID, --rdzv-id ID  names the job in etcd (default 'default')\n"
     "  --node-id ID               names this node (default <hostname>-<pid>)\n"
     "  --max-restarts K           failures the job survives (default 0)\n"
+    "  --restart-window S         count only the failures of the last S seconds\n"
+    "                             against --max-restarts (default 0: all of them)\n"
+    "  --hang-timeout S           a worker whose step (gt_job_step) does not advance\n"
+    "                             for S seconds has failed (default 0: 3x its longest\n"
+    "                             step, at least 30)\n"
     "  --standalone               one node, with a private etcd on loopback\n"
     "  --log-dir DIR              also write DIR/<job>/gen<N>/rank<R>.log\n"
     "  --plan LAYOUT              the parallel layout, given to workers as GT_PLAN\n"
@@ -40,6 +45,8 @@ static const char usage[] =
     "(etcd://ENDPOINTS/giant/<job>/gen<N>/store/, etcds:// for https endpoints),\n"
     "GT_STORE_CACERT/CERT/KEY,\n"
     "GT_JOB_SECRET and GT_PLAN.\n"
+    "Restarts wait 1 s, doubling to 30 s, with jitter. A worker exiting 2, 126\n"
+    "or 127 (bad usage, cannot execute, not found) ends the job at once.\n"
     "Exit status: 0 the job succeeded, 1 it failed, 2 bad usage, 128+N on signal N.\n";
 
 static int usage_error(const char *fmt, const char *a) {
@@ -112,6 +119,8 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
       {"--node-id", GT_OPT_STR, &o->node_id, 0, 0},
       {"--max-restarts", GT_OPT_INT, &o->max_restarts, 0, 1000000},
       {"--max_restarts", GT_OPT_INT, &o->max_restarts, 0, 1000000},
+      {"--restart-window", GT_OPT_INT, &o->restart_window_s, 0, 100000000},
+      {"--hang-timeout", GT_OPT_FLOAT, &o->hang_timeout_s, 0, 1000000},
       {"--standalone", GT_OPT_FLAG, &o->standalone, 0, 0},
       {"--log-dir", GT_OPT_STR, &o->log_dir, 0, 0},
       {"--log_dir", GT_OPT_STR, &o->log_dir, 0, 0},

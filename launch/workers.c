@@ -24,7 +24,8 @@ extern char **environ;
 static const char *const our_vars[] = {
     "GT_RANK=", "GT_LOCAL_RANK=", "GT_WORLD_SIZE=", "GT_LOCAL_WORLD_SIZE=", "GT_NODE_RANK=",
     "GT_NNODES=", "GT_GENERATION=", "GT_RESTART_COUNT=", "GT_JOB_ID=", "GT_STORE=",
-    "GT_STORE_CACERT=", "GT_STORE_CERT=", "GT_STORE_KEY=", "GT_JOB_SECRET=", "GT_PLAN=", NULL};
+    "GT_STORE_CACERT=", "GT_STORE_CERT=", "GT_STORE_KEY=", "GT_JOB_SECRET=", "GT_PLAN=",
+    "GT_PROGRESS_FD=", NULL};
 
 static int ours(const char *e) {
   for (int i = 0; our_vars[i]; i++)
@@ -61,7 +62,7 @@ static void env_free(env_list *e) {
   free(e->v);
 }
 
-static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, int local) {
+static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, int local, int progress_fd) {
   int bad = 0;
   for (char **p = environ; *p; p++)
     if (!ours(*p)) bad |= env_add(e, "%s", *p);
@@ -91,6 +92,7 @@ static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, in
   if (o->cert) bad |= env_add(e, "GT_STORE_CERT=%s", o->cert);
   if (o->key) bad |= env_add(e, "GT_STORE_KEY=%s", o->key);
   if (o->plan) bad |= env_add(e, "GT_PLAN=%s", o->plan);
+  bad |= env_add(e, "GT_PROGRESS_FD=%d", progress_fd);
   return bad;
 }
 
@@ -116,7 +118,9 @@ static gt_status open_log(worker *w, const agent_opts *o, long gen) {
   return GT_OK;
 }
 
-static gt_status spawn(worker *w, const agent_opts *o, char **envp) {
+/* prog[1] is the write end of the progress pipe, which the worker keeps
+ * (its number is in GT_PROGRESS_FD); every other pipe end is close-on-exec. */
+static gt_status spawn(worker *w, const agent_opts *o, char **envp, int prog[2]) {
   int out[2], err[2];
   if (pipe2(out, O_CLOEXEC) != 0) return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
   if (pipe2(err, O_CLOEXEC) != 0) {
@@ -140,6 +144,7 @@ static gt_status spawn(worker *w, const agent_opts *o, char **envp) {
     signal(SIGPIPE, SIG_DFL);
     dup2(out[1], 1);
     dup2(err[1], 2);
+    fcntl(prog[1], F_SETFD, 0);
     execve(o->prog_path, o->prog_argv, envp);
     static const char msg[] = "giantrun: exec of the worker program failed\n";
     if (write(2, msg, sizeof msg - 1) < 0) _exit(127);
@@ -151,8 +156,9 @@ static gt_status spawn(worker *w, const agent_opts *o, char **envp) {
   w->pid = pid;
   w->fd[0] = out[0];
   w->fd[1] = err[0];
-  fcntl(w->fd[0], F_SETFL, O_NONBLOCK);
-  fcntl(w->fd[1], F_SETFL, O_NONBLOCK);
+  w->fd[2] = prog[0];
+  prog[0] = -1;
+  for (int s = 0; s < 3; s++) fcntl(w->fd[s], F_SETFL, O_NONBLOCK);
   return GT_OK;
 }
 
@@ -164,14 +170,18 @@ gt_status workers_start(worker_group *g, const agent_opts *o, const gt_rdzv_roun
   for (int i = 0; i < r->nproc; i++) {
     worker *w = &g->w[i];
     w->rank = r->rank_base + i;
-    w->fd[0] = w->fd[1] = -1;
+    w->fd[0] = w->fd[1] = w->fd[2] = -1;
     w->exited = 1; /* until spawned */
-    env_list e = {0};
-    gt_status st = make_env(&e, o, r, i) ? gt_errorf(GT_ENOMEM, "out of memory") : GT_OK;
-    if (st == GT_OK) st = open_log(w, o, r->generation);
-    if (st == GT_OK) st = spawn(w, o, e.v);
-    env_free(&e);
     g->n = i + 1;
+    int prog[2];
+    if (pipe2(prog, O_CLOEXEC) != 0) return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
+    env_list e = {0};
+    gt_status st = make_env(&e, o, r, i, prog[1]) ? gt_errorf(GT_ENOMEM, "out of memory") : GT_OK;
+    if (st == GT_OK) st = open_log(w, o, r->generation);
+    if (st == GT_OK) st = spawn(w, o, e.v, prog);
+    env_free(&e);
+    if (prog[0] >= 0) close(prog[0]);
+    close(prog[1]);
     if (st != GT_OK) return st; /* the caller stops what started */
     w->exited = 0;
   }
@@ -210,11 +220,16 @@ static void take(worker *w, int stream, const char *data, size_t n) {
 }
 
 static void close_stream(worker *w, int s) {
-  line_buf *lb = &w->line[s];
-  if (lb->len) emit(w, s, lb->buf, lb->len);
-  free(lb->buf);
-  lb->buf = NULL;
-  lb->len = 0;
+  /* A worker that closed its progress pipe (gt_job_destroy) reports no more
+   * steps: it is no longer watched for hangs. */
+  if (s == 2) w->step_at = 0;
+  if (s < 2) {
+    line_buf *lb = &w->line[s];
+    if (lb->len) emit(w, s, lb->buf, lb->len);
+    free(lb->buf);
+    lb->buf = NULL;
+    lb->len = 0;
+  }
   close(w->fd[s]);
   w->fd[s] = -1;
 }
@@ -235,25 +250,26 @@ static void reap(worker_group *g) {
 }
 
 void workers_pump(worker_group *g, int timeout_ms) {
-  /* Two pipes per worker; a node may run thousands of workers. */
-  struct pollfd *pf = calloc((size_t)(2 * g->n + 1), sizeof *pf);
-  int *who = calloc((size_t)(2 * g->n + 1), sizeof *who);
+  /* Three pipes per worker; a node may run thousands of workers. */
+  struct pollfd *pf = calloc((size_t)(3 * g->n + 1), sizeof *pf);
+  int *who = calloc((size_t)(3 * g->n + 1), sizeof *who);
   int n = 0;
   for (int i = 0; pf && who && i < g->n; i++)
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 3; s++)
       if (g->w[i].fd[s] >= 0) {
         pf[n] = (struct pollfd){.fd = g->w[i].fd[s], .events = POLLIN};
-        who[n++] = 2 * i + s;
+        who[n++] = 3 * i + s;
       }
   if (n > 0) {
     if (poll(pf, (nfds_t)n, timeout_ms) > 0) {
       char buf[8192];
       for (int k = 0; k < n; k++) {
         if (!(pf[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        worker *w = &g->w[who[k] / 2];
-        int s = who[k] % 2;
+        worker *w = &g->w[who[k] / 3];
+        int s = who[k] % 3;
         ssize_t r = read(w->fd[s], buf, sizeof buf);
-        if (r > 0) take(w, s, buf, (size_t)r);
+        if (r > 0 && s == 2) progress_take(w, (const unsigned char *)buf, (size_t)r);
+        else if (r > 0) take(w, s, buf, (size_t)r);
         else if (r == 0 || (errno != EAGAIN && errno != EINTR)) close_stream(w, s);
       }
     }
@@ -282,6 +298,21 @@ int workers_failed(const worker_group *g, char *why, size_t n) {
   return 0;
 }
 
+int workers_fatal(const worker_group *g, char *why, size_t n) {
+  for (int i = 0; i < g->n; i++) {
+    const worker *w = &g->w[i];
+    if (!w->exited || w->pid == 0 || !WIFEXITED(w->status)) continue;
+    int c = WEXITSTATUS(w->status);
+    if (c != WORKER_EXIT_USAGE && c != WORKER_EXIT_NOEXEC && c != WORKER_EXIT_NOTFOUND) continue;
+    snprintf(why, n,
+             "worker rank %d (pid %ld) exited with status %d, a usage or configuration error that a "
+             "restart cannot mend",
+             w->rank, (long)w->pid, c);
+    return 1;
+  }
+  return 0;
+}
+
 int workers_all_ok(const worker_group *g) {
   if (g->n == 0) return 0;
   for (int i = 0; i < g->n; i++) {
@@ -300,7 +331,10 @@ static int any_alive(const worker_group *g) {
 void workers_stop(worker_group *g, double grace_s) {
   if (!g->w) return;
   for (int i = 0; i < g->n; i++)
-    if (!g->w[i].exited) kill(-g->w[i].pid, SIGTERM);
+    if (!g->w[i].exited) {
+      kill(-g->w[i].pid, SIGTERM);
+      kill(-g->w[i].pid, SIGCONT); /* a stopped worker would hold SIGTERM pending */
+    }
   double deadline = gt_now() + grace_s;
   while (any_alive(g) && gt_now() < deadline) workers_pump(g, 20);
   for (int i = 0; i < g->n; i++) {
@@ -320,7 +354,7 @@ void workers_stop(worker_group *g, double grace_s) {
   }
   for (int i = 0; i < g->n; i++) {
     worker *w = &g->w[i];
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 3; s++)
       if (w->fd[s] >= 0) close_stream(w, s);
     if (w->log) fclose(w->log);
   }

@@ -22,9 +22,15 @@ struct gt_loader {
   gt_loader_config cfg;
   char *path;
   gt_tokfile_header h;
+  /* The file is mapped only while it is opened (checked and indexed);
+   * batches are read with pread, which reports a file truncated under the
+   * loader as a short read where a mapping would raise SIGBUS. */
+  int fd;
   unsigned char *map;
   size_t map_len;
   const unsigned char *tok;
+  unsigned char *raw; /* one row's bytes, (T_max + 1) tokens */
+  int32_t *row;       /* the same, decoded */
   uint64_t nrows;
   uint64_t *doc_start; /* DOCUMENTS: first token of each kept document */
   uint32_t *doc_len;   /* its row length: the document, plus the separator after it, <= T_max+1 */
@@ -119,7 +125,7 @@ static gt_status map_file(gt_loader *l) {
   }
   l->map_len = (size_t)st.st_size;
   void *m = mmap(NULL, l->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
+  l->fd = fd;
   if (m == MAP_FAILED) return gt_errorf(GT_EIO, "cannot map data file %s: %s", p, strerror(errno));
   l->map = m;
   l->tok = l->map + GT_TOKFILE_HEADER_BYTES;
@@ -202,12 +208,17 @@ static gt_status open_rows(gt_loader *l, uint32_t vocab_limit) {
                        (unsigned long long)l->cfg.T_max + 1);
   }
   size_t bt = (size_t)l->cfg.B * (size_t)l->cfg.T_max;
+  l->raw = malloc(((size_t)l->cfg.T_max + 1) * l->h.width);
+  l->row = malloc(((size_t)l->cfg.T_max + 1) * sizeof *l->row);
   l->inputs = malloc(bt * sizeof *l->inputs);
   l->targets = malloc(bt * sizeof *l->targets);
   l->rows = malloc((size_t)l->cfg.B * sizeof *l->rows);
   if (l->cfg.seed) l->perm = malloc(l->nrows * sizeof *l->perm);
-  if (!l->inputs || !l->targets || !l->rows || (l->cfg.seed && !l->perm))
+  if (!l->inputs || !l->targets || !l->rows || !l->raw || !l->row || (l->cfg.seed && !l->perm))
     return gt_errorf(GT_ENOMEM, "out of memory for the batch buffers of %s", l->path);
+  munmap(l->map, l->map_len);
+  l->map = NULL;
+  l->tok = NULL;
   return GT_OK;
 }
 
@@ -221,6 +232,7 @@ gt_status gt_loader_open(const gt_loader_config *cfg, uint32_t vocab_limit, gt_l
   }
   l->cfg = *cfg;
   l->cfg.path = l->path;
+  l->fd = -1;
   gt_status s = open_rows(l, vocab_limit);
   if (s != GT_OK) {
     gt_loader_close(l);
@@ -233,6 +245,9 @@ gt_status gt_loader_open(const gt_loader_config *cfg, uint32_t vocab_limit, gt_l
 void gt_loader_close(gt_loader *l) {
   if (!l) return;
   if (l->map) munmap(l->map, l->map_len);
+  if (l->fd >= 0) close(l->fd);
+  free(l->raw);
+  free(l->row);
   free(l->doc_start);
   free(l->doc_len);
   free(l->perm);
@@ -256,28 +271,56 @@ gt_status gt_loader_seek(gt_loader *l, uint64_t index) {
   return GT_OK;
 }
 
-/* Row r of a FIXED batch: T_max inputs from window w, targets one later. */
-static void fill_fixed(gt_loader *l, int r, uint64_t w) {
-  int T = l->cfg.T_max;
-  uint64_t a = w * (uint64_t)T;
-  int32_t *in = l->inputs + (size_t)r * T, *tg = l->targets + (size_t)r * T;
-  for (int t = 0; t < T; t++) in[t] = (int32_t)tok_at(l, a + t);
-  for (int t = 0; t < T - 1; t++) tg[t] = in[t + 1];
-  tg[T - 1] = (int32_t)tok_at(l, a + T);
+/* Tokens first..first+n-1 into l->row, by pread. */
+static gt_status read_row(gt_loader *l, uint64_t first, int n) {
+  size_t w = l->h.width, need = (size_t)n * w, got = 0;
+  off_t off = (off_t)(GT_TOKFILE_HEADER_BYTES + first * w);
+  while (got < need) {
+    ssize_t r = pread(l->fd, l->raw + got, need - got, off + (off_t)got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0)
+      return gt_errorf(GT_EIO, "reading data file %s at byte offset %llu: %s", l->path,
+                       (unsigned long long)off + got, strerror(errno));
+    if (r == 0)
+      return gt_errorf(GT_EIO,
+                       "data file %s ends at byte offset %llu, but its header promised %llu tokens "
+                       "(%llu bytes): it was truncated or replaced while in use; restore it and "
+                       "resume from a checkpoint",
+                       l->path, (unsigned long long)off + got, (unsigned long long)l->h.count,
+                       (unsigned long long)l->map_len);
+    got += (size_t)r;
+  }
+  for (int t = 0; t < n; t++) {
+    const unsigned char *p = l->raw + (size_t)t * w;
+    l->row[t] = (int32_t)(w == 1   ? p[0]
+                          : w == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8
+                                   : (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                                         (uint32_t)p[3] << 24);
+  }
+  return GT_OK;
 }
 
-static void fill_document(gt_loader *l, int r, int T, uint64_t d) {
-  uint64_t a = l->doc_start[d];
-  int n = (int)l->doc_len[d] - 1; /* targets in this row */
+/* Row r of a FIXED batch: T_max inputs from window w, targets one later. */
+static gt_status fill_fixed(gt_loader *l, int r, uint64_t w) {
+  int T = l->cfg.T_max;
+  GT_TRY(read_row(l, w * (uint64_t)T, T + 1));
   int32_t *in = l->inputs + (size_t)r * T, *tg = l->targets + (size_t)r * T;
-  for (int t = 0; t < n; t++) {
-    in[t] = (int32_t)tok_at(l, a + t);
-    tg[t] = (int32_t)tok_at(l, a + t + 1);
-  }
+  memcpy(in, l->row, (size_t)T * sizeof *in);
+  memcpy(tg, l->row + 1, (size_t)T * sizeof *tg);
+  return GT_OK;
+}
+
+static gt_status fill_document(gt_loader *l, int r, int T, uint64_t d) {
+  int n = (int)l->doc_len[d] - 1; /* targets in this row */
+  GT_TRY(read_row(l, l->doc_start[d], n + 1));
+  int32_t *in = l->inputs + (size_t)r * T, *tg = l->targets + (size_t)r * T;
+  memcpy(in, l->row, (size_t)n * sizeof *in);
+  memcpy(tg, l->row + 1, (size_t)n * sizeof *tg);
   for (int t = n; t < T; t++) {
     in[t] = 0;
     tg[t] = -1;
   }
+  return GT_OK;
 }
 
 gt_status gt_loader_next(gt_loader *l, gt_batch *b) {
@@ -289,7 +332,7 @@ gt_status gt_loader_next(gt_loader *l, gt_batch *b) {
   int64_t ntargets = 0;
   for (int r = 0; r < B; r++) l->rows[r] = row_of(l, j0 + r);
   if (l->cfg.mode == GT_LOADER_FIXED) {
-    for (int r = 0; r < B; r++) fill_fixed(l, r, l->rows[r]);
+    for (int r = 0; r < B; r++) GT_TRY(fill_fixed(l, r, l->rows[r]));
     ntargets = (int64_t)B * T;
   } else {
     /* Rows are laid out at this batch's T, so find it first. */
@@ -299,7 +342,7 @@ gt_status gt_loader_next(gt_loader *l, gt_batch *b) {
       if (n > T) T = n;
       ntargets += n;
     }
-    for (int r = 0; r < B; r++) fill_document(l, r, T, l->rows[r]);
+    for (int r = 0; r < B; r++) GT_TRY(fill_document(l, r, T, l->rows[r]));
   }
   b->B = B;
   b->T = T;

@@ -118,6 +118,12 @@ static gt_status ensure_data(const args *a) {
   struct stat st;
   if (stat(a->data, &st) == 0) return GT_OK;
   if (errno != ENOENT) return gt_errorf(GT_EIO, "cannot read %s: %s", a->data, strerror(errno));
+  /* Check the corpus first: a typo must not leave directories behind. */
+  if (stat(a->corpus, &st) != 0)
+    return gt_errorf(GT_ENOTFOUND,
+                     "%s is missing and so is the corpus %s (%s): give --corpus a text file or "
+                     "directory, or --data an existing token file",
+                     a->data, a->corpus, strerror(errno));
   char dir[512];
   snprintf(dir, sizeof dir, "%s", a->data);
   char *slash = strrchr(dir, '/');
@@ -390,6 +396,7 @@ int main(int argc, char **argv) {
       goto out;
     }
     if (i == 0) first = st;
+    gt_job_step(job, i + 1); /* giantrun's hang detection watches this */
   }
   if (lead) printf("loss %.6f -> %.6f over %d steps\n", first.loss, st.loss, a.steps);
   if (a.sample > 0 && plan.layout.pp > 1) {

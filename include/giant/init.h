@@ -15,6 +15,7 @@
  *   GT_STORE_CACERT, GT_STORE_CERT, GT_STORE_KEY   TLS files for that etcd
  *   GT_JOB_SECRET                       the job secret (hex)
  *   GT_PLAN                             the layout (--plan), may be unset
+ *   GT_PROGRESS_FD                      a pipe to the agent for gt_job_step
  *
  * Without GT_WORLD_SIZE the process is a job of its own: rank 0 of 1, with a
  * private TCP store in the process and a fresh random secret.
@@ -40,6 +41,10 @@ typedef struct gt_job {
 /* Reads the environment and connects the store. Malformed or inconsistent
  * values are GT_EINVAL with a message naming the variable. */
 gt_status gt_init(gt_job **out);
+/* Tells the agent that this worker reached step (a count that grows): the
+ * agent's hang detection (giantrun --hang-timeout) watches it. One small
+ * write that never blocks; a no-op without giantrun. */
+gt_status gt_job_step(gt_job *job, long long step);
 /* Closes the store and frees the job. NULL is a no-op. */
 void gt_job_destroy(gt_job *job);
 

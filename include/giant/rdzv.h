@@ -4,14 +4,22 @@
  *
  * Keys live under /giant/<job>/:
  *   current                 "<generation> <restarts>": the generation in force
- *   secret                  the job secret (hex), made by the first round closer
+ *   secret                  the job secret (hex), made by the first round closer,
+ *                           on a lease every agent keeps alive: it goes a TTL
+ *                           after the last agent of the job
+ *   failures                with a restart window: times of its failures
  *   done                    "ok gen<N>" or "failed: <why>": the job ended
  *   gen<N>/nodes/<node>     "<nproc>", on the node's lease: registered for round N
  *   gen<N>/closed           the round's members in rank order, "<node> <nproc>" lines
  *   gen<N>/barrier/<node>   the node saw the closed round
- *   gen<N>/finished/<node>  every worker of the node exited 0
+ *   gen<N>/finished/<node>  every worker of the node exited 0 (no lease)
  *   gen<N>/reason           why the job left generation N
  *   gen<N>/store/           the workers' gt_store (GT_STORE points here)
+ *
+ * What stays: an ended job keeps only `done` (its agents delete the rest
+ * as they exit); a job whose agents were all stopped keeps `current` (and
+ * `failures`), so a relaunch goes on counting; a job whose agents were all
+ * killed keeps its last generation until it is relaunched.
  *
  * A round opens when `current` names it. Nodes register; the round closes
  * (one transaction, so exactly one closer) when MIN nodes are in and either
@@ -26,6 +34,10 @@
  * before every member finished runs every node's workers again, also those
  * that had exited 0. The job succeeds when every member of one round has
  * finished. Closing round N deletes generation N-1's keys.
+ *
+ * An agent that finds itself listed in a closed round it never joined is a
+ * relaunch of a node whose agent died: it moves the job to a new generation
+ * (not counted as a restart), so no one reads the dead round's keys.
  *
  * Every wait polls etcd (cfg.poll_ms) and is bounded; gt_rdzv_check reads
  * the round only when a watch on the job's keys saw a change outside the
@@ -53,6 +65,7 @@ typedef struct gt_rdzv_config {
   int min_nodes, max_nodes;
   int nproc;                       /* workers on this node */
   int max_restarts;                /* failures the job survives */
+  int restart_window_s;            /* ... within this many seconds; 0 = ever */
   int ttl_s;                       /* lease TTL: silent this long = gone; 0 = 10 */
   int settle_ms;                   /* wait for more than MIN; 0 = none, <0 = 5000 */
   int join_timeout_ms;             /* one rendezvous at most this; 0 = 600000 */
@@ -94,11 +107,16 @@ gt_status gt_rdzv_check(gt_rdzv *r, gt_rdzv_event *ev);
 /* This node's workers failed: moves the job to the next generation, or ends
  * it as failed when no restart is left. Then call gt_rdzv_check or join. */
 gt_status gt_rdzv_fail(gt_rdzv *r, const char *why);
+/* This node's workers failed in a way a restart cannot mend (a usage or
+ * configuration error): ends the job as failed at once. */
+gt_status gt_rdzv_abort(gt_rdzv *r, const char *why);
 /* Every worker of this node exited 0 in the current round. */
 gt_status gt_rdzv_finish(gt_rdzv *r);
 /* Why the job moved on or ended (for logs). */
 const char *gt_rdzv_reason(const gt_rdzv *r);
-/* Revokes the lease (so others see this node leave at once) and frees r. */
+/* Revokes the lease (so others see this node leave at once) and frees r.
+ * After the job ended it deletes the job's keys but `done`; a member that
+ * leaves a running job deletes its generation's keys. */
 void gt_rdzv_close(gt_rdzv *r);
 
 /* 1 when s is a valid job or node id. */

@@ -1,10 +1,13 @@
 /* gt_init: the worker side of the launch contract (see giant/init.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "giant/comm.h"
 #include "giant/etcd.h"
@@ -14,6 +17,7 @@
 typedef struct job_impl {
   gt_job pub; /* first, so a gt_job * is a job_impl * */
   gt_etcd_client *cli;
+  int progress_fd; /* GT_PROGRESS_FD, or -1 */
 } job_impl;
 
 static gt_status env_long(const char *name, int required, long dflt, long lo, long hi, long *out) {
@@ -117,6 +121,20 @@ static gt_status init_alone(job_impl *j) {
   return gt_store_tcp_open(&cfg, &p->store);
 }
 
+/* The pipe giantrun reads step counts from. Non-blocking: a worker never
+ * waits on its agent; close-on-exec: the worker's own children don't hold it. */
+static gt_status open_progress(job_impl *j) {
+  long fd;
+  GT_TRY(env_long("GT_PROGRESS_FD", 0, -1, -1, INT_MAX, &fd));
+  if (fd < 0) return GT_OK;
+  int fl = fcntl((int)fd, F_GETFL);
+  if (fl < 0) return gt_errorf(GT_EINVAL, "GT_PROGRESS_FD=%ld is not an open file descriptor", fd);
+  fcntl((int)fd, F_SETFL, fl | O_NONBLOCK);
+  fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+  j->progress_fd = (int)fd;
+  return GT_OK;
+}
+
 static gt_status init_env(job_impl *j) {
   gt_job *p = &j->pub;
   long world, rank, lworld, lrank, node, gen;
@@ -132,6 +150,12 @@ static gt_status init_env(job_impl *j) {
   if (!p->job_id[0]) snprintf(p->job_id, sizeof p->job_id, "job");
   GT_TRY(env_copy("GT_PLAN", 0, p->plan, sizeof p->plan));
   GT_TRY(env_copy("GT_JOB_SECRET", 1, p->secret, sizeof p->secret));
+  GT_TRY(open_progress(j));
+  /* The agent forwards output line by line; a pipe would otherwise be
+   * block-buffered, delaying step lines and losing the last ones before a
+   * kill. */
+  fflush(stdout);
+  setvbuf(stdout, NULL, _IOLBF, 0);
   const char *url = getenv("GT_STORE");
   if (!url || !*url) return gt_errorf(GT_EINVAL, "GT_STORE is not set: start workers with giantrun (it sets etcd://...)");
   if (strncmp(url, "etcd://", 7) == 0) return open_etcd_store(j, url, 0);
@@ -145,6 +169,7 @@ gt_status gt_init(gt_job **out) {
   *out = NULL;
   job_impl *j = calloc(1, sizeof *j);
   if (!j) return gt_errorf(GT_ENOMEM, "out of memory");
+  j->progress_fd = -1;
   gt_status st = getenv("GT_WORLD_SIZE") ? init_env(j) : init_alone(j);
   if (st == GT_OK)
     snprintf(j->pub.generation_name, sizeof j->pub.generation_name, "gen%ld", j->pub.generation);
@@ -156,9 +181,24 @@ gt_status gt_init(gt_job **out) {
   return GT_OK;
 }
 
+gt_status gt_job_step(gt_job *job, long long step) {
+  if (!job) return gt_errorf(GT_EINVAL, "gt_job_step: NULL job");
+  job_impl *j = (job_impl *)job;
+  if (j->progress_fd < 0) return GT_OK;
+  unsigned char rec[8];
+  uint64_t v = (uint64_t)step;
+  for (int b = 0; b < 8; b++) rec[b] = (unsigned char)(v >> (8 * b));
+  /* Eight bytes are written whole or not at all (a pipe write under
+   * PIPE_BUF is atomic); a full pipe only drops this report. */
+  ssize_t n = write(j->progress_fd, rec, sizeof rec);
+  (void)n;
+  return GT_OK;
+}
+
 void gt_job_destroy(gt_job *job) {
   if (!job) return;
   job_impl *j = (job_impl *)job;
+  if (j->progress_fd >= 0) close(j->progress_fd);
   if (job->store) gt_store_destroy(job->store);
 #ifdef GIANT_HAVE_ETCD
   gt_etcd_close(j->cli);

@@ -17,6 +17,10 @@ struct gt_rdzv {
   gt_etcd_client *cli;
   int64_t lease;
   gt_etcd_keepalive *ka;
+  /* The job lease holds the secret: every agent keeps it alive, so the
+   * secret lasts while any agent of the job does. */
+  int64_t job_lease;
+  gt_etcd_keepalive *job_ka;
   char root[GT_RDZV_ID_MAX + 16]; /* "/giant/<job>/" */
   /* The round this node takes part in (after a successful join). */
   long gen;
@@ -24,6 +28,7 @@ struct gt_rdzv {
   rdzv_member *members;
   int nmembers;
   char reason[512];
+  int ended; /* the job ended (done seen): its keys can go */
   /* A watch on the job's keys lets gt_rdzv_check skip reading etcd while
    * nothing but the workers' store changed. */
   gt_etcd_watch *watch;
@@ -37,7 +42,9 @@ typedef struct rdzv_snap {
   char current[64];      /* its raw value, for compare-and-swap */
   int done;              /* 1 ok, -1 failed, 0 running */
   char done_val[400];
-  gt_etcd_txn_result res; /* [0] current [1] done [2] closed [3] nodes [4] barrier [5] finished */
+  const char *failures;  /* `failures`: unix times of recent failures, or "" */
+  gt_etcd_txn_result res; /* [0] current [1] done [2] closed [3] nodes [4] barrier [5] finished
+                             [6] failures */
 } rdzv_snap;
 
 gt_status rdzv_snap_read(gt_rdzv *r, long gen, rdzv_snap *s);
@@ -58,6 +65,12 @@ gt_status rdzv_ensure_lease(gt_rdzv *r);
  * restart when `counts`; with no restart left it ends the job as failed.
  * Losing the race to another agent is not an error. */
 gt_status rdzv_advance(gt_rdzv *r, const rdzv_snap *s, int counts, const char *why);
+/* Ends the job: writes `done` unless a done exists and, when s is given,
+ * only if `current` still holds what s saw. *ended says whether this call
+ * ended it. (Each agent deletes the job's other keys as it exits.) */
+gt_status rdzv_end_job(gt_rdzv *r, const rdzv_snap *s, const char *done, int *ended);
+/* Deletes every key of the job but `done` (best effort: the job is over). */
+void rdzv_purge(gt_rdzv *r);
 /* Parses a closed round's members ("<node> <nproc>" lines). */
 gt_status rdzv_parse_members(const char *text, size_t len, rdzv_member **out, int *n);
 int rdzv_cancelled(const gt_rdzv *r);

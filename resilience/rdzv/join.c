@@ -12,17 +12,49 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Makes the job secret once, the first time any round closes. */
+/* Keeps the job lease (which holds the secret) alive from this agent too. */
+static gt_status keep_job_lease(gt_rdzv *r, int64_t lease) {
+  if (lease == 0) return GT_OK;
+  if (r->job_ka && r->job_lease == lease && !gt_etcd_keepalive_lost(r->job_ka)) return GT_OK;
+  if (r->job_ka) gt_etcd_keepalive_stop(r->job_ka);
+  r->job_ka = NULL;
+  r->job_lease = lease;
+  return gt_etcd_keepalive_start(r->cli, lease, NULL, NULL, &r->job_ka);
+}
+
+/* Makes the job secret when there is none, on a lease of its own: the
+ * secret lasts while any agent of the job keeps that lease alive, and goes
+ * a TTL after the last one died. */
 static gt_status ensure_secret(gt_rdzv *r) {
+  char k[256];
+  rdzv_key(r, k, sizeof k, "secret");
+  gt_etcd_kvs kvs;
+  GT_TRY(gt_etcd_get(r->cli, k, NULL, &kvs));
+  size_t have = kvs.n;
+  gt_etcd_kvs_free(&kvs);
+  if (have) return GT_OK;
   unsigned char raw[32];
   if (RAND_bytes(raw, sizeof raw) != 1)
     return gt_errorf(GT_EBACKEND, "OpenSSL RAND_bytes failed to make the job secret");
   char hex[65];
   for (size_t i = 0; i < sizeof raw; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-  char k[256];
-  rdzv_key(r, k, sizeof k, "secret");
-  int created;
-  return gt_etcd_create(r->cli, k, hex, 64, 0, &created);
+  int64_t lease;
+  GT_TRY(gt_etcd_lease_grant(r->cli, r->cfg.ttl_s, &lease));
+  int created = 0;
+  gt_status st = gt_etcd_create(r->cli, k, hex, 64, lease, &created);
+  if (st == GT_OK && created) return keep_job_lease(r, lease);
+  gt_etcd_lease_revoke(r->cli, lease);
+  return st;
+}
+
+/* 1 when the closed round's member list names id. */
+static int closed_lists(const gt_etcd_kv *closed, const char *id) {
+  rdzv_member *m;
+  int n, in = 0;
+  if (rdzv_parse_members((const char *)closed->value, closed->value_len, &m, &n) != GT_OK) return 0;
+  for (int i = 0; i < n; i++) in |= !strcmp(m[i].id, id);
+  free(m);
+  return in;
 }
 
 /* Publishes the members (registered nodes, sorted, at most MAX) of round
@@ -118,19 +150,20 @@ static gt_status fill_round(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_round *out) 
   snprintf(out->store_prefix, sizeof out->store_prefix, "%sgen%ld/store/", r->root, s->gen);
   char k[256];
   rdzv_key(r, k, sizeof k, "secret");
-  void *v;
-  size_t len;
-  gt_status st = gt_etcd_get_value(r->cli, k, &v, &len, NULL);
+  gt_etcd_kvs kvs;
+  gt_status st = gt_etcd_get(r->cli, k, NULL, &kvs);
   if (st != GT_OK) return gt_error_context(st, "reading the job secret");
+  size_t len = kvs.n ? kvs.kvs[0].value_len : 0;
   if (len < 16 || len >= sizeof out->secret) {
-    free(v);
+    gt_etcd_kvs_free(&kvs);
     return gt_errorf(GT_EFORMAT, "the job secret in etcd has %zu bytes; expected 16..%zu", len,
                      sizeof out->secret - 1);
   }
-  memcpy(out->secret, v, len);
+  memcpy(out->secret, kvs.kvs[0].value, len);
   out->secret[len] = 0;
-  free(v);
-  return GT_OK;
+  int64_t lease = kvs.kvs[0].lease;
+  gt_etcd_kvs_free(&kvs);
+  return keep_job_lease(r, lease);
 }
 
 typedef enum { STEP_WAIT, STEP_AGAIN, STEP_JOINED, STEP_ENDED } step;
@@ -205,6 +238,7 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
     }
     step next = STEP_WAIT;
     if (s.done) {
+      r->ended = 1;
       snprintf(r->reason, sizeof r->reason, "%s", s.done_val);
       *ev = s.done > 0 ? GT_RDZV_DONE : GT_RDZV_FAILED;
       next = STEP_ENDED;
@@ -218,7 +252,18 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
     } else {
       rdzv_key(r, nodes_prefix, sizeof nodes_prefix, "gen%ld/nodes/", gen);
       const gt_etcd_kvs *closed = rdzv_snap_closed(&s);
-      if (registered != gen || !rdzv_kvs_has(rdzv_snap_nodes(&s), nodes_prefix, r->cfg.node_id)) {
+      if (registered != gen && closed->n > 0 && closed_lists(&closed->kvs[0], r->cfg.node_id)) {
+        /* A round that lists this node, which this agent never joined: it
+         * was this node's previous agent's, which died (a relaunch). Its
+         * workers and their store died with it, so the job starts a new
+         * generation rather than rejoin a dead one. Not a failure. */
+        char why[300];
+        snprintf(why, sizeof why, "node %s was started again; gen%ld belonged to its previous agent",
+                 r->cfg.node_id, gen);
+        gt_info("rendezvous: %s", why);
+        st = rdzv_advance(r, &s, 0, why);
+        next = STEP_AGAIN;
+      } else if (registered != gen || !rdzv_kvs_has(rdzv_snap_nodes(&s), nodes_prefix, r->cfg.node_id)) {
         int busy = 0;
         st = register_node(r, gen, &busy);
         if (st == GT_OK && busy) {

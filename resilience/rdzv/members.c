@@ -1,5 +1,5 @@
 /* Membership of a running round: lost members and waiting nodes move the
- * job on; finished members end it. */
+ * job on; finished members end it; failures move it on or, fatal, end it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +20,7 @@ static int is_member(const gt_rdzv *r, const char *id) {
 
 static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
   if (s->done) {
+    r->ended = 1;
     snprintf(r->reason, sizeof r->reason, "%s", s->done_val);
     *ev = s->done > 0 ? GT_RDZV_DONE : GT_RDZV_FAILED;
     return GT_OK;
@@ -36,37 +37,38 @@ static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
     *ev = GT_RDZV_RESTART;
     return GT_OK;
   }
-  char why[400];
-  if (!r->ka || gt_etcd_keepalive_lost(r->ka)) {
+  char why[400], np[256], fp[256];
+  rdzv_key(r, np, sizeof np, "gen%ld/nodes/", r->gen);
+  rdzv_key(r, fp, sizeof fp, "gen%ld/finished/", r->gen);
+  const gt_etcd_kvs *nodes = rdzv_snap_nodes(s), *fin = rdzv_snap_finished(s);
+  int finished = 0;
+  for (int i = 0; i < r->nmembers; i++) finished += rdzv_kvs_has(fin, fp, r->members[i].id);
+  /* Finished records outlive leases: a node whose workers all exited 0 has
+   * done its part even if etcd was away long enough for its lease to go. */
+  if (finished == r->nmembers) {
+    char val[64];
+    snprintf(val, sizeof val, "ok gen%ld", r->gen);
+    int ended;
+    GT_TRY(rdzv_end_job(r, NULL, val, &ended));
+    r->ended = 1;
+    snprintf(r->reason, sizeof r->reason, "every worker of gen%ld exited 0", r->gen);
+    *ev = GT_RDZV_DONE;
+    return GT_OK;
+  }
+  if ((!r->ka || gt_etcd_keepalive_lost(r->ka)) && !rdzv_kvs_has(fin, fp, r->cfg.node_id)) {
     snprintf(why, sizeof why, "node %s lost its lease (etcd unreachable for a TTL)", r->cfg.node_id);
     GT_TRY(rdzv_advance(r, s, 1, why));
     *ev = GT_RDZV_RESTART;
     return GT_OK;
   }
-  char np[256], fp[256];
-  rdzv_key(r, np, sizeof np, "gen%ld/nodes/", r->gen);
-  rdzv_key(r, fp, sizeof fp, "gen%ld/finished/", r->gen);
-  const gt_etcd_kvs *nodes = rdzv_snap_nodes(s);
-  int finished = 0;
   for (int i = 0; i < r->nmembers; i++) {
     const char *id = r->members[i].id;
-    if (!rdzv_kvs_has(nodes, np, id)) {
+    if (!rdzv_kvs_has(nodes, np, id) && !rdzv_kvs_has(fin, fp, id)) {
       snprintf(why, sizeof why, "node %s left gen%ld", id, r->gen);
       GT_TRY(rdzv_advance(r, s, 1, why));
       *ev = GT_RDZV_RESTART;
       return GT_OK;
     }
-    finished += rdzv_kvs_has(rdzv_snap_finished(s), fp, id);
-  }
-  if (finished == r->nmembers) {
-    char k[256], val[64];
-    rdzv_key(r, k, sizeof k, "done");
-    snprintf(val, sizeof val, "ok gen%ld", r->gen);
-    int created;
-    GT_TRY(gt_etcd_create(r->cli, k, val, strlen(val), 0, &created));
-    snprintf(r->reason, sizeof r->reason, "every worker of gen%ld exited 0", r->gen);
-    *ev = GT_RDZV_DONE;
-    return GT_OK;
   }
   /* A node waiting to join is admitted by a new round, unless workers have
    * already finished (a new round would run them again). */
@@ -128,23 +130,42 @@ gt_status gt_rdzv_check(gt_rdzv *r, gt_rdzv_event *ev) {
   return st;
 }
 
-gt_status gt_rdzv_fail(gt_rdzv *r, const char *why) {
-  GT_TRY(need_round(r, "gt_rdzv_fail"));
+/* Moves the job on from this node's failure, or ends it (fatal). */
+static gt_status fail_round(gt_rdzv *r, const char *why, int fatal) {
   rdzv_snap s;
   GT_TRY(rdzv_snap_read(r, r->gen, &s));
   gt_status st = GT_OK;
   if (!s.done && s.gen == r->gen) {
     char full[400];
     snprintf(full, sizeof full, "node %s: %s", r->cfg.node_id, why ? why : "workers failed");
-    st = rdzv_advance(r, &s, 1, full);
+    if (fatal) {
+      char done[420];
+      snprintf(done, sizeof done, "failed: %s", full);
+      int ended;
+      st = rdzv_end_job(r, &s, done, &ended);
+      if (st == GT_OK && ended) snprintf(r->reason, sizeof r->reason, "%s", full);
+    } else {
+      st = rdzv_advance(r, &s, 1, full);
+    }
   }
   rdzv_snap_free(&s);
   return st;
+}
+
+gt_status gt_rdzv_fail(gt_rdzv *r, const char *why) {
+  GT_TRY(need_round(r, "gt_rdzv_fail"));
+  return fail_round(r, why, 0);
+}
+
+gt_status gt_rdzv_abort(gt_rdzv *r, const char *why) {
+  GT_TRY(need_round(r, "gt_rdzv_abort"));
+  return fail_round(r, why, 1);
 }
 
 gt_status gt_rdzv_finish(gt_rdzv *r) {
   GT_TRY(need_round(r, "gt_rdzv_finish"));
   char k[256];
   rdzv_key(r, k, sizeof k, "gen%ld/finished/%s", r->gen, r->cfg.node_id);
-  return gt_etcd_put(r->cli, k, "1", 1, r->lease, NULL, NULL);
+  /* No lease: the record stands even if this agent's lease lapses later. */
+  return gt_etcd_put(r->cli, k, "1", 1, 0, NULL, NULL);
 }

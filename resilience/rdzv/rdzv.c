@@ -72,6 +72,8 @@ static gt_status check_config(const gt_rdzv_config *c) {
   if (c->nproc < 1 || c->nproc > 4096)
     return gt_errorf(GT_EINVAL, "bad workers per node %d: need 1..4096", c->nproc);
   if (c->max_restarts < 0) return gt_errorf(GT_EINVAL, "max restarts must be >= 0, got %d", c->max_restarts);
+  if (c->restart_window_s < 0)
+    return gt_errorf(GT_EINVAL, "restart window must be >= 0 seconds, got %d", c->restart_window_s);
   if (c->ttl_s < 0 || c->ttl_s > 3600) return gt_errorf(GT_EINVAL, "lease TTL %d s out of 1..3600", c->ttl_s);
   if ((c->cert == NULL) != (c->key == NULL))
     return gt_errorf(GT_EINVAL, "TLS: give both a client certificate and its key, or neither");
@@ -145,12 +147,22 @@ gt_status gt_rdzv_open(const gt_rdzv_config *cfg, gt_rdzv **out) {
 void gt_rdzv_close(gt_rdzv *r) {
   if (!r) return;
   if (r->watch) gt_etcd_watch_cancel(r->watch);
+  gt_etcd_set_timeout(r->cli, 2000);
+  if (r->ended) {
+    /* The job is over: only its `done` record stays. */
+    rdzv_purge(r);
+  } else if (r->gen >= 0) {
+    /* This member leaves, so its generation is over: its store goes now
+     * rather than at the next round (which a stopped job may never have). */
+    char k[256];
+    rdzv_key(r, k, sizeof k, "gen%ld/", r->gen);
+    gt_etcd_del(r->cli, k, 1, NULL);
+  }
+  /* The job lease is not revoked: other agents may still run the job. */
+  if (r->job_ka) gt_etcd_keepalive_stop(r->job_ka);
   if (r->ka) gt_etcd_keepalive_stop(r->ka);
   /* Revoking deletes this node's keys now instead of after the TTL. */
-  if (r->lease) {
-    gt_etcd_set_timeout(r->cli, 2000);
-    gt_etcd_lease_revoke(r->cli, r->lease);
-  }
+  if (r->lease) gt_etcd_lease_revoke(r->cli, r->lease);
   gt_etcd_close(r->cli);
   free_handle(r);
 }
@@ -180,29 +192,43 @@ bad:
 
 gt_status rdzv_snap_read(gt_rdzv *r, long gen, rdzv_snap *s) {
   memset(s, 0, sizeof *s);
-  char kc[256], kd[256], kcl[256], kn[256], kb[256], kf[256];
+  char kc[256], kd[256], kcl[256], kn[256], kb[256], kf[256], kw[256];
   rdzv_key(r, kc, sizeof kc, "current");
   rdzv_key(r, kd, sizeof kd, "done");
   rdzv_key(r, kcl, sizeof kcl, "gen%ld/closed", gen);
   rdzv_key(r, kn, sizeof kn, "gen%ld/nodes/", gen);
   rdzv_key(r, kb, sizeof kb, "gen%ld/barrier/", gen);
   rdzv_key(r, kf, sizeof kf, "gen%ld/finished/", gen);
-  gt_etcd_op ops[6] = {
+  rdzv_key(r, kw, sizeof kw, "failures");
+  gt_etcd_op ops[7] = {
       {.type = GT_ETCD_OP_GET, .key = kc}, {.type = GT_ETCD_OP_GET, .key = kd},
       {.type = GT_ETCD_OP_GET, .key = kcl}, {.type = GT_ETCD_OP_GET, .key = kn, .prefix = 1},
       {.type = GT_ETCD_OP_GET, .key = kb, .prefix = 1}, {.type = GT_ETCD_OP_GET, .key = kf, .prefix = 1},
+      {.type = GT_ETCD_OP_GET, .key = kw},
   };
   for (;;) {
-    GT_TRY(gt_etcd_txn(r->cli, NULL, 0, ops, 6, NULL, 0, &s->res));
-    if (s->res.n != 6) {
+    GT_TRY(gt_etcd_txn(r->cli, NULL, 0, ops, 7, NULL, 0, &s->res));
+    if (s->res.n != 7) {
       rdzv_snap_free(s);
-      return gt_errorf(GT_EFORMAT, "etcd answered %zu results to 6 reads", s->res.n);
+      return gt_errorf(GT_EFORMAT, "etcd answered %zu results to 7 reads", s->res.n);
     }
-    if (s->res.results[0].n > 0) break;
+    /* An ended job keeps only `done`: it is not started again. */
+    if (s->res.results[0].n > 0 || s->res.results[1].n > 0) break;
     /* A new job: generation 0, no restarts yet. */
     gt_etcd_txn_result_free(&s->res);
     int created;
     GT_TRY(gt_etcd_create(r->cli, kc, "0 0", 3, 0, &created));
+  }
+  if (s->res.results[1].n > 0) {
+    const gt_etcd_kv *d = &s->res.results[1].kvs[0];
+    snprintf(s->done_val, sizeof s->done_val, "%.*s", (int)d->value_len, (const char *)d->value);
+    s->done = strncmp(s->done_val, "ok", 2) == 0 ? 1 : -1;
+  }
+  /* etcd's values end with a NUL one byte past their length. */
+  s->failures = s->res.results[6].n > 0 ? (const char *)s->res.results[6].kvs[0].value : "";
+  if (s->res.results[0].n == 0) {
+    s->gen = -1; /* ended, and its keys purged */
+    return GT_OK;
   }
   const gt_etcd_kv *cur = &s->res.results[0].kvs[0];
   gt_status st = parse_current((const char *)cur->value, cur->value_len, &s->gen, &s->restarts);
@@ -211,11 +237,6 @@ gt_status rdzv_snap_read(gt_rdzv *r, long gen, rdzv_snap *s) {
     return st;
   }
   snprintf(s->current, sizeof s->current, "%.*s", (int)cur->value_len, (const char *)cur->value);
-  if (s->res.results[1].n > 0) {
-    const gt_etcd_kv *d = &s->res.results[1].kvs[0];
-    snprintf(s->done_val, sizeof s->done_val, "%.*s", (int)d->value_len, (const char *)d->value);
-    s->done = strncmp(s->done_val, "ok", 2) == 0 ? 1 : -1;
-  }
   return GT_OK;
 }
 
@@ -270,28 +291,117 @@ bad:
 
 /* ---- moving on ------------------------------------------------------------ */
 
+/* Wall-clock seconds: failure times are compared across nodes. */
+static double wall_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Counts the failures in list (unix times) within the restart window, plus
+ * one now; *out (malloc'ed) gets the ones to keep: the last max_restarts + 1,
+ * all a later count can need. Returns -1 when out of memory. */
+static int failures_in_window(const gt_rdzv *r, const char *list, char **out) {
+  double now = wall_now(), from = now - r->cfg.restart_window_s;
+  int k = 1; /* now */
+  for (const char *p = list;;) {
+    char *end;
+    double v = strtod(p, &end);
+    if (end == p) break;
+    k += v >= from;
+    p = end;
+  }
+  int keep = k < r->cfg.max_restarts + 1 ? k : r->cfg.max_restarts + 1;
+  size_t cap = (size_t)keep * 24 + 1, used = 0;
+  if (!(*out = malloc(cap))) return -1;
+  (*out)[0] = 0;
+  int skip = k - keep;
+  for (const char *p = list;;) {
+    char *end;
+    double v = strtod(p, &end);
+    if (end == p) break;
+    p = end;
+    if (v < from || skip-- > 0) continue;
+    used += (size_t)snprintf(*out + used, cap - used, "%.3f ", v);
+  }
+  snprintf(*out + used, cap - used, "%.3f", now);
+  return k;
+}
+
 gt_status rdzv_advance(gt_rdzv *r, const rdzv_snap *s, int counts, const char *why) {
-  char kc[256], kd[256], kr[256], next[64], done[400];
+  char kc[256], kr[256], kw[256], next[64], done[400], *fails = NULL;
   rdzv_key(r, kc, sizeof kc, "current");
-  rdzv_key(r, kd, sizeof kd, "done");
   rdzv_key(r, kr, sizeof kr, "gen%ld/reason", s->gen);
+  rdzv_key(r, kw, sizeof kw, "failures");
+  int restarts = s->restarts + (counts ? 1 : 0);
+  /* With a window, only its failures count against --max-restarts. */
+  int window = r->cfg.restart_window_s > 0;
+  int counted = restarts;
+  if (counts && window && (counted = failures_in_window(r, s->failures, &fails)) < 0)
+    return gt_errorf(GT_ENOMEM, "out of memory");
+  if (counts && counted > r->cfg.max_restarts) {
+    free(fails);
+    snprintf(done, sizeof done, "failed: %s (%d failure(s)%s, more than --max-restarts %d allows)", why,
+             counted, window ? " within --restart-window" : "", r->cfg.max_restarts);
+    int ended;
+    GT_TRY(rdzv_end_job(r, s, done, &ended));
+    if (ended) snprintf(r->reason, sizeof r->reason, "%s", why);
+    return GT_OK;
+  }
   gt_etcd_cmp cmp = {.key = kc, .target = GT_ETCD_CMP_VALUE, .op = GT_ETCD_EQUAL,
                      .value = s->current, .value_len = strlen(s->current)};
-  int restarts = s->restarts + (counts ? 1 : 0);
-  gt_etcd_op ops[2];
-  memset(ops, 0, sizeof ops);
-  if (restarts > r->cfg.max_restarts) {
-    snprintf(done, sizeof done, "failed: %s (after %d restarts, the most --max-restarts allows)", why,
-             s->restarts);
-    ops[0] = (gt_etcd_op){.type = GT_ETCD_OP_PUT, .key = kd, .value = done, .value_len = strlen(done)};
-  } else {
-    snprintf(next, sizeof next, "%ld %d", s->gen + 1, restarts);
-    ops[0] = (gt_etcd_op){.type = GT_ETCD_OP_PUT, .key = kc, .value = next, .value_len = strlen(next)};
-  }
-  ops[1] = (gt_etcd_op){.type = GT_ETCD_OP_PUT, .key = kr, .value = why, .value_len = strlen(why)};
+  snprintf(next, sizeof next, "%ld %d", s->gen + 1, restarts);
+  gt_etcd_op ops[3] = {
+      {.type = GT_ETCD_OP_PUT, .key = kc, .value = next, .value_len = strlen(next)},
+      {.type = GT_ETCD_OP_PUT, .key = kr, .value = why, .value_len = strlen(why)},
+      {.type = GT_ETCD_OP_PUT, .key = kw, .value = fails, .value_len = fails ? strlen(fails) : 0},
+  };
   gt_etcd_txn_result res;
-  GT_TRY(gt_etcd_txn(r->cli, &cmp, 1, ops, 2, NULL, 0, &res));
+  gt_status st = gt_etcd_txn(r->cli, &cmp, 1, ops, fails ? 3 : 2, NULL, 0, &res);
+  free(fails);
+  GT_TRY(st);
   if (res.succeeded) snprintf(r->reason, sizeof r->reason, "%s", why);
   gt_etcd_txn_result_free(&res);
   return GT_OK;
+}
+
+gt_status rdzv_end_job(gt_rdzv *r, const rdzv_snap *s, const char *done, int *ended) {
+  char kc[256], kd[256];
+  rdzv_key(r, kc, sizeof kc, "current");
+  rdzv_key(r, kd, sizeof kd, "done");
+  /* The first end wins; a failure only ends the generation it saw. */
+  gt_etcd_cmp cmps[2] = {
+      {.key = kd, .target = GT_ETCD_CMP_CREATE_REVISION, .op = GT_ETCD_EQUAL, .number = 0},
+      {.key = kc, .target = GT_ETCD_CMP_VALUE, .op = GT_ETCD_EQUAL, .value = s ? s->current : "",
+       .value_len = s ? strlen(s->current) : 0},
+  };
+  gt_etcd_op put = {.type = GT_ETCD_OP_PUT, .key = kd, .value = done, .value_len = strlen(done)};
+  gt_etcd_txn_result res;
+  GT_TRY(gt_etcd_txn(r->cli, cmps, s ? 2 : 1, &put, 1, NULL, 0, &res));
+  *ended = res.succeeded;
+  gt_etcd_txn_result_free(&res);
+  if (*ended) r->ended = 1;
+  return GT_OK;
+}
+
+void rdzv_purge(gt_rdzv *r) {
+  gt_etcd_get_opts o = {.prefix = 1, .keys_only = 1};
+  gt_etcd_kvs kvs;
+  if (gt_etcd_get(r->cli, r->root, &o, &kvs) != GT_OK) return;
+  char kd[256], gen[256] = "";
+  rdzv_key(r, kd, sizeof kd, "done");
+  size_t rl = strlen(r->root);
+  for (size_t i = 0; i < kvs.n; i++) {
+    const char *k = kvs.kvs[i].key;
+    if (strlen(k) <= rl || !strcmp(k, kd)) continue;
+    if (gen[0] && !strncmp(k, gen, strlen(gen))) continue; /* deleted with its generation */
+    const char *slash = strchr(k + rl, '/');
+    if (slash && (size_t)(slash - k) + 1 < sizeof gen) {
+      snprintf(gen, sizeof gen, "%.*s", (int)(slash - k + 1), k);
+      gt_etcd_del(r->cli, gen, 1, NULL);
+    } else {
+      gt_etcd_del(r->cli, k, 0, NULL);
+    }
+  }
+  gt_etcd_kvs_free(&kvs);
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "launch/launch_util.h"
@@ -17,6 +18,27 @@ static inline void dump_log(const agent *a) {
   char *s = slurp(a->log);
   fprintf(stderr, "---- %s ----\n%s\n----\n", a->log, s ? s : "(unreadable)");
   free(s);
+}
+
+/* Waits for an agent's exit; on another status than code, prints its log
+ * and fails. */
+static inline void expect_exit(agent *a, int code, double timeout_s) {
+  int got = agent_wait(a, timeout_s);
+  if (got != code) {
+    dump_log(a);
+    fail_msg("agent exited %d, expected %d", got, code);
+  }
+}
+
+/* 1 when the agent's log holds text within timeout_s. */
+static inline int log_has(const agent *a, const char *text, double timeout_s) {
+  for (double end = mono_now() + timeout_s;; usleep(20000)) {
+    char *s = slurp(a->log);
+    int found = s && strstr(s, text);
+    free(s);
+    if (found) return 1;
+    if (mono_now() > end) return 0;
+  }
 }
 
 /* dir/gen<g>.rank<r>.env */
@@ -31,6 +53,20 @@ static inline int wait_gen(const char *dir, int gen, int world, double timeout_s
   const char *p[16];
   for (int r = 0; r < world && r < 16; r++) p[r] = env_path(paths[r], sizeof paths[r], dir, gen, r);
   return wait_files(p, world, timeout_s);
+}
+
+/* Starts nodes x and y with the same flags and worker arguments, and waits
+ * for both workers of generation 0; fails with both logs when they do not
+ * start within timeout_s. */
+static inline void start_two(agent a[2], const char *dir, const char *const *flags,
+                             const char *const *w, double timeout_s) {
+  assert_int_equal(node_start(&a[0], dir, "x", flags, w), 0);
+  assert_int_equal(node_start(&a[1], dir, "y", flags, w), 0);
+  if (!wait_gen(dir, 0, 2, timeout_s)) {
+    dump_log(&a[0]);
+    dump_log(&a[1]);
+    fail_msg("gen0 did not start within %.0f s", timeout_s);
+  }
 }
 
 static inline long env_long(const char *dir, int gen, int rank, const char *key) {

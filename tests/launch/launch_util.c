@@ -67,6 +67,21 @@ int agent_start(agent *a, const char *log, const char *const *args) {
   return 0;
 }
 
+int node_start(agent *a, const char *dir, const char *node, const char *const *flags,
+               const char *const *wargs) {
+  char log[512];
+  snprintf(log, sizeof log, "%s/agent-%s.log", dir, node);
+  const char *args[64];
+  int n = 0;
+  for (int i = 0; flags[i] && n < 56; i++) args[n++] = flags[i];
+  args[n++] = "--node-id";
+  args[n++] = node;
+  args[n++] = worker_bin();
+  for (int i = 0; wargs[i] && n < 63; i++) args[n++] = wargs[i];
+  args[n] = NULL;
+  return agent_start(a, log, args);
+}
+
 int agent_wait(agent *a, double timeout_s) {
   if (a->pid <= 0) return a->code;
   double end = mono_now() + timeout_s;

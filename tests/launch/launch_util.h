@@ -19,6 +19,10 @@ const char *worker_bin(void);
 /* Starts `giantrun ARGS...` (args NULL-terminated, without argv[0]) in its
  * own process group, output to log. Returns 0 or -1. */
 int agent_start(agent *a, const char *log, const char *const *args);
+/* Starts `giantrun FLAGS... --node-id NODE launch_worker WARGS...` with its
+ * output in dir/agent-NODE.log (flags and wargs NULL-terminated). */
+int node_start(agent *a, const char *dir, const char *node, const char *const *flags,
+               const char *const *wargs);
 /* Waits up to timeout_s; on timeout kills it (SIGKILL) and returns -1. */
 int agent_wait(agent *a, double timeout_s);
 /* 1 when every file exists within timeout_s. */

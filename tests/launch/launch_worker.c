@@ -7,8 +7,15 @@
  *   child=1[@gG][@rR]   first fork a child that sleeps in the same group
  *   allreduce=1         form a communicator over the job's store (TCP) and
  *                       record the sum of rank+1 over the world
+ *   steps=N             report steps 1..N to the agent (gt_job_step), one
+ *                       every steptime=S seconds (default 0.05), each with a
+ *                       "step K" line on stdout that is not flushed by hand
+ *   stop=1              then stop itself with SIGSTOP
+ *   gate=1              then wait (at most 120 s) for the file $LW_DIR/go
+ *   spam=N              then write N lines of 100 bytes to stdout
  * A later matching argument overrides an earlier one. */
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +34,11 @@ static int matches(const char *q, long gen, int rank) {
     if (kind == 'r' && v != rank) return 0;
   }
   return 1;
+}
+
+static void nap(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
 }
 
 static void record_pid(const char *dir, long pid) {
@@ -52,7 +64,8 @@ int main(int argc, char **argv) {
   }
   record_pid(dir, (long)getpid());
   double sleep_s = 0;
-  int code = 0, child = 0, allreduce = 0;
+  int code = 0, child = 0, allreduce = 0, steps = 0, stop = 0, gate = 0, spam = 0;
+  double steptime = 0.05;
   for (int i = 1; i < argc; i++) {
     const char *eq = strchr(argv[i], '=');
     if (!eq) continue;
@@ -63,6 +76,11 @@ int main(int argc, char **argv) {
     else if (!strncmp(argv[i], "exit=", 5)) code = (int)v;
     else if (!strncmp(argv[i], "child=", 6)) child = (int)v;
     else if (!strncmp(argv[i], "allreduce=", 10)) allreduce = (int)v;
+    else if (!strncmp(argv[i], "steps=", 6)) steps = (int)v;
+    else if (!strncmp(argv[i], "steptime=", 9)) steptime = v;
+    else if (!strncmp(argv[i], "stop=", 5)) stop = (int)v;
+    else if (!strncmp(argv[i], "gate=", 5)) gate = (int)v;
+    else if (!strncmp(argv[i], "spam=", 5)) spam = (int)v;
   }
   /* Every rank reaches the store: the barrier proves they share one. */
   if (gt_store_barrier(job->store, "launch_worker", job->rank, job->world_size, 30000) != GT_OK) {
@@ -120,8 +138,21 @@ int main(int argc, char **argv) {
   }
   printf("worker rank %d of %d in %s up\n", job->rank, job->world_size, job->generation_name);
   fflush(stdout);
+  for (int k = 1; k <= steps; k++) {
+    nap(steptime);
+    gt_job_step(job, k);
+    printf("step %d\n", k); /* gt_init made stdout line-buffered */
+  }
+  if (stop) raise(SIGSTOP);
+  if (gate) {
+    snprintf(path, sizeof path, "%s/go", dir);
+    for (double end = gt_now() + 120; access(path, F_OK) != 0 && gt_now() < end;) nap(0.02);
+  }
+  char fill[88];
+  memset(fill, '.', sizeof fill - 1);
+  fill[sizeof fill - 1] = 0;
+  for (int k = 0; k < spam; k++) printf("spam %06d %s\n", k, fill); /* 100 bytes a line */
   gt_job_destroy(job);
-  struct timespec ts = {(time_t)sleep_s, (long)((sleep_s - (time_t)sleep_s) * 1e9)};
-  nanosleep(&ts, NULL);
+  nap(sleep_s);
   return code;
 }

@@ -39,14 +39,6 @@ static void start_node(agent *a, const char *job, const char *node, const char *
   assert_int_equal(agent_start(a, log, args), 0);
 }
 
-static void expect_exit(agent *a, int code, double timeout_s) {
-  int got = agent_wait(a, timeout_s);
-  if (got != code) {
-    dump_log(a);
-    fail_msg("agent exited %d, expected %d", got, code);
-  }
-}
-
 static void test_worker_failure_restarts(void **state) {
   (void)state;
   assert_int_equal(temp_dir(dir, sizeof dir, "launch-restart"), 0);

@@ -1,0 +1,46 @@
+/* Hang detection. Each worker reports its step counter on a pipe of its own
+ * (gt_job_step); the agent flags a worker whose step has not advanced for
+ * the hang timeout. A collective would notice a hung peer only after its own
+ * timeout (minutes); the step counter costs one write per step. */
+#include <stdio.h>
+
+#include "giant/log.h"
+#include "launch/agent.h"
+
+void progress_take(worker *w, const unsigned char *data, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    w->rec[w->rec_len++] = data[i];
+    if (w->rec_len < 8) continue;
+    w->rec_len = 0;
+    unsigned long long v = 0;
+    for (int b = 7; b >= 0; b--) v = v << 8 | w->rec[b];
+    long long step = (long long)v;
+    if (step <= w->step && w->step_at > 0) continue;
+    double now = gt_now();
+    /* The first report starts the clock: start-up (loading data, building
+     * the model) is not a step. */
+    if (w->step_at > 0 && now - w->step_at > w->longest_step) w->longest_step = now - w->step_at;
+    w->step = step;
+    w->step_at = now;
+  }
+}
+
+int workers_hung(const worker_group *g, double timeout_s, char *why, size_t n) {
+  double now = gt_now();
+  for (int i = 0; i < g->n; i++) {
+    const worker *w = &g->w[i];
+    if (w->exited || w->step_at <= 0) continue;
+    double limit = timeout_s;
+    if (limit <= 0) {
+      limit = 3.0 * w->longest_step;
+      if (limit < HANG_FLOOR_S) limit = HANG_FLOOR_S;
+    }
+    if (now - w->step_at <= limit) continue;
+    snprintf(why, n,
+             "worker rank %d (pid %ld) made no progress for %.0f s after step %lld (hang timeout %.0f s; "
+             "see --hang-timeout)",
+             w->rank, (long)w->pid, now - w->step_at, w->step, limit);
+    return 1;
+  }
+  return 0;
+}
