@@ -1,0 +1,43 @@
+/* A training run for the checkpoint tests: forked ranks train a small GPT
+ * on a token file at some layout, loading a checkpoint first and saving one
+ * on the way as asked, and write what they hold (parameters, optimizer
+ * state, losses) into shared memory in the single-process layout. */
+#ifndef GIANT_TESTS_CKPT_RUN_H
+#define GIANT_TESTS_CKPT_RUN_H
+
+#include <stdbool.h>
+
+#include "giant/ckpt.h"
+#include "parallel/train_result.h"
+
+enum { CR_V = 64, CR_T = 16, CR_C = 32, CR_NH = 4, CR_L = 2, CR_ROWS = 4, CR_ACCUM = 4, CR_STEPS = 20 };
+
+/* Parameters and AdamW's two moments, in the single-process layout. */
+typedef struct cr_state {
+  train_result *p, *m, *v;
+} cr_state;
+
+typedef struct cr_cfg {
+  const char *layout; /* NULL: one process */
+  bool zero1;
+  const char *data;   /* token file */
+  const char *dir;    /* checkpoint root */
+  int s0, s1;         /* run steps [s0, s1); s0 > 0 loads the newest checkpoint first, which must be at s0 */
+  int save_at;        /* save once this many steps are done (0: never) */
+  cr_state saved, loaded, final; /* filled when their p is set */
+  unsigned long long *rows;       /* shared: every global sample index handed to replica dp, counted (NULL: none) */
+} cr_cfg;
+
+/* A cr_state in shared memory, with the single-process layout of `layout`
+ * (NULL: the layout is set by the first one-process run writing it). */
+cr_state cr_state_new(const train_result *layout);
+/* One rank of a run (harness_fn). */
+int cr_rank(int rank, int world, void *arg);
+/* Runs cfg on `world` ranks; fails the test with the ranks' codes if one fails. */
+void cr_run(int world, cr_cfg *cfg);
+/* A token file of learnable sequences in a fresh temporary directory, and
+ * the directory's removal. */
+char *cr_make_data(void);
+void cr_rmtree(const char *dir);
+
+#endif
