@@ -2,6 +2,7 @@
 #include "ckpt/ckpt_run.h"
 
 #include <ftw.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -55,6 +56,29 @@ static void capture(gt_trainer *tr, const gt_plan *plan, const cr_state *o) {
   free(buf);
 }
 
+/* A step over batches taken from the loader here, so that the global
+ * sample index of every row can be recorded (the loader reuses its
+ * buffers, so each micro-batch is copied). */
+static gt_status step_recording(gt_trainer *tr, gt_loader *data, const cr_cfg *cfg, int step, const gt_plan *plan,
+                                gt_step_stats *st) {
+  static int32_t in[CR_ACCUM][CR_ROWS * CR_T], tg[CR_ACCUM][CR_ROWS * CR_T];
+  gt_batch b[CR_ACCUM];
+  for (int i = 0; i < CR_ACCUM; i++) {
+    GT_TRY(gt_loader_next(data, &b[i]));
+    size_t n = (size_t)b[i].B * (size_t)b[i].T;
+    memcpy(in[i], b[i].inputs, n * sizeof(int32_t));
+    memcpy(tg[i], b[i].targets, n * sizeof(int32_t));
+    b[i].inputs = in[i], b[i].targets = tg[i];
+    if (plan->me.tp || plan->me.pp) continue; /* one record per replica */
+    for (int r = 0; r < b[i].B; r++) {
+      int k = __atomic_fetch_add(&cfg->nrows[step], 1, __ATOMIC_SEQ_CST);
+      CHECK(k < CR_ROWS * CR_ACCUM);
+      cfg->rows[step][k] = b[i].row + (unsigned long long)r;
+    }
+  }
+  return gt_trainer_step_batches(tr, b, CR_ACCUM, st);
+}
+
 int cr_rank(int rank, int world, void *arg) {
   cr_cfg *cfg = arg;
   gt_log_set_rank(rank);
@@ -77,11 +101,12 @@ int cr_rank(int rank, int world, void *arg) {
   int rows = CR_ROWS / plan.layout.dp;
   gt_model *m;
   CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = rows, .T_max = CR_T, .seed = 42}, &m));
+  int C = cfg->C ? cfg->C : CR_C;
   if (dist) {
     gt_model_parallel mp = gt_dist_model_parallel(dist);
     CHECK_OK(gt_model_set_parallel(m, &mp));
   }
-  gpt_config gc = {.vocab_size = CR_V, .T_max = CR_T, .C = CR_C, .NH = CR_NH, .L = CR_L, .tie_weights = true};
+  gpt_config gc = {.vocab_size = CR_V, .T_max = CR_T, .C = C, .NH = CR_NH, .L = CR_L, .tie_weights = true};
   CHECK_OK(gpt_add_layers(m, &gc));
   CHECK_OK(gt_model_build(m));
   if (dist) CHECK_OK(gt_plan_check_model(&plan, m));
@@ -94,23 +119,38 @@ int cr_rank(int rank, int world, void *arg) {
                          .nshards = plan.layout.dp, .seed = 7};
   CHECK_OK(gt_loader_open(&lc, CR_V, &data));
   gt_ckpt *ck;
-  CHECK_OK(gt_ckpt_create(&(gt_ckpt_config){.dir = cfg->dir, .store = store, .timeout_ms = 60000}, tr, data, &ck));
-  if (cfg->s0 > 0) {
+  gt_ckpt_config kc = {.dir = cfg->dir, .store = store, .timeout_ms = 60000, .keep = cfg->keep, .busy = cfg->busy};
+  CHECK_OK(gt_ckpt_create(&kc, tr, data, &ck));
+  int s0 = cfg->s0;
+  if (s0 != 0 || cfg->load_path) {
     gt_ckpt_info info;
-    CHECK_OK(gt_ckpt_load(ck, NULL, &info));
-    CHECK(info.step == cfg->s0 && gt_trainer_step_index(tr) == cfg->s0);
-    capture(tr, &plan, &cfg->loaded);
+    gt_status ls = gt_ckpt_load(ck, cfg->load_path, &info);
+    if (cfg->load_status && rank == 0) {
+      *cfg->load_status = ls;
+      snprintf(cfg->load_error, 1024, "%s", ls == GT_OK ? "" : gt_last_error());
+    }
+    if (cfg->load_status && ls != GT_OK) s0 = cfg->s1; /* stop here */
+    else if (cfg->load_if_any && ls == GT_ENOTFOUND) s0 = 0;
+    else CHECK_OK(ls);
+    if (ls == GT_OK && s0 > 0) CHECK(info.step == s0 && gt_trainer_step_index(tr) == s0);
+    if (ls == GT_OK && s0 < 0) s0 = info.step;
+    if (ls == GT_OK) capture(tr, &plan, &cfg->loaded);
+    if (ls == GT_OK && cfg->loaded_step && rank == 0) *cfg->loaded_step = info.step;
   }
-  for (int s = cfg->s0; s < cfg->s1; s++) {
+  for (int s = s0; s < cfg->s1; s++) {
+    if (s == cfg->kill_at && s > 0) raise(SIGKILL);
     gt_step_stats st;
-    CHECK_OK(gt_trainer_step(tr, data, &st));
+    if (cfg->rows) CHECK_OK(step_recording(tr, data, cfg, s, &plan, &st));
+    else CHECK_OK(gt_trainer_step(tr, data, &st));
     if (rank == 0 && cfg->final.p) cfg->final.p->losses[s] = st.loss, cfg->final.p->norms[s] = st.grad_norm;
-    if (s + 1 == cfg->save_at) {
+    if (s + 1 == cfg->save_at || (cfg->save_every && (s + 1) % cfg->save_every == 0)) {
       CHECK_OK(gt_ckpt_save(ck));
       capture(tr, &plan, &cfg->saved);
     }
   }
-  CHECK_OK(gt_ckpt_wait(ck));
+  gt_status ws = gt_ckpt_wait(ck);
+  if (cfg->save_status) *cfg->save_status = ws;
+  else CHECK_OK(ws);
   capture(tr, &plan, &cfg->final);
   gt_ckpt_destroy(ck);
   gt_loader_close(data);

@@ -25,7 +25,23 @@ typedef struct cr_cfg {
   int s0, s1;         /* run steps [s0, s1); s0 > 0 loads the newest checkpoint first, which must be at s0 */
   int save_at;        /* save once this many steps are done (0: never) */
   cr_state saved, loaded, final; /* filled when their p is set */
-  unsigned long long *rows;       /* shared: every global sample index handed to replica dp, counted (NULL: none) */
+  int C;              /* model width (0: CR_C) */
+  int save_every;     /* also save whenever the steps done are a multiple of this (0: never) */
+  int keep;           /* checkpoints kept */
+  gt_ckpt_busy busy;
+  int kill_at;        /* every rank SIGKILLs itself when this many steps are done (0: never) */
+  bool load_if_any;   /* s0 < 0: load the newest checkpoint if there is one, and go on from its step */
+  const char *load_path; /* load this step directory instead of the newest */
+  /* When set (shared memory): the load's status and message go here, and
+   * the run stops after the load instead of failing the rank. */
+  int *load_status;
+  char *load_error;
+  int *loaded_step;   /* shared: the step of the checkpoint loaded */
+  int *save_status;   /* shared: how the last save ended, instead of failing the rank */
+  /* Shared memory: every global sample index the replicas took, by step
+   * (rows[step][k] for k < nrows[step], appended atomically). */
+  unsigned long long (*rows)[CR_ROWS * CR_ACCUM];
+  int *nrows;
 } cr_cfg;
 
 /* A cr_state in shared memory, with the single-process layout of `layout`
