@@ -24,7 +24,8 @@ extern char **environ;
 static const char *const our_vars[] = {
     "GT_RANK=", "GT_LOCAL_RANK=", "GT_WORLD_SIZE=", "GT_LOCAL_WORLD_SIZE=", "GT_NODE_RANK=",
     "GT_NNODES=", "GT_GENERATION=", "GT_RESTART_COUNT=", "GT_JOB_ID=", "GT_STORE=",
-    "GT_STORE_CACERT=", "GT_STORE_CERT=", "GT_STORE_KEY=", "GT_JOB_SECRET=", "GT_PLAN=", NULL};
+    "GT_STORE_CACERT=", "GT_STORE_CERT=", "GT_STORE_KEY=", "GT_JOB_SECRET=", "GT_PLAN=",
+    "GT_CKPT_DIR=", "GT_CKPT_EVERY=", "GT_CKPT_KEEP=", NULL};
 
 static int ours(const char *e) {
   for (int i = 0; our_vars[i]; i++)
@@ -91,6 +92,9 @@ static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, in
   if (o->cert) bad |= env_add(e, "GT_STORE_CERT=%s", o->cert);
   if (o->key) bad |= env_add(e, "GT_STORE_KEY=%s", o->key);
   if (o->plan) bad |= env_add(e, "GT_PLAN=%s", o->plan);
+  if (o->ckpt_dir) bad |= env_add(e, "GT_CKPT_DIR=%s", o->ckpt_dir);
+  if (o->ckpt_every) bad |= env_add(e, "GT_CKPT_EVERY=%d", o->ckpt_every);
+  if (o->ckpt_keep) bad |= env_add(e, "GT_CKPT_KEEP=%d", o->ckpt_keep);
   return bad;
 }
 
