@@ -115,6 +115,9 @@ gt_status ck_manifest_decode(const unsigned char *p, size_t len, const char *wha
 gt_status ck_manifest_write(const char *dir, const ck_manifest *m);
 /* Reads and checks dir/MANIFEST; errors name the file. */
 gt_status ck_manifest_read(const char *dir, ck_manifest *out);
+gt_status ck_manifest_read_file(const char *path, ck_manifest *out);
+/* The same framing under another name in dir (durably). */
+gt_status ck_manifest_write_as(const char *dir, const char *name, const ck_manifest *m);
 
 /* ---- files (files.c) ---- */
 
@@ -126,6 +129,10 @@ gt_status ck_fsync_dir(const char *dir);
 gt_status ck_mkdir(const char *dir);
 /* Reads a slice's bytes from its shard file and checks their SHA-256. */
 gt_status ck_read_slice(const char *dir, const ck_manifest *m, const ck_slice *s, float *out);
+/* Fills `want` (row-major over its box) from tensor `tensor`'s stored
+ * slices in checkpoint `dir`, checking each slice read and that they
+ * cover the box exactly once. */
+gt_status ck_fill_box(const char *dir, const ck_manifest *m, int tensor, const ck_box *want, float *dst);
 /* Removes a checkpoint directory and the files in it. */
 gt_status ck_remove_dir(const char *dir);
 

@@ -11,8 +11,7 @@
 #include "ckpt/ckpt_internal.h"
 #include "giant/log.h"
 
-/* Fills `want` (row-major over its box) from the tensor's stored slices. */
-static gt_status fill_box(const char *dir, const ck_manifest *m, int tensor, const ck_box *want, float *dst) {
+gt_status ck_fill_box(const char *dir, const ck_manifest *m, int tensor, const ck_box *want, float *dst) {
   uint64_t got = 0;
   for (int i = 0; i < m->nslices; i++) {
     const ck_slice *s = &m->slices[i];
@@ -83,7 +82,7 @@ static gt_status read_params(gt_ckpt *c, const char *dir, const ck_manifest *m) 
     ck_param_tensor(owner->name, name, sizeof name);
     GT_TRY(find_tensor(dir, m, name, p, &t));
     ck_box blk = ck_param_box(p);
-    GT_TRY(fill_box(dir, m, t, &blk, c->params + p->offset));
+    GT_TRY(ck_fill_box(dir, m, t, &blk, c->params + p->offset));
   }
   return GT_OK;
 }
@@ -107,7 +106,7 @@ static gt_status read_state(gt_ckpt *c, const char *dir, const ck_manifest *m, g
       int t;
       ck_state_tensor(kind, k, owner->name, name, sizeof name);
       s = find_tensor(dir, m, name, p, &t);
-      if (s == GT_OK) s = fill_box(dir, m, t, &box, blk);
+      if (s == GT_OK) s = ck_fill_box(dir, m, t, &box, blk);
       if (s == GT_OK) memcpy(c->state[k] + (lo - c->lo), blk + (lo - p->offset), (hi - lo) * sizeof(float));
     }
     free(blk);

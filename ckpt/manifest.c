@@ -214,7 +214,9 @@ gt_status ck_manifest_decode(const unsigned char *p, size_t len, const char *wha
 }
 
 /* magic[8] version u32 reserved u32 body_len u64 body sha256(body) */
-gt_status ck_manifest_write(const char *dir, const ck_manifest *m) {
+gt_status ck_manifest_write(const char *dir, const ck_manifest *m) { return ck_manifest_write_as(dir, CK_MANIFEST, m); }
+
+gt_status ck_manifest_write_as(const char *dir, const char *name, const ck_manifest *m) {
   ck_buf body = {0}, file = {0};
   gt_status s = ck_manifest_encode(m, &body);
   unsigned char sha[CK_SHA];
@@ -228,7 +230,7 @@ gt_status ck_manifest_write(const char *dir, const ck_manifest *m) {
     ck_put(&file, sha, CK_SHA);
     s = file.oom ? gt_errorf(GT_ENOMEM, "out of memory writing the manifest") : GT_OK;
   }
-  if (s == GT_OK) s = ck_write_durable(dir, CK_MANIFEST, file.p, file.len);
+  if (s == GT_OK) s = ck_write_durable(dir, name, file.p, file.len);
   ck_buf_free(&body);
   ck_buf_free(&file);
   return s;
@@ -257,9 +259,13 @@ static gt_status slurp(const char *path, unsigned char **out, size_t *len) {
 }
 
 gt_status ck_manifest_read(const char *dir, ck_manifest *out) {
-  *out = (ck_manifest){0};
   char path[4200];
   snprintf(path, sizeof path, "%s/%s", dir, CK_MANIFEST);
+  return ck_manifest_read_file(path, out);
+}
+
+gt_status ck_manifest_read_file(const char *path, ck_manifest *out) {
+  *out = (ck_manifest){0};
   unsigned char *p = NULL;
   size_t len = 0;
   GT_TRY(slurp(path, &p, &len));

@@ -221,6 +221,15 @@ gt_status gt_ckpt_save(gt_ckpt *c) {
     }
     (void)gt_ckpt_wait(c); /* a failure was logged by the writer */
   }
+  /* Rewriting a committed checkpoint's shards would leave its manifest
+   * describing bytes that changed under it until the new one commits. */
+  char dir[4150], manifest[4200];
+  ck_step_dir(c->root, gt_trainer_step_index(c->tr), dir, sizeof dir);
+  snprintf(manifest, sizeof manifest, "%s/%s", dir, CK_MANIFEST);
+  if (access(manifest, F_OK) == 0) {
+    gt_info("checkpoint %s exists already; not saving it again", dir);
+    return GT_OK;
+  }
   GT_TRY(ck_snapshot(c));
   c->busy = true;
   if (pthread_create(&c->thread, NULL, save_thread, c) != 0) {

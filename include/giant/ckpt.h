@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "giant/comm.h"
 #include "giant/data.h"
@@ -105,6 +106,30 @@ gt_status gt_ckpt_load(gt_ckpt *c, const char *path, gt_ckpt_info *info);
 /* The committed checkpoints under `dir`, newest first: steps[] gets up to
  * `max` step numbers, *n how many there are. */
 gt_status gt_ckpt_list(const char *dir, int *steps, int max, int *n);
+
+typedef struct gt_ckpt_summary {
+  int step;
+  gt_grid_layout layout;
+  bool zero1;
+  int tensors, slices, files, blobs;
+  uint64_t bytes; /* of all slices */
+} gt_ckpt_summary;
+
+/* Reads a step directory's manifest (checked) and sums it up. */
+gt_status gt_ckpt_describe(const char *path, gt_ckpt_summary *out);
+/* Reads every slice of a step directory and checks its SHA-256; each bad
+ * slice is named on `report` (when not NULL). *bad gets their count; the
+ * status is the first failure's. */
+gt_status gt_ckpt_verify(const char *path, FILE *report, int *bad);
+/* Writes a step directory as one file in the single-process layout, for
+ * export: the manifest format (magic, version, SHA-256) with no shard
+ * files and no slices, every tensor whole as a blob `data/<tensor>`
+ * (row-major little-endian fp32), and the checkpoint's own blobs. */
+gt_status gt_ckpt_export(const char *path, const char *out_file);
+/* For every tensor of `a`: the largest |a - b| over the largest |a| of the
+ * tensor, one line each on `out`; *max_rel gets the largest. Tensors
+ * missing from `b` or of another shape are an error naming them. */
+gt_status gt_ckpt_diff(const char *a, const char *b, FILE *out, double *max_rel);
 
 #ifdef __cplusplus
 }

@@ -136,6 +136,7 @@ int cr_rank(int rank, int world, void *arg) {
     if (ls == GT_OK && s0 < 0) s0 = info.step;
     if (ls == GT_OK) capture(tr, &plan, &cfg->loaded);
     if (ls == GT_OK && cfg->loaded_step && rank == 0) *cfg->loaded_step = info.step;
+    if (ls == GT_OK && cfg->save_at == s0) CHECK_OK(gt_ckpt_save(ck)); /* as loaded, into cfg->dir */
   }
   for (int s = s0; s < cfg->s1; s++) {
     if (s == cfg->kill_at && s > 0) raise(SIGKILL);

@@ -23,7 +23,7 @@ typedef struct cr_cfg {
   const char *data;   /* token file */
   const char *dir;    /* checkpoint root */
   int s0, s1;         /* run steps [s0, s1); s0 > 0 loads the newest checkpoint first, which must be at s0 */
-  int save_at;        /* save once this many steps are done (0: never) */
+  int save_at;        /* save once this many steps are done (0: never); right after the load if it is at that step */
   cr_state saved, loaded, final; /* filled when their p is set */
   int C;              /* model width (0: CR_C) */
   int save_every;     /* also save whenever the steps done are a multiple of this (0: never) */
