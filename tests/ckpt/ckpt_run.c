@@ -144,11 +144,13 @@ int cr_rank(int rank, int world, void *arg) {
     if (cfg->rows) CHECK_OK(step_recording(tr, data, cfg, s, &plan, &st));
     else CHECK_OK(gt_trainer_step(tr, data, &st));
     if (rank == 0 && cfg->final.p) cfg->final.p->losses[s] = st.loss, cfg->final.p->norms[s] = st.grad_norm;
+    if (cfg->before_save) cfg->before_save(cfg->dir, s + 1);
     if (s + 1 == cfg->save_at || (cfg->save_every && (s + 1) % cfg->save_every == 0)) {
       CHECK_OK(gt_ckpt_save(ck));
       capture(tr, &plan, &cfg->saved);
     }
   }
+  if (cfg->after_steps) cfg->after_steps(cfg->dir);
   gt_status ws = gt_ckpt_wait(ck);
   if (cfg->save_status) *cfg->save_status = ws;
   else CHECK_OK(ws);

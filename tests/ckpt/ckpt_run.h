@@ -38,6 +38,10 @@ typedef struct cr_cfg {
   char *load_error;
   int *loaded_step;   /* shared: the step of the checkpoint loaded */
   int *save_status;   /* shared: how the last save ended, instead of failing the rank */
+  /* Called in the rank before each step's save decision, and after the
+   * last step before waiting for the save in flight (NULL: none). */
+  void (*before_save)(const char *dir, int steps_done);
+  void (*after_steps)(const char *dir);
   /* Shared memory: every global sample index the replicas took, by step
    * (rows[step][k] for k < nrows[step], appended atomically). */
   unsigned long long (*rows)[CR_ROWS * CR_ACCUM];
