@@ -4,7 +4,7 @@
  * logs steps 10..19 exactly as an uninterrupted run does. Under giantrun
  * (--ckpt-dir, --ckpt-every, --max-restarts 1): a worker SIGKILLed at a
  * random step, the job still finishes, and the restarted generation lost
- * fewer than twice --ckpt-every steps: saves are asynchronous, so besides
+ * at most twice --ckpt-every steps: saves are asynchronous, so besides
  * the steps since the newest save, the ones that ran while it was being
  * written (until the next save waits for it) can be lost too. */
 #include <setjmp.h>
@@ -135,7 +135,7 @@ static void test_giantrun_restart_resumes(void **state) {
   int lost = -1;
   if (!p || sscanf(p, "steps lost: %d", &lost) != 1) fail_msg("no resume line:\n%s", r.output);
   print_message("rank 1 killed at step %d or just after; the next generation resumed, %d step(s) lost\n", kill_at, lost);
-  assert_true(lost >= 0 && lost < 2 * 4);
+  assert_true(lost >= 0 && lost <= 2 * 4);
   assert_non_null(strstr(r.output, "over steps"));
 }
 
