@@ -122,8 +122,18 @@ gt_status ck_manifest_write_as(const char *dir, const char *name, const ck_manif
 /* ---- files (files.c) ---- */
 
 void ck_sha256(const void *p, size_t n, unsigned char out[CK_SHA]);
-/* Writes `n` bytes to dir/name through dir/name.tmp: fsync, rename, fsync
- * of the directory. */
+/* A file written durably: to dir/.name.tmp, then fsync, rename to
+ * dir/name, fsync of the directory. A failed write is remembered and
+ * reported (with the temporary file removed) by commit. */
+typedef struct ck_file {
+  int fd, err;
+  char tmp[4200], path[4200];
+  const char *dir;
+} ck_file;
+gt_status ck_file_open(ck_file *f, const char *dir, const char *name);
+void ck_file_write(ck_file *f, const void *p, size_t n);
+gt_status ck_file_commit(ck_file *f);
+/* The three at once for bytes in memory. */
 gt_status ck_write_durable(const char *dir, const char *name, const void *p, size_t n);
 gt_status ck_fsync_dir(const char *dir);
 gt_status ck_mkdir(const char *dir);

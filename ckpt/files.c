@@ -40,30 +40,43 @@ gt_status ck_mkdir(const char *dir) {
                    strerror(errno));
 }
 
-gt_status ck_write_durable(const char *dir, const char *name, const void *p, size_t n) {
-  char tmp[4200], path[4200];
-  snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return gt_errorf(GT_EIO, "cannot create %s: %s (check that the directory is writable)", tmp, strerror(errno));
+gt_status ck_file_open(ck_file *f, const char *dir, const char *name) {
+  *f = (ck_file){.dir = dir};
+  snprintf(f->tmp, sizeof f->tmp, "%s/.%s.tmp", dir, name);
+  snprintf(f->path, sizeof f->path, "%s/%s", dir, name);
+  f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f->fd < 0)
+    return gt_errorf(GT_EIO, "cannot create %s: %s (check that the directory is writable)", f->tmp, strerror(errno));
+  return GT_OK;
+}
+
+void ck_file_write(ck_file *f, const void *p, size_t n) {
   const unsigned char *q = p;
-  size_t done = 0;
-  int err = 0;
-  while (done < n && !err) {
-    ssize_t w = write(fd, q + done, n - done);
+  for (size_t done = 0; done < n && !f->err;) {
+    ssize_t w = write(f->fd, q + done, n - done);
     if (w > 0) done += (size_t)w;
-    else if (w < 0 && errno != EINTR) err = errno;
-    else if (w == 0) err = EIO;
+    else if (w == 0 || errno != EINTR) f->err = w == 0 ? EIO : errno;
   }
-  if (!err && fsync(fd) != 0) err = errno;
-  if (close(fd) != 0 && !err) err = errno;
-  if (!err && rename(tmp, path) != 0) err = errno;
+}
+
+gt_status ck_file_commit(ck_file *f) {
+  int err = f->err;
+  if (!err && fsync(f->fd) != 0) err = errno;
+  if (close(f->fd) != 0 && !err) err = errno;
+  if (!err && rename(f->tmp, f->path) != 0) err = errno;
   if (err) {
-    unlink(tmp);
-    return gt_errorf(GT_EIO, "writing %s failed: %s%s", path, strerror(err),
-                     err == ENOSPC ? " (the disk is full; free space or point the checkpoints elsewhere)" : "");
+    unlink(f->tmp);
+    return gt_errorf(GT_EIO, "writing %s failed: %s%s", f->path, strerror(err),
+                     err == ENOSPC ? " (the disk is full: free space or point the checkpoints elsewhere)" : "");
   }
-  return ck_fsync_dir(dir);
+  return ck_fsync_dir(f->dir);
+}
+
+gt_status ck_write_durable(const char *dir, const char *name, const void *p, size_t n) {
+  ck_file f;
+  GT_TRY(ck_file_open(&f, dir, name));
+  ck_file_write(&f, p, n);
+  return ck_file_commit(&f);
 }
 
 gt_status ck_read_slice(const char *dir, const ck_manifest *m, const ck_slice *s, float *out) {

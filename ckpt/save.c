@@ -2,8 +2,6 @@
  * background thread that hashes and writes this rank's shard, reports it
  * through the store, and on rank 0 gathers every rank's report and commits
  * the checkpoint by renaming its manifest into place. */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,31 +88,15 @@ gt_status gt_ckpt_get_blob(const gt_ckpt *c, const char *name, const void **byte
 /* This rank's shard: every slice it writes, hashed as it goes. */
 static gt_status write_shard(gt_ckpt *c, const char *dir) {
   if (c->part.nfiles == 0) return GT_OK;
-  char tmp[4200], path[4200];
-  snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, c->part.files[0]);
-  snprintf(path, sizeof path, "%s/%s", dir, c->part.files[0]);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return gt_errorf(GT_EIO, "cannot create %s: %s (check that it is writable)", tmp, strerror(errno));
-  int err = 0;
-  for (int i = 0; i < c->part.nslices && !err; i++) {
+  ck_file f;
+  GT_TRY(ck_file_open(&f, dir, c->part.files[0]));
+  for (int i = 0; i < c->part.nslices && !f.err; i++) {
     ck_slice *s = &c->part.slices[i];
     ck_sha256(c->src[i], (size_t)s->length, s->sha);
-    const char *p = (const char *)c->src[i];
-    for (size_t done = 0; done < s->length && !err;) {
-      ssize_t w = write(fd, p + done, (size_t)s->length - done);
-      if (w > 0) done += (size_t)w;
-      else if (w == 0 || errno != EINTR) err = w == 0 ? EIO : errno;
-    }
+    ck_file_write(&f, c->src[i], (size_t)s->length);
   }
-  if (!err && fsync(fd) != 0) err = errno;
-  if (close(fd) != 0 && !err) err = errno;
-  if (!err && rename(tmp, path) != 0) err = errno;
-  if (err) {
-    unlink(tmp);
-    return gt_errorf(GT_EIO, "writing checkpoint shard %s failed: %s%s", path, strerror(err),
-                     err == ENOSPC ? " (the disk is full: free space or use another --ckpt-dir)" : "");
-  }
-  return ck_fsync_dir(dir);
+  gt_status s = ck_file_commit(&f);
+  return s == GT_OK ? s : gt_error_context(s, "checkpoint shard");
 }
 
 /* A rank's report: 'K' and its part of the manifest, or 'F' and why not. */

@@ -253,13 +253,14 @@ uint64_t gt_loader_next_row(const gt_loader *l) {
 }
 
 gt_status gt_loader_restart_at(gt_loader *l, uint64_t row) {
+  if (row > UINT64_MAX / 2) return gt_errorf(GT_ERANGE, "loader: restart row %llu is too large", (unsigned long long)row);
   l->base = row;
   return gt_loader_seek(l, 0);
 }
 
 gt_status gt_loader_seek(gt_loader *l, uint64_t index) {
   uint64_t per = (uint64_t)l->cfg.nshards * (uint64_t)l->cfg.B;
-  if (l->base > UINT64_MAX / 2 || index > (UINT64_MAX / 2 - (uint64_t)l->cfg.B * l->cfg.nshards) / per)
+  if (index > (UINT64_MAX / 2 - (uint64_t)l->cfg.B * l->cfg.nshards) / per) /* base is at most half */
     return gt_errorf(GT_ERANGE, "loader: micro-batch index %llu is too large",
                      (unsigned long long)index);
   l->pos = index;

@@ -42,7 +42,8 @@ extern "C" {
 /* What a save does while the previous one is still being written. */
 typedef enum gt_ckpt_busy {
   GT_CKPT_BUSY_WAIT = 0, /* wait for it to finish, then save */
-  GT_CKPT_BUSY_SKIP = 1, /* skip this save (logged) */
+  GT_CKPT_BUSY_SKIP = 1, /* skip this save (logged); each rank decides for itself, and a
+                            save that any rank skipped never commits */
 } gt_ckpt_busy;
 
 typedef struct gt_ckpt_config {

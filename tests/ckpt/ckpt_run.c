@@ -197,3 +197,14 @@ static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
 }
 
 void cr_rmtree(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+void cr_flip_bit(const char *path, long offset, unsigned char mask) {
+  FILE *f = fopen(path, "r+b");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, offset, SEEK_SET), 0);
+  int c = fgetc(f);
+  assert_true(c != EOF);
+  assert_int_equal(fseek(f, offset, SEEK_SET), 0);
+  assert_int_equal(fputc(c ^ mask, f), c ^ mask);
+  assert_int_equal(fclose(f), 0);
+}

@@ -59,5 +59,7 @@ void cr_run(int world, cr_cfg *cfg);
  * the directory's removal. */
 char *cr_make_data(void);
 void cr_rmtree(const char *dir);
+/* Flips the bits `mask` of byte `offset` of a file, in place. */
+void cr_flip_bit(const char *path, long offset, unsigned char mask);
 
 #endif

@@ -60,13 +60,7 @@ static void test_ls_verify_convert_diff(void **state) {
   /* A flipped bit in one of the shards. */
   char shard[4400];
   snprintf(shard, sizeof shard, "%s/shard-00001.bin", a10);
-  int fd = open(shard, O_RDWR);
-  assert_true(fd >= 0);
-  unsigned char x;
-  assert_int_equal(pread(fd, &x, 1, 100), 1);
-  x ^= 1;
-  assert_int_equal(pwrite(fd, &x, 1, 100), 1);
-  close(fd);
+  cr_flip_bit(shard, 100, 1);
   run_tool((char *[]){tool, "verify", a10, NULL}, 1, "shard-00001.bin", &r);
   assert_non_null(strstr(r.output, "DAMAGED"));
   print_message("ls, verify, convert (%lld bytes) and diff behave\n", (long long)st.st_size);
