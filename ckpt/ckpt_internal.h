@@ -192,6 +192,7 @@ struct gt_ckpt {
   pthread_mutex_t mu;
   bool busy;        /* under mu: the thread has not finished */
   gt_status result; /* of the last finished save */
+  char why[1024];   /* its message when it failed */
 };
 
 /* The tensor names of parameters and of optimizer state buffer k. */

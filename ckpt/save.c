@@ -148,7 +148,10 @@ static gt_status commit(gt_ckpt *c, const char *dir) {
   if (s == GT_OK && c->plan.world > 1) s = gather(c, &all);
   if (s == GT_OK) s = ck_manifest_write(dir, &all); /* the commit point */
   ck_manifest_free(&all);
-  if (s == GT_OK) s = ck_after_commit(c->root, (int)c->part.step, c->cfg.keep);
+  /* Committed: `latest` and retention are housekeeping (loads scan for
+   * manifests), so their failure is a warning, not a lost save. */
+  if (s == GT_OK && ck_after_commit(c->root, (int)c->part.step, c->cfg.keep) != GT_OK)
+    gt_warn("checkpoint %s committed, but: %s", dir, gt_last_error());
   return s;
 }
 
@@ -176,6 +179,7 @@ static void *save_thread(void *arg) {
     gt_warn("checkpoint at step %lld not saved: %s; training goes on, the previous checkpoint stays",
             (long long)c->part.step, gt_last_error());
   pthread_mutex_lock(&c->mu);
+  if (s != GT_OK) snprintf(c->why, sizeof c->why, "%s", gt_last_error());
   c->result = s;
   c->busy = false;
   pthread_mutex_unlock(&c->mu);
@@ -187,7 +191,7 @@ gt_status gt_ckpt_wait(gt_ckpt *c) {
   pthread_join(c->thread, NULL);
   c->joinable = false;
   if (c->result != GT_OK)
-    return gt_errorf(c->result, "checkpoint at step %lld was not saved (see the log for why)", (long long)c->part.step);
+    return gt_errorf(c->result, "checkpoint at step %lld was not saved: %s", (long long)c->part.step, c->why);
   return GT_OK;
 }
 
