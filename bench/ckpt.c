@@ -73,14 +73,12 @@ static int rank_main(int rank, int world, void *arg) {
   int32_t *tok = bench_tokens((size_t)c->B * c->T + 1, c->V, 31u * (unsigned)rank);
   gt_batch b = {.B = c->B, .T = c->T, .inputs = tok, .targets = tok + 1};
   CHECK_OK(gt_trainer_step_batches(r.tr, &b, 1, NULL)); /* warm up */
-  char sync_dir[600], async_dir[600], every_dir[600];
+  char sync_dir[600], async_dir[600];
   snprintf(sync_dir, sizeof sync_dir, "%s/sync", c->dir);
   snprintf(async_dir, sizeof async_dir, "%s/async", c->dir);
-  snprintf(every_dir, sizeof every_dir, "%s/every50", c->dir);
-  gt_ckpt *sync, *async, *every;
+  gt_ckpt *sync, *async;
   CHECK_OK(gt_ckpt_create(&(gt_ckpt_config){.dir = sync_dir, .keep = 0, .sync = true, .store = r.store}, r.tr, NULL, &sync));
   CHECK_OK(gt_ckpt_create(&(gt_ckpt_config){.dir = async_dir, .keep = 1, .store = r.store}, r.tr, NULL, &async));
-  CHECK_OK(gt_ckpt_create(&(gt_ckpt_config){.dir = every_dir, .keep = 1, .store = r.store}, r.tr, NULL, &every));
   gt_comm *world_comm = gt_grid_world(gt_dist_grid(r.dist));
   double sync_t = 0, stall_t = 0;
   for (int k = 0; k < c->saves; k++) {
@@ -128,11 +126,11 @@ static int rank_main(int rank, int world, void *arg) {
     train(r.tr, &b, c->steps / 2, NULL);
     plain += now() - t0;
     t0 = now();
-    train(r.tr, &b, c->steps / 2, every);
+    train(r.tr, &b, c->steps / 2, async);
     saving += now() - t0;
   }
   if (rank == 0) c->train_plain_s = plain, c->train_saving_s = saving;
-  gt_ckpt_destroy(sync), gt_ckpt_destroy(async), gt_ckpt_destroy(every);
+  gt_ckpt_destroy(sync), gt_ckpt_destroy(async);
   free(tok);
   bench_rank_teardown(&r);
   return RANK_OK;

@@ -45,6 +45,9 @@ gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *l
     gt_ckpt_destroy(c);
     return gt_errorf(GT_ENOMEM, "out of memory for the checkpoint snapshot buffers (%zu floats)", c->nparams);
   }
+  /* Touch every page now, so that no save's stall pays the page faults. */
+  memset(c->params, 0, (c->nparams ? c->nparams : 1) * sizeof(float));
+  for (int k = 0; k < c->nstates; k++) memset(c->state[k], 0, (c->hi - c->lo + 1) * sizeof(float));
   *out = c;
   return GT_OK;
 }
