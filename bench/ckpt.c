@@ -6,7 +6,8 @@
  *              checkpoint, written and fsynced
  *   sync save  a save that waits for its write, fsync and commit
  *   stall      what an asynchronous save holds training up: the snapshot
- *   write      checkpoint bytes over the sync save's time, against disk
+ *   write      checkpoint bytes over the sync save's time less its
+ *              snapshot (the stall), against the disk's rate
  *   load       reading the newest checkpoint back (hashes checked)
  *   torch      torch.save + fsync of the same state per rank, concurrently,
  *              where python3-torch is installed (else n/a)
@@ -178,7 +179,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_ckpt: a rank failed (codes %d %d)\n", codes[0], codes[1]);
     return 1;
   }
-  double write_mbps = c->bytes / (c->sync_ms / 1e3) / 1e6, t = torch_ms(c);
+  double write_mbps = c->bytes / ((c->sync_ms - c->stall_ms) / 1e3) / 1e6, t = torch_ms(c);
   double overhead = 1.0 - c->train_plain_s / c->train_saving_s;
   printf("checkpoint: %.1f MB (%zu floats of parameters per rank, and two moments)\n", c->bytes / 1e6, c->floats);
   printf("disk: %.0f MB/s sequential write with fsync\n", c->disk_mbps);
