@@ -171,6 +171,7 @@ struct gt_ckpt {
   gt_optimizer *opt;
   gt_loader *loader;
   gt_dist *dist; /* NULL: one process */
+  gt_backend *be;
   gt_plan plan;  /* a one-process plan without dist */
   char keys[128]; /* store namespace */
   /* Host snapshot buffers, allocated once: the flat parameter buffer and

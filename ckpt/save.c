@@ -38,9 +38,11 @@ gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *l
   c->nparams = gt_model_buffer_floats(c->m);
   gt_optimizer_range(c->opt, &c->lo, &c->hi);
   c->nstates = gt_optimizer_num_states(c->opt);
-  c->params = malloc((c->nparams ? c->nparams : 1) * sizeof(float));
-  bool ok = c->params != NULL;
-  for (int k = 0; k < c->nstates; k++) ok = ok && (c->state[k] = malloc((c->hi - c->lo + 1) * sizeof(float)));
+  /* The backend's host memory: pinned on a GPU, so snapshots copy at full speed. */
+  c->be = gt_model_backend(c->m);
+  bool ok = c->be->ops->host_alloc(c->be, (c->nparams ? c->nparams : 1) * sizeof(float), (void **)&c->params) == GT_OK;
+  for (int k = 0; k < c->nstates && ok; k++)
+    ok = c->be->ops->host_alloc(c->be, (c->hi - c->lo + 1) * sizeof(float), (void **)&c->state[k]) == GT_OK;
   if (!ok) {
     gt_ckpt_destroy(c);
     return gt_errorf(GT_ENOMEM, "out of memory for the checkpoint snapshot buffers (%zu floats)", c->nparams);
@@ -60,8 +62,9 @@ void gt_ckpt_destroy(gt_ckpt *c) {
   ck_manifest_free(&c->user);
   ck_manifest_free(&c->loaded);
   free(c->src);
-  free(c->params);
-  for (int k = 0; k < 2; k++) free(c->state[k]);
+  if (c->params) c->be->ops->host_free(c->be, c->params);
+  for (int k = 0; k < 2; k++)
+    if (c->state[k]) c->be->ops->host_free(c->be, c->state[k]);
   free(c->root);
   free(c);
 }

@@ -62,7 +62,8 @@ typedef struct gt_ckpt gt_ckpt;
 
 /* A checkpointer of the trainer's model, optimizer and step, and of
  * `loader`'s cursor (NULL: no loader). Allocates the host snapshot buffers
- * once, sized for this rank's state. */
+ * once, sized for this rank's state (pinned on a GPU). Destroy it before
+ * the trainer, the model and the backend. */
 gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *loader, gt_ckpt **out);
 /* Waits for a save in flight, then frees everything. */
 void gt_ckpt_destroy(gt_ckpt *c);
