@@ -8,7 +8,9 @@ function(giant_add_test)
     message(FATAL_ERROR "test ${T_NAME} needs LABELS")
   endif()
   add_executable(${T_NAME} ${T_SOURCES})
-  target_link_libraries(${T_NAME} PRIVATE giant_all PkgConfig::CMOCKA m ${T_LIBS})
+  # The test's own libraries first: the static layers after them resolve what
+  # they use (a static library satisfies only what comes before it).
+  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} giant_all PkgConfig::CMOCKA m)
   target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/tests)
   add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${T_ARGS})
   if(NOT T_TIMEOUT)

@@ -15,6 +15,8 @@
 typedef struct agent_opts {
   const char *nnodes, *endpoint, *backend, *job_id, *node_id;
   const char *log_dir, *plan, *cacert, *cert, *key;
+  const char *ckpt_dir; /* checkpoints: given to workers as GT_CKPT_DIR, _EVERY, _KEEP */
+  int ckpt_every, ckpt_keep;
   int nproc, max_restarts, restart_window_s, ttl_s, rdzv_timeout_s;
   float settle_s, stop_grace_s, monitor_s;
   float hang_timeout_s;       /* 0: 3x the longest step seen, at least 30 s */

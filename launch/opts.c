@@ -29,6 +29,9 @@ static const char usage[] =
     "  --standalone               one node, with a private etcd on loopback\n"
     "  --log-dir DIR              also write DIR/<job>/gen<N>/rank<R>.log\n"
     "  --plan LAYOUT              the parallel layout, given to workers as GT_PLAN\n"
+    "  --ckpt-dir DIR             checkpoint directory, given to workers as GT_CKPT_DIR\n"
+    "  --ckpt-every N             save every N steps (GT_CKPT_EVERY)\n"
+    "  --ckpt-keep K              keep the newest K checkpoints (GT_CKPT_KEEP)\n"
     "  --rdzv-cacert PEM          CA that signed etcd's certificate\n"
     "  --rdzv-cert PEM            client certificate for etcd\n"
     "  --rdzv-key PEM             its key\n"
@@ -44,7 +47,7 @@ static const char usage[] =
     "GT_NODE_RANK, GT_NNODES, GT_GENERATION, GT_RESTART_COUNT, GT_JOB_ID, GT_STORE\n"
     "(etcd://ENDPOINTS/giant/<job>/gen<N>/store/, etcds:// for https endpoints),\n"
     "GT_STORE_CACERT/CERT/KEY,\n"
-    "GT_JOB_SECRET and GT_PLAN.\n"
+    "GT_JOB_SECRET, GT_PLAN and, with --ckpt-*, GT_CKPT_DIR, GT_CKPT_EVERY, GT_CKPT_KEEP.\n"
     "Restarts wait 1 s, doubling to 30 s, with jitter. A worker exiting 2, 126\n"
     "or 127 (bad usage, cannot execute, not found) ends the job at once.\n"
     "Exit status: 0 the job succeeded, 1 it failed, 2 bad usage, 128+N on signal N.\n";
@@ -125,6 +128,9 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
       {"--log-dir", GT_OPT_STR, &o->log_dir, 0, 0},
       {"--log_dir", GT_OPT_STR, &o->log_dir, 0, 0},
       {"--plan", GT_OPT_STR, &o->plan, 0, 0},
+      {"--ckpt-dir", GT_OPT_STR, &o->ckpt_dir, 0, 0},
+      {"--ckpt-every", GT_OPT_INT, &o->ckpt_every, 1, 1000000000},
+      {"--ckpt-keep", GT_OPT_INT, &o->ckpt_keep, 1, 1000000},
       {"--rdzv-cacert", GT_OPT_STR, &o->cacert, 0, 0},
       {"--rdzv-cert", GT_OPT_STR, &o->cert, 0, 0},
       {"--rdzv-key", GT_OPT_STR, &o->key, 0, 0},
@@ -172,6 +178,7 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
   for (int i = 0; i < 3; i++)
     if (files[i] && access(files[i], R_OK) != 0) return usage_error("cannot read TLS file '%s'", files[i]);
   if (o->log_dir && !*o->log_dir) return usage_error("--log-dir is empty%s", "");
+  if (o->ckpt_dir && !*o->ckpt_dir) return usage_error("--ckpt-dir is empty%s", "");
   if (o->plan && strlen(o->plan) >= 128) return usage_error("--plan '%s' is too long (at most 127 characters)", o->plan);
   return resolve_program(o);
 }

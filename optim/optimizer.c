@@ -70,6 +70,11 @@ void gt_optimizer_destroy(gt_optimizer *o) {
 }
 
 int gt_optimizer_steps(const gt_optimizer *o) { return o->steps; }
+int gt_optimizer_num_states(const gt_optimizer *o) { return o->cfg.kind == GT_OPTIM_ADAMW ? 2 : 1; }
+float *gt_optimizer_state(gt_optimizer *o, int k) { return k >= 0 && k < 2 ? o->state[k] : NULL; }
+void gt_optimizer_range(const gt_optimizer *o, size_t *lo, size_t *hi) { *lo = o->lo, *hi = o->hi; }
+const gt_optim_config *gt_optimizer_get_config(const gt_optimizer *o) { return &o->cfg; }
+void gt_optimizer_set_steps(gt_optimizer *o, int steps) { o->steps = steps; }
 
 gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale) {
   gt_model *m = o->m;

@@ -104,6 +104,9 @@ void gt_trainer_destroy(gt_trainer *t) {
 }
 
 int gt_trainer_step_index(const gt_trainer *t) { return t->step; }
+void gt_trainer_set_step_index(gt_trainer *t, int step) { t->step = step; }
+gt_model *gt_trainer_model(gt_trainer *t) { return t->m; }
+gt_dist *gt_trainer_dist(gt_trainer *t) { return t->dist; }
 gt_optimizer *gt_trainer_optimizer(gt_trainer *t) { return t->opt; }
 gt_dp_sync *gt_trainer_dp_sync(gt_trainer *t) { return t->sync; }
 void gt_trainer_set_overlap(gt_trainer *t, bool overlap) { t->cfg.no_overlap = !overlap; }
@@ -165,6 +168,7 @@ static gt_status pipeline_batches(gt_trainer *t, gt_loader *loader, const gt_bat
       memcpy(t->held[i].inputs, b.inputs, n * sizeof(int32_t));
       memcpy(t->held[i].targets, b.targets, n * sizeof(int32_t));
       t->held[i].B = b.B, t->held[i].T = b.T, t->held[i].ntargets = b.ntargets, t->held[i].epoch = b.epoch;
+      t->held[i].row = b.row;
     }
     batches = t->held;
   }

@@ -37,6 +37,7 @@ struct gt_loader {
   uint64_t *perm;      /* seeded order of the rows of epoch perm_epoch */
   uint64_t perm_epoch;
   bool perm_valid;
+  uint64_t base; /* the global row of the last restart */
   uint64_t pos;
   uint64_t *rows; /* this batch's B rows */
   int32_t *inputs, *targets;
@@ -261,10 +262,20 @@ void gt_loader_close(gt_loader *l) {
 const gt_tokfile_header *gt_loader_header(const gt_loader *l) { return &l->h; }
 uint64_t gt_loader_position(const gt_loader *l) { return l->pos; }
 uint64_t gt_loader_rows_per_epoch(const gt_loader *l) { return l->nrows; }
+const gt_loader_config *gt_loader_get_config(const gt_loader *l) { return &l->cfg; }
+uint64_t gt_loader_next_row(const gt_loader *l) {
+  return l->base + l->pos * (uint64_t)l->cfg.nshards * (uint64_t)l->cfg.B;
+}
+
+gt_status gt_loader_restart_at(gt_loader *l, uint64_t row) {
+  if (row > UINT64_MAX / 2) return gt_errorf(GT_ERANGE, "loader: restart row %llu is too large", (unsigned long long)row);
+  l->base = row;
+  return gt_loader_seek(l, 0);
+}
 
 gt_status gt_loader_seek(gt_loader *l, uint64_t index) {
   uint64_t per = (uint64_t)l->cfg.nshards * (uint64_t)l->cfg.B;
-  if (index > (UINT64_MAX - (uint64_t)l->cfg.B * l->cfg.nshards) / per)
+  if (index > (UINT64_MAX / 2 - (uint64_t)l->cfg.B * l->cfg.nshards) / per) /* base is at most half */
     return gt_errorf(GT_ERANGE, "loader: micro-batch index %llu is too large",
                      (unsigned long long)index);
   l->pos = index;
@@ -327,7 +338,7 @@ gt_status gt_loader_next(gt_loader *l, gt_batch *b) {
   if (gt_loader_seek(l, l->pos) != GT_OK) return GT_ERANGE;
   int B = l->cfg.B;
   uint64_t g = l->pos * (uint64_t)l->cfg.nshards + (uint64_t)l->cfg.shard;
-  uint64_t j0 = g * (uint64_t)B;
+  uint64_t j0 = l->base + g * (uint64_t)B;
   int T = l->cfg.T_max;
   int64_t ntargets = 0;
   for (int r = 0; r < B; r++) l->rows[r] = row_of(l, j0 + r);
@@ -350,6 +361,7 @@ gt_status gt_loader_next(gt_loader *l, gt_batch *b) {
   b->targets = l->targets;
   b->ntargets = ntargets;
   b->epoch = j0 / l->nrows;
+  b->row = j0;
   l->pos++;
   return GT_OK;
 }

@@ -21,6 +21,7 @@
 #include "giant/init.h"
 #include "giant/options.h"
 #include "giant/plan.h"
+#include "checkpoint.h"
 #include "gpt.h"
 #include "planning.h"
 
@@ -31,6 +32,7 @@ typedef struct args {
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
   bool documents, untied, zero1, seq_parallel, print_plan, no_overlap;
+  gpt_ckpt_args ckpt;
 } args;
 
 static const char *usage =
@@ -73,6 +75,9 @@ static const char *usage =
     "run:\n"
     "  --device NAME       cpu or cuda[:N] (default cpu)\n"
     "  --threads N         CPU threads (default: OMP_NUM_THREADS or all cores)\n"
+    "  --ckpt-dir DIR      save checkpoints here and resume from the newest (default: $GT_CKPT_DIR)\n"
+    "  --ckpt-every N      save every N steps (default: $GT_CKPT_EVERY)\n"
+    "  --ckpt-keep K       keep the newest K checkpoints, 0 = all (default: $GT_CKPT_KEEP, else 0)\n"
     "  --metrics FILE      append one JSON line per step\n"
     "  --print-every N     print every N steps (default 10)\n"
     "  --sample N          tokens to generate at the end (default 300, 0 = none)\n"
@@ -104,6 +109,8 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--temperature", GT_OPT_FLOAT, &a->temperature, 1e-3, 100},
       {"--seed", GT_OPT_U64, &a->seed, 0, 0},
       {"--documents", GT_OPT_FLAG, &a->documents, 0, 0}, {"--untied", GT_OPT_FLAG, &a->untied, 0, 0},
+      {"--ckpt-dir", GT_OPT_STR, &a->ckpt.dir, 0, 0},   {"--ckpt-every", GT_OPT_INT, &a->ckpt.every, 1, 1e9},
+      {"--ckpt-keep", GT_OPT_INT, &a->ckpt.keep, 0, 1e6},
   };
   return gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]), usage, NULL);
 }
@@ -248,6 +255,7 @@ int main(int argc, char **argv) {
   if (rc >= 0) return rc;
   gt_optim_kind kind;
   gt_status s = gt_optim_parse(a.optimizer, &kind);
+  if (s == GT_OK) s = gpt_ckpt_args_from_env(&a.ckpt);
   if (s != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
   gt_precision precision;
   if ((s = gt_precision_parse(a.precision, &precision)) != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
@@ -261,6 +269,7 @@ int main(int argc, char **argv) {
   gt_model *m = NULL;
   gt_loader *loader = NULL;
   gt_trainer *tr = NULL;
+  gt_ckpt *ckpt = NULL;
   if ((s = gt_init(&job)) != GT_OK) return fail("joining the job", s);
   bool lead = job->rank == 0;
   gt_plan plan;
@@ -389,16 +398,22 @@ int main(int argc, char **argv) {
            gt_model_param_count_whole(m), a.layers, a.channels, a.heads, a.seq, vocab, a.batch,
            a.accum, be->name, be->kernels, gt_precision_name(precision), be->num_threads, be->peak_flops / 1e9, plan.world, plan.layout.dp, plan.layout.tp,
            plan.layout.pp, plan.zero1 ? ", ZeRO-1" : "", plan.seq_parallel ? ", sequence parallel" : "");
+  if ((s = gpt_ckpt_start(&a.ckpt, job, tr, loader, &ckpt)) != GT_OK) {
+    fail("resuming from a checkpoint", s);
+    goto out;
+  }
   gt_step_stats st = {0}, first = {0};
-  for (int i = 0; i < a.steps; i++) {
-    if ((s = gt_trainer_step(tr, loader, &st)) != GT_OK) {
+  int start = gt_trainer_step_index(tr);
+  for (int i = start; i < a.steps; i++) {
+    if ((s = gt_trainer_step(tr, loader, &st)) != GT_OK || (s = gpt_ckpt_after_step(&a.ckpt, ckpt, tr, lead)) != GT_OK) {
       fail("training", s);
       goto out;
     }
-    if (i == 0) first = st;
+    if (i == start) first = st;
     gt_job_step(job, i + 1); /* giantrun's hang detection watches this */
   }
-  if (lead) printf("loss %.6f -> %.6f over %d steps\n", first.loss, st.loss, a.steps);
+  if (ckpt) (void)gt_ckpt_wait(ckpt); /* a failed save was logged; the run itself went well */
+  if (lead) printf("loss %.6f -> %.6f over steps %d..%d\n", first.loss, st.loss, start, a.steps);
   if (a.sample > 0 && plan.layout.pp > 1) {
     if (lead) printf("(no sample: generation runs the whole model on one rank, and this one is cut into stages)\n");
   } else if (a.sample > 0 && (s = generate(m, &a, vocab, data_vocab, lead)) != GT_OK) {
@@ -407,6 +422,7 @@ int main(int argc, char **argv) {
   }
   rc = 0;
 out:
+  gt_ckpt_destroy(ckpt);
   gt_trainer_destroy(tr);
   gt_model_destroy(m);
   gt_loader_close(loader);

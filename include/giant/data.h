@@ -116,6 +116,7 @@ typedef struct gt_batch {
   int32_t *targets;  /* B*T, next token, or -1 for padding */
   int64_t ntargets;  /* targets that are not -1 */
   uint64_t epoch;    /* how many times the data has wrapped */
+  uint64_t row;      /* the global sample index of the first row (the rest follow) */
 } gt_batch;
 
 /* Opens and validates the file (magic, version, width, size, every id <
@@ -127,9 +128,18 @@ const gt_tokfile_header *gt_loader_header(const gt_loader *l);
 /* Fills *batch with the next micro-batch (buffers reused; valid until the
  * next call). Wraps around at the end of the data. */
 gt_status gt_loader_next(gt_loader *l, gt_batch *batch);
-/* Restart from micro-batch `index` (for resuming). */
+/* Restart from micro-batch `index` (counted from the last restart_at). */
 gt_status gt_loader_seek(gt_loader *l, uint64_t index);
 uint64_t gt_loader_position(const gt_loader *l);
+/* The stream is one sequence of global sample indices (rows, counted
+ * across epochs); micro-batch k of replica `shard` of `nshards` after a
+ * restart at row R takes rows R + (k*nshards + shard)*B .. + B-1. When every
+ * replica has taken k micro-batches, next_row = R + k*nshards*B is the first
+ * row none of them has: restarting every replica there, at any replica
+ * count or B, continues the stream with no row skipped or repeated. */
+uint64_t gt_loader_next_row(const gt_loader *l);
+gt_status gt_loader_restart_at(gt_loader *l, uint64_t row);
+const gt_loader_config *gt_loader_get_config(const gt_loader *l);
 /* Rows one epoch holds: windows of T_max tokens (FIXED) or documents of at
  * least 2 tokens (DOCUMENTS). */
 uint64_t gt_loader_rows_per_epoch(const gt_loader *l);

@@ -5,6 +5,7 @@
 
 #include "giant/arena.h"
 #include "giant/backend.h"
+#include "giant/ckpt.h"
 #include "giant/comm.h"
 #include "giant/data.h"
 #include "giant/dist.h"

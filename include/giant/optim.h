@@ -38,6 +38,15 @@ void gt_optimizer_destroy(gt_optimizer *o);
  * multiplied by grad_scale (1 = none; clipping passes its factor). */
 gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale);
 int gt_optimizer_steps(const gt_optimizer *o);
+/* For checkpoints: the state buffers (device memory) over floats [lo, hi)
+ * of the flat buffer. Buffer 0 is AdamW's first moment or SGD's momentum,
+ * buffer 1 AdamW's second moment. */
+int gt_optimizer_num_states(const gt_optimizer *o);
+float *gt_optimizer_state(gt_optimizer *o, int k);
+void gt_optimizer_range(const gt_optimizer *o, size_t *lo, size_t *hi);
+const gt_optim_config *gt_optimizer_get_config(const gt_optimizer *o);
+/* Resuming: the update count (AdamW's bias correction follows it). */
+void gt_optimizer_set_steps(gt_optimizer *o, int steps);
 
 /* Linear warmup to lr_max over `warmup` steps, then cosine decay to lr_min
  * at step `total`, then lr_min. Steps count from 0. */

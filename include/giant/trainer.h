@@ -39,6 +39,12 @@ gt_status gt_trainer_step(gt_trainer *t, gt_loader *loader, gt_step_stats *stats
 /* The same over micro-batches the caller provides (n == grad_accum). */
 gt_status gt_trainer_step_batches(gt_trainer *t, const gt_batch *batches, int n, gt_step_stats *stats);
 int gt_trainer_step_index(const gt_trainer *t);
+/* Resuming from a checkpoint: the index the next step takes, which fixes
+ * the learning-rate schedule's position. */
+void gt_trainer_set_step_index(gt_trainer *t, int step);
+gt_model *gt_trainer_model(gt_trainer *t);
+/* NULL for one process. */
+struct gt_dist *gt_trainer_dist(gt_trainer *t);
 gt_optimizer *gt_trainer_optimizer(gt_trainer *t);
 /* Turns the overlap of gradient reduction with backward on or off. */
 void gt_trainer_set_overlap(gt_trainer *t, bool overlap);

@@ -1,0 +1,206 @@
+/* bench/ckpt: what checkpoints cost training.
+ *
+ * Two data-parallel ranks (one thread each, forked on loopback) train a GPT
+ * of about 100 M parameters with AdamW, and in the same run measure:
+ *   disk       the disk's sequential write rate: one file the size of a
+ *              checkpoint, written and fsynced
+ *   sync save  a save that waits for its write, fsync and commit
+ *   stall      what an asynchronous save holds training up: the snapshot
+ *   write      checkpoint bytes over the sync save's time less its
+ *              snapshot (the stall), against the disk's rate
+ *   load       reading the newest checkpoint back (hashes checked)
+ *   torch      torch.save + fsync of the same state per rank, concurrently,
+ *              where python3-torch is installed (else n/a)
+ *   overhead   the throughput lost training N steps saving every 50,
+ *              against N steps not saving (N = --steps)
+ * Last line: ckpt_stall_ms=<a> sync_save_ms=<b> stall_ratio=<a/b>
+ * write_of_disk=<c> vs_torch_save=<d> overhead_every50=<e>. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_rank.h"
+#include "localkit/ranks.h"
+#include "giant/ckpt.h"
+#include "giant/dist.h"
+#include "giant/grid.h"
+#include "giant/options.h"
+
+typedef struct cfg {
+  int L, C, NH, T, B, V, steps, saves;
+  char dir[512];
+  /* results, rank 0's */
+  double disk_mbps, sync_ms, stall_ms, load_ms, bytes, train_plain_s, train_saving_s;
+  double torch_ms[2];
+  int torch_rc;
+  size_t floats; /* a rank's parameters and moments */
+} cfg;
+
+static double now(void) { return gt_now(); }
+
+/* The disk's own rate: `bytes` written in 4 MiB pieces, then fsync. */
+static double disk_rate(const char *dir, double bytes) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/disk-probe", dir);
+  size_t chunk = 4 << 20;
+  char *buf = malloc(chunk);
+  CHECK(buf);
+  memset(buf, 0x5a, chunk);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  CHECK(fd >= 0);
+  double t0 = now();
+  for (double done = 0; done < bytes; done += (double)chunk) CHECK(write(fd, buf, chunk) == (ssize_t)chunk);
+  CHECK(fsync(fd) == 0);
+  double t = now() - t0;
+  close(fd);
+  unlink(path);
+  free(buf);
+  return bytes / t / 1e6;
+}
+
+static void train(gt_trainer *tr, gt_batch *b, int steps, gt_ckpt *every50) {
+  for (int s = 0; s < steps; s++) {
+    CHECK_OK(gt_trainer_step_batches(tr, b, 1, NULL));
+    if (every50 && gt_trainer_step_index(tr) % 50 == 0) CHECK_OK(gt_ckpt_save(every50));
+  }
+  if (every50) CHECK_OK(gt_ckpt_wait(every50));
+}
+
+static int rank_main(int rank, int world, void *arg) {
+  cfg *c = arg;
+  gpt_config gc = {.vocab_size = c->V, .T_max = c->T, .C = c->C, .NH = c->NH, .L = c->L, .tie_weights = true};
+  bench_rank r;
+  bench_rank_setup(&r, rank, world, &(bench_rank_config){.layout = "dp=2", .threads = 1, .gpt = gc, .B = 2 * c->B});
+  int32_t *tok = bench_tokens((size_t)c->B * c->T + 1, c->V, 31u * (unsigned)rank);
+  gt_batch b = {.B = c->B, .T = c->T, .inputs = tok, .targets = tok + 1};
+  CHECK_OK(gt_trainer_step_batches(r.tr, &b, 1, NULL)); /* warm up */
+  char sync_dir[600], async_dir[600];
+  snprintf(sync_dir, sizeof sync_dir, "%s/sync", c->dir);
+  snprintf(async_dir, sizeof async_dir, "%s/async", c->dir);
+  gt_ckpt *sync, *async;
+  CHECK_OK(gt_ckpt_create(&(gt_ckpt_config){.dir = sync_dir, .keep = 0, .sync = true, .store = r.store}, r.tr, NULL, &sync));
+  CHECK_OK(gt_ckpt_create(&(gt_ckpt_config){.dir = async_dir, .keep = 1, .store = r.store}, r.tr, NULL, &async));
+  gt_comm *world_comm = gt_grid_world(gt_dist_grid(r.dist));
+  double sync_t = 0, stall_t = 0;
+  for (int k = 0; k < c->saves; k++) {
+    CHECK_OK(gt_trainer_step_batches(r.tr, &b, 1, NULL)); /* a new step: a new checkpoint */
+    CHECK_OK(gt_comm_barrier(world_comm));
+    double t0 = now();
+    CHECK_OK(gt_ckpt_save(sync));
+    CHECK_OK(gt_comm_barrier(world_comm)); /* committed on rank 0 */
+    sync_t += now() - t0;
+    t0 = now();
+    CHECK_OK(gt_ckpt_save(async));
+    stall_t += now() - t0;
+    CHECK_OK(gt_ckpt_wait(async));
+  }
+  if (rank == 0) {
+    char step_dir[700];
+    gt_ckpt_summary sum;
+    snprintf(step_dir, sizeof step_dir, "%s/step-%08d", sync_dir, gt_trainer_step_index(r.tr));
+    CHECK_OK(gt_ckpt_describe(step_dir, &sum));
+    c->bytes = (double)sum.bytes;
+    c->sync_ms = sync_t / c->saves * 1e3;
+    c->stall_ms = stall_t / c->saves * 1e3;
+    c->disk_mbps = disk_rate(c->dir, c->bytes);
+    c->floats = gt_model_buffer_floats(r.m);
+  }
+  CHECK_OK(gt_comm_barrier(world_comm));
+  double t0 = now();
+  CHECK_OK(gt_ckpt_load(sync, NULL, NULL));
+  CHECK_OK(gt_comm_barrier(world_comm));
+  if (rank == 0) c->load_ms = (now() - t0) * 1e3;
+  /* The peer: each rank torch.saves a state of its own size at the same time. */
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd, "python3 %s/ckpt_torch.py %s/torch-%d.pt %zu > %s/torch-%d.txt 2>/dev/null", GIANT_BENCH_DIR,
+           c->dir, rank, gt_model_buffer_floats(r.m), c->dir, rank);
+  CHECK_OK(gt_comm_barrier(world_comm));
+  int rc = system(cmd);
+  if (rank == 0) c->torch_rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  CHECK_OK(gt_comm_barrier(world_comm));
+  /* Throughput with and without a save every 50 steps, alternating halves
+   * so both see the same machine. */
+  double plain = 0, saving = 0;
+  for (int half = 0; half < 2; half++) {
+    CHECK_OK(gt_comm_barrier(world_comm));
+    t0 = now();
+    train(r.tr, &b, c->steps / 2, NULL);
+    plain += now() - t0;
+    t0 = now();
+    train(r.tr, &b, c->steps / 2, async);
+    saving += now() - t0;
+  }
+  if (rank == 0) c->train_plain_s = plain, c->train_saving_s = saving;
+  gt_ckpt_destroy(sync), gt_ckpt_destroy(async);
+  free(tok);
+  bench_rank_teardown(&r);
+  return RANK_OK;
+}
+
+static double torch_ms(const cfg *c) {
+  double worst = 0;
+  for (int r = 0; r < 2; r++) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/torch-%d.txt", c->dir, r);
+    FILE *f = fopen(path, "r");
+    double ms = -1;
+    if (!f || fscanf(f, "ms=%lf", &ms) != 1) ms = -1;
+    if (f) fclose(f);
+    if (ms < 0) return -1;
+    worst = ms > worst ? ms : worst;
+  }
+  return worst;
+}
+
+int main(int argc, char **argv) {
+  cfg defaults = {.L = 12, .C = 768, .NH = 12, .T = 64, .B = 1, .V = 8192, .steps = 100, .saves = 3};
+  cfg *c = harness_shared(sizeof *c);
+  *c = defaults;
+  const char *dir = NULL;
+  gt_opt_spec specs[] = {
+      {"--layers", GT_OPT_INT, &c->L, 1, 1000},     {"--channels", GT_OPT_INT, &c->C, 1, 65536},
+      {"--heads", GT_OPT_INT, &c->NH, 1, 1024},     {"--seq", GT_OPT_INT, &c->T, 1, 65536},
+      {"--batch", GT_OPT_INT, &c->B, 1, 65536},     {"--vocab", GT_OPT_INT, &c->V, 2, 1 << 22},
+      {"--steps", GT_OPT_INT, &c->steps, 2, 100000}, {"--saves", GT_OPT_INT, &c->saves, 1, 100},
+      {"--dir", GT_OPT_STR, &dir, 0, 0},
+  };
+  int rc = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
+                        "usage: bench_ckpt [--layers L --channels C --heads NH --seq T --batch B --vocab V]\n"
+                        "                  [--steps N --saves K --dir DIR (default: a new directory in /tmp)]\n",
+                        NULL);
+  if (rc >= 0) return rc;
+  if (dir) snprintf(c->dir, sizeof c->dir, "%s", dir);
+  else if (!mkdtemp(strcpy(c->dir, "/tmp/giant-bench-ckpt-XXXXXX"))) return perror("mkdtemp"), 1;
+  printf("config: dp=2 (2 processes x 1 thread, loopback), GPT L=%d C=%d NH=%d T=%d V=%d, B=%d per rank, AdamW; "
+         "%d saves each way, %d steps with and without a save every 50; checkpoints in %s\n",
+         c->L, c->C, c->NH, c->T, c->V, c->B, c->saves, c->steps, c->dir);
+  int codes[2];
+  if (harness_run(2, rank_main, c, 3600, codes)) {
+    fprintf(stderr, "bench_ckpt: a rank failed (codes %d %d)\n", codes[0], codes[1]);
+    return 1;
+  }
+  double write_mbps = c->bytes / ((c->sync_ms - c->stall_ms) / 1e3) / 1e6, t = torch_ms(c);
+  double overhead = 1.0 - c->train_plain_s / c->train_saving_s;
+  printf("checkpoint: %.1f MB (%zu floats of parameters per rank, and two moments)\n", c->bytes / 1e6, c->floats);
+  printf("disk: %.0f MB/s sequential write with fsync\n", c->disk_mbps);
+  printf("sync save: %.1f ms (%.0f MB/s, %.2f of the disk's rate); async stall: %.1f ms; load: %.1f ms\n", c->sync_ms,
+         write_mbps, write_mbps / c->disk_mbps, c->stall_ms, c->load_ms);
+  if (t > 0) printf("torch.save + fsync, both ranks at once: %.1f ms\n", t);
+  else printf("torch.save: not measured (%s)\n", c->torch_rc == 3 ? "python3-torch is not installed" : "python3 failed");
+  printf("%d steps: %.2f s without saving, %.2f s saving every 50 steps\n", c->steps, c->train_plain_s,
+         c->train_saving_s);
+  char vs[32];
+  if (t > 0) snprintf(vs, sizeof vs, "%.2f", t / c->sync_ms);
+  else snprintf(vs, sizeof vs, "nan");
+  printf("ckpt_stall_ms=%.2f sync_save_ms=%.2f stall_ratio=%.3f write_of_disk=%.2f vs_torch_save=%s "
+         "overhead_every50=%.4f\n",
+         c->stall_ms, c->sync_ms, c->stall_ms / c->sync_ms, write_mbps / c->disk_mbps, vs, overhead);
+  if (!dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", c->dir);
+    if (system(cmd) != 0) fprintf(stderr, "bench_ckpt: could not remove %s\n", c->dir);
+  }
+  return 0;
+}

@@ -1,0 +1,205 @@
+/* Inside ckpt/: the byte buffers manifests are encoded in, the manifest in
+ * memory, boxes of global indices, and files written durably. */
+#ifndef GIANT_CKPT_INTERNAL_H
+#define GIANT_CKPT_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "giant/ckpt.h"
+
+#define CK_MAXDIM 4
+#define CK_NAME 160
+#define CK_SHA 32
+#define CK_DTYPE_F32 1u
+#define CK_MANIFEST "MANIFEST"
+
+/* ---- little-endian encoding (buf.c) ---- */
+
+typedef struct ck_buf {
+  unsigned char *p;
+  size_t len, cap;
+  bool oom; /* an append failed; checked once at the end */
+} ck_buf;
+
+void ck_put(ck_buf *b, const void *p, size_t n);
+void ck_put_u32(ck_buf *b, uint32_t v);
+void ck_put_u64(ck_buf *b, uint64_t v);
+void ck_put_str(ck_buf *b, const char *s);
+void ck_buf_free(ck_buf *b);
+
+/* A reader that fails (sticky) instead of running past the end. */
+typedef struct ck_rd {
+  const unsigned char *p;
+  size_t len, at;
+  bool bad;
+} ck_rd;
+
+uint32_t ck_get_u32(ck_rd *r);
+uint64_t ck_get_u64(ck_rd *r);
+/* Copies a string of at most cap-1 bytes; longer is malformed. */
+void ck_get_str(ck_rd *r, char *out, size_t cap);
+const unsigned char *ck_get(ck_rd *r, size_t n);
+
+/* ---- boxes of global indices (box.c) ---- */
+
+typedef struct ck_box {
+  int ndim;
+  int64_t lo[CK_MAXDIM], hi[CK_MAXDIM];
+} ck_box;
+
+uint64_t ck_box_volume(const ck_box *b);
+bool ck_box_intersect(const ck_box *a, const ck_box *b, ck_box *out);
+/* The box a parameter's local block is in its global tensor. */
+ck_box ck_param_box(const gt_param *p);
+/* Cuts floats [a, b) of a row-major block `blk` into boxes, each one run of
+ * consecutive floats: fn(box, first float of the run) for each. */
+typedef gt_status (*ck_box_fn)(void *ctx, const ck_box *box, uint64_t first);
+gt_status ck_range_boxes(const ck_box *blk, uint64_t a, uint64_t b, ck_box_fn fn, void *ctx);
+/* Copies the part of `src` (row-major over box sb) inside box db into dst
+ * (row-major over db). Returns the floats copied. */
+uint64_t ck_box_copy(const ck_box *sb, const float *src, const ck_box *db, float *dst);
+
+/* ---- the manifest (manifest.c) ---- */
+
+typedef struct ck_tensor {
+  char name[CK_NAME];
+  uint32_t dtype;
+  int ndim;
+  int64_t shape[CK_MAXDIM];
+} ck_tensor;
+
+typedef struct ck_slice {
+  int tensor;
+  ck_box box;
+  int file;
+  uint64_t offset, length;
+  unsigned char sha[CK_SHA];
+} ck_slice;
+
+typedef struct ck_blob {
+  char name[CK_NAME];
+  unsigned char *bytes;
+  size_t len;
+} ck_blob;
+
+typedef struct ck_manifest {
+  int64_t step;
+  ck_tensor *tensors;
+  int ntensors;
+  ck_slice *slices;
+  int nslices;
+  char (*files)[64];
+  int nfiles;
+  ck_blob *blobs;
+  int nblobs;
+} ck_manifest;
+
+void ck_manifest_free(ck_manifest *m);
+int ck_manifest_tensor(const ck_manifest *m, const char *name);
+const ck_blob *ck_manifest_blob(const ck_manifest *m, const char *name);
+/* Adds a tensor (or finds it, checking the shape) and returns its index. */
+gt_status ck_manifest_add_tensor(ck_manifest *m, const char *name, int ndim, const int64_t *shape, int *index);
+gt_status ck_manifest_add_slice(ck_manifest *m, const ck_slice *s);
+gt_status ck_manifest_add_file(ck_manifest *m, const char *file, int *index);
+/* Copies the bytes; a blob of a name already there is left as it was. */
+gt_status ck_manifest_add_blob(ck_manifest *m, const char *name, const void *bytes, size_t len);
+/* Appends everything of `from` (its files, tensors, slices, blobs). */
+gt_status ck_manifest_merge(ck_manifest *to, const ck_manifest *from);
+
+/* The body alone (for the store) and the framed file (magic, version,
+ * length, body, SHA-256 of the body). */
+gt_status ck_manifest_encode(const ck_manifest *m, ck_buf *out);
+gt_status ck_manifest_decode(const unsigned char *p, size_t len, const char *what, ck_manifest *out);
+gt_status ck_manifest_write(const char *dir, const ck_manifest *m);
+/* Reads and checks dir/MANIFEST; errors name the file. */
+gt_status ck_manifest_read(const char *dir, ck_manifest *out);
+gt_status ck_manifest_read_file(const char *path, ck_manifest *out);
+/* The same framing under another name in dir (durably). */
+gt_status ck_manifest_write_as(const char *dir, const char *name, const ck_manifest *m);
+
+/* ---- files (files.c) ---- */
+
+void ck_sha256(const void *p, size_t n, unsigned char out[CK_SHA]);
+/* A file written durably: to dir/.name.tmp, then fsync, rename to
+ * dir/name, fsync of the directory. A failed write is remembered and
+ * reported (with the temporary file removed) by commit. */
+typedef struct ck_file {
+  int fd, err;
+  char tmp[4200], path[4200];
+  const char *dir;
+} ck_file;
+gt_status ck_file_open(ck_file *f, const char *dir, const char *name);
+void ck_file_write(ck_file *f, const void *p, size_t n);
+gt_status ck_file_commit(ck_file *f);
+/* The three at once for bytes in memory. */
+gt_status ck_write_durable(const char *dir, const char *name, const void *p, size_t n);
+gt_status ck_fsync_dir(const char *dir);
+gt_status ck_mkdir(const char *dir);
+/* Reads a slice's bytes from its shard file and checks their SHA-256. */
+gt_status ck_read_slice(const char *dir, const ck_manifest *m, const ck_slice *s, float *out);
+/* Fills `want` (row-major over its box) from tensor `tensor`'s stored
+ * slices in checkpoint `dir`, checking each slice read and that they
+ * cover the box exactly once. */
+gt_status ck_fill_box(const char *dir, const ck_manifest *m, int tensor, const ck_box *want, float *dst);
+/* Removes a checkpoint directory and the files in it. */
+gt_status ck_remove_dir(const char *dir);
+
+/* ---- directories of checkpoints (dirs.c) ---- */
+
+/* Committed steps under root, newest first (malloc'ed). */
+gt_status ck_committed(const char *root, int **steps, int *n);
+void ck_step_dir(const char *root, int step, char *out, size_t cap);
+/* After committing `step`: moves `latest` to it, deletes committed
+ * checkpoints beyond the newest `keep` and uncommitted ones older than it. */
+gt_status ck_after_commit(const char *root, int step, int keep);
+
+#endif
+
+/* ---- the checkpointer (save.c, state.c, load.c) ---- */
+
+#include <pthread.h>
+
+#include "giant/dist.h"
+#include "giant/plan.h"
+
+struct gt_ckpt {
+  gt_ckpt_config cfg;
+  char *root;
+  gt_trainer *tr;
+  gt_model *m;
+  gt_optimizer *opt;
+  gt_loader *loader;
+  gt_dist *dist; /* NULL: one process */
+  gt_backend *be;
+  gt_plan plan;  /* a one-process plan without dist */
+  char keys[128]; /* store namespace */
+  /* Host snapshot buffers, allocated once: the flat parameter buffer and
+   * the optimizer's state over [lo, hi). */
+  float *params;
+  size_t nparams;
+  float *state[2];
+  int nstates;
+  size_t lo, hi;
+  ck_manifest user;   /* blobs put by the application */
+  ck_manifest loaded; /* the blobs of the last checkpoint loaded */
+  int loads;          /* loads so far (names the store keys of the next) */
+  /* The save in flight: this rank's part of the manifest, where each of
+   * its slices' bytes are, and the thread writing them. */
+  ck_manifest part;
+  const float **src;
+  pthread_t thread;
+  bool joinable;
+  pthread_mutex_t mu;
+  bool busy;        /* under mu: the thread has not finished */
+  gt_status result; /* of the last finished save */
+  char why[1024];   /* its message when it failed */
+};
+
+/* The tensor names of parameters and of optimizer state buffer k. */
+void ck_param_tensor(const char *param, char *out, size_t cap);
+void ck_state_tensor(gt_optim_kind kind, int k, const char *param, char *out, size_t cap);
+/* Copies this rank's state to the host buffers and describes, in c->part
+ * and c->src, the slices this rank writes and the blobs it contributes. */
+gt_status ck_snapshot(gt_ckpt *c);

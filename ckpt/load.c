@@ -1,0 +1,278 @@
+/* Loading into any layout. Each rank works out the boxes of every tensor
+ * it holds (its parameters' blocks, its optimizer's range cut at
+ * parameters), reads the stored slices that overlap them, checks their
+ * SHA-256, and copies the overlaps. Everything goes to the host buffers
+ * first; the model, optimizer, trainer and loader change only once every
+ * rank has read its part. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt_internal.h"
+#include "giant/log.h"
+
+gt_status ck_fill_box(const char *dir, const ck_manifest *m, int tensor, const ck_box *want, float *dst) {
+  uint64_t got = 0;
+  for (int i = 0; i < m->nslices; i++) {
+    const ck_slice *s = &m->slices[i];
+    ck_box x;
+    if (s->tensor != tensor || !ck_box_intersect(&s->box, want, &x)) continue;
+    float *buf = malloc(s->length ? (size_t)s->length : 1);
+    if (!buf) return gt_errorf(GT_ENOMEM, "out of memory reading a slice of %s", m->tensors[tensor].name);
+    gt_status st = ck_read_slice(dir, m, s, buf);
+    if (st == GT_OK) got += ck_box_copy(&s->box, buf, want, dst);
+    free(buf);
+    GT_TRY(st);
+  }
+  if (got != ck_box_volume(want))
+    return gt_errorf(GT_EFORMAT, "checkpoint %s: tensor %s: its slices cover %llu of the %llu elements this rank "
+                     "needs (slices overlap or are missing)",
+                     dir, m->tensors[tensor].name, (unsigned long long)got, (unsigned long long)ck_box_volume(want));
+  return GT_OK;
+}
+
+/* The tensor `name`, checked against the model's parameter. */
+static gt_status find_tensor(const char *dir, const ck_manifest *m, const char *name, const gt_param *p, int *index) {
+  *index = ck_manifest_tensor(m, name);
+  if (*index < 0)
+    return gt_errorf(GT_EFORMAT, "checkpoint %s has no tensor %s: it is of another model or optimizer", dir, name);
+  const ck_tensor *t = &m->tensors[*index];
+  bool same = t->ndim == p->ndim && t->dtype == CK_DTYPE_F32;
+  for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->global_shape[d];
+  if (!same) {
+    char a[96] = "", b[96] = "";
+    for (int d = 0; d < t->ndim; d++) snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "x" : "", (long long)t->shape[d]);
+    for (int d = 0; d < p->ndim; d++)
+      snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "x" : "", (long long)p->global_shape[d]);
+    return gt_errorf(GT_EFORMAT, "checkpoint %s: tensor %s is %s there and %s in this model", dir, name, a, b);
+  }
+  return GT_OK;
+}
+
+/* Every tensor of the checkpoint is one this model and optimizer have. */
+static gt_status check_names(gt_ckpt *c, const char *dir, const ck_manifest *m, gt_optim_kind kind) {
+  char name[CK_NAME + 32];
+  int expected = 0;
+  for (int i = 0; i < gt_model_num_params(c->m); i++) {
+    const gt_param *p = gt_model_param(c->m, i);
+    if (p->tied_to >= 0 || p->mirror_of >= 0) continue;
+    int k;
+    ck_param_tensor(p->name, name, sizeof name);
+    GT_TRY(find_tensor(dir, m, name, p, &k));
+    for (int s = 0; s < c->nstates; s++) {
+      ck_state_tensor(kind, s, p->name, name, sizeof name);
+      GT_TRY(find_tensor(dir, m, name, p, &k));
+    }
+    expected += 1 + c->nstates;
+  }
+  if (m->ntensors != expected)
+    return gt_errorf(GT_EFORMAT, "checkpoint %s holds %d tensors where this model and optimizer have %d: it is of "
+                     "another model or optimizer",
+                     dir, m->ntensors, expected);
+  return GT_OK;
+}
+
+static gt_status read_params(gt_ckpt *c, const char *dir, const ck_manifest *m) {
+  char name[CK_NAME + 32];
+  for (int i = 0; i < gt_model_num_params(c->m); i++) {
+    const gt_param *p = gt_model_param(c->m, i);
+    if (p->tied_to >= 0 || !p->local || !p->numel) continue;
+    const gt_param *owner = p->mirror_of >= 0 ? gt_model_param(c->m, p->mirror_of) : p;
+    int t;
+    ck_param_tensor(owner->name, name, sizeof name);
+    GT_TRY(find_tensor(dir, m, name, p, &t));
+    ck_box blk = ck_param_box(p);
+    GT_TRY(ck_fill_box(dir, m, t, &blk, c->params + p->offset));
+  }
+  return GT_OK;
+}
+
+/* The optimizer's range [lo, hi), parameter by parameter: a parameter's
+ * block is read whole and the part inside the range kept. */
+static gt_status read_state(gt_ckpt *c, const char *dir, const ck_manifest *m, gt_optim_kind kind) {
+  char name[CK_NAME + 32];
+  for (int i = 0; i < gt_model_num_params(c->m); i++) {
+    const gt_param *p = gt_model_param(c->m, i);
+    if (p->tied_to >= 0 || !p->local || !p->numel) continue;
+    size_t lo = p->offset > c->lo ? p->offset : c->lo;
+    size_t hi = p->offset + p->numel < c->hi ? p->offset + p->numel : c->hi;
+    if (lo >= hi) continue;
+    const gt_param *owner = p->mirror_of >= 0 ? gt_model_param(c->m, p->mirror_of) : p;
+    float *blk = malloc(p->numel * sizeof(float));
+    if (!blk) return gt_errorf(GT_ENOMEM, "out of memory reading the optimizer state of %s", p->name);
+    ck_box box = ck_param_box(p);
+    gt_status s = GT_OK;
+    for (int k = 0; k < c->nstates && s == GT_OK; k++) {
+      int t;
+      ck_state_tensor(kind, k, owner->name, name, sizeof name);
+      s = find_tensor(dir, m, name, p, &t);
+      if (s == GT_OK) s = ck_fill_box(dir, m, t, &box, blk);
+      if (s == GT_OK) memcpy(c->state[k] + (lo - c->lo), blk + (lo - p->offset), (hi - lo) * sizeof(float));
+    }
+    free(blk);
+    GT_TRY(s);
+  }
+  return GT_OK;
+}
+
+typedef struct trainer_state {
+  uint64_t step, opt_steps, seed;
+  uint32_t kind, plan[8];
+} trainer_state;
+
+static gt_status read_trainer(const char *dir, const ck_manifest *m, trainer_state *t) {
+  const ck_blob *b = ck_manifest_blob(m, "giant/trainer");
+  if (!b) return gt_errorf(GT_EFORMAT, "checkpoint %s has no trainer state (blob giant/trainer)", dir);
+  ck_rd r = {.p = b->bytes, .len = b->len};
+  uint32_t version = ck_get_u32(&r);
+  t->step = ck_get_u64(&r);
+  t->kind = ck_get_u32(&r);
+  t->opt_steps = ck_get_u64(&r);
+  t->seed = ck_get_u64(&r);
+  for (int i = 0; i < 8; i++) t->plan[i] = ck_get_u32(&r);
+  if (r.bad || version != 1 || t->step > (1u << 30) || t->opt_steps > (1u << 30))
+    return gt_errorf(GT_EFORMAT, "checkpoint %s: the trainer state is malformed", dir);
+  return GT_OK;
+}
+
+/* The next row of the data stream, the same in every replica's cursor. */
+static gt_status read_cursor(gt_ckpt *c, const char *dir, const ck_manifest *m, uint64_t *row, bool *found) {
+  *found = false;
+  for (int i = 0; i < m->nblobs; i++) {
+    if (strncmp(m->blobs[i].name, "giant/loader/", 13)) continue;
+    ck_rd r = {.p = m->blobs[i].bytes, .len = m->blobs[i].len};
+    char path[4096];
+    uint32_t version = ck_get_u32(&r);
+    ck_get_str(&r, path, sizeof path);
+    uint64_t rows = ck_get_u64(&r);
+    uint32_t B = ck_get_u32(&r), T = ck_get_u32(&r), mode = ck_get_u32(&r);
+    uint64_t seed = ck_get_u64(&r);
+    (void)ck_get_u32(&r), (void)ck_get_u32(&r), (void)ck_get_u64(&r); /* shard, nshards, position */
+    uint64_t next = ck_get_u64(&r);
+    if (r.bad || version != 1 || B == 0) return gt_errorf(GT_EFORMAT, "checkpoint %s: loader cursor %s is malformed", dir, m->blobs[i].name);
+    if (*found && next != *row)
+      return gt_errorf(GT_EFORMAT, "checkpoint %s: the replicas' data cursors disagree (row %llu and %llu)", dir,
+                       (unsigned long long)*row, (unsigned long long)next);
+    const gt_loader_config *lc = gt_loader_get_config(c->loader);
+    if (rows != gt_loader_rows_per_epoch(c->loader) || (int)T != lc->T_max || mode != (uint32_t)lc->mode || seed != lc->seed)
+      return gt_errorf(GT_EINVAL,
+                       "checkpoint %s was taken reading %s (%llu rows of T_max %u, mode %u, seed %llu); this loader "
+                       "reads %s (%llu rows of T_max %d, mode %d, seed %llu): the data stream would not continue",
+                       dir, path, (unsigned long long)rows, T, mode, (unsigned long long)seed, lc->path,
+                       (unsigned long long)gt_loader_rows_per_epoch(c->loader), lc->T_max, (int)lc->mode,
+                       (unsigned long long)lc->seed);
+    *row = next;
+    *found = true;
+  }
+  return GT_OK;
+}
+
+typedef struct loaded {
+  trainer_state tr;
+  uint64_t row;
+  bool has_cursor;
+} loaded;
+
+static gt_status load_one(gt_ckpt *c, const char *dir, ck_manifest *m, loaded *out) {
+  GT_TRY(ck_manifest_read(dir, m));
+  GT_TRY(read_trainer(dir, m, &out->tr));
+  gt_optim_kind kind = gt_optimizer_get_config(c->opt)->kind;
+  if (out->tr.kind != (uint32_t)kind)
+    return gt_errorf(GT_EINVAL, "checkpoint %s holds %s state and this trainer uses %s", dir,
+                     out->tr.kind == GT_OPTIM_SGD ? "SGD" : "AdamW", kind == GT_OPTIM_SGD ? "SGD" : "AdamW");
+  GT_TRY(check_names(c, dir, m, kind));
+  /* Start from the current buffers so that what no tensor covers (padding)
+   * keeps its value. */
+  GT_TRY(gt_model_get_params(c->m, c->params, c->nparams));
+  gt_backend *be = gt_model_backend(c->m);
+  for (int k = 0; k < c->nstates; k++)
+    GT_TRY(gt_backend_download(be, c->state[k], gt_optimizer_state(c->opt, k), (c->hi - c->lo) * sizeof(float)));
+  GT_TRY(read_params(c, dir, m));
+  GT_TRY(read_state(c, dir, m, kind));
+  if (c->loader) GT_TRY(read_cursor(c, dir, m, &out->row, &out->has_cursor));
+  return GT_OK;
+}
+
+/* Whether every rank loaded: failures are counted in the store. */
+static gt_status agree(gt_ckpt *c, int attempt, bool ok, bool *all_ok) {
+  *all_ok = ok;
+  if (c->plan.world == 1) return GT_OK;
+  char key[256];
+  snprintf(key, sizeof key, "%s/load%d/%d", c->keys, c->loads, attempt);
+  int64_t failed = 0;
+  GT_TRY(gt_store_add(c->cfg.store, key, ok ? 0 : 1, &failed));
+  char barrier[300];
+  snprintf(barrier, sizeof barrier, "%s/barrier", key);
+  GT_TRY(gt_store_barrier(c->cfg.store, barrier, c->plan.rank, c->plan.world, c->cfg.timeout_ms));
+  GT_TRY(gt_store_add(c->cfg.store, key, 0, &failed));
+  *all_ok = failed == 0;
+  return GT_OK;
+}
+
+static gt_status apply(gt_ckpt *c, const loaded *l) {
+  GT_TRY(gt_model_set_params(c->m, c->params, c->nparams));
+  gt_backend *be = gt_model_backend(c->m);
+  for (int k = 0; k < c->nstates; k++)
+    GT_TRY(gt_backend_upload(be, gt_optimizer_state(c->opt, k), c->state[k], (c->hi - c->lo) * sizeof(float)));
+  gt_optimizer_set_steps(c->opt, (int)l->tr.opt_steps);
+  gt_trainer_set_step_index(c->tr, (int)l->tr.step);
+  if (c->loader && l->has_cursor) GT_TRY(gt_loader_restart_at(c->loader, l->row));
+  return GT_OK;
+}
+
+gt_status gt_ckpt_load(gt_ckpt *c, const char *path, gt_ckpt_info *info) {
+  (void)gt_ckpt_wait(c);
+  int *steps = NULL, n = 1;
+  if (!path) {
+    GT_TRY(ck_committed(c->root, &steps, &n));
+    if (n == 0) {
+      free(steps);
+      return gt_errorf(GT_ENOTFOUND, "no committed checkpoint under %s", c->root);
+    }
+  }
+  c->loads++;
+  gt_status result = GT_OK;
+  char first_error[1024] = "";
+  int fallbacks = 0;
+  for (int a = 0; a < n; a++) {
+    char dir[4150];
+    if (path) snprintf(dir, sizeof dir, "%s", path);
+    else ck_step_dir(c->root, steps[a], dir, sizeof dir);
+    ck_manifest m = {0};
+    loaded l = {0};
+    gt_status s = load_one(c, dir, &m, &l);
+    if (s != GT_OK) {
+      gt_warn("cannot load checkpoint %s: %s", dir, gt_last_error());
+      if (!*first_error) snprintf(first_error, sizeof first_error, "%s", gt_last_error());
+      if (result == GT_OK) result = s;
+    }
+    bool all_ok;
+    gt_status as = agree(c, a, s == GT_OK, &all_ok);
+    if (as == GT_OK && all_ok) s = apply(c, &l);
+    else if (as != GT_OK) s = as;
+    if (s == GT_OK && all_ok) {
+      ck_manifest_free(&c->loaded);
+      c->loaded = m;
+      gt_info("loaded checkpoint %s (step %llu)%s", dir, (unsigned long long)l.tr.step,
+              fallbacks ? ", passing over newer ones that failed to load" : "");
+      if (info) {
+        *info = (gt_ckpt_info){.step = (int)l.tr.step, .fallbacks = fallbacks,
+                               .layout = {(int)l.tr.plan[0], (int)l.tr.plan[1], (int)l.tr.plan[2]},
+                               .zero1 = l.tr.plan[3] != 0};
+        snprintf(info->path, sizeof info->path, "%.4095s", dir);
+      }
+      free(steps);
+      return GT_OK;
+    }
+    ck_manifest_free(&m);
+    if (as != GT_OK || (s != GT_OK && all_ok)) {
+      free(steps);
+      return s;
+    }
+    if (!path && a + 1 < n) gt_warn("falling back from checkpoint %s to the previous committed one", dir);
+    fallbacks++;
+  }
+  free(steps);
+  if (!*first_error) return gt_errorf(GT_EFORMAT, "no checkpoint under %s loaded on every rank", path ? path : c->root);
+  return gt_errorf(result == GT_OK ? GT_EFORMAT : result, "%s", first_error);
+}

@@ -1,0 +1,156 @@
+/* Taking a snapshot: this rank's state copied to host buffers, and the
+ * description of what it writes. Replicas hold the same bytes, so of every
+ * group of ranks holding one slice exactly one writes it, chosen by the
+ * parameter's index so that the writing is spread over the group. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt_internal.h"
+
+void ck_param_tensor(const char *param, char *out, size_t cap) { snprintf(out, cap, "param/%s", param); }
+
+void ck_state_tensor(gt_optim_kind kind, int k, const char *param, char *out, size_t cap) {
+  const char *what = kind == GT_OPTIM_SGD ? "sgd.momentum" : k == 0 ? "adamw.m" : "adamw.v";
+  snprintf(out, cap, "%s/%s", what, param);
+}
+
+/* Whether this rank writes the bytes of parameter i (or of its optimizer
+ * state, which ZeRO-1 does not replicate over data parallelism). Copies
+ * exist on every data-parallel replica (unless sharded) and, for a
+ * parameter not split, on every tensor-parallel rank. */
+static bool writes(const gt_plan *plan, const gt_param *p, int i, bool dp_copies) {
+  bool whole = p->split_dim < 0;
+  int tp = whole ? plan->layout.tp : 1, dp = dp_copies ? plan->layout.dp : 1;
+  int me = (whole ? plan->me.tp : 0) + tp * (dp_copies ? plan->me.dp : 0);
+  return i % (tp * dp) == me;
+}
+
+/* The parameters whose bytes a checkpoint holds: their owners. A tied
+ * parameter shares its owner's storage and a mirror (a tied parameter's
+ * copy on another pipeline stage) its owner's values. */
+static bool stored(const gt_param *p) { return p->tied_to < 0 && p->mirror_of < 0 && p->local && p->numel > 0; }
+
+typedef struct add_ctx {
+  gt_ckpt *c;
+  int tensor, file;
+  const float *buf;  /* host floats */
+  int64_t shift;     /* where in buf the block's first element is (negative: before it) */
+  uint64_t *offset;  /* in the shard file */
+} add_ctx;
+
+static gt_status src_slot(gt_ckpt *c) {
+  const float **q = realloc(c->src, ((size_t)c->part.nslices + 1) * sizeof *q);
+  if (!q) return gt_errorf(GT_ENOMEM, "out of memory describing the checkpoint's slices");
+  c->src = q;
+  return GT_OK;
+}
+
+static gt_status add_slice(void *ctx, const ck_box *box, uint64_t first) {
+  add_ctx *a = ctx;
+  ck_slice s = {.tensor = a->tensor, .box = *box, .file = a->file, .offset = *a->offset};
+  s.length = ck_box_volume(box) * sizeof(float);
+  GT_TRY(src_slot(a->c));
+  a->c->src[a->c->part.nslices] = a->buf + ((int64_t)first + a->shift);
+  GT_TRY(ck_manifest_add_slice(&a->c->part, &s));
+  *a->offset += s.length;
+  return GT_OK;
+}
+
+static gt_status add_tensor(gt_ckpt *c, const char *name, const gt_param *p, int *index) {
+  return ck_manifest_add_tensor(&c->part, name, p->ndim, p->global_shape, index);
+}
+
+static gt_status describe_slices(gt_ckpt *c, int file) {
+  const gt_plan *plan = &c->plan;
+  gt_optim_kind kind = gt_optimizer_get_config(c->opt)->kind;
+  uint64_t offset = 0;
+  char name[CK_NAME + 32];
+  for (int i = 0; i < gt_model_num_params(c->m); i++) {
+    const gt_param *p = gt_model_param(c->m, i);
+    if (!stored(p)) continue;
+    ck_box blk = ck_param_box(p);
+    add_ctx a = {.c = c, .file = file, .offset = &offset};
+    if (writes(plan, p, i, true)) {
+      ck_param_tensor(p->name, name, sizeof name);
+      GT_TRY(add_tensor(c, name, p, &a.tensor));
+      a.buf = c->params, a.shift = (int64_t)p->offset;
+      GT_TRY(add_slice(&a, &blk, 0));
+    }
+    /* The optimizer holds floats [lo, hi) of the flat buffer: the part of
+     * this parameter inside it, cut into boxes of the global tensor. */
+    size_t lo = p->offset > c->lo ? p->offset : c->lo;
+    size_t hi = p->offset + p->numel < c->hi ? p->offset + p->numel : c->hi;
+    if (lo >= hi || !writes(plan, p, i, !plan->zero1)) continue;
+    for (int k = 0; k < c->nstates; k++) {
+      ck_state_tensor(kind, k, p->name, name, sizeof name);
+      GT_TRY(add_tensor(c, name, p, &a.tensor));
+      a.buf = c->state[k], a.shift = (int64_t)p->offset - (int64_t)c->lo;
+      GT_TRY(ck_range_boxes(&blk, lo - p->offset, hi - p->offset, add_slice, &a));
+    }
+  }
+  return GT_OK;
+}
+
+static gt_status trainer_blob(gt_ckpt *c) {
+  ck_buf b = {0};
+  ck_put_u32(&b, 1);
+  ck_put_u64(&b, (uint64_t)gt_trainer_step_index(c->tr));
+  ck_put_u32(&b, (uint32_t)gt_optimizer_get_config(c->opt)->kind);
+  ck_put_u64(&b, (uint64_t)gt_optimizer_steps(c->opt));
+  ck_put_u64(&b, gt_model_get_config(c->m)->seed);
+  const gt_plan *p = &c->plan;
+  uint32_t plan[] = {(uint32_t)p->layout.dp, (uint32_t)p->layout.tp, (uint32_t)p->layout.pp, p->zero1,
+                     p->seq_parallel, (uint32_t)p->schedule, (uint32_t)p->chunks, (uint32_t)p->world};
+  for (size_t i = 0; i < sizeof plan / sizeof *plan; i++) ck_put_u32(&b, plan[i]);
+  gt_status s = b.oom ? gt_errorf(GT_ENOMEM, "out of memory") : ck_manifest_add_blob(&c->part, "giant/trainer", b.p, b.len);
+  ck_buf_free(&b);
+  return s;
+}
+
+/* One per data-parallel replica, from its first tensor- and pipeline-
+ * parallel rank (the others read the same stream). */
+static gt_status loader_blob(gt_ckpt *c) {
+  if (!c->loader || c->plan.me.tp || c->plan.me.pp) return GT_OK;
+  const gt_loader_config *lc = gt_loader_get_config(c->loader);
+  ck_buf b = {0};
+  ck_put_u32(&b, 1);
+  ck_put_str(&b, lc->path);
+  ck_put_u64(&b, gt_loader_rows_per_epoch(c->loader));
+  ck_put_u32(&b, (uint32_t)lc->B);
+  ck_put_u32(&b, (uint32_t)lc->T_max);
+  ck_put_u32(&b, (uint32_t)lc->mode);
+  ck_put_u64(&b, lc->seed);
+  ck_put_u32(&b, (uint32_t)lc->shard);
+  ck_put_u32(&b, (uint32_t)lc->nshards);
+  ck_put_u64(&b, gt_loader_position(c->loader));
+  ck_put_u64(&b, gt_loader_next_row(c->loader));
+  char name[64];
+  snprintf(name, sizeof name, "giant/loader/dp%d", c->plan.me.dp);
+  gt_status s = b.oom ? gt_errorf(GT_ENOMEM, "out of memory") : ck_manifest_add_blob(&c->part, name, b.p, b.len);
+  ck_buf_free(&b);
+  return s;
+}
+
+gt_status ck_snapshot(gt_ckpt *c) {
+  ck_manifest_free(&c->part);
+  c->part.step = gt_trainer_step_index(c->tr);
+  gt_backend *be = gt_model_backend(c->m);
+  GT_TRY(gt_model_get_params(c->m, c->params, c->nparams));
+  for (int k = 0; k < c->nstates; k++)
+    GT_TRY(gt_backend_download(be, c->state[k], gt_optimizer_state(c->opt, k), (c->hi - c->lo) * sizeof(float)));
+  char file[64];
+  int index;
+  snprintf(file, sizeof file, "shard-%05d.bin", c->plan.rank);
+  GT_TRY(ck_manifest_add_file(&c->part, file, &index));
+  GT_TRY(describe_slices(c, index));
+  if (c->part.nslices == 0) c->part.nfiles = 0; /* nothing of this rank's to write */
+  if (c->plan.rank == 0) GT_TRY(trainer_blob(c));
+  GT_TRY(loader_blob(c));
+  for (int i = 0; i < c->user.nblobs; i++) {
+    char name[CK_NAME + 8];
+    snprintf(name, sizeof name, "user/%s", c->user.blobs[i].name);
+    GT_TRY(ck_manifest_add_blob(&c->part, name, c->user.blobs[i].bytes, c->user.blobs[i].len));
+  }
+  return GT_OK;
+}

@@ -1,0 +1,80 @@
+/* See checkpoint.h. */
+#include "checkpoint.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "giant/log.h"
+#include "giant/plan.h"
+
+static gt_status env_int(const char *name, int *out) {
+  const char *v = getenv(name);
+  if (!v || !*v || *out) return GT_OK;
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (*end || errno || x < 1 || x > 1000000000)
+    return gt_errorf(GT_EINVAL, "%s='%s': want a positive integer", name, v);
+  *out = (int)x;
+  return GT_OK;
+}
+
+gt_status gpt_ckpt_args_from_env(gpt_ckpt_args *a) {
+  if (!a->dir && getenv("GT_CKPT_DIR") && *getenv("GT_CKPT_DIR")) a->dir = getenv("GT_CKPT_DIR");
+  GT_TRY(env_int("GT_CKPT_EVERY", &a->every));
+  GT_TRY(env_int("GT_CKPT_KEEP", &a->keep));
+  if (a->dir && !a->every) return gt_errorf(GT_EINVAL, "checkpoints in %s need --ckpt-every N (or GT_CKPT_EVERY)", a->dir);
+  return GT_OK;
+}
+
+/* The last step the previous run finished, as it recorded (-1: none). */
+static int read_progress(const char *dir) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/progress", dir);
+  FILE *f = fopen(path, "r");
+  int step = -1;
+  if (f && fscanf(f, "%d", &step) != 1) step = -1;
+  if (f) fclose(f);
+  return step;
+}
+
+/* Advisory, for the log line after a restart: no fsync. */
+static void write_progress(const char *dir, int step) {
+  char path[4200], tmp[4300];
+  snprintf(path, sizeof path, "%s/progress", dir);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) return;
+  fprintf(f, "%d\n", step);
+  if (fclose(f) == 0) rename(tmp, path);
+}
+
+gt_status gpt_ckpt_start(const gpt_ckpt_args *a, gt_job *job, gt_trainer *tr, gt_loader *loader, gt_ckpt **out) {
+  *out = NULL;
+  if (!a->dir) return GT_OK;
+  gt_ckpt_config cc = {.dir = a->dir, .keep = a->keep, .store = job->world_size > 1 ? job->store : NULL};
+  GT_TRY(gt_ckpt_create(&cc, tr, loader, out));
+  int progress = read_progress(a->dir);
+  gt_ckpt_info info;
+  gt_status s = gt_ckpt_load(*out, NULL, &info);
+  if (s == GT_ENOTFOUND) {
+    if (job->rank == 0) printf("checkpoints: none in %s yet; starting at step 0\n", a->dir);
+    return GT_OK;
+  }
+  if (s != GT_OK) return s;
+  if (job->rank == 0)
+    printf("checkpoints: resumed from %s (step %d, taken at dp=%d,tp=%d,pp=%d%s)%s; steps lost: %d\n", info.path,
+           info.step, info.layout.dp, info.layout.tp, info.layout.pp, info.zero1 ? " with ZeRO-1" : "",
+           info.fallbacks ? " after passing over newer ones that failed to load" : "",
+           progress > info.step ? progress - info.step : 0);
+  return GT_OK;
+}
+
+gt_status gpt_ckpt_after_step(const gpt_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool lead) {
+  if (!c) return GT_OK;
+  int step = gt_trainer_step_index(tr);
+  if (lead) write_progress(a->dir, step);
+  return step % a->every == 0 ? gt_ckpt_save(c) : GT_OK;
+}

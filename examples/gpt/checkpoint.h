@@ -1,0 +1,25 @@
+/* The example's checkpoints: --ckpt-dir, --ckpt-every and --ckpt-keep (or
+ * GT_CKPT_DIR, GT_CKPT_EVERY and GT_CKPT_KEEP, which giantrun sets), a
+ * resume from the newest committed checkpoint, and a save every N steps. */
+#ifndef GIANT_EXAMPLE_GPT_CHECKPOINT_H
+#define GIANT_EXAMPLE_GPT_CHECKPOINT_H
+
+#include "giant/ckpt.h"
+#include "giant/init.h"
+
+typedef struct gpt_ckpt_args {
+  const char *dir; /* NULL: no checkpoints */
+  int every, keep;
+} gpt_ckpt_args;
+
+/* Flags win; the environment fills what they leave unset. */
+gt_status gpt_ckpt_args_from_env(gpt_ckpt_args *a);
+
+/* Opens the checkpointer (NULL *out when a->dir is NULL) and resumes from
+ * the newest committed checkpoint if there is one, saying on rank 0 which
+ * one and how many steps were lost since the last run's progress. */
+gt_status gpt_ckpt_start(const gpt_ckpt_args *a, gt_job *job, gt_trainer *tr, gt_loader *loader, gt_ckpt **out);
+/* After each step: records progress and saves every a->every steps. */
+gt_status gpt_ckpt_after_step(const gpt_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool lead);
+
+#endif

@@ -1,0 +1,136 @@
+/* Checkpoints: sharded, asynchronous, verified, resharded on load.
+ *
+ * A checkpoint is a directory `step-%08d/` under a root directory, holding
+ * one shard file per writing rank and a MANIFEST (docs/checkpoint-format.md).
+ * It carries the master fp32 parameters, the optimizer state (ZeRO-1 shards
+ * included), the trainer's step index (which fixes the learning-rate
+ * schedule's position), the optimizer's step count, the data loader's
+ * cursor of every data-parallel replica, the plan it was taken at, and the
+ * application's own blobs.
+ *
+ * Every tensor is stored by its global name and shape as slices, each a box
+ * of global index ranges with its SHA-256, so a checkpoint taken at one
+ * layout (dp, tp, pp, ZeRO-1, sequence parallelism) loads into any other.
+ *
+ * Saving is collective (every rank of the job calls gt_ckpt_save at the same
+ * step) and asynchronous: the call copies this rank's state into reused host
+ * buffers and returns; a background thread hashes and writes. A checkpoint
+ * becomes visible only when rank 0 has renamed its MANIFEST into place, which
+ * it does after every rank has reported its shard durable through the job's
+ * store; a crash at any moment leaves the previous checkpoint intact.
+ */
+#ifndef GIANT_CKPT_H
+#define GIANT_CKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "giant/comm.h"
+#include "giant/grid.h"
+#include "giant/data.h"
+#include "giant/store.h"
+#include "giant/trainer.h"
+
+GT_API_BEGIN
+
+#define GT_CKPT_MAGIC "GIANTCKP"
+#define GT_CKPT_VERSION 1u
+
+/* What a save does while the previous one is still being written. */
+typedef enum gt_ckpt_busy {
+  GT_CKPT_BUSY_WAIT = 0, /* wait for it to finish, then save */
+  GT_CKPT_BUSY_SKIP = 1, /* skip this save (logged); each rank decides for itself, and a
+                            save that any rank skipped never commits */
+} gt_ckpt_busy;
+
+typedef struct gt_ckpt_config {
+  const char *dir;   /* root directory; created if missing */
+  int keep;          /* committed checkpoints to keep (0 = all); the newest is never deleted */
+  gt_ckpt_busy busy;
+  bool sync;         /* every save waits for its write and commit (for benchmarks and tools) */
+  /* Distributed: the job's store, through which ranks report their shards
+   * durable (NULL with one process). The trainer's gt_dist gives the world,
+   * the rank and the key namespace. */
+  gt_store *store;
+  int timeout_ms;    /* how long rank 0 waits for the other ranks' shards (0: 300 s) */
+} gt_ckpt_config;
+
+typedef struct gt_ckpt gt_ckpt;
+
+/* A checkpointer of the trainer's model, optimizer and step, and of
+ * `loader`'s cursor (NULL: no loader). Allocates the host snapshot buffers
+ * once, sized for this rank's state (pinned on a GPU). Destroy it before
+ * the trainer, the model and the backend. */
+gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *loader, gt_ckpt **out);
+/* Waits for a save in flight, then frees everything. */
+void gt_ckpt_destroy(gt_ckpt *c);
+
+/* Application state saved with every later checkpoint under `name` (a copy
+ * is kept; putting a name again replaces it). Blobs are job-wide: put the
+ * same bytes on every rank, or on rank 0 only. */
+gt_status gt_ckpt_put_blob(gt_ckpt *c, const char *name, const void *bytes, size_t len);
+/* After a load: the blob `name` from the loaded checkpoint (*bytes points
+ * into the checkpointer, valid until the next load). GT_ENOTFOUND if absent. */
+gt_status gt_ckpt_get_blob(const gt_ckpt *c, const char *name, const void **bytes, size_t *len);
+
+/* Saves the state after the trainer's last step (its step index names the
+ * checkpoint). Collective. Returns once the state is copied to host
+ * buffers; the writing goes on in the background unless the config asks
+ * for sync. A write that fails later is logged with its reason and leaves
+ * the previous checkpoint as it was; training goes on. */
+gt_status gt_ckpt_save(gt_ckpt *c);
+/* Waits for a save in flight; returns how it ended (GT_OK when none). */
+gt_status gt_ckpt_wait(gt_ckpt *c);
+
+typedef struct gt_ckpt_info {
+  int step;            /* the trainer's step index in it */
+  char path[4096];     /* its directory */
+  gt_grid_layout layout; /* the layout it was taken at */
+  bool zero1;
+  int fallbacks;       /* newer committed checkpoints that failed to load and were passed over */
+} gt_ckpt_info;
+
+/* Loads the newest committed checkpoint under the root directory, or `path`
+ * (a step directory) when given, into this rank's model, optimizer, trainer
+ * and loader, whatever layout it was taken at. Collective. Every slice read
+ * is checked against its SHA-256, every tensor's name, shape and dtype
+ * against the model. Without `path`, a checkpoint that fails to load on any
+ * rank is passed over (logged) for the next newest one. GT_ENOTFOUND when
+ * there is no committed checkpoint (start from scratch); on any other
+ * failure the model's state is unchanged. */
+gt_status gt_ckpt_load(gt_ckpt *c, const char *path, gt_ckpt_info *info);
+
+/* ---- inspecting checkpoints (tools; no trainer needed) ---- */
+
+/* The committed checkpoints under `dir`, newest first: steps[] gets up to
+ * `max` step numbers, *n how many there are. */
+gt_status gt_ckpt_list(const char *dir, int *steps, int max, int *n);
+
+typedef struct gt_ckpt_summary {
+  int step;
+  gt_grid_layout layout;
+  bool zero1;
+  int tensors, slices, files, blobs;
+  uint64_t bytes; /* of all slices */
+} gt_ckpt_summary;
+
+/* Reads a step directory's manifest (checked) and sums it up. */
+gt_status gt_ckpt_describe(const char *path, gt_ckpt_summary *out);
+/* Reads every slice of a step directory and checks its SHA-256; each bad
+ * slice is named on `report` (when not NULL). *bad gets their count; the
+ * status is the first failure's. */
+gt_status gt_ckpt_verify(const char *path, FILE *report, int *bad);
+/* Writes a step directory as one file in the single-process layout, for
+ * export: the manifest format (magic, version, SHA-256) with no shard
+ * files and no slices, every tensor whole as a blob `data/<tensor>`
+ * (row-major little-endian fp32), and the checkpoint's own blobs. */
+gt_status gt_ckpt_export(const char *path, const char *out_file);
+/* For every tensor of `a`: the largest |a - b| over the largest |a| of the
+ * tensor, one line each on `out`; *max_rel gets the largest. Tensors
+ * missing from `b` or of another shape are an error naming them. */
+gt_status gt_ckpt_diff(const char *a, const char *b, FILE *out, double *max_rel);
+
+GT_API_END
+#endif

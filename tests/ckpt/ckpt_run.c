@@ -1,0 +1,211 @@
+/* See ckpt_run.h. */
+#include "ckpt/ckpt_run.h"
+
+#include <ftw.h>
+#include <signal.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "localkit/ranks.h"
+#include "examples/gpt/gpt.h"
+#include "giant/dist.h"
+#include "giant/plan.h"
+
+cr_state cr_state_new(const train_result *layout) {
+  return (cr_state){train_result_new(layout), train_result_new(layout), train_result_new(layout)};
+}
+
+/* Floats [lo, hi) of a flat buffer (the rest is not this rank's) into the
+ * single-process layout: split parameters by global index, whole ones from
+ * tensor-parallel rank 0, mirrors not at all. */
+static void write_range(train_result *r, const gt_model *m, const float *buf, size_t lo, size_t hi, int tp_rank) {
+  for (int i = 0; i < gt_model_num_params(m); i++) {
+    const gt_param *q = gt_model_param(m, i);
+    if (q->tied_to >= 0 || !q->local || q->mirror_of >= 0 || (q->split_dim < 0 && tp_rank != 0)) continue;
+    long base = -1;
+    for (int k = 0; k < r->count; k++)
+      if (!strcmp(r->names[k], q->name)) base = (long)r->offsets[k];
+    CHECK(base >= 0);
+    for (size_t j = 0; j < q->numel; j++)
+      if (q->offset + j >= lo && q->offset + j < hi) r->params[(size_t)base + gt_param_global_index(q, j)] = buf[q->offset + j];
+  }
+}
+
+static void capture(gt_trainer *tr, const gt_plan *plan, const cr_state *o) {
+  if (!o->p) return;
+  gt_model *m = gt_trainer_model(tr);
+  gt_optimizer *opt = gt_trainer_optimizer(tr);
+  size_t n = gt_model_buffer_floats(m), lo, hi;
+  float *buf = calloc(n, sizeof *buf);
+  CHECK(buf);
+  CHECK_OK(gt_model_get_params(m, buf, n));
+  if (plan->world == 1 && o->p->count == 0) /* the run that records the layout */
+    train_result_set_layout(o->p, m), train_result_set_layout(o->m, m), train_result_set_layout(o->v, m);
+  write_range(o->p, m, buf, 0, n, plan->me.tp);
+  gt_optimizer_range(opt, &lo, &hi);
+  train_result *st[2] = {o->m, o->v};
+  for (int k = 0; k < gt_optimizer_num_states(opt); k++) {
+    CHECK_OK(gt_backend_download(gt_model_backend(m), buf + lo, gt_optimizer_state(opt, k), (hi - lo) * sizeof(float)));
+    write_range(st[k], m, buf, lo, hi, plan->me.tp);
+  }
+  free(buf);
+}
+
+/* A step over batches taken from the loader here, so that the global
+ * sample index of every row can be recorded (the loader reuses its
+ * buffers, so each micro-batch is copied). */
+static gt_status step_recording(gt_trainer *tr, gt_loader *data, const cr_cfg *cfg, int step, const gt_plan *plan,
+                                gt_step_stats *st) {
+  static int32_t in[CR_ACCUM][CR_ROWS * CR_T], tg[CR_ACCUM][CR_ROWS * CR_T];
+  gt_batch b[CR_ACCUM];
+  for (int i = 0; i < CR_ACCUM; i++) {
+    GT_TRY(gt_loader_next(data, &b[i]));
+    size_t n = (size_t)b[i].B * (size_t)b[i].T;
+    memcpy(in[i], b[i].inputs, n * sizeof(int32_t));
+    memcpy(tg[i], b[i].targets, n * sizeof(int32_t));
+    b[i].inputs = in[i], b[i].targets = tg[i];
+    if (plan->me.tp || plan->me.pp) continue; /* one record per replica */
+    for (int r = 0; r < b[i].B; r++) {
+      int k = __atomic_fetch_add(&cfg->nrows[step], 1, __ATOMIC_SEQ_CST);
+      CHECK(k < CR_ROWS * CR_ACCUM);
+      cfg->rows[step][k] = b[i].row + (unsigned long long)r;
+    }
+  }
+  return gt_trainer_step_batches(tr, b, CR_ACCUM, st);
+}
+
+int cr_rank(int rank, int world, void *arg) {
+  cr_cfg *cfg = arg;
+  gt_log_set_rank(rank);
+  gt_backend *be;
+  CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
+  be->peak_flops = 1e9;
+  gt_store *store = NULL;
+  gt_dist *dist = NULL;
+  gt_plan plan = {.layout = {1, 1, 1}, .world = 1};
+  if (cfg->layout) {
+    store = harness_store();
+    CHECK_OK(gt_plan_resolve(&(gt_plan_config){.world = world, .rank = rank, .layout = cfg->layout,
+                                               .schedule = GT_PP_1F1B, .zero1 = cfg->zero1},
+                             &plan));
+    gt_dist_config dc = {.plan = plan, .store = store, .generation = "gen0",
+                         .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1", .init_timeout_ms = 20000,
+                                  .op_timeout_ms = 20000}};
+    CHECK_OK(gt_dist_create(&dc, &dist));
+  }
+  int rows = CR_ROWS / plan.layout.dp;
+  gt_model *m;
+  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = rows, .T_max = CR_T, .seed = 42}, &m));
+  int C = cfg->C ? cfg->C : CR_C;
+  if (dist) {
+    gt_model_parallel mp = gt_dist_model_parallel(dist);
+    CHECK_OK(gt_model_set_parallel(m, &mp));
+  }
+  gpt_config gc = {.vocab_size = CR_V, .T_max = CR_T, .C = C, .NH = CR_NH, .L = CR_L, .tie_weights = true};
+  CHECK_OK(gpt_add_layers(m, &gc));
+  CHECK_OK(gt_model_build(m));
+  if (dist) CHECK_OK(gt_plan_check_model(&plan, m));
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = CR_ACCUM,
+                          .dist = dist, .schedule = {3e-3f, 3e-4f, 3, CR_STEPS}};
+  gt_trainer *tr;
+  CHECK_OK(gt_trainer_create(m, &tc, &tr));
+  gt_loader *data;
+  gt_loader_config lc = {.path = cfg->data, .B = rows, .T_max = CR_T, .shard = plan.me.dp,
+                         .nshards = plan.layout.dp, .seed = 7};
+  CHECK_OK(gt_loader_open(&lc, CR_V, &data));
+  gt_ckpt *ck;
+  gt_ckpt_config kc = {.dir = cfg->dir, .store = store, .timeout_ms = 60000, .keep = cfg->keep, .busy = cfg->busy};
+  CHECK_OK(gt_ckpt_create(&kc, tr, data, &ck));
+  int s0 = cfg->s0;
+  if (s0 != 0 || cfg->load_path) {
+    gt_ckpt_info info;
+    gt_status ls = gt_ckpt_load(ck, cfg->load_path, &info);
+    if (cfg->load_status && rank == 0) {
+      *cfg->load_status = ls;
+      snprintf(cfg->load_error, 1024, "%s", ls == GT_OK ? "" : gt_last_error());
+    }
+    if (cfg->load_status && ls != GT_OK) s0 = cfg->s1; /* stop here */
+    else if (cfg->load_if_any && ls == GT_ENOTFOUND) s0 = 0;
+    else CHECK_OK(ls);
+    if (ls == GT_OK && s0 > 0) CHECK(info.step == s0 && gt_trainer_step_index(tr) == s0);
+    if (ls == GT_OK && s0 < 0) s0 = info.step;
+    if (ls == GT_OK) capture(tr, &plan, &cfg->loaded);
+    if (ls == GT_OK && cfg->loaded_step && rank == 0) *cfg->loaded_step = info.step;
+    if (ls == GT_OK && cfg->save_at == s0) CHECK_OK(gt_ckpt_save(ck)); /* as loaded, into cfg->dir */
+  }
+  for (int s = s0; s < cfg->s1; s++) {
+    if (s == cfg->kill_at && s > 0) raise(SIGKILL);
+    gt_step_stats st;
+    if (cfg->rows) CHECK_OK(step_recording(tr, data, cfg, s, &plan, &st));
+    else CHECK_OK(gt_trainer_step(tr, data, &st));
+    if (rank == 0 && cfg->final.p) cfg->final.p->losses[s] = st.loss, cfg->final.p->norms[s] = st.grad_norm;
+    if (cfg->before_save) cfg->before_save(cfg->dir, s + 1);
+    if (s + 1 == cfg->save_at || (cfg->save_every && (s + 1) % cfg->save_every == 0)) {
+      CHECK_OK(gt_ckpt_save(ck));
+      capture(tr, &plan, &cfg->saved);
+    }
+  }
+  if (cfg->after_steps) cfg->after_steps(cfg->dir);
+  gt_status ws = gt_ckpt_wait(ck);
+  if (cfg->save_status) *cfg->save_status = ws;
+  else CHECK_OK(ws);
+  capture(tr, &plan, &cfg->final);
+  gt_ckpt_destroy(ck);
+  gt_loader_close(data);
+  gt_trainer_destroy(tr);
+  gt_model_destroy(m);
+  gt_dist_destroy(dist);
+  gt_store_destroy(store);
+  gt_backend_destroy(be);
+  return RANK_OK;
+}
+
+void cr_run(int world, cr_cfg *cfg) {
+  int codes[HARNESS_MAX];
+  int bad = harness_run(world, cr_rank, cfg, 240, codes);
+  if (bad) fail_msg("%s%s: %d rank(s) failed (rank 0's code %d)", cfg->layout ? cfg->layout : "one process",
+                    cfg->zero1 ? " + ZeRO-1" : "", bad, codes[0]);
+}
+
+char *cr_make_data(void) {
+  char tmpl[] = "/tmp/giant-ckpt-XXXXXX";
+  CHECK(mkdtemp(tmpl));
+  enum { N = 20000 };
+  uint32_t *tok = malloc(N * sizeof *tok);
+  CHECK(tok);
+  /* Runs of arithmetic sequences, a new stride and start every 23 tokens. */
+  for (int i = 0; i < N; i++) {
+    int run = i / 23, t = i % 23;
+    tok[i] = (uint32_t)((run * 13 + t * (1 + run % 5)) % CR_V);
+  }
+  char *path = malloc(strlen(tmpl) + 16);
+  CHECK(path);
+  sprintf(path, "%s/data.tok", tmpl);
+  CHECK_OK(gt_tokfile_write(path, tok, N, CR_V, GT_TOKFILE_NO_SEP));
+  free(tok);
+  return path;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
+  (void)st, (void)flag, (void)f;
+  return remove(p);
+}
+
+void cr_rmtree(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+void cr_flip_bit(const char *path, long offset, unsigned char mask) {
+  FILE *f = fopen(path, "r+b");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, offset, SEEK_SET), 0);
+  int c = fgetc(f);
+  assert_true(c != EOF);
+  assert_int_equal(fseek(f, offset, SEEK_SET), 0);
+  assert_int_equal(fputc(c ^ mask, f), c ^ mask);
+  assert_int_equal(fclose(f), 0);
+}

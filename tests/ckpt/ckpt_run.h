@@ -1,0 +1,65 @@
+/* A training run for the checkpoint tests: forked ranks train a small GPT
+ * on a token file at some layout, loading a checkpoint first and saving one
+ * on the way as asked, and write what they hold (parameters, optimizer
+ * state, losses) into shared memory in the single-process layout. */
+#ifndef GIANT_TESTS_CKPT_RUN_H
+#define GIANT_TESTS_CKPT_RUN_H
+
+#include <stdbool.h>
+
+#include "giant/ckpt.h"
+#include "parallel/train_result.h"
+
+enum { CR_V = 64, CR_T = 16, CR_C = 32, CR_NH = 4, CR_L = 2, CR_ROWS = 4, CR_ACCUM = 4, CR_STEPS = 20 };
+
+/* Parameters and AdamW's two moments, in the single-process layout. */
+typedef struct cr_state {
+  train_result *p, *m, *v;
+} cr_state;
+
+typedef struct cr_cfg {
+  const char *layout; /* NULL: one process */
+  bool zero1;
+  const char *data;   /* token file */
+  const char *dir;    /* checkpoint root */
+  int s0, s1;         /* run steps [s0, s1); s0 > 0 loads the newest checkpoint first, which must be at s0 */
+  int save_at;        /* save once this many steps are done (0: never); right after the load if it is at that step */
+  cr_state saved, loaded, final; /* filled when their p is set */
+  int C;              /* model width (0: CR_C) */
+  int save_every;     /* also save whenever the steps done are a multiple of this (0: never) */
+  int keep;           /* checkpoints kept */
+  gt_ckpt_busy busy;
+  int kill_at;        /* every rank SIGKILLs itself when this many steps are done (0: never) */
+  bool load_if_any;   /* s0 < 0: load the newest checkpoint if there is one, and go on from its step */
+  const char *load_path; /* load this step directory instead of the newest */
+  /* When set (shared memory): the load's status and message go here, and
+   * the run stops after the load instead of failing the rank. */
+  int *load_status;
+  char *load_error;
+  int *loaded_step;   /* shared: the step of the checkpoint loaded */
+  int *save_status;   /* shared: how the last save ended, instead of failing the rank */
+  /* Called in the rank before each step's save decision, and after the
+   * last step before waiting for the save in flight (NULL: none). */
+  void (*before_save)(const char *dir, int steps_done);
+  void (*after_steps)(const char *dir);
+  /* Shared memory: every global sample index the replicas took, by step
+   * (rows[step][k] for k < nrows[step], appended atomically). */
+  unsigned long long (*rows)[CR_ROWS * CR_ACCUM];
+  int *nrows;
+} cr_cfg;
+
+/* A cr_state in shared memory, with the single-process layout of `layout`
+ * (NULL: the layout is set by the first one-process run writing it). */
+cr_state cr_state_new(const train_result *layout);
+/* One rank of a run (harness_fn). */
+int cr_rank(int rank, int world, void *arg);
+/* Runs cfg on `world` ranks; fails the test with the ranks' codes if one fails. */
+void cr_run(int world, cr_cfg *cfg);
+/* A token file of learnable sequences in a fresh temporary directory, and
+ * the directory's removal. */
+char *cr_make_data(void);
+void cr_rmtree(const char *dir);
+/* Flips the bits `mask` of byte `offset` of a file, in place. */
+void cr_flip_bit(const char *path, long offset, unsigned char mask);
+
+#endif

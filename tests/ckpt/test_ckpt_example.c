@@ -1,0 +1,148 @@
+/* examples/gpt saves and resumes through the checkpoint API. Alone: 12
+ * steps saving every 5, then a run to step 20 given its directory through
+ * GT_CKPT_* resumes from step 10, says so and that 2 steps were lost, and
+ * logs steps 10..19 exactly as an uninterrupted run does. Under giantrun
+ * (--ckpt-dir, --ckpt-every, --max-restarts 1): a worker SIGKILLed at a
+ * random step, the job still finishes, and the restarted generation lost
+ * at most twice --ckpt-every steps: saves are asynchronous, so besides
+ * the steps since the newest save, the ones that ran while it was being
+ * written (until the next save waits for it) can be lost too. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "common/run_cmd.h"
+
+static char gpt[512], giantrun[512], dir[64], text[128], data[128];
+
+static int setup(void **state) {
+  (void)state;
+  build_path("examples/gpt", gpt, sizeof gpt);
+  build_path("launch/giantrun", giantrun, sizeof giantrun);
+  strcpy(dir, "/tmp/giant-ckex-XXXXXX");
+  if (!mkdtemp(dir)) return -1;
+  snprintf(text, sizeof text, "%s/corpus.txt", dir);
+  snprintf(data, sizeof data, "%s/corpus.tok", dir);
+  FILE *f = fopen(text, "w");
+  for (int i = 0; i < 300; i++) fprintf(f, "a stitch in time saves nine, %d times over\n%%\n", i % 7);
+  fclose(f);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static void run_gpt(const char *steps, const char *metrics, const char *flag_dir, char *const env[], run_result *r) {
+  char *argv[40] = {gpt, "--corpus", text, "--data", data, "--steps", (char *)steps, "--layers", "1",
+                    "--channels", "32", "--heads", "4", "--seq", "16", "--batch", "4", "--sample", "0",
+                    "--print-every", "0", "--metrics", (char *)metrics};
+  int n = 23;
+  if (flag_dir) argv[n++] = "--ckpt-dir", argv[n++] = (char *)flag_dir, argv[n++] = "--ckpt-every", argv[n++] = "5";
+  argv[n] = NULL;
+  run_cmd(argv, env, 120, r);
+  if (r->exit_code != 0) fail_msg("gpt --steps %s: exit %d:\n%s", steps, r->exit_code, r->output);
+}
+
+/* The metrics line of `step`, up to its timing (which differs run to run). */
+static void metrics_line(const char *path, int step, char *out, size_t cap) {
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char line[1024], want[32];
+  snprintf(want, sizeof want, "{\"step\":%d,", step);
+  out[0] = 0;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, want, strlen(want))) {
+      char *t = strstr(line, ",\"step_time_s\"");
+      if (t) *t = 0;
+      snprintf(out, cap, "%s", line);
+    }
+  fclose(f);
+  assert_true(out[0] != 0);
+}
+
+static void test_example_resumes_exactly(void **state) {
+  (void)state;
+  char ref[128], first[128], second[128], ck[128], env_dir[160];
+  snprintf(ref, sizeof ref, "%s/ref.jsonl", dir);
+  snprintf(first, sizeof first, "%s/first.jsonl", dir);
+  snprintf(second, sizeof second, "%s/second.jsonl", dir);
+  snprintf(ck, sizeof ck, "%s/ck", dir);
+  snprintf(env_dir, sizeof env_dir, "GT_CKPT_DIR=%s", ck);
+  run_result r;
+  run_gpt("20", ref, NULL, NULL, &r);
+  run_gpt("12", first, ck, NULL, &r);
+  run_gpt("20", second, NULL, (char *[]){env_dir, "GT_CKPT_EVERY=5", NULL}, &r);
+  if (!strstr(r.output, "resumed from") || !strstr(r.output, "step-00000010 (step 10") ||
+      !strstr(r.output, "steps lost: 2"))
+    fail_msg("no resume line:\n%s", r.output);
+  for (int s = 10; s < 20; s++) {
+    char a[1024], b[1024];
+    metrics_line(ref, s, a, sizeof a);
+    metrics_line(second, s, b, sizeof b);
+    assert_string_equal(a, b);
+  }
+  print_message("resumed at step 10: steps 10..19 logged as the uninterrupted run logged them\n");
+}
+
+static void test_giantrun_restart_resumes(void **state) {
+  (void)state;
+  if (access("/usr/bin/etcd", X_OK) != 0 && system("command -v etcd >/dev/null 2>&1") != 0) {
+    print_message("skipped: etcd not found\n");
+    skip();
+  }
+  /* A wrapper that SIGKILLs rank 1's gpt in the first generation once the
+   * progress it records reaches a random step. */
+  srand((unsigned)time(NULL));
+  int kill_at = 6 + rand() % 10;
+  char wrapper[128], ck[128];
+  snprintf(wrapper, sizeof wrapper, "%s/killer.sh", dir);
+  snprintf(ck, sizeof ck, "%s/ck-run", dir);
+  FILE *f = fopen(wrapper, "w");
+  assert_non_null(f);
+  fprintf(f,
+          "#!/bin/sh\n"
+          "\"%s\" \"$@\" & pid=$!\n"
+          "if [ \"$GT_RESTART_COUNT\" = 0 ] && [ \"$GT_RANK\" = 1 ]; then\n"
+          "  for i in $(seq 1 1200); do\n"
+          "    p=$(cat \"$GT_CKPT_DIR/progress\" 2>/dev/null || echo 0)\n"
+          "    if [ \"$p\" -ge %d ]; then kill -9 $pid; break; fi\n"
+          "    sleep 0.05\n"
+          "  done\n"
+          "fi\n"
+          "wait $pid\n",
+          gpt, kill_at);
+  fclose(f);
+  chmod(wrapper, 0755);
+  char *argv[] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "dp=2", "--max-restarts", "1",
+                  "--ckpt-dir", ck, "--ckpt-every", "4", "--ckpt-keep", "2", wrapper, "--corpus", text, "--data", data,
+                  "--steps", "30", "--layers", "1", "--channels", "32", "--heads", "4", "--seq", "16", "--batch", "4",
+                  "--sample", "0", "--print-every", "0", NULL};
+  run_result r;
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 240, &r);
+  if (r.exit_code != 0) fail_msg("giantrun: exit %d:\n%s", r.exit_code, r.output);
+  const char *p = strstr(r.output, "steps lost: ");
+  int lost = -1;
+  if (!p || sscanf(p, "steps lost: %d", &lost) != 1) fail_msg("no resume line:\n%s", r.output);
+  print_message("rank 1 killed at step %d or just after; the next generation resumed, %d step(s) lost\n", kill_at, lost);
+  assert_true(lost >= 0 && lost <= 2 * 4);
+  assert_non_null(strstr(r.output, "over steps"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_example_resumes_exactly),
+      cmocka_unit_test(test_giantrun_restart_resumes),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

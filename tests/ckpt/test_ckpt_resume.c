@@ -1,0 +1,162 @@
+/* Resuming and resharding. 20 steps saving at step 10, then a resume from
+ * step 10 to 20 at the same layout, give bit-identical losses, parameters
+ * and optimizer state, at dp=2,tp=2, at dp=2,pp=2 (1F1B), and with ZeRO-1.
+ * A checkpoint taken at dp=2,tp=2 loads at tp=4, at dp=4 with ZeRO-1, at
+ * pp=2 and on one process, and one taken at pp=4 loads at dp=2,tp=2, each
+ * with exactly the source's parameters and optimizer state; training then
+ * goes on with the source's losses within the hybrid tests' 1e-5.
+ *
+ * Ranks are forked (tests/comm/harness); each writes what it holds into
+ * shared memory in the single-process layout, so states taken at different
+ * layouts compare float for float. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "ckpt/ckpt_run.h"
+
+enum { SAVE = 10 };
+
+static char *data;
+static train_result *layout;
+
+static int setup(void **state) {
+  (void)state;
+  data = cr_make_data();
+  cr_cfg cfg = {.data = data, .dir = "/nonexistent-unused", .final = cr_state_new(NULL)};
+  cr_run(1, &cfg); /* no steps: records the single-process layout */
+  layout = cfg.final.p;
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char *slash = strrchr(data, '/');
+  *slash = 0;
+  cr_rmtree(data);
+  free(data);
+  return 0;
+}
+
+static char *new_dir(void) {
+  char *d = malloc(strlen(data) + 32);
+  static int k;
+  sprintf(d, "%s.ck%d", data, k++);
+  return d;
+}
+
+static bool all_zero(const train_result *r) {
+  for (size_t i = 0; i < layout->nparams; i++)
+    if (r->params[i] != 0) return false;
+  return true;
+}
+
+static void assert_same_state(const char *what, const cr_state *a, const cr_state *b) {
+  size_t n = layout->nparams * sizeof(float);
+  /* Something was captured: the moments are not the zeros they start as. */
+  assert_false(all_zero(a->p) || all_zero(a->m) || all_zero(a->v));
+  print_message("%s: parameters %s, first moments %s, second moments %s\n", what,
+                memcmp(a->p->params, b->p->params, n) ? "DIFFER" : "identical",
+                memcmp(a->m->params, b->m->params, n) ? "DIFFER" : "identical",
+                memcmp(a->v->params, b->v->params, n) ? "DIFFER" : "identical");
+  assert_memory_equal(a->p->params, b->p->params, n);
+  assert_memory_equal(a->m->params, b->m->params, n);
+  assert_memory_equal(a->v->params, b->v->params, n);
+}
+
+/* A run of 20 steps saving at 10 (cached per layout: the reshard tests
+ * load what the resume tests saved). */
+typedef struct source {
+  const char *layout;
+  bool zero1;
+  int world;
+  char *dir;
+  cr_state saved, final;
+} source;
+
+static source sources[] = {
+    {.layout = "dp=2,tp=2", .world = 4},
+    {.layout = "dp=2,pp=2", .world = 4},
+    {.layout = "dp=2,tp=2", .zero1 = true, .world = 4},
+    {.layout = "pp=4", .world = 4},
+};
+
+static source *get_source(int i) {
+  source *s = &sources[i];
+  if (s->dir) return s;
+  s->dir = new_dir();
+  s->saved = cr_state_new(layout), s->final = cr_state_new(layout);
+  cr_cfg cfg = {.layout = s->layout, .zero1 = s->zero1, .data = data, .dir = s->dir, .s1 = CR_STEPS,
+                .save_at = SAVE, .saved = s->saved, .final = s->final};
+  cr_run(s->world, &cfg);
+  return s;
+}
+
+static void resume_case(int i) {
+  source *s = get_source(i);
+  cr_state loaded = cr_state_new(layout), final = cr_state_new(layout);
+  cr_cfg cfg = {.layout = s->layout, .zero1 = s->zero1, .data = data, .dir = s->dir, .s0 = SAVE, .s1 = CR_STEPS,
+                .loaded = loaded, .final = final};
+  cr_run(s->world, &cfg);
+  char what[96];
+  snprintf(what, sizeof what, "%s%s resumed at step %d", s->layout, s->zero1 ? " + ZeRO-1" : "", SAVE);
+  assert_same_state(what, &s->saved, &loaded);
+  assert_same_state(what, &s->final, &final);
+  /* ... and the ten steps after the load moved them. */
+  assert_true(memcmp(s->saved.p->params, final.p->params, layout->nparams * sizeof(float)));
+  for (int k = SAVE; k < CR_STEPS; k++) assert_memory_equal(&s->final.p->losses[k], &final.p->losses[k], sizeof(float));
+  print_message("%s: losses of steps %d..%d bit-identical (%.6f .. %.6f)\n", what, SAVE, CR_STEPS - 1,
+                final.p->losses[SAVE], final.p->losses[CR_STEPS - 1]);
+}
+
+static void test_resume_dp2_tp2(void **state) { (void)state, resume_case(0); }
+static void test_resume_dp2_pp2_1f1b(void **state) { (void)state, resume_case(1); }
+static void test_resume_dp2_tp2_zero1(void **state) { (void)state, resume_case(2); }
+
+/* Loads source i's checkpoint at another layout: exactly its state, then
+ * its losses within the cross-layout tolerance. */
+static void reshard_case(int i, const char *to, bool zero1, int world) {
+  source *s = get_source(i);
+  cr_state loaded = cr_state_new(layout), final = cr_state_new(layout);
+  cr_cfg cfg = {.layout = to, .zero1 = zero1, .data = data, .dir = s->dir, .s0 = SAVE, .s1 = CR_STEPS,
+                .loaded = loaded, .final = final};
+  cr_run(world, &cfg);
+  char what[96];
+  snprintf(what, sizeof what, "%s -> %s%s", s->layout, to ? to : "one process", zero1 ? " + ZeRO-1" : "");
+  assert_same_state(what, &s->saved, &loaded);
+  double worst = 0;
+  for (int k = SAVE; k < CR_STEPS; k++) {
+    double d = fabs((double)final.p->losses[k] - s->final.p->losses[k]) / fabs((double)s->final.p->losses[k]);
+    worst = d > worst ? d : worst;
+  }
+  print_message("%s: losses of steps %d..%d within %.2e of the source's\n", what, SAVE, CR_STEPS - 1, worst);
+  assert_true(worst <= 1e-5);
+}
+
+static void test_reshard_dp2_tp2_to_tp4(void **state) { (void)state, reshard_case(0, "tp=4", false, 4); }
+static void test_reshard_dp2_tp2_to_dp4_zero1(void **state) { (void)state, reshard_case(0, "dp=4", true, 4); }
+static void test_reshard_dp2_tp2_to_pp2(void **state) { (void)state, reshard_case(0, "pp=2", false, 2); }
+static void test_reshard_dp2_tp2_to_one_process(void **state) { (void)state, reshard_case(0, NULL, false, 1); }
+static void test_reshard_pp4_to_dp2_tp2(void **state) { (void)state, reshard_case(3, "dp=2,tp=2", false, 4); }
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_resume_dp2_tp2),
+      cmocka_unit_test(test_resume_dp2_pp2_1f1b),
+      cmocka_unit_test(test_resume_dp2_tp2_zero1),
+      cmocka_unit_test(test_reshard_dp2_tp2_to_tp4),
+      cmocka_unit_test(test_reshard_dp2_tp2_to_dp4_zero1),
+      cmocka_unit_test(test_reshard_dp2_tp2_to_pp2),
+      cmocka_unit_test(test_reshard_dp2_tp2_to_one_process),
+      cmocka_unit_test(test_reshard_pp4_to_dp2_tp2),
+  };
+  int rc = cmocka_run_group_tests(tests, setup, teardown);
+  for (size_t i = 0; i < sizeof sources / sizeof *sources; i++)
+    if (sources[i].dir) cr_rmtree(sources[i].dir), free(sources[i].dir);
+  return rc;
+}
