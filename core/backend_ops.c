@@ -116,7 +116,7 @@ gt_status gt_op_linear_backward(gt_backend *be, float *dinp, float *dw, float *d
                                 const float *inp, const float *w, int N, int C, int OC) {
   NEED_OP(be, layer, linear_backward);
   NEED_DIMS3(be, "linear_backward", N, C, OC);
-  NEED_PTRS(be, "linear_backward", N && C && OC, dw && dout && inp && w, "dw, dout, inp and w");
+  NEED_PTRS(be, "linear_backward", N && OC, dout && ((dw && inp && w) || !C), "dw, dout, inp and w");
   return be->ops->layer.linear_backward(be, dinp, dw, dbias, dout, inp, w, N, C, OC);
 }
 

@@ -1,6 +1,7 @@
 /* CPU backend internals: the functions behind gt_cpu_ops. Kernels live in
  * cpu_*.c files by family; cpu_ops.c gathers them into the ops table. Those
- * files are compiled once per instruction-set level (cpu_isa.h). */
+ * files are compiled once per instruction-set level (cpu_isa.h). Arguments
+ * arrive checked by the gt_op_* wrappers (core/backend_impl.h). */
 #ifndef GIANT_CPU_INTERNAL_H
 #define GIANT_CPU_INTERNAL_H
 

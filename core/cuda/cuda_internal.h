@@ -1,5 +1,6 @@
 /* CUDA backend internals: the device state behind a gt_backend, error
  * helpers every .cu file shares, and the functions behind the ops table.
+ * Arguments arrive checked by the gt_op_* wrappers (core/backend_impl.h).
  *
  * Threading: the compute stream and the cuBLAS handle belong to the thread
  * that issues kernels (the training thread). Memory, copies, streams and

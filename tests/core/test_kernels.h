@@ -81,6 +81,7 @@ void test_determinism(void **state);
 void test_measure_peak(void **state);
 void test_embedding_slice(void **state);
 void test_xent_slice(void **state);
+void test_op_checks(void **state);
 void test_gemm_ex(void **state);
 void test_gemm_ex_f32_is_gemm(void **state);
 void test_gemm_ex_errors(void **state);
