@@ -11,22 +11,23 @@ static gt_stream *or_compute(const gt_backend *be, gt_stream *s) { return s ? s 
 
 /* ---- memory ---- */
 
-gt_status gt_backend_alloc(gt_backend *be, size_t bytes, void **ptr) {
-  if (!be) return no_backend("alloc");
-  if (!ptr) return gt_errorf(GT_EINVAL, "%s: alloc: ptr must not be NULL", be->name);
+/* Device memory, or host memory for transfers. */
+static gt_status alloc_checked(gt_backend *be, bool host, size_t bytes, void **ptr) {
+  const char *op = host ? "host_alloc" : "alloc";
+  if (!be) return no_backend(op);
+  if (!ptr) return gt_errorf(GT_EINVAL, "%s: %s: ptr must not be NULL", be->name, op);
   *ptr = NULL;
-  return be->ops->memory.alloc(be, bytes, ptr);
+  return (host ? be->ops->memory.host_alloc : be->ops->memory.alloc)(be, bytes, ptr);
 }
+
+gt_status gt_backend_alloc(gt_backend *be, size_t bytes, void **ptr) { return alloc_checked(be, false, bytes, ptr); }
 
 void gt_backend_free(gt_backend *be, void *ptr) {
   if (be && ptr) be->ops->memory.free(be, ptr);
 }
 
 gt_status gt_backend_host_alloc(gt_backend *be, size_t bytes, void **ptr) {
-  if (!be) return no_backend("host_alloc");
-  if (!ptr) return gt_errorf(GT_EINVAL, "%s: host_alloc: ptr must not be NULL", be->name);
-  *ptr = NULL;
-  return be->ops->memory.host_alloc(be, bytes, ptr);
+  return alloc_checked(be, true, bytes, ptr);
 }
 
 void gt_backend_host_free(gt_backend *be, void *ptr) {

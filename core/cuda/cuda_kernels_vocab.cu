@@ -133,6 +133,7 @@ gt_status gt_cuda_softmax_xent_slice_backward(gt_backend *be, float *dlogits, co
                                            const int32_t *targets, int v0, float dloss, int N, int V) {
   GT_TRY(gt_cuda_enter(be));
   if (N == 0) return GT_OK;
-  softmax_xent_slice_backward_kernel<<<N, SLICE_THREADS, 0, gt_cuda_stream(be)>>>(dlogits, probs, targets, v0, dloss, V);
+  softmax_xent_slice_backward_kernel<<<N, SLICE_THREADS, 0, gt_cuda_stream(be)>>>(dlogits, probs, targets, v0,
+                                                                                  dloss, V);
   return gt_cuda_launched(be, "softmax_xent_slice_backward");
 }

@@ -379,7 +379,8 @@ int main(int argc, char **argv) {
     printf("gpt: %zu parameters, L=%d C=%d NH=%d T=%d V=%d, B=%d x %d micro-batches per replica, %s (%s kernels), "
            "%s, %d threads, peak %.1f GFLOP/s; world %d = dp %d x tp %d x pp %d%s%s\n",
            gt_model_param_count_whole(m), a.layers, a.channels, a.heads, a.seq, vocab, a.batch,
-           a.accum, gt_backend_name(be), gt_backend_kernels(be), gt_precision_name(precision), gt_backend_num_threads(be), gt_backend_peak_flops(be) / 1e9, plan.world, plan.layout.dp, plan.layout.tp,
+           a.accum, gt_backend_name(be), gt_backend_kernels(be), gt_precision_name(precision),
+           gt_backend_num_threads(be), gt_backend_peak_flops(be) / 1e9, plan.world, plan.layout.dp, plan.layout.tp,
            plan.layout.pp, plan.zero1 ? ", ZeRO-1" : "", plan.seq_parallel ? ", sequence parallel" : "");
   gt_step_stats st = {0}, first = {0};
   for (int i = 0; i < a.steps; i++) {
