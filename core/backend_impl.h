@@ -12,8 +12,9 @@
  * What only the data can tell (token ids against the vocabulary, targets)
  * stays with the backend, which holds the data.
  *
- * A NULL entry is an operation the backend lacks: the wrapper reports it as
- * GT_EUNSUPPORTED, naming the operation and the backend.
+ * Memory, sync and destroy are required of every backend. A NULL entry
+ * among the kernels is an operation the backend lacks: the wrapper reports
+ * it as GT_EUNSUPPORTED, naming the operation and the backend.
  */
 #ifndef GIANT_BACKEND_IMPL_H
 #define GIANT_BACKEND_IMPL_H
