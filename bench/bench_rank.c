@@ -10,7 +10,7 @@
 void bench_rank_setup(bench_rank *r, int rank, int world, const bench_rank_config *c) {
   memset(r, 0, sizeof *r);
   CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = c->threads}, &r->be));
-  r->be->peak_flops = 1; /* MFU is not reported here */
+  gt_backend_set_peak_flops(r->be, 1); /* MFU is not reported here */
   r->plan = (gt_plan){.layout = {1, 1, 1}, .world = 1};
   if (c->layout) {
     r->store = harness_store();

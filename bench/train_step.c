@@ -124,16 +124,16 @@ int main(int argc, char **argv) {
 
   double flops = 3.0 * gt_model_flops(g.m, a.B, a.T);
   const char *prec = gt_precision_name(a.precision);
-  bool on_cpu = g.be->kind == GT_DEVICE_CPU;
+  bool on_cpu = gt_backend_kind(g.be) == GT_DEVICE_CPU;
   printf("config: GPT L=%d C=%d NH=%d T=%d B=%d V=%d, precision %s%s, AdamW + clip 1.0, device %s", a.L, a.C, a.NH,
          a.T, a.B, a.V, prec,
          a.precision == GT_PRECISION_BF16 ? " (bf16 matrix products, fp32 accumulation, master weights, optimizer)"
                                           : "",
-         g.be->name);
-  if (on_cpu) printf(", %d threads", g.be->num_threads);
+         gt_backend_name(g.be));
+  if (on_cpu) printf(", %d threads", gt_backend_num_threads(g.be));
   printf("\n");
   /* Chosen at run time from what the processor reports (GT_CPU_KERNELS overrides). */
-  printf("kernels: %s: %s\n", on_cpu ? "cpu" : g.be->name, g.be->kernels);
+  printf("kernels: %s: %s\n", on_cpu ? "cpu" : gt_backend_name(g.be), gt_backend_kernels(g.be));
   printf("params: %zu (tied); FLOPs/step: %.3f G = 6*N*tokens + 12*L*T*C*tokens (N = matmul weights)\n",
          gt_model_param_count(g.m), flops / 1e9);
 
@@ -143,7 +143,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(dir)) return die("mkdtemp");
     if (bench_torch_export(g.m, tokens, BT + 1, dir) != GT_OK) return die("exporting weights");
     if (bench_torch_start(dir, &(bench_torch_shape){a.B, a.T, a.V, a.C, a.NH, a.L}, a.threads,
-                          on_cpu ? "cpu" : g.be->name, prec, &torch) != GT_OK) {
+                          on_cpu ? "cpu" : gt_backend_name(g.be), prec, &torch) != GT_OK) {
       printf("pytorch: not available (%s); Giant alone\n", gt_last_error());
       torch = NULL;
     }

@@ -378,7 +378,7 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
   c->cfg.store = NULL, c->cfg.prefix = NULL, c->cfg.secret = NULL, c->cfg.host = NULL;
 
   gt_status st = GT_OK;
-  if (cfg->backend && cfg->backend->kind == GT_DEVICE_CUDA) {
+  if (cfg->backend && gt_backend_kind(cfg->backend) == GT_DEVICE_CUDA) {
     c->nccl = true;
     st = gt_comm_nccl_init(c, deadline);
   } else {

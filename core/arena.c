@@ -61,7 +61,7 @@ void gt_arena_trim(gt_arena *a) {
   pthread_mutex_unlock(&a->mu);
   while (b) {
     block *n = b->next;
-    a->be->ops->free(a->be, b->ptr);
+    gt_backend_free(a->be, b->ptr);
     free(b);
     b = n;
   }
@@ -73,7 +73,7 @@ void gt_arena_destroy(gt_arena *a) {
   for (int i = 0; i < NBUCKETS; i++) {
     for (block *b = a->live[i], *n; b; b = n) {
       n = b->next;
-      a->be->ops->free(a->be, b->ptr);
+      gt_backend_free(a->be, b->ptr);
       free(b);
     }
   }
@@ -90,7 +90,7 @@ gt_status gt_arena_alloc(gt_arena *a, size_t bytes, void **ptr) {
     return gt_errorf(GT_ENOMEM,
                      "%s memory budget exceeded: %zu bytes in use + %zu requested > budget %zu; "
                      "lower the batch size or raise the budget",
-                     a->be->name, cur, cls, budget);
+                     gt_backend_name(a->be), cur, cls, budget);
   }
   /* Reuse a cached block of exactly this class. */
   block **pp = &a->free_list, *b = NULL;
@@ -106,11 +106,11 @@ gt_status gt_arena_alloc(gt_arena *a, size_t bytes, void **ptr) {
   if (!b) {
     b = malloc(sizeof *b);
     if (!b) return gt_errorf(GT_ENOMEM, "out of host memory for arena bookkeeping");
-    gt_status s = a->be->ops->alloc(a->be, cls, &b->ptr);
+    gt_status s = gt_backend_alloc(a->be, cls, &b->ptr);
     if (s != GT_OK) {
       /* Give cached memory back and try once more before failing. */
       gt_arena_trim(a);
-      s = a->be->ops->alloc(a->be, cls, &b->ptr);
+      s = gt_backend_alloc(a->be, cls, &b->ptr);
       if (s != GT_OK) {
         free(b);
         return s;

@@ -30,7 +30,7 @@ static gt_status check(gt_backend *be, const char *op, int B, int T, int C, int 
     return gt_errorf(GT_EINVAL, "%s: need B, T, C >= 0 and NH >= 1 dividing C, got B=%d T=%d C=%d NH=%d", op, B,
                      T, C, NH);
   if (!gt_backend_has_mixed_precision(be))
-    return gt_errorf(GT_EUNSUPPORTED, "%s: backend %s has no bf16 products; train in fp32", op, be->name);
+    return gt_errorf(GT_EUNSUPPORTED, "%s: backend %s has no bf16 products; train in fp32", op, gt_backend_name(be));
   if (B && T && C && !scratch) return gt_errorf(GT_EINVAL, "%s: no scratch given", op);
   return GT_OK;
 }
@@ -43,7 +43,7 @@ static gt_status heads(gt_backend *be, int NH, gt_transpose ta, gt_transpose tb,
                        .a = a, .a_type = GT_BF16, .lda = lda, .stride_a = sa, .b = b, .b_type = GT_BF16,
                        .ldb = ldb, .stride_b = sb, .c = c, .c_type = GT_F32, .ldc = ldc, .stride_c = sc,
                        .batch = NH};
-  return be->ops->gemm_ex(be, &g);
+  return gt_op_gemm_ex(be, &g);
 }
 
 gt_status gt_attention_forward_bf16(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
@@ -54,15 +54,15 @@ gt_status gt_attention_forward_bf16(gt_backend *be, float *out, float *att, cons
   int64_t TT = (int64_t)T * T;
   float scale = 1.0f / sqrtf((float)hs);
   uint16_t *qkv16 = scratch, *att16 = qkv16 + qkv_elems(B, T, C);
-  GT_TRY(be->ops->f32_to_bf16(be, qkv16, qkv, (size_t)B * T * C3));
+  GT_TRY(gt_op_f32_to_bf16(be, qkv16, qkv, (size_t)B * T * C3));
   for (int b = 0; b < B; b++) {
     const uint16_t *q = qkv16 + (int64_t)b * T * C3, *k = q + C;
     /* att = scale * q k^T, every head of sequence b */
     GT_TRY(heads(be, NH, GT_NO_TRANS, GT_TRANS, T, T, hs, scale, q, C3, hs, k, C3, hs, 0.0f, att + b * NH * TT, T,
                  TT));
   }
-  GT_TRY(be->ops->causal_softmax_forward(be, att, B * NH, T));
-  GT_TRY(be->ops->f32_to_bf16(be, att16, att, (size_t)B * NH * TT));
+  GT_TRY(gt_op_causal_softmax_forward(be, att, B * NH, T));
+  GT_TRY(gt_op_f32_to_bf16(be, att16, att, (size_t)B * NH * TT));
   for (int b = 0; b < B; b++) {
     const uint16_t *v = qkv16 + (int64_t)b * T * C3 + 2 * C;
     /* out = att v */
@@ -80,9 +80,9 @@ gt_status gt_attention_backward_bf16(gt_backend *be, float *dqkv, float *datt, c
   int64_t TT = (int64_t)T * T;
   float scale = 1.0f / sqrtf((float)hs);
   uint16_t *qkv16 = scratch, *p16 = qkv16 + qkv_elems(B, T, C), *dy16 = p16 + att_elems(B, T, NH);
-  GT_TRY(be->ops->f32_to_bf16(be, qkv16, qkv, (size_t)B * T * C3));
-  GT_TRY(be->ops->f32_to_bf16(be, dy16, dout, (size_t)B * T * C));
-  GT_TRY(be->ops->f32_to_bf16(be, p16, att, (size_t)B * NH * TT));
+  GT_TRY(gt_op_f32_to_bf16(be, qkv16, qkv, (size_t)B * T * C3));
+  GT_TRY(gt_op_f32_to_bf16(be, dy16, dout, (size_t)B * T * C));
+  GT_TRY(gt_op_f32_to_bf16(be, p16, att, (size_t)B * NH * TT));
   for (int b = 0; b < B; b++) {
     int64_t off = (int64_t)b * T * C3;
     const uint16_t *v = qkv16 + off + 2 * C, *dy = dy16 + (int64_t)b * T * C, *p = p16 + b * NH * TT;
@@ -92,10 +92,10 @@ gt_status gt_attention_backward_bf16(gt_backend *be, float *dqkv, float *datt, c
     GT_TRY(heads(be, NH, GT_TRANS, GT_NO_TRANS, T, hs, T, 1.0f, p, T, TT, dy, C, hs, 1.0f, dqkv + off + 2 * C, C3,
                  hs));
   }
-  GT_TRY(be->ops->causal_softmax_backward(be, datt, att, B * NH, T, scale));
+  GT_TRY(gt_op_causal_softmax_backward(be, datt, att, B * NH, T, scale));
   /* The probabilities are done with: their region takes the score gradient. */
   uint16_t *ds16 = p16;
-  GT_TRY(be->ops->f32_to_bf16(be, ds16, datt, (size_t)B * NH * TT));
+  GT_TRY(gt_op_f32_to_bf16(be, ds16, datt, (size_t)B * NH * TT));
   for (int b = 0; b < B; b++) {
     int64_t off = (int64_t)b * T * C3;
     const uint16_t *q = qkv16 + off, *k = q + C, *ds = ds16 + b * NH * TT;

@@ -1,10 +1,9 @@
-/* Backend selection, and helpers every backend shares. */
-#include "giant/backend.h"
-
+/* Backend selection and creation, and what a caller may read of one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/backend_impl.h"
 #include "core/cpu/cpu_internal.h"
 #include "giant/log.h"
 
@@ -59,9 +58,20 @@ gt_status gt_precision_parse(const char *s, gt_precision *out) {
   return GT_OK;
 }
 
+gt_device_kind gt_backend_kind(const gt_backend *be) { return be->kind; }
+const char *gt_backend_name(const gt_backend *be) { return be->name; }
+const char *gt_backend_kernels(const gt_backend *be) { return be->kernels; }
+int gt_backend_device(const gt_backend *be) { return be->device; }
+int gt_backend_num_threads(const gt_backend *be) { return be->num_threads; }
+double gt_backend_peak_flops(const gt_backend *be) { return be->peak_flops; }
+void gt_backend_set_peak_flops(gt_backend *be, double flops) { be->peak_flops = flops; }
+gt_stream *gt_backend_compute_stream(const gt_backend *be) { return be->compute; }
+gt_stream *gt_backend_copy_stream(const gt_backend *be) { return be->copy; }
+
 bool gt_backend_has_mixed_precision(const gt_backend *be) {
   const gt_backend_ops *o = be->ops;
-  return o->gemm_ex && o->bias_add && o->bias_backward && o->causal_softmax_forward && o->causal_softmax_backward;
+  return o->product.gemm_ex && o->product.bias_add && o->product.bias_backward &&
+         o->attention.causal_softmax_forward && o->attention.causal_softmax_backward;
 }
 
 gt_status gt_backend_create(const gt_backend_config *cfg, gt_backend **out) {
@@ -79,14 +89,4 @@ gt_status gt_backend_create(const gt_backend_config *cfg, gt_backend **out) {
 
 void gt_backend_destroy(gt_backend *be) {
   if (be) be->ops->destroy(be);
-}
-
-gt_status gt_backend_upload(gt_backend *be, void *dst, const void *src, size_t bytes) {
-  GT_TRY(be->ops->memcpy(be, dst, src, bytes, GT_COPY_H2D, be->compute));
-  return be->ops->stream_sync(be, be->compute);
-}
-
-gt_status gt_backend_download(gt_backend *be, void *dst, const void *src, size_t bytes) {
-  GT_TRY(be->ops->memcpy(be, dst, src, bytes, GT_COPY_D2H, be->compute));
-  return be->ops->stream_sync(be, be->compute);
 }

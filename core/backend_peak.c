@@ -19,13 +19,13 @@ static gt_status run_gemm(gt_backend *be, gt_precision p, int n, const void *a, 
     gt_gemm_args g = {.trans_a = GT_NO_TRANS, .trans_b = GT_NO_TRANS, .m = n, .n = n, .k = n,
                       .alpha = 1.0f, .beta = 0.0f, .a = a, .lda = n, .b = b, .ldb = n,
                       .c = c, .ldc = n, .batch = 1};
-    return be->ops->gemm(be, &g);
+    return gt_op_gemm(be, &g);
   }
   gt_gemm_ex_args g = {.trans_a = GT_NO_TRANS, .trans_b = GT_NO_TRANS, .m = n, .n = n, .k = n,
                        .alpha = 1.0f, .beta = 0.0f, .a = a, .a_type = GT_BF16, .lda = n,
                        .b = b, .b_type = GT_BF16, .ldb = n, .c = c, .c_type = GT_F32, .ldc = n,
                        .batch = 1};
-  return be->ops->gemm_ex(be, &g);
+  return gt_op_gemm_ex(be, &g);
 }
 
 static gt_status time_gemms(gt_backend *be, gt_precision p, int n, double seconds, const void *a,
@@ -34,13 +34,13 @@ static gt_status time_gemms(gt_backend *be, gt_precision p, int n, double second
   /* The first product pays for thread start-up, page faults and the
    * library's choice of kernel. */
   GT_TRY(run_gemm(be, p, n, a, b, c));
-  GT_TRY(be->ops->stream_sync(be, be->compute));
+  GT_TRY(gt_stream_sync(be, NULL));
   *best = 0.0;
   double start = gt_now();
   for (int reps = 0; reps < 3 || gt_now() - start < seconds; reps++) {
     double t0 = gt_now();
     GT_TRY(run_gemm(be, p, n, a, b, c));
-    GT_TRY(be->ops->stream_sync(be, be->compute));
+    GT_TRY(gt_stream_sync(be, NULL));
     double dt = gt_now() - t0;
     if (dt > 0 && flop / dt > *best) *best = flop / dt;
   }
@@ -60,11 +60,11 @@ gt_status gt_backend_measure_peak_ex(gt_backend *be, gt_precision p, int n, doub
     return gt_errorf(GT_EINVAL, "measure_peak: matrix size n=%d must be in [1, %d]", n, PEAK_MAX_N);
   if (!(seconds >= 0.0))
     return gt_errorf(GT_EINVAL, "measure_peak: seconds must be >= 0, got %g", seconds);
-  if (p == GT_PRECISION_BF16 && !be->ops->gemm_ex)
+  if (p == GT_PRECISION_BF16 && !gt_backend_has_mixed_precision(be))
     return gt_errorf(GT_EUNSUPPORTED,
                      "measure_peak: backend %s has no gemm_ex, so it cannot run bf16 products; "
                      "measure fp32 instead or use a backend with mixed precision",
-                     be->name);
+                     gt_backend_name(be));
   size_t count = (size_t)n * n;
   size_t elem = p == GT_PRECISION_BF16 ? sizeof(gt_bf16) : sizeof(float);
   size_t in_bytes = count * elem, c_bytes = count * sizeof(float);
@@ -79,22 +79,22 @@ gt_status gt_backend_measure_peak_ex(gt_backend *be, gt_precision p, int n, doub
   void *a = NULL, *b = NULL;
   float *c = NULL;
   double best = 0.0;
-  gt_status s = be->ops->alloc(be, in_bytes, &a);
-  if (s == GT_OK) s = be->ops->alloc(be, in_bytes, &b);
-  if (s == GT_OK) s = be->ops->alloc(be, c_bytes, (void **)&c);
+  gt_status s = gt_backend_alloc(be, in_bytes, &a);
+  if (s == GT_OK) s = gt_backend_alloc(be, in_bytes, &b);
+  if (s == GT_OK) s = gt_backend_alloc(be, c_bytes, (void **)&c);
   if (s == GT_OK) s = gt_backend_upload(be, a, host, in_bytes);
   if (s == GT_OK) s = gt_backend_upload(be, b, host, in_bytes);
   if (s == GT_OK) s = time_gemms(be, p, n, seconds, a, b, c, &best);
-  if (c) be->ops->free(be, c);
-  if (b) be->ops->free(be, b);
-  if (a) be->ops->free(be, a);
+  gt_backend_free(be, c);
+  gt_backend_free(be, b);
+  gt_backend_free(be, a);
   free(host);
   if (s != GT_OK)
     return gt_error_context(s, "measuring the peak %s gemm rate of %s", gt_precision_name(p),
-                            be->name);
-  be->peak_flops = best;
+                            gt_backend_name(be));
+  gt_backend_set_peak_flops(be, best);
   if (flops) *flops = best;
-  gt_info("%s: peak %s gemm %.1f GFLOP/s (n=%d%s)", be->name, gt_precision_name(p), best / 1e9, n,
+  gt_info("%s: peak %s gemm %.1f GFLOP/s (n=%d%s)", gt_backend_name(be), gt_precision_name(p), best / 1e9, n,
           p == GT_PRECISION_BF16 ? ", bf16 operands, fp32 accumulation and result" : "");
   return GT_OK;
 }

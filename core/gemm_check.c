@@ -1,8 +1,8 @@
-/* The argument checks of gemm and gemm_ex, made the same way by every
- * backend before it touches memory: transpose flags, row-major shapes and
- * leading dimensions, batch outputs that cannot overlap, and gemm_ex's
- * operand types. */
-#include "giant/backend.h"
+/* The argument checks of gemm and gemm_ex, made once by gt_op_gemm and
+ * gt_op_gemm_ex for every backend before it touches memory: transpose
+ * flags, row-major shapes and leading dimensions, batch outputs that cannot
+ * overlap, and gemm_ex's operand types. */
+#include "core/backend_impl.h"
 
 static gt_status check_shape(const gt_backend *be, gt_transpose ta, gt_transpose tb, int m, int n, int k,
                              const void *a, int lda, const void *b, int ldb, const void *c, int ldc,

@@ -53,7 +53,7 @@ gt_status gt_optimizer_create_range(gt_model *m, const gt_optim_config *cfg, siz
   int nstate = cfg->kind == GT_OPTIM_ADAMW ? 2 : 1;
   for (int i = 0; i < nstate; i++) {
     gt_status s = gt_arena_alloc(gt_model_arena(m), bytes, (void **)&o->state[i]);
-    if (s == GT_OK) s = be->ops->memset(be, o->state[i], 0, bytes, be->compute);
+    if (s == GT_OK) s = gt_backend_memset(be, o->state[i], 0, bytes, NULL);
     if (s != GT_OK) {
       gt_optimizer_destroy(o);
       return gt_error_context(s, "optimizer state");
@@ -96,11 +96,11 @@ gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale) {
     if (o->cfg.kind == GT_OPTIM_ADAMW) {
       gt_adamw_args ar = {.lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
                           .weight_decay = wd, .step = o->steps, .grad_scale = grad_scale};
-      GT_TRY(be->ops->adamw_update(be, p + a, g + a, m0, m1, b - a, &ar));
+      GT_TRY(gt_op_adamw_update(be, p + a, g + a, m0, m1, b - a, &ar));
     } else {
       gt_sgd_args ar = {.lr = lr, .momentum = o->cfg.momentum, .weight_decay = wd, .nesterov = o->cfg.nesterov,
                         .grad_scale = grad_scale};
-      GT_TRY(be->ops->sgd_update(be, p + a, g + a, m0, b - a, &ar));
+      GT_TRY(gt_op_sgd_update(be, p + a, g + a, m0, b - a, &ar));
     }
   }
   return GT_OK;

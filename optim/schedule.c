@@ -16,7 +16,7 @@ gt_status gt_grad_norm(gt_model *m, double *norm) {
   gt_backend *be = gt_model_backend(m);
   double *dev = NULL, host = 0;
   GT_TRY(gt_arena_alloc(gt_model_arena(m), sizeof(double), (void **)&dev));
-  gt_status s = be->ops->sum_squares(be, dev, gt_model_grads(m), gt_model_buffer_floats(m));
+  gt_status s = gt_op_sum_squares(be, dev, gt_model_grads(m), gt_model_buffer_floats(m));
   if (s == GT_OK) s = gt_backend_download(be, &host, dev, sizeof host);
   gt_arena_free(gt_model_arena(m), dev);
   *norm = sqrt(host);
@@ -46,10 +46,10 @@ gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards,
     size_t a = counted && p->offset > lo ? p->offset : lo;
     size_t b = counted && p->offset + p->numel < hi ? p->offset + p->numel : hi;
     if (!counted || a >= b) {
-      s = be->ops->memset(be, dev + i, 0, sizeof(double), be->compute);
+      s = gt_backend_memset(be, dev + i, 0, sizeof(double), NULL);
       continue;
     }
-    s = be->ops->sum_squares(be, dev + i, g + a, b - a);
+    s = gt_op_sum_squares(be, dev + i, g + a, b - a);
   }
   if (s == GT_OK) s = gt_backend_download(be, host, dev, (size_t)np * sizeof(double));
   gt_arena_free(gt_model_arena(m), dev);

@@ -82,7 +82,7 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
   gt_backend *be = gt_model_backend(m);
   /* MFU needs the machine's peak; measure it once if nobody has. */
-  if (s == GT_OK && be->peak_flops <= 0) s = gt_backend_measure_peak_ex(be, cfg->precision, 512, 0.3, NULL);
+  if (s == GT_OK && gt_backend_peak_flops(be) <= 0) s = gt_backend_measure_peak_ex(be, cfg->precision, 512, 0.3, NULL);
   if (s != GT_OK) {
     gt_trainer_destroy(t);
     return s;
@@ -236,10 +236,10 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
   GT_TRY(gt_optimizer_step(t->opt, st.lr, gt_clip_factor(st.grad_norm, t->cfg.grad_clip)));
   if (t->sync) GT_TRY(gt_dp_sync_gather_params(t->sync));
   gt_backend *be = gt_model_backend(t->m);
-  GT_TRY(be->ops->stream_sync(be, be->compute));
+  GT_TRY(gt_stream_sync(be, NULL));
   st.seconds = gt_now() - t0;
   st.tokens_per_s = st.tokens / st.seconds;
-  st.mfu = be->peak_flops > 0 ? st.flops / st.seconds / be->peak_flops : 0;
+  st.mfu = gt_backend_peak_flops(be) > 0 ? st.flops / st.seconds / gt_backend_peak_flops(be) : 0;
   GT_TRY(gt_metrics_write(t->metrics, &st));
   if (t->cfg.print_every > 0 && t->step % t->cfg.print_every == 0) gt_metrics_print(stdout, &st);
   t->step++;

@@ -128,8 +128,8 @@ gt_status gt_dp_sync_finish(gt_dp_sync *s) {
     size_t S = s->shard_hi - s->shard_lo;
     GT_TRY(gt_comm_reduce_scatter(s->dp, gt_model_grads(m), s->shard, S, GT_F32, GT_COMM_SUM));
     gt_backend *be = gt_model_backend(m);
-    GT_TRY(be->ops->memcpy(be, gt_model_grads(m) + s->shard_lo, s->shard, S * sizeof(float), GT_COPY_D2D,
-                           be->compute));
+    GT_TRY(gt_backend_memcpy(be, gt_model_grads(m) + s->shard_lo, s->shard, S * sizeof(float), GT_COPY_D2D,
+                             NULL));
     s->stats.wait_seconds = gt_now() - t0;
     return GT_OK;
   }

@@ -75,7 +75,7 @@ static void nccl_teardown(nccl_state *s, bool abort) {
 static gt_status state_create(gt_comm *c, nccl_state **out) {
   nccl_state *s = calloc(1, sizeof *s);
   if (!s) return gt_errorf(GT_ENOMEM, "out of memory");
-  s->device = c->backend ? c->backend->device : 0;
+  s->device = c->backend ? gt_backend_device(c->backend) : 0;
   cudaError_t e = cudaSetDevice(s->device);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaMalloc((void **)&s->scratch, sizeof(float));

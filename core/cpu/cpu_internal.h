@@ -1,11 +1,12 @@
 /* CPU backend internals: the functions behind gt_cpu_ops. Kernels live in
  * cpu_*.c files by family; cpu_ops.c gathers them into the ops table. Those
- * files are compiled once per instruction-set level (cpu_isa.h). */
+ * files are compiled once per instruction-set level (cpu_isa.h). Arguments
+ * arrive checked by the gt_op_* wrappers (core/backend_impl.h). */
 #ifndef GIANT_CPU_INTERNAL_H
 #define GIANT_CPU_INTERNAL_H
 
 #include "core/cpu/cpu_isa.h"
-#include "giant/backend.h"
+#include "core/backend_impl.h"
 
 extern const gt_backend_ops gt_cpu_ops;
 
@@ -105,17 +106,17 @@ gt_status gt_cpu_scale(gt_backend *be, float *x, float s, size_t n);
 gt_status gt_cpu_f32_to_bf16(gt_backend *be, uint16_t *dst, const float *src, size_t n);
 gt_status gt_cpu_bf16_to_f32(gt_backend *be, float *dst, const uint16_t *src, size_t n);
 
-/* vocabulary parallelism (cpu_kernels_vocab.c) */
-gt_status gt_cpu_embedding_forward_vp(gt_backend *be, float *out, const int32_t *tokens, const float *wte, int v0,
+/* a slice of the vocabulary (cpu_kernels_vocab.c) */
+gt_status gt_cpu_embedding_slice_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte, int v0,
                                       int V, const float *wpe, int B, int T, int C);
-gt_status gt_cpu_embedding_backward_vp(gt_backend *be, float *dwte, float *dwpe, const float *dout,
+gt_status gt_cpu_embedding_slice_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
                                        const int32_t *tokens, int v0, int V, int B, int T, int C);
-gt_status gt_cpu_xent_vp_local(gt_backend *be, float *stats, float *tlogit, const float *logits,
+gt_status gt_cpu_xent_slice_stats(gt_backend *be, float *stats, float *tlogit, const float *logits,
                                const int32_t *targets, int v0, int N, int V);
-gt_status gt_cpu_xent_vp_finish(gt_backend *be, float *losses, float *probs, const float *logits,
+gt_status gt_cpu_xent_slice_finish(gt_backend *be, float *losses, float *probs, const float *logits,
                                 const float *stats_all, int P, const float *tlogit, const int32_t *targets,
                                 int vocab_total, int N, int V);
-gt_status gt_cpu_softmax_xent_backward_vp(gt_backend *be, float *dlogits, const float *probs,
+gt_status gt_cpu_softmax_xent_slice_backward(gt_backend *be, float *dlogits, const float *probs,
                                           const int32_t *targets, int v0, float dloss, int N, int V);
 
 #endif

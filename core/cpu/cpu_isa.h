@@ -62,12 +62,12 @@
 #define gt_cpu_sumsq_dev GT_CPU_ISA_NAME(gt_cpu_sumsq_dev)
 #define gt_cpu_dot_dev GT_CPU_ISA_NAME(gt_cpu_dot_dev)
 #define gt_cpu_sumsq_f64 GT_CPU_ISA_NAME(gt_cpu_sumsq_f64)
-/* cpu_kernels_vocab.c */
-#define gt_cpu_embedding_forward_vp GT_CPU_ISA_NAME(gt_cpu_embedding_forward_vp)
-#define gt_cpu_embedding_backward_vp GT_CPU_ISA_NAME(gt_cpu_embedding_backward_vp)
-#define gt_cpu_xent_vp_local GT_CPU_ISA_NAME(gt_cpu_xent_vp_local)
-#define gt_cpu_xent_vp_finish GT_CPU_ISA_NAME(gt_cpu_xent_vp_finish)
-#define gt_cpu_softmax_xent_backward_vp GT_CPU_ISA_NAME(gt_cpu_softmax_xent_backward_vp)
+/* cpu_kernels_vocab.c (a slice of the vocabulary) */
+#define gt_cpu_embedding_slice_forward GT_CPU_ISA_NAME(gt_cpu_embedding_slice_forward)
+#define gt_cpu_embedding_slice_backward GT_CPU_ISA_NAME(gt_cpu_embedding_slice_backward)
+#define gt_cpu_xent_slice_stats GT_CPU_ISA_NAME(gt_cpu_xent_slice_stats)
+#define gt_cpu_xent_slice_finish GT_CPU_ISA_NAME(gt_cpu_xent_slice_finish)
+#define gt_cpu_softmax_xent_slice_backward GT_CPU_ISA_NAME(gt_cpu_softmax_xent_slice_backward)
 #endif /* GT_CPU_ISA */
 
 #endif

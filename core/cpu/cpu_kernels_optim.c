@@ -8,8 +8,6 @@
  * correction. */
 gt_status gt_cpu_adamw_update(gt_backend *be, float *param, const float *grad, float *m, float *v,
                               size_t n, const gt_adamw_args *a) {
-  if (a->step < 1)
-    return gt_errorf(GT_EINVAL, "adamw_update: step is 1-based, got %d", a->step);
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
   float decay = 1.0f - a->lr * a->weight_decay;
@@ -34,11 +32,6 @@ gt_status gt_cpu_adamw_update(gt_backend *be, float *param, const float *grad, f
  * gradient, as PyTorch's does. */
 gt_status gt_cpu_sgd_update(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
                             const gt_sgd_args *a) {
-  if (a->momentum != 0.0f && !mom)
-    return gt_errorf(GT_EINVAL, "sgd_update: momentum %g needs a momentum buffer, got NULL",
-                     (double)a->momentum);
-  if (a->nesterov && a->momentum == 0.0f)
-    return gt_errorf(GT_EINVAL, "sgd_update: nesterov needs a nonzero momentum");
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
   float lr = a->lr, mu = a->momentum, wd = a->weight_decay, gs = a->grad_scale;

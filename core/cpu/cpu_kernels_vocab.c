@@ -1,15 +1,16 @@
-/* Vocabulary-parallel embedding and cross-entropy.
+/* Embedding and cross-entropy over a slice [v0, v0 + V) of the vocabulary.
  *
- * With the vocabulary split across ranks, no rank holds a whole row of
- * logits. Each rank reduces its columns to a (max, sum of exponentials)
- * pair; the pairs merge exactly across ranks as in online softmax:
- * M = max m_r, S = sum s_r * exp(m_r - M). */
+ * Whoever holds a slice sees only its columns of each row of logits, so it
+ * reduces them to a (max, sum of exponentials) pair; the pairs of all
+ * slices merge exactly as in online softmax: M = max m_r,
+ * S = sum s_r * exp(m_r - M). These kernels do not know who holds the
+ * other slices; the layer gathers the pairs (core/layers/lm_head.c). */
 #include <math.h>
 
 #include "core/cpu/cpu_internal.h"
 #include "core/cpu/cpu_parallel.h"
 
-gt_status gt_cpu_embedding_forward_vp(gt_backend *be, float *out, const int32_t *tokens, const float *wte, int v0,
+gt_status gt_cpu_embedding_slice_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte, int v0,
                                       int V, const float *wpe, int B, int T, int C) {
   int nt = gt_cpu_threads(be);
   int64_t N = (int64_t)B * T;
@@ -24,7 +25,7 @@ gt_status gt_cpu_embedding_forward_vp(gt_backend *be, float *out, const int32_t 
   return GT_OK;
 }
 
-gt_status gt_cpu_embedding_backward_vp(gt_backend *be, float *dwte, float *dwpe, const float *dout,
+gt_status gt_cpu_embedding_slice_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
                                        const int32_t *tokens, int v0, int V, int B, int T, int C) {
   int nt = gt_cpu_threads(be);
   /* Channels split across threads: no two threads touch one element, and
@@ -49,7 +50,7 @@ gt_status gt_cpu_embedding_backward_vp(gt_backend *be, float *dwte, float *dwpe,
   return GT_OK;
 }
 
-gt_status gt_cpu_xent_vp_local(gt_backend *be, float *stats, float *tlogit, const float *logits,
+gt_status gt_cpu_xent_slice_stats(gt_backend *be, float *stats, float *tlogit, const float *logits,
                                const int32_t *targets, int v0, int N, int V) {
   int nt = gt_cpu_threads(be);
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -67,7 +68,7 @@ gt_status gt_cpu_xent_vp_local(gt_backend *be, float *stats, float *tlogit, cons
   return GT_OK;
 }
 
-gt_status gt_cpu_xent_vp_finish(gt_backend *be, float *losses, float *probs, const float *logits,
+gt_status gt_cpu_xent_slice_finish(gt_backend *be, float *losses, float *probs, const float *logits,
                                 const float *stats_all, int P, const float *tlogit, const int32_t *targets,
                                 int vocab_total, int N, int V) {
   for (int i = 0; i < N; i++)
@@ -93,7 +94,7 @@ gt_status gt_cpu_xent_vp_finish(gt_backend *be, float *losses, float *probs, con
   return GT_OK;
 }
 
-gt_status gt_cpu_softmax_xent_backward_vp(gt_backend *be, float *dlogits, const float *probs,
+gt_status gt_cpu_softmax_xent_slice_backward(gt_backend *be, float *dlogits, const float *probs,
                                           const int32_t *targets, int v0, float dloss, int N, int V) {
   int nt = gt_cpu_threads(be);
 #pragma omp parallel for num_threads(nt) schedule(static)

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/cpu/cpu_isa.h"
-#include "giant/backend.h"
+#include "core/backend_impl.h"
 
 /* Element-wise loops below this size run on one thread: waking the pool
  * costs more than the work. */

@@ -19,60 +19,6 @@
  * and their results reproducible. 32 MiB is what NVIDIA advises for Hopper. */
 #define BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 
-static gt_backend_ops make_ops(void) {
-  gt_backend_ops o;
-  memset(&o, 0, sizeof o);
-  o.alloc = gt_cuda_alloc;
-  o.free = gt_cuda_free;
-  o.host_alloc = gt_cuda_host_alloc;
-  o.host_free = gt_cuda_host_free;
-  o.memcpy = gt_cuda_memcpy;
-  o.memset = gt_cuda_memset;
-  o.stream_create = gt_cuda_stream_create;
-  o.stream_destroy = gt_cuda_stream_destroy;
-  o.stream_sync = gt_cuda_stream_sync;
-  o.event_create = gt_cuda_event_create;
-  o.event_destroy = gt_cuda_event_destroy;
-  o.event_record = gt_cuda_event_record;
-  o.stream_wait_event = gt_cuda_stream_wait_event;
-  o.event_sync = gt_cuda_event_sync;
-  o.gemm = gt_cuda_gemm;
-  o.embedding_forward = gt_cuda_embedding_forward;
-  o.embedding_backward = gt_cuda_embedding_backward;
-  o.layernorm_forward = gt_cuda_layernorm_forward;
-  o.layernorm_backward = gt_cuda_layernorm_backward;
-  o.linear_forward = gt_cuda_linear_forward;
-  o.linear_backward = gt_cuda_linear_backward;
-  o.gelu_forward = gt_cuda_gelu_forward;
-  o.gelu_backward = gt_cuda_gelu_backward;
-  o.residual_forward = gt_cuda_residual_forward;
-  o.residual_backward = gt_cuda_residual_backward;
-  o.attention_forward = gt_cuda_attention_forward;
-  o.attention_backward = gt_cuda_attention_backward;
-  o.softmax_xent_forward = gt_cuda_softmax_xent_forward;
-  o.softmax_xent_backward = gt_cuda_softmax_xent_backward;
-  o.adamw_update = gt_cuda_adamw_update;
-  o.sgd_update = gt_cuda_sgd_update;
-  o.sum_squares = gt_cuda_sum_squares;
-  o.scale = gt_cuda_scale;
-  o.f32_to_bf16 = gt_cuda_f32_to_bf16;
-  o.bf16_to_f32 = gt_cuda_bf16_to_f32;
-  o.destroy = gt_cuda_destroy;
-  o.gemm_ex = gt_cuda_gemm_ex;
-  o.embedding_forward_vp = gt_cuda_embedding_forward_vp;
-  o.embedding_backward_vp = gt_cuda_embedding_backward_vp;
-  o.xent_vp_local = gt_cuda_xent_vp_local;
-  o.xent_vp_finish = gt_cuda_xent_vp_finish;
-  o.softmax_xent_backward_vp = gt_cuda_softmax_xent_backward_vp;
-  o.bias_add = gt_cuda_bias_add;
-  o.bias_backward = gt_cuda_bias_backward;
-  o.causal_softmax_forward = gt_cuda_causal_softmax_forward;
-  o.causal_softmax_backward = gt_cuda_causal_softmax_backward;
-  return o;
-}
-
-static const gt_backend_ops cuda_ops = make_ops();
-
 /* ---- errors ---- */
 
 gt_status gt_cuda_check(gt_backend *be, cudaError_t e, const char *what) {
@@ -224,7 +170,7 @@ gt_status gt_cuda_backend_create(const gt_backend_config *cfg, gt_backend **out)
     free(cu);
     return gt_errorf(GT_ENOMEM, "cuda: out of host memory creating the backend");
   }
-  be->ops = &cuda_ops;
+  be->ops = &gt_cuda_ops;
   be->kind = GT_DEVICE_CUDA;
   be->device = dev;
   be->num_threads = 1;

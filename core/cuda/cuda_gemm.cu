@@ -37,13 +37,11 @@ static gt_status scale_c(gt_backend *be, T *c, int m, int n, int ldc, int64_t st
   return gt_cuda_launched(be, "gemm_scale_c");
 }
 
+/* Its callers are gt_op_gemm and gt_op_gemm_ex, which have checked the
+ * arguments, and kernels whose own checked sizes make valid products. */
 gt_status gt_cuda_gemm_rm(gt_backend *be, gt_transpose ta, gt_transpose tb, int m, int n, int k,
                           float alpha, const float *a, int lda, int64_t sa, const float *b, int ldb,
                           int64_t sb, float beta, float *c, int ldc, int64_t sc, int batch) {
-  gt_gemm_args g = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
-                    .a = a, .lda = lda, .stride_a = sa, .b = b, .ldb = ldb, .stride_b = sb,
-                    .c = c, .ldc = ldc, .stride_c = sc, .batch = batch};
-  GT_TRY(gt_gemm_check(be, &g));
   if (m == 0 || n == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
   if (k == 0) return scale_c(be, c, m, n, ldc, sc, batch, beta);
@@ -57,18 +55,17 @@ gt_status gt_cuda_gemm_rm(gt_backend *be, gt_transpose ta, gt_transpose tb, int 
   return gt_cuda_blas_check(be, st, batch == 1 ? "cublasSgemm" : "cublasSgemmStridedBatched");
 }
 
-/* gemm_rm makes the checks. */
 gt_status gt_cuda_gemm(gt_backend *be, const gt_gemm_args *g) {
   return gt_cuda_gemm_rm(be, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, g->a, g->lda,
                          g->stride_a, g->b, g->ldb, g->stride_b, g->beta, g->c, g->ldc, g->stride_c,
                          g->batch);
 }
 
-/* gemm_ex_check has admitted only f32 and bf16. */
+/* gt_gemm_ex_check has admitted only f32 and bf16. */
 static cudaDataType_t cuda_type(gt_dtype t) { return t == GT_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
+/* gt_op_gemm_ex has checked the arguments. */
 gt_status gt_cuda_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g) {
-  GT_TRY(gt_gemm_ex_check(be, g));
   if (g->m == 0 || g->n == 0) return GT_OK;
   cudaDataType_t at = cuda_type(g->a_type), bt = cuda_type(g->b_type), ct = cuda_type(g->c_type);
   /* fp32 operands (and so an fp32 result) are the plain gemm, bit for bit,

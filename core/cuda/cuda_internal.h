@@ -1,5 +1,6 @@
 /* CUDA backend internals: the device state behind a gt_backend, error
  * helpers every .cu file shares, and the functions behind the ops table.
+ * Arguments arrive checked by the gt_op_* wrappers (core/backend_impl.h).
  *
  * Threading: the compute stream and the cuBLAS handle belong to the thread
  * that issues kernels (the training thread). Memory, copies, streams and
@@ -12,7 +13,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "giant/backend.h"
+#include "core/backend_impl.h"
 
 struct gt_stream {
   cudaStream_t s;
@@ -43,6 +44,9 @@ typedef struct gt_cuda {
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The operation table (cuda_ops.c). */
+extern const gt_backend_ops gt_cuda_ops;
 
 gt_status gt_cuda_backend_create(const gt_backend_config *cfg, gt_backend **out);
 bool gt_cuda_available(char *why, size_t why_len);
@@ -150,17 +154,17 @@ gt_status gt_cuda_scale(gt_backend *be, float *x, float s, size_t n);
 gt_status gt_cuda_f32_to_bf16(gt_backend *be, uint16_t *dst, const float *src, size_t n);
 gt_status gt_cuda_bf16_to_f32(gt_backend *be, float *dst, const uint16_t *src, size_t n);
 
-/* vocabulary parallelism (cuda_kernels_vocab.cu) */
-gt_status gt_cuda_embedding_forward_vp(gt_backend *be, float *out, const int32_t *tokens, const float *wte, int v0,
+/* a slice of the vocabulary (cuda_kernels_vocab.cu) */
+gt_status gt_cuda_embedding_slice_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte, int v0,
                                        int V, const float *wpe, int B, int T, int C);
-gt_status gt_cuda_embedding_backward_vp(gt_backend *be, float *dwte, float *dwpe, const float *dout,
+gt_status gt_cuda_embedding_slice_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
                                         const int32_t *tokens, int v0, int V, int B, int T, int C);
-gt_status gt_cuda_xent_vp_local(gt_backend *be, float *stats, float *tlogit, const float *logits,
+gt_status gt_cuda_xent_slice_stats(gt_backend *be, float *stats, float *tlogit, const float *logits,
                                 const int32_t *targets, int v0, int N, int V);
-gt_status gt_cuda_xent_vp_finish(gt_backend *be, float *losses, float *probs, const float *logits,
+gt_status gt_cuda_xent_slice_finish(gt_backend *be, float *losses, float *probs, const float *logits,
                                  const float *stats_all, int P, const float *tlogit, const int32_t *targets,
                                  int vocab_total, int N, int V);
-gt_status gt_cuda_softmax_xent_backward_vp(gt_backend *be, float *dlogits, const float *probs,
+gt_status gt_cuda_softmax_xent_slice_backward(gt_backend *be, float *dlogits, const float *probs,
                                            const int32_t *targets, int v0, float dloss, int N, int V);
 
 #ifdef __cplusplus

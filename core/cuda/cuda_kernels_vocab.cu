@@ -1,14 +1,14 @@
-/* Vocabulary-parallel embedding and cross-entropy on CUDA (see the CPU
- * version, core/cpu/cpu_kernels_vocab.c, for the scheme): one thread per
+/* Embedding and cross-entropy over a slice of the vocabulary on CUDA (see
+ * the CPU version, core/cpu/cpu_kernels_vocab.c, for the scheme): one thread per
  * element for the embedding, one block per row for the loss. No atomics, so
  * results repeat bit for bit. */
 #include <math.h>
 
 #include "core/cuda/cuda_internal.h"
 
-#define VP_THREADS 256
+#define SLICE_THREADS 256
 
-__global__ void embedding_forward_vp_kernel(float *out, const int32_t *tokens, const float *wte, int v0, int V,
+__global__ void embedding_slice_forward_kernel(float *out, const int32_t *tokens, const float *wte, int v0, int V,
                                             const float *wpe, int T, int C, int64_t n) {
   for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
     int64_t i = k / C;
@@ -21,7 +21,7 @@ __global__ void embedding_forward_vp_kernel(float *out, const int32_t *tokens, c
 }
 
 /* One thread per channel walks every token in order: deterministic sums. */
-__global__ void embedding_backward_vp_kernel(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+__global__ void embedding_slice_backward_kernel(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                                              int v0, int V, int64_t N, int T, int C) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
@@ -33,7 +33,7 @@ __global__ void embedding_backward_vp_kernel(float *dwte, float *dwpe, const flo
   }
 }
 
-__global__ void xent_vp_local_kernel(float *stats, float *tlogit, const float *logits, const int32_t *targets,
+__global__ void xent_slice_stats_kernel(float *stats, float *tlogit, const float *logits, const int32_t *targets,
                                      int v0, int N, int V) {
   int64_t i = blockIdx.x;
   const float *x = logits + i * V;
@@ -47,7 +47,7 @@ __global__ void xent_vp_local_kernel(float *stats, float *tlogit, const float *l
   }
 }
 
-__global__ void xent_vp_finish_kernel(float *losses, float *probs, const float *logits, const float *stats_all,
+__global__ void xent_slice_finish_kernel(float *losses, float *probs, const float *logits, const float *stats_all,
                                       int P, const float *tlogit, const int32_t *targets, int N, int V) {
   int64_t i = blockIdx.x;
   float M = -INFINITY;
@@ -62,7 +62,7 @@ __global__ void xent_vp_finish_kernel(float *losses, float *probs, const float *
   if (threadIdx.x == 0) losses[i] = targets[i] < 0 ? 0.0f : (float)(log(S) + M - tlogit[i]);
 }
 
-__global__ void softmax_xent_backward_vp_kernel(float *dlogits, const float *probs, const int32_t *targets, int v0,
+__global__ void softmax_xent_slice_backward_kernel(float *dlogits, const float *probs, const int32_t *targets, int v0,
                                                 float dloss, int V) {
   int64_t i = blockIdx.x;
   const float *p = probs + i * V;
@@ -90,49 +90,50 @@ static gt_status check_tokens(gt_backend *be, const char *op, const int32_t *ids
   return GT_OK;
 }
 
-gt_status gt_cuda_embedding_forward_vp(gt_backend *be, float *out, const int32_t *tokens, const float *wte, int v0,
+gt_status gt_cuda_embedding_slice_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte, int v0,
                                        int V, const float *wpe, int B, int T, int C) {
   GT_TRY(gt_cuda_enter(be));
   int64_t n = (int64_t)B * T * C;
-  GT_TRY(check_tokens(be, "embedding_forward_vp", tokens, (int64_t)B * T, 0, INT64_MAX));
+  GT_TRY(check_tokens(be, "embedding_slice_forward", tokens, (int64_t)B * T, 0, INT64_MAX));
   if (n == 0) return GT_OK;
-  embedding_forward_vp_kernel<<<gt_cuda_blocks((size_t)n, VP_THREADS), VP_THREADS, 0, gt_cuda_stream(be)>>>(
+  embedding_slice_forward_kernel<<<gt_cuda_blocks((size_t)n, SLICE_THREADS), SLICE_THREADS, 0, gt_cuda_stream(be)>>>(
       out, tokens, wte, v0, V, wpe, T, C, n);
-  return gt_cuda_launched(be, "embedding_forward_vp");
+  return gt_cuda_launched(be, "embedding_slice_forward");
 }
 
-gt_status gt_cuda_embedding_backward_vp(gt_backend *be, float *dwte, float *dwpe, const float *dout,
+gt_status gt_cuda_embedding_slice_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
                                         const int32_t *tokens, int v0, int V, int B, int T, int C) {
   GT_TRY(gt_cuda_enter(be));
   if (C == 0 || B * T == 0) return GT_OK;
-  embedding_backward_vp_kernel<<<(C + VP_THREADS - 1) / VP_THREADS, VP_THREADS, 0, gt_cuda_stream(be)>>>(
+  embedding_slice_backward_kernel<<<(C + SLICE_THREADS - 1) / SLICE_THREADS, SLICE_THREADS, 0, gt_cuda_stream(be)>>>(
       dwte, dwpe, dout, tokens, v0, V, (int64_t)B * T, T, C);
-  return gt_cuda_launched(be, "embedding_backward_vp");
+  return gt_cuda_launched(be, "embedding_slice_backward");
 }
 
-gt_status gt_cuda_xent_vp_local(gt_backend *be, float *stats, float *tlogit, const float *logits,
+gt_status gt_cuda_xent_slice_stats(gt_backend *be, float *stats, float *tlogit, const float *logits,
                                 const int32_t *targets, int v0, int N, int V) {
   GT_TRY(gt_cuda_enter(be));
   if (N == 0) return GT_OK;
-  xent_vp_local_kernel<<<N, VP_THREADS, 0, gt_cuda_stream(be)>>>(stats, tlogit, logits, targets, v0, N, V);
-  return gt_cuda_launched(be, "xent_vp_local");
+  xent_slice_stats_kernel<<<N, SLICE_THREADS, 0, gt_cuda_stream(be)>>>(stats, tlogit, logits, targets, v0, N, V);
+  return gt_cuda_launched(be, "xent_slice_stats");
 }
 
-gt_status gt_cuda_xent_vp_finish(gt_backend *be, float *losses, float *probs, const float *logits,
+gt_status gt_cuda_xent_slice_finish(gt_backend *be, float *losses, float *probs, const float *logits,
                                  const float *stats_all, int P, const float *tlogit, const int32_t *targets,
                                  int vocab_total, int N, int V) {
   GT_TRY(gt_cuda_enter(be));
-  GT_TRY(check_tokens(be, "xent_vp_finish", targets, N, INT32_MIN, vocab_total));
+  GT_TRY(check_tokens(be, "xent_slice_finish", targets, N, INT32_MIN, vocab_total));
   if (N == 0) return GT_OK;
-  xent_vp_finish_kernel<<<N, VP_THREADS, 0, gt_cuda_stream(be)>>>(losses, probs, logits, stats_all, P, tlogit,
+  xent_slice_finish_kernel<<<N, SLICE_THREADS, 0, gt_cuda_stream(be)>>>(losses, probs, logits, stats_all, P, tlogit,
                                                                   targets, N, V);
-  return gt_cuda_launched(be, "xent_vp_finish");
+  return gt_cuda_launched(be, "xent_slice_finish");
 }
 
-gt_status gt_cuda_softmax_xent_backward_vp(gt_backend *be, float *dlogits, const float *probs,
+gt_status gt_cuda_softmax_xent_slice_backward(gt_backend *be, float *dlogits, const float *probs,
                                            const int32_t *targets, int v0, float dloss, int N, int V) {
   GT_TRY(gt_cuda_enter(be));
   if (N == 0) return GT_OK;
-  softmax_xent_backward_vp_kernel<<<N, VP_THREADS, 0, gt_cuda_stream(be)>>>(dlogits, probs, targets, v0, dloss, V);
-  return gt_cuda_launched(be, "softmax_xent_backward_vp");
+  softmax_xent_slice_backward_kernel<<<N, SLICE_THREADS, 0, gt_cuda_stream(be)>>>(dlogits, probs, targets, v0,
+                                                                                  dloss, V);
+  return gt_cuda_launched(be, "softmax_xent_slice_backward");
 }

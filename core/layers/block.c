@@ -121,7 +121,6 @@ static gt_status block_forward(gt_layer *self, const gt_layer_ctx *ctx, const fl
   if (gt_layer_seq_parallel(self)) return block_forward_sp(self, ctx, in, out, acts);
   const block_cfg *c = self->state;
   gt_backend *be = ctx->be;
-  const gt_backend_ops *op = be->ops;
   int B = ctx->B, T = ctx->T, N = B * T, C = c->C, Cl = c->Cl, Hl = c->Hl;
   size_t NC = (size_t)N * (size_t)C;
   block_acts a = layout(c, acts, B, T);
@@ -129,18 +128,18 @@ static gt_status block_forward(gt_layer *self, const gt_layer_ctx *ctx, const fl
   /* A row-parallel bias is added by one rank, before the sum. */
   bool bias_here = gt_layer_tp_rank(self) == 0;
 
-  GT_TRY(op->layernorm_forward(be, a.ln1, a.ln1_mean, a.ln1_rstd, in, P(LN1W), P(LN1B), N, C));
+  GT_TRY(gt_op_layernorm_forward(be, a.ln1, a.ln1_mean, a.ln1_rstd, in, P(LN1W), P(LN1B), N, C));
   GT_TRY(gt_layer_linear_forward(self, ctx, a.qkv, a.ln1, QKVW, P(QKVB), N, C, 3 * Cl));
   GT_TRY(gt_layer_attention_forward(self, ctx, a.atty, a.att, a.qkv, B, T, Cl, c->NHl));
   GT_TRY(gt_layer_linear_forward(self, ctx, tmp, a.atty, PROJW, bias_here ? P(PROJB) : NULL, N, Cl, C));
   GT_TRY(tp_sum(self, tmp, NC));
-  GT_TRY(op->residual_forward(be, a.res2, in, tmp, NC));
-  GT_TRY(op->layernorm_forward(be, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(LN2W), P(LN2B), N, C));
+  GT_TRY(gt_op_residual_forward(be, a.res2, in, tmp, NC));
+  GT_TRY(gt_op_layernorm_forward(be, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(LN2W), P(LN2B), N, C));
   GT_TRY(gt_layer_linear_forward(self, ctx, a.fch, a.ln2, FC1W, P(FC1B), N, C, Hl));
-  GT_TRY(op->gelu_forward(be, a.fch_gelu, a.fch, (size_t)N * (size_t)Hl));
+  GT_TRY(gt_op_gelu_forward(be, a.fch_gelu, a.fch, (size_t)N * (size_t)Hl));
   GT_TRY(gt_layer_linear_forward(self, ctx, tmp, a.fch_gelu, FC2W, bias_here ? P(FC2B) : NULL, N, Hl, C));
   GT_TRY(tp_sum(self, tmp, NC));
-  return op->residual_forward(be, out, a.res2, tmp, NC);
+  return gt_op_residual_forward(be, out, a.res2, tmp, NC);
 }
 
 static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
@@ -148,7 +147,6 @@ static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const f
   if (gt_layer_seq_parallel(self)) return block_backward_sp(self, ctx, in, dout, din, acts);
   const block_cfg *c = self->state;
   gt_backend *be = ctx->be;
-  const gt_backend_ops *op = be->ops;
   int B = ctx->B, T = ctx->T, N = B * T, C = c->C, Cl = c->Cl, Hl = c->Hl;
   size_t NC = (size_t)N * (size_t)C, NCl = (size_t)N * (size_t)Cl, NHl = (size_t)N * (size_t)Hl;
   block_acts a = layout(c, acts, B, T);
@@ -156,18 +154,18 @@ static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const f
   float *dfch_gelu = dqkv + 3 * NCl, *dfch = dfch_gelu + NHl, *datt = dfch + NHl;
 
   /* MLP branch: out = res2 + fc2(gelu(fc1(ln2(res2)))). */
-  GT_TRY(be->ops->memcpy(be, dres2, dout, NC * sizeof(float), GT_COPY_D2D, be->compute));
+  GT_TRY(gt_backend_memcpy(be, dres2, dout, NC * sizeof(float), GT_COPY_D2D, NULL));
   GT_TRY(GT_ZERO(be, dfch_gelu, NHl));
   GT_TRY(gt_layer_linear_backward(self, ctx, dfch_gelu, G(FC2B), dout, a.fch_gelu, FC2W, N, Hl, C));
   GT_TRY(GT_ZERO(be, dfch, NHl));
-  GT_TRY(op->gelu_backward(be, dfch, a.fch, dfch_gelu, NHl));
+  GT_TRY(gt_op_gelu_backward(be, dfch, a.fch, dfch_gelu, NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
   GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(FC1B), dfch, a.ln2, FC1W, N, C, Hl));
   GT_TRY(tp_sum(self, dln, NC));
-  GT_TRY(op->layernorm_backward(be, dres2, G(LN2W), G(LN2B), dln, a.res2, P(LN2W), a.ln2_mean, a.ln2_rstd, N, C));
+  GT_TRY(gt_op_layernorm_backward(be, dres2, G(LN2W), G(LN2B), dln, a.res2, P(LN2W), a.ln2_mean, a.ln2_rstd, N, C));
 
   /* Attention branch: res2 = in + proj(attention(qkv(ln1(in)))). */
-  GT_TRY(op->residual_backward(be, din, NULL, dres2, NC));
+  GT_TRY(gt_op_residual_backward(be, din, NULL, dres2, NC));
   GT_TRY(GT_ZERO(be, datty, NCl));
   GT_TRY(gt_layer_linear_backward(self, ctx, datty, G(PROJB), dres2, a.atty, PROJW, N, Cl, C));
   GT_TRY(GT_ZERO(be, dqkv, 3 * NCl));
@@ -175,7 +173,7 @@ static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const f
   GT_TRY(GT_ZERO(be, dln, NC));
   GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(QKVB), dqkv, a.ln1, QKVW, N, C, 3 * Cl));
   GT_TRY(tp_sum(self, dln, NC));
-  return op->layernorm_backward(be, din, G(LN1W), G(LN1B), dln, in, P(LN1W), a.ln1_mean, a.ln1_rstd, N, C);
+  return gt_op_layernorm_backward(be, din, G(LN1W), G(LN1B), dln, in, P(LN1W), a.ln1_mean, a.ln1_rstd, N, C);
 }
 
 /* ---- sequence parallelism ---- */
@@ -184,7 +182,6 @@ static gt_status block_forward_sp(gt_layer *self, const gt_layer_ctx *ctx, const
                                   float *acts) {
   const block_cfg *c = self->state;
   gt_backend *be = ctx->be;
-  const gt_backend_ops *op = be->ops;
   gt_group *g = self->tp;
   int B = ctx->B, T = ctx->T, N = B * T, C = c->C, Cl = c->Cl, Hl = c->Hl, rows = 0;
   GT_TRY(gt_layer_rows(self, ctx, &rows));
@@ -193,28 +190,27 @@ static gt_status block_forward_sp(gt_layer *self, const gt_layer_ctx *ctx, const
   float *sh = ctx->scratch, *tmp = sh + RC; /* a shard (rows, C) and a whole (N, C) */
   bool bias_here = g->rank == 0;
 
-  GT_TRY(op->layernorm_forward(be, sh, a.ln1_mean, a.ln1_rstd, in, P(LN1W), P(LN1B), rows, C));
+  GT_TRY(gt_op_layernorm_forward(be, sh, a.ln1_mean, a.ln1_rstd, in, P(LN1W), P(LN1B), rows, C));
   GT_TRY(g->allgather(g, sh, a.ln1, RC));
   GT_TRY(gt_layer_linear_forward(self, ctx, a.qkv, a.ln1, QKVW, P(QKVB), N, C, 3 * Cl));
   GT_TRY(gt_layer_attention_forward(self, ctx, a.atty, a.att, a.qkv, B, T, Cl, c->NHl));
   GT_TRY(gt_layer_linear_forward(self, ctx, tmp, a.atty, PROJW, bias_here ? P(PROJB) : NULL, N, Cl, C));
   GT_TRY(g->reduce_scatter_sum(g, tmp, sh, RC));
-  GT_TRY(op->residual_forward(be, a.res2, in, sh, RC));
-  GT_TRY(op->layernorm_forward(be, sh, a.ln2_mean, a.ln2_rstd, a.res2, P(LN2W), P(LN2B), rows, C));
+  GT_TRY(gt_op_residual_forward(be, a.res2, in, sh, RC));
+  GT_TRY(gt_op_layernorm_forward(be, sh, a.ln2_mean, a.ln2_rstd, a.res2, P(LN2W), P(LN2B), rows, C));
   GT_TRY(g->allgather(g, sh, a.ln2, RC));
   GT_TRY(gt_layer_linear_forward(self, ctx, a.fch, a.ln2, FC1W, P(FC1B), N, C, Hl));
-  GT_TRY(op->gelu_forward(be, a.fch_gelu, a.fch, (size_t)N * (size_t)Hl));
+  GT_TRY(gt_op_gelu_forward(be, a.fch_gelu, a.fch, (size_t)N * (size_t)Hl));
   GT_TRY(gt_layer_linear_forward(self, ctx, tmp, a.fch_gelu, FC2W, bias_here ? P(FC2B) : NULL, N, Hl, C));
   (void)NC;
   GT_TRY(g->reduce_scatter_sum(g, tmp, sh, RC));
-  return op->residual_forward(be, out, a.res2, sh, RC);
+  return gt_op_residual_forward(be, out, a.res2, sh, RC);
 }
 
 static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
                                    float *din, float *acts) {
   const block_cfg *c = self->state;
   gt_backend *be = ctx->be;
-  const gt_backend_ops *op = be->ops;
   gt_group *g = self->tp;
   int B = ctx->B, T = ctx->T, N = B * T, C = c->C, Cl = c->Cl, Hl = c->Hl, rows = 0;
   GT_TRY(gt_layer_rows(self, ctx, &rows));
@@ -226,12 +222,12 @@ static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, cons
   float *lntmp = datt + (size_t)B * (size_t)c->NHl * (size_t)T * (size_t)T;
 
   /* MLP branch, with the whole output gradient gathered for the products. */
-  GT_TRY(be->ops->memcpy(be, dres2, dout, RC * sizeof(float), GT_COPY_D2D, be->compute));
+  GT_TRY(gt_backend_memcpy(be, dres2, dout, RC * sizeof(float), GT_COPY_D2D, NULL));
   GT_TRY(g->allgather(g, dout, dfull, RC));
   GT_TRY(GT_ZERO(be, dfch_gelu, NHl));
   GT_TRY(gt_layer_linear_backward(self, ctx, dfch_gelu, G(FC2B), dfull, a.fch_gelu, FC2W, N, Hl, C));
   GT_TRY(GT_ZERO(be, dfch, NHl));
-  GT_TRY(op->gelu_backward(be, dfch, a.fch, dfch_gelu, NHl));
+  GT_TRY(gt_op_gelu_backward(be, dfch, a.fch, dfch_gelu, NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
   GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(FC1B), dfch, a.ln2, FC1W, N, C, Hl));
   GT_TRY(g->reduce_scatter_sum(g, dln, dsh, RC));
@@ -239,7 +235,7 @@ static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, cons
                                      a.ln2_rstd, rows, C, lntmp));
 
   /* Attention branch. */
-  GT_TRY(op->residual_backward(be, din, NULL, dres2, RC));
+  GT_TRY(gt_op_residual_backward(be, din, NULL, dres2, RC));
   GT_TRY(g->allgather(g, dres2, dfull, RC));
   GT_TRY(GT_ZERO(be, datty, NCl));
   GT_TRY(gt_layer_linear_backward(self, ctx, datty, G(PROJB), dfull, a.atty, PROJW, N, Cl, C));

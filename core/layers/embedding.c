@@ -48,13 +48,13 @@ static gt_status emb_forward(gt_layer *self, const gt_layer_ctx *ctx, const floa
   const float *wpe = c->positional ? gt_layer_param(self, WPE) : NULL;
   gt_backend *be = ctx->be;
   if (!self->tp)
-    return be->ops->embedding_forward(be, out, ctx->tokens, gt_layer_param(self, WTE), wpe, ctx->B, ctx->T, c->C);
+    return gt_op_embedding_forward(be, out, ctx->tokens, gt_layer_param(self, WTE), wpe, ctx->B, ctx->T, c->C);
   int V = c->vocab_size / self->tp->size, v0 = self->tp->rank * V, rows = 0;
   GT_TRY(gt_layer_rows(self, ctx, &rows));
   size_t NC = (size_t)ctx->B * (size_t)ctx->T * (size_t)c->C;
   /* On sequence shards the parts are summed and scattered in one step. */
   float *part = gt_layer_seq_parallel(self) ? ctx->scratch : out;
-  GT_TRY(be->ops->embedding_forward_vp(be, part, ctx->tokens, gt_layer_param(self, WTE), v0, V,
+  GT_TRY(gt_op_embedding_slice_forward(be, part, ctx->tokens, gt_layer_param(self, WTE), v0, V,
                                        self->tp->rank == 0 ? wpe : NULL, ctx->B, ctx->T, c->C));
   if (gt_layer_seq_parallel(self)) return self->tp->reduce_scatter_sum(self->tp, part, out, (size_t)rows * c->C);
   return self->tp->allreduce_sum(self->tp, out, NC);
@@ -67,7 +67,7 @@ static gt_status emb_backward(gt_layer *self, const gt_layer_ctx *ctx, const flo
   float *dwpe = c->positional ? gt_layer_grad(self, WPE) : NULL;
   gt_backend *be = ctx->be;
   if (!self->tp)
-    return be->ops->embedding_backward(be, gt_layer_grad(self, WTE), dwpe, dout, ctx->tokens, ctx->B, ctx->T, c->C);
+    return gt_op_embedding_backward(be, gt_layer_grad(self, WTE), dwpe, dout, ctx->tokens, ctx->B, ctx->T, c->C);
   /* dout is whole on every rank, so the position gradient comes out the same
    * everywhere, as the replicated table needs. */
   int V = c->vocab_size / self->tp->size, v0 = self->tp->rank * V, rows = 0;
@@ -76,7 +76,7 @@ static gt_status emb_backward(gt_layer *self, const gt_layer_ctx *ctx, const flo
     GT_TRY(self->tp->allgather(self->tp, dout, ctx->scratch, (size_t)rows * c->C));
     dout = ctx->scratch;
   }
-  return be->ops->embedding_backward_vp(be, gt_layer_grad(self, WTE), dwpe, dout, ctx->tokens, v0, V, ctx->B,
+  return gt_op_embedding_slice_backward(be, gt_layer_grad(self, WTE), dwpe, dout, ctx->tokens, v0, V, ctx->B,
                                         ctx->T, c->C);
 }
 

@@ -21,8 +21,8 @@ static inline void gt_layer_free_state(gt_layer *self) {
   self->state = NULL;
 }
 
-#define GT_ZERO(be, ptr, nfloats) \
-  (be)->ops->memset((be), (ptr), 0, (size_t)(nfloats) * sizeof(float), (be)->compute)
+/* Zeroes nfloats floats on the compute stream. */
+#define GT_ZERO(be, ptr, nfloats) gt_backend_memset((be), (ptr), 0, (size_t)(nfloats) * sizeof(float), NULL)
 
 /* Token rows this rank holds between layers: N, or N/p on sequence shards. */
 static inline gt_status gt_layer_rows(const gt_layer *self, const gt_layer_ctx *ctx, int *rows) {
@@ -49,12 +49,12 @@ static inline gt_status gt_layernorm_backward_shard(gt_layer *self, const gt_lay
                                                     int rows, int C, float *tmp) {
   gt_backend *be = ctx->be;
   if (!gt_layer_seq_parallel(self))
-    return be->ops->layernorm_backward(be, din, dw, db, dout, inp, w, mean, rstd, rows, C);
+    return gt_op_layernorm_backward(be, din, dw, db, dout, inp, w, mean, rstd, rows, C);
   GT_TRY(GT_ZERO(be, tmp, 2 * (size_t)C));
-  GT_TRY(be->ops->layernorm_backward(be, din, tmp, tmp + C, dout, inp, w, mean, rstd, rows, C));
+  GT_TRY(gt_op_layernorm_backward(be, din, tmp, tmp + C, dout, inp, w, mean, rstd, rows, C));
   GT_TRY(self->tp->allreduce_sum(self->tp, tmp, 2 * (size_t)C));
-  GT_TRY(be->ops->residual_backward(be, dw, NULL, tmp, (size_t)C));
-  return be->ops->residual_backward(be, db, NULL, tmp + C, (size_t)C);
+  GT_TRY(gt_op_residual_backward(be, dw, NULL, tmp, (size_t)C));
+  return gt_op_residual_backward(be, db, NULL, tmp + C, (size_t)C);
 }
 
 #endif

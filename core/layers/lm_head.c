@@ -76,13 +76,13 @@ static gt_status head_forward(gt_layer *self, const gt_layer_ctx *ctx, const flo
     in = whole;
   }
   GT_TRY(gt_layer_linear_forward(self, ctx, acts, in, 0, NULL, N, c->C, V));
-  if (!self->tp) return be->ops->softmax_xent_forward(be, out, acts, acts, ctx->targets, N, V);
+  if (!self->tp) return gt_op_softmax_xent_forward(be, out, acts, acts, ctx->targets, N, V);
   gt_group *g = self->tp;
   float *stats = ctx->scratch, *all = stats + 2 * (size_t)N, *tlogit = all + 2 * (size_t)N * g->size;
-  GT_TRY(be->ops->xent_vp_local(be, stats, tlogit, acts, ctx->targets, g->rank * V, N, V));
+  GT_TRY(gt_op_xent_slice_stats(be, stats, tlogit, acts, ctx->targets, g->rank * V, N, V));
   GT_TRY(g->allgather(g, stats, all, 2 * (size_t)N));
   GT_TRY(g->allreduce_sum(g, tlogit, (size_t)N));
-  return be->ops->xent_vp_finish(be, out, acts, acts, all, g->size, tlogit, ctx->targets, c->vocab_size, N, V);
+  return gt_op_xent_slice_finish(be, out, acts, acts, all, g->size, tlogit, ctx->targets, c->vocab_size, N, V);
 }
 
 static gt_status head_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
@@ -92,9 +92,9 @@ static gt_status head_backward(gt_layer *self, const gt_layer_ctx *ctx, const fl
   int N = ctx->B * ctx->T, V = local_vocab(self);
   gt_backend *be = ctx->be;
   if (!self->tp) {
-    GT_TRY(be->ops->softmax_xent_backward(be, acts, acts, ctx->targets, ctx->loss_scale, N, V));
+    GT_TRY(gt_op_softmax_xent_backward(be, acts, acts, ctx->targets, ctx->loss_scale, N, V));
   } else {
-    GT_TRY(be->ops->softmax_xent_backward_vp(be, acts, acts, ctx->targets, self->tp->rank * V, ctx->loss_scale,
+    GT_TRY(gt_op_softmax_xent_slice_backward(be, acts, acts, ctx->targets, self->tp->rank * V, ctx->loss_scale,
                                              N, V));
   }
   if (gt_layer_seq_parallel(self)) {

@@ -100,11 +100,11 @@ static gt_status load_batch(gt_model *m, gt_acts *a, const gt_batch *batch) {
   a->B = batch->B;
   a->T = batch->T;
   size_t BT = (size_t)a->B * (size_t)a->T;
-  GT_TRY(be->ops->memcpy(be, a->tokens, batch->inputs, BT * sizeof(int32_t), GT_COPY_H2D, be->compute));
+  GT_TRY(gt_backend_memcpy(be, a->tokens, batch->inputs, BT * sizeof(int32_t), GT_COPY_H2D, NULL));
   if (batch->targets) {
-    GT_TRY(be->ops->memcpy(be, a->targets, batch->targets, BT * sizeof(int32_t), GT_COPY_H2D, be->compute));
+    GT_TRY(gt_backend_memcpy(be, a->targets, batch->targets, BT * sizeof(int32_t), GT_COPY_H2D, NULL));
   } else {
-    GT_TRY(be->ops->memset(be, a->targets, 0xff, BT * sizeof(int32_t), be->compute)); /* all -1 */
+    GT_TRY(gt_backend_memset(be, a->targets, 0xff, BT * sizeof(int32_t), NULL)); /* all -1 */
   }
   return GT_OK;
 }
@@ -148,7 +148,7 @@ static gt_status backward_layers(gt_model *m, gt_acts *a, int lo, int hi, const 
       din = a->dbuf[k];
       k ^= 1;
       /* Backward kernels accumulate, so the input gradient starts at zero. */
-      GT_TRY(be->ops->memset(be, din, 0, BT * (size_t)l->in_dim * sizeof(float), be->compute));
+      GT_TRY(gt_backend_memset(be, din, 0, BT * (size_t)l->in_dim * sizeof(float), NULL));
     }
     const float *in = i > lo ? a->out[i - 1] : in_lo;
     gt_status s = l->type->backward(l, &ctx, in, dout, din, a->saved[i]);

@@ -466,7 +466,7 @@ gt_status gt_model_set_grad_hook(gt_model *m, gt_status (*hook)(void *ctx, int l
 
 gt_status gt_model_zero_grads(gt_model *m) {
   if (!m->built) return gt_errorf(GT_ESTATE, "the model is not built yet (call gt_model_build)");
-  return m->be->ops->memset(m->be, m->grad_buf, 0, m->nfloats * sizeof(float), m->be->compute);
+  return gt_backend_memset(m->be, m->grad_buf, 0, m->nfloats * sizeof(float), NULL);
 }
 
 static gt_status check_n(const gt_model *m, size_t n) {

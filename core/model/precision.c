@@ -41,7 +41,7 @@ gt_status gt_model_set_precision(gt_model *m, gt_precision p) {
   gt_backend *be = m->be;
   if (!gt_backend_has_mixed_precision(be))
     return gt_errorf(GT_EUNSUPPORTED, "backend %s has no mixed-precision products (gemm_ex); train in fp32",
-                     be->name);
+                     gt_backend_name(be));
   size_t bytes = (m->nfloats ? m->nfloats : 1) * sizeof(uint16_t);
   gt_status s = gt_arena_alloc(m->arena, bytes, (void **)&m->param_bf16);
   if (s != GT_OK) return gt_error_context(s, "allocating the bf16 copy of %zu parameters", m->nfloats);
@@ -54,7 +54,7 @@ void gt_model_precision_destroy(gt_model *m) { free_bf16(m); }
 
 gt_status gt_model_refresh_bf16(gt_model *m) {
   if (m->precision != GT_PRECISION_BF16 || !m->bf16_stale) return GT_OK;
-  GT_TRY(m->be->ops->f32_to_bf16(m->be, m->param_bf16, m->param_buf, m->nfloats));
+  GT_TRY(gt_op_f32_to_bf16(m->be, m->param_bf16, m->param_buf, m->nfloats));
   m->bf16_stale = false;
   return GT_OK;
 }
@@ -90,26 +90,26 @@ gt_status gt_layer_linear_forward(gt_layer *self, const gt_layer_ctx *ctx, float
                                   const float *bias, int N, int C, int OC) {
   gt_backend *be = ctx->be;
   const float *w32 = gt_layer_param(self, w);
-  if (ctx->precision != GT_PRECISION_BF16) return be->ops->linear_forward(be, out, in, w32, bias, N, C, OC);
+  if (ctx->precision != GT_PRECISION_BF16) return gt_op_linear_forward(be, out, in, w32, bias, N, C, OC);
   GT_TRY(check_dims(self, N, C, OC));
   if (N == 0 || OC == 0) return GT_OK;
   uint16_t *in16 = NULL;
   GT_TRY(mp_scratch(self->model, (size_t)N * (size_t)C, &in16));
-  GT_TRY(be->ops->f32_to_bf16(be, in16, in, (size_t)N * (size_t)C));
+  GT_TRY(gt_op_f32_to_bf16(be, in16, in, (size_t)N * (size_t)C));
   /* out (N,OC) = in (N,C) @ W^T, W stored (OC,C). */
   gt_gemm_ex_args g = {.trans_a = GT_NO_TRANS, .trans_b = GT_TRANS, .m = N, .n = OC, .k = C, .alpha = 1.0f,
                        .beta = 0.0f, .a = in16, .a_type = GT_BF16, .lda = C, .b = gt_layer_param_bf16(self, w),
                        .b_type = GT_BF16, .ldb = C, .c = out, .c_type = GT_F32, .ldc = OC, .batch = 1};
-  GT_TRY(be->ops->gemm_ex(be, &g));
-  return bias ? be->ops->bias_add(be, out, bias, N, OC) : GT_OK;
+  GT_TRY(gt_op_gemm_ex(be, &g));
+  return bias ? gt_op_bias_add(be, out, bias, N, OC) : GT_OK;
 }
 
 gt_status gt_layer_linear_backward(gt_layer *self, const gt_layer_ctx *ctx, float *din, float *dbias,
                                    const float *dout, const float *in, int w, int N, int C, int OC) {
   gt_backend *be = ctx->be;
   if (ctx->precision != GT_PRECISION_BF16)
-    return be->ops->linear_backward(be, din, gt_layer_grad(self, w), dbias, dout, in, gt_layer_param(self, w), N,
-                                    C, OC);
+    return gt_op_linear_backward(be, din, gt_layer_grad(self, w), dbias, dout, in, gt_layer_param(self, w), N,
+                                 C, OC);
   GT_TRY(check_dims(self, N, C, OC));
   if (N == 0 || OC == 0) return GT_OK;
   size_t nin = (size_t)N * (size_t)C, nout = (size_t)N * (size_t)OC;
@@ -118,8 +118,8 @@ gt_status gt_layer_linear_backward(gt_layer *self, const gt_layer_ctx *ctx, floa
   uint16_t *dout16 = NULL, *in16;
   GT_TRY(mp_scratch(self->model, gap + nin, &dout16));
   in16 = dout16 + gap;
-  GT_TRY(be->ops->f32_to_bf16(be, dout16, dout, nout));
-  GT_TRY(be->ops->f32_to_bf16(be, in16, in, nin));
+  GT_TRY(gt_op_f32_to_bf16(be, dout16, dout, nout));
+  GT_TRY(gt_op_f32_to_bf16(be, in16, in, nin));
   if (C > 0) {
     /* din (N,C) += dout (N,OC) @ W (OC,C). */
     if (din) {
@@ -127,15 +127,15 @@ gt_status gt_layer_linear_backward(gt_layer *self, const gt_layer_ctx *ctx, floa
                            .alpha = 1.0f, .beta = 1.0f, .a = dout16, .a_type = GT_BF16, .lda = OC,
                            .b = gt_layer_param_bf16(self, w), .b_type = GT_BF16, .ldb = C, .c = din,
                            .c_type = GT_F32, .ldc = C, .batch = 1};
-      GT_TRY(be->ops->gemm_ex(be, &g));
+      GT_TRY(gt_op_gemm_ex(be, &g));
     }
     /* dW (OC,C) += dout^T (OC,N) @ in (N,C), into the fp32 gradient. */
     gt_gemm_ex_args g = {.trans_a = GT_TRANS, .trans_b = GT_NO_TRANS, .m = OC, .n = C, .k = N, .alpha = 1.0f,
                          .beta = 1.0f, .a = dout16, .a_type = GT_BF16, .lda = OC, .b = in16, .b_type = GT_BF16,
                          .ldb = C, .c = gt_layer_grad(self, w), .c_type = GT_F32, .ldc = C, .batch = 1};
-    GT_TRY(be->ops->gemm_ex(be, &g));
+    GT_TRY(gt_op_gemm_ex(be, &g));
   }
-  return dbias ? be->ops->bias_backward(be, dbias, dout, N, OC) : GT_OK;
+  return dbias ? gt_op_bias_backward(be, dbias, dout, N, OC) : GT_OK;
 }
 
 /* Attention in the model's precision: the backend's fp32 kernels, or under
@@ -143,7 +143,7 @@ gt_status gt_layer_linear_backward(gt_layer *self, const gt_layer_ctx *ctx, floa
 gt_status gt_layer_attention_forward(gt_layer *self, const gt_layer_ctx *ctx, float *out, float *att,
                                      const float *qkv, int B, int T, int C, int NH) {
   gt_backend *be = ctx->be;
-  if (ctx->precision != GT_PRECISION_BF16) return be->ops->attention_forward(be, out, att, qkv, B, T, C, NH);
+  if (ctx->precision != GT_PRECISION_BF16) return gt_op_attention_forward(be, out, att, qkv, B, T, C, NH);
   uint16_t *ws = NULL;
   GT_TRY(mp_scratch(self->model, gt_attention_bf16_scratch(B, T, C, NH) / sizeof(uint16_t), &ws));
   return gt_attention_forward_bf16(be, out, att, qkv, B, T, C, NH, ws);
@@ -154,7 +154,7 @@ gt_status gt_layer_attention_backward(gt_layer *self, const gt_layer_ctx *ctx, f
                                       int NH) {
   gt_backend *be = ctx->be;
   if (ctx->precision != GT_PRECISION_BF16)
-    return be->ops->attention_backward(be, dqkv, datt, dout, qkv, att, B, T, C, NH);
+    return gt_op_attention_backward(be, dqkv, datt, dout, qkv, att, B, T, C, NH);
   uint16_t *ws = NULL;
   GT_TRY(mp_scratch(self->model, gt_attention_bf16_scratch(B, T, C, NH) / sizeof(uint16_t), &ws));
   return gt_attention_backward_bf16(be, dqkv, datt, dout, qkv, att, B, T, C, NH, ws);

@@ -4,7 +4,7 @@
  * 2. acts_floats / scratch_floats: how much memory forward and backward need.
  * 3. forward / backward: compose the backend's kernels. Backward kernels
  *    accumulate into gradients, so temporaries are zeroed first.
- * Because it only calls through be->ops, the same layer runs on every
+ * Because it only calls the gt_op_* functions, the same layer runs on every
  * backend. */
 #include "residual_mlp.h"
 
@@ -51,9 +51,9 @@ static gt_status forward(gt_layer *self, const gt_layer_ctx *ctx, const float *i
   /* The matrix products go through gt_layer_linear_*, which run them in the
    * trainer's precision (fp32, or bf16 with fp32 accumulation). */
   GT_TRY(gt_layer_linear_forward(self, ctx, h, in, FC1W, gt_layer_param(self, FC1B), N, c->C, c->hidden));
-  GT_TRY(be->ops->gelu_forward(be, g, h, (size_t)N * c->hidden));
+  GT_TRY(gt_op_gelu_forward(be, g, h, (size_t)N * c->hidden));
   GT_TRY(gt_layer_linear_forward(self, ctx, y, g, FC2W, gt_layer_param(self, FC2B), N, c->hidden, c->C));
-  return be->ops->residual_forward(be, out, in, y, (size_t)N * c->C);
+  return gt_op_residual_forward(be, out, in, y, (size_t)N * c->C);
 }
 
 static gt_status backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout, float *din,
@@ -63,13 +63,13 @@ static gt_status backward(gt_layer *self, const gt_layer_ctx *ctx, const float *
   int N = ctx->B * ctx->T;
   size_t NH = (size_t)N * c->hidden;
   float *h = acts, *g = acts + NH, *dg = ctx->scratch, *dh = dg + NH;
-  GT_TRY(be->ops->memset(be, dg, 0, NH * sizeof(float), be->compute));
+  GT_TRY(gt_backend_memset(be, dg, 0, NH * sizeof(float), NULL));
   GT_TRY(gt_layer_linear_backward(self, ctx, dg, gt_layer_grad(self, FC2B), dout, g, FC2W, N, c->hidden, c->C));
-  GT_TRY(be->ops->memset(be, dh, 0, NH * sizeof(float), be->compute));
-  GT_TRY(be->ops->gelu_backward(be, dh, h, dg, NH));
+  GT_TRY(gt_backend_memset(be, dh, 0, NH * sizeof(float), NULL));
+  GT_TRY(gt_op_gelu_backward(be, dh, h, dg, NH));
   if (din) {
     GT_TRY(gt_layer_linear_backward(self, ctx, din, gt_layer_grad(self, FC1B), dh, in, FC1W, N, c->C, c->hidden));
-    return be->ops->residual_backward(be, din, NULL, dout, (size_t)N * c->C); /* the skip connection */
+    return gt_op_residual_backward(be, din, NULL, dout, (size_t)N * c->C); /* the skip connection */
   }
   return gt_layer_linear_backward(self, ctx, NULL, gt_layer_grad(self, FC1B), dh, in, FC1W, N, c->C, c->hidden);
 }

@@ -207,7 +207,7 @@ static gt_status shared_peak(gt_job *job, gt_backend *be, gt_precision precision
   GT_TRY(gt_store_get(job->store, "gpt/peak", &val, &len, 120000));
   *peak = strtod(val, NULL);
   free(val);
-  be->peak_flops = *peak;
+  gt_backend_set_peak_flops(be, *peak);
   return GT_OK;
 }
 
@@ -396,7 +396,8 @@ int main(int argc, char **argv) {
     printf("gpt: %zu parameters, L=%d C=%d NH=%d T=%d V=%d, B=%d x %d micro-batches per replica, %s (%s kernels), "
            "%s, %d threads, peak %.1f GFLOP/s; world %d = dp %d x tp %d x pp %d%s%s\n",
            gt_model_param_count_whole(m), a.layers, a.channels, a.heads, a.seq, vocab, a.batch,
-           a.accum, be->name, be->kernels, gt_precision_name(precision), be->num_threads, be->peak_flops / 1e9, plan.world, plan.layout.dp, plan.layout.tp,
+           a.accum, gt_backend_name(be), gt_backend_kernels(be), gt_precision_name(precision),
+           gt_backend_num_threads(be), gt_backend_peak_flops(be) / 1e9, plan.world, plan.layout.dp, plan.layout.tp,
            plan.layout.pp, plan.zero1 ? ", ZeRO-1" : "", plan.seq_parallel ? ", sequence parallel" : "");
   if ((s = gpt_ckpt_start(&a.ckpt, job, tr, loader, &ckpt)) != GT_OK) {
     fail("resuming from a checkpoint", s);

@@ -1,23 +1,26 @@
 /* The backend interface: what a device provides.
  *
- * A backend is a table of operations (gt_backend_ops) that a device
- * implements: memory, copies, streams and events, matrix products, and the
- * forward and backward kernels of a transformer. Everything above this
- * interface (layers, models, optimizers, parallelism) calls through it and
- * never touches device memory directly, so a CUDA backend drops in beside
- * the CPU one.
+ * A backend is an opaque handle on a device (gt_backend): memory, copies,
+ * streams and events, matrix products, and the forward and backward kernels
+ * of a transformer. Everything above it (layers, models, optimizers,
+ * parallelism) calls the functions below and never touches device memory
+ * directly, so a CUDA backend drops in beside the CPU one. Each function
+ * checks its arguments once, then runs the device's implementation; an
+ * operation a backend lacks is GT_EUNSUPPORTED, with a message naming both.
+ * (How a device implements them: core/backend_impl.h.)
  *
- * Conventions for the kernels:
+ * Conventions for the kernels (gt_op_*):
  *  - Pointers are device pointers; shapes are row-major; N = B*T rows.
+ *    Sizes are never negative.
  *  - Float tensors are fp32; token ids and targets int32.
  *  - Backward kernels ACCUMULATE (+=) into every gradient they write, input
  *    gradients included, so residual branches and tied weights need no extra
- *    pass. The caller zeroes gradients at the start of a step. The one
- *    exception is softmax_xent_backward, which writes dlogits so it can
- *    reuse the probabilities' buffer.
+ *    pass. The caller zeroes gradients at the start of a step. The
+ *    exceptions are the softmax_xent backward kernels, which write dlogits so
+ *    they can reuse the probabilities' buffer.
  *  - Kernels run in order on the backend's compute stream. Memory copies and
  *    events take an explicit stream, so transfers and communication can
- *    overlap compute.
+ *    overlap compute; a NULL stream is the compute stream.
  *  - Results are deterministic for a given backend and thread count.
  */
 #ifndef GIANT_BACKEND_H
@@ -120,150 +123,7 @@ typedef struct gt_sgd_args {
   float grad_scale;
 } gt_sgd_args;
 
-typedef struct gt_backend_ops {
-  /* ---- memory ---- */
-  gt_status (*alloc)(gt_backend *be, size_t bytes, void **ptr);
-  void (*free)(gt_backend *be, void *ptr);
-  /* Host memory suited to transfers (pinned on CUDA). */
-  gt_status (*host_alloc)(gt_backend *be, size_t bytes, void **ptr);
-  void (*host_free)(gt_backend *be, void *ptr);
-  gt_status (*memcpy)(gt_backend *be, void *dst, const void *src, size_t bytes,
-                      gt_copy_kind kind, gt_stream *s);
-  gt_status (*memset)(gt_backend *be, void *dst, int value, size_t bytes, gt_stream *s);
-
-  /* ---- streams and events ---- */
-  gt_status (*stream_create)(gt_backend *be, gt_stream **s);
-  void (*stream_destroy)(gt_backend *be, gt_stream *s);
-  gt_status (*stream_sync)(gt_backend *be, gt_stream *s);
-  gt_status (*event_create)(gt_backend *be, gt_event **e);
-  void (*event_destroy)(gt_backend *be, gt_event *e);
-  gt_status (*event_record)(gt_backend *be, gt_event *e, gt_stream *s);
-  gt_status (*stream_wait_event)(gt_backend *be, gt_stream *s, gt_event *e);
-  gt_status (*event_sync)(gt_backend *be, gt_event *e);
-
-  /* ---- matrix products ---- */
-  gt_status (*gemm)(gt_backend *be, const gt_gemm_args *g);
-
-  /* ---- kernels (forward and backward) ---- */
-  /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; wpe may be NULL. */
-  gt_status (*embedding_forward)(gt_backend *be, float *out, const int32_t *tokens,
-                                 const float *wte, const float *wpe, int B, int T, int C);
-  gt_status (*embedding_backward)(gt_backend *be, float *dwte, float *dwpe, const float *dout,
-                                  const int32_t *tokens, int B, int T, int C);
-  /* Per row of C: out = (x - mean) * rstd * w + b; saves mean and rstd (N). */
-  gt_status (*layernorm_forward)(gt_backend *be, float *out, float *mean, float *rstd,
-                                 const float *inp, const float *w, const float *b, int N, int C);
-  gt_status (*layernorm_backward)(gt_backend *be, float *dinp, float *dw, float *db,
-                                  const float *dout, const float *inp, const float *w,
-                                  const float *mean, const float *rstd, int N, int C);
-  /* out (N,OC) = inp (N,C) @ w^T + bias, w is (OC,C) as in PyTorch; bias may be NULL. */
-  gt_status (*linear_forward)(gt_backend *be, float *out, const float *inp, const float *w,
-                              const float *bias, int N, int C, int OC);
-  /* dinp may be NULL (first layer), dbias may be NULL (no bias). */
-  gt_status (*linear_backward)(gt_backend *be, float *dinp, float *dw, float *dbias,
-                               const float *dout, const float *inp, const float *w, int N, int C,
-                               int OC);
-  /* GELU, tanh approximation as in GPT-2. */
-  gt_status (*gelu_forward)(gt_backend *be, float *out, const float *inp, size_t n);
-  gt_status (*gelu_backward)(gt_backend *be, float *dinp, const float *inp, const float *dout,
-                             size_t n);
-  /* out = a + b. */
-  gt_status (*residual_forward)(gt_backend *be, float *out, const float *a, const float *b,
-                                size_t n);
-  /* da += dout; db += dout. Either may be NULL (that branch has no gradient). */
-  gt_status (*residual_backward)(gt_backend *be, float *da, float *db, const float *dout, size_t n);
-  /* Causal self-attention. qkv is (B,T,3C): q, k, v side by side, each C =
-   * NH heads of C/NH. out is (B,T,C). att (B,NH,T,T) keeps the softmax
-   * probabilities for backward (entries above the diagonal are zero). */
-  gt_status (*attention_forward)(gt_backend *be, float *out, float *att, const float *qkv, int B,
-                                 int T, int C, int NH);
-  /* datt is scratch of att's size. */
-  gt_status (*attention_backward)(gt_backend *be, float *dqkv, float *datt, const float *dout,
-                                  const float *qkv, const float *att, int B, int T, int C, int NH);
-  /* Row-wise softmax over V logits, and the cross-entropy against targets.
-   * probs may alias logits. losses[i] = -log probs[i, targets[i]]; a target
-   * < 0 is ignored (loss 0, gradient 0). A target >= V is an error. */
-  gt_status (*softmax_xent_forward)(gt_backend *be, float *losses, float *probs,
-                                    const float *logits, const int32_t *targets, int N, int V);
-  /* dlogits = (probs - onehot(target)) * dloss, written; may alias probs. */
-  gt_status (*softmax_xent_backward)(gt_backend *be, float *dlogits, const float *probs,
-                                     const int32_t *targets, float dloss, int N, int V);
-
-  /* ---- optimizers and reductions ---- */
-  gt_status (*adamw_update)(gt_backend *be, float *param, const float *grad, float *m, float *v,
-                            size_t n, const gt_adamw_args *a);
-  gt_status (*sgd_update)(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
-                          const gt_sgd_args *a);
-  /* *out = sum x[i]^2 (computed in double, stored as double in device memory). */
-  gt_status (*sum_squares)(gt_backend *be, double *out, const float *x, size_t n);
-  /* x *= s. */
-  gt_status (*scale)(gt_backend *be, float *x, float s, size_t n);
-  /* Mixed precision: conversions between fp32 and bf16 storage. */
-  gt_status (*f32_to_bf16)(gt_backend *be, uint16_t *dst, const float *src, size_t n);
-  gt_status (*bf16_to_f32)(gt_backend *be, float *dst, const uint16_t *src, size_t n);
-
-  void (*destroy)(gt_backend *be);
-
-  /* ---- additions (kept at the end so existing tables stay valid) ---- */
-  /* Mixed-precision matrix product; NULL when the backend has none (callers
-   * fall back to converting and calling gemm). */
-  gt_status (*gemm_ex)(gt_backend *be, const gt_gemm_ex_args *g);
-
-  /* Vocabulary parallelism: this rank holds rows [v0, v0 + V) of the token
-   * table, or columns [v0, v0 + V) of each row of logits. */
-  /* out[b,t,:] = wte[tokens[b,t] - v0,:] when the token is in range, else 0;
-   * plus wpe[t,:] when wpe is not NULL. */
-  gt_status (*embedding_forward_vp)(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
-                                    int v0, int V, const float *wpe, int B, int T, int C);
-  /* dwte += rows of dout for tokens in range; dwpe (may be NULL) += dout summed over b. */
-  gt_status (*embedding_backward_vp)(gt_backend *be, float *dwte, float *dwpe, const float *dout,
-                                     const int32_t *tokens, int v0, int V, int B, int T, int C);
-  /* Per row of this rank's logits (N, V): stats[i] = local max m, stats[N+i]
-   * = sum_j exp(logit - m); tlogit[i] = the target's logit when the target
-   * is in range, else 0. */
-  gt_status (*xent_vp_local)(gt_backend *be, float *stats, float *tlogit, const float *logits,
-                             const int32_t *targets, int v0, int N, int V);
-  /* With every rank's stats gathered (P blocks of 2N, rank order) and the
-   * target logits summed over ranks: probs = softmax over the whole row
-   * (this rank's columns; may alias logits), losses = log-sum-exp - target
-   * logit (0 where the target is < 0). A target >= the whole vocabulary
-   * (vocab_total) is GT_ERANGE. */
-  gt_status (*xent_vp_finish)(gt_backend *be, float *losses, float *probs, const float *logits,
-                              const float *stats_all, int P, const float *tlogit, const int32_t *targets,
-                              int vocab_total, int N, int V);
-  /* dlogits = (probs - onehot(target - v0)) * dloss, written; may alias probs. */
-  gt_status (*softmax_xent_backward_vp)(gt_backend *be, float *dlogits, const float *probs,
-                                        const int32_t *targets, int v0, float dloss, int N, int V);
-
-  /* Biases on their own, for matrix products done by gemm or gemm_ex. */
-  /* out[i,:] += bias for each of the N rows of out (N, OC). */
-  gt_status (*bias_add)(gt_backend *be, float *out, const float *bias, int N, int OC);
-  /* dbias += the sum over rows of dout (N, OC). */
-  gt_status (*bias_backward)(gt_backend *be, float *dbias, const float *dout, int N, int OC);
-
-  /* The causal softmax of attention on its own, for attention composed of
-   * gemm_ex products (gt_attention_forward_bf16). att holds BH score
-   * matrices of T x T; row t keeps columns 0..t. In place: softmax of the
-   * kept columns, zeros above the diagonal. */
-  gt_status (*causal_softmax_forward)(gt_backend *be, float *att, int BH, int T);
-  /* In place: datt (the gradient of the probabilities att) becomes the
-   * gradient of the scores times scale, zeros above the diagonal. */
-  gt_status (*causal_softmax_backward)(gt_backend *be, float *datt, const float *att, int BH, int T, float scale);
-} gt_backend_ops;
-
-struct gt_backend {
-  const gt_backend_ops *ops;
-  gt_device_kind kind;
-  int device;             /* device index (CUDA), 0 on CPU */
-  int num_threads;        /* host threads the kernels use */
-  char name[32];          /* "cpu", "cuda:0" */
-  char kernels[48];       /* the kernels chosen for this machine at creation:
-                             "avx2+fma", "avx512+amx", "cublas+cuda" */
-  gt_stream *compute;     /* where kernels run */
-  gt_stream *copy;        /* for transfers that overlap compute */
-  double peak_flops;      /* measured by gt_backend_measure_peak, 0 until then */
-  void *impl;
-};
+/* ---- creating a backend ---- */
 
 typedef struct gt_backend_config {
   gt_device_kind kind;
@@ -275,27 +135,147 @@ gt_status gt_backend_create(const gt_backend_config *cfg, gt_backend **out);
 void gt_backend_destroy(gt_backend *be);
 /* Parses "cpu", "cuda", "cuda:1". */
 gt_status gt_device_parse(const char *s, gt_backend_config *cfg);
-/* Whether the backend has every operation mixed precision uses (gemm_ex,
- * bias_add, bias_backward, causal_softmax_forward/backward). */
-bool gt_backend_has_mixed_precision(const gt_backend *be);
 /* Whether a backend kind is compiled in and has a device to run on; when not,
  * why (for skipped tests and clear errors). */
 bool gt_backend_available(gt_device_kind kind, char *why, size_t why_len);
 
-/* Times fp32 GEMMs of size n (n x n x n) for about `seconds` and stores the
- * best rate in be->peak_flops (the denominator of MFU). */
+/* ---- what a backend is ---- */
+
+gt_device_kind gt_backend_kind(const gt_backend *be);
+/* "cpu", "cuda:0": the prefix of the backend's error messages. */
+const char *gt_backend_name(const gt_backend *be);
+/* The kernels chosen for this machine when the backend was created:
+ * "avx512", "avx2+fma", with "+amx" when bf16 products run on AMX tiles;
+ * "" where the backend does not say. */
+const char *gt_backend_kernels(const gt_backend *be);
+/* The CUDA device index; 0 on the CPU. */
+int gt_backend_device(const gt_backend *be);
+/* Host threads the kernels use (1 on CUDA). */
+int gt_backend_num_threads(const gt_backend *be);
+/* Whether the backend has every operation mixed precision uses (gemm_ex,
+ * bias_add, bias_backward, causal_softmax_forward/backward). */
+bool gt_backend_has_mixed_precision(const gt_backend *be);
+
+/* ---- peak speed, the denominator of MFU ---- */
+
+/* Times fp32 GEMMs of size n (n x n x n) for about `seconds` and records
+ * the best rate as the backend's peak (gt_backend_peak_flops). */
 gt_status gt_backend_measure_peak(gt_backend *be, int n, double seconds, double *flops);
 /* The same for the products of a precision: under GT_PRECISION_BF16, gemm_ex
  * with bf16 operands and an fp32 result, as mixed-precision training runs
  * them. */
 gt_status gt_backend_measure_peak_ex(gt_backend *be, gt_precision p, int n, double seconds, double *flops);
+/* The recorded peak in FLOP/s; 0 until measured or set. */
+double gt_backend_peak_flops(const gt_backend *be);
+/* Records a peak measured earlier (a cached measurement), or a stand-in
+ * where MFU does not matter, so that no measurement runs. */
+void gt_backend_set_peak_flops(gt_backend *be, double flops);
 
-/* Causal self-attention with bf16 products: as attention_forward and
- * attention_backward, but q, k, v, the probabilities and the output
+/* ---- memory ---- */
+
+/* Device memory; freeing NULL does nothing. */
+gt_status gt_backend_alloc(gt_backend *be, size_t bytes, void **ptr);
+void gt_backend_free(gt_backend *be, void *ptr);
+/* Host memory suited to transfers (pinned on CUDA). */
+gt_status gt_backend_host_alloc(gt_backend *be, size_t bytes, void **ptr);
+void gt_backend_host_free(gt_backend *be, void *ptr);
+/* Queued on stream s (NULL: the compute stream); dst and src may be NULL
+ * only when bytes is 0. */
+gt_status gt_backend_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind,
+                            gt_stream *s);
+gt_status gt_backend_memset(gt_backend *be, void *dst, int value, size_t bytes, gt_stream *s);
+/* Synchronous copies on the compute stream. */
+gt_status gt_backend_upload(gt_backend *be, void *dst, const void *src, size_t bytes);
+gt_status gt_backend_download(gt_backend *be, void *dst, const void *src, size_t bytes);
+
+/* ---- streams and events ---- */
+
+/* The stream kernels run on, and the one for transfers that overlap it. */
+gt_stream *gt_backend_compute_stream(const gt_backend *be);
+gt_stream *gt_backend_copy_stream(const gt_backend *be);
+gt_status gt_stream_create(gt_backend *be, gt_stream **s);
+/* Destroying NULL does nothing. */
+void gt_stream_destroy(gt_backend *be, gt_stream *s);
+/* Waits on the host until the work queued on s is done. */
+gt_status gt_stream_sync(gt_backend *be, gt_stream *s);
+/* Work queued on s after this waits for e's work; e must have been recorded
+ * (GT_ESTATE otherwise). */
+gt_status gt_stream_wait_event(gt_backend *be, gt_stream *s, gt_event *e);
+gt_status gt_event_create(gt_backend *be, gt_event **e);
+void gt_event_destroy(gt_backend *be, gt_event *e);
+/* Marks the point reached by the work queued on s. */
+gt_status gt_event_record(gt_backend *be, gt_event *e, gt_stream *s);
+/* Waits on the host for e's work; e must have been recorded. */
+gt_status gt_event_sync(gt_backend *be, gt_event *e);
+
+/* ---- matrix products ---- */
+
+/* See gt_gemm_args; arguments that break its rules are GT_EINVAL. */
+gt_status gt_op_gemm(gt_backend *be, const gt_gemm_args *g);
+/* See gt_gemm_ex_args; GT_EUNSUPPORTED on a backend without mixed
+ * precision (gt_backend_has_mixed_precision). */
+gt_status gt_op_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g);
+/* Biases on their own, for products done by gemm or gemm_ex:
+ * out[i,:] += bias for each of the N rows of out (N, OC). */
+gt_status gt_op_bias_add(gt_backend *be, float *out, const float *bias, int N, int OC);
+/* dbias += the sum over rows of dout (N, OC). */
+gt_status gt_op_bias_backward(gt_backend *be, float *dbias, const float *dout, int N, int OC);
+
+/* ---- transformer layers ---- */
+
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; wpe may be NULL. A negative
+ * token is GT_ERANGE (the vocabulary is not known here: the model checks
+ * ids against it on the host). */
+gt_status gt_op_embedding_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
+                                  const float *wpe, int B, int T, int C);
+/* dwte += rows of dout by token; dwpe (may be NULL) += dout summed over b. */
+gt_status gt_op_embedding_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
+                                   const int32_t *tokens, int B, int T, int C);
+/* Per row of C: out = (x - mean) * rstd * w + b; saves mean and rstd (N). */
+gt_status gt_op_layernorm_forward(gt_backend *be, float *out, float *mean, float *rstd, const float *inp,
+                                  const float *w, const float *b, int N, int C);
+gt_status gt_op_layernorm_backward(gt_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                   const float *inp, const float *w, const float *mean, const float *rstd, int N,
+                                   int C);
+/* out (N,OC) = inp (N,C) @ w^T + bias, w is (OC,C) as in PyTorch; bias may be NULL. */
+gt_status gt_op_linear_forward(gt_backend *be, float *out, const float *inp, const float *w, const float *bias,
+                               int N, int C, int OC);
+/* dinp may be NULL (first layer), dbias may be NULL (no bias). */
+gt_status gt_op_linear_backward(gt_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
+                                const float *inp, const float *w, int N, int C, int OC);
+/* GELU, tanh approximation as in GPT-2. */
+gt_status gt_op_gelu_forward(gt_backend *be, float *out, const float *inp, size_t n);
+gt_status gt_op_gelu_backward(gt_backend *be, float *dinp, const float *inp, const float *dout, size_t n);
+/* out = a + b. */
+gt_status gt_op_residual_forward(gt_backend *be, float *out, const float *a, const float *b, size_t n);
+/* da += dout; db += dout. Either may be NULL (that branch has no gradient). */
+gt_status gt_op_residual_backward(gt_backend *be, float *da, float *db, const float *dout, size_t n);
+
+/* ---- attention ---- */
+
+/* Causal self-attention. qkv is (B,T,3C): q, k, v side by side, each C =
+ * NH heads of C/NH. out is (B,T,C). att (B,NH,T,T) keeps the softmax
+ * probabilities for backward (entries above the diagonal are zero). */
+gt_status gt_op_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
+                                  int NH);
+/* datt is scratch of att's size. */
+gt_status gt_op_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
+                                   const float *att, int B, int T, int C, int NH);
+/* The causal softmax of attention on its own, for attention composed of
+ * gemm_ex products (gt_attention_forward_bf16). att holds BH score
+ * matrices of T x T; row t keeps columns 0..t. In place: softmax of the
+ * kept columns, zeros above the diagonal. */
+gt_status gt_op_causal_softmax_forward(gt_backend *be, float *att, int BH, int T);
+/* In place: datt (the gradient of the probabilities att) becomes the
+ * gradient of the scores times scale, zeros above the diagonal. */
+gt_status gt_op_causal_softmax_backward(gt_backend *be, float *datt, const float *att, int BH, int T, float scale);
+
+/* Causal self-attention with bf16 products: as gt_op_attention_forward and
+ * gt_op_attention_backward, but q, k, v, the probabilities and the output
  * gradient are rounded to bf16 for the four matrix products (gemm_ex, fp32
  * accumulation); scores, softmax, att and every output stay fp32. Composed
- * of backend operations, so it runs on every backend with gemm_ex. scratch
- * is device memory of gt_attention_bf16_scratch bytes. */
+ * of the operations above, so it runs on every backend with gemm_ex.
+ * scratch is device memory of gt_attention_bf16_scratch bytes. */
 size_t gt_attention_bf16_scratch(int B, int T, int C, int NH);
 gt_status gt_attention_forward_bf16(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
                                     int NH, void *scratch);
@@ -303,16 +283,70 @@ gt_status gt_attention_forward_bf16(gt_backend *be, float *out, float *att, cons
 gt_status gt_attention_backward_bf16(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
                                      const float *att, int B, int T, int C, int NH, void *scratch);
 
-/* For backend implementations: the argument checks every gemm and gemm_ex
- * makes before touching memory (transpose flags, shapes, leading
- * dimensions, batch outputs that do not overlap; for gemm_ex also the
- * operand types). Pointers are only tested for NULL. */
-gt_status gt_gemm_check(const gt_backend *be, const gt_gemm_args *g);
-gt_status gt_gemm_ex_check(const gt_backend *be, const gt_gemm_ex_args *g);
+/* ---- loss ---- */
 
-/* Shorthands for synchronous copies on the compute stream. */
-gt_status gt_backend_upload(gt_backend *be, void *dst, const void *src, size_t bytes);
-gt_status gt_backend_download(gt_backend *be, void *dst, const void *src, size_t bytes);
+/* Row-wise softmax over V logits, and the cross-entropy against targets.
+ * probs may alias logits. losses[i] = -log probs[i, targets[i]]; a target
+ * < 0 is ignored (loss 0, gradient 0). A target >= V is GT_ERANGE. */
+gt_status gt_op_softmax_xent_forward(gt_backend *be, float *losses, float *probs, const float *logits,
+                                     const int32_t *targets, int N, int V);
+/* dlogits = (probs - onehot(target)) * dloss, written; may alias probs. */
+gt_status gt_op_softmax_xent_backward(gt_backend *be, float *dlogits, const float *probs, const int32_t *targets,
+                                      float dloss, int N, int V);
+
+/* ---- embedding and loss over a slice of the vocabulary ---- */
+
+/* Device kernels that see one slice [v0, v0 + V) of a vocabulary of
+ * vocab_total ids: rows [v0, v0 + V) of the token table, or columns
+ * [v0, v0 + V) of each row of logits. They know nothing of who holds the
+ * other slices; a vocabulary-parallel layer (core/layers) composes them
+ * with its group's reductions: gather every slice's stats, sum the target
+ * logits, then finish. */
+
+/* out[b,t,:] = wte[tokens[b,t] - v0,:] when the token is in the slice, else
+ * 0; plus wpe[t,:] when wpe is not NULL. */
+gt_status gt_op_embedding_slice_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
+                                        int v0, int V, const float *wpe, int B, int T, int C);
+/* dwte += rows of dout for tokens in the slice; dwpe (may be NULL) += dout
+ * summed over b. */
+gt_status gt_op_embedding_slice_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
+                                         const int32_t *tokens, int v0, int V, int B, int T, int C);
+/* Per row of the slice's logits (N, V): stats[i] = the slice's max m,
+ * stats[N+i] = sum_j exp(logit - m); tlogit[i] = the target's logit when the
+ * target is in the slice, else 0. */
+gt_status gt_op_xent_slice_stats(gt_backend *be, float *stats, float *tlogit, const float *logits,
+                                 const int32_t *targets, int v0, int N, int V);
+/* With the stats of all P slices (P blocks of 2N floats, in vocabulary
+ * order) and the target logits summed over slices: probs = softmax over the
+ * whole row (this slice's columns; may alias logits), losses = log-sum-exp -
+ * target logit (0 where the target is < 0). A target >= vocab_total is
+ * GT_ERANGE. */
+gt_status gt_op_xent_slice_finish(gt_backend *be, float *losses, float *probs, const float *logits,
+                                  const float *stats_all, int P, const float *tlogit, const int32_t *targets,
+                                  int vocab_total, int N, int V);
+/* dlogits = (probs - onehot(target - v0)) * dloss, written; may alias probs. */
+gt_status gt_op_softmax_xent_slice_backward(gt_backend *be, float *dlogits, const float *probs,
+                                            const int32_t *targets, int v0, float dloss, int N, int V);
+
+/* ---- optimizers ---- */
+
+/* AdamW on n parameters with moments m and v (a->step >= 1). */
+gt_status gt_op_adamw_update(gt_backend *be, float *param, const float *grad, float *m, float *v, size_t n,
+                             const gt_adamw_args *a);
+/* SGD; mom may be NULL only without momentum. */
+gt_status gt_op_sgd_update(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
+                           const gt_sgd_args *a);
+
+/* ---- reductions, scaling, conversions ---- */
+
+/* *out = sum x[i]^2 (computed in double, stored as double in device memory). */
+gt_status gt_op_sum_squares(gt_backend *be, double *out, const float *x, size_t n);
+/* x *= s. */
+gt_status gt_op_scale(gt_backend *be, float *x, float s, size_t n);
+/* Mixed precision: conversions between fp32 and bf16 storage (round to
+ * nearest even). */
+gt_status gt_op_f32_to_bf16(gt_backend *be, uint16_t *dst, const float *src, size_t n);
+gt_status gt_op_bf16_to_f32(gt_backend *be, float *dst, const uint16_t *src, size_t n);
 
 GT_API_END
 #endif

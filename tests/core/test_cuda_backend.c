@@ -45,7 +45,7 @@ static void *xmalloc(size_t n) {
 
 static void *dput(const void *host, size_t bytes) {
   void *d = NULL;
-  OK(be->ops->alloc(be, bytes, &d));
+  OK(gt_backend_alloc(be, bytes, &d));
   OK(gt_backend_upload(be, d, host, bytes));
   return d;
 }
@@ -71,20 +71,20 @@ static void test_device_selection(void **state) {
   assert_non_null(strstr(gt_last_error(), "CUDA device 1000 requested"));
   setenv("GT_LOCAL_RANK", "0", 1);
   OK(create_cuda(-1, &b));
-  assert_int_equal(b->device, 0);
-  assert_string_equal(b->name, "cuda:0");
-  assert_int_equal(b->kind, GT_DEVICE_CUDA);
-  assert_non_null(b->ops->gemm_ex);
+  assert_int_equal(gt_backend_device(b), 0);
+  assert_string_equal(gt_backend_name(b), "cuda:0");
+  assert_int_equal(gt_backend_kind(b), GT_DEVICE_CUDA);
+  assert_true(gt_backend_has_mixed_precision(b));
   gt_backend_destroy(b);
   unsetenv("GT_LOCAL_RANK");
   OK(create_cuda(-1, &b));
-  assert_int_equal(b->device, 0);
+  assert_int_equal(gt_backend_device(b), 0);
   gt_backend_destroy(b);
 
   gt_backend_config cfg;
   OK(gt_device_parse("cuda:0", &cfg));
   OK(gt_backend_create(&cfg, &b));
-  assert_string_equal(b->name, "cuda:0");
+  assert_string_equal(gt_backend_name(b), "cuda:0");
   gt_backend_destroy(b);
 }
 
@@ -99,9 +99,9 @@ static void test_arena_steady_state(void **state) {
     void *p[NS];
     for (int i = 0; i < NS; i++) {
       OK(gt_arena_alloc(a, sizes[i], &p[i]));
-      OK(be->ops->memset(be, p[i], step, sizes[i], be->compute));
+      OK(gt_backend_memset(be, p[i], step, sizes[i], gt_backend_compute_stream(be)));
     }
-    OK(be->ops->stream_sync(be, be->compute));
+    OK(gt_stream_sync(be, gt_backend_compute_stream(be)));
     for (int i = NS - 1; i >= 0; i--) gt_arena_free(a, p[i]);
     if (step == 0) after_first = gt_arena_device_allocs(a);
     assert_int_equal(gt_arena_device_allocs(a), after_first);
@@ -122,73 +122,73 @@ static void test_arena_steady_state(void **state) {
 static void test_out_of_memory(void **state) {
   (void)state;
   void *p = NULL;
-  assert_int_equal(be->ops->alloc(be, (size_t)1 << 50, &p), GT_ENOMEM);
+  assert_int_equal(gt_backend_alloc(be, (size_t)1 << 50, &p), GT_ENOMEM);
   assert_non_null(strstr(gt_last_error(), "out of device memory"));
   /* The failure is not sticky: the device still works. */
-  OK(be->ops->alloc(be, 1 << 20, &p));
-  OK(be->ops->memset(be, p, 0, 1 << 20, be->compute));
-  OK(be->ops->stream_sync(be, be->compute));
-  be->ops->free(be, p);
+  OK(gt_backend_alloc(be, 1 << 20, &p));
+  OK(gt_backend_memset(be, p, 0, 1 << 20, gt_backend_compute_stream(be)));
+  OK(gt_stream_sync(be, gt_backend_compute_stream(be)));
+  gt_backend_free(be, p);
 }
 
 static void test_streams_and_events(void **state) {
   (void)state;
   enum { N = 1 << 20 };
   float *host, *back;
-  OK(be->ops->host_alloc(be, N * sizeof(float), (void **)&host));
-  OK(be->ops->host_alloc(be, N * sizeof(float), (void **)&back));
+  OK(gt_backend_host_alloc(be, N * sizeof(float), (void **)&host));
+  OK(gt_backend_host_alloc(be, N * sizeof(float), (void **)&back));
   for (int i = 0; i < N; i++) host[i] = (float)i;
   float *d, *d2;
-  OK(be->ops->alloc(be, N * sizeof(float), (void **)&d));
-  OK(be->ops->alloc(be, N * sizeof(float), (void **)&d2));
+  OK(gt_backend_alloc(be, N * sizeof(float), (void **)&d));
+  OK(gt_backend_alloc(be, N * sizeof(float), (void **)&d2));
   gt_event *ev;
-  OK(be->ops->event_create(be, &ev));
+  OK(gt_event_create(be, &ev));
   /* Never recorded: waiting on it is a caller's bug, reported. */
-  assert_int_equal(be->ops->stream_wait_event(be, be->compute, ev), GT_ESTATE);
-  assert_int_equal(be->ops->event_sync(be, ev), GT_ESTATE);
+  assert_int_equal(gt_stream_wait_event(be, gt_backend_compute_stream(be), ev), GT_ESTATE);
+  assert_int_equal(gt_event_sync(be, ev), GT_ESTATE);
 
   /* Upload on the copy stream; compute waits for it, scales, copies D2D and
    * downloads. Without the event the scale could read stale memory. */
-  OK(be->ops->memcpy(be, d, host, N * sizeof(float), GT_COPY_H2D, be->copy));
-  OK(be->ops->event_record(be, ev, be->copy));
-  OK(be->ops->stream_wait_event(be, be->compute, ev));
-  OK(be->ops->scale(be, d, 2.0f, N));
-  OK(be->ops->memcpy(be, d2, d, N * sizeof(float), GT_COPY_D2D, be->compute));
-  OK(be->ops->memcpy(be, back, d2, N * sizeof(float), GT_COPY_D2H, be->compute));
-  OK(be->ops->stream_sync(be, be->compute));
+  OK(gt_backend_memcpy(be, d, host, N * sizeof(float), GT_COPY_H2D, gt_backend_copy_stream(be)));
+  OK(gt_event_record(be, ev, gt_backend_copy_stream(be)));
+  OK(gt_stream_wait_event(be, gt_backend_compute_stream(be), ev));
+  OK(gt_op_scale(be, d, 2.0f, N));
+  OK(gt_backend_memcpy(be, d2, d, N * sizeof(float), GT_COPY_D2D, gt_backend_compute_stream(be)));
+  OK(gt_backend_memcpy(be, back, d2, N * sizeof(float), GT_COPY_D2H, gt_backend_compute_stream(be)));
+  OK(gt_stream_sync(be, gt_backend_compute_stream(be)));
   for (int i = 0; i < N; i++) assert_true(back[i] == 2.0f * (float)i);
 
   /* A stream of our own, ordered after compute by an event. */
   gt_stream *s;
-  OK(be->ops->stream_create(be, &s));
-  OK(be->ops->scale(be, d2, 0.5f, N));
-  OK(be->ops->event_record(be, ev, be->compute));
-  OK(be->ops->stream_wait_event(be, s, ev));
-  OK(be->ops->memcpy(be, back, d2, N * sizeof(float), GT_COPY_D2H, s));
-  OK(be->ops->event_record(be, ev, s));
-  OK(be->ops->event_sync(be, ev));
+  OK(gt_stream_create(be, &s));
+  OK(gt_op_scale(be, d2, 0.5f, N));
+  OK(gt_event_record(be, ev, gt_backend_compute_stream(be)));
+  OK(gt_stream_wait_event(be, s, ev));
+  OK(gt_backend_memcpy(be, back, d2, N * sizeof(float), GT_COPY_D2H, s));
+  OK(gt_event_record(be, ev, s));
+  OK(gt_event_sync(be, ev));
   for (int i = 0; i < N; i++) assert_true(back[i] == (float)i);
-  assert_int_equal(be->ops->memcpy(be, back, d2, 4, (gt_copy_kind)9, s), GT_EINVAL);
+  assert_int_equal(gt_backend_memcpy(be, back, d2, 4, (gt_copy_kind)9, s), GT_EINVAL);
 
 #ifdef GIANT_HAVE_CUDA
   /* The raw handles for libraries that take CUDA streams (NCCL). */
-  assert_non_null(gt_cuda_stream_handle(be, be->compute));
-  assert_ptr_equal(gt_cuda_stream_handle(be, NULL), gt_cuda_stream_handle(be, be->compute));
-  assert_ptr_not_equal(gt_cuda_stream_handle(be, s), gt_cuda_stream_handle(be, be->copy));
+  assert_non_null(gt_cuda_stream_handle(be, gt_backend_compute_stream(be)));
+  assert_ptr_equal(gt_cuda_stream_handle(be, NULL), gt_cuda_stream_handle(be, gt_backend_compute_stream(be)));
+  assert_ptr_not_equal(gt_cuda_stream_handle(be, s), gt_cuda_stream_handle(be, gt_backend_copy_stream(be)));
   assert_non_null(gt_cuda_event_handle(be, ev));
   gt_backend *cpu;
   gt_backend_config cc = {.kind = GT_DEVICE_CPU};
   OK(gt_backend_create(&cc, &cpu));
-  assert_null(gt_cuda_stream_handle(cpu, cpu->compute));
+  assert_null(gt_cuda_stream_handle(cpu, gt_backend_compute_stream(cpu)));
   gt_backend_destroy(cpu);
 #endif
 
-  be->ops->stream_destroy(be, s);
-  be->ops->event_destroy(be, ev);
-  be->ops->free(be, d);
-  be->ops->free(be, d2);
-  be->ops->host_free(be, host);
-  be->ops->host_free(be, back);
+  gt_stream_destroy(be, s);
+  gt_event_destroy(be, ev);
+  gt_backend_free(be, d);
+  gt_backend_free(be, d2);
+  gt_backend_host_free(be, host);
+  gt_backend_host_free(be, back);
 }
 
 /* C = op(A) op(B) in double from bf16-rounded inputs, row-major, batched. */
@@ -224,7 +224,7 @@ static void check_gemm_ex(int m, int n, int k, int ta, int tb, int batch) {
   double *want = xmalloc(nc * sizeof *want);
   ref_gemm(want, a, b, m, n, k, ta, tb, batch);
   void *da = dput(a16, na * 2), *db = dput(b16, nb * 2), *dc;
-  OK(be->ops->alloc(be, nc * sizeof(float), &dc));
+  OK(gt_backend_alloc(be, nc * sizeof(float), &dc));
   gt_gemm_ex_args g = {.trans_a = ta ? GT_TRANS : GT_NO_TRANS,
                        .trans_b = tb ? GT_TRANS : GT_NO_TRANS,
                        .m = m,
@@ -245,7 +245,7 @@ static void check_gemm_ex(int m, int n, int k, int ta, int tb, int batch) {
                        .ldc = n,
                        .stride_c = (int64_t)m * n,
                        .batch = batch};
-  OK(be->ops->gemm_ex(be, &g));
+  OK(gt_op_gemm_ex(be, &g));
   float *got = xmalloc(nc * sizeof *got);
   OK(gt_backend_download(be, got, dc, nc * sizeof(float)));
   /* Exact products of bf16 values, summed in fp32: error grows with k. */
@@ -256,16 +256,16 @@ static void check_gemm_ex(int m, int n, int k, int ta, int tb, int batch) {
 
   /* bf16 output: the fp32 result rounded once, so within one bf16 step. */
   g.c_type = GT_BF16;
-  OK(be->ops->gemm_ex(be, &g));
+  OK(gt_op_gemm_ex(be, &g));
   OK(gt_backend_download(be, c16, dc, nc * 2));
   for (size_t i = 0; i < nc; i++) {
     double v = gt_bf16_to_f32(c16[i]);
     if (fabs(v - want[i]) > fabs(want[i]) * (1.0 / 128) + 1e-5 * k + 1e-6)
       fail_msg("gemm_ex bf16->bf16: [%zu] got %.7g want %.7g", i, v, want[i]);
   }
-  be->ops->free(be, da);
-  be->ops->free(be, db);
-  be->ops->free(be, dc);
+  gt_backend_free(be, da);
+  gt_backend_free(be, db);
+  gt_backend_free(be, dc);
   free(a), free(b), free(a16), free(b16), free(c16), free(want), free(got);
 }
 
@@ -285,7 +285,7 @@ static void test_gemm_ex(void **state) {
   double *want = xmalloc(M * N * sizeof *want);
   ref_gemm(want, a, b, M, N, K, 0, 0, 1);
   void *da = dput(a, sizeof(float) * M * K), *db = dput(b, sizeof(float) * K * N), *dc;
-  OK(be->ops->alloc(be, M * N * sizeof(float), &dc));
+  OK(gt_backend_alloc(be, M * N * sizeof(float), &dc));
   gt_gemm_ex_args g = {.m = M,
                        .n = N,
                        .k = K,
@@ -301,20 +301,20 @@ static void test_gemm_ex(void **state) {
                        .c_type = GT_F32,
                        .ldc = N,
                        .batch = 1};
-  OK(be->ops->gemm_ex(be, &g));
+  OK(gt_op_gemm_ex(be, &g));
   OK(gt_backend_download(be, c, dc, M * N * sizeof(float)));
   for (int i = 0; i < M * N; i++) assert_true(fabs(c[i] - want[i]) < 1e-5 * (1 + fabs(want[i])));
 
   /* Operands of different dtypes are refused, not guessed at. */
   g.b_type = GT_BF16;
-  assert_int_equal(be->ops->gemm_ex(be, &g), GT_EUNSUPPORTED);
+  assert_int_equal(gt_op_gemm_ex(be, &g), GT_EUNSUPPORTED);
   g.b_type = GT_I32;
-  assert_int_equal(be->ops->gemm_ex(be, &g), GT_EUNSUPPORTED);
+  assert_int_equal(gt_op_gemm_ex(be, &g), GT_EUNSUPPORTED);
   g.b_type = GT_F32, g.c_type = GT_BF16;
-  assert_int_equal(be->ops->gemm_ex(be, &g), GT_EUNSUPPORTED);
-  be->ops->free(be, da);
-  be->ops->free(be, db);
-  be->ops->free(be, dc);
+  assert_int_equal(gt_op_gemm_ex(be, &g), GT_EUNSUPPORTED);
+  gt_backend_free(be, da);
+  gt_backend_free(be, db);
+  gt_backend_free(be, dc);
   free(a), free(b), free(c), free(want);
 }
 
@@ -327,17 +327,17 @@ static void test_bad_ids_change_nothing(void **state) {
   int32_t targets[N] = {1, -1, 3, V, 9, V + 5};
   float *dl = dput(logits, sizeof logits);
   int32_t *dt = dput(targets, sizeof targets);
-  assert_int_equal(be->ops->softmax_xent_forward(be, NULL, dl, dl, dt, N, V), GT_ERANGE);
+  assert_int_equal(gt_op_softmax_xent_forward(be, NULL, dl, dl, dt, N, V), GT_ERANGE);
   assert_non_null(strstr(gt_last_error(), "target id 10 at position 3"));
-  assert_int_equal(be->ops->softmax_xent_backward(be, dl, dl, dt, 1.0f, N, V), GT_ERANGE);
+  assert_int_equal(gt_op_softmax_xent_backward(be, dl, dl, dt, 1.0f, N, V), GT_ERANGE);
   OK(gt_backend_download(be, back, dl, sizeof back));
   assert_memory_equal(back, logits, sizeof logits);
   /* The error slot was reset: a valid call now succeeds. */
   targets[3] = 0;
   targets[5] = -3;
   OK(gt_backend_upload(be, dt, targets, sizeof targets));
-  OK(be->ops->softmax_xent_forward(be, NULL, dl, dl, dt, N, V));
-  OK(be->ops->stream_sync(be, be->compute));
+  OK(gt_op_softmax_xent_forward(be, NULL, dl, dl, dt, N, V));
+  OK(gt_stream_sync(be, gt_backend_compute_stream(be)));
 
   int32_t tokens[N] = {0, 1, 2, -4, 3, 0};
   float wte[V * C], dwte0[V * C], dwte1[V * C], dout[N * C];
@@ -346,18 +346,18 @@ static void test_bad_ids_change_nothing(void **state) {
   int32_t *dtok = dput(tokens, sizeof tokens);
   float *dwte = dput(dwte0, sizeof dwte0), *ddout = dput(dout, sizeof dout),
         *dwe = dput(wte, sizeof wte);
-  assert_int_equal(be->ops->embedding_backward(be, dwte, NULL, ddout, dtok, 2, 3, C), GT_ERANGE);
+  assert_int_equal(gt_op_embedding_backward(be, dwte, NULL, ddout, dtok, 2, 3, C), GT_ERANGE);
   assert_non_null(strstr(gt_last_error(), "token id -4 at position 3"));
-  assert_int_equal(be->ops->embedding_forward(be, ddout, dtok, dwe, NULL, 2, 3, C), GT_ERANGE);
+  assert_int_equal(gt_op_embedding_forward(be, ddout, dtok, dwe, NULL, 2, 3, C), GT_ERANGE);
   OK(gt_backend_download(be, dwte1, dwte, sizeof dwte1));
   assert_memory_equal(dwte1, dwte0, sizeof dwte0);
 
-  be->ops->free(be, dl);
-  be->ops->free(be, dt);
-  be->ops->free(be, dtok);
-  be->ops->free(be, dwte);
-  be->ops->free(be, ddout);
-  be->ops->free(be, dwe);
+  gt_backend_free(be, dl);
+  gt_backend_free(be, dt);
+  gt_backend_free(be, dtok);
+  gt_backend_free(be, dwte);
+  gt_backend_free(be, ddout);
+  gt_backend_free(be, dwe);
 }
 
 int main(void) {

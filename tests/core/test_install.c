@@ -32,7 +32,7 @@ static void test_installed_library_builds_a_program(void **state) {
   FILE *f = fopen(src, "w");
   fputs("#include <giant/giant.h>\n#include <stdio.h>\n"
         "int main(void) { gt_backend *be; if (gt_backend_create(NULL, &be) != GT_OK) return 1;\n"
-        "  printf(\"%s %s\\n\", be->name, gt_status_name(GT_ERANGE)); gt_backend_destroy(be); return 0; }\n",
+        "  printf(\"%s %s\\n\", gt_backend_name(be), gt_status_name(GT_ERANGE)); gt_backend_destroy(be); return 0; }\n",
         f);
   fclose(f);
   snprintf(pcdir, sizeof pcdir, "%s/lib/pkgconfig", prefix);

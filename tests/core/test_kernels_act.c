@@ -13,8 +13,8 @@ static void gelu_run(gt_backend *be, const float *x, const float *dout, float *o
                      size_t n) {
   float *dx_in = kt_dput(be, x, n * 4), *dy = kt_dput(be, dout, n * 4);
   float *dout_d = kt_dput(be, NULL, n * 4), *g = kt_dput(be, dx, n * 4);
-  KT_OK(be->ops->gelu_forward(be, dout_d, dx_in, n));
-  KT_OK(be->ops->gelu_backward(be, g, dx_in, dy, n));
+  KT_OK(gt_op_gelu_forward(be, dout_d, dx_in, n));
+  KT_OK(gt_op_gelu_backward(be, g, dx_in, dy, n));
   kt_dget(be, out, dout_d, n * 4), kt_dget(be, dx, g, n * 4);
   kt_dfree(be, dx_in), kt_dfree(be, dy), kt_dfree(be, dout_d), kt_dfree(be, g);
 }
@@ -59,8 +59,8 @@ static void residual_run(gt_backend *be, const float *a, const float *b, const f
                          float *out, float *da, float *db, size_t n) {
   float *d_a = kt_dput(be, a, n * 4), *d_b = kt_dput(be, b, n * 4), *dy = kt_dput(be, dout, n * 4);
   float *o = kt_dput(be, NULL, n * 4), *ga = kt_dput(be, da, n * 4), *gb = kt_dput(be, db, n * 4);
-  KT_OK(be->ops->residual_forward(be, o, d_a, d_b, n));
-  KT_OK(be->ops->residual_backward(be, ga, gb, dy, n));
+  KT_OK(gt_op_residual_forward(be, o, d_a, d_b, n));
+  KT_OK(gt_op_residual_backward(be, ga, gb, dy, n));
   kt_dget(be, out, o, n * 4), kt_dget(be, da, ga, n * 4), kt_dget(be, db, gb, n * 4);
   kt_dfree(be, d_a), kt_dfree(be, d_b), kt_dfree(be, dy), kt_dfree(be, o), kt_dfree(be, ga),
       kt_dfree(be, gb);
@@ -91,12 +91,12 @@ static void check_residual_one_side(size_t n) {
   float *d_dy = kt_dput(kt_be, dy, n * 4);
   for (int side = 0; side < 2; side++) {
     float *g = kt_dput(kt_be, g0, n * 4);
-    KT_OK(kt_be->ops->residual_backward(kt_be, side ? NULL : g, side ? g : NULL, d_dy, n));
+    KT_OK(gt_op_residual_backward(kt_be, side ? NULL : g, side ? g : NULL, d_dy, n));
     kt_dget(kt_be, got, g, n * 4);
     kt_check_exact(side ? "residual db (da NULL)" : "residual da (db NULL)", got, want, n);
     kt_dfree(kt_be, g);
   }
-  KT_OK(kt_be->ops->residual_backward(kt_be, NULL, NULL, d_dy, n));
+  KT_OK(gt_op_residual_backward(kt_be, NULL, NULL, d_dy, n));
   kt_dfree(kt_be, d_dy);
   free(dy), free(g0), free(got), free(want);
 }

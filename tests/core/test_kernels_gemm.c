@@ -22,7 +22,7 @@ static void run_gemm(gt_backend *be, const gemm_case *c, const gt_gemm_args *g0,
   float *da = kt_dput(be, a, na * sizeof *a), *db = kt_dput(be, b, nb * sizeof *b);
   float *dc = kt_dput(be, cbuf, nc * sizeof *cbuf);
   g.a = da, g.b = db, g.c = dc;
-  KT_OK(be->ops->gemm(be, &g));
+  KT_OK(gt_op_gemm(be, &g));
   kt_dget(be, cbuf, dc, nc * sizeof *cbuf);
   kt_dfree(be, da), kt_dfree(be, db), kt_dfree(be, dc);
   (void)c;
@@ -104,28 +104,28 @@ void test_gemm_edges(void **state) {
   float *dc = kt_dput(kt_be, c, 6 * sizeof *c);
   gt_gemm_args g = {.m = 2, .n = 3, .k = 0, .alpha = 1, .beta = 0, .lda = 1, .ldb = 3, .ldc = 3,
                     .c = dc, .batch = 1};
-  KT_OK(kt_be->ops->gemm(kt_be, &g));
+  KT_OK(gt_op_gemm(kt_be, &g));
   kt_dget(kt_be, c, dc, 6 * sizeof *c);
   kt_check_exact("gemm k=0 beta=0", c, zeros, 6);
   /* m == 0 does nothing. */
   g.m = 0;
-  KT_OK(kt_be->ops->gemm(kt_be, &g));
+  KT_OK(gt_op_gemm(kt_be, &g));
   /* Bad arguments are refused with a reason. */
   float *da = kt_dput(kt_be, NULL, 64 * sizeof(float));
   gt_gemm_args bad = {.m = 4, .n = 4, .k = 4, .alpha = 1, .a = da, .lda = 3, .b = da, .ldb = 4,
                       .c = dc, .ldc = 4, .batch = 1};
-  assert_int_equal(kt_be->ops->gemm(kt_be, &bad), GT_EINVAL);
-  if (kt_be->kind == GT_DEVICE_CPU) assert_non_null(strstr(gt_last_error(), "lda"));
+  assert_int_equal(gt_op_gemm(kt_be, &bad), GT_EINVAL);
+  if (gt_backend_kind(kt_be) == GT_DEVICE_CPU) assert_non_null(strstr(gt_last_error(), "lda"));
   bad.lda = 4, bad.ldc = 3;
-  assert_int_equal(kt_be->ops->gemm(kt_be, &bad), GT_EINVAL);
+  assert_int_equal(gt_op_gemm(kt_be, &bad), GT_EINVAL);
   bad.ldc = 4, bad.batch = 0;
-  assert_int_equal(kt_be->ops->gemm(kt_be, &bad), GT_EINVAL);
-  if (kt_be->kind == GT_DEVICE_CPU) {
+  assert_int_equal(gt_op_gemm(kt_be, &bad), GT_EINVAL);
+  if (gt_backend_kind(kt_be) == GT_DEVICE_CPU) {
     bad.batch = 2, bad.stride_c = 8; /* outputs of 16 elements 8 apart overlap */
-    assert_int_equal(kt_be->ops->gemm(kt_be, &bad), GT_EINVAL);
+    assert_int_equal(gt_op_gemm(kt_be, &bad), GT_EINVAL);
   }
   bad.batch = 1, bad.m = -1;
-  assert_int_equal(kt_be->ops->gemm(kt_be, &bad), GT_EINVAL);
+  assert_int_equal(gt_op_gemm(kt_be, &bad), GT_EINVAL);
   kt_dfree(kt_be, da), kt_dfree(kt_be, dc);
   free(c);
 }

@@ -39,14 +39,14 @@ static void run(gt_backend *be, const gt_gemm_ex_args *g0, const uint16_t *a, si
     for (size_t i = 0; i < nc; i++) c16[i] = gt_f32_to_bf16(c[i]);
     dc = kt_dput(be, c16, nc * 2);
     g.a = da, g.b = db, g.c = dc;
-    KT_OK(be->ops->gemm_ex(be, &g));
+    KT_OK(gt_op_gemm_ex(be, &g));
     kt_dget(be, c16, dc, nc * 2);
     for (size_t i = 0; i < nc; i++) c[i] = gt_bf16_to_f32(c16[i]);
     free(c16);
   } else {
     dc = kt_dput(be, c, nc * 4);
     g.a = da, g.b = db, g.c = dc;
-    KT_OK(be->ops->gemm_ex(be, &g));
+    KT_OK(gt_op_gemm_ex(be, &g));
     kt_dget(be, c, dc, nc * 4);
   }
   kt_dfree(be, da), kt_dfree(be, db), kt_dfree(be, dc);
@@ -127,13 +127,13 @@ void test_gemm_ex_f32_is_gemm(void **state) {
   float *dc = kt_dput(kt_be, c, (size_t)m * n * 4);
   gt_gemm_args g = {.m = m, .n = n, .k = k, .alpha = 1.5f, .beta = 0.5f, .a = da, .lda = k, .b = db, .ldb = n,
                     .c = dc, .ldc = n, .batch = 1};
-  KT_OK(kt_be->ops->gemm(kt_be, &g));
+  KT_OK(gt_op_gemm(kt_be, &g));
   kt_dget(kt_be, want, dc, (size_t)m * n * 4);
   kt_dfree(kt_be, dc);
   dc = kt_dput(kt_be, c, (size_t)m * n * 4);
   gt_gemm_ex_args x = {.m = m, .n = n, .k = k, .alpha = 1.5f, .beta = 0.5f, .a = da, .a_type = GT_F32, .lda = k,
                        .b = db, .b_type = GT_F32, .ldb = n, .c = dc, .c_type = GT_F32, .ldc = n, .batch = 1};
-  KT_OK(kt_be->ops->gemm_ex(kt_be, &x));
+  KT_OK(gt_op_gemm_ex(kt_be, &x));
   kt_dget(kt_be, got, dc, (size_t)m * n * 4);
   kt_check_exact("gemm_ex f32", got, want, (size_t)m * n);
   kt_dfree(kt_be, da), kt_dfree(kt_be, db), kt_dfree(kt_be, dc);
@@ -149,19 +149,19 @@ void test_gemm_ex_errors(void **state) {
                           .batch = 1};
   gt_gemm_ex_args g = base;
   g.b = d32, g.b_type = GT_F32; /* mixed operand types */
-  assert_int_equal(kt_be->ops->gemm_ex(kt_be, &g), GT_EUNSUPPORTED);
+  assert_int_equal(gt_op_gemm_ex(kt_be, &g), GT_EUNSUPPORTED);
   g = base;
   g.a = g.b = d32, g.a_type = g.b_type = GT_F32, g.c = d16, g.c_type = GT_BF16;
-  assert_int_equal(kt_be->ops->gemm_ex(kt_be, &g), GT_EUNSUPPORTED);
+  assert_int_equal(gt_op_gemm_ex(kt_be, &g), GT_EUNSUPPORTED);
   g = base;
   g.a_type = GT_I32;
-  assert_int_equal(kt_be->ops->gemm_ex(kt_be, &g), GT_EUNSUPPORTED);
+  assert_int_equal(gt_op_gemm_ex(kt_be, &g), GT_EUNSUPPORTED);
   g = base;
   g.lda = 2; /* shorter than a row */
-  assert_int_not_equal(kt_be->ops->gemm_ex(kt_be, &g), GT_OK);
+  assert_int_not_equal(gt_op_gemm_ex(kt_be, &g), GT_OK);
   g = base;
   g.m = -1;
-  assert_int_not_equal(kt_be->ops->gemm_ex(kt_be, &g), GT_OK);
+  assert_int_not_equal(gt_op_gemm_ex(kt_be, &g), GT_OK);
   kt_dfree(kt_be, d16), kt_dfree(kt_be, d32);
 }
 
@@ -183,8 +183,8 @@ void test_bias(void **state) {
     float *dout = kt_dput(kt_be, out, n * 4), *db = kt_dput(kt_be, bias, (size_t)OC * 4);
     float *ddb = kt_dput(kt_be, dbias, (size_t)OC * 4);
     /* bias_backward reads dout before bias_add changes it. */
-    KT_OK(kt_be->ops->bias_backward(kt_be, ddb, dout, N, OC));
-    KT_OK(kt_be->ops->bias_add(kt_be, dout, db, N, OC));
+    KT_OK(gt_op_bias_backward(kt_be, ddb, dout, N, OC));
+    KT_OK(gt_op_bias_add(kt_be, dout, db, N, OC));
     kt_dget(kt_be, got, dout, n * 4);
     kt_check("bias_add", got, want, n, 1e-6);
     kt_dget(kt_be, got, ddb, (size_t)OC * 4);
@@ -192,6 +192,6 @@ void test_bias(void **state) {
     kt_dfree(kt_be, dout), kt_dfree(kt_be, db), kt_dfree(kt_be, ddb);
     free(out), free(bias), free(dbias), free(got), free(want), free(dwant);
   }
-  assert_int_equal(kt_be->ops->bias_add(kt_be, NULL, NULL, -1, 3), GT_EINVAL);
-  assert_int_equal(kt_be->ops->bias_backward(kt_be, NULL, NULL, 2, -3), GT_EINVAL);
+  assert_int_equal(gt_op_bias_add(kt_be, NULL, NULL, -1, 3), GT_EINVAL);
+  assert_int_equal(gt_op_bias_backward(kt_be, NULL, NULL, 2, -3), GT_EINVAL);
 }

@@ -30,7 +30,7 @@ static void adamw_steps(gt_backend *be, float *p, float *m, float *v, float **gr
     gt_adamw_args a = *a0;
     a.step = s;
     KT_OK(gt_backend_upload(be, d.g, grads[s - 1], n * 4));
-    KT_OK(be->ops->adamw_update(be, d.p, d.g, d.m, d.v, n, &a));
+    KT_OK(gt_op_adamw_update(be, d.p, d.g, d.m, d.v, n, &a));
   }
   kt_dget(be, p, d.p, n * 4), kt_dget(be, m, d.m, n * 4), kt_dget(be, v, d.v, n * 4);
   kt_dfree(be, d.p), kt_dfree(be, d.m), kt_dfree(be, d.v), kt_dfree(be, d.g);
@@ -73,7 +73,7 @@ void test_adamw(void **state) {
   float *buf = kt_dput(kt_be, NULL, 16);
   gt_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .step = 0,
                      .grad_scale = 1};
-  assert_int_equal(kt_be->ops->adamw_update(kt_be, buf, buf, buf, buf, 4, &a), GT_EINVAL);
+  assert_int_equal(gt_op_adamw_update(kt_be, buf, buf, buf, buf, 4, &a), GT_EINVAL);
   kt_dfree(kt_be, buf);
 }
 
@@ -94,7 +94,7 @@ static void sgd_steps(gt_backend *be, float *p, float *mom, float **grads, int s
   float *dm = a->momentum != 0.0f ? kt_dput(be, NULL, n * 4) : NULL;
   for (int s = 0; s < steps; s++) {
     KT_OK(gt_backend_upload(be, dg, grads[s], n * 4));
-    KT_OK(be->ops->sgd_update(be, dp, dg, dm, n, a));
+    KT_OK(gt_op_sgd_update(be, dp, dg, dm, n, a));
   }
   kt_dget(be, p, dp, n * 4);
   if (dm) kt_dget(be, mom, dm, n * 4), kt_dfree(be, dm);
@@ -137,7 +137,7 @@ void test_sgd(void **state) {
     check_sgd(sizes[i], &nest);
   }
   float *buf = kt_dput(kt_be, NULL, 16);
-  assert_int_equal(kt_be->ops->sgd_update(kt_be, buf, buf, NULL, 4, &heavy), GT_EINVAL);
+  assert_int_equal(gt_op_sgd_update(kt_be, buf, buf, NULL, 4, &heavy), GT_EINVAL);
   assert_non_null(strstr(gt_last_error(), "momentum"));
   kt_dfree(kt_be, buf);
 }

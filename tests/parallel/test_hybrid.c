@@ -58,7 +58,7 @@ static void train_stage(int rank, int world, const run_cfg *cfg, const char *lay
   gt_backend *be;
   gt_backend_config bc = {.kind = GT_DEVICE_CPU, .num_threads = 1};
   CHECK_OK(gt_backend_create(&bc, &be));
-  be->peak_flops = 1e9;
+  gt_backend_set_peak_flops(be, 1e9);
   gt_store *store = NULL;
   gt_dist *dist = NULL;
   gt_plan plan = {.layout = {1, 1, 1}, .world = 1};

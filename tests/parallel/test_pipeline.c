@@ -52,7 +52,7 @@ static int train(int rank, int world, void *arg) {
   result *out = cfg->out;
   gt_backend *be;
   CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
-  be->peak_flops = 1e9;
+  gt_backend_set_peak_flops(be, 1e9);
   gt_store *store = NULL;
   gt_dist *dist = NULL;
   gt_plan plan = {.layout = {1, 1, 1}, .world = 1};
@@ -204,7 +204,7 @@ static int measure(int rank, int world, void *arg) {
   mem_cfg *cfg = arg;
   gt_backend *be;
   CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
-  be->peak_flops = 1e9;
+  gt_backend_set_peak_flops(be, 1e9);
   gt_store *store = harness_store();
   gt_plan plan;
   CHECK_OK(gt_plan_resolve(&(gt_plan_config){.world = world, .rank = rank, .layout = "pp=2", .schedule = cfg->kind},
