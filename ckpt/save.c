@@ -41,9 +41,9 @@ gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *l
   c->nstates = gt_optimizer_num_states(c->opt);
   /* The backend's host memory: pinned on a GPU, so snapshots copy at full speed. */
   c->be = gt_model_backend(c->m);
-  bool ok = c->be->ops->host_alloc(c->be, (c->nparams ? c->nparams : 1) * sizeof(float), (void **)&c->params) == GT_OK;
+  bool ok = gt_backend_host_alloc(c->be, (c->nparams ? c->nparams : 1) * sizeof(float), (void **)&c->params) == GT_OK;
   for (int k = 0; k < c->nstates && ok; k++)
-    ok = c->be->ops->host_alloc(c->be, (c->hi - c->lo + 1) * sizeof(float), (void **)&c->state[k]) == GT_OK;
+    ok = gt_backend_host_alloc(c->be, (c->hi - c->lo + 1) * sizeof(float), (void **)&c->state[k]) == GT_OK;
   if (!ok) {
     gt_ckpt_destroy(c);
     return gt_errorf(GT_ENOMEM, "out of memory for the checkpoint snapshot buffers (%zu floats)", c->nparams);
@@ -63,9 +63,9 @@ void gt_ckpt_destroy(gt_ckpt *c) {
   ck_manifest_free(&c->user);
   ck_manifest_free(&c->loaded);
   free(c->src);
-  if (c->params) c->be->ops->host_free(c->be, c->params);
+  if (c->params) gt_backend_host_free(c->be, c->params);
   for (int k = 0; k < 2; k++)
-    if (c->state[k]) c->be->ops->host_free(c->be, c->state[k]);
+    if (c->state[k]) gt_backend_host_free(c->be, c->state[k]);
   free(c->root);
   free(c);
 }

@@ -85,7 +85,7 @@ int cr_rank(int rank, int world, void *arg) {
   gt_log_set_rank(rank);
   gt_backend *be;
   CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
-  be->peak_flops = 1e9;
+  gt_backend_set_peak_flops(be, 1e9);
   gt_store *store = NULL;
   gt_dist *dist = NULL;
   gt_plan plan = {.layout = {1, 1, 1}, .world = 1};
