@@ -26,21 +26,12 @@ static int setup(void **state) {
   (void)state;
   build_path("examples/gpt", gpt, sizeof gpt);
   build_path("launch/giantrun", giantrun, sizeof giantrun);
-  strcpy(dir, "/tmp/giant-ckex-XXXXXX");
-  if (!mkdtemp(dir)) return -1;
-  snprintf(text, sizeof text, "%s/corpus.txt", dir);
-  snprintf(data, sizeof data, "%s/corpus.tok", dir);
-  FILE *f = fopen(text, "w");
-  for (int i = 0; i < 300; i++) fprintf(f, "a stitch in time saves nine, %d times over\n%%\n", i % 7);
-  fclose(f);
-  return 0;
+  return scratch_corpus("ckex", dir, text, data);
 }
 
 static int teardown(void **state) {
   (void)state;
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return scratch_remove(dir);
 }
 
 static void run_gpt(const char *steps, const char *metrics, const char *flag_dir, char *const env[], run_result *r) {

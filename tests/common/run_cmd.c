@@ -25,6 +25,23 @@ const char *build_path(const char *rel, char *buf, size_t n) {
   return buf;
 }
 
+int scratch_corpus(const char *tag, char dir[64], char text[128], char data[128]) {
+  snprintf(dir, 64, "/tmp/giant-%s-XXXXXX", tag);
+  if (!mkdtemp(dir)) return -1;
+  snprintf(text, 128, "%s/corpus.txt", dir);
+  snprintf(data, 128, "%s/corpus.tok", dir);
+  FILE *f = fopen(text, "w");
+  if (!f) return -1;
+  for (int i = 0; i < 300; i++) fprintf(f, "a stitch in time saves nine, %d times over\n%%\n", i % 7);
+  return fclose(f) == 0 ? 0 : -1;
+}
+
+int scratch_remove(const char *dir) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
 void run_cmd(char *const argv[], char *const env_extra[], double timeout_s, run_result *r) {
   memset(r, 0, sizeof *r);
   int fds[2];

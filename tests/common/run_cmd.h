@@ -17,4 +17,12 @@ void run_cmd(char *const argv[], char *const env_extra[], double timeout_s, run_
 /* "$GT_BUILD_DIR/<rel>" into buf. */
 const char *build_path(const char *rel, char *buf, size_t n);
 
+/* A fresh directory /tmp/giant-<tag>-XXXXXX (into dir, 64 bytes) holding
+ * corpus.txt, 300 short documents separated by '%' lines as in fortune
+ * files; text and data (128 bytes each) get the paths of corpus.txt and of
+ * corpus.tok, which the test makes from it. 0 on success. */
+int scratch_corpus(const char *tag, char dir[64], char text[128], char data[128]);
+/* rm -rf dir; 0 on success. */
+int scratch_remove(const char *dir);
+
 #endif

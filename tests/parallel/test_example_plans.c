@@ -23,21 +23,12 @@ static int setup(void **state) {
     fprintf(stderr, "etcd not found: skipping\n");
     exit(77);
   }
-  strcpy(dir, "/tmp/giant-plans-XXXXXX");
-  if (!mkdtemp(dir)) return -1;
-  snprintf(text, sizeof text, "%s/corpus.txt", dir);
-  snprintf(data, sizeof data, "%s/corpus.tok", dir);
-  FILE *f = fopen(text, "w");
-  for (int i = 0; i < 300; i++) fprintf(f, "a stitch in time saves nine, %d times over\n%%\n", i % 7);
-  fclose(f);
-  return 0;
+  return scratch_corpus("plans", dir, text, data);
 }
 
 static int teardown(void **state) {
   (void)state;
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return scratch_remove(dir);
 }
 
 /* Runs the example on `nproc` workers at `plan` (with extra flags) and
