@@ -9,8 +9,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "giant/coord.h"
 #include "giant/etcd.h"
 #include "giant/log.h"
+#include "giant/rdzv.h"
 
 static const char usage[] =
     "usage: giant-etcd [flags] COMMAND [ARGS]\n"
@@ -28,6 +30,7 @@ static const char usage[] =
     "  lease ttl ID            print remaining and granted seconds\n"
     "  lease keepalive ID [--for SECONDS]\n"
     "                          renew until SIGINT/SIGTERM or SECONDS; exit 1 if the lease is lost\n"
+    "  health JOB              print the job's leader and its ranks' health records as a table\n"
     "\n"
     "flags:\n"
     "  --endpoints LIST        comma-separated host:port or http(s)://host:port\n"
@@ -146,6 +149,27 @@ static int cmd_watch(gt_etcd_client *c, char **args, int n, const opts *o) {
   }
   gt_etcd_watch_cancel(w);
   return rc;
+}
+
+/* The job's leader and health table (giant/coord.h). */
+static int cmd_health(gt_etcd_client *c, char **args, int n) {
+  if (n != 1) return bad_usage("health takes one JOB id%s", "");
+  if (!gt_rdzv_valid_id(args[0])) return bad_usage("'%s' is not a job id ([A-Za-z0-9._-])", args[0]);
+  char key[GT_RDZV_ID_MAX + 32];
+  snprintf(key, sizeof key, "/giant/%s/leader", args[0]);
+  gt_etcd_kvs r;
+  if (gt_etcd_get(c, key, NULL, &r) != GT_OK) return failed();
+  if (r.n) printf("leader: %s (term %lld)\n", (const char *)r.kvs[0].value, (long long)r.kvs[0].create_revision);
+  else printf("leader: none\n");
+  gt_etcd_kvs_free(&r);
+  enum { MAX_RANKS = 65536 };
+  gt_health_record *recs = malloc(MAX_RANKS * sizeof *recs);
+  int nrec = 0;
+  if (!recs) return fprintf(stderr, "giant-etcd: out of memory\n"), 1;
+  gt_status st = gt_health_list(c, args[0], recs, MAX_RANKS, &nrec);
+  if (st == GT_OK) gt_health_print(recs, nrec, stdout);
+  free(recs);
+  return st == GT_OK ? 0 : failed();
 }
 
 static int cmd_lease(gt_etcd_client *c, char **args, int n, const opts *o) {
@@ -269,8 +293,8 @@ int main(int argc, char **argv) {
   }
   const char *cmd = words[0];
   if (strcmp(cmd, "get") && strcmp(cmd, "put") && strcmp(cmd, "del") && strcmp(cmd, "watch") &&
-      strcmp(cmd, "lease"))
-    return bad_usage("unknown command '%s' (get, put, del, watch, lease)", cmd);
+      strcmp(cmd, "lease") && strcmp(cmd, "health"))
+    return bad_usage("unknown command '%s' (get, put, del, watch, lease, health)", cmd);
 
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -289,6 +313,7 @@ int main(int argc, char **argv) {
   else if (strcmp(cmd, "put") == 0) rc = cmd_put(c, words + 1, nw - 1, &o);
   else if (strcmp(cmd, "del") == 0) rc = cmd_del(c, words + 1, nw - 1, &o);
   else if (strcmp(cmd, "watch") == 0) rc = cmd_watch(c, words + 1, nw - 1, &o);
+  else if (strcmp(cmd, "health") == 0) rc = cmd_health(c, words + 1, nw - 1);
   else rc = cmd_lease(c, words + 1, nw - 1, &o);
   gt_etcd_close(c);
   return rc;

@@ -1,0 +1,27 @@
+/* A campaigner in a process of its own, for test_coord: campaigns for
+ * JOB's leadership as NODE with a TTL, prints "leading <term>" once it
+ * leads, then waits to be killed (at most 120 s).
+ *
+ * usage: coord_campaigner ENDPOINT JOB NODE TTL_S */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "giant/coord.h"
+
+int main(int argc, char **argv) {
+  if (argc != 5) return fprintf(stderr, "usage: coord_campaigner ENDPOINT JOB NODE TTL_S\n"), 2;
+  gt_leader *l;
+  gt_leader_config cfg = {.etcd = {.endpoints = argv[1], .timeout_ms = 5000}, .job_id = argv[2],
+                          .node_id = argv[3], .ttl_s = atoi(argv[4])};
+  if (gt_leader_open(&cfg, &l) != GT_OK) return fprintf(stderr, "coord_campaigner: %s\n", gt_last_error()), 1;
+  if (gt_leader_wait(l, 60000) != GT_OK) return fprintf(stderr, "coord_campaigner: %s\n", gt_last_error()), 1;
+  int64_t term = 0;
+  char node[128];
+  if (gt_leader_current(l, node, sizeof node, &term) != GT_OK) return 1;
+  printf("leading %lld\n", (long long)term);
+  fflush(stdout);
+  nanosleep(&(struct timespec){120, 0}, NULL);
+  gt_leader_close(l);
+  return 0;
+}
