@@ -13,6 +13,7 @@
 #include "giant/log.h"
 #include "giant/plan.h"
 #include "giant/pp_exec.h"
+#include "telemetry.h"
 
 struct gt_trainer {
   gt_model *m;
@@ -26,6 +27,7 @@ struct gt_trainer {
   gt_batch *held;     /* pipelining a loader's batches: copies of one step's */
   float *counts;      /* device floats: token counts, the loss, reduced over replicas */
   int step;
+  gt_fault_plan faults; /* GT_FAULT: none unless set */
 };
 
 /* A loader reuses its buffers on every call, and a pipeline needs all of a
@@ -80,6 +82,7 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   if (s == GT_OK && !t->pipe) s = gt_acts_create(m, &t->acts); /* a pipeline keeps its own per micro-batch */
   if (s == GT_OK) s = gt_model_set_precision(m, cfg->precision);
   if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
+  if (s == GT_OK) s = gt_fault_from_env(plan ? plan->rank : 0, &t->faults);
   gt_backend *be = gt_model_backend(m);
   /* MFU needs the machine's peak; measure it once if nobody has. */
   if (s == GT_OK && gt_backend_peak_flops(be) <= 0) s = gt_backend_measure_peak_ex(be, cfg->precision, 512, 0.3, NULL);
@@ -142,7 +145,8 @@ static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *b
                              gt_step_stats *st) {
   gt_batch b;
   if (batches) b = batches[i];
-  else GT_TRY(gt_loader_next(loader, &b));
+  else GT_TRY(gt_telemetry_load(loader, &b, &st->telemetry));
+  gt_telemetry_add_batch(&st->telemetry, &b);
   float loss = 0;
   GT_TRY(gt_model_forward(t->m, t->acts, &b, &loss));
   int64_t valid = gt_acts_targets(t->acts);
@@ -163,7 +167,7 @@ static gt_status pipeline_batches(gt_trainer *t, gt_loader *loader, const gt_bat
   if (!batches) {
     for (int i = 0; i < t->cfg.grad_accum; i++) {
       gt_batch b;
-      GT_TRY(gt_loader_next(loader, &b));
+      GT_TRY(gt_telemetry_load(loader, &b, &st->telemetry));
       size_t n = (size_t)b.B * (size_t)b.T;
       memcpy(t->held[i].inputs, b.inputs, n * sizeof(int32_t));
       memcpy(t->held[i].targets, b.targets, n * sizeof(int32_t));
@@ -180,6 +184,7 @@ static gt_status pipeline_batches(gt_trainer *t, gt_loader *loader, const gt_bat
   GT_TRY(gt_pp_exec_run(t->pipe, batches, weights, &st->loss));
   for (int i = 0; i < t->cfg.grad_accum; i++) {
     st->tokens += (int64_t)batches[i].B * batches[i].T;
+    gt_telemetry_add_batch(&st->telemetry, &batches[i]);
     st->flops += 3.0 * gt_model_flops(t->m, batches[i].B, batches[i].T);
     st->seq_len = batches[i].T;
   }
@@ -222,8 +227,10 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
     for (int i = 0; i < t->cfg.grad_accum; i++) GT_TRY(micro_batch(t, loader, batches, i, &loss_sum, &st));
     st.loss = (float)loss_sum;
   }
+  gt_telemetry_after_compute(&st.telemetry, t->m, t->pipe, t0, &t->faults, t->step, &st.loss);
   if (t->dist) {
     GT_TRY(reduce_step(t, &st));
+    gt_telemetry_after_reduce(&st.telemetry, t->sync);
   } else {
     GT_TRY(gt_grad_norm(t->m, &st.grad_norm));
   }

@@ -78,7 +78,8 @@ static const char *usage =
     "  --ckpt-dir DIR      save checkpoints here and resume from the newest (default: $GT_CKPT_DIR)\n"
     "  --ckpt-every N      save every N steps (default: $GT_CKPT_EVERY)\n"
     "  --ckpt-keep K       keep the newest K checkpoints, 0 = all (default: $GT_CKPT_KEEP, else 0)\n"
-    "  --metrics FILE      append one JSON line per step\n"
+    "  --metrics FILE      append one JSON line per step (the lead rank's; a %r in FILE gives\n"
+    "                      every rank its own file, %r replaced by the rank)\n"
     "  --print-every N     print every N steps (default 10)\n"
     "  --sample N          tokens to generate at the end (default 300, 0 = none)\n"
     "  --temperature X     sampling temperature (default 0.8)\n";
@@ -113,6 +114,14 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--ckpt-keep", GT_OPT_INT, &a->ckpt.keep, 0, 1e6},
   };
   return gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]), usage, NULL);
+}
+
+/* "m.%r.jsonl" into "m.3.jsonl" for rank 3: false when path has no %r. */
+static bool metrics_per_rank(const char *path, int rank, char *out, size_t cap) {
+  const char *r = strstr(path, "%r");
+  if (!r) return false;
+  snprintf(out, cap, "%.*s%d%s", (int)(r - path), path, rank, r + 2);
+  return true;
 }
 
 static int fail(const char *what, gt_status s) {
@@ -383,8 +392,11 @@ int main(int argc, char **argv) {
     rc = s == GT_OK ? 0 : 1;
     goto out;
   }
+  char rank_metrics[4096];
+  const char *metrics = lead ? a.metrics : NULL;
+  if (a.metrics && metrics_per_rank(a.metrics, job->rank, rank_metrics, sizeof rank_metrics)) metrics = rank_metrics;
   gt_trainer_config tc = {.optim = gt_optim_defaults(kind), .grad_clip = a.clip, .grad_accum = a.accum,
-                          .metrics_path = lead ? a.metrics : NULL, .print_every = lead ? a.print_every : 0,
+                          .metrics_path = metrics, .print_every = lead ? a.print_every : 0,
                           .schedule = {.lr_max = a.lr, .lr_min = a.min_lr, .warmup = a.warmup, .total = a.steps},
                           .dist = dist, .no_overlap = a.no_overlap, .precision = precision};
   if (a.weight_decay >= 0) tc.optim.weight_decay = a.weight_decay;

@@ -11,6 +11,7 @@
 #include "giant/dist.h"
 #include "giant/dp_sync.h"
 #include "giant/etcd.h"
+#include "giant/fault.h"
 #include "giant/grid.h"
 #include "giant/group.h"
 #include "giant/init.h"

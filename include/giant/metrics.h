@@ -11,6 +11,21 @@
 
 GT_API_BEGIN
 
+/* What one rank did in a step and how long it took, for the iteration-time
+ * predictor and fail-slow detection (giant/predictor.h). Fixed size, so that
+ * ranks can exchange it as it is. Times are this rank's own. */
+typedef struct gt_step_telemetry {
+  int rank;          /* world rank */
+  int layers;        /* layers this rank holds (its pipeline stages') */
+  int micro_batches; /* micro-batches this rank ran */
+  int64_t tokens;    /* this rank's B*T summed over its micro-batches */
+  double seq_sq;     /* attention work: B*T*T summed over micro-batches (padded rows cost T too) */
+  double compute_s;  /* forward and backward, loader and collective waits measured below excluded */
+  double data_s;     /* waiting for the loader */
+  double dp_wait_s;  /* blocked in the data-parallel gradient reduction after backward */
+  double pp_wait_s;  /* blocked on pipeline sends and receives */
+} gt_step_telemetry;
+
 typedef struct gt_step_stats {
   int step;              /* 0-based */
   float loss;            /* mean over the step's micro-batches */
@@ -23,6 +38,7 @@ typedef struct gt_step_stats {
   double mfu;            /* flops / seconds / measured peak; 0 if no peak */
   int micro_batches;
   int seq_len;           /* T of the last micro-batch */
+  gt_step_telemetry telemetry;
 } gt_step_stats;
 
 typedef struct gt_metrics gt_metrics;

@@ -1,0 +1,60 @@
+/* Fault injection, off by default: GT_FAULT names faults to play on chosen
+ * ranks at chosen steps, so that detection and recovery can be tested on a
+ * real job. The grammar is in docs/faults.md, e.g.
+ *   GT_FAULT="slow:rank=2,factor=3,from=40;crash:rank=1,at=30"
+ * The trainer reads GT_FAULT when it is created and calls gt_fault_step once
+ * a step, after the step's forward and backward. */
+#ifndef GIANT_FAULT_H
+#define GIANT_FAULT_H
+
+#include <stdbool.h>
+
+#include "giant/status.h"
+
+GT_API_BEGIN
+
+typedef enum gt_fault_kind {
+  GT_FAULT_SLOW,     /* rank computes factor times slower from step `from` (to `until`, if given) */
+  GT_FAULT_SLOWLINK, /* sends from rank to peer delayed by delay_ms: parsed, not yet played */
+  GT_FAULT_STALL,    /* rank stops for `seconds` once, at step `at` */
+  GT_FAULT_CRASH,    /* rank kills itself (SIGKILL) at step `at` */
+  GT_FAULT_NAN,      /* rank's loss becomes NaN at step `at` */
+} gt_fault_kind;
+
+typedef struct gt_fault {
+  gt_fault_kind kind;
+  int rank;        /* -1: every rank ("rank=all") */
+  int from, until; /* slow: steps [from, until); until -1: for good */
+  int at;          /* stall, crash, nan */
+  int peer;        /* slowlink */
+  double factor;   /* slow: > 1 */
+  double delay_ms; /* slowlink */
+  double seconds;  /* stall */
+} gt_fault;
+
+#define GT_FAULT_MAX 16
+
+typedef struct gt_fault_plan {
+  int n;
+  gt_fault f[GT_FAULT_MAX];
+  int rank;              /* the rank this process plays */
+  bool stalled[GT_FAULT_MAX];
+} gt_fault_plan;
+
+/* Parses a ';'-separated list of faults. GT_EINVAL names the bad part: an
+ * unknown kind or key, a bad number, a missing required key. */
+gt_status gt_fault_parse(const char *spec, gt_fault_plan *out);
+/* Reads GT_FAULT for `rank`; an unset or empty GT_FAULT gives a plan with no
+ * faults. */
+gt_status gt_fault_from_env(int rank, gt_fault_plan *out);
+/* True when the plan holds a fault for this rank. */
+bool gt_fault_active(const gt_fault_plan *p);
+
+/* Plays this rank's faults at `step`, after forward and backward took
+ * compute_seconds: slow sleeps (factor - 1) * compute_seconds, stall sleeps
+ * once, crash raises SIGKILL, nan sets *loss to NaN (so the step's reduced
+ * loss and the divergence check see it). Returns the seconds it slept. */
+double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *loss);
+
+GT_API_END
+#endif

@@ -1,0 +1,57 @@
+/* GT_FAULT: playing the faults on this rank. Kept apart from the parser so
+ * that the only code on a training step's path is these few checks. */
+#include <math.h>
+#include <signal.h>
+#include <time.h>
+
+#include "giant/fault.h"
+#include "giant/log.h"
+
+static bool mine(const gt_fault_plan *p, const gt_fault *f) { return f->rank < 0 || f->rank == p->rank; }
+
+static void sleep_seconds(double s) {
+  if (!(s > 0)) return;
+  struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - floor(s)) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+bool gt_fault_active(const gt_fault_plan *p) {
+  for (int i = 0; p && i < p->n; i++)
+    if (mine(p, &p->f[i])) return true;
+  return false;
+}
+
+double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *loss) {
+  double slept = 0;
+  for (int i = 0; p && i < p->n; i++) {
+    const gt_fault *f = &p->f[i];
+    if (!mine(p, f)) continue;
+    switch (f->kind) {
+    case GT_FAULT_SLOW:
+      /* In proportion to this step's own compute: the factor holds at any
+       * model size and on any device. */
+      if (step >= f->from && (f->until < 0 || step < f->until)) slept += (f->factor - 1) * compute_seconds;
+      break;
+    case GT_FAULT_STALL:
+      if (step == f->at && !p->stalled[i]) {
+        p->stalled[i] = true;
+        gt_warn("GT_FAULT: rank %d stalls for %.1f s at step %d", p->rank, f->seconds, step);
+        slept += f->seconds;
+      }
+      break;
+    case GT_FAULT_CRASH:
+      if (step == f->at) {
+        gt_warn("GT_FAULT: rank %d crashes at step %d", p->rank, step);
+        raise(SIGKILL);
+      }
+      break;
+    case GT_FAULT_NAN:
+      if (step == f->at) *loss = NAN;
+      break;
+    case GT_FAULT_SLOWLINK: break; /* not played yet: gt_fault_from_env warns */
+    }
+  }
+  sleep_seconds(slept);
+  return slept;
+}

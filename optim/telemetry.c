@@ -1,0 +1,38 @@
+/* Per-step telemetry: what a rank did and where its time went. */
+#include "telemetry.h"
+
+#include "giant/layer.h"
+#include "giant/log.h"
+
+gt_status gt_telemetry_load(gt_loader *l, gt_batch *b, gt_step_telemetry *tel) {
+  double t0 = gt_now();
+  gt_status s = gt_loader_next(l, b);
+  tel->data_s += gt_now() - t0;
+  return s;
+}
+
+void gt_telemetry_add_batch(gt_step_telemetry *tel, const gt_batch *b) {
+  tel->micro_batches++;
+  tel->tokens += (int64_t)b->B * b->T;
+  tel->seq_sq += (double)b->B * b->T * b->T; /* the kernels run every row to T */
+}
+
+void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp_exec *pipe, double t0,
+                                gt_fault_plan *faults, int step, float *loss) {
+  if (pipe) {
+    double run, busy;
+    gt_pp_exec_timing(pipe, &run, &busy);
+    tel->compute_s = busy;
+    tel->pp_wait_s = run > busy ? run - busy : 0;
+  } else {
+    tel->compute_s = gt_now() - t0 - tel->data_s;
+  }
+  tel->compute_s += gt_fault_step(faults, step, tel->compute_s, loss);
+  tel->rank = faults->rank;
+  tel->layers = 0;
+  for (int i = 0; i < gt_model_num_layers(m); i++) tel->layers += gt_model_layer(m, i)->local;
+}
+
+void gt_telemetry_after_reduce(gt_step_telemetry *tel, gt_dp_sync *sync) {
+  if (sync) tel->dp_wait_s = gt_dp_sync_last(sync)->wait_seconds;
+}

@@ -1,0 +1,26 @@
+/* The trainer's per-step telemetry (gt_step_telemetry in giant/metrics.h)
+ * and its GT_FAULT hook: a few clock reads a step, kept out of trainer.c. */
+#ifndef GIANT_OPTIM_TELEMETRY_H
+#define GIANT_OPTIM_TELEMETRY_H
+
+#include "giant/data.h"
+#include "giant/dp_sync.h"
+#include "giant/fault.h"
+#include "giant/metrics.h"
+#include "giant/model.h"
+#include "giant/pp_exec.h"
+
+/* gt_loader_next, timed into tel->data_s. */
+gt_status gt_telemetry_load(gt_loader *l, gt_batch *b, gt_step_telemetry *tel);
+/* Counts a micro-batch's workload. */
+void gt_telemetry_add_batch(gt_step_telemetry *tel, const gt_batch *b);
+/* After the step's forward and backward (begun at t0): this rank's compute
+ * time (with a pipeline, the executor's busy time, its waits apart), then
+ * GT_FAULT's faults for the step, whose sleeps count as compute since they
+ * stand for a slow device. */
+void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp_exec *pipe, double t0,
+                                gt_fault_plan *faults, int step, float *loss);
+/* After the gradient reduction: the time it blocked. */
+void gt_telemetry_after_reduce(gt_step_telemetry *tel, gt_dp_sync *sync);
+
+#endif
