@@ -25,7 +25,7 @@ void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp
     tel->compute_s = busy;
     tel->pp_wait_s = run > busy ? run - busy : 0;
   } else {
-    tel->compute_s = gt_now() - t0 - tel->data_s;
+    tel->compute_s = gt_now() - t0 - tel->data_s - tel->dp_wait_s;
   }
   tel->compute_s += gt_fault_step(faults, step, tel->compute_s, loss);
   tel->rank = faults->rank;
@@ -34,5 +34,5 @@ void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp
 }
 
 void gt_telemetry_after_reduce(gt_step_telemetry *tel, gt_dp_sync *sync) {
-  if (sync) tel->dp_wait_s = gt_dp_sync_last(sync)->wait_seconds;
+  if (sync) tel->dp_wait_s += gt_dp_sync_last(sync)->wait_seconds;
 }

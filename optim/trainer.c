@@ -150,8 +150,9 @@ static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *b
   float loss = 0;
   GT_TRY(gt_model_forward(t->m, t->acts, &b, &loss));
   int64_t valid = gt_acts_targets(t->acts);
-  double weight;
-  GT_TRY(micro_weights(t, &valid, 1, &weight));
+  double weight, w0 = gt_now();
+  GT_TRY(micro_weights(t, &valid, 1, &weight)); /* blocks until every replica's forward is done */
+  st->telemetry.dp_wait_s += gt_now() - w0;
   float scale = valid ? (float)(weight / (double)valid) : 0.0f; /* d(step loss)/d(token loss) */
   if (t->sync) GT_TRY(gt_dp_sync_begin(t->sync, i == t->cfg.grad_accum - 1, !t->cfg.no_overlap));
   GT_TRY(gt_model_backward(t->m, t->acts, scale));

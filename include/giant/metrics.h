@@ -20,9 +20,9 @@ typedef struct gt_step_telemetry {
   int micro_batches; /* micro-batches this rank ran */
   int64_t tokens;    /* this rank's B*T summed over its micro-batches */
   double seq_sq;     /* attention work: B*T*T summed over micro-batches (padded rows cost T too) */
-  double compute_s;  /* forward and backward, loader and collective waits measured below excluded */
+  double compute_s;  /* forward and backward less the waits below (tensor-parallel ones are in it) */
   double data_s;     /* waiting for the loader */
-  double dp_wait_s;  /* blocked in the data-parallel gradient reduction after backward */
+  double dp_wait_s;  /* blocked in data-parallel reductions: token counts, and gradients after backward */
   double pp_wait_s;  /* blocked on pipeline sends and receives */
 } gt_step_telemetry;
 
