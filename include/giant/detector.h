@@ -1,0 +1,57 @@
+/* Fail-slow detection: which rank is slower than its workload explains.
+ *
+ * Each step, every rank's measured compute time is compared with what the
+ * predictor (giant/predictor.h) says its workload should have cost:
+ * e_r = log(observed / predicted). What all ranks share (longer batches the
+ * predictor missed, a machine-wide slowdown) is taken out by subtracting the
+ * median over ranks, z_r = e_r - median(e), so a job that slows as a whole
+ * raises no alarm. A rank is flagged when z_r > log(1 + theta) for k
+ * consecutive steps and a CUSUM on z_r / sigma (sigma: the robust spread of
+ * clean residuals over the last `window` steps) confirms a shift, so that a
+ * short burst of noise, however large, is not one. While flagged, a rank's
+ * fit is frozen, so the predictor does not learn the slow speed as normal;
+ * it is cleared after k consecutive steps with z_r < log(1 + theta / 2).
+ *
+ * Needs three or more ranks to tell one rank from the job. */
+#ifndef GIANT_DETECTOR_H
+#define GIANT_DETECTOR_H
+
+#include <stdbool.h>
+
+#include "giant/predictor.h"
+
+GT_API_BEGIN
+
+typedef struct gt_detector_config {
+  int nranks;
+  double theta;       /* slowdown that counts, as a fraction; 0: 0.25 */
+  int k;              /* consecutive steps above it to flag, below theta/2 to clear; 0: 3 */
+  int warmup;         /* steps the predictor learns before any verdict; 0: 10 */
+  int window;         /* steps of clean residuals that set sigma; 0: 50 */
+  double cusum_drift; /* subtracted each step, in sigmas; 0: 0.5 */
+  double cusum_limit; /* the CUSUM that confirms a shift, in sigmas; 0: 5 */
+  double sigma_min;   /* floor of sigma (log scale), for very quiet machines; 0: 0.02 */
+} gt_detector_config;
+
+typedef struct gt_detector_event {
+  int rank;
+  int step;       /* the step of the verdict */
+  int onset;      /* flagged: the first step of the run above theta */
+  bool flagged;   /* true: flagged slow; false: cleared */
+  double ratio;   /* observed / predicted, job-wide factor removed, at the verdict */
+} gt_detector_event;
+
+typedef struct gt_detector gt_detector;
+
+/* The detector feeds the predictor (and keeps a flagged rank's fit frozen);
+ * it does not own it. */
+gt_status gt_detector_create(const gt_detector_config *cfg, gt_predictor *pred, gt_detector **out);
+void gt_detector_destroy(gt_detector *d);
+/* One step: tel[r] is rank r's telemetry (nranks entries). Writes the
+ * verdicts of this step (at most nranks) to events. */
+gt_status gt_detector_step(gt_detector *d, int step, const gt_step_telemetry *tel, gt_detector_event *events,
+                           int *nevents);
+bool gt_detector_flagged(const gt_detector *d, int rank);
+
+GT_API_END
+#endif

@@ -1,0 +1,142 @@
+/* Fail-slow detection on predicted compute times: a job-wide correction,
+ * k consecutive steps over theta, and a CUSUM that confirms the shift. */
+#include "giant/detector.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct rank_state {
+  int over;      /* consecutive steps above log(1 + theta) */
+  int calm;      /* consecutive steps below log(1 + theta/2), while flagged */
+  double cusum;  /* in sigmas */
+  bool flagged;
+} rank_state;
+
+struct gt_detector {
+  gt_detector_config cfg;
+  gt_predictor *pred;
+  rank_state *rs;
+  double *e, *sorted; /* this step's log ratios, and a scratch copy */
+  double *noise;      /* ring of |z| from clean steps, window * nranks */
+  int nnoise, noise_at, steps;
+};
+
+gt_status gt_detector_create(const gt_detector_config *cfg, gt_predictor *pred, gt_detector **out) {
+  *out = NULL;
+  if (cfg->nranks < 1 || !pred)
+    return gt_errorf(GT_EINVAL, "detector: wants nranks >= 1 (got %d) and a predictor", cfg->nranks);
+  if (cfg->theta < 0 || cfg->k < 0 || cfg->warmup < 0 || cfg->window < 0 || cfg->cusum_drift < 0 ||
+      cfg->cusum_limit < 0 || cfg->sigma_min < 0)
+    return gt_errorf(GT_EINVAL, "detector: theta, k, warmup, window and the CUSUM's knobs must be >= 0 (0: default)");
+  gt_detector *d = calloc(1, sizeof *d);
+  if (!d) return gt_errorf(GT_ENOMEM, "out of memory creating a detector");
+  d->cfg = *cfg;
+  gt_detector_config *c = &d->cfg;
+  if (c->theta == 0) c->theta = 0.25;
+  if (c->k == 0) c->k = 3;
+  if (c->warmup == 0) c->warmup = 10;
+  if (c->window == 0) c->window = 50;
+  if (c->cusum_drift == 0) c->cusum_drift = 0.5;
+  if (c->cusum_limit == 0) c->cusum_limit = 5;
+  if (c->sigma_min == 0) c->sigma_min = 0.02;
+  size_t n = (size_t)c->nranks;
+  d->pred = pred;
+  d->rs = calloc(n, sizeof *d->rs);
+  d->e = calloc(n, sizeof *d->e);
+  d->sorted = calloc(n * (size_t)c->window, sizeof *d->sorted);
+  d->noise = calloc(n * (size_t)c->window, sizeof *d->noise);
+  if (!d->rs || !d->e || !d->sorted || !d->noise) {
+    gt_detector_destroy(d);
+    return gt_errorf(GT_ENOMEM, "out of memory creating a detector for %d ranks", c->nranks);
+  }
+  *out = d;
+  return GT_OK;
+}
+
+void gt_detector_destroy(gt_detector *d) {
+  if (!d) return;
+  free(d->rs), free(d->e), free(d->sorted), free(d->noise);
+  free(d);
+}
+
+bool gt_detector_flagged(const gt_detector *d, int rank) {
+  return rank >= 0 && rank < d->cfg.nranks && d->rs[rank].flagged;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *scratch, const double *v, int n) {
+  memcpy(scratch, v, (size_t)n * sizeof *v);
+  qsort(scratch, (size_t)n, sizeof *scratch, cmp_double);
+  return n % 2 ? scratch[n / 2] : (scratch[n / 2 - 1] + scratch[n / 2]) / 2;
+}
+
+/* The spread of clean residuals: the median absolute residual, scaled to a
+ * normal's standard deviation, so that rare large bursts do not widen it. */
+static double sigma(gt_detector *d) {
+  double s = d->nnoise ? 1.4826 * median(d->sorted, d->noise, d->nnoise) : 0;
+  return s > d->cfg.sigma_min ? s : d->cfg.sigma_min;
+}
+
+static void add_noise(gt_detector *d, double z) {
+  int cap = d->cfg.window * d->cfg.nranks;
+  d->noise[d->noise_at] = fabs(z);
+  d->noise_at = (d->noise_at + 1) % cap;
+  if (d->nnoise < cap) d->nnoise++;
+}
+
+/* Flags or clears rank r on its job-corrected residual z; true when a
+ * verdict was written to *ev. */
+static bool judge(gt_detector *d, int r, int step, double z, double sig, gt_detector_event *ev) {
+  const gt_detector_config *c = &d->cfg;
+  rank_state *s = &d->rs[r];
+  s->over = z > log1p(c->theta) ? s->over + 1 : 0;
+  s->cusum = fmax(0, s->cusum + z / sig - c->cusum_drift);
+  if (!s->flagged && s->over >= c->k && s->cusum > c->cusum_limit) {
+    s->flagged = true;
+    s->calm = 0;
+    *ev = (gt_detector_event){.rank = r, .step = step, .onset = step - s->over + 1, .flagged = true, .ratio = exp(z)};
+    return true;
+  }
+  if (s->flagged) {
+    s->calm = z < log1p(c->theta / 2) ? s->calm + 1 : 0;
+    if (s->calm >= c->k) {
+      *s = (rank_state){0};
+      *ev = (gt_detector_event){.rank = r, .step = step, .onset = step, .flagged = false, .ratio = exp(z)};
+      return true;
+    }
+  }
+  return false;
+}
+
+gt_status gt_detector_step(gt_detector *d, int step, const gt_step_telemetry *tel, gt_detector_event *events,
+                           int *nevents) {
+  const gt_detector_config *c = &d->cfg;
+  int n = c->nranks;
+  *nevents = 0;
+  for (int r = 0; r < n; r++) {
+    if (tel[r].rank != r)
+      return gt_errorf(GT_EINVAL, "detector: telemetry entry %d is rank %d's; pass them in rank order", r,
+                       tel[r].rank);
+    double pred = gt_predictor_own(d->pred, &tel[r]);
+    d->e[r] = log(fmax(tel[r].compute_s, 1e-9) / fmax(pred, 1e-9));
+  }
+  double job = median(d->sorted, d->e, n), sig = sigma(d);
+  bool judging = d->steps >= c->warmup;
+  for (int r = 0; r < n; r++) {
+    double z = d->e[r] - job;
+    if (judging && judge(d, r, step, z, sig, &events[*nevents])) (*nevents)++;
+    rank_state *s = &d->rs[r];
+    /* A flagged rank, or one building evidence, does not teach the
+     * predictor its slow speed or widen the noise. */
+    if (s->flagged || s->cusum > c->cusum_limit / 2) continue;
+    if (d->steps >= c->warmup / 2) add_noise(d, z);
+    GT_TRY(gt_predictor_update(d->pred, &tel[r]));
+  }
+  d->steps++;
+  return GT_OK;
+}
