@@ -10,7 +10,8 @@
  * clean residuals over the last `window` steps) confirms a shift, so that a
  * short burst of noise, however large, is not one. While flagged, a rank's
  * fit is frozen, so the predictor does not learn the slow speed as normal;
- * it is cleared after k consecutive steps with z_r < log(1 + theta / 2).
+ * it is cleared when the median of its last 2k residuals is under
+ * log(1 + theta / 2).
  *
  * Needs three or more ranks to tell one rank from the job. */
 #ifndef GIANT_DETECTOR_H
@@ -25,11 +26,11 @@ GT_API_BEGIN
 typedef struct gt_detector_config {
   int nranks;
   double theta;       /* slowdown that counts, as a fraction; 0: 0.25 */
-  int k;              /* consecutive steps above it to flag, below theta/2 to clear; 0: 3 */
+  int k;              /* consecutive steps above it to flag; 0: 5 */
   int warmup;         /* steps the predictor learns before any verdict; 0: 10 */
   int window;         /* steps of clean residuals that set sigma; 0: 50 */
   double cusum_drift; /* subtracted each step, in sigmas; 0: 0.5 */
-  double cusum_limit; /* the CUSUM that confirms a shift, in sigmas; 0: 5 */
+  double cusum_limit; /* the CUSUM that confirms a shift, in sigmas; 0: 8 */
   double sigma_min;   /* floor of sigma (log scale), for very quiet machines; 0: 0.02 */
 } gt_detector_config;
 

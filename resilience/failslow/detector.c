@@ -8,7 +8,7 @@
 
 typedef struct rank_state {
   int over;      /* consecutive steps above log(1 + theta) */
-  int calm;      /* consecutive steps below log(1 + theta/2), while flagged */
+  int since;     /* steps since flagged */
   double cusum;  /* in sigmas */
   bool flagged;
 } rank_state;
@@ -19,6 +19,7 @@ struct gt_detector {
   rank_state *rs;
   double *e, *sorted; /* this step's log ratios, and a scratch copy */
   double *noise;      /* ring of |z| from clean steps, window * nranks */
+  double *recent;     /* per rank, a ring of its last 2k residuals */
   int nnoise, noise_at, steps;
 };
 
@@ -34,11 +35,11 @@ gt_status gt_detector_create(const gt_detector_config *cfg, gt_predictor *pred, 
   d->cfg = *cfg;
   gt_detector_config *c = &d->cfg;
   if (c->theta == 0) c->theta = 0.25;
-  if (c->k == 0) c->k = 3;
+  if (c->k == 0) c->k = 5;
   if (c->warmup == 0) c->warmup = 10;
   if (c->window == 0) c->window = 50;
   if (c->cusum_drift == 0) c->cusum_drift = 0.5;
-  if (c->cusum_limit == 0) c->cusum_limit = 5;
+  if (c->cusum_limit == 0) c->cusum_limit = 8;
   if (c->sigma_min == 0) c->sigma_min = 0.02;
   size_t n = (size_t)c->nranks;
   d->pred = pred;
@@ -46,7 +47,8 @@ gt_status gt_detector_create(const gt_detector_config *cfg, gt_predictor *pred, 
   d->e = calloc(n, sizeof *d->e);
   d->sorted = calloc(n * (size_t)c->window, sizeof *d->sorted);
   d->noise = calloc(n * (size_t)c->window, sizeof *d->noise);
-  if (!d->rs || !d->e || !d->sorted || !d->noise) {
+  d->recent = calloc(n * 2 * (size_t)c->k, sizeof *d->recent);
+  if (!d->rs || !d->e || !d->sorted || !d->noise || !d->recent) {
     gt_detector_destroy(d);
     return gt_errorf(GT_ENOMEM, "out of memory creating a detector for %d ranks", c->nranks);
   }
@@ -56,7 +58,7 @@ gt_status gt_detector_create(const gt_detector_config *cfg, gt_predictor *pred, 
 
 void gt_detector_destroy(gt_detector *d) {
   if (!d) return;
-  free(d->rs), free(d->e), free(d->sorted), free(d->noise);
+  free(d->rs), free(d->e), free(d->sorted), free(d->noise), free(d->recent);
   free(d);
 }
 
@@ -91,22 +93,29 @@ static void add_noise(gt_detector *d, double z) {
 
 /* Flags or clears rank r on its job-corrected residual z; true when a
  * verdict was written to *ev. */
-static bool judge(gt_detector *d, int r, int step, double z, double sig, gt_detector_event *ev) {
+static bool judge(gt_detector *d, int r, int step, double z, double z_peers, double sig, gt_detector_event *ev) {
   const gt_detector_config *c = &d->cfg;
   rank_state *s = &d->rs[r];
+  double *recent = d->recent + (size_t)r * 2 * c->k;
+  recent[d->steps % (2 * c->k)] = s->flagged ? z_peers : z;
   s->over = z > log1p(c->theta) ? s->over + 1 : 0;
   s->cusum = fmax(0, s->cusum + z / sig - c->cusum_drift);
   if (!s->flagged && s->over >= c->k && s->cusum > c->cusum_limit) {
     s->flagged = true;
-    s->calm = 0;
+    s->since = 0;
     *ev = (gt_detector_event){.rank = r, .step = step, .onset = step - s->over + 1, .flagged = true, .ratio = exp(z)};
     return true;
   }
-  if (s->flagged) {
-    s->calm = z < log1p(c->theta / 2) ? s->calm + 1 : 0;
-    if (s->calm >= c->k) {
+  /* Cleared when the median of its last 2k residuals against its peers'
+   * fits is back under theta/2: a rank that is still slow, only less than
+   * the noise at times, stays flagged, and a recovered one clears about k
+   * steps after. Its own fit is learning its slow speed meanwhile, so it
+   * cannot say when the rank is back. */
+  if (s->flagged && ++s->since >= 2 * c->k) {
+    double m = median(d->sorted, recent, 2 * c->k);
+    if (m < log1p(c->theta / 2)) {
       *s = (rank_state){0};
-      *ev = (gt_detector_event){.rank = r, .step = step, .onset = step, .flagged = false, .ratio = exp(z)};
+      *ev = (gt_detector_event){.rank = r, .step = step, .onset = step, .flagged = false, .ratio = exp(m)};
       return true;
     }
   }
@@ -128,13 +137,19 @@ gt_status gt_detector_step(gt_detector *d, int step, const gt_step_telemetry *te
   double job = median(d->sorted, d->e, n), sig = sigma(d);
   bool judging = d->steps >= c->warmup;
   for (int r = 0; r < n; r++) {
-    double z = d->e[r] - job;
-    if (judging && judge(d, r, step, z, sig, &events[*nevents])) (*nevents)++;
     rank_state *s = &d->rs[r];
-    /* A flagged rank, or one building evidence, does not teach the
-     * predictor its slow speed or widen the noise. */
-    if (s->flagged || s->cusum > c->cusum_limit / 2) continue;
-    if (d->steps >= c->warmup / 2) add_noise(d, z);
+    double z = d->e[r] - job, z_peers = 0;
+    if (s->flagged)
+      z_peers = log(fmax(tel[r].compute_s, 1e-9) / fmax(gt_predictor_peers(d->pred, &tel[r]), 1e-9)) - job;
+    if (judging && judge(d, r, step, z, z_peers, sig, &events[*nevents])) (*nevents)++;
+    /* A rank building evidence does not teach the predictor its slow speed
+     * (it would explain the shift away before it is confirmed), and the
+     * first step, whose one-time costs (allocations, first touches, the
+     * peers' start) no later step has, teaches nothing. Once flagged, the
+     * rank's own fit follows its slow speed, which the job's next
+     * decisions need; the noise is only ever taken from healthy ranks. */
+    if (d->steps == 0 || (!s->flagged && s->cusum > c->cusum_limit / 2)) continue;
+    if (!s->flagged && d->steps >= c->warmup / 2) add_noise(d, z);
     GT_TRY(gt_predictor_update(d->pred, &tel[r]));
   }
   d->steps++;
