@@ -8,10 +8,13 @@
  * raises no alarm. A rank is flagged when z_r > log(1 + theta) for k
  * consecutive steps and a CUSUM on z_r / sigma (sigma: the robust spread of
  * clean residuals over the last `window` steps) confirms a shift, so that a
- * short burst of noise, however large, is not one. While flagged, a rank's
- * fit is frozen, so the predictor does not learn the slow speed as normal;
- * it is cleared when the median of its last 2k residuals is under
- * log(1 + theta / 2).
+ * short burst of noise, however large, is not one. While a rank builds
+ * evidence its fit is frozen, so the predictor does not explain the shift
+ * away. Once flagged, its own fit follows its slow speed and it is judged
+ * against its peers' fits: it is cleared when the median of its last 2k
+ * residuals against them is under log(1 + theta / 2). The detector feeds
+ * the predictor: call gt_detector_step, not gt_predictor_update, for a
+ * predictor it watches.
  *
  * Needs three or more ranks to tell one rank from the job. */
 #ifndef GIANT_DETECTOR_H
