@@ -66,10 +66,7 @@ static gt_status spawn(worker *w, const char *dir, const bench_torch_shape *s, i
     snprintf(shape, sizeof shape, "%d,%d,%d,%d,%d,%d", s->B, s->T, s->V, s->C, s->NH, s->L);
     setenv("OPENBLAS_NUM_THREADS", blas, 1);
     setenv("OMP_NUM_THREADS", tt, 1);
-    /* Debian's python3-torch belongs to the system interpreter, which may
-     * not be the first python3 on PATH; GIANT_PYTHON overrides. */
-    const char *py = getenv("GIANT_PYTHON");
-    if (!py) py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+    const char *py = bench_python();
     execlp(py, py, GIANT_BENCH_DIR "/train_step_torch.py", dir, shape, tt, device, precision, (char *)NULL);
     _exit(127);
   }
@@ -178,4 +175,10 @@ void bench_torch_stop(bench_torch *t) {
   if (!t) return;
   worker_stop(&t->w);
   free(t);
+}
+
+const char *bench_python(void) {
+  const char *py = getenv("GIANT_PYTHON");
+  if (py && *py) return py;
+  return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
 }

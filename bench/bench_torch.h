@@ -31,4 +31,9 @@ gt_status bench_torch_time(bench_torch *t, int n, double *ms);
 const char *bench_torch_setting(const bench_torch *t);
 void bench_torch_stop(bench_torch *t);
 
+/* The python3 that has Debian's python3-torch: GIANT_PYTHON when set, else
+ * /usr/bin/python3 (the system interpreter the package belongs to, which
+ * may not be the first python3 on PATH), else python3. */
+const char *bench_python(void);
+
 #endif

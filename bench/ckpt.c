@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "bench_rank.h"
+#include "bench_torch.h"
 #include "localkit/ranks.h"
 #include "giant/ckpt.h"
 #include "giant/dist.h"
@@ -114,8 +115,8 @@ static int rank_main(int rank, int world, void *arg) {
   if (rank == 0) c->load_ms = (now() - t0) * 1e3;
   /* The peer: each rank torch.saves a state of its own size at the same time. */
   char cmd[1400];
-  snprintf(cmd, sizeof cmd, "python3 %s/ckpt_torch.py %s/torch-%d.pt %zu > %s/torch-%d.txt 2>/dev/null", GIANT_BENCH_DIR,
-           c->dir, rank, gt_model_buffer_floats(r.m), c->dir, rank);
+  snprintf(cmd, sizeof cmd, "%s %s/ckpt_torch.py %s/torch-%d.pt %zu > %s/torch-%d.txt 2>/dev/null", bench_python(),
+           GIANT_BENCH_DIR, c->dir, rank, gt_model_buffer_floats(r.m), c->dir, rank);
   CHECK_OK(gt_comm_barrier(world_comm));
   int rc = system(cmd);
   if (rank == 0) c->torch_rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;

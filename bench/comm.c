@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_torch.h"
 #include "giant/comm.h"
 #include "giant/log.h"
 #include "giant/store.h"
@@ -192,8 +193,7 @@ static int run_ranks(int n, gt_comm_transport t, int ti, result *res) {
 static int run_gloo(int n, double *us) {
   const char *script = getenv("GT_BENCH_GLOO");
   if (!script) script = GIANT_BENCH_DIR "/comm_gloo.py";
-  const char *py = getenv("GT_PYTHON");
-  if (!py) py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+  const char *py = bench_python();
   char cmd[4096];
   int k = snprintf(cmd, sizeof cmd, "%s -c 'import torch.distributed' 2>/dev/null", py);
   if (system(cmd) != 0) return -1;
