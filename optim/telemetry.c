@@ -1,5 +1,5 @@
 /* Per-step telemetry: what a rank did and where its time went. */
-#include "telemetry.h"
+#include "optim/telemetry.h"
 
 #include "giant/layer.h"
 #include "giant/log.h"

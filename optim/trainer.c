@@ -13,7 +13,7 @@
 #include "giant/log.h"
 #include "giant/plan.h"
 #include "giant/pp_exec.h"
-#include "telemetry.h"
+#include "optim/telemetry.h"
 
 struct gt_trainer {
   gt_model *m;
