@@ -15,21 +15,50 @@ void ck_state_tensor(gt_optim_kind kind, int k, const char *param, char *out, si
   snprintf(out, cap, "%s/%s", what, param);
 }
 
-/* Whether this rank writes the bytes of parameter i (or of its optimizer
- * state, which ZeRO-1 does not replicate over data parallelism). Copies
- * exist on every data-parallel replica (unless sharded) and, for a
- * parameter not split, on every tensor-parallel rank. */
-static bool writes(const gt_plan *plan, const gt_param *p, int i, bool dp_copies) {
-  bool whole = p->split_dim < 0;
-  int tp = whole ? plan->layout.tp : 1, dp = dp_copies ? plan->layout.dp : 1;
-  int me = (whole ? plan->me.tp : 0) + tp * (dp_copies ? plan->me.dp : 0);
-  return i % (tp * dp) == me;
-}
-
 /* The parameters whose bytes a checkpoint holds: their owners. A tied
  * parameter shares its owner's storage and a mirror (a tied parameter's
  * copy on another pipeline stage) its owner's values. */
 static bool stored(const gt_param *p) { return p->tied_to < 0 && p->mirror_of < 0 && p->local && p->numel > 0; }
+
+/* Which of the ranks holding the same bytes writes parameter i: the writer
+ * slots are the data-parallel replicas (dp_copies), times the tensor-
+ * parallel ranks for a parameter every one of them holds whole. Each
+ * parameter goes to the slot with the fewest floats so far, in parameter
+ * order, so every rank of a group computes the same answer and the bytes
+ * are spread evenly (dealing parameters out in turn would hand one replica
+ * every weight matrix and the other every bias, since they alternate). */
+static gt_status assign_writers(const gt_plan *plan, gt_model *m, bool dp_copies, int *slot) {
+  int tp = plan->layout.tp, dp = dp_copies ? plan->layout.dp : 1;
+  double *whole = calloc((size_t)(tp * dp), sizeof *whole), *split = calloc((size_t)dp, sizeof *split);
+  if (!whole || !split) {
+    free(whole), free(split);
+    return gt_errorf(GT_ENOMEM, "out of memory assigning checkpoint writers");
+  }
+  for (int i = 0; i < gt_model_num_params(m); i++) {
+    const gt_param *p = gt_model_param(m, i);
+    slot[i] = -1;
+    if (!stored(p)) continue;
+    bool is_whole = p->split_dim < 0;
+    double *load = is_whole ? whole : split;
+    int n = is_whole ? tp * dp : dp, best = 0;
+    for (int k = 1; k < n; k++)
+      if (load[k] < load[best]) best = k;
+    load[best] += (double)p->numel;
+    slot[i] = best;
+  }
+  free(whole), free(split);
+  return GT_OK;
+}
+
+/* Whether this rank writes the bytes of parameter i (or of its optimizer
+ * state, which ZeRO-1 does not replicate over data parallelism), as
+ * assign_writers chose among the ranks that hold the same copy. */
+static bool writes(const gt_plan *plan, const gt_param *p, const int *slot, int i, bool dp_copies) {
+  bool whole = p->split_dim < 0;
+  int tp = whole ? plan->layout.tp : 1;
+  int me = (whole ? plan->me.tp : 0) + tp * (dp_copies ? plan->me.dp : 0);
+  return slot[i] == me;
+}
 
 typedef struct add_ctx {
   gt_ckpt *c;
@@ -61,35 +90,53 @@ static gt_status add_tensor(gt_ckpt *c, const char *name, const gt_param *p, int
   return ck_manifest_add_tensor(&c->part, name, p->ndim, p->global_shape, index);
 }
 
-static gt_status describe_slices(gt_ckpt *c, int file) {
+/* Parameter i's slices that this rank writes: the parameter, where it is
+ * the writer, and the part of its optimizer state this rank holds, where it
+ * is that state's writer. */
+static gt_status describe_param(gt_ckpt *c, int file, int i, const int *param_slot, const int *state_slot,
+                                uint64_t *offset) {
   const gt_plan *plan = &c->plan;
-  gt_optim_kind kind = gt_optimizer_get_config(c->opt)->kind;
-  uint64_t offset = 0;
+  const gt_param *p = gt_model_param(c->m, i);
+  if (!stored(p)) return GT_OK;
   char name[CK_NAME + 32];
-  for (int i = 0; i < gt_model_num_params(c->m); i++) {
-    const gt_param *p = gt_model_param(c->m, i);
-    if (!stored(p)) continue;
-    ck_box blk = ck_param_box(p);
-    add_ctx a = {.c = c, .file = file, .offset = &offset};
-    if (writes(plan, p, i, true)) {
-      ck_param_tensor(p->name, name, sizeof name);
-      GT_TRY(add_tensor(c, name, p, &a.tensor));
-      a.buf = c->params, a.shift = (int64_t)p->offset;
-      GT_TRY(add_slice(&a, &blk, 0));
-    }
-    /* The optimizer holds floats [lo, hi) of the flat buffer: the part of
-     * this parameter inside it, cut into boxes of the global tensor. */
-    size_t lo = p->offset > c->lo ? p->offset : c->lo;
-    size_t hi = p->offset + p->numel < c->hi ? p->offset + p->numel : c->hi;
-    if (lo >= hi || !writes(plan, p, i, !plan->zero1)) continue;
-    for (int k = 0; k < c->nstates; k++) {
-      ck_state_tensor(kind, k, p->name, name, sizeof name);
-      GT_TRY(add_tensor(c, name, p, &a.tensor));
-      a.buf = c->state[k], a.shift = (int64_t)p->offset - (int64_t)c->lo;
-      GT_TRY(ck_range_boxes(&blk, lo - p->offset, hi - p->offset, add_slice, &a));
-    }
+  ck_box blk = ck_param_box(p);
+  add_ctx a = {.c = c, .file = file, .offset = offset};
+  if (writes(plan, p, param_slot, i, true)) {
+    ck_param_tensor(p->name, name, sizeof name);
+    GT_TRY(add_tensor(c, name, p, &a.tensor));
+    a.buf = c->params, a.shift = (int64_t)p->offset;
+    GT_TRY(add_slice(&a, &blk, 0));
+  }
+  /* The optimizer holds floats [lo, hi) of the flat buffer: the part of
+   * this parameter inside it, cut into boxes of the global tensor. */
+  size_t lo = p->offset > c->lo ? p->offset : c->lo;
+  size_t hi = p->offset + p->numel < c->hi ? p->offset + p->numel : c->hi;
+  if (lo >= hi || !writes(plan, p, state_slot, i, !plan->zero1)) return GT_OK;
+  gt_optim_kind kind = gt_optimizer_get_config(c->opt)->kind;
+  for (int k = 0; k < c->nstates; k++) {
+    ck_state_tensor(kind, k, p->name, name, sizeof name);
+    GT_TRY(add_tensor(c, name, p, &a.tensor));
+    a.buf = c->state[k], a.shift = (int64_t)p->offset - (int64_t)c->lo;
+    GT_TRY(ck_range_boxes(&blk, lo - p->offset, hi - p->offset, add_slice, &a));
   }
   return GT_OK;
+}
+
+static gt_status describe_slices(gt_ckpt *c, int file) {
+  const gt_plan *plan = &c->plan;
+  int np = gt_model_num_params(c->m);
+  /* Parameters are held by every replica; optimizer state too, unless
+   * ZeRO-1 shards it. */
+  int *param_slot = malloc((size_t)(np ? np : 1) * sizeof *param_slot);
+  int *state_slot = malloc((size_t)(np ? np : 1) * sizeof *state_slot);
+  gt_status st = param_slot && state_slot ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory describing a checkpoint");
+  if (st == GT_OK) st = assign_writers(plan, c->m, true, param_slot);
+  if (st == GT_OK) st = assign_writers(plan, c->m, !plan->zero1, state_slot);
+  uint64_t offset = 0;
+  for (int i = 0; i < np && st == GT_OK; i++) st = describe_param(c, file, i, param_slot, state_slot, &offset);
+  free(param_slot);
+  free(state_slot);
+  return st;
 }
 
 static gt_status trainer_blob(gt_ckpt *c) {
