@@ -130,15 +130,18 @@ static int victim_main(int r, int n, void *arg) {
   CHECK(x);
   for (int it = 0; it < 50; it++) {
     for (size_t i = 0; i < BIG; i++) x[i] = 1.0f;
-    gt_comm_req *req;
-    CHECK_OK(gt_comm_allreduce_start(c, x, BIG, GT_F32, GT_COMM_SUM, &req));
+    /* The victim goes before its third all-reduce, which rank 0 has started
+     * or is about to: rank 0 is left waiting on a peer that will never do
+     * its half. (Going just after starting it raced with its own progress
+     * thread, which on a loaded machine could finish the all-reduce first.) */
     if (r == 1 && it == 2) {
-      usleep(1000);
       k->sh->victim_time = gt_now();
       __atomic_thread_fence(__ATOMIC_SEQ_CST);
       raise(k->sig);
       _exit(RANK_FAIL);
     }
+    gt_comm_req *req;
+    CHECK_OK(gt_comm_allreduce_start(c, x, BIG, GT_F32, GT_COMM_SUM, &req));
     gt_status st = gt_comm_wait(req, -1);
     if (st != GT_OK) {
       k->sh->fail_time = gt_now();

@@ -6,7 +6,7 @@
 
 typedef struct run_result {
   int exit_code;      /* exit status, 128+signal if killed by a signal, -1 on timeout */
-  char output[16384]; /* stdout and stderr together (truncated) */
+  char output[1 << 20]; /* stdout and stderr together (the first MiB) */
   double seconds;
 } run_result;
 
