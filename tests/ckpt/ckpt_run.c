@@ -86,19 +86,12 @@ int cr_rank(int rank, int world, void *arg) {
   gt_backend *be;
   CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
   gt_backend_set_peak_flops(be, 1e9);
-  gt_store *store = NULL;
-  gt_dist *dist = NULL;
-  gt_plan plan = {.layout = {1, 1, 1}, .world = 1};
-  if (cfg->layout) {
-    store = harness_store();
-    CHECK_OK(gt_plan_resolve(&(gt_plan_config){.world = world, .rank = rank, .layout = cfg->layout,
-                                               .schedule = GT_PP_1F1B, .zero1 = cfg->zero1},
-                             &plan));
-    gt_dist_config dc = {.plan = plan, .store = store, .generation = "gen0",
-                         .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1", .init_timeout_ms = 20000,
-                                  .op_timeout_ms = 20000}};
-    CHECK_OK(gt_dist_create(&dc, &dist));
-  }
+  gt_store *store;
+  gt_dist *dist;
+  gt_plan plan;
+  train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = cfg->layout, .schedule = GT_PP_1F1B,
+                                    .zero1 = cfg->zero1},
+                  "gen0", &store, &plan, &dist);
   int rows = CR_ROWS / plan.layout.dp;
   gt_model *m;
   CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = rows, .T_max = CR_T, .seed = 42}, &m));

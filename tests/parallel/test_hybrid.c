@@ -59,19 +59,12 @@ static void train_stage(int rank, int world, const run_cfg *cfg, const char *lay
   gt_backend_config bc = {.kind = GT_DEVICE_CPU, .num_threads = 1};
   CHECK_OK(gt_backend_create(&bc, &be));
   gt_backend_set_peak_flops(be, 1e9);
-  gt_store *store = NULL;
-  gt_dist *dist = NULL;
-  gt_plan plan = {.layout = {1, 1, 1}, .world = 1};
-  if (layout) {
-    store = harness_store();
-    gt_plan_config pc = {.world = world, .rank = rank, .layout = layout, .zero1 = cfg->zero1,
-                         .seq_parallel = cfg->seq_parallel, .bucket_bytes = 8192};
-    CHECK_OK(gt_plan_resolve(&pc, &plan));
-    gt_dist_config dc = {.plan = plan, .store = store, .generation = gen,
-                         .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1", .transport = GT_COMM_AUTO,
-                                  .init_timeout_ms = 20000, .op_timeout_ms = 20000}};
-    CHECK_OK(gt_dist_create(&dc, &dist));
-  }
+  gt_store *store;
+  gt_dist *dist;
+  gt_plan plan;
+  train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = layout, .zero1 = cfg->zero1,
+                                    .seq_parallel = cfg->seq_parallel, .bucket_bytes = 8192},
+                  gen, &store, &plan, &dist);
   int dp = plan.layout.dp, rows = B / dp, row0 = plan.me.dp * rows;
   if (cfg->share0) { /* uneven shares over two replicas, as the planner sizes them for unequal speeds */
     rows = plan.me.dp == 0 ? cfg->share0 : B - cfg->share0;

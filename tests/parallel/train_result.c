@@ -9,6 +9,19 @@
 
 enum { MAX_FLOATS = 400000 };
 
+void train_rank_dist(const gt_plan_config *pc, const char *gen, gt_store **store, gt_plan *plan, gt_dist **dist) {
+  *store = NULL;
+  *dist = NULL;
+  *plan = (gt_plan){.layout = {1, 1, 1}, .world = 1};
+  if (!pc->layout) return;
+  *store = harness_store();
+  CHECK_OK(gt_plan_resolve(pc, plan));
+  gt_dist_config dc = {.plan = *plan, .store = *store, .generation = gen,
+                       .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1", .init_timeout_ms = 20000,
+                                .op_timeout_ms = 20000}};
+  CHECK_OK(gt_dist_create(&dc, dist));
+}
+
 train_result *train_result_new(const train_result *layout) {
   train_result *r = harness_shared(sizeof(train_result) + MAX_FLOATS * sizeof(float));
   if (layout) memcpy(r, layout, offsetof(train_result, params));

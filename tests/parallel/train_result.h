@@ -7,7 +7,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "giant/dist.h"
 #include "giant/model.h"
+#include "giant/plan.h"
+#include "giant/store.h"
 
 #define TR_MAX_STEPS 32
 #define TR_MAX_PARAMS 128
@@ -21,6 +24,12 @@ typedef struct train_result {
   int count;
   float params[];
 } train_result;
+
+/* In a forked rank: the plan pc resolves to (pc->world and pc->rank set),
+ * and, with pc->layout, a client of the parent's store and the parallel
+ * state built on it under the key namespace gen. Without a layout: one
+ * process, no store, no dist. Failures end the rank. */
+void train_rank_dist(const gt_plan_config *pc, const char *gen, gt_store **store, gt_plan *plan, gt_dist **dist);
 
 /* A result in shared memory; with `layout` given, its layout table copied. */
 train_result *train_result_new(const train_result *layout);
