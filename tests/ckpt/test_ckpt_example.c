@@ -93,7 +93,9 @@ static void test_giantrun_restart_resumes(void **state) {
     skip();
   }
   /* A wrapper that SIGKILLs rank 1's gpt in the first generation once the
-   * progress it records reaches a random step. */
+   * progress it records reaches a random step and a first checkpoint has
+   * committed (`latest` exists): before that there is nothing to resume
+   * from, and the restart starts at step 0, as it should. */
   srand((unsigned)time(NULL));
   int kill_at = 6 + rand() % 10;
   char wrapper[128], ck[128];
@@ -107,7 +109,7 @@ static void test_giantrun_restart_resumes(void **state) {
           "if [ \"$GT_RESTART_COUNT\" = 0 ] && [ \"$GT_RANK\" = 1 ]; then\n"
           "  for i in $(seq 1 1200); do\n"
           "    p=$(cat \"$GT_CKPT_DIR/progress\" 2>/dev/null || echo 0)\n"
-          "    if [ \"$p\" -ge %d ]; then kill -9 $pid; break; fi\n"
+          "    if [ \"$p\" -ge %d ] && [ -e \"$GT_CKPT_DIR/latest\" ]; then kill -9 $pid; break; fi\n"
           "    sleep 0.05\n"
           "  done\n"
           "fi\n"
