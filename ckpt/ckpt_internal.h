@@ -195,6 +195,8 @@ struct gt_ckpt {
   bool busy;        /* under mu: the thread has not finished */
   gt_status result; /* of the last finished save */
   char why[1024];   /* its message when it failed */
+  int64_t finished; /* under mu: the step of the last finished save (-1: none) */
+  int skipped;      /* saves skipped because a writer was busy */
 };
 
 /* The tensor names of parameters and of optimizer state buffer k. */

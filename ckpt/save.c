@@ -36,6 +36,7 @@ gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *l
   c->plan = dist ? *gt_dist_plan(dist) : (gt_plan){.layout = {1, 1, 1}, .world = 1, .chunks = 1};
   snprintf(c->keys, sizeof c->keys, "%s/ckpt", dist ? gt_dist_generation(dist) : "local");
   pthread_mutex_init(&c->mu, NULL);
+  c->finished = -1;
   c->nparams = gt_model_buffer_floats(c->m);
   gt_optimizer_range(c->opt, &c->lo, &c->hi);
   c->nstates = gt_optimizer_num_states(c->opt);
@@ -188,9 +189,19 @@ static void *save_thread(void *arg) {
   pthread_mutex_lock(&c->mu);
   if (s != GT_OK) snprintf(c->why, sizeof c->why, "%s", gt_last_error());
   c->result = s;
+  c->finished = c->part.step;
   c->busy = false;
   pthread_mutex_unlock(&c->mu);
   return NULL;
+}
+
+void gt_ckpt_get_stats(gt_ckpt *c, gt_ckpt_stats *out) {
+  pthread_mutex_lock(&c->mu);
+  *out = (gt_ckpt_stats){.writing = c->joinable && c->busy ? (int)c->part.step : -1,
+                         .finished = (int)c->finished,
+                         .result = c->finished >= 0 ? c->result : GT_OK,
+                         .skipped = c->skipped};
+  pthread_mutex_unlock(&c->mu);
 }
 
 gt_status gt_ckpt_wait(gt_ckpt *c) {
@@ -202,18 +213,36 @@ gt_status gt_ckpt_wait(gt_ckpt *c) {
   return GT_OK;
 }
 
+/* Under the skip policy, whether any rank's writer is still busy: one
+ * all-reduce of a flag over the world, so that every rank skips the same
+ * saves. Were each rank to decide alone, a rank that saved would report a
+ * shard no commit gathers, or rank 0 would wait for reports from ranks
+ * that skipped. */
+static gt_status busy_anywhere(gt_ckpt *c, bool *busy) {
+  pthread_mutex_lock(&c->mu);
+  float flag = c->joinable && c->busy ? 1.0f : 0.0f;
+  pthread_mutex_unlock(&c->mu);
+  if (c->dist && c->plan.world > 1) {
+    gt_status s = gt_comm_allreduce(gt_grid_world(gt_dist_grid(c->dist)), &flag, 1, GT_F32, GT_COMM_SUM);
+    if (s != GT_OK) return gt_error_context(s, "agreeing whether to skip the checkpoint at step %d",
+                                            gt_trainer_step_index(c->tr));
+  }
+  *busy = flag > 0;
+  return GT_OK;
+}
+
 gt_status gt_ckpt_save(gt_ckpt *c) {
-  if (c->joinable) {
-    pthread_mutex_lock(&c->mu);
-    bool busy = c->busy;
-    pthread_mutex_unlock(&c->mu);
-    if (busy && c->cfg.busy == GT_CKPT_BUSY_SKIP) {
+  if (c->cfg.busy == GT_CKPT_BUSY_SKIP) {
+    bool busy = false;
+    GT_TRY(busy_anywhere(c, &busy));
+    if (busy) {
+      c->skipped++;
       gt_info("checkpoint at step %d skipped: the one at step %lld is still being written",
               gt_trainer_step_index(c->tr), (long long)c->part.step);
       return GT_OK;
     }
-    (void)gt_ckpt_wait(c); /* a failure was logged by the writer */
   }
+  if (c->joinable) (void)gt_ckpt_wait(c); /* a failure was logged by the writer */
   /* Rewriting a committed checkpoint's shards would leave its manifest
    * describing bytes that changed under it until the new one commits. */
   char dir[4150], manifest[4200];

@@ -72,9 +72,30 @@ gt_status gpt_ckpt_start(const gpt_ckpt_args *a, gt_job *job, gt_trainer *tr, gt
   return GT_OK;
 }
 
-gt_status gpt_ckpt_after_step(const gpt_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool lead) {
+/* Says when the last save ended, once: the steps between its own and
+ * this one are the steps it was in flight, which a failure meanwhile
+ * would have lost on top of --ckpt-every (docs/checkpoint-format.md). */
+static void log_finished(gpt_ckpt_args *a, gt_ckpt *c, int step) {
+  gt_ckpt_stats st;
+  gt_ckpt_get_stats(c, &st);
+  if (st.finished < 0 || st.finished == a->logged) return;
+  a->logged = st.finished;
+  if (st.result == GT_OK)
+    printf("checkpoint step-%08d committed at step %d (%d steps in flight)\n", st.finished, step, step - st.finished);
+}
+
+gt_status gpt_ckpt_after_step(gpt_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool lead) {
   if (!c) return GT_OK;
   int step = gt_trainer_step_index(tr);
+  if (step % a->every == 0) GT_TRY(gt_ckpt_save(c));
+  /* After the save: a progress of P means the save at P - P % every had begun. */
   if (lead) write_progress(a->dir, step);
-  return step % a->every == 0 ? gt_ckpt_save(c) : GT_OK;
+  if (lead) log_finished(a, c, step);
+  return GT_OK;
+}
+
+void gpt_ckpt_finish(gpt_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool lead) {
+  if (!c) return;
+  (void)gt_ckpt_wait(c); /* a failed save was logged; the run itself went well */
+  if (lead) log_finished(a, c, gt_trainer_step_index(tr));
 }

@@ -10,6 +10,7 @@
 typedef struct gpt_ckpt_args {
   const char *dir; /* NULL: no checkpoints */
   int every, keep;
+  int logged; /* the step of the last save whose end was logged */
 } gpt_ckpt_args;
 
 /* Flags win; the environment fills what they leave unset. */
@@ -19,7 +20,10 @@ gt_status gpt_ckpt_args_from_env(gpt_ckpt_args *a);
  * the newest committed checkpoint if there is one, saying on rank 0 which
  * one and how many steps were lost since the last run's progress. */
 gt_status gpt_ckpt_start(const gpt_ckpt_args *a, gt_job *job, gt_trainer *tr, gt_loader *loader, gt_ckpt **out);
-/* After each step: records progress and saves every a->every steps. */
-gt_status gpt_ckpt_after_step(const gpt_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool lead);
+/* After each step: saves every a->every steps, records progress, and on
+ * the lead rank logs each save's commit with the step it was seen at. */
+gt_status gpt_ckpt_after_step(gpt_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool lead);
+/* After the last step: waits for the save in flight and logs its end. */
+void gpt_ckpt_finish(gpt_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool lead);
 
 #endif

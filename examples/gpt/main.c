@@ -425,7 +425,7 @@ int main(int argc, char **argv) {
     if (i == start) first = st;
     gt_job_step(job, i + 1); /* giantrun's hang detection watches this */
   }
-  if (ckpt) (void)gt_ckpt_wait(ckpt); /* a failed save was logged; the run itself went well */
+  gpt_ckpt_finish(&a.ckpt, ckpt, tr, lead);
   if (lead) printf("loss %.6f -> %.6f over steps %d..%d\n", first.loss, st.loss, start, a.steps);
   if (a.sample > 0 && plan.layout.pp > 1) {
     if (lead) printf("(no sample: generation runs the whole model on one rank, and this one is cut into stages)\n");

@@ -41,8 +41,9 @@ GT_API_BEGIN
 /* What a save does while the previous one is still being written. */
 typedef enum gt_ckpt_busy {
   GT_CKPT_BUSY_WAIT = 0, /* wait for it to finish, then save */
-  GT_CKPT_BUSY_SKIP = 1, /* skip this save (logged); each rank decides for itself, and a
-                            save that any rank skipped never commits */
+  GT_CKPT_BUSY_SKIP = 1, /* skip this save (logged) when any rank's writer is still busy: the
+                            ranks agree through one all-reduce of a flag, so all skip the
+                            same saves */
 } gt_ckpt_busy;
 
 typedef struct gt_ckpt_config {
@@ -83,6 +84,16 @@ gt_status gt_ckpt_get_blob(const gt_ckpt *c, const char *name, const void **byte
 gt_status gt_ckpt_save(gt_ckpt *c);
 /* Waits for a save in flight; returns how it ended (GT_OK when none). */
 gt_status gt_ckpt_wait(gt_ckpt *c);
+
+/* Where this rank's saves stand, for logs: a caller that polls it after
+ * each step learns at which step each save ended. */
+typedef struct gt_ckpt_stats {
+  int writing;      /* the step of the save being written, -1 when none */
+  int finished;     /* the step of the last save whose writer ended, -1 when none */
+  gt_status result; /* how that one ended: on rank 0, GT_OK means committed */
+  int skipped;      /* saves skipped because a writer was busy (the skip policy) */
+} gt_ckpt_stats;
+void gt_ckpt_get_stats(gt_ckpt *c, gt_ckpt_stats *out);
 
 typedef struct gt_ckpt_info {
   int step;            /* the trainer's step index in it */

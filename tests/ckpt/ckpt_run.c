@@ -139,6 +139,7 @@ int cr_rank(int rank, int world, void *arg) {
     else CHECK_OK(gt_trainer_step(tr, data, &st));
     if (rank == 0 && cfg->final.p) cfg->final.p->losses[s] = st.loss, cfg->final.p->norms[s] = st.grad_norm;
     if (cfg->before_save) cfg->before_save(cfg->dir, s + 1);
+    if (s + 1 == cfg->wait_at) (void)gt_ckpt_wait(ck); /* how it ended is the test's business */
     if (s + 1 == cfg->save_at || (cfg->save_every && (s + 1) % cfg->save_every == 0)) {
       CHECK_OK(gt_ckpt_save(ck));
       capture(tr, &plan, &cfg->saved);
@@ -148,6 +149,11 @@ int cr_rank(int rank, int world, void *arg) {
   gt_status ws = gt_ckpt_wait(ck);
   if (cfg->save_status) *cfg->save_status = ws;
   else CHECK_OK(ws);
+  if (cfg->skipped) {
+    gt_ckpt_stats stats;
+    gt_ckpt_get_stats(ck, &stats);
+    cfg->skipped[rank] = stats.skipped;
+  }
   capture(tr, &plan, &cfg->final);
   gt_ckpt_destroy(ck);
   gt_loader_close(data);

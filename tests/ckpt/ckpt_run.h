@@ -38,6 +38,8 @@ typedef struct cr_cfg {
   char *load_error;
   int *loaded_step;   /* shared: the step of the checkpoint loaded */
   int *save_status;   /* shared: how the last save ended, instead of failing the rank */
+  int *skipped;       /* shared, one per rank: the saves each rank skipped (NULL: not recorded) */
+  int wait_at;        /* each rank waits for its own writer before the save decision at this step (0: never) */
   /* Called in the rank before each step's save decision, and after the
    * last step before waiting for the save in flight (NULL: none). */
   void (*before_save)(const char *dir, int steps_done);

@@ -6,7 +6,14 @@
  * policy, with step 2's writer held, the save of step 3 waits for it, and
  * steps 1 and 3 to 6 commit. The failed save is reported and commits
  * nothing, and the newest checkpoint holds exactly the state it was taken
- * at. */
+ * at.
+ *
+ * On two ranks under the skip policy, with only rank 0's writer held from
+ * step 1 to step 4, rank 1's writer is idle: the ranks still skip the same
+ * saves (each rank counts its own), no rank starts a save the other
+ * skipped (no step directory without a MANIFEST), nothing hangs, and,
+ * once every rank has waited for its writer at step 5, a save commits. */
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -15,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -23,6 +31,12 @@
 #include "localkit/ranks.h"
 
 static char *data;
+
+static double mono_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static int held; /* the step whose writer is held */
 
@@ -97,6 +111,55 @@ static void policy_case(gt_ckpt_busy busy, const int *want, int nwant) {
   cr_rmtree(dir);
 }
 
+/* Two ranks: rank 0's shard at step 1 is the FIFO (whichever rank gets
+ * here first makes it); one thread, claimed through shared memory, drains
+ * it once 4 steps are done. */
+static int *drain_claimed;
+
+static void hold_rank0(const char *dir, int steps_done) {
+  if (steps_done == held) {
+    char step[4200], fifo[4200];
+    snprintf(step, sizeof step, "%s/step-%08d", dir, held);
+    mkdir(dir, 0755), mkdir(step, 0755);
+    fifo_path(dir, fifo, sizeof fifo);
+    if (mkfifo(fifo, 0644) != 0 && errno != EEXIST) abort();
+  }
+  if (steps_done == 4 && __atomic_exchange_n(drain_claimed, 1, __ATOMIC_SEQ_CST) == 0) start_drain(dir, true);
+}
+
+static void test_skip_agreed(void **state) {
+  (void)state;
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s.agreed", data);
+  held = 1;
+  drain_claimed = harness_shared(sizeof(int));
+  int *skipped = harness_shared(2 * sizeof(int)), *save_status = harness_shared(sizeof(int));
+  cr_cfg cfg = {.layout = "dp=2", .data = data, .dir = dir, .s1 = 8, .save_every = 1, .busy = GT_CKPT_BUSY_SKIP,
+                .save_status = save_status, .skipped = skipped, .before_save = hold_rank0, .wait_at = 5};
+  double t0 = mono_seconds();
+  cr_run(2, &cfg);
+  double took = mono_seconds() - t0;
+  int steps[8], n;
+  assert_int_equal(gt_ckpt_list(dir, steps, 8, &n), GT_OK);
+  print_message("rank 0's writer held over steps 1..4: rank 0 skipped %d saves, rank 1 %d; %d committed, the newest "
+                "at step %d; %.1f s\n", skipped[0], skipped[1], n, n ? steps[0] : -1, took);
+  /* Steps 2, 3 and 4, and some of 6 to 8 when step 5's is slow; both ranks alike. */
+  assert_int_equal(skipped[0], skipped[1]);
+  assert_true(skipped[0] >= 3 && skipped[0] <= 6);
+  assert_int_equal(*save_status, GT_OK); /* the last save begun after the release committed */
+  assert_true(n >= 1 && steps[0] >= 5);
+  for (int s = 2; s <= 8; s++) { /* a directory only where both ranks saved, and then committed */
+    char path[4300];
+    snprintf(path, sizeof path, "%s/step-%08d", dir, s);
+    bool exists = access(path, F_OK) == 0;
+    snprintf(path, sizeof path, "%s/step-%08d/MANIFEST", dir, s);
+    if (exists && access(path, F_OK) != 0) fail_msg("step %d was begun by some rank and never committed", s);
+    if (s <= 4) assert_false(exists);
+  }
+  assert_true(took < 120);
+  cr_rmtree(dir);
+}
+
 static void test_skip_policy(void **state) {
   (void)state;
   policy_case(GT_CKPT_BUSY_SKIP, NULL, 0);
@@ -122,6 +185,7 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_skip_policy), cmocka_unit_test(test_wait_policy)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_skip_policy), cmocka_unit_test(test_wait_policy),
+                                     cmocka_unit_test(test_skip_agreed)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
