@@ -27,7 +27,7 @@
 
 typedef struct args {
   const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule, *speeds, *precision;
-  int steps, batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every, bucket_kib, chunks,
+  int steps, batch, global_batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every, bucket_kib, chunks,
       mem_mib;
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
@@ -48,7 +48,10 @@ static const char *usage =
     "  --untied            do not tie the output matrix to the embedding\n"
     "training:\n"
     "  --steps N           optimizer steps (default 300)\n"
-    "  --batch B           rows per micro-batch (default 8)\n"
+    "  --batch B           rows per micro-batch of each data-parallel replica (default 8)\n"
+    "  --global-batch G    rows per micro-batch of all replicas together, instead of --batch:\n"
+    "                      each of dp replicas takes G/dp, so a restart at another world size\n"
+    "                      and layout goes on with the same batches\n"
     "  --accum K           micro-batches per step (default 1)\n"
     "  --optimizer NAME    adamw or sgd (default adamw)\n"
     "  --lr X --min-lr X   peak and final learning rate (default 1e-3, 1e-4)\n"
@@ -100,6 +103,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--zero1", GT_OPT_FLAG, &a->zero1, 0, 0},    {"--seq-parallel", GT_OPT_FLAG, &a->seq_parallel, 0, 0},
       {"--print-plan", GT_OPT_FLAG, &a->print_plan, 0, 0}, {"--no-overlap", GT_OPT_FLAG, &a->no_overlap, 0, 0},
       {"--steps", GT_OPT_INT, &a->steps, 1, 1e9},      {"--batch", GT_OPT_INT, &a->batch, 1, 1e6},
+      {"--global-batch", GT_OPT_INT, &a->global_batch, 0, 1e6},
       {"--seq", GT_OPT_INT, &a->seq, 1, 1e6},          {"--layers", GT_OPT_INT, &a->layers, 0, 1e4},
       {"--channels", GT_OPT_INT, &a->channels, 1, 1e6}, {"--heads", GT_OPT_INT, &a->heads, 1, 1e4},
       {"--accum", GT_OPT_INT, &a->accum, 1, 1e6},      {"--warmup", GT_OPT_INT, &a->warmup, 0, 1e9},
@@ -318,7 +322,9 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (!strcmp(layout, "auto") && job->world_size > 1) {
-    if ((s = gpt_choose_layout(be, &gc, a.batch, a.seq, job->world_size, a.accum * job->world_size, peak,
+    /* With a global batch, the planner weighs the rows every rank would take at dp = world. */
+    int B = a.global_batch ? (a.global_batch + job->world_size - 1) / job->world_size : a.batch;
+    if ((s = gpt_choose_layout(be, &gc, B, a.seq, job->world_size, a.accum * job->world_size, peak,
                                (double)a.mem_mib * (1 << 20), schedule, a.chunks, a.zero1, chosen,
                                sizeof chosen)) != GT_OK) {
       fail("choosing a layout", s);
@@ -348,7 +354,11 @@ int main(int argc, char **argv) {
   }
   s = parse_speeds(a.speeds, plan.world, rank_speed);
   if (s == GT_OK) group_speeds(&plan, rank_speed, speeds, replica_speed);
-  if (s == GT_OK) s = gt_planner_batch_split(a.batch * plan.layout.dp, plan.layout.dp, replica_speed, shares);
+  int total = a.global_batch ? a.global_batch : a.batch * plan.layout.dp;
+  if (s == GT_OK && a.global_batch % plan.layout.dp)
+    s = gt_errorf(GT_EINVAL, "--global-batch %d does not divide among dp=%d replicas: give a multiple of %d",
+                  a.global_batch, plan.layout.dp, plan.layout.dp);
+  if (s == GT_OK) s = gt_planner_batch_split(total, plan.layout.dp, replica_speed, shares);
   int rows = s == GT_OK ? shares[plan.me.dp] : 0;
   free(rank_speed), free(replica_speed), free(shares);
   if (s != GT_OK) {
@@ -356,7 +366,7 @@ int main(int argc, char **argv) {
     fail("planning", s);
     goto out;
   }
-  if (lead && a.speeds) printf("speeds %s: this replica takes %d of every %d rows\n", a.speeds, rows, a.batch * plan.layout.dp);
+  if (lead && a.speeds) printf("speeds %s: this replica takes %d of every %d rows\n", a.speeds, rows, total);
   if (job->world_size > 1) {
     gt_dist_config dc = {.plan = plan, .store = job->store, .generation = job->generation_name,
                          .comm = {.backend = be, .secret = job->secret}};
@@ -386,7 +396,7 @@ int main(int argc, char **argv) {
   if (a.print_plan) {
     if (lead) {
       gt_plan_print(&plan, m, stdout);
-      s = gpt_print_prediction(be, &gc, &plan, m, a.batch, a.seq, a.accum * plan.layout.dp, peak, stdout);
+      s = gpt_print_prediction(be, &gc, &plan, m, rows, a.seq, a.accum * plan.layout.dp, peak, stdout);
       if (s != GT_OK) fail("predicting the step", s);
     }
     rc = s == GT_OK ? 0 : 1;
@@ -407,7 +417,7 @@ int main(int argc, char **argv) {
   if (lead)
     printf("gpt: %zu parameters, L=%d C=%d NH=%d T=%d V=%d, B=%d x %d micro-batches per replica, %s (%s kernels), "
            "%s, %d threads, peak %.1f GFLOP/s; world %d = dp %d x tp %d x pp %d%s%s\n",
-           gt_model_param_count_whole(m), a.layers, a.channels, a.heads, a.seq, vocab, a.batch,
+           gt_model_param_count_whole(m), a.layers, a.channels, a.heads, a.seq, vocab, rows,
            a.accum, gt_backend_name(be), gt_backend_kernels(be), gt_precision_name(precision),
            gt_backend_num_threads(be), gt_backend_peak_flops(be) / 1e9, plan.world, plan.layout.dp, plan.layout.tp,
            plan.layout.pp, plan.zero1 ? ", ZeRO-1" : "", plan.seq_parallel ? ", sequence parallel" : "");
