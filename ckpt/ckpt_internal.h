@@ -197,6 +197,7 @@ struct gt_ckpt {
   char why[1024];   /* its message when it failed */
   int64_t finished; /* under mu: the step of the last finished save (-1: none) */
   int skipped;      /* saves skipped because a writer was busy */
+  double save_delay; /* GT_FAULT slowsave: seconds each save waits before writing */
 };
 
 /* The tensor names of parameters and of optimizer state buffer k. */

@@ -5,10 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h"
 #include "giant/dist.h"
+#include "giant/fault.h"
 #include "giant/log.h"
 
 gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *loader, gt_ckpt **out) {
@@ -37,6 +39,11 @@ gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *l
   snprintf(c->keys, sizeof c->keys, "%s/ckpt", dist ? gt_dist_generation(dist) : "local");
   pthread_mutex_init(&c->mu, NULL);
   c->finished = -1;
+  gt_fault_plan faults;
+  if (gt_fault_parse(getenv("GT_FAULT"), &faults) == GT_OK) { /* the trainer reported a bad one */
+    faults.rank = c->plan.rank;
+    c->save_delay = gt_fault_save_delay(&faults);
+  }
   c->nparams = gt_model_buffer_floats(c->m);
   gt_optimizer_range(c->opt, &c->lo, &c->hi);
   c->nstates = gt_optimizer_num_states(c->opt);
@@ -166,6 +173,11 @@ static gt_status commit(gt_ckpt *c, const char *dir) {
 static void *save_thread(void *arg) {
   gt_ckpt *c = arg;
   double t0 = gt_now();
+  if (c->save_delay > 0) { /* GT_FAULT slowsave: a slow filesystem */
+    struct timespec ts = {(time_t)c->save_delay, (long)((c->save_delay - (double)(time_t)c->save_delay) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+  }
   char dir[4150];
   ck_step_dir(c->root, (int)c->part.step, dir, sizeof dir);
   gt_status s = ck_mkdir(c->root);

@@ -22,6 +22,13 @@ bool gt_fault_active(const gt_fault_plan *p) {
   return false;
 }
 
+double gt_fault_save_delay(const gt_fault_plan *p) {
+  double s = 0;
+  for (int i = 0; p && i < p->n; i++)
+    if (p->f[i].kind == GT_FAULT_SLOWSAVE && mine(p, &p->f[i])) s += p->f[i].seconds;
+  return s;
+}
+
 double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *loss) {
   double slept = 0;
   for (int i = 0; p && i < p->n; i++) {
@@ -50,6 +57,7 @@ double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *
       if (step == f->at) *loss = NAN;
       break;
     case GT_FAULT_SLOWLINK: break; /* not played yet: gt_fault_from_env warns */
+    case GT_FAULT_SLOWSAVE: break; /* played by the checkpoint writer */
     }
   }
   sleep_seconds(slept);

@@ -2,6 +2,7 @@
 #include "checkpoint.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,22 @@ gt_status gpt_ckpt_args_from_env(gpt_ckpt_args *a) {
   if (a->dir && !a->every) return gt_errorf(GT_EINVAL, "checkpoints in %s need --ckpt-every N (or GT_CKPT_EVERY)", a->dir);
   return GT_OK;
 }
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig) { stop_signal = sig; }
+
+void gpt_ckpt_catch_stop(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop;
+  sa.sa_flags = SA_RESETHAND | SA_RESTART; /* a second signal ends the process at once */
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+}
+
+int gpt_ckpt_stop_signal(void) { return stop_signal; }
 
 /* The last step the previous run finished, as it recorded (-1: none). */
 static int read_progress(const char *dir) {

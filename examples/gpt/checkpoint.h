@@ -23,6 +23,14 @@ gt_status gpt_ckpt_start(const gpt_ckpt_args *a, gt_job *job, gt_trainer *tr, gt
 /* After each step: saves every a->every steps, records progress, and on
  * the lead rank logs each save's commit with the step it was seen at. */
 gt_status gpt_ckpt_after_step(gpt_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool lead);
+/* SIGTERM (what giantrun sends to stop workers) and SIGINT no longer end
+ * the process at once: training stops after the step under way and the
+ * exit waits for the save in flight, which commits if every rank's shard
+ * was written. giantrun's --stop-grace bounds the wait (then SIGKILL); a
+ * second signal ends the process. gpt_ckpt_stop_signal: the signal
+ * caught, 0 when none. */
+void gpt_ckpt_catch_stop(void);
+int gpt_ckpt_stop_signal(void);
 /* After the last step: waits for the save in flight and logs its end. */
 void gpt_ckpt_finish(gpt_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool lead);
 

@@ -425,6 +425,7 @@ int main(int argc, char **argv) {
     fail("resuming from a checkpoint", s);
     goto out;
   }
+  if (ckpt) gpt_ckpt_catch_stop(); /* a stop lets the save in flight commit (on the way out) */
   gt_step_stats st = {0}, first = {0};
   int start = gt_trainer_step_index(tr);
   for (int i = start; i < a.steps; i++) {
@@ -434,6 +435,11 @@ int main(int argc, char **argv) {
     }
     if (i == start) first = st;
     gt_job_step(job, i + 1); /* giantrun's hang detection watches this */
+    if (gpt_ckpt_stop_signal()) {
+      if (lead) printf("gpt: signal %d: stopping after step %d\n", gpt_ckpt_stop_signal(), i + 1);
+      rc = 128 + gpt_ckpt_stop_signal();
+      goto out;
+    }
   }
   gpt_ckpt_finish(&a.ckpt, ckpt, tr, lead);
   if (lead) printf("loss %.6f -> %.6f over steps %d..%d\n", first.loss, st.loss, start, a.steps);

@@ -19,6 +19,7 @@ typedef enum gt_fault_kind {
   GT_FAULT_STALL,    /* rank stops for `seconds` once, at step `at` */
   GT_FAULT_CRASH,    /* rank kills itself (SIGKILL) at step `at` */
   GT_FAULT_NAN,      /* rank's loss becomes NaN at step `at` */
+  GT_FAULT_SLOWSAVE, /* rank's checkpoint writer waits `seconds` before writing each save */
 } gt_fault_kind;
 
 typedef struct gt_fault {
@@ -29,7 +30,7 @@ typedef struct gt_fault {
   int peer;        /* slowlink */
   double factor;   /* slow: > 1 */
   double delay_ms; /* slowlink */
-  double seconds;  /* stall */
+  double seconds;  /* stall, slowsave */
 } gt_fault;
 
 #define GT_FAULT_MAX 16
@@ -55,6 +56,9 @@ bool gt_fault_active(const gt_fault_plan *p);
  * once, crash raises SIGKILL, nan sets *loss to NaN (so the step's reduced
  * loss and the divergence check see it). Returns the seconds it slept. */
 double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *loss);
+/* The seconds this rank's checkpoint writer waits before writing a save
+ * (slowsave), so that a test can have a save in flight when it acts. */
+double gt_fault_save_delay(const gt_fault_plan *p);
 
 GT_API_END
 #endif

@@ -8,7 +8,9 @@
  * when the newest save begun had not committed, besides the N steps
  * before it the steps it was in flight are lost too. From the logs: the
  * progress P (the checkpoint loaded plus the steps lost), the newest save
- * begun S = P - P mod N, and each commit with the step it was seen at. */
+ * begun S = P - P mod N, and each commit with the step it was seen at.
+ * And a worker that giantrun stops (SIGTERM) lets its save in flight
+ * commit before it exits. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -90,48 +92,63 @@ static void test_example_resumes_exactly(void **state) {
   print_message("resumed at step 10: steps 10..19 logged as the uninterrupted run logged them\n");
 }
 
-static void test_giantrun_restart_resumes(void **state) {
-  (void)state;
+static void skip_without_etcd(void) {
   if (access("/usr/bin/etcd", X_OK) != 0 && system("command -v etcd >/dev/null 2>&1") != 0) {
     print_message("skipped: etcd not found\n");
     skip();
   }
+}
+
+/* giantrun on two workers (dp=2, a save every EVERY steps, one restart)
+ * through a wrapper script `body`; returns where the output's resume line
+ * is, with the step it loaded and the steps it lost. */
+static const char *run_restarted(const char *name, const char *body, run_result *r, int *loaded, int *lost) {
+  char wrapper[128], ck[128], every[16];
+  snprintf(wrapper, sizeof wrapper, "%s/%s.sh", dir, name);
+  snprintf(ck, sizeof ck, "%s/ck-%s", dir, name);
+  snprintf(every, sizeof every, "%d", EVERY);
+  FILE *f = fopen(wrapper, "w");
+  assert_non_null(f);
+  fprintf(f, "#!/bin/sh\n%s", body);
+  fclose(f);
+  chmod(wrapper, 0755);
+  char *argv[] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "dp=2", "--max-restarts", "1",
+                  "--stop-grace", "10", "--ckpt-dir", ck, "--ckpt-every", every, "--ckpt-keep", "2", wrapper,
+                  "--corpus", text, "--data", data, "--steps", "30", "--layers", "1", "--channels", "32", "--heads",
+                  "4", "--seq", "16", "--batch", "4", "--sample", "0", "--print-every", "0", NULL};
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 240, r);
+  if (r->exit_code != 0) fail_msg("giantrun: exit %d:\n%s", r->exit_code, r->output);
+  const char *p = strstr(r->output, "resumed from "), *q = p ? strstr(p, "steps lost: ") : NULL;
+  if (!q || sscanf(p, "resumed from %*s (step %d", loaded) != 1 || sscanf(q, "steps lost: %d", lost) != 1)
+    fail_msg("no resume line:\n%s", r->output);
+  assert_non_null(strstr(p, "over steps"));
+  return p;
+}
+
+static void test_giantrun_restart_resumes(void **state) {
+  (void)state;
+  skip_without_etcd();
   /* A wrapper that SIGKILLs rank 1's gpt in the first generation once the
    * progress it records reaches a random step and a first checkpoint has
    * committed (`latest` exists): before that there is nothing to resume
    * from, and the restart starts at step 0, as it should. */
   srand((unsigned)time(NULL));
   int kill_at = 6 + rand() % 10;
-  char wrapper[128], ck[128];
-  snprintf(wrapper, sizeof wrapper, "%s/killer.sh", dir);
-  snprintf(ck, sizeof ck, "%s/ck-run", dir);
-  FILE *f = fopen(wrapper, "w");
-  assert_non_null(f);
-  fprintf(f,
-          "#!/bin/sh\n"
-          "\"%s\" \"$@\" & pid=$!\n"
-          "if [ \"$GT_RESTART_COUNT\" = 0 ] && [ \"$GT_RANK\" = 1 ]; then\n"
-          "  for i in $(seq 1 1200); do\n"
-          "    p=$(cat \"$GT_CKPT_DIR/progress\" 2>/dev/null || echo 0)\n"
-          "    if [ \"$p\" -ge %d ] && [ -e \"$GT_CKPT_DIR/latest\" ]; then kill -9 $pid; break; fi\n"
-          "    sleep 0.05\n"
-          "  done\n"
-          "fi\n"
-          "wait $pid\n",
-          gpt, kill_at);
-  fclose(f);
-  chmod(wrapper, 0755);
-  char *argv[] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "dp=2", "--max-restarts", "1",
-                  "--ckpt-dir", ck, "--ckpt-every", "4", "--ckpt-keep", "2", wrapper, "--corpus", text, "--data", data,
-                  "--steps", "30", "--layers", "1", "--channels", "32", "--heads", "4", "--seq", "16", "--batch", "4",
-                  "--sample", "0", "--print-every", "0", NULL};
-  run_result r;
-  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 240, &r);
-  if (r.exit_code != 0) fail_msg("giantrun: exit %d:\n%s", r.exit_code, r.output);
-  const char *p = strstr(r.output, "resumed from "), *q = p ? strstr(p, "steps lost: ") : NULL;
-  int loaded = -1, lost = -1;
-  if (!q || sscanf(p, "resumed from %*s (step %d", &loaded) != 1 || sscanf(q, "steps lost: %d", &lost) != 1)
-    fail_msg("no resume line:\n%s", r.output);
+  char body[1024];
+  snprintf(body, sizeof body,
+           "\"%s\" \"$@\" & pid=$!\n"
+           "if [ \"$GT_RESTART_COUNT\" = 0 ] && [ \"$GT_RANK\" = 1 ]; then\n"
+           "  for i in $(seq 1 1200); do\n"
+           "    p=$(cat \"$GT_CKPT_DIR/progress\" 2>/dev/null || echo 0)\n"
+           "    if [ \"$p\" -ge %d ] && [ -e \"$GT_CKPT_DIR/latest\" ]; then kill -9 $pid; break; fi\n"
+           "    sleep 0.05\n"
+           "  done\n"
+           "fi\n"
+           "wait $pid\n",
+           gpt, kill_at);
+  static run_result r;
+  int loaded, lost;
+  const char *p = run_restarted("killer", body, &r, &loaded, &lost);
   /* Generation 0's commits, before the resume: each seen at most N steps
    * after its own (the next save waits for it), none newer than the one loaded. */
   int newest = -1, worst = 0;
@@ -150,13 +167,37 @@ static void test_giantrun_restart_resumes(void **state) {
   assert_true(newest >= 0 && newest <= loaded);
   assert_true(loaded == begun || loaded == begun - EVERY);
   assert_true(lost >= 0 && lost <= EVERY + in_flight);
-  assert_non_null(strstr(r.output, "over steps"));
+}
+
+/* The survivors' SIGTERM lets a save in flight commit: rank 0's writer
+ * takes 3 s (GT_FAULT slowsave) over the save of step 8, rank 1 reports
+ * its shard during a 1 s stall at step 9 and dies at step 10, and giantrun
+ * stops rank 0 while its writer sleeps. Rank 0 finishes the save on its
+ * way out, so the restart loads step 8 and loses 2 steps, fewer than
+ * --ckpt-every; killed at once, it would lose the 6 since step 4. */
+static void test_giantrun_stop_commits_in_flight(void **state) {
+  (void)state;
+  skip_without_etcd();
+  char body[1024];
+  snprintf(body, sizeof body,
+           "if [ \"$GT_RESTART_COUNT\" = 0 ]; then\n"
+           "  GT_FAULT='slowsave:rank=0,seconds=3;stall:rank=1,at=9,seconds=1;crash:rank=1,at=10'; export GT_FAULT\n"
+           "fi\n"
+           "exec \"%s\" \"$@\"\n",
+           gpt);
+  static run_result r;
+  int loaded, lost;
+  const char *p = run_restarted("stopped", body, &r, &loaded, &lost);
+  print_message("rank 1 died at step 10 with rank 0's save of step 8 in flight: the restart loaded step %d, "
+                "%d step(s) lost\n", loaded, lost);
+  if (loaded != 8 || lost != 2) fail_msg("loaded step %d, lost %d:\n%.*s", loaded, lost, (int)(p - r.output), r.output);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_example_resumes_exactly),
       cmocka_unit_test(test_giantrun_restart_resumes),
+      cmocka_unit_test(test_giantrun_stop_commits_in_flight),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
