@@ -40,7 +40,7 @@ gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *l
   pthread_mutex_init(&c->mu, NULL);
   c->finished = -1;
   gt_fault_plan faults;
-  if (gt_fault_parse(getenv("GT_FAULT"), &faults) == GT_OK) { /* the trainer reported a bad one */
+  if (gt_fault_parse(getenv("GT_FAULT"), &faults) == GT_OK) { /* a bad one stopped the trainer's creation */
     faults.rank = c->plan.rank;
     c->save_delay = gt_fault_save_delay(&faults);
   }
@@ -249,7 +249,7 @@ gt_status gt_ckpt_save(gt_ckpt *c) {
     GT_TRY(busy_anywhere(c, &busy));
     if (busy) {
       c->skipped++;
-      gt_info("checkpoint at step %d skipped: the one at step %lld is still being written",
+      gt_info("checkpoint at step %d skipped: the one at step %lld is still being written on some rank",
               gt_trainer_step_index(c->tr), (long long)c->part.step);
       return GT_OK;
     }

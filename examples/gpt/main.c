@@ -27,8 +27,8 @@
 
 typedef struct args {
   const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule, *speeds, *precision;
-  int steps, batch, global_batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every, bucket_kib, chunks,
-      mem_mib;
+  int steps, batch, global_batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every,
+      bucket_kib, chunks, mem_mib;
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
   bool documents, untied, zero1, seq_parallel, print_plan, no_overlap;
@@ -78,7 +78,9 @@ static const char *usage =
     "run:\n"
     "  --device NAME       cpu or cuda[:N] (default cpu)\n"
     "  --threads N         CPU threads (default: OMP_NUM_THREADS or all cores)\n"
-    "  --ckpt-dir DIR      save checkpoints here and resume from the newest (default: $GT_CKPT_DIR)\n"
+    "  --ckpt-dir DIR      save checkpoints here and resume from the newest (default: $GT_CKPT_DIR);\n"
+    "                      SIGTERM or SIGINT then stops after the step under way and lets the save\n"
+    "                      in flight commit\n"
     "  --ckpt-every N      save every N steps (default: $GT_CKPT_EVERY)\n"
     "  --ckpt-keep K       keep the newest K checkpoints, 0 = all (default: $GT_CKPT_KEEP, else 0)\n"
     "  --metrics FILE      append one JSON line per step (the lead rank's; a %r in FILE gives\n"
