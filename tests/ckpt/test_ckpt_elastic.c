@@ -1,7 +1,8 @@
 /* A job that loses a node and gets it back resumes from its checkpoints at
  * each new world size, resharded to the layout --plan auto chooses there.
  *
- * Two giantrun agents (--nnodes 1:2, two workers each) against one etcd
+ * Two giantrun agents (--nnodes 1:2, two workers each; the first round
+ * waits up to --rdzv-settle 8 s for both) against one etcd
  * train examples/gpt with --plan auto, a global batch of 8 rows and a
  * checkpoint every 4 steps. Generation 0 (world 4) stalls at step 10
  * (GT_FAULT, set by a wrapper for that generation only) once the save of
@@ -75,7 +76,7 @@ static void start_agent(agent *a, const char *node, const char *wrapper, const c
   char log[256];
   snprintf(log, sizeof log, "%s/agent-%s-%d.log", dir, node, round);
   const char *args[] = {"--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-endpoint", fx.endpoint,
-                        "--job-id", "elastic", "--node-id", node, "--rdzv-ttl", "2", "--rdzv-settle", "4",
+                        "--job-id", "elastic", "--node-id", node, "--rdzv-ttl", "2", "--rdzv-settle", "8",
                         "--max-restarts", "3", "--stop-grace", "2", "--rdzv-timeout", "60", "--hang-timeout", "300",
                         "--plan", "auto", "--ckpt-dir", ck, "--ckpt-every", "4", wrapper, GPT_ARGS, NULL};
   assert_int_equal(agent_start(a, log, args), 0);
