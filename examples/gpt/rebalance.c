@@ -12,11 +12,13 @@
 /* Steps of telemetry at the current shares before a decision: enough for
  * the median to ignore a hiccup, few enough to react within seconds. The
  * first steps (allocation, cold caches) are not the job's speed. A switch
- * must shrink the predicted step by 15%: ranks that share busy cores can
- * differ by a quarter for many steps, and following that would move rows
- * back and forth; a rank at half speed gains 30% and more. */
-enum { WINDOW = 8, WARMUP = 3, HORIZON = 50 };
-#define MIN_GAIN 0.15
+ * must shrink the predicted step by 7% (more than one row of 16), and the
+ * decision must propose the same shares at PERSIST steps in a row: ranks
+ * that share busy cores differ by a third for a few steps now and then, and
+ * following that would move rows back and forth, while a slow device stays
+ * slow. */
+enum { WINDOW = 8, WARMUP = 3, HORIZON = 50, PERSIST = 5 };
+#define MIN_GAIN 0.07
 
 struct gpt_rebalance {
   gt_plan plan;
@@ -24,9 +26,10 @@ struct gpt_rebalance {
   gt_backend *be;
   int *shares, *next, cap;
   double *speed;
+  int *proposed;           /* the shares the last decisions proposed */
   gt_step_telemetry *ring; /* WINDOW steps x world ranks, oldest first */
   void *dev;               /* the gather's buffer, on the device the communicators use */
-  int filled;
+  int filled, agreed;      /* steps in the ring; decisions in a row that proposed `proposed` */
 };
 
 _Static_assert(sizeof(gt_step_telemetry) % sizeof(float) == 0, "telemetry travels as floats");
@@ -41,8 +44,9 @@ gt_status gpt_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *b
   r->shares = malloc(dp * sizeof *r->shares);
   r->next = malloc(dp * sizeof *r->next);
   r->speed = malloc(dp * sizeof *r->speed);
+  r->proposed = malloc(dp * sizeof *r->proposed);
   r->ring = calloc(WINDOW * world, sizeof *r->ring);
-  gt_status s = r->shares && r->next && r->speed && r->ring ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory for --rebalance");
+  gt_status s = r->shares && r->next && r->speed && r->proposed && r->ring ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory for --rebalance");
   if (s == GT_OK) s = gt_backend_alloc(be, world * sizeof *r->ring, &r->dev);
   if (s != GT_OK) {
     gpt_rebalance_destroy(r);
@@ -56,7 +60,7 @@ gt_status gpt_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *b
 void gpt_rebalance_destroy(gpt_rebalance *r) {
   if (!r) return;
   if (r->dev) gt_backend_free(r->be, r->dev);
-  free(r->shares), free(r->next), free(r->speed), free(r->ring);
+  free(r->shares), free(r->next), free(r->speed), free(r->proposed), free(r->ring);
   free(r);
 }
 
@@ -106,7 +110,12 @@ gt_status gpt_rebalance_after_step(gpt_rebalance *r, gt_trainer *tr, const gt_st
                              .min_gain = MIN_GAIN};
   gt_rebalance_decision d;
   GT_TRY(gt_rebalance_decide(&cfg, &r->plan, r->ring, WINDOW, r->shares, r->next, r->speed, &d));
-  if (!d.change) return GT_OK;
+  size_t bytes = (size_t)dp * sizeof *r->next;
+  if (!d.change) r->agreed = 0;
+  else if (r->agreed && !memcmp(r->next, r->proposed, bytes)) r->agreed++;
+  else memcpy(r->proposed, r->next, bytes), r->agreed = 1;
+  if (r->agreed < PERSIST) return GT_OK;
+  r->agreed = 0;
   int me = r->plan.me.dp, total = offset_of(r->next, dp);
   GT_TRY(gt_trainer_set_rows(tr, r->next[me], offset_of(r->next, me), total));
   if (lead) {
