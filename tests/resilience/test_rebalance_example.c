@@ -28,13 +28,7 @@ static char giantrun[512], gpt[512], dir[64], text[128], data[128];
 
 static int setup(void **state) {
   (void)state;
-  build_path("launch/giantrun", giantrun, sizeof giantrun);
-  build_path("examples/gpt", gpt, sizeof gpt);
-  if (access("/usr/bin/etcd", X_OK) != 0 && system("command -v etcd >/dev/null 2>&1") != 0) {
-    fprintf(stderr, "etcd not found: skipping\n");
-    exit(77);
-  }
-  return scratch_corpus("rebalance", dir, text, data);
+  return giantrun_scratch("rebalance", giantrun, gpt, dir, text, data);
 }
 
 static int teardown(void **state) {
