@@ -149,7 +149,10 @@ static gt_status read_cursor(gt_ckpt *c, const char *dir, const ck_manifest *m, 
     uint64_t seed = ck_get_u64(&r);
     (void)ck_get_u32(&r), (void)ck_get_u32(&r), (void)ck_get_u64(&r); /* shard, nshards, position */
     uint64_t next = ck_get_u64(&r);
-    if (r.bad || version != 1 || B == 0) return gt_errorf(GT_EFORMAT, "checkpoint %s: loader cursor %s is malformed", dir, m->blobs[i].name);
+    /* Version 2 adds the share (offset, total); the stream resumes at the
+     * next row whatever the shares, so version 1 reads the same. */
+    if (version == 2) (void)ck_get_u32(&r), (void)ck_get_u32(&r);
+    if (r.bad || (version != 1 && version != 2) || B == 0) return gt_errorf(GT_EFORMAT, "checkpoint %s: loader cursor %s is malformed", dir, m->blobs[i].name);
     if (*found && next != *row)
       return gt_errorf(GT_EFORMAT, "checkpoint %s: the replicas' data cursors disagree (row %llu and %llu)", dir,
                        (unsigned long long)*row, (unsigned long long)next);

@@ -161,7 +161,7 @@ static gt_status loader_blob(gt_ckpt *c) {
   if (!c->loader || c->plan.me.tp || c->plan.me.pp) return GT_OK;
   const gt_loader_config *lc = gt_loader_get_config(c->loader);
   ck_buf b = {0};
-  ck_put_u32(&b, 1);
+  ck_put_u32(&b, 2);
   ck_put_str(&b, lc->path);
   ck_put_u64(&b, gt_loader_rows_per_epoch(c->loader));
   ck_put_u32(&b, (uint32_t)lc->B);
@@ -172,6 +172,8 @@ static gt_status loader_blob(gt_ckpt *c) {
   ck_put_u32(&b, (uint32_t)lc->nshards);
   ck_put_u64(&b, gt_loader_position(c->loader));
   ck_put_u64(&b, gt_loader_next_row(c->loader));
+  ck_put_u32(&b, (uint32_t)lc->offset); /* version 2: the replica's share */
+  ck_put_u32(&b, (uint32_t)lc->total);
   char name[64];
   snprintf(name, sizeof name, "giant/loader/dp%d", c->plan.me.dp);
   gt_status s = b.oom ? gt_errorf(GT_ENOMEM, "out of memory") : ck_manifest_add_blob(&c->part, name, b.p, b.len);

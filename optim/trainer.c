@@ -27,6 +27,7 @@ struct gt_trainer {
   gt_batch *held;     /* pipelining a loader's batches: copies of one step's */
   float *counts;      /* device floats: token counts, the loss, reduced over replicas */
   int step;
+  int share[3];       /* B, offset, total the loader takes from the next step; B = 0: no change */
   gt_fault_plan faults; /* GT_FAULT: none unless set */
 };
 
@@ -255,7 +256,23 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
   return GT_OK;
 }
 
+gt_status gt_trainer_set_rows(gt_trainer *t, int B, int offset, int total) {
+  int B_max = gt_model_get_config(t->m)->B_max;
+  if (B < 1 || B > B_max)
+    return gt_errorf(GT_EINVAL, "a share of %d rows is outside 1..%d, the B_max the model's activations hold", B,
+                     B_max);
+  if (offset < 0 || total < B || offset > total - B)
+    return gt_errorf(GT_EINVAL, "a share of %d rows at offset %d does not fit in a group micro-batch of %d", B,
+                     offset, total);
+  t->share[0] = B, t->share[1] = offset, t->share[2] = total;
+  return GT_OK;
+}
+
 gt_status gt_trainer_step(gt_trainer *t, gt_loader *loader, gt_step_stats *stats) {
+  if (t->share[0]) { /* between steps, so every replica's stream turns at the same row */
+    GT_TRY(gt_loader_reshare(loader, t->share[0], t->share[1], t->share[2]));
+    t->share[0] = 0;
+  }
   return run_step(t, loader, NULL, stats);
 }
 

@@ -2,10 +2,10 @@
  * rows, handed out as (B, T) micro-batches.
  *
  * A row is a window of T_max+1 tokens at stride T_max (FIXED) or one
- * document (DOCUMENTS). Global micro-batch g takes rows g*B .. g*B+B-1 of an
- * endless sequence of epochs; with a seed, each epoch visits the rows in its
- * own seeded permutation. Everything follows from (file, B, T_max, mode,
- * seed), so a shard's batch k is a pure function of k: seeking is free and
+ * document (DOCUMENTS). Group micro-batch k takes rows k*total .. of an
+ * endless sequence of epochs, each replica its B at its offset; with a seed, each epoch visits the rows in its
+ * own seeded permutation. Everything follows from (file, B, offset, total,
+ * T_max, mode, seed), so a shard's batch k is a pure function of k: seeking is free and
  * n shards together read exactly what one reader reads in n steps.
  */
 #include <errno.h>
@@ -37,6 +37,7 @@ struct gt_loader {
   uint64_t *perm;      /* seeded order of the rows of epoch perm_epoch */
   uint64_t perm_epoch;
   bool perm_valid;
+  int B_cap;     /* the B the buffers were allocated for */
   uint64_t base; /* the global row of the last restart */
   uint64_t pos;
   uint64_t *rows; /* this batch's B rows */
@@ -93,6 +94,9 @@ static gt_status check_config(const gt_loader_config *c) {
     return gt_errorf(GT_EINVAL, "loader: shard count must be positive, got %d", c->nshards);
   if (c->shard < 0 || c->shard >= c->nshards)
     return gt_errorf(GT_EINVAL, "loader: shard %d is out of range 0..%d", c->shard, c->nshards - 1);
+  if (c->total && (c->offset < 0 || c->total < c->B || c->offset > c->total - c->B))
+    return gt_errorf(GT_EINVAL, "loader: a share of %d rows at offset %d does not fit in a group micro-batch of %d",
+                     c->B, c->offset, c->total);
   if (c->mode != GT_LOADER_FIXED && c->mode != GT_LOADER_DOCUMENTS)
     return gt_errorf(GT_EINVAL, "loader: unknown mode %d (use GT_LOADER_FIXED or GT_LOADER_DOCUMENTS)",
                      (int)c->mode);
@@ -233,6 +237,8 @@ gt_status gt_loader_open(const gt_loader_config *cfg, uint32_t vocab_limit, gt_l
   }
   l->cfg = *cfg;
   l->cfg.path = l->path;
+  if (!l->cfg.total) l->cfg.offset = cfg->shard * cfg->B, l->cfg.total = cfg->nshards * cfg->B;
+  l->B_cap = cfg->B;
   l->fd = -1;
   gt_status s = open_rows(l, vocab_limit);
   if (s != GT_OK) {
@@ -264,7 +270,19 @@ uint64_t gt_loader_position(const gt_loader *l) { return l->pos; }
 uint64_t gt_loader_rows_per_epoch(const gt_loader *l) { return l->nrows; }
 const gt_loader_config *gt_loader_get_config(const gt_loader *l) { return &l->cfg; }
 uint64_t gt_loader_next_row(const gt_loader *l) {
-  return l->base + l->pos * (uint64_t)l->cfg.nshards * (uint64_t)l->cfg.B;
+  return l->base + l->pos * (uint64_t)l->cfg.total;
+}
+
+gt_status gt_loader_reshare(gt_loader *l, int B, int offset, int total) {
+  if (B < 1 || B > l->B_cap)
+    return gt_errorf(GT_EINVAL, "loader: a share of %d rows is outside 1..%d, the B the loader was opened with", B,
+                     l->B_cap);
+  if (offset < 0 || total < B || offset > total - B)
+    return gt_errorf(GT_EINVAL, "loader: a share of %d rows at offset %d does not fit in a group micro-batch of %d",
+                     B, offset, total);
+  uint64_t row = gt_loader_next_row(l);
+  l->cfg.B = B, l->cfg.offset = offset, l->cfg.total = total;
+  return gt_loader_restart_at(l, row);
 }
 
 gt_status gt_loader_restart_at(gt_loader *l, uint64_t row) {
@@ -274,8 +292,8 @@ gt_status gt_loader_restart_at(gt_loader *l, uint64_t row) {
 }
 
 gt_status gt_loader_seek(gt_loader *l, uint64_t index) {
-  uint64_t per = (uint64_t)l->cfg.nshards * (uint64_t)l->cfg.B;
-  if (index > (UINT64_MAX / 2 - (uint64_t)l->cfg.B * l->cfg.nshards) / per) /* base is at most half */
+  uint64_t per = (uint64_t)l->cfg.total;
+  if (index > (UINT64_MAX / 2 - per) / per) /* base is at most half */
     return gt_errorf(GT_ERANGE, "loader: micro-batch index %llu is too large",
                      (unsigned long long)index);
   l->pos = index;
@@ -337,8 +355,7 @@ static gt_status fill_document(gt_loader *l, int r, int T, uint64_t d) {
 gt_status gt_loader_next(gt_loader *l, gt_batch *b) {
   if (gt_loader_seek(l, l->pos) != GT_OK) return GT_ERANGE;
   int B = l->cfg.B;
-  uint64_t g = l->pos * (uint64_t)l->cfg.nshards + (uint64_t)l->cfg.shard;
-  uint64_t j0 = l->base + g * (uint64_t)B;
+  uint64_t j0 = l->base + l->pos * (uint64_t)l->cfg.total + (uint64_t)l->cfg.offset;
   int T = l->cfg.T_max;
   int64_t ntargets = 0;
   for (int r = 0; r < B; r++) l->rows[r] = row_of(l, j0 + r);

@@ -24,6 +24,7 @@
 #include "checkpoint.h"
 #include "gpt.h"
 #include "planning.h"
+#include "rebalance.h"
 
 typedef struct args {
   const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule, *speeds, *precision;
@@ -31,7 +32,7 @@ typedef struct args {
       bucket_kib, chunks, mem_mib;
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
-  bool documents, untied, zero1, seq_parallel, print_plan, no_overlap;
+  bool documents, untied, zero1, seq_parallel, print_plan, no_overlap, rebalance;
   gpt_ckpt_args ckpt;
 } args;
 
@@ -50,8 +51,8 @@ static const char *usage =
     "  --steps N           optimizer steps (default 300)\n"
     "  --batch B           rows per micro-batch of each data-parallel replica (default 8)\n"
     "  --global-batch G    rows per micro-batch of all replicas together, instead of --batch:\n"
-    "                      each of dp replicas takes G/dp, so a restart at another world size\n"
-    "                      and layout goes on with the same batches\n"
+    "                      the dp replicas share them as evenly as they can, so a restart at\n"
+    "                      another world size and layout goes on with the same batches\n"
     "  --accum K           micro-batches per step (default 1)\n"
     "  --optimizer NAME    adamw or sgd (default adamw)\n"
     "  --lr X --min-lr X   peak and final learning rate (default 1e-3, 1e-4)\n"
@@ -73,6 +74,9 @@ static const char *usage =
     "  --speeds LIST       relative speed of each rank (e.g. 1,0.5 for 2 ranks): the planner gives\n"
     "                      slower pipeline stages fewer layers and slower data-parallel replicas\n"
     "                      fewer rows of each micro-batch (default: all equal)\n"
+    "  --rebalance         while training, move rows of each micro-batch between data-parallel\n"
+    "                      replicas by their measured speed (a slow replica gives rows to fast ones);\n"
+    "                      a replica may take up to twice its even share (--batch)\n"
     "  --mem-mib N         memory each rank may use: --plan auto keeps to it (default: no limit)\n"
     "  --print-plan        print the plan (layers, splits, shards, predicted step) and exit\n"
     "run:\n"
@@ -104,6 +108,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--speeds", GT_OPT_STR, &a->speeds, 0, 0},       {"--mem-mib", GT_OPT_INT, &a->mem_mib, 1, 1 << 30},
       {"--zero1", GT_OPT_FLAG, &a->zero1, 0, 0},    {"--seq-parallel", GT_OPT_FLAG, &a->seq_parallel, 0, 0},
       {"--print-plan", GT_OPT_FLAG, &a->print_plan, 0, 0}, {"--no-overlap", GT_OPT_FLAG, &a->no_overlap, 0, 0},
+      {"--rebalance", GT_OPT_FLAG, &a->rebalance, 0, 0},
       {"--steps", GT_OPT_INT, &a->steps, 1, 1e9},      {"--batch", GT_OPT_INT, &a->batch, 1, 1e6},
       {"--global-batch", GT_OPT_INT, &a->global_batch, 0, 1e6},
       {"--seq", GT_OPT_INT, &a->seq, 1, 1e6},          {"--layers", GT_OPT_INT, &a->layers, 0, 1e4},
@@ -285,6 +290,8 @@ int main(int argc, char **argv) {
   gt_loader *loader = NULL;
   gt_trainer *tr = NULL;
   gt_ckpt *ckpt = NULL;
+  gpt_rebalance *rb = NULL;
+  int *shares = NULL;
   if ((s = gt_init(&job)) != GT_OK) return fail("joining the job", s);
   bool lead = job->rank == 0;
   gt_plan plan;
@@ -348,21 +355,33 @@ int main(int argc, char **argv) {
   double speeds[GT_PLANNER_MAX_STAGES];
   double *rank_speed = calloc((size_t)plan.world, sizeof(double));
   double *replica_speed = calloc((size_t)plan.layout.dp, sizeof(double));
-  int *shares = calloc((size_t)plan.layout.dp, sizeof(int));
+  shares = calloc((size_t)plan.layout.dp, sizeof(int));
   if (!rank_speed || !replica_speed || !shares || plan.layout.pp > GT_PLANNER_MAX_STAGES) {
     fail("planning", gt_errorf(GT_EINVAL, "out of memory, or more than %d pipeline ranks", GT_PLANNER_MAX_STAGES));
-    free(rank_speed), free(replica_speed), free(shares);
+    free(rank_speed), free(replica_speed);
     goto out;
   }
   s = parse_speeds(a.speeds, plan.world, rank_speed);
   if (s == GT_OK) group_speeds(&plan, rank_speed, speeds, replica_speed);
+  /* --global-batch G: the replicas share G rows of every micro-batch, as
+   * evenly as they can (a dp that does not divide G leaves some a row
+   * more); --batch B: each takes B. Replica i takes its share of every
+   * group micro-batch of `total` rows at `offset`, the shares of the
+   * replicas before it. With --rebalance its activations and loader hold
+   * up to `cap` rows: twice the even share, or the largest --speeds gave. */
   int total = a.global_batch ? a.global_batch : a.batch * plan.layout.dp;
-  if (s == GT_OK && a.global_batch % plan.layout.dp)
-    s = gt_errorf(GT_EINVAL, "--global-batch %d does not divide among dp=%d replicas: give a multiple of %d",
-                  a.global_batch, plan.layout.dp, plan.layout.dp);
+  if (s == GT_OK && total < plan.layout.dp)
+    s = gt_errorf(GT_EINVAL, "--global-batch %d is less than one row for each of dp=%d replicas", total,
+                  plan.layout.dp);
   if (s == GT_OK) s = gt_planner_batch_split(total, plan.layout.dp, replica_speed, shares);
-  int rows = s == GT_OK ? shares[plan.me.dp] : 0;
-  free(rank_speed), free(replica_speed), free(shares);
+  bool rebalance = a.rebalance && plan.layout.dp > 1;
+  int rows = s == GT_OK ? shares[plan.me.dp] : 0, offset = 0;
+  int cap = rebalance ? 2 * ((total + plan.layout.dp - 1) / plan.layout.dp) : rows;
+  for (int i = 0; s == GT_OK && i < plan.layout.dp; i++) {
+    if (i < plan.me.dp) offset += shares[i];
+    if (rebalance && shares[i] > cap) cap = shares[i];
+  }
+  free(rank_speed), free(replica_speed);
   if (s != GT_OK) {
     rc = 2;
     fail("planning", s);
@@ -377,17 +396,18 @@ int main(int argc, char **argv) {
       goto out;
     }
   }
-  /* Each data-parallel replica reads its own shard; tensor-parallel ranks of
-   * one replica read the same one. */
-  gt_loader_config lc = {.path = a.data, .B = rows, .T_max = a.seq, .shard = plan.me.dp,
+  /* Each data-parallel replica reads its own share; tensor-parallel ranks of
+   * one replica read the same one. The loader is opened for `cap` rows and
+   * then given its share. */
+  gt_loader_config lc = {.path = a.data, .B = cap, .T_max = a.seq, .shard = plan.me.dp,
                          .nshards = plan.layout.dp, .mode = a.documents ? GT_LOADER_DOCUMENTS : GT_LOADER_FIXED};
-  if ((s = gt_loader_open(&lc, 0, &loader)) != GT_OK) {
+  if ((s = gt_loader_open(&lc, 0, &loader)) != GT_OK || (s = gt_loader_reshare(loader, rows, offset, total)) != GT_OK) {
     fail("opening the data", s);
     goto out;
   }
   /* Layers are declared first, so the planner can cut pipeline stages by
    * their costs before any memory is allocated. */
-  gt_model_config mc = {.B_max = rows, .T_max = a.seq, .seed = a.seed};
+  gt_model_config mc = {.B_max = cap, .T_max = a.seq, .seed = a.seed};
   gt_model_parallel mp = dist ? gt_dist_model_parallel(dist) : (gt_model_parallel){0};
   if ((s = gt_model_create(be, &mc, &m)) != GT_OK || (s = gt_model_set_parallel(m, &mp)) != GT_OK ||
       (s = gpt_add_layers(m, &gc)) != GT_OK || (s = gt_plan_cut_stages(&plan, m, rows, a.seq, speeds)) != GT_OK ||
@@ -428,10 +448,16 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (ckpt) gpt_ckpt_catch_stop(); /* a stop lets the save in flight commit (on the way out) */
+  if (a.rebalance && !rebalance && lead) printf("--rebalance: one data-parallel replica, nothing to move\n");
+  if (rebalance && (s = gpt_rebalance_create(&plan, dist, be, shares, cap, &rb)) != GT_OK) {
+    fail("setting up --rebalance", s);
+    goto out;
+  }
   gt_step_stats st = {0}, first = {0};
   int start = gt_trainer_step_index(tr);
   for (int i = start; i < a.steps; i++) {
-    if ((s = gt_trainer_step(tr, loader, &st)) != GT_OK || (s = gpt_ckpt_after_step(&a.ckpt, ckpt, tr, lead)) != GT_OK) {
+    if ((s = gt_trainer_step(tr, loader, &st)) != GT_OK || (s = gpt_ckpt_after_step(&a.ckpt, ckpt, tr, lead)) != GT_OK ||
+        (rb && (s = gpt_rebalance_after_step(rb, tr, &st, lead)) != GT_OK)) {
       fail("training", s);
       goto out;
     }
@@ -453,6 +479,8 @@ int main(int argc, char **argv) {
   }
   rc = 0;
 out:
+  gpt_rebalance_destroy(rb);
+  free(shares);
   gt_ckpt_destroy(ckpt);
   gt_trainer_destroy(tr);
   gt_model_destroy(m);

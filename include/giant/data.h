@@ -107,6 +107,11 @@ typedef struct gt_loader_config {
   /* Data-parallel sharding: this replica reads shard `shard` of `nshards`
    * (micro-batch k of the replica is global micro-batch k*nshards+shard). */
   int shard, nshards;
+  /* Uneven shares (replicas of different speeds): of every group micro-
+   * batch of `total` rows this replica takes its B rows at `offset` (the sum
+   * of the shares before it). total = 0 means even shares: offset =
+   * shard*B, total = nshards*B. */
+  int offset, total;
   uint64_t seed; /* 0 = sequential order; else batch order shuffled per epoch */
 } gt_loader_config;
 
@@ -132,13 +137,20 @@ gt_status gt_loader_next(gt_loader *l, gt_batch *batch);
 gt_status gt_loader_seek(gt_loader *l, uint64_t index);
 uint64_t gt_loader_position(const gt_loader *l);
 /* The stream is one sequence of global sample indices (rows, counted
- * across epochs); micro-batch k of replica `shard` of `nshards` after a
- * restart at row R takes rows R + (k*nshards + shard)*B .. + B-1. When every
- * replica has taken k micro-batches, next_row = R + k*nshards*B is the first
- * row none of them has: restarting every replica there, at any replica
- * count or B, continues the stream with no row skipped or repeated. */
+ * across epochs); micro-batch k of a replica after a restart at row R takes
+ * rows R + k*total + offset .. + B-1 (even shares: offset = shard*B, total =
+ * nshards*B). When every replica has taken k micro-batches, next_row = R +
+ * k*total is the first row none of them has: restarting every replica
+ * there, at any replica count, B or shares, continues the stream with no
+ * row skipped or repeated. */
 uint64_t gt_loader_next_row(const gt_loader *l);
 gt_status gt_loader_restart_at(gt_loader *l, uint64_t row);
+/* Takes a new share from the next micro-batch on: restarts at next_row with
+ * B rows at `offset` of every `total` (0 < B <= the B the loader was opened
+ * with, offset + B <= total). Called by every replica at the same step
+ * boundary, with shares that tile 0..total, the stream goes on exactly
+ * once. */
+gt_status gt_loader_reshare(gt_loader *l, int B, int offset, int total);
 const gt_loader_config *gt_loader_get_config(const gt_loader *l);
 /* Rows one epoch holds: windows of T_max tokens (FIXED) or documents of at
  * least 2 tokens (DOCUMENTS). */

@@ -29,6 +29,7 @@
 #include "giant/pp_exec.h"
 #include "giant/predictor.h"
 #include "giant/rdzv.h"
+#include "giant/rebalance.h"
 #include "giant/status.h"
 #include "giant/store.h"
 #include "giant/tensor.h"

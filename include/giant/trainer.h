@@ -36,6 +36,12 @@ void gt_trainer_destroy(gt_trainer *t);
 /* One optimizer step over grad_accum micro-batches from the loader. The step
  * fails (and changes no parameter) if the loss or gradient is not finite. */
 gt_status gt_trainer_step(gt_trainer *t, gt_loader *loader, gt_step_stats *stats);
+/* Moves this data-parallel replica to a new share of every group micro-
+ * batch from the next gt_trainer_step on: B rows at `offset` of `total`
+ * (giant/data.h, gt_loader_reshare), B at most the model's B_max. Every
+ * replica must call it before the same step, with shares that tile
+ * 0..total; the step weighs every token alike whatever the shares. */
+gt_status gt_trainer_set_rows(gt_trainer *t, int B, int offset, int total);
 /* The same over micro-batches the caller provides (n == grad_accum). */
 gt_status gt_trainer_step_batches(gt_trainer *t, const gt_batch *batches, int n, gt_step_stats *stats);
 int gt_trainer_step_index(const gt_trainer *t);

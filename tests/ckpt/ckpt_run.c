@@ -94,7 +94,7 @@ int cr_rank(int rank, int world, void *arg) {
                   "gen0", &store, &plan, &dist);
   int rows = CR_ROWS / plan.layout.dp;
   gt_model *m;
-  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = rows, .T_max = CR_T, .seed = 42}, &m));
+  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = cfg->share0 ? CR_ROWS : rows, .T_max = CR_T, .seed = 42}, &m));
   int C = cfg->C ? cfg->C : CR_C;
   if (dist) {
     gt_model_parallel mp = gt_dist_model_parallel(dist);
@@ -109,9 +109,10 @@ int cr_rank(int rank, int world, void *arg) {
   gt_trainer *tr;
   CHECK_OK(gt_trainer_create(m, &tc, &tr));
   gt_loader *data;
-  gt_loader_config lc = {.path = cfg->data, .B = rows, .T_max = CR_T, .shard = plan.me.dp,
+  gt_loader_config lc = {.path = cfg->data, .B = cfg->share0 ? CR_ROWS : rows, .T_max = CR_T, .shard = plan.me.dp,
                          .nshards = plan.layout.dp, .seed = 7};
   CHECK_OK(gt_loader_open(&lc, CR_V, &data));
+  if (cfg->share0) CHECK_OK(gt_loader_reshare(data, rows, plan.me.dp * rows, CR_ROWS)); /* even until share_at */
   gt_ckpt *ck;
   gt_ckpt_config kc = {.dir = cfg->dir, .store = store, .timeout_ms = 60000, .keep = cfg->keep, .busy = cfg->busy};
   CHECK_OK(gt_ckpt_create(&kc, tr, data, &ck));
@@ -135,6 +136,12 @@ int cr_rank(int rank, int world, void *arg) {
   for (int s = s0; s < cfg->s1; s++) {
     if (s == cfg->kill_at && s > 0) raise(SIGKILL);
     gt_step_stats st;
+    if (cfg->share0 && s == cfg->share_at) {
+      int B = plan.me.dp ? CR_ROWS - cfg->share0 : cfg->share0, off = plan.me.dp ? cfg->share0 : 0;
+      /* The trainer reshares the loader it steps; a recording step takes its batches itself. */
+      if (cfg->rows) CHECK_OK(gt_loader_reshare(data, B, off, CR_ROWS));
+      else CHECK_OK(gt_trainer_set_rows(tr, B, off, CR_ROWS));
+    }
     if (cfg->rows) CHECK_OK(step_recording(tr, data, cfg, s, &plan, &st));
     else CHECK_OK(gt_trainer_step(tr, data, &st));
     if (rank == 0 && cfg->final.p) cfg->final.p->losses[s] = st.loss, cfg->final.p->norms[s] = st.grad_norm;

@@ -48,6 +48,10 @@ typedef struct cr_cfg {
    * (rows[step][k] for k < nrows[step], appended atomically). */
   unsigned long long (*rows)[CR_ROWS * CR_ACCUM];
   int *nrows;
+  /* dp=2: from step share_at on (when share0 > 0), replica 0 takes share0
+   * of the CR_ROWS rows of every micro-batch and replica 1 the rest; the
+   * model holds CR_ROWS rows so that any share fits. */
+  int share_at, share0;
 } cr_cfg;
 
 /* A cr_state in shared memory, with the single-process layout of `layout`

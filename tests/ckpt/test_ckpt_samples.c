@@ -4,7 +4,9 @@
  * committed checkpoint and is killed at step 13; one process resumes and
  * runs to step 16. The steps after each resume point are the ones that
  * count (the killed run's later steps were lost with it): over steps
- * 0..15 every index from 0 to 16 x 16 - 1 was taken exactly once. */
+ * 0..15 every index from 0 to 16 x 16 - 1 was taken exactly once. The same
+ * holds when replicas change their shares of the rows on the way (3:1,
+ * then 1:3), and uneven shares train to the single process's parameters. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -45,14 +47,9 @@ static int run_until(record *rec, const char *data, const char *dir, const char 
   return steps[0];
 }
 
-static void test_every_sample_exactly_once(void **state) {
-  (void)state;
-  char *data = cr_make_data(), dir[4200];
-  snprintf(dir, sizeof dir, "%s.ck", data);
-  record *rec = harness_shared(sizeof *rec);
-  int a = run_until(rec, data, dir, "dp=2", 2, 7);
-  int b = run_until(rec, data, dir, "dp=4", 4, 13);
-  assert_true(a >= 3 && b > a);
+/* Over steps 0..STEPS-1 every global index was taken once; the last
+ * stretch runs as one process. */
+static void finish_and_check(record *rec, char *data, const char *dir, const char *what) {
   cr_cfg last = {.data = data, .dir = dir, .s0 = -1, .s1 = STEPS, .rows = rec->rows, .nrows = rec->nrows};
   cr_run(1, &last);
   int *seen = calloc(STEPS * PER_STEP, sizeof *seen);
@@ -67,7 +64,7 @@ static void test_every_sample_exactly_once(void **state) {
   }
   for (int j = 0; j < STEPS * PER_STEP; j++)
     if (seen[j] != 1) fail_msg("global sample %d taken %d times", j, seen[j]);
-  print_message("%d samples over 16 steps at dp=2, dp=4 and one process: each taken exactly once\n", total);
+  print_message("%d samples over 16 steps %s: each taken exactly once\n", total, what);
   free(seen);
   cr_rmtree(dir);
   *strrchr(data, '/') = 0;
@@ -75,7 +72,57 @@ static void test_every_sample_exactly_once(void **state) {
   free(data);
 }
 
+static void test_every_sample_exactly_once(void **state) {
+  (void)state;
+  char *data = cr_make_data(), dir[4200];
+  snprintf(dir, sizeof dir, "%s.ck", data);
+  record *rec = harness_shared(sizeof *rec);
+  int a = run_until(rec, data, dir, "dp=2", 2, 7);
+  int b = run_until(rec, data, dir, "dp=4", 4, 13);
+  assert_true(a >= 3 && b > a);
+  finish_and_check(rec, data, dir, "at dp=2, dp=4 and one process");
+}
+
+/* dp=2 turns to shares 3:1 at step 4 and stops after step 9, checkpointed;
+ * dp=2 resumes there at even shares, turns to 1:3 at step 10 and stops
+ * after step 12, checkpointed; one process goes on. */
+static void test_reshare_exactly_once(void **state) {
+  (void)state;
+  char *data = cr_make_data(), dir[4200];
+  snprintf(dir, sizeof dir, "%s.ck", data);
+  record *rec = harness_shared(sizeof *rec);
+  cr_cfg a = {.layout = "dp=2", .data = data, .dir = dir, .s1 = 9, .save_every = 3, .rows = rec->rows,
+              .nrows = rec->nrows, .share_at = 4, .share0 = 3};
+  cr_run(2, &a);
+  cr_cfg b = a;
+  b.s0 = 9, b.s1 = 12, b.share_at = 10, b.share0 = 1;
+  cr_run(2, &b);
+  finish_and_check(rec, data, dir, "at dp=2 with shares 2:2, 3:1, 2:2, 1:3, then one process");
+}
+
+/* Replicas that turn to shares 3:1 at step 5 (gt_trainer_set_rows) train to
+ * what one process does over the same global batches. */
+static void test_uneven_shares_match_one_process(void **state) {
+  (void)state;
+  char *data = cr_make_data();
+  cr_cfg one = {.data = data, .dir = "/nonexistent-unused", .s1 = CR_STEPS, .final = cr_state_new(NULL)};
+  cr_run(1, &one);
+  cr_cfg two = {.layout = "dp=2", .data = data, .dir = "/nonexistent-unused", .s1 = CR_STEPS,
+                .final = cr_state_new(one.final.p), .share_at = 5, .share0 = 3};
+  cr_run(2, &two);
+  train_diff d = train_result_compare(one.final.p, two.final.p, CR_STEPS, CR_C);
+  print_message("dp=2, rows 2:2 then 3:1: loss %.4f -> %.4f, max relative difference: loss %.2e, parameters %.2e (%s)\n",
+                two.final.p->losses[0], two.final.p->losses[CR_STEPS - 1], d.loss, d.param, d.worst);
+  assert_true(d.loss <= 1e-5);
+  assert_true(d.param <= 1e-5);
+  *strrchr(data, '/') = 0;
+  cr_rmtree(data);
+  free(data);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_sample_exactly_once)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_sample_exactly_once),
+                                     cmocka_unit_test(test_reshare_exactly_once),
+                                     cmocka_unit_test(test_uneven_shares_match_one_process)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,11 @@ const char *build_path(const char *rel, char *buf, size_t n);
  * files; text and data (128 bytes each) get the paths of corpus.txt and of
  * corpus.tok, which the test makes from it. 0 on success. */
 int scratch_corpus(const char *tag, char dir[64], char text[128], char data[128]);
+/* For tests that run examples/gpt under giantrun: their paths into
+ * giantrun and gpt (512 bytes each) and a scratch corpus as above. Exits
+ * 77 (skipped) when there is no etcd for giantrun --standalone. */
+int giantrun_scratch(const char *tag, char giantrun[512], char gpt[512], char dir[64], char text[128],
+                     char data[128]);
 /* rm -rf dir; 0 on success. */
 int scratch_remove(const char *dir);
 

@@ -347,6 +347,57 @@ static void test_sharding(void **state) {
       }
 }
 
+/* Replicas of uneven shares (3:1, then 1:3 after a reshare at the same
+ * step) take every row once, in the order one reader of B=1 takes them, and
+ * the cursor counts whole group micro-batches. */
+static void test_uneven_shares(void **state) {
+  (void)state;
+  enum { K = 5, TOTAL = 4 };
+  int share[2][2] = {{3, 1}, {1, 3}};
+  gt_loader_config c = cfg_of(seq_file(), 1, TM, GT_LOADER_FIXED, 31);
+  gt_loader *ref, *rep[2];
+  assert_int_equal(gt_loader_open(&c, 0, &ref), GT_OK);
+  /* Replica 0 opens at its share; replica 1 opens with even shares and the
+   * same capacity, then takes its share before its first batch. */
+  c = cfg_of(seq_file(), 3, TM, GT_LOADER_FIXED, 31);
+  c.nshards = 2, c.offset = 0, c.total = TOTAL;
+  assert_int_equal(gt_loader_open(&c, 0, &rep[0]), GT_OK);
+  c.shard = 1, c.total = 0;
+  assert_int_equal(gt_loader_open(&c, 0, &rep[1]), GT_OK);
+  assert_int_equal(gt_loader_reshare(rep[1], 1, 3, TOTAL), GT_OK);
+  uint64_t want = 0;
+  for (int k = 0; k < 2 * K; k++) {
+    int phase = k >= K;
+    if (k == K)
+      for (int s = 0; s < 2; s++) {
+        assert_int_equal(gt_loader_next_row(rep[s]), (uint64_t)K * TOTAL);
+        assert_int_equal(gt_loader_reshare(rep[s], share[1][s], s ? share[1][0] : 0, TOTAL), GT_OK);
+      }
+    for (int s = 0; s < 2; s++) {
+      gt_batch b, a;
+      assert_int_equal(gt_loader_next(rep[s], &b), GT_OK);
+      assert_int_equal(b.B, share[phase][s]);
+      assert_int_equal(b.row, want);
+      for (int r = 0; r < b.B; r++, want++) {
+        assert_int_equal(gt_loader_next(ref, &a), GT_OK);
+        assert_memory_equal(a.inputs, b.inputs + (size_t)r * TM, TM * sizeof(int32_t));
+        assert_memory_equal(a.targets, b.targets + (size_t)r * TM, TM * sizeof(int32_t));
+      }
+    }
+  }
+  assert_int_equal(gt_loader_next_row(rep[0]), 2 * K * TOTAL);
+  /* A share larger than the buffers, or one that does not fit, is refused. */
+  assert_int_equal(gt_loader_reshare(rep[0], 4, 0, 8), GT_EINVAL);
+  assert_int_equal(gt_loader_reshare(rep[0], 2, 3, 4), GT_EINVAL);
+  assert_int_equal(gt_loader_reshare(rep[0], 0, 0, 4), GT_EINVAL);
+  c.B = 2, c.offset = 3, c.total = 4;
+  gt_loader *bad = NULL;
+  assert_int_equal(gt_loader_open(&c, 0, &bad), GT_EINVAL);
+  assert_null(bad);
+  for (int s = 0; s < 2; s++) gt_loader_close(rep[s]);
+  gt_loader_close(ref);
+}
+
 static void test_seek_resume(void **state) {
   (void)state;
   gt_loader_config c = cfg_of(doc_file(), 2, 6, GT_LOADER_DOCUMENTS, 5);
@@ -698,6 +749,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_fixed_seeded, setup, teardown),
       cmocka_unit_test_setup_teardown(test_documents, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sharding, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_uneven_shares, setup, teardown),
       cmocka_unit_test_setup_teardown(test_seek_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tokenizer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tokenize_paths, setup, teardown),

@@ -1,5 +1,6 @@
 /* examples/gpt under giantrun at several plans: the same model code trains at
- * every layout, layouts that see the same data agree with one process, and a
+ * every layout, layouts that see the same data agree with one process (and
+ * replicas with uneven shares by --speeds with even ones), and a
  * plan that cannot work fails before training with the constraint named. */
 #include <math.h>
 #include <setjmp.h>
@@ -17,13 +18,7 @@ static char giantrun[512], gpt[512], dir[64], text[128], data[128];
 
 static int setup(void **state) {
   (void)state;
-  build_path("launch/giantrun", giantrun, sizeof giantrun);
-  build_path("examples/gpt", gpt, sizeof gpt);
-  if (access("/usr/bin/etcd", X_OK) != 0 && system("command -v etcd >/dev/null 2>&1") != 0) {
-    fprintf(stderr, "etcd not found: skipping\n");
-    exit(77);
-  }
-  return scratch_corpus("plans", dir, text, data);
+  return giantrun_scratch("plans", giantrun, gpt, dir, text, data);
 }
 
 static int teardown(void **state) {
@@ -40,7 +35,10 @@ static float run_plan(int nproc, const char *plan, const char *extra, int want_e
                     "--corpus", text, "--data", data, "--steps", "8", "--layers", "2", "--channels", "32",
                     "--heads", "4", "--seq", "16", "--batch", "4", "--sample", "0", "--print-every", "0"};
   int n = 27;
-  if (extra) argv[n++] = (char *)extra;
+  char words[256];
+  snprintf(words, sizeof words, "%s", extra ? extra : "");
+  for (char *save = NULL, *w = strtok_r(words, " ", &save); w && n < 38; w = strtok_r(NULL, " ", &save))
+    argv[n++] = w; /* one flag and its value per word */
   argv[n] = NULL;
   run_result r;
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 120, &r);
@@ -69,6 +67,9 @@ static void test_every_layout_trains_and_agrees(void **state) {
   /* Two replicas read two shards: dp=2 with and without tensor parallelism agree. */
   float dp2 = run_plan(2, "dp=2", NULL, 0, NULL);
   close_to(run_plan(4, "dp=2,tp=2", "--zero1", 0, NULL), dp2);
+  /* Replicas of unequal speed take 5 and 3 of every 8 rows, the same 8 rows
+   * the even replicas take, and every token weighs the same. */
+  close_to(run_plan(2, "dp=2", "--speeds 1,0.5", 0, NULL), dp2);
   run_plan(4, "dp=4", "--zero1", 0, NULL);
 }
 

@@ -1,0 +1,27 @@
+/* --rebalance: data-parallel replicas trade rows of every micro-batch by
+ * their measured speed while training (giant/rebalance.h decides,
+ * gt_trainer_set_rows applies). docs/failslow.md, "Mitigation:
+ * rebalancing". */
+#ifndef GIANT_EXAMPLE_GPT_REBALANCE_H
+#define GIANT_EXAMPLE_GPT_REBALANCE_H
+
+#include <stdbool.h>
+
+#include "giant/dist.h"
+#include "giant/rebalance.h"
+#include "giant/trainer.h"
+
+typedef struct gpt_rebalance gpt_rebalance;
+
+/* shares: every replica's rows of each micro-batch now (copied); cap: the
+ * most one replica may take, what the model's activations hold. */
+gt_status gpt_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *be, const int *shares, int cap,
+                               gpt_rebalance **out);
+void gpt_rebalance_destroy(gpt_rebalance *r);
+/* After every step, on every rank: gathers the step's telemetry and, once
+ * a window of steps at the current shares is in, decides; new shares take
+ * effect at the next step on every rank alike. The lead prints a line when
+ * they change. */
+gt_status gpt_rebalance_after_step(gpt_rebalance *r, gt_trainer *tr, const gt_step_stats *st, bool lead);
+
+#endif

@@ -1,0 +1,50 @@
+/* Rebalancing data-parallel shares by measured speed: the decision.
+ *
+ * Replicas that compute at different speeds (a slow device, a throttled
+ * node) make every step wait for the slowest. Giving each replica rows of
+ * every group micro-batch in proportion to its speed makes them finish
+ * together; every token still weighs the same (giant/trainer.h,
+ * gt_trainer_set_rows). This is the decision only: a pure function of the
+ * plan, every rank's telemetry of recent steps, the current shares and the
+ * switch's cost, so that every rank, given the same data, decides the
+ * same. docs/failslow.md describes it. */
+#ifndef GIANT_REBALANCE_H
+#define GIANT_REBALANCE_H
+
+#include <stdbool.h>
+
+#include "giant/metrics.h"
+#include "giant/plan.h"
+
+GT_API_BEGIN
+
+typedef struct gt_rebalance_config {
+  int cap;             /* the most rows one replica may take (the B_max its activations hold) */
+  double transition_s; /* what switching costs, in seconds (>= 0) */
+  int horizon;         /* steps a switch has to pay back over (>= 1) */
+  double min_gain;     /* hysteresis: the predicted step must shrink by at least this fraction; 0: 0.05 */
+} gt_rebalance_config;
+
+typedef struct gt_rebalance_decision {
+  double step_now_s; /* predicted compute time of a step at the current shares */
+  double step_new_s; /* ... at the proposed shares */
+  double gain_s;     /* (now - new) x horizon - transition_s */
+  bool change;       /* switch: the shares differ, gain_s > 0 and the step shrinks by min_gain */
+} gt_rebalance_decision;
+
+/* tel holds `nsteps` steps of every world rank's telemetry, oldest first:
+ * tel[s * plan->world + r] is world rank r's at step s. A rank's speed is
+ * the median over the steps of its rows per compute-second (rows =
+ * tokens^2 / seq_sq, the micro-batches' B summed when T is fixed); a
+ * replica's is its slowest rank's (the tensor- and pipeline-parallel ranks
+ * of a replica all work on its rows). shares[i] is replica i's rows of
+ * every group micro-batch now; new_shares[i] gets the shares that minimise
+ * the predicted step (max over replicas of rows x micro-batches / speed),
+ * each in 1..cap, summing to the same total. speed (NULL: not wanted) gets
+ * each replica's rows per second. */
+gt_status gt_rebalance_decide(const gt_rebalance_config *cfg, const gt_plan *plan, const gt_step_telemetry *tel,
+                              int nsteps, const int *shares, int *new_shares, double *speed,
+                              gt_rebalance_decision *out);
+
+GT_API_END
+#endif
