@@ -22,6 +22,7 @@
 #include "giant/options.h"
 #include "giant/plan.h"
 #include "checkpoint.h"
+#include "failslow.h"
 #include "gpt.h"
 #include "planning.h"
 
@@ -33,6 +34,7 @@ typedef struct args {
   uint64_t seed;
   bool documents, untied, zero1, seq_parallel, print_plan, no_overlap;
   gpt_ckpt_args ckpt;
+  gpt_failslow_args failslow;
 } args;
 
 static const char *usage =
@@ -82,7 +84,7 @@ static const char *usage =
     "                      every rank its own file, %r replaced by the rank)\n"
     "  --print-every N     print every N steps (default 10)\n"
     "  --sample N          tokens to generate at the end (default 300, 0 = none)\n"
-    "  --temperature X     sampling temperature (default 0.8)\n";
+    "  --temperature X     sampling temperature (default 0.8)\n" GPT_FAILSLOW_USAGE;
 
 static int parse_args(int argc, char **argv, args *a) {
   *a = (args){.data = "data/fortunes.tok", .corpus = "/usr/share/games/fortunes", .device = "cpu", .precision = "fp32",
@@ -112,6 +114,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--documents", GT_OPT_FLAG, &a->documents, 0, 0}, {"--untied", GT_OPT_FLAG, &a->untied, 0, 0},
       {"--ckpt-dir", GT_OPT_STR, &a->ckpt.dir, 0, 0},   {"--ckpt-every", GT_OPT_INT, &a->ckpt.every, 1, 1e9},
       {"--ckpt-keep", GT_OPT_INT, &a->ckpt.keep, 0, 1e6},
+      GPT_FAILSLOW_OPTS(&a->failslow),
   };
   return gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]), usage, NULL);
 }
@@ -279,6 +282,7 @@ int main(int argc, char **argv) {
   gt_loader *loader = NULL;
   gt_trainer *tr = NULL;
   gt_ckpt *ckpt = NULL;
+  gt_failslow *failslow = NULL;
   if ((s = gt_init(&job)) != GT_OK) return fail("joining the job", s);
   bool lead = job->rank == 0;
   gt_plan plan;
@@ -415,10 +419,16 @@ int main(int argc, char **argv) {
     fail("resuming from a checkpoint", s);
     goto out;
   }
+  if ((s = gpt_failslow_start(&a.failslow, dist, m, job, metrics, &failslow)) != GT_OK) {
+    rc = 2;
+    fail("starting fail-slow detection", s);
+    goto out;
+  }
   gt_step_stats st = {0}, first = {0};
   int start = gt_trainer_step_index(tr);
   for (int i = start; i < a.steps; i++) {
-    if ((s = gt_trainer_step(tr, loader, &st)) != GT_OK || (s = gpt_ckpt_after_step(&a.ckpt, ckpt, tr, lead)) != GT_OK) {
+    if ((s = gt_trainer_step(tr, loader, &st)) != GT_OK || (s = gpt_ckpt_after_step(&a.ckpt, ckpt, tr, lead)) != GT_OK ||
+        (s = gpt_failslow_after_step(failslow, &st)) != GT_OK) {
       fail("training", s);
       goto out;
     }
@@ -426,6 +436,7 @@ int main(int argc, char **argv) {
     gt_job_step(job, i + 1); /* giantrun's hang detection watches this */
   }
   if (ckpt) (void)gt_ckpt_wait(ckpt); /* a failed save was logged; the run itself went well */
+  gpt_failslow_summary(failslow, lead);
   if (lead) printf("loss %.6f -> %.6f over steps %d..%d\n", first.loss, st.loss, start, a.steps);
   if (a.sample > 0 && plan.layout.pp > 1) {
     if (lead) printf("(no sample: generation runs the whole model on one rank, and this one is cut into stages)\n");
@@ -435,6 +446,7 @@ int main(int argc, char **argv) {
   }
   rc = 0;
 out:
+  gt_failslow_destroy(failslow);
   gt_ckpt_destroy(ckpt);
   gt_trainer_destroy(tr);
   gt_model_destroy(m);
