@@ -35,6 +35,14 @@ typedef struct gt_detector_config {
   double cusum_drift; /* subtracted each step, in sigmas; 0: 0.5 */
   double cusum_limit; /* the CUSUM that confirms a shift, in sigmas; 0: 8 */
   double sigma_min;   /* floor of sigma (log scale), for very quiet machines; 0: 0.02 */
+  /* The fits learn each rank's speed relative to the job: each step's
+   * job-wide factor is taken out of what they see, so a slowdown all ranks
+   * share never moves them, and ranks whose fits would follow it at
+   * different paces (different workloads, a pipeline's stages) do not
+   * drift apart while it begins or ends. Predictions are then in units of
+   * the job's speed: seconds are a prediction times the step's job-wide
+   * factor. */
+  bool relative_fits;
 } gt_detector_config;
 
 typedef struct gt_detector_event {

@@ -68,10 +68,13 @@ typedef struct gt_failslow_report {
   bool gathered;  /* false on steps between gathers: nothing else is set */
   int nranks;
   const gt_step_telemetry *telemetry; /* every rank's, in rank order (valid until the next call) */
-  const double *predicted;            /* each rank's predicted compute seconds, before this step was learnt */
+  /* Each rank's compute under its fit, before this step was learnt. The
+   * fits learn speeds relative to the job (gt_detector_config's
+   * relative_fits), so seconds are predicted * job_factor. */
+  const double *predicted;
   double job_factor;  /* exp(median over ranks of log(observed / predicted)): what all ranks shared */
-  double ape;         /* mean over ranks not flagged of |1 - observed / (predicted * job_factor)| */
-  double ape_raw;     /* the same without the job-wide factor */
+  double ape;         /* mean over ranks not flagged of |1 - predicted * job_factor / observed| */
+  double ape_raw;     /* the same with the job factor forecast from the steps before (a moving average) */
   double gather_s;    /* the all-gather's time on this rank */
   bool probed;        /* a link probe ran this step */
   double probe_s;     /* its time */

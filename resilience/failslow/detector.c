@@ -150,7 +150,9 @@ gt_status gt_detector_step(gt_detector *d, int step, const gt_step_telemetry *te
      * decisions need; the noise is only ever taken from healthy ranks. */
     if (d->steps == 0 || (!s->flagged && s->cusum > c->cusum_limit / 2)) continue;
     if (!s->flagged && d->steps >= c->warmup / 2) add_noise(d, z);
-    GT_TRY(gt_predictor_update(d->pred, &tel[r]));
+    gt_step_telemetry seen = tel[r];
+    if (c->relative_fits) seen.compute_s /= exp(job);
+    GT_TRY(gt_predictor_update(d->pred, &seen));
   }
   d->steps++;
   return GT_OK;

@@ -78,7 +78,8 @@ gt_status gt_failslow_create(gt_dist *dist, const gt_model *m, const gt_failslow
     s = gt_predictor_create(&pc, &fs->pred);
   }
   if (s == GT_OK) {
-    gt_detector_config dc = {.nranks = fs->n, .theta = k->theta, .k = k->k, .warmup = k->warmup, .window = k->window};
+    gt_detector_config dc = {.nranks = fs->n, .theta = k->theta, .k = k->k, .warmup = k->warmup, .window = k->window,
+                             .relative_fits = true};
     s = gt_detector_create(&dc, fs->pred, &fs->det);
   }
   if (s == GT_OK) s = gt_failslow_link_init(fs);
@@ -111,24 +112,29 @@ bool gt_failslow_flagged(const gt_failslow *fs, int rank, gt_failslow_kind kind,
   return l->flagged_a >= 0 && ((l->flagged_a == rank && l->flagged_b == peer) || (l->flagged_a == peer && l->flagged_b == rank));
 }
 
-/* What the predictor expected of each rank before it learns this step, and
- * how far off it was, with and without what all ranks shared. */
+/* How far off the predictor was this step. The fits learn each rank's
+ * speed relative to the job (relative_fits), so a prediction in seconds is
+ * a fit times the job's level: ape takes this step's level (the median
+ * rank's ratio; the error left is what tells ranks apart), ape_raw the
+ * level of the steps before (a forecast made before the step is seen). */
 static void accuracy(gt_failslow *fs, gt_failslow_report *rep) {
   for (int r = 0; r < fs->n; r++) {
     fs->predicted[r] = gt_predictor_own(fs->pred, &fs->tel[r]);
     fs->e[r] = log(fmax(fs->tel[r].compute_s, 1e-9) / fmax(fs->predicted[r], 1e-9));
   }
   double job = gt_failslow_median(fs->scratch, fs->e, fs->n), ape = 0, raw = 0;
+  if (fs->level <= 0) fs->level = exp(job);
   int m = 0;
   for (int r = 0; r < fs->n; r++) {
     if (gt_detector_flagged(fs->det, r)) continue;
     ape += fabs(1 - exp(job - fs->e[r]));
-    raw += fabs(1 - fmax(fs->predicted[r], 1e-9) / fmax(fs->tel[r].compute_s, 1e-9));
+    raw += fabs(1 - fs->level * fmax(fs->predicted[r], 1e-9) / fmax(fs->tel[r].compute_s, 1e-9));
     m++;
   }
   rep->job_factor = exp(job);
   rep->ape = m ? ape / m : 0;
   rep->ape_raw = m ? raw / m : 0;
+  fs->level = 0.8 * fs->level + 0.2 * exp(job); /* a memory of about five steps */
 }
 
 gt_status gt_failslow_step(gt_failslow *fs, const gt_step_stats *stats, gt_failslow_report *out) {

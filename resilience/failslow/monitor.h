@@ -31,6 +31,7 @@ struct gt_failslow {
   gt_detector *det;
   gt_step_telemetry *tel;
   double *predicted, *e, *scratch;
+  double level; /* the job's recent factor over the fits (ape_raw) */
   gt_detector_event *events;
   gt_failslow_verdict *verdicts; /* 2 * n + 2 */
   int nverdicts;
