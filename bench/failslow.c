@@ -8,7 +8,11 @@
  * 29: the mean over ranks of |1 - predicted x job factor / observed|, the
  * step's job-wide factor applied; the raw figure, without it, is printed
  * too), throughput before (steps 10-29) and during (40 on), and the
- * telemetry all-gather's share of a step.
+ * telemetry all-gather's share of a step: rank 0's time in it as the
+ * monitor reports it (which is mostly waiting for the last rank to end its
+ * step, a skew the next collective would wait out anyway), and its own
+ * cost, timed apart on four forked ranks already in step (the median of
+ * 2000 all-gathers of the record), against the run's median step.
  *
  * The same run is made again with --rebalance (data-parallel shares moved
  * away from the slow rank); where the example refuses the flag, the
@@ -25,14 +29,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "giant/metrics.h"
+#include "localkit/ranks.h"
+
 enum { ONSET = 30, STEPS = 120, SLOW_RANK = 2 };
 
 typedef struct outcome {
   int exit_code;
   int detect_step; /* first flag of SLOW_RANK at or after ONSET; -1: none */
   int false_alarms;
-  double mape, mape_raw, tps_before, tps_during, gather_share;
-  char reason[256];
+  double mape, mape_raw, tps_before, tps_during, gather_share, step_median;
+  double step_s[STEPS];
+  char reason[1024];
 } outcome;
 
 static int cmp(const void *a, const void *b) {
@@ -52,7 +60,7 @@ static void read_metrics(const char *path, outcome *o) {
   FILE *f = fopen(path, "r");
   if (!f) return;
   static char line[1 << 16];
-  double tb = 0, td = 0, ape = 0, raw = 0, gather[STEPS], step_s[STEPS];
+  double tb = 0, td = 0, ape = 0, raw = 0, gather[STEPS];
   int nb = 0, nd = 0, na = 0, ng = 0, ns = 0;
   while (fgets(line, sizeof line, f)) {
     if (!strncmp(line, "{\"step\":", 8)) {
@@ -60,7 +68,7 @@ static void read_metrics(const char *path, outcome *o) {
       double tps = json_num(line, "tokens_per_s");
       if (s >= 10 && s < ONSET) tb += tps, nb++;
       if (s >= ONSET + 10) td += tps, nd++;
-      if (s >= 10 && ns < STEPS) step_s[ns++] = json_num(line, "step_time_s");
+      if (s >= 10 && s < ONSET) o->step_s[ns++] = json_num(line, "step_time_s");
       continue;
     }
     if (strncmp(line, "{\"failslow_step\":", 17)) continue;
@@ -82,9 +90,33 @@ static void read_metrics(const char *path, outcome *o) {
   o->mape_raw = na ? raw / na : NAN;
   if (ng && ns) {
     qsort(gather, (size_t)ng, sizeof *gather, cmp);
-    qsort(step_s, (size_t)ns, sizeof *step_s, cmp);
-    o->gather_share = gather[ng / 2] / step_s[ns / 2];
+    qsort(o->step_s, (size_t)ns, sizeof *o->step_s, cmp);
+    o->step_median = o->step_s[ns / 2];
+    o->gather_share = gather[ng / 2] / o->step_median;
   }
+}
+
+/* The all-gather alone: four ranks in step, the record's size, over the
+ * transport a job on one machine uses. */
+static int gather_rank(int rank, int n, void *arg) {
+  double *out = arg;
+  gt_store *s = harness_store();
+  gt_comm *c = harness_comm(s, "fsg", rank, n, GT_COMM_AUTO, 60000);
+  gt_step_telemetry mine = {.rank = rank}, all[4];
+  enum { ROUNDS = 2000 };
+  static double t[ROUNDS];
+  for (int i = 0; i < 50; i++) CHECK_OK(gt_comm_allgather(c, &mine, all, sizeof mine / sizeof(float), GT_F32));
+  for (int i = 0; i < ROUNDS; i++) {
+    CHECK_OK(gt_comm_barrier(c));
+    double t0 = gt_now();
+    CHECK_OK(gt_comm_allgather(c, &mine, all, sizeof mine / sizeof(float), GT_F32));
+    t[i] = gt_now() - t0;
+  }
+  qsort(t, ROUNDS, sizeof *t, cmp);
+  if (rank == 0) *out = t[ROUNDS / 2];
+  gt_comm_destroy(c);
+  gt_store_destroy(s);
+  return RANK_OK;
 }
 
 static outcome run(const char *dir, const char *build, bool rebalance) {
@@ -135,7 +167,13 @@ int main(void) {
          a.mape, a.mape_raw);
   printf("throughput: %.0f tokens/s before, %.0f during (x%.2f)\n", a.tps_before, a.tps_during,
          a.tps_during / a.tps_before);
-  printf("telemetry all-gather: %.2f%% of a step (medians)\n", 100 * a.gather_share);
+  printf("telemetry all-gather, as rank 0 waits in it: %.2f%% of a step (medians; mostly the ranks' skew)\n",
+         100 * a.gather_share);
+  double *shared = harness_shared(sizeof *shared), g = NAN;
+  int codes[4];
+  if (harness_run(4, gather_rank, shared, 120, codes) == 0) g = *shared;
+  printf("telemetry all-gather alone (4 ranks in step, %zu bytes each): %.1f us = %.2f%% of the median clean step (%.2f ms)\n",
+         sizeof(gt_step_telemetry), g * 1e6, 100 * g / a.step_median, a.step_median * 1e3);
   outcome b = run(dir, build, true);
   double r = NAN, x = NAN;
   if (b.exit_code != 0) {

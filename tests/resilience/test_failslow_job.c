@@ -148,7 +148,7 @@ static void test_slow_phases_dp2_pp2(void **state) {
  * two ends, and rank 0 records it on etcd. */
 static void expect_link(const char *job, const char *plan, int a, int b) {
   char fault[256];
-  snprintf(fault, sizeof fault, "slow:rank=all,factor=2,from=30;slowlink:rank=%d,peer=%d,delay_ms=20,from=120",
+  snprintf(fault, sizeof fault, "slow:rank=all,factor=2,from=30;slowlink:rank=%d,peer=%d,delay_ms=30,from=120",
            a, b);
   static run_result r;
   run_job(job, plan, "160", fault, &r);
