@@ -9,6 +9,8 @@
 #include "giant/log.h"
 #include "resilience/failslow/monitor.h"
 
+enum { PROBE_MAX_RANKS = 64 };
+
 gt_status gt_failslow_link_init(gt_failslow *fs) {
   link_watch *l = &fs->link;
   l->npairs = fs->n * (fs->n - 1) / 2;
@@ -121,17 +123,19 @@ static bool waits_up(gt_failslow *fs, double *wait) {
   return compute_ok && mw - base > fmax(fs->cfg.theta * mc, 4 * spread);
 }
 
+static void remember(link_watch *l, double wait, int window) {
+  l->history[l->hist_at] = wait;
+  l->hist_at = (l->hist_at + 1) % window;
+  if (l->nhist < window) l->nhist++;
+}
+
 gt_status gt_failslow_link_step(gt_failslow *fs, int step, gt_failslow_report *rep) {
   link_watch *l = &fs->link;
   const gt_failslow_config *c = &fs->cfg;
   double wait = 0;
   /* The first gathered step carries one-time costs; the history starts after. */
   bool up = fs->gathered >= 1 && waits_up(fs, &wait);
-  if (fs->gathered >= 1 && !up) {
-    l->history[l->hist_at] = wait;
-    l->hist_at = (l->hist_at + 1) % c->window;
-    if (l->nhist < c->window) l->nhist++;
-  }
+  if (fs->gathered >= 1 && !up) remember(l, wait, c->window);
   l->high = up ? l->high + 1 : 0;
   if (l->high == 1) l->onset = step;
   /* A flagged link is not probed again: it is cleared once the waits it
@@ -144,8 +148,10 @@ gt_status gt_failslow_link_step(gt_failslow *fs, int step, gt_failslow_report *r
     }
     return GT_OK;
   }
-  /* Two steps up in a row before probing: one slow step is not a link. */
-  if (l->high < 2) {
+  /* Two steps up in a row before probing: one slow step is not a link.
+   * The probe walks the pairs one after another, so its time grows with
+   * the square of the ranks; past PROBE_MAX_RANKS it is not run. */
+  if (l->high < 2 || fs->n > PROBE_MAX_RANKS) {
     if (!up) l->streak = 0;
     return GT_OK;
   }
@@ -156,6 +162,10 @@ gt_status gt_failslow_link_step(gt_failslow *fs, int step, gt_failslow_report *r
   double ratio;
   int p = standout(fs, &ratio), a = -1, b = -1;
   if (p >= 0) pair_of(fs->n, p, &a, &b);
+  /* Waits that rose with no pair to blame are the machine's new normal
+   * (other work came), not a link: the history learns them, so that the
+   * probing stops once its median has moved. */
+  if (p < 0) remember(l, wait, c->window);
   l->streak = p >= 0 && a == l->suspect_a && b == l->suspect_b ? l->streak + 1 : (p >= 0 ? 1 : 0);
   l->suspect_a = a, l->suspect_b = b;
   if (l->streak >= c->k) {
