@@ -142,13 +142,14 @@ gt_status gt_detector_step(gt_detector *d, int step, const gt_step_telemetry *te
     if (s->flagged)
       z_peers = log(fmax(tel[r].compute_s, 1e-9) / fmax(gt_predictor_peers(d->pred, &tel[r]), 1e-9)) - job;
     if (judging && judge(d, r, step, z, z_peers, sig, &events[*nevents])) (*nevents)++;
-    /* A rank building evidence does not teach the predictor its slow speed
+    /* A rank building evidence (above theta this step, or its CUSUM half
+     * way to the limit) does not teach the predictor its slow speed
      * (it would explain the shift away before it is confirmed), and the
      * first step, whose one-time costs (allocations, first touches, the
      * peers' start) no later step has, teaches nothing. Once flagged, the
      * rank's own fit follows its slow speed, which the job's next
      * decisions need; the noise is only ever taken from healthy ranks. */
-    if (d->steps == 0 || (!s->flagged && s->cusum > c->cusum_limit / 2)) continue;
+    if (d->steps == 0 || (!s->flagged && (s->over > 0 || s->cusum > c->cusum_limit / 2))) continue;
     if (!s->flagged && d->steps >= c->warmup / 2) add_noise(d, z);
     gt_step_telemetry seen = tel[r];
     if (c->relative_fits) seen.compute_s /= exp(job);
