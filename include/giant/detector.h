@@ -6,7 +6,8 @@
  * predictor missed, a machine-wide slowdown) is taken out by subtracting the
  * median over ranks, z_r = e_r - median(e), so a job that slows as a whole
  * raises no alarm. A rank is flagged when z_r > log(1 + theta) for k
- * consecutive steps and a CUSUM on z_r / sigma (sigma: the robust spread of
+ * steps in a row (a step still over log(1 + theta / 2) holds the count)
+ * and a CUSUM on z_r / sigma (sigma: the robust spread of
  * clean residuals over the last `window` steps) confirms a shift, so that a
  * short burst of noise, however large, is not one. While a rank builds
  * evidence its fit is frozen, so the predictor does not explain the shift
@@ -29,7 +30,7 @@ GT_API_BEGIN
 typedef struct gt_detector_config {
   int nranks;
   double theta;       /* slowdown that counts, as a fraction; 0: 0.25 */
-  int k;              /* consecutive steps above it to flag; 0: 5 */
+  int k;              /* steps in a row above it to flag; 0: 5 */
   int warmup;         /* steps the predictor learns before any verdict; 0: 10 */
   int window;         /* steps of clean residuals that set sigma; 0: 50 */
   double cusum_drift; /* subtracted each step, in sigmas; 0: 0.5 */
