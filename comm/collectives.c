@@ -72,6 +72,7 @@ static size_t chunk_len(size_t count, int n, int c) {
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
 static gt_status run(gt_comm *c, plan *p, double deadline) {
+  if (p->tx_peer >= 0) gt_comm_delay_send(c, p->tx_peer);
   if (p->tx_peer >= 0) p->tx_seq = c->tx_seq[p->tx_peer]++;
   if (p->rx_peer >= 0) p->rx_seq = c->rx_seq[p->rx_peer]++;
   return c->transport == GT_COMM_SHM ? gt_comm_run_shm(c, p, deadline)
@@ -171,9 +172,10 @@ gt_status gt_comm_execute(gt_comm *c, gt_comm_req *q, double deadline) {
   switch (q->kind) {
     case OP_ALLREDUCE:
       if (q->count == 0) return GT_OK;
-      if (n == 2 && c->transport == GT_COMM_SHM)
+      if (n == 2 && c->transport == GT_COMM_SHM) {
+        gt_comm_delay_send(c, 1 - c->rank);
         GT_TRY(gt_comm_shm_allreduce2(c, q->buf, q->count, q->dtype, deadline));
-      else if (n > 1) GT_TRY(allreduce(c, q->buf, q->count, q->dtype, deadline));
+      } else if (n > 1) GT_TRY(allreduce(c, q->buf, q->count, q->dtype, deadline));
       if (q->op == GT_COMM_AVG && n > 1) divide(q->dtype, q->buf, q->count, n);
       return GT_OK;
     case OP_REDUCE_SCATTER:

@@ -296,7 +296,7 @@ void gt_comm_destroy(gt_comm *c) {
   if (c->wake_fd >= 0) close(c->wake_fd);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
-  free(c->fds), free(c->pidfds), free(c->tx_seq), free(c->rx_seq);
+  free(c->fds), free(c->pidfds), free(c->tx_seq), free(c->rx_seq), free(c->delay_ns);
   free(c->prefix), free(c->secret), free(c->host);
   free(c);
 }
@@ -327,13 +327,14 @@ gt_status gt_comm_alloc(const gt_comm_config *cfg, const char *secret, gt_comm *
   c->pidfds = malloc(sizeof(int) * (size_t)c->size);
   c->tx_seq = calloc((size_t)c->size, sizeof(uint32_t));
   c->rx_seq = calloc((size_t)c->size, sizeof(uint32_t));
+  c->delay_ns = calloc((size_t)c->size, sizeof *c->delay_ns);
   pthread_mutex_init(&c->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&c->cv, &ca);
   pthread_condattr_destroy(&ca);
-  if (!c->prefix || !c->secret || !c->fds || !c->pidfds || !c->tx_seq || !c->rx_seq) {
+  if (!c->prefix || !c->secret || !c->fds || !c->pidfds || !c->tx_seq || !c->rx_seq || !c->delay_ns) {
     gt_comm_destroy(c);
     return gt_errorf(GT_ENOMEM, "out of memory");
   }

@@ -91,6 +91,7 @@ struct gt_comm {
   gt_comm_req *head, *tail;
   bool stop;
   uint32_t *tx_seq, *rx_seq; /* frames sent to / received from each peer */
+  atomic_llong *delay_ns;    /* per peer: each transfer that sends to it first sleeps this long */
   uint32_t split_seq;
 };
 
@@ -105,6 +106,9 @@ gt_status gt_comm_run_shm(gt_comm *c, const plan *p, double deadline);
 /* All-reduce between the two ranks of a shared-memory group: each rank
  * reduces one half of buf and receives the other half reduced. */
 gt_status gt_comm_shm_allreduce2(gt_comm *c, char *buf, size_t count, gt_dtype t, double deadline);
+
+/* Sleeps the send delay set for peer (gt_comm_set_send_delay), if any. */
+void gt_comm_delay_send(gt_comm *c, int peer);
 
 /* Executes one request (on the progress thread). */
 gt_status gt_comm_execute(gt_comm *c, gt_comm_req *r, double deadline);

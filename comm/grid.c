@@ -120,3 +120,23 @@ gt_status gt_grid_create(const gt_grid_config *cfg, gt_grid **out) {
   *out = g;
   return GT_OK;
 }
+
+/* A slow link to world_peer, played on purpose: see gt_comm_set_send_delay. */
+gt_status gt_grid_set_send_delay(gt_grid *g, int world_peer, double ms) {
+  if (!g) return gt_errorf(GT_EINVAL, "gt_grid_set_send_delay: NULL grid");
+  gt_comm *world = gt_grid_world(g);
+  int me = gt_comm_rank(world);
+  GT_TRY(gt_comm_set_send_delay(world, world_peer, ms));
+  /* The same link inside every axis group that holds both ends, at the
+   * peer's index in that group. */
+  const gt_grid_layout *l = &g->l;
+  int ranks[4096];
+  for (int axis = 0; axis < 3; axis++) {
+    int size = gt_grid_axis_size(l, (gt_grid_axis)axis), index, group;
+    if (size < 2 || size > 4096) continue;
+    GT_TRY(gt_grid_group(l, me, (gt_grid_axis)axis, ranks, &index, &group));
+    for (int i = 0; i < size; i++)
+      if (ranks[i] == world_peer) GT_TRY(gt_comm_set_send_delay(g->axis[axis], i, ms));
+  }
+  return GT_OK;
+}

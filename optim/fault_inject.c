@@ -56,10 +56,38 @@ double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *
     case GT_FAULT_NAN:
       if (step == f->at) *loss = NAN;
       break;
-    case GT_FAULT_SLOWLINK: break; /* not played yet: gt_fault_from_env warns */
+    case GT_FAULT_SLOWLINK: {
+      /* The communicators play it; this only switches it on and off. */
+      bool on = step >= f->from && (f->until < 0 || step < f->until);
+      if (p->grid && f->rank == p->rank && on != p->link_on[i] &&
+          gt_grid_set_send_delay(p->grid, f->peer, on ? f->delay_ms : 0) == GT_OK) {
+        p->link_on[i] = on;
+        gt_warn("GT_FAULT: sends from rank %d to rank %d %s at step %d", f->rank, f->peer,
+                on ? "delayed" : "no longer delayed", step);
+      }
+      break;
+    }
     case GT_FAULT_SLOWSAVE: break; /* played by the checkpoint writer */
     }
   }
   sleep_seconds(slept);
   return slept;
+}
+
+gt_status gt_fault_apply_links(gt_fault_plan *p, gt_grid *grid) {
+  p->grid = grid;
+  for (int i = 0; i < p->n; i++) {
+    const gt_fault *f = &p->f[i];
+    if (f->kind != GT_FAULT_SLOWLINK || f->rank != p->rank) continue;
+    if (!grid) {
+      gt_warn("GT_FAULT: slowlink from rank %d to %d needs a job of several ranks; this one runs alone", f->rank, f->peer);
+      continue;
+    }
+    /* Checked now (a peer outside the world, NCCL), played from `from`. */
+    gt_status s = gt_grid_set_send_delay(grid, f->peer, 0);
+    if (s != GT_OK) return gt_error_context(s, "GT_FAULT slowlink:rank=%d,peer=%d", f->rank, f->peer);
+    gt_info("GT_FAULT: sends from rank %d to rank %d will be delayed by %.1f ms from step %d", f->rank, f->peer,
+            f->delay_ms, f->from);
+  }
+  return GT_OK;
 }

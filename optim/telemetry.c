@@ -1,8 +1,21 @@
 /* Per-step telemetry: what a rank did and where its time went. */
 #include "optim/telemetry.h"
 
+#include <time.h>
+
 #include "giant/layer.h"
 #include "giant/log.h"
+
+/* The step's start on the thread that runs it, in that thread's CPU time. */
+static _Thread_local double cpu0;
+
+static double thread_cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void gt_telemetry_begin(void) { cpu0 = thread_cpu_now(); }
 
 gt_status gt_telemetry_load(gt_loader *l, gt_batch *b, gt_step_telemetry *tel) {
   double t0 = gt_now();
@@ -27,6 +40,11 @@ void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp
   } else {
     tel->compute_s = gt_now() - t0 - tel->data_s - tel->dp_wait_s;
   }
+  /* On the CPU the device is this thread (its OpenMP team runs in step
+   * with it, and its waits block), so its CPU time is the device's busy
+   * time: time the OS gave other processes sharing the cores, which wall
+   * time would count, is not the rank's slowness. */
+  if (gt_backend_kind(gt_model_backend(m)) == GT_DEVICE_CPU) tel->compute_s = thread_cpu_now() - cpu0;
   tel->compute_s += gt_fault_step(faults, step, tel->compute_s, loss);
   tel->rank = faults->rank;
   tel->layers = 0;

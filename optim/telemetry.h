@@ -10,12 +10,15 @@
 #include "giant/model.h"
 #include "giant/pp_exec.h"
 
+/* At the step's start, on the thread that runs it. */
+void gt_telemetry_begin(void);
 /* gt_loader_next, timed into tel->data_s. */
 gt_status gt_telemetry_load(gt_loader *l, gt_batch *b, gt_step_telemetry *tel);
 /* Counts a micro-batch's workload. */
 void gt_telemetry_add_batch(gt_step_telemetry *tel, const gt_batch *b);
 /* After the step's forward and backward (begun at t0): this rank's compute
- * time (with a pipeline, the executor's busy time, its waits apart), then
+ * time (with a pipeline, the executor's busy time, its waits apart; on the
+ * CPU backend, the thread's CPU time since gt_telemetry_begin), then
  * GT_FAULT's faults for the step, whose sleeps count as compute since they
  * stand for a slow device. */
 void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp_exec *pipe, double t0,

@@ -84,6 +84,7 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   if (s == GT_OK) s = gt_model_set_precision(m, cfg->precision);
   if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
   if (s == GT_OK) s = gt_fault_from_env(plan ? plan->rank : 0, &t->faults);
+  if (s == GT_OK && t->dist) s = gt_fault_apply_links(&t->faults, gt_dist_grid(t->dist));
   gt_backend *be = gt_model_backend(m);
   /* MFU needs the machine's peak; measure it once if nobody has. */
   if (s == GT_OK && gt_backend_peak_flops(be) <= 0) s = gt_backend_measure_peak_ex(be, cfg->precision, 512, 0.3, NULL);
@@ -222,6 +223,7 @@ static gt_status reduce_step(gt_trainer *t, gt_step_stats *st) {
 static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batches, gt_step_stats *out) {
   gt_step_stats st = {.step = t->step, .micro_batches = t->cfg.grad_accum};
   double t0 = gt_now(), loss_sum = 0;
+  gt_telemetry_begin();
   GT_TRY(gt_model_zero_grads(t->m));
   if (t->pipe) {
     GT_TRY(pipeline_batches(t, loader, batches, &st));
@@ -246,7 +248,7 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
   if (t->sync) GT_TRY(gt_dp_sync_gather_params(t->sync));
   gt_backend *be = gt_model_backend(t->m);
   GT_TRY(gt_stream_sync(be, NULL));
-  st.seconds = gt_now() - t0;
+  st.seconds = st.telemetry.step_s = gt_now() - t0;
   st.tokens_per_s = st.tokens / st.seconds;
   st.mfu = gt_backend_peak_flops(be) > 0 ? st.flops / st.seconds / gt_backend_peak_flops(be) : 0;
   GT_TRY(gt_metrics_write(t->metrics, &st));

@@ -22,6 +22,7 @@
 #include "giant/options.h"
 #include "giant/plan.h"
 #include "checkpoint.h"
+#include "failslow.h"
 #include "gpt.h"
 #include "planning.h"
 #include "rebalance.h"
@@ -34,6 +35,7 @@ typedef struct args {
   uint64_t seed;
   bool documents, untied, zero1, seq_parallel, print_plan, no_overlap, rebalance;
   gpt_ckpt_args ckpt;
+  gpt_failslow_args failslow;
 } args;
 
 static const char *usage =
@@ -91,7 +93,7 @@ static const char *usage =
     "                      every rank its own file, %r replaced by the rank)\n"
     "  --print-every N     print every N steps (default 10)\n"
     "  --sample N          tokens to generate at the end (default 300, 0 = none)\n"
-    "  --temperature X     sampling temperature (default 0.8)\n";
+    "  --temperature X     sampling temperature (default 0.8)\n" GPT_FAILSLOW_USAGE;
 
 static int parse_args(int argc, char **argv, args *a) {
   *a = (args){.data = "data/fortunes.tok", .corpus = "/usr/share/games/fortunes", .device = "cpu", .precision = "fp32",
@@ -123,6 +125,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--documents", GT_OPT_FLAG, &a->documents, 0, 0}, {"--untied", GT_OPT_FLAG, &a->untied, 0, 0},
       {"--ckpt-dir", GT_OPT_STR, &a->ckpt.dir, 0, 0},   {"--ckpt-every", GT_OPT_INT, &a->ckpt.every, 1, 1e9},
       {"--ckpt-keep", GT_OPT_INT, &a->ckpt.keep, 0, 1e6},
+      GPT_FAILSLOW_OPTS(&a->failslow),
   };
   return gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]), usage, NULL);
 }
@@ -292,6 +295,7 @@ int main(int argc, char **argv) {
   gt_ckpt *ckpt = NULL;
   gpt_rebalance *rb = NULL;
   int *shares = NULL;
+  gt_failslow *failslow = NULL;
   if ((s = gt_init(&job)) != GT_OK) return fail("joining the job", s);
   bool lead = job->rank == 0;
   gt_plan plan;
@@ -448,16 +452,23 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (ckpt) gpt_ckpt_catch_stop(); /* a stop lets the save in flight commit (on the way out) */
+  if ((s = gpt_failslow_start(&a.failslow, dist, m, job, metrics, &failslow)) != GT_OK) {
+    rc = 2;
+    fail("starting fail-slow detection", s);
+    goto out;
+  }
   if (a.rebalance && !rebalance && lead) printf("--rebalance: one data-parallel replica, nothing to move\n");
   if (rebalance && (s = gpt_rebalance_create(&plan, dist, be, shares, cap, &rb)) != GT_OK) {
     fail("setting up --rebalance", s);
     goto out;
   }
   gt_step_stats st = {0}, first = {0};
+  gt_failslow_report report;
   int start = gt_trainer_step_index(tr);
   for (int i = start; i < a.steps; i++) {
     if ((s = gt_trainer_step(tr, loader, &st)) != GT_OK || (s = gpt_ckpt_after_step(&a.ckpt, ckpt, tr, lead)) != GT_OK ||
-        (rb && (s = gpt_rebalance_after_step(rb, tr, &st, lead)) != GT_OK)) {
+        (s = gpt_failslow_after_step(failslow, &st, &report)) != GT_OK ||
+        (rb && (s = gpt_rebalance_after_step(rb, tr, &st, failslow ? &report : NULL, lead)) != GT_OK)) {
       fail("training", s);
       goto out;
     }
@@ -470,6 +481,7 @@ int main(int argc, char **argv) {
     }
   }
   gpt_ckpt_finish(&a.ckpt, ckpt, tr, lead);
+  gpt_failslow_summary(failslow, lead);
   if (lead) printf("loss %.6f -> %.6f over steps %d..%d\n", first.loss, st.loss, start, a.steps);
   if (a.sample > 0 && plan.layout.pp > 1) {
     if (lead) printf("(no sample: generation runs the whole model on one rank, and this one is cut into stages)\n");
@@ -481,6 +493,7 @@ int main(int argc, char **argv) {
 out:
   gpt_rebalance_destroy(rb);
   free(shares);
+  gt_failslow_destroy(failslow);
   gt_ckpt_destroy(ckpt);
   gt_trainer_destroy(tr);
   gt_model_destroy(m);

@@ -30,6 +30,7 @@ struct gpt_rebalance {
   gt_step_telemetry *ring; /* WINDOW steps x world ranks, oldest first */
   void *dev;               /* the gather's buffer, on the device the communicators use */
   int filled, agreed;      /* steps in the ring; decisions in a row that proposed `proposed` */
+  bool urgent;             /* the monitor flagged or cleared a rank: act on the next change proposed */
 };
 
 _Static_assert(sizeof(gt_step_telemetry) % sizeof(float) == 0, "telemetry travels as floats");
@@ -88,15 +89,27 @@ static void print_shares(const char *label, const int *v, int n) {
   for (int i = 0; i < n; i++) printf("%s%d", i ? "," : "", v[i]);
 }
 
-gt_status gpt_rebalance_after_step(gpt_rebalance *r, gt_trainer *tr, const gt_step_stats *st, bool lead) {
+/* Whether the monitor flagged a rank's compute, or cleared one, this step. */
+static bool verdict_now(const gt_failslow_report *rep) {
+  for (int i = 0; rep && i < rep->nverdicts; i++)
+    if (rep->verdicts[i].kind == GT_FAILSLOW_COMPUTE) return true;
+  return false;
+}
+
+gt_status gpt_rebalance_after_step(gpt_rebalance *r, gt_trainer *tr, const gt_step_stats *st,
+                                   const gt_failslow_report *fs_report, bool lead) {
   size_t world = (size_t)r->plan.world;
   int dp = r->plan.layout.dp;
   if (st->step < WARMUP) return GT_OK; /* every rank skips the same steps: the gathers stay matched */
+  if (fs_report && !fs_report->gathered) return GT_OK; /* ditto: the monitor gathers on the same steps everywhere */
   if (r->filled == WINDOW) {
     memmove(r->ring, r->ring + world, (WINDOW - 1) * world * sizeof *r->ring);
     r->filled--;
   }
-  GT_TRY(gather(r, &st->telemetry, r->ring + (size_t)r->filled * world));
+  gt_step_telemetry *slot = r->ring + (size_t)r->filled * world;
+  if (fs_report) memcpy(slot, fs_report->telemetry, world * sizeof *slot);
+  else GT_TRY(gather(r, &st->telemetry, slot));
+  if (fs_report && verdict_now(fs_report)) r->urgent = true;
   if (++r->filled < WINDOW) return GT_OK;
   /* A switch costs about a step's compute (the first step at new shares
    * runs on cold caches); take the slowest rank's latest, which every rank
@@ -114,8 +127,8 @@ gt_status gpt_rebalance_after_step(gpt_rebalance *r, gt_trainer *tr, const gt_st
   if (!d.change) r->agreed = 0;
   else if (r->agreed && !memcmp(r->next, r->proposed, bytes)) r->agreed++;
   else memcpy(r->proposed, r->next, bytes), r->agreed = 1;
-  if (r->agreed < PERSIST) return GT_OK;
-  r->agreed = 0;
+  if (r->agreed < PERSIST && !(r->urgent && d.change)) return GT_OK;
+  r->agreed = 0, r->urgent = false;
   int me = r->plan.me.dp, total = offset_of(r->next, dp);
   GT_TRY(gt_trainer_set_rows(tr, r->next[me], offset_of(r->next, me), total));
   if (lead) {

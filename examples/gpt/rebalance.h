@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "giant/dist.h"
+#include "giant/failslow.h"
 #include "giant/rebalance.h"
 #include "giant/trainer.h"
 
@@ -21,7 +22,12 @@ void gpt_rebalance_destroy(gpt_rebalance *r);
 /* After every step, on every rank: gathers the step's telemetry and, once
  * a window of steps at the current shares is in, decides; new shares take
  * effect at the next step on every rank alike. The lead prints a line when
- * they change. */
-gt_status gpt_rebalance_after_step(gpt_rebalance *r, gt_trainer *tr, const gt_step_stats *st, bool lead);
+ * they change. With the fail-slow monitor running (fs_report not NULL) its
+ * gathered telemetry is used instead of a gather of its own (steps it did
+ * not gather are skipped), and a rank it flags or clears this step is acted
+ * on at once, without waiting for PERSIST decisions to agree: the detector
+ * has already weighed the evidence. */
+gt_status gpt_rebalance_after_step(gpt_rebalance *r, gt_trainer *tr, const gt_step_stats *st,
+                                   const gt_failslow_report *fs_report, bool lead);
 
 #endif

@@ -147,6 +147,12 @@ gt_status gt_comm_sendrecv(gt_comm *comm, const void *send, size_t send_count, i
                            void *recv, size_t recv_count, int src, gt_dtype dtype);
 gt_status gt_comm_barrier(gt_comm *comm);
 
+/* Fault injection: every later transfer this rank sends to `peer` (a rank
+ * of this group) first sleeps ms milliseconds, on the TCP and shared-memory
+ * transports alike (not NCCL); 0 removes the delay. This is how GT_FAULT's
+ * slowlink plays a slow link (docs/faults.md). */
+gt_status gt_comm_set_send_delay(gt_comm *comm, int peer, double ms);
+
 /* gt_group over a communicator (host buffers): what layers reduce over. */
 gt_status gt_comm_group_init(gt_comm *comm, gt_group *out);
 

@@ -6,7 +6,8 @@
  * predictor missed, a machine-wide slowdown) is taken out by subtracting the
  * median over ranks, z_r = e_r - median(e), so a job that slows as a whole
  * raises no alarm. A rank is flagged when z_r > log(1 + theta) for k
- * consecutive steps and a CUSUM on z_r / sigma (sigma: the robust spread of
+ * steps in a row (a step still over log(1 + theta / 2) holds the count)
+ * and a CUSUM on z_r / sigma (sigma: the robust spread of
  * clean residuals over the last `window` steps) confirms a shift, so that a
  * short burst of noise, however large, is not one. While a rank builds
  * evidence its fit is frozen, so the predictor does not explain the shift
@@ -29,12 +30,20 @@ GT_API_BEGIN
 typedef struct gt_detector_config {
   int nranks;
   double theta;       /* slowdown that counts, as a fraction; 0: 0.25 */
-  int k;              /* consecutive steps above it to flag; 0: 5 */
+  int k;              /* steps in a row above it to flag; 0: 5 */
   int warmup;         /* steps the predictor learns before any verdict; 0: 10 */
   int window;         /* steps of clean residuals that set sigma; 0: 50 */
   double cusum_drift; /* subtracted each step, in sigmas; 0: 0.5 */
   double cusum_limit; /* the CUSUM that confirms a shift, in sigmas; 0: 8 */
   double sigma_min;   /* floor of sigma (log scale), for very quiet machines; 0: 0.02 */
+  /* The fits learn each rank's speed relative to the job: each step's
+   * job-wide factor is taken out of what they see, so a slowdown all ranks
+   * share never moves them, and ranks whose fits would follow it at
+   * different paces (different workloads, a pipeline's stages) do not
+   * drift apart while it begins or ends. Predictions are then in units of
+   * the job's speed: seconds are a prediction times the step's job-wide
+   * factor. */
+  bool relative_fits;
 } gt_detector_config;
 
 typedef struct gt_detector_event {

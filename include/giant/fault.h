@@ -9,13 +9,14 @@
 
 #include <stdbool.h>
 
+#include "giant/grid.h"
 #include "giant/status.h"
 
 GT_API_BEGIN
 
 typedef enum gt_fault_kind {
   GT_FAULT_SLOW,     /* rank computes factor times slower from step `from` (to `until`, if given) */
-  GT_FAULT_SLOWLINK, /* sends from rank to peer delayed by delay_ms: parsed, not yet played */
+  GT_FAULT_SLOWLINK, /* sends from rank to peer delayed by delay_ms, steps [from, until) (gt_fault_apply_links) */
   GT_FAULT_STALL,    /* rank stops for `seconds` once, at step `at` */
   GT_FAULT_CRASH,    /* rank kills itself (SIGKILL) at step `at` */
   GT_FAULT_NAN,      /* rank's loss becomes NaN at step `at` */
@@ -25,7 +26,7 @@ typedef enum gt_fault_kind {
 typedef struct gt_fault {
   gt_fault_kind kind;
   int rank;        /* -1: every rank ("rank=all") */
-  int from, until; /* slow: steps [from, until); until -1: for good */
+  int from, until; /* slow, slowlink: steps [from, until); until -1: for good */
   int at;          /* stall, crash, nan */
   int peer;        /* slowlink */
   double factor;   /* slow: > 1 */
@@ -40,6 +41,8 @@ typedef struct gt_fault_plan {
   gt_fault f[GT_FAULT_MAX];
   int rank;              /* the rank this process plays */
   bool stalled[GT_FAULT_MAX];
+  gt_grid *grid;              /* where slowlink plays (gt_fault_apply_links) */
+  bool link_on[GT_FAULT_MAX]; /* slowlink: its delay is in place */
 } gt_fault_plan;
 
 /* Parses a ';'-separated list of faults. GT_EINVAL names the bad part: an
@@ -54,11 +57,18 @@ bool gt_fault_active(const gt_fault_plan *p);
 /* Plays this rank's faults at `step`, after forward and backward took
  * compute_seconds: slow sleeps (factor - 1) * compute_seconds, stall sleeps
  * once, crash raises SIGKILL, nan sets *loss to NaN (so the step's reduced
- * loss and the divergence check see it). Returns the seconds it slept. */
+ * loss and the divergence check see it), slowlink puts its delay in place
+ * or takes it away. Returns the seconds it slept. */
 double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *loss);
 /* The seconds this rank's checkpoint writer waits before writing a save
  * (slowsave), so that a test can have a save in flight when it acts. */
 double gt_fault_save_delay(const gt_fault_plan *p);
+
+/* Readies this rank's slowlink faults on grid: from step `from` to
+ * `until`, sends to the peer named are delayed on every communicator of
+ * the grid that joins the two (gt_grid_set_send_delay), switched by
+ * gt_fault_step. grid NULL (a job of one): a warning. */
+gt_status gt_fault_apply_links(gt_fault_plan *p, gt_grid *grid);
 
 GT_API_END
 #endif

@@ -58,6 +58,9 @@ void gt_grid_destroy(gt_grid *g);
 gt_comm *gt_grid_comm(gt_grid *g, gt_grid_axis axis);
 gt_comm *gt_grid_world(gt_grid *g);
 const gt_grid_coords *gt_grid_my_coords(const gt_grid *g);
+/* gt_comm_set_send_delay towards world rank world_peer, on the world
+ * communicator and on every axis group that holds both ranks. */
+gt_status gt_grid_set_send_delay(gt_grid *g, int world_peer, double ms);
 /* Aborts every communicator of the grid (any thread). */
 void gt_grid_abort(gt_grid *g);
 

@@ -23,6 +23,7 @@
 #ifndef GIANT_INIT_H
 #define GIANT_INIT_H
 
+#include "giant/etcd.h"
 #include "giant/status.h"
 #include "giant/store.h"
 
@@ -45,6 +46,10 @@ gt_status gt_init(gt_job **out);
  * agent's hang detection (giantrun --hang-timeout) watches it. One small
  * write that never blocks; a no-op without giantrun. */
 gt_status gt_job_step(gt_job *job, long long step);
+/* The job's etcd client when its store is on etcd (GT_STORE=etcd://...),
+ * for health records (giant/coord.h); NULL with a TCP store or alone. The
+ * job owns it. */
+gt_etcd_client *gt_job_etcd(gt_job *job);
 /* Closes the store and frees the job. NULL is a no-op. */
 void gt_job_destroy(gt_job *job);
 

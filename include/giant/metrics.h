@@ -24,6 +24,7 @@ typedef struct gt_step_telemetry {
   double data_s;     /* waiting for the loader */
   double dp_wait_s;  /* blocked in data-parallel reductions: token counts, and gradients after backward */
   double pp_wait_s;  /* blocked on pipeline sends and receives */
+  double step_s;     /* the whole step's wall time (gt_step_stats.seconds) */
 } gt_step_telemetry;
 
 typedef struct gt_step_stats {

@@ -12,8 +12,10 @@
  * A long batch is slow because it is long: the prediction says so. A rank
  * slower than its prediction is not explained by its workload.
  *
- * Peer prediction: a rank's workload under its peers' fits (their median),
- * which tells a rank that has always been slow from a job that is. */
+ * Peer prediction: a rank's workload under its peers' fits (their median;
+ * the peers holding as many layers as it does, when there are any, so a
+ * pipeline stage is judged by its own stage), which tells a rank that has
+ * always been slow from a job that is. */
 #ifndef GIANT_PREDICTOR_H
 #define GIANT_PREDICTOR_H
 

@@ -98,7 +98,12 @@ static bool judge(gt_detector *d, int r, int step, double z, double z_peers, dou
   rank_state *s = &d->rs[r];
   double *recent = d->recent + (size_t)r * 2 * c->k;
   recent[d->steps % (2 * c->k)] = s->flagged ? z_peers : z;
-  s->over = z > log1p(c->theta) ? s->over + 1 : 0;
+  /* A step back under theta but still over half of it holds the count
+   * rather than ending the run: on a busy machine a rank slowed by 1.5x
+   * dips under 1.25x now and then, and its evidence should not start over
+   * each time. */
+  if (z > log1p(c->theta)) s->over++;
+  else if (!(s->over > 0 && z > log1p(c->theta / 2))) s->over = 0;
   s->cusum = fmax(0, s->cusum + z / sig - c->cusum_drift);
   if (!s->flagged && s->over >= c->k && s->cusum > c->cusum_limit) {
     s->flagged = true;
@@ -142,15 +147,18 @@ gt_status gt_detector_step(gt_detector *d, int step, const gt_step_telemetry *te
     if (s->flagged)
       z_peers = log(fmax(tel[r].compute_s, 1e-9) / fmax(gt_predictor_peers(d->pred, &tel[r]), 1e-9)) - job;
     if (judging && judge(d, r, step, z, z_peers, sig, &events[*nevents])) (*nevents)++;
-    /* A rank building evidence does not teach the predictor its slow speed
+    /* A rank building evidence (above theta this step, or its CUSUM half
+     * way to the limit) does not teach the predictor its slow speed
      * (it would explain the shift away before it is confirmed), and the
      * first step, whose one-time costs (allocations, first touches, the
      * peers' start) no later step has, teaches nothing. Once flagged, the
      * rank's own fit follows its slow speed, which the job's next
      * decisions need; the noise is only ever taken from healthy ranks. */
-    if (d->steps == 0 || (!s->flagged && s->cusum > c->cusum_limit / 2)) continue;
+    if (d->steps == 0 || (!s->flagged && (s->over > 0 || s->cusum > c->cusum_limit / 2))) continue;
     if (!s->flagged && d->steps >= c->warmup / 2) add_noise(d, z);
-    GT_TRY(gt_predictor_update(d->pred, &tel[r]));
+    gt_step_telemetry seen = tel[r];
+    if (c->relative_fits) seen.compute_s /= exp(job);
+    GT_TRY(gt_predictor_update(d->pred, &seen));
   }
   d->steps++;
   return GT_OK;

@@ -15,6 +15,7 @@ typedef struct rank_fit {
   double theta[NF]; /* coefficients, in scaled units (below) */
   double P[NF][NF]; /* their covariance, up to the noise variance */
   int updates;
+  int layers; /* of the workload it last learnt from */
 } rank_fit;
 
 struct gt_predictor {
@@ -121,8 +122,14 @@ double gt_predictor_peers(const gt_predictor *p, const gt_step_telemetry *w) {
   if (!rank_ok(p, w->rank) || p->cfg.nranks < 2) return NAN;
   double v[p->cfg.nranks];
   int n = 0;
+  /* Peers doing the same kind of work (holding as many layers: the same
+   * pipeline stage) when there are any: a stage's fit also carries the
+   * costs the features do not name (the LM head of the last stage). */
   for (int r = 0; r < p->cfg.nranks; r++)
-    if (r != w->rank) v[n++] = predict(p, r, w);
+    if (r != w->rank && p->fit[r].updates > 0 && p->fit[r].layers == w->layers) v[n++] = predict(p, r, w);
+  if (n == 0)
+    for (int r = 0; r < p->cfg.nranks; r++)
+      if (r != w->rank) v[n++] = predict(p, r, w);
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
@@ -158,6 +165,7 @@ gt_status gt_predictor_update(gt_predictor *p, const gt_step_telemetry *w) {
   for (int i = 0; i < NF; i++)
     for (int j = 0; j < NF; j++) f->P[i][j] = (f->P[i][j] - Px[i] * Px[j] / denom) / lambda;
   f->updates++;
+  f->layers = w->layers;
   return GT_OK;
 }
 

@@ -195,6 +195,15 @@ gt_status gt_job_step(gt_job *job, long long step) {
   return GT_OK;
 }
 
+gt_etcd_client *gt_job_etcd(gt_job *job) {
+#ifdef GIANT_HAVE_ETCD
+  return job ? ((job_impl *)job)->cli : NULL;
+#else
+  (void)job;
+  return NULL;
+#endif
+}
+
 void gt_job_destroy(gt_job *job) {
   if (!job) return;
   job_impl *j = (job_impl *)job;

@@ -69,7 +69,8 @@ gt_status rdzv_advance(gt_rdzv *r, const rdzv_snap *s, int counts, const char *w
  * only if `current` still holds what s saw. *ended says whether this call
  * ended it. (Each agent deletes the job's other keys as it exits.) */
 gt_status rdzv_end_job(gt_rdzv *r, const rdzv_snap *s, const char *done, int *ended);
-/* Deletes every key of the job but `done` (best effort: the job is over). */
+/* Deletes every key of the job but `done` and the health records (best
+ * effort: the job is over). */
 void rdzv_purge(gt_rdzv *r);
 /* Parses a closed round's members ("<node> <nproc>" lines). */
 gt_status rdzv_parse_members(const char *text, size_t len, rdzv_member **out, int *n);

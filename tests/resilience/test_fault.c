@@ -31,6 +31,8 @@ static void test_parse_list(void **state) {
   assert_int_equal(p.f[1].kind, GT_FAULT_SLOWLINK);
   assert_int_equal(p.f[1].peer, 2);
   NEAR(p.f[1].delay_ms, 20, 0);
+  assert_int_equal(p.f[1].from, 0);
+  assert_int_equal(p.f[1].until, -1);
   assert_int_equal(p.f[2].kind, GT_FAULT_STALL);
   NEAR(p.f[2].seconds, 20, 0);
   assert_int_equal(p.f[2].at, 50);
@@ -64,6 +66,11 @@ static void test_parse_errors(void **state) {
   expect_error(gt_fault_parse("slow:rank=1,factor=0.5", &p), GT_EINVAL, "factor must be >= 1");
   expect_error(gt_fault_parse("slow:rank=1,factor=2,from=5,until=5", &p), GT_EINVAL, "must come after from");
   expect_error(gt_fault_parse("slowlink:rank=1,peer=1,delay_ms=5", &p), GT_EINVAL, "two different ranks");
+  expect_error(gt_fault_parse("slowlink:rank=1,peer=2,delay_ms=5,from=9,until=3", &p), GT_EINVAL,
+               "must come after from");
+  OK(gt_fault_parse("slowlink:rank=1,peer=2,delay_ms=5,from=9,until=30", &p));
+  assert_int_equal(p.f[0].from, 9);
+  assert_int_equal(p.f[0].until, 30);
   expect_error(gt_fault_parse("nan:rank=0,at=1;bogus", &p), GT_EINVAL, "'bogus'");
   assert_int_equal(p.n, 0); /* a bad list leaves no half-parsed plan */
 }

@@ -1,0 +1,36 @@
+/* The example's fail-slow detection: the monitor after every step, and the
+ * predictor's accuracy over the run at the end. */
+#include "failslow.h"
+
+#include <stdio.h>
+
+static double ape_sum, ape_raw_sum;
+static int ape_steps;
+
+gt_status gpt_failslow_start(const gpt_failslow_args *a, gt_dist *dist, const gt_model *m, gt_job *job,
+                             const char *metrics, gt_failslow **out) {
+  *out = NULL;
+  if (!a->on) return GT_OK;
+  if (!dist) return gt_errorf(GT_EINVAL, "--failslow needs a job of 3 or more ranks (run under giantrun)");
+  gt_failslow_config c = {.theta = a->theta, .k = a->k, .warmup = a->warmup, .window = a->window,
+                          .every = a->every, .probe_rounds = a->probe_rounds, .metrics_path = metrics,
+                          .etcd = gt_job_etcd(job), .job_id = job->job_id};
+  return gt_failslow_create(dist, m, &c, out);
+}
+
+gt_status gpt_failslow_after_step(gt_failslow *fs, const gt_step_stats *st, gt_failslow_report *rep) {
+  *rep = (gt_failslow_report){.step = st->step};
+  if (!fs) return GT_OK;
+  GT_TRY(gt_failslow_step(fs, st, rep));
+  /* Accuracy over the steps where nothing was flagged or found. */
+  bool clean = rep->gathered && rep->nverdicts == 0;
+  for (int r = 0; clean && r < rep->nranks; r++) clean = !gt_failslow_flagged(fs, r, GT_FAILSLOW_COMPUTE, -1);
+  if (clean && st->step >= 10) ape_sum += rep->ape, ape_raw_sum += rep->ape_raw, ape_steps++;
+  return GT_OK;
+}
+
+void gpt_failslow_summary(gt_failslow *fs, bool lead) {
+  if (!fs || !lead || ape_steps == 0) return;
+  printf("fail-slow: predictor MAPE %.4f with the job-wide factor removed, %.4f raw, over %d clean steps\n",
+         ape_sum / ape_steps, ape_raw_sum / ape_steps, ape_steps);
+}

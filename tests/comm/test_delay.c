@@ -1,0 +1,109 @@
+/* Per-peer send delays (gt_comm_set_send_delay):
+ * on TCP and shared memory, three ranks, rank 0's sends to rank 1 delayed
+ * by 40 ms. A round trip 0 <-> 1 pays the delay once, in either order; a
+ * round trip 0 <-> 2 does not; an all-reduce (whose ring passes 0 -> 1)
+ * pays it and still sums right; the delay set back to 0 goes away. Bad
+ * peers and delays are refused with a message. Only lower bounds are
+ * timed (a loaded machine makes everything slower, never faster). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "localkit/ranks.h"
+
+enum { DELAY_MS = 40 };
+
+typedef struct result {
+  double rtt01_by0, rtt01_by1, rtt02, allreduce, rtt01_after;
+  float sum;
+} result;
+
+typedef struct dcfg {
+  gt_comm_transport transport;
+  result *res;
+} dcfg;
+
+/* The lower rank sends a word and waits for it back; seconds it took. */
+static double ping(gt_comm *c, int me, int a, int b, bool a_starts) {
+  float w = 1;
+  double t0 = gt_now();
+  int first = a_starts ? a : b, second = a_starts ? b : a;
+  if (me == first) {
+    CHECK_OK(gt_comm_send(c, &w, 1, GT_F32, second));
+    CHECK_OK(gt_comm_recv(c, &w, 1, GT_F32, second));
+  } else if (me == second) {
+    CHECK_OK(gt_comm_recv(c, &w, 1, GT_F32, first));
+    CHECK_OK(gt_comm_send(c, &w, 1, GT_F32, first));
+  }
+  return gt_now() - t0;
+}
+
+static int delay_main(int r, int n, void *arg) {
+  dcfg *k = arg;
+  gt_store *s = harness_store();
+  gt_comm *c = harness_comm(s, "delay", r, n, k->transport, 60000);
+  if (r == 0) {
+    CHECK(gt_comm_set_send_delay(c, 0, 1) == GT_EINVAL && strstr(gt_last_error(), "not another rank"));
+    CHECK(gt_comm_set_send_delay(c, 3, 1) == GT_EINVAL);
+    CHECK(gt_comm_set_send_delay(c, 1, -1) == GT_EINVAL && strstr(gt_last_error(), "ms"));
+    CHECK_OK(gt_comm_set_send_delay(c, 1, DELAY_MS));
+  }
+  CHECK_OK(gt_comm_barrier(c));
+  result *res = k->res;
+  double t = ping(c, r, 0, 1, true);
+  if (r == 0) res->rtt01_by0 = t;
+  t = ping(c, r, 0, 1, false);
+  if (r == 1) res->rtt01_by1 = t;
+  t = ping(c, r, 0, 2, true);
+  if (r == 0) res->rtt02 = t;
+  float v = (float)(r + 1);
+  CHECK_OK(gt_comm_barrier(c));
+  double t0 = gt_now();
+  CHECK_OK(gt_comm_allreduce(c, &v, 1, GT_F32, GT_COMM_SUM));
+  if (r == 2) res->allreduce = gt_now() - t0, res->sum = v;
+  if (r == 0) CHECK_OK(gt_comm_set_send_delay(c, 1, 0));
+  CHECK_OK(gt_comm_barrier(c));
+  t = ping(c, r, 0, 1, true);
+  if (r == 0) res->rtt01_after = t;
+  gt_comm_destroy(c);
+  gt_store_destroy(s);
+  return RANK_OK;
+}
+
+static void run_delay(gt_comm_transport t) {
+  dcfg k = {.transport = t, .res = harness_shared(sizeof(result))};
+  int codes[3];
+  assert_int_equal(harness_run(3, delay_main, &k, 120, codes), 0);
+  const result *r = k.res;
+  print_message("round trips: 0->1 %.1f ms, 1->0 %.1f ms, 0->2 %.1f ms, all-reduce %.1f ms, 0->1 undelayed %.1f ms\n",
+                r->rtt01_by0 * 1e3, r->rtt01_by1 * 1e3, r->rtt02 * 1e3, r->allreduce * 1e3, r->rtt01_after * 1e3);
+  assert_true(r->rtt01_by0 >= DELAY_MS * 1e-3);
+  assert_true(r->rtt01_by1 >= DELAY_MS * 1e-3);
+  assert_true(r->allreduce >= DELAY_MS * 1e-3);
+  assert_true(r->sum == 6.0f);
+  /* Undelayed pairs: below the delay by a wide margin on any machine that
+   * runs the rest of the suite; the bound only says the delay is absent. */
+  assert_true(r->rtt02 < DELAY_MS * 1e-3);
+  assert_true(r->rtt01_after < DELAY_MS * 1e-3);
+}
+
+static void test_delay_tcp(void **state) {
+  (void)state;
+  run_delay(GT_COMM_TCP);
+}
+
+static void test_delay_shm(void **state) {
+  (void)state;
+  run_delay(GT_COMM_SHM);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_delay_tcp),
+      cmocka_unit_test(test_delay_shm),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,204 @@
+/* Fail-slow detection in a running job: examples/gpt on four ranks under
+ * giantrun, with a real etcd, at dp=4 and at dp=2,pp=2, faults played by
+ * GT_FAULT. A run checks several things, so that the suite stays short:
+ *   - 300 clean steps per layout: no verdict at all;
+ *   - one rank slowed x1.5, then another x2, then another x4, each for 50
+ *     steps: each flagged within 10 steps of its onset as compute, the
+ *     right rank, and each cleared after it recovers;
+ *   - every rank slowed x2 at once, then a slow link: no compute alarm,
+ *     the link flagged with its two ends, and its health record on etcd.
+ * Detection compares ranks with each other and the faults are sized
+ * against the step, so a loaded machine (sanitizers, two cores shared with
+ * other tests) that slows all ranks alike changes nothing. The monitor
+ * runs with its defaults.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "common/run_cmd.h"
+#include "giant/coord.h"
+#include "localkit/etcd_server.h"
+
+static char gpt[512], giantrun[512], dir[64], text[128], data[128];
+static etcd_fixture fx;
+static bool have_etcd;
+
+static int setup(void **state) {
+  (void)state;
+  build_path("examples/gpt", gpt, sizeof gpt);
+  build_path("launch/giantrun", giantrun, sizeof giantrun);
+  have_etcd = etcd_fixture_available() && etcd_fixture_start(&fx, NULL) == 0;
+  return scratch_corpus("fsjob", dir, text, data);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  if (have_etcd) etcd_fixture_destroy(&fx);
+  return scratch_remove(dir);
+}
+
+typedef struct verdict {
+  bool link, flagged;
+  int rank, peer, onset, step;
+  double ratio;
+} verdict;
+
+/* The monitor's log lines, in order. */
+static int parse_verdicts(const char *out, verdict *v, int max) {
+  int n = 0;
+  for (const char *p = strstr(out, "fail-slow: "); p && n < max; p = strstr(p + 1, "fail-slow: ")) {
+    verdict x = {.peer = -1};
+    if (sscanf(p, "fail-slow: rank %d compute x%lf from step %d (flagged at step %d)", &x.rank, &x.ratio, &x.onset,
+               &x.step) == 4)
+      x.flagged = true;
+    else if (sscanf(p, "fail-slow: rank %d recovered (step %d)", &x.rank, &x.step) == 2)
+      x.flagged = false;
+    else if (sscanf(p, "fail-slow: link %d-%d x%lf from step %d (flagged at step %d)", &x.rank, &x.peer, &x.ratio,
+                    &x.onset, &x.step) == 5)
+      x.link = x.flagged = true;
+    else if (sscanf(p, "fail-slow: link %d-%d recovered (step %d)", &x.rank, &x.peer, &x.step) == 3)
+      x.link = true;
+    else
+      continue; /* the summary line */
+    v[n++] = x;
+  }
+  return n;
+}
+
+static void run_job(const char *job, const char *plan, const char *steps, const char *fault, run_result *r) {
+  if (!have_etcd) {
+    print_message("skipped: etcd not found\n");
+    skip();
+  }
+  char env_fault[256], metrics[128];
+  snprintf(env_fault, sizeof env_fault, "GT_FAULT=%s", fault);
+  snprintf(metrics, sizeof metrics, "%s/%s.jsonl", dir, job);
+  char *argv[] = {giantrun, "--rdzv-endpoint", fx.endpoint, "--job-id", (char *)job, "--nproc-per-node", "4",
+                  "--plan", (char *)plan, gpt, "--corpus", text, "--data", data, "--steps", (char *)steps,
+                  "--layers", "2", "--channels", "64", "--heads", "4", "--seq", "64", "--batch", "8",
+                  "--accum", "2", "--sample", "0", "--print-every", "0", "--failslow", "--metrics", metrics, NULL};
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", env_fault, NULL}, 500, r);
+  if (r->exit_code != 0) fail_msg("giantrun %s (GT_FAULT=%s): exit %d:\n%s", plan, fault, r->exit_code, r->output);
+  /* How often the monitor probed: never, on a clean run, is what keeps it free. */
+  FILE *f = fopen(metrics, "r");
+  char line[4096];
+  int probed = 0, first = -1;
+  while (f && fgets(line, sizeof line, f)) {
+    const char *p = strstr(line, "\"probed\":true");
+    if (!p) continue;
+    if (probed++ == 0) sscanf(line, "{\"failslow_step\":%d", &first);
+  }
+  if (f) fclose(f);
+  print_message("%s (GT_FAULT=%s): the monitor probed the links on %d steps, the first %d\n", plan, fault, probed,
+                first);
+}
+
+static void expect_clean(const char *job, const char *plan) {
+  static run_result r;
+  run_job(job, plan, "300", "", &r);
+  verdict v[16];
+  int n = parse_verdicts(r.output, v, 16);
+  if (n != 0) fail_msg("%s: %d verdict(s) in 300 clean steps, the first rank %d at step %d:\n%s", plan, n, v[0].rank,
+                       v[0].step, r.output);
+  assert_non_null(strstr(r.output, "fail-slow: predictor MAPE"));
+}
+
+static void test_clean_dp4(void **state) {
+  (void)state;
+  expect_clean("fs-clean-dp", "dp=4");
+}
+
+static void test_clean_dp2_pp2(void **state) {
+  (void)state;
+  expect_clean("fs-clean-pp", "dp=2,pp=2");
+}
+
+/* Three slow phases on three ranks; every verdict accounted for. */
+static void expect_phases(const char *job, const char *plan, const int ranks[3]) {
+  static const double factor[3] = {1.5, 2, 4};
+  static const int from[3] = {30, 110, 190};
+  char fault[256];
+  snprintf(fault, sizeof fault, "slow:rank=%d,factor=1.5,from=30,until=80;slow:rank=%d,factor=2,from=110,until=160;"
+           "slow:rank=%d,factor=4,from=190,until=240", ranks[0], ranks[1], ranks[2]);
+  static run_result r;
+  run_job(job, plan, "270", fault, &r);
+  verdict v[16];
+  int n = parse_verdicts(r.output, v, 16);
+  if (n != 6) fail_msg("%s: want 6 verdicts (3 flagged, 3 cleared), got %d:\n%s", plan, n, r.output);
+  for (int i = 0; i < 3; i++) {
+    const verdict *f = &v[2 * i], *c = &v[2 * i + 1];
+    print_message("%s: x%.1f on rank %d from step %d: flagged at step %d (x%.2f from %d), cleared at step %d\n", plan,
+                  factor[i], ranks[i], from[i], f->step, f->ratio, f->onset, c->step);
+    if (f->link || !f->flagged || f->rank != ranks[i] || f->step < from[i] || f->step > from[i] + 10)
+      fail_msg("%s: phase %d: want rank %d flagged as compute within 10 steps of %d:\n%s", plan, i, ranks[i], from[i],
+               r.output);
+    assert_true(f->ratio > 1 + (factor[i] - 1) / 2);
+    if (c->link || c->flagged || c->rank != ranks[i] || c->step <= from[i] + 50 || c->step > from[i] + 50 + 30)
+      fail_msg("%s: phase %d: want rank %d cleared within 30 steps of its recovery at %d:\n%s", plan, i, ranks[i],
+               from[i] + 50, r.output);
+  }
+}
+
+static void test_slow_phases_dp4(void **state) {
+  (void)state;
+  expect_phases("fs-slow-dp", "dp=4", (int[]){2, 1, 3});
+}
+
+static void test_slow_phases_dp2_pp2(void **state) {
+  (void)state;
+  expect_phases("fs-slow-pp", "dp=2,pp=2", (int[]){3, 0, 2});
+}
+
+/* The whole job slowed, then one link: only the link is flagged, with its
+ * two ends, and rank 0 records it on etcd. */
+static void expect_link(const char *job, const char *plan, int a, int b) {
+  char fault[256];
+  snprintf(fault, sizeof fault, "slow:rank=all,factor=2,from=30;slowlink:rank=%d,peer=%d,delay_ms=50,from=120",
+           a, b);
+  static run_result r;
+  run_job(job, plan, "160", fault, &r);
+  verdict v[16];
+  int n = parse_verdicts(r.output, v, 16);
+  if (n != 1 || !v[0].link || !v[0].flagged) fail_msg("%s: want one verdict, a slow link, got %d:\n%s", plan, n, r.output);
+  int lo = a < b ? a : b, hi = a < b ? b : a;
+  print_message("%s: link %d->%d slowed at step 120: flagged %d-%d at step %d, round trip x%.1f the median pair's\n",
+                plan, a, b, v[0].rank, v[0].peer, v[0].step, v[0].ratio);
+  if (v[0].rank != lo || v[0].peer != hi || v[0].step < 120 || v[0].step > 140)
+    fail_msg("%s: want link %d-%d flagged within 20 steps of step 120:\n%s", plan, lo, hi, r.output);
+  gt_etcd_client *cli = NULL;
+  assert_int_equal(gt_etcd_connect(&(gt_etcd_config){.endpoints = fx.endpoint, .timeout_ms = 5000}, &cli), GT_OK);
+  gt_health_record rec[8];
+  int m = 0;
+  assert_int_equal(gt_health_list(cli, job, rec, 8, &m), GT_OK);
+  gt_etcd_close(cli);
+  assert_int_equal(m, 1);
+  assert_int_equal(rec[0].rank, lo);
+  assert_int_equal(rec[0].state, GT_HEALTH_SLOW);
+  assert_int_equal(rec[0].kind, GT_HEALTH_LINK);
+  assert_int_equal(rec[0].peer, hi);
+  assert_int_equal(rec[0].step, v[0].step);
+}
+
+static void test_link_dp4(void **state) {
+  (void)state;
+  expect_link("fs-link-dp", "dp=4", 1, 2);
+}
+
+static void test_link_dp2_pp2(void **state) {
+  (void)state;
+  expect_link("fs-link-pp", "dp=2,pp=2", 2, 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_clean_dp4),       cmocka_unit_test(test_clean_dp2_pp2),
+      cmocka_unit_test(test_slow_phases_dp4), cmocka_unit_test(test_slow_phases_dp2_pp2),
+      cmocka_unit_test(test_link_dp4),        cmocka_unit_test(test_link_dp2_pp2),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
