@@ -19,8 +19,10 @@
  * mitigation figures are nan and the reason is printed.
  * Last line: failslow_detect_steps=<d> false_alarms=<n> mape=<m>
  *            mitigated_ratio=<r> vs_no_mitigation=<x>
- * r: throughput during / before with --rebalance; x: throughput during
- * with --rebalance / without. */
+ * r: throughput during the slowdown with --rebalance over the ideal for
+ * the capacity left (the same run's throughput before, times
+ * (3 + 1/2) / 4: three ranks at full speed and one at half); x: throughput
+ * during with --rebalance / without. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -179,9 +181,11 @@ int main(void) {
   if (b.exit_code != 0) {
     printf("with --rebalance: not measured (%s)\n", b.reason);
   } else {
-    r = b.tps_during / b.tps_before;
+    double capacity = (3 + 1.0 / 2) / 4; /* four replicas, one at half speed */
+    r = b.tps_during / (b.tps_before * capacity);
     x = b.tps_during / a.tps_during;
-    printf("with --rebalance: %.0f tokens/s before, %.0f during\n", b.tps_before, b.tps_during);
+    printf("with --rebalance: %.0f tokens/s before, %.0f during = %.3f of the ideal for the capacity left "
+           "(%.0f tokens/s)\n", b.tps_before, b.tps_during, r, b.tps_before * capacity);
   }
   char rm[128];
   snprintf(rm, sizeof rm, "rm -rf '%s'", dir);

@@ -39,11 +39,20 @@ static gt_plan plan_of(const char *layout, int world) {
   return p;
 }
 
+/* The decision reads steps of `world` records each, packed. */
+static const gt_step_telemetry *pack(const gt_plan *p, gt_step_telemetry tel[STEPS][MAXR],
+                                     gt_step_telemetry flat[STEPS * MAXR]) {
+  for (int s = 0; s < STEPS; s++)
+    for (int r = 0; r < p->world; r++) flat[s * p->world + r] = tel[s][r];
+  return flat;
+}
+
 static gt_rebalance_decision decide(const gt_plan *p, gt_step_telemetry tel[STEPS][MAXR], const int *shares, int cap,
                                     double transition_s, int *out) {
   gt_rebalance_config cfg = {.cap = cap, .transition_s = transition_s, .horizon = 20};
   gt_rebalance_decision d;
-  OK(gt_rebalance_decide(&cfg, p, &tel[0][0], STEPS, shares, out, NULL, &d));
+  gt_step_telemetry flat[STEPS * MAXR];
+  OK(gt_rebalance_decide(&cfg, p, pack(p, tel, flat), STEPS, shares, out, NULL, &d));
   return d;
 }
 
@@ -149,23 +158,24 @@ static void test_no_flapping_on_noise(void **state) {
 static void test_bad_input(void **state) {
   (void)state;
   gt_plan p = plan_of("dp=2", 2);
-  gt_step_telemetry tel[STEPS][MAXR] = {{{0}}};
+  gt_step_telemetry tel[STEPS][MAXR] = {{{0}}}, flat[STEPS * MAXR];
   int shares[] = {6, 6}, out[2];
   gt_rebalance_config cfg = {.cap = 12, .horizon = 10};
   gt_rebalance_decision d;
-  assert_int_equal(gt_rebalance_decide(&cfg, &p, &tel[0][0], STEPS, shares, out, NULL, &d), GT_EINVAL);
+  assert_int_equal(gt_rebalance_decide(&cfg, &p, pack(&p, tel, flat), STEPS, shares, out, NULL, &d), GT_EINVAL);
   assert_non_null(strstr(gt_last_error(), "rank 0 has no step"));
   double speed[] = {100, 100};
   synth(&p, speed, shares, 0, tel);
+  pack(&p, tel, flat);
   cfg.cap = 5;
-  assert_int_equal(gt_rebalance_decide(&cfg, &p, &tel[0][0], STEPS, shares, out, NULL, &d), GT_EINVAL);
+  assert_int_equal(gt_rebalance_decide(&cfg, &p, flat, STEPS, shares, out, NULL, &d), GT_EINVAL);
   assert_non_null(strstr(gt_last_error(), "outside 1..5"));
   cfg.cap = 12, cfg.horizon = 0;
-  assert_int_equal(gt_rebalance_decide(&cfg, &p, &tel[0][0], STEPS, shares, out, NULL, &d), GT_EINVAL);
+  assert_int_equal(gt_rebalance_decide(&cfg, &p, flat, STEPS, shares, out, NULL, &d), GT_EINVAL);
   cfg.horizon = 10;
-  assert_int_equal(gt_rebalance_decide(&cfg, &p, &tel[0][0], 0, shares, out, NULL, &d), GT_EINVAL);
+  assert_int_equal(gt_rebalance_decide(&cfg, &p, flat, 0, shares, out, NULL, &d), GT_EINVAL);
   double got[2];
-  OK(gt_rebalance_decide(&cfg, &p, &tel[0][0], STEPS, shares, out, got, &d));
+  OK(gt_rebalance_decide(&cfg, &p, flat, STEPS, shares, out, got, &d));
   NEAR(got[0], 100, 1e-9);
   assert_false(d.change);
 }
