@@ -116,6 +116,9 @@ gt_status ck_manifest_write(const char *dir, const ck_manifest *m);
 /* Reads and checks dir/MANIFEST; errors name the file. */
 gt_status ck_manifest_read(const char *dir, ck_manifest *out);
 gt_status ck_manifest_read_file(const char *path, ck_manifest *out);
+/* A committed manifest's slices tile every tensor: no two overlap and none
+ * is missing (cover.c). A rank's own report covers its part only. */
+gt_status ck_manifest_check_cover(const ck_manifest *m, const char *what);
 /* The same framing under another name in dir (durably). */
 gt_status ck_manifest_write_as(const char *dir, const char *name, const ck_manifest *m);
 

@@ -290,6 +290,7 @@ gt_status ck_manifest_read_file(const char *path, ck_manifest *out) {
       s = gt_errorf(GT_EFORMAT, "%s fails its SHA-256 check: the manifest is corrupt", path);
   }
   if (s == GT_OK) s = ck_manifest_decode(p + r.at, (size_t)body, path, out);
+  if (s == GT_OK && (s = ck_manifest_check_cover(out, path)) != GT_OK) ck_manifest_free(out);
   free(p);
   return s;
 }
