@@ -1,7 +1,6 @@
 /* Boxes of global indices: what a rank holds of a tensor, what a stored
  * slice covers, and the copy of one's overlap into another. Every block of
  * data is row-major over its box. */
-#include <string.h>
 
 #include "ckpt/ckpt_internal.h"
 
@@ -71,29 +70,30 @@ gt_status ck_range_boxes(const ck_box *blk, uint64_t a, uint64_t b, ck_box_fn fn
   return range_rec(blk, &cur, 0, 0, a, b, fn, ctx);
 }
 
-uint64_t ck_box_copy(const ck_box *sb, const float *src, const ck_box *db, float *dst) {
+/* The flat offset of global index idx in the row-major block over b. */
+static uint64_t flat(const ck_box *b, const int64_t *idx) {
+  uint64_t o = 0;
+  for (int d = 0; d < b->ndim; d++) o = o * (uint64_t)(b->hi[d] - b->lo[d]) + (uint64_t)(idx[d] - b->lo[d]);
+  return o;
+}
+
+static bool whole_in(const ck_box *x, const ck_box *b, int d) { return x->lo[d] == b->lo[d] && x->hi[d] == b->hi[d]; }
+
+gt_status ck_box_runs(const ck_box *sb, const ck_box *db, ck_run_fn fn, void *ctx) {
   ck_box x = {0};
-  if (!ck_box_intersect(sb, db, &x)) return 0;
-  if (x.ndim == 0) { /* a scalar: one element, at offset 0 in both */
-    dst[0] = src[0];
-    return 1;
-  }
-  int n = x.ndim, last = n - 1;
-  int64_t run = x.hi[last] - x.lo[last], idx[CK_MAXDIM];
+  if (!ck_box_intersect(sb, db, &x)) return GT_OK;
+  int n = x.ndim, k = n - 1;
+  if (n == 0) return fn(ctx, 0, 0, 1); /* a scalar */
+  /* Dims after k are held whole by both blocks: a run spans them. */
+  while (k > 0 && whole_in(&x, sb, k) && whole_in(&x, db, k)) k--;
+  uint64_t run = 1;
+  for (int d = k; d < n; d++) run *= (uint64_t)(x.hi[d] - x.lo[d]);
+  int64_t idx[CK_MAXDIM];
   for (int d = 0; d < n; d++) idx[d] = x.lo[d];
-  uint64_t copied = 0;
   for (;;) {
-    /* Flat offsets of idx in both blocks. */
-    uint64_t so = 0, doff = 0;
-    for (int d = 0; d < n; d++) {
-      so = so * (uint64_t)(sb->hi[d] - sb->lo[d]) + (uint64_t)(idx[d] - sb->lo[d]);
-      doff = doff * (uint64_t)(db->hi[d] - db->lo[d]) + (uint64_t)(idx[d] - db->lo[d]);
-    }
-    memcpy(dst + doff, src + so, (size_t)run * sizeof(float));
-    copied += (uint64_t)run;
-    int d = last - 1; /* odometer over every dim but the last */
+    GT_TRY(fn(ctx, flat(sb, idx), flat(db, idx), run));
+    int d = k - 1; /* odometer over the dims before k */
     while (d >= 0 && ++idx[d] == x.hi[d]) idx[d] = x.lo[d], d--;
-    if (d < 0) break;
+    if (d < 0) return GT_OK;
   }
-  return copied;
 }

@@ -57,9 +57,12 @@ ck_box ck_param_box(const gt_param *p);
  * consecutive floats: fn(box, first float of the run) for each. */
 typedef gt_status (*ck_box_fn)(void *ctx, const ck_box *box, uint64_t first);
 gt_status ck_range_boxes(const ck_box *blk, uint64_t a, uint64_t b, ck_box_fn fn, void *ctx);
-/* Copies the part of `src` (row-major over box sb) inside box db into dst
- * (row-major over db). Returns the floats copied. */
-uint64_t ck_box_copy(const ck_box *sb, const float *src, const ck_box *db, float *dst);
+/* The intersection of boxes sb and db as runs of floats contiguous in both
+ * (row-major) blocks, in increasing order of their offsets in sb's block:
+ * fn(run's first float in sb's block, in db's, floats) for each. Trailing
+ * dimensions that both blocks hold whole merge into one run. */
+typedef gt_status (*ck_run_fn)(void *ctx, uint64_t src, uint64_t dst, uint64_t n);
+gt_status ck_box_runs(const ck_box *sb, const ck_box *db, ck_run_fn fn, void *ctx);
 
 /* ---- the manifest (manifest.c) ---- */
 
@@ -70,12 +73,14 @@ typedef struct ck_tensor {
   int64_t shape[CK_MAXDIM];
 } ck_tensor;
 
+/* A slice's bytes are hashed in chunks of the manifest's chunk size
+ * (the last one shorter); its hashes are m->hashes[hash ...]. */
 typedef struct ck_slice {
   int tensor;
   ck_box box;
   int file;
   uint64_t offset, length;
-  unsigned char sha[CK_SHA];
+  size_t hash;
 } ck_slice;
 
 typedef struct ck_blob {
@@ -86,6 +91,9 @@ typedef struct ck_blob {
 
 typedef struct ck_manifest {
   int64_t step;
+  uint64_t chunk; /* bytes per hashed chunk; 0 (version 1): a slice is one chunk */
+  unsigned char (*hashes)[CK_SHA];
+  size_t nhashes;
   ck_tensor *tensors;
   int ntensors;
   ck_slice *slices;
@@ -101,7 +109,14 @@ int ck_manifest_tensor(const ck_manifest *m, const char *name);
 const ck_blob *ck_manifest_blob(const ck_manifest *m, const char *name);
 /* Adds a tensor (or finds it, checking the shape) and returns its index. */
 gt_status ck_manifest_add_tensor(ck_manifest *m, const char *name, int ndim, const int64_t *shape, int *index);
-gt_status ck_manifest_add_slice(ck_manifest *m, const ck_slice *s);
+/* Copies the slice, with its chunks' hashes (NULL: zeros, to be filled);
+ * sets the copy's `hash`. */
+gt_status ck_manifest_add_slice(ck_manifest *m, const ck_slice *s, const unsigned char (*hashes)[CK_SHA]);
+/* A slice's chunks, and where chunk k lies in the slice's bytes. */
+uint64_t ck_chunks(const ck_manifest *m, const ck_slice *s);
+void ck_chunk_span(const ck_manifest *m, const ck_slice *s, uint64_t k, uint64_t *at, uint64_t *len);
+/* A chunk size is a multiple of 64 bytes in [64, 1 GiB]. */
+bool ck_chunk_valid(uint64_t chunk);
 gt_status ck_manifest_add_file(ck_manifest *m, const char *file, int *index);
 /* Copies the bytes; a blob of a name already there is left as it was. */
 gt_status ck_manifest_add_blob(ck_manifest *m, const char *name, const void *bytes, size_t len);
@@ -113,7 +128,8 @@ gt_status ck_manifest_merge(ck_manifest *to, const ck_manifest *from);
 gt_status ck_manifest_encode(const ck_manifest *m, ck_buf *out);
 gt_status ck_manifest_decode(const unsigned char *p, size_t len, const char *what, ck_manifest *out);
 gt_status ck_manifest_write(const char *dir, const ck_manifest *m);
-/* Reads and checks dir/MANIFEST; errors name the file. */
+/* Reads and checks dir/MANIFEST, including that the slices of every
+ * tensor cover it exactly once; errors name the file. */
 gt_status ck_manifest_read(const char *dir, ck_manifest *out);
 gt_status ck_manifest_read_file(const char *path, ck_manifest *out);
 /* A committed manifest's slices tile every tensor: no two overlap and none
@@ -134,18 +150,43 @@ typedef struct ck_file {
   const char *dir;
 } ck_file;
 gt_status ck_file_open(ck_file *f, const char *dir, const char *name);
+/* The same with O_DIRECT where the file system takes it (*direct says):
+ * writes must then be of whole 4 KiB blocks from 4 KiB-aligned memory. */
+gt_status ck_file_open_direct(ck_file *f, const char *dir, const char *name, bool *direct);
 void ck_file_write(ck_file *f, const void *p, size_t n);
 gt_status ck_file_commit(ck_file *f);
 /* The three at once for bytes in memory. */
 gt_status ck_write_durable(const char *dir, const char *name, const void *p, size_t n);
 gt_status ck_fsync_dir(const char *dir);
 gt_status ck_mkdir(const char *dir);
-/* Reads a slice's bytes from its shard file and checks their SHA-256. */
-gt_status ck_read_slice(const char *dir, const ck_manifest *m, const ck_slice *s, float *out);
+/* Incremental SHA-256, for chunks that arrive in pieces. */
+typedef struct ck_hasher ck_hasher;
+ck_hasher *ck_hasher_new(void);
+void ck_hasher_free(ck_hasher *h);
+void ck_hasher_start(ck_hasher *h);
+void ck_hasher_add(ck_hasher *h, const void *p, size_t n);
+void ck_hasher_end(ck_hasher *h, unsigned char out[CK_SHA]);
+/* A slice's shard file open for reading; *bytes_read counts what it read. */
+typedef struct ck_shard {
+  int fd;
+  char path[4200];
+  uint64_t *bytes_read;
+} ck_shard;
+gt_status ck_shard_open(ck_shard *f, const char *dir, const ck_manifest *m, const ck_slice *s, uint64_t *bytes_read);
+void ck_shard_close(ck_shard *f);
+/* Reads chunks [k0, k1) of slice s into buf (the slice's bytes from chunk
+ * k0's start) and checks each against its SHA-256; an error names the
+ * file, the tensor and the chunk. */
+gt_status ck_read_chunks(ck_shard *f, const ck_manifest *m, const ck_slice *s, uint64_t k0, uint64_t k1, void *buf);
 /* Fills `want` (row-major over its box) from tensor `tensor`'s stored
- * slices in checkpoint `dir`, checking each slice read and that they
- * cover the box exactly once. */
-gt_status ck_fill_box(const char *dir, const ck_manifest *m, int tensor, const ck_box *want, float *dst);
+ * slices in checkpoint `dir`, reading only the chunks that hold a part of
+ * it, checking each, and that the slices cover the box exactly once.
+ * Adds the bytes read to *bytes_read. */
+gt_status ck_fill_box(const char *dir, const ck_manifest *m, int tensor, const ck_box *want, float *dst,
+                      uint64_t *bytes_read);
+/* Writes this rank's shard `name` in dir: every slice of `part` from its
+ * bytes src[i], hashing each chunk into part's hashes (write.c). */
+gt_status ck_write_shard(const char *dir, const char *name, ck_manifest *part, const float *const *src);
 /* Removes a checkpoint directory and the files in it. */
 gt_status ck_remove_dir(const char *dir);
 
@@ -192,6 +233,7 @@ struct gt_ckpt {
    * its slices' bytes are, and the thread writing them. */
   ck_manifest part;
   const float **src;
+  int *src_buf; /* which host buffer src[i] is in: 0 the parameters, k + 1 optimizer state k */
   pthread_t thread;
   bool joinable;
   pthread_mutex_t mu;

@@ -1,6 +1,6 @@
 /* Files written so that a crash leaves either the old state or the new:
- * temporary name, fsync, rename, fsync of the directory. And slices read
- * back with their SHA-256 checked. */
+ * temporary name, fsync, rename, fsync of the directory. And the chunks of
+ * slices read back with their SHA-256 checked. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -50,6 +50,18 @@ gt_status ck_file_open(ck_file *f, const char *dir, const char *name) {
   return GT_OK;
 }
 
+/* O_DIRECT is switched on after the open, and only for a regular file: a
+ * file system without it (tmpfs) refuses the fcntl, not the file, so one
+ * open serves both paths. */
+gt_status ck_file_open_direct(ck_file *f, const char *dir, const char *name, bool *direct) {
+  GT_TRY(ck_file_open(f, dir, name));
+  struct stat st;
+  int flags = fcntl(f->fd, F_GETFL);
+  *direct = fstat(f->fd, &st) == 0 && S_ISREG(st.st_mode) && flags >= 0 &&
+            fcntl(f->fd, F_SETFL, flags | O_DIRECT) == 0;
+  return GT_OK;
+}
+
 void ck_file_write(ck_file *f, const void *p, size_t n) {
   const unsigned char *q = p;
   for (size_t done = 0; done < n && !f->err;) {
@@ -79,33 +91,78 @@ gt_status ck_write_durable(const char *dir, const char *name, const void *p, siz
   return ck_file_commit(&f);
 }
 
-gt_status ck_read_slice(const char *dir, const ck_manifest *m, const ck_slice *s, float *out) {
-  char path[4200];
-  snprintf(path, sizeof path, "%s/%s", dir, m->files[s->file]);
+struct ck_hasher {
+  EVP_MD_CTX *ctx;
+  bool bad; /* OpenSSL failed (out of memory): the digest is zeros */
+};
+
+ck_hasher *ck_hasher_new(void) {
+  ck_hasher *h = calloc(1, sizeof *h);
+  if (h && !(h->ctx = EVP_MD_CTX_new())) free(h), h = NULL;
+  return h;
+}
+
+void ck_hasher_free(ck_hasher *h) {
+  if (!h) return;
+  EVP_MD_CTX_free(h->ctx);
+  free(h);
+}
+
+void ck_hasher_start(ck_hasher *h) { h->bad = !EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL); }
+
+void ck_hasher_add(ck_hasher *h, const void *p, size_t n) {
+  if (!h->bad && n) h->bad = !EVP_DigestUpdate(h->ctx, p, n);
+}
+
+void ck_hasher_end(ck_hasher *h, unsigned char out[CK_SHA]) {
+  unsigned int len = CK_SHA;
+  if (h->bad || !EVP_DigestFinal_ex(h->ctx, out, &len)) memset(out, 0, CK_SHA);
+}
+
+gt_status ck_shard_open(ck_shard *f, const char *dir, const ck_manifest *m, const ck_slice *s, uint64_t *bytes_read) {
+  snprintf(f->path, sizeof f->path, "%s/%s", dir, m->files[s->file]);
+  f->bytes_read = bytes_read;
+  f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+  if (f->fd < 0)
+    return gt_errorf(errno == ENOENT ? GT_ENOTFOUND : GT_EIO, "cannot open shard %s (tensor %s): %s", f->path,
+                     m->tensors[s->tensor].name, strerror(errno));
+  return GT_OK;
+}
+
+void ck_shard_close(ck_shard *f) {
+  if (f->fd >= 0) close(f->fd);
+  f->fd = -1;
+}
+
+gt_status ck_read_chunks(ck_shard *f, const ck_manifest *m, const ck_slice *s, uint64_t k0, uint64_t k1, void *buf) {
   const char *tensor = m->tensors[s->tensor].name;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return gt_errorf(errno == ENOENT ? GT_ENOTFOUND : GT_EIO, "cannot open shard %s (tensor %s): %s", path, tensor,
-                     strerror(errno));
-  size_t done = 0;
+  uint64_t at, len, end, last;
+  ck_chunk_span(m, s, k0, &at, &len);
+  ck_chunk_span(m, s, k1 - 1, &end, &last);
+  size_t want = (size_t)(end + last - at), done = 0;
   int err = 0;
-  while (done < s->length && !err) {
-    ssize_t r = pread(fd, (char *)out + done, (size_t)s->length - done, (off_t)(s->offset + done));
+  while (done < want && !err) {
+    ssize_t r = pread(f->fd, (char *)buf + done, want - done, (off_t)(s->offset + at + done));
     if (r > 0) done += (size_t)r;
     else if (r < 0 && errno != EINTR) err = errno;
     else if (r == 0) break;
   }
-  close(fd);
-  if (err) return gt_errorf(GT_EIO, "reading shard %s (tensor %s): %s", path, tensor, strerror(err));
-  if (done < s->length)
+  if (f->bytes_read) *f->bytes_read += done;
+  if (err) return gt_errorf(GT_EIO, "reading shard %s (tensor %s): %s", f->path, tensor, strerror(err));
+  if (done < want)
     return gt_errorf(GT_EFORMAT, "shard %s is truncated: tensor %s needs bytes %llu..%llu and the file ends first",
-                     path, tensor, (unsigned long long)s->offset, (unsigned long long)(s->offset + s->length));
-  unsigned char sha[CK_SHA];
-  ck_sha256(out, (size_t)s->length, sha);
-  if (memcmp(sha, s->sha, CK_SHA))
-    return gt_errorf(GT_EFORMAT, "shard %s: the slice of tensor %s at byte %llu fails its SHA-256 check: the file "
-                     "is corrupt",
-                     path, tensor, (unsigned long long)s->offset);
+                     f->path, tensor, (unsigned long long)(s->offset + at), (unsigned long long)(s->offset + at + want));
+  for (uint64_t k = k0; k < k1; k++) {
+    uint64_t a, n;
+    unsigned char sha[CK_SHA];
+    ck_chunk_span(m, s, k, &a, &n);
+    ck_sha256((const char *)buf + (a - at), (size_t)n, sha);
+    if (memcmp(sha, m->hashes[s->hash + k], CK_SHA))
+      return gt_errorf(GT_EFORMAT, "shard %s: tensor %s, chunk %llu of its slice (bytes %llu..%llu of the file), "
+                       "fails its SHA-256 check: the file is corrupt",
+                       f->path, tensor, (unsigned long long)k, (unsigned long long)(s->offset + a),
+                       (unsigned long long)(s->offset + a + n));
+  }
   return GT_OK;
 }
 

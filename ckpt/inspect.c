@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/ckpt_internal.h"
 #include "giant/grid.h"
@@ -27,6 +28,36 @@ gt_status gt_ckpt_describe(const char *path, gt_ckpt_summary *out) {
   return GT_OK;
 }
 
+static void note(FILE *report, gt_status s, gt_status *first) {
+  if (report) fprintf(report, "%s\n", gt_last_error());
+  if (*first == GT_OK) *first = s;
+}
+
+/* Chunk by chunk, so that every bad chunk is named, not only the first of
+ * its slice; a slice its file cuts short is one failure. */
+static int verify_slice(const char *path, const ck_manifest *m, const ck_slice *sl, FILE *report, gt_status *first) {
+  uint64_t at, len, chunks = ck_chunks(m, sl);
+  ck_chunk_span(m, sl, 0, &at, &len);
+  void *buf = malloc(len ? (size_t)len : 1);
+  ck_shard f = {.fd = -1};
+  gt_status s = buf ? ck_shard_open(&f, path, m, sl, NULL) : gt_errorf(GT_ENOMEM, "out of memory verifying %s", path);
+  struct stat st;
+  if (s == GT_OK && fstat(f.fd, &st) == 0 && (uint64_t)st.st_size < sl->offset + sl->length)
+    s = gt_errorf(GT_EFORMAT, "shard %s is truncated: tensor %s needs bytes %llu..%llu and the file ends at %lld",
+                  f.path, m->tensors[sl->tensor].name, (unsigned long long)sl->offset,
+                  (unsigned long long)(sl->offset + sl->length), (long long)st.st_size);
+  int bad = s != GT_OK;
+  if (s != GT_OK) note(report, s, first);
+  for (uint64_t k = 0; s == GT_OK && k < chunks; k++) {
+    gt_status r = ck_read_chunks(&f, m, sl, k, k + 1, buf);
+    if (r != GT_OK) bad++, note(report, r, first);
+    if (r == GT_EIO) break; /* the file cannot be read on */
+  }
+  ck_shard_close(&f);
+  free(buf);
+  return bad;
+}
+
 gt_status gt_ckpt_verify(const char *path, FILE *report, int *bad) {
   *bad = 0;
   ck_manifest m;
@@ -36,16 +67,7 @@ gt_status gt_ckpt_verify(const char *path, FILE *report, int *bad) {
     *bad = 1;
     return s;
   }
-  for (int i = 0; i < m.nslices; i++) {
-    const ck_slice *sl = &m.slices[i];
-    float *buf = malloc(sl->length ? (size_t)sl->length : 1);
-    s = buf ? ck_read_slice(path, &m, sl, buf) : gt_errorf(GT_ENOMEM, "out of memory verifying %s", path);
-    free(buf);
-    if (s == GT_OK) continue;
-    ++*bad;
-    if (report) fprintf(report, "%s\n", gt_last_error());
-    if (first == GT_OK) first = s;
-  }
+  for (int i = 0; i < m.nslices; i++) *bad += verify_slice(path, &m, &m.slices[i], report, &first);
   ck_manifest_free(&m);
   return first;
 }
@@ -62,7 +84,7 @@ static gt_status read_whole(const char *path, const ck_manifest *m, int i, float
   *n = (size_t)ck_box_volume(&b);
   *out = malloc((*n ? *n : 1) * sizeof(float));
   if (!*out) return gt_errorf(GT_ENOMEM, "out of memory reading tensor %s", m->tensors[i].name);
-  gt_status s = ck_fill_box(path, m, i, &b, *out);
+  gt_status s = ck_fill_box(path, m, i, &b, *out, NULL);
   if (s != GT_OK) free(*out), *out = NULL;
   return s;
 }
@@ -71,6 +93,7 @@ gt_status gt_ckpt_export(const char *path, const char *out_file) {
   ck_manifest m, e = {0};
   GT_TRY(ck_manifest_read(path, &m));
   e.step = m.step;
+  e.chunk = GT_CKPT_CHUNK_DEFAULT; /* it has no slices */
   gt_status s = GT_OK;
   char name[CK_NAME + 8];
   for (int i = 0; i < m.ntensors && s == GT_OK; i++) {

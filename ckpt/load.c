@@ -1,7 +1,7 @@
 /* Loading into any layout. Each rank works out the boxes of every tensor
  * it holds (its parameters' blocks, its optimizer's range cut at
- * parameters), reads the stored slices that overlap them, checks their
- * SHA-256, and copies the overlaps. Everything goes to the host buffers
+ * parameters), reads the chunks of the stored slices that hold a part of
+ * them, checks each chunk's SHA-256, and copies the overlaps. Everything goes to the host buffers
  * first; the model, optimizer, trainer and loader change only once every
  * rank has read its part. */
 #include <stdio.h>
@@ -11,18 +11,66 @@
 #include "ckpt/ckpt_internal.h"
 #include "giant/log.h"
 
-gt_status ck_fill_box(const char *dir, const ck_manifest *m, int tensor, const ck_box *want, float *dst) {
+/* One stored slice's part of a box. Its runs come in increasing order in
+ * the slice, so a window of chunks, each read and checked once, moves
+ * forward only; a chunk is read only when a run needs a byte of it. */
+typedef struct slice_read {
+  const ck_manifest *m;
+  const ck_slice *s;
+  ck_shard f;
+  char *dst;
+  unsigned char *win; /* the slice's chunks [w0, w1) */
+  uint64_t size, cap, w0, w1;
+  uint64_t got; /* floats copied */
+} slice_read;
+
+#define CK_READ_WINDOW (16u << 20) /* bytes read at once at most, unless a chunk is larger */
+
+static gt_status copy_run(void *ctx, uint64_t src, uint64_t dst, uint64_t n) {
+  slice_read *r = ctx;
+  uint64_t a = src * sizeof(float), e = (src + n) * sizeof(float);
+  while (a < e) {
+    uint64_t k = a / r->size;
+    if (k < r->w0 || k >= r->w1) {
+      /* A window holds one chunk at least (a slice shorter than a chunk
+       * is one chunk of its length). */
+      uint64_t k1 = (e - 1) / r->size + 1, fit = r->cap >= r->size ? r->cap / r->size : 1;
+      if (k1 > k + fit) k1 = k + fit;
+      GT_TRY(ck_read_chunks(&r->f, r->m, r->s, k, k1, r->win));
+      r->w0 = k, r->w1 = k1;
+    }
+    uint64_t end = r->w1 * r->size < r->s->length ? r->w1 * r->size : r->s->length;
+    uint64_t take = (e < end ? e : end) - a;
+    memcpy(r->dst + dst * sizeof(float) + (a - src * sizeof(float)), r->win + (a - r->w0 * r->size), (size_t)take);
+    a += take;
+  }
+  r->got += n;
+  return GT_OK;
+}
+
+static gt_status read_part(const char *dir, const ck_manifest *m, const ck_slice *s, const ck_box *want, float *dst,
+                           uint64_t *bytes_read, uint64_t *got) {
+  slice_read r = {.m = m, .s = s, .dst = (char *)dst, .size = m->chunk ? m->chunk : s->length};
+  uint64_t fit = CK_READ_WINDOW / r.size ? CK_READ_WINDOW / r.size : 1;
+  r.cap = fit * r.size < s->length ? fit * r.size : s->length;
+  r.win = malloc((size_t)r.cap);
+  if (!r.win) return gt_errorf(GT_ENOMEM, "out of memory reading a slice of %s", m->tensors[s->tensor].name);
+  gt_status st = ck_shard_open(&r.f, dir, m, s, bytes_read);
+  if (st == GT_OK) st = ck_box_runs(&s->box, want, copy_run, &r);
+  ck_shard_close(&r.f);
+  free(r.win);
+  *got += r.got;
+  return st;
+}
+
+gt_status ck_fill_box(const char *dir, const ck_manifest *m, int tensor, const ck_box *want, float *dst,
+                      uint64_t *bytes_read) {
   uint64_t got = 0;
   for (int i = 0; i < m->nslices; i++) {
     const ck_slice *s = &m->slices[i];
     ck_box x;
     if (s->tensor != tensor || !ck_box_intersect(&s->box, want, &x)) continue;
-    float *buf = malloc(s->length ? (size_t)s->length : 1);
-    if (!buf) return gt_errorf(GT_ENOMEM, "out of memory reading a slice of %s", m->tensors[tensor].name);
-    gt_status st = ck_read_slice(dir, m, s, buf);
-    if (st == GT_OK) got += ck_box_copy(&s->box, buf, want, dst);
-    free(buf);
-    GT_TRY(st);
+    GT_TRY(read_part(dir, m, s, want, dst, bytes_read, &got));
   }
   if (got != ck_box_volume(want))
     return gt_errorf(GT_EFORMAT, "checkpoint %s: tensor %s: its slices cover %llu of the %llu elements this rank "
@@ -72,7 +120,7 @@ static gt_status check_names(gt_ckpt *c, const char *dir, const ck_manifest *m, 
   return GT_OK;
 }
 
-static gt_status read_params(gt_ckpt *c, const char *dir, const ck_manifest *m) {
+static gt_status read_params(gt_ckpt *c, const char *dir, const ck_manifest *m, uint64_t *bytes_read) {
   char name[CK_NAME + 32];
   for (int i = 0; i < gt_model_num_params(c->m); i++) {
     const gt_param *p = gt_model_param(c->m, i);
@@ -82,14 +130,31 @@ static gt_status read_params(gt_ckpt *c, const char *dir, const ck_manifest *m) 
     ck_param_tensor(owner->name, name, sizeof name);
     GT_TRY(find_tensor(dir, m, name, p, &t));
     ck_box blk = ck_param_box(p);
-    GT_TRY(ck_fill_box(dir, m, t, &blk, c->params + p->offset));
+    GT_TRY(ck_fill_box(dir, m, t, &blk, c->params + p->offset, bytes_read));
   }
   return GT_OK;
 }
 
-/* The optimizer's range [lo, hi), parameter by parameter: a parameter's
- * block is read whole and the part inside the range kept. */
-static gt_status read_state(gt_ckpt *c, const char *dir, const ck_manifest *m, gt_optim_kind kind) {
+/* Where a box of optimizer state k goes: floats [lo, hi) of a parameter
+ * are cut into boxes each contiguous in the rank's state buffer. */
+typedef struct state_dst {
+  const char *dir;
+  const ck_manifest *m;
+  int tensor;
+  float *buf;    /* the rank's state buffer, from float c->lo of the flat buffer */
+  int64_t shift; /* where the parameter's first float is in it (negative: before it) */
+  uint64_t *bytes_read;
+} state_dst;
+
+static gt_status fill_state_box(void *ctx, const ck_box *box, uint64_t first) {
+  state_dst *d = ctx;
+  return ck_fill_box(d->dir, d->m, d->tensor, box, d->buf + (d->shift + (int64_t)first), d->bytes_read);
+}
+
+/* The optimizer's range [lo, hi), parameter by parameter: only the part of
+ * each parameter inside the range is read. */
+static gt_status read_state(gt_ckpt *c, const char *dir, const ck_manifest *m, gt_optim_kind kind,
+                            uint64_t *bytes_read) {
   char name[CK_NAME + 32];
   for (int i = 0; i < gt_model_num_params(c->m); i++) {
     const gt_param *p = gt_model_param(c->m, i);
@@ -98,19 +163,14 @@ static gt_status read_state(gt_ckpt *c, const char *dir, const ck_manifest *m, g
     size_t hi = p->offset + p->numel < c->hi ? p->offset + p->numel : c->hi;
     if (lo >= hi) continue;
     const gt_param *owner = p->mirror_of >= 0 ? gt_model_param(c->m, p->mirror_of) : p;
-    float *blk = malloc(p->numel * sizeof(float));
-    if (!blk) return gt_errorf(GT_ENOMEM, "out of memory reading the optimizer state of %s", p->name);
     ck_box box = ck_param_box(p);
-    gt_status s = GT_OK;
-    for (int k = 0; k < c->nstates && s == GT_OK; k++) {
-      int t;
+    for (int k = 0; k < c->nstates; k++) {
+      state_dst d = {.dir = dir, .m = m, .bytes_read = bytes_read};
       ck_state_tensor(kind, k, owner->name, name, sizeof name);
-      s = find_tensor(dir, m, name, p, &t);
-      if (s == GT_OK) s = ck_fill_box(dir, m, t, &box, blk);
-      if (s == GT_OK) memcpy(c->state[k] + (lo - c->lo), blk + (lo - p->offset), (hi - lo) * sizeof(float));
+      GT_TRY(find_tensor(dir, m, name, p, &d.tensor));
+      d.buf = c->state[k], d.shift = (int64_t)p->offset - (int64_t)c->lo;
+      GT_TRY(ck_range_boxes(&box, lo - p->offset, hi - p->offset, fill_state_box, &d));
     }
-    free(blk);
-    GT_TRY(s);
   }
   return GT_OK;
 }
@@ -174,6 +234,7 @@ typedef struct loaded {
   trainer_state tr;
   uint64_t row;
   bool has_cursor;
+  uint64_t bytes_read;
 } loaded;
 
 static gt_status load_one(gt_ckpt *c, const char *dir, ck_manifest *m, loaded *out) {
@@ -190,8 +251,8 @@ static gt_status load_one(gt_ckpt *c, const char *dir, ck_manifest *m, loaded *o
   gt_backend *be = gt_model_backend(c->m);
   for (int k = 0; k < c->nstates; k++)
     GT_TRY(gt_backend_download(be, c->state[k], gt_optimizer_state(c->opt, k), (c->hi - c->lo) * sizeof(float)));
-  GT_TRY(read_params(c, dir, m));
-  GT_TRY(read_state(c, dir, m, kind));
+  GT_TRY(read_params(c, dir, m, &out->bytes_read));
+  GT_TRY(read_state(c, dir, m, kind, &out->bytes_read));
   if (c->loader) GT_TRY(read_cursor(c, dir, m, &out->row, &out->has_cursor));
   return GT_OK;
 }
@@ -261,7 +322,7 @@ gt_status gt_ckpt_load(gt_ckpt *c, const char *path, gt_ckpt_info *info) {
       if (info) {
         *info = (gt_ckpt_info){.step = (int)l.tr.step, .fallbacks = fallbacks,
                                .layout = {(int)l.tr.plan[0], (int)l.tr.plan[1], (int)l.tr.plan[2]},
-                               .zero1 = l.tr.plan[3] != 0};
+                               .zero1 = l.tr.plan[3] != 0, .bytes_read = l.bytes_read};
         snprintf(info->path, sizeof info->path, "%.4095s", dir);
       }
       free(steps);

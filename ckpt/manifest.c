@@ -1,5 +1,6 @@
 /* The manifest: every tensor by global name, shape and dtype; every stored
- * slice with its box, shard file, offset, length and SHA-256; the blobs
+ * slice with its box, shard file, offset, length and the SHA-256 of each of
+ * its chunks; the blobs
  * (the trainer's, loaders' and application's state). Ranks encode the part
  * they wrote and hand it to rank 0 through the store; rank 0 merges the
  * parts and writes the file whose rename commits the checkpoint. */
@@ -22,6 +23,7 @@ void ck_manifest_free(ck_manifest *m) {
   free(m->blobs);
   free(m->tensors);
   free(m->slices);
+  free(m->hashes);
   free(m->files);
   *m = (ck_manifest){0};
 }
@@ -60,9 +62,41 @@ gt_status ck_manifest_add_tensor(ck_manifest *m, const char *name, int ndim, con
   return GT_OK;
 }
 
-gt_status ck_manifest_add_slice(ck_manifest *m, const ck_slice *s) {
+bool ck_chunk_valid(uint64_t chunk) { return chunk >= 64 && chunk <= (1u << 30) && chunk % 64 == 0; }
+
+uint64_t ck_chunks(const ck_manifest *m, const ck_slice *s) {
+  return m->chunk ? (s->length + m->chunk - 1) / m->chunk : 1;
+}
+
+void ck_chunk_span(const ck_manifest *m, const ck_slice *s, uint64_t k, uint64_t *at, uint64_t *len) {
+  uint64_t size = m->chunk ? m->chunk : s->length;
+  *at = k * size;
+  *len = s->length - *at < size ? s->length - *at : size;
+}
+
+static size_t pow2_at_least(size_t n) {
+  size_t c = 1;
+  while (c < n) c *= 2;
+  return c;
+}
+
+gt_status ck_manifest_add_slice(ck_manifest *m, const ck_slice *s, const unsigned char (*hashes)[CK_SHA]) {
+  uint64_t n = ck_chunks(m, s);
   GROW(m->slices, m->nslices, "slices");
-  m->slices[m->nslices++] = *s;
+  /* The hash table's capacity is the power of two at or above its count,
+   * so adding thousands of slices reallocates it a few times only. */
+  size_t need = m->nhashes + (size_t)n;
+  if (!m->hashes || need > pow2_at_least(m->nhashes)) {
+    void *q = realloc(m->hashes, pow2_at_least(need) * CK_SHA);
+    if (!q) return gt_errorf(GT_ENOMEM, "out of memory for the manifest's chunk hashes");
+    m->hashes = q;
+  }
+  ck_slice *t = &m->slices[m->nslices++];
+  *t = *s;
+  t->hash = m->nhashes;
+  if (hashes) memcpy(m->hashes[t->hash], hashes, (size_t)n * CK_SHA);
+  else memset(m->hashes[t->hash], 0, (size_t)n * CK_SHA);
+  m->nhashes += (size_t)n;
   return GT_OK;
 }
 
@@ -96,11 +130,15 @@ gt_status ck_manifest_merge(ck_manifest *to, const ck_manifest *from) {
     const ck_tensor *t = &from->tensors[i];
     s = ck_manifest_add_tensor(to, t->name, t->ndim, t->shape, &tensor[i]);
   }
+  if (s == GT_OK && from->nslices && to->chunk != from->chunk)
+    s = gt_errorf(GT_EINVAL, "ranks hash checkpoint slices in chunks of %llu and %llu bytes: give every rank the "
+                  "same gt_ckpt_config.chunk_bytes",
+                  (unsigned long long)to->chunk, (unsigned long long)from->chunk);
   for (int i = 0; s == GT_OK && i < from->nslices; i++) {
     ck_slice sl = from->slices[i];
     sl.file = file[sl.file];
     sl.tensor = tensor[sl.tensor];
-    s = ck_manifest_add_slice(to, &sl);
+    s = ck_manifest_add_slice(to, &sl, (const unsigned char (*)[CK_SHA])from->hashes[sl.hash]);
   }
   for (int i = 0; s == GT_OK && i < from->nblobs; i++)
     s = ck_manifest_add_blob(to, from->blobs[i].name, from->blobs[i].bytes, from->blobs[i].len);
@@ -111,6 +149,7 @@ gt_status ck_manifest_merge(ck_manifest *to, const ck_manifest *from) {
 
 gt_status ck_manifest_encode(const ck_manifest *m, ck_buf *b) {
   ck_put_u64(b, (uint64_t)m->step);
+  ck_put_u64(b, m->chunk);
   ck_put_u32(b, (uint32_t)m->nfiles);
   for (int i = 0; i < m->nfiles; i++) ck_put_str(b, m->files[i]);
   ck_put_u32(b, (uint32_t)m->ntensors);
@@ -129,7 +168,7 @@ gt_status ck_manifest_encode(const ck_manifest *m, ck_buf *b) {
     ck_put_u32(b, (uint32_t)s->file);
     ck_put_u64(b, s->offset);
     ck_put_u64(b, s->length);
-    ck_put(b, s->sha, CK_SHA);
+    ck_put(b, m->hashes[s->hash], (size_t)ck_chunks(m, s) * CK_SHA);
   }
   ck_put_u32(b, (uint32_t)m->nblobs);
   for (int i = 0; i < m->nblobs; i++) {
@@ -140,11 +179,17 @@ gt_status ck_manifest_encode(const ck_manifest *m, ck_buf *b) {
   return b->oom ? gt_errorf(GT_ENOMEM, "out of memory encoding the manifest") : GT_OK;
 }
 
+static gt_status decode_version(const unsigned char *p, size_t len, uint32_t version, const char *what,
+                                ck_manifest *out);
+
 /* Every count and index is checked against what the bytes can hold, so a
  * damaged manifest is an error, never a huge allocation or a wild index. */
-static gt_status decode(ck_rd *r, const char *what, ck_manifest *m) {
+static gt_status decode(ck_rd *r, uint32_t version, const char *what, ck_manifest *m) {
 #define BAD(...) return gt_error_context(gt_errorf(GT_EFORMAT, __VA_ARGS__), "%s", what)
   m->step = (int64_t)ck_get_u64(r);
+  m->chunk = version == 1 ? 0 : ck_get_u64(r);
+  if (version != 1 && !ck_chunk_valid(m->chunk))
+    BAD("its chunk size %llu is not a multiple of 64 in [64, 1 GiB]", (unsigned long long)m->chunk);
   uint32_t n = ck_get_u32(r);
   if (r->bad || n > r->len) BAD("the file table is cut short");
   for (uint32_t i = 0; i < n; i++) {
@@ -182,13 +227,16 @@ static gt_status decode(ck_rd *r, const char *what, ck_manifest *m) {
     s.file = (int)ck_get_u32(r);
     s.offset = ck_get_u64(r);
     s.length = ck_get_u64(r);
-    const unsigned char *sha = ck_get(r, CK_SHA);
     if (r->bad || s.file < 0 || s.file >= m->nfiles) BAD("a slice of tensor %s names no shard file", t->name);
     if (s.length != ck_box_volume(&s.box) * sizeof(float))
       BAD("a slice of tensor %s has length %llu for %llu floats", t->name, (unsigned long long)s.length,
           (unsigned long long)ck_box_volume(&s.box));
-    memcpy(s.sha, sha, CK_SHA);
-    GT_TRY(ck_manifest_add_slice(m, &s));
+    /* The count of hashes is checked against the bytes left before it is
+     * multiplied, so a huge length cannot overflow into a small read. */
+    uint64_t chunks = ck_chunks(m, &s);
+    const unsigned char *sha = chunks <= (r->len - r->at) / CK_SHA ? ck_get(r, (size_t)chunks * CK_SHA) : NULL;
+    if (!sha) BAD("the chunk hashes of a slice of tensor %s are cut short", t->name);
+    GT_TRY(ck_manifest_add_slice(m, &s, (const unsigned char (*)[CK_SHA])sha));
   }
   n = ck_get_u32(r);
   if (r->bad || n > r->len) BAD("the blob table is cut short");
@@ -206,9 +254,14 @@ static gt_status decode(ck_rd *r, const char *what, ck_manifest *m) {
 }
 
 gt_status ck_manifest_decode(const unsigned char *p, size_t len, const char *what, ck_manifest *out) {
+  return decode_version(p, len, GT_CKPT_VERSION, what, out);
+}
+
+static gt_status decode_version(const unsigned char *p, size_t len, uint32_t version, const char *what,
+                                ck_manifest *out) {
   *out = (ck_manifest){0};
   ck_rd r = {.p = p, .len = len};
-  gt_status s = decode(&r, what, out);
+  gt_status s = decode(&r, version, what, out);
   if (s != GT_OK) ck_manifest_free(out);
   return s;
 }
@@ -277,8 +330,8 @@ gt_status ck_manifest_read_file(const char *path, ck_manifest *out) {
   gt_status s = GT_OK;
   if (r.bad || memcmp(magic, GT_CKPT_MAGIC, 8))
     s = gt_errorf(GT_EFORMAT, "%s is not a Giant checkpoint manifest (no %s magic)", path, GT_CKPT_MAGIC);
-  else if (version != GT_CKPT_VERSION)
-    s = gt_errorf(GT_EFORMAT, "%s has format version %u; this build reads version %u (use a matching giant)",
+  else if (version != GT_CKPT_VERSION && version != 1)
+    s = gt_errorf(GT_EFORMAT, "%s has format version %u; this build reads versions 1 and %u (use a matching giant)",
                   path, version, GT_CKPT_VERSION);
   else if (len < r.at + CK_SHA || body != len - r.at - CK_SHA)
     s = gt_errorf(GT_EFORMAT, "%s is truncated or has trailing bytes (%zu bytes, header says a %llu-byte body)",
@@ -289,7 +342,7 @@ gt_status ck_manifest_read_file(const char *path, ck_manifest *out) {
     if (memcmp(sha, p + r.at + body, CK_SHA))
       s = gt_errorf(GT_EFORMAT, "%s fails its SHA-256 check: the manifest is corrupt", path);
   }
-  if (s == GT_OK) s = ck_manifest_decode(p + r.at, (size_t)body, path, out);
+  if (s == GT_OK) s = decode_version(p + r.at, (size_t)body, version, path, out);
   if (s == GT_OK && (s = ck_manifest_check_cover(out, path)) != GT_OK) ck_manifest_free(out);
   free(p);
   return s;

@@ -19,6 +19,9 @@ gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *l
   if (cfg->keep < 0) return gt_errorf(GT_EINVAL, "checkpoints to keep must be >= 0, got %d", cfg->keep);
   if (cfg->busy != GT_CKPT_BUSY_WAIT && cfg->busy != GT_CKPT_BUSY_SKIP)
     return gt_errorf(GT_EINVAL, "unknown checkpoint busy policy %d", (int)cfg->busy);
+  if (cfg->chunk_bytes && !ck_chunk_valid(cfg->chunk_bytes))
+    return gt_errorf(GT_EINVAL, "checkpoint chunk_bytes %llu must be a multiple of 64 in [64, 1 GiB] (0: 4 MiB)",
+                     (unsigned long long)cfg->chunk_bytes);
   gt_dist *dist = gt_trainer_dist(tr);
   if (dist && gt_dist_plan(dist)->world > 1 && !cfg->store)
     return gt_errorf(GT_EINVAL, "a distributed job's checkpoints need the job's store in gt_ckpt_config");
@@ -30,6 +33,7 @@ gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *l
   c->cfg = *cfg;
   c->cfg.dir = c->root;
   if (c->cfg.timeout_ms <= 0) c->cfg.timeout_ms = 300000;
+  if (!c->cfg.chunk_bytes) c->cfg.chunk_bytes = GT_CKPT_CHUNK_DEFAULT;
   c->tr = tr;
   c->m = gt_trainer_model(tr);
   c->opt = gt_trainer_optimizer(tr);
@@ -71,6 +75,7 @@ void gt_ckpt_destroy(gt_ckpt *c) {
   ck_manifest_free(&c->user);
   ck_manifest_free(&c->loaded);
   free(c->src);
+  free(c->src_buf);
   if (c->params) gt_backend_host_free(c->be, c->params);
   for (int k = 0; k < 2; k++)
     if (c->state[k]) gt_backend_host_free(c->be, c->state[k]);
@@ -103,14 +108,7 @@ gt_status gt_ckpt_get_blob(const gt_ckpt *c, const char *name, const void **byte
 /* This rank's shard: every slice it writes, hashed as it goes. */
 static gt_status write_shard(gt_ckpt *c, const char *dir) {
   if (c->part.nfiles == 0) return GT_OK;
-  ck_file f;
-  GT_TRY(ck_file_open(&f, dir, c->part.files[0]));
-  for (int i = 0; i < c->part.nslices && !f.err; i++) {
-    ck_slice *s = &c->part.slices[i];
-    ck_sha256(c->src[i], (size_t)s->length, s->sha);
-    ck_file_write(&f, c->src[i], (size_t)s->length);
-  }
-  gt_status s = ck_file_commit(&f);
+  gt_status s = ck_write_shard(dir, c->part.files[0], &c->part, c->src);
   return s == GT_OK ? s : gt_error_context(s, "checkpoint shard");
 }
 
@@ -158,7 +156,7 @@ static gt_status gather(gt_ckpt *c, ck_manifest *all) {
 }
 
 static gt_status commit(gt_ckpt *c, const char *dir) {
-  ck_manifest all = {.step = c->part.step};
+  ck_manifest all = {.step = c->part.step, .chunk = c->part.chunk};
   gt_status s = ck_manifest_merge(&all, &c->part);
   if (s == GT_OK && c->plan.world > 1) s = gather(c, &all);
   if (s == GT_OK) s = ck_manifest_write(dir, &all); /* the commit point */

@@ -64,15 +64,18 @@ typedef struct add_ctx {
   gt_ckpt *c;
   int tensor, file;
   const float *buf;  /* host floats */
+  int which;         /* buf is the parameters (0) or optimizer state which - 1 */
   int64_t shift;     /* where in buf the block's first element is (negative: before it) */
   uint64_t *offset;  /* in the shard file */
 } add_ctx;
 
 static gt_status src_slot(gt_ckpt *c) {
-  const float **q = realloc(c->src, ((size_t)c->part.nslices + 1) * sizeof *q);
-  if (!q) return gt_errorf(GT_ENOMEM, "out of memory describing the checkpoint's slices");
-  c->src = q;
-  return GT_OK;
+  size_t n = (size_t)c->part.nslices + 1;
+  const float **q = realloc(c->src, n * sizeof *q);
+  if (q) c->src = q;
+  int *w = q ? realloc(c->src_buf, n * sizeof *w) : NULL;
+  if (w) c->src_buf = w;
+  return w ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory describing the checkpoint's slices");
 }
 
 static gt_status add_slice(void *ctx, const ck_box *box, uint64_t first) {
@@ -81,7 +84,8 @@ static gt_status add_slice(void *ctx, const ck_box *box, uint64_t first) {
   s.length = ck_box_volume(box) * sizeof(float);
   GT_TRY(src_slot(a->c));
   a->c->src[a->c->part.nslices] = a->buf + ((int64_t)first + a->shift);
-  GT_TRY(ck_manifest_add_slice(&a->c->part, &s));
+  a->c->src_buf[a->c->part.nslices] = a->which;
+  GT_TRY(ck_manifest_add_slice(&a->c->part, &s, NULL)); /* hashed as it is written */
   *a->offset += s.length;
   return GT_OK;
 }
@@ -116,7 +120,7 @@ static gt_status describe_param(gt_ckpt *c, int file, int i, const int *param_sl
   for (int k = 0; k < c->nstates; k++) {
     ck_state_tensor(kind, k, p->name, name, sizeof name);
     GT_TRY(add_tensor(c, name, p, &a.tensor));
-    a.buf = c->state[k], a.shift = (int64_t)p->offset - (int64_t)c->lo;
+    a.buf = c->state[k], a.which = k + 1, a.shift = (int64_t)p->offset - (int64_t)c->lo;
     GT_TRY(ck_range_boxes(&blk, lo - p->offset, hi - p->offset, add_slice, &a));
   }
   return GT_OK;
@@ -181,18 +185,41 @@ static gt_status loader_blob(gt_ckpt *c) {
   return s;
 }
 
+/* Copies to the host only the floats of the slices this rank writes (the
+ * other replicas copy the rest): runs of slices adjacent in a buffer, or
+ * apart by a parameter's alignment padding, go in one download. This is
+ * the whole of a save's stall. */
+static gt_status copy_written(gt_ckpt *c) {
+  gt_backend *be = gt_model_backend(c->m);
+  for (int w = 0; w <= c->nstates; w++) {
+    float *host = w ? c->state[w - 1] : c->params;
+    const float *dev = w ? gt_optimizer_state(c->opt, w - 1) : gt_model_params(c->m);
+    size_t a = 0, b = 0; /* the run [a, b), in floats from the buffer's start */
+    for (int i = 0; i <= c->part.nslices; i++) {
+      bool last = i == c->part.nslices;
+      if (!last && c->src_buf[i] != w) continue;
+      size_t at = last ? 0 : (size_t)(c->src[i] - host), n = last ? 0 : (size_t)(c->part.slices[i].length / sizeof(float));
+      if (!last && b > a && at >= b && at - b <= 64) {
+        b = at + n;
+        continue;
+      }
+      if (b > a) GT_TRY(gt_backend_download(be, host + a, dev + a, (b - a) * sizeof(float)));
+      a = at, b = at + n;
+    }
+  }
+  return GT_OK;
+}
+
 gt_status ck_snapshot(gt_ckpt *c) {
   ck_manifest_free(&c->part);
   c->part.step = gt_trainer_step_index(c->tr);
-  gt_backend *be = gt_model_backend(c->m);
-  GT_TRY(gt_model_get_params(c->m, c->params, c->nparams));
-  for (int k = 0; k < c->nstates; k++)
-    GT_TRY(gt_backend_download(be, c->state[k], gt_optimizer_state(c->opt, k), (c->hi - c->lo) * sizeof(float)));
+  c->part.chunk = c->cfg.chunk_bytes;
   char file[64];
   int index;
   snprintf(file, sizeof file, "shard-%05d.bin", c->plan.rank);
   GT_TRY(ck_manifest_add_file(&c->part, file, &index));
   GT_TRY(describe_slices(c, index));
+  GT_TRY(copy_written(c));
   if (c->part.nslices == 0) c->part.nfiles = 0; /* nothing of this rank's to write */
   if (c->plan.rank == 0) GT_TRY(trainer_blob(c));
   GT_TRY(loader_blob(c));

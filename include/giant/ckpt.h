@@ -9,8 +9,10 @@
  * application's own blobs.
  *
  * Every tensor is stored by its global name and shape as slices, each a box
- * of global index ranges with its SHA-256, so a checkpoint taken at one
- * layout (dp, tp, pp, ZeRO-1, sequence parallelism) loads into any other.
+ * of global index ranges hashed in fixed-size chunks (SHA-256 each), so a
+ * checkpoint taken at one layout (dp, tp, pp, ZeRO-1, sequence parallelism)
+ * loads into any other, each rank reading and checking only the chunks
+ * that hold what it needs.
  *
  * Saving is collective (every rank of the job calls gt_ckpt_save at the same
  * step) and asynchronous: the call copies this rank's state into reused host
@@ -36,7 +38,8 @@
 GT_API_BEGIN
 
 #define GT_CKPT_MAGIC "GIANTCKP"
-#define GT_CKPT_VERSION 1u
+#define GT_CKPT_VERSION 2u /* written; version 1 (one hash per slice) is still read */
+#define GT_CKPT_CHUNK_DEFAULT (4u << 20)
 
 /* What a save does while the previous one is still being written. */
 typedef enum gt_ckpt_busy {
@@ -56,6 +59,11 @@ typedef struct gt_ckpt_config {
    * the rank and the key namespace. */
   gt_store *store;
   int timeout_ms;    /* how long rank 0 waits for the other ranks' shards (0: 300 s) */
+  /* Bytes of a slice under one SHA-256 (0: GT_CKPT_CHUNK_DEFAULT, 4 MiB): a
+   * load reads and checks whole chunks, so smaller chunks read less around
+   * what a rank needs and cost 32 bytes of manifest each. A multiple of 64,
+   * at most 1 GiB; the same on every rank. */
+  uint64_t chunk_bytes;
 } gt_ckpt_config;
 
 typedef struct gt_ckpt gt_ckpt;
@@ -101,13 +109,16 @@ typedef struct gt_ckpt_info {
   gt_grid_layout layout; /* the layout it was taken at */
   bool zero1;
   int fallbacks;       /* newer committed checkpoints that failed to load and were passed over */
+  uint64_t bytes_read; /* of shard files, by this rank, for the checkpoint it loaded (each byte checked) */
 } gt_ckpt_info;
 
 /* Loads the newest committed checkpoint under the root directory, or `path`
  * (a step directory) when given, into this rank's model, optimizer, trainer
- * and loader, whatever layout it was taken at. Collective. Every slice read
- * is checked against its SHA-256, every tensor's name, shape and dtype
- * against the model. Without `path`, a checkpoint that fails to load on any
+ * and loader, whatever layout it was taken at. Collective. A rank reads only
+ * the chunks of stored slices that hold what it needs, and checks each
+ * against its SHA-256; every tensor's name, shape and dtype is checked
+ * against the model, and the slices of every tensor against each other
+ * (they must cover it exactly once). Without `path`, a checkpoint that fails to load on any
  * rank is passed over (logged) for the next newest one. GT_ENOTFOUND when
  * there is no committed checkpoint (start from scratch); on any other
  * failure the model's state is unchanged. */
@@ -129,9 +140,9 @@ typedef struct gt_ckpt_summary {
 
 /* Reads a step directory's manifest (checked) and sums it up. */
 gt_status gt_ckpt_describe(const char *path, gt_ckpt_summary *out);
-/* Reads every slice of a step directory and checks its SHA-256; each bad
- * slice is named on `report` (when not NULL). *bad gets their count; the
- * status is the first failure's. */
+/* Reads every chunk of every slice of a step directory and checks its
+ * SHA-256; each bad chunk is named on `report` (when not NULL). *bad gets
+ * their count; the status is the first failure's. */
 gt_status gt_ckpt_verify(const char *path, FILE *report, int *bad);
 /* Writes a step directory as one file in the single-process layout, for
  * export: the manifest format (magic, version, SHA-256) with no shard

@@ -114,7 +114,8 @@ int cr_rank(int rank, int world, void *arg) {
   CHECK_OK(gt_loader_open(&lc, CR_V, &data));
   if (cfg->share0) CHECK_OK(gt_loader_reshare(data, rows, plan.me.dp * rows, CR_ROWS)); /* even until share_at */
   gt_ckpt *ck;
-  gt_ckpt_config kc = {.dir = cfg->dir, .store = store, .timeout_ms = 60000, .keep = cfg->keep, .busy = cfg->busy};
+  gt_ckpt_config kc = {.dir = cfg->dir, .store = store, .timeout_ms = 60000, .keep = cfg->keep, .busy = cfg->busy,
+                       .chunk_bytes = cfg->chunk_bytes};
   CHECK_OK(gt_ckpt_create(&kc, tr, data, &ck));
   int s0 = cfg->s0;
   if (s0 != 0 || cfg->load_path) {
@@ -131,6 +132,7 @@ int cr_rank(int rank, int world, void *arg) {
     if (ls == GT_OK && s0 < 0) s0 = info.step;
     if (ls == GT_OK) capture(tr, &plan, &cfg->loaded);
     if (ls == GT_OK && cfg->loaded_step && rank == 0) *cfg->loaded_step = info.step;
+    if (ls == GT_OK && cfg->bytes_read) cfg->bytes_read[rank] = info.bytes_read;
     if (ls == GT_OK && cfg->save_at == s0) CHECK_OK(gt_ckpt_save(ck)); /* as loaded, into cfg->dir */
   }
   for (int s = s0; s < cfg->s1; s++) {

@@ -52,6 +52,8 @@ typedef struct cr_cfg {
    * of the CR_ROWS rows of every micro-batch and replica 1 the rest; the
    * model holds CR_ROWS rows so that any share fits. */
   int share_at, share0;
+  uint64_t chunk_bytes;           /* gt_ckpt_config.chunk_bytes (0: the default) */
+  unsigned long long *bytes_read; /* shared, one per rank: the shard bytes the load read (NULL: not recorded) */
 } cr_cfg;
 
 /* A cr_state in shared memory, with the single-process layout of `layout`

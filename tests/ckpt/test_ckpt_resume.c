@@ -16,7 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <cmocka.h>
+
+#include "localkit/ranks.h"
 
 #include "ckpt/ckpt_run.h"
 
@@ -75,6 +78,7 @@ typedef struct source {
   const char *layout;
   bool zero1;
   int world;
+  uint64_t chunk; /* bytes per hashed chunk (0: the default) */
   char *dir;
   cr_state saved, final;
 } source;
@@ -84,6 +88,7 @@ static source sources[] = {
     {.layout = "dp=2,pp=2", .world = 4},
     {.layout = "dp=2,tp=2", .zero1 = true, .world = 4},
     {.layout = "pp=4", .world = 4},
+    {.layout = NULL, .world = 1, .chunk = 256},
 };
 
 static source *get_source(int i) {
@@ -92,7 +97,7 @@ static source *get_source(int i) {
   s->dir = new_dir();
   s->saved = cr_state_new(layout), s->final = cr_state_new(layout);
   cr_cfg cfg = {.layout = s->layout, .zero1 = s->zero1, .data = data, .dir = s->dir, .s1 = CR_STEPS,
-                .save_at = SAVE, .saved = s->saved, .final = s->final};
+                .save_at = SAVE, .saved = s->saved, .final = s->final, .chunk_bytes = s->chunk};
   cr_run(s->world, &cfg);
   return s;
 }
@@ -144,6 +149,36 @@ static void test_reshard_dp2_tp2_to_pp2(void **state) { (void)state, reshard_cas
 static void test_reshard_dp2_tp2_to_one_process(void **state) { (void)state, reshard_case(0, NULL, false, 1); }
 static void test_reshard_pp4_to_dp2_tp2(void **state) { (void)state, reshard_case(3, "dp=2,tp=2", false, 4); }
 
+/* A rank reads only the chunks that hold its part. One process saved P
+ * bytes of parameters and 2P of AdamW moments, as one slice per tensor in
+ * 256-byte chunks. Loaded at dp=4 with ZeRO-1, every rank needs all the
+ * parameters and a quarter of the moments: 6P bytes over the four ranks,
+ * plus at most a chunk at each end of a rank's range in each tensor it
+ * cuts. Reading whole slices would take 12P. */
+static void test_reshard_reads_only_needed_chunks(void **state) {
+  (void)state;
+  source *s = get_source(4);
+  char shard[4300];
+  snprintf(shard, sizeof shard, "%s/step-%08d/shard-00000.bin", s->dir, SAVE);
+  struct stat st;
+  assert_int_equal(stat(shard, &st), 0);
+  unsigned long long P = (unsigned long long)st.st_size / 3, chunk = s->chunk;
+  unsigned long long *bytes = harness_shared(4 * sizeof *bytes);
+  cr_state loaded = cr_state_new(layout);
+  cr_cfg cfg = {.layout = "dp=4", .zero1 = true, .data = data, .dir = s->dir, .s0 = SAVE, .s1 = SAVE,
+                .loaded = loaded, .bytes_read = bytes};
+  cr_run(4, &cfg);
+  assert_same_state("one process -> dp=4 + ZeRO-1", &s->saved, &loaded);
+  unsigned long long sum = 0;
+  for (int r = 0; r < 4; r++) {
+    print_message("rank %d read %llu bytes (parameters %llu, all moments %llu)\n", r, bytes[r], P, 2 * P);
+    assert_true(bytes[r] >= P && bytes[r] < 2 * P);
+    sum += bytes[r];
+  }
+  /* Two range ends per rank, in each of the two moments: a partial chunk each. */
+  assert_true(sum >= 6 * P && sum <= 6 * P + 4 * 2 * 2 * chunk);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_resume_dp2_tp2),
@@ -154,6 +189,7 @@ int main(void) {
       cmocka_unit_test(test_reshard_dp2_tp2_to_pp2),
       cmocka_unit_test(test_reshard_dp2_tp2_to_one_process),
       cmocka_unit_test(test_reshard_pp4_to_dp2_tp2),
+      cmocka_unit_test(test_reshard_reads_only_needed_chunks),
   };
   int rc = cmocka_run_group_tests(tests, setup, teardown);
   for (size_t i = 0; i < sizeof sources / sizeof *sources; i++)
