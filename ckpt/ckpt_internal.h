@@ -243,11 +243,21 @@ struct gt_ckpt {
   int64_t finished; /* under mu: the step of the last finished save (-1: none) */
   int skipped;      /* saves skipped because a writer was busy */
   double save_delay; /* GT_FAULT slowsave: seconds each save waits before writing */
+  /* On the CPU backend the snapshot copy is the writer thread's first
+   * task, done while the next step's forward and backward run (they only
+   * read the parameters); the model's first write waits for it
+   * (gt_model_add_reader). Elsewhere the copy is made in gt_ckpt_save. */
+  bool deferred_copy;
+  bool copying;      /* under mu: the writer has not finished copying the snapshot */
+  pthread_cond_t copied;
+  double stall_s;    /* under mu: seconds training was held by saves */
 };
 
 /* The tensor names of parameters and of optimizer state buffer k. */
 void ck_param_tensor(const char *param, char *out, size_t cap);
 void ck_state_tensor(gt_optim_kind kind, int k, const char *param, char *out, size_t cap);
-/* Copies this rank's state to the host buffers and describes, in c->part
- * and c->src, the slices this rank writes and the blobs it contributes. */
+/* Describes, in c->part and c->src, the slices this rank writes and the
+ * blobs it contributes, and copies the slices' bytes to the host buffers
+ * unless c->deferred_copy (the writer thread then calls ck_snapshot_copy). */
 gt_status ck_snapshot(gt_ckpt *c);
+gt_status ck_snapshot_copy(gt_ckpt *c);

@@ -1,4 +1,5 @@
-/* The checkpointer and its saves: a snapshot on the caller's thread, then a
+/* The checkpointer and its saves: a snapshot on the caller's thread (on the
+ * CPU backend its copy is deferred to the writer, below), then a
  * background thread that hashes and writes this rank's shard, reports it
  * through the store, and on rank 0 gathers every rank's report and commits
  * the checkpoint by renaming its manifest into place. */
@@ -12,6 +13,26 @@
 #include "giant/dist.h"
 #include "giant/fault.h"
 #include "giant/log.h"
+
+/* The model's first write after a save waits here for the snapshot copy,
+ * which the writer thread makes while the step computes. */
+static void wait_copied(void *ctx) {
+  gt_ckpt *c = ctx;
+  pthread_mutex_lock(&c->mu);
+  if (c->copying) {
+    double t0 = gt_now();
+    while (c->copying) pthread_cond_wait(&c->copied, &c->mu);
+    c->stall_s += gt_now() - t0;
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void copy_done(gt_ckpt *c) {
+  pthread_mutex_lock(&c->mu);
+  c->copying = false;
+  pthread_cond_broadcast(&c->copied);
+  pthread_mutex_unlock(&c->mu);
+}
 
 gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *loader, gt_ckpt **out) {
   *out = NULL;
@@ -42,6 +63,7 @@ gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *l
   c->plan = dist ? *gt_dist_plan(dist) : (gt_plan){.layout = {1, 1, 1}, .world = 1, .chunks = 1};
   snprintf(c->keys, sizeof c->keys, "%s/ckpt", dist ? gt_dist_generation(dist) : "local");
   pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->copied, NULL);
   c->finished = -1;
   gt_fault_plan faults;
   if (gt_fault_parse(getenv("GT_FAULT"), &faults) == GT_OK) { /* a bad one stopped the trainer's creation */
@@ -63,6 +85,14 @@ gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *l
   /* Touch every page now, so that no save's stall pays the page faults. */
   memset(c->params, 0, (c->nparams ? c->nparams : 1) * sizeof(float));
   for (int k = 0; k < c->nstates; k++) memset(c->state[k], 0, (c->hi - c->lo + 1) * sizeof(float));
+  if (gt_backend_kind(c->be) == GT_DEVICE_CPU) {
+    gt_status s = gt_model_add_reader(c->m, wait_copied, c);
+    if (s != GT_OK) {
+      gt_ckpt_destroy(c);
+      return s;
+    }
+    c->deferred_copy = true;
+  }
   *out = c;
   return GT_OK;
 }
@@ -70,6 +100,8 @@ gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *l
 void gt_ckpt_destroy(gt_ckpt *c) {
   if (!c) return;
   gt_ckpt_wait(c);
+  if (c->deferred_copy) gt_model_remove_reader(c->m, wait_copied, c);
+  pthread_cond_destroy(&c->copied);
   pthread_mutex_destroy(&c->mu);
   ck_manifest_free(&c->part);
   ck_manifest_free(&c->user);
@@ -171,6 +203,8 @@ static gt_status commit(gt_ckpt *c, const char *dir) {
 static void *save_thread(void *arg) {
   gt_ckpt *c = arg;
   double t0 = gt_now();
+  gt_status copied = c->deferred_copy ? ck_snapshot_copy(c) : GT_OK;
+  copy_done(c);
   if (c->save_delay > 0) { /* GT_FAULT slowsave: a slow filesystem */
     struct timespec ts = {(time_t)c->save_delay, (long)((c->save_delay - (double)(time_t)c->save_delay) * 1e9)};
     while (nanosleep(&ts, &ts) != 0) {
@@ -178,7 +212,8 @@ static void *save_thread(void *arg) {
   }
   char dir[4150];
   ck_step_dir(c->root, (int)c->part.step, dir, sizeof dir);
-  gt_status s = ck_mkdir(c->root);
+  gt_status s = copied;
+  if (s == GT_OK) s = ck_mkdir(c->root);
   if (s == GT_OK) s = ck_mkdir(dir);
   if (s == GT_OK) s = write_shard(c, dir);
   if (c->plan.world > 1 && c->plan.rank != 0) s = report(c, s);
@@ -210,7 +245,8 @@ void gt_ckpt_get_stats(gt_ckpt *c, gt_ckpt_stats *out) {
   *out = (gt_ckpt_stats){.writing = c->joinable && c->busy ? (int)c->part.step : -1,
                          .finished = (int)c->finished,
                          .result = c->finished >= 0 ? c->result : GT_OK,
-                         .skipped = c->skipped};
+                         .skipped = c->skipped,
+                         .stall_s = c->stall_s};
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -241,7 +277,20 @@ static gt_status busy_anywhere(gt_ckpt *c, bool *busy) {
   return GT_OK;
 }
 
+static gt_status save(gt_ckpt *c);
+
+/* The time spent here, and in the model's wait for a deferred snapshot
+ * copy, is what saving costs the training loop: gt_ckpt_stats.stall_s. */
 gt_status gt_ckpt_save(gt_ckpt *c) {
+  double t0 = gt_now();
+  gt_status s = save(c);
+  pthread_mutex_lock(&c->mu);
+  c->stall_s += gt_now() - t0;
+  pthread_mutex_unlock(&c->mu);
+  return s;
+}
+
+static gt_status save(gt_ckpt *c) {
   if (c->cfg.busy == GT_CKPT_BUSY_SKIP) {
     bool busy = false;
     GT_TRY(busy_anywhere(c, &busy));
@@ -264,8 +313,10 @@ gt_status gt_ckpt_save(gt_ckpt *c) {
   }
   GT_TRY(ck_snapshot(c));
   c->busy = true;
+  c->copying = c->deferred_copy;
   if (pthread_create(&c->thread, NULL, save_thread, c) != 0) {
     c->busy = false;
+    c->copying = false;
     return gt_errorf(GT_EIO, "cannot start the checkpoint writer thread");
   }
   c->joinable = true;

@@ -187,9 +187,10 @@ static gt_status loader_blob(gt_ckpt *c) {
 
 /* Copies to the host only the floats of the slices this rank writes (the
  * other replicas copy the rest): runs of slices adjacent in a buffer, or
- * apart by a parameter's alignment padding, go in one download. This is
- * the whole of a save's stall. */
-static gt_status copy_written(gt_ckpt *c) {
+ * apart by a parameter's alignment padding, go in one download. On the CPU
+ * backend "device" memory is host memory and the writer thread copies with
+ * memcpy, not through the backend's stream. */
+gt_status ck_snapshot_copy(gt_ckpt *c) {
   gt_backend *be = gt_model_backend(c->m);
   for (int w = 0; w <= c->nstates; w++) {
     float *host = w ? c->state[w - 1] : c->params;
@@ -203,7 +204,8 @@ static gt_status copy_written(gt_ckpt *c) {
         b = at + n;
         continue;
       }
-      if (b > a) GT_TRY(gt_backend_download(be, host + a, dev + a, (b - a) * sizeof(float)));
+      if (b > a && c->deferred_copy) memcpy(host + a, dev + a, (b - a) * sizeof(float));
+      else if (b > a) GT_TRY(gt_backend_download(be, host + a, dev + a, (b - a) * sizeof(float)));
       a = at, b = at + n;
     }
   }
@@ -219,7 +221,7 @@ gt_status ck_snapshot(gt_ckpt *c) {
   snprintf(file, sizeof file, "shard-%05d.bin", c->plan.rank);
   GT_TRY(ck_manifest_add_file(&c->part, file, &index));
   GT_TRY(describe_slices(c, index));
-  GT_TRY(copy_written(c));
+  if (!c->deferred_copy) GT_TRY(ck_snapshot_copy(c));
   if (c->part.nslices == 0) c->part.nfiles = 0; /* nothing of this rank's to write */
   if (c->plan.rank == 0) GT_TRY(trainer_blob(c));
   GT_TRY(loader_blob(c));

@@ -42,6 +42,12 @@ struct gt_model {
   bool bf16_stale;        /* param_buf changed since param_bf16 was made */
   uint16_t *mp_scratch;   /* device: operands rounded to bf16 */
   size_t mp_scratch_bytes;
+  /* readers of the buffers outside the training thread (readers.c) */
+  struct {
+    void (*wait)(void *ctx);
+    void *ctx;
+  } readers[GT_MODEL_MAX_READERS];
+  int nreaders;
 };
 
 struct gt_acts {

@@ -18,7 +18,10 @@
 
 gt_precision gt_model_get_precision(const gt_model *m) { return m->precision; }
 
-void gt_model_params_changed(gt_model *m) { m->bf16_stale = true; }
+void gt_model_params_changed(gt_model *m) {
+  gt_model_wait_readers(m);
+  m->bf16_stale = true;
+}
 
 static void free_bf16(gt_model *m) {
   gt_arena_free(m->arena, m->param_bf16);

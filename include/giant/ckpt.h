@@ -16,7 +16,11 @@
  *
  * Saving is collective (every rank of the job calls gt_ckpt_save at the same
  * step) and asynchronous: the call copies this rank's state into reused host
- * buffers and returns; a background thread hashes and writes. A checkpoint
+ * buffers and returns; a background thread hashes and writes. On the CPU
+ * backend even the copy is the background thread's: the next step's
+ * forward and backward run meanwhile, and its update waits for the copy
+ * (gt_model_add_reader), so a save holds training for the copy's time at
+ * most, and usually not at all. A checkpoint
  * becomes visible only when rank 0 has renamed its MANIFEST into place, which
  * it does after every rank has reported its shard durable through the job's
  * store; a crash at any moment leaves the previous checkpoint intact.
@@ -100,6 +104,8 @@ typedef struct gt_ckpt_stats {
   int finished;     /* the step of the last save whose writer ended, -1 when none */
   gt_status result; /* how that one ended: on rank 0, GT_OK means committed */
   int skipped;      /* saves skipped because a writer was busy (the skip policy) */
+  double stall_s;   /* seconds the training loop was held by saves: in gt_ckpt_save, and waiting
+                       for a snapshot copy before the next update (CPU backend) */
 } gt_ckpt_stats;
 void gt_ckpt_get_stats(gt_ckpt *c, gt_ckpt_stats *out);
 

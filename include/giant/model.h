@@ -144,9 +144,21 @@ gt_status gt_model_probs(gt_model *m, gt_acts *a, int b, int t, float *host_out)
 gt_status gt_model_set_precision(gt_model *m, gt_precision p);
 gt_precision gt_model_get_precision(const gt_model *m);
 /* Whoever writes the parameter buffer directly (an optimizer, a checkpoint
- * loader) calls this so that the bf16 copy is refreshed before the next
- * forward. gt_model_set_params does it itself. */
+ * loader) calls this before writing, so that readers registered below are
+ * done with the bytes, and so that the bf16 copy is refreshed before the
+ * next forward. gt_model_set_params does it itself. An optimizer calls it
+ * before it updates its state too: the two change together. */
 void gt_model_params_changed(gt_model *m);
+
+/* A reader of the parameter buffer (and of the optimizer state, which
+ * changes with it) from another thread: a checkpoint copying its snapshot
+ * while the next step's forward and backward run. wait(ctx) returns once
+ * the reader is done with the bytes; gt_model_params_changed calls it
+ * first. Registering the same pair twice is refused. */
+#define GT_MODEL_MAX_READERS 4
+gt_status gt_model_add_reader(gt_model *m, void (*wait)(void *ctx), void *ctx);
+void gt_model_remove_reader(gt_model *m, void (*wait)(void *ctx), void *ctx);
+void gt_model_wait_readers(gt_model *m);
 
 /* Copies between the device parameter buffer and host memory (for tests,
  * checkpoints, inspection). n = gt_model_buffer_floats floats. */
