@@ -131,11 +131,14 @@ static void test_giantrun_restart_resumes(void **state) {
   /* A wrapper that SIGKILLs rank 1's gpt in the first generation once the
    * progress it records reaches a random step and a first checkpoint has
    * committed (`latest` exists): before that there is nothing to resume
-   * from, and the restart starts at step 0, as it should. */
+   * from, and the restart starts at step 0, as it should. Steps take
+   * milliseconds, so rank 1 stalls (GT_FAULT) one step after the chosen
+   * one: the job cannot run past it before the wrapper, polling, acts. */
   srand((unsigned)time(NULL));
   int kill_at = 6 + rand() % 10;
-  char body[1024];
+  char body[1280];
   snprintf(body, sizeof body,
+           "if [ \"$GT_RESTART_COUNT\" = 0 ]; then GT_FAULT='stall:rank=1,at=%d,seconds=120'; export GT_FAULT; fi\n"
            "\"%s\" \"$@\" & pid=$!\n"
            "if [ \"$GT_RESTART_COUNT\" = 0 ] && [ \"$GT_RANK\" = 1 ]; then\n"
            "  for i in $(seq 1 1200); do\n"
@@ -145,7 +148,7 @@ static void test_giantrun_restart_resumes(void **state) {
            "  done\n"
            "fi\n"
            "wait $pid\n",
-           gpt, kill_at);
+           kill_at + 1, gpt, kill_at);
   static run_result r;
   int loaded, lost;
   const char *p = run_restarted("killer", body, &r, &loaded, &lost);
