@@ -192,6 +192,17 @@ static gt_status loader_blob(gt_ckpt *c) {
  * memcpy, not through the backend's stream. */
 gt_status ck_snapshot_copy(gt_ckpt *c) {
   gt_backend *be = gt_model_backend(c->m);
+  if (c->deferred_copy && c->cfg.sync) {
+    /* A synchronous save holds the training thread until it is written, so
+     * on the CPU backend it writes from the live buffers: no copy. */
+    for (int i = 0; i < c->part.nslices; i++) {
+      int w = c->src_buf[i];
+      const float *host = w ? c->state[w - 1] : c->params;
+      const float *dev = w ? gt_optimizer_state(c->opt, w - 1) : gt_model_params(c->m);
+      c->src[i] = dev + (c->src[i] - host);
+    }
+    return GT_OK;
+  }
   for (int w = 0; w <= c->nstates; w++) {
     float *host = w ? c->state[w - 1] : c->params;
     const float *dev = w ? gt_optimizer_state(c->opt, w - 1) : gt_model_params(c->m);
