@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "ckpt/ckpt_internal.h"
+#include "ckpt/ckpt_run.h"
 
 static char dir[] = "/tmp/giant-ckpt-chunks-XXXXXX";
 static float data[24];
@@ -25,9 +26,8 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  cr_rmtree(dir);
+  return 0;
 }
 
 /* The tensor param/w, one slice in shard-00000.bin, hashed in `chunk`-byte

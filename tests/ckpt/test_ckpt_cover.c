@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "ckpt/ckpt_internal.h"
+#include "ckpt/ckpt_run.h"
 #include "giant/log.h"
 
 typedef struct box2 {
@@ -51,9 +52,8 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  cr_rmtree(dir);
+  return 0;
 }
 
 static void test_tiling_accepted(void **state) {
