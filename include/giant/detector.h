@@ -9,7 +9,12 @@
  * steps in a row (a step still over log(1 + theta / 2) holds the count)
  * and a CUSUM on z_r / sigma (sigma: the robust spread of
  * clean residuals over the last `window` steps) confirms a shift, so that a
- * short burst of noise, however large, is not one. While a rank builds
+ * short burst of noise, however large, is not one, and when the rank is
+ * slow against its peers as well (the predictor's groups: its pipeline
+ * stage): its z_r stands out from theirs by log(1 + theta), and its
+ * workload under their fits predicts that much less than it took. A rank
+ * whose conditions changed with its peers', or whose own fit was learnt in
+ * a quieter spell, is then not flagged. While a rank builds
  * evidence its fit is frozen, so the predictor does not explain the shift
  * away. Once flagged, its own fit follows its slow speed and it is judged
  * against its peers' fits: it is cleared when the median of its last 2k

@@ -13,11 +13,13 @@
  * slower than its prediction is not explained by its workload.
  *
  * Peer prediction: a rank's workload under its peers' fits (their median;
- * the peers holding as many layers as it does, when there are any, so a
- * pipeline stage is judged by its own stage), which tells a rank that has
- * always been slow from a job that is. */
+ * the peers of its group, a pipeline stage, when there are any, so a stage
+ * is judged by its own stage), which tells a rank that has always been
+ * slow from a job that is. */
 #ifndef GIANT_PREDICTOR_H
 #define GIANT_PREDICTOR_H
+
+#include <stdbool.h>
 
 #include "giant/metrics.h"
 #include "giant/model.h"
@@ -36,6 +38,10 @@ typedef struct gt_predictor_config {
   double forget;      /* RLS forgetting factor in (0, 1]; 0: 0.98 (a memory of about 50 steps) */
   double prior_trust; /* how far the prior may be off, as a factor; 0: 3 */
   double clip;        /* a step's error counts at most clip x its prediction (bursts); 0: 0.5 */
+  /* Ranks doing the same work: ranks with equal groups[r] are each other's
+   * peers (a pipeline stage: the first holds the embedding, the last the
+   * LM head). Copied. NULL: ranks holding as many layers are peers. */
+  const int *groups;
 } gt_predictor_config;
 
 typedef struct gt_predictor gt_predictor;
@@ -57,6 +63,8 @@ double gt_predictor_peers(const gt_predictor *p, const gt_step_telemetry *w);
 gt_status gt_predictor_update(gt_predictor *p, const gt_step_telemetry *w);
 /* Steps rank has learnt from. */
 int gt_predictor_updates(const gt_predictor *p, int rank);
+/* Whether ranks a and b are peers (the same group). */
+bool gt_predictor_same_group(const gt_predictor *p, int a, int b);
 
 GT_API_END
 #endif

@@ -18,6 +18,7 @@ struct gt_detector {
   gt_predictor *pred;
   rank_state *rs;
   double *e, *sorted; /* this step's log ratios, and a scratch copy */
+  double *peer;       /* scratch: the residuals of a rank's peers */
   double *noise;      /* ring of |z| from clean steps, window * nranks */
   double *recent;     /* per rank, a ring of its last 2k residuals */
   int nnoise, noise_at, steps;
@@ -45,10 +46,11 @@ gt_status gt_detector_create(const gt_detector_config *cfg, gt_predictor *pred, 
   d->pred = pred;
   d->rs = calloc(n, sizeof *d->rs);
   d->e = calloc(n, sizeof *d->e);
+  d->peer = calloc(n, sizeof *d->peer);
   d->sorted = calloc(n * (size_t)c->window, sizeof *d->sorted);
   d->noise = calloc(n * (size_t)c->window, sizeof *d->noise);
   d->recent = calloc(n * 2 * (size_t)c->k, sizeof *d->recent);
-  if (!d->rs || !d->e || !d->sorted || !d->noise || !d->recent) {
+  if (!d->rs || !d->e || !d->peer || !d->sorted || !d->noise || !d->recent) {
     gt_detector_destroy(d);
     return gt_errorf(GT_ENOMEM, "out of memory creating a detector for %d ranks", c->nranks);
   }
@@ -58,7 +60,7 @@ gt_status gt_detector_create(const gt_detector_config *cfg, gt_predictor *pred, 
 
 void gt_detector_destroy(gt_detector *d) {
   if (!d) return;
-  free(d->rs), free(d->e), free(d->sorted), free(d->noise), free(d->recent);
+  free(d->rs), free(d->e), free(d->peer), free(d->sorted), free(d->noise), free(d->recent);
   free(d);
 }
 
@@ -91,9 +93,30 @@ static void add_noise(gt_detector *d, double z) {
   if (d->nnoise < cap) d->nnoise++;
 }
 
+/* Whether rank r, slow against its own history (z), is slow against its
+ * peers too: its residual stands out from theirs this step, and its
+ * workload under their fits predicts less than it took. Against its own
+ * history alone, a rank whose conditions changed with its peers' (a stage
+ * whose speed answered a job-wide slowdown differently from the other
+ * stages, whose ranks set the job's level) or whose own fit was learnt in
+ * a quieter spell (its stage peer slowed, freeing shared cores) would look
+ * slow, and with two ranks a stage that happened. A rank with no peer (a
+ * pipeline stage of its own) has its own history only. */
+static bool slow_against_peers(gt_detector *d, const gt_step_telemetry *tel, int r, double z, double job) {
+  int n = 0;
+  for (int o = 0; o < d->cfg.nranks; o++)
+    if (o != r && gt_predictor_same_group(d->pred, o, r)) d->peer[n++] = d->e[o] - job;
+  if (n == 0) return true;
+  double bar = log1p(d->cfg.theta);
+  double fit = log(fmax(tel[r].compute_s, 1e-9) / fmax(gt_predictor_peers(d->pred, &tel[r]), 1e-9)) - job;
+  return z - median(d->sorted, d->peer, n) > bar && fit > bar;
+}
+
 /* Flags or clears rank r on its job-corrected residual z; true when a
- * verdict was written to *ev. */
-static bool judge(gt_detector *d, int r, int step, double z, double z_peers, double sig, gt_detector_event *ev) {
+ * verdict was written to *ev. `peers`: whether it is slow against its
+ * peers as well (slow_against_peers), which a flag needs. */
+static bool judge(gt_detector *d, int r, int step, double z, double z_peers, bool peers, double sig,
+                  gt_detector_event *ev) {
   const gt_detector_config *c = &d->cfg;
   rank_state *s = &d->rs[r];
   double *recent = d->recent + (size_t)r * 2 * c->k;
@@ -105,7 +128,7 @@ static bool judge(gt_detector *d, int r, int step, double z, double z_peers, dou
   if (z > log1p(c->theta)) s->over++;
   else if (!(s->over > 0 && z > log1p(c->theta / 2))) s->over = 0;
   s->cusum = fmax(0, s->cusum + z / sig - c->cusum_drift);
-  if (!s->flagged && s->over >= c->k && s->cusum > c->cusum_limit) {
+  if (!s->flagged && s->over >= c->k && s->cusum > c->cusum_limit && peers) {
     s->flagged = true;
     s->since = 0;
     *ev = (gt_detector_event){.rank = r, .step = step, .onset = step - s->over + 1, .flagged = true, .ratio = exp(z)};
@@ -146,7 +169,10 @@ gt_status gt_detector_step(gt_detector *d, int step, const gt_step_telemetry *te
     double z = d->e[r] - job, z_peers = 0;
     if (s->flagged)
       z_peers = log(fmax(tel[r].compute_s, 1e-9) / fmax(gt_predictor_peers(d->pred, &tel[r]), 1e-9)) - job;
-    if (judging && judge(d, r, step, z, z_peers, sig, &events[*nevents])) (*nevents)++;
+    /* Asked only of a rank about to have enough evidence: it costs a pass
+     * over the ranks. */
+    bool peers = !judging || s->flagged || s->over + 1 < c->k || slow_against_peers(d, tel, r, z, job);
+    if (judging && judge(d, r, step, z, z_peers, peers, sig, &events[*nevents])) (*nevents)++;
     /* A rank building evidence (above theta this step, or its CUSUM half
      * way to the limit) does not teach the predictor its slow speed
      * (it would explain the shift away before it is confirmed), and the

@@ -73,10 +73,19 @@ gt_status gt_failslow_create(gt_dist *dist, const gt_model *m, const gt_failslow
                     : gt_errorf(GT_ENOMEM, "out of memory creating the fail-slow monitor for %d ranks", fs->n);
   gt_predictor_prior prior = {0};
   if (s == GT_OK) s = shared_prior(fs, m, gt_dist_plan(dist), &prior);
+  /* Peers are the ranks of one pipeline stage: they do the same work. */
+  int *stage = s == GT_OK ? calloc(n, sizeof *stage) : NULL;
+  if (s == GT_OK && !stage) s = gt_errorf(GT_ENOMEM, "out of memory creating the fail-slow monitor");
+  for (int r = 0; s == GT_OK && r < fs->n; r++) {
+    gt_grid_coords c;
+    s = gt_grid_coords_of(&gt_dist_plan(dist)->layout, r, &c);
+    if (s == GT_OK) stage[r] = c.pp;
+  }
   if (s == GT_OK) {
-    gt_predictor_config pc = {.nranks = fs->n, .prior = prior};
+    gt_predictor_config pc = {.nranks = fs->n, .prior = prior, .groups = stage};
     s = gt_predictor_create(&pc, &fs->pred);
   }
+  free(stage);
   if (s == GT_OK) {
     gt_detector_config dc = {.nranks = fs->n, .theta = k->theta, .k = k->k, .warmup = k->warmup, .window = k->window,
                              .relative_fits = true};

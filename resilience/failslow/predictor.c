@@ -31,6 +31,7 @@ struct gt_predictor {
   bool unit_set;
   double trace0; /* the prior's covariance trace, which forgetting never exceeds */
   rank_fit *fit;
+  int *groups; /* NULL: peers by layers held */
 };
 
 static void features(const gt_predictor *p, const gt_step_telemetry *w, double x[NF]) {
@@ -58,11 +59,14 @@ gt_status gt_predictor_create(const gt_predictor_config *cfg, gt_predictor **out
     return gt_errorf(GT_EINVAL, "predictor: forget must be in (0, 1], got %g", cfg->forget);
   gt_predictor *p = calloc(1, sizeof *p);
   if (p) p->fit = calloc((size_t)cfg->nranks, sizeof *p->fit);
-  if (!p || !p->fit) {
+  if (p && cfg->groups && (p->groups = malloc((size_t)cfg->nranks * sizeof *p->groups)))
+    memcpy(p->groups, cfg->groups, (size_t)cfg->nranks * sizeof *p->groups);
+  if (!p || !p->fit || (cfg->groups && !p->groups)) {
     gt_predictor_destroy(p);
     return gt_errorf(GT_ENOMEM, "out of memory creating a predictor for %d ranks", cfg->nranks);
   }
   p->cfg = *cfg;
+  p->cfg.groups = NULL; /* p->groups is the copy */
   if (p->cfg.forget == 0) p->cfg.forget = 0.98;
   if (p->cfg.prior_trust == 0) p->cfg.prior_trust = 3;
   if (p->cfg.clip == 0) p->cfg.clip = 0.5;
@@ -85,6 +89,7 @@ gt_status gt_predictor_create(const gt_predictor_config *cfg, gt_predictor **out
 void gt_predictor_destroy(gt_predictor *p) {
   if (!p) return;
   free(p->fit);
+  free(p->groups);
   free(p);
 }
 
@@ -122,11 +127,13 @@ double gt_predictor_peers(const gt_predictor *p, const gt_step_telemetry *w) {
   if (!rank_ok(p, w->rank) || p->cfg.nranks < 2) return NAN;
   double v[p->cfg.nranks];
   int n = 0;
-  /* Peers doing the same kind of work (holding as many layers: the same
-   * pipeline stage) when there are any: a stage's fit also carries the
-   * costs the features do not name (the LM head of the last stage). */
+  /* Peers doing the same kind of work (the same pipeline stage) when there
+   * are any: a stage's fit also carries the costs the features do not name
+   * (the LM head of the last stage). */
   for (int r = 0; r < p->cfg.nranks; r++)
-    if (r != w->rank && p->fit[r].updates > 0 && p->fit[r].layers == w->layers) v[n++] = predict(p, r, w);
+    if (r != w->rank && p->fit[r].updates > 0 && gt_predictor_same_group(p, r, w->rank) &&
+        (p->groups || p->fit[r].layers == w->layers))
+      v[n++] = predict(p, r, w);
   if (n == 0)
     for (int r = 0; r < p->cfg.nranks; r++)
       if (r != w->rank) v[n++] = predict(p, r, w);
@@ -170,3 +177,7 @@ gt_status gt_predictor_update(gt_predictor *p, const gt_step_telemetry *w) {
 }
 
 int gt_predictor_updates(const gt_predictor *p, int rank) { return rank_ok(p, rank) ? p->fit[rank].updates : 0; }
+
+bool gt_predictor_same_group(const gt_predictor *p, int a, int b) {
+  return rank_ok(p, a) && rank_ok(p, b) && (!p->groups || p->groups[a] == p->groups[b]);
+}

@@ -42,12 +42,46 @@ static gt_predictor_prior prior_for(const trace *t) {
   return pr;
 }
 
-static replay run(const char *name) {
+/* Each rank's pipeline stage under `layout` (NULL: one stage). */
+static int *stages_of(const char *layout, int ranks) {
+  if (!layout) return NULL;
+  gt_grid_layout l;
+  bool automatic;
+  OK(gt_plan_parse(layout, ranks, &l, &automatic));
+  int *g = malloc((size_t)ranks * sizeof *g);
+  assert_non_null(g);
+  for (int r = 0; r < ranks; r++) {
+    gt_grid_coords c;
+    OK(gt_grid_coords_of(&l, r, &c));
+    g[r] = c.pp;
+  }
+  return g;
+}
+
+/* Replays a trace recorded at `layout` (NULL: no pipeline): the monitor
+ * gives the predictor the ranks' pipeline stages as their peer groups. */
+typedef struct shift {
+  int rank, from, until;
+  double factor;
+} shift;
+
+static replay run_shifted(const char *name, const char *layout, const shift *sh, int nsh);
+
+static replay run_at(const char *name, const char *layout) { return run_shifted(name, layout, NULL, 0); }
+
+/* The same, the recorded compute times first multiplied as `sh` says: a
+ * change of conditions put onto a real run, for the cases a 2-core machine
+ * shows only now and then. */
+static replay run_shifted(const char *name, const char *layout, const shift *sh, int nsh) {
   trace t;
   trace_load(name, &t);
+  for (int i = 0; i < nsh; i++)
+    for (int s = sh[i].from; s < sh[i].until && s < t.steps; s++) t.tel[(size_t)s * t.ranks + sh[i].rank].compute_s *= sh[i].factor;
   gt_predictor *p;
   gt_detector *d;
-  OK(gt_predictor_create(&(gt_predictor_config){.nranks = t.ranks, .prior = prior_for(&t)}, &p));
+  int *stages = stages_of(layout, t.ranks);
+  OK(gt_predictor_create(&(gt_predictor_config){.nranks = t.ranks, .prior = prior_for(&t), .groups = stages}, &p));
+  free(stages);
   OK(gt_detector_create(&(gt_detector_config){.nranks = t.ranks}, p, &d)); /* the documented defaults */
   replay out = {0};
   double err = 0, err_peer = 0;
@@ -77,6 +111,23 @@ static replay run(const char *name) {
   trace_free(&t);
   return out;
 }
+
+static replay run(const char *name) { return run_at(name, NULL); }
+
+/* The stage peer of a rank whose slow phase ends. While rank 3 ran x1.5
+ * over [30, 80), rank 1, its stage peer, is made 25% faster (the cores
+ * rank 3 left idle), then as fast as before: against its own history
+ * rank 1 is then x1.33, for as long as its fit takes to forget the quick
+ * spell. Against rank 3's fit (which learnt its slow speed) it is not
+ * slow, so only rank 3 is flagged and cleared. */
+static void test_stage_peer_after_slow_phase(void **state) {
+  (void)state;
+  shift quick = {.rank = 1, .from = 30, .until = 80, .factor = 0.75};
+  replay r = run_shifted("recover1.5_dp2pp2_rank3", "dp=2,pp=2", &quick, 1);
+  assert_int_equal(r.nev, 2);
+  for (int i = 0; i < 2; i++) assert_int_equal(r.ev[i].rank, 3);
+}
+
 
 /* Clean runs: no verdict at all, and the predictor within the error it
  * reaches on them (docs/failslow.md): about 4% for one process; far more
@@ -126,6 +177,50 @@ static void test_recovery(void **state) {
   assert_in_range(r.ev[1].step, 60, 69);
 }
 
+/* At dp=2,pp=2 a rank has one peer, the other rank of its stage. Rank 3
+ * slowed x1.5 over steps [30, 80): flagged within 10 steps, cleared within
+ * 10 steps of recovering, and its stage peer, rank 1, not flagged when the
+ * slow phase ends (judged on its own history alone, it was: the cores
+ * rank 3 left idle had made rank 1 faster). */
+static void test_recovery_pipeline(void **state) {
+  (void)state;
+  replay r = run_at("recover1.5_dp2pp2_rank3", "dp=2,pp=2");
+  assert_int_equal(r.nev, 2);
+  assert_true(r.ev[0].flagged && r.ev[0].rank == 3);
+  assert_in_range(r.ev[0].step, 30, 39);
+  assert_true(!r.ev[1].flagged && r.ev[1].rank == 3);
+  assert_in_range(r.ev[1].step, 80, 89);
+}
+
+/* Every rank slowed x2 from step 40 at dp=2,pp=2: the stages answer it
+ * unevenly, and no rank is slow against its stage peer. */
+static void test_job_wide_pipeline(void **state) {
+  (void)state;
+  replay r = run_at("jobwide2_dp2pp2", "dp=2,pp=2");
+  assert_int_equal(r.nev, 0);
+}
+
+/* Three slow phases at dp=2,pp=2, x1.5 on rank 3 over [30, 80), x2 on
+ * rank 0 over [110, 160), x4 on rank 2 over [190, 240): each flagged
+ * within 10 steps and cleared within 10 of its end, and nobody else. */
+static void expect_phases(const char *name) {
+  static const int rank[3] = {3, 0, 2}, from[3] = {30, 110, 190};
+  replay r = run_at(name, "dp=2,pp=2");
+  assert_int_equal(r.nev, 6);
+  for (int i = 0; i < 3; i++) {
+    assert_true(r.ev[2 * i].flagged && r.ev[2 * i].rank == rank[i]);
+    assert_in_range(r.ev[2 * i].step, from[i], from[i] + 9);
+    assert_true(!r.ev[2 * i + 1].flagged && r.ev[2 * i + 1].rank == rank[i]);
+    assert_in_range(r.ev[2 * i + 1].step, from[i] + 50, from[i] + 59);
+  }
+}
+
+static void test_phases_pipeline(void **state) {
+  (void)state;
+  expect_phases("phases_dp2pp2");
+  expect_phases("phases_dp2pp2_small");
+}
+
 static void test_bad_input(void **state) {
   (void)state;
   gt_predictor *p;
@@ -145,6 +240,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_clean),    cmocka_unit_test(test_slow_1_5), cmocka_unit_test(test_slow_2),
       cmocka_unit_test(test_slow_4),   cmocka_unit_test(test_job_wide), cmocka_unit_test(test_recovery),
+      cmocka_unit_test(test_recovery_pipeline), cmocka_unit_test(test_job_wide_pipeline),
+      cmocka_unit_test(test_phases_pipeline), cmocka_unit_test(test_stage_peer_after_slow_phase),
       cmocka_unit_test(test_bad_input),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

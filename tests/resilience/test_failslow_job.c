@@ -2,17 +2,17 @@
  * giantrun, with a real etcd, faults played by GT_FAULT. A run checks
  * several things, so that the suite stays short:
  *   - 300 clean steps at dp=4 and at dp=2,pp=2: no verdict at all;
- *   - at dp=4, one rank slowed x1.5, then another x2, then another x4, each for 50
- *     steps: each flagged within 10 steps of its onset as compute, the
- *     right rank, and each cleared after it recovers;
- *   - at dp=4, every rank slowed x2 at once, then a slow link: no compute alarm,
- *     the link flagged with its two ends, and its health record on etcd.
+ *   - at dp=4 and at dp=2,pp=2, one rank slowed x1.5, then another x2,
+ *     then another x4, each for 50 steps: each flagged within 10 steps of
+ *     its onset as compute, the right rank, and each cleared after it
+ *     recovers;
+ *   - at dp=4 and at dp=2,pp=2, every rank slowed x2 at once, then a slow
+ *     link: no compute alarm, the link flagged with its two ends, and its
+ *     health record on etcd.
  * Detection compares ranks with each other and the faults are sized
  * against the step, so a loaded machine (sanitizers, two cores shared with
  * other tests) that slows all ranks alike changes nothing. The monitor
- * runs with its defaults. (At dp=2,pp=2 the slow phases are flagged too,
- * but a stage peer is sometimes flagged for ten steps, x1.25 to x1.5, as a
- * slow phase begins or ends: docs/failslow.md, "Limits".)
+ * runs with its defaults.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -151,6 +151,11 @@ static void test_slow_phases_dp4(void **state) {
   expect_phases("fs-slow-dp", "dp=4", (int[]){2, 1, 3});
 }
 
+static void test_slow_phases_dp2_pp2(void **state) {
+  (void)state;
+  expect_phases("fs-slow-pp", "dp=2,pp=2", (int[]){3, 0, 2});
+}
+
 /* The whole job slowed, then one link: only the link is flagged, with its
  * two ends, and rank 0 records it on etcd. */
 static void expect_link(const char *job, const char *plan, int a, int b) {
@@ -186,10 +191,16 @@ static void test_link_dp4(void **state) {
   expect_link("fs-link-dp", "dp=4", 1, 2);
 }
 
+static void test_link_dp2_pp2(void **state) {
+  (void)state;
+  expect_link("fs-link-pp", "dp=2,pp=2", 2, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_clean_dp4),       cmocka_unit_test(test_clean_dp2_pp2),
-      cmocka_unit_test(test_slow_phases_dp4), cmocka_unit_test(test_link_dp4),
+      cmocka_unit_test(test_slow_phases_dp4), cmocka_unit_test(test_slow_phases_dp2_pp2),
+      cmocka_unit_test(test_link_dp4),        cmocka_unit_test(test_link_dp2_pp2),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
