@@ -223,6 +223,8 @@ static gt_status reduce_step(gt_trainer *t, gt_step_stats *st) {
 static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batches, gt_step_stats *out) {
   gt_step_stats st = {.step = t->step, .micro_batches = t->cfg.grad_accum};
   double t0 = gt_now(), loss_sum = 0;
+  gt_group *tp = t->dist ? gt_dist_tp_group(t->dist) : NULL;
+  double tp0 = tp ? tp->busy_s : 0;
   gt_telemetry_begin();
   GT_TRY(gt_model_zero_grads(t->m));
   if (t->pipe) {
@@ -232,6 +234,7 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
     st.loss = (float)loss_sum;
   }
   gt_telemetry_after_compute(&st.telemetry, t->m, t->pipe, t0, &t->faults, t->step, &st.loss);
+  st.telemetry.tp_wait_s = tp ? tp->busy_s - tp0 : 0;
   if (t->dist) {
     GT_TRY(reduce_step(t, &st));
     gt_telemetry_after_reduce(&st.telemetry, t->sync);

@@ -26,6 +26,9 @@ struct gt_group {
   /* recv (n) = sum over ranks of block `rank` of send (size*n). */
   gt_status (*reduce_scatter_sum)(gt_group *g, const float *send, float *recv, size_t n);
   void *impl;
+  /* Wall seconds spent in this group's collectives so far, for telemetry:
+   * the step's tensor-parallel waits are the difference across a step. */
+  double busy_s;
 };
 
 GT_API_END

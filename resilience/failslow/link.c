@@ -108,7 +108,7 @@ static bool waits_up(gt_failslow *fs, double *wait) {
      * telemetry names, and those it does not (a send that holds up the
      * progress thread delays whatever that rank does next on it). */
     const gt_step_telemetry *t = &fs->tel[r];
-    w[r] = fmax(t->step_s - t->compute_s - t->data_s, t->dp_wait_s + t->pp_wait_s);
+    w[r] = fmax(t->step_s - t->compute_s - t->data_s, t->dp_wait_s + t->pp_wait_s + t->tp_wait_s);
     comp[r] = fs->tel[r].compute_s;
   }
   double mw = gt_failslow_median(l->scratch, w, fs->n);

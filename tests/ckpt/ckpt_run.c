@@ -146,6 +146,10 @@ int cr_rank(int rank, int world, void *arg) {
     }
     if (cfg->rows) CHECK_OK(step_recording(tr, data, cfg, s, &plan, &st));
     else CHECK_OK(gt_trainer_step(tr, data, &st));
+    /* The step's telemetry counts its tensor-parallel collectives apart:
+     * some time in them with tp > 1, none without, never more than the step. */
+    CHECK(plan.layout.tp > 1 ? st.telemetry.tp_wait_s > 0 : st.telemetry.tp_wait_s == 0);
+    CHECK(st.telemetry.tp_wait_s <= st.seconds);
     if (rank == 0 && cfg->final.p) cfg->final.p->losses[s] = st.loss, cfg->final.p->norms[s] = st.grad_norm;
     if (cfg->before_save) cfg->before_save(cfg->dir, s + 1);
     if (s + 1 == cfg->wait_at) (void)gt_ckpt_wait(ck); /* how it ended is the test's business */
