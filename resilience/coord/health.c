@@ -65,13 +65,7 @@ static gt_status parse(const char *line, size_t len, gt_health_record *r) {
   if (step < 0 || step > 9e15 || step != (double)(int64_t)step) return gt_errorf(GT_EFORMAT, "step=%g is not a step", step);
   r->peer = (int)peer;
   r->step = (int64_t)step;
-  v = coord_field(line, len, "by", &n);
-  if (!v || n == 0 || n >= sizeof r->by) return gt_errorf(GT_EFORMAT, "by is missing or too long");
-  memcpy(r->by, v, n);
-  r->by[n] = '\0';
-  if (!strcmp(r->by, "-")) r->by[0] = '\0';
-  if (!valid_by(r->by)) return gt_errorf(GT_EFORMAT, "by=%s is not a node id", r->by);
-  return GT_OK;
+  return coord_node(line, len, "by", r->by, sizeof r->by);
 }
 
 gt_status gt_health_parse(const char *line, size_t len, int rank, gt_health_record *out) {

@@ -1,6 +1,8 @@
 /* Parsing the coordinator's "key=value" lines (line.h). */
 #include "resilience/coord/line.h"
 
+#include "giant/rdzv.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,4 +63,27 @@ gt_status coord_numbers(const char *line, size_t len, const char *key, int n, do
     v = stop + 1;
   }
   return GT_OK;
+}
+
+gt_status coord_node(const char *line, size_t len, const char *key, char *out, size_t out_len) {
+  size_t n;
+  const char *v = coord_field(line, len, key, &n);
+  if (!v || n == 0 || n >= out_len) return gt_errorf(GT_EFORMAT, "%s is missing or too long", key);
+  memcpy(out, v, n);
+  out[n] = '\0';
+  if (!strcmp(out, "-")) out[0] = '\0';
+  if (out[0] && !gt_rdzv_valid_id(out)) return gt_errorf(GT_EFORMAT, "%s=%s is not a node id", key, out);
+  return GT_OK;
+}
+
+gt_status coord_parse_line(const char *line, size_t len, size_t max, const char *what,
+                           gt_status (*parse)(const char *, size_t, void *), void *out, size_t size) {
+  if (len >= max || memchr(line, '\0', len)) return gt_errorf(GT_EFORMAT, "%s: not a line of text", what);
+  void *tmp = calloc(1, size);
+  if (!tmp) return gt_errorf(GT_ENOMEM, "out of memory");
+  gt_status s = parse(line, len, tmp);
+  if (s == GT_OK) memcpy(out, tmp, size);
+  else s = gt_error_context(s, "%s", what);
+  free(tmp);
+  return s;
 }

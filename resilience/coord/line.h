@@ -16,4 +16,11 @@ gt_status coord_integer(const char *line, size_t len, const char *key, double lo
 /* The value of key as n comma-separated numbers. */
 gt_status coord_numbers(const char *line, size_t len, const char *key, int n, double *out);
 
+/* The value of key as a node id ("-" for none, read as "") into out. */
+gt_status coord_node(const char *line, size_t len, const char *key, char *out, size_t out_len);
+/* Parses a whole line with parse(line, len, out) into out (size bytes,
+ * written only on success); `what` names it in errors. */
+gt_status coord_parse_line(const char *line, size_t len, size_t max, const char *what,
+                           gt_status (*parse)(const char *, size_t, void *), void *out, size_t size);
+
 #endif

@@ -54,7 +54,8 @@ gt_status gt_mitigation_report_format(const gt_mitigation_report *r, char *line,
   return put_list(line, len, &at, "speeds", r->dp, NULL, r->speed);
 }
 
-static gt_status parse_report(const char *line, size_t len, gt_mitigation_report *r) {
+static gt_status parse_report(const char *line, size_t len, void *out) {
+  gt_mitigation_report *r = out;
   long long step, epoch, dp, cap, urgent;
   GT_TRY(coord_integer(line, len, "step", 0, MAX_STEP, &step));
   GT_TRY(coord_integer(line, len, "epoch", 0, MAX_STEP, &epoch));
@@ -74,13 +75,7 @@ static gt_status parse_report(const char *line, size_t len, gt_mitigation_report
 }
 
 gt_status gt_mitigation_report_parse(const char *line, size_t len, gt_mitigation_report *out) {
-  if (len >= GT_MITIGATION_LINE_MAX || memchr(line, '\0', len))
-    return gt_errorf(GT_EFORMAT, "mitigation report: not a line of text");
-  gt_mitigation_report r = {0};
-  gt_status s = parse_report(line, len, &r);
-  if (s != GT_OK) return gt_error_context(s, "mitigation report");
-  *out = r;
-  return GT_OK;
+  return coord_parse_line(line, len, GT_MITIGATION_LINE_MAX, "mitigation report", parse_report, out, sizeof *out);
 }
 
 gt_status gt_mitigation_format(const gt_mitigation *m, char *line, size_t len) {
@@ -97,7 +92,8 @@ gt_status gt_mitigation_format(const gt_mitigation *m, char *line, size_t len) {
   return GT_OK;
 }
 
-static gt_status parse_decision(const char *line, size_t len, gt_mitigation *m) {
+static gt_status parse_decision(const char *line, size_t len, void *out) {
+  gt_mitigation *m = out;
   long long epoch, term, step, dp;
   GT_TRY(coord_integer(line, len, "epoch", 1, MAX_STEP, &epoch));
   GT_TRY(coord_integer(line, len, "term", 1, MAX_STEP, &term));
@@ -108,24 +104,11 @@ static gt_status parse_decision(const char *line, size_t len, gt_mitigation *m) 
   GT_TRY(coord_number(line, len, "step_now_s", &m->step_now_s));
   GT_TRY(coord_number(line, len, "step_new_s", &m->step_new_s));
   GT_TRY(coord_number(line, len, "gain_s", &m->gain_s));
-  size_t n;
-  const char *v = coord_field(line, len, "by", &n);
-  if (!v || n == 0 || n >= sizeof m->by) return gt_errorf(GT_EFORMAT, "by is missing or too long");
-  memcpy(m->by, v, n);
-  m->by[n] = '\0';
-  if (!strcmp(m->by, "-")) m->by[0] = '\0';
-  if (m->by[0] && !gt_rdzv_valid_id(m->by)) return gt_errorf(GT_EFORMAT, "by=%s is not a node id", m->by);
-  return GT_OK;
+  return coord_node(line, len, "by", m->by, sizeof m->by);
 }
 
 gt_status gt_mitigation_parse(const char *line, size_t len, gt_mitigation *out) {
-  if (len >= GT_MITIGATION_LINE_MAX || memchr(line, '\0', len))
-    return gt_errorf(GT_EFORMAT, "mitigation record: not a line of text");
-  gt_mitigation m = {0};
-  gt_status s = parse_decision(line, len, &m);
-  if (s != GT_OK) return gt_error_context(s, "mitigation record");
-  *out = m;
-  return GT_OK;
+  return coord_parse_line(line, len, GT_MITIGATION_LINE_MAX, "mitigation record", parse_decision, out, sizeof *out);
 }
 
 static gt_status job_key(const char *job, const char *tail, char *key, size_t len) {
@@ -134,16 +117,21 @@ static gt_status job_key(const char *job, const char *tail, char *key, size_t le
   return GT_OK;
 }
 
-/* The value at key into line (NUL-terminated); *found 0 when absent. */
-static gt_status get_line(gt_etcd_client *c, const char *key, char *line, size_t len, int *found) {
+/* The record at /giant/<job>/<tail> parsed into out (size bytes); *found
+ * 0 when there is none. */
+static gt_status get_record(gt_etcd_client *c, const char *job_id, const char *tail, const char *what,
+                            gt_status (*parse)(const char *, size_t, void *), void *out, size_t size, int *found) {
+  char key[GT_RDZV_ID_MAX + 48];
+  GT_TRY(job_key(job_id, tail, key, sizeof key));
   gt_etcd_kvs r;
   GT_TRY(gt_etcd_get(c, key, NULL, &r));
   *found = r.n == 1;
   gt_status s = GT_OK;
-  if (*found && r.kvs[0].value_len >= len) s = gt_errorf(GT_EFORMAT, "key %s holds more than %zu bytes", key, len);
-  else if (*found) memcpy(line, r.kvs[0].value, r.kvs[0].value_len + 1);
+  if (*found)
+    s = coord_parse_line((const char *)r.kvs[0].value, r.kvs[0].value_len, GT_MITIGATION_LINE_MAX, what, parse, out,
+                         size);
   gt_etcd_kvs_free(&r);
-  return s;
+  return s == GT_OK ? s : gt_error_context(s, "key %s", key);
 }
 
 gt_status gt_mitigation_report_put(gt_etcd_client *c, const char *job_id, const gt_mitigation_report *r) {
@@ -154,12 +142,7 @@ gt_status gt_mitigation_report_put(gt_etcd_client *c, const char *job_id, const 
 }
 
 gt_status gt_mitigation_report_get(gt_etcd_client *c, const char *job_id, gt_mitigation_report *r, int *found) {
-  char key[GT_RDZV_ID_MAX + 48], line[GT_MITIGATION_LINE_MAX];
-  GT_TRY(job_key(job_id, "mitigation/report", key, sizeof key));
-  GT_TRY(get_line(c, key, line, sizeof line, found));
-  if (!*found) return GT_OK;
-  gt_status s = gt_mitigation_report_parse(line, strlen(line), r);
-  return s == GT_OK ? s : gt_error_context(s, "key %s", key);
+  return get_record(c, job_id, "mitigation/report", "mitigation report", parse_report, r, sizeof *r, found);
 }
 
 gt_status gt_mitigation_put(gt_etcd_client *c, const char *job_id, int64_t term, const gt_mitigation *m) {
@@ -183,12 +166,7 @@ gt_status gt_mitigation_put(gt_etcd_client *c, const char *job_id, int64_t term,
 }
 
 gt_status gt_mitigation_get(gt_etcd_client *c, const char *job_id, gt_mitigation *m, int *found) {
-  char key[GT_RDZV_ID_MAX + 48], line[GT_MITIGATION_LINE_MAX];
-  GT_TRY(job_key(job_id, "mitigation/decision", key, sizeof key));
-  GT_TRY(get_line(c, key, line, sizeof line, found));
-  if (!*found) return GT_OK;
-  gt_status s = gt_mitigation_parse(line, strlen(line), m);
-  return s == GT_OK ? s : gt_error_context(s, "key %s", key);
+  return get_record(c, job_id, "mitigation/decision", "mitigation record", parse_decision, m, sizeof *m, found);
 }
 
 gt_status gt_mitigation_decide(const gt_mitigation_report *r, int horizon, double min_gain, int *new_shares,

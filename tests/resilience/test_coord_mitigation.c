@@ -5,43 +5,14 @@
  * (leading within the TTL) writes and the dead one's term is refused; and
  * giant-etcd health shows the leader, its term, the decision and the
  * health records. */
-#include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <cmocka.h>
-
-#include "common/gt_test.h"
-#include "common/run_cmd.h"
 #include "giant/coord.h"
 #include "giant/log.h"
-#include "localkit/etcd_server.h"
-
-static etcd_fixture fx;
-static gt_etcd_client *cli;
-
-static int setup(void **state) {
-  (void)state;
-  if (!etcd_fixture_available()) {
-    printf("etcd not found: skipping\n");
-    exit(77);
-  }
-  if (etcd_fixture_start(&fx, NULL) != 0) return -1;
-  return gt_etcd_connect(&(gt_etcd_config){.endpoints = fx.endpoint, .timeout_ms = 5000}, &cli) == GT_OK ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  gt_etcd_close(cli);
-  etcd_fixture_destroy(&fx);
-  return 0;
-}
+#include "resilience/coord_fixture.h"
+#include "common/gt_test.h"
 
 /* Replica 1 computes at half replica 0's speed, at even shares of 16. */
 static gt_mitigation_report slow_report(void) {
@@ -119,29 +90,6 @@ static void test_decide(void **state) {
   assert_int_equal(next[1], 8);
 }
 
-static pid_t campaigner(const char *job, const char *node, int ttl, long long *term) {
-  char prog[512], ttl_s[8];
-  build_path("tests/resilience/coord_campaigner", prog, sizeof prog);
-  snprintf(ttl_s, sizeof ttl_s, "%d", ttl);
-  int out[2];
-  assert_int_equal(pipe(out), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out[1], 1);
-    close(out[0]);
-    execl(prog, prog, fx.endpoint, job, node, ttl_s, (char *)NULL);
-    _exit(127);
-  }
-  close(out[1]);
-  FILE *f = fdopen(out[0], "r");
-  char line[64] = "";
-  /* Bounded: the campaigner gives up after 60 s of not leading. */
-  assert_non_null(fgets(line, sizeof line, f));
-  fclose(f);
-  assert_int_equal(sscanf(line, "leading %lld", term), 1);
-  return pid;
-}
-
 /* The leader is killed: another leads within the TTL, its decision is
  * written under its term, and one written under the dead leader's is
  * refused and leaves the record as it was. */
@@ -149,7 +97,7 @@ static void test_failover_refuses_the_deposed(void **state) {
   (void)state;
   const int ttl = 3;
   long long dead_term = 0;
-  pid_t pid = campaigner("mjob", "node-a", ttl, &dead_term);
+  pid_t pid = start_campaigner("mjob", "node-a", ttl, &dead_term);
   gt_mitigation m = {.epoch = 1, .step = 30, .dp = 2, .shares = {11, 5}, .step_now_s = 0.4, .step_new_s = 0.275,
                      .gain_s = 6.1875, .by = "node-a"};
   m.term = dead_term;
