@@ -282,6 +282,8 @@ int main(int argc, char **argv) {
   gt_optim_kind kind;
   gt_status s = gt_optim_parse(a.optimizer, &kind);
   if (s == GT_OK) s = gpt_ckpt_args_from_env(&a.ckpt);
+  if (s == GT_OK && a.rebalance_local && !a.rebalance)
+    s = gt_errorf(GT_EINVAL, "--rebalance-local says who decides --rebalance: give --rebalance too");
   if (s != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
   gt_precision precision;
   if ((s = gt_precision_parse(a.precision, &precision)) != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;

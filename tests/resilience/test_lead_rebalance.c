@@ -66,7 +66,7 @@ static void start(agent *a, const char *job, const char *node) {
   char log[256];
   snprintf(log, sizeof log, "%s/%s-%s.log", dir, job, node);
   const char *args[] = {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", fx.endpoint, "--job-id", job,
-                        "--node-id", node, "--rdzv-ttl", "3", "--rdzv-settle", "0", "--rdzv-timeout", "60",
+                        "--node-id", node, "--rdzv-ttl", "5", "--rdzv-settle", "0", "--rdzv-timeout", "60",
                         "--plan", "dp=2", GPT_ARGS, "--rebalance", NULL};
   assert_int_equal(agent_start(a, log, args), 0);
 }
