@@ -152,8 +152,8 @@ gt_status gt_mitigation_get(gt_etcd_client *c, const char *job_id, gt_mitigation
  * cap and transition cost over `horizon` steps. */
 gt_status gt_mitigation_decide(const gt_mitigation_report *r, int horizon, double min_gain, int *new_shares,
                                gt_rebalance_decision *d);
-/* The decision as a line for people: "epoch 1 (term 57, by x) at step 40:
- * rows 11,5; predicted 0.400 s -> 0.270 s a step, gain 6.3 s". */
+/* The decision as a line for people: "mitigation: epoch 1 (term 57, by x)
+ * at step 40: rows 11,5; predicted 0.4000 s -> 0.2750 s a step, gain 6.19 s". */
 void gt_mitigation_print(const gt_mitigation *m, FILE *f);
 
 GT_API_END
