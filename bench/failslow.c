@@ -15,8 +15,9 @@
  * 2000 all-gathers of the record), against the run's median step.
  *
  * The same run is made again with --rebalance (data-parallel shares moved
- * away from the slow rank); where the example refuses the flag, the
- * mitigation figures are nan and the reason is printed.
+ * away from the slow rank, as giantrun's leading agent decides); where the
+ * example refuses the flag, the mitigation figures are nan and the reason
+ * is printed.
  * Last line: failslow_detect_steps=<d> false_alarms=<n> mape=<m>
  *            mitigated_ratio=<r> vs_no_mitigation=<x>
  * r: throughput during the slowdown with --rebalance over the ideal for

@@ -119,6 +119,16 @@ void monitor_get(monitor *m, monitor_state *st);
  * caller's again. NULL is a no-op. */
 void monitor_stop(monitor *m);
 
+/* ---- the job's leadership (lead.c) ---------------------------------------- */
+
+/* Campaigns for the job's leadership for the agent's whole run and, while
+ * this node leads, decides the workers' mitigation from their reports
+ * (docs/failslow.md). Workers learn that agents lead from GT_COORD=leader. */
+typedef struct lead lead;
+gt_status lead_start(lead **out, const agent_opts *o, const char *endpoints);
+/* Resigns (another agent leads at once) and frees l. NULL is a no-op. */
+void lead_stop(lead *l);
+
 /* ---- standalone etcd ------------------------------------------------------ */
 
 typedef struct standalone_etcd {

@@ -169,6 +169,11 @@ static int run_job(const agent_opts *o, const char *endpoints) {
   gt_rdzv *r;
   gt_status st = gt_rdzv_open(&cfg, &r);
   if (st != GT_OK) return fail_status(st, "rendezvous");
+  lead *ld = NULL;
+  if ((st = lead_start(&ld, o, endpoints)) != GT_OK) {
+    gt_rdzv_close(r);
+    return fail_status(st, "leadership");
+  }
   int code = 1, rounds = 0, last_restarts = -1;
   for (;;) {
     gt_rdzv_round rd;
@@ -208,6 +213,7 @@ static int run_job(const agent_opts *o, const char *endpoints) {
     }
     break;
   }
+  lead_stop(ld);
   gt_rdzv_close(r);
   return code;
 }

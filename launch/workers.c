@@ -25,7 +25,7 @@ static const char *const our_vars[] = {
     "GT_RANK=", "GT_LOCAL_RANK=", "GT_WORLD_SIZE=", "GT_LOCAL_WORLD_SIZE=", "GT_NODE_RANK=",
     "GT_NNODES=", "GT_GENERATION=", "GT_RESTART_COUNT=", "GT_JOB_ID=", "GT_STORE=",
     "GT_STORE_CACERT=", "GT_STORE_CERT=", "GT_STORE_KEY=", "GT_JOB_SECRET=", "GT_PLAN=",
-    "GT_PROGRESS_FD=", "GT_CKPT_DIR=", "GT_CKPT_EVERY=", "GT_CKPT_KEEP=", NULL};
+    "GT_PROGRESS_FD=", "GT_CKPT_DIR=", "GT_CKPT_EVERY=", "GT_CKPT_KEEP=", "GT_COORD=", NULL};
 
 static int ours(const char *e) {
   for (int i = 0; our_vars[i]; i++)
@@ -93,6 +93,7 @@ static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, in
   if (o->key) bad |= env_add(e, "GT_STORE_KEY=%s", o->key);
   if (o->plan) bad |= env_add(e, "GT_PLAN=%s", o->plan);
   bad |= env_add(e, "GT_PROGRESS_FD=%d", progress_fd);
+  bad |= env_add(e, "GT_COORD=leader"); /* the agents campaign: a leader decides mitigation */
   if (o->ckpt_dir) bad |= env_add(e, "GT_CKPT_DIR=%s", o->ckpt_dir);
   if (o->ckpt_every) bad |= env_add(e, "GT_CKPT_EVERY=%d", o->ckpt_every);
   if (o->ckpt_keep) bad |= env_add(e, "GT_CKPT_KEEP=%d", o->ckpt_keep);

@@ -30,7 +30,8 @@ static const char usage[] =
     "  lease ttl ID            print remaining and granted seconds\n"
     "  lease keepalive ID [--for SECONDS]\n"
     "                          renew until SIGINT/SIGTERM or SECONDS; exit 1 if the lease is lost\n"
-    "  health JOB              print the job's leader and its ranks' health records as a table\n"
+    "  health JOB              print the job's leader and term, its latest mitigation and its\n"
+    "                          ranks' health records as a table\n"
     "\n"
     "flags:\n"
     "  --endpoints LIST        comma-separated host:port or http(s)://host:port\n"
@@ -151,7 +152,8 @@ static int cmd_watch(gt_etcd_client *c, char **args, int n, const opts *o) {
   return rc;
 }
 
-/* The job's leader and health table (giant/coord.h). */
+/* The job's leader, its latest mitigation and the health table
+ * (giant/coord.h). */
 static int cmd_health(gt_etcd_client *c, char **args, int n) {
   if (n != 1) return bad_usage("health takes one JOB id%s", "");
   if (!gt_rdzv_valid_id(args[0])) return bad_usage("'%s' is not a job id ([A-Za-z0-9._-])", args[0]);
@@ -162,6 +164,14 @@ static int cmd_health(gt_etcd_client *c, char **args, int n) {
   if (r.n) printf("leader: %s (term %lld)\n", (const char *)r.kvs[0].value, (long long)r.kvs[0].create_revision);
   else printf("leader: none\n");
   gt_etcd_kvs_free(&r);
+  gt_mitigation *m = malloc(sizeof *m);
+  int found = 0;
+  if (!m) return fprintf(stderr, "giant-etcd: out of memory\n"), 1;
+  gt_status ms = gt_mitigation_get(c, args[0], m, &found);
+  if (ms == GT_OK && found) gt_mitigation_print(m, stdout);
+  else if (ms == GT_OK) printf("mitigation: none\n");
+  free(m);
+  if (ms != GT_OK) return failed();
   enum { MAX_RANKS = 65536 };
   gt_health_record *recs = malloc(MAX_RANKS * sizeof *recs);
   int nrec = 0;

@@ -33,7 +33,7 @@ typedef struct args {
       bucket_kib, chunks, mem_mib;
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
-  bool documents, untied, zero1, seq_parallel, print_plan, no_overlap, rebalance;
+  bool documents, untied, zero1, seq_parallel, print_plan, no_overlap, rebalance, rebalance_local;
   gpt_ckpt_args ckpt;
   gpt_failslow_args failslow;
 } args;
@@ -78,7 +78,9 @@ static const char *usage =
     "                      fewer rows of each micro-batch (default: all equal)\n"
     "  --rebalance         while training, move rows of each micro-batch between data-parallel\n"
     "                      replicas by their measured speed (a slow replica gives rows to fast ones);\n"
-    "                      a replica may take up to twice its even share (--batch)\n"
+    "                      a replica may take up to twice its even share (--batch); under giantrun\n"
+    "                      the job's leading agent decides, from reports rank 0 publishes on etcd\n"
+    "  --rebalance-local   with --rebalance: every rank decides alike, without the leader\n"
     "  --mem-mib N         memory each rank may use: --plan auto keeps to it (default: no limit)\n"
     "  --print-plan        print the plan (layers, splits, shards, predicted step) and exit\n"
     "run:\n"
@@ -111,6 +113,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--zero1", GT_OPT_FLAG, &a->zero1, 0, 0},    {"--seq-parallel", GT_OPT_FLAG, &a->seq_parallel, 0, 0},
       {"--print-plan", GT_OPT_FLAG, &a->print_plan, 0, 0}, {"--no-overlap", GT_OPT_FLAG, &a->no_overlap, 0, 0},
       {"--rebalance", GT_OPT_FLAG, &a->rebalance, 0, 0},
+      {"--rebalance-local", GT_OPT_FLAG, &a->rebalance_local, 0, 0},
       {"--steps", GT_OPT_INT, &a->steps, 1, 1e9},      {"--batch", GT_OPT_INT, &a->batch, 1, 1e6},
       {"--global-batch", GT_OPT_INT, &a->global_batch, 0, 1e6},
       {"--seq", GT_OPT_INT, &a->seq, 1, 1e6},          {"--layers", GT_OPT_INT, &a->layers, 0, 1e4},
@@ -279,6 +282,8 @@ int main(int argc, char **argv) {
   gt_optim_kind kind;
   gt_status s = gt_optim_parse(a.optimizer, &kind);
   if (s == GT_OK) s = gpt_ckpt_args_from_env(&a.ckpt);
+  if (s == GT_OK && a.rebalance_local && !a.rebalance)
+    s = gt_errorf(GT_EINVAL, "--rebalance-local says who decides --rebalance: give --rebalance too");
   if (s != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
   gt_precision precision;
   if ((s = gt_precision_parse(a.precision, &precision)) != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
@@ -458,7 +463,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (a.rebalance && !rebalance && lead) printf("--rebalance: one data-parallel replica, nothing to move\n");
-  if (rebalance && (s = gpt_rebalance_create(&plan, dist, be, shares, cap, &rb)) != GT_OK) {
+  if (rebalance && (s = gpt_rebalance_create(&plan, dist, be, shares, cap, job, a.rebalance_local, &rb)) != GT_OK) {
     fail("setting up --rebalance", s);
     goto out;
   }

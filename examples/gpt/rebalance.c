@@ -1,6 +1,10 @@
 /* --rebalance in the GPT example: every rank gathers every rank's step
- * telemetry, so all of them feed identical data to the pure decision and
- * change shares at the same step. */
+ * telemetry. Alone (no leader, or --rebalance-local) all of them feed
+ * identical data to the pure decision and change shares at the same step.
+ * Under a leader (giantrun's agents lead the job: GT_COORD=leader) rank 0
+ * publishes the replicas' speeds and shares every few steps instead, the
+ * leading agent decides, and every step rank 0 broadcasts whether a new
+ * decision applies, so that all ranks apply it at the same step. */
 #include "rebalance.h"
 
 #include <stdio.h>
@@ -8,6 +12,8 @@
 #include <string.h>
 
 #include "giant/grid.h"
+#include "giant/log.h"
+#include "coord_link.h"
 
 /* Steps of telemetry at the current shares before a decision: enough for
  * the median to ignore a hiccup, few enough to react within seconds. The
@@ -18,6 +24,10 @@
  * following that would move rows back and forth, while a slow device stays
  * slow. */
 enum { WINDOW = 8, WARMUP = 3, HORIZON = 50, PERSIST = 5 };
+/* Under a leader: a report every PUBLISH steps once a window is in (and at
+ * once when the monitor flags or clears a rank); the leader's two reports
+ * in a row that agree stand for PERSIST decisions. */
+enum { PUBLISH = 4 };
 #define MIN_GAIN 0.07
 
 struct gpt_rebalance {
@@ -31,12 +41,21 @@ struct gpt_rebalance {
   void *dev;               /* the gather's buffer, on the device the communicators use */
   int filled, agreed;      /* steps in the ring; decisions in a row that proposed `proposed` */
   bool urgent;             /* the monitor flagged or cleared a rank: act on the next change proposed */
+  /* Under a leader (led): rank 0's link to it, the epoch of the decision
+   * the shares come from, the step of the last report, and the broadcast's
+   * buffer on the device: apply?, epoch, the shares. */
+  bool led;
+  gpt_coord_link *link;
+  int64_t epoch;
+  int published;
+  void *note;
+  float *note_host;
 };
 
 _Static_assert(sizeof(gt_step_telemetry) % sizeof(float) == 0, "telemetry travels as floats");
 
 gt_status gpt_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *be, const int *shares, int cap,
-                               gpt_rebalance **out) {
+                               gt_job *job, bool local, gpt_rebalance **out) {
   *out = NULL;
   gpt_rebalance *r = calloc(1, sizeof *r);
   if (!r) return gt_errorf(GT_ENOMEM, "out of memory for --rebalance");
@@ -47,8 +66,17 @@ gt_status gpt_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *b
   r->speed = malloc(dp * sizeof *r->speed);
   r->proposed = malloc(dp * sizeof *r->proposed);
   r->ring = calloc(WINDOW * world, sizeof *r->ring);
-  gt_status s = r->shares && r->next && r->speed && r->proposed && r->ring ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory for --rebalance");
+  r->note_host = malloc((dp + 2) * sizeof *r->note_host);
+  gt_status s = r->shares && r->next && r->speed && r->proposed && r->ring && r->note_host
+                    ? GT_OK
+                    : gt_errorf(GT_ENOMEM, "out of memory for --rebalance");
   if (s == GT_OK) s = gt_backend_alloc(be, world * sizeof *r->ring, &r->dev);
+  r->led = !local && gpt_coord_led(job);
+  if (s == GT_OK && r->led && dp > GT_MITIGATION_MAX_DP)
+    s = gt_errorf(GT_EINVAL, "--rebalance under a leader takes at most dp=%d; use --rebalance-local",
+                  GT_MITIGATION_MAX_DP);
+  if (s == GT_OK && r->led) s = gt_backend_alloc(be, (dp + 2) * sizeof *r->note_host, &r->note);
+  if (s == GT_OK && r->led && plan->rank == 0) s = gpt_coord_link_start(job, &r->link, &r->epoch);
   if (s != GT_OK) {
     gpt_rebalance_destroy(r);
     return s;
@@ -60,8 +88,10 @@ gt_status gpt_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *b
 
 void gpt_rebalance_destroy(gpt_rebalance *r) {
   if (!r) return;
+  gpt_coord_link_stop(r->link);
   if (r->dev) gt_backend_free(r->be, r->dev);
-  free(r->shares), free(r->next), free(r->speed), free(r->proposed), free(r->ring);
+  if (r->note) gt_backend_free(r->be, r->note);
+  free(r->shares), free(r->next), free(r->speed), free(r->proposed), free(r->ring), free(r->note_host);
   free(r);
 }
 
@@ -96,12 +126,124 @@ static bool verdict_now(const gt_failslow_report *rep) {
   return false;
 }
 
+/* The slowest rank's compute in the window's latest step, which every rank
+ * sees alike: what a switch costs, about a step's compute (the first step
+ * at new shares runs on cold caches). */
+static double transition_cost(const gpt_rebalance *r) {
+  size_t world = (size_t)r->plan.world;
+  double transition = 0;
+  for (size_t k = 0; k < world; k++) {
+    double c = r->ring[(WINDOW - 1) * world + k].compute_s;
+    if (c > transition) transition = c;
+  }
+  return transition;
+}
+
+/* Takes the shares in r->next from the next step on; the lead prints the
+ * line, `why` its reason in parentheses. */
+static gt_status switch_to(gpt_rebalance *r, gt_trainer *tr, int step, bool lead, const char *why) {
+  int dp = r->plan.layout.dp, me = r->plan.me.dp, total = offset_of(r->next, dp);
+  GT_TRY(gt_trainer_set_rows(tr, r->next[me], offset_of(r->next, me), total));
+  if (lead) {
+    printf("rebalance after step %d: rows ", step);
+    print_shares("", r->shares, dp);
+    print_shares(" -> ", r->next, dp);
+    printf(" of %d (%s)\n", total, why);
+    fflush(stdout);
+  }
+  memcpy(r->shares, r->next, (size_t)dp * sizeof *r->shares);
+  r->filled = 0; /* judge the new shares on steps taken at them */
+  r->agreed = 0, r->urgent = false;
+  return GT_OK;
+}
+
+/* No leader: every rank decides alike on its window. */
+static gt_status decide_here(gpt_rebalance *r, gt_trainer *tr, int step, bool lead) {
+  int dp = r->plan.layout.dp;
+  gt_rebalance_config cfg = {.cap = r->cap, .transition_s = transition_cost(r), .horizon = HORIZON,
+                             .min_gain = MIN_GAIN};
+  gt_rebalance_decision d;
+  GT_TRY(gt_rebalance_decide(&cfg, &r->plan, r->ring, WINDOW, r->shares, r->next, r->speed, &d));
+  size_t bytes = (size_t)dp * sizeof *r->next;
+  if (!d.change) r->agreed = 0;
+  else if (r->agreed && !memcmp(r->next, r->proposed, bytes)) r->agreed++;
+  else memcpy(r->proposed, r->next, bytes), r->agreed = 1;
+  if (r->agreed < PERSIST && !(r->urgent && d.change)) return GT_OK;
+  char why[1024] = "replica speeds";
+  size_t at = strlen(why);
+  for (int i = 0; i < dp && at < sizeof why; i++) at += (size_t)snprintf(why + at, sizeof why - at, " %.1f", r->speed[i]);
+  if (at < sizeof why)
+    snprintf(why + at, sizeof why - at, " rows/s; predicted compute %.4f s -> %.4f s a step", d.step_now_s,
+             d.step_new_s);
+  return switch_to(r, tr, step, lead, why);
+}
+
+/* Under a leader, rank 0: a report of the window every PUBLISH steps. */
+static gt_status publish(gpt_rebalance *r, int step) {
+  if (!r->link || (step - r->published < PUBLISH && !r->urgent)) return GT_OK;
+  gt_mitigation_report *rep = calloc(1, sizeof *rep);
+  if (!rep) return gt_errorf(GT_ENOMEM, "out of memory for a rebalancing report");
+  *rep = (gt_mitigation_report){.step = step, .epoch = r->epoch, .dp = r->plan.layout.dp, .cap = r->cap,
+                                .urgent = r->urgent, .transition_s = transition_cost(r)};
+  memcpy(rep->shares, r->shares, (size_t)rep->dp * sizeof *r->shares);
+  gt_status s = gt_rebalance_speeds(&r->plan, r->ring, WINDOW, rep->speed, rep->micro);
+  if (s == GT_OK) gpt_coord_link_publish(r->link, rep);
+  free(rep);
+  r->published = step, r->urgent = false;
+  return s;
+}
+
+/* Whether a decision fits this job: its replicas, their cap, the same rows. */
+static bool fits(const gpt_rebalance *r, const gt_mitigation *m) {
+  int dp = r->plan.layout.dp, total = 0;
+  if (m->dp != dp) return false;
+  for (int i = 0; i < dp; i++) {
+    if (m->shares[i] < 1 || m->shares[i] > r->cap) return false;
+    total += m->shares[i];
+  }
+  return total == offset_of(r->shares, dp);
+}
+
+/* Under a leader, every rank after every step: rank 0 says whether the
+ * leader's latest decision is new, with one small broadcast, so that all
+ * apply it after the same step. */
+static gt_status apply_led(gpt_rebalance *r, gt_trainer *tr, int step, bool lead) {
+  int dp = r->plan.layout.dp;
+  float *note = r->note_host;
+  memset(note, 0, (size_t)(dp + 2) * sizeof *note);
+  gt_mitigation *m = r->link ? malloc(sizeof *m) : NULL;
+  if (r->link && !m) return gt_errorf(GT_ENOMEM, "out of memory for a rebalancing decision");
+  if (m && gpt_coord_link_latest(r->link, m) && m->epoch > r->epoch) {
+    if (fits(r, m)) {
+      note[0] = 1, note[1] = (float)m->epoch;
+      for (int i = 0; i < dp; i++) note[2 + i] = (float)m->shares[i];
+    } else {
+      gt_warn("rebalance: the leader's epoch %lld does not fit this job (dp=%d, %d rows, at most %d a replica): "
+              "ignored", (long long)m->epoch, dp, offset_of(r->shares, dp), r->cap);
+      r->epoch = m->epoch;
+    }
+  }
+  gt_status s = gt_backend_upload(r->be, r->note, note, (size_t)(dp + 2) * sizeof *note);
+  if (s == GT_OK) s = gt_comm_broadcast(r->world, r->note, (size_t)dp + 2, GT_F32, 0);
+  if (s == GT_OK) s = gt_backend_download(r->be, note, r->note, (size_t)(dp + 2) * sizeof *note);
+  if (s == GT_OK && note[0] == 1) {
+    char why[256] = "";
+    if (m) snprintf(why, sizeof why, "the leader's epoch %lld, term %lld, by %s", (long long)m->epoch,
+                    (long long)m->term, m->by);
+    for (int i = 0; i < dp; i++) r->next[i] = (int)note[2 + i];
+    r->epoch = (int64_t)note[1];
+    s = switch_to(r, tr, step, lead, why);
+  }
+  free(m);
+  return s;
+}
+
 gt_status gpt_rebalance_after_step(gpt_rebalance *r, gt_trainer *tr, const gt_step_stats *st,
                                    const gt_failslow_report *fs_report, bool lead) {
   size_t world = (size_t)r->plan.world;
-  int dp = r->plan.layout.dp;
   if (st->step < WARMUP) return GT_OK; /* every rank skips the same steps: the gathers stay matched */
-  if (fs_report && !fs_report->gathered) return GT_OK; /* ditto: the monitor gathers on the same steps everywhere */
+  if (r->led) GT_TRY(apply_led(r, tr, st->step, lead)); /* every step, on every rank */
+  if (fs_report && !fs_report->gathered) return GT_OK; /* the monitor gathers on the same steps everywhere */
   if (r->filled == WINDOW) {
     memmove(r->ring, r->ring + world, (WINDOW - 1) * world * sizeof *r->ring);
     r->filled--;
@@ -111,36 +253,5 @@ gt_status gpt_rebalance_after_step(gpt_rebalance *r, gt_trainer *tr, const gt_st
   else GT_TRY(gather(r, &st->telemetry, slot));
   if (fs_report && verdict_now(fs_report)) r->urgent = true;
   if (++r->filled < WINDOW) return GT_OK;
-  /* A switch costs about a step's compute (the first step at new shares
-   * runs on cold caches); take the slowest rank's latest, which every rank
-   * sees alike. */
-  double transition = 0;
-  for (size_t k = 0; k < world; k++) {
-    double c = r->ring[(WINDOW - 1) * world + k].compute_s;
-    if (c > transition) transition = c;
-  }
-  gt_rebalance_config cfg = {.cap = r->cap, .transition_s = transition, .horizon = HORIZON,
-                             .min_gain = MIN_GAIN};
-  gt_rebalance_decision d;
-  GT_TRY(gt_rebalance_decide(&cfg, &r->plan, r->ring, WINDOW, r->shares, r->next, r->speed, &d));
-  size_t bytes = (size_t)dp * sizeof *r->next;
-  if (!d.change) r->agreed = 0;
-  else if (r->agreed && !memcmp(r->next, r->proposed, bytes)) r->agreed++;
-  else memcpy(r->proposed, r->next, bytes), r->agreed = 1;
-  if (r->agreed < PERSIST && !(r->urgent && d.change)) return GT_OK;
-  r->agreed = 0, r->urgent = false;
-  int me = r->plan.me.dp, total = offset_of(r->next, dp);
-  GT_TRY(gt_trainer_set_rows(tr, r->next[me], offset_of(r->next, me), total));
-  if (lead) {
-    printf("rebalance after step %d: rows ", st->step);
-    print_shares("", r->shares, dp);
-    print_shares(" -> ", r->next, dp);
-    printf(" of %d (replica speeds", total);
-    for (int i = 0; i < dp; i++) printf(" %.1f", r->speed[i]);
-    printf(" rows/s; predicted compute %.4f s -> %.4f s a step)\n", d.step_now_s, d.step_new_s);
-    fflush(stdout);
-  }
-  memcpy(r->shares, r->next, (size_t)dp * sizeof *r->shares);
-  r->filled = 0; /* judge the new shares on steps taken at them */
-  return GT_OK;
+  return r->led ? publish(r, st->step) : decide_here(r, tr, st->step, lead);
 }

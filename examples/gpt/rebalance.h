@@ -9,19 +9,22 @@
 
 #include "giant/dist.h"
 #include "giant/failslow.h"
+#include "giant/init.h"
 #include "giant/rebalance.h"
 #include "giant/trainer.h"
 
 typedef struct gpt_rebalance gpt_rebalance;
 
 /* shares: every replica's rows of each micro-batch now (copied); cap: the
- * most one replica may take, what the model's activations hold. */
+ * most one replica may take, what the model's activations hold. When the
+ * job's agents lead (giantrun) and local is false, the leader decides. */
 gt_status gpt_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *be, const int *shares, int cap,
-                               gpt_rebalance **out);
+                               gt_job *job, bool local, gpt_rebalance **out);
 void gpt_rebalance_destroy(gpt_rebalance *r);
 /* After every step, on every rank: gathers the step's telemetry and, once
- * a window of steps at the current shares is in, decides; new shares take
- * effect at the next step on every rank alike. The lead prints a line when
+ * a window of steps at the current shares is in, decides (or, under a
+ * leader, rank 0 reports to it, and every rank applies its decisions);
+ * new shares take effect at the next step on every rank alike. The lead prints a line when
  * they change. With the fail-slow monitor running (fs_report not NULL) its
  * gathered telemetry is used instead of a gather of its own (steps it did
  * not gather are skipped), and a rank it flags or clears this step is acted

@@ -15,6 +15,13 @@
  *   predicted_ms=201.0 step=57 time=1795000000.25 by=node-a
  * readable with any etcd client and watchable by anyone; giant-etcd health
  * JOB prints them as a table.
+ *
+ * Mitigation. Worker rank 0 of a job whose agents lead publishes what the
+ * rebalancing decision needs (giant/rebalance.h), a gt_mitigation_report at
+ * /giant/<job>/mitigation/report; the leader decides and writes a
+ * gt_mitigation at /giant/<job>/mitigation/decision, in a transaction that
+ * holds only while its leader key is still the one of its term, so a
+ * deposed leader's write is refused. Both are one line of text.
  */
 #ifndef GIANT_COORD_H
 #define GIANT_COORD_H
@@ -25,6 +32,7 @@
 #include <stdio.h>
 
 #include "giant/etcd.h"
+#include "giant/rebalance.h"
 #include "giant/status.h"
 
 GT_API_BEGIN
@@ -51,6 +59,9 @@ gt_status gt_leader_wait(gt_leader *l, int timeout_ms);
 /* The leader as etcd has it now: its node id ("" with no leader) and term
  * (the leader key's create revision; 0 with no leader). */
 gt_status gt_leader_current(gt_leader *l, char *node, size_t node_len, int64_t *term);
+/* This node's term while it leads (the create revision of the key it
+ * holds); 0 when it does not lead. */
+int64_t gt_leader_term(gt_leader *l);
 /* Resigns (revokes the lease, so another takes over at once) and frees l. */
 void gt_leader_close(gt_leader *l);
 
@@ -96,6 +107,54 @@ gt_status gt_health_put(gt_etcd_client *c, const char *job_id, const gt_health_r
 gt_status gt_health_list(gt_etcd_client *c, const char *job_id, gt_health_record *out, int max, int *n);
 /* The records as a table, one rank a line. */
 void gt_health_print(const gt_health_record *r, int n, FILE *f);
+
+/* ---- mitigation: what the workers measured, what the leader decided ---- */
+
+#define GT_MITIGATION_MAX_DP 256
+#define GT_MITIGATION_LINE_MAX 16384
+
+typedef struct gt_mitigation_report {
+  int64_t step;        /* the last step the speeds cover */
+  int64_t epoch;       /* the decision the current shares come from; 0: none yet */
+  int dp;              /* data-parallel replicas (1..GT_MITIGATION_MAX_DP) */
+  int cap;             /* the most rows one replica may take */
+  int urgent;          /* 1: the fail-slow monitor flagged or cleared a rank since the last report */
+  double transition_s; /* what switching shares costs, in seconds */
+  int shares[GT_MITIGATION_MAX_DP]; /* rows of every group micro-batch, each replica's */
+  int micro[GT_MITIGATION_MAX_DP];  /* micro-batches a step */
+  double speed[GT_MITIGATION_MAX_DP]; /* rows per second (gt_rebalance_speeds) */
+} gt_mitigation_report;
+
+typedef struct gt_mitigation {
+  int64_t epoch; /* 1, 2, ...: the workers apply each epoch once */
+  int64_t term;  /* the term of the leader that decided */
+  int64_t step;  /* the report's step it was decided on */
+  int dp;
+  int shares[GT_MITIGATION_MAX_DP];
+  double step_now_s, step_new_s, gain_s; /* gt_rebalance_decision's */
+  char by[128];  /* the leader's node id */
+} gt_mitigation;
+
+/* One line each, parsed back exactly (GT_EFORMAT naming what is wrong). */
+gt_status gt_mitigation_report_format(const gt_mitigation_report *r, char *line, size_t len);
+gt_status gt_mitigation_report_parse(const char *line, size_t len, gt_mitigation_report *out);
+gt_status gt_mitigation_format(const gt_mitigation *m, char *line, size_t len);
+gt_status gt_mitigation_parse(const char *line, size_t len, gt_mitigation *out);
+
+gt_status gt_mitigation_report_put(gt_etcd_client *c, const char *job_id, const gt_mitigation_report *r);
+/* *found: 0 when there is none (r untouched). */
+gt_status gt_mitigation_report_get(gt_etcd_client *c, const char *job_id, gt_mitigation_report *r, int *found);
+/* Writes the decision only while term leads the job (the leader key's
+ * create revision is term): GT_ESTATE when it does not, nothing written. */
+gt_status gt_mitigation_put(gt_etcd_client *c, const char *job_id, int64_t term, const gt_mitigation *m);
+gt_status gt_mitigation_get(gt_etcd_client *c, const char *job_id, gt_mitigation *m, int *found);
+/* The leader's decision on a report: gt_rebalance_choose with the report's
+ * cap and transition cost over `horizon` steps. */
+gt_status gt_mitigation_decide(const gt_mitigation_report *r, int horizon, double min_gain, int *new_shares,
+                               gt_rebalance_decision *d);
+/* The decision as a line for people: "mitigation: epoch 1 (term 57, by x)
+ * at step 40: rows 11,5; predicted 0.4000 s -> 0.2750 s a step, gain 6.19 s". */
+void gt_mitigation_print(const gt_mitigation *m, FILE *f);
 
 GT_API_END
 #endif

@@ -46,5 +46,15 @@ gt_status gt_rebalance_decide(const gt_rebalance_config *cfg, const gt_plan *pla
                               int nsteps, const int *shares, int *new_shares, double *speed,
                               gt_rebalance_decision *out);
 
+/* The two halves of gt_rebalance_decide, for a decision taken elsewhere
+ * than where the telemetry is (a job's leader, giant/coord.h):
+ * gt_rebalance_speeds measures every replica's rows per second (speed) and
+ * micro-batches a step (micro), dp entries each; gt_rebalance_choose
+ * decides from them alone. */
+gt_status gt_rebalance_speeds(const gt_plan *plan, const gt_step_telemetry *tel, int nsteps, double *speed,
+                              int *micro);
+gt_status gt_rebalance_choose(const gt_rebalance_config *cfg, int dp, const double *speed, const int *micro,
+                              const int *shares, int *new_shares, gt_rebalance_decision *out);
+
 GT_API_END
 #endif

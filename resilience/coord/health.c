@@ -8,6 +8,7 @@
 
 #include "giant/coord.h"
 #include "giant/rdzv.h"
+#include "resilience/coord/line.h"
 
 static const char *const state_names[] = {"ok", "slow", "stopped"};
 static const char *const kind_names[] = {"none", "compute", "link"};
@@ -43,63 +44,28 @@ gt_status gt_health_format(const gt_health_record *r, char *line, size_t len) {
   return GT_OK;
 }
 
-/* One "key=value" field of a line: the value's bytes, or NULL when absent. */
-static const char *field(const char *line, size_t len, const char *key, size_t *vlen) {
-  size_t klen = strlen(key);
-  for (size_t i = 0; i + klen < len; i++) {
-    if ((i == 0 || line[i - 1] == ' ') && !strncmp(line + i, key, klen) && line[i + klen] == '=') {
-      const char *v = line + i + klen + 1;
-      size_t n = 0;
-      while (v + n < line + len && v[n] != ' ') n++;
-      *vlen = n;
-      return v;
-    }
-  }
-  return NULL;
-}
-
-static gt_status number(const char *line, size_t len, const char *key, double *out) {
-  size_t n;
-  const char *v = field(line, len, key, &n);
-  char buf[64];
-  if (!v || n == 0 || n >= sizeof buf) return gt_errorf(GT_EFORMAT, "no %s=<number>", key);
-  memcpy(buf, v, n);
-  buf[n] = '\0';
-  char *end;
-  errno = 0;
-  *out = strtod(buf, &end);
-  if (errno || *end || *out != *out) return gt_errorf(GT_EFORMAT, "%s=%s is not a number", key, buf);
-  return GT_OK;
-}
-
 static gt_status parse(const char *line, size_t len, gt_health_record *r) {
   size_t n;
-  const char *v = field(line, len, "state", &n);
+  const char *v = coord_field(line, len, "state", &n);
   int st = v ? name_index(state_names, 3, v, n) : -1;
   if (st < 0) return gt_errorf(GT_EFORMAT, "state is missing or not one of ok, slow, stopped");
-  v = field(line, len, "kind", &n);
+  v = coord_field(line, len, "kind", &n);
   int kind = v ? name_index(kind_names, 3, v, n) : -1;
   if (kind < 0) return gt_errorf(GT_EFORMAT, "kind is missing or not one of none, compute, link");
   r->state = (gt_health_state)st;
   r->kind = (gt_health_kind)kind;
   double peer, step;
-  GT_TRY(number(line, len, "peer", &peer));
-  GT_TRY(number(line, len, "ratio", &r->ratio));
-  GT_TRY(number(line, len, "observed_ms", &r->observed_ms));
-  GT_TRY(number(line, len, "predicted_ms", &r->predicted_ms));
-  GT_TRY(number(line, len, "step", &step));
-  GT_TRY(number(line, len, "time", &r->time));
+  GT_TRY(coord_number(line, len, "peer", &peer));
+  GT_TRY(coord_number(line, len, "ratio", &r->ratio));
+  GT_TRY(coord_number(line, len, "observed_ms", &r->observed_ms));
+  GT_TRY(coord_number(line, len, "predicted_ms", &r->predicted_ms));
+  GT_TRY(coord_number(line, len, "step", &step));
+  GT_TRY(coord_number(line, len, "time", &r->time));
   if (peer < -1 || peer > 1 << 24 || peer != (int)peer) return gt_errorf(GT_EFORMAT, "peer=%g is not a rank", peer);
   if (step < 0 || step > 9e15 || step != (double)(int64_t)step) return gt_errorf(GT_EFORMAT, "step=%g is not a step", step);
   r->peer = (int)peer;
   r->step = (int64_t)step;
-  v = field(line, len, "by", &n);
-  if (!v || n == 0 || n >= sizeof r->by) return gt_errorf(GT_EFORMAT, "by is missing or too long");
-  memcpy(r->by, v, n);
-  r->by[n] = '\0';
-  if (!strcmp(r->by, "-")) r->by[0] = '\0';
-  if (!valid_by(r->by)) return gt_errorf(GT_EFORMAT, "by=%s is not a node id", r->by);
-  return GT_OK;
+  return coord_node(line, len, "by", r->by, sizeof r->by);
 }
 
 gt_status gt_health_parse(const char *line, size_t len, int rank, gt_health_record *out) {

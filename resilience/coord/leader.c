@@ -32,6 +32,7 @@ struct gt_leader {
   gt_etcd_keepalive *ka;
   atomic_bool lost;    /* the lease's keepalive gave up */
   atomic_bool leading;
+  _Atomic int64_t term; /* the create revision of the key this node holds */
   atomic_bool stop;
   pthread_t thread;
   pthread_mutex_t mu;
@@ -61,19 +62,19 @@ static void set_leading(gt_leader *l, bool on) {
   pthread_mutex_unlock(&l->mu);
 }
 
-/* One try at the key. Holding it already (a campaign after a reconnect)
- * counts as leading. */
+/* One try at the key, then a read of who holds it: this node leads when
+ * the key is on its lease (holding it already, after a reconnect, counts),
+ * and its term is the key's create revision. */
 static gt_status campaign(gt_leader *l) {
   int created = 0;
   GT_TRY(gt_etcd_create(l->cli, l->key, l->node, strlen(l->node), l->lease, &created));
-  if (!created) {
-    gt_etcd_kvs r;
-    GT_TRY(gt_etcd_get(l->cli, l->key, NULL, &r));
-    created = r.n == 1 && r.kvs[0].lease == l->lease;
-    gt_etcd_kvs_free(&r);
-  }
-  if (created && !atomic_load(&l->leading) && !atomic_load(&l->lost)) {
-    gt_info("%s leads %s", l->node, l->key);
+  gt_etcd_kvs r;
+  GT_TRY(gt_etcd_get(l->cli, l->key, NULL, &r));
+  bool mine = r.n == 1 && r.kvs[0].lease == l->lease;
+  if (mine) atomic_store(&l->term, r.kvs[0].create_revision);
+  gt_etcd_kvs_free(&r);
+  if (mine && !atomic_load(&l->leading) && !atomic_load(&l->lost)) {
+    gt_info("%s leads %s (term %lld)", l->node, l->key, (long long)atomic_load(&l->term));
     set_leading(l, true);
   }
   return GT_OK;
@@ -163,6 +164,8 @@ gt_status gt_leader_open(const gt_leader_config *cfg, gt_leader **out) {
 }
 
 bool gt_leader_is_leader(gt_leader *l) { return atomic_load(&l->leading) && !atomic_load(&l->lost); }
+
+int64_t gt_leader_term(gt_leader *l) { return gt_leader_is_leader(l) ? atomic_load(&l->term) : 0; }
 
 gt_status gt_leader_wait(gt_leader *l, int timeout_ms) {
   struct timespec until;

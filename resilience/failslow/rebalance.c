@@ -51,35 +51,25 @@ static void split(int total, int dp, int cap, const double *speed, const int *mi
   }
 }
 
-static gt_status check(const gt_rebalance_config *cfg, const gt_plan *plan, const gt_step_telemetry *tel, int nsteps,
-                       const int *shares, int *total) {
-  if (!cfg || !plan || !tel || !shares || plan->world < 1 || plan->layout.dp < 1)
-    return gt_errorf(GT_EINVAL, "rebalance: wants a config, a plan, telemetry and the current shares");
-  if (nsteps < 1) return gt_errorf(GT_EINVAL, "rebalance: wants at least one step of telemetry, got %d", nsteps);
+static gt_status check_config(const gt_rebalance_config *cfg) {
+  if (!cfg) return gt_errorf(GT_EINVAL, "rebalance: wants a config");
   if (cfg->cap < 1 || cfg->horizon < 1 || !(cfg->transition_s >= 0) || !(cfg->min_gain >= 0 && cfg->min_gain < 1))
     return gt_errorf(GT_EINVAL,
                      "rebalance: cap (%d) and horizon (%d) must be >= 1, transition_s (%g) >= 0, min_gain (%g) in [0, 1)",
                      cfg->cap, cfg->horizon, cfg->transition_s, cfg->min_gain);
-  int dp = plan->layout.dp;
-  *total = 0;
-  for (int i = 0; i < dp; i++) {
-    if (shares[i] < 1 || shares[i] > cfg->cap)
-      return gt_errorf(GT_EINVAL, "rebalance: replica %d holds %d rows, outside 1..%d", i, shares[i], cfg->cap);
-    *total += shares[i];
-  }
   return GT_OK;
 }
 
-gt_status gt_rebalance_decide(const gt_rebalance_config *cfg, const gt_plan *plan, const gt_step_telemetry *tel,
-                              int nsteps, const int *shares, int *new_shares, double *speed_out,
-                              gt_rebalance_decision *out) {
-  int total = 0;
-  GT_TRY(check(cfg, plan, tel, nsteps, shares, &total));
+gt_status gt_rebalance_speeds(const gt_plan *plan, const gt_step_telemetry *tel, int nsteps, double *speed,
+                              int *micro) {
+  if (!plan || !tel || !speed || !micro || plan->world < 1 || plan->layout.dp < 1)
+    return gt_errorf(GT_EINVAL, "rebalance: wants a plan, telemetry and room for the speeds");
+  if (nsteps < 1) return gt_errorf(GT_EINVAL, "rebalance: wants at least one step of telemetry, got %d", nsteps);
   int dp = plan->layout.dp, world = plan->world;
-  double *speed = malloc((size_t)dp * sizeof *speed), *scratch = malloc((size_t)nsteps * sizeof *scratch);
-  int *micro = calloc((size_t)dp, sizeof *micro);
-  gt_status s = speed && scratch && micro ? GT_OK : gt_errorf(GT_ENOMEM, "rebalance: out of memory");
-  for (int i = 0; s == GT_OK && i < dp; i++) speed[i] = INFINITY;
+  double *scratch = malloc((size_t)nsteps * sizeof *scratch);
+  if (!scratch) return gt_errorf(GT_ENOMEM, "rebalance: out of memory");
+  gt_status s = GT_OK;
+  for (int i = 0; i < dp; i++) speed[i] = INFINITY, micro[i] = 1;
   for (int r = 0; s == GT_OK && r < world; r++) {
     gt_grid_coords c;
     s = gt_grid_coords_of(&plan->layout, r, &c);
@@ -92,20 +82,50 @@ gt_status gt_rebalance_decide(const gt_rebalance_config *cfg, const gt_plan *pla
       micro[c.dp] = m > 0 ? m : 1;
     }
   }
-  if (s == GT_OK) {
-    split(total, dp, cfg->cap, speed, micro, new_shares);
-    double min_gain = cfg->min_gain > 0 ? cfg->min_gain : 0.05;
-    gt_rebalance_decision d = {.step_now_s = predict(shares, speed, micro, dp),
-                               .step_new_s = predict(new_shares, speed, micro, dp)};
-    d.gain_s = (d.step_now_s - d.step_new_s) * cfg->horizon - cfg->transition_s;
-    d.change = memcmp(shares, new_shares, (size_t)dp * sizeof *shares) && d.gain_s > 0 &&
-               d.step_new_s <= (1 - min_gain) * d.step_now_s;
-    if (!d.change) memcpy(new_shares, shares, (size_t)dp * sizeof *shares);
-    *out = d;
-    if (speed_out) memcpy(speed_out, speed, (size_t)dp * sizeof *speed);
-  }
-  free(speed);
   free(scratch);
+  return s;
+}
+
+gt_status gt_rebalance_choose(const gt_rebalance_config *cfg, int dp, const double *speed, const int *micro,
+                              const int *shares, int *new_shares, gt_rebalance_decision *out) {
+  GT_TRY(check_config(cfg));
+  if (dp < 1 || !speed || !micro || !shares || !new_shares || !out)
+    return gt_errorf(GT_EINVAL, "rebalance: wants dp >= 1 (got %d), the speeds and the current shares", dp);
+  int total = 0;
+  for (int i = 0; i < dp; i++) {
+    if (shares[i] < 1 || shares[i] > cfg->cap)
+      return gt_errorf(GT_EINVAL, "rebalance: replica %d holds %d rows, outside 1..%d", i, shares[i], cfg->cap);
+    if (!(speed[i] > 0) || !isfinite(speed[i]) || micro[i] < 1)
+      return gt_errorf(GT_EINVAL, "rebalance: replica %d has speed %g rows/s and %d micro-batches; both must be > 0",
+                       i, speed[i], micro[i]);
+    total += shares[i];
+  }
+  split(total, dp, cfg->cap, speed, micro, new_shares);
+  double min_gain = cfg->min_gain > 0 ? cfg->min_gain : 0.05;
+  gt_rebalance_decision d = {.step_now_s = predict(shares, speed, micro, dp),
+                             .step_new_s = predict(new_shares, speed, micro, dp)};
+  d.gain_s = (d.step_now_s - d.step_new_s) * cfg->horizon - cfg->transition_s;
+  d.change = memcmp(shares, new_shares, (size_t)dp * sizeof *shares) && d.gain_s > 0 &&
+             d.step_new_s <= (1 - min_gain) * d.step_now_s;
+  if (!d.change) memcpy(new_shares, shares, (size_t)dp * sizeof *shares);
+  *out = d;
+  return GT_OK;
+}
+
+gt_status gt_rebalance_decide(const gt_rebalance_config *cfg, const gt_plan *plan, const gt_step_telemetry *tel,
+                              int nsteps, const int *shares, int *new_shares, double *speed_out,
+                              gt_rebalance_decision *out) {
+  if (!cfg || !plan || !tel || !shares || plan->world < 1 || plan->layout.dp < 1)
+    return gt_errorf(GT_EINVAL, "rebalance: wants a config, a plan, telemetry and the current shares");
+  GT_TRY(check_config(cfg));
+  int dp = plan->layout.dp;
+  double *speed = malloc((size_t)dp * sizeof *speed);
+  int *micro = malloc((size_t)dp * sizeof *micro);
+  gt_status s = speed && micro ? GT_OK : gt_errorf(GT_ENOMEM, "rebalance: out of memory");
+  if (s == GT_OK) s = gt_rebalance_speeds(plan, tel, nsteps, speed, micro);
+  if (s == GT_OK) s = gt_rebalance_choose(cfg, dp, speed, micro, shares, new_shares, out);
+  if (s == GT_OK && speed_out) memcpy(speed_out, speed, (size_t)dp * sizeof *speed);
+  free(speed);
   free(micro);
   return s;
 }

@@ -394,9 +394,10 @@ void rdzv_purge(gt_rdzv *r) {
   for (size_t i = 0; i < kvs.n; i++) {
     const char *k = kvs.kvs[i].key;
     if (strlen(k) <= rl || !strcmp(k, kd)) continue;
-    /* Health records outlive the job: what was found slow is worth reading
-     * after it ended (giant-etcd health JOB). */
-    if (!strncmp(k + rl, "health/", 7)) continue;
+    /* Health records and the leader's mitigation outlive the job: what was
+     * found slow, and what was done about it, is worth reading after it
+     * ended (giant-etcd health JOB). */
+    if (!strncmp(k + rl, "health/", 7) || !strncmp(k + rl, "mitigation/", 11)) continue;
     if (gen[0] && !strncmp(k, gen, strlen(gen))) continue; /* deleted with its generation */
     const char *slash = strchr(k + rl, '/');
     if (slash && (size_t)(slash - k) + 1 < sizeof gen) {

@@ -46,6 +46,7 @@ static void test_nonsense_flags(void **state) {
   expect((char *[]){gpt, "--device", "tpu", NULL}, 2, "unknown device 'tpu'");
   expect((char *[]){gpt, "--precision", "fp16", NULL}, 2, "unknown precision 'fp16': use fp32 or bf16");
   expect((char *[]){gpt, "stray", NULL}, 2, "unexpected argument");
+  expect((char *[]){gpt, "--rebalance-local", NULL}, 2, "give --rebalance too");
   expect((char *[]){gpt, "--help", NULL}, 0, "usage: gpt");
 }
 

@@ -2,44 +2,15 @@
  * refuse garbage, and leader election against a real etcd, where a dead
  * leader (a process killed with SIGKILL) is replaced within its lease's TTL
  * and a resigning one at once. */
-#include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
-#include <cmocka.h>
-
-#include "common/gt_test.h"
-#include "common/run_cmd.h"
 #include "giant/coord.h"
 #include "giant/log.h"
-#include "localkit/etcd_server.h"
-
-static etcd_fixture fx;
-static gt_etcd_client *cli;
-
-static int setup(void **state) {
-  (void)state;
-  if (!etcd_fixture_available()) {
-    printf("etcd not found: skipping\n");
-    exit(77);
-  }
-  if (etcd_fixture_start(&fx, NULL) != 0) return -1;
-  return gt_etcd_connect(&(gt_etcd_config){.endpoints = fx.endpoint, .timeout_ms = 5000}, &cli) == GT_OK ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  gt_etcd_close(cli);
-  etcd_fixture_destroy(&fx);
-  return 0;
-}
+#include "resilience/coord_fixture.h"
+#include "common/gt_test.h"
 
 static gt_health_record sample(int rank) {
   gt_health_record r = {.rank = rank, .state = GT_HEALTH_SLOW, .kind = GT_HEALTH_LINK, .peer = rank + 1,
@@ -182,25 +153,8 @@ static void test_leader_resign(void **state) {
 static void test_leader_dies(void **state) {
   (void)state;
   const int ttl = 3;
-  char prog[512], ttl_s[8];
-  build_path("tests/resilience/coord_campaigner", prog, sizeof prog);
-  snprintf(ttl_s, sizeof ttl_s, "%d", ttl);
-  int out[2];
-  assert_int_equal(pipe(out), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out[1], 1);
-    close(out[0]);
-    execl(prog, prog, fx.endpoint, "kjob", "node-dead", ttl_s, (char *)NULL);
-    _exit(127);
-  }
-  close(out[1]);
-  FILE *f = fdopen(out[0], "r");
-  char line[64] = "";
-  /* Bounded: the campaigner gives up after 60 s of not leading. */
-  assert_non_null(fgets(line, sizeof line, f));
   long long dead_term = 0;
-  assert_int_equal(sscanf(line, "leading %lld", &dead_term), 1);
+  pid_t pid = start_campaigner("kjob", "node-dead", ttl, &dead_term);
 
   gt_leader *b = open_leader("kjob", "node-b", ttl);
   char node[64];
@@ -209,7 +163,6 @@ static void test_leader_dies(void **state) {
   double t0 = gt_now();
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
-  fclose(f);
   OK(gt_leader_wait(b, 60000));
   double took = gt_now() - t0;
   printf("takeover: node-b led %.2f s after the leader was killed (TTL %d s)\n", took, ttl);

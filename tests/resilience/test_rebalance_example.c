@@ -1,5 +1,6 @@
-/* examples/gpt --rebalance under giantrun, dp=2, with rank 1 made twice as
- * slow from step 20 (GT_FAULT). The rows move away from the slow replica
+/* examples/gpt --rebalance --rebalance-local (the ranks decide, without
+ * the leader: test_lead_rebalance has the leader's) under giantrun, dp=2,
+ * with rank 1 made twice as slow from step 20 (GT_FAULT). The rows move away from the slow replica
  * in a few moves, and the loss is a clean run's, since every token weighs
  * the same and every sample is taken once whatever the shares. The step
  * times before the fault, before the move and after it are printed, not
@@ -67,7 +68,7 @@ static void run_gpt(const char *tag, const char *fault, bool rebalance, run *out
                     "--data", data, "--steps", steps, "--layers", "2", "--channels", "128", "--heads", "4",
                     "--seq", "128", "--batch", "8", "--sample", "0", "--print-every", "0", "--metrics", metrics};
   int n = 29;
-  if (rebalance) argv[n++] = "--rebalance";
+  if (rebalance) argv[n++] = "--rebalance", argv[n++] = "--rebalance-local";
   argv[n] = NULL;
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", env, NULL}, 240, &r);
   if (r.exit_code != 0) fail_msg("%s: exit %d:\n%s", tag, r.exit_code, r.output);
