@@ -13,6 +13,7 @@ struct gt_dist {
   gt_grid *grid;
   gt_group tp, dp, pp;
   char generation[96];
+  int instances; /* executors created on it so far */
 };
 
 gt_status gt_dist_create(const gt_dist_config *cfg, gt_dist **out) {
@@ -43,6 +44,7 @@ void gt_dist_destroy(gt_dist *d) {
 
 const gt_plan *gt_dist_plan(const gt_dist *d) { return &d->plan; }
 const char *gt_dist_generation(const gt_dist *d) { return d->generation; }
+int gt_dist_next_instance(gt_dist *d) { return d->instances++; }
 gt_grid *gt_dist_grid(gt_dist *d) { return d->grid; }
 gt_group *gt_dist_dp_group(gt_dist *d) { return &d->dp; }
 gt_group *gt_dist_tp_group(gt_dist *d) { return &d->tp; }

@@ -114,11 +114,11 @@ gt_status gt_pp_exec_create(gt_dist *d, gt_model *m, int micro_batches, gt_pp_ex
    * data- and tensor-parallel place) that share the tied token table. */
   gt_comm *pp = gt_grid_comm(gt_dist_grid(d), GT_GRID_PP), *world = gt_grid_world(gt_dist_grid(d));
   /* Keys unique to this generation and this pipeline group. */
-  int group = plan->me.dp * plan->layout.tp + plan->me.tp;
+  int group = plan->me.dp * plan->layout.tp + plan->me.tp, inst = gt_dist_next_instance(d);
   char fwd[160], bwd[160], tied[160];
-  snprintf(fwd, sizeof fwd, "%s/pp-fwd/%d", gt_dist_generation(d), group);
-  snprintf(bwd, sizeof bwd, "%s/pp-bwd/%d", gt_dist_generation(d), group);
-  snprintf(tied, sizeof tied, "%s/pp-tied", gt_dist_generation(d));
+  snprintf(fwd, sizeof fwd, "%s/pp-fwd/%d/%d", gt_dist_generation(d), inst, group);
+  snprintf(bwd, sizeof bwd, "%s/pp-bwd/%d/%d", gt_dist_generation(d), inst, group);
+  snprintf(tied, sizeof tied, "%s/pp-tied/%d", gt_dist_generation(d), inst);
   if (s == GT_OK) s = gt_comm_split(pp, 0, e->r, fwd, &e->fwd);
   if (s == GT_OK) s = gt_comm_split(pp, 0, e->r, bwd, &e->bwd);
   bool end = e->r == 0 || e->r == e->P - 1;

@@ -28,6 +28,10 @@ void gt_dist_destroy(gt_dist *d);
 const gt_plan *gt_dist_plan(const gt_dist *d);
 /* The key namespace this state was built under. */
 const char *gt_dist_generation(const gt_dist *d);
+/* 0, 1, 2, ... in the order of the calls: what keeps the store keys of a
+ * second executor on the same dist (a trainer rebuilt for a new pipeline
+ * cut) apart from the first's. Every rank must call it alike. */
+int gt_dist_next_instance(gt_dist *d);
 gt_grid *gt_dist_grid(gt_dist *d);
 /* The model's parallel context for this rank (set it before adding layers). */
 gt_model_parallel gt_dist_model_parallel(gt_dist *d);

@@ -54,6 +54,16 @@ struct gt_dist *gt_trainer_dist(gt_trainer *t);
 gt_optimizer *gt_trainer_optimizer(gt_trainer *t);
 /* Turns the overlap of gradient reduction with backward on or off. */
 void gt_trainer_set_overlap(gt_trainer *t, bool overlap);
+/* Re-cutting pipeline stages: moves everything `from` trains (parameters,
+ * optimizer state, the optimizer's update count and the step index) into
+ * `to`, a trainer on the same gt_dist of the same model whose layers are
+ * cut into stages differently (gt_plan_cut_stages with other speeds). A
+ * layer that stays on its stage is copied on each rank; one that changes
+ * stage goes from the old stage's rank to the new one's, at the same data-
+ * and tensor-parallel coordinates, through the pipeline communicator.
+ * Collective over the job. Not with ZeRO-1, nor moving a layer that holds
+ * a tied parameter (GT_EUNSUPPORTED). */
+gt_status gt_trainer_move_state(gt_trainer *from, gt_trainer *to);
 /* The pipeline executor (NULL without pipeline parallelism). */
 struct gt_pp_exec *gt_trainer_pp_exec(gt_trainer *t);
 /* The data-parallel gradient sync (NULL without data parallelism). */

@@ -15,6 +15,7 @@
 #include "localkit/ranks.h"
 #include "examples/gpt/gpt.h"
 #include "giant/dist.h"
+#include "giant/layer.h"
 #include "giant/plan.h"
 
 cr_state cr_state_new(const train_result *layout) {
@@ -80,6 +81,45 @@ static gt_status step_recording(gt_trainer *tr, gt_loader *data, const cr_cfg *c
   return gt_trainer_step_batches(tr, b, CR_ACCUM, st);
 }
 
+/* The model, cut into pipeline stages for stage_speed (NULL: evenly), and
+ * its trainer. */
+static void build(const cr_cfg *cfg, gt_backend *be, gt_dist *dist, const gt_plan *plan, int rows,
+                  const double *stage_speed, gt_model **m, gt_trainer **tr) {
+  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = cfg->share0 ? CR_ROWS : rows, .T_max = CR_T, .seed = 42}, m));
+  int C = cfg->C ? cfg->C : CR_C;
+  if (dist) {
+    gt_model_parallel mp = gt_dist_model_parallel(dist);
+    CHECK_OK(gt_model_set_parallel(*m, &mp));
+  }
+  gpt_config gc = {.vocab_size = CR_V, .T_max = CR_T, .C = C, .NH = CR_NH, .L = CR_L, .tie_weights = true};
+  CHECK_OK(gpt_add_layers(*m, &gc));
+  if (stage_speed) CHECK_OK(gt_plan_cut_stages(plan, *m, rows, CR_T, stage_speed));
+  CHECK_OK(gt_model_build(*m));
+  if (dist) CHECK_OK(gt_plan_check_model(plan, *m));
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = CR_ACCUM,
+                          .dist = dist, .schedule = {3e-3f, 3e-4f, 3, CR_STEPS}};
+  CHECK_OK(gt_trainer_create(*m, &tc, tr));
+}
+
+/* Re-cuts the pipeline: a new model and trainer cut for stage_speed, the
+ * state moved into them, the old ones (and the checkpointer on them) gone. */
+static void recut(const cr_cfg *cfg, gt_backend *be, gt_dist *dist, const gt_plan *plan, int rows, gt_model **m,
+                  gt_trainer **tr, gt_ckpt **ck, const gt_ckpt_config *kc, gt_loader *data) {
+  gt_model *m2;
+  gt_trainer *tr2;
+  build(cfg, be, dist, plan, rows, cfg->recut_speed, &m2, &tr2);
+  int moved = 0;
+  for (int i = 0; i < gt_model_num_layers(m2); i++)
+    moved += gt_model_layer(*m, i)->stage != gt_model_layer(m2, i)->stage;
+  if (cfg->moved && plan->rank == 0) *cfg->moved = moved;
+  CHECK_OK(gt_trainer_move_state(*tr, tr2));
+  gt_ckpt_destroy(*ck);
+  gt_trainer_destroy(*tr);
+  gt_model_destroy(*m);
+  *m = m2, *tr = tr2;
+  CHECK_OK(gt_ckpt_create(kc, *tr, data, ck));
+}
+
 int cr_rank(int rank, int world, void *arg) {
   cr_cfg *cfg = arg;
   gt_log_set_rank(rank);
@@ -94,20 +134,8 @@ int cr_rank(int rank, int world, void *arg) {
                   "gen0", &store, &plan, &dist);
   int rows = CR_ROWS / plan.layout.dp;
   gt_model *m;
-  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = cfg->share0 ? CR_ROWS : rows, .T_max = CR_T, .seed = 42}, &m));
-  int C = cfg->C ? cfg->C : CR_C;
-  if (dist) {
-    gt_model_parallel mp = gt_dist_model_parallel(dist);
-    CHECK_OK(gt_model_set_parallel(m, &mp));
-  }
-  gpt_config gc = {.vocab_size = CR_V, .T_max = CR_T, .C = C, .NH = CR_NH, .L = CR_L, .tie_weights = true};
-  CHECK_OK(gpt_add_layers(m, &gc));
-  CHECK_OK(gt_model_build(m));
-  if (dist) CHECK_OK(gt_plan_check_model(&plan, m));
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = CR_ACCUM,
-                          .dist = dist, .schedule = {3e-3f, 3e-4f, 3, CR_STEPS}};
   gt_trainer *tr;
-  CHECK_OK(gt_trainer_create(m, &tc, &tr));
+  build(cfg, be, dist, &plan, rows, NULL, &m, &tr);
   gt_loader *data;
   gt_loader_config lc = {.path = cfg->data, .B = cfg->share0 ? CR_ROWS : rows, .T_max = CR_T, .shard = plan.me.dp,
                          .nshards = plan.layout.dp, .seed = 7};
@@ -137,6 +165,7 @@ int cr_rank(int rank, int world, void *arg) {
   }
   for (int s = s0; s < cfg->s1; s++) {
     if (s == cfg->kill_at && s > 0) raise(SIGKILL);
+    if (cfg->recut_at && s == cfg->recut_at) recut(cfg, be, dist, &plan, rows, &m, &tr, &ck, &kc, data);
     gt_step_stats st;
     if (cfg->share0 && s == cfg->share_at) {
       int B = plan.me.dp ? CR_ROWS - cfg->share0 : cfg->share0, off = plan.me.dp ? cfg->share0 : 0;

@@ -53,6 +53,12 @@ typedef struct cr_cfg {
    * model holds CR_ROWS rows so that any share fits. */
   int share_at, share0;
   uint64_t chunk_bytes;           /* gt_ckpt_config.chunk_bytes (0: the default) */
+  /* Before step recut_at (> 0), the pipeline is cut again for these stage
+   * speeds and training goes on in a new model and trainer that the state
+   * moved into (gt_trainer_move_state). */
+  int recut_at;
+  const double *recut_speed;
+  int *moved; /* shared: the layers that changed stage */
   unsigned long long *bytes_read; /* shared, one per rank: the shard bytes the load read (NULL: not recorded) */
 } cr_cfg;
 
