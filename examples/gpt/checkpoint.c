@@ -89,6 +89,13 @@ gt_status gpt_ckpt_start(const gpt_ckpt_args *a, gt_job *job, gt_trainer *tr, gt
   return GT_OK;
 }
 
+gt_status gpt_ckpt_rebind(const gpt_ckpt_args *a, gt_job *job, gt_trainer *tr, gt_loader *loader, gt_ckpt **c) {
+  *c = NULL;
+  if (!a->dir) return GT_OK;
+  gt_ckpt_config cc = {.dir = a->dir, .keep = a->keep, .store = job->world_size > 1 ? job->store : NULL};
+  return gt_ckpt_create(&cc, tr, loader, c);
+}
+
 /* Says when the last save ended, once: the steps between its own and
  * this one are the steps it was in flight, which a failure meanwhile
  * would have lost on top of --ckpt-every (docs/checkpoint-format.md). */

@@ -20,6 +20,9 @@ gt_status gpt_ckpt_args_from_env(gpt_ckpt_args *a);
  * the newest committed checkpoint if there is one, saying on rank 0 which
  * one and how many steps were lost since the last run's progress. */
 gt_status gpt_ckpt_start(const gpt_ckpt_args *a, gt_job *job, gt_trainer *tr, gt_loader *loader, gt_ckpt **out);
+/* The checkpointer again on another trainer (the pipeline re-cut), with
+ * nothing loaded: NULL without --ckpt-dir. */
+gt_status gpt_ckpt_rebind(const gpt_ckpt_args *a, gt_job *job, gt_trainer *tr, gt_loader *loader, gt_ckpt **out);
 /* After each step: saves every a->every steps, records progress, and on
  * the lead rank logs each save's commit with the step it was seen at. */
 gt_status gpt_ckpt_after_step(gpt_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool lead);

@@ -275,6 +275,46 @@ static gt_status prepare_data(const args *a, gt_job *job) {
   return b == GT_OK ? GT_OK : gt_error_context(b, "waiting for rank 0 to prepare %s", a->data);
 }
 
+/* The model, its layers cut into the plan's pipeline stages for the
+ * stage speeds (NULL: all alike), built. */
+static gt_status build_model(gt_backend *be, const gt_model_config *mc, const gt_model_parallel *mp,
+                             const gpt_config *gc, const gt_plan *plan, int rows, int T, const double *speeds,
+                             gt_model **out) {
+  gt_model *m = NULL;
+  gt_status s = gt_model_create(be, mc, &m);
+  if (s == GT_OK) s = gt_model_set_parallel(m, mp);
+  if (s == GT_OK) s = gpt_add_layers(m, gc);
+  if (s == GT_OK) s = gt_plan_cut_stages(plan, m, rows, T, speeds);
+  if (s == GT_OK) s = gt_model_build(m);
+  if (s == GT_OK) s = gt_plan_check_model(plan, m);
+  if (s != GT_OK) gt_model_destroy(m), m = NULL;
+  *out = m;
+  return s;
+}
+
+/* --rebalance at a pipeline layout: the model and trainer rebuilt for the
+ * measured stage speeds, and the state moved into them through the
+ * pipeline communicator (gt_trainer_move_state). On failure the old ones
+ * stay. */
+static gt_status recut(gt_backend *be, const gt_model_config *mc, const gt_model_parallel *mp, const gpt_config *gc,
+                       const gt_plan *plan, int rows, int T, const double *speeds, const gt_trainer_config *tc,
+                       gt_model **m, gt_trainer **tr) {
+  gt_model *m2 = NULL;
+  gt_trainer *tr2 = NULL;
+  gt_status s = build_model(be, mc, mp, gc, plan, rows, T, speeds, &m2);
+  if (s == GT_OK) s = gt_trainer_create(m2, tc, &tr2);
+  if (s == GT_OK) s = gt_trainer_move_state(*tr, tr2);
+  if (s != GT_OK) {
+    gt_trainer_destroy(tr2);
+    gt_model_destroy(m2);
+    return s;
+  }
+  gt_trainer_destroy(*tr);
+  gt_model_destroy(*m);
+  *m = m2, *tr = tr2;
+  return GT_OK;
+}
+
 int main(int argc, char **argv) {
   args a;
   int rc = parse_args(argc, argv, &a);
@@ -383,7 +423,7 @@ int main(int argc, char **argv) {
     s = gt_errorf(GT_EINVAL, "--global-batch %d is less than one row for each of dp=%d replicas", total,
                   plan.layout.dp);
   if (s == GT_OK) s = gt_planner_batch_split(total, plan.layout.dp, replica_speed, shares);
-  bool rebalance = a.rebalance && plan.layout.dp > 1;
+  bool rebalance = a.rebalance && (plan.layout.dp > 1 || plan.layout.pp > 1);
   int rows = s == GT_OK ? shares[plan.me.dp] : 0, offset = 0;
   int cap = rebalance ? 2 * ((total + plan.layout.dp - 1) / plan.layout.dp) : rows;
   for (int i = 0; s == GT_OK && i < plan.layout.dp; i++) {
@@ -418,9 +458,7 @@ int main(int argc, char **argv) {
    * their costs before any memory is allocated. */
   gt_model_config mc = {.B_max = cap, .T_max = a.seq, .seed = a.seed};
   gt_model_parallel mp = dist ? gt_dist_model_parallel(dist) : (gt_model_parallel){0};
-  if ((s = gt_model_create(be, &mc, &m)) != GT_OK || (s = gt_model_set_parallel(m, &mp)) != GT_OK ||
-      (s = gpt_add_layers(m, &gc)) != GT_OK || (s = gt_plan_cut_stages(&plan, m, rows, a.seq, speeds)) != GT_OK ||
-      (s = gt_model_build(m)) != GT_OK || (s = gt_plan_check_model(&plan, m)) != GT_OK) {
+  if ((s = build_model(be, &mc, &mp, &gc, &plan, rows, a.seq, speeds, &m)) != GT_OK) {
     fail("building the model", s);
     goto out;
   }
@@ -462,11 +500,15 @@ int main(int argc, char **argv) {
     fail("starting fail-slow detection", s);
     goto out;
   }
-  if (a.rebalance && !rebalance && lead) printf("--rebalance: one data-parallel replica, nothing to move\n");
+  if (a.rebalance && !rebalance && lead) printf("--rebalance: one replica and one stage, nothing to move\n");
   if (rebalance && (s = gpt_rebalance_create(&plan, dist, be, shares, cap, job, a.rebalance_local, &rb)) != GT_OK) {
     fail("setting up --rebalance", s);
     goto out;
   }
+  /* Stages are re-cut by measured speed where the state can move between
+   * them (gt_trainer_move_state: not with ZeRO-1's shards). */
+  if (rb && plan.layout.pp > 1 && plan.chunks == 1 && !plan.zero1) gpt_rebalance_enable_recut(rb, rows, a.seq);
+  double cut_speed[GT_PLANNER_MAX_STAGES];
   gt_step_stats st = {0}, first = {0};
   gt_failslow_report report;
   int start = gt_trainer_step_index(tr);
@@ -475,6 +517,16 @@ int main(int argc, char **argv) {
         (s = gpt_failslow_after_step(failslow, &st, &report)) != GT_OK ||
         (rb && (s = gpt_rebalance_after_step(rb, tr, &st, failslow ? &report : NULL, lead)) != GT_OK)) {
       fail("training", s);
+      goto out;
+    }
+    if (gpt_rebalance_take_recut(rb, cut_speed)) {
+      gt_ckpt_destroy(ckpt); /* after the save in flight; made again on the new trainer */
+      ckpt = NULL;
+      s = recut(be, &mc, &mp, &gc, &plan, rows, a.seq, cut_speed, &tc, &m, &tr);
+      if (s == GT_OK) s = gpt_ckpt_rebind(&a.ckpt, job, tr, loader, &ckpt);
+    }
+    if (s != GT_OK) {
+      fail("re-cutting the pipeline", s);
       goto out;
     }
     if (i == start) first = st;

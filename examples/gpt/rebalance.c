@@ -14,6 +14,7 @@
 #include "giant/grid.h"
 #include "giant/log.h"
 #include "coord_link.h"
+#include "recut.h"
 
 /* Steps of telemetry at the current shares before a decision: enough for
  * the median to ignore a hiccup, few enough to react within seconds. The
@@ -50,6 +51,14 @@ struct gpt_rebalance {
   int published;
   void *note;
   float *note_host;
+  /* Pipeline layouts: the stage cut by measured speed (recut.h), for
+   * micro-batches of cut_B rows of cut_T tokens (0: not judged); the cut
+   * the last decisions proposed and how many in a row did; a cut decided
+   * and not taken yet (gpt_rebalance_take_recut). */
+  int cut_B, cut_T;
+  int cut_proposed[GT_PLANNER_MAX_STAGES + 1], cut_agreed;
+  bool cut_pending;
+  double cut_speed[GT_PLANNER_MAX_STAGES];
 };
 
 _Static_assert(sizeof(gt_step_telemetry) % sizeof(float) == 0, "telemetry travels as floats");
@@ -178,6 +187,46 @@ static gt_status decide_here(gpt_rebalance *r, gt_trainer *tr, int step, bool le
   return switch_to(r, tr, step, lead, why);
 }
 
+/* Pipeline layouts, every rank alike on its window: re-cut the stages when
+ * the planner's cut for the measured stage speeds shrinks the slowest
+ * stage by MIN_GAIN, which also pays back a rebuild of about two steps
+ * within HORIZON steps, and PERSIST decisions in a row propose it (or one,
+ * right after the monitor flagged or cleared a rank). */
+static gt_status decide_cut(gpt_rebalance *r, gt_trainer *tr, int step, bool lead) {
+  gpt_recut c;
+  GT_TRY(gpt_recut_propose(&r->plan, gt_trainer_model(tr), r->cut_B, r->cut_T, r->ring, WINDOW, MIN_GAIN, &c));
+  int P = r->plan.layout.pp;
+  size_t bytes = (size_t)(P + 1) * sizeof *c.first;
+  if (!c.change) r->cut_agreed = 0;
+  else if (r->cut_agreed && !memcmp(c.first, r->cut_proposed, bytes)) r->cut_agreed++;
+  else memcpy(r->cut_proposed, c.first, bytes), r->cut_agreed = 1;
+  if (!c.change || (r->cut_agreed < PERSIST && !r->urgent)) return GT_OK;
+  if (lead) {
+    printf("re-cut after step %d: first layers of the stages", step);
+    for (int s = 0; s < P; s++) printf("%s%d", s ? "," : " ", c.now[s]);
+    printf(" ->");
+    for (int s = 0; s < P; s++) printf("%s%d", s ? "," : " ", c.first[s]);
+    printf(" of %d (stage speeds", c.first[P]);
+    for (int s = 0; s < P; s++) printf(" %.2f", c.speed[s]);
+    printf("; predicted slowest stage %.4f s -> %.4f s a step)\n", c.step_now_s, c.step_new_s);
+    fflush(stdout);
+  }
+  memcpy(r->cut_speed, c.speed, (size_t)P * sizeof *c.speed);
+  r->cut_pending = true;
+  r->cut_agreed = 0, r->urgent = false;
+  return GT_OK;
+}
+
+void gpt_rebalance_enable_recut(gpt_rebalance *r, int B, int T) { r->cut_B = B, r->cut_T = T; }
+
+bool gpt_rebalance_take_recut(gpt_rebalance *r, double *speed) {
+  if (!r || !r->cut_pending) return false;
+  memcpy(speed, r->cut_speed, (size_t)r->plan.layout.pp * sizeof *speed);
+  r->cut_pending = false;
+  r->filled = 0; /* judge the new cut on steps taken at it */
+  return true;
+}
+
 /* Under a leader, rank 0: a report of the window every PUBLISH steps. */
 static gt_status publish(gpt_rebalance *r, int step) {
   if (!r->link || (step - r->published < PUBLISH && !r->urgent)) return GT_OK;
@@ -253,5 +302,7 @@ gt_status gpt_rebalance_after_step(gpt_rebalance *r, gt_trainer *tr, const gt_st
   else GT_TRY(gather(r, &st->telemetry, slot));
   if (fs_report && verdict_now(fs_report)) r->urgent = true;
   if (++r->filled < WINDOW) return GT_OK;
+  if (r->cut_B) GT_TRY(decide_cut(r, tr, st->step, lead));
+  if (r->cut_pending) return GT_OK; /* the cut first; rows are judged on the new one */
   return r->led ? publish(r, st->step) : decide_here(r, tr, st->step, lead);
 }

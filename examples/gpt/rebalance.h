@@ -32,5 +32,13 @@ void gpt_rebalance_destroy(gpt_rebalance *r);
  * has already weighed the evidence. */
 gt_status gpt_rebalance_after_step(gpt_rebalance *r, gt_trainer *tr, const gt_step_stats *st,
                                    const gt_failslow_report *fs_report, bool lead);
+/* Pipeline layouts (not ZeRO-1, not interleaved): also judge the stage cut
+ * by measured speed, for micro-batches of B rows of T tokens. Every rank
+ * decides alike on the same window. */
+void gpt_rebalance_enable_recut(gpt_rebalance *r, int B, int T);
+/* Whether a re-cut was decided: then speed gets each pipeline rank's
+ * measured speed, for gt_plan_cut_stages, once. The caller rebuilds the
+ * model and trainer for it (gt_trainer_move_state). */
+bool gpt_rebalance_take_recut(gpt_rebalance *r, double *speed);
 
 #endif

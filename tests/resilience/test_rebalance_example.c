@@ -8,7 +8,14 @@
  * capacity left is bench_failslow's figure (bench/RESULTS.md). (That noise
  * does not move rows back and forth is test_rebalance's: here the ranks
  * share two busy cores, their speeds really change, and a row may move
- * back.) */
+ * back.)
+ *
+ * At pp=2 (dp=1), with rank 1, the second stage, made three times as slow
+ * from step 10: --rebalance re-cuts the stages by their measured speeds,
+ * layers leave stage 1 with their parameters and AdamW moments, and the
+ * loss is that of the same faulty run without it (every layer computes as
+ * before; the gradient norm's sum over stages is associated differently,
+ * within the hybrid tests' 1e-5). Step times printed, not asserted. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -144,7 +151,45 @@ static void test_rows_leave_the_slow_replica(void **state) {
   assert_true(ok);
 }
 
+/* The pipeline case: the lead's output, its final loss and the median
+ * step time over [lo, hi) from its printed steps. */
+static void run_pp(const char *tag, bool rebalance, run_result *r, float *loss) {
+  char *argv[40] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "pp=2", gpt, "--corpus", text,
+                    "--data", data, "--steps", "60", "--layers", "4", "--channels", "64", "--heads", "4",
+                    "--seq", "64", "--batch", "8", "--accum", "4", "--sample", "0", "--print-every", "0"};
+  int n = 29;
+  if (rebalance) argv[n++] = "--rebalance", argv[n++] = "--rebalance-local";
+  argv[n] = NULL;
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=slow:rank=1,factor=3,from=10", NULL}, 240, r);
+  if (r->exit_code != 0) fail_msg("%s: exit %d:\n%s", tag, r->exit_code, r->output);
+  const char *p = strstr(r->output, "] loss ");
+  float first;
+  if (!p || sscanf(p, "] loss %f -> %f", &first, loss) != 2) fail_msg("%s: no loss line:\n%s", tag, r->output);
+}
+
+static void test_layers_leave_the_slow_stage(void **state) {
+  (void)state;
+  static run_result kept, recut;
+  float kept_loss, recut_loss;
+  run_pp("kept", false, &kept, &kept_loss);
+  run_pp("recut", true, &recut, &recut_loss);
+  const char *p = strstr(recut.output, "re-cut after step ");
+  int step, a0, a1, b0, b1, layers;
+  if (!p || sscanf(p, "re-cut after step %d: first layers of the stages %d,%d -> %d,%d of %d", &step, &a0, &a1, &b0,
+                   &b1, &layers) != 6)
+    fail_msg("no re-cut line:\n%s", recut.output);
+  double gap = fabs((double)recut_loss - kept_loss) / kept_loss;
+  print_message("pp=2, stage 1 x3 from step 10: re-cut after step %d, stage 1 from layer %d to layer %d of %d; "
+                "loss %.6f vs %.6f without (%.1e)\n", step, a1, b1, layers, recut_loss, kept_loss, gap);
+  assert_true(step >= 10 && b0 == 0 && b1 > a1 && b1 < layers);
+  int recuts = 0;
+  for (const char *q = p; (q = strstr(q, "re-cut after step ")); q++) recuts++;
+  assert_true(recuts <= 2); /* the new cut holds (a second may follow as the speeds settle), no flapping */
+  assert_true(gap <= 1e-5);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows_leave_the_slow_replica)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows_leave_the_slow_replica),
+                                     cmocka_unit_test(test_layers_leave_the_slow_stage)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
