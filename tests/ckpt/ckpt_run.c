@@ -214,6 +214,18 @@ void cr_run(int world, cr_cfg *cfg) {
                     cfg->zero1 ? " + ZeRO-1" : "", bad, codes[0]);
 }
 
+void cr_free_data(char *data) {
+  *strrchr(data, '/') = 0;
+  cr_rmtree(data);
+  free(data);
+}
+
+train_result *cr_layout(const char *data) {
+  cr_cfg cfg = {.data = data, .dir = "/nonexistent-unused", .final = cr_state_new(NULL)};
+  cr_run(1, &cfg);
+  return cfg.final.p;
+}
+
 char *cr_make_data(void) {
   char tmpl[] = "/tmp/giant-ckpt-XXXXXX";
   CHECK(mkdtemp(tmpl));

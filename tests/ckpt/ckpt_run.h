@@ -72,6 +72,10 @@ void cr_run(int world, cr_cfg *cfg);
 /* A token file of learnable sequences in a fresh temporary directory, and
  * the directory's removal. */
 char *cr_make_data(void);
+/* The token file's directory removed, and data freed. */
+void cr_free_data(char *data);
+/* The single-process layout results are written in (a run of no steps). */
+train_result *cr_layout(const char *data);
 void cr_rmtree(const char *dir);
 /* Flips the bits `mask` of byte `offset` of a file, in place. */
 void cr_flip_bit(const char *path, long offset, unsigned char mask);

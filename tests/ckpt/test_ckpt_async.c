@@ -178,9 +178,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  *strrchr(data, '/') = 0;
-  cr_rmtree(data);
-  free(data);
+  cr_free_data(data);
   return 0;
 }
 

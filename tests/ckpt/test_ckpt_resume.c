@@ -31,18 +31,13 @@ static train_result *layout;
 static int setup(void **state) {
   (void)state;
   data = cr_make_data();
-  cr_cfg cfg = {.data = data, .dir = "/nonexistent-unused", .final = cr_state_new(NULL)};
-  cr_run(1, &cfg); /* no steps: records the single-process layout */
-  layout = cfg.final.p;
+  layout = cr_layout(data);
   return 0;
 }
 
 static int teardown(void **state) {
   (void)state;
-  char *slash = strrchr(data, '/');
-  *slash = 0;
-  cr_rmtree(data);
-  free(data);
+  cr_free_data(data);
   return 0;
 }
 
