@@ -416,7 +416,7 @@ int main(int argc, char **argv) {
    * evenly as they can (a dp that does not divide G leaves some a row
    * more); --batch B: each takes B. Replica i takes its share of every
    * group micro-batch of `total` rows at `offset`, the shares of the
-   * replicas before it. With --rebalance its activations and loader hold
+   * replicas before it. With --rebalance at dp > 1 its activations and loader hold
    * up to `cap` rows: twice the even share, or the largest --speeds gave. */
   int total = a.global_batch ? a.global_batch : a.batch * plan.layout.dp;
   if (s == GT_OK && total < plan.layout.dp)
@@ -425,7 +425,7 @@ int main(int argc, char **argv) {
   if (s == GT_OK) s = gt_planner_batch_split(total, plan.layout.dp, replica_speed, shares);
   bool rebalance = a.rebalance && (plan.layout.dp > 1 || plan.layout.pp > 1);
   int rows = s == GT_OK ? shares[plan.me.dp] : 0, offset = 0;
-  int cap = rebalance ? 2 * ((total + plan.layout.dp - 1) / plan.layout.dp) : rows;
+  int cap = rebalance && plan.layout.dp > 1 ? 2 * ((total + plan.layout.dp - 1) / plan.layout.dp) : rows;
   for (int i = 0; s == GT_OK && i < plan.layout.dp; i++) {
     if (i < plan.me.dp) offset += shares[i];
     if (rebalance && shares[i] > cap) cap = shares[i];
