@@ -40,6 +40,7 @@ struct lead {
    * unless the monitor flagged a rank). */
   int64_t seen_step, seen_epoch;
   int proposed[GT_MITIGATION_MAX_DP], agreed;
+  int cut_proposed[GT_REBALANCE_MAX_STAGES + 1], cut_agreed; /* the same for the pipeline cut */
 };
 
 static void print_list(char *buf, size_t len, const char *sep, int n, const int *ints, const double *reals) {
@@ -74,6 +75,46 @@ static void decide_write(struct lead *l, const gt_mitigation_report *rep, const 
           d->gain_s, m.epoch);
 }
 
+/* Writes a pipeline cut for rep, epoch cur + 1, under term (the rows as they are). */
+static void decide_cut_write(struct lead *l, const gt_mitigation_report *rep, const gt_rebalance_cut *c, int64_t term,
+                             int64_t cur) {
+  gt_mitigation m = {.epoch = cur + 1, .term = term, .step = rep->step, .dp = rep->dp, .step_now_s = c->step_now_s,
+                     .step_new_s = c->step_new_s, .gain_s = c->gain_s, .pp = c->pp};
+  memcpy(m.shares, rep->shares, (size_t)rep->dp * sizeof *rep->shares);
+  memcpy(m.cut, c->next, (size_t)(c->pp + 1) * sizeof *c->next);
+  snprintf(m.by, sizeof m.by, "%s", l->node);
+  char from[1024], to[1024], speeds[2048];
+  print_list(from, sizeof from, ",", c->pp, c->now, NULL);
+  print_list(to, sizeof to, ",", c->pp, c->next, NULL);
+  print_list(speeds, sizeof speeds, " ", c->pp, NULL, c->speed);
+  if (gt_mitigation_put(l->cli, l->job, term, &m) != GT_OK) {
+    gt_warn("giantrun: leader %s: %s", l->node, gt_last_error());
+    return;
+  }
+  gt_info("giantrun: leader %s (term %" PRId64 ") decides at step %" PRId64 ": pipeline cut %s -> %s of %d (stage "
+          "speeds %s; predicted slowest stage %.6f s -> %.6f s: gain %.4f s over %d steps); epoch %" PRId64,
+          l->node, term, rep->step, from, to, c->layers, speeds, c->step_now_s, c->step_new_s, c->gain_s, HORIZON,
+          m.epoch);
+}
+
+/* The pipeline cut on rep: true when a new one was decided (and written). */
+static gt_status judge_cut(struct lead *l, const gt_mitigation_report *rep, int64_t term, int64_t epoch, bool *wrote) {
+  *wrote = false;
+  if (rep->pp < 2) return GT_OK;
+  gt_rebalance_cut c;
+  GT_TRY(gt_mitigation_decide_cut(rep, HORIZON, MIN_GAIN, &c));
+  size_t bytes = (size_t)(c.pp + 1) * sizeof *c.next;
+  if (!c.change) l->cut_agreed = 0;
+  else if (l->cut_agreed && !memcmp(c.next, l->cut_proposed, bytes)) l->cut_agreed++;
+  else memcpy(l->cut_proposed, c.next, bytes), l->cut_agreed = 1;
+  if (c.change && (l->cut_agreed >= 2 || rep->urgent)) {
+    decide_cut_write(l, rep, &c, term, rep->epoch > epoch ? rep->epoch : epoch);
+    l->cut_agreed = 0, l->agreed = 0;
+    *wrote = true;
+  }
+  return GT_OK;
+}
+
 /* One look at the report, as the leader of term. */
 static gt_status judge(struct lead *l, int64_t term) {
   gt_mitigation_report rep;
@@ -90,6 +131,9 @@ static gt_status judge(struct lead *l, int64_t term) {
   if (rep.epoch < epoch) return GT_OK;
   if (rep.epoch != l->seen_epoch) l->agreed = 0;
   l->seen_step = rep.step, l->seen_epoch = rep.epoch;
+  bool cut;
+  GT_TRY(judge_cut(l, &rep, term, epoch, &cut));
+  if (cut) return GT_OK; /* the rows are judged at the new cut */
   int next[GT_MITIGATION_MAX_DP];
   gt_rebalance_decision d;
   GT_TRY(gt_mitigation_decide(&rep, HORIZON, MIN_GAIN, next, &d));

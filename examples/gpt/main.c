@@ -275,16 +275,18 @@ static gt_status prepare_data(const args *a, gt_job *job) {
   return b == GT_OK ? GT_OK : gt_error_context(b, "waiting for rank 0 to prepare %s", a->data);
 }
 
-/* The model, its layers cut into the plan's pipeline stages for the
- * stage speeds (NULL: all alike), built. */
+/* The model, its layers cut into the plan's pipeline stages at `first`
+ * (first[s]: stage s's first layer), or for the stage speeds when first is
+ * NULL (NULL speeds: all alike), built. */
 static gt_status build_model(gt_backend *be, const gt_model_config *mc, const gt_model_parallel *mp,
                              const gpt_config *gc, const gt_plan *plan, int rows, int T, const double *speeds,
-                             gt_model **out) {
+                             const int *first, gt_model **out) {
   gt_model *m = NULL;
   gt_status s = gt_model_create(be, mc, &m);
   if (s == GT_OK) s = gt_model_set_parallel(m, mp);
   if (s == GT_OK) s = gpt_add_layers(m, gc);
-  if (s == GT_OK) s = gt_plan_cut_stages(plan, m, rows, T, speeds);
+  if (s == GT_OK && first) s = gt_model_set_stage_cut(m, first, plan->layout.pp);
+  else if (s == GT_OK) s = gt_plan_cut_stages(plan, m, rows, T, speeds);
   if (s == GT_OK) s = gt_model_build(m);
   if (s == GT_OK) s = gt_plan_check_model(plan, m);
   if (s != GT_OK) gt_model_destroy(m), m = NULL;
@@ -292,16 +294,16 @@ static gt_status build_model(gt_backend *be, const gt_model_config *mc, const gt
   return s;
 }
 
-/* --rebalance at a pipeline layout: the model and trainer rebuilt for the
- * measured stage speeds, and the state moved into them through the
- * pipeline communicator (gt_trainer_move_state). On failure the old ones
- * stay. */
+/* --rebalance at a pipeline layout: the model and trainer rebuilt at the
+ * cut decided on the measured stage speeds, and the state moved into them
+ * through the pipeline communicator (gt_trainer_move_state). On failure
+ * the old ones stay. */
 static gt_status recut(gt_backend *be, const gt_model_config *mc, const gt_model_parallel *mp, const gpt_config *gc,
-                       const gt_plan *plan, int rows, int T, const double *speeds, const gt_trainer_config *tc,
+                       const gt_plan *plan, int rows, int T, const int *first, const gt_trainer_config *tc,
                        gt_model **m, gt_trainer **tr) {
   gt_model *m2 = NULL;
   gt_trainer *tr2 = NULL;
-  gt_status s = build_model(be, mc, mp, gc, plan, rows, T, speeds, &m2);
+  gt_status s = build_model(be, mc, mp, gc, plan, rows, T, NULL, first, &m2);
   if (s == GT_OK) s = gt_trainer_create(m2, tc, &tr2);
   if (s == GT_OK) s = gt_trainer_move_state(*tr, tr2);
   if (s != GT_OK) {
@@ -458,7 +460,7 @@ int main(int argc, char **argv) {
    * their costs before any memory is allocated. */
   gt_model_config mc = {.B_max = cap, .T_max = a.seq, .seed = a.seed};
   gt_model_parallel mp = dist ? gt_dist_model_parallel(dist) : (gt_model_parallel){0};
-  if ((s = build_model(be, &mc, &mp, &gc, &plan, rows, a.seq, speeds, &m)) != GT_OK) {
+  if ((s = build_model(be, &mc, &mp, &gc, &plan, rows, a.seq, speeds, NULL, &m)) != GT_OK) {
     fail("building the model", s);
     goto out;
   }
@@ -507,8 +509,9 @@ int main(int argc, char **argv) {
   }
   /* Stages are re-cut by measured speed where the state can move between
    * them (gt_trainer_move_state: not with ZeRO-1's shards). */
-  if (rb && plan.layout.pp > 1 && plan.chunks == 1 && !plan.zero1) gpt_rebalance_enable_recut(rb, rows, a.seq);
-  double cut_speed[GT_PLANNER_MAX_STAGES];
+  if (rb && plan.layout.pp > 1 && plan.layout.pp <= GT_REBALANCE_MAX_STAGES && plan.chunks == 1 && !plan.zero1)
+    gpt_rebalance_enable_recut(rb, rows, a.seq);
+  int cut_first[GT_REBALANCE_MAX_STAGES + 1];
   gt_step_stats st = {0}, first = {0};
   gt_failslow_report report;
   int start = gt_trainer_step_index(tr);
@@ -519,10 +522,10 @@ int main(int argc, char **argv) {
       fail("training", s);
       goto out;
     }
-    if (gpt_rebalance_take_recut(rb, cut_speed)) {
+    if (gpt_rebalance_take_recut(rb, cut_first)) {
       gt_ckpt_destroy(ckpt); /* after the save in flight; made again on the new trainer */
       ckpt = NULL;
-      s = recut(be, &mc, &mp, &gc, &plan, rows, a.seq, cut_speed, &tc, &m, &tr);
+      s = recut(be, &mc, &mp, &gc, &plan, rows, a.seq, cut_first, &tc, &m, &tr);
       if (s == GT_OK) s = gpt_ckpt_rebind(&a.ckpt, job, tr, loader, &ckpt);
     }
     if (s != GT_OK) {

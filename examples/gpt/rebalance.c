@@ -56,12 +56,16 @@ struct gpt_rebalance {
    * the last decisions proposed and how many in a row did; a cut decided
    * and not taken yet (gpt_rebalance_take_recut). */
   int cut_B, cut_T;
-  int cut_proposed[GT_PLANNER_MAX_STAGES + 1], cut_agreed;
+  int cut_proposed[GT_REBALANCE_MAX_STAGES + 1], cut_agreed;
   bool cut_pending;
-  double cut_speed[GT_PLANNER_MAX_STAGES];
+  int cut_first[GT_REBALANCE_MAX_STAGES + 1];
 };
 
 _Static_assert(sizeof(gt_step_telemetry) % sizeof(float) == 0, "telemetry travels as floats");
+
+/* The broadcast of a leader's decision: apply?, epoch, the dp shares, a
+ * cut?, the cut's stage starts (pp + 1 of them). */
+#define NOTE(dp) ((size_t)(dp) + 4 + GT_REBALANCE_MAX_STAGES)
 
 gt_status gpt_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *be, const int *shares, int cap,
                                gt_job *job, bool local, gpt_rebalance **out) {
@@ -75,7 +79,7 @@ gt_status gpt_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *b
   r->speed = malloc(dp * sizeof *r->speed);
   r->proposed = malloc(dp * sizeof *r->proposed);
   r->ring = calloc(WINDOW * world, sizeof *r->ring);
-  r->note_host = malloc((dp + 2) * sizeof *r->note_host);
+  r->note_host = malloc(NOTE(dp) * sizeof *r->note_host);
   gt_status s = r->shares && r->next && r->speed && r->proposed && r->ring && r->note_host
                     ? GT_OK
                     : gt_errorf(GT_ENOMEM, "out of memory for --rebalance");
@@ -84,7 +88,7 @@ gt_status gpt_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *b
   if (s == GT_OK && r->led && dp > GT_MITIGATION_MAX_DP)
     s = gt_errorf(GT_EINVAL, "--rebalance under a leader takes at most dp=%d; use --rebalance-local",
                   GT_MITIGATION_MAX_DP);
-  if (s == GT_OK && r->led) s = gt_backend_alloc(be, (dp + 2) * sizeof *r->note_host, &r->note);
+  if (s == GT_OK && r->led) s = gt_backend_alloc(be, NOTE(dp) * sizeof *r->note_host, &r->note);
   if (s == GT_OK && r->led && plan->rank == 0) s = gpt_coord_link_start(job, &r->link, &r->epoch);
   if (s != GT_OK) {
     gpt_rebalance_destroy(r);
@@ -187,48 +191,67 @@ static gt_status decide_here(gpt_rebalance *r, gt_trainer *tr, int step, bool le
   return switch_to(r, tr, step, lead, why);
 }
 
-/* Pipeline layouts, every rank alike on its window: re-cut the stages when
- * the planner's cut for the measured stage speeds shrinks the slowest
- * stage by MIN_GAIN, which also pays back a rebuild of about two steps
- * within HORIZON steps, and PERSIST decisions in a row propose it (or one,
- * right after the monitor flagged or cleared a rank). */
-static gt_status decide_cut(gpt_rebalance *r, gt_trainer *tr, int step, bool lead) {
-  gpt_recut c;
-  GT_TRY(gpt_recut_propose(&r->plan, gt_trainer_model(tr), r->cut_B, r->cut_T, r->ring, WINDOW, MIN_GAIN, &c));
+/* Takes cut `first` after this step: the lead prints the line. */
+static void cut_to(gpt_rebalance *r, const int *now, const int *first, int step, bool lead, const char *why) {
   int P = r->plan.layout.pp;
-  size_t bytes = (size_t)(P + 1) * sizeof *c.first;
-  if (!c.change) r->cut_agreed = 0;
-  else if (r->cut_agreed && !memcmp(c.first, r->cut_proposed, bytes)) r->cut_agreed++;
-  else memcpy(r->cut_proposed, c.first, bytes), r->cut_agreed = 1;
-  if (!c.change || (r->cut_agreed < PERSIST && !r->urgent)) return GT_OK;
   if (lead) {
     printf("re-cut after step %d: first layers of the stages", step);
-    for (int s = 0; s < P; s++) printf("%s%d", s ? "," : " ", c.now[s]);
+    for (int s = 0; s < P; s++) printf("%s%d", s ? "," : " ", now[s]);
     printf(" ->");
-    for (int s = 0; s < P; s++) printf("%s%d", s ? "," : " ", c.first[s]);
-    printf(" of %d (stage speeds", c.first[P]);
-    for (int s = 0; s < P; s++) printf(" %.2f", c.speed[s]);
-    printf("; predicted slowest stage %.4f s -> %.4f s a step)\n", c.step_now_s, c.step_new_s);
+    for (int s = 0; s < P; s++) printf("%s%d", s ? "," : " ", first[s]);
+    printf(" of %d (%s)\n", first[P], why);
     fflush(stdout);
   }
-  memcpy(r->cut_speed, c.speed, (size_t)P * sizeof *c.speed);
+  memcpy(r->cut_first, first, (size_t)(P + 1) * sizeof *first);
   r->cut_pending = true;
   r->cut_agreed = 0, r->urgent = false;
+}
+
+/* Pipeline layouts without a leader, every rank alike on its window:
+ * re-cut the stages when gt_rebalance_choose_cut says the planner's cut for
+ * the measured stage speeds pays back a rebuild (about two steps) within
+ * HORIZON steps and shrinks the slowest stage by MIN_GAIN, and PERSIST
+ * decisions in a row propose it (or one, right after the monitor flagged
+ * or cleared a rank). */
+static gt_status decide_cut(gpt_rebalance *r, gt_trainer *tr, int step, bool lead) {
+  gpt_recut_inputs *in = malloc(sizeof *in);
+  if (!in) return gt_errorf(GT_ENOMEM, "out of memory judging the pipeline cut");
+  gt_rebalance_cut c;
+  gt_status s = gpt_recut_inputs_of(&r->plan, gt_trainer_model(tr), r->cut_B, r->cut_T, r->ring, WINDOW, in);
+  double slowest = 0;
+  for (int k = 0; s == GT_OK && k < in->pp; k++) slowest = in->stage_s[k] > slowest ? in->stage_s[k] : slowest;
+  gt_rebalance_config cfg = {.cap = 1, .transition_s = 2 * slowest, .horizon = HORIZON, .min_gain = MIN_GAIN};
+  if (s == GT_OK) s = gt_rebalance_choose_cut(&cfg, in->pp, in->now, in->stage_s, in->flops, in->layers, &c);
+  free(in);
+  GT_TRY(s);
+  int P = r->plan.layout.pp;
+  size_t bytes = (size_t)(P + 1) * sizeof *c.next;
+  if (!c.change) r->cut_agreed = 0;
+  else if (r->cut_agreed && !memcmp(c.next, r->cut_proposed, bytes)) r->cut_agreed++;
+  else memcpy(r->cut_proposed, c.next, bytes), r->cut_agreed = 1;
+  if (!c.change || (r->cut_agreed < PERSIST && !r->urgent)) return GT_OK;
+  char why[1024] = "stage speeds";
+  size_t at = strlen(why);
+  for (int k = 0; k < P && at < sizeof why; k++) at += (size_t)snprintf(why + at, sizeof why - at, " %.2f", c.speed[k]);
+  if (at < sizeof why)
+    snprintf(why + at, sizeof why - at, "; predicted slowest stage %.4f s -> %.4f s a step", c.step_now_s,
+             c.step_new_s);
+  cut_to(r, c.now, c.next, step, lead, why);
   return GT_OK;
 }
 
 void gpt_rebalance_enable_recut(gpt_rebalance *r, int B, int T) { r->cut_B = B, r->cut_T = T; }
 
-bool gpt_rebalance_take_recut(gpt_rebalance *r, double *speed) {
+bool gpt_rebalance_take_recut(gpt_rebalance *r, int *first) {
   if (!r || !r->cut_pending) return false;
-  memcpy(speed, r->cut_speed, (size_t)r->plan.layout.pp * sizeof *speed);
+  memcpy(first, r->cut_first, (size_t)(r->plan.layout.pp + 1) * sizeof *first);
   r->cut_pending = false;
   r->filled = 0; /* judge the new cut on steps taken at it */
   return true;
 }
 
 /* Under a leader, rank 0: a report of the window every PUBLISH steps. */
-static gt_status publish(gpt_rebalance *r, int step) {
+static gt_status publish(gpt_rebalance *r, gt_trainer *tr, int step) {
   if (!r->link || (step - r->published < PUBLISH && !r->urgent)) return GT_OK;
   gt_mitigation_report *rep = calloc(1, sizeof *rep);
   if (!rep) return gt_errorf(GT_ENOMEM, "out of memory for a rebalancing report");
@@ -236,52 +259,78 @@ static gt_status publish(gpt_rebalance *r, int step) {
                                 .urgent = r->urgent, .transition_s = transition_cost(r)};
   memcpy(rep->shares, r->shares, (size_t)rep->dp * sizeof *r->shares);
   gt_status s = gt_rebalance_speeds(&r->plan, r->ring, WINDOW, rep->speed, rep->micro);
+  gpt_recut_inputs *in = r->cut_B && s == GT_OK ? malloc(sizeof *in) : NULL;
+  if (r->cut_B && s == GT_OK && !in) s = gt_errorf(GT_ENOMEM, "out of memory for a rebalancing report");
+  if (in) { /* and what the pipeline cut is decided on */
+    s = gpt_recut_inputs_of(&r->plan, gt_trainer_model(tr), r->cut_B, r->cut_T, r->ring, WINDOW, in);
+    if (s == GT_OK && in->layers > GT_MITIGATION_MAX_LAYERS) s = gt_errorf(GT_EUNSUPPORTED, "too many layers to report");
+    if (s == GT_OK) {
+      rep->pp = in->pp, rep->layers = in->layers;
+      memcpy(rep->cut, in->now, (size_t)(in->pp + 1) * sizeof *in->now);
+      memcpy(rep->stage_s, in->stage_s, (size_t)in->pp * sizeof *in->stage_s);
+      memcpy(rep->layer_flops, in->flops, (size_t)in->layers * sizeof *in->flops);
+    }
+    free(in);
+  }
   if (s == GT_OK) gpt_coord_link_publish(r->link, rep);
   free(rep);
   r->published = step, r->urgent = false;
   return s;
 }
 
-/* Whether a decision fits this job: its replicas, their cap, the same rows. */
-static bool fits(const gpt_rebalance *r, const gt_mitigation *m) {
+/* Whether a decision fits this job: its replicas, their cap, the same
+ * rows; and a cut, if it has one, of this model's layers into its stages. */
+static bool fits(const gpt_rebalance *r, const gt_model *model, const gt_mitigation *m) {
   int dp = r->plan.layout.dp, total = 0;
   if (m->dp != dp) return false;
   for (int i = 0; i < dp; i++) {
     if (m->shares[i] < 1 || m->shares[i] > r->cap) return false;
     total += m->shares[i];
   }
-  return total == offset_of(r->shares, dp);
+  if (total != offset_of(r->shares, dp)) return false;
+  return m->pp < 2 || (r->cut_B && m->pp == r->plan.layout.pp && m->cut[m->pp] == gt_model_num_layers(model));
 }
 
 /* Under a leader, every rank after every step: rank 0 says whether the
  * leader's latest decision is new, with one small broadcast, so that all
- * apply it after the same step. */
+ * apply it after the same step: its rows, and its pipeline cut if it has
+ * one. */
 static gt_status apply_led(gpt_rebalance *r, gt_trainer *tr, int step, bool lead) {
-  int dp = r->plan.layout.dp;
+  int dp = r->plan.layout.dp, P = r->plan.layout.pp;
+  size_t n = NOTE(dp);
   float *note = r->note_host;
-  memset(note, 0, (size_t)(dp + 2) * sizeof *note);
+  memset(note, 0, n * sizeof *note);
   gt_mitigation *m = r->link ? malloc(sizeof *m) : NULL;
   if (r->link && !m) return gt_errorf(GT_ENOMEM, "out of memory for a rebalancing decision");
   if (m && gpt_coord_link_latest(r->link, m) && m->epoch > r->epoch) {
-    if (fits(r, m)) {
+    if (fits(r, gt_trainer_model(tr), m)) {
       note[0] = 1, note[1] = (float)m->epoch;
       for (int i = 0; i < dp; i++) note[2 + i] = (float)m->shares[i];
+      note[2 + dp] = m->pp > 1;
+      for (int s = 0; m->pp > 1 && s <= P; s++) note[3 + dp + s] = (float)m->cut[s];
     } else {
-      gt_warn("rebalance: the leader's epoch %lld does not fit this job (dp=%d, %d rows, at most %d a replica): "
-              "ignored", (long long)m->epoch, dp, offset_of(r->shares, dp), r->cap);
+      gt_warn("rebalance: the leader's epoch %lld does not fit this job (dp=%d, %d rows, at most %d a replica; "
+              "pp=%d): ignored", (long long)m->epoch, dp, offset_of(r->shares, dp), r->cap, P);
       r->epoch = m->epoch;
     }
   }
-  gt_status s = gt_backend_upload(r->be, r->note, note, (size_t)(dp + 2) * sizeof *note);
-  if (s == GT_OK) s = gt_comm_broadcast(r->world, r->note, (size_t)dp + 2, GT_F32, 0);
-  if (s == GT_OK) s = gt_backend_download(r->be, note, r->note, (size_t)(dp + 2) * sizeof *note);
+  gt_status s = gt_backend_upload(r->be, r->note, note, n * sizeof *note);
+  if (s == GT_OK) s = gt_comm_broadcast(r->world, r->note, n, GT_F32, 0);
+  if (s == GT_OK) s = gt_backend_download(r->be, note, r->note, n * sizeof *note);
   if (s == GT_OK && note[0] == 1) {
     char why[256] = "";
     if (m) snprintf(why, sizeof why, "the leader's epoch %lld, term %lld, by %s", (long long)m->epoch,
                     (long long)m->term, m->by);
-    for (int i = 0; i < dp; i++) r->next[i] = (int)note[2 + i];
+    bool rows = false;
+    for (int i = 0; i < dp; i++) r->next[i] = (int)note[2 + i], rows |= r->next[i] != r->shares[i];
     r->epoch = (int64_t)note[1];
-    s = switch_to(r, tr, step, lead, why);
+    if (rows) s = switch_to(r, tr, step, lead, why);
+    if (s == GT_OK && note[2 + dp] == 1) {
+      int now[GT_REBALANCE_MAX_STAGES + 1], first[GT_REBALANCE_MAX_STAGES + 1];
+      gpt_recut_now(gt_trainer_model(tr), P, now);
+      for (int k = 0; k <= P; k++) first[k] = (int)note[3 + dp + k];
+      if (memcmp(now, first, (size_t)(P + 1) * sizeof *now)) cut_to(r, now, first, step, lead, why);
+    }
   }
   free(m);
   return s;
@@ -302,7 +351,7 @@ gt_status gpt_rebalance_after_step(gpt_rebalance *r, gt_trainer *tr, const gt_st
   else GT_TRY(gather(r, &st->telemetry, slot));
   if (fs_report && verdict_now(fs_report)) r->urgent = true;
   if (++r->filled < WINDOW) return GT_OK;
-  if (r->cut_B) GT_TRY(decide_cut(r, tr, st->step, lead));
+  if (r->cut_B && !r->led) GT_TRY(decide_cut(r, tr, st->step, lead));
   if (r->cut_pending) return GT_OK; /* the cut first; rows are judged on the new one */
-  return r->led ? publish(r, st->step) : decide_here(r, tr, st->step, lead);
+  return r->led ? publish(r, tr, st->step) : decide_here(r, tr, st->step, lead);
 }

@@ -36,9 +36,10 @@ gt_status gpt_rebalance_after_step(gpt_rebalance *r, gt_trainer *tr, const gt_st
  * by measured speed, for micro-batches of B rows of T tokens. Every rank
  * decides alike on the same window. */
 void gpt_rebalance_enable_recut(gpt_rebalance *r, int B, int T);
-/* Whether a re-cut was decided: then speed gets each pipeline rank's
- * measured speed, for gt_plan_cut_stages, once. The caller rebuilds the
- * model and trainer for it (gt_trainer_move_state). */
-bool gpt_rebalance_take_recut(gpt_rebalance *r, double *speed);
+/* Whether a re-cut was decided (by the ranks, or by the job's leader):
+ * then first gets the new cut, first[s] the first layer of stage s and
+ * first[pp] the layers, once. The caller rebuilds the model and trainer
+ * for it (gt_model_set_stage_cut, gt_trainer_move_state). */
+bool gpt_rebalance_take_recut(gpt_rebalance *r, int *first);
 
 #endif

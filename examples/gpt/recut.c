@@ -1,4 +1,4 @@
-/* The stage cut by measured speed (recut.h). */
+/* What the stage cut is decided on (recut.h). */
 #include "recut.h"
 
 #include <stdlib.h>
@@ -6,6 +6,7 @@
 
 #include "giant/grid.h"
 #include "giant/layer.h"
+#include "giant/planner.h"
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -17,65 +18,46 @@ static gt_status stage_times(const gt_plan *plan, const gt_step_telemetry *tel, 
   int P = plan->layout.pp, world = plan->world;
   double *v = malloc((size_t)nsteps * sizeof *v);
   if (!v) return gt_errorf(GT_ENOMEM, "out of memory judging the pipeline cut");
-  for (int s = 0; s < P; s++) {
+  gt_status s = GT_OK;
+  for (int p = 0; p < P && s == GT_OK; p++) {
     for (int k = 0; k < nsteps; k++) {
       v[k] = 0;
-      for (int r = 0; r < world; r++) {
+      for (int r = 0; r < world && s == GT_OK; r++) {
         gt_grid_coords c;
-        GT_TRY(gt_grid_coords_of(&plan->layout, r, &c));
-        if (c.pp == s && tel[(size_t)k * world + r].compute_s > v[k]) v[k] = tel[(size_t)k * world + r].compute_s;
+        s = gt_grid_coords_of(&plan->layout, r, &c);
+        double x = tel[(size_t)k * world + r].compute_s;
+        if (s == GT_OK && c.pp == p && x > v[k]) v[k] = x;
       }
     }
     qsort(v, (size_t)nsteps, sizeof *v, cmp_double);
-    t[s] = nsteps % 2 ? v[nsteps / 2] : (v[nsteps / 2 - 1] + v[nsteps / 2]) / 2;
+    t[p] = nsteps % 2 ? v[nsteps / 2] : (v[nsteps / 2 - 1] + v[nsteps / 2]) / 2;
   }
   free(v);
-  return GT_OK;
+  return s;
 }
 
-static void stage_flops(const gt_planner_layer *layers, const int *first, int P, double *f) {
-  for (int s = 0; s < P; s++) {
-    f[s] = 0;
-    for (int i = first[s]; i < first[s + 1]; i++) f[s] += layers[i].flops;
+void gpt_recut_now(const gt_model *m, int pp, int *now) {
+  int L = gt_model_num_layers(m);
+  for (int s = 0, i = 0; s <= pp; s++) { /* the first layer of each stage */
+    while (i < L && gt_model_layer(m, i)->stage < s) i++;
+    now[s] = s == pp ? L : i;
   }
 }
 
-gt_status gpt_recut_propose(const gt_plan *plan, const gt_model *m, int B, int T, const gt_step_telemetry *tel,
-                            int nsteps, double min_gain, gpt_recut *out) {
+gt_status gpt_recut_inputs_of(const gt_plan *plan, const gt_model *m, int B, int T, const gt_step_telemetry *tel,
+                              int nsteps, gpt_recut_inputs *out) {
   memset(out, 0, sizeof *out);
   int P = plan->layout.pp, L = gt_model_num_layers(m);
-  if (P < 2 || plan->chunks > 1 || P > GT_PLANNER_MAX_STAGES || nsteps < 1) return GT_OK;
-  for (int s = 0, i = 0; s <= P; s++) { /* the model's cut: the first layer of each stage */
-    while (i < L && gt_model_layer(m, i)->stage < s) i++;
-    out->now[s] = s == P ? L : i;
-  }
+  if (P > GT_REBALANCE_MAX_STAGES || L > GPT_RECUT_MAX_LAYERS || nsteps < 1)
+    return gt_errorf(GT_EUNSUPPORTED, "re-cutting is judged for at most %d stages and %d layers (this job: %d, %d)",
+                     GT_REBALANCE_MAX_STAGES, GPT_RECUT_MAX_LAYERS, P, L);
+  out->pp = P, out->layers = L;
+  gpt_recut_now(m, P, out->now);
   gt_planner_layer *layers = NULL;
   int n = 0;
   GT_TRY(gt_planner_layers_from_model(m, B, T, &layers, &n));
-  double t[GT_PLANNER_MAX_STAGES], f[GT_PLANNER_MAX_STAGES], inflight[GT_PLANNER_MAX_STAGES], top = 0;
-  gt_status s = n == L ? stage_times(plan, tel, nsteps, t) : gt_errorf(GT_EINVAL, "the planner sees %d layers, "
-                                                                        "the model %d", n, L);
-  if (s == GT_OK) stage_flops(layers, out->now, P, f);
-  for (int k = 0; s == GT_OK && k < P; k++) {
-    if (!(t[k] > 0) || !(f[k] > 0)) s = gt_errorf(GT_EINVAL, "pipeline stage %d has no measured compute", k);
-    else out->speed[k] = f[k] / t[k];
-    top = out->speed[k] > top ? out->speed[k] : top;
-    inflight[k] = P - k; /* what 1F1B keeps on that rank, as gt_plan_cut_stages has it */
-  }
-  for (int k = 0; s == GT_OK && k < P; k++) out->speed[k] /= top;
-  gt_planner_stages st = {.n = P, .speed = out->speed, .in_flight = inflight};
-  if (s == GT_OK) s = gt_planner_partition(layers, n, &st, out->first);
-  if (s == GT_OK) {
-    double fn[GT_PLANNER_MAX_STAGES];
-    stage_flops(layers, out->first, P, fn);
-    for (int k = 0; k < P; k++) {
-      double now = t[k], next = fn[k] / (out->speed[k] * top);
-      out->step_now_s = now > out->step_now_s ? now : out->step_now_s;
-      out->step_new_s = next > out->step_new_s ? next : out->step_new_s;
-    }
-    out->change = memcmp(out->first, out->now, (size_t)(P + 1) * sizeof(int)) != 0 &&
-                  out->step_new_s < out->step_now_s * (1 - min_gain);
-  }
+  gt_status s = n == L ? GT_OK : gt_errorf(GT_EINVAL, "the planner sees %d layers, the model %d", n, L);
+  for (int i = 0; s == GT_OK && i < L; i++) out->flops[i] = layers[i].flops;
   free(layers);
-  return s;
+  return s == GT_OK ? stage_times(plan, tel, nsteps, out->stage_s) : s;
 }

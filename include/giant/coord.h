@@ -111,7 +111,8 @@ void gt_health_print(const gt_health_record *r, int n, FILE *f);
 /* ---- mitigation: what the workers measured, what the leader decided ---- */
 
 #define GT_MITIGATION_MAX_DP 256
-#define GT_MITIGATION_LINE_MAX 16384
+#define GT_MITIGATION_MAX_LAYERS 512
+#define GT_MITIGATION_LINE_MAX 32768
 
 typedef struct gt_mitigation_report {
   int64_t step;        /* the last step the speeds cover */
@@ -123,6 +124,11 @@ typedef struct gt_mitigation_report {
   int shares[GT_MITIGATION_MAX_DP]; /* rows of every group micro-batch, each replica's */
   int micro[GT_MITIGATION_MAX_DP];  /* micro-batches a step */
   double speed[GT_MITIGATION_MAX_DP]; /* rows per second (gt_rebalance_speeds) */
+  /* Pipelines (pp > 1; 0 or 1: none): what gt_rebalance_choose_cut needs. */
+  int pp, layers;
+  int cut[GT_REBALANCE_MAX_STAGES + 1];          /* the cut now: stage s holds layers [cut[s], cut[s+1]) */
+  double stage_s[GT_REBALANCE_MAX_STAGES];       /* each stage's compute a step */
+  double layer_flops[GT_MITIGATION_MAX_LAYERS];  /* each layer's forward FLOPs a micro-batch */
 } gt_mitigation_report;
 
 typedef struct gt_mitigation {
@@ -133,6 +139,8 @@ typedef struct gt_mitigation {
   int shares[GT_MITIGATION_MAX_DP];
   double step_now_s, step_new_s, gain_s; /* gt_rebalance_decision's */
   char by[128];  /* the leader's node id */
+  int pp;        /* > 1: the pipeline cut to take, cut[0..pp] (gt_rebalance_cut's next) */
+  int cut[GT_REBALANCE_MAX_STAGES + 1];
 } gt_mitigation;
 
 /* One line each, parsed back exactly (GT_EFORMAT naming what is wrong). */
@@ -152,6 +160,10 @@ gt_status gt_mitigation_get(gt_etcd_client *c, const char *job_id, gt_mitigation
  * cap and transition cost over `horizon` steps. */
 gt_status gt_mitigation_decide(const gt_mitigation_report *r, int horizon, double min_gain, int *new_shares,
                                gt_rebalance_decision *d);
+/* The leader's pipeline cut on a report with pp > 1: gt_rebalance_choose_cut
+ * over `horizon` steps, the switch (a rebuild) costing twice the report's
+ * transition_s. */
+gt_status gt_mitigation_decide_cut(const gt_mitigation_report *r, int horizon, double min_gain, gt_rebalance_cut *c);
 /* The decision as a line for people: "mitigation: epoch 1 (term 57, by x)
  * at step 40: rows 11,5; predicted 0.4000 s -> 0.2750 s a step, gain 6.19 s". */
 void gt_mitigation_print(const gt_mitigation *m, FILE *f);

@@ -56,5 +56,28 @@ gt_status gt_rebalance_speeds(const gt_plan *plan, const gt_step_telemetry *tel,
 gt_status gt_rebalance_choose(const gt_rebalance_config *cfg, int dp, const double *speed, const int *micro,
                               const int *shares, int *new_shares, gt_rebalance_decision *out);
 
+/* Pipelines: re-cutting the stages by measured speed. A stage's speed is
+ * the FLOPs of the layers it holds over its compute a step (stage_s[s]:
+ * its slowest rank's), and the planner (gt_planner_partition) cuts the
+ * layers again for those speeds. now[s] is the first layer of stage s
+ * (now[pp] = nlayers); layer_flops[i], layer i's forward FLOPs a
+ * micro-batch. The predicted step is the slowest stage's; the switch must
+ * pay back cfg->transition_s (a rebuild) within cfg->horizon steps and
+ * shrink it by cfg->min_gain (cfg->cap is not used). */
+#define GT_REBALANCE_MAX_STAGES 64
+
+typedef struct gt_rebalance_cut {
+  int pp, layers;
+  int now[GT_REBALANCE_MAX_STAGES + 1];  /* the cut given */
+  int next[GT_REBALANCE_MAX_STAGES + 1]; /* the cut chosen (the same when no change) */
+  double speed[GT_REBALANCE_MAX_STAGES]; /* each stage's FLOP/s, relative to the fastest */
+  double step_now_s, step_new_s;         /* the slowest stage's compute, now and at next */
+  double gain_s;                         /* (now - new) x horizon - transition_s */
+  bool change;
+} gt_rebalance_cut;
+
+gt_status gt_rebalance_choose_cut(const gt_rebalance_config *cfg, int pp, const int *now, const double *stage_s,
+                                  const double *layer_flops, int nlayers, gt_rebalance_cut *out);
+
 GT_API_END
 #endif

@@ -51,7 +51,27 @@ gt_status gt_mitigation_report_format(const gt_mitigation_report *r, char *line,
   size_t at = (size_t)w;
   GT_TRY(put_list(line, len, &at, "shares", r->dp, r->shares, NULL));
   GT_TRY(put_list(line, len, &at, "micro", r->dp, r->micro, NULL));
-  return put_list(line, len, &at, "speeds", r->dp, NULL, r->speed);
+  GT_TRY(put_list(line, len, &at, "speeds", r->dp, NULL, r->speed));
+  if (r->pp < 2) return GT_OK;
+  if (r->pp > GT_REBALANCE_MAX_STAGES || r->layers < r->pp || r->layers > GT_MITIGATION_MAX_LAYERS)
+    return gt_errorf(GT_EINVAL, "mitigation report: pp=%d with %d layers is outside 2..%d stages, %d layers",
+                     r->pp, r->layers, GT_REBALANCE_MAX_STAGES, GT_MITIGATION_MAX_LAYERS);
+  int w2 = snprintf(line + at, len - at, " pp=%d layers=%d", r->pp, r->layers);
+  if (w2 < 0 || (size_t)w2 >= len - at) return gt_errorf(GT_EINVAL, "mitigation report does not fit in %zu bytes", len);
+  at += (size_t)w2;
+  GT_TRY(put_list(line, len, &at, "cut", r->pp + 1, r->cut, NULL));
+  GT_TRY(put_list(line, len, &at, "stage_s", r->pp, NULL, r->stage_s));
+  return put_list(line, len, &at, "flops", r->layers, NULL, r->layer_flops);
+}
+
+/* A pipeline cut of `layers` layers into pp stages: cut[0] = 0 < cut[1] <
+ * ... < cut[pp] = layers. */
+static gt_status get_cut(const char *line, size_t len, int pp, int layers, int *cut) {
+  GT_TRY(get_ints(line, len, "cut", pp + 1, 0, layers, cut));
+  for (int s = 0; s < pp; s++)
+    if (cut[s + 1] <= cut[s]) return gt_errorf(GT_EFORMAT, "cut: stage %d holds no layer", s);
+  if (cut[0] != 0 || cut[pp] != layers) return gt_errorf(GT_EFORMAT, "cut: must run from 0 to %d", layers);
+  return GT_OK;
 }
 
 static gt_status parse_report(const char *line, size_t len, void *out) {
@@ -71,6 +91,21 @@ static gt_status parse_report(const char *line, size_t len, void *out) {
   for (int i = 0; i < r->dp; i++)
     if (!(r->speed[i] > 0) || r->speed[i] > 1e300)
       return gt_errorf(GT_EFORMAT, "speeds: entry %d (%g) is not a positive number", i, r->speed[i]);
+  size_t n;
+  if (!coord_field(line, len, "pp", &n)) return GT_OK; /* no pipeline */
+  long long pp, layers;
+  GT_TRY(coord_integer(line, len, "pp", 2, GT_REBALANCE_MAX_STAGES, &pp));
+  GT_TRY(coord_integer(line, len, "layers", (double)pp, GT_MITIGATION_MAX_LAYERS, &layers));
+  r->pp = (int)pp, r->layers = (int)layers;
+  GT_TRY(get_cut(line, len, r->pp, r->layers, r->cut));
+  GT_TRY(coord_numbers(line, len, "stage_s", r->pp, r->stage_s));
+  GT_TRY(coord_numbers(line, len, "flops", r->layers, r->layer_flops));
+  for (int s = 0; s < r->pp; s++)
+    if (!(r->stage_s[s] > 0) || r->stage_s[s] > 1e300)
+      return gt_errorf(GT_EFORMAT, "stage_s: entry %d (%g) is not a positive time", s, r->stage_s[s]);
+  for (int i = 0; i < r->layers; i++)
+    if (!(r->layer_flops[i] >= 0) || r->layer_flops[i] > 1e300)
+      return gt_errorf(GT_EFORMAT, "flops: entry %d (%g) is not a FLOP count", i, r->layer_flops[i]);
   return GT_OK;
 }
 
@@ -89,7 +124,13 @@ gt_status gt_mitigation_format(const gt_mitigation *m, char *line, size_t len) {
   w = snprintf(line + at, len - at, " step_now_s=%.6g step_new_s=%.6g gain_s=%.6g by=%s", m->step_now_s,
                m->step_new_s, m->gain_s, m->by[0] ? m->by : "-");
   if (w < 0 || (size_t)w >= len - at) return gt_errorf(GT_EINVAL, "mitigation record does not fit in %zu bytes", len);
-  return GT_OK;
+  at += (size_t)w;
+  if (m->pp < 2) return GT_OK;
+  if (m->pp > GT_REBALANCE_MAX_STAGES) return gt_errorf(GT_EINVAL, "mitigation record: pp=%d is too many", m->pp);
+  w = snprintf(line + at, len - at, " pp=%d", m->pp);
+  if (w < 0 || (size_t)w >= len - at) return gt_errorf(GT_EINVAL, "mitigation record does not fit in %zu bytes", len);
+  at += (size_t)w;
+  return put_list(line, len, &at, "cut", m->pp + 1, m->cut, NULL);
 }
 
 static gt_status parse_decision(const char *line, size_t len, void *out) {
@@ -104,7 +145,17 @@ static gt_status parse_decision(const char *line, size_t len, void *out) {
   GT_TRY(coord_number(line, len, "step_now_s", &m->step_now_s));
   GT_TRY(coord_number(line, len, "step_new_s", &m->step_new_s));
   GT_TRY(coord_number(line, len, "gain_s", &m->gain_s));
-  return coord_node(line, len, "by", m->by, sizeof m->by);
+  GT_TRY(coord_node(line, len, "by", m->by, sizeof m->by));
+  size_t n;
+  if (!coord_field(line, len, "pp", &n)) return GT_OK; /* rows only */
+  long long pp;
+  GT_TRY(coord_integer(line, len, "pp", 2, GT_REBALANCE_MAX_STAGES, &pp));
+  m->pp = (int)pp;
+  double last[GT_REBALANCE_MAX_STAGES + 1];
+  GT_TRY(coord_numbers(line, len, "cut", m->pp + 1, last));
+  if (!(last[m->pp] >= m->pp && last[m->pp] <= GT_MITIGATION_MAX_LAYERS))
+    return gt_errorf(GT_EFORMAT, "cut: its end (%g) is not a layer count", last[m->pp]);
+  return get_cut(line, len, m->pp, (int)last[m->pp], m->cut);
 }
 
 gt_status gt_mitigation_parse(const char *line, size_t len, gt_mitigation *out) {
@@ -176,9 +227,20 @@ gt_status gt_mitigation_decide(const gt_mitigation_report *r, int horizon, doubl
   return gt_rebalance_choose(&cfg, r->dp, r->speed, r->micro, r->shares, new_shares, d);
 }
 
+gt_status gt_mitigation_decide_cut(const gt_mitigation_report *r, int horizon, double min_gain, gt_rebalance_cut *c) {
+  /* A re-cut rebuilds the model and trainer: about two steps. */
+  gt_rebalance_config cfg = {.cap = 1, .transition_s = 2 * r->transition_s, .horizon = horizon, .min_gain = min_gain};
+  return gt_rebalance_choose_cut(&cfg, r->pp, r->cut, r->stage_s, r->layer_flops, r->layers, c);
+}
+
 void gt_mitigation_print(const gt_mitigation *m, FILE *f) {
   fprintf(f, "mitigation: epoch %" PRId64 " (term %" PRId64 ", by %s) at step %" PRId64 ": rows ", m->epoch, m->term,
           m->by[0] ? m->by : "-", m->step);
   for (int i = 0; i < m->dp && i < GT_MITIGATION_MAX_DP; i++) fprintf(f, "%s%d", i ? "," : "", m->shares[i]);
-  fprintf(f, "; predicted %.4f s -> %.4f s a step, gain %.2f s\n", m->step_now_s, m->step_new_s, m->gain_s);
+  fprintf(f, "; predicted %.4f s -> %.4f s a step, gain %.2f s", m->step_now_s, m->step_new_s, m->gain_s);
+  if (m->pp > 1) {
+    fprintf(f, "; pipeline cut");
+    for (int s = 0; s <= m->pp && s <= GT_REBALANCE_MAX_STAGES; s++) fprintf(f, "%s%d", s ? "," : " ", m->cut[s]);
+  }
+  fprintf(f, "\n");
 }

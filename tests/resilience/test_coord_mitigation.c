@@ -90,6 +90,54 @@ static void test_decide(void **state) {
   assert_int_equal(next[1], 8);
 }
 
+/* A pipeline of two stages, six layers of equal FLOPs cut 3 and 3, the
+ * second stage taking twice as long: the report and the decision carry the
+ * cut through their lines, and the leader's cut gives the first stage four
+ * layers, both stages then taking 4/3 of the first's time now. */
+static void test_pipeline_cut(void **state) {
+  (void)state;
+  gt_mitigation_report r = slow_report(), rb;
+  r.pp = 2, r.layers = 6;
+  int cut[3] = {0, 3, 6};
+  memcpy(r.cut, cut, sizeof cut);
+  r.stage_s[0] = 0.1, r.stage_s[1] = 0.2;
+  for (int i = 0; i < 6; i++) r.layer_flops[i] = 1e9;
+  char line[GT_MITIGATION_LINE_MAX];
+  OK(gt_mitigation_report_format(&r, line, sizeof line));
+  OK(gt_mitigation_report_parse(line, strlen(line), &rb));
+  assert_int_equal(rb.pp, 2);
+  assert_int_equal(rb.layers, 6);
+  assert_memory_equal(rb.cut, cut, sizeof cut);
+  NEAR(rb.stage_s[1], 0.2, 1e-9);
+  NEAR(rb.layer_flops[5], 1e9, 1);
+  gt_rebalance_cut c;
+  OK(gt_mitigation_decide_cut(&rb, 50, 0.07, &c));
+  assert_true(c.change);
+  assert_int_equal(c.next[1], 4);
+  NEAR(c.step_now_s, 0.2, 1e-12);
+  NEAR(c.step_new_s, 0.4 / 3, 1e-9);
+  NEAR(c.gain_s, (0.2 - 0.4 / 3) * 50 - 2 * rb.transition_s, 1e-9);
+  rb.stage_s[1] = 0.1; /* as fast as the first: the cut stays */
+  OK(gt_mitigation_decide_cut(&rb, 50, 0.07, &c));
+  assert_false(c.change);
+  assert_int_equal(c.next[1], 3);
+
+  gt_mitigation m = {.epoch = 4, .term = 9, .step = 50, .dp = 1, .shares = {8}, .by = "x", .pp = 2,
+                     .cut = {0, 4, 6}},
+                mb;
+  OK(gt_mitigation_format(&m, line, sizeof line));
+  OK(gt_mitigation_parse(line, strlen(line), &mb));
+  assert_int_equal(mb.pp, 2);
+  assert_int_equal(mb.cut[1], 4);
+  assert_int_equal(mb.cut[2], 6);
+  m.pp = 0;
+  OK(gt_mitigation_format(&m, line, sizeof line));
+  OK(gt_mitigation_parse(line, strlen(line), &mb));
+  assert_int_equal(mb.pp, 0);
+  const char *empty_stage = "epoch=1 term=1 step=1 dp=1 shares=4 step_now_s=1 step_new_s=1 gain_s=1 by=a pp=2 cut=0,3,3";
+  expect_error(gt_mitigation_parse(empty_stage, strlen(empty_stage), &mb), GT_EFORMAT, "stage 1 holds no layer");
+}
+
 /* The leader is killed: another leads within the TTL, its decision is
  * written under its term, and one written under the dead leader's is
  * refused and leaves the record as it was. */
@@ -162,6 +210,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lines),
       cmocka_unit_test(test_decide),
+      cmocka_unit_test(test_pipeline_cut),
       cmocka_unit_test(test_failover_refuses_the_deposed),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

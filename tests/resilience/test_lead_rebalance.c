@@ -177,6 +177,83 @@ static void test_leader_rebalances(void **state) {
   assert_true(ok);
 }
 
+/* A pipeline: two agents, one worker each, pp=2, the second stage three
+ * times as slow from step 10. The leader decides a new cut from rank 0's
+ * reports (its log line names the cut), the workers take it at one step
+ * (rank 0's "re-cut" line names the leader's epoch), the record carries the
+ * cut, and the loss is that of the same faulty run without --rebalance
+ * (within 1e-5: the gradient norm's sum over stages is associated
+ * differently at another cut). */
+#define PP_ARGS                                                                                               \
+  gpt, "--corpus", text, "--data", data, "--steps", "60", "--layers", "4", "--channels", "64", "--heads", "4", \
+      "--seq", "64", "--batch", "8", "--accum", "4", "--sample", "0", "--print-every", "0"
+
+static void test_leader_recuts(void **state) {
+  (void)state;
+  run_result *kept = malloc(sizeof *kept);
+  assert_non_null(kept);
+  char *argv[] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "pp=2", PP_ARGS, NULL};
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=slow:rank=1,factor=3,from=10", NULL}, 240, kept);
+  if (kept->exit_code != 0) fail_msg("faulty run: exit %d:\n%s", kept->exit_code, kept->output);
+  float kept_loss = final_loss(kept->output);
+  free(kept);
+
+  setenv("GT_FAULT", "slow:rank=1,factor=3,from=10", 1);
+  agent a[2];
+  const char *nodes[2] = {"x", "y"};
+  for (int i = 0; i < 2; i++) {
+    char log[256];
+    snprintf(log, sizeof log, "%s/leadpp-%s.log", dir, nodes[i]);
+    const char *args[] = {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", fx.endpoint, "--job-id",
+                          "leadpp", "--node-id", nodes[i], "--rdzv-ttl", "5", "--rdzv-settle", "0", "--rdzv-timeout",
+                          "60", "--plan", "pp=2", PP_ARGS, "--rebalance", NULL};
+    assert_int_equal(agent_start(&a[i], log, args), 0);
+  }
+  expect_exit(&a[0], 0, 240);
+  expect_exit(&a[1], 0, 60);
+  unsetenv("GT_FAULT");
+  char *log[2] = {slurp(a[0].log), slurp(a[1].log)};
+  assert_true(log[0] && log[1]);
+  const char *dec = NULL;
+  for (int i = 0; i < 2 && !dec; i++) dec = strstr(log[i], "decides at step ");
+  if (!dec) {
+    dump_log(&a[0]), dump_log(&a[1]);
+    fail_msg("no leader decision");
+  }
+  int dstep, n0, n1, f0, f1, layers;
+  long long epoch;
+  const char *cutp = strstr(dec, ": pipeline cut ");
+  if (!cutp || sscanf(cutp, ": pipeline cut %d,%d -> %d,%d of %d", &n0, &n1, &f0, &f1, &layers) != 5 ||
+      sscanf(dec, "decides at step %d", &dstep) != 1 || !strstr(cutp, "epoch ") ||
+      sscanf(strstr(cutp, "epoch "), "epoch %lld", &epoch) != 1)
+    fail_msg("malformed decision line: %.300s", dec);
+  const char *w = strstr(log[0], "[rank 0] gpt:") ? log[0] : log[1];
+  const char *re = strstr(w, "re-cut after step ");
+  int step, a0, a1, b0, b1, total;
+  long long wepoch;
+  if (!re || sscanf(re, "re-cut after step %d: first layers of the stages %d,%d -> %d,%d of %d (the leader's epoch %lld",
+                    &step, &a0, &a1, &b0, &b1, &total, &wepoch) != 7)
+    fail_msg("no re-cut line from the leader's decision:\n%s", w);
+  float loss = final_loss(w);
+  double gap = fabs((double)loss - kept_loss) / kept_loss;
+  print_message("pp=2, stage 1 x3 from step 10: the leader decided at step %d, cut %d,%d -> %d,%d of %d (epoch %lld); "
+                "the ranks re-cut after step %d; loss %.6f vs %.6f without (%.1e)\n", dstep, n0, n1, f0, f1, layers,
+                epoch, step, loss, kept_loss, gap);
+  assert_true(f1 > n1 && f0 == 0 && dstep >= 10);
+  assert_int_equal(b1, f1);
+  assert_true(wepoch >= epoch);
+  assert_true(gap <= 1e-5);
+  gt_etcd_client *cli;
+  OK(gt_etcd_connect(&(gt_etcd_config){.endpoints = fx.endpoint, .timeout_ms = 5000}, &cli));
+  gt_mitigation m;
+  int found = 0;
+  OK(gt_mitigation_get(cli, "leadpp", &m, &found));
+  gt_etcd_close(cli);
+  assert_int_equal(found, 1);
+  assert_true(m.epoch >= epoch);
+  free(log[0]), free(log[1]);
+}
+
 /* The term in "NODE leads /giant/JOB/leader (term T)" of log; 0 if none. */
 static long long led_term(const agent *a, const char *job) {
   char *log = slurp(a->log), want[128];
@@ -245,6 +322,7 @@ static void test_failover(void **state) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_leader_rebalances), cmocka_unit_test(test_failover)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_leader_rebalances), cmocka_unit_test(test_leader_recuts),
+                                     cmocka_unit_test(test_failover)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
