@@ -167,7 +167,9 @@ static void test_giantrun_restart_resumes(void **state) {
   print_message("rank 1 killed at step %d or just after: progress %d, newest save begun at %d, loaded %d (newest "
                 "commit logged %d, commits seen at most %d steps late); %d step(s) lost <= %d + %d\n",
                 kill_at, progress, begun, loaded, newest, worst, lost, EVERY, in_flight);
-  assert_true(newest >= 0 && newest <= loaded);
+  /* A commit that ended while rank 0 waited in the stalled step is not
+   * logged before the kill; the one loaded is there all the same. */
+  assert_true(newest <= loaded && loaded >= EVERY);
   assert_true(loaded == begun || loaded == begun - EVERY);
   assert_true(lost >= 0 && lost <= EVERY + in_flight);
 }
