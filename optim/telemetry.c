@@ -37,6 +37,7 @@ void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp
     gt_pp_exec_timing(pipe, &run, &busy);
     tel->compute_s = busy;
     tel->pp_wait_s = run > busy ? run - busy : 0;
+    gt_pp_exec_peer_waits(pipe, &tel->pp_wait_prev_s, &tel->pp_wait_next_s);
   } else {
     tel->compute_s = gt_now() - t0 - tel->data_s - tel->dp_wait_s;
   }

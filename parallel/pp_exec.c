@@ -37,6 +37,7 @@ struct gt_pp_exec {
   int *held_slot, nheld;
   float *scalar;
   double run_seconds, busy_seconds; /* the last run */
+  double wait_prev, wait_next;      /* ... blocked receiving from the previous and the next pipeline rank */
 };
 
 static int rows_of(const gt_pp_exec *e, const gt_batch *b) {
@@ -166,7 +167,9 @@ static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *b
   if (st->op == GT_PP_FORWARD) {
     const float *in = NULL;
     if (vs > 0) {
+      double w0 = gt_now();
       GT_TRY(gt_comm_recv(e->fwd, e->in[slot], boundary(e, vs - 1, b), GT_F32, prev));
+      e->wait_prev += gt_now() - w0;
       in = e->in[slot];
     }
     const float *out = NULL;
@@ -180,7 +183,9 @@ static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *b
   }
   const float *dout = NULL, *din = NULL;
   if (vs < e->S - 1) {
+    double w0 = gt_now();
     GT_TRY(gt_comm_recv(e->bwd, e->grad, boundary(e, vs, b), GT_F32, next));
+    e->wait_next += gt_now() - w0;
     dout = e->grad;
   }
   int64_t valid = gt_acts_targets(a);
@@ -202,7 +207,7 @@ gt_status gt_pp_exec_run(gt_pp_exec *e, const gt_batch *batches, const double *w
   double loss_sum = 0, start = gt_now();
   gt_status s = GT_OK;
   e->nsends = 0;
-  e->busy_seconds = 0;
+  e->busy_seconds = e->wait_prev = e->wait_next = 0;
   for (int i = 0; i < e->sched->nsteps[e->r] && s == GT_OK; i++) {
     s = reap(e, false);
     if (s == GT_OK) s = run_step(e, &e->sched->steps[e->r][i], batches, weights, &loss_sum);
@@ -244,6 +249,11 @@ gt_status gt_pp_exec_sync_tied(gt_pp_exec *e) {
     if (q) GT_TRY(gt_comm_allreduce(e->tied, g + q->offset, q->numel, GT_F32, GT_COMM_SUM));
   }
   return GT_OK;
+}
+
+void gt_pp_exec_peer_waits(const gt_pp_exec *e, double *prev_seconds, double *next_seconds) {
+  *prev_seconds = e->wait_prev;
+  *next_seconds = e->wait_next;
 }
 
 void gt_pp_exec_timing(const gt_pp_exec *e, double *run_seconds, double *busy_seconds) {

@@ -24,6 +24,8 @@ typedef struct gt_step_telemetry {
   double data_s;     /* waiting for the loader */
   double dp_wait_s;  /* blocked in data-parallel reductions: token counts, and gradients after backward */
   double pp_wait_s;  /* blocked on pipeline sends and receives */
+  double pp_wait_prev_s; /* ... of which receiving from the previous pipeline rank (activations) */
+  double pp_wait_next_s; /* ... and from the next pipeline rank (gradients) */
   double tp_wait_s;  /* in tensor-parallel collectives, wall time (on the CPU backend their blocking is not
                         in compute_s, its copying is) */
   double step_s;     /* the whole step's wall time (gt_step_stats.seconds) */

@@ -179,6 +179,14 @@ int cr_rank(int rank, int world, void *arg) {
      * some time in them with tp > 1, none without, never more than the step. */
     CHECK(plan.layout.tp > 1 ? st.telemetry.tp_wait_s > 0 : st.telemetry.tp_wait_s == 0);
     CHECK(st.telemetry.tp_wait_s <= st.seconds);
+    /* ... and its pipeline waits per peer: some from each peer a stage
+     * receives from (its previous and next pipeline ranks), none from a
+     * peer it does not have. */
+    const gt_step_telemetry *tl = &st.telemetry;
+    int pp = plan.layout.pp;
+    CHECK(pp > 1 && plan.me.pp > 0 ? tl->pp_wait_prev_s > 0 : tl->pp_wait_prev_s == 0);
+    CHECK(pp > 1 && plan.me.pp < pp - 1 ? tl->pp_wait_next_s > 0 : tl->pp_wait_next_s == 0);
+    CHECK(tl->pp_wait_prev_s + tl->pp_wait_next_s <= st.seconds);
     if (rank == 0 && cfg->final.p) cfg->final.p->losses[s] = st.loss, cfg->final.p->norms[s] = st.grad_norm;
     if (cfg->before_save) cfg->before_save(cfg->dir, s + 1);
     if (s + 1 == cfg->wait_at) (void)gt_ckpt_wait(ck); /* how it ended is the test's business */
