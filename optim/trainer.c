@@ -29,6 +29,13 @@ struct gt_trainer {
   int step;
   int share[3];       /* B, offset, total the loader takes from the next step; B = 0: no change */
   gt_fault_plan faults; /* GT_FAULT: none unless set */
+  /* The commit vote (gt_trainer_config.commit_vote): a step whose vote
+   * failed here after every reduction finished waits to be applied or
+   * dropped (gt_trainer_resolve_step). */
+  bool pending;
+  float pending_lr, pending_clip;
+  bool params_partial; /* ZeRO-1: updated, but the other shards were not gathered */
+  uint64_t step_row;   /* the loader's next row when the current step began */
 };
 
 /* A loader reuses its buffers on every call, and a pipeline needs all of a
@@ -220,8 +227,38 @@ static gt_status reduce_step(gt_trainer *t, gt_step_stats *st) {
   return GT_OK;
 }
 
+/* Every rank of the job says it reached the update with every reduction
+ * done: an all-reduce that completes on a rank only once all of them
+ * contributed. A rank that completes it knows every rank can apply the
+ * step; a rank whose vote fails cannot know, and keeps the step pending. */
+static gt_status commit_vote(gt_trainer *t) {
+  gt_comm *world = gt_grid_world(gt_dist_grid(t->dist));
+  if (!world || gt_comm_size(world) == 1) return GT_OK;
+  float one = 1.0f;
+  GT_TRY(gt_comm_allreduce(world, &one, 1, GT_F32, GT_COMM_SUM));
+  if (one != (float)gt_comm_size(world))
+    return gt_errorf(GT_EFORMAT, "the step's commit vote counted %g of %d ranks", (double)one, gt_comm_size(world));
+  return GT_OK;
+}
+
+/* The update, once the step is decided. */
+static gt_status apply_update(gt_trainer *t, float lr, float clip, bool gather) {
+  GT_TRY(gt_optimizer_step(t->opt, lr, clip));
+  if (t->sync && gt_dp_sync_zero1(t->sync)) {
+    t->params_partial = true;
+    if (!gather) return GT_OK;
+    GT_TRY(gt_dp_sync_gather_params(t->sync));
+    t->params_partial = false;
+  }
+  return GT_OK;
+}
+
 static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batches, gt_step_stats *out) {
+  if (t->pending)
+    return gt_errorf(GT_ESTATE, "step %d is pending after a failed commit vote: resolve it first "
+                     "(gt_trainer_resolve_step)", t->step);
   gt_step_stats st = {.step = t->step, .micro_batches = t->cfg.grad_accum};
+  if (loader) t->step_row = gt_loader_next_row(loader);
   double t0 = gt_now(), loss_sum = 0;
   gt_group *tp = t->dist ? gt_dist_tp_group(t->dist) : NULL;
   double tp0 = tp ? tp->busy_s : 0;
@@ -247,8 +284,13 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
                      "enable gradient clipping",
                      t->step, st.loss, st.grad_norm);
   st.lr = gt_lr_at(&t->cfg.schedule, t->step);
-  GT_TRY(gt_optimizer_step(t->opt, st.lr, gt_clip_factor(st.grad_norm, t->cfg.grad_clip)));
-  if (t->sync) GT_TRY(gt_dp_sync_gather_params(t->sync));
+  float clip = gt_clip_factor(st.grad_norm, t->cfg.grad_clip);
+  if (t->cfg.commit_vote && t->dist) {
+    t->pending = true, t->pending_lr = st.lr, t->pending_clip = clip;
+    GT_TRY(commit_vote(t));
+    t->pending = false;
+  }
+  GT_TRY(apply_update(t, st.lr, clip, true));
   gt_backend *be = gt_model_backend(t->m);
   GT_TRY(gt_stream_sync(be, NULL));
   st.seconds = st.telemetry.step_s = gt_now() - t0;
@@ -258,6 +300,19 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
   if (t->cfg.print_every > 0 && t->step % t->cfg.print_every == 0) gt_metrics_print(stdout, &st);
   t->step++;
   if (out) *out = st;
+  return GT_OK;
+}
+
+bool gt_trainer_step_pending(const gt_trainer *t) { return t->pending; }
+bool gt_trainer_params_partial(const gt_trainer *t) { return t->params_partial; }
+uint64_t gt_trainer_step_row(const gt_trainer *t) { return t->step_row; }
+
+gt_status gt_trainer_resolve_step(gt_trainer *t, bool apply) {
+  if (!t->pending) return gt_errorf(GT_ESTATE, "no step is pending (step index %d)", t->step);
+  t->pending = false;
+  if (!apply) return GT_OK;
+  GT_TRY(apply_update(t, t->pending_lr, t->pending_clip, false));
+  t->step++;
   return GT_OK;
 }
 

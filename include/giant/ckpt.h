@@ -130,6 +130,32 @@ typedef struct gt_ckpt_info {
  * failure the model's state is unchanged. */
 gt_status gt_ckpt_load(gt_ckpt *c, const char *path, gt_ckpt_info *info);
 
+/* ---- resharding from peers, without storage ---- */
+
+typedef struct gt_ckpt_peer_stats {
+  int step;                  /* the step index the state is at */
+  uint64_t floats_kept;      /* copied within this rank */
+  uint64_t floats_sent;      /* to other ranks */
+  uint64_t floats_received;  /* from other ranks */
+  uint64_t floats_from_ckpt; /* this rank's, held by no rank, read from the fallback checkpoint */
+} gt_ckpt_peer_stats;
+
+/* Moves the state the ranks hold in memory into a new layout: parameters,
+ * optimizer state (ZeRO-1 shards included), the optimizer's update count and
+ * the step index, from `from` (this rank's trainer at the old layout; NULL
+ * on a rank that joins with nothing) into `to` (its trainer at the new
+ * layout, on the new world's gt_dist). Collective over to's world. It uses
+ * the checkpoint's slice descriptions: each float goes once, straight from
+ * the lowest rank that holds it to each rank that needs it, in rounds of
+ * pairwise exchanges over the world communicator. Floats that no rank
+ * holds (a shard that lived on a lost rank alone) are read from `fallback`,
+ * a committed checkpoint's step directory, and logged; with fallback NULL
+ * they are GT_ENOTFOUND naming the first of them. Every rank that holds
+ * state must be at the same step (GT_ESTATE otherwise). The loader is the
+ * caller's: restart it at the stream's next row. On failure `to` may hold
+ * a part of the state; `from` is never changed. */
+gt_status gt_ckpt_reshard_peers(gt_trainer *from, gt_trainer *to, const char *fallback, gt_ckpt_peer_stats *out);
+
 /* ---- inspecting checkpoints (tools; no trainer needed) ---- */
 
 /* The committed checkpoints under `dir`, newest first: steps[] gets up to

@@ -26,6 +26,11 @@ typedef struct gt_trainer_config {
   /* Matrix products in fp32 (the default) or mixed bf16 with fp32 master
    * weights, accumulation and optimizer state (giant/backend.h). */
   gt_precision precision;
+  /* Distributed: before each update every rank of the job votes, in one
+   * all-reduce of a float, that every reduction of the step is done. When
+   * a rank dies during a step, the ranks left can then agree on it
+   * (gt_trainer_resolve_step): no rank applies an update the others drop. */
+  bool commit_vote;
 } gt_trainer_config;
 
 typedef struct gt_trainer gt_trainer;
@@ -64,6 +69,23 @@ void gt_trainer_set_overlap(gt_trainer *t, bool overlap);
  * Collective over the job. Not with ZeRO-1, nor moving a layer that holds
  * a tied parameter (GT_EUNSUPPORTED). */
 gt_status gt_trainer_move_state(gt_trainer *from, gt_trainer *to);
+/* After a failed step under commit_vote: true when this rank failed in
+ * the vote itself, every reduction done, so that it can still apply the
+ * step. Steps are refused until gt_trainer_resolve_step. Another rank
+ * that completed the vote applied it, so every rank could vote: apply it
+ * where any rank did, drop it where none did. */
+bool gt_trainer_step_pending(const gt_trainer *t);
+/* Applies (the step index advances) or drops the pending step. Applying
+ * needs no communication: under ZeRO-1 this rank's shard alone is updated
+ * (gt_trainer_params_partial). */
+gt_status gt_trainer_resolve_step(gt_trainer *t, bool apply);
+/* ZeRO-1: true between an update and the all-gather of the updated
+ * shards, so after one that failed: of the parameters, only this rank's
+ * shard is current. */
+bool gt_trainer_params_partial(const gt_trainer *t);
+/* The loader's next row when the last step began (gt_loader_next_row):
+ * where the stream stands for a step that did not finish. */
+uint64_t gt_trainer_step_row(const gt_trainer *t);
 /* The pipeline executor (NULL without pipeline parallelism). */
 struct gt_pp_exec *gt_trainer_pp_exec(gt_trainer *t);
 /* The data-parallel gradient sync (NULL without data parallelism). */

@@ -120,6 +120,73 @@ static void recut(const cr_cfg *cfg, gt_backend *be, gt_dist *dist, const gt_pla
   CHECK_OK(gt_ckpt_create(kc, *tr, data, ck));
 }
 
+/* The state a run holds at one layout. */
+typedef struct cr_live {
+  gt_dist *dist;
+  gt_plan plan;
+  int rows;
+  gt_model *m;
+  gt_trainer *tr;
+  gt_loader *data;
+  gt_ckpt *ck;
+} cr_live;
+
+static void live_free(cr_live *l) {
+  gt_ckpt_destroy(l->ck);
+  gt_loader_close(l->data);
+  gt_trainer_destroy(l->tr);
+  gt_model_destroy(l->m);
+  gt_dist_destroy(l->dist);
+  *l = (cr_live){0};
+}
+
+static gt_loader *open_data(const cr_cfg *cfg, const gt_plan *plan, int rows) {
+  gt_loader *data;
+  gt_loader_config lc = {.path = cfg->data, .B = cfg->share0 ? CR_ROWS : rows, .T_max = CR_T, .shard = plan->me.dp,
+                         .nshards = plan->layout.dp, .seed = 7};
+  CHECK_OK(gt_loader_open(&lc, CR_V, &data));
+  return data;
+}
+
+/* The in-process layout change of cfg->live_*: false when this rank
+ * leaves, or when the move failed as the test expects (run no more). */
+static bool live_change(const cr_cfg *cfg, gt_backend *be, gt_store *store, int rank, int world,
+                        const gt_ckpt_config *kc, cr_live *l) {
+  int lost = cfg->live_lost - 1, empty = cfg->live_empty - 1;
+  CHECK_OK(gt_ckpt_wait(l->ck));
+  if (rank == lost) return false;
+  uint64_t row = (uint64_t)cfg->live_at * CR_ACCUM * CR_ROWS; /* the next row of the stream, every replica's */
+  CHECK(gt_loader_next_row(l->data) == row);
+  cr_live n = {0};
+  int rank2 = rank - (lost >= 0 && rank > lost), world2 = world - (lost >= 0);
+  train_rank_dist_on(store, &(gt_plan_config){.world = world2, .rank = rank2, .layout = cfg->live_layout,
+                                              .schedule = GT_PP_1F1B, .zero1 = cfg->live_zero1},
+                     "live1", &n.plan, &n.dist);
+  n.rows = CR_ROWS / n.plan.layout.dp;
+  build(cfg, be, n.dist, &n.plan, n.rows, NULL, &n.m, &n.tr);
+  if (rank == empty) { /* a restarted rank: nothing of its own */
+    gt_ckpt_destroy(l->ck), gt_trainer_destroy(l->tr), gt_model_destroy(l->m);
+    l->ck = NULL, l->tr = NULL, l->m = NULL;
+  }
+  gt_ckpt_peer_stats ps;
+  gt_status s = gt_ckpt_reshard_peers(l->tr, n.tr, cfg->live_fallback, &ps);
+  if (rank2 == 0 && cfg->live_status) {
+    *cfg->live_status = s;
+    snprintf(cfg->live_error, 1024, "%s", s == GT_OK ? "" : gt_last_error());
+  }
+  if (cfg->live_stats && s == GT_OK) cfg->live_stats[rank] = ps;
+  if (!cfg->live_status) CHECK_OK(s);
+  live_free(l);
+  *l = n;
+  if (s != GT_OK) return false;
+  CHECK(ps.step == cfg->live_at && gt_trainer_step_index(l->tr) == cfg->live_at);
+  l->data = open_data(cfg, &l->plan, l->rows);
+  CHECK_OK(gt_loader_restart_at(l->data, row));
+  CHECK_OK(gt_ckpt_create(kc, l->tr, l->data, &l->ck));
+  capture(l->tr, &l->plan, &cfg->loaded);
+  return true;
+}
+
 int cr_rank(int rank, int world, void *arg) {
   cr_cfg *cfg = arg;
   gt_log_set_rank(rank);
@@ -136,10 +203,7 @@ int cr_rank(int rank, int world, void *arg) {
   gt_model *m;
   gt_trainer *tr;
   build(cfg, be, dist, &plan, rows, NULL, &m, &tr);
-  gt_loader *data;
-  gt_loader_config lc = {.path = cfg->data, .B = cfg->share0 ? CR_ROWS : rows, .T_max = CR_T, .shard = plan.me.dp,
-                         .nshards = plan.layout.dp, .seed = 7};
-  CHECK_OK(gt_loader_open(&lc, CR_V, &data));
+  gt_loader *data = open_data(cfg, &plan, rows);
   if (cfg->share0) CHECK_OK(gt_loader_reshare(data, rows, plan.me.dp * rows, CR_ROWS)); /* even until share_at */
   gt_ckpt *ck;
   gt_ckpt_config kc = {.dir = cfg->dir, .store = store, .timeout_ms = 60000, .keep = cfg->keep, .busy = cfg->busy,
@@ -163,8 +227,15 @@ int cr_rank(int rank, int world, void *arg) {
     if (ls == GT_OK && cfg->bytes_read) cfg->bytes_read[rank] = info.bytes_read;
     if (ls == GT_OK && cfg->save_at == s0) CHECK_OK(gt_ckpt_save(ck)); /* as loaded, into cfg->dir */
   }
-  for (int s = s0; s < cfg->s1; s++) {
+  bool leave = false;
+  for (int s = s0; s < cfg->s1 && !leave; s++) {
     if (s == cfg->kill_at && s > 0) raise(SIGKILL);
+    if (cfg->live_at && s == cfg->live_at) {
+      cr_live l = {dist, plan, rows, m, tr, data, ck};
+      leave = !live_change(cfg, be, store, rank, world, &kc, &l);
+      dist = l.dist, plan = l.plan, rows = l.rows, m = l.m, tr = l.tr, data = l.data, ck = l.ck;
+      if (leave) break;
+    }
     if (cfg->recut_at && s == cfg->recut_at) recut(cfg, be, dist, &plan, rows, &m, &tr, &ck, &kc, data);
     gt_step_stats st;
     if (cfg->share0 && s == cfg->share_at) {
@@ -194,6 +265,13 @@ int cr_rank(int rank, int world, void *arg) {
       CHECK_OK(gt_ckpt_save(ck));
       capture(tr, &plan, &cfg->saved);
     }
+  }
+  if (leave) { /* left the job, or the move failed as the test expects */
+    cr_live l = {dist, plan, rows, m, tr, data, ck};
+    live_free(&l);
+    gt_store_destroy(store);
+    gt_backend_destroy(be);
+    return RANK_OK;
   }
   if (cfg->after_steps) cfg->after_steps(cfg->dir);
   gt_status ws = gt_ckpt_wait(ck);

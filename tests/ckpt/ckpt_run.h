@@ -60,6 +60,18 @@ typedef struct cr_cfg {
   const double *recut_speed;
   int *moved; /* shared: the layers that changed stage */
   unsigned long long *bytes_read; /* shared, one per rank: the shard bytes the load read (NULL: not recorded) */
+  /* When live_at steps are done (> 0), the layout changes in-process: the
+   * rank live_lost - 1 leaves (0: none), the rank live_empty - 1 drops its
+   * state and joins with nothing (0: none), and the others build live_layout
+   * (with live_zero1) over world - (live_lost > 0) ranks, numbered in the old
+   * order, and take the state from each other (gt_ckpt_reshard_peers, with
+   * live_fallback). `loaded` is captured after the move. */
+  int live_at, live_lost, live_empty;
+  const char *live_layout, *live_fallback;
+  bool live_zero1;
+  int *live_status;   /* shared: rank 0's status of the move; the run stops after it when not GT_OK */
+  char *live_error;   /* shared, 1024 bytes: its message */
+  gt_ckpt_peer_stats *live_stats; /* shared, one per old rank (NULL: not recorded) */
 } cr_cfg;
 
 /* A cr_state in shared memory, with the single-process layout of `layout`

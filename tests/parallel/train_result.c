@@ -15,8 +15,12 @@ void train_rank_dist(const gt_plan_config *pc, const char *gen, gt_store **store
   *plan = (gt_plan){.layout = {1, 1, 1}, .world = 1};
   if (!pc->layout) return;
   *store = harness_store();
+  train_rank_dist_on(*store, pc, gen, plan, dist);
+}
+
+void train_rank_dist_on(gt_store *store, const gt_plan_config *pc, const char *gen, gt_plan *plan, gt_dist **dist) {
   CHECK_OK(gt_plan_resolve(pc, plan));
-  gt_dist_config dc = {.plan = *plan, .store = *store, .generation = gen,
+  gt_dist_config dc = {.plan = *plan, .store = store, .generation = gen,
                        .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1", .init_timeout_ms = 20000,
                                 .op_timeout_ms = 20000}};
   CHECK_OK(gt_dist_create(&dc, dist));

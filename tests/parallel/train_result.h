@@ -30,6 +30,8 @@ typedef struct train_result {
  * state built on it under the key namespace gen. Without a layout: one
  * process, no store, no dist. Failures end the rank. */
 void train_rank_dist(const gt_plan_config *pc, const char *gen, gt_store **store, gt_plan *plan, gt_dist **dist);
+/* The same on a store the rank has (a layout built again in-process). */
+void train_rank_dist_on(gt_store *store, const gt_plan_config *pc, const char *gen, gt_plan *plan, gt_dist **dist);
 
 /* A result in shared memory; with `layout` given, its layout table copied. */
 train_result *train_result_new(const train_result *layout);
