@@ -204,6 +204,7 @@ gt_status ck_after_commit(const char *root, int step, int keep);
 /* ---- the checkpointer (save.c, state.c, load.c) ---- */
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "giant/dist.h"
 #include "giant/plan.h"
@@ -251,6 +252,7 @@ struct gt_ckpt {
   bool copying;      /* under mu: the writer has not finished copying the snapshot */
   pthread_cond_t copied;
   double stall_s;    /* under mu: seconds training was held by saves */
+  atomic_int abandoned; /* gt_ckpt_abandon: stop waiting for other ranks' shards */
 };
 
 /* The tensor names of parameters and of optimizer state buffer k. */

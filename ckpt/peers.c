@@ -266,13 +266,23 @@ static int first_of(const pr_src *v, int count, const char *name) {
  * overlap of receiver r's wanted box with a source's box. */
 typedef gt_status (*piece_fn)(void *ctx, int src, int dst, const pr_slice *have, const pr_slice *want, const ck_box *x);
 
+/* The copy of `have` that rank r holds itself, if it holds one: a replica
+ * takes its own bytes rather than a lower rank's identical ones. */
+static const pr_slice *own_copy(const pr_rank *r, const pr_slice *have) {
+  for (int i = 0; i < r->hold.n; i++)
+    if (same_box(&r->hold.s[i].box, &have->box) && !strcmp(r->hold.s[i].name, have->name)) return &r->hold.s[i];
+  return NULL;
+}
+
 static gt_status each_piece(const pr_rank *all, int n, const pr_src *v, int count, piece_fn fn, void *ctx) {
   for (int r = 0; r < n; r++)
     for (int i = 0; i < all[r].want.n; i++) {
       const pr_slice *w = &all[r].want.s[i];
       for (int j = first_of(v, count, w->name); j < count && !strcmp(v[j].s->name, w->name); j++) {
         ck_box x;
-        if (ck_box_intersect(&v[j].s->box, &w->box, &x)) GT_TRY(fn(ctx, v[j].rank, r, v[j].s, w, &x));
+        if (!ck_box_intersect(&v[j].s->box, &w->box, &x)) continue;
+        const pr_slice *mine = v[j].rank == r ? NULL : own_copy(&all[r], v[j].s);
+        GT_TRY(fn(ctx, mine ? r : v[j].rank, r, mine ? mine : v[j].s, w, &x));
       }
     }
   return GT_OK;

@@ -3,6 +3,7 @@
  * background thread that hashes and writes this rank's shard, reports it
  * through the store, and on rank 0 gathers every rank's report and commits
  * the checkpoint by renaming its manifest into place. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,7 +172,18 @@ static gt_status gather(gt_ckpt *c, ck_manifest *all) {
     snprintf(key, sizeof key, "%s/%lld/%d", c->keys, (long long)c->part.step, r);
     void *v = NULL;
     size_t len = 0;
-    gt_status s = gt_store_get(c->cfg.store, key, &v, &len, c->cfg.timeout_ms);
+    /* In slices, so that gt_ckpt_abandon ends the wait for a rank that is gone. */
+    double end = gt_now() + c->cfg.timeout_ms / 1000.0;
+    gt_status s;
+    for (;;) {
+      s = gt_store_get(c->cfg.store, key, &v, &len, 200);
+      if (s != GT_ETIMEDOUT) break;
+      if (atomic_load(&c->abandoned)) {
+        s = gt_errorf(GT_ECANCELED, "the save was abandoned (gt_ckpt_abandon): rank %d did not report", r);
+        break;
+      }
+      if (gt_now() >= end) break;
+    }
     if (s != GT_OK) s = gt_error_context(s, "waiting for rank %d's checkpoint shard", r);
     else gt_store_del(c->cfg.store, key);
     ck_manifest part;
@@ -248,6 +260,10 @@ void gt_ckpt_get_stats(gt_ckpt *c, gt_ckpt_stats *out) {
                          .skipped = c->skipped,
                          .stall_s = c->stall_s};
   pthread_mutex_unlock(&c->mu);
+}
+
+void gt_ckpt_abandon(gt_ckpt *c) {
+  if (c) atomic_store(&c->abandoned, 1);
 }
 
 gt_status gt_ckpt_wait(gt_ckpt *c) {

@@ -21,6 +21,7 @@ typedef struct agent_opts {
   float settle_s, stop_grace_s, monitor_s;
   float hang_timeout_s;       /* 0: 3x the longest step seen, at least 30 s */
   bool standalone, version;
+  bool reshape;               /* a dead worker's siblings reshape in-process (GT_RESHAPE=1) */
   int min_nodes, max_nodes;
   char node_buf[GT_RDZV_ID_MAX + 1];
   char **prog_argv;           /* PROGRAM ARGS..., NULL-terminated */
@@ -53,6 +54,7 @@ typedef struct worker {
   unsigned char rec[8]; /* a partly read progress record */
   int rec_len;
   int exited;     /* reaped */
+  int released;   /* --reshape: it died and the others went on without it */
   int status;     /* wait status */
   FILE *log;      /* <log-dir>/<job>/gen<N>/rank<R>.log, or NULL */
 } worker;
@@ -68,8 +70,16 @@ gt_status workers_start(worker_group *g, const agent_opts *o, const gt_rdzv_roun
 /* Forwards output (prefixed with the rank) for up to timeout_ms, and reaps
  * workers that exited. */
 void workers_pump(worker_group *g, int timeout_ms);
-/* 1 when a worker exited non-zero or by a signal; why says which. */
+/* 1 when a worker exited non-zero or by a signal; why says which.
+ * Released workers are passed over. */
 int workers_failed(const worker_group *g, char *why, size_t n);
+/* The index of the worker workers_failed names, or -1. */
+int workers_failed_index(const worker_group *g);
+/* A worker's exit status that asks for a restart of every worker (the
+ * in-process reshape failed: gpt's GPT_EXIT_RESHAPE_FAILED, EX_TEMPFAIL). */
+#define WORKER_EXIT_RESTART 75
+/* 1 while a worker that is not released still runs. */
+int workers_any_running(const worker_group *g);
 /* Worker exit statuses that stop the job at once: a restart cannot mend
  * them. 2 is a usage or configuration error (Giant's programs and most
  * command-line tools exit 2 on bad flags); 126 and 127 are the shell's
@@ -114,6 +124,9 @@ gt_status monitor_start(monitor **out, gt_rdzv *r, int poll_ms);
 /* Asks the thread to record that every worker of this node exited 0; it
  * retries with backoff until etcd takes it. */
 void monitor_finish(monitor *m);
+/* --reshape: asks the thread to publish a membership epoch without the
+ * worker of generation rank `rank` (gt_rdzv_member_lost), retrying. */
+void monitor_member_lost(monitor *m, int rank);
 void monitor_get(monitor *m, monitor_state *st);
 /* Stops and joins the thread (at most one etcd call's timeout); r is the
  * caller's again. NULL is a no-op. */

@@ -102,6 +102,17 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
       return ROUND_STOPPED;
     }
     int hung = workers_hung(&g, o->hang_timeout_s, why, sizeof why);
+    int dead = hung ? -1 : workers_failed_index(&g);
+    if (o->reshape && dead >= 0 && workers_failed(&g, why, sizeof why) && !workers_fatal(&g, why, sizeof why) &&
+        !(WIFEXITED(g.w[dead].status) && WEXITSTATUS(g.w[dead].status) == WORKER_EXIT_RESTART) &&
+        workers_any_running(&g)) {
+      /* --reshape: the others go on without it, in a membership epoch
+       * that the etcd thread publishes. */
+      gt_warn("giantrun: %s; the other workers reshape without it (--reshape)", why);
+      g.w[dead].released = 1;
+      monitor_member_lost(m, g.w[dead].rank);
+      continue;
+    }
     if (hung || workers_failed(&g, why, sizeof why)) {
       int fatal = !hung && workers_fatal(&g, why, sizeof why);
       gt_warn("giantrun: %s; stopping this node's workers", why);

@@ -21,6 +21,7 @@ struct monitor {
   gt_rdzv *r;
   int poll_ms;
   int want_finish, stop; /* asked by the main loop */
+  int lost[64], nlost;   /* generation ranks to publish as lost (--reshape) */
   int kick;              /* wake the thread before its poll period ends */
   monitor_state st;      /* seen by the thread */
 };
@@ -60,8 +61,19 @@ static void *monitor_main(void *arg) {
   for (;;) {
     pthread_mutex_lock(&m->mu);
     int stop = m->stop, finish = m->want_finish && !m->st.finished;
+    int lost = m->nlost ? m->lost[0] : -1;
     pthread_mutex_unlock(&m->mu);
     if (stop) break;
+    if (lost >= 0) {
+      if (gt_rdzv_member_lost(m->r, lost) == GT_OK) {
+        note_ok(m);
+        pthread_mutex_lock(&m->mu);
+        memmove(m->lost, m->lost + 1, (size_t)(--m->nlost) * sizeof *m->lost);
+        pthread_mutex_unlock(&m->mu);
+        continue;
+      }
+      note_error(m, "publishing the membership without a lost worker");
+    }
     if (finish && gt_now() >= next_finish) {
       if (gt_rdzv_finish(m->r) == GT_OK) {
         note_ok(m);
@@ -114,6 +126,14 @@ gt_status monitor_start(monitor **out, gt_rdzv *r, int poll_ms) {
 void monitor_finish(monitor *m) {
   pthread_mutex_lock(&m->mu);
   m->want_finish = 1;
+  m->kick = 1;
+  pthread_cond_signal(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+}
+
+void monitor_member_lost(monitor *m, int rank) {
+  pthread_mutex_lock(&m->mu);
+  if (m->nlost < (int)(sizeof m->lost / sizeof *m->lost)) m->lost[m->nlost++] = rank;
   m->kick = 1;
   pthread_cond_signal(&m->cv);
   pthread_mutex_unlock(&m->mu);

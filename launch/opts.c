@@ -27,6 +27,10 @@ static const char usage[] =
     "                             for S seconds has failed (default 0: 3x its longest\n"
     "                             step, at least 30)\n"
     "  --standalone               one node, with a private etcd on loopback\n"
+    "  --reshape                  when a worker dies, the others go on in-process\n"
+    "                             without it (GT_RESHAPE=1; a program that supports it,\n"
+    "                             like examples/gpt): only a worker exiting 75, or a\n"
+    "                             hang, restarts them all\n"
     "  --log-dir DIR              also write DIR/<job>/gen<N>/rank<R>.log\n"
     "  --plan LAYOUT              the parallel layout, given to workers as GT_PLAN\n"
     "  --ckpt-dir DIR             checkpoint directory, given to workers as GT_CKPT_DIR\n"
@@ -125,6 +129,7 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
       {"--restart-window", GT_OPT_INT, &o->restart_window_s, 0, 100000000},
       {"--hang-timeout", GT_OPT_FLOAT, &o->hang_timeout_s, 0, 1000000},
       {"--standalone", GT_OPT_FLAG, &o->standalone, 0, 0},
+      {"--reshape", GT_OPT_FLAG, &o->reshape, 0, 0},
       {"--log-dir", GT_OPT_STR, &o->log_dir, 0, 0},
       {"--log_dir", GT_OPT_STR, &o->log_dir, 0, 0},
       {"--plan", GT_OPT_STR, &o->plan, 0, 0},

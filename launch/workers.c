@@ -25,7 +25,7 @@ static const char *const our_vars[] = {
     "GT_RANK=", "GT_LOCAL_RANK=", "GT_WORLD_SIZE=", "GT_LOCAL_WORLD_SIZE=", "GT_NODE_RANK=",
     "GT_NNODES=", "GT_GENERATION=", "GT_RESTART_COUNT=", "GT_JOB_ID=", "GT_STORE=",
     "GT_STORE_CACERT=", "GT_STORE_CERT=", "GT_STORE_KEY=", "GT_JOB_SECRET=", "GT_PLAN=",
-    "GT_PROGRESS_FD=", "GT_CKPT_DIR=", "GT_CKPT_EVERY=", "GT_CKPT_KEEP=", "GT_COORD=", NULL};
+    "GT_PROGRESS_FD=", "GT_CKPT_DIR=", "GT_CKPT_EVERY=", "GT_CKPT_KEEP=", "GT_COORD=", "GT_RESHAPE=", NULL};
 
 static int ours(const char *e) {
   for (int i = 0; our_vars[i]; i++)
@@ -92,6 +92,7 @@ static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, in
   if (o->cert) bad |= env_add(e, "GT_STORE_CERT=%s", o->cert);
   if (o->key) bad |= env_add(e, "GT_STORE_KEY=%s", o->key);
   if (o->plan) bad |= env_add(e, "GT_PLAN=%s", o->plan);
+  if (o->reshape) bad |= env_add(e, "GT_RESHAPE=1");
   bad |= env_add(e, "GT_PROGRESS_FD=%d", progress_fd);
   bad |= env_add(e, "GT_COORD=leader"); /* the agents campaign: a leader decides mitigation */
   if (o->ckpt_dir) bad |= env_add(e, "GT_CKPT_DIR=%s", o->ckpt_dir);
@@ -286,10 +287,26 @@ void workers_pump(worker_group *g, int timeout_ms) {
   reap(g);
 }
 
+int workers_failed_index(const worker_group *g) {
+  for (int i = 0; i < g->n; i++) {
+    const worker *w = &g->w[i];
+    if (!w->exited || w->pid == 0 || w->released) continue;
+    if (WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0) continue;
+    return i;
+  }
+  return -1;
+}
+
+int workers_any_running(const worker_group *g) {
+  for (int i = 0; i < g->n; i++)
+    if (!g->w[i].exited && !g->w[i].released) return 1;
+  return 0;
+}
+
 int workers_failed(const worker_group *g, char *why, size_t n) {
   for (int i = 0; i < g->n; i++) {
     const worker *w = &g->w[i];
-    if (!w->exited || w->pid == 0) continue;
+    if (!w->exited || w->pid == 0 || w->released) continue;
     if (WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0) continue;
     if (WIFSIGNALED(w->status))
       snprintf(why, n, "worker rank %d (pid %ld) was killed by signal %d", w->rank, (long)w->pid,
@@ -318,12 +335,14 @@ int workers_fatal(const worker_group *g, char *why, size_t n) {
 }
 
 int workers_all_ok(const worker_group *g) {
-  if (g->n == 0) return 0;
+  int ok = 0;
   for (int i = 0; i < g->n; i++) {
     const worker *w = &g->w[i];
+    if (w->released) continue;
     if (!w->exited || w->pid == 0 || !WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0) return 0;
+    ok++;
   }
-  return 1;
+  return ok > 0;
 }
 
 static int any_alive(const worker_group *g) {

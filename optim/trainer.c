@@ -35,7 +35,8 @@ struct gt_trainer {
   bool pending;
   float pending_lr, pending_clip;
   bool params_partial; /* ZeRO-1: updated, but the other shards were not gathered */
-  uint64_t step_row;   /* the loader's next row when the current step began */
+  uint64_t step_row;   /* the loader's next row when step row_step began */
+  int row_step;        /* -1: no step began */
 };
 
 /* A loader reuses its buffers on every call, and a pipeline needs all of a
@@ -71,6 +72,7 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   t->cfg = *cfg;
   t->cfg.metrics_path = NULL; /* not kept: the caller's string */
   t->dist = cfg->dist;
+  t->row_step = -1;
   gt_status s = GT_OK;
   const gt_plan *plan = t->dist ? gt_dist_plan(t->dist) : NULL;
   if (plan && plan->layout.dp > 1)
@@ -90,7 +92,11 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   if (s == GT_OK && !t->pipe) s = gt_acts_create(m, &t->acts); /* a pipeline keeps its own per micro-batch */
   if (s == GT_OK) s = gt_model_set_precision(m, cfg->precision);
   if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
-  if (s == GT_OK) s = gt_fault_from_env(plan ? plan->rank : 0, &t->faults);
+  /* Faults name a worker as it was launched (GT_RANK), which stays its
+   * name when a reshape numbers the ranks left anew. */
+  const char *launched = getenv("GT_RANK");
+  int fault_rank = launched && *launched ? atoi(launched) : plan ? plan->rank : 0;
+  if (s == GT_OK) s = gt_fault_from_env(fault_rank, &t->faults);
   if (s == GT_OK && t->dist) s = gt_fault_apply_links(&t->faults, gt_dist_grid(t->dist));
   gt_backend *be = gt_model_backend(m);
   /* MFU needs the machine's peak; measure it once if nobody has. */
@@ -258,7 +264,7 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
     return gt_errorf(GT_ESTATE, "step %d is pending after a failed commit vote: resolve it first "
                      "(gt_trainer_resolve_step)", t->step);
   gt_step_stats st = {.step = t->step, .micro_batches = t->cfg.grad_accum};
-  if (loader) t->step_row = gt_loader_next_row(loader);
+  if (loader) t->step_row = gt_loader_next_row(loader), t->row_step = t->step;
   double t0 = gt_now(), loss_sum = 0;
   gt_group *tp = t->dist ? gt_dist_tp_group(t->dist) : NULL;
   double tp0 = tp ? tp->busy_s : 0;
@@ -305,7 +311,11 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
 
 bool gt_trainer_step_pending(const gt_trainer *t) { return t->pending; }
 bool gt_trainer_params_partial(const gt_trainer *t) { return t->params_partial; }
-uint64_t gt_trainer_step_row(const gt_trainer *t) { return t->step_row; }
+bool gt_trainer_step_row(const gt_trainer *t, uint64_t *row, int *step) {
+  if (t->row_step < 0) return false;
+  *row = t->step_row, *step = t->row_step;
+  return true;
+}
 
 gt_status gt_trainer_resolve_step(gt_trainer *t, bool apply) {
   if (!t->pending) return gt_errorf(GT_ESTATE, "no step is pending (step index %d)", t->step);

@@ -15,10 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "giant/dist.h"
 #include "giant/grid.h"
 #include "giant/init.h"
+#include "giant/log.h"
 #include "giant/options.h"
 #include "giant/plan.h"
 #include "checkpoint.h"
@@ -26,6 +28,7 @@
 #include "gpt.h"
 #include "planning.h"
 #include "rebalance.h"
+#include "reshape.h"
 
 typedef struct args {
   const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule, *speeds, *precision;
@@ -33,7 +36,7 @@ typedef struct args {
       bucket_kib, chunks, mem_mib;
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
-  bool documents, untied, zero1, seq_parallel, print_plan, no_overlap, rebalance, rebalance_local;
+  bool documents, untied, zero1, seq_parallel, print_plan, no_overlap, rebalance, rebalance_local, reshape;
   gpt_ckpt_args ckpt;
   gpt_failslow_args failslow;
 } args;
@@ -81,6 +84,9 @@ static const char *usage =
     "                      a replica may take up to twice its even share (--batch); under giantrun\n"
     "                      the job's leading agent decides, from reports rank 0 publishes on etcd\n"
     "  --rebalance-local   with --rebalance: every rank decides alike, without the leader\n"
+    "  --reshape           when a rank is lost, the ranks left go on in-process at a layout for\n"
+    "                      their number, with the same global batch, taking the state from each\n"
+    "                      other (default: $GT_RESHAPE=1, which giantrun --reshape sets)\n"
     "  --mem-mib N         memory each rank may use: --plan auto keeps to it (default: no limit)\n"
     "  --print-plan        print the plan (layers, splits, shards, predicted step) and exit\n"
     "run:\n"
@@ -114,6 +120,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--print-plan", GT_OPT_FLAG, &a->print_plan, 0, 0}, {"--no-overlap", GT_OPT_FLAG, &a->no_overlap, 0, 0},
       {"--rebalance", GT_OPT_FLAG, &a->rebalance, 0, 0},
       {"--rebalance-local", GT_OPT_FLAG, &a->rebalance_local, 0, 0},
+      {"--reshape", GT_OPT_FLAG, &a->reshape, 0, 0},
       {"--steps", GT_OPT_INT, &a->steps, 1, 1e9},      {"--batch", GT_OPT_INT, &a->batch, 1, 1e6},
       {"--global-batch", GT_OPT_INT, &a->global_batch, 0, 1e6},
       {"--seq", GT_OPT_INT, &a->seq, 1, 1e6},          {"--layers", GT_OPT_INT, &a->layers, 0, 1e4},
@@ -317,6 +324,119 @@ static gt_status recut(gt_backend *be, const gt_model_config *mc, const gt_model
   return GT_OK;
 }
 
+/* The layout a job of `world` ranks goes on at after a reshape: the old
+ * tensor- and pipeline-parallel sizes where they divide it, the planner's
+ * choice where they do not. */
+static gt_status reshape_layout(const args *a, gt_backend *be, const gpt_config *gc, const gt_plan *old, int world,
+                                int total, double peak, gt_pp_kind schedule, char *out, size_t n) {
+  int tp = old->layout.tp, pp = old->layout.pp;
+  if (world % (tp * pp) == 0 && world / (tp * pp) <= total) {
+    snprintf(out, n, "dp=%d,tp=%d,pp=%d", world / (tp * pp), tp, pp);
+    return GT_OK;
+  }
+  int B = (total + world - 1) / world;
+  return gpt_choose_layout(be, gc, B, a->seq, world, a->accum * world, peak, (double)a->mem_mib * (1 << 20), schedule,
+                           a->chunks, a->zero1, out, n);
+}
+
+/* The newest committed checkpoint's step directory, where the state that
+ * no rank left holds is taken from ("" when there is none). */
+static void newest_checkpoint(const args *a, char *out, size_t n) {
+  int steps[1], k = 0;
+  out[0] = 0;
+  if (a->ckpt.dir && gt_ckpt_list(a->ckpt.dir, steps, 1, &k) == GT_OK && k > 0)
+    snprintf(out, n, "%s/step-%08d", a->ckpt.dir, steps[0]);
+}
+
+/* In-process reshaping after a failed step (--reshape): abort what is in
+ * flight, agree with the ranks left where training stands, build the new
+ * layout, move the state into it from the peers, and go on. The old
+ * layout is freed only once the new one holds the state. */
+static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_config *gc, double peak,
+                         gt_pp_kind schedule, gpt_reshape *rsh, int total, gt_model_config *mc,
+                         gt_trainer_config *tc, gt_plan *plan, gt_model_parallel *mp, gt_dist **dist, gt_model **m,
+                         gt_trainer **tr, gt_loader **loader, gt_ckpt **ckpt, char *gen, size_t gen_cap) {
+  double t0 = gt_now();
+  gt_grid *grid = *dist ? gt_dist_grid(*dist) : NULL;
+  if (grid) { /* the others' operations fail at once, not at their timeout */
+    gt_comm_abort(gt_grid_world(grid));
+    for (int ax = GT_GRID_DP; ax <= GT_GRID_PP; ax++) gt_comm_abort(gt_grid_comm(grid, (gt_grid_axis)ax));
+  }
+  gt_ckpt_abandon(*ckpt);
+  gt_ckpt_destroy(*ckpt);
+  *ckpt = NULL;
+  gpt_resume_point rp;
+  GT_TRY(gpt_reshape_agree(rsh, job, *tr, *loader, (uint64_t)total * (uint64_t)a->accum, &rp));
+  if (gt_trainer_step_pending(*tr)) GT_TRY(gt_trainer_resolve_step(*tr, rp.apply_pending));
+  char layout[64];
+  GT_TRY(reshape_layout(a, be, gc, plan, rp.world, total, peak, schedule, layout, sizeof layout));
+  gt_plan np;
+  gt_plan_config pc = {.world = rp.world, .rank = rp.rank, .layout = layout, .zero1 = a->zero1,
+                       .seq_parallel = a->seq_parallel, .bucket_bytes = (size_t)a->bucket_kib << 10,
+                       .schedule = schedule, .chunks = a->chunks};
+  GT_TRY(gt_plan_resolve(&pc, &np));
+  /* The same global batch: the replicas share `total` rows of every micro-batch. */
+  int *shares = calloc((size_t)np.layout.dp, sizeof *shares), rows = 0, offset = 0, cap = 0;
+  double *speed = calloc((size_t)np.layout.dp, sizeof *speed);
+  gt_status s = shares && speed ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory");
+  for (int i = 0; speed && i < np.layout.dp; i++) speed[i] = 1;
+  if (s == GT_OK) s = gt_planner_batch_split(total, np.layout.dp, speed, shares);
+  for (int i = 0; s == GT_OK && i < np.layout.dp; i++) {
+    if (i < np.me.dp) offset += shares[i];
+    if (shares[i] > cap) cap = shares[i];
+  }
+  if (s == GT_OK) rows = shares[np.me.dp];
+  free(shares), free(speed);
+  GT_TRY(s);
+  snprintf(gen, gen_cap, "%s.e%d", job->generation_name, rsh->epoch);
+  gt_dist *nd = NULL;
+  gt_model *nm = NULL;
+  gt_trainer *nt = NULL;
+  gt_loader *nl = NULL;
+  if (rp.world > 1) {
+    gt_dist_config dc = {.plan = np, .store = job->store, .generation = gen, .comm = {.backend = be, .secret = job->secret}};
+    s = gt_dist_create(&dc, &nd);
+  }
+  gt_model_config nmc = *mc;
+  nmc.B_max = cap;
+  gt_model_parallel nmp = nd ? gt_dist_model_parallel(nd) : (gt_model_parallel){0};
+  if (s == GT_OK) s = build_model(be, &nmc, &nmp, gc, &np, rows, a->seq, NULL, NULL, &nm);
+  gt_trainer_config ntc = *tc;
+  ntc.dist = nd;
+  ntc.print_every = rp.rank == 0 ? a->print_every : 0;
+  if (s == GT_OK) s = gt_trainer_create(nm, &ntc, &nt);
+  char fallback[4200];
+  newest_checkpoint(a, fallback, sizeof fallback);
+  gt_ckpt_peer_stats ps = {0};
+  if (s == GT_OK) s = gt_ckpt_reshard_peers(*tr, nt, fallback[0] ? fallback : NULL, &ps);
+  gt_loader_config lc = *gt_loader_get_config(*loader);
+  lc.B = cap, lc.shard = np.me.dp, lc.nshards = np.layout.dp, lc.offset = 0, lc.total = 0;
+  if (s == GT_OK) s = gt_loader_open(&lc, 0, &nl);
+  if (s == GT_OK) s = gt_loader_restart_at(nl, rp.row);
+  if (s == GT_OK) s = gt_loader_reshare(nl, rows, offset, total);
+  if (s != GT_OK) {
+    gt_loader_close(nl);
+    gt_trainer_destroy(nt);
+    gt_model_destroy(nm);
+    gt_dist_destroy(nd);
+    return s;
+  }
+  gt_loader_close(*loader);
+  gt_trainer_destroy(*tr);
+  gt_model_destroy(*m);
+  gt_dist_destroy(*dist);
+  *loader = nl, *tr = nt, *m = nm, *dist = nd, *plan = np, *mp = nmp, *mc = nmc, tc->dist = nd;
+  job->rank = rp.rank, job->world_size = rp.world;
+  GT_TRY(gpt_ckpt_rebind(&a->ckpt, job, *tr, *loader, ckpt));
+  printf("gpt: reshaped in %.0f ms (pid %d): rank %d of %d in membership epoch %d, %s, step %d, %d rows of %d; "
+         "%llu floats from peers, %llu kept, %llu from a checkpoint\n",
+         (gt_now() - t0) * 1e3, (int)getpid(), rp.rank, rp.world, rsh->epoch, layout, rp.step, rows, total,
+         (unsigned long long)ps.floats_received, (unsigned long long)ps.floats_kept,
+         (unsigned long long)ps.floats_from_ckpt);
+  fflush(stdout);
+  return GT_OK;
+}
+
 int main(int argc, char **argv) {
   args a;
   int rc = parse_args(argc, argv, &a);
@@ -324,6 +444,8 @@ int main(int argc, char **argv) {
   gt_optim_kind kind;
   gt_status s = gt_optim_parse(a.optimizer, &kind);
   if (s == GT_OK) s = gpt_ckpt_args_from_env(&a.ckpt);
+  const char *env_reshape = getenv("GT_RESHAPE");
+  if (env_reshape && !strcmp(env_reshape, "1")) a.reshape = true;
   if (s == GT_OK && a.rebalance_local && !a.rebalance)
     s = gt_errorf(GT_EINVAL, "--rebalance-local says who decides --rebalance: give --rebalance too");
   if (s != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
@@ -479,7 +601,8 @@ int main(int argc, char **argv) {
   gt_trainer_config tc = {.optim = gt_optim_defaults(kind), .grad_clip = a.clip, .grad_accum = a.accum,
                           .metrics_path = metrics, .print_every = lead ? a.print_every : 0,
                           .schedule = {.lr_max = a.lr, .lr_min = a.min_lr, .warmup = a.warmup, .total = a.steps},
-                          .dist = dist, .no_overlap = a.no_overlap, .precision = precision};
+                          .dist = dist, .no_overlap = a.no_overlap, .precision = precision,
+                          .commit_vote = a.reshape};
   if (a.weight_decay >= 0) tc.optim.weight_decay = a.weight_decay;
   if ((s = gt_trainer_create(m, &tc, &tr)) != GT_OK) {
     fail("creating the trainer", s);
@@ -512,6 +635,13 @@ int main(int argc, char **argv) {
   if (rb && plan.layout.pp > 1 && plan.layout.pp <= GT_REBALANCE_MAX_STAGES && plan.chunks == 1 && !plan.zero1)
     gpt_rebalance_enable_recut(rb, rows, a.seq);
   int cut_first[GT_REBALANCE_MAX_STAGES + 1];
+  gpt_reshape rsh;
+  char reshaped_gen[96];
+  if (a.reshape) {
+    gpt_reshape_init(&rsh, job);
+    printf("gpt: rank %d of %d (pid %d), --reshape on\n", job->rank, job->world_size, (int)getpid());
+    fflush(stdout);
+  }
   gt_step_stats st = {0}, first = {0};
   gt_failslow_report report;
   int start = gt_trainer_step_index(tr);
@@ -520,7 +650,21 @@ int main(int argc, char **argv) {
         (s = gpt_failslow_after_step(failslow, &st, &report)) != GT_OK ||
         (rb && (s = gpt_rebalance_after_step(rb, tr, &st, failslow ? &report : NULL, lead)) != GT_OK)) {
       fail("training", s);
-      goto out;
+      if (!a.reshape || job->world_size == 1 || gpt_ckpt_stop_signal()) goto out;
+      /* Fail-slow monitoring and rebalancing were set up for the old layout. */
+      gpt_rebalance_destroy(rb), rb = NULL;
+      gt_failslow_destroy(failslow), failslow = NULL;
+      s = reshape(&a, job, be, &gc, peak, schedule, &rsh, total, &mc, &tc, &plan, &mp, &dist, &m, &tr, &loader, &ckpt,
+                  reshaped_gen, sizeof reshaped_gen);
+      if (s != GT_OK) {
+        fail("reshaping", s);
+        rc = s == GT_ENOTFOUND ? 1 : GPT_EXIT_RESHAPE_FAILED; /* a restart from the newest checkpoint */
+        goto out;
+      }
+      lead = job->rank == 0;
+      tc.print_every = lead ? a.print_every : 0;
+      i = gt_trainer_step_index(tr) - 1;
+      continue;
     }
     if (gpt_rebalance_take_recut(rb, cut_first)) {
       gt_ckpt_destroy(ckpt); /* after the save in flight; made again on the new trainer */

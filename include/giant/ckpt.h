@@ -94,6 +94,11 @@ gt_status gt_ckpt_get_blob(const gt_ckpt *c, const char *name, const void **byte
  * for sync. A write that fails later is logged with its reason and leaves
  * the previous checkpoint as it was; training goes on. */
 gt_status gt_ckpt_save(gt_ckpt *c);
+/* The job lost a rank: rank 0 stops waiting for shard reports that will
+ * not come, so the save in flight ends at once without committing (a
+ * save whose reports all came commits as usual). For the ranks left before
+ * they reshape; destroy the checkpointer afterwards. */
+void gt_ckpt_abandon(gt_ckpt *c);
 /* Waits for a save in flight; returns how it ended (GT_OK when none). */
 gt_status gt_ckpt_wait(gt_ckpt *c);
 

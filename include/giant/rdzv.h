@@ -110,6 +110,10 @@ gt_status gt_rdzv_fail(gt_rdzv *r, const char *why);
 /* This node's workers failed in a way a restart cannot mend (a usage or
  * configuration error): ends the job as failed at once. */
 gt_status gt_rdzv_abort(gt_rdzv *r, const char *why);
+/* A worker of the current round (generation rank `rank`) died and the
+ * others reshape without it: publishes a membership epoch without it in
+ * the round's store (giant/members.h). */
+gt_status gt_rdzv_member_lost(gt_rdzv *r, int rank);
 /* Every worker of this node exited 0 in the current round. */
 gt_status gt_rdzv_finish(gt_rdzv *r);
 /* Why the job moved on or ended (for logs). */

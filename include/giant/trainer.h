@@ -83,9 +83,11 @@ gt_status gt_trainer_resolve_step(gt_trainer *t, bool apply);
  * shards, so after one that failed: of the parameters, only this rank's
  * shard is current. */
 bool gt_trainer_params_partial(const gt_trainer *t);
-/* The loader's next row when the last step began (gt_loader_next_row):
- * where the stream stands for a step that did not finish. */
-uint64_t gt_trainer_step_row(const gt_trainer *t);
+/* Where the data stream stood when the last gt_trainer_step began: the
+ * loader's next row (gt_loader_next_row) and that step's index; false
+ * before the first. A step that does not finish leaves the loader past
+ * its rows: this is where to restart it. */
+bool gt_trainer_step_row(const gt_trainer *t, uint64_t *row, int *step);
 /* The pipeline executor (NULL without pipeline parallelism). */
 struct gt_pp_exec *gt_trainer_pp_exec(gt_trainer *t);
 /* The data-parallel gradient sync (NULL without data parallelism). */

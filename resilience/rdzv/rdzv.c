@@ -8,6 +8,8 @@
 #include <time.h>
 
 #include "resilience/rdzv/internal.h"
+#include "giant/log.h"
+#include "giant/members.h"
 
 double rdzv_now(void) {
   struct timespec ts;
@@ -408,4 +410,20 @@ void rdzv_purge(gt_rdzv *r) {
     }
   }
   gt_etcd_kvs_free(&kvs);
+}
+
+gt_status gt_rdzv_member_lost(gt_rdzv *r, int rank) {
+  if (!r->members || r->nmembers == 0) return gt_errorf(GT_ESTATE, "no round is running on this node");
+  int world = 0;
+  for (int i = 0; i < r->nmembers; i++) world += r->members[i].nproc;
+  if (rank < 0 || rank >= world) return gt_errorf(GT_EINVAL, "rank %d is not in gen%ld's %d ranks", rank, r->gen, world);
+  char prefix[GT_RDZV_ID_MAX + 64];
+  snprintf(prefix, sizeof prefix, "%sgen%ld/store/", r->root, r->gen);
+  gt_store *s = NULL;
+  GT_TRY(gt_etcd_store_create(r->cli, prefix, &s));
+  int epoch = 0;
+  gt_status st = gt_members_remove(s, world, rank, &epoch);
+  gt_store_destroy(s);
+  if (st == GT_OK) gt_info("giantrun: gen%ld membership epoch %d is without rank %d", r->gen, epoch, rank);
+  return st;
 }

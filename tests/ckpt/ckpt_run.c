@@ -348,3 +348,22 @@ void cr_flip_bit(const char *path, long offset, unsigned char mask) {
   assert_int_equal(fputc(c ^ mask, f), c ^ mask);
   assert_int_equal(fclose(f), 0);
 }
+
+static bool all_zero(const train_result *layout, const train_result *r) {
+  for (size_t i = 0; i < layout->nparams; i++)
+    if (r->params[i] != 0) return false;
+  return true;
+}
+
+void cr_assert_same_state(const train_result *layout, const char *what, const cr_state *a, const cr_state *b) {
+  size_t n = layout->nparams * sizeof(float);
+  /* Something was captured: the moments are not the zeros they start as. */
+  assert_false(all_zero(layout, a->p) || all_zero(layout, a->m) || all_zero(layout, a->v));
+  print_message("%s: parameters %s, first moments %s, second moments %s\n", what,
+                memcmp(a->p->params, b->p->params, n) ? "DIFFER" : "identical",
+                memcmp(a->m->params, b->m->params, n) ? "DIFFER" : "identical",
+                memcmp(a->v->params, b->v->params, n) ? "DIFFER" : "identical");
+  assert_memory_equal(a->p->params, b->p->params, n);
+  assert_memory_equal(a->m->params, b->m->params, n);
+  assert_memory_equal(a->v->params, b->v->params, n);
+}

@@ -77,6 +77,9 @@ typedef struct cr_cfg {
 /* A cr_state in shared memory, with the single-process layout of `layout`
  * (NULL: the layout is set by the first one-process run writing it). */
 cr_state cr_state_new(const train_result *layout);
+/* Asserts that a holds something (not all zeros) and that b holds
+ * exactly the same parameters and moments, saying which differ. */
+void cr_assert_same_state(const train_result *layout, const char *what, const cr_state *a, const cr_state *b);
 /* One rank of a run (harness_fn). */
 int cr_rank(int rank, int world, void *arg);
 /* Runs cfg on `world` ranks; fails the test with the ranks' codes if one fails. */

@@ -47,22 +47,8 @@ static char *new_dir(void) {
   return d;
 }
 
-static bool all_zero(const train_result *r) {
-  for (size_t i = 0; i < layout->nparams; i++)
-    if (r->params[i] != 0) return false;
-  return true;
-}
-
 static void assert_same_state(const char *what, const cr_state *a, const cr_state *b) {
-  size_t n = layout->nparams * sizeof(float);
-  assert_false(all_zero(a->p) || all_zero(a->m) || all_zero(a->v));
-  print_message("%s: parameters %s, first moments %s, second moments %s\n", what,
-                memcmp(a->p->params, b->p->params, n) ? "DIFFER" : "identical",
-                memcmp(a->m->params, b->m->params, n) ? "DIFFER" : "identical",
-                memcmp(a->v->params, b->v->params, n) ? "DIFFER" : "identical");
-  assert_memory_equal(a->p->params, b->p->params, n);
-  assert_memory_equal(a->m->params, b->m->params, n);
-  assert_memory_equal(a->v->params, b->v->params, n);
+  cr_assert_same_state(layout, what, a, b);
 }
 
 /* The same change through a checkpoint in dir: loaded at `to` on world ranks. */

@@ -1,0 +1,43 @@
+/* --reshape: when a rank is lost, the ranks left agree on where training
+ * stands and go on at a new layout in the same processes (docs/resilience.md).
+ * This part is the agreement; main.c rebuilds the layout. */
+#ifndef GIANT_EXAMPLE_GPT_RESHAPE_H
+#define GIANT_EXAMPLE_GPT_RESHAPE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "giant/data.h"
+#include "giant/init.h"
+#include "giant/members.h"
+#include "giant/trainer.h"
+
+/* Exit status of a worker whose reshape failed: giantrun --reshape then
+ * restarts the job's workers from the newest checkpoint (EX_TEMPFAIL). */
+#define GPT_EXIT_RESHAPE_FAILED 75
+
+typedef struct gpt_reshape {
+  int gen_world, gen_rank;  /* this worker in its generation (epoch 0) */
+  int epoch;                /* the membership epoch the ranks train in */
+  int members[GT_MEMBERS_MAX], n;
+  int timeout_ms;           /* waiting for a new epoch, and for the others' states */
+} gpt_reshape;
+
+/* Where training goes on after the agreement. */
+typedef struct gpt_resume_point {
+  int world, rank;     /* in the new epoch */
+  int step;            /* the step every member is at, once the pending one is resolved */
+  uint64_t row;        /* the data stream's next row */
+  bool apply_pending;  /* this rank applies its pending step (gt_trainer_resolve_step) */
+} gpt_resume_point;
+
+void gpt_reshape_init(gpt_reshape *r, const gt_job *job);
+/* After a failed step: waits for a newer membership epoch (giantrun
+ * publishes one when a worker dies), publishes this rank's step and data
+ * position under it, and decides with the others' where training goes on.
+ * rows_per_step: rows of the whole job per step. GT_ENOTFOUND when this
+ * rank is not a member any more; any failure means a restart. */
+gt_status gpt_reshape_agree(gpt_reshape *r, gt_job *job, gt_trainer *tr, gt_loader *loader, uint64_t rows_per_step,
+                            gpt_resume_point *out);
+
+#endif
