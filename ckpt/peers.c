@@ -24,7 +24,7 @@
 /* One box of one tensor, and where its floats are in its rank's host
  * space: the parameter buffer, then each optimizer state's range. */
 typedef struct pr_slice {
-  char name[CK_NAME];
+  char name[CK_NAME + 32]; /* as ck_param_tensor and ck_state_tensor write it */
   ck_box box;
   uint64_t at;
 } pr_slice;
