@@ -18,196 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt_internal.h"
+#include "ckpt/peers.h"
 #include "giant/log.h"
-
-/* One box of one tensor, and where its floats are in its rank's host
- * space: the parameter buffer, then each optimizer state's range. */
-typedef struct pr_slice {
-  char name[CK_NAME + 32]; /* as ck_param_tensor and ck_state_tensor write it */
-  ck_box box;
-  uint64_t at;
-} pr_slice;
-
-typedef struct pr_list {
-  pr_slice *s;
-  int n, cap;
-} pr_list;
-
-/* A rank's side of the exchange. */
-typedef struct pr_rank {
-  int has_state;          /* it held a trainer before (not a joining rank) */
-  uint64_t step, opt_steps;
-  pr_list hold, want;
-} pr_rank;
-
-/* A trainer's state on the host, in the order of the host space. */
-typedef struct pr_space {
-  gt_trainer *tr;
-  float *buf;
-  size_t nparams, lo, hi;
-  int nstates;
-} pr_space;
-
-static gt_status list_add(pr_list *l, const char *name, const ck_box *box, uint64_t at) {
-  if (l->n == l->cap) {
-    int cap = l->cap ? 2 * l->cap : 64;
-    pr_slice *s = realloc(l->s, (size_t)cap * sizeof *s);
-    if (!s) return gt_errorf(GT_ENOMEM, "out of memory describing the state to move");
-    l->s = s, l->cap = cap;
-  }
-  pr_slice *s = &l->s[l->n++];
-  snprintf(s->name, sizeof s->name, "%s", name);
-  s->box = *box;
-  s->at = at;
-  return GT_OK;
-}
-
-typedef struct range_add {
-  pr_list *l;
-  const char *name;
-  uint64_t base; /* the host-space float of the parameter's first element */
-} range_add;
-
-static gt_status add_range_box(void *ctx, const ck_box *box, uint64_t first) {
-  range_add *r = ctx;
-  return list_add(r->l, r->name, box, r->base + first);
-}
-
-/* The boxes a trainer holds (want = false: what a save writes, owners
- * only) or must be given (want = true: mirrors too, under their owner's
- * name, as a load reads them). shard_params: of the parameters, hold only
- * the optimizer's range (ZeRO-1 after an update that was not gathered). */
-static gt_status describe(const pr_space *sp, bool want, bool shard_params, pr_list *out) {
-  gt_model *m = gt_trainer_model(sp->tr);
-  gt_optim_kind kind = gt_optimizer_get_config(gt_trainer_optimizer(sp->tr))->kind;
-  char name[CK_NAME + 32];
-  for (int i = 0; i < gt_model_num_params(m); i++) {
-    const gt_param *p = gt_model_param(m, i);
-    if (p->tied_to >= 0 || !p->local || !p->numel) continue;
-    if (p->mirror_of >= 0 && !want) continue;
-    const gt_param *owner = p->mirror_of >= 0 ? gt_model_param(m, p->mirror_of) : p;
-    ck_box blk = ck_param_box(p);
-    ck_param_tensor(owner->name, name, sizeof name);
-    size_t lo = p->offset > sp->lo ? p->offset : sp->lo;
-    size_t hi = p->offset + p->numel < sp->hi ? p->offset + p->numel : sp->hi;
-    if (!want && shard_params) {
-      /* Only the shard this rank updated is current somewhere. */
-      range_add r = {out, name, p->offset};
-      if (lo < hi) GT_TRY(ck_range_boxes(&blk, lo - p->offset, hi - p->offset, add_range_box, &r));
-    } else {
-      GT_TRY(list_add(out, name, &blk, p->offset));
-    }
-    for (int k = 0; lo < hi && k < sp->nstates; k++) {
-      ck_state_tensor(kind, k, owner->name, name, sizeof name);
-      /* State k's float j of the flat buffer is at nparams + k*(hi-lo) + (j - lo). */
-      range_add r = {out, name, sp->nparams + (uint64_t)k * (sp->hi - sp->lo) + p->offset - sp->lo};
-      GT_TRY(ck_range_boxes(&blk, lo - p->offset, hi - p->offset, add_range_box, &r));
-    }
-  }
-  return GT_OK;
-}
-
-static gt_status space_open(gt_trainer *tr, pr_space *sp) {
-  *sp = (pr_space){.tr = tr};
-  if (!tr) return GT_OK;
-  gt_model *m = gt_trainer_model(tr);
-  gt_optimizer *opt = gt_trainer_optimizer(tr);
-  sp->nparams = gt_model_buffer_floats(m);
-  gt_optimizer_range(opt, &sp->lo, &sp->hi);
-  sp->nstates = gt_optimizer_num_states(opt);
-  size_t n = sp->nparams + (size_t)sp->nstates * (sp->hi - sp->lo);
-  sp->buf = malloc((n ? n : 1) * sizeof(float));
-  if (!sp->buf) return gt_errorf(GT_ENOMEM, "out of memory for a host copy of this rank's state (%zu floats)", n);
-  GT_TRY(gt_model_get_params(m, sp->buf, sp->nparams));
-  for (int k = 0; k < sp->nstates; k++)
-    GT_TRY(gt_backend_download(gt_model_backend(m), sp->buf + sp->nparams + (size_t)k * (sp->hi - sp->lo),
-                               gt_optimizer_state(opt, k), (sp->hi - sp->lo) * sizeof(float)));
-  return GT_OK;
-}
-
-static gt_status space_store(const pr_space *sp) {
-  gt_model *m = gt_trainer_model(sp->tr);
-  gt_optimizer *opt = gt_trainer_optimizer(sp->tr);
-  GT_TRY(gt_model_set_params(m, sp->buf, sp->nparams));
-  for (int k = 0; k < sp->nstates; k++)
-    GT_TRY(gt_backend_upload(gt_model_backend(m), gt_optimizer_state(opt, k),
-                             sp->buf + sp->nparams + (size_t)k * (sp->hi - sp->lo), (sp->hi - sp->lo) * sizeof(float)));
-  return GT_OK;
-}
-
-/* ---- the exchange of descriptions ---- */
-
-static void put_list(ck_buf *b, const pr_list *l) {
-  ck_put_u32(b, (uint32_t)l->n);
-  for (int i = 0; i < l->n; i++) {
-    const pr_slice *s = &l->s[i];
-    ck_put_str(b, s->name);
-    ck_put_u32(b, (uint32_t)s->box.ndim);
-    for (int d = 0; d < s->box.ndim; d++) ck_put_u64(b, (uint64_t)s->box.lo[d]), ck_put_u64(b, (uint64_t)s->box.hi[d]);
-    ck_put_u64(b, s->at);
-  }
-}
-
-static gt_status get_list(ck_rd *r, pr_list *l) {
-  uint32_t n = ck_get_u32(r);
-  if (r->bad || n > (1u << 24)) return gt_errorf(GT_EFORMAT, "a peer's state description is malformed");
-  for (uint32_t i = 0; i < n && !r->bad; i++) {
-    char name[CK_NAME];
-    ck_box box = {0};
-    ck_get_str(r, name, sizeof name);
-    box.ndim = (int)ck_get_u32(r);
-    if (box.ndim < 0 || box.ndim > CK_MAXDIM) r->bad = true;
-    for (int d = 0; d < box.ndim && !r->bad; d++) box.lo[d] = (int64_t)ck_get_u64(r), box.hi[d] = (int64_t)ck_get_u64(r);
-    uint64_t at = ck_get_u64(r);
-    if (!r->bad) GT_TRY(list_add(l, name, &box, at));
-  }
-  return r->bad ? gt_errorf(GT_EFORMAT, "a peer's state description is malformed") : GT_OK;
-}
-
-/* All-gather moves bytes untouched, so byte strings travel as floats. */
-static gt_status exchange(gt_comm *world, const pr_rank *me, pr_rank *all) {
-  int n = gt_comm_size(world);
-  ck_buf b = {0};
-  ck_put_u32(&b, (uint32_t)me->has_state);
-  ck_put_u64(&b, me->step);
-  ck_put_u64(&b, me->opt_steps);
-  put_list(&b, &me->hold);
-  put_list(&b, &me->want);
-  if (b.oom) return ck_buf_free(&b), gt_errorf(GT_ENOMEM, "out of memory describing the state to move");
-  float *lens = calloc((size_t)n, sizeof *lens), mine;
-  uint32_t len = (uint32_t)b.len;
-  memcpy(&mine, &len, sizeof mine);
-  gt_status s = lens ? gt_comm_allgather(world, &mine, lens, 1, GT_F32) : gt_errorf(GT_ENOMEM, "out of memory");
-  uint32_t most = 0;
-  for (int r = 0; s == GT_OK && r < n; r++) {
-    uint32_t l;
-    memcpy(&l, &lens[r], sizeof l);
-    if (l > most) most = l;
-  }
-  size_t words = (most + 3) / 4;
-  float *send = s == GT_OK ? calloc(words ? words : 1, sizeof(float)) : NULL;
-  float *recv = send ? calloc((size_t)n * (words ? words : 1), sizeof(float)) : NULL;
-  if (s == GT_OK && !recv) s = gt_errorf(GT_ENOMEM, "out of memory exchanging state descriptions");
-  if (s == GT_OK) {
-    memcpy(send, b.p, b.len);
-    s = gt_comm_allgather(world, send, recv, words, GT_F32);
-  }
-  for (int r = 0; s == GT_OK && r < n; r++) {
-    uint32_t l;
-    memcpy(&l, &lens[r], sizeof l);
-    ck_rd rd = {.p = (const unsigned char *)(recv + (size_t)r * words), .len = l};
-    all[r].has_state = (int)ck_get_u32(&rd);
-    all[r].step = ck_get_u64(&rd);
-    all[r].opt_steps = ck_get_u64(&rd);
-    s = get_list(&rd, &all[r].hold);
-    if (s == GT_OK) s = get_list(&rd, &all[r].want);
-    if (s != GT_OK) s = gt_error_context(s, "from rank %d", r);
-  }
-  ck_buf_free(&b);
-  free(lens), free(send), free(recv);
-  return s;
-}
 
 /* ---- the plan ---- */
 
@@ -224,13 +36,6 @@ static int by_name(const void *a, const void *b) {
   return c ? c : x->rank - y->rank;
 }
 
-static bool same_box(const ck_box *a, const ck_box *b) {
-  if (a->ndim != b->ndim) return false;
-  for (int d = 0; d < a->ndim; d++)
-    if (a->lo[d] != b->lo[d] || a->hi[d] != b->hi[d]) return false;
-  return true;
-}
-
 /* The distinct held boxes, sorted by tensor name then rank. */
 static gt_status sources(const pr_rank *all, int n, pr_src **out, int *count) {
   int total = 0;
@@ -244,7 +49,7 @@ static gt_status sources(const pr_rank *all, int n, pr_src **out, int *count) {
   int w = 0;
   for (int i = 0; i < k; i++) {
     bool dup = false;
-    for (int j = w - 1; j >= 0 && !strcmp(v[j].s->name, v[i].s->name) && !dup; j--) dup = same_box(&v[j].s->box, &v[i].s->box);
+    for (int j = w - 1; j >= 0 && !strcmp(v[j].s->name, v[i].s->name) && !dup; j--) dup = pr_same_box(&v[j].s->box, &v[i].s->box);
     if (!dup) v[w++] = v[i];
   }
   *out = v, *count = w;
@@ -270,7 +75,7 @@ typedef gt_status (*piece_fn)(void *ctx, int src, int dst, const pr_slice *have,
  * takes its own bytes rather than a lower rank's identical ones. */
 static const pr_slice *own_copy(const pr_rank *r, const pr_slice *have) {
   for (int i = 0; i < r->hold.n; i++)
-    if (same_box(&r->hold.s[i].box, &have->box) && !strcmp(r->hold.s[i].name, have->name)) return &r->hold.s[i];
+    if (pr_same_box(&r->hold.s[i].box, &have->box) && !strcmp(r->hold.s[i].name, have->name)) return &r->hold.s[i];
   return NULL;
 }
 
@@ -355,10 +160,6 @@ static gt_status move_piece(void *ctx, int src, int dst, const pr_slice *have, c
   return GT_OK;
 }
 
-/* A round's exchange goes in pieces of at most this many floats, so that
- * no single transfer outgrows what a transport frames at once. */
-#define PR_CHUNK ((uint64_t)16 << 20)
-
 static gt_status run_round(gt_comm *world, const pr_rank *all, int n, const pr_src *v, int count, const tally *t,
                            int k, const pr_space *from, const pr_space *to, gt_ckpt_peer_stats *st) {
   int me = world ? gt_comm_rank(world) : 0, dst = (me + k) % n, src = (me - k + n) % n;
@@ -427,9 +228,8 @@ static gt_status agree(gt_comm *world, gt_status mine) {
   return bad > 0 ? gt_errorf(GT_ESTATE, "%g other rank(s) could not take their part of the state", (double)bad) : GT_OK;
 }
 
-static void list_free(pr_list *l) { free(l->s); }
-
-gt_status gt_ckpt_reshard_peers(gt_trainer *from, gt_trainer *to, const char *fallback, gt_ckpt_peer_stats *out) {
+gt_status gt_ckpt_reshard_peers(gt_trainer *from, gt_trainer *to, const gt_ckpt_mirror *mirror, const char *fallback,
+                                gt_ckpt_peer_stats *out) {
   gt_ckpt_peer_stats st = {0};
   gt_dist *dist = gt_trainer_dist(to);
   gt_comm *world = dist ? gt_grid_world(gt_dist_grid(dist)) : NULL;
@@ -441,8 +241,11 @@ gt_status gt_ckpt_reshard_peers(gt_trainer *from, gt_trainer *to, const char *fa
   int count = 0;
   tally t = {.floats = calloc((size_t)n * (size_t)n, sizeof(uint64_t)), .n = n};
   gt_status s = all && t.floats ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory planning the state's moves");
-  if (s == GT_OK) s = space_open(from, &fs);
-  if (s == GT_OK) s = space_open(to, &ts);
+  /* The predecessor's copy, when it is of this step, goes after this
+   * rank's own state in its host space. */
+  bool copy = mirror && from && mirror->step >= 0 && mirror->step == gt_trainer_step_index(from) && mirror->kept.n;
+  if (s == GT_OK) s = pr_space_open(from, copy ? mirror->kept_floats : 0, &fs);
+  if (s == GT_OK) s = pr_space_open(to, 0, &ts);
   /* ZeRO-1 after a failure: when any rank updated its shard without the
    * all-gather, every shard's parameters come from its owner alone, so
    * that no rank offers a copy older than the owner's. */
@@ -454,11 +257,17 @@ gt_status gt_ckpt_reshard_peers(gt_trainer *from, gt_trainer *to, const char *fa
   if (s == GT_OK && from) {
     mine.step = (uint64_t)gt_trainer_step_index(from);
     mine.opt_steps = (uint64_t)gt_optimizer_steps(gt_trainer_optimizer(from));
-    s = describe(&fs, false, partial > 0, &mine.hold);
+    s = pr_describe(&fs, false, partial > 0, &mine.hold);
   }
-  if (s == GT_OK) s = describe(&ts, true, false, &mine.want);
+  if (s == GT_OK && copy) {
+    memcpy(fs.buf + fs.used, mirror->copy, mirror->kept_floats * sizeof(float));
+    for (int i = 0; i < mirror->kept.n && s == GT_OK; i++)
+      s = pr_list_add(&mine.hold, mirror->kept.s[i].name, &mirror->kept.s[i].box, fs.used + mirror->kept.s[i].at);
+    st.floats_mirrored = mirror->kept_floats;
+  }
+  if (s == GT_OK) s = pr_describe(&ts, true, false, &mine.want);
   s = agree(world, s); /* a rank that cannot describe its state must not leave the others in the exchange */
-  if (s == GT_OK && world) s = exchange(world, &mine, all);
+  if (s == GT_OK && world) s = pr_exchange(world, &mine, all);
   else if (s == GT_OK) all[0] = mine, mine = (pr_rank){0};
   /* The step: every rank that held state must be at the same one. */
   int holder = -1;
@@ -486,15 +295,15 @@ gt_status gt_ckpt_reshard_peers(gt_trainer *from, gt_trainer *to, const char *fa
   if (s == GT_OK) s = agree(world, local);
   if (s == GT_OK) s = each_piece(all, n, v, count, count_piece, &t);
   for (int k = 0; s == GT_OK && k < n; k++) s = run_round(world, all, n, v, count, &t, k, &fs, &ts, &st);
-  if (s == GT_OK) s = agree(world, space_store(&ts));
+  if (s == GT_OK) s = agree(world, pr_space_store(&ts));
   if (s == GT_OK) {
     gt_trainer_set_step_index(to, (int)all[holder].step);
     gt_optimizer_set_steps(gt_trainer_optimizer(to), (int)all[holder].opt_steps);
     st.step = (int)all[holder].step;
     if (out) *out = st;
   }
-  for (int r = 0; all && r < n; r++) list_free(&all[r].hold), list_free(&all[r].want);
-  list_free(&mine.hold), list_free(&mine.want);
+  for (int r = 0; all && r < n; r++) pr_list_free(&all[r].hold), pr_list_free(&all[r].want);
+  pr_list_free(&mine.hold), pr_list_free(&mine.want);
   free(all), free(v), free(t.floats), free(fs.buf), free(ts.buf);
   return s;
 }

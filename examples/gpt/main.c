@@ -33,7 +33,7 @@
 typedef struct args {
   const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule, *speeds, *precision;
   int steps, batch, global_batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every,
-      bucket_kib, chunks, mem_mib;
+      bucket_kib, chunks, mem_mib, mirror_every;
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
   bool documents, untied, zero1, seq_parallel, print_plan, no_overlap, rebalance, rebalance_local, reshape;
@@ -87,6 +87,9 @@ static const char *usage =
     "  --reshape           when a rank is lost, the ranks left go on in-process at a layout for\n"
     "                      their number, with the same global batch, taking the state from each\n"
     "                      other (default: $GT_RESHAPE=1, which giantrun --reshape sets)\n"
+    "  --mirror-every N    with --reshape: copy the state only one rank holds (ZeRO-1 shards) to a\n"
+    "                      peer every N steps, so that its loss loses nothing (default 0: as often as\n"
+    "                      2% of the step time allows, measured over the first steps)\n"
     "  --mem-mib N         memory each rank may use: --plan auto keeps to it (default: no limit)\n"
     "  --print-plan        print the plan (layers, splits, shards, predicted step) and exit\n"
     "run:\n"
@@ -121,6 +124,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--rebalance", GT_OPT_FLAG, &a->rebalance, 0, 0},
       {"--rebalance-local", GT_OPT_FLAG, &a->rebalance_local, 0, 0},
       {"--reshape", GT_OPT_FLAG, &a->reshape, 0, 0},
+      {"--mirror-every", GT_OPT_INT, &a->mirror_every, 0, 1e9},
       {"--steps", GT_OPT_INT, &a->steps, 1, 1e9},      {"--batch", GT_OPT_INT, &a->batch, 1, 1e6},
       {"--global-batch", GT_OPT_INT, &a->global_batch, 0, 1e6},
       {"--seq", GT_OPT_INT, &a->seq, 1, 1e6},          {"--layers", GT_OPT_INT, &a->layers, 0, 1e4},
@@ -408,7 +412,7 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
   char fallback[4200];
   newest_checkpoint(a, fallback, sizeof fallback);
   gt_ckpt_peer_stats ps = {0};
-  if (s == GT_OK) s = gt_ckpt_reshard_peers(*tr, nt, fallback[0] ? fallback : NULL, &ps);
+  if (s == GT_OK) s = gt_ckpt_reshard_peers(*tr, nt, rsh->mirror, fallback[0] ? fallback : NULL, &ps);
   gt_loader_config lc = *gt_loader_get_config(*loader);
   lc.B = cap, lc.shard = np.me.dp, lc.nshards = np.layout.dp, lc.offset = 0, lc.total = 0;
   if (s == GT_OK) s = gt_loader_open(&lc, 0, &nl);
@@ -433,6 +437,7 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
          (gt_now() - t0) * 1e3, (int)getpid(), rp.rank, rp.world, rsh->epoch, layout, rp.step, rows, total,
          (unsigned long long)ps.floats_received, (unsigned long long)ps.floats_kept,
          (unsigned long long)ps.floats_from_ckpt);
+  GT_TRY(gpt_mirror_start(rsh, *tr, job, rp.rank == 0));
   fflush(stdout);
   return GT_OK;
 }
@@ -465,6 +470,8 @@ int main(int argc, char **argv) {
   gpt_rebalance *rb = NULL;
   int *shares = NULL;
   gt_failslow *failslow = NULL;
+  gpt_reshape rsh = {0}; /* --reshape: the membership, and the copies on a peer */
+  char reshaped_gen[96];
   if ((s = gt_init(&job)) != GT_OK) return fail("joining the job", s);
   bool lead = job->rank == 0;
   gt_plan plan;
@@ -635,12 +642,15 @@ int main(int argc, char **argv) {
   if (rb && plan.layout.pp > 1 && plan.layout.pp <= GT_REBALANCE_MAX_STAGES && plan.chunks == 1 && !plan.zero1)
     gpt_rebalance_enable_recut(rb, rows, a.seq);
   int cut_first[GT_REBALANCE_MAX_STAGES + 1];
-  gpt_reshape rsh;
-  char reshaped_gen[96];
   if (a.reshape) {
     gpt_reshape_init(&rsh, job);
+    rsh.fixed_every = a.mirror_every;
     printf("gpt: rank %d of %d (pid %d), --reshape on\n", job->rank, job->world_size, (int)getpid());
     fflush(stdout);
+    if (dist && (s = gpt_mirror_start(&rsh, tr, job, lead)) != GT_OK) {
+      fail("starting redundancy", s);
+      goto out;
+    }
   }
   gt_step_stats st = {0}, first = {0};
   gt_failslow_report report;
@@ -648,7 +658,8 @@ int main(int argc, char **argv) {
   for (int i = start; i < a.steps; i++) {
     if ((s = gt_trainer_step(tr, loader, &st)) != GT_OK || (s = gpt_ckpt_after_step(&a.ckpt, ckpt, tr, lead)) != GT_OK ||
         (s = gpt_failslow_after_step(failslow, &st, &report)) != GT_OK ||
-        (rb && (s = gpt_rebalance_after_step(rb, tr, &st, failslow ? &report : NULL, lead)) != GT_OK)) {
+        (rb && (s = gpt_rebalance_after_step(rb, tr, &st, failslow ? &report : NULL, lead)) != GT_OK) ||
+        (a.reshape && (s = gpt_mirror_after_step(&rsh, tr, st.seconds, lead)) != GT_OK)) {
       fail("training", s);
       if (!a.reshape || job->world_size == 1 || gpt_ckpt_stop_signal()) goto out;
       /* Fail-slow monitoring and rebalancing were set up for the old layout. */
@@ -658,7 +669,7 @@ int main(int argc, char **argv) {
                   reshaped_gen, sizeof reshaped_gen);
       if (s != GT_OK) {
         fail("reshaping", s);
-        rc = s == GT_ENOTFOUND ? 1 : GPT_EXIT_RESHAPE_FAILED; /* a restart from the newest checkpoint */
+        rc = s == GT_ECANCELED ? 1 : GPT_EXIT_RESHAPE_FAILED; /* a restart from the newest checkpoint */
         goto out;
       }
       lead = job->rank == 0;
@@ -695,6 +706,7 @@ int main(int argc, char **argv) {
   }
   rc = 0;
 out:
+  gpt_reshape_destroy(&rsh);
   gpt_rebalance_destroy(rb);
   free(shares);
   gt_failslow_destroy(failslow);

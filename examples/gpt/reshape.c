@@ -2,10 +2,12 @@
 #include "reshape.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "giant/dist.h"
 #include "giant/log.h"
 
 void gpt_reshape_init(gpt_reshape *r, const gt_job *job) {
@@ -57,7 +59,7 @@ gt_status gpt_reshape_agree(gpt_reshape *r, gt_job *job, gt_trainer *tr, gt_load
   GT_TRY(gt_members_latest(job->store, r->gen_world, &epoch, r->members, &r->n));
   r->epoch = epoch;
   int me = gt_members_index(r->members, r->n, r->gen_rank);
-  if (me < 0) return gt_errorf(GT_ENOTFOUND, "rank %d is not in membership epoch %d", r->gen_rank, epoch);
+  if (me < 0) return gt_errorf(GT_ECANCELED, "rank %d is not in membership epoch %d: the job went on without it", r->gen_rank, epoch);
   rank_state mine = {.step = gt_trainer_step_index(tr), .pending = gt_trainer_step_pending(tr)};
   int rs = 0;
   if (gt_trainer_step_row(tr, &mine.row, &rs)) mine.row_step = rs;
@@ -92,4 +94,51 @@ gt_status gpt_reshape_agree(gpt_reshape *r, gt_job *job, gt_trainer *tr, gt_load
   *out = (gpt_resume_point){.world = r->n, .rank = me, .step = (int)hi, .row = row,
                             .apply_pending = mine.pending && mine.step == hi - 1};
   return GT_OK;
+}
+
+gt_status gpt_mirror_start(gpt_reshape *r, gt_trainer *tr, const gt_job *job, bool lead) {
+  gt_ckpt_mirror_destroy(r->mirror);
+  r->mirror = NULL;
+  r->every = r->fixed_every > 0 ? r->fixed_every : 1, r->taken = r->fixed_every > 0 ? GPT_MIRROR_CALIBRATE : 0;
+  r->update_s = r->step_s = 0;
+  int stride = job->local_world_size < job->world_size ? job->local_world_size : 1;
+  GT_TRY(gt_ckpt_mirror_create(tr, stride, &r->mirror));
+  gt_ckpt_mirror_info mi;
+  gt_ckpt_mirror_stats(r->mirror, &mi);
+  if (lead)
+    printf("gpt: redundancy: rank 0 keeps %llu floats that no other rank holds, copied to rank %d\n",
+           (unsigned long long)mi.floats_sent, mi.buddy);
+  return GT_OK;
+}
+
+gt_status gpt_mirror_after_step(gpt_reshape *r, gt_trainer *tr, double step_seconds, bool lead) {
+  if (!r->mirror || gt_trainer_step_index(tr) % r->every) return GT_OK;
+  double t0 = gt_now();
+  GT_TRY(gt_ckpt_mirror_update(r->mirror));
+  if (r->taken >= GPT_MIRROR_CALIBRATE) return GT_OK;
+  r->update_s += gt_now() - t0, r->step_s += step_seconds;
+  if (++r->taken < GPT_MIRROR_CALIBRATE) return GT_OK;
+  /* Every rank must copy at the same steps: the slowest rank's choice. */
+  float every = (float)ceil(r->update_s / (GPT_MIRROR_BUDGET * r->step_s));
+  gt_dist *dist = gt_trainer_dist(tr);
+  gt_comm *world = dist ? gt_grid_world(gt_dist_grid(dist)) : NULL;
+  float most = every < 1 ? 1 : every;
+  if (world && gt_comm_size(world) > 1) {
+    float *all = calloc((size_t)gt_comm_size(world), sizeof *all);
+    if (!all) return gt_errorf(GT_ENOMEM, "out of memory");
+    gt_status s = gt_comm_allgather(world, &most, all, 1, GT_F32);
+    for (int i = 0; s == GT_OK && i < gt_comm_size(world); i++) most = all[i] > most ? all[i] : most;
+    free(all);
+    GT_TRY(s);
+  }
+  r->every = (int)most;
+  if (lead)
+    printf("gpt: redundancy: a copy takes %.2f ms, %.2f%% of a %.1f ms step: copying every %d step(s)\n",
+           r->update_s / r->taken * 1e3, 100 * r->update_s / r->step_s, r->step_s / r->taken * 1e3, r->every);
+  return GT_OK;
+}
+
+void gpt_reshape_destroy(gpt_reshape *r) {
+  gt_ckpt_mirror_destroy(r->mirror);
+  r->mirror = NULL;
 }

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "giant/ckpt.h"
 #include "giant/data.h"
 #include "giant/init.h"
 #include "giant/members.h"
@@ -21,7 +22,17 @@ typedef struct gpt_reshape {
   int epoch;                /* the membership epoch the ranks train in */
   int members[GT_MEMBERS_MAX], n;
   int timeout_ms;           /* waiting for a new epoch, and for the others' states */
+  /* Redundancy: a copy of this rank's single-owner state on a peer,
+   * taken every `every` steps, chosen so that it costs at most
+   * GPT_MIRROR_BUDGET of a step. */
+  gt_ckpt_mirror *mirror;
+  int every, taken;
+  int fixed_every;          /* --mirror-every: > 0 fixes `every` */
+  double update_s, step_s;  /* sums over the calibration updates */
 } gpt_reshape;
+
+#define GPT_MIRROR_BUDGET 0.02 /* of the step time */
+#define GPT_MIRROR_CALIBRATE 5 /* updates at every step before `every` is chosen */
 
 /* Where training goes on after the agreement. */
 typedef struct gpt_resume_point {
@@ -32,11 +43,18 @@ typedef struct gpt_resume_point {
 } gpt_resume_point;
 
 void gpt_reshape_init(gpt_reshape *r, const gt_job *job);
+/* Starts (again, after a reshape) the copies of single-owner state on the
+ * peer on the next node (stride: ranks per node, 1 on one node). */
+gt_status gpt_mirror_start(gpt_reshape *r, gt_trainer *tr, const gt_job *job, bool lead);
+/* After each step: the copy, every `every` steps. Collective. */
+gt_status gpt_mirror_after_step(gpt_reshape *r, gt_trainer *tr, double step_seconds, bool lead);
+void gpt_reshape_destroy(gpt_reshape *r);
 /* After a failed step: waits for a newer membership epoch (giantrun
  * publishes one when a worker dies), publishes this rank's step and data
  * position under it, and decides with the others' where training goes on.
  * rows_per_step: rows of the whole job per step. GT_ENOTFOUND when this
- * rank is not a member any more; any failure means a restart. */
+ * rank is not a member any more (GT_ECANCELED); any other failure means a
+ * restart. */
 gt_status gpt_reshape_agree(gpt_reshape *r, gt_job *job, gt_trainer *tr, gt_loader *loader, uint64_t rows_per_step,
                             gpt_resume_point *out);
 

@@ -143,7 +143,32 @@ typedef struct gt_ckpt_peer_stats {
   uint64_t floats_sent;      /* to other ranks */
   uint64_t floats_received;  /* from other ranks */
   uint64_t floats_from_ckpt; /* this rank's, held by no rank, read from the fallback checkpoint */
+  uint64_t floats_mirrored;  /* of a peer's, offered from the copy this rank kept (gt_ckpt_mirror) */
 } gt_ckpt_peer_stats;
+
+/* Redundancy: a copy, on a peer, of the state this rank alone holds (a
+ * ZeRO-1 optimizer shard; all of a rank's state where it has no data-
+ * parallel replica), so that losing one rank loses nothing. */
+typedef struct gt_ckpt_mirror gt_ckpt_mirror;
+/* Finds what each rank alone holds (collective over the trainer's world);
+ * rank r's copy goes to rank (r + stride) mod world: give the ranks per
+ * node, so that it lives on another node (stride < 1 or >= world: 1). */
+gt_status gt_ckpt_mirror_create(gt_trainer *tr, int stride, gt_ckpt_mirror **out);
+/* Sends this rank's single-owner state to its buddy and keeps its
+ * predecessor's, as of the trainer's current step. Collective; call it
+ * between steps (every K steps: a copy older than the step being moved is
+ * not used). */
+gt_status gt_ckpt_mirror_update(gt_ckpt_mirror *m);
+typedef struct gt_ckpt_mirror_info {
+  int step;                  /* of the copy kept, -1 when none */
+  int buddy;                 /* the world rank that keeps this rank's copy */
+  uint64_t floats_sent;      /* per update */
+  uint64_t floats_kept;      /* the predecessor's copy */
+  int updates;
+  double seconds;            /* spent in updates */
+} gt_ckpt_mirror_info;
+void gt_ckpt_mirror_stats(const gt_ckpt_mirror *m, gt_ckpt_mirror_info *out);
+void gt_ckpt_mirror_destroy(gt_ckpt_mirror *m);
 
 /* Moves the state the ranks hold in memory into a new layout: parameters,
  * optimizer state (ZeRO-1 shards included), the optimizer's update count and
@@ -152,14 +177,17 @@ typedef struct gt_ckpt_peer_stats {
  * layout, on the new world's gt_dist). Collective over to's world. It uses
  * the checkpoint's slice descriptions: each float goes once, straight from
  * the lowest rank that holds it to each rank that needs it, in rounds of
- * pairwise exchanges over the world communicator. Floats that no rank
- * holds (a shard that lived on a lost rank alone) are read from `fallback`,
+ * pairwise exchanges over the world communicator. `mirror` (may be NULL):
+ * this rank also offers the copy it keeps for its predecessor, when taken
+ * at the step being moved. Floats that no rank holds (a shard that lived
+ * on a lost rank alone, with no copy) are read from `fallback`,
  * a committed checkpoint's step directory, and logged; with fallback NULL
  * they are GT_ENOTFOUND naming the first of them. Every rank that holds
  * state must be at the same step (GT_ESTATE otherwise). The loader is the
  * caller's: restart it at the stream's next row. On failure `to` may hold
  * a part of the state; `from` is never changed. */
-gt_status gt_ckpt_reshard_peers(gt_trainer *from, gt_trainer *to, const char *fallback, gt_ckpt_peer_stats *out);
+gt_status gt_ckpt_reshard_peers(gt_trainer *from, gt_trainer *to, const gt_ckpt_mirror *mirror, const char *fallback,
+                                gt_ckpt_peer_stats *out);
 
 /* ---- inspecting checkpoints (tools; no trainer needed) ---- */
 

@@ -129,9 +129,11 @@ typedef struct cr_live {
   gt_trainer *tr;
   gt_loader *data;
   gt_ckpt *ck;
+  gt_ckpt_mirror *mirror;
 } cr_live;
 
 static void live_free(cr_live *l) {
+  gt_ckpt_mirror_destroy(l->mirror);
   gt_ckpt_destroy(l->ck);
   gt_loader_close(l->data);
   gt_trainer_destroy(l->tr);
@@ -169,7 +171,7 @@ static bool live_change(const cr_cfg *cfg, gt_backend *be, gt_store *store, int 
     l->ck = NULL, l->tr = NULL, l->m = NULL;
   }
   gt_ckpt_peer_stats ps;
-  gt_status s = gt_ckpt_reshard_peers(l->tr, n.tr, cfg->live_fallback, &ps);
+  gt_status s = gt_ckpt_reshard_peers(l->tr, n.tr, l->mirror, cfg->live_fallback, &ps);
   if (rank2 == 0 && cfg->live_status) {
     *cfg->live_status = s;
     snprintf(cfg->live_error, 1024, "%s", s == GT_OK ? "" : gt_last_error());
@@ -228,12 +230,14 @@ int cr_rank(int rank, int world, void *arg) {
     if (ls == GT_OK && cfg->save_at == s0) CHECK_OK(gt_ckpt_save(ck)); /* as loaded, into cfg->dir */
   }
   bool leave = false;
+  gt_ckpt_mirror *mirror = NULL; /* copies of single-owner state on the rank two on: "another node" of two ranks */
+  if (cfg->live_mirror) CHECK_OK(gt_ckpt_mirror_create(tr, 2, &mirror));
   for (int s = s0; s < cfg->s1 && !leave; s++) {
     if (s == cfg->kill_at && s > 0) raise(SIGKILL);
     if (cfg->live_at && s == cfg->live_at) {
-      cr_live l = {dist, plan, rows, m, tr, data, ck};
+      cr_live l = {dist, plan, rows, m, tr, data, ck, mirror};
       leave = !live_change(cfg, be, store, rank, world, &kc, &l);
-      dist = l.dist, plan = l.plan, rows = l.rows, m = l.m, tr = l.tr, data = l.data, ck = l.ck;
+      dist = l.dist, plan = l.plan, rows = l.rows, m = l.m, tr = l.tr, data = l.data, ck = l.ck, mirror = l.mirror;
       if (leave) break;
     }
     if (cfg->recut_at && s == cfg->recut_at) recut(cfg, be, dist, &plan, rows, &m, &tr, &ck, &kc, data);
@@ -246,6 +250,7 @@ int cr_rank(int rank, int world, void *arg) {
     }
     if (cfg->rows) CHECK_OK(step_recording(tr, data, cfg, s, &plan, &st));
     else CHECK_OK(gt_trainer_step(tr, data, &st));
+    if (mirror) CHECK_OK(gt_ckpt_mirror_update(mirror));
     /* The step's telemetry counts its tensor-parallel collectives apart:
      * some time in them with tp > 1, none without, never more than the step. */
     CHECK(plan.layout.tp > 1 ? st.telemetry.tp_wait_s > 0 : st.telemetry.tp_wait_s == 0);
@@ -267,7 +272,7 @@ int cr_rank(int rank, int world, void *arg) {
     }
   }
   if (leave) { /* left the job, or the move failed as the test expects */
-    cr_live l = {dist, plan, rows, m, tr, data, ck};
+    cr_live l = {dist, plan, rows, m, tr, data, ck, mirror};
     live_free(&l);
     gt_store_destroy(store);
     gt_backend_destroy(be);
@@ -283,6 +288,7 @@ int cr_rank(int rank, int world, void *arg) {
     cfg->skipped[rank] = stats.skipped;
   }
   capture(tr, &plan, &cfg->final);
+  gt_ckpt_mirror_destroy(mirror);
   gt_ckpt_destroy(ck);
   gt_loader_close(data);
   gt_trainer_destroy(tr);

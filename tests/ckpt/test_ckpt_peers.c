@@ -9,7 +9,9 @@
  *   dp=2,pp=2, rank 3 restarts empty -> dp=2,tp=2 on four, rank 3 given all it holds
  *   dp=4 + ZeRO-1, rank 1 lost     -> its optimizer shard is held by no one:
  *                                     an error naming it, or, given a
- *                                     checkpoint, exactly those floats from it */
+ *                                     checkpoint, exactly those floats from it;
+ *                                     with a copy on a peer (gt_ckpt_mirror),
+ *                                     nothing from storage at all */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -155,11 +157,36 @@ static void test_lost_zero1_shard(void **state) {
   free(dir), free(scratch);
 }
 
+static void test_lost_zero1_shard_from_mirror(void **state) {
+  (void)state;
+  char *dir = new_dir(), *scratch = new_dir();
+  cr_cfg save = {.layout = "dp=4", .zero1 = true, .data = data, .dir = dir, .s1 = LIVE, .save_at = LIVE};
+  cr_run(4, &save);
+  cr_state loaded = cr_state_new(layout), final = cr_state_new(layout);
+  gt_ckpt_peer_stats *st = shared_stats();
+  cr_cfg cfg = {.layout = "dp=4", .zero1 = true, .data = data, .dir = scratch, .s1 = END, .live_at = LIVE,
+                .live_lost = 1 + 1, .live_layout = "pp=3", .live_mirror = true, .loaded = loaded, .final = final,
+                .live_stats = st};
+  cr_run(4, &cfg);
+  /* Rank 1's copy lives on rank 3 (two on): the lost shard comes from there. */
+  for (int r = 0; r < 4; r++) {
+    print_message("rank %d: %llu floats offered from its copy, %llu from a checkpoint\n", r,
+                  (unsigned long long)st[r].floats_mirrored, (unsigned long long)st[r].floats_from_ckpt);
+    assert_int_equal(st[r].floats_from_ckpt, 0);
+  }
+  assert_true(st[3].floats_mirrored > 0);
+  same_as_checkpoint("dp=4 + ZeRO-1 without rank 1, its shard from a peer's copy -> pp=3", &loaded, &final, dir,
+                     "pp=3", 3);
+  cr_rmtree(dir), cr_rmtree(scratch);
+  free(dir), free(scratch);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lost_rank_dp2_tp2_to_pp3),
       cmocka_unit_test(test_empty_rank_dp2_pp2_to_dp2_tp2),
       cmocka_unit_test(test_lost_zero1_shard),
+      cmocka_unit_test(test_lost_zero1_shard_from_mirror),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

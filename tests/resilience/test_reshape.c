@@ -12,7 +12,9 @@
  *
  *   dp=4        -> dp=3
  *   dp=2,pp=2   -> the planner's layout for three ranks
- *   dp=2,tp=2   -> the same */
+ *   dp=2,tp=2   -> the same
+ *   dp=4 with ZeRO-1 -> dp=3: the lost rank's optimizer shard comes from
+ *                       the copy its peer keeps (--mirror-every 1) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,8 +45,8 @@ static int teardown(void **state) {
 
 /* gpt under giantrun on n workers at `plan`, to `steps`, saving every
  * `every` steps into ck; extra: more of giantrun's flags first. */
-static void run_job(int n, const char *plan, int steps, int every, const char *ck, const char *fault, bool reshape,
-                    run_result *r) {
+static void run_job(int n, const char *plan, bool zero1, int steps, int every, const char *ck, const char *fault,
+                    bool reshape, run_result *r) {
   char np[8], st[8], ev[8], fenv[128];
   snprintf(np, sizeof np, "%d", n), snprintf(st, sizeof st, "%d", steps), snprintf(ev, sizeof ev, "%d", every);
   snprintf(fenv, sizeof fenv, "GT_FAULT=%s", fault ? fault : "");
@@ -56,6 +58,8 @@ static void run_job(int n, const char *plan, int steps, int every, const char *c
                   "--heads", "4", "--seq", "16", "--global-batch", "12", "--accum", "2", "--sample", "0",
                   "--print-every", "1", NULL};
   for (int i = 0; rest[i]; i++) argv[k++] = rest[i];
+  if (zero1) argv[k++] = "--zero1";
+  if (reshape) argv[k++] = "--mirror-every", argv[k++] = "1"; /* so that a ZeRO-1 shard's loss loses nothing */
   argv[k] = NULL;
   char *env[] = {"OMP_NUM_THREADS=1", fault ? fenv : NULL, NULL};
   run_cmd(argv, env, 300, r);
@@ -75,14 +79,14 @@ static int pid_of(const char *out, int rank, const char *marker) {
   return 0;
 }
 
-static void reshape_case(const char *plan) {
+static void reshape_case(const char *plan, bool zero1) {
   srand((unsigned)time(NULL) ^ (unsigned)getpid());
   int kill_at = 5 + rand() % 10, victim = 1 + rand() % 3;
   char fault[64], ck[128];
   snprintf(fault, sizeof fault, "crash:rank=%d,at=%d", victim, kill_at);
-  snprintf(ck, sizeof ck, "%s/ck-%s", dir, plan);
-  print_message("%s: %s\n", plan, fault);
-  run_job(4, plan, STEPS, STEPS, ck, fault, true, &res);
+  snprintf(ck, sizeof ck, "%s/ck-%s%s", dir, plan, zero1 ? "-zero1" : "");
+  print_message("%s%s: %s\n", plan, zero1 ? " + ZeRO-1" : "", fault);
+  run_job(4, plan, zero1, STEPS, STEPS, ck, fault, true, &res);
   /* The survivors reshaped: same processes, one layout, one step. */
   const char *line = strstr(res.output, "reshaped in ");
   if (!line) fail_msg("no reshape:\n%s", res.output);
@@ -114,11 +118,11 @@ static void reshape_case(const char *plan) {
   assert_non_null(strstr(res.output, "over steps 0.."));
   /* The reference: the same change through a checkpoint. */
   char ref[128];
-  snprintf(ref, sizeof ref, "%s/ref-%s", dir, plan);
+  snprintf(ref, sizeof ref, "%s/ref-%s%s", dir, plan, zero1 ? "-zero1" : "");
   run_result *rr = malloc(sizeof *rr);
   assert_non_null(rr);
-  run_job(4, plan, resumed, resumed, ref, NULL, false, rr);
-  run_job(3, layout, STEPS, STEPS, ref, NULL, false, rr);
+  run_job(4, plan, zero1, resumed, resumed, ref, NULL, false, rr);
+  run_job(3, layout, zero1, STEPS, STEPS, ref, NULL, false, rr);
   assert_non_null(strstr(rr->output, "resumed from"));
   free(rr);
   char a[256], b[256];
@@ -128,17 +132,21 @@ static void reshape_case(const char *plan) {
   assert_int_equal(gt_ckpt_diff(b, a, NULL, &worst), GT_OK);
   print_message("%s: parameters and optimizer state at step %d within %.2e of the reference\n", plan, STEPS, worst);
   assert_true(worst <= 1e-5);
+  /* Nothing came from storage: with ZeRO-1 the lost shard came from its copy on a peer. */
+  assert_non_null(strstr(line, ", 0 from a checkpoint"));
 }
 
-static void test_reshape_dp4(void **state) { (void)state, reshape_case("dp=4"); }
-static void test_reshape_dp2_pp2(void **state) { (void)state, reshape_case("dp=2,pp=2"); }
-static void test_reshape_dp2_tp2(void **state) { (void)state, reshape_case("dp=2,tp=2"); }
+static void test_reshape_dp4(void **state) { (void)state, reshape_case("dp=4", false); }
+static void test_reshape_dp2_pp2(void **state) { (void)state, reshape_case("dp=2,pp=2", false); }
+static void test_reshape_dp2_tp2(void **state) { (void)state, reshape_case("dp=2,tp=2", false); }
+static void test_reshape_dp4_zero1(void **state) { (void)state, reshape_case("dp=4", true); }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reshape_dp4),
       cmocka_unit_test(test_reshape_dp2_pp2),
       cmocka_unit_test(test_reshape_dp2_tp2),
+      cmocka_unit_test(test_reshape_dp4_zero1),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
