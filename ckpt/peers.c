@@ -150,6 +150,20 @@ static gt_status move_run(void *ctx, uint64_t a, uint64_t b, uint64_t n) {
   return GT_OK;
 }
 
+/* Within a rank: straight from the old host copy into the new one. */
+static gt_status copy_run(void *ctx, uint64_t a, uint64_t b, uint64_t n) {
+  mover *m = ctx;
+  memcpy(m->to->buf + m->want->at + b, m->from->buf + m->have->at + a, n * sizeof(float));
+  return GT_OK;
+}
+
+static gt_status copy_piece(void *ctx, int src, int dst, const pr_slice *have, const pr_slice *want, const ck_box *x) {
+  mover *m = ctx;
+  if (src != m->me || dst != m->me) return GT_OK;
+  m->have = have, m->want = want, m->x = x;
+  return ck_box_runs(&have->box, &want->box, copy_run, m); /* their overlap is x */
+}
+
 static gt_status move_piece(void *ctx, int src, int dst, const pr_slice *have, const pr_slice *want, const ck_box *x) {
   mover *m = ctx;
   if (src != m->src || dst != m->dst) return GT_OK;
@@ -169,6 +183,12 @@ static gt_status run_round(gt_comm *world, const pr_rank *all, int n, const pr_s
     if (f > most) most = f;
   }
   if (most == 0) return GT_OK; /* every rank sees the same: nobody moves anything this round */
+  if (k == 0) {
+    mover m = {.me = me, .from = from, .to = to};
+    GT_TRY(each_piece(all, n, v, count, copy_piece, &m));
+    st->floats_kept += in;
+    return GT_OK;
+  }
   float *sbuf = malloc((size_t)(out ? out : 1) * sizeof(float));
   float *rbuf = k == 0 ? sbuf : malloc((size_t)(in ? in : 1) * sizeof(float));
   gt_status s = sbuf && rbuf ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory moving %llu floats", (unsigned long long)(out + in));

@@ -454,7 +454,8 @@ gt_status gt_model_build(gt_model *m) {
   m->host_losses = malloc((size_t)B * (size_t)T * sizeof(float));
   if (!m->host_losses) return gt_errorf(GT_ENOMEM, "out of host memory for the loss buffer");
   m->built = true;
-  GT_TRY(init_params(m));
+  if (m->cfg.no_init) GT_TRY(gt_backend_memset(m->be, m->param_buf, 0, m->nfloats * sizeof(float), NULL));
+  else GT_TRY(init_params(m));
   return gt_model_zero_grads(m);
 }
 

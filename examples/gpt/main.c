@@ -369,13 +369,13 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
   gt_ckpt_abandon(*ckpt);
   gt_ckpt_destroy(*ckpt);
   *ckpt = NULL;
-  gpt_resume_point rp;
-  GT_TRY(gpt_reshape_agree(rsh, job, *tr, *loader, (uint64_t)total * (uint64_t)a->accum, &rp));
-  if (gt_trainer_step_pending(*tr)) GT_TRY(gt_trainer_resolve_step(*tr, rp.apply_pending));
+  int world = 1, rank = 0;
+  GT_TRY(gpt_reshape_members(rsh, job, &world, &rank));
+  double t_agreed = gt_now();
   char layout[64];
-  GT_TRY(reshape_layout(a, be, gc, plan, rp.world, total, peak, schedule, layout, sizeof layout));
+  GT_TRY(reshape_layout(a, be, gc, plan, world, total, peak, schedule, layout, sizeof layout));
   gt_plan np;
-  gt_plan_config pc = {.world = rp.world, .rank = rp.rank, .layout = layout, .zero1 = a->zero1,
+  gt_plan_config pc = {.world = world, .rank = rank, .layout = layout, .zero1 = a->zero1,
                        .seq_parallel = a->seq_parallel, .bucket_bytes = (size_t)a->bucket_kib << 10,
                        .schedule = schedule, .chunks = a->chunks};
   GT_TRY(gt_plan_resolve(&pc, &np));
@@ -397,12 +397,21 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
   gt_model *nm = NULL;
   gt_trainer *nt = NULL;
   gt_loader *nl = NULL;
-  if (rp.world > 1) {
+  if (world > 1) {
     gt_dist_config dc = {.plan = np, .store = job->store, .generation = gen, .comm = {.backend = be, .secret = job->secret}};
     s = gt_dist_create(&dc, &nd);
   }
+  /* Where training stands, decided over the new communicators; then the
+   * step in flight is applied or dropped here. */
+  gpt_resume_point rp = {0};
+  if (s == GT_OK)
+    s = gpt_reshape_decide(rsh, nd ? gt_grid_world(gt_dist_grid(nd)) : NULL, *tr, *loader,
+                           (uint64_t)total * (uint64_t)a->accum, &rp);
+  if (s == GT_OK && gt_trainer_step_pending(*tr)) s = gt_trainer_resolve_step(*tr, rp.apply_pending);
+  double t_dist = gt_now();
   gt_model_config nmc = *mc;
   nmc.B_max = cap;
+  nmc.no_init = true; /* every parameter comes from the peers */
   gt_model_parallel nmp = nd ? gt_dist_model_parallel(nd) : (gt_model_parallel){0};
   if (s == GT_OK) s = build_model(be, &nmc, &nmp, gc, &np, rows, a->seq, NULL, NULL, &nm);
   gt_trainer_config ntc = *tc;
@@ -412,7 +421,9 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
   char fallback[4200];
   newest_checkpoint(a, fallback, sizeof fallback);
   gt_ckpt_peer_stats ps = {0};
+  double t_built = gt_now();
   if (s == GT_OK) s = gt_ckpt_reshard_peers(*tr, nt, rsh->mirror, fallback[0] ? fallback : NULL, &ps);
+  double t_moved = gt_now();
   gt_loader_config lc = *gt_loader_get_config(*loader);
   lc.B = cap, lc.shard = np.me.dp, lc.nshards = np.layout.dp, lc.offset = 0, lc.total = 0;
   if (s == GT_OK) s = gt_loader_open(&lc, 0, &nl);
@@ -433,10 +444,12 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
   job->rank = rp.rank, job->world_size = rp.world;
   GT_TRY(gpt_ckpt_rebind(&a->ckpt, job, *tr, *loader, ckpt));
   printf("gpt: reshaped in %.0f ms (pid %d): rank %d of %d in membership epoch %d, %s, step %d, %d rows of %d; "
-         "%llu floats from peers, %llu kept, %llu from a checkpoint\n",
+         "%llu floats from peers, %llu kept, %llu from a checkpoint (membership %.0f ms, communicators and step %.0f ms, "
+         "model %.0f ms, moving the state %.0f ms)\n",
          (gt_now() - t0) * 1e3, (int)getpid(), rp.rank, rp.world, rsh->epoch, layout, rp.step, rows, total,
          (unsigned long long)ps.floats_received, (unsigned long long)ps.floats_kept,
-         (unsigned long long)ps.floats_from_ckpt);
+         (unsigned long long)ps.floats_from_ckpt, (t_agreed - t0) * 1e3, (t_dist - t_agreed) * 1e3,
+         (t_built - t_dist) * 1e3, (t_moved - t_built) * 1e3);
   GT_TRY(gpt_mirror_start(rsh, *tr, job, rp.rank == 0));
   fflush(stdout);
   return GT_OK;

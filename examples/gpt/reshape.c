@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "giant/comm.h"
 #include "giant/dist.h"
 #include "giant/log.h"
 
@@ -18,36 +19,15 @@ void gpt_reshape_init(gpt_reshape *r, const gt_job *job) {
 }
 
 /* What a rank says of itself: its step, whether it is pending, and the
- * data stream's row at the start of a given step. */
+ * data stream's row at the start of a given step. Sent as bytes in an
+ * all-gather (which moves them untouched). */
 typedef struct rank_state {
-  long long step, row_step;
-  int pending;
+  int64_t step, row_step;
+  int64_t pending;
   uint64_t row;
 } rank_state;
 
-static gt_status publish(gt_store *s, int epoch, int gen_rank, const rank_state *st) {
-  char key[96], val[128];
-  snprintf(key, sizeof key, "reshape/state/%d/%d", epoch, gen_rank);
-  int n = snprintf(val, sizeof val, "%lld %d %" PRIu64 " %lld", st->step, st->pending, st->row, st->row_step);
-  return gt_store_set(s, key, val, (size_t)n);
-}
-
-static gt_status fetch(gt_store *s, int epoch, int gen_rank, int timeout_ms, rank_state *st) {
-  char key[96];
-  snprintf(key, sizeof key, "reshape/state/%d/%d", epoch, gen_rank);
-  void *v = NULL;
-  size_t len = 0;
-  GT_TRY(gt_store_get(s, key, &v, &len, timeout_ms));
-  char buf[128];
-  snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), (char *)v);
-  free(v);
-  if (sscanf(buf, "%lld %d %" SCNu64 " %lld", &st->step, &st->pending, &st->row, &st->row_step) != 4)
-    return gt_errorf(GT_EFORMAT, "rank %d's reshape state is malformed: '%s'", gen_rank, buf);
-  return GT_OK;
-}
-
-gt_status gpt_reshape_agree(gpt_reshape *r, gt_job *job, gt_trainer *tr, gt_loader *loader, uint64_t rows_per_step,
-                            gpt_resume_point *out) {
+gt_status gpt_reshape_members(gpt_reshape *r, gt_job *job, int *world, int *rank) {
   /* A newer epoch: the one after ours, then the newest (more may have
    * been lost meanwhile). */
   int epoch = 0;
@@ -59,39 +39,47 @@ gt_status gpt_reshape_agree(gpt_reshape *r, gt_job *job, gt_trainer *tr, gt_load
   GT_TRY(gt_members_latest(job->store, r->gen_world, &epoch, r->members, &r->n));
   r->epoch = epoch;
   int me = gt_members_index(r->members, r->n, r->gen_rank);
-  if (me < 0) return gt_errorf(GT_ECANCELED, "rank %d is not in membership epoch %d: the job went on without it", r->gen_rank, epoch);
+  if (me < 0)
+    return gt_errorf(GT_ECANCELED, "rank %d is not in membership epoch %d: the job went on without it", r->gen_rank,
+                     epoch);
+  *world = r->n, *rank = me;
+  return GT_OK;
+}
+
+gt_status gpt_reshape_decide(gpt_reshape *r, gt_comm *world, gt_trainer *tr, gt_loader *loader,
+                             uint64_t rows_per_step, gpt_resume_point *out) {
   rank_state mine = {.step = gt_trainer_step_index(tr), .pending = gt_trainer_step_pending(tr)};
   int rs = 0;
   if (gt_trainer_step_row(tr, &mine.row, &rs)) mine.row_step = rs;
   else mine.row = gt_loader_next_row(loader), mine.row_step = mine.step;
-  GT_TRY(publish(job->store, epoch, r->gen_rank, &mine));
   /* Every member's state. A member that completed the step's commit vote
    * applied it, which tells that every rank reached the vote: the pending
    * ones apply it too. When none did, the pending ones drop it. */
-  rank_state *all = calloc((size_t)r->n, sizeof *all);
+  int n = world ? gt_comm_size(world) : 1, me = world ? gt_comm_rank(world) : 0;
+  rank_state *all = calloc((size_t)n, sizeof *all);
   if (!all) return gt_errorf(GT_ENOMEM, "out of memory");
-  long long hi = -1;
-  for (int i = 0; i < r->n && s == GT_OK; i++) {
-    s = fetch(job->store, epoch, r->members[i], r->timeout_ms, &all[i]);
-    if (s != GT_OK) s = gt_error_context(s, "waiting for rank %d's state in epoch %d", r->members[i], epoch);
-    else if (all[i].step > hi) hi = all[i].step;
-  }
+  gt_status s = GT_OK;
+  if (world) s = gt_comm_allgather(world, &mine, all, sizeof mine / sizeof(float), GT_F32);
+  else all[0] = mine;
+  int64_t hi = -1;
+  for (int i = 0; i < n && s == GT_OK; i++) hi = all[i].step > hi ? all[i].step : hi;
   uint64_t row = 0;
-  for (int i = 0; i < r->n && s == GT_OK; i++) {
+  for (int i = 0; i < n && s == GT_OK; i++) {
     const rank_state *a = &all[i];
     bool ok = a->step == hi || (a->step == hi - 1 && a->pending);
     if (!ok)
       s = gt_errorf(GT_ESTATE, "rank %d is at step %lld%s and another at %lld: the step in flight cannot be "
-                    "resolved in place", r->members[i], a->step, a->pending ? " (pending)" : "", hi);
+                    "resolved in place", r->members[i], (long long)a->step, a->pending ? " (pending)" : "",
+                    (long long)hi);
     uint64_t at = a->row + (uint64_t)(hi - a->row_step) * rows_per_step;
     if (s == GT_OK && i > 0 && at != row)
       s = gt_errorf(GT_ESTATE, "ranks disagree on the data stream's position at step %lld (rows %" PRIu64 " and %" PRIu64 ")",
-                    hi, row, at);
+                    (long long)hi, row, at);
     row = at;
   }
   free(all);
   GT_TRY(s);
-  *out = (gpt_resume_point){.world = r->n, .rank = me, .step = (int)hi, .row = row,
+  *out = (gpt_resume_point){.world = n, .rank = me, .step = (int)hi, .row = row,
                             .apply_pending = mine.pending && mine.step == hi - 1};
   return GT_OK;
 }

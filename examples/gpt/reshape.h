@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "giant/ckpt.h"
+#include "giant/comm.h"
 #include "giant/data.h"
 #include "giant/init.h"
 #include "giant/members.h"
@@ -50,12 +51,14 @@ gt_status gpt_mirror_start(gpt_reshape *r, gt_trainer *tr, const gt_job *job, bo
 gt_status gpt_mirror_after_step(gpt_reshape *r, gt_trainer *tr, double step_seconds, bool lead);
 void gpt_reshape_destroy(gpt_reshape *r);
 /* After a failed step: waits for a newer membership epoch (giantrun
- * publishes one when a worker dies), publishes this rank's step and data
- * position under it, and decides with the others' where training goes on.
- * rows_per_step: rows of the whole job per step. GT_ENOTFOUND when this
- * rank is not a member any more (GT_ECANCELED); any other failure means a
- * restart. */
-gt_status gpt_reshape_agree(gpt_reshape *r, gt_job *job, gt_trainer *tr, gt_loader *loader, uint64_t rows_per_step,
-                            gpt_resume_point *out);
+ * publishes one when a worker dies) and gives this rank's place in it.
+ * GT_ECANCELED when this rank is not a member any more; any other failure
+ * means a restart. */
+gt_status gpt_reshape_members(gpt_reshape *r, gt_job *job, int *world, int *rank);
+/* Then, over the new world's communicator (NULL: alone), decides with the
+ * others where training goes on: each rank's step and data position are
+ * all-gathered. rows_per_step: rows of the whole job per step. */
+gt_status gpt_reshape_decide(gpt_reshape *r, gt_comm *world, gt_trainer *tr, gt_loader *loader,
+                             uint64_t rows_per_step, gpt_resume_point *out);
 
 #endif

@@ -24,6 +24,10 @@ typedef struct gt_model_config {
   int B_max, T_max;  /* the largest micro-batch the model will run */
   uint64_t seed;     /* initialisation */
   size_t budget_bytes; /* device memory budget for the model's arena; 0 = none */
+  /* Leave the parameters at zero instead of initialising them from the
+   * seed: for a model whose state comes from elsewhere at once (moved from
+   * peers after a reshape), where computing the initial values is wasted. */
+  bool no_init;
 } gt_model_config;
 
 gt_status gt_model_create(gt_backend *be, const gt_model_config *cfg, gt_model **out);

@@ -4,6 +4,7 @@
  * compare-and-swap loop on a decimal integer. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,23 +38,36 @@ static gt_status st_set(gt_store *gs, const char *key, const void *val, size_t l
 }
 
 /* Waits until k exists; its value goes to val and len when val is given. */
-static gt_status wait_key(etcd_store *s, const char *k, void **val, size_t *len, double deadline) {
+/* The key's value if it is there: *found says. */
+static gt_status get_now(etcd_store *s, const char *k, void **val, size_t *len, bool *found) {
   gt_etcd_kvs r;
   GT_TRY(gt_etcd_get(s->c, k, NULL, &r));
-  if (r.n > 0) {
-    if (val) {
-      *val = r.kvs[0].value;
-      *len = r.kvs[0].value_len;
-      r.kvs[0].value = NULL;
-    }
-    gt_etcd_kvs_free(&r);
-    return GT_OK;
+  *found = r.n > 0;
+  if (*found && val) {
+    *val = r.kvs[0].value;
+    *len = r.kvs[0].value_len;
+    r.kvs[0].value = NULL;
   }
-  gt_etcd_watch_opts o = {.start_revision = r.revision + 1};
   gt_etcd_kvs_free(&r);
+  return GT_OK;
+}
+
+static gt_status wait_key(etcd_store *s, const char *k, void **val, size_t *len, double deadline) {
+  bool found;
+  GT_TRY(get_now(s, k, val, len, &found));
+  if (found) return GT_OK;
+  /* Watch from now, then look again: a watch from a past revision would
+   * be one etcd catches up only in its periodic sync of lagging watchers
+   * (every 100 ms) whenever other keys changed in between, as they do
+   * while a whole job forms its groups. */
+  gt_etcd_watch_opts o = {0};
   gt_etcd_watch *w;
   GT_TRY(gt_etcd_watch_start(s->c, k, &o, NULL, NULL, &w));
-  gt_status st;
+  gt_status st = get_now(s, k, val, len, &found);
+  if (st != GT_OK || found) {
+    gt_etcd_watch_cancel(w);
+    return st;
+  }
   for (;;) {
     double left = deadline - gt_now();
     if (left <= 0) {

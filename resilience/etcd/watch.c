@@ -31,6 +31,7 @@ struct gt_etcd_watch {
   char error[512];  /* why it ended, for the starter (under mu) */
   gt_status retry_status; /* why the last stream broke (under mu) */
   qnode *head, *tail;
+  grpc_call *live;  /* the stream's call while one is open (under mu): cancel ends it at once */
 };
 
 static void finish(gt_etcd_watch *w, gt_status st) {
@@ -130,6 +131,10 @@ static int on_response(gt_etcd_watch *w, const Etcdserverpb__WatchResponse *r) {
 static int run_stream(gt_etcd_watch *w) {
   et_stream s;
   if (et_stream_open(&s, w->c, ET_WATCH) != GT_OK) return 0;
+  pthread_mutex_lock(&w->mu);
+  w->live = s.call;
+  if (atomic_load(&w->stop)) grpc_call_cancel(s.call, NULL); /* cancelled while it opened */
+  pthread_mutex_unlock(&w->mu);
   Etcdserverpb__WatchCreateRequest cr = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
   cr.key.data = (uint8_t *)w->key;
   cr.key.len = strlen(w->key);
@@ -176,6 +181,9 @@ static int run_stream(gt_etcd_watch *w) {
     over = on_response(w, (Etcdserverpb__WatchResponse *)m);
     protobuf_c_message_free_unpacked(m, NULL);
   }
+  pthread_mutex_lock(&w->mu);
+  w->live = NULL;
+  pthread_mutex_unlock(&w->mu);
   et_stream_close(&s);
   return over;
 }
@@ -295,6 +303,12 @@ gt_status gt_etcd_watch_status(gt_etcd_watch *w) {
 void gt_etcd_watch_cancel(gt_etcd_watch *w) {
   if (!w) return;
   atomic_store(&w->stop, 1);
+  /* The stream's poll would otherwise notice the stop only at the end of
+   * its slice: a cancelled call ends it now (grpc_call_cancel may be called
+   * from any thread). */
+  pthread_mutex_lock(&w->mu);
+  if (w->live) grpc_call_cancel(w->live, NULL);
+  pthread_mutex_unlock(&w->mu);
   pthread_join(w->thread, NULL);
   for (qnode *n = w->head, *next; n; n = next) {
     next = n->next;
