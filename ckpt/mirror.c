@@ -84,6 +84,16 @@ gt_status gt_ckpt_mirror_create(gt_trainer *tr, int stride, gt_ckpt_mirror **out
   if (s == GT_OK) qsort(v, (size_t)count, sizeof *v, by_slice);
   if (s == GT_OK) s = unique_of(v, count, me, true, &m->mine, &m->mine_floats);
   if (s == GT_OK) s = unique_of(v, count, m->pred, false, &m->kept, &m->kept_floats);
+  /* Where every float has a replica, there is nothing to copy, on any rank. */
+  bool any = false;
+  for (int r = 0; s == GT_OK && r < n && !any; r++) {
+    pr_list l = {0};
+    uint64_t f = 0;
+    s = unique_of(v, count, r, true, &l, &f);
+    any = f > 0;
+    pr_list_free(&l);
+  }
+  if (s == GT_OK && !any) m->world = NULL;
   if (s == GT_OK) {
     m->send = malloc((size_t)(m->mine_floats ? m->mine_floats : 1) * sizeof(float));
     m->copy = malloc((size_t)(m->kept_floats ? m->kept_floats : 1) * sizeof(float));
@@ -139,7 +149,7 @@ gt_status gt_ckpt_mirror_update(gt_ckpt_mirror *m) {
 }
 
 void gt_ckpt_mirror_stats(const gt_ckpt_mirror *m, gt_ckpt_mirror_info *out) {
-  *out = (gt_ckpt_mirror_info){.step = m->step, .buddy = m->buddy, .floats_sent = m->mine_floats,
+  *out = (gt_ckpt_mirror_info){.step = m->step, .active = m->world != NULL, .buddy = m->buddy, .floats_sent = m->mine_floats,
                                .floats_kept = m->kept_floats, .updates = m->updates,
                                .seconds = m->seconds};
 }

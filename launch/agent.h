@@ -67,6 +67,9 @@ typedef struct worker_group {
 
 /* Starts the round's workers, each in its own process group. */
 gt_status workers_start(worker_group *g, const agent_opts *o, const gt_rdzv_round *r);
+/* --reshape: starts worker i again, alone, after it died (GT_JOIN=1: it
+ * joins the running job rather than starting one). */
+gt_status workers_respawn(worker_group *g, int i, const agent_opts *o, const gt_rdzv_round *r);
 /* Forwards output (prefixed with the rank) for up to timeout_ms, and reaps
  * workers that exited. */
 void workers_pump(worker_group *g, int timeout_ms);

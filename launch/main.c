@@ -88,7 +88,7 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
           rd->node_rank, rd->nnodes, rd->generation, rd->rank_base, rd->rank_base + rd->nproc - 1,
           rd->world_size);
   int interval_ms = (int)(o->monitor_s * 1000);
-  int finished = 0, warned = 0;
+  int finished = 0, warned = 0, replaced = 0;
   char why[400];
   for (;;) {
     workers_pump(&g, interval_ms);
@@ -111,6 +111,18 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
       gt_warn("giantrun: %s; the other workers reshape without it (--reshape)", why);
       g.w[dead].released = 1;
       monitor_member_lost(m, g.w[dead].rank);
+      /* It alone starts again, and joins the running job; each such
+       * restart counts against --max-restarts. */
+      if (replaced < o->max_restarts) {
+        gt_status rs = workers_respawn(&g, dead, o, rd);
+        if (rs == GT_OK) {
+          replaced++;
+          gt_info("giantrun: worker rank %d restarted alone (pid %ld): it joins the running job", g.w[dead].rank,
+                  (long)g.w[dead].pid);
+        } else {
+          gt_warn("giantrun: cannot restart worker rank %d alone: %s", g.w[dead].rank, gt_last_error());
+        }
+      }
       continue;
     }
     if (hung || workers_failed(&g, why, sizeof why)) {

@@ -25,7 +25,7 @@ static const char *const our_vars[] = {
     "GT_RANK=", "GT_LOCAL_RANK=", "GT_WORLD_SIZE=", "GT_LOCAL_WORLD_SIZE=", "GT_NODE_RANK=",
     "GT_NNODES=", "GT_GENERATION=", "GT_RESTART_COUNT=", "GT_JOB_ID=", "GT_STORE=",
     "GT_STORE_CACERT=", "GT_STORE_CERT=", "GT_STORE_KEY=", "GT_JOB_SECRET=", "GT_PLAN=",
-    "GT_PROGRESS_FD=", "GT_CKPT_DIR=", "GT_CKPT_EVERY=", "GT_CKPT_KEEP=", "GT_COORD=", "GT_RESHAPE=", NULL};
+    "GT_PROGRESS_FD=", "GT_CKPT_DIR=", "GT_CKPT_EVERY=", "GT_CKPT_KEEP=", "GT_COORD=", "GT_RESHAPE=", "GT_JOIN=", NULL};
 
 static int ours(const char *e) {
   for (int i = 0; our_vars[i]; i++)
@@ -191,6 +191,29 @@ gt_status workers_start(worker_group *g, const agent_opts *o, const gt_rdzv_roun
     w->exited = 0;
   }
   return GT_OK;
+}
+
+static void close_stream(worker *w, int s);
+
+gt_status workers_respawn(worker_group *g, int i, const agent_opts *o, const gt_rdzv_round *r) {
+  worker *w = &g->w[i];
+  if (!w->exited) return gt_errorf(GT_ESTATE, "worker rank %d still runs", w->rank);
+  for (int s = 0; s < 3; s++)
+    if (w->fd[s] >= 0) close_stream(w, s);
+  FILE *log = w->log;
+  int rank = w->rank;
+  *w = (worker){.rank = rank, .fd = {-1, -1, -1}, .exited = 1, .log = log};
+  int prog[2];
+  if (pipe2(prog, O_CLOEXEC) != 0) return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
+  env_list e = {0};
+  gt_status st = make_env(&e, o, r, i, prog[1]) || env_add(&e, "GT_JOIN=1") ? gt_errorf(GT_ENOMEM, "out of memory")
+                                                                            : GT_OK;
+  if (st == GT_OK) st = spawn(w, o, e.v, prog);
+  env_free(&e);
+  if (prog[0] >= 0) close(prog[0]);
+  close(prog[1]);
+  if (st == GT_OK) w->exited = 0;
+  return st;
 }
 
 static void emit(worker *w, int stream, const char *text, size_t len) {

@@ -1,6 +1,7 @@
 /* Membership epochs in the generation's store (giant/members.h). */
 #include "giant/members.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,7 +68,10 @@ gt_status gt_members_latest(gt_store *s, int world, int *epoch, int *ranks, int 
   }
 }
 
-gt_status gt_members_remove(gt_store *s, int world, int rank, int *epoch) {
+/* Publishes the epoch after the newest with `rank` taken out (add = false)
+ * or put in (add = true), unless the newest already is so. */
+static gt_status change(gt_store *s, int world, int rank, bool add, int *epoch) {
+  if (rank < 0 || rank >= world) return gt_errorf(GT_EINVAL, "rank %d is not one of the generation's %d", rank, world);
   int *ranks = malloc(GT_MEMBERS_MAX * sizeof *ranks), n = 0;
   if (!ranks) return gt_errorf(GT_ENOMEM, "out of memory");
   gt_status st = GT_OK;
@@ -76,7 +80,7 @@ gt_status gt_members_remove(gt_store *s, int world, int rank, int *epoch) {
     st = gt_members_latest(s, world, &e, ranks, &n);
     if (st != GT_OK) break;
     int at = gt_members_index(ranks, n, rank);
-    if (at < 0) { /* someone removed it already */
+    if ((at >= 0) == add) { /* someone did it already */
       *epoch = e;
       break;
     }
@@ -84,19 +88,56 @@ gt_status gt_members_remove(gt_store *s, int world, int rank, int *epoch) {
     snprintf(key, sizeof key, "reshape/claim/%d", e + 1);
     int64_t claims = 0;
     st = gt_store_add(s, key, 1, &claims);
-    if (st != GT_OK || claims != 1) continue; /* another removal won epoch e + 1: read it and try again */
+    if (st != GT_OK || claims != 1) continue; /* another change won epoch e + 1: read it and try again */
     char text[8 * GT_MEMBERS_MAX];
     size_t len = 0;
-    for (int i = 0; i < n; i++)
+    bool put = !add;
+    for (int i = 0; i < n; i++) {
+      if (!put && ranks[i] > rank) len += (size_t)snprintf(text + len, sizeof text - len, "%s%d", len ? " " : "", rank), put = true;
       if (i != at) len += (size_t)snprintf(text + len, sizeof text - len, "%s%d", len ? " " : "", ranks[i]);
+    }
+    if (!put) len += (size_t)snprintf(text + len, sizeof text - len, "%s%d", len ? " " : "", rank);
     snprintf(key, sizeof key, "reshape/members/%d", e + 1);
     st = gt_store_set(s, key, text, len);
     if (st == GT_OK) {
-      gt_info("membership epoch %d: rank %d removed, %d rank(s) left", e + 1, rank, n - 1);
+      gt_info("membership epoch %d: rank %d %s, %d rank(s)", e + 1, rank, add ? "added" : "removed", add ? n + 1 : n - 1);
       *epoch = e + 1;
     }
     break;
   }
   free(ranks);
   return st;
+}
+
+gt_status gt_members_remove(gt_store *s, int world, int rank, int *epoch) { return change(s, world, rank, false, epoch); }
+gt_status gt_members_add(gt_store *s, int world, int rank, int *epoch) { return change(s, world, rank, true, epoch); }
+
+gt_status gt_members_request_join(gt_store *s, int rank) {
+  char key[64];
+  snprintf(key, sizeof key, "reshape/join/%d", rank);
+  GT_TRY(gt_store_set(s, key, "1", 1));
+  int64_t n = 0;
+  return gt_store_add(s, "reshape/joins", 1, &n);
+}
+
+gt_status gt_members_joins(gt_store *s, int world, const int *members, int n, int64_t *seen, int *ranks, int *count) {
+  *count = 0;
+  int64_t total = 0;
+  GT_TRY(gt_store_add(s, "reshape/joins", 0, &total));
+  if (total == *seen) return GT_OK;
+  for (int r = 0; r < world; r++) {
+    if (gt_members_index(members, n, r) >= 0) continue;
+    char key[64];
+    snprintf(key, sizeof key, "reshape/join/%d", r);
+    void *v = NULL;
+    size_t len = 0;
+    gt_status st = gt_store_get(s, key, &v, &len, 0);
+    if (st == GT_ETIMEDOUT || st == GT_ENOTFOUND) continue;
+    GT_TRY(st);
+    free(v);
+    gt_store_del(s, key);
+    ranks[(*count)++] = r;
+  }
+  *seen = total;
+  return GT_OK;
 }

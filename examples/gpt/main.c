@@ -328,9 +328,10 @@ static gt_status recut(gt_backend *be, const gt_model_config *mc, const gt_model
   return GT_OK;
 }
 
-/* The layout a job of `world` ranks goes on at after a reshape: the old
- * tensor- and pipeline-parallel sizes where they divide it, the planner's
- * choice where they do not. */
+/* The layout a job of `world` ranks goes on at after a reshape: the
+ * launch plan's tensor- and pipeline-parallel sizes where they divide it,
+ * the planner's choice where they do not. Every rank, a joining one too,
+ * knows the launch plan, so all choose alike. */
 static gt_status reshape_layout(const args *a, gt_backend *be, const gpt_config *gc, const gt_plan *old, int world,
                                 int total, double peak, gt_pp_kind schedule, char *out, size_t n) {
   int tp = old->layout.tp, pp = old->layout.pp;
@@ -355,25 +356,28 @@ static void newest_checkpoint(const args *a, char *out, size_t n) {
 /* In-process reshaping after a failed step (--reshape): abort what is in
  * flight, agree with the ranks left where training stands, build the new
  * layout, move the state into it from the peers, and go on. The old
- * layout is freed only once the new one holds the state. */
+ * layout is freed only once the new one holds the state. planned: no
+ * failure, ranks join at a step boundary (nothing to abort; a joining rank
+ * has no trainer, *tr NULL, and takes all it holds from the others). */
 static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_config *gc, double peak,
                          gt_pp_kind schedule, gpt_reshape *rsh, int total, gt_model_config *mc,
                          gt_trainer_config *tc, gt_plan *plan, gt_model_parallel *mp, gt_dist **dist, gt_model **m,
-                         gt_trainer **tr, gt_loader **loader, gt_ckpt **ckpt, char *gen, size_t gen_cap) {
+                         gt_trainer **tr, gt_loader **loader, gt_ckpt **ckpt, char *gen, size_t gen_cap,
+                         const gt_plan *launch, bool planned) {
   double t0 = gt_now();
   gt_grid *grid = *dist ? gt_dist_grid(*dist) : NULL;
-  if (grid) { /* the others' operations fail at once, not at their timeout */
+  if (grid && !planned) { /* the others' operations fail at once, not at their timeout */
     gt_comm_abort(gt_grid_world(grid));
     for (int ax = GT_GRID_DP; ax <= GT_GRID_PP; ax++) gt_comm_abort(gt_grid_comm(grid, (gt_grid_axis)ax));
   }
-  gt_ckpt_abandon(*ckpt);
+  if (!planned) gt_ckpt_abandon(*ckpt); /* a planned reshape lets the save in flight commit */
   gt_ckpt_destroy(*ckpt);
   *ckpt = NULL;
   int world = 1, rank = 0;
   GT_TRY(gpt_reshape_members(rsh, job, &world, &rank));
   double t_agreed = gt_now();
   char layout[64];
-  GT_TRY(reshape_layout(a, be, gc, plan, world, total, peak, schedule, layout, sizeof layout));
+  GT_TRY(reshape_layout(a, be, gc, launch, world, total, peak, schedule, layout, sizeof layout));
   gt_plan np;
   gt_plan_config pc = {.world = world, .rank = rank, .layout = layout, .zero1 = a->zero1,
                        .seq_parallel = a->seq_parallel, .bucket_bytes = (size_t)a->bucket_kib << 10,
@@ -407,7 +411,7 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
   if (s == GT_OK)
     s = gpt_reshape_decide(rsh, nd ? gt_grid_world(gt_dist_grid(nd)) : NULL, *tr, *loader,
                            (uint64_t)total * (uint64_t)a->accum, &rp);
-  if (s == GT_OK && gt_trainer_step_pending(*tr)) s = gt_trainer_resolve_step(*tr, rp.apply_pending);
+  if (s == GT_OK && *tr && gt_trainer_step_pending(*tr)) s = gt_trainer_resolve_step(*tr, rp.apply_pending);
   double t_dist = gt_now();
   gt_model_config nmc = *mc;
   nmc.B_max = cap;
@@ -484,6 +488,7 @@ int main(int argc, char **argv) {
   int *shares = NULL;
   gt_failslow *failslow = NULL;
   gpt_reshape rsh = {0}; /* --reshape: the membership, and the copies on a peer */
+  gt_plan launch_plan = {0};  /* what reshapes start from */
   char reshaped_gen[96];
   if ((s = gt_init(&job)) != GT_OK) return fail("joining the job", s);
   bool lead = job->rank == 0;
@@ -495,7 +500,11 @@ int main(int argc, char **argv) {
     fail("planning", s);
     goto out;
   }
-  if ((s = prepare_data(&a, job)) != GT_OK) {
+  /* A worker giantrun restarted alone joins the running job (--reshape):
+   * it builds no layout of its own and takes its state from the others. */
+  const char *env_join = getenv("GT_JOIN");
+  bool joining = a.reshape && env_join && !strcmp(env_join, "1") && job->world_size > 1;
+  if (!joining && (s = prepare_data(&a, job)) != GT_OK) {
     fail("preparing data", s);
     goto out;
   }
@@ -543,6 +552,7 @@ int main(int argc, char **argv) {
     fail("planning", s);
     goto out;
   }
+  launch_plan = plan;
   /* Speeds: slower stages get fewer layers, slower replicas fewer rows of
    * each micro-batch (the step still weighs every token alike). */
   double speeds[GT_PLANNER_MAX_STAGES];
@@ -581,7 +591,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (lead && a.speeds) printf("speeds %s: this replica takes %d of every %d rows\n", a.speeds, rows, total);
-  if (job->world_size > 1) {
+  if (job->world_size > 1 && !joining) {
     gt_dist_config dc = {.plan = plan, .store = job->store, .generation = job->generation_name,
                          .comm = {.backend = be, .secret = job->secret}};
     if ((s = gt_dist_create(&dc, &dist)) != GT_OK) {
@@ -602,11 +612,11 @@ int main(int argc, char **argv) {
    * their costs before any memory is allocated. */
   gt_model_config mc = {.B_max = cap, .T_max = a.seq, .seed = a.seed};
   gt_model_parallel mp = dist ? gt_dist_model_parallel(dist) : (gt_model_parallel){0};
-  if ((s = build_model(be, &mc, &mp, &gc, &plan, rows, a.seq, speeds, NULL, &m)) != GT_OK) {
+  if (!joining && (s = build_model(be, &mc, &mp, &gc, &plan, rows, a.seq, speeds, NULL, &m)) != GT_OK) {
     fail("building the model", s);
     goto out;
   }
-  if (a.print_plan) {
+  if (a.print_plan && !joining) {
     if (lead) {
       gt_plan_print(&plan, m, stdout);
       s = gpt_print_prediction(be, &gc, &plan, m, rows, a.seq, a.accum * plan.layout.dp, peak, stdout);
@@ -624,29 +634,29 @@ int main(int argc, char **argv) {
                           .dist = dist, .no_overlap = a.no_overlap, .precision = precision,
                           .commit_vote = a.reshape};
   if (a.weight_decay >= 0) tc.optim.weight_decay = a.weight_decay;
-  if ((s = gt_trainer_create(m, &tc, &tr)) != GT_OK) {
+  if (!joining && (s = gt_trainer_create(m, &tc, &tr)) != GT_OK) {
     fail("creating the trainer", s);
     goto out;
   }
-  if (lead)
+  if (lead && m)
     printf("gpt: %zu parameters, L=%d C=%d NH=%d T=%d V=%d, B=%d x %d micro-batches per replica, %s (%s kernels), "
            "%s, %d threads, peak %.1f GFLOP/s; world %d = dp %d x tp %d x pp %d%s%s\n",
            gt_model_param_count_whole(m), a.layers, a.channels, a.heads, a.seq, vocab, rows,
            a.accum, gt_backend_name(be), gt_backend_kernels(be), gt_precision_name(precision),
            gt_backend_num_threads(be), gt_backend_peak_flops(be) / 1e9, plan.world, plan.layout.dp, plan.layout.tp,
            plan.layout.pp, plan.zero1 ? ", ZeRO-1" : "", plan.seq_parallel ? ", sequence parallel" : "");
-  if ((s = gpt_ckpt_start(&a.ckpt, job, tr, loader, &ckpt)) != GT_OK) {
+  if (!joining && (s = gpt_ckpt_start(&a.ckpt, job, tr, loader, &ckpt)) != GT_OK) {
     fail("resuming from a checkpoint", s);
     goto out;
   }
   if (ckpt) gpt_ckpt_catch_stop(); /* a stop lets the save in flight commit (on the way out) */
-  if ((s = gpt_failslow_start(&a.failslow, dist, m, job, metrics, &failslow)) != GT_OK) {
+  if (!joining && (s = gpt_failslow_start(&a.failslow, dist, m, job, metrics, &failslow)) != GT_OK) {
     rc = 2;
     fail("starting fail-slow detection", s);
     goto out;
   }
   if (a.rebalance && !rebalance && lead) printf("--rebalance: one replica and one stage, nothing to move\n");
-  if (rebalance && (s = gpt_rebalance_create(&plan, dist, be, shares, cap, job, a.rebalance_local, &rb)) != GT_OK) {
+  if (rebalance && !joining && (s = gpt_rebalance_create(&plan, dist, be, shares, cap, job, a.rebalance_local, &rb)) != GT_OK) {
     fail("setting up --rebalance", s);
     goto out;
   }
@@ -665,21 +675,41 @@ int main(int argc, char **argv) {
       goto out;
     }
   }
+  if (joining) {
+    s = gpt_reshape_join(&rsh, job);
+    if (s == GT_OK)
+      s = reshape(&a, job, be, &gc, peak, schedule, &rsh, total, &mc, &tc, &plan, &mp, &dist, &m, &tr, &loader, &ckpt,
+                  reshaped_gen, sizeof reshaped_gen, &launch_plan, true);
+    if (s != GT_OK) {
+      fail("joining the running job", s);
+      rc = GPT_EXIT_RESHAPE_FAILED;
+      goto out;
+    }
+    lead = job->rank == 0;
+    tc.print_every = lead ? a.print_every : 0;
+  }
   gt_step_stats st = {0}, first = {0};
   gt_failslow_report report;
   int start = gt_trainer_step_index(tr);
   for (int i = start; i < a.steps; i++) {
-    if ((s = gt_trainer_step(tr, loader, &st)) != GT_OK || (s = gpt_ckpt_after_step(&a.ckpt, ckpt, tr, lead)) != GT_OK ||
-        (s = gpt_failslow_after_step(failslow, &st, &report)) != GT_OK ||
-        (rb && (s = gpt_rebalance_after_step(rb, tr, &st, failslow ? &report : NULL, lead)) != GT_OK) ||
-        (a.reshape && (s = gpt_mirror_after_step(&rsh, tr, st.seconds, lead)) != GT_OK)) {
-      fail("training", s);
-      if (!a.reshape || job->world_size == 1 || gpt_ckpt_stop_signal()) goto out;
+    bool failed = (s = gt_trainer_step(tr, loader, &st)) != GT_OK ||
+                  (s = gpt_ckpt_after_step(&a.ckpt, ckpt, tr, lead)) != GT_OK ||
+                  (s = gpt_failslow_after_step(failslow, &st, &report)) != GT_OK ||
+                  (rb && (s = gpt_rebalance_after_step(rb, tr, &st, failslow ? &report : NULL, lead)) != GT_OK) ||
+                  (a.reshape && (s = gpt_mirror_after_step(&rsh, tr, st.seconds, lead)) != GT_OK);
+    /* --reshape: ranks restarted alone ask to join, every few steps. */
+    bool grow = false;
+    if (!failed && a.reshape && dist && (i + 1) % GPT_JOIN_CHECK_EVERY == 0)
+      failed = (s = gpt_reshape_check_joins(&rsh, job, gt_grid_world(gt_dist_grid(dist)), &grow)) != GT_OK;
+    if (failed || grow) {
+      if (failed) fail("training", s);
+      if (failed && (!a.reshape || job->world_size == 1 || gpt_ckpt_stop_signal())) goto out;
       /* Fail-slow monitoring and rebalancing were set up for the old layout. */
       gpt_rebalance_destroy(rb), rb = NULL;
       gt_failslow_destroy(failslow), failslow = NULL;
+      if (!failed) gt_job_step(job, i + 1);
       s = reshape(&a, job, be, &gc, peak, schedule, &rsh, total, &mc, &tc, &plan, &mp, &dist, &m, &tr, &loader, &ckpt,
-                  reshaped_gen, sizeof reshaped_gen);
+                  reshaped_gen, sizeof reshaped_gen, &launch_plan, !failed);
       if (s != GT_OK) {
         fail("reshaping", s);
         rc = s == GT_ECANCELED ? 1 : GPT_EXIT_RESHAPE_FAILED; /* a restart from the newest checkpoint */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "giant/comm.h"
 #include "giant/dist.h"
@@ -48,9 +49,10 @@ gt_status gpt_reshape_members(gpt_reshape *r, gt_job *job, int *world, int *rank
 
 gt_status gpt_reshape_decide(gpt_reshape *r, gt_comm *world, gt_trainer *tr, gt_loader *loader,
                              uint64_t rows_per_step, gpt_resume_point *out) {
-  rank_state mine = {.step = gt_trainer_step_index(tr), .pending = gt_trainer_step_pending(tr)};
+  /* A joining rank holds nothing: step -1, passed over below. */
+  rank_state mine = {.step = tr ? gt_trainer_step_index(tr) : -1, .pending = tr && gt_trainer_step_pending(tr)};
   int rs = 0;
-  if (gt_trainer_step_row(tr, &mine.row, &rs)) mine.row_step = rs;
+  if (tr && gt_trainer_step_row(tr, &mine.row, &rs)) mine.row_step = rs;
   else mine.row = gt_loader_next_row(loader), mine.row_step = mine.step;
   /* Every member's state. A member that completed the step's commit vote
    * applied it, which tells that every rank reached the vote: the pending
@@ -64,19 +66,21 @@ gt_status gpt_reshape_decide(gpt_reshape *r, gt_comm *world, gt_trainer *tr, gt_
   int64_t hi = -1;
   for (int i = 0; i < n && s == GT_OK; i++) hi = all[i].step > hi ? all[i].step : hi;
   uint64_t row = 0;
-  for (int i = 0; i < n && s == GT_OK; i++) {
+  for (int i = 0, first = 1; i < n && s == GT_OK; i++) {
     const rank_state *a = &all[i];
+    if (a->step < 0) continue; /* joining */
     bool ok = a->step == hi || (a->step == hi - 1 && a->pending);
     if (!ok)
       s = gt_errorf(GT_ESTATE, "rank %d is at step %lld%s and another at %lld: the step in flight cannot be "
                     "resolved in place", r->members[i], (long long)a->step, a->pending ? " (pending)" : "",
                     (long long)hi);
     uint64_t at = a->row + (uint64_t)(hi - a->row_step) * rows_per_step;
-    if (s == GT_OK && i > 0 && at != row)
+    if (s == GT_OK && !first && at != row)
       s = gt_errorf(GT_ESTATE, "ranks disagree on the data stream's position at step %lld (rows %" PRIu64 " and %" PRIu64 ")",
                     (long long)hi, row, at);
-    row = at;
+    row = at, first = 0;
   }
+  if (s == GT_OK && hi < 0) s = gt_errorf(GT_ESTATE, "no rank of the new membership holds a trainer's state");
   free(all);
   GT_TRY(s);
   *out = (gpt_resume_point){.world = n, .rank = me, .step = (int)hi, .row = row,
@@ -93,6 +97,11 @@ gt_status gpt_mirror_start(gpt_reshape *r, gt_trainer *tr, const gt_job *job, bo
   GT_TRY(gt_ckpt_mirror_create(tr, stride, &r->mirror));
   gt_ckpt_mirror_info mi;
   gt_ckpt_mirror_stats(r->mirror, &mi);
+  if (!mi.active) { /* every float has a replica: nothing to copy, on any rank */
+    gt_ckpt_mirror_destroy(r->mirror);
+    r->mirror = NULL;
+    return GT_OK;
+  }
   if (lead)
     printf("gpt: redundancy: rank 0 keeps %llu floats that no other rank holds, copied to rank %d\n",
            (unsigned long long)mi.floats_sent, mi.buddy);
@@ -129,4 +138,57 @@ gt_status gpt_mirror_after_step(gpt_reshape *r, gt_trainer *tr, double step_seco
 void gpt_reshape_destroy(gpt_reshape *r) {
   gt_ckpt_mirror_destroy(r->mirror);
   r->mirror = NULL;
+}
+
+gt_status gpt_reshape_join(gpt_reshape *r, gt_job *job) {
+  /* First the epoch without this rank (its loss may not be published yet),
+   * then the request, then an epoch with it. */
+  double deadline = gt_now() + r->timeout_ms / 1000.0;
+  int epoch = 0;
+  for (;;) {
+    GT_TRY(gt_members_latest(job->store, r->gen_world, &epoch, r->members, &r->n));
+    if (gt_members_index(r->members, r->n, r->gen_rank) < 0) break;
+    if (gt_now() > deadline)
+      return gt_errorf(GT_ETIMEDOUT, "rank %d is still a member of epoch %d: there is no running job to join",
+                       r->gen_rank, epoch);
+    gt_status s = gt_members_get(job->store, r->gen_world, epoch + 1, r->members, &r->n, 200);
+    if (s != GT_OK && s != GT_ETIMEDOUT) return s;
+  }
+  GT_TRY(gt_members_request_join(job->store, r->gen_rank));
+  printf("gpt: rank %d (pid %d) asks to join the running job (membership epoch %d)\n", r->gen_rank, (int)getpid(),
+         epoch);
+  fflush(stdout);
+  for (;;) {
+    int ms = (int)((deadline - gt_now()) * 1000);
+    gt_status s = gt_members_get(job->store, r->gen_world, epoch + 1, r->members, &r->n, ms > 0 ? ms : 0);
+    if (s == GT_ETIMEDOUT)
+      return gt_errorf(GT_ETIMEDOUT, "the running job did not take rank %d in within %.0f s", r->gen_rank,
+                       r->timeout_ms / 1000.0);
+    GT_TRY(s);
+    if (gt_members_index(r->members, r->n, r->gen_rank) >= 0) {
+      r->epoch = epoch; /* gpt_reshape_members then finds epoch + 1, the one with this rank */
+      return GT_OK;
+    }
+    epoch++;
+  }
+}
+
+gt_status gpt_reshape_check_joins(gpt_reshape *r, gt_job *job, gt_comm *world, bool *grow) {
+  /* Rank 0 reads the requests and publishes the epoch with them; one all-
+   * reduce tells every rank, which then reshape at the same step. */
+  float flag = 0;
+  gt_status s = GT_OK;
+  if (gt_comm_rank(world) == 0) {
+    int ranks[64], count = 0, epoch = 0;
+    s = gt_members_joins(job->store, r->gen_world, r->members, r->n, &r->joins_seen, ranks, &count);
+    for (int i = 0; s == GT_OK && i < count; i++) s = gt_members_add(job->store, r->gen_world, ranks[i], &epoch);
+    if (s == GT_OK && count) {
+      printf("gpt: %d rank(s) ask to join: membership epoch %d takes them in\n", count, epoch);
+      fflush(stdout);
+    }
+    flag = s == GT_OK && count > 0 ? 1.0f : 0.0f;
+  }
+  GT_TRY(gt_comm_allreduce(world, &flag, 1, GT_F32, GT_COMM_SUM));
+  *grow = flag > 0;
+  return s;
 }

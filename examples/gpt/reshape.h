@@ -30,6 +30,7 @@ typedef struct gpt_reshape {
   int every, taken;
   int fixed_every;          /* --mirror-every: > 0 fixes `every` */
   double update_s, step_s;  /* sums over the calibration updates */
+  int64_t joins_seen;       /* rank 0: join requests taken so far */
 } gpt_reshape;
 
 #define GPT_MIRROR_BUDGET 0.02 /* of the step time */
@@ -50,6 +51,15 @@ gt_status gpt_mirror_start(gpt_reshape *r, gt_trainer *tr, const gt_job *job, bo
 /* After each step: the copy, every `every` steps. Collective. */
 gt_status gpt_mirror_after_step(gpt_reshape *r, gt_trainer *tr, double step_seconds, bool lead);
 void gpt_reshape_destroy(gpt_reshape *r);
+/* A worker restarted alone (GT_JOIN=1): asks to join the running job and
+ * waits for a membership epoch that has it; then reshape as the others
+ * do, with no state of its own. */
+gt_status gpt_reshape_join(gpt_reshape *r, gt_job *job);
+/* Between steps, every GPT_JOIN_CHECK_EVERY steps: whether ranks asked to
+ * join, in which case rank 0 has published the epoch with them and every
+ * rank reshapes now (*grow). Collective over world. */
+#define GPT_JOIN_CHECK_EVERY 5
+gt_status gpt_reshape_check_joins(gpt_reshape *r, gt_job *job, gt_comm *world, bool *grow);
 /* After a failed step: waits for a newer membership epoch (giantrun
  * publishes one when a worker dies) and gives this rank's place in it.
  * GT_ECANCELED when this rank is not a member any more; any other failure

@@ -9,6 +9,8 @@
  *
  *   reshape/claim/<E>     the claim counter of epoch E
  *   reshape/members/<E>   "r0 r1 ...": generation ranks, ascending
+ * Ranks leave (gt_members_remove) and come back (gt_members_add). A rank
+ * that was never in one of a generation's epochs cannot join it.
  */
 #ifndef GIANT_MEMBERS_H
 #define GIANT_MEMBERS_H
@@ -29,6 +31,15 @@ gt_status gt_members_latest(gt_store *s, int world, int *epoch, int *ranks, int 
  * it; *epoch gets the epoch that lacks it. Safe against others removing
  * ranks at the same time: each claim is one atomic add. */
 gt_status gt_members_remove(gt_store *s, int world, int rank, int *epoch);
+/* The same with `rank` put back (a restarted worker joining). */
+gt_status gt_members_add(gt_store *s, int world, int rank, int *epoch);
+/* A restarted worker asks to join the running job:
+ *   reshape/join/<rank>   its request, removed once taken
+ *   reshape/joins         a counter of requests, cheap to poll */
+gt_status gt_members_request_join(gt_store *s, int rank);
+/* The requests of ranks not in members[0..n) made since *seen (which it
+ * advances): into ranks[], *count of them. One read when there are none. */
+gt_status gt_members_joins(gt_store *s, int world, const int *members, int n, int64_t *seen, int *ranks, int *count);
 /* The position of rank in ranks[0..n), or -1. */
 int gt_members_index(const int *ranks, int n, int rank);
 

@@ -14,7 +14,11 @@
  *   dp=2,pp=2   -> the planner's layout for three ranks
  *   dp=2,tp=2   -> the same
  *   dp=4 with ZeRO-1 -> dp=3: the lost rank's optimizer shard comes from
- *                       the copy its peer keeps (--mirror-every 1) */
+ *                       the copy its peer keeps (--mirror-every 1)
+ * and, with --max-restarts 1, the dead worker restarted alone joins the
+ * job again at a step boundary, given its state by its peers (4 -> 3 -> 4,
+ * at dp=2,tp=2 and at dp=4 with ZeRO-1); the reference then makes both
+ * changes through checkpoints. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -46,7 +50,7 @@ static int teardown(void **state) {
 /* gpt under giantrun on n workers at `plan`, to `steps`, saving every
  * `every` steps into ck; extra: more of giantrun's flags first. */
 static void run_job(int n, const char *plan, bool zero1, int steps, int every, const char *ck, const char *fault,
-                    bool reshape, run_result *r) {
+                    bool reshape, bool rejoin, run_result *r) {
   char np[8], st[8], ev[8], fenv[128];
   snprintf(np, sizeof np, "%d", n), snprintf(st, sizeof st, "%d", steps), snprintf(ev, sizeof ev, "%d", every);
   snprintf(fenv, sizeof fenv, "GT_FAULT=%s", fault ? fault : "");
@@ -54,6 +58,7 @@ static void run_job(int n, const char *plan, bool zero1, int steps, int every, c
                     (char *)ck, "--ckpt-every", ev};
   int k = 10;
   if (reshape) argv[k++] = "--reshape";
+  if (rejoin) argv[k++] = "--max-restarts", argv[k++] = "1"; /* the dead worker alone restarts and joins */
   char *rest[] = {gpt, "--corpus", text, "--data", data, "--steps", st, "--layers", "2", "--channels", "32",
                   "--heads", "4", "--seq", "16", "--global-batch", "12", "--accum", "2", "--sample", "0",
                   "--print-every", "1", NULL};
@@ -79,50 +84,70 @@ static int pid_of(const char *out, int rank, const char *marker) {
   return 0;
 }
 
-static void reshape_case(const char *plan, bool zero1) {
+/* The layout and step of the n-th reshape line ("reshaped in ..."): of
+ * rank 0's, which every rank's matches. */
+static const char *reshape_line(const char *out, int nth, char layout[64], int *step, int *world) {
+  const char *line = out;
+  for (int k = 0; k <= nth; k++) {
+    line = strstr(line, "[rank 0] gpt: reshaped in ");
+    if (!line) return NULL;
+    if (k < nth) line++;
+  }
+  const char *of = strstr(line, " of "), *lp = strstr(line, "dp="), *sp = strstr(line, ", step ");
+  if (!of || !lp || !sp || sscanf(of, " of %d", world) != 1 || sscanf(lp, "%63[^ ]", layout) != 1 ||
+      sscanf(sp, ", step %d", step) != 1)
+    return NULL;
+  layout[strlen(layout) - 1] = 0; /* the comma after it */
+  return line;
+}
+
+static void reshape_case(const char *plan, bool zero1, bool rejoin) {
   srand((unsigned)time(NULL) ^ (unsigned)getpid());
   int kill_at = 5 + rand() % 10, victim = 1 + rand() % 3;
   char fault[64], ck[128];
   snprintf(fault, sizeof fault, "crash:rank=%d,at=%d", victim, kill_at);
-  snprintf(ck, sizeof ck, "%s/ck-%s%s", dir, plan, zero1 ? "-zero1" : "");
+  snprintf(ck, sizeof ck, "%s/ck-%s%s%s", dir, plan, zero1 ? "-zero1" : "", rejoin ? "-rejoin" : "");
   print_message("%s%s: %s\n", plan, zero1 ? " + ZeRO-1" : "", fault);
-  run_job(4, plan, zero1, STEPS, STEPS, ck, fault, true, &res);
+  run_job(4, plan, zero1, STEPS, STEPS, ck, fault, true, rejoin, &res);
   /* The survivors reshaped: same processes, one layout, one step. */
-  const char *line = strstr(res.output, "reshaped in ");
+  char layout[64], layout4[64] = "";
+  int resumed = -1, world = 0, joined = -1, world4 = 0;
+  const char *line = reshape_line(res.output, 0, layout, &resumed, &world);
   if (!line) fail_msg("no reshape:\n%s", res.output);
-  char layout[64];
-  int resumed = -1, world = 0;
-  const char *l = strstr(line, "membership epoch");
-  assert_non_null(l);
-  assert_int_equal(sscanf(l, "membership epoch %*d, %63[^,],%*[^,],%*[^,], step %d", layout, &resumed), 2);
-  /* layout is "dp=A" of "dp=A,tp=B,pp=C": take the whole of it */
-  const char *lp = strstr(l, "dp=");
-  assert_non_null(lp);
-  assert_int_equal(sscanf(lp, "%63[^ ]", layout), 1);
-  layout[strlen(layout) - 1] = 0; /* the comma after the layout */
-  assert_non_null(strstr(line, " of 3 in"));
+  assert_int_equal(world, 3);
   print_message("killed at step %d; the three left resumed at step %d at %s\n", kill_at, resumed, layout);
   assert_true(resumed == kill_at || resumed == kill_at + 1); /* at most the step in flight is lost */
+  if (rejoin) { /* ... and the restarted worker joined them */
+    const char *l2 = reshape_line(res.output, 1, layout4, &joined, &world4);
+    if (!l2) fail_msg("no second reshape:\n%s", res.output);
+    assert_int_equal(world4, 4);
+    assert_true(joined > resumed);
+    assert_non_null(strstr(res.output, "asks to join the running job"));
+    print_message("the restarted worker joined at step %d: %s\n", joined, layout4);
+  }
+  int kept = 0;
   for (int r = 0; r < 4; r++) {
     int before = pid_of(res.output, r, "--reshape on"), after = pid_of(res.output, r, "reshaped in ");
-    if (r == victim) {
-      assert_int_equal(after, 0);
-      continue;
-    }
+    if (r == victim) continue;
     print_message("rank %d: pid %d, after the reshape %d\n", r, before, after);
     assert_true(before > 0);
     assert_int_equal(before, after);
-    world++;
+    kept++;
   }
-  assert_int_equal(world, 3);
+  assert_int_equal(kept, 3);
   assert_non_null(strstr(res.output, "over steps 0.."));
   /* The reference: the same change through a checkpoint. */
   char ref[128];
-  snprintf(ref, sizeof ref, "%s/ref-%s%s", dir, plan, zero1 ? "-zero1" : "");
+  snprintf(ref, sizeof ref, "%s/ref-%s%s%s", dir, plan, zero1 ? "-zero1" : "", rejoin ? "-rejoin" : "");
   run_result *rr = malloc(sizeof *rr);
   assert_non_null(rr);
-  run_job(4, plan, zero1, resumed, resumed, ref, NULL, false, rr);
-  run_job(3, layout, zero1, STEPS, STEPS, ref, NULL, false, rr);
+  run_job(4, plan, zero1, resumed, resumed, ref, NULL, false, false, rr);
+  if (rejoin) {
+    run_job(3, layout, zero1, joined, joined, ref, NULL, false, false, rr);
+    run_job(4, layout4, zero1, STEPS, STEPS, ref, NULL, false, false, rr);
+  } else {
+    run_job(3, layout, zero1, STEPS, STEPS, ref, NULL, false, false, rr);
+  }
   assert_non_null(strstr(rr->output, "resumed from"));
   free(rr);
   char a[256], b[256];
@@ -136,10 +161,13 @@ static void reshape_case(const char *plan, bool zero1) {
   assert_non_null(strstr(line, ", 0 from a checkpoint"));
 }
 
-static void test_reshape_dp4(void **state) { (void)state, reshape_case("dp=4", false); }
-static void test_reshape_dp2_pp2(void **state) { (void)state, reshape_case("dp=2,pp=2", false); }
-static void test_reshape_dp2_tp2(void **state) { (void)state, reshape_case("dp=2,tp=2", false); }
-static void test_reshape_dp4_zero1(void **state) { (void)state, reshape_case("dp=4", true); }
+static void test_reshape_dp4(void **state) { (void)state, reshape_case("dp=4", false, false); }
+static void test_reshape_dp2_pp2(void **state) { (void)state, reshape_case("dp=2,pp=2", false, false); }
+static void test_reshape_dp2_tp2(void **state) { (void)state, reshape_case("dp=2,tp=2", false, false); }
+static void test_reshape_dp4_zero1(void **state) { (void)state, reshape_case("dp=4", true, false); }
+/* The dead worker restarted alone joins the running job: 4 -> 3 -> 4. */
+static void test_reshape_dp2_tp2_rejoin(void **state) { (void)state, reshape_case("dp=2,tp=2", false, true); }
+static void test_reshape_dp4_zero1_rejoin(void **state) { (void)state, reshape_case("dp=4", true, true); }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -147,6 +175,8 @@ int main(void) {
       cmocka_unit_test(test_reshape_dp2_pp2),
       cmocka_unit_test(test_reshape_dp2_tp2),
       cmocka_unit_test(test_reshape_dp4_zero1),
+      cmocka_unit_test(test_reshape_dp2_tp2_rejoin),
+      cmocka_unit_test(test_reshape_dp4_zero1_rejoin),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
