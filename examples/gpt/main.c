@@ -697,9 +697,24 @@ int main(int argc, char **argv) {
                   (s = gpt_failslow_after_step(failslow, &st, &report)) != GT_OK ||
                   (rb && (s = gpt_rebalance_after_step(rb, tr, &st, failslow ? &report : NULL, lead)) != GT_OK) ||
                   (a.reshape && (s = gpt_mirror_after_step(&rsh, tr, st.seconds, lead)) != GT_OK);
+    /* --reshape with --failslow: a slow rank may be left out (the ladder's
+     * S3); it leaves, and the others reshape without it. */
+    int excluded = -1;
+    if (!failed && a.reshape && failslow)
+      excluded = gpt_reshape_consider_exclusion(&rsh, job, &plan, &report, rb != NULL, ckpt != NULL,
+                                                a.steps - (i + 1), lead);
+    if (excluded >= 0 && excluded == job->rank) {
+      int epoch = 0;
+      s = gt_members_remove(job->store, rsh.gen_world, rsh.gen_rank, &epoch);
+      printf("gpt: excluded after step %d (pid %d): membership epoch %d goes on without rank %d\n", i + 1,
+             (int)getpid(), epoch, rsh.gen_rank);
+      if (s != GT_OK) fail("leaving the job", s);
+      rc = s == GT_OK ? 0 : 1;
+      goto out;
+    }
     /* --reshape: ranks restarted alone ask to join, every few steps. */
-    bool grow = false;
-    if (!failed && a.reshape && dist && (i + 1) % GPT_JOIN_CHECK_EVERY == 0)
+    bool grow = excluded >= 0;
+    if (!failed && !grow && a.reshape && dist && (i + 1) % GPT_JOIN_CHECK_EVERY == 0)
       failed = (s = gpt_reshape_check_joins(&rsh, job, gt_grid_world(gt_dist_grid(dist)), &grow)) != GT_OK;
     if (failed || grow) {
       if (failed) fail("training", s);
@@ -717,6 +732,12 @@ int main(int argc, char **argv) {
       }
       lead = job->rank == 0;
       tc.print_every = lead ? a.print_every : 0;
+      /* Fail-slow monitoring goes on at the new layout (three ranks or more). */
+      if (a.failslow.on && job->world_size >= 3 &&
+          (s = gpt_failslow_start(&a.failslow, dist, m, job, metrics, &failslow)) != GT_OK) {
+        fail("starting fail-slow detection again", s);
+        goto out;
+      }
       i = gt_trainer_step_index(tr) - 1;
       continue;
     }

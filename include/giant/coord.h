@@ -71,6 +71,7 @@ typedef enum gt_health_state {
   GT_HEALTH_OK = 0,  /* as fast as its workload explains */
   GT_HEALTH_SLOW,    /* fail-slow: alive, slower than predicted */
   GT_HEALTH_STOPPED, /* no progress: hung or gone */
+  GT_HEALTH_EXCLUDED, /* the job reshaped without it (the ladder's S3, docs/resilience.md) */
 } gt_health_state;
 
 typedef enum gt_health_kind {

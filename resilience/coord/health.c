@@ -10,7 +10,7 @@
 #include "giant/rdzv.h"
 #include "resilience/coord/line.h"
 
-static const char *const state_names[] = {"ok", "slow", "stopped"};
+static const char *const state_names[] = {"ok", "slow", "stopped", "excluded"};
 static const char *const kind_names[] = {"none", "compute", "link"};
 
 const char *gt_health_state_name(gt_health_state s) {
@@ -30,7 +30,7 @@ static int name_index(const char *const *names, int n, const char *v, size_t len
 static bool valid_by(const char *by) { return by[0] == '\0' || gt_rdzv_valid_id(by); }
 
 gt_status gt_health_format(const gt_health_record *r, char *line, size_t len) {
-  if ((unsigned)r->state > GT_HEALTH_STOPPED || (unsigned)r->kind > GT_HEALTH_LINK)
+  if ((unsigned)r->state > GT_HEALTH_EXCLUDED || (unsigned)r->kind > GT_HEALTH_LINK)
     return gt_errorf(GT_EINVAL, "health record of rank %d: unknown state %d or kind %d", r->rank, (int)r->state,
                      (int)r->kind);
   if (!valid_by(r->by)) return gt_errorf(GT_EINVAL, "health record of rank %d: 'by' is not a node id", r->rank);
@@ -47,8 +47,8 @@ gt_status gt_health_format(const gt_health_record *r, char *line, size_t len) {
 static gt_status parse(const char *line, size_t len, gt_health_record *r) {
   size_t n;
   const char *v = coord_field(line, len, "state", &n);
-  int st = v ? name_index(state_names, 3, v, n) : -1;
-  if (st < 0) return gt_errorf(GT_EFORMAT, "state is missing or not one of ok, slow, stopped");
+  int st = v ? name_index(state_names, 4, v, n) : -1;
+  if (st < 0) return gt_errorf(GT_EFORMAT, "state is missing or not one of ok, slow, stopped, excluded");
   v = coord_field(line, len, "kind", &n);
   int kind = v ? name_index(kind_names, 3, v, n) : -1;
   if (kind < 0) return gt_errorf(GT_EFORMAT, "kind is missing or not one of none, compute, link");

@@ -1,0 +1,121 @@
+/* The ladder's S3 in a running job: examples/gpt on four ranks (dp=4)
+ * under giantrun --reshape with --failslow, rank 2 slowed x4 from step 20
+ * (GT_FAULT). Without --rebalance the ladder's cheapest rung is to leave
+ * the rank out: it leaves after a step, the three others reshape without
+ * it in their own processes, rank 0 records the exclusion in etcd's health
+ * records, and the job's steps get shorter again: the median step after
+ * the exclusion is well under the median step while rank 2 was slow (x4
+ * against the x4/3 of three ranks doing four ranks' work). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "common/run_cmd.h"
+#include "giant/coord.h"
+#include "localkit/etcd_server.h"
+
+enum { ONSET = 20, STEPS = 100, SLOW = 2 };
+
+static char gpt[512], giantrun[512], dir[64], text[128], data[128];
+static etcd_fixture fx;
+static bool have_etcd;
+static run_result res;
+
+static int setup(void **state) {
+  (void)state;
+  build_path("examples/gpt", gpt, sizeof gpt);
+  build_path("launch/giantrun", giantrun, sizeof giantrun);
+  have_etcd = etcd_fixture_available() && etcd_fixture_start(&fx, NULL) == 0;
+  return scratch_corpus("exclude", dir, text, data);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  if (have_etcd) etcd_fixture_destroy(&fx);
+  return scratch_remove(dir);
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The median of rank 0's step times over steps [a, b) from its metrics. */
+static double median_step(const char *metrics, int a, int b) {
+  FILE *f = fopen(metrics, "r");
+  assert_non_null(f);
+  double v[STEPS];
+  int n = 0;
+  char line[4096];
+  while (fgets(line, sizeof line, f) && n < STEPS) {
+    int step;
+    const char *p = strstr(line, "{\"step\":"), *q = strstr(line, "\"step_time_s\":");
+    if (!p || !q || sscanf(p, "{\"step\":%d", &step) != 1 || step < a || step >= b) continue;
+    v[n++] = strtod(q + 14, NULL);
+  }
+  fclose(f);
+  assert_true(n >= 3);
+  qsort(v, (size_t)n, sizeof *v, cmp);
+  return v[n / 2];
+}
+
+static void test_slow_rank_is_excluded(void **state) {
+  (void)state;
+  if (!have_etcd) {
+    print_message("skipped: etcd not found\n");
+    skip();
+  }
+  char fault[128], metrics[128], steps[16];
+  snprintf(fault, sizeof fault, "GT_FAULT=slow:rank=%d,factor=4,from=%d", SLOW, ONSET);
+  snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
+  snprintf(steps, sizeof steps, "%d", STEPS);
+  char *argv[] = {giantrun, "--rdzv-endpoint", fx.endpoint, "--job-id", "exclude", "--nproc-per-node", "4",
+                  "--plan", "dp=4", "--reshape", gpt, "--corpus", text, "--data", data, "--steps", steps,
+                  "--layers", "4", "--channels", "64", "--heads", "4", "--seq", "64", "--global-batch", "16",
+                  "--sample", "0", "--print-every", "0", "--failslow", "--metrics", metrics, NULL};
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", fault, NULL}, 600, &res);
+  if (res.exit_code != 0) fail_msg("giantrun: exit %d:\n%s", res.exit_code, res.output);
+  /* The ladder chose S3 for rank 2, which left; the others reshaped. */
+  const char *ladder = strstr(res.output, "gpt: ladder: rank 2 is x");
+  if (!ladder || !strstr(ladder, ": S3 exclude\n")) fail_msg("no S3 for rank 2:\n%s", res.output);
+  char line[512];
+  snprintf(line, sizeof line, "[rank %d] gpt: excluded after step ", SLOW);
+  const char *gone = strstr(res.output, line);
+  if (!gone) fail_msg("rank %d did not leave:\n%s", SLOW, res.output);
+  int left_at = atoi(gone + strlen(line));
+  print_message("rank %d (slowed x4 from step %d) left after step %d\n", SLOW, ONSET, left_at);
+  assert_true(left_at > ONSET && left_at <= ONSET + 15);
+  for (int r = 0; r < 4; r++) {
+    if (r == SLOW) continue;
+    snprintf(line, sizeof line, "[rank %d] gpt: reshaped in ", r);
+    const char *p = strstr(res.output, line);
+    if (!p) fail_msg("rank %d did not reshape:\n%s", r, res.output);
+    assert_non_null(strstr(p, " of 3 in membership epoch 1"));
+  }
+  /* Its health record says so. */
+  gt_etcd_client *cli = NULL;
+  assert_int_equal(gt_etcd_connect(&(gt_etcd_config){.endpoints = fx.endpoint, .timeout_ms = 5000}, &cli), GT_OK);
+  gt_health_record rec[8];
+  int m = 0;
+  assert_int_equal(gt_health_list(cli, "exclude", rec, 8, &m), GT_OK);
+  gt_etcd_close(cli);
+  bool recorded = false;
+  for (int i = 0; i < m; i++) recorded |= rec[i].rank == SLOW && rec[i].state == GT_HEALTH_EXCLUDED;
+  assert_true(recorded);
+  /* And the steps got shorter. */
+  double during = median_step(metrics, ONSET, left_at), after = median_step(metrics, left_at + 5, STEPS);
+  print_message("median step: %.1f ms while rank %d was slow, %.1f ms after it left\n", during * 1e3, SLOW,
+                after * 1e3);
+  assert_true(after < 0.8 * during);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_slow_rank_is_excluded),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
