@@ -24,6 +24,7 @@ static const kind_info kinds[] = {
     {"crash", GT_FAULT_CRASH, " rank at ", " rank at "},
     {"nan", GT_FAULT_NAN, " rank at ", " rank at "},
     {"slowsave", GT_FAULT_SLOWSAVE, " rank seconds ", " rank seconds "},
+    {"crashreshape", GT_FAULT_CRASH_RESHAPE, " rank ", " rank "},
 };
 
 static bool has_word(const char *list, const char *w, size_t n) {
@@ -84,7 +85,7 @@ static gt_status parse_fault(char *text, gt_fault *f) {
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
     if (strcmp(text, kinds[i].name) == 0) k = &kinds[i];
   if (!k)
-    return gt_errorf(GT_EINVAL, "GT_FAULT '%s': unknown fault kind '%s' (want slow, slowlink, stall, crash, nan or slowsave)",
+    return gt_errorf(GT_EINVAL, "GT_FAULT '%s': unknown fault kind '%s' (want slow, slowlink, stall, crash, nan, slowsave or crashreshape)",
                      fault, text);
   *f = (gt_fault){.kind = k->kind, .until = -1};
   char seen[128] = " ";

@@ -68,6 +68,7 @@ double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *
       break;
     }
     case GT_FAULT_SLOWSAVE: break; /* played by the checkpoint writer */
+    case GT_FAULT_CRASH_RESHAPE: break; /* played at gt_fault_reshape_point */
     }
   }
   sleep_seconds(slept);
@@ -90,4 +91,12 @@ gt_status gt_fault_apply_links(gt_fault_plan *p, gt_grid *grid) {
             f->delay_ms, f->from);
   }
   return GT_OK;
+}
+
+void gt_fault_reshape_point(const gt_fault_plan *p) {
+  for (int i = 0; i < p->n; i++)
+    if (p->f[i].kind == GT_FAULT_CRASH_RESHAPE && mine(p, &p->f[i])) {
+      gt_warn("GT_FAULT: rank %d crashes in the middle of a reshape", p->rank);
+      raise(SIGKILL);
+    }
 }

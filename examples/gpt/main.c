@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "giant/dist.h"
+#include "giant/fault.h"
 #include "giant/grid.h"
 #include "giant/init.h"
 #include "giant/log.h"
@@ -402,9 +403,14 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
   gt_trainer *nt = NULL;
   gt_loader *nl = NULL;
   if (world > 1) {
-    gt_dist_config dc = {.plan = np, .store = job->store, .generation = gen, .comm = {.backend = be, .secret = job->secret}};
+    /* A rank lost while the group forms is noticed within the init
+     * timeout; then the next epoch is tried. */
+    gt_dist_config dc = {.plan = np, .store = job->store, .generation = gen,
+                         .comm = {.backend = be, .secret = job->secret, .init_timeout_ms = 30000}};
     s = gt_dist_create(&dc, &nd);
   }
+  gt_fault_plan faults; /* GT_FAULT's crashreshape: a failure in the middle of this */
+  if (s == GT_OK && gt_fault_from_env(rsh->gen_rank, &faults) == GT_OK) gt_fault_reshape_point(&faults);
   /* Where training stands, decided over the new communicators; then the
    * step in flight is applied or dropped here. */
   gpt_resume_point rp = {0};
@@ -725,6 +731,13 @@ int main(int argc, char **argv) {
       if (!failed) gt_job_step(job, i + 1);
       s = reshape(&a, job, be, &gc, peak, schedule, &rsh, total, &mc, &tc, &plan, &mp, &dist, &m, &tr, &loader, &ckpt,
                   reshaped_gen, sizeof reshaped_gen, &launch_plan, !failed);
+      /* Another rank lost during the reshape: the next epoch, without it,
+       * is tried (the old layout is intact until a reshape succeeds). */
+      for (int retry = 0; s != GT_OK && s != GT_ECANCELED && retry < GPT_RESHAPE_RETRIES; retry++) {
+        fail("reshaping (trying the next membership epoch)", s);
+        s = reshape(&a, job, be, &gc, peak, schedule, &rsh, total, &mc, &tc, &plan, &mp, &dist, &m, &tr, &loader,
+                    &ckpt, reshaped_gen, sizeof reshaped_gen, &launch_plan, false);
+      }
       if (s != GT_OK) {
         fail("reshaping", s);
         rc = s == GT_ECANCELED ? 1 : GPT_EXIT_RESHAPE_FAILED; /* a restart from the newest checkpoint */

@@ -19,6 +19,8 @@
 /* Exit status of a worker whose reshape failed: giantrun --reshape then
  * restarts the job's workers from the newest checkpoint (EX_TEMPFAIL). */
 #define GPT_EXIT_RESHAPE_FAILED 75
+/* Reshapes tried after the first fails (each at the next membership epoch). */
+#define GPT_RESHAPE_RETRIES 3
 
 typedef struct gpt_reshape {
   int gen_world, gen_rank;  /* this worker in its generation (epoch 0) */

@@ -21,6 +21,7 @@ typedef enum gt_fault_kind {
   GT_FAULT_CRASH,    /* rank kills itself (SIGKILL) at step `at` */
   GT_FAULT_NAN,      /* rank's loss becomes NaN at step `at` */
   GT_FAULT_SLOWSAVE, /* rank's checkpoint writer waits `seconds` before writing each save */
+  GT_FAULT_CRASH_RESHAPE, /* rank kills itself (SIGKILL) in the middle of its next reshape */
 } gt_fault_kind;
 
 typedef struct gt_fault {
@@ -60,6 +61,10 @@ bool gt_fault_active(const gt_fault_plan *p);
  * loss and the divergence check see it), slowlink puts its delay in place
  * or takes it away. Returns the seconds it slept. */
 double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *loss);
+/* Called by a program in the middle of an in-process reshape (the new
+ * communicators built, the state not yet moved): crashreshape kills the
+ * rank there, so that a test can fail a reshape. */
+void gt_fault_reshape_point(const gt_fault_plan *p);
 /* The seconds this rank's checkpoint writer waits before writing a save
  * (slowsave), so that a test can have a save in flight when it acts. */
 double gt_fault_save_delay(const gt_fault_plan *p);

@@ -18,7 +18,9 @@
  * and, with --max-restarts 1, the dead worker restarted alone joins the
  * job again at a step boundary, given its state by its peers (4 -> 3 -> 4,
  * at dp=2,tp=2 and at dp=4 with ZeRO-1); the reference then makes both
- * changes through checkpoints. */
+ * changes through checkpoints. A second worker killed in the middle of the
+ * reshape (GT_FAULT crashreshape) makes the two left try the next epoch:
+ * 4 -> 2 at the same step, matching a reference that goes 4 -> 2. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -101,12 +103,17 @@ static const char *reshape_line(const char *out, int nth, char layout[64], int *
   return line;
 }
 
-static void reshape_case(const char *plan, bool zero1, bool rejoin) {
+/* second >= 0: that rank is killed too, in the middle of the reshape
+ * (GT_FAULT crashreshape): the two left try the next epoch. */
+static void reshape_case(const char *plan, bool zero1, bool rejoin, int second) {
   srand((unsigned)time(NULL) ^ (unsigned)getpid());
   int kill_at = 5 + rand() % 10, victim = 1 + rand() % 3;
-  char fault[64], ck[128];
+  if (second >= 0) victim = second == 1 ? 2 : 1;
+  char fault[96], ck[128];
   snprintf(fault, sizeof fault, "crash:rank=%d,at=%d", victim, kill_at);
-  snprintf(ck, sizeof ck, "%s/ck-%s%s%s", dir, plan, zero1 ? "-zero1" : "", rejoin ? "-rejoin" : "");
+  if (second >= 0) snprintf(fault + strlen(fault), sizeof fault - strlen(fault), ";crashreshape:rank=%d", second);
+  int left = second >= 0 ? 2 : 3;
+  snprintf(ck, sizeof ck, "%s/ck-%s%s%s%d", dir, plan, zero1 ? "-zero1" : "", rejoin ? "-rejoin" : "", second);
   print_message("%s%s: %s\n", plan, zero1 ? " + ZeRO-1" : "", fault);
   run_job(4, plan, zero1, STEPS, STEPS, ck, fault, true, rejoin, &res);
   /* The survivors reshaped: same processes, one layout, one step. */
@@ -114,8 +121,9 @@ static void reshape_case(const char *plan, bool zero1, bool rejoin) {
   int resumed = -1, world = 0, joined = -1, world4 = 0;
   const char *line = reshape_line(res.output, 0, layout, &resumed, &world);
   if (!line) fail_msg("no reshape:\n%s", res.output);
-  assert_int_equal(world, 3);
-  print_message("killed at step %d; the three left resumed at step %d at %s\n", kill_at, resumed, layout);
+  assert_int_equal(world, left);
+  print_message("killed at step %d; the %d left resumed at step %d at %s\n", kill_at, left, resumed, layout);
+  if (second >= 0) assert_non_null(strstr(res.output, "trying the next membership epoch"));
   assert_true(resumed == kill_at || resumed == kill_at + 1); /* at most the step in flight is lost */
   if (rejoin) { /* ... and the restarted worker joined them */
     const char *l2 = reshape_line(res.output, 1, layout4, &joined, &world4);
@@ -128,17 +136,17 @@ static void reshape_case(const char *plan, bool zero1, bool rejoin) {
   int kept = 0;
   for (int r = 0; r < 4; r++) {
     int before = pid_of(res.output, r, "--reshape on"), after = pid_of(res.output, r, "reshaped in ");
-    if (r == victim) continue;
+    if (r == victim || r == second) continue;
     print_message("rank %d: pid %d, after the reshape %d\n", r, before, after);
     assert_true(before > 0);
     assert_int_equal(before, after);
     kept++;
   }
-  assert_int_equal(kept, 3);
+  assert_int_equal(kept, left);
   assert_non_null(strstr(res.output, "over steps 0.."));
   /* The reference: the same change through a checkpoint. */
   char ref[128];
-  snprintf(ref, sizeof ref, "%s/ref-%s%s%s", dir, plan, zero1 ? "-zero1" : "", rejoin ? "-rejoin" : "");
+  snprintf(ref, sizeof ref, "%s/ref-%s%s%s%d", dir, plan, zero1 ? "-zero1" : "", rejoin ? "-rejoin" : "", second);
   run_result *rr = malloc(sizeof *rr);
   assert_non_null(rr);
   run_job(4, plan, zero1, resumed, resumed, ref, NULL, false, false, rr);
@@ -146,7 +154,7 @@ static void reshape_case(const char *plan, bool zero1, bool rejoin) {
     run_job(3, layout, zero1, joined, joined, ref, NULL, false, false, rr);
     run_job(4, layout4, zero1, STEPS, STEPS, ref, NULL, false, false, rr);
   } else {
-    run_job(3, layout, zero1, STEPS, STEPS, ref, NULL, false, false, rr);
+    run_job(left, layout, zero1, STEPS, STEPS, ref, NULL, false, false, rr);
   }
   assert_non_null(strstr(rr->output, "resumed from"));
   free(rr);
@@ -161,13 +169,15 @@ static void reshape_case(const char *plan, bool zero1, bool rejoin) {
   assert_non_null(strstr(line, ", 0 from a checkpoint"));
 }
 
-static void test_reshape_dp4(void **state) { (void)state, reshape_case("dp=4", false, false); }
-static void test_reshape_dp2_pp2(void **state) { (void)state, reshape_case("dp=2,pp=2", false, false); }
-static void test_reshape_dp2_tp2(void **state) { (void)state, reshape_case("dp=2,tp=2", false, false); }
-static void test_reshape_dp4_zero1(void **state) { (void)state, reshape_case("dp=4", true, false); }
+static void test_reshape_dp4(void **state) { (void)state, reshape_case("dp=4", false, false, -1); }
+static void test_reshape_dp2_pp2(void **state) { (void)state, reshape_case("dp=2,pp=2", false, false, -1); }
+static void test_reshape_dp2_tp2(void **state) { (void)state, reshape_case("dp=2,tp=2", false, false, -1); }
+static void test_reshape_dp4_zero1(void **state) { (void)state, reshape_case("dp=4", true, false, -1); }
 /* The dead worker restarted alone joins the running job: 4 -> 3 -> 4. */
-static void test_reshape_dp2_tp2_rejoin(void **state) { (void)state, reshape_case("dp=2,tp=2", false, true); }
-static void test_reshape_dp4_zero1_rejoin(void **state) { (void)state, reshape_case("dp=4", true, true); }
+static void test_reshape_dp2_tp2_rejoin(void **state) { (void)state, reshape_case("dp=2,tp=2", false, true, -1); }
+static void test_reshape_dp4_zero1_rejoin(void **state) { (void)state, reshape_case("dp=4", true, true, -1); }
+/* A second worker killed in the middle of the reshape: 4 -> 2, consistently. */
+static void test_reshape_kill_during_reshape(void **state) { (void)state, reshape_case("dp=4", false, false, 3); }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -177,6 +187,7 @@ int main(void) {
       cmocka_unit_test(test_reshape_dp4_zero1),
       cmocka_unit_test(test_reshape_dp2_tp2_rejoin),
       cmocka_unit_test(test_reshape_dp4_zero1_rejoin),
+      cmocka_unit_test(test_reshape_kill_during_reshape),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
