@@ -68,7 +68,8 @@ double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *
       break;
     }
     case GT_FAULT_SLOWSAVE: break; /* played by the checkpoint writer */
-    case GT_FAULT_CRASH_RESHAPE: break; /* played at gt_fault_reshape_point */
+    case GT_FAULT_CRASH_RESHAPE:
+    case GT_FAULT_STALL_RESHAPE: break; /* played at gt_fault_reshape_point */
     }
   }
   sleep_seconds(slept);
@@ -94,9 +95,16 @@ gt_status gt_fault_apply_links(gt_fault_plan *p, gt_grid *grid) {
 }
 
 void gt_fault_reshape_point(const gt_fault_plan *p) {
-  for (int i = 0; i < p->n; i++)
-    if (p->f[i].kind == GT_FAULT_CRASH_RESHAPE && mine(p, &p->f[i])) {
+  for (int i = 0; i < p->n; i++) {
+    if (!mine(p, &p->f[i])) continue;
+    if (p->f[i].kind == GT_FAULT_CRASH_RESHAPE) {
       gt_warn("GT_FAULT: rank %d crashes in the middle of a reshape", p->rank);
       raise(SIGKILL);
     }
+    if (p->f[i].kind == GT_FAULT_STALL_RESHAPE) {
+      gt_warn("GT_FAULT: rank %d stalls for %.1f s in the middle of a reshape", p->rank, p->f[i].seconds);
+      struct timespec ts = {(time_t)p->f[i].seconds, (long)((p->f[i].seconds - (double)(time_t)p->f[i].seconds) * 1e9)};
+      nanosleep(&ts, NULL);
+    }
+  }
 }

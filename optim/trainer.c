@@ -247,13 +247,19 @@ static gt_status commit_vote(gt_trainer *t) {
   return GT_OK;
 }
 
-/* The update, once the step is decided. */
+/* The update, once the step is decided. Under ZeRO-1 the updated shards
+ * are then all-gathered (gather); if that fails, the step still counts as
+ * applied (the step index moves on), since this rank's shard was. */
 static gt_status apply_update(gt_trainer *t, float lr, float clip, bool gather) {
   GT_TRY(gt_optimizer_step(t->opt, lr, clip));
   if (t->sync && gt_dp_sync_zero1(t->sync)) {
     t->params_partial = true;
     if (!gather) return GT_OK;
-    GT_TRY(gt_dp_sync_gather_params(t->sync));
+    gt_status s = gt_dp_sync_gather_params(t->sync);
+    if (s != GT_OK) {
+      t->step++;
+      return s;
+    }
     t->params_partial = false;
   }
   return GT_OK;

@@ -22,6 +22,7 @@ typedef enum gt_fault_kind {
   GT_FAULT_NAN,      /* rank's loss becomes NaN at step `at` */
   GT_FAULT_SLOWSAVE, /* rank's checkpoint writer waits `seconds` before writing each save */
   GT_FAULT_CRASH_RESHAPE, /* rank kills itself (SIGKILL) in the middle of its next reshape */
+  GT_FAULT_STALL_RESHAPE, /* rank stops for `seconds` in the middle of each reshape */
 } gt_fault_kind;
 
 typedef struct gt_fault {
@@ -63,7 +64,8 @@ bool gt_fault_active(const gt_fault_plan *p);
 double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *loss);
 /* Called by a program in the middle of an in-process reshape (the new
  * communicators built, the state not yet moved): crashreshape kills the
- * rank there, so that a test can fail a reshape. */
+ * rank there, stallreshape holds it for its seconds, so that a test can
+ * fail a reshape, or act while one is under way. */
 void gt_fault_reshape_point(const gt_fault_plan *p);
 /* The seconds this rank's checkpoint writer waits before writing a save
  * (slowsave), so that a test can have a save in flight when it acts. */

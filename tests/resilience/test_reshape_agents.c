@@ -1,0 +1,142 @@
+/* The leading agent killed in the middle of a reshape: the job still ends
+ * consistently.
+ *
+ * Two giantrun agents (--nnodes 1:2, two workers each, --reshape) against
+ * one etcd train examples/gpt with a checkpoint every 4 steps. In
+ * generation 0 worker 1 crashes at step 10 (GT_FAULT); the three left
+ * reshape, and each holds still for 30 s in the middle of it
+ * (stallreshape). Meanwhile the agent that leads the job is SIGKILLed, its
+ * workers with it. The reshape cannot complete: the ranks of the dead node
+ * are gone. The other agent sees the node's lease lapse, stops its workers
+ * and re-forms alone; generation 1 (world 2) resumes from the newest
+ * checkpoint, the agent leads now, and the job finishes. Its last loss is
+ * within the cross-layout tolerance of one process that trained the same
+ * 24 steps without interruption: no step was applied twice or skipped. */
+#include <math.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include "common/run_cmd.h"
+#include "launch/launch_test.h"
+#include "localkit/etcd_server.h"
+
+enum { STEPS = 24 };
+
+static etcd_fixture fx;
+static char gpt[512], dir[64], text[128], data[128];
+
+static int setup(void **state) {
+  (void)state;
+  build_path("examples/gpt", gpt, sizeof gpt);
+  setenv("OMP_NUM_THREADS", "1", 1);
+  if (scratch_corpus("rsag", dir, text, data) != 0) return -1;
+  return etcd_fixture_start(&fx, NULL);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  etcd_fixture_destroy(&fx);
+  return scratch_remove(dir);
+}
+
+#define GPT_ARGS                                                                                          \
+  "--corpus", text, "--data", data, "--steps", "24", "--layers", "1", "--channels", "32", "--heads", "4", \
+      "--seq", "16", "--global-batch", "8", "--sample", "0", "--print-every", "0"
+
+static float last_loss(const char *log, int *from) {
+  const char *l = NULL;
+  for (const char *p = strstr(log, "] loss "); p; p = strstr(p + 1, "] loss ")) l = p;
+  float a, b;
+  int to;
+  if (!l || sscanf(l, "] loss %f -> %f over steps %d..%d", &a, &b, from, &to) != 4 || to != STEPS)
+    fail_msg("no final loss line:\n%s", log);
+  return b;
+}
+
+static float reference_loss(void) {
+  char *argv[] = {gpt, GPT_ARGS, NULL};
+  run_result *r = malloc(sizeof *r);
+  assert_non_null(r);
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 120, r);
+  if (r->exit_code != 0) fail_msg("reference run: exit %d:\n%s", r->exit_code, r->output);
+  const char *p = strstr(r->output, "loss ");
+  float a, b;
+  int from, to;
+  if (!p || sscanf(p, "loss %f -> %f over steps %d..%d", &a, &b, &from, &to) != 4) fail_msg("%s", r->output);
+  free(r);
+  return b;
+}
+
+static void start_agent(agent *a, const char *node, const char *wrapper, const char *ck) {
+  char log[256];
+  snprintf(log, sizeof log, "%s/agent-%s.log", dir, node);
+  const char *args[] = {"--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-endpoint", fx.endpoint,
+                        "--job-id", "reshape-agents", "--node-id", node, "--rdzv-ttl", "2", "--rdzv-settle", "8",
+                        "--max-restarts", "3", "--stop-grace", "2", "--rdzv-timeout", "60", "--hang-timeout", "300",
+                        "--reshape", "--plan", "auto", "--ckpt-dir", ck, "--ckpt-every", "4", wrapper, GPT_ARGS,
+                        NULL};
+  assert_int_equal(agent_start(a, log, args), 0);
+}
+
+static void test_leader_killed_during_reshape(void **state) {
+  (void)state;
+  float ref = reference_loss();
+  char wrapper[128], ck[128];
+  snprintf(wrapper, sizeof wrapper, "%s/faults.sh", dir);
+  snprintf(ck, sizeof ck, "%s/ck", dir);
+  FILE *f = fopen(wrapper, "w");
+  assert_non_null(f);
+  fprintf(f,
+          "#!/bin/sh\n"
+          "if [ \"$GT_GENERATION\" = 0 ]; then\n"
+          "  GT_FAULT='crash:rank=1,at=10;stallreshape:rank=all,seconds=30'; export GT_FAULT\n"
+          "fi\n"
+          "exec \"%s\" \"$@\"\n",
+          gpt);
+  fclose(f);
+  chmod(wrapper, 0755);
+
+  agent x, y;
+  start_agent(&x, "x", wrapper, ck);
+  start_agent(&y, "y", wrapper, ck);
+  /* The reshape is under way once a survivor holds still in it. */
+  agent *stalled = log_has(&x, "in the middle of a reshape", 120) ? &x : NULL;
+  if (!stalled && log_has(&y, "in the middle of a reshape", 1)) stalled = &y;
+  if (!stalled) {
+    dump_log(&x), dump_log(&y);
+    fail_msg("no reshape began within 120 s");
+  }
+  agent *leader = log_has(&x, "x leads /giant/reshape-agents/leader", 1) ? &x : &y, *other = leader == &x ? &y : &x;
+  assert_true(log_has(leader, "leads /giant/reshape-agents/leader", 1));
+  kill(leader->pid, SIGKILL); /* its node, workers and all, is gone */
+  assert_int_equal(agent_wait(leader, 10), 128 + SIGKILL);
+  expect_exit(other, 0, 180);
+
+  char *log = slurp(other->log);
+  assert_non_null(log);
+  /* It led after the leader died, re-formed alone and resumed from a checkpoint. */
+  const char *node = other == &x ? "x" : "y";
+  char leads[96];
+  snprintf(leads, sizeof leads, "%s leads /giant/reshape-agents/leader", node);
+  const char *first = strstr(log, leads), *again = first ? strstr(first + 1, leads) : NULL;
+  assert_non_null(strstr(log, "resumed from "));
+  assert_non_null(strstr(log, "world 2 = "));
+  int from;
+  float loss = last_loss(log, &from);
+  print_message("leader %s killed during the reshape; %s went on%s, resumed at step %d; final loss %.6f, one process "
+                "uninterrupted %.6f (relative difference %.2e)\n",
+                leader == &x ? "x" : "y", node, first || again ? " and leads" : "", from, loss, ref,
+                fabs((double)loss - ref) / ref);
+  assert_true(first != NULL);
+  if (fabsf(loss - ref) > 1e-5f * fabsf(ref)) fail_msg("final loss %.7f, uninterrupted %.7f", loss, ref);
+  free(log);
+}
+
+int main(void) {
+  if (!etcd_fixture_available()) {
+    fprintf(stderr, "etcd not found on PATH: skipping\n");
+    return 77;
+  }
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_leader_killed_during_reshape)};
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
