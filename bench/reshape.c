@@ -10,8 +10,11 @@
  *     checkpoint);
  *   - today's full restart (--max-restarts 1): every worker stopped, a new
  *     generation, a load of the newest committed checkpoint.
- * steps_lost: of the reshape run, the steps completed before the kill that
- * were done again after it. redundancy_overhead: the copies' share of the
+ * The clock stops at the first step rank 0 completes after the recovered
+ * job announced itself (the reshape's line, or the new generation's resume
+ * line), so that a step the old layout finished just after the kill does
+ * not count. steps_lost: of the reshape run, the steps completed before the
+ * kill that were done again after it. redundancy_overhead: the copies' share of the
  * step time, as the example measured it over its first steps, divided by
  * the steps between copies it chose.
  * Last line: reshape_recover_ms=<x> restart_recover_ms=<y> vs_restart=<y/x>
@@ -52,6 +55,16 @@ static int last_step(const char *path, int *lines) {
   }
   if (f) fclose(f);
   return last;
+}
+
+/* How many times text occurs in the file at path. */
+static int count_in(const char *path, const char *text) {
+  FILE *f = fopen(path, "r");
+  int n = 0;
+  char line[8192];
+  while (f && fgets(line, sizeof line, f)) n += strstr(line, text) != NULL;
+  if (f) fclose(f);
+  return n;
 }
 
 /* The pid of worker `rank`: the agent's child whose GT_RANK it is. */
@@ -115,10 +128,15 @@ static outcome run(const char *dir, const char *build, bool reshape) {
   }
   t_kill = gt_now();
   o.last_before = last_step(metrics, &lines);
-  int seen = lines;
+  /* A step the old layout completes just after the kill is not a
+   * recovery: wait for the recovered job to say it is there (the reshape's
+   * line, or the new generation's resume line), then for its first step. */
+  const char *marker = reshape ? "gpt: reshaped in " : "checkpoints: resumed from ";
+  int seen = -1;
   while (gt_now() < deadline) {
     int now_lines = 0, s = last_step(metrics, &now_lines);
-    if (now_lines > seen) {
+    if (seen < 0 && count_in(log, marker) > 0) seen = now_lines;
+    if (seen >= 0 && now_lines > seen) {
       o.recover_ms = (gt_now() - t_kill) * 1e3;
       o.first_after = s;
       break;

@@ -304,14 +304,17 @@ gt_status gt_ckpt_reshard_peers(gt_trainer *from, gt_trainer *to, const gt_ckpt_
   int miss_rank = -1, miss_slice = -1;
   uint64_t missing = 0;
   if (s == GT_OK) s = coverage(all, n, v, count, &miss_rank, &miss_slice, &missing);
+  /* Each rank's own answer (ranks may differ in their fallback), then one
+   * agreement: every rank stays in step with the others' collectives. */
+  gt_status local = GT_OK;
   if (s == GT_OK && missing && !fallback) {
     const pr_slice *w = &all[miss_rank].want.s[miss_slice];
-    s = gt_errorf(GT_ENOTFOUND, "%llu floats of the state are held by no rank left (the first: %s, wanted by rank %d): "
-                  "they were on the lost rank alone; give a checkpoint to take them from, or keep a copy on a peer",
-                  (unsigned long long)missing, w->name, miss_rank);
+    local = gt_errorf(GT_ENOTFOUND, "%llu floats of the state are held by no rank left (the first: %s, wanted by rank "
+                      "%d): they were on the lost rank alone; give a checkpoint to take them from, or keep a copy on "
+                      "a peer (gt_ckpt_mirror)", (unsigned long long)missing, w->name, miss_rank);
+  } else if (s == GT_OK && missing) {
+    local = fill_missing(fallback, &all[me], v, count, &ts, &st);
   }
-  gt_status local = GT_OK;
-  if (s == GT_OK && missing) local = fill_missing(fallback, &all[me], v, count, &ts, &st);
   if (s == GT_OK) s = agree(world, local);
   if (s == GT_OK) s = each_piece(all, n, v, count, count_piece, &t);
   for (int k = 0; s == GT_OK && k < n; k++) s = run_round(world, all, n, v, count, &t, k, &fs, &ts, &st);
