@@ -384,12 +384,25 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
                        .seq_parallel = a->seq_parallel, .bucket_bytes = (size_t)a->bucket_kib << 10,
                        .schedule = schedule, .chunks = a->chunks};
   GT_TRY(gt_plan_resolve(&pc, &np));
-  /* The same global batch: the replicas share `total` rows of every micro-batch. */
+  /* The same global batch: the rows of a step stay total x --accum. With
+   * fewer replicas, more micro-batches of fewer rows each, where the rows
+   * divide so, keep a replica's micro-batch within what it held at launch
+   * (its activations' memory); with all replicas back, the launch's. */
+  int step_rows = total * a->accum, accum = a->accum;
+  int launch_rows = (total + launch->layout.dp - 1) / launch->layout.dp;
+  for (int k = a->accum; k <= 64; k++) {
+    if (step_rows % k || step_rows / k < np.layout.dp) continue;
+    if ((step_rows / k + np.layout.dp - 1) / np.layout.dp <= launch_rows) {
+      accum = k;
+      break;
+    }
+  }
+  int micro_rows = step_rows / accum;
   int *shares = calloc((size_t)np.layout.dp, sizeof *shares), rows = 0, offset = 0, cap = 0;
   double *speed = calloc((size_t)np.layout.dp, sizeof *speed);
   gt_status s = shares && speed ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory");
   for (int i = 0; speed && i < np.layout.dp; i++) speed[i] = 1;
-  if (s == GT_OK) s = gt_planner_batch_split(total, np.layout.dp, speed, shares);
+  if (s == GT_OK) s = gt_planner_batch_split(micro_rows, np.layout.dp, speed, shares);
   for (int i = 0; s == GT_OK && i < np.layout.dp; i++) {
     if (i < np.me.dp) offset += shares[i];
     if (shares[i] > cap) cap = shares[i];
@@ -426,6 +439,7 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
   if (s == GT_OK) s = build_model(be, &nmc, &nmp, gc, &np, rows, a->seq, NULL, NULL, &nm);
   gt_trainer_config ntc = *tc;
   ntc.dist = nd;
+  ntc.grad_accum = accum;
   ntc.print_every = rp.rank == 0 ? a->print_every : 0;
   if (s == GT_OK) s = gt_trainer_create(nm, &ntc, &nt);
   char fallback[4200];
@@ -438,7 +452,7 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
   lc.B = cap, lc.shard = np.me.dp, lc.nshards = np.layout.dp, lc.offset = 0, lc.total = 0;
   if (s == GT_OK) s = gt_loader_open(&lc, 0, &nl);
   if (s == GT_OK) s = gt_loader_restart_at(nl, rp.row);
-  if (s == GT_OK) s = gt_loader_reshare(nl, rows, offset, total);
+  if (s == GT_OK) s = gt_loader_reshare(nl, rows, offset, micro_rows);
   if (s != GT_OK) {
     gt_loader_close(nl);
     gt_trainer_destroy(nt);
@@ -450,13 +464,14 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
   gt_trainer_destroy(*tr);
   gt_model_destroy(*m);
   gt_dist_destroy(*dist);
-  *loader = nl, *tr = nt, *m = nm, *dist = nd, *plan = np, *mp = nmp, *mc = nmc, tc->dist = nd;
+  *loader = nl, *tr = nt, *m = nm, *dist = nd, *plan = np, *mp = nmp, *mc = nmc, tc->dist = nd, tc->grad_accum = accum;
   job->rank = rp.rank, job->world_size = rp.world;
   GT_TRY(gpt_ckpt_rebind(&a->ckpt, job, *tr, *loader, ckpt));
-  printf("gpt: reshaped in %.0f ms (pid %d): rank %d of %d in membership epoch %d, %s, step %d, %d rows of %d; "
+  printf("gpt: reshaped in %.0f ms (pid %d): rank %d of %d in membership epoch %d, %s, step %d, %d rows of %d x %d "
+         "micro-batches; "
          "%llu floats from peers, %llu kept, %llu from a checkpoint (membership %.0f ms, communicators and step %.0f ms, "
          "model %.0f ms, moving the state %.0f ms)\n",
-         (gt_now() - t0) * 1e3, (int)getpid(), rp.rank, rp.world, rsh->epoch, layout, rp.step, rows, total,
+         (gt_now() - t0) * 1e3, (int)getpid(), rp.rank, rp.world, rsh->epoch, layout, rp.step, rows, micro_rows, accum,
          (unsigned long long)ps.floats_received, (unsigned long long)ps.floats_kept,
          (unsigned long long)ps.floats_from_ckpt, (t_agreed - t0) * 1e3, (t_dist - t_agreed) * 1e3,
          (t_built - t_dist) * 1e3, (t_moved - t_built) * 1e3);

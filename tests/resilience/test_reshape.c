@@ -6,9 +6,11 @@
  * The reference makes the same layout change through a checkpoint: the old
  * layout trains to the step the survivors resumed at and saves; the new
  * layout (the one the survivors chose) loads it and trains to the end.
- * Both train the same global sample sequence with the same global batch,
- * so their final checkpoints must agree within the cross-layout tolerance
- * (1e-5), and at most the step in flight is lost.
+ * Both train the same global sample sequence with the same global batch
+ * (the reshape keeps the rows of a step, in more micro-batches when the
+ * replicas are fewer, and the reference is given the same), so their final
+ * checkpoints must agree within the cross-layout tolerance (1e-5), and at
+ * most the step in flight is lost.
  *
  *   dp=4        -> dp=3
  *   dp=2,pp=2   -> the planner's layout for three ranks
@@ -51,9 +53,17 @@ static int teardown(void **state) {
 
 /* gpt under giantrun on n workers at `plan`, to `steps`, saving every
  * `every` steps into ck; extra: more of giantrun's flags first. */
+/* The micro-batches of a step as --global-batch rows times --accum. */
+typedef struct batch_shape {
+  int rows, accum;
+} batch_shape;
+
+static const batch_shape launch_shape = {12, 2};
+
 static void run_job(int n, const char *plan, bool zero1, int steps, int every, const char *ck, const char *fault,
-                    bool reshape, bool rejoin, run_result *r) {
-  char np[8], st[8], ev[8], fenv[128];
+                    bool reshape, bool rejoin, batch_shape bs, run_result *r) {
+  char np[8], st[8], ev[8], fenv[128], gb[16], ac[16];
+  snprintf(gb, sizeof gb, "%d", bs.rows), snprintf(ac, sizeof ac, "%d", bs.accum);
   snprintf(np, sizeof np, "%d", n), snprintf(st, sizeof st, "%d", steps), snprintf(ev, sizeof ev, "%d", every);
   snprintf(fenv, sizeof fenv, "GT_FAULT=%s", fault ? fault : "");
   char *argv[64] = {giantrun, "--standalone", "--nproc-per-node", np, "--plan", (char *)plan, "--ckpt-dir",
@@ -62,7 +72,7 @@ static void run_job(int n, const char *plan, bool zero1, int steps, int every, c
   if (reshape) argv[k++] = "--reshape";
   if (rejoin) argv[k++] = "--max-restarts", argv[k++] = "1"; /* the dead worker alone restarts and joins */
   char *rest[] = {gpt, "--corpus", text, "--data", data, "--steps", st, "--layers", "2", "--channels", "32",
-                  "--heads", "4", "--seq", "16", "--global-batch", "12", "--accum", "2", "--sample", "0",
+                  "--heads", "4", "--seq", "16", "--global-batch", gb, "--accum", ac, "--sample", "0",
                   "--print-every", "1", NULL};
   for (int i = 0; rest[i]; i++) argv[k++] = rest[i];
   if (zero1) argv[k++] = "--zero1";
@@ -86,9 +96,9 @@ static int pid_of(const char *out, int rank, const char *marker) {
   return 0;
 }
 
-/* The layout and step of the n-th reshape line ("reshaped in ..."): of
- * rank 0's, which every rank's matches. */
-static const char *reshape_line(const char *out, int nth, char layout[64], int *step, int *world) {
+/* The layout, step and batch shape of the n-th reshape line ("reshaped
+ * in ..."): of rank 0's, which every rank's matches. */
+static const char *reshape_line(const char *out, int nth, char layout[64], int *step, int *world, batch_shape *bs) {
   const char *line = out;
   for (int k = 0; k <= nth; k++) {
     line = strstr(line, "[rank 0] gpt: reshaped in ");
@@ -97,6 +107,7 @@ static const char *reshape_line(const char *out, int nth, char layout[64], int *
   }
   const char *of = strstr(line, " of "), *lp = strstr(line, "dp="), *sp = strstr(line, ", step ");
   if (!of || !lp || !sp || sscanf(of, " of %d", world) != 1 || sscanf(lp, "%63[^ ]", layout) != 1 ||
+      sscanf(sp, ", step %*d, %*d rows of %d x %d micro-batches", &bs->rows, &bs->accum) != 2 ||
       sscanf(sp, ", step %d", step) != 1)
     return NULL;
   layout[strlen(layout) - 1] = 0; /* the comma after it */
@@ -115,20 +126,27 @@ static void reshape_case(const char *plan, bool zero1, bool rejoin, int second) 
   int left = second >= 0 ? 2 : 3;
   snprintf(ck, sizeof ck, "%s/ck-%s%s%s%d", dir, plan, zero1 ? "-zero1" : "", rejoin ? "-rejoin" : "", second);
   print_message("%s%s: %s\n", plan, zero1 ? " + ZeRO-1" : "", fault);
-  run_job(4, plan, zero1, STEPS, STEPS, ck, fault, true, rejoin, &res);
+  run_job(4, plan, zero1, STEPS, STEPS, ck, fault, true, rejoin, launch_shape, &res);
   /* The survivors reshaped: same processes, one layout, one step. */
   char layout[64], layout4[64] = "";
   int resumed = -1, world = 0, joined = -1, world4 = 0;
-  const char *line = reshape_line(res.output, 0, layout, &resumed, &world);
+  batch_shape bs = {0}, bs4 = {0};
+  const char *line = reshape_line(res.output, 0, layout, &resumed, &world, &bs);
   if (!line) fail_msg("no reshape:\n%s", res.output);
   assert_int_equal(world, left);
-  print_message("killed at step %d; the %d left resumed at step %d at %s\n", kill_at, left, resumed, layout);
+  print_message("killed at step %d; the %d left resumed at step %d at %s, %d micro-batches of %d rows\n", kill_at, left,
+                resumed, layout, bs.accum, bs.rows);
+  /* The same rows a step: with fewer replicas, more micro-batches. */
+  assert_int_equal(bs.rows * bs.accum, launch_shape.rows * launch_shape.accum);
+  assert_true(bs.accum >= launch_shape.accum);
   if (second >= 0) assert_non_null(strstr(res.output, "trying the next membership epoch"));
   assert_true(resumed == kill_at || resumed == kill_at + 1); /* at most the step in flight is lost */
   if (rejoin) { /* ... and the restarted worker joined them */
-    const char *l2 = reshape_line(res.output, 1, layout4, &joined, &world4);
+    const char *l2 = reshape_line(res.output, 1, layout4, &joined, &world4, &bs4);
     if (!l2) fail_msg("no second reshape:\n%s", res.output);
     assert_int_equal(world4, 4);
+    assert_int_equal(bs4.rows, launch_shape.rows); /* all back: the launch's micro-batches */
+    assert_int_equal(bs4.accum, launch_shape.accum);
     assert_true(joined > resumed);
     assert_non_null(strstr(res.output, "asks to join the running job"));
     print_message("the restarted worker joined at step %d: %s\n", joined, layout4);
@@ -149,12 +167,12 @@ static void reshape_case(const char *plan, bool zero1, bool rejoin, int second) 
   snprintf(ref, sizeof ref, "%s/ref-%s%s%s%d", dir, plan, zero1 ? "-zero1" : "", rejoin ? "-rejoin" : "", second);
   run_result *rr = malloc(sizeof *rr);
   assert_non_null(rr);
-  run_job(4, plan, zero1, resumed, resumed, ref, NULL, false, false, rr);
+  run_job(4, plan, zero1, resumed, resumed, ref, NULL, false, false, launch_shape, rr);
   if (rejoin) {
-    run_job(3, layout, zero1, joined, joined, ref, NULL, false, false, rr);
-    run_job(4, layout4, zero1, STEPS, STEPS, ref, NULL, false, false, rr);
+    run_job(3, layout, zero1, joined, joined, ref, NULL, false, false, bs, rr);
+    run_job(4, layout4, zero1, STEPS, STEPS, ref, NULL, false, false, bs4, rr);
   } else {
-    run_job(left, layout, zero1, STEPS, STEPS, ref, NULL, false, false, rr);
+    run_job(left, layout, zero1, STEPS, STEPS, ref, NULL, false, false, bs, rr);
   }
   assert_non_null(strstr(rr->output, "resumed from"));
   free(rr);
