@@ -90,20 +90,23 @@ static void print_log_tail(const etcd_fixture *fx) {
 }
 
 static int launch(etcd_fixture *fx) {
-  char logp[300], data[300], listen_c[80], peer[80], cluster[128];
+  char logp[300], data[300], listen_c[160], peer[80], cluster[128];
   snprintf(logp, sizeof logp, "%s/etcd.log", fx->dir);
   snprintf(data, sizeof data, "%s/data", fx->dir);
-  snprintf(listen_c, sizeof listen_c, "%s", fx->url);
+  if (fx->opts.also_listen)
+    snprintf(listen_c, sizeof listen_c, "%s,http://%s:%d", fx->url, fx->opts.also_listen, fx->client_port);
+  else
+    snprintf(listen_c, sizeof listen_c, "%s", fx->url);
   snprintf(peer, sizeof peer, "http://127.0.0.1:%d", fx->peer_port);
   snprintf(cluster, sizeof cluster, "fixture=%s", peer);
   const char *argv[64];
   int n = 0;
   argv[n++] = "etcd";
   argv[n++] = "--name=fixture";
-  char a_data[320], a_lc[160], a_ac[160], a_lp[160], a_ip[160], a_ic[200];
+  char a_data[320], a_lc[200], a_ac[160], a_lp[160], a_ip[160], a_ic[200];
   snprintf(a_data, sizeof a_data, "--data-dir=%s", data);
   snprintf(a_lc, sizeof a_lc, "--listen-client-urls=%s", listen_c);
-  snprintf(a_ac, sizeof a_ac, "--advertise-client-urls=%s", listen_c);
+  snprintf(a_ac, sizeof a_ac, "--advertise-client-urls=%s", fx->url);
   snprintf(a_lp, sizeof a_lp, "--listen-peer-urls=%s", peer);
   snprintf(a_ip, sizeof a_ip, "--initial-advertise-peer-urls=%s", peer);
   snprintf(a_ic, sizeof a_ic, "--initial-cluster=%s", cluster);

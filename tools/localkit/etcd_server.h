@@ -22,6 +22,9 @@ typedef struct etcd_fixture_opts {
   /* Serve clients over TLS with these PEM files (all three, or NULL). */
   const char *cert_file, *key_file;
   const char *trusted_ca_file; /* also turns on client certificate checks */
+  /* Also serve clients at this address of the machine (e.g. a bridge's, for
+   * network namespaces), on the same port; NULL: 127.0.0.1 only. */
+  const char *also_listen;
   /* Extra etcd flags ("--auth-token-ttl=2"), NULL-terminated; may be NULL. */
   const char *const *extra_args;
 } etcd_fixture_opts;
