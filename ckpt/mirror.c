@@ -39,13 +39,17 @@ static bool same_slice(const held *a, const held *b) {
   return !strcmp(a->s->name, b->s->name) && !cmp_box(&a->s->box, &b->s->box);
 }
 
+/* Whether v[i] (sorted by slice) is held by its rank alone. */
+static bool alone(const held *v, int count, int i) {
+  return (i == 0 || !same_slice(&v[i - 1], &v[i])) && (i + 1 == count || !same_slice(&v[i + 1], &v[i]));
+}
+
 /* The slices of `rank` that no other rank holds, into out (at: their place
  * in `rank`'s host space when keep_at, else packed one after another). */
 static gt_status unique_of(const held *v, int count, int rank, bool keep_at, pr_list *out, uint64_t *floats) {
   *floats = 0;
   for (int i = 0; i < count; i++) {
-    bool alone = (i == 0 || !same_slice(&v[i - 1], &v[i])) && (i + 1 == count || !same_slice(&v[i + 1], &v[i]));
-    if (!alone || v[i].rank != rank) continue;
+    if (!alone(v, count, i) || v[i].rank != rank) continue;
     GT_TRY(pr_list_add(out, v[i].s->name, &v[i].s->box, keep_at ? v[i].s->at : *floats));
     *floats += ck_box_volume(&v[i].s->box);
   }
@@ -86,13 +90,7 @@ gt_status gt_ckpt_mirror_create(gt_trainer *tr, int stride, gt_ckpt_mirror **out
   if (s == GT_OK) s = unique_of(v, count, m->pred, false, &m->kept, &m->kept_floats);
   /* Where every float has a replica, there is nothing to copy, on any rank. */
   bool any = false;
-  for (int r = 0; s == GT_OK && r < n && !any; r++) {
-    pr_list l = {0};
-    uint64_t f = 0;
-    s = unique_of(v, count, r, true, &l, &f);
-    any = f > 0;
-    pr_list_free(&l);
-  }
+  for (int i = 0; s == GT_OK && i < count && !any; i++) any = alone(v, count, i);
   if (s == GT_OK && !any) m->world = NULL;
   if (s == GT_OK) {
     m->send = malloc((size_t)(m->mine_floats ? m->mine_floats : 1) * sizeof(float));

@@ -67,6 +67,17 @@ static int first_of(const pr_src *v, int count, const char *name) {
   return a < count && !strcmp(v[a].s->name, name) ? a : count;
 }
 
+/* The floats of wanted box w that the distinct held boxes cover (their
+ * overlaps with it; the boxes of one layout never overlap each other). */
+static uint64_t covered(const pr_src *v, int count, const pr_slice *w) {
+  uint64_t got = 0;
+  for (int j = first_of(v, count, w->name); j < count && !strcmp(v[j].s->name, w->name); j++) {
+    ck_box x;
+    if (ck_box_intersect(&v[j].s->box, &w->box, &x)) got += ck_box_volume(&x);
+  }
+  return got;
+}
+
 /* Visits, in the one order every rank uses, each piece of the plan: the
  * overlap of receiver r's wanted box with a source's box. */
 typedef gt_status (*piece_fn)(void *ctx, int src, int dst, const pr_slice *have, const pr_slice *want, const ck_box *x);
@@ -116,11 +127,7 @@ static gt_status coverage(const pr_rank *all, int n, const pr_src *v, int count,
   for (int r = 0; r < n; r++)
     for (int i = 0; i < all[r].want.n; i++) {
       const pr_slice *w = &all[r].want.s[i];
-      uint64_t got = 0, need = ck_box_volume(&w->box);
-      for (int j = first_of(v, count, w->name); j < count && !strcmp(v[j].s->name, w->name); j++) {
-        ck_box x;
-        if (ck_box_intersect(&v[j].s->box, &w->box, &x)) got += ck_box_volume(&x);
-      }
+      uint64_t got = covered(v, count, w), need = ck_box_volume(&w->box);
       if (got > need)
         return gt_errorf(GT_ESTATE, "tensor %s: the ranks' holdings overlap (%llu floats cover a box of %llu): they "
                          "were not taken at one layout", w->name, (unsigned long long)got, (unsigned long long)need);
@@ -218,11 +225,7 @@ static gt_status fill_missing(const char *dir, const pr_rank *mine, const pr_src
   bool read = false;
   for (int i = 0; s == GT_OK && i < mine->want.n; i++) {
     const pr_slice *w = &mine->want.s[i];
-    uint64_t got = 0, need = ck_box_volume(&w->box);
-    for (int j = first_of(v, count, w->name); j < count && !strcmp(v[j].s->name, w->name); j++) {
-      ck_box x;
-      if (ck_box_intersect(&v[j].s->box, &w->box, &x)) got += ck_box_volume(&x);
-    }
+    uint64_t got = covered(v, count, w), need = ck_box_volume(&w->box);
     if (got == need) continue;
     if (!read) s = ck_manifest_read(dir, &m), read = true;
     int t = s == GT_OK ? ck_manifest_tensor(&m, w->name) : -1;

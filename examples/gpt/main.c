@@ -428,8 +428,7 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
    * step in flight is applied or dropped here. */
   gpt_resume_point rp = {0};
   if (s == GT_OK)
-    s = gpt_reshape_decide(rsh, nd ? gt_grid_world(gt_dist_grid(nd)) : NULL, *tr, *loader,
-                           (uint64_t)total * (uint64_t)a->accum, &rp);
+    s = gpt_reshape_decide(rsh, nd ? gt_grid_world(gt_dist_grid(nd)) : NULL, *tr, *loader, (uint64_t)step_rows, &rp);
   if (s == GT_OK && *tr && gt_trainer_step_pending(*tr)) s = gt_trainer_resolve_step(*tr, rp.apply_pending);
   double t_dist = gt_now();
   gt_model_config nmc = *mc;
