@@ -14,6 +14,7 @@
  * from a committed checkpoint when one is given, else it is an error that
  * names it.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,8 +219,8 @@ static gt_status run_round(gt_comm *world, const pr_rank *all, int n, const pr_s
 /* The wanted boxes of this rank that peers do not cover, read whole from
  * the fallback checkpoint (the peers' pieces then overwrite what they do
  * cover, so exactly the missing floats keep the checkpoint's values). */
-static gt_status fill_missing(const char *dir, const pr_rank *mine, const pr_src *v, int count, const pr_space *to,
-                              gt_ckpt_peer_stats *st) {
+static gt_status fill_missing(const char *dir, uint64_t step, const pr_rank *mine, const pr_src *v, int count,
+                              const pr_space *to, gt_ckpt_peer_stats *st) {
   ck_manifest m = {0};
   gt_status s = GT_OK;
   bool read = false;
@@ -228,6 +229,12 @@ static gt_status fill_missing(const char *dir, const pr_rank *mine, const pr_src
     uint64_t got = covered(v, count, w), need = ck_box_volume(&w->box);
     if (got == need) continue;
     if (!read) s = ck_manifest_read(dir, &m), read = true;
+    /* Floats of another step next to this step's would be a model no run
+     * ever had: only a checkpoint of the very step the others hold fills. */
+    if (s == GT_OK && (uint64_t)m.step != step)
+      s = gt_errorf(GT_ENOTFOUND, "%llu floats of %s are held by no rank left, and the newest checkpoint (%s) is of "
+                    "step %lld, not of step %llu that the others hold: restart from the checkpoint",
+                    (unsigned long long)(need - got), w->name, dir, (long long)m.step, (unsigned long long)step);
     int t = s == GT_OK ? ck_manifest_tensor(&m, w->name) : -1;
     if (s == GT_OK && t < 0) s = gt_errorf(GT_EFORMAT, "checkpoint %s has no tensor %s", dir, w->name);
     uint64_t bytes = 0;
@@ -242,12 +249,17 @@ static gt_status fill_missing(const char *dir, const pr_rank *mine, const pr_src
   return s;
 }
 
-/* Whether every rank's part went well: one all-reduce of failure counts. */
+/* Whether every rank's part went well: one all-reduce of failure counts,
+ * state held by no rank (GT_ENOTFOUND, which no retry mends) counted apart
+ * so that every rank returns it alike. */
+#define LOST_WEIGHT 65536.0f
 static gt_status agree(gt_comm *world, gt_status mine) {
   if (!world || gt_comm_size(world) == 1) return mine;
-  float bad = mine == GT_OK ? 0.0f : 1.0f;
+  float bad = mine == GT_OK ? 0.0f : mine == GT_ENOTFOUND ? LOST_WEIGHT : 1.0f;
   GT_TRY(gt_comm_allreduce(world, &bad, 1, GT_F32, GT_COMM_SUM));
   if (mine != GT_OK) return mine;
+  if (bad >= LOST_WEIGHT)
+    return gt_errorf(GT_ENOTFOUND, "%g other rank(s) lack state that no rank left holds", floorf(bad / LOST_WEIGHT));
   return bad > 0 ? gt_errorf(GT_ESTATE, "%g other rank(s) could not take their part of the state", (double)bad) : GT_OK;
 }
 
@@ -316,7 +328,7 @@ gt_status gt_ckpt_reshard_peers(gt_trainer *from, gt_trainer *to, const gt_ckpt_
                       "%d): they were on the lost rank alone; give a checkpoint to take them from, or keep a copy on "
                       "a peer (gt_ckpt_mirror)", (unsigned long long)missing, w->name, miss_rank);
   } else if (s == GT_OK && missing) {
-    local = fill_missing(fallback, &all[me], v, count, &ts, &st);
+    local = fill_missing(fallback, all[holder].step, &all[me], v, count, &ts, &st);
   }
   if (s == GT_OK) s = agree(world, local);
   if (s == GT_OK) s = each_piece(all, n, v, count, count_piece, &t);

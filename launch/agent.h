@@ -94,11 +94,19 @@ int workers_any_running(const worker_group *g);
 int workers_fatal(const worker_group *g, char *why, size_t n);
 /* 1 when every worker exited 0. */
 int workers_all_ok(const worker_group *g);
-/* 1 when a worker's step has not advanced for the hang timeout (timeout_s,
- * or 0 for 3x its longest step, at least HANG_FLOOR_S); why says which.
- * Workers that never reported a step, or closed their job, are not watched. */
+/* The index of a worker whose step has not advanced for slack times the
+ * hang timeout (timeout_s, or 0 for 3x its longest step, at least
+ * HANG_FLOOR_S), or -1; why says which. only_stopped: only a worker that
+ * is stopped (worker_stopped). Workers that never reported a step, or
+ * closed their job, are not watched. */
 #define HANG_FLOOR_S 30.0
-int workers_hung(const worker_group *g, double timeout_s, char *why, size_t n);
+int workers_hung(const worker_group *g, double timeout_s, double slack, int only_stopped, char *why, size_t n);
+/* 1 when the worker is stopped (SIGSTOP, a debugger): it, and not a peer
+ * it waits for, is why it makes no progress. */
+int worker_stopped(const worker *w);
+/* When a running worker last advanced its step (gt_now), or `since` when
+ * none has yet. */
+double workers_progress_at(const worker_group *g, double since);
 /* Takes progress records (8-byte little-endian step counters) from a
  * worker's progress pipe. */
 void progress_take(worker *w, const unsigned char *data, size_t n);

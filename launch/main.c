@@ -88,7 +88,8 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
           rd->node_rank, rd->nnodes, rd->generation, rd->rank_base, rd->rank_base + rd->nproc - 1,
           rd->world_size);
   int interval_ms = (int)(o->monitor_s * 1000);
-  int finished = 0, warned = 0, replaced = 0;
+  int finished = 0, warned = 0, replaced = 0, left = 0;
+  double started = gt_now();
   char why[400];
   for (;;) {
     workers_pump(&g, interval_ms);
@@ -101,11 +102,38 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
       *code = 128 + agent_stop_signal;
       return ROUND_STOPPED;
     }
-    int hung = workers_hung(&g, o->hang_timeout_s, why, sizeof why);
+    if (left) {
+      /* Cut off (--reshape): the workers are gone; wait for etcd to answer
+       * and move the job to a round that takes this node in again. */
+      if (ms.ended) {
+        monitor_stop(m);
+        return round_over(o, r, rd, &g, ms.ev, 0);
+      }
+      if (gt_now() - ms.etcd_ok_at > o->rdzv_timeout_s) {
+        monitor_stop(m);
+        fprintf(stderr, "giantrun: lost etcd for %d s (--rdzv-timeout): %s\n", o->rdzv_timeout_s, ms.error);
+        *code = 1;
+        return ROUND_ERROR;
+      }
+      continue;
+    }
+    /* --reshape: a stopped worker (SIGSTOP) past the hang timeout is the
+     * one holding the others up: it is killed, and goes as a dead one
+     * does. A worker that is merely blocked is likely waiting for a peer
+     * (on this node or another) whose own agent acts first: it gets twice
+     * the timeout before this node gives up. */
+    int stopped = o->reshape ? workers_hung(&g, o->hang_timeout_s, 1.0, 1, why, sizeof why) : -1;
+    if (stopped >= 0) {
+      gt_warn("giantrun: %s; it is stopped: killing it (--reshape)", why);
+      kill(-g.w[stopped].pid, SIGKILL);
+      kill(-g.w[stopped].pid, SIGCONT);
+      continue;
+    }
+    int hung = workers_hung(&g, o->hang_timeout_s, o->reshape ? 2.0 : 1.0, 0, why, sizeof why) >= 0;
     int dead = hung ? -1 : workers_failed_index(&g);
     if (o->reshape && dead >= 0 && workers_failed(&g, why, sizeof why) && !workers_fatal(&g, why, sizeof why) &&
         !(WIFEXITED(g.w[dead].status) && WEXITSTATUS(g.w[dead].status) == WORKER_EXIT_RESTART) &&
-        workers_any_running(&g)) {
+        (workers_any_running(&g) || rd->world_size > g.n)) {
       /* --reshape: the others go on without it, in a membership epoch
        * that the etcd thread publishes. */
       gt_warn("giantrun: %s; the other workers reshape without it (--reshape)", why);
@@ -152,6 +180,18 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
       *code = 0;
       return ROUND_UNRECORDED;
     }
+    /* --reshape: etcd silent past a lease TTL while no worker here made a
+     * step either: this node is cut off (were only etcd away, the workers
+     * would go on training). The others have gone on without it (its
+     * ranks left their membership); its workers stop, since they can no
+     * longer be part of the job, and the node rejoins once etcd answers. */
+    if (o->reshape && !finished && silent > o->ttl_s && gt_now() - workers_progress_at(&g, started) > o->ttl_s) {
+      gt_warn("giantrun: etcd silent for %.0f s, past the lease TTL (%s): the job goes on without this node; its "
+              "workers stop, and it rejoins when etcd answers (--reshape)", silent, ms.error);
+      workers_stop(&g, o->stop_grace_s);
+      left = 1;
+      continue;
+    }
     /* etcd may come back; past a lease TTL the job has moved on anyway. */
     if (!finished && silent > o->ttl_s + 10.0) {
       workers_stop(&g, o->stop_grace_s);
@@ -188,7 +228,7 @@ static int run_job(const agent_opts *o, const char *endpoints) {
       .restart_window_s = o->restart_window_s,
       .ttl_s = o->ttl_s, .settle_ms = (int)(o->settle_s * 1000),
       .join_timeout_ms = o->rdzv_timeout_s * 1000, .call_timeout_ms = 5000,
-      .poll_ms = (int)(o->monitor_s * 1000), .cancel = &agent_stop_signal};
+      .poll_ms = (int)(o->monitor_s * 1000), .reshape = o->reshape, .cancel = &agent_stop_signal};
   gt_rdzv *r;
   gt_status st = gt_rdzv_open(&cfg, &r);
   if (st != GT_OK) return fail_status(st, "rendezvous");

@@ -3,6 +3,7 @@
  * the hang timeout. A collective would notice a hung peer only after its own
  * timeout (minutes); the step counter costs one write per step. */
 #include <stdio.h>
+#include <string.h>
 
 #include "giant/log.h"
 #include "launch/agent.h"
@@ -25,22 +26,43 @@ void progress_take(worker *w, const unsigned char *data, size_t n) {
   }
 }
 
-int workers_hung(const worker_group *g, double timeout_s, char *why, size_t n) {
+int workers_hung(const worker_group *g, double timeout_s, double slack, int only_stopped, char *why, size_t n) {
   double now = gt_now();
   for (int i = 0; i < g->n; i++) {
     const worker *w = &g->w[i];
-    if (w->exited || w->step_at <= 0) continue;
+    if (w->exited || w->step_at <= 0 || (only_stopped && !worker_stopped(w))) continue;
     double limit = timeout_s;
     if (limit <= 0) {
       limit = 3.0 * w->longest_step;
       if (limit < HANG_FLOOR_S) limit = HANG_FLOOR_S;
     }
+    limit *= slack;
     if (now - w->step_at <= limit) continue;
     snprintf(why, n,
              "worker rank %d (pid %ld) made no progress for %.0f s after step %lld (hang timeout %.0f s; "
              "see --hang-timeout)",
              w->rank, (long)w->pid, now - w->step_at, w->step, limit);
-    return 1;
+    return i;
   }
-  return 0;
+  return -1;
+}
+
+int worker_stopped(const worker *w) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)w->pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t len = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[len] = 0;
+  /* "pid (comm) S ...": the state follows the last ')' (comm may hold one). */
+  const char *p = strrchr(buf, ')');
+  return p && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+}
+
+double workers_progress_at(const worker_group *g, double since) {
+  double at = since;
+  for (int i = 0; i < g->n; i++)
+    if (!g->w[i].exited && g->w[i].step_at > at) at = g->w[i].step_at;
+  return at;
 }

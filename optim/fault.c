@@ -23,6 +23,7 @@ static const kind_info kinds[] = {
     {"stall", GT_FAULT_STALL, " rank at seconds ", " rank at seconds "},
     {"crash", GT_FAULT_CRASH, " rank at ", " rank at "},
     {"nan", GT_FAULT_NAN, " rank at ", " rank at "},
+    {"nangrad", GT_FAULT_NANGRAD, " rank at ", " rank at "},
     {"slowsave", GT_FAULT_SLOWSAVE, " rank seconds ", " rank seconds "},
     {"crashreshape", GT_FAULT_CRASH_RESHAPE, " rank ", " rank "},
     {"stallreshape", GT_FAULT_STALL_RESHAPE, " rank seconds ", " rank seconds "},
@@ -87,7 +88,7 @@ static gt_status parse_fault(char *text, gt_fault *f) {
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
     if (strcmp(text, kinds[i].name) == 0) k = &kinds[i];
   if (!k)
-    return gt_errorf(GT_EINVAL, "GT_FAULT '%s': unknown fault kind '%s' (want slow, slowlink, stall, crash, nan, slowsave, crashreshape or stallreshape)",
+    return gt_errorf(GT_EINVAL, "GT_FAULT '%s': unknown fault kind '%s' (want slow, slowlink, stall, crash, nan, nangrad, slowsave, crashreshape or stallreshape)",
                      fault, text);
   *f = (gt_fault){.kind = k->kind, .until = -1};
   char seen[128] = " ";

@@ -29,6 +29,18 @@ double gt_fault_save_delay(const gt_fault_plan *p) {
   return s;
 }
 
+bool gt_fault_nangrad(gt_fault_plan *p, int step) {
+  bool due = false;
+  for (int i = 0; p && i < p->n; i++) {
+    const gt_fault *f = &p->f[i];
+    if (f->kind != GT_FAULT_NANGRAD || !mine(p, f) || step != f->at || p->stalled[i]) continue;
+    p->stalled[i] = true;
+    gt_warn("GT_FAULT: rank %d puts a NaN into its gradients at step %d", p->rank, step);
+    due = true;
+  }
+  return due;
+}
+
 double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *loss) {
   double slept = 0;
   for (int i = 0; p && i < p->n; i++) {
@@ -68,6 +80,7 @@ double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *
       break;
     }
     case GT_FAULT_SLOWSAVE: break; /* played by the checkpoint writer */
+    case GT_FAULT_NANGRAD: break;  /* played by the trainer (gt_fault_nangrad) */
     case GT_FAULT_CRASH_RESHAPE:
     case GT_FAULT_STALL_RESHAPE: break; /* played at gt_fault_reshape_point */
     }

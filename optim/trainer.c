@@ -36,6 +36,9 @@ struct gt_trainer {
   float pending_lr, pending_clip;
   bool params_partial; /* ZeRO-1: updated, but the other shards were not gathered */
   uint64_t step_row;   /* the loader's next row when step row_step began */
+  bool nonfinite;      /* the last run_step failed on a non-finite loss or norm: */
+  double bad_loss, bad_norm;
+  int skipped_in_row;  /* steps skipped in a row (skip_nonfinite) */
   int row_step;        /* -1: no step began */
 };
 
@@ -270,18 +273,25 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
     return gt_errorf(GT_ESTATE, "step %d is pending after a failed commit vote: resolve it first "
                      "(gt_trainer_resolve_step)", t->step);
   gt_step_stats st = {.step = t->step, .micro_batches = t->cfg.grad_accum};
-  if (loader) t->step_row = gt_loader_next_row(loader), t->row_step = t->step;
+  if (loader) t->step_row = st.first_row = gt_loader_next_row(loader), t->row_step = t->step;
   double t0 = gt_now(), loss_sum = 0;
   gt_group *tp = t->dist ? gt_dist_tp_group(t->dist) : NULL;
   double tp0 = tp ? tp->busy_s : 0;
   gt_telemetry_begin();
   GT_TRY(gt_model_zero_grads(t->m));
+  /* GT_FAULT nangrad: a NaN in this rank's gradients before they are
+   * accumulated and reduced, as a flipped bit would put there. */
+  if (gt_fault_nangrad(&t->faults, t->step)) {
+    float nan = NAN;
+    GT_TRY(gt_backend_upload(gt_model_backend(t->m), gt_model_grads(t->m), &nan, sizeof nan));
+  }
   if (t->pipe) {
     GT_TRY(pipeline_batches(t, loader, batches, &st));
   } else {
     for (int i = 0; i < t->cfg.grad_accum; i++) GT_TRY(micro_batch(t, loader, batches, i, &loss_sum, &st));
     st.loss = (float)loss_sum;
   }
+  if (loader) st.rows = gt_loader_next_row(loader) - st.first_row;
   gt_telemetry_after_compute(&st.telemetry, t->m, t->pipe, t0, &t->faults, t->step, &st.loss);
   st.telemetry.tp_wait_s = tp ? tp->busy_s - tp0 : 0;
   if (t->dist) {
@@ -290,7 +300,9 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
   } else {
     GT_TRY(gt_grad_norm(t->m, &st.grad_norm));
   }
-  if (!isfinite(st.loss) || !isfinite(st.grad_norm))
+  t->nonfinite = !isfinite(st.loss) || !isfinite(st.grad_norm);
+  t->bad_loss = st.loss, t->bad_norm = st.grad_norm;
+  if (t->nonfinite)
     return gt_errorf(GT_ERANGE,
                      "step %d: loss %g, gradient norm %g: training diverged; lower the learning rate or "
                      "enable gradient clipping",
@@ -349,7 +361,33 @@ gt_status gt_trainer_step(gt_trainer *t, gt_loader *loader, gt_step_stats *stats
     GT_TRY(gt_loader_reshare(loader, t->share[0], t->share[1], t->share[2]));
     t->share[0] = 0;
   }
-  return run_step(t, loader, NULL, stats);
+  t->nonfinite = false;
+  gt_status s = run_step(t, loader, NULL, stats);
+  if (s == GT_OK) t->skipped_in_row = 0;
+  if (!t->nonfinite || t->cfg.skip_nonfinite <= 0 || !loader) return s;
+  /* Not finite: nothing changed. Once more on the same samples. */
+  uint64_t row = t->step_row;
+  gt_warn("step %d: loss %g, gradient norm %g: not finite; the step changed nothing and runs again on the same "
+          "samples (rows from %llu)", t->step, t->bad_loss, t->bad_norm, (unsigned long long)row);
+  GT_TRY(gt_loader_restart_at(loader, row));
+  t->nonfinite = false;
+  s = run_step(t, loader, NULL, stats);
+  if (s == GT_OK) t->skipped_in_row = 0;
+  if (!t->nonfinite) return s;
+  uint64_t end = gt_loader_next_row(loader);
+  if (++t->skipped_in_row > t->cfg.skip_nonfinite)
+    return gt_errorf(GT_ERANGE, "step %d: loss or gradient norm not finite in %d steps in a row, each run twice: "
+                     "training diverged; lower the learning rate or enable gradient clipping",
+                     t->step, t->skipped_in_row);
+  gt_warn("step %d: not finite again on the same samples: rows %llu..%llu are skipped (%d of at most %d steps in "
+          "a row)", t->step, (unsigned long long)row, (unsigned long long)end, t->skipped_in_row,
+          t->cfg.skip_nonfinite);
+  if (stats) {
+    memset(stats, 0, sizeof *stats);
+    *stats = (gt_step_stats){.step = t->step, .loss = NAN, .first_row = row, .rows = end - row, .skipped = true};
+  }
+  t->step++;
+  return GT_OK;
 }
 
 gt_status gt_trainer_step_batches(gt_trainer *t, const gt_batch *batches, int n, gt_step_stats *stats) {

@@ -70,17 +70,30 @@ gt_status gt_members_latest(gt_store *s, int world, int *epoch, int *ranks, int 
 
 /* Publishes the epoch after the newest with `rank` taken out (add = false)
  * or put in (add = true), unless the newest already is so. */
-static gt_status change(gt_store *s, int world, int rank, bool add, int *epoch) {
-  if (rank < 0 || rank >= world) return gt_errorf(GT_EINVAL, "rank %d is not one of the generation's %d", rank, world);
-  int *ranks = malloc(GT_MEMBERS_MAX * sizeof *ranks), n = 0;
+/* Publishes the next epoch with `set` (n ranks) taken out or put in,
+ * unless the newest already has them so. */
+static gt_status change(gt_store *s, int world, const int *set, int nset, bool add, int *epoch) {
+  for (int k = 0; k < nset; k++)
+    if (set[k] < 0 || set[k] >= world)
+      return gt_errorf(GT_EINVAL, "rank %d is not one of the generation's %d", set[k], world);
+  int *ranks = malloc(2 * GT_MEMBERS_MAX * sizeof *ranks), n = 0;
   if (!ranks) return gt_errorf(GT_ENOMEM, "out of memory");
+  int *next = ranks + GT_MEMBERS_MAX;
   gt_status st = GT_OK;
   for (int tries = 0; st == GT_OK && tries < GT_MEMBERS_MAX; tries++) {
     int e = 0;
     st = gt_members_latest(s, world, &e, ranks, &n);
     if (st != GT_OK) break;
-    int at = gt_members_index(ranks, n, rank);
-    if ((at >= 0) == add) { /* someone did it already */
+    /* The new list, ascending: every rank of the generation that is in
+     * the newest epoch, or in the set, as `add` says. */
+    int m = 0, changed = 0;
+    for (int r = 0; r < world; r++) {
+      bool in = gt_members_index(ranks, n, r) >= 0, named = gt_members_index(set, nset, r) >= 0;
+      bool keep = named ? add : in;
+      changed += keep != in;
+      if (keep) next[m++] = r;
+    }
+    if (!changed) { /* someone did it already */
       *epoch = e;
       break;
     }
@@ -91,16 +104,12 @@ static gt_status change(gt_store *s, int world, int rank, bool add, int *epoch) 
     if (st != GT_OK || claims != 1) continue; /* another change won epoch e + 1: read it and try again */
     char text[8 * GT_MEMBERS_MAX];
     size_t len = 0;
-    bool put = !add;
-    for (int i = 0; i < n; i++) {
-      if (!put && ranks[i] > rank) len += (size_t)snprintf(text + len, sizeof text - len, "%s%d", len ? " " : "", rank), put = true;
-      if (i != at) len += (size_t)snprintf(text + len, sizeof text - len, "%s%d", len ? " " : "", ranks[i]);
-    }
-    if (!put) len += (size_t)snprintf(text + len, sizeof text - len, "%s%d", len ? " " : "", rank);
+    for (int i = 0; i < m; i++) len += (size_t)snprintf(text + len, sizeof text - len, "%s%d", i ? " " : "", next[i]);
     snprintf(key, sizeof key, "reshape/members/%d", e + 1);
     st = gt_store_set(s, key, text, len);
     if (st == GT_OK) {
-      gt_info("membership epoch %d: rank %d %s, %d rank(s)", e + 1, rank, add ? "added" : "removed", add ? n + 1 : n - 1);
+      gt_info("membership epoch %d: %d rank(s) %s (rank %d%s), %d rank(s)", e + 1, changed, add ? "added" : "removed",
+              set[0], nset > 1 ? " and others" : "", m);
       *epoch = e + 1;
     }
     break;
@@ -109,8 +118,12 @@ static gt_status change(gt_store *s, int world, int rank, bool add, int *epoch) 
   return st;
 }
 
-gt_status gt_members_remove(gt_store *s, int world, int rank, int *epoch) { return change(s, world, rank, false, epoch); }
-gt_status gt_members_add(gt_store *s, int world, int rank, int *epoch) { return change(s, world, rank, true, epoch); }
+gt_status gt_members_remove(gt_store *s, int world, int rank, int *epoch) { return change(s, world, &rank, 1, false, epoch); }
+gt_status gt_members_remove_set(gt_store *s, int world, const int *ranks, int n, int *epoch) {
+  if (n < 1) return gt_errorf(GT_EINVAL, "gt_members_remove_set: no ranks given");
+  return change(s, world, ranks, n, false, epoch);
+}
+gt_status gt_members_add(gt_store *s, int world, int rank, int *epoch) { return change(s, world, &rank, 1, true, epoch); }
 
 gt_status gt_members_request_join(gt_store *s, int rank) {
   char key[64];

@@ -34,7 +34,7 @@
 typedef struct args {
   const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule, *speeds, *precision;
   int steps, batch, global_batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every,
-      bucket_kib, chunks, mem_mib, mirror_every;
+      bucket_kib, chunks, mem_mib, mirror_every, skip_nonfinite;
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
   bool documents, untied, zero1, seq_parallel, print_plan, no_overlap, rebalance, rebalance_local, reshape;
@@ -65,6 +65,10 @@ static const char *usage =
     "  --warmup N          warmup steps (default 20)\n"
     "  --weight-decay X    (default 0.1 for adamw, 0 for sgd)\n"
     "  --clip X            max global gradient norm, 0 = off (default 1.0)\n"
+    "  --skip-nonfinite N  a step with a non-finite loss or gradient changes nothing and runs again\n"
+    "                      on the same samples; failing again, its samples are skipped; after N\n"
+    "                      such steps in a row training stops as diverged (default 3; 0 = stop at\n"
+    "                      the first)\n"
     "  --seed N            initialisation seed (default 1)\n"
     "  --precision NAME    fp32, or bf16: bf16 matrix products with fp32 master weights,\n"
     "                      accumulation and optimizer state (default fp32)\n"
@@ -111,7 +115,8 @@ static int parse_args(int argc, char **argv, args *a) {
   *a = (args){.data = "data/fortunes.tok", .corpus = "/usr/share/games/fortunes", .device = "cpu", .precision = "fp32",
               .optimizer = "adamw", .steps = 300, .batch = 8, .seq = 128, .layers = 4, .channels = 128,
               .heads = 4, .accum = 1, .warmup = 20, .sample = 300, .print_every = 10, .lr = 1e-3f, .bucket_kib = 4096, .schedule = "1f1b",
-              .min_lr = 1e-4f, .clip = 1.0f, .weight_decay = -1, .temperature = 0.8f, .seed = 1};
+              .min_lr = 1e-4f, .clip = 1.0f, .weight_decay = -1, .temperature = 0.8f, .seed = 1,
+              .skip_nonfinite = 3};
   gt_opt_spec specs[] = {
       {"--data", GT_OPT_STR, &a->data, 0, 0},          {"--corpus", GT_OPT_STR, &a->corpus, 0, 0},
       {"--metrics", GT_OPT_STR, &a->metrics, 0, 0},    {"--device", GT_OPT_STR, &a->device, 0, 0},
@@ -134,7 +139,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--threads", GT_OPT_INT, &a->threads, 0, 4096}, {"--sample", GT_OPT_INT, &a->sample, 0, 1e7},
       {"--print-every", GT_OPT_INT, &a->print_every, 0, 1e9},
       {"--lr", GT_OPT_FLOAT, &a->lr, 0, 10},           {"--min-lr", GT_OPT_FLOAT, &a->min_lr, 0, 10},
-      {"--clip", GT_OPT_FLOAT, &a->clip, 0, 1e9},      {"--weight-decay", GT_OPT_FLOAT, &a->weight_decay, 0, 10},
+      {"--clip", GT_OPT_FLOAT, &a->clip, 0, 1e9},      {"--skip-nonfinite", GT_OPT_INT, &a->skip_nonfinite, 0, 1e6},      {"--weight-decay", GT_OPT_FLOAT, &a->weight_decay, 0, 10},
       {"--temperature", GT_OPT_FLOAT, &a->temperature, 1e-3, 100},
       {"--seed", GT_OPT_U64, &a->seed, 0, 0},
       {"--documents", GT_OPT_FLAG, &a->documents, 0, 0}, {"--untied", GT_OPT_FLAG, &a->untied, 0, 0},
@@ -367,10 +372,9 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
                          const gt_plan *launch, bool planned) {
   double t0 = gt_now();
   gt_grid *grid = *dist ? gt_dist_grid(*dist) : NULL;
-  if (grid && !planned) { /* the others' operations fail at once, not at their timeout */
-    gt_comm_abort(gt_grid_world(grid));
-    for (int ax = GT_GRID_DP; ax <= GT_GRID_PP; ax++) gt_comm_abort(gt_grid_comm(grid, (gt_grid_axis)ax));
-  }
+  rsh->state_lost = false;
+  gpt_watch_pause(rsh);
+  if (grid && !planned) gpt_abort_grid(grid); /* the others' operations fail at once, not at their timeout */
   if (!planned) gt_ckpt_abandon(*ckpt); /* a planned reshape lets the save in flight commit */
   gt_ckpt_destroy(*ckpt);
   *ckpt = NULL;
@@ -445,7 +449,10 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
   newest_checkpoint(a, fallback, sizeof fallback);
   gt_ckpt_peer_stats ps = {0};
   double t_built = gt_now();
-  if (s == GT_OK) s = gt_ckpt_reshard_peers(*tr, nt, rsh->mirror, fallback[0] ? fallback : NULL, &ps);
+  if (s == GT_OK) {
+    s = gt_ckpt_reshard_peers(*tr, nt, rsh->mirror, fallback[0] ? fallback : NULL, &ps);
+    rsh->state_lost = s == GT_ENOTFOUND;
+  }
   double t_moved = gt_now();
   gt_loader_config lc = *gt_loader_get_config(*loader);
   lc.B = cap, lc.shard = np.me.dp, lc.nshards = np.layout.dp, lc.offset = 0, lc.total = 0;
@@ -475,6 +482,7 @@ static gt_status reshape(const args *a, gt_job *job, gt_backend *be, const gpt_c
          (unsigned long long)ps.floats_from_ckpt, (t_agreed - t0) * 1e3, (t_dist - t_agreed) * 1e3,
          (t_built - t_dist) * 1e3, (t_moved - t_built) * 1e3);
   GT_TRY(gpt_mirror_start(rsh, *tr, job, rp.rank == 0));
+  gpt_watch_resume(rsh, nd ? gt_dist_grid(nd) : NULL);
   fflush(stdout);
   return GT_OK;
 }
@@ -652,7 +660,7 @@ int main(int argc, char **argv) {
                           .metrics_path = metrics, .print_every = lead ? a.print_every : 0,
                           .schedule = {.lr_max = a.lr, .lr_min = a.min_lr, .warmup = a.warmup, .total = a.steps},
                           .dist = dist, .no_overlap = a.no_overlap, .precision = precision,
-                          .commit_vote = a.reshape};
+                          .commit_vote = a.reshape, .skip_nonfinite = a.skip_nonfinite};
   if (a.weight_decay >= 0) tc.optim.weight_decay = a.weight_decay;
   if (!joining && (s = gt_trainer_create(m, &tc, &tr)) != GT_OK) {
     fail("creating the trainer", s);
@@ -692,6 +700,10 @@ int main(int argc, char **argv) {
     fflush(stdout);
     if (dist && (s = gpt_mirror_start(&rsh, tr, job, lead)) != GT_OK) {
       fail("starting redundancy", s);
+      goto out;
+    }
+    if ((s = gpt_watch_start(&rsh, job, dist ? gt_dist_grid(dist) : NULL)) != GT_OK) {
+      fail("watching the membership", s);
       goto out;
     }
   }
@@ -747,7 +759,7 @@ int main(int argc, char **argv) {
                   reshaped_gen, sizeof reshaped_gen, &launch_plan, !failed);
       /* Another rank lost during the reshape: the next epoch, without it,
        * is tried (the old layout is intact until a reshape succeeds). */
-      for (int retry = 0; s != GT_OK && s != GT_ECANCELED && retry < GPT_RESHAPE_RETRIES; retry++) {
+      for (int retry = 0; s != GT_OK && s != GT_ECANCELED && !rsh.state_lost && retry < GPT_RESHAPE_RETRIES; retry++) {
         fail("reshaping (trying the next membership epoch)", s);
         s = reshape(&a, job, be, &gc, peak, schedule, &rsh, total, &mc, &tc, &plan, &mp, &dist, &m, &tr, &loader,
                     &ckpt, reshaped_gen, sizeof reshaped_gen, &launch_plan, false);

@@ -139,8 +139,36 @@ gt_status gpt_mirror_after_step(gpt_reshape *r, gt_trainer *tr, double step_seco
 }
 
 void gpt_reshape_destroy(gpt_reshape *r) {
+  gt_members_watch_stop(r->watch);
+  r->watch = NULL;
   gt_ckpt_mirror_destroy(r->mirror);
   r->mirror = NULL;
+}
+
+void gpt_abort_grid(gt_grid *grid) {
+  if (!grid) return;
+  gt_comm_abort(gt_grid_world(grid));
+  for (int ax = GT_GRID_DP; ax <= GT_GRID_PP; ax++) gt_comm_abort(gt_grid_comm(grid, (gt_grid_axis)ax));
+}
+
+static void on_newer_epoch(void *arg, int epoch) {
+  gpt_reshape *r = arg;
+  (void)epoch;
+  gpt_abort_grid(r->grid);
+}
+
+gt_status gpt_watch_start(gpt_reshape *r, gt_job *job, gt_grid *grid) {
+  if (!gt_job_etcd(job) || r->gen_world < 2) return GT_OK; /* a TCP store: no agents publish epochs there */
+  GT_TRY(gt_members_watch_start(job->store, r->gen_world, GPT_WATCH_GRACE_MS, on_newer_epoch, r, &r->watch));
+  if (grid) gpt_watch_resume(r, grid);
+  return GT_OK;
+}
+
+void gpt_watch_pause(gpt_reshape *r) { gt_members_watch_arm(r->watch, -1); }
+
+void gpt_watch_resume(gpt_reshape *r, gt_grid *grid) {
+  r->grid = grid; /* the watcher is disarmed: its callback is not running */
+  if (grid) gt_members_watch_arm(r->watch, r->epoch);
 }
 
 gt_status gpt_reshape_join(gpt_reshape *r, gt_job *job) {

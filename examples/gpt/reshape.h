@@ -11,6 +11,7 @@
 #include "giant/comm.h"
 #include "giant/data.h"
 #include "giant/failslow.h"
+#include "giant/grid.h"
 #include "giant/plan.h"
 #include "giant/init.h"
 #include "giant/members.h"
@@ -35,7 +36,20 @@ typedef struct gpt_reshape {
   int fixed_every;          /* --mirror-every: > 0 fixes `every` */
   double update_s, step_s;  /* sums over the calibration updates */
   int64_t joins_seen;       /* rank 0: join requests taken so far */
+  /* A cut-off peer (a partitioned node) breaks no connection: the watcher
+   * aborts `grid`'s communicators once the epoch without it stands
+   * (giant/members.h), so the step blocked on it fails at once. */
+  gt_members_watch *watch;
+  gt_grid *grid;
+  /* The last reshape could not gather the state (floats held by no rank
+   * left): another epoch would not bring them back; a restart from the
+   * newest checkpoint does. */
+  bool state_lost;
 } gpt_reshape;
+
+/* Of the watcher: how long a newer epoch stands before the communicators
+ * are aborted (a planned reshape moves every rank within milliseconds). */
+#define GPT_WATCH_GRACE_MS 2000
 
 #define GPT_MIRROR_BUDGET 0.02 /* of the step time */
 #define GPT_MIRROR_CALIBRATE 5 /* updates at every step before `every` is chosen */
@@ -55,6 +69,15 @@ gt_status gpt_mirror_start(gpt_reshape *r, gt_trainer *tr, const gt_job *job, bo
 /* After each step: the copy, every `every` steps. Collective. */
 gt_status gpt_mirror_after_step(gpt_reshape *r, gt_trainer *tr, double step_seconds, bool lead);
 void gpt_reshape_destroy(gpt_reshape *r);
+/* Aborts every communicator of grid: operations blocked on a lost peer
+ * fail at once, here and on the ranks still in the group. */
+void gpt_abort_grid(gt_grid *grid);
+/* The watcher, when the store is etcd's (the agents publish epochs there);
+ * it watches for epochs after r->epoch while training runs on grid. */
+gt_status gpt_watch_start(gpt_reshape *r, gt_job *job, gt_grid *grid);
+/* Around a reshape: the watcher stands aside, then watches the new grid. */
+void gpt_watch_pause(gpt_reshape *r);
+void gpt_watch_resume(gpt_reshape *r, gt_grid *grid);
 /* A worker restarted alone (GT_JOIN=1): asks to join the running job and
  * waits for a membership epoch that has it; then reshape as the others
  * do, with no state of its own. */

@@ -182,8 +182,10 @@ void gt_ckpt_mirror_destroy(gt_ckpt_mirror *m);
  * this rank also offers the copy it keeps for its predecessor, when taken
  * at the step being moved. Floats that no rank holds (a shard that lived
  * on a lost rank alone, with no copy) are read from `fallback`,
- * a committed checkpoint's step directory, and logged; with fallback NULL
- * they are GT_ENOTFOUND naming the first of them. Every rank that holds
+ * a committed checkpoint's step directory, and logged, when it is of the
+ * step being moved; with fallback NULL or of another step they are
+ * GT_ENOTFOUND naming the first of them (the job must restart from the
+ * checkpoint: mixing steps would make a model no run ever had). Every rank that holds
  * state must be at the same step (GT_ESTATE otherwise). The loader is the
  * caller's: restart it at the stream's next row. On failure `to` may hold
  * a part of the state; `from` is never changed. */

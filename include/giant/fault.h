@@ -20,6 +20,7 @@ typedef enum gt_fault_kind {
   GT_FAULT_STALL,    /* rank stops for `seconds` once, at step `at` */
   GT_FAULT_CRASH,    /* rank kills itself (SIGKILL) at step `at` */
   GT_FAULT_NAN,      /* rank's loss becomes NaN at step `at` */
+  GT_FAULT_NANGRAD,  /* rank's gradients get a NaN at step `at`, once (a transient fault) */
   GT_FAULT_SLOWSAVE, /* rank's checkpoint writer waits `seconds` before writing each save */
   GT_FAULT_CRASH_RESHAPE, /* rank kills itself (SIGKILL) in the middle of its next reshape */
   GT_FAULT_STALL_RESHAPE, /* rank stops for `seconds` in the middle of each reshape */
@@ -42,7 +43,7 @@ typedef struct gt_fault_plan {
   int n;
   gt_fault f[GT_FAULT_MAX];
   int rank;              /* the rank this process plays */
-  bool stalled[GT_FAULT_MAX];
+  bool stalled[GT_FAULT_MAX]; /* stall, nangrad: played (they play once) */
   gt_grid *grid;              /* where slowlink plays (gt_fault_apply_links) */
   bool link_on[GT_FAULT_MAX]; /* slowlink: its delay is in place */
 } gt_fault_plan;
@@ -70,6 +71,9 @@ void gt_fault_reshape_point(const gt_fault_plan *p);
 /* The seconds this rank's checkpoint writer waits before writing a save
  * (slowsave), so that a test can have a save in flight when it acts. */
 double gt_fault_save_delay(const gt_fault_plan *p);
+/* nangrad: true once, at its step, on its rank (the trainer then puts a
+ * NaN into the gradients). */
+bool gt_fault_nangrad(gt_fault_plan *p, int step);
 
 /* Readies this rank's slowlink faults on grid: from step `from` to
  * `until`, sends to the peer named are delayed on every communicator of

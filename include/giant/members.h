@@ -31,6 +31,10 @@ gt_status gt_members_latest(gt_store *s, int world, int *epoch, int *ranks, int 
  * it; *epoch gets the epoch that lacks it. Safe against others removing
  * ranks at the same time: each claim is one atomic add. */
 gt_status gt_members_remove(gt_store *s, int world, int rank, int *epoch);
+/* The same for n ranks at once (a node's, when it is lost): one epoch
+ * without all of them, so that no rank tries an epoch that still lists a
+ * lost one. */
+gt_status gt_members_remove_set(gt_store *s, int world, const int *ranks, int n, int *epoch);
 /* The same with `rank` put back (a restarted worker joining). */
 gt_status gt_members_add(gt_store *s, int world, int rank, int *epoch);
 /* A restarted worker asks to join the running job:
@@ -42,6 +46,28 @@ gt_status gt_members_request_join(gt_store *s, int rank);
 gt_status gt_members_joins(gt_store *s, int world, const int *members, int n, int64_t *seen, int *ranks, int *count);
 /* The position of rank in ranks[0..n), or -1. */
 int gt_members_index(const int *ranks, int n, int rank);
+
+/* A watcher for epochs the rank has not moved to. A rank blocked in a
+ * collective with a peer that was cut off (its node partitioned, rather
+ * than dead) hears nothing until the collective's timeout, minutes later;
+ * the epoch without that peer, published by the agents when its lease
+ * lapses, is the news. The watcher's thread waits for the epoch after
+ * the armed one; when that has stood for grace_ms while the rank still
+ * trains in the armed one, `fn` runs once (on the watcher's thread): it
+ * typically aborts the rank's communicators (gt_comm_abort), so that the
+ * blocked step fails at once and the rank reshapes. A planned reshape
+ * moves every rank to its new epoch well within the grace.
+ * The store must be safe to share between threads (the etcd store is). */
+typedef struct gt_members_watch gt_members_watch;
+typedef void (*gt_members_newer_fn)(void *arg, int epoch);
+gt_status gt_members_watch_start(gt_store *s, int world, int grace_ms, gt_members_newer_fn fn, void *arg,
+                                 gt_members_watch **out);
+/* The rank trains in `epoch` from now on; -1: in none (while it reshapes).
+ * When it returns, `fn` is not running, and runs only for an epoch after
+ * the one armed. Not from within `fn`. */
+void gt_members_watch_arm(gt_members_watch *w, int epoch);
+/* Stops the thread and frees w. NULL is a no-op. */
+void gt_members_watch_stop(gt_members_watch *w);
 
 GT_API_END
 #endif

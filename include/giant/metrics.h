@@ -4,6 +4,7 @@
 #ifndef GIANT_METRICS_H
 #define GIANT_METRICS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -43,6 +44,15 @@ typedef struct gt_step_stats {
   double mfu;            /* flops / seconds / measured peak; 0 if no peak */
   int micro_batches;
   int seq_len;           /* T of the last micro-batch */
+  /* The samples the step trained, all replicas together: global sample
+   * indices [first_row, first_row + rows) of the data stream (0, 0 when
+   * the step had no loader). A resumed or reshaped job's steps go on
+   * where the stream stopped, so the kept steps tile it exactly. */
+  uint64_t first_row, rows;
+  /* The step's loss or gradient stayed non-finite when run again on the
+   * same samples; they were skipped and nothing changed
+   * (gt_trainer_config.skip_nonfinite). No metrics line is written. */
+  bool skipped;
   gt_step_telemetry telemetry;
 } gt_step_stats;
 

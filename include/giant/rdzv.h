@@ -71,6 +71,11 @@ typedef struct gt_rdzv_config {
   int join_timeout_ms;             /* one rendezvous at most this; 0 = 600000 */
   int call_timeout_ms;             /* each etcd call; 0 = 5000 */
   int poll_ms;                     /* period of the waits; 0 = 100 */
+  /* A member node that leaves the running round (its lease lapsed: the
+   * node died or is cut off) is released instead of starting a new round:
+   * its ranks leave the round's membership (giant/members.h) and the
+   * others reshape in-process without them (giantrun --reshape). */
+  int reshape;
   /* When it becomes non-zero (a signal handler sets it) waits end with
    * GT_ECANCELED. May be NULL. */
   const volatile sig_atomic_t *cancel;
@@ -114,6 +119,9 @@ gt_status gt_rdzv_abort(gt_rdzv *r, const char *why);
  * others reshape without it: publishes a membership epoch without it in
  * the round's store (giant/members.h). */
 gt_status gt_rdzv_member_lost(gt_rdzv *r, int rank);
+/* The same for ranks first .. first + count - 1 at once, in one epoch (a
+ * node's ranks, when the node is lost). */
+gt_status gt_rdzv_members_lost(gt_rdzv *r, int first, int count);
 /* Every worker of this node exited 0 in the current round. */
 gt_status gt_rdzv_finish(gt_rdzv *r);
 /* Why the job moved on or ended (for logs). */

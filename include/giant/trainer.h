@@ -31,6 +31,14 @@ typedef struct gt_trainer_config {
    * a rank dies during a step, the ranks left can then agree on it
    * (gt_trainer_resolve_step): no rank applies an update the others drop. */
   bool commit_vote;
+  /* A step whose loss or gradient norm is not finite changes nothing.
+   * 0: it fails (training diverged). N > 0: with a loader, it runs again
+   * once on the same samples, which clears a transient fault (a flipped
+   * bit, a bad read); if it fails again its samples are skipped and
+   * training goes on, and the step fails only once N steps in a row were
+   * skipped. Every rank sees the same reduced loss and norm, so all decide
+   * alike. */
+  int skip_nonfinite;
 } gt_trainer_config;
 
 typedef struct gt_trainer gt_trainer;
@@ -38,8 +46,9 @@ typedef struct gt_trainer gt_trainer;
 gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_trainer **out);
 void gt_trainer_destroy(gt_trainer *t);
 
-/* One optimizer step over grad_accum micro-batches from the loader. The step
- * fails (and changes no parameter) if the loss or gradient is not finite. */
+/* One optimizer step over grad_accum micro-batches from the loader. A step
+ * whose loss or gradient is not finite changes no parameter: it fails, or
+ * is run again and then skipped (stats->skipped) as skip_nonfinite says. */
 gt_status gt_trainer_step(gt_trainer *t, gt_loader *loader, gt_step_stats *stats);
 /* Moves this data-parallel replica to a new share of every group micro-
  * batch from the next gt_trainer_step on: B rows at `offset` of `total`

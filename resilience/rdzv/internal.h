@@ -9,6 +9,9 @@
 typedef struct rdzv_member {
   char id[GT_RDZV_ID_MAX + 1];
   int nproc;
+  /* cfg.reshape: the node left the running round and its ranks left the
+   * membership; the round goes on without it. */
+  int released;
 } rdzv_member;
 
 struct gt_rdzv {

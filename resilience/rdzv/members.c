@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "giant/log.h"
 #include "resilience/rdzv/internal.h"
 
 static gt_status need_round(const gt_rdzv *r, const char *what) {
@@ -16,6 +17,25 @@ static int is_member(const gt_rdzv *r, const char *id) {
   for (int i = 0; i < r->nmembers; i++)
     if (!strcmp(r->members[i].id, id)) return 1;
   return 0;
+}
+
+static int is_released(const gt_rdzv *r, const char *id) {
+  for (int i = 0; i < r->nmembers; i++)
+    if (!strcmp(r->members[i].id, id)) return r->members[i].released;
+  return 0;
+}
+
+/* cfg.reshape: member i left; its ranks leave the membership so that the
+ * others go on without them. Every agent that sees it does the same, and
+ * gt_members_remove is idempotent, so the first one's epoch stands. */
+static gt_status release(gt_rdzv *r, int i) {
+  int base = 0;
+  for (int k = 0; k < i; k++) base += r->members[k].nproc;
+  GT_TRY(gt_rdzv_members_lost(r, base, r->members[i].nproc));
+  r->members[i].released = 1;
+  gt_warn("giantrun: node %s left gen%ld (its lease lapsed): ranks %d..%d leave, the others reshape without "
+          "them", r->members[i].id, r->gen, base, base + r->members[i].nproc - 1);
+  return GT_OK;
 }
 
 static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
@@ -41,11 +61,14 @@ static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
   rdzv_key(r, np, sizeof np, "gen%ld/nodes/", r->gen);
   rdzv_key(r, fp, sizeof fp, "gen%ld/finished/", r->gen);
   const gt_etcd_kvs *nodes = rdzv_snap_nodes(s), *fin = rdzv_snap_finished(s);
-  int finished = 0;
-  for (int i = 0; i < r->nmembers; i++) finished += rdzv_kvs_has(fin, fp, r->members[i].id);
+  int finished = 0, released = 0;
+  for (int i = 0; i < r->nmembers; i++) {
+    finished += rdzv_kvs_has(fin, fp, r->members[i].id);
+    released += r->members[i].released;
+  }
   /* Finished records outlive leases: a node whose workers all exited 0 has
    * done its part even if etcd was away long enough for its lease to go. */
-  if (finished == r->nmembers) {
+  if (finished && finished + released == r->nmembers) {
     char val[64];
     snprintf(val, sizeof val, "ok gen%ld", r->gen);
     int ended;
@@ -63,8 +86,13 @@ static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
   }
   for (int i = 0; i < r->nmembers; i++) {
     const char *id = r->members[i].id;
-    if (!rdzv_kvs_has(nodes, np, id) && !rdzv_kvs_has(fin, fp, id)) {
+    if (!r->members[i].released && !rdzv_kvs_has(nodes, np, id) && !rdzv_kvs_has(fin, fp, id)) {
       snprintf(why, sizeof why, "node %s left gen%ld", id, r->gen);
+      if (r->cfg.reshape && finished == 0 && released + 1 < r->nmembers) {
+        GT_TRY(release(r, i));
+        released++;
+        continue;
+      }
       GT_TRY(rdzv_advance(r, s, 1, why));
       *ev = GT_RDZV_RESTART;
       return GT_OK;
@@ -73,10 +101,10 @@ static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
   /* A node waiting to join is admitted by a new round, unless workers have
    * already finished (a new round would run them again). */
   size_t pl = strlen(np);
-  if (r->nmembers < r->cfg.max_nodes && finished == 0) {
+  if (r->nmembers - released < r->cfg.max_nodes && finished == 0) {
     for (size_t i = 0; i < nodes->n; i++) {
       const char *id = nodes->kvs[i].key + pl;
-      if (!is_member(r, id)) {
+      if (!is_member(r, id) || is_released(r, id)) {
         snprintf(why, sizeof why, "node %s waits to join; admitting it at gen%ld", id, r->gen + 1);
         GT_TRY(rdzv_advance(r, s, 0, why));
         *ev = GT_RDZV_RESTART;

@@ -412,18 +412,34 @@ void rdzv_purge(gt_rdzv *r) {
   gt_etcd_kvs_free(&kvs);
 }
 
-gt_status gt_rdzv_member_lost(gt_rdzv *r, int rank) {
+gt_status gt_rdzv_member_lost(gt_rdzv *r, int rank) { return gt_rdzv_members_lost(r, rank, 1); }
+
+gt_status gt_rdzv_members_lost(gt_rdzv *r, int first, int count) {
   if (!r->members || r->nmembers == 0) return gt_errorf(GT_ESTATE, "no round is running on this node");
   int world = 0;
   for (int i = 0; i < r->nmembers; i++) world += r->members[i].nproc;
-  if (rank < 0 || rank >= world) return gt_errorf(GT_EINVAL, "rank %d is not in gen%ld's %d ranks", rank, r->gen, world);
+  if (count < 1 || first < 0 || first + count > world || count > GT_MEMBERS_MAX)
+    return gt_errorf(GT_EINVAL, "ranks %d..%d are not in gen%ld's %d ranks", first, first + count - 1, r->gen, world);
   char prefix[GT_RDZV_ID_MAX + 64];
   snprintf(prefix, sizeof prefix, "%sgen%ld/store/", r->root, r->gen);
   gt_store *s = NULL;
   GT_TRY(gt_etcd_store_create(r->cli, prefix, &s));
-  int epoch = 0;
-  gt_status st = gt_members_remove(s, world, rank, &epoch);
+  int *ranks = malloc((size_t)count * sizeof *ranks), epoch = 0;
+  gt_status st = ranks ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory");
+  for (int k = 0; ranks && k < count; k++) ranks[k] = first + k;
+  /* A request to join that a lost rank made before it was lost is void:
+   * taken, it would add a rank that is not there. It goes before the epoch
+   * without the rank, after which a worker restarted in its place asks
+   * anew (gpt_reshape_join waits for that epoch). */
+  for (int k = 0; st == GT_OK && k < count; k++) {
+    char key[64];
+    snprintf(key, sizeof key, "reshape/join/%d", first + k);
+    gt_store_del(s, key);
+  }
+  if (st == GT_OK) st = gt_members_remove_set(s, world, ranks, count, &epoch);
+  free(ranks);
   gt_store_destroy(s);
-  if (st == GT_OK) gt_info("giantrun: gen%ld membership epoch %d is without rank %d", r->gen, epoch, rank);
+  if (st == GT_OK) gt_info("giantrun: gen%ld membership epoch %d is without ranks %d..%d", r->gen, epoch, first,
+                           first + count - 1);
   return st;
 }

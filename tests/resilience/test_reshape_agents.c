@@ -7,9 +7,12 @@
  * reshape, and each holds still for 30 s in the middle of it
  * (stallreshape). Meanwhile the agent that leads the job is SIGKILLed, its
  * workers with it. The reshape cannot complete: the ranks of the dead node
- * are gone. The other agent sees the node's lease lapse, stops its workers
- * and re-forms alone; generation 1 (world 2) resumes from the newest
- * checkpoint, the agent leads now, and the job finishes. Its last loss is
+ * are gone. The other agent sees the node's lease lapse and publishes the
+ * epoch without its ranks; its workers reshape to it, but state that only
+ * the dead node held is lost, and the newest checkpoint is of an older step
+ * (mixing the two would make a model no run had), so they exit for a
+ * restart: generation 1 (world 2) resumes from the newest checkpoint, the
+ * agent leads now, and the job finishes. Its last loss is
  * within the cross-layout tolerance of one process that trained the same
  * 24 steps without interruption: no step was applied twice or skipped. */
 #include <math.h>

@@ -1,0 +1,116 @@
+/* The watcher of newer membership epochs (giant/members.h). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "giant/log.h"
+#include "giant/members.h"
+
+/* Each wait for the next epoch lasts at most this, so that arming and
+ * stopping are seen soon. */
+#define WATCH_POLL_MS 500
+
+struct gt_members_watch {
+  pthread_t thread;
+  pthread_mutex_t mu; /* held while fn runs: arm and stop wait for it */
+  pthread_cond_t cv;
+  gt_store *store;
+  int world, grace_ms;
+  gt_members_newer_fn fn;
+  void *arg;
+  int armed;        /* the epoch trained in, or -1 */
+  int fired;        /* fn ran for this armed epoch */
+  double newer_at;  /* when the epoch after `armed` was first seen, 0: not yet */
+  bool stop;
+};
+
+static void wait_ms(gt_members_watch *w, int ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  long long ns = ts.tv_nsec + (long long)ms * 1000000LL;
+  ts.tv_sec += (time_t)(ns / 1000000000LL);
+  ts.tv_nsec = (long)(ns % 1000000000LL);
+  pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+}
+
+static void *watch_main(void *arg) {
+  gt_members_watch *w = arg;
+  int *ranks = malloc(sizeof(int) * GT_MEMBERS_MAX);
+  pthread_mutex_lock(&w->mu);
+  while (!w->stop && ranks) {
+    int armed = w->armed;
+    if (armed < 0 || w->fired) {
+      wait_ms(w, WATCH_POLL_MS);
+      continue;
+    }
+    if (w->newer_at > 0) {
+      /* Seen: wait out the grace, unless the rank moves on meanwhile. */
+      double left_ms = (w->newer_at + w->grace_ms / 1000.0 - gt_now()) * 1000.0;
+      if (left_ms > 0) {
+        wait_ms(w, left_ms < WATCH_POLL_MS ? (int)left_ms + 1 : WATCH_POLL_MS);
+        continue;
+      }
+      w->fired = 1;
+      gt_warn("membership epoch %d stands for %d ms while this rank trains in epoch %d: its communicators are "
+              "aborted, so that it reshapes", armed + 1, w->grace_ms, armed);
+      w->fn(w->arg, armed + 1);
+      continue;
+    }
+    pthread_mutex_unlock(&w->mu);
+    int n = 0;
+    gt_status st = gt_members_get(w->store, w->world, armed + 1, ranks, &n, WATCH_POLL_MS);
+    pthread_mutex_lock(&w->mu);
+    if (st == GT_OK && w->armed == armed && w->newer_at == 0) w->newer_at = gt_now();
+    /* etcd away, or no newer epoch: look again (a failed call is not
+     * waited on, so nap before the next). */
+    if (st != GT_OK && st != GT_ETIMEDOUT) wait_ms(w, WATCH_POLL_MS);
+  }
+  pthread_mutex_unlock(&w->mu);
+  free(ranks);
+  return NULL;
+}
+
+gt_status gt_members_watch_start(gt_store *s, int world, int grace_ms, gt_members_newer_fn fn, void *arg,
+                                 gt_members_watch **out) {
+  *out = NULL;
+  if (!s || !fn || world < 1 || world > GT_MEMBERS_MAX || grace_ms < 0)
+    return gt_errorf(GT_EINVAL, "gt_members_watch_start: need a store, a callback, a world size in 1..%d and a "
+                     "grace >= 0 ms", GT_MEMBERS_MAX);
+  gt_members_watch *w = calloc(1, sizeof *w);
+  if (!w) return gt_errorf(GT_ENOMEM, "out of memory");
+  *w = (gt_members_watch){.store = s, .world = world, .grace_ms = grace_ms, .fn = fn, .arg = arg, .armed = -1};
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+  if (pthread_create(&w->thread, NULL, watch_main, w) != 0) {
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+    return gt_errorf(GT_EIO, "cannot start the membership watcher's thread");
+  }
+  *out = w;
+  return GT_OK;
+}
+
+void gt_members_watch_arm(gt_members_watch *w, int epoch) {
+  if (!w) return;
+  pthread_mutex_lock(&w->mu);
+  w->armed = epoch;
+  w->fired = 0;
+  w->newer_at = 0;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+void gt_members_watch_stop(gt_members_watch *w) {
+  if (!w) return;
+  pthread_mutex_lock(&w->mu);
+  w->stop = true;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  pthread_join(w->thread, NULL);
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+  free(w);
+}

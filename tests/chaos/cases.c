@@ -1,0 +1,439 @@
+/* The chaos cases (cases.h). Each starts a job on CHAOS_NODES emulated
+ * nodes of CHAOS_NPROC workers (dp over all of them), plays its fault, and
+ * checks the outcome; then check_job checks what every case must show. */
+#include "chaos/cases.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void failf(chaos_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void failf(chaos_result *r, const char *fmt, ...) {
+  if (!r->passed && r->why[0]) return; /* the first failure is the one to read */
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->why, sizeof r->why, fmt, ap);
+  va_end(ap);
+  r->passed = false;
+}
+
+/* The tail of the job's output, for a failure message. */
+static const char *tail(const chaos_job *j) {
+  if (!j->out) return "";
+  size_t n = strlen(j->out);
+  return n > 2500 ? j->out + n - 2500 : j->out;
+}
+
+#define REQUIRE(j, cond, ...)                                       \
+  do {                                                              \
+    if (!(cond)) {                                                  \
+      failf(r, __VA_ARGS__);                                        \
+      size_t used_ = strlen(r->why);                                \
+      snprintf(r->why + used_, sizeof r->why - used_, "\n--- job output (tail):\n%s", tail(j)); \
+      return;                                                       \
+    }                                                               \
+  } while (0)
+
+/* Every "gpt: reshaped in X ms ... rank R of W in membership epoch E"
+ * line: how many name `of world`, and the slowest. */
+static int reshaped(const char *out, int world, double *slowest_ms) {
+  int n = 0;
+  char want[48];
+  snprintf(want, sizeof want, " of %d in membership epoch", world);
+  *slowest_ms = 0;
+  for (const char *p = out ? strstr(out, "gpt: reshaped in ") : NULL; p; p = strstr(p + 1, "gpt: reshaped in ")) {
+    const char *eol = strchr(p, '\n'), *w = strstr(p, want);
+    if (!w || (eol && w > eol)) continue;
+    n++;
+    double ms = atof(p + strlen("gpt: reshaped in "));
+    if (ms > *slowest_ms) *slowest_ms = ms;
+  }
+  return n;
+}
+
+/* What every case checks once its job ended: exit codes (want[i], or -3
+ * for "any"), the final loss against one process without faults (relative
+ * tolerance tol), the ledger and its steps lost, no process of the job
+ * left, and only the documented records left in etcd. */
+static void check_job(chaos_job *j, chaos_result *r, const int *want, double tol, int max_lost) {
+  for (int i = 0; i < j->cfg.nodes; i++)
+    REQUIRE(j, want[i] == -3 || j->code[i] == want[i], "node %d's agent exited %d, expected %d", i, j->code[i],
+            want[i]);
+  char why[1024];
+  float loss = chaos_final_loss(j->out, j->cfg.steps);
+  REQUIRE(j, !isnan(loss), "no final loss line for step %d", j->cfg.steps);
+  float ref = chaos_reference_loss(j->env, &j->cfg, why, sizeof why);
+  REQUIRE(j, !isnan(ref), "%s", why);
+  double rel = fabs((double)loss - ref) / fabs((double)ref);
+  REQUIRE(j, rel <= tol, "final loss %.7f, one process without faults %.7f: relative difference %.2e > %.0e", loss,
+          ref, rel, tol);
+  int lost = 0;
+  REQUIRE(j, chaos_ledger(j, &lost, why, sizeof why) == 0, "sample ledger: %s", why);
+  REQUIRE(j, lost <= max_lost, "%d step runs lost, at most %d expected", lost, max_lost);
+  r->steps_lost = lost;
+  int procs = 0;
+  for (double end = now_s() + 10; (procs = chaos_job_processes(j)) > 0 && now_s() < end;) usleep(50000);
+  REQUIRE(j, procs == 0, "%d process(es) of the job still running", procs);
+  REQUIRE(j, chaos_job_keys(j, why, sizeof why) == 0, "etcd: %s", why);
+  r->kept_s = chaos_kept_seconds(j);
+  r->job_s = j->t_end - j->t0;
+  size_t used = strlen(r->summary);
+  snprintf(r->summary + used, sizeof r->summary - used,
+           "%sfinal loss %.6f vs %.6f without faults (rel %.1e); ledger whole, %d step run(s) lost", used ? "; " : "",
+           loss, ref, rel, lost);
+  r->passed = true;
+}
+
+static chaos_job_cfg base(const char *name, int steps) {
+  return (chaos_job_cfg){.name = name, .nodes = CHAOS_NODES, .nproc = CHAOS_NPROC, .steps = steps};
+}
+
+static const int ALL_OK[CHAOS_MAX_NODES] = {0};
+#define WORLD (CHAOS_NODES * CHAOS_NPROC)
+/* Across layouts (a reshape changes the replicas and the accumulation),
+ * sums are ordered differently: the tolerance of test_reshape. */
+#define CROSS_LAYOUT_TOL 1e-5
+
+/* ---- SIGKILL a worker: in-process reshape, at most the step in flight lost. */
+static void case_kill_worker(chaos_env *env, chaos_result *r) {
+  enum { STEPS = 24, AT = 10 };
+  chaos_job_cfg c = base("kill-worker", STEPS);
+  c.fault = "crash:rank=3,at=10";
+  chaos_job j;
+  REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
+  chaos_job_wait_step(&j, AT - 1, 120);
+  double t_fault = now_s();
+  int after = chaos_job_wait_step(&j, AT + 1, 120);
+  r->recover_ms = after >= 0 ? (now_s() - t_fault) * 1e3 : -1;
+  chaos_job_wait(&j, 240);
+  double ms;
+  int n = reshaped(j.out, WORLD - 1, &ms);
+  snprintf(r->summary, sizeof r->summary, "rank 3 killed at step %d; %d ranks reshaped in-process (slowest %.0f ms)",
+           AT, n, ms);
+  if (n != WORLD - 1) {
+    failf(r, "%d ranks reshaped to %d, expected %d\n%s", n, WORLD - 1, WORLD - 1, tail(&j));
+  } else {
+    check_job(&j, r, ALL_OK, CROSS_LAYOUT_TOL, 1);
+  }
+  chaos_job_free(&j);
+}
+
+/* ---- SIGKILL an agent: its workers go with it; the others reshape. */
+static void case_kill_agent(chaos_env *env, chaos_result *r) {
+  enum { STEPS = 40, AT = 8, NODE = 2 };
+  chaos_job_cfg c = base("kill-agent", STEPS);
+  chaos_job j;
+  REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
+  int at = chaos_job_wait_step(&j, AT, 120);
+  double t_fault = now_s();
+  kill(j.agent[NODE], SIGKILL);
+  int code = chaos_job_wait_node(&j, NODE, 10);
+  /* Its workers die with it (PR_SET_PDEATHSIG): nothing of it is left. */
+  int left = -1;
+  for (double end = now_s() + 10; (left = chaos_node_processes(env, NODE)) != 0 && now_s() < end;) usleep(50000);
+  int after = at >= 0 ? chaos_job_wait_step(&j, at + 2, 120) : -1;
+  r->recover_ms = after >= 0 ? (now_s() - t_fault) * 1e3 : -1;
+  chaos_job_wait(&j, 240);
+  double ms;
+  int n = reshaped(j.out, WORLD - CHAOS_NPROC, &ms);
+  snprintf(r->summary, sizeof r->summary,
+           "node %d's agent killed at step %d: its %d workers gone with it; %d ranks reshaped in-process "
+           "(slowest %.0f ms) once its lease lapsed",
+           NODE, at, CHAOS_NPROC, n, ms);
+  int want[CHAOS_MAX_NODES] = {0, 0, 128 + SIGKILL};
+  if (code != 128 + SIGKILL || left != 0) {
+    failf(r, "agent exit %d, %d process(es) left in its namespace\n%s", code, left, tail(&j));
+  } else if (n != WORLD - CHAOS_NPROC) {
+    failf(r, "%d ranks reshaped to %d, expected %d\n%s", n, WORLD - CHAOS_NPROC, WORLD - CHAOS_NPROC, tail(&j));
+  } else {
+    check_job(&j, r, want, CROSS_LAYOUT_TOL, 1);
+  }
+  chaos_job_free(&j);
+}
+
+/* ---- a rank slowed x3: detected within 10 steps, and left out (S3). */
+static void case_slow_rank(chaos_env *env, chaos_result *r) {
+  enum { STEPS = 80, ONSET = 15, SLOW = 4 };
+  chaos_job_cfg c = base("slow-rank", STEPS);
+  c.fault = "slow:rank=4,factor=3,from=15";
+  c.model_flags = "--layers 4 --channels 64 --seq 64"; /* compute enough to time against the links */
+  c.gpt_flags = "--failslow";
+  chaos_job j;
+  REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
+  chaos_job_wait(&j, 400);
+  char line[96];
+  snprintf(line, sizeof line, "[rank %d] gpt: excluded after step ", SLOW);
+  const char *gone = j.out ? strstr(j.out, line) : NULL;
+  int left_at = gone ? atoi(gone + strlen(line)) : -1;
+  double ms;
+  int n = reshaped(j.out, WORLD - 1, &ms);
+  snprintf(r->summary, sizeof r->summary,
+           "rank %d slowed x3 from step %d: left out after step %d (%d steps); %d ranks reshaped without it", SLOW,
+           ONSET, left_at, left_at - ONSET, n);
+  r->recover_ms = ms;
+  if (left_at < 0 || left_at > ONSET + 10) {
+    failf(r, "rank %d not left out within 10 steps of the onset (step %d): after step %d\n%s", SLOW, ONSET, left_at,
+          tail(&j));
+  } else if (n != WORLD - 1) {
+    failf(r, "%d ranks reshaped to %d, expected %d\n%s", n, WORLD - 1, WORLD - 1, tail(&j));
+  } else {
+    /* No step is lost: the rank leaves at a step boundary. */
+    check_job(&j, r, ALL_OK, CROSS_LAYOUT_TOL, 0);
+  }
+  chaos_job_free(&j);
+}
+
+/* ---- a node partitioned for 20 s, then healed: the others go on; it does
+ * not train alone; it rejoins when healed. */
+static void case_partition(chaos_env *env, chaos_result *r) {
+  enum { NODE = 2, CUT_S = 20 };
+  char flags[320];
+  snprintf(flags, sizeof flags, "--ckpt-dir %s/partition-ckpt --ckpt-every 10", env->dir);
+  chaos_job_cfg c = base("partition", 0);
+  /* Long enough to outlast the partition: 5-10 ms a step here. */
+  c.steps = 4000;
+  c.gpt_flags = flags;
+  chaos_job j;
+  REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
+  int at = chaos_job_wait_step(&j, 20, 120);
+  double t_fault = now_s();
+  chaos_sh("ip link set %s down", env->net.veth[NODE]);
+  int after = at >= 0 ? chaos_job_wait_step(&j, at + 3, 60) : -1;
+  r->recover_ms = after >= 0 ? (now_s() - t_fault) * 1e3 : -1;
+  while (now_s() - t_fault < CUT_S) usleep(100000);
+  /* While cut off, its workers trained nothing on their own: its ranks
+   * got no further than the step in flight when the link went. */
+  int alone = -1;
+  for (int k = 0; k < CHAOS_NPROC; k++) {
+    int s = chaos_rank_last_step(&j, NODE * CHAOS_NPROC + k);
+    if (s > alone) alone = s;
+  }
+  chaos_sh("ip link set %s up", env->net.veth[NODE]);
+  chaos_job_wait(&j, 600);
+  double ms;
+  int n = reshaped(j.out, WORLD - CHAOS_NPROC, &ms);
+  bool stopped = j.out && strstr(j.out, "its workers stop, and it rejoins when etcd answers");
+  bool rejoined = j.out && strstr(j.out, "is node 2 of 3 in gen1");
+  snprintf(r->summary, sizeof r->summary,
+           "node %d cut off at step %d for %d s: %d ranks went on without it (slowest reshape %.0f ms); it %s its "
+           "workers and %s",
+           NODE, at, CUT_S, n, ms, stopped ? "stopped" : "did NOT stop", rejoined ? "rejoined in gen1" : "did NOT rejoin");
+  if (alone > at + 2) {
+    failf(r, "node %d's ranks reached step %d while cut off at step %d: they trained on their own\n%s", NODE, alone,
+          at, tail(&j));
+  } else if (n != WORLD - CHAOS_NPROC || !stopped || !rejoined) {
+    failf(r, "%s\n%s", r->summary, tail(&j));
+  } else {
+    /* Thousands of steps at two layouts and a restart from a checkpoint:
+     * the reordered sums drift further than in the short cases (1.6e-4
+     * seen), so a looser bound. */
+    check_job(&j, r, ALL_OK, 1e-3, 40);
+  }
+  chaos_job_free(&j);
+}
+
+/* ---- SIGSTOP a worker for 30 s, then SIGCONT: its agent sees it make no
+ * progress past --hang-timeout, finds it stopped, and kills it; the
+ * others reshape without it, and it comes back alone and joins. */
+static void case_sigstop(chaos_env *env, chaos_result *r) {
+  enum { RANK = 3, STOP_S = 30, AT = 20 };
+  chaos_job_cfg c = base("sigstop", 5000);
+  c.agent_flags = "--hang-timeout 10";
+  chaos_job j;
+  REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
+  int at = chaos_job_wait_step(&j, AT, 120);
+  pid_t pid = chaos_worker_pid(&j, RANK);
+  double t_fault = now_s();
+  if (pid > 0) kill(pid, SIGSTOP);
+  int after = at >= 0 ? chaos_job_wait_step(&j, at + 3, 60) : -1;
+  r->recover_ms = after >= 0 ? (now_s() - t_fault) * 1e3 : -1;
+  while (now_s() - t_fault < STOP_S) usleep(100000);
+  if (pid > 0) kill(pid, SIGCONT); /* it is long gone: a no-op, as it would be on a real node */
+  chaos_job_wait(&j, 600);
+  double ms;
+  int n = reshaped(j.out, WORLD - 1, &ms), back = reshaped(j.out, WORLD, &ms);
+  bool killed = j.out && strstr(j.out, "it is stopped: killing it");
+  snprintf(r->summary, sizeof r->summary,
+           "rank %d (pid %d) stopped at step %d for %d s: %s; %d ranks went on without it; %d ranks reshaped when "
+           "it came back",
+           RANK, (int)pid, at, STOP_S, killed ? "killed by its agent past --hang-timeout 10" : "NOT killed", n, back);
+  if (pid <= 0 || !killed || n != WORLD - 1 || back != WORLD) {
+    failf(r, "%s\n%s", r->summary, tail(&j));
+  } else {
+    check_job(&j, r, ALL_OK, 1e-3, 2);
+  }
+  chaos_job_free(&j);
+}
+
+/* ---- a NaN in one rank's gradients: every rank sees the non-finite norm,
+ * runs the step again on the same samples, and goes on. */
+static void case_nan(chaos_env *env, chaos_result *r) {
+  enum { STEPS = 24, AT = 10 };
+  chaos_job_cfg c = base("nan", STEPS);
+  c.fault = "nangrad:rank=2,at=10";
+  chaos_job j;
+  REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
+  chaos_job_wait(&j, 240);
+  int again = 0;
+  for (const char *p = j.out ? strstr(j.out, "runs again on the same samples") : NULL; p;
+       p = strstr(p + 1, "runs again on the same samples"))
+    again++;
+  double ms;
+  int n = reshaped(j.out, WORLD - 1, &ms);
+  snprintf(r->summary, sizeof r->summary, "a NaN in rank 2's gradients at step %d: %d of %d ranks ran the step again "
+           "on the same samples; %d reshaped", AT, again, WORLD, n);
+  r->recover_ms = -1;
+  if (again != WORLD || n != 0) {
+    failf(r, "%s\n%s", r->summary, tail(&j));
+  } else {
+    check_job(&j, r, ALL_OK, CROSS_LAYOUT_TOL, 0);
+  }
+  chaos_job_free(&j);
+}
+
+/* ---- a worker that always exits 1: the job's restarts are bounded, the
+ * job fails with the worker's failure named, and nothing hangs. */
+static void case_crash_loop(chaos_env *env, chaos_result *r) {
+  chaos_job_cfg c = base("crash-loop", 24);
+  c.no_reshape = true; /* the restart budget is what is tried */
+  c.wrap = "if [ \"$GT_RANK\" = 1 ]; then echo \"worker rank 1: cannot start\" >&2; exit 1; fi; exec \"$@\"";
+  chaos_job j;
+  REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
+  chaos_job_wait(&j, 300);
+  int restarts = 0;
+  for (const char *p = j.out ? strstr(j.out, "giantrun: restart ") : NULL; p; p = strstr(p + 1, "giantrun: restart "))
+    restarts = atoi(p + strlen("giantrun: restart ")) > restarts ? atoi(p + strlen("giantrun: restart ")) : restarts;
+  bool named = j.out && strstr(j.out, "the job failed") && strstr(j.out, "worker rank 1") &&
+               strstr(j.out, "exited with status 1") && strstr(j.out, "more than --max-restarts 3 allows");
+  snprintf(r->summary, sizeof r->summary, "rank 1 exits 1 at every start: %d restart(s) (--max-restarts 3), agents "
+           "exited %d %d %d in %.1f s%s", restarts, j.code[0], j.code[1], j.code[2], j.t_end - j.t0,
+           named ? ", the failure named" : "");
+  r->job_s = j.t_end - j.t0;
+  bool all_failed = true;
+  for (int i = 0; i < c.nodes; i++) all_failed &= j.code[i] == 1;
+  char why[1024];
+  int procs = chaos_job_processes(&j);
+  if (!all_failed || restarts != 3 || !named) {
+    failf(r, "%s\n%s", r->summary, tail(&j));
+  } else if (procs != 0) {
+    failf(r, "%d process(es) of the job left", procs);
+  } else if (chaos_job_keys(&j, why, sizeof why) != 0) {
+    failf(r, "etcd: %s", why);
+  } else {
+    r->passed = true;
+  }
+  chaos_job_free(&j);
+}
+
+/* ---- the newest checkpoint corrupted before a full restart: the restart
+ * passes over it to the previous one, and resumes there exactly. */
+static void case_corrupt_ckpt(chaos_env *env, chaos_result *r) {
+  enum { FIRST = 20, STEPS = 30, EVERY = 5 };
+  char flags[320], ckdir[200];
+  snprintf(ckdir, sizeof ckdir, "%s/corrupt-ckpt", env->dir);
+  snprintf(flags, sizeof flags, "--ckpt-dir %s --ckpt-every %d", ckdir, EVERY);
+  chaos_job_cfg c = base("corrupt-ckpt", FIRST);
+  c.gpt_flags = flags;
+  chaos_job j;
+  REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the first job");
+  chaos_job_wait(&j, 240);
+  REQUIRE(&j, j.code[0] == 0 && j.code[1] == 0 && j.code[2] == 0, "the first job failed");
+  chaos_job_free(&j);
+  /* Flip bytes in the middle of every shard of the newest (step 20). */
+  int flipped = chaos_sh("set -e; n=0; for f in %s/step-%08d/*; do case \"$f\" in *manifest*) continue;; esac; "
+                         "s=$(stat -c %%s \"$f\"); [ \"$s\" -gt 64 ] || continue; "
+                         "printf '\\377\\377\\377\\377' | dd of=\"$f\" bs=1 seek=$((s / 2)) conv=notrunc "
+                         "status=none; n=$((n+1)); done; [ $n -gt 0 ]",
+                         ckdir, FIRST);
+  REQUIRE(&j, flipped == 0, "found no shard to corrupt under %s/step-%08d", ckdir, FIRST);
+  c.steps = STEPS;
+  REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the second job");
+  j.ledger_from = FIRST - EVERY;
+  chaos_job_wait(&j, 240);
+  const char *res = j.out ? strstr(j.out, "checkpoints: resumed from ") : NULL;
+  bool passed_over = j.out && strstr(j.out, "falling back from checkpoint") && strstr(j.out, "step-00000020") && res &&
+                     strstr(res, "after passing over newer ones that failed to load");
+  bool resumed = res && strstr(res, "step-00000015 (step 15,");
+  snprintf(r->summary, sizeof r->summary, "checkpoint step %d corrupted, then a full restart: %s; %s", FIRST,
+           passed_over ? "passed over it" : "did NOT pass over it",
+           resumed ? "resumed at step 15" : "did NOT resume at step 15");
+  if (!passed_over || !resumed) {
+    failf(r, "%s\n%s", r->summary, tail(&j));
+  } else {
+    check_job(&j, r, ALL_OK, CROSS_LAYOUT_TOL, 0);
+  }
+  chaos_job_free(&j);
+}
+
+/* ---- a full disk during a save: the save fails with a clear log, the
+ * previous checkpoint stays whole, training goes on. */
+static void case_full_disk(chaos_env *env, chaos_result *r) {
+  enum { STEPS = 24, EVERY = 4 };
+  char flags[320], mnt[200];
+  snprintf(mnt, sizeof mnt, "%s/full-disk", env->dir);
+  /* Room for one checkpoint of this model (about 0.3 MB) but not two. */
+  chaos_result none = {0};
+  *r = none;
+  r->recover_ms = -1;
+  if (chaos_sh("mkdir -p %s && mount -t tmpfs -o size=512k tmpfs %s", mnt, mnt) != 0) {
+    failf(r, "cannot mount a small tmpfs at %s", mnt);
+    return;
+  }
+  snprintf(flags, sizeof flags, "--ckpt-dir %s/ck --ckpt-every %d --ckpt-keep 0", mnt, EVERY);
+  chaos_job_cfg c = base("full-disk", STEPS);
+  c.gpt_flags = flags;
+  chaos_job j;
+  if (chaos_job_start(&j, env, &c) == 0) {
+    chaos_job_wait(&j, 240);
+    bool logged = j.out && strstr(j.out, "not saved") && strstr(j.out, "training goes on");
+    bool whole = chaos_sh("%s verify %s/ck >/dev/null 2>&1", env->giant_ckpt, mnt) == 0;
+    snprintf(r->summary, sizeof r->summary, "checkpoints every %d steps onto a 512 KiB filesystem: %s; the newest "
+             "committed one %s", EVERY, logged ? "the saves that did not fit failed with a clear log" :
+             "NO clear log of a failed save", whole ? "verifies" : "does NOT verify");
+    if (!logged || !whole) failf(r, "%s\n%s", r->summary, tail(&j));
+    else check_job(&j, r, ALL_OK, CROSS_LAYOUT_TOL, 0);
+    chaos_job_free(&j);
+  } else {
+    failf(r, "cannot start the job");
+  }
+  chaos_sh("umount -l %s", mnt);
+}
+
+const chaos_case chaos_cases[] = {
+    {"kill-worker", "SIGKILL a worker (GT_FAULT crash)", "in-process reshape; at most 1 step lost", CHAOS_NODES, true,
+     case_kill_worker},
+    {"kill-agent", "SIGKILL an agent", "its workers gone with it; the others reshape", CHAOS_NODES, true,
+     case_kill_agent},
+    {"slow-rank", "a rank slowed x3 (GT_FAULT slow)", "detected within 10 steps; left out (S3)", CHAOS_NODES, true,
+     case_slow_rank},
+    {"partition", "a node's link down for 20 s, then up", "the others go on; it rejoins when healed", CHAOS_NODES,
+     true, case_partition},
+    {"sigstop", "SIGSTOP a worker for 30 s, then SIGCONT", "killed past --hang-timeout; the others reshape; it "
+     "rejoins", CHAOS_NODES, false, case_sigstop},
+    {"nan", "a NaN in one rank's gradients (GT_FAULT nangrad)", "the step runs again everywhere; training goes on",
+     CHAOS_NODES, false, case_nan},
+    {"crash-loop", "a worker that always exits 1", "bounded restarts; a clear error; non-zero exits; no hang",
+     CHAOS_NODES, false, case_crash_loop},
+    {"corrupt-ckpt", "the newest checkpoint corrupted before a full restart", "falls back to the previous one",
+     CHAOS_NODES, false, case_corrupt_ckpt},
+    {"full-disk", "a full disk during saves", "the save fails with a clear log; training goes on", CHAOS_NODES, false,
+     case_full_disk},
+};
+const int chaos_ncases = (int)(sizeof chaos_cases / sizeof *chaos_cases);
+
+const chaos_case *chaos_case_find(const char *name) {
+  for (int i = 0; i < chaos_ncases; i++)
+    if (!strcmp(chaos_cases[i].name, name)) return &chaos_cases[i];
+  return NULL;
+}

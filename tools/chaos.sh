@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The chaos suite's full matrix (docs/chaos.md): installs what is missing,
+# builds, and runs every case of the fault table on emulated nodes, three
+# times in a row unless told otherwise. Needs root (network namespaces).
+#
+#   bash tools/chaos.sh                          every case, 3 runs each
+#   bash tools/chaos.sh --case partition         one case (repeatable flag)
+#   bash tools/chaos.sh --quick                  the CI subset
+#   bash tools/chaos.sh --random --seed S --minutes M [--per-minute F]
+#
+# The last line is the summary:
+#   chaos_cases=<n> passed=<p> ettr=<e> max_recover_ms=<m> leftovers=<k>
+# or, in random mode,
+#   chaos_random faults=<n> recovered=<r> steps_lost=<l> ettr=<e> max_recover_ms=<m> leftovers=<k>
+set -euo pipefail
+GIANT_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+. "$GIANT_ROOT/tools/deps.sh"
+giant_install_deps
+BUILD="${GIANT_BUILD_DIR:-$GIANT_ROOT/build}"
+mkdir -p "$BUILD"
+giant_build "$BUILD" ${GIANT_CMAKE_ARGS:-}
+args=("$@")
+case " ${args[*]-} " in
+  *" --random "* | *" --repeat "* | *" --list "*) ;;
+  *) args+=(--repeat 3) ;;
+esac
+cd "$BUILD"
+GT_BUILD_DIR="$BUILD" OMP_NUM_THREADS=1 exec "$BUILD/tests/chaos/chaos_run" "${args[@]}"
