@@ -105,7 +105,8 @@ int workers_hung(const worker_group *g, double timeout_s, double slack, int only
  * it waits for, is why it makes no progress. */
 int worker_stopped(const worker *w);
 /* When a running worker last advanced its step (gt_now), or `since` when
- * none has yet. */
+ * none has yet; now when one has closed its progress pipe (gt_job_done:
+ * its training is over, and what is left is no stall). */
 double workers_progress_at(const worker_group *g, double since);
 /* Takes progress records (8-byte little-endian step counters) from a
  * worker's progress pipe. */

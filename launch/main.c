@@ -185,15 +185,20 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
      * would go on training). The others have gone on without it (its
      * ranks left their membership); its workers stop, since they can no
      * longer be part of the job, and the node rejoins once etcd answers. */
-    if (o->reshape && !finished && silent > o->ttl_s && gt_now() - workers_progress_at(&g, started) > o->ttl_s) {
+    bool progressing = gt_now() - workers_progress_at(&g, started) <= o->ttl_s;
+    if (o->reshape && !finished && silent > o->ttl_s && !progressing) {
       gt_warn("giantrun: etcd silent for %.0f s, past the lease TTL (%s): the job goes on without this node; its "
               "workers stop, and it rejoins when etcd answers (--reshape)", silent, ms.error);
       workers_stop(&g, o->stop_grace_s);
       left = 1;
       continue;
     }
-    /* etcd may come back; past a lease TTL the job has moved on anyway. */
-    if (!finished && silent > o->ttl_s + 10.0) {
+    /* etcd may come back; past a lease TTL the job has moved on anyway,
+     * unless (--reshape) the workers go on training: etcd itself is away
+     * (a lost quorum keeps every lease), and they wait for it up to
+     * --rdzv-timeout. */
+    double limit = o->reshape && progressing ? o->rdzv_timeout_s : o->ttl_s + 10.0;
+    if (!finished && silent > limit) {
       workers_stop(&g, o->stop_grace_s);
       monitor_stop(m);
       fprintf(stderr, "giantrun: lost etcd: %s\n", ms.error);

@@ -62,7 +62,13 @@ int worker_stopped(const worker *w) {
 
 double workers_progress_at(const worker_group *g, double since) {
   double at = since;
-  for (int i = 0; i < g->n; i++)
-    if (!g->w[i].exited && g->w[i].step_at > at) at = g->w[i].step_at;
+  for (int i = 0; i < g->n; i++) {
+    const worker *w = &g->w[i];
+    if (w->exited || w->released) continue;
+    /* Its progress pipe closed (gt_job_done): training is over, and what
+     * is left is no stall. */
+    if (w->fd[2] < 0) return gt_now();
+    if (w->step_at > at) at = w->step_at;
+  }
   return at;
 }

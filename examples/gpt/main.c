@@ -799,6 +799,7 @@ int main(int argc, char **argv) {
     }
   }
   gpt_ckpt_finish(&a.ckpt, ckpt, tr, lead);
+  gt_job_done(job);
   gpt_failslow_summary(failslow, lead);
   if (lead) printf("loss %.6f -> %.6f over steps %d..%d\n", first.loss, st.loss, start, a.steps);
   if (a.sample > 0 && plan.layout.pp > 1) {
@@ -809,6 +810,7 @@ int main(int argc, char **argv) {
   }
   rc = 0;
 out:
+  gt_job_done(job); /* what is left (threads, saves) is winding down, not a stall */
   gpt_reshape_destroy(&rsh);
   gpt_rebalance_destroy(rb);
   free(shares);

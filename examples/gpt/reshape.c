@@ -168,7 +168,9 @@ void gpt_watch_pause(gpt_reshape *r) { gt_members_watch_arm(r->watch, -1); }
 
 void gpt_watch_resume(gpt_reshape *r, gt_grid *grid) {
   r->grid = grid; /* the watcher is disarmed: its callback is not running */
-  if (grid) gt_members_watch_arm(r->watch, r->epoch);
+  if (!grid) return;
+  gt_members_watch_joins(r->watch, gt_comm_rank(gt_grid_world(grid)) == 0); /* rank 0 takes joins in */
+  gt_members_watch_arm(r->watch, r->epoch);
 }
 
 gt_status gpt_reshape_join(gpt_reshape *r, gt_job *job) {
@@ -205,23 +207,32 @@ gt_status gpt_reshape_join(gpt_reshape *r, gt_job *job) {
 }
 
 gt_status gpt_reshape_check_joins(gpt_reshape *r, gt_job *job, gt_comm *world, bool *grow) {
-  /* Rank 0 reads the requests and publishes the epoch with them; one all-
-   * reduce tells every rank, which then reshape at the same step. */
+  /* Rank 0 knows of the requests, and publishes the epoch with them; one
+   * all-reduce tells every rank, which then reshape at the same step. With
+   * the watcher (etcd), its thread has done both: the step asks etcd
+   * nothing. */
   float flag = 0;
-  gt_status s = GT_OK;
-  if (gt_comm_rank(world) == 0) {
+  if (gt_comm_rank(world) == 0 && r->watch) {
+    flag = gt_members_watch_grown(r->watch) > r->epoch ? 1.0f : 0.0f;
+  } else if (gt_comm_rank(world) == 0 && gt_now() >= r->joins_retry_at) {
     int ranks[64], count = 0, epoch = 0;
-    s = gt_members_joins(job->store, r->gen_world, r->members, r->n, &r->joins_seen, ranks, &count);
+    gt_status s = gt_members_joins(job->store, r->gen_world, r->members, r->n, &r->joins_seen, ranks, &count);
     for (int i = 0; s == GT_OK && i < count; i++) s = gt_members_add(job->store, r->gen_world, ranks[i], &epoch);
     if (s == GT_OK && count) {
       printf("gpt: %d rank(s) ask to join: membership epoch %d takes them in\n", count, epoch);
       fflush(stdout);
     }
+    /* The store away: training needs none of it; joins wait. */
+    if (s != GT_OK) {
+      gt_warn("gpt: cannot look for ranks asking to join (%s); training goes on, looking again in %d s",
+              gt_last_error(), GPT_JOIN_RETRY_S);
+      r->joins_retry_at = gt_now() + GPT_JOIN_RETRY_S;
+    }
     flag = s == GT_OK && count > 0 ? 1.0f : 0.0f;
   }
   GT_TRY(gt_comm_allreduce(world, &flag, 1, GT_F32, GT_COMM_SUM));
   *grow = flag > 0;
-  return s;
+  return GT_OK;
 }
 
 int gpt_reshape_consider_exclusion(gpt_reshape *r, gt_job *job, const gt_plan *plan, const gt_failslow_report *rep,

@@ -36,6 +36,7 @@ typedef struct gpt_reshape {
   int fixed_every;          /* --mirror-every: > 0 fixes `every` */
   double update_s, step_s;  /* sums over the calibration updates */
   int64_t joins_seen;       /* rank 0: join requests taken so far */
+  double joins_retry_at;    /* rank 0: after a failed look, the next one not before this (gt_now) */
   /* A cut-off peer (a partitioned node) breaks no connection: the watcher
    * aborts `grid`'s communicators once the epoch without it stands
    * (giant/members.h), so the step blocked on it fails at once. */
@@ -86,6 +87,7 @@ gt_status gpt_reshape_join(gpt_reshape *r, gt_job *job);
  * join, in which case rank 0 has published the epoch with them and every
  * rank reshapes now (*grow). Collective over world. */
 #define GPT_JOIN_CHECK_EVERY 5
+#define GPT_JOIN_RETRY_S 5
 gt_status gpt_reshape_check_joins(gpt_reshape *r, gt_job *job, gt_comm *world, bool *grow);
 /* With --failslow: for a rank the monitor flags compute-slow this step,
  * the mitigation ladder (giant/ladder.h) on the gathered step times; the

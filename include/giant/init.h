@@ -46,6 +46,10 @@ gt_status gt_init(gt_job **out);
  * agent's hang detection (giantrun --hang-timeout) watches it. One small
  * write that never blocks; a no-op without giantrun. */
 gt_status gt_job_step(gt_job *job, long long step);
+/* Tells the agent that this worker's training is over (what is left is
+ * winding down: saves, threads, exit): its step is no longer watched, and
+ * its wait to exit is no stall. Later gt_job_step calls are no-ops. */
+void gt_job_done(gt_job *job);
 /* The job's etcd client when its store is on etcd (GT_STORE=etcd://...),
  * for health records (giant/coord.h); NULL with a TCP store or alone. The
  * job owns it. */

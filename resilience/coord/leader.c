@@ -50,8 +50,10 @@ static void on_lease_lost(void *arg, int64_t id) {
 static gt_status new_lease(gt_leader *l) {
   if (l->ka) gt_etcd_keepalive_stop(l->ka);
   l->ka = NULL;
-  atomic_store(&l->lost, false);
+  /* Lost until a new one is granted: a failed grant (etcd without a
+   * quorum) is tried again, never a campaign on the old lease. */
   GT_TRY(gt_etcd_lease_grant(l->cli, l->ttl_s, &l->lease));
+  atomic_store(&l->lost, false);
   return gt_etcd_keepalive_start(l->cli, l->lease, on_lease_lost, l, &l->ka);
 }
 

@@ -195,6 +195,13 @@ gt_status gt_job_step(gt_job *job, long long step) {
   return GT_OK;
 }
 
+void gt_job_done(gt_job *job) {
+  job_impl *j = (job_impl *)job;
+  if (!j || j->progress_fd < 0) return;
+  close(j->progress_fd); /* the agent reads EOF: done */
+  j->progress_fd = -1;
+}
+
 gt_etcd_client *gt_job_etcd(gt_job *job) {
 #ifdef GIANT_HAVE_ETCD
   return job ? ((job_impl *)job)->cli : NULL;

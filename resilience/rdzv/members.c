@@ -38,6 +38,19 @@ static gt_status release(gt_rdzv *r, int i) {
   return GT_OK;
 }
 
+static gt_status revive_leases(gt_rdzv *r) {
+  gt_warn("rendezvous: etcd kept node %s's lease through the outage: renewing it again", r->cfg.node_id);
+  gt_etcd_keepalive_stop(r->ka);
+  r->ka = NULL;
+  GT_TRY(gt_etcd_keepalive_start(r->cli, r->lease, NULL, NULL, &r->ka));
+  if (r->job_ka && gt_etcd_keepalive_lost(r->job_ka)) {
+    gt_etcd_keepalive_stop(r->job_ka);
+    r->job_ka = NULL;
+    GT_TRY(gt_etcd_keepalive_start(r->cli, r->job_lease, NULL, NULL, &r->job_ka));
+  }
+  return GT_OK;
+}
+
 static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
   if (s->done) {
     r->ended = 1;
@@ -78,6 +91,10 @@ static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
     *ev = GT_RDZV_DONE;
     return GT_OK;
   }
+  /* The keepalive gives up after a TTL without an answer. If this read
+   * still sees the node's key, etcd kept the lease (it expires none without
+   * a quorum, and a new leader renews them all): renew it again, go on. */
+  if (r->ka && gt_etcd_keepalive_lost(r->ka) && rdzv_kvs_has(nodes, np, r->cfg.node_id)) GT_TRY(revive_leases(r));
   if ((!r->ka || gt_etcd_keepalive_lost(r->ka)) && !rdzv_kvs_has(fin, fp, r->cfg.node_id)) {
     snprintf(why, sizeof why, "node %s lost its lease (etcd unreachable for a TTL)", r->cfg.node_id);
     GT_TRY(rdzv_advance(r, s, 1, why));

@@ -80,6 +80,8 @@ int main(int argc, char **argv) {
       return usage(stderr, 2);
     }
   }
+  int swept = chaos_sweep();
+  if (swept) printf("chaos: removed %d thing(s) a killed run left behind\n", swept);
   if (random) {
     chaos_env env;
     int o = chaos_env_open(&env, 4);

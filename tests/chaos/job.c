@@ -34,15 +34,21 @@ int chaos_env_open(chaos_env *env, int nodes) {
   build_path("tools/giant-ckpt", env->giant_ckpt, sizeof env->giant_ckpt);
   const char *why = chaos_unsupported();
   if (*why) return snprintf(env->skip, sizeof env->skip, "%s", why), 1;
-  if (!etcd_fixture_available()) return snprintf(env->skip, sizeof env->skip, "no etcd on PATH"), 1;
-  if (scratch_corpus("chaos", env->dir, env->text, env->data) != 0) return -1;
-  if (chaos_net_create(&env->net, nodes) != 0) {
+  if (system("command -v etcd >/dev/null 2>&1") != 0) return snprintf(env->skip, sizeof env->skip, "no etcd on PATH"), 1;
+  if (nodes < 1 || nodes + CHAOS_ETCD_MEMBERS > CHAOS_MAX_NODES) {
+    fprintf(stderr, "chaos: %d nodes, want 1..%d\n", nodes, CHAOS_MAX_NODES - CHAOS_ETCD_MEMBERS);
+    return -1;
+  }
+  env->nodes = nodes;
+  char tag[32];
+  snprintf(tag, sizeof tag, "chaos%d", (int)getpid()); /* chaos_sweep finds it by the pid */
+  if (scratch_corpus(tag, env->dir, env->text, env->data) != 0) return -1;
+  if (chaos_net_create(&env->net, nodes + CHAOS_ETCD_MEMBERS) != 0) {
     chaos_env_close(env);
     return -1;
   }
   env->net_up = true;
-  etcd_fixture_opts o = {.also_listen = env->net.host_ip};
-  if (etcd_fixture_start(&env->fx, &o) != 0) {
+  if (chaos_etcd_start(&env->etcd, &env->net, nodes, env->dir) != 0) {
     chaos_env_close(env);
     return -1;
   }
@@ -51,8 +57,8 @@ int chaos_env_open(chaos_env *env, int nodes) {
 }
 
 void chaos_env_close(chaos_env *env) {
+  if (env->etcd_up) chaos_etcd_stop(&env->etcd);
   if (env->net_up) chaos_net_destroy(&env->net);
-  if (env->etcd_up) etcd_fixture_destroy(&env->fx);
   if (env->dir[0]) scratch_remove(env->dir);
   env->net_up = env->etcd_up = false;
   env->dir[0] = 0;
@@ -99,9 +105,9 @@ int chaos_job_start_node(chaos_job *j, int i) {
   }
   int fd = open(j->log[i], O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-  char endpoint[96], host[64], node[16], fault[300], nnodes[16], nproc[16], plan[32], steps[16], metrics[200];
+  char endpoint[256], host[64], node[16], fault[300], nnodes[16], nproc[16], plan[32], steps[16], metrics[200];
   char agent_flags[512], gpt_flags[512], model_flags[512];
-  snprintf(endpoint, sizeof endpoint, "http://%s:%d", env->net.host_ip, env->fx.client_port);
+  snprintf(endpoint, sizeof endpoint, "%s", env->etcd.endpoints);
   snprintf(host, sizeof host, "GT_COMM_HOST=%s", env->net.ip[i]);
   snprintf(node, sizeof node, "n%d", i);
   snprintf(fault, sizeof fault, "GT_FAULT=%s", c->fault ? c->fault : "");
@@ -377,7 +383,7 @@ static bool documented(const char *rest) {
 }
 
 int chaos_job_keys(chaos_job *j, char *why, size_t n) {
-  gt_etcd_config cfg = {.endpoints = j->env->fx.endpoint, .timeout_ms = 5000};
+  gt_etcd_config cfg = {.endpoints = j->env->etcd.endpoints, .timeout_ms = 5000};
   gt_etcd_client *c;
   if (gt_etcd_connect(&cfg, &c) != GT_OK) return snprintf(why, n, "etcd: %s", gt_last_error()), -1;
   char prefix[128];

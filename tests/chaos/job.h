@@ -2,7 +2,8 @@
  * emulated node (tests/chaos/netns.h), etcd on the bridge, and what is
  * checked after every case: exit codes, the final loss against one process
  * trained without faults, the sample ledger, steps lost, processes, etcd
- * keys and the emulated network left behind.
+ * keys and the emulated network left behind. etcd is a three-member
+ * cluster (chaos/etcd_cluster.h).
  *
  * Every wait is bounded; a case that fails leaves nothing behind either
  * (chaos_env_close removes the namespaces, kills what is in them, stops
@@ -13,20 +14,21 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "chaos/etcd_cluster.h"
 #include "chaos/netns.h"
-#include "localkit/etcd_server.h"
 
 typedef struct chaos_env {
-  chaos_net net;
-  etcd_fixture fx;
+  chaos_net net;           /* the job's nodes, then the etcd members' namespaces */
+  int nodes;
+  chaos_etcd etcd;         /* three members, on the same bridge */
   char gpt[512], giantrun[512], giant_ckpt[512];
   char dir[64], text[128], data[128]; /* scratch directory and its corpus */
   char skip[160];                     /* why the suite cannot run here, or "" */
   bool net_up, etcd_up;
 } chaos_env;
 
-/* Makes the scratch corpus, `nodes` emulated nodes and etcd on their
- * bridge. 0: ready; 1: cannot run here (env->skip says why: not root, no
+/* Makes the scratch corpus, `nodes` emulated nodes and a three-member etcd
+ * cluster in namespaces of its own on their bridge. 0: ready; 1: cannot run here (env->skip says why: not root, no
  * `ip`, no etcd); -1: failed (on stderr), with everything made removed. */
 int chaos_env_open(chaos_env *env, int nodes);
 void chaos_env_close(chaos_env *env);

@@ -1,6 +1,8 @@
 /* See netns.h. */
 #include "chaos/netns.h"
 
+#include <dirent.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +29,7 @@ int chaos_sh(const char *fmt, ...) {
 int chaos_net_create(chaos_net *net, int n) {
   memset(net, 0, sizeof *net);
   if (n < 1 || n > CHAOS_MAX_NODES) return fprintf(stderr, "chaos: %d nodes, want 1..%d\n", n, CHAOS_MAX_NODES), -1;
-  int pid = (int)getpid(), id = pid % 1000000;
+  int pid = (int)getpid(), id = pid; /* whole: chaos_sweep asks whether it runs */
   snprintf(net->tag, sizeof net->tag, "%d", id);
   snprintf(net->bridge, sizeof net->bridge, "gb%d", id);
   int a = 100 + pid % 100, b = (pid / 100) % 250;
@@ -83,4 +85,37 @@ bool chaos_net_leftovers(const chaos_net *net) {
   for (int i = 0; i < net->n; i++)
     if (net->ns[i][0] && chaos_sh("ip netns list | grep -qw %s", net->ns[i]) == 0) return true;
   return net->bridge[0] && chaos_sh("ip link show %s >/dev/null 2>&1", net->bridge) == 0;
+}
+
+/* Whether the run of pid `id` still runs. */
+static bool alive(long id) { return kill((pid_t)id, 0) == 0; }
+
+int chaos_sweep(void) {
+  int removed = 0;
+  FILE *p = popen("ip netns list 2>/dev/null; ip -o link show type bridge 2>/dev/null", "r");
+  char line[512];
+  while (p && fgets(line, sizeof line, p)) {
+    long id;
+    int node;
+    char name[64];
+    if (sscanf(line, "gc%ldn%d", &id, &node) == 2 && !alive(id) && sscanf(line, "%63s", name) == 1) {
+      chaos_sh("ip netns pids %s 2>/dev/null | xargs -r kill -9 2>/dev/null; ip netns del %s 2>/dev/null", name, name);
+      removed++;
+    } else if (sscanf(line, "%*d: gb%ld", &id) == 1 && !alive(id)) {
+      chaos_sh("ip link del gb%ld 2>/dev/null", id);
+      removed++;
+    }
+  }
+  if (p) pclose(p);
+  DIR *d = opendir("/tmp");
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    long id;
+    if (sscanf(e->d_name, "giant-chaos%ld-", &id) == 1 && !alive(id)) {
+      chaos_sh("rm -rf /tmp/%s", e->d_name);
+      removed++;
+    }
+  }
+  if (d) closedir(d);
+  return removed;
 }

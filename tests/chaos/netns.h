@@ -29,6 +29,11 @@ int chaos_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int chaos_net_create(chaos_net *net, int n);
 /* Removes the namespaces and links; safe on a half-made or destroyed net. */
 void chaos_net_destroy(chaos_net *net);
+/* Removes what a run killed before its cleanup left (its pid, which names
+ * everything it made, no longer runs): namespaces and the processes in
+ * them, bridges, and /tmp/giant-chaos<pid>-* directories. Returns how many
+ * things it removed. */
+int chaos_sweep(void);
 /* Whether anything of net is left: a namespace or the bridge. */
 bool chaos_net_leftovers(const chaos_net *net);
 
