@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct gt_metrics {
   FILE *f;
@@ -31,6 +32,14 @@ void gt_metrics_close(gt_metrics *m) {
   free(m);
 }
 
+/* Wall-clock seconds since the epoch: lines from several ranks and runs
+ * line up in time. */
+static double unix_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 gt_status gt_metrics_write(gt_metrics *m, const gt_step_stats *s) {
   if (!m || !m->f) return GT_OK;
   const gt_step_telemetry *tl = &s->telemetry;
@@ -40,12 +49,12 @@ gt_status gt_metrics_write(gt_metrics *m, const gt_step_stats *s) {
                   "\"seq_len\":%d,\"rank\":%d,\"layers\":%d,\"rank_tokens\":%lld,\"seq_sq\":%.0f,"
                   "\"compute_s\":%.6f,\"data_s\":%.6f,\"dp_wait_s\":%.6f,\"pp_wait_s\":%.6f,"
                   "\"pp_wait_prev_s\":%.6f,\"pp_wait_next_s\":%.6f,\"tp_wait_s\":%.6f,\"first_row\":%llu,"
-                  "\"rows\":%llu}\n",
+                  "\"rows\":%llu,\"unix_s\":%.3f}\n",
                   s->step, s->loss, s->lr, s->grad_norm, s->seconds, (long long)s->tokens, s->tokens_per_s,
                   s->flops, s->mfu, s->micro_batches, s->seq_len, tl->rank, tl->layers, (long long)tl->tokens,
                   tl->seq_sq, tl->compute_s, tl->data_s, tl->dp_wait_s, tl->pp_wait_s, tl->pp_wait_prev_s,
                   tl->pp_wait_next_s, tl->tp_wait_s, (unsigned long long)s->first_row,
-                  (unsigned long long)s->rows);
+                  (unsigned long long)s->rows, unix_now());
   if (n < 0 || fflush(m->f) != 0) return gt_errorf(GT_EIO, "writing the metrics file failed: %s", strerror(errno));
   return GT_OK;
 }

@@ -96,14 +96,19 @@ int workers_fatal(const worker_group *g, char *why, size_t n);
 int workers_all_ok(const worker_group *g);
 /* The index of a worker whose step has not advanced for slack times the
  * hang timeout (timeout_s, or 0 for 3x its longest step, at least
- * HANG_FLOOR_S), or -1; why says which. only_stopped: only a worker that
- * is stopped (worker_stopped). Workers that never reported a step, or
- * closed their job, are not watched. */
+ * HANG_FLOOR_S), or -1; why says which. Workers that never reported a
+ * step, or closed their job, are not watched. */
 #define HANG_FLOOR_S 30.0
-int workers_hung(const worker_group *g, double timeout_s, double slack, int only_stopped, char *why, size_t n);
+int workers_hung(const worker_group *g, double timeout_s, double slack, char *why, size_t n);
 /* 1 when the worker is stopped (SIGSTOP, a debugger): it, and not a peer
  * it waits for, is why it makes no progress. */
 int worker_stopped(const worker *w);
+/* The index of a worker that is stopped and has made no step for 3 times
+ * its longest step, at least STOPPED_FLOOR_S, or -1; why says which. A
+ * stopped process is certain to make none: no hang timeout is needed to
+ * tell it from a slow one. */
+#define STOPPED_FLOOR_S 2.0
+int workers_stopped_long(const worker_group *g, char *why, size_t n);
 /* When a running worker last advanced its step (gt_now), or `since` when
  * none has yet; now when one has closed its progress pipe (gt_job_done:
  * its training is over, and what is left is no stall). */

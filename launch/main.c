@@ -117,19 +117,19 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
       }
       continue;
     }
-    /* --reshape: a stopped worker (SIGSTOP) past the hang timeout is the
-     * one holding the others up: it is killed, and goes as a dead one
-     * does. A worker that is merely blocked is likely waiting for a peer
-     * (on this node or another) whose own agent acts first: it gets twice
-     * the timeout before this node gives up. */
-    int stopped = o->reshape ? workers_hung(&g, o->hang_timeout_s, 1.0, 1, why, sizeof why) : -1;
+    /* --reshape: a stopped worker (SIGSTOP) that makes no step is the one
+     * holding the others up: it is killed, and goes as a dead one does. A
+     * worker that is merely blocked past the hang timeout is likely
+     * waiting for a peer (on this node or another) whose own agent acts
+     * first: it gets twice the timeout before this node gives up. */
+    int stopped = o->reshape ? workers_stopped_long(&g, why, sizeof why) : -1;
     if (stopped >= 0) {
       gt_warn("giantrun: %s; it is stopped: killing it (--reshape)", why);
       kill(-g.w[stopped].pid, SIGKILL);
       kill(-g.w[stopped].pid, SIGCONT);
       continue;
     }
-    int hung = workers_hung(&g, o->hang_timeout_s, o->reshape ? 2.0 : 1.0, 0, why, sizeof why) >= 0;
+    int hung = workers_hung(&g, o->hang_timeout_s, o->reshape ? 2.0 : 1.0, why, sizeof why) >= 0;
     int dead = hung ? -1 : workers_failed_index(&g);
     if (o->reshape && dead >= 0 && workers_failed(&g, why, sizeof why) && !workers_fatal(&g, why, sizeof why) &&
         !(WIFEXITED(g.w[dead].status) && WEXITSTATUS(g.w[dead].status) == WORKER_EXIT_RESTART) &&

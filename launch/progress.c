@@ -26,11 +26,11 @@ void progress_take(worker *w, const unsigned char *data, size_t n) {
   }
 }
 
-int workers_hung(const worker_group *g, double timeout_s, double slack, int only_stopped, char *why, size_t n) {
+int workers_hung(const worker_group *g, double timeout_s, double slack, char *why, size_t n) {
   double now = gt_now();
   for (int i = 0; i < g->n; i++) {
     const worker *w = &g->w[i];
-    if (w->exited || w->step_at <= 0 || (only_stopped && !worker_stopped(w))) continue;
+    if (w->exited || w->step_at <= 0) continue;
     double limit = timeout_s;
     if (limit <= 0) {
       limit = 3.0 * w->longest_step;
@@ -71,4 +71,19 @@ double workers_progress_at(const worker_group *g, double since) {
     if (w->step_at > at) at = w->step_at;
   }
   return at;
+}
+
+int workers_stopped_long(const worker_group *g, char *why, size_t n) {
+  double now = gt_now();
+  for (int i = 0; i < g->n; i++) {
+    const worker *w = &g->w[i];
+    if (w->exited || w->step_at <= 0 || !worker_stopped(w)) continue;
+    double limit = 3.0 * w->longest_step;
+    if (limit < STOPPED_FLOOR_S) limit = STOPPED_FLOOR_S;
+    if (now - w->step_at <= limit) continue;
+    snprintf(why, n, "worker rank %d (pid %ld) is stopped and made no progress for %.0f s after step %lld", w->rank,
+             (long)w->pid, now - w->step_at, w->step);
+    return i;
+  }
+  return -1;
 }

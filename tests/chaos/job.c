@@ -333,23 +333,45 @@ static int scan(const char *a, const char *b, pid_t *first) {
   return n;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 double chaos_kept_seconds(const chaos_job *j) {
   int steps = j->ledger_to > 0 ? j->ledger_to : j->cfg.steps, world = j->cfg.nodes * j->cfg.nproc;
-  double *t = calloc((size_t)steps, sizeof *t), sum = 0;
-  for (int rank = 0; t && rank < world; rank++) {
+  size_t n = 0, cap = 0;
+  double *gap = NULL;
+  for (int rank = 0; rank < world; rank++) {
     char p[256], line[4096];
     metrics_path(j, rank, p, sizeof p);
     FILE *f = fopen(p, "r");
+    int prev = -2;
+    double prev_t = 0;
     while (f && fgets(line, sizeof line, f)) {
       int s;
-      const char *st = strstr(line, "\"step_time_s\":");
-      if (sscanf(line, "{\"step\":%d,", &s) == 1 && st && s >= j->ledger_from && s < steps) t[s] = atof(st + 14);
+      const char *u = strstr(line, "\"unix_s\":");
+      if (sscanf(line, "{\"step\":%d,", &s) != 1 || !u) continue;
+      double t = atof(u + 9);
+      if (s == prev + 1 && t >= prev_t && n < 1u << 24) { /* consecutive steps of one run */
+        if (n == cap) {
+          double *g = realloc(gap, (cap = cap ? 2 * cap : 4096) * sizeof *g);
+          if (!g) break;
+          gap = g;
+        }
+        gap[n++] = t - prev_t;
+      }
+      prev = s, prev_t = t;
     }
     if (f) fclose(f);
   }
-  for (int s = j->ledger_from; t && s < steps; s++) sum += t[s];
-  free(t);
-  return sum;
+  double pace = 0;
+  if (n) {
+    qsort(gap, n, sizeof *gap, cmp_double);
+    pace = gap[n / 2];
+  }
+  free(gap);
+  return pace * (steps - j->ledger_from);
 }
 
 int chaos_job_processes(const chaos_job *j) {

@@ -95,8 +95,11 @@ float chaos_reference_loss(chaos_env *env, const chaos_job_cfg *cfg, char *why, 
  * *lost: runs of steps beyond the one kept (work a restart threw away).
  * 0, or -1 with why. */
 int chaos_ledger(const chaos_job *j, int *lost, char *why, size_t n);
-/* The kept steps' time: of each step the ledger checks, the step time its
- * last run took (step_time_s in the metrics, any rank's). */
+/* The kept steps' time at the job's healthy pace: how many steps the
+ * ledger checks, times the median time between two consecutive steps of
+ * one run (unix_s in the metrics: a step and what the loop does between
+ * steps; the stalls a fault causes are not the median). The numerator of
+ * the ETTR. */
 double chaos_kept_seconds(const chaos_job *j);
 /* Processes still running with this job's id in their environment. */
 int chaos_job_processes(const chaos_job *j);

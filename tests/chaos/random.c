@@ -92,7 +92,9 @@ static double play(chaos_job *j, chaos_env *env, fault_kind k, unsigned *seed, c
 
 int chaos_random(chaos_env *env, unsigned seed, double minutes, double per_minute, chaos_result *r) {
   char flags[320];
-  snprintf(flags, sizeof flags, "--ckpt-dir %s/random-ckpt --ckpt-every 50", env->dir);
+  /* No line a step: through the agents' pipes it would be a cost of the
+   * test, not of training. */
+  snprintf(flags, sizeof flags, "--ckpt-dir %s/random-ckpt --ckpt-every 50 --print-every 0", env->dir);
   chaos_job_cfg c = {.name = "random", .nodes = RANDOM_NODES, .nproc = RANDOM_NPROC, .steps = 100000000,
                      .gpt_flags = flags, .global_batch = 16, .agent_flags = "--hang-timeout 10 --max-restarts 100"};
   chaos_job j;
