@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "giant/log.h"
@@ -24,7 +25,12 @@ struct gt_members_watch {
   void *arg;
   int armed;        /* the epoch trained in, or -1 */
   int fired;        /* fn ran for this armed epoch */
-  double newer_at;  /* when the epoch after `armed` was first seen, 0: not yet */
+  double newer_at;  /* when an epoch that lost a rank was first seen, 0: not yet */
+  /* The newest epoch seen that lost no rank of the armed one (epochs that
+   * only add ranks are joins, which the training loop takes in at a step
+   * boundary), and its ranks. */
+  int watching;
+  int *cur, ncur;
   bool stop;
   bool joins_on;    /* take join requests in */
   int64_t seen;     /* join requests taken so far (gt_members_joins) */
@@ -72,11 +78,20 @@ static void take_joins(gt_members_watch *w, int *members, int64_t *seen, int *gr
   }
 }
 
+/* 1 when every rank of a[0..na) is in b[0..nb): b only adds ranks. */
+static int keeps_all(const int *a, int na, const int *b, int nb) {
+  for (int i = 0; i < na; i++)
+    if (gt_members_index(b, nb, a[i]) < 0) return 0;
+  return 1;
+}
+
 static void *watch_main(void *arg) {
   gt_members_watch *w = arg;
   int *ranks = malloc(sizeof(int) * GT_MEMBERS_MAX);
+  w->cur = malloc(sizeof(int) * GT_MEMBERS_MAX);
+  w->watching = -1;
   pthread_mutex_lock(&w->mu);
-  while (!w->stop && ranks) {
+  while (!w->stop && ranks && w->cur) {
     if (w->joins_on && gt_now() - w->joins_at >= WATCH_POLL_MS / 1000.0) {
       w->joins_at = gt_now();
       int64_t seen = w->seen;
@@ -100,16 +115,32 @@ static void *watch_main(void *arg) {
         continue;
       }
       w->fired = 1;
-      gt_warn("membership epoch %d stands for %d ms while this rank trains in epoch %d: its communicators are "
-              "aborted, so that it reshapes", armed + 1, w->grace_ms, armed);
-      w->fn(w->arg, armed + 1);
+      gt_warn("membership epoch %d, without a rank of epoch %d, stands for %d ms while this rank trains in epoch %d: "
+              "its communicators are aborted, so that it reshapes", w->watching + 1, armed, w->grace_ms, armed);
+      w->fn(w->arg, w->watching + 1);
       continue;
     }
+    int watching = w->watching;
+    bool reload = watching < armed; /* newly armed (epochs only grow): the ranks it trains with */
     pthread_mutex_unlock(&w->mu);
+    gt_status loaded = reload ? gt_members_get(w->store, w->world, armed, w->cur, &w->ncur, WATCH_POLL_MS) : GT_OK;
+    if (reload) watching = armed;
     int n = 0;
-    gt_status st = gt_members_get(w->store, w->world, armed + 1, ranks, &n, WATCH_POLL_MS);
+    gt_status st = loaded == GT_OK ? gt_members_get(w->store, w->world, watching + 1, ranks, &n, WATCH_POLL_MS) : loaded;
     pthread_mutex_lock(&w->mu);
-    if (st == GT_OK && w->armed == armed && w->newer_at == 0) w->newer_at = gt_now();
+    if (w->armed != armed) continue; /* re-armed meanwhile: start over */
+    if (loaded != GT_OK) { /* the armed epoch's ranks unread (etcd away): again */
+      wait_ms(w, WATCH_POLL_MS);
+      continue;
+    }
+    w->watching = watching;
+    if (st == GT_OK && keeps_all(w->cur, w->ncur, ranks, n)) {
+      w->watching = watching + 1; /* a join: the training loop takes it in */
+      memcpy(w->cur, ranks, (size_t)n * sizeof *ranks);
+      w->ncur = n;
+      continue;
+    }
+    if (st == GT_OK && w->newer_at == 0) w->newer_at = gt_now();
     /* etcd away, or no newer epoch: look again (a failed call is not
      * waited on, so nap before the next). */
     if (st != GT_OK && st != GT_ETIMEDOUT) wait_ms(w, WATCH_POLL_MS);
@@ -175,6 +206,7 @@ void gt_members_watch_stop(gt_members_watch *w) {
   pthread_cond_signal(&w->cv);
   pthread_mutex_unlock(&w->mu);
   pthread_join(w->thread, NULL);
+  free(w->cur);
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
   free(w);
