@@ -54,9 +54,11 @@ int gt_members_index(const int *ranks, int n, int rank);
  * collective with a peer that was cut off (its node partitioned, rather
  * than dead) hears nothing until the collective's timeout, minutes later;
  * the epoch without that peer, published by the agents when its lease
- * lapses, is the news. The watcher's thread waits for the epoch after
- * the armed one; when that has stood for grace_ms while the rank still
- * trains in the armed one, `fn` runs once (on the watcher's thread): it
+ * lapses, is the news. The watcher's thread waits for the epochs after
+ * the armed one; when one without a rank of the armed one has stood for
+ * grace_ms while the rank still trains in the armed one, `fn` runs once
+ * (on the watcher's thread; epochs that only add ranks are joins, which
+ * the training loop takes in at a step boundary): it
  * typically aborts the rank's communicators (gt_comm_abort), so that the
  * blocked step fails at once and the rank reshapes. A planned reshape
  * moves every rank to its new epoch well within the grace.

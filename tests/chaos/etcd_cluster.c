@@ -36,9 +36,10 @@ static int start_member(chaos_etcd *e, const chaos_net *net, int i, const char *
   if (pid == 0) {
     int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-    /* Fast elections: a lost leader is replaced in about a second. */
+    /* A lost leader is replaced in a few seconds; a member starved of a
+     * core for a moment does not start an election. */
     execlp("ip", "ip", "netns", "exec", net->ns[e->ns[i]], "etcd", name, data, lc, ac, lp, ip_url, ic, tok, st,
-           "--heartbeat-interval=100", "--election-timeout=1000", "--log-level=warn", (char *)NULL);
+           "--heartbeat-interval=250", "--election-timeout=2500", "--log-level=warn", (char *)NULL);
     _exit(127);
   }
   e->pid[i] = pid;
