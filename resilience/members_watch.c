@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,9 +9,8 @@
 #include "giant/log.h"
 #include "giant/members.h"
 
-/* Each wait for the next epoch lasts at most this, and the join counter is
- * read as often: arming, stopping and a rank asking to join are seen
- * within it. */
+/* Each wait for the next epoch lasts at most this: arming and stopping
+ * are seen within it. */
 #define WATCH_POLL_MS 200
 
 struct gt_members_watch {
@@ -32,25 +30,7 @@ struct gt_members_watch {
   int watching;
   int *cur, ncur;
   bool stop;
-  bool joins_on;    /* take join requests in */
-  int64_t seen;     /* join requests taken so far (gt_members_joins) */
-  double joins_at;  /* when their counter was last read */
-  int grown;        /* the newest epoch published with joiners, -1: none */
 };
-
-/* The join requests' counter (gt_members_request_join), read without
- * writing: -1 when absent or unreadable. */
-static int64_t read_joins(gt_store *s) {
-  void *v = NULL;
-  size_t len = 0;
-  if (gt_store_get(s, "reshape/joins", &v, &len, 0) != GT_OK) return -1;
-  char buf[32];
-  snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), (const char *)v);
-  free(v);
-  char *end;
-  long long n = strtoll(buf, &end, 10);
-  return end != buf ? (int64_t)n : -1;
-}
 
 static void wait_ms(gt_members_watch *w, int ms) {
   struct timespec ts;
@@ -59,23 +39,6 @@ static void wait_ms(gt_members_watch *w, int ms) {
   ts.tv_sec += (time_t)(ns / 1000000000LL);
   ts.tv_nsec = (long)(ns % 1000000000LL);
   pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-}
-
-/* Takes the new join requests in: the epoch after the newest, with them.
- * members: scratch room for GT_MEMBERS_MAX ranks. */
-static void take_joins(gt_members_watch *w, int *members, int64_t *seen, int *grown) {
-  int n = 0, epoch = 0, asked[64], count = 0;
-  gt_status st = gt_members_latest(w->store, w->world, &epoch, members, &n);
-  if (st == GT_OK) st = gt_members_joins(w->store, w->world, members, n, seen, asked, &count);
-  for (int i = 0; st == GT_OK && i < count; i++) st = gt_members_add(w->store, w->world, asked[i], &epoch);
-  if (st != GT_OK) {
-    gt_warn("taking ranks that ask to join into the membership: %s; trying again", gt_last_error());
-    return;
-  }
-  if (count) {
-    gt_info("%d rank(s) ask to join: membership epoch %d takes them in", count, epoch);
-    *grown = epoch;
-  }
 }
 
 /* 1 when every rank of a[0..na) is in b[0..nb): b only adds ranks. */
@@ -92,16 +55,6 @@ static void *watch_main(void *arg) {
   w->watching = -1;
   pthread_mutex_lock(&w->mu);
   while (!w->stop && ranks && w->cur) {
-    if (w->joins_on && gt_now() - w->joins_at >= WATCH_POLL_MS / 1000.0) {
-      w->joins_at = gt_now();
-      int64_t seen = w->seen;
-      pthread_mutex_unlock(&w->mu);
-      int grown = -1;
-      if (read_joins(w->store) > seen) take_joins(w, ranks, &seen, &grown);
-      pthread_mutex_lock(&w->mu);
-      w->seen = seen;
-      if (grown > w->grown) w->grown = grown;
-    }
     int armed = w->armed;
     if (armed < 0 || w->fired) {
       wait_ms(w, WATCH_POLL_MS);
@@ -158,8 +111,7 @@ gt_status gt_members_watch_start(gt_store *s, int world, int grace_ms, gt_member
                      "grace >= 0 ms", GT_MEMBERS_MAX);
   gt_members_watch *w = calloc(1, sizeof *w);
   if (!w) return gt_errorf(GT_ENOMEM, "out of memory");
-  *w = (gt_members_watch){.store = s, .world = world, .grace_ms = grace_ms, .fn = fn, .arg = arg, .armed = -1,
-                           .grown = -1};
+  *w = (gt_members_watch){.store = s, .world = world, .grace_ms = grace_ms, .fn = fn, .arg = arg, .armed = -1};
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
   if (pthread_create(&w->thread, NULL, watch_main, w) != 0) {
@@ -180,23 +132,6 @@ void gt_members_watch_arm(gt_members_watch *w, int epoch) {
   w->newer_at = 0;
   pthread_cond_signal(&w->cv);
   pthread_mutex_unlock(&w->mu);
-}
-
-void gt_members_watch_joins(gt_members_watch *w, bool on) {
-  if (!w) return;
-  pthread_mutex_lock(&w->mu);
-  w->joins_on = on;
-  w->joins_at = 0; /* look at once: a rank may have asked while the others reshaped */
-  pthread_cond_signal(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-}
-
-int gt_members_watch_grown(gt_members_watch *w) {
-  if (!w) return -1;
-  pthread_mutex_lock(&w->mu);
-  int e = w->grown;
-  pthread_mutex_unlock(&w->mu);
-  return e;
 }
 
 void gt_members_watch_stop(gt_members_watch *w) {

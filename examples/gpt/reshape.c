@@ -169,7 +169,6 @@ void gpt_watch_pause(gpt_reshape *r) { gt_members_watch_arm(r->watch, -1); }
 void gpt_watch_resume(gpt_reshape *r, gt_grid *grid) {
   r->grid = grid; /* the watcher is disarmed: its callback is not running */
   if (!grid) return;
-  gt_members_watch_joins(r->watch, gt_comm_rank(gt_grid_world(grid)) == 0); /* rank 0 takes joins in */
   gt_members_watch_arm(r->watch, r->epoch);
 }
 
@@ -207,14 +206,10 @@ gt_status gpt_reshape_join(gpt_reshape *r, gt_job *job) {
 }
 
 gt_status gpt_reshape_check_joins(gpt_reshape *r, gt_job *job, gt_comm *world, bool *grow) {
-  /* Rank 0 knows of the requests, and publishes the epoch with them; one
-   * all-reduce tells every rank, which then reshape at the same step. With
-   * the watcher (etcd), its thread has done both: the step asks etcd
-   * nothing. */
+  /* Rank 0 reads the requests and publishes the epoch with them; one
+   * all-reduce tells every rank, which then reshape at the same step. */
   float flag = 0;
-  if (gt_comm_rank(world) == 0 && r->watch) {
-    flag = gt_members_watch_grown(r->watch) > r->epoch ? 1.0f : 0.0f;
-  } else if (gt_comm_rank(world) == 0 && gt_now() >= r->joins_retry_at) {
+  if (gt_comm_rank(world) == 0 && gt_now() >= r->joins_retry_at) {
     int ranks[64], count = 0, epoch = 0;
     gt_status s = gt_members_joins(job->store, r->gen_world, r->members, r->n, &r->joins_seen, ranks, &count);
     for (int i = 0; s == GT_OK && i < count; i++) s = gt_members_add(job->store, r->gen_world, ranks[i], &epoch);

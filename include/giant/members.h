@@ -71,15 +71,6 @@ gt_status gt_members_watch_start(gt_store *s, int world, int grace_ms, gt_member
  * When it returns, `fn` is not running, and runs only for an epoch after
  * the one armed. Not from within `fn`. */
 void gt_members_watch_arm(gt_members_watch *w, int epoch);
-/* While `on` (on the rank that takes joins in, rank 0), the watcher also
- * takes in the ranks that ask to join (gt_members_request_join): it reads
- * their counter every poll and, when it moved, publishes the epoch with
- * them (gt_members_joins, gt_members_add). gt_members_watch_grown gives
- * the newest epoch it so published, -1 none: the training loop learns of
- * joins without a call to etcd of its own, so its steps never wait on
- * etcd, nor stall while etcd is away. */
-void gt_members_watch_joins(gt_members_watch *w, bool on);
-int gt_members_watch_grown(gt_members_watch *w);
 /* Stops the thread and frees w. NULL is a no-op. */
 void gt_members_watch_stop(gt_members_watch *w);
 

@@ -36,10 +36,7 @@
 #include "common/run_cmd.h"
 #include "giant/ckpt.h"
 
-/* A restarted worker needs time to start and to be taken in (the watcher
- * thread of rank 0 takes joins in, within a poll): the rejoin cases train
- * longer. */
-enum { STEPS = 24, REJOIN_STEPS = 60 };
+enum { STEPS = 24 };
 
 static char gpt[512], giantrun[512], dir[64], text[128], data[128];
 static run_result res;
@@ -121,7 +118,7 @@ static const char *reshape_line(const char *out, int nth, char layout[64], int *
  * (GT_FAULT crashreshape): the two left try the next epoch. */
 static void reshape_case(const char *plan, bool zero1, bool rejoin, int second) {
   srand((unsigned)time(NULL) ^ (unsigned)getpid());
-  const int steps = rejoin ? REJOIN_STEPS : STEPS;
+  const int steps = STEPS;
   int kill_at = 5 + rand() % 10, victim = 1 + rand() % 3;
   if (second >= 0) victim = second == 1 ? 2 : 1;
   char fault[96], ck[128];
