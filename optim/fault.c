@@ -27,6 +27,7 @@ static const kind_info kinds[] = {
     {"slowsave", GT_FAULT_SLOWSAVE, " rank seconds ", " rank seconds "},
     {"crashreshape", GT_FAULT_CRASH_RESHAPE, " rank ", " rank "},
     {"stallreshape", GT_FAULT_STALL_RESHAPE, " rank seconds ", " rank seconds "},
+    {"holdjoin", GT_FAULT_HOLDJOIN, " rank seconds ", " rank seconds "},
 };
 
 static bool has_word(const char *list, const char *w, size_t n) {
@@ -68,7 +69,8 @@ static gt_status check_values(const char *fault, const gt_fault *f) {
   if ((f->kind == GT_FAULT_SLOW || f->kind == GT_FAULT_SLOWLINK) && f->until >= 0 && f->until <= f->from)
     return gt_errorf(GT_EINVAL, "GT_FAULT '%s': until (%d) must come after from (%d)", fault, f->until, f->from);
   if ((f->kind == GT_FAULT_SLOWLINK && f->delay_ms < 0) ||
-      ((f->kind == GT_FAULT_STALL || f->kind == GT_FAULT_SLOWSAVE || f->kind == GT_FAULT_STALL_RESHAPE) &&
+      ((f->kind == GT_FAULT_STALL || f->kind == GT_FAULT_SLOWSAVE || f->kind == GT_FAULT_STALL_RESHAPE ||
+        f->kind == GT_FAULT_HOLDJOIN) &&
        f->seconds < 0))
     return gt_errorf(GT_EINVAL, "GT_FAULT '%s': a delay must be >= 0", fault);
   if (f->kind == GT_FAULT_SLOWLINK && f->rank == f->peer)
@@ -88,7 +90,7 @@ static gt_status parse_fault(char *text, gt_fault *f) {
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
     if (strcmp(text, kinds[i].name) == 0) k = &kinds[i];
   if (!k)
-    return gt_errorf(GT_EINVAL, "GT_FAULT '%s': unknown fault kind '%s' (want slow, slowlink, stall, crash, nan, nangrad, slowsave, crashreshape or stallreshape)",
+    return gt_errorf(GT_EINVAL, "GT_FAULT '%s': unknown fault kind '%s' (want slow, slowlink, stall, crash, nan, nangrad, slowsave, crashreshape, stallreshape or holdjoin)",
                      fault, text);
   *f = (gt_fault){.kind = k->kind, .until = -1};
   char seen[128] = " ";

@@ -29,6 +29,16 @@ double gt_fault_save_delay(const gt_fault_plan *p) {
   return s;
 }
 
+double gt_fault_join_hold(gt_fault_plan *p) {
+  double s = 0;
+  for (int i = 0; p && i < p->n; i++) {
+    if (p->f[i].kind != GT_FAULT_HOLDJOIN || !mine(p, &p->f[i]) || p->stalled[i]) continue;
+    p->stalled[i] = true;
+    s += p->f[i].seconds;
+  }
+  return s;
+}
+
 bool gt_fault_nangrad(gt_fault_plan *p, int step) {
   bool due = false;
   for (int i = 0; p && i < p->n; i++) {
@@ -83,6 +93,7 @@ double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *
     case GT_FAULT_NANGRAD: break;  /* played by the trainer (gt_fault_nangrad) */
     case GT_FAULT_CRASH_RESHAPE:
     case GT_FAULT_STALL_RESHAPE: break; /* played at gt_fault_reshape_point */
+    case GT_FAULT_HOLDJOIN: break;      /* played where joins are looked for (gt_fault_join_hold) */
     }
   }
   sleep_seconds(slept);

@@ -20,6 +20,7 @@ void gpt_reshape_init(gpt_reshape *r, const gt_job *job) {
   const char *t = getenv("GT_RESHAPE_TIMEOUT_MS");
   if (t && atoi(t) > 0) r->timeout_ms = atoi(t);
   gt_members_get(job->store, r->gen_world, 0, r->members, &r->n, 0);
+  if (gt_fault_from_env(r->gen_rank, &r->faults) != GT_OK) r->faults.n = 0; /* the trainer reports a bad GT_FAULT */
 }
 
 /* What a rank says of itself: its step, whether it is pending, and the
@@ -212,6 +213,13 @@ gt_status gpt_reshape_check_joins(gpt_reshape *r, gt_job *job, gt_comm *world, b
   if (gt_comm_rank(world) == 0 && gt_now() >= r->joins_retry_at) {
     int ranks[64], count = 0, epoch = 0;
     gt_status s = gt_members_joins(job->store, r->gen_world, r->members, r->n, &r->joins_seen, ranks, &count);
+    /* GT_FAULT holdjoin: a test's restarted worker joins, however slow its start. */
+    double hold = r->n < r->gen_world ? gt_fault_join_hold(&r->faults) : 0, until = gt_now() + hold;
+    while (s == GT_OK && count == 0 && gt_now() < until) {
+      struct timespec ts = {0, 50 * 1000000L};
+      nanosleep(&ts, NULL);
+      s = gt_members_joins(job->store, r->gen_world, r->members, r->n, &r->joins_seen, ranks, &count);
+    }
     for (int i = 0; s == GT_OK && i < count; i++) s = gt_members_add(job->store, r->gen_world, ranks[i], &epoch);
     if (s == GT_OK && count) {
       printf("gpt: %d rank(s) ask to join: membership epoch %d takes them in\n", count, epoch);

@@ -11,6 +11,7 @@
 #include "giant/comm.h"
 #include "giant/data.h"
 #include "giant/failslow.h"
+#include "giant/fault.h"
 #include "giant/grid.h"
 #include "giant/plan.h"
 #include "giant/init.h"
@@ -37,6 +38,7 @@ typedef struct gpt_reshape {
   double update_s, step_s;  /* sums over the calibration updates */
   int64_t joins_seen;       /* rank 0: join requests taken so far */
   double joins_retry_at;    /* rank 0: after a failed look, the next one not before this (gt_now) */
+  gt_fault_plan faults;     /* GT_FAULT's holdjoin, played where joins are looked for */
   /* A cut-off peer (a partitioned node) breaks no connection: the watcher
    * aborts `grid`'s communicators once the epoch without it stands
    * (giant/members.h), so the step blocked on it fails at once. */

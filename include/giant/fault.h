@@ -24,6 +24,7 @@ typedef enum gt_fault_kind {
   GT_FAULT_SLOWSAVE, /* rank's checkpoint writer waits `seconds` before writing each save */
   GT_FAULT_CRASH_RESHAPE, /* rank kills itself (SIGKILL) in the middle of its next reshape */
   GT_FAULT_STALL_RESHAPE, /* rank stops for `seconds` in the middle of each reshape */
+  GT_FAULT_HOLDJOIN,      /* rank waits up to `seconds`, once, for a lost rank to ask to join (gt_fault_join_hold) */
 } gt_fault_kind;
 
 typedef struct gt_fault {
@@ -34,7 +35,7 @@ typedef struct gt_fault {
   int peer;        /* slowlink */
   double factor;   /* slow: > 1 */
   double delay_ms; /* slowlink */
-  double seconds;  /* stall, slowsave */
+  double seconds;  /* stall, slowsave, stallreshape, holdjoin */
 } gt_fault;
 
 #define GT_FAULT_MAX 16
@@ -43,7 +44,7 @@ typedef struct gt_fault_plan {
   int n;
   gt_fault f[GT_FAULT_MAX];
   int rank;              /* the rank this process plays */
-  bool stalled[GT_FAULT_MAX]; /* stall, nangrad: played (they play once) */
+  bool stalled[GT_FAULT_MAX]; /* stall, nangrad, holdjoin: played (they play once) */
   gt_grid *grid;              /* where slowlink plays (gt_fault_apply_links) */
   bool link_on[GT_FAULT_MAX]; /* slowlink: its delay is in place */
 } gt_fault_plan;
@@ -71,6 +72,11 @@ void gt_fault_reshape_point(const gt_fault_plan *p);
 /* The seconds this rank's checkpoint writer waits before writing a save
  * (slowsave), so that a test can have a save in flight when it acts. */
 double gt_fault_save_delay(const gt_fault_plan *p);
+/* holdjoin: the seconds this rank (the one that takes joins in) waits, at
+ * its first look for joins while the job runs short of a rank, for that
+ * rank to ask to join; once, then 0. A restarted worker's start takes an
+ * unknown time; this lets a test have it join before the job ends. */
+double gt_fault_join_hold(gt_fault_plan *p);
 /* nangrad: true once, at its step, on its rank (the trainer then puts a
  * NaN into the gradients). */
 bool gt_fault_nangrad(gt_fault_plan *p, int step);

@@ -28,9 +28,13 @@ static void log_verdict(const gt_failslow_verdict *v) {
 
 static void write_json(FILE *f, const gt_failslow_report *rep) {
   fprintf(f, "{\"failslow_step\":%d,\"ape\":%.5f,\"ape_raw\":%.5f,\"job_factor\":%.5f,\"gather_s\":%.7f,\"probed\":%s,"
-             "\"probe_s\":%.6f,\"verdicts\":[",
+             "\"probe_s\":%.6f,\"compute_s\":[",
           rep->step, rep->ape, rep->ape_raw, rep->job_factor, rep->gather_s, rep->probed ? "true" : "false",
           rep->probe_s);
+  /* Every rank's compute, the evidence a verdict can be checked against. */
+  for (int i = 0; i < rep->nranks; i++)
+    fprintf(f, "%s%.7f", i ? "," : "", rep->telemetry[i].compute_s);
+  fprintf(f, "],\"verdicts\":[");
   for (int i = 0; i < rep->nverdicts; i++) {
     const gt_failslow_verdict *v = &rep->verdicts[i];
     fprintf(f, "%s{\"rank\":%d,\"kind\":\"%s\",\"peer\":%d,\"state\":\"%s\",\"ratio\":%.4f,\"onset\":%d,\"step\":%d}",

@@ -97,6 +97,16 @@ static void test_play(void **state) {
   assert_true(isnan(loss));
   p.rank = 7;
   assert_false(gt_fault_active(&p));
+  /* holdjoin: its seconds once, on its rank only, not played by the step */
+  OK(gt_fault_parse("holdjoin:rank=0,seconds=30", &p));
+  assert_int_equal(p.f[0].kind, GT_FAULT_HOLDJOIN);
+  p.rank = 1;
+  NEAR(gt_fault_join_hold(&p), 0, 0);
+  p.rank = 0;
+  NEAR(gt_fault_step(&p, 0, 0.01, &loss), 0, 0);
+  NEAR(gt_fault_join_hold(&p), 30, 0);
+  NEAR(gt_fault_join_hold(&p), 0, 0);
+  expect_error(gt_fault_parse("holdjoin:rank=0", &p), GT_EINVAL, "holdjoin needs seconds=");
 }
 
 static void test_crash(void **state) {

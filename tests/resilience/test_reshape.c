@@ -124,6 +124,10 @@ static void reshape_case(const char *plan, bool zero1, bool rejoin, int second) 
   char fault[96], ck[128];
   snprintf(fault, sizeof fault, "crash:rank=%d,at=%d", victim, kill_at);
   if (second >= 0) snprintf(fault + strlen(fault), sizeof fault - strlen(fault), ";crashreshape:rank=%d", second);
+  /* The restarted worker's start takes what a loaded machine gives it: rank
+   * 0 waits for it at its first look for joins (30 s, under giantrun's
+   * least --hang-timeout), so that it joins before the end. */
+  if (rejoin) snprintf(fault + strlen(fault), sizeof fault - strlen(fault), ";holdjoin:rank=0,seconds=30");
   int left = second >= 0 ? 2 : 3;
   snprintf(ck, sizeof ck, "%s/ck-%s%s%s%d", dir, plan, zero1 ? "-zero1" : "", rejoin ? "-rejoin" : "", second);
   print_message("%s%s: %s\n", plan, zero1 ? " + ZeRO-1" : "", fault);
