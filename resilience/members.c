@@ -133,10 +133,29 @@ gt_status gt_members_request_join(gt_store *s, int rank) {
   return gt_store_add(s, "reshape/joins", 1, &n);
 }
 
+gt_status gt_members_finish(gt_store *s) { return gt_store_set(s, "reshape/finished", "1", 1); }
+
+gt_status gt_members_finished(gt_store *s, bool *finished) {
+  *finished = false;
+  void *v = NULL;
+  size_t len = 0;
+  gt_status st = gt_store_get(s, "reshape/finished", &v, &len, 0);
+  if (st == GT_ETIMEDOUT || st == GT_ENOTFOUND) return GT_OK;
+  GT_TRY(st);
+  free(v);
+  *finished = true;
+  return GT_OK;
+}
+
+gt_status gt_members_join_requests(gt_store *s, int64_t *total) {
+  *total = 0;
+  return gt_store_add(s, "reshape/joins", 0, total);
+}
+
 gt_status gt_members_joins(gt_store *s, int world, const int *members, int n, int64_t *seen, int *ranks, int *count) {
   *count = 0;
   int64_t total = 0;
-  GT_TRY(gt_store_add(s, "reshape/joins", 0, &total));
+  GT_TRY(gt_members_join_requests(s, &total));
   if (total == *seen) return GT_OK;
   for (int r = 0; r < world; r++) {
     if (gt_members_index(members, n, r) >= 0) continue;

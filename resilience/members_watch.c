@@ -1,5 +1,4 @@
 /* The watcher of newer membership epochs (giant/members.h). */
-#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -12,6 +11,8 @@
 /* Each wait for the next epoch lasts at most this: arming and stopping
  * are seen within it. */
 #define WATCH_POLL_MS 200
+/* How often the count of join requests is read (gt_members_watch_joins). */
+#define JOINS_POLL_MS 500
 
 struct gt_members_watch {
   pthread_t thread;
@@ -29,6 +30,9 @@ struct gt_members_watch {
    * boundary), and its ranks. */
   int watching;
   int *cur, ncur;
+  bool joins_on;      /* read the count of join requests */
+  int64_t joins;      /* the count last read, -1: none */
+  double joins_next;  /* the next read not before this (gt_now) */
   bool stop;
 };
 
@@ -55,6 +59,15 @@ static void *watch_main(void *arg) {
   w->watching = -1;
   pthread_mutex_lock(&w->mu);
   while (!w->stop && ranks && w->cur) {
+    if (w->joins_on && gt_now() >= w->joins_next) {
+      w->joins_next = gt_now() + JOINS_POLL_MS / 1000.0;
+      pthread_mutex_unlock(&w->mu);
+      int64_t total = 0;
+      gt_status st = gt_members_join_requests(w->store, &total);
+      pthread_mutex_lock(&w->mu);
+      if (st == GT_OK && w->joins_on) w->joins = total;
+      continue;
+    }
     int armed = w->armed;
     if (armed < 0 || w->fired) {
       wait_ms(w, WATCH_POLL_MS);
@@ -111,7 +124,8 @@ gt_status gt_members_watch_start(gt_store *s, int world, int grace_ms, gt_member
                      "grace >= 0 ms", GT_MEMBERS_MAX);
   gt_members_watch *w = calloc(1, sizeof *w);
   if (!w) return gt_errorf(GT_ENOMEM, "out of memory");
-  *w = (gt_members_watch){.store = s, .world = world, .grace_ms = grace_ms, .fn = fn, .arg = arg, .armed = -1};
+  *w = (gt_members_watch){.store = s, .world = world, .grace_ms = grace_ms, .fn = fn, .arg = arg, .armed = -1,
+                          .joins = -1};
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
   if (pthread_create(&w->thread, NULL, watch_main, w) != 0) {
@@ -132,6 +146,24 @@ void gt_members_watch_arm(gt_members_watch *w, int epoch) {
   w->newer_at = 0;
   pthread_cond_signal(&w->cv);
   pthread_mutex_unlock(&w->mu);
+}
+
+void gt_members_watch_joins(gt_members_watch *w, bool on) {
+  if (!w) return;
+  pthread_mutex_lock(&w->mu);
+  if (on && !w->joins_on) w->joins_next = 0; /* read at once */
+  if (!on) w->joins = -1;
+  w->joins_on = on;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+int64_t gt_members_watch_join_requests(gt_members_watch *w) {
+  if (!w) return -1;
+  pthread_mutex_lock(&w->mu);
+  int64_t n = w->joins;
+  pthread_mutex_unlock(&w->mu);
+  return n;
 }
 
 void gt_members_watch_stop(gt_members_watch *w) {

@@ -709,6 +709,12 @@ int main(int argc, char **argv) {
   }
   if (joining) {
     s = gpt_reshape_join(&rsh, job);
+    if (s == GT_OK && rsh.job_finished) {
+      printf("gpt: rank %d (pid %d): training ended before the job took it in; nothing left to train\n", job->rank,
+             (int)getpid());
+      rc = 0;
+      goto out;
+    }
     if (s == GT_OK)
       s = reshape(&a, job, be, &gc, peak, schedule, &rsh, total, &mc, &tc, &plan, &mp, &dist, &m, &tr, &loader, &ckpt,
                   reshaped_gen, sizeof reshaped_gen, &launch_plan, true);
@@ -799,6 +805,7 @@ int main(int argc, char **argv) {
     }
   }
   gpt_ckpt_finish(&a.ckpt, ckpt, tr, lead);
+  if (a.reshape && lead) gpt_reshape_finish(&rsh, job); /* for a rank still asking to join */
   gt_job_done(job);
   gpt_failslow_summary(failslow, lead);
   if (lead) printf("loss %.6f -> %.6f over steps %d..%d\n", first.loss, st.loss, start, a.steps);

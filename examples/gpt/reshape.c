@@ -170,12 +170,18 @@ void gpt_watch_pause(gpt_reshape *r) { gt_members_watch_arm(r->watch, -1); }
 void gpt_watch_resume(gpt_reshape *r, gt_grid *grid) {
   r->grid = grid; /* the watcher is disarmed: its callback is not running */
   if (!grid) return;
+  gt_members_watch_joins(r->watch, gt_comm_rank(gt_grid_world(grid)) == 0); /* rank 0 takes joins in */
   gt_members_watch_arm(r->watch, r->epoch);
 }
 
+/* Each wait of a joining rank for the next epoch: the job's end is looked
+ * for between them. */
+#define JOIN_WAIT_SLICE_MS 500
+
 gt_status gpt_reshape_join(gpt_reshape *r, gt_job *job) {
   /* First the epoch without this rank (its loss may not be published yet),
-   * then the request, then an epoch with it. */
+   * then the request, then an epoch with it; unless training ends first
+   * (the others finished while this rank started). */
   double deadline = gt_now() + r->timeout_ms / 1000.0;
   int epoch = 0;
   for (;;) {
@@ -193,10 +199,15 @@ gt_status gpt_reshape_join(gpt_reshape *r, gt_job *job) {
   fflush(stdout);
   for (;;) {
     int ms = (int)((deadline - gt_now()) * 1000);
+    if (ms > JOIN_WAIT_SLICE_MS) ms = JOIN_WAIT_SLICE_MS;
     gt_status s = gt_members_get(job->store, r->gen_world, epoch + 1, r->members, &r->n, ms > 0 ? ms : 0);
-    if (s == GT_ETIMEDOUT)
+    if (s == GT_ETIMEDOUT) {
+      GT_TRY(gt_members_finished(job->store, &r->job_finished));
+      if (r->job_finished) return GT_OK;
+      if (gt_now() < deadline) continue;
       return gt_errorf(GT_ETIMEDOUT, "the running job did not take rank %d in within %.0f s", r->gen_rank,
                        r->timeout_ms / 1000.0);
+    }
     GT_TRY(s);
     if (gt_members_index(r->members, r->n, r->gen_rank) >= 0) {
       r->epoch = epoch; /* gpt_reshape_members then finds epoch + 1, the one with this rank */
@@ -206,15 +217,29 @@ gt_status gpt_reshape_join(gpt_reshape *r, gt_job *job) {
   }
 }
 
+void gpt_reshape_finish(gpt_reshape *r, gt_job *job) {
+  if (!gt_job_etcd(job) || r->gen_world < 2) return;
+  gt_status s = gt_members_finish(job->store);
+  if (s != GT_OK)
+    gt_warn("gpt: cannot record that training ended (%s): a rank restarting now waits out its join timeout",
+            gt_last_error());
+}
+
 gt_status gpt_reshape_check_joins(gpt_reshape *r, gt_job *job, gt_comm *world, bool *grow) {
   /* Rank 0 reads the requests and publishes the epoch with them; one
    * all-reduce tells every rank, which then reshape at the same step. */
   float flag = 0;
   if (gt_comm_rank(world) == 0 && gt_now() >= r->joins_retry_at) {
     int ranks[64], count = 0, epoch = 0;
-    gt_status s = gt_members_joins(job->store, r->gen_world, r->members, r->n, &r->joins_seen, ranks, &count);
-    /* GT_FAULT holdjoin: a test's restarted worker joins, however slow its start. */
+    /* With etcd, the watcher reads the count of requests off the step
+     * path: the store is asked only when it grew, so a store without a
+     * quorum holds no step. GT_FAULT holdjoin: a test's restarted worker
+     * joins, however slow its start. */
+    int64_t known = r->watch ? gt_members_watch_join_requests(r->watch) : -1;
     double hold = r->n < r->gen_world ? gt_fault_join_hold(&r->faults) : 0, until = gt_now() + hold;
+    gt_status s = GT_OK;
+    if (!r->watch || hold > 0 || (known >= 0 && known != r->joins_seen))
+      s = gt_members_joins(job->store, r->gen_world, r->members, r->n, &r->joins_seen, ranks, &count);
     while (s == GT_OK && count == 0 && gt_now() < until) {
       struct timespec ts = {0, 50 * 1000000L};
       nanosleep(&ts, NULL);

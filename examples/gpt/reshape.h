@@ -48,6 +48,8 @@ typedef struct gpt_reshape {
    * left): another epoch would not bring them back; a restart from the
    * newest checkpoint does. */
   bool state_lost;
+  /* A joining rank: training ended before the job took it in. */
+  bool job_finished;
 } gpt_reshape;
 
 /* Of the watcher: how long a newer epoch stands before the communicators
@@ -66,6 +68,9 @@ typedef struct gpt_resume_point {
 } gpt_resume_point;
 
 void gpt_reshape_init(gpt_reshape *r, const gt_job *job);
+/* Rank 0, after the last step: training ended, for any rank still waiting
+ * to join (a warning when it cannot be recorded). */
+void gpt_reshape_finish(gpt_reshape *r, gt_job *job);
 /* Starts (again, after a reshape) the copies of single-owner state on the
  * peer on the next node (stride: ranks per node, 1 on one node). */
 gt_status gpt_mirror_start(gpt_reshape *r, gt_trainer *tr, const gt_job *job, bool lead);
@@ -83,7 +88,8 @@ void gpt_watch_pause(gpt_reshape *r);
 void gpt_watch_resume(gpt_reshape *r, gt_grid *grid);
 /* A worker restarted alone (GT_JOIN=1): asks to join the running job and
  * waits for a membership epoch that has it; then reshape as the others
- * do, with no state of its own. */
+ * do, with no state of its own. When training ends first, it returns
+ * GT_OK with r->job_finished. */
 gt_status gpt_reshape_join(gpt_reshape *r, gt_job *job);
 /* Between steps, every GPT_JOIN_CHECK_EVERY steps: whether ranks asked to
  * join, in which case rank 0 has published the epoch with them and every

@@ -44,6 +44,13 @@ gt_status gt_members_add(gt_store *s, int world, int rank, int *epoch);
  *   reshape/join/<rank>   its request, removed once taken
  *   reshape/joins         a counter of requests, cheap to poll */
 gt_status gt_members_request_join(gt_store *s, int rank);
+/* Training ended (rank 0, after the last step): a rank still asking to
+ * join has nothing left to join, and ends too.
+ *   reshape/finished      set once the job's last step is done */
+gt_status gt_members_finish(gt_store *s);
+gt_status gt_members_finished(gt_store *s, bool *finished);
+/* How many requests were ever made (the counter; one read). */
+gt_status gt_members_join_requests(gt_store *s, int64_t *total);
 /* The requests of ranks not in members[0..n) made since *seen (which it
  * advances): into ranks[], *count of them. One read when there are none. */
 gt_status gt_members_joins(gt_store *s, int world, const int *members, int n, int64_t *seen, int *ranks, int *count);
@@ -71,6 +78,14 @@ gt_status gt_members_watch_start(gt_store *s, int world, int grace_ms, gt_member
  * When it returns, `fn` is not running, and runs only for an epoch after
  * the one armed. Not from within `fn`. */
 void gt_members_watch_arm(gt_members_watch *w, int epoch);
+/* On the rank that takes joins in: the watcher's thread also reads the
+ * count of join requests (gt_members_join_requests) every half second, so
+ * that the training loop's look at a step boundary asks the store nothing
+ * while no request is new, nor while the store is away (etcd without a
+ * quorum would hold the step for its timeout). */
+void gt_members_watch_joins(gt_members_watch *w, bool on);
+/* The count it last read; -1 when it has read none (or is not on). */
+int64_t gt_members_watch_join_requests(gt_members_watch *w);
 /* Stops the thread and frees w. NULL is a no-op. */
 void gt_members_watch_stop(gt_members_watch *w);
 

@@ -1,5 +1,6 @@
 /* The chaos cases (cases.h). Each starts a job on CHAOS_NODES emulated
- * nodes of CHAOS_NPROC workers (dp over all of them), plays its fault, and
+ * nodes of CHAOS_NPROC workers (dp over all of them, or a layout with tp
+ * or pp where the case allows), plays its fault, and
  * checks the outcome; then check_job checks what every case must show. */
 #include "chaos/cases.h"
 
@@ -31,6 +32,8 @@ static void failf(chaos_result *r, const char *fmt, ...) {
 /* The tail of the job's output, for a failure message. */
 static const char *tail(const chaos_job *j) {
   if (!j->out) return "";
+  FILE *dump = getenv("CHAOS_DUMP") ? fopen(getenv("CHAOS_DUMP"), "w") : NULL;
+  if (dump) fputs(j->out, dump), fclose(dump);
   size_t n = strlen(j->out);
   return n > 2500 ? j->out + n - 2500 : j->out;
 }
@@ -113,6 +116,7 @@ static const int ALL_OK[CHAOS_MAX_NODES] = {0};
 static void case_kill_worker(chaos_env *env, chaos_result *r) {
   enum { STEPS = 24, AT = 10 };
   chaos_job_cfg c = base("kill-worker", STEPS);
+  c.plan = "dp=3,tp=2"; /* tensor parallel within each node; 5 ranks go on at dp=5 */
   c.fault = "crash:rank=3,at=10";
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
@@ -137,6 +141,7 @@ static void case_kill_worker(chaos_env *env, chaos_result *r) {
 static void case_kill_agent(chaos_env *env, chaos_result *r) {
   enum { STEPS = 40, AT = 8, NODE = 2 };
   chaos_job_cfg c = base("kill-agent", STEPS);
+  c.plan = "dp=3,pp=2"; /* two pipeline stages; the 4 ranks left go on at dp=2,pp=2 */
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
   int at = chaos_job_wait_step(&j, AT, 120);

@@ -113,7 +113,8 @@ int chaos_job_start_node(chaos_job *j, int i) {
   snprintf(fault, sizeof fault, "GT_FAULT=%s", c->fault ? c->fault : "");
   snprintf(nnodes, sizeof nnodes, "%d", c->nodes);
   snprintf(nproc, sizeof nproc, "%d", c->nproc);
-  snprintf(plan, sizeof plan, "dp=%d", c->nodes * c->nproc);
+  if (c->plan) snprintf(plan, sizeof plan, "%s", c->plan);
+  else snprintf(plan, sizeof plan, "dp=%d", c->nodes * c->nproc);
   snprintf(metrics, sizeof metrics, "%s", j->metrics);
   snprintf(agent_flags, sizeof agent_flags, "%s", c->agent_flags ? c->agent_flags : "");
   snprintf(gpt_flags, sizeof gpt_flags, "--metrics %s %s", metrics, c->gpt_flags ? c->gpt_flags : "");

@@ -41,6 +41,7 @@ typedef struct chaos_job_cfg {
   const char *name;        /* the job id's stem: [A-Za-z0-9-] */
   int nodes, nproc;        /* agents, and workers on each */
   int steps;
+  const char *plan;        /* the launch layout, e.g. "dp=3,tp=2"; NULL: dp over every worker */
   const char *fault;       /* GT_FAULT for every worker, or NULL */
   const char *agent_flags; /* more giantrun flags, space-separated, or NULL */
   const char *model_flags; /* gpt flags that change what is trained (the reference run takes them too) */

@@ -27,4 +27,20 @@ static inline gt_etcd_client *etcd_test_connect(const char *endpoints, int timeo
   return c;
 }
 
+/* A test group's setup and teardown: an etcd of its own on loopback, and a
+ * client whose calls give up after timeout_ms. */
+static inline int etcd_test_up(etcd_fixture *fx, gt_etcd_client **cli, int timeout_ms) {
+  if (!etcd_fixture_available() || etcd_fixture_start(fx, NULL) != 0) return -1;
+  gt_etcd_config cfg = {0};
+  cfg.endpoints = fx->endpoint;
+  cfg.timeout_ms = timeout_ms;
+  return gt_etcd_connect(&cfg, cli) == GT_OK ? 0 : -1;
+}
+
+static inline int etcd_test_down(etcd_fixture *fx, gt_etcd_client *cli) {
+  gt_etcd_close(cli);
+  etcd_fixture_destroy(fx);
+  return 0;
+}
+
 #endif

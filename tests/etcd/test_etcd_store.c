@@ -12,16 +12,12 @@ static gt_etcd_client *cli;
 
 static int setup(void **state) {
   (void)state;
-  if (etcd_fixture_start(&fx, NULL) != 0) return -1;
-  gt_etcd_config cfg = {.endpoints = fx.endpoint, .timeout_ms = 5000};
-  return gt_etcd_connect(&cfg, &cli) == GT_OK ? 0 : -1;
+  return etcd_test_up(&fx, &cli, 5000);
 }
 
 static int teardown(void **state) {
   (void)state;
-  gt_etcd_close(cli);
-  etcd_fixture_destroy(&fx);
-  return 0;
+  return etcd_test_down(&fx, cli);
 }
 
 static gt_store *make(const char *prefix) {

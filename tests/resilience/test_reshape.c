@@ -22,7 +22,8 @@
  * at dp=2,tp=2 and at dp=4 with ZeRO-1); the reference then makes both
  * changes through checkpoints. A second worker killed in the middle of the
  * reshape (GT_FAULT crashreshape) makes the two left try the next epoch:
- * 4 -> 2 at the same step, matching a reference that goes 4 -> 2. */
+ * 4 -> 2 at the same step, matching a reference that goes 4 -> 2. A
+ * worker restarted after the job's last look for joins ends with it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -202,6 +203,24 @@ static void test_reshape_dp4_zero1_rejoin(void **state) { (void)state, reshape_c
 /* A second worker killed in the middle of the reshape: 4 -> 2, consistently. */
 static void test_reshape_kill_during_reshape(void **state) { (void)state, reshape_case("dp=4", false, false, 3); }
 
+/* Killed after the job's last look for joins (every 5 steps; none after
+ * step 19 of 24): the restarted worker asks to join a job that then
+ * finishes without it. It ends too, with status 0, and so does the job,
+ * at once rather than after the join's timeout (60 s). */
+static void test_reshape_rejoin_after_end(void **state) {
+  (void)state;
+  char ck[128];
+  snprintf(ck, sizeof ck, "%s/ck-rejoin-after-end", dir);
+  run_job(4, "dp=4", false, STEPS, STEPS, ck, "crash:rank=2,at=22", true, true, launch_shape, &res);
+  assert_non_null(strstr(res.output, "[rank 2] gpt: rank 2 (pid "));
+  assert_non_null(strstr(res.output, "asks to join the running job"));
+  if (!strstr(res.output, "training ended before the job took it in"))
+    fail_msg("the restarted worker did not end with the job:\n%s", res.output);
+  assert_non_null(strstr(res.output, "over steps 0..24"));
+  print_message("rank 2 killed at step 22, restarted: it ended with the job %.1f s after the start\n", res.seconds);
+  assert_true(res.seconds < 50); /* not the join's 60 s timeout */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reshape_dp4),
@@ -211,6 +230,7 @@ int main(void) {
       cmocka_unit_test(test_reshape_dp2_tp2_rejoin),
       cmocka_unit_test(test_reshape_dp4_zero1_rejoin),
       cmocka_unit_test(test_reshape_kill_during_reshape),
+      cmocka_unit_test(test_reshape_rejoin_after_end),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
