@@ -84,9 +84,9 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
     gt_rdzv_fail(r, "could not start its workers");
     return ROUND_ERROR;
   }
-  gt_info("giantrun: node %s is node %d of %d in gen%ld; ranks %d..%d of %d running", o->node_id,
+  gt_info("giantrun: node %s is node %d of %d in gen%ld; ranks %d..%d of %d running%s", o->node_id,
           rd->node_rank, rd->nnodes, rd->generation, rd->rank_base, rd->rank_base + rd->nproc - 1,
-          rd->world_size);
+          rd->world_size, rd->rejoin ? ", joining the running job" : "");
   int interval_ms = (int)(o->monitor_s * 1000);
   int finished = 0, warned = 0, replaced = 0, left = 0;
   double started = gt_now();

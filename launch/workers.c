@@ -181,7 +181,10 @@ gt_status workers_start(worker_group *g, const agent_opts *o, const gt_rdzv_roun
     int prog[2];
     if (pipe2(prog, O_CLOEXEC) != 0) return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
     env_list e = {0};
-    gt_status st = make_env(&e, o, r, i, prog[1]) ? gt_errorf(GT_ENOMEM, "out of memory") : GT_OK;
+    /* A node rejoining a running round: its workers ask to join it. */
+    gt_status st = make_env(&e, o, r, i, prog[1]) || (r->rejoin && env_add(&e, "GT_JOIN=1"))
+                       ? gt_errorf(GT_ENOMEM, "out of memory")
+                       : GT_OK;
     if (st == GT_OK) st = open_log(w, o, r->generation);
     if (st == GT_OK) st = spawn(w, o, e.v, prog);
     env_free(&e);

@@ -68,8 +68,6 @@ gt_status gt_members_latest(gt_store *s, int world, int *epoch, int *ranks, int 
   }
 }
 
-/* Publishes the epoch after the newest with `rank` taken out (add = false)
- * or put in (add = true), unless the newest already is so. */
 /* Publishes the next epoch with `set` (n ranks) taken out or put in,
  * unless the newest already has them so. */
 static gt_status change(gt_store *s, int world, const int *set, int nset, bool add, int *epoch) {
@@ -124,6 +122,10 @@ gt_status gt_members_remove_set(gt_store *s, int world, const int *ranks, int n,
   return change(s, world, ranks, n, false, epoch);
 }
 gt_status gt_members_add(gt_store *s, int world, int rank, int *epoch) { return change(s, world, &rank, 1, true, epoch); }
+gt_status gt_members_add_set(gt_store *s, int world, const int *ranks, int n, int *epoch) {
+  if (n < 1) return gt_errorf(GT_EINVAL, "gt_members_add_set: no ranks given");
+  return change(s, world, ranks, n, true, epoch);
+}
 
 gt_status gt_members_request_join(gt_store *s, int rank) {
   char key[64];

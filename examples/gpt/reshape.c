@@ -245,7 +245,7 @@ gt_status gpt_reshape_check_joins(gpt_reshape *r, gt_job *job, gt_comm *world, b
       nanosleep(&ts, NULL);
       s = gt_members_joins(job->store, r->gen_world, r->members, r->n, &r->joins_seen, ranks, &count);
     }
-    for (int i = 0; s == GT_OK && i < count; i++) s = gt_members_add(job->store, r->gen_world, ranks[i], &epoch);
+    if (s == GT_OK && count) s = gt_members_add_set(job->store, r->gen_world, ranks, count, &epoch);
     if (s == GT_OK && count) {
       printf("gpt: %d rank(s) ask to join: membership epoch %d takes them in\n", count, epoch);
       fflush(stdout);

@@ -40,6 +40,10 @@ gt_status gt_members_remove(gt_store *s, int world, int rank, int *epoch);
 gt_status gt_members_remove_set(gt_store *s, int world, const int *ranks, int n, int *epoch);
 /* The same with `rank` put back (a restarted worker joining). */
 gt_status gt_members_add(gt_store *s, int world, int rank, int *epoch);
+/* The same for n ranks at once (several asked to join by the time of one
+ * look, a node's workers): one epoch with all of them, so that each joins
+ * the epoch the others move to. */
+gt_status gt_members_add_set(gt_store *s, int world, const int *ranks, int n, int *epoch);
 /* A restarted worker asks to join the running job:
  *   reshape/join/<rank>   its request, removed once taken
  *   reshape/joins         a counter of requests, cheap to poll */

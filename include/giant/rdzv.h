@@ -74,7 +74,9 @@ typedef struct gt_rdzv_config {
   /* A member node that leaves the running round (its lease lapsed: the
    * node died or is cut off) is released instead of starting a new round:
    * its ranks leave the round's membership (giant/members.h) and the
-   * others reshape in-process without them (giantrun --reshape). */
+   * others reshape in-process without them (giantrun --reshape). When the
+   * node comes back (a new agent, or the link healed), it rejoins that
+   * round (gt_rdzv_round.rejoin) rather than start a new one. */
   int reshape;
   /* When it becomes non-zero (a signal handler sets it) waits end with
    * GT_ECANCELED. May be NULL. */
@@ -90,6 +92,10 @@ typedef struct gt_rdzv_round {
   int world_size;
   char secret[72];    /* hex */
   char store_prefix[GT_RDZV_ID_MAX + 48]; /* "/giant/<job>/gen<N>/store/" */
+  /* cfg.reshape: this node left the running round (its agent died and a
+   * new one started, or it was cut off) and takes its ranks again while
+   * the others train on: its workers join the running job (GT_JOIN=1). */
+  int rejoin;
 } gt_rdzv_round;
 
 typedef enum gt_rdzv_event {

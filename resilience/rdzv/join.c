@@ -57,6 +57,15 @@ static int closed_lists(const gt_etcd_kv *closed, const char *id) {
   return in;
 }
 
+/* How many nodes the closed round lists. */
+static int closed_count(const gt_etcd_kv *closed) {
+  rdzv_member *m;
+  int n;
+  if (rdzv_parse_members((const char *)closed->value, closed->value_len, &m, &n) != GT_OK) return 0;
+  free(m);
+  return n;
+}
+
 /* Publishes the members (registered nodes, sorted, at most MAX) of round
  * s->gen, if the round is still current and open. */
 static gt_status close_round(gt_rdzv *r, const rdzv_snap *s) {
@@ -166,7 +175,42 @@ static gt_status fill_round(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_round *out) 
   return keep_job_lease(r, lease);
 }
 
-typedef enum { STEP_WAIT, STEP_AGAIN, STEP_JOINED, STEP_ENDED } step;
+typedef enum { STEP_WAIT, STEP_AGAIN, STEP_JOINED, STEP_REJOINED, STEP_ENDED } step;
+
+/* cfg.reshape: this node is a member of the running round s->gen, which
+ * went on without it. It registers again and takes its ranks out of the
+ * newest membership epoch (at once, should the others not have seen it
+ * go yet; a no-op when they did); its workers then ask to join. While
+ * another lease still holds its node key (the previous agent's, not yet
+ * lapsed), it waits. */
+static gt_status rejoin_step(gt_rdzv *r, const rdzv_snap *s, double *busy_since, step *out) {
+  *out = STEP_WAIT;
+  if (rdzv_snap_finished(s)->n > 0) return GT_OK; /* the round is ending: nothing to join */
+  int busy = 0;
+  GT_TRY(register_node(r, s->gen, &busy));
+  if (busy) {
+    if (*busy_since == 0) *busy_since = rdzv_now();
+    return GT_OK;
+  }
+  const gt_etcd_kv *closed = &rdzv_snap_closed(s)->kvs[0];
+  free(r->members);
+  r->members = NULL;
+  GT_TRY(rdzv_parse_members((const char *)closed->value, closed->value_len, &r->members, &r->nmembers));
+  int base = 0, nproc = 0;
+  for (int i = 0; i < r->nmembers; i++) {
+    if (!strcmp(r->members[i].id, r->cfg.node_id)) {
+      nproc = r->members[i].nproc;
+      break;
+    }
+    base += r->members[i].nproc;
+  }
+  r->gen = s->gen; /* the round whose membership changes */
+  GT_TRY(gt_rdzv_members_lost(r, base, nproc));
+  gt_info("rendezvous: node %s rejoins the running gen%ld: its ranks %d..%d ask to join", r->cfg.node_id, s->gen,
+          base, base + nproc - 1);
+  *out = STEP_REJOINED;
+  return GT_OK;
+}
 
 /* One pass of the barrier of round s->gen, which lists this node. */
 static gt_status barrier_step(gt_rdzv *r, const rdzv_snap *s, double started, step *out) {
@@ -207,7 +251,7 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
   memset(round, 0, sizeof *round);
   double deadline = rdzv_now() + r->cfg.join_timeout_ms / 1000.0;
   long gen = r->gen >= 0 ? r->gen : 0;
-  long registered = -1, barrier_put = -1;
+  long registered = -1, barrier_put = -1, rejoined = -1;
   double min_seen = 0, barrier_started = 0, busy_since = 0;
   char nodes_prefix[256];
   free(r->members);
@@ -244,6 +288,7 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
       next = STEP_ENDED;
     } else if (s.gen != gen) {
       gen = s.gen;
+      r->gen = -1;
       min_seen = 0;
       free(r->members);
       r->members = NULL;
@@ -252,7 +297,18 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
     } else {
       rdzv_key(r, nodes_prefix, sizeof nodes_prefix, "gen%ld/nodes/", gen);
       const gt_etcd_kvs *closed = rdzv_snap_closed(&s);
-      if (registered != gen && closed->n > 0 && closed_lists(&closed->kvs[0], r->cfg.node_id)) {
+      if (rejoined == gen) {
+        next = STEP_REJOINED; /* done; only the round's details are left to read */
+      } else if (registered != gen && closed->n > 0 && closed_lists(&closed->kvs[0], r->cfg.node_id) &&
+                 r->cfg.reshape && closed_count(&closed->kvs[0]) > 1) {
+        /* A member of the running round that it went on without: it
+         * rejoins that round rather than start a new one. */
+        st = rejoin_step(r, &s, &busy_since, &next);
+        if (st == GT_OK && next == STEP_WAIT && busy_since > 0 && rdzv_now() - busy_since > r->cfg.ttl_s + 2.0)
+          st = gt_errorf(GT_EEXIST, "node id '%s' is held by another agent of job %s: give every agent its own "
+                         "--node-id", r->cfg.node_id, r->cfg.job_id);
+        if (st == GT_OK && next == STEP_REJOINED) rejoined = registered = gen;
+      } else if (registered != gen && closed->n > 0 && closed_lists(&closed->kvs[0], r->cfg.node_id)) {
         /* A round that lists this node, which this agent never joined: it
          * was this node's previous agent's, which died (a relaunch). Its
          * workers and their store died with it, so the job starts a new
@@ -313,8 +369,9 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
         }
       }
     }
-    if (st == GT_OK && next == STEP_JOINED) {
+    if (st == GT_OK && (next == STEP_JOINED || next == STEP_REJOINED)) {
       st = fill_round(r, &s, round);
+      round->rejoin = next == STEP_REJOINED;
       if (st == GT_OK) {
         r->gen = s.gen;
         r->restarts = s.restarts;
@@ -329,7 +386,7 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
     }
     GT_TRY(st);
     etcd_error[0] = 0;
-    if (next == STEP_JOINED || next == STEP_ENDED) return GT_OK;
+    if (next == STEP_JOINED || next == STEP_REJOINED || next == STEP_ENDED) return GT_OK;
     if (next == STEP_WAIT) rdzv_nap_ms(r->cfg.poll_ms);
   }
 }

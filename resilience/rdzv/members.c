@@ -97,6 +97,13 @@ static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
   if (r->ka && gt_etcd_keepalive_lost(r->ka) && rdzv_kvs_has(nodes, np, r->cfg.node_id)) GT_TRY(revive_leases(r));
   if ((!r->ka || gt_etcd_keepalive_lost(r->ka)) && !rdzv_kvs_has(fin, fp, r->cfg.node_id)) {
     snprintf(why, sizeof why, "node %s lost its lease (etcd unreachable for a TTL)", r->cfg.node_id);
+    /* cfg.reshape: the others go on without this node's ranks; it leaves
+     * the round and rejoins it (gt_rdzv_join), rather than restart all. */
+    if (r->cfg.reshape && r->nmembers > 1 && finished == 0) {
+      snprintf(r->reason, sizeof r->reason, "%s; it rejoins gen%ld in-process", why, r->gen);
+      *ev = GT_RDZV_RESTART;
+      return GT_OK;
+    }
     GT_TRY(rdzv_advance(r, s, 1, why));
     *ev = GT_RDZV_RESTART;
     return GT_OK;
@@ -121,6 +128,15 @@ static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
   if (r->nmembers - released < r->cfg.max_nodes && finished == 0) {
     for (size_t i = 0; i < nodes->n; i++) {
       const char *id = nodes->kvs[i].key + pl;
+      if (r->cfg.reshape && is_released(r, id)) {
+        /* Back, and rejoining in-process (gt_rdzv_join): a member again,
+         * released anew should it leave again. */
+        for (int k = 0; k < r->nmembers; k++)
+          if (!strcmp(r->members[k].id, id)) r->members[k].released = 0;
+        released--;
+        gt_info("giantrun: node %s is back in gen%ld: its workers join the running job", id, r->gen);
+        continue;
+      }
       if (!is_member(r, id) || is_released(r, id)) {
         snprintf(why, sizeof why, "node %s waits to join; admitting it at gen%ld", id, r->gen + 1);
         GT_TRY(rdzv_advance(r, s, 0, why));

@@ -65,6 +65,13 @@ static int reshaped(const char *out, int world, double *slowest_ms) {
   return n;
 }
 
+/* Counts the lines of out that hold `what`. */
+static int count_of(const char *out, const char *what) {
+  int n = 0;
+  for (const char *p = out ? strstr(out, what) : NULL; p; p = strstr(p + 1, what)) n++;
+  return n;
+}
+
 /* What every case checks once its job ended: exit codes (want[i], or -3
  * for "any"), the final loss against one process without faults (relative
  * tolerance tol), the ledger and its steps lost, no process of the job
@@ -204,7 +211,8 @@ static void case_slow_rank(chaos_env *env, chaos_result *r) {
 }
 
 /* ---- a node partitioned for 20 s, then healed: the others go on; it does
- * not train alone; it rejoins when healed. */
+ * not train alone; healed, it rejoins the running generation in-process
+ * (its workers join; nobody restarts). */
 static void case_partition(chaos_env *env, chaos_result *r) {
   enum { NODE = 2, CUT_S = 20 };
   char flags[320];
@@ -230,21 +238,23 @@ static void case_partition(chaos_env *env, chaos_result *r) {
   }
   chaos_sh("ip link set %s up", env->net.veth[NODE]);
   chaos_job_wait(&j, 600);
-  double ms;
-  int n = reshaped(j.out, WORLD - CHAOS_NPROC, &ms);
+  double ms, back_ms;
+  int n = reshaped(j.out, WORLD - CHAOS_NPROC, &ms), back = reshaped(j.out, WORLD, &back_ms);
   bool stopped = j.out && strstr(j.out, "its workers stop, and it rejoins when etcd answers");
-  bool rejoined = j.out && strstr(j.out, "is node 2 of 3 in gen1");
+  bool rejoined = j.out && strstr(j.out, "is node 2 of 3 in gen0; ranks 4..5 of 6 running, joining the running job");
+  int restarts = count_of(j.out, "is node 0 of 3 in gen");
   snprintf(r->summary, sizeof r->summary,
            "node %d cut off at step %d for %d s: %d ranks went on without it (slowest reshape %.0f ms); it %s its "
-           "workers and %s",
-           NODE, at, CUT_S, n, ms, stopped ? "stopped" : "did NOT stop", rejoined ? "rejoined in gen1" : "did NOT rejoin");
+           "workers and %s; %d ranks reshaped when it was back; %d generation(s)",
+           NODE, at, CUT_S, n, ms, stopped ? "stopped" : "did NOT stop",
+           rejoined ? "rejoined the running gen0" : "did NOT rejoin gen0", back, restarts);
   if (alone > at + 2) {
     failf(r, "node %d's ranks reached step %d while cut off at step %d: they trained on their own\n%s", NODE, alone,
           at, tail(&j));
-  } else if (n != WORLD - CHAOS_NPROC || !stopped || !rejoined) {
+  } else if (n != WORLD - CHAOS_NPROC || !stopped || !rejoined || back != WORLD || restarts != 1) {
     failf(r, "%s\n%s", r->summary, tail(&j));
   } else {
-    check_job(&j, r, ALL_OK, LONG_RUN_TOL, 40);
+    check_job(&j, r, ALL_OK, LONG_RUN_TOL, 1);
   }
   chaos_job_free(&j);
 }
@@ -414,13 +424,6 @@ static void case_full_disk(chaos_env *env, chaos_result *r) {
     failf(r, "cannot start the job");
   }
   chaos_sh("umount -l %s", mnt);
-}
-
-/* Counts the lines of out that hold `what`. */
-static int count_of(const char *out, const char *what) {
-  int n = 0;
-  for (const char *p = out ? strstr(out, what) : NULL; p; p = strstr(p + 1, what)) n++;
-  return n;
 }
 
 /* ---- one etcd member killed (the first endpoint every client tried):

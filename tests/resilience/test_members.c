@@ -69,6 +69,14 @@ static void test_epochs_and_joins(void **state) {
   assert_int_equal(epoch, 2);
   ETCD_OK(gt_members_get(s, 4, 2, ranks, &n, 1000));
   expect_ranks(ranks, n, (int[]){0, 2, 3}, 3);
+  /* A node's two ranks leave and come back together: one epoch each way. */
+  ETCD_OK(gt_members_remove_set(s, 4, (int[]){2, 3}, 2, &epoch));
+  assert_int_equal(epoch, 3);
+  ETCD_OK(gt_members_add_set(s, 4, (int[]){3, 2}, 2, &epoch));
+  assert_int_equal(epoch, 4);
+  ETCD_OK(gt_members_latest(s, 4, &epoch, ranks, &n));
+  assert_int_equal(epoch, 4);
+  expect_ranks(ranks, n, (int[]){0, 2, 3}, 3);
   gt_store_destroy(s);
 }
 
