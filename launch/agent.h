@@ -51,6 +51,7 @@ typedef struct worker {
    * last advanced, and the longest time between two advances. */
   long long step;
   double step_at, longest_step;
+  double usual_step; /* step intervals, exponentially smoothed (a stopped worker is judged against it) */
   unsigned char rec[8]; /* a partly read progress record */
   int rec_len;
   int exited;     /* reaped */
@@ -104,7 +105,7 @@ int workers_hung(const worker_group *g, double timeout_s, double slack, char *wh
  * it waits for, is why it makes no progress. */
 int worker_stopped(const worker *w);
 /* The index of a worker that is stopped and has made no step for 3 times
- * its longest step, at least STOPPED_FLOOR_S, or -1; why says which. A
+ * its usual step (smoothed), at least STOPPED_FLOOR_S, or -1; why says which. A
  * stopped process is certain to make none: no hang timeout is needed to
  * tell it from a slow one. */
 #define STOPPED_FLOOR_S 2.0

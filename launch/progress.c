@@ -21,6 +21,9 @@ void progress_take(worker *w, const unsigned char *data, size_t n) {
     /* The first report starts the clock: start-up (loading data, building
      * the model) is not a step. */
     if (w->step_at > 0 && now - w->step_at > w->longest_step) w->longest_step = now - w->step_at;
+    /* The usual step, smoothed: one long step (a recovery's) weighs on
+     * it for a few steps only. */
+    if (w->step_at > 0) w->usual_step = w->usual_step > 0 ? 0.8 * w->usual_step + 0.2 * (now - w->step_at) : now - w->step_at;
     w->step = step;
     w->step_at = now;
   }
@@ -78,7 +81,10 @@ int workers_stopped_long(const worker_group *g, char *why, size_t n) {
   for (int i = 0; i < g->n; i++) {
     const worker *w = &g->w[i];
     if (w->exited || w->step_at <= 0 || !worker_stopped(w)) continue;
-    double limit = 3.0 * w->longest_step;
+    /* Against its usual step, not its longest: a stopped process makes
+     * no progress at all, and a step that once waited out a recovery
+     * says nothing of how long this one should take. */
+    double limit = 3.0 * w->usual_step;
     if (limit < STOPPED_FLOOR_S) limit = STOPPED_FLOOR_S;
     if (now - w->step_at <= limit) continue;
     snprintf(why, n, "worker rank %d (pid %ld) is stopped and made no progress for %.0f s after step %lld", w->rank,

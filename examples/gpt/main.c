@@ -735,15 +735,19 @@ int main(int argc, char **argv) {
                   (s = gpt_failslow_after_step(failslow, &st, &report)) != GT_OK ||
                   (rb && (s = gpt_rebalance_after_step(rb, tr, &st, failslow ? &report : NULL, lead)) != GT_OK) ||
                   (a.reshape && (s = gpt_mirror_after_step(&rsh, tr, st.seconds, lead)) != GT_OK);
-    /* --reshape with --failslow: a slow rank may be left out (the ladder's
-     * S3); it leaves, and the others reshape without it. */
-    int excluded = -1;
+    /* --reshape with --failslow: a slow rank, or the ranks behind a slow
+     * link, may be left out (the ladder's S3); they leave, in one epoch,
+     * and the others reshape without them. */
+    int excluded[GT_MEMBERS_MAX], nexcl = 0;
     if (!failed && a.reshape && failslow)
-      excluded = gpt_reshape_consider_exclusion(&rsh, job, &plan, &report, rb != NULL, ckpt != NULL,
-                                                a.steps - (i + 1), lead);
-    if (excluded >= 0 && excluded == job->rank) {
-      int epoch = 0;
-      s = gt_members_remove(job->store, rsh.gen_world, rsh.gen_rank, &epoch);
+      nexcl = gpt_reshape_consider_exclusion(&rsh, job, &plan, &report, rb != NULL, ckpt != NULL,
+                                             a.steps - (i + 1), lead, excluded);
+    bool me = false;
+    for (int k = 0; k < nexcl; k++) me |= excluded[k] == job->rank;
+    if (me) {
+      int epoch = 0, gen[GT_MEMBERS_MAX];
+      for (int k = 0; k < nexcl; k++) gen[k] = rsh.members[excluded[k]];
+      s = gt_members_remove_set(job->store, rsh.gen_world, gen, nexcl, &epoch);
       printf("gpt: excluded after step %d (pid %d): membership epoch %d goes on without rank %d\n", i + 1,
              (int)getpid(), epoch, rsh.gen_rank);
       if (s != GT_OK) fail("leaving the job", s);
@@ -751,7 +755,7 @@ int main(int argc, char **argv) {
       goto out;
     }
     /* --reshape: ranks restarted alone ask to join, every few steps. */
-    bool grow = excluded >= 0;
+    bool grow = nexcl > 0;
     if (!failed && !grow && a.reshape && dist && (i + 1) % GPT_JOIN_CHECK_EVERY == 0)
       failed = (s = gpt_reshape_check_joins(&rsh, job, gt_grid_world(gt_dist_grid(dist)), &grow)) != GT_OK;
     if (failed || grow) {

@@ -10,9 +10,7 @@
 #include <unistd.h>
 
 #include "giant/comm.h"
-#include "giant/coord.h"
 #include "giant/dist.h"
-#include "giant/ladder.h"
 #include "giant/log.h"
 
 void gpt_reshape_init(gpt_reshape *r, const gt_job *job) {
@@ -263,45 +261,3 @@ gt_status gpt_reshape_check_joins(gpt_reshape *r, gt_job *job, gt_comm *world, b
   return GT_OK;
 }
 
-int gpt_reshape_consider_exclusion(gpt_reshape *r, gt_job *job, const gt_plan *plan, const gt_failslow_report *rep,
-                                   bool can_rebalance, bool can_restart, int steps_left, bool lead) {
-  if (!rep->gathered || plan->layout.dp < 2) return -1;
-  for (int k = 0; k < rep->nverdicts; k++) {
-    const gt_failslow_verdict *v = &rep->verdicts[k];
-    if (!v->flagged || v->kind != GT_FAILSLOW_COMPUTE || !(v->ratio > 1)) continue;
-    /* Every input is the same on every rank (the gathered telemetry, the
-     * verdict, constants), so every rank decides alike. */
-    double step = 0;
-    for (int q = 0; q < rep->nranks; q++)
-      if (rep->telemetry[q].step_s > step) step = rep->telemetry[q].step_s;
-    gt_ladder_input in = {.dp = plan->layout.dp, .pp = plan->layout.pp, .step_s = step, .slowdown = v->ratio,
-                          .horizon = steps_left < GPT_LADDER_HORIZON ? steps_left : GPT_LADDER_HORIZON,
-                          .can = {true, can_rebalance, can_rebalance, true, can_restart},
-                          .cost_s = {0, 0, GPT_COST_RECUT_S, GPT_COST_EXCLUDE_S, GPT_COST_RESTART_S},
-                          .min_share = can_rebalance ? 0.5 : 0};
-    gt_ladder_decision d;
-    if (in.horizon < 1 || gt_ladder_decide(&in, &d) != GT_OK) continue;
-    if (lead) {
-      printf("gpt: ladder: rank %d is x%.2f slow (step %.1f ms); predicted ms per step over %d steps, plus the "
-             "change:", v->rank, v->ratio, step * 1e3, in.horizon);
-      for (int q = 0; q <= 4; q++)
-        if (d.step_s[q] > 0) printf(" %s %.1f%s", q ? gt_ladder_rung_name((gt_ladder_rung)q) : "as is",
-                                    d.step_s[q] * 1e3, q && in.cost_s[q] > 0 ? " (+cost)" : "");
-      printf(": %s\n", d.rung ? gt_ladder_rung_name(d.rung) : "as is");
-      fflush(stdout);
-    }
-    if (d.rung != GT_LADDER_EXCLUDE) continue;
-    gt_etcd_client *etcd = gt_job_etcd(job);
-    if (lead && etcd) {
-      struct timespec now;
-      clock_gettime(CLOCK_REALTIME, &now);
-      gt_health_record h = {.rank = r->members[v->rank], .state = GT_HEALTH_EXCLUDED, .kind = GT_HEALTH_COMPUTE,
-                            .peer = -1, .ratio = v->ratio, .observed_ms = step * 1e3,
-                            .predicted_ms = d.step_s[GT_LADDER_EXCLUDE] * 1e3, .step = v->step, .time = (double)now.tv_sec + now.tv_nsec * 1e-9};
-      if (gt_health_put(etcd, job->job_id, &h) != GT_OK)
-        gt_warn("ladder: could not record rank %d's exclusion in etcd: %s", v->rank, gt_last_error());
-    }
-    return v->rank;
-  }
-  return -1;
-}

@@ -9,9 +9,12 @@
  *            peers (the detector);
  *   link     the communication waits rose job-wide over their own history
  *            while compute stayed normal; a bounded active probe (a
- *            ping-pong between every pair of ranks, on the world
- *            communicator) names the pair whose round trip stands out
- *            against the median pair's for k probes in a row. Probes run
+ *            ping-pong of probe_bytes between every pair of ranks, on the
+ *            world communicator) names, for k probes in a row, either the
+ *            ranks all of whose round trips stand out against those of
+ *            the pairs without them (a node's own link is slow: every
+ *            rank behind it is flagged, peer -1), or else the pair whose
+ *            round trip stands out against the median pair's. Probes run
  *            only while the waits are up, so a clean run pays nothing.
  *
  * Every rank computes the same verdicts: they are a pure function of the
@@ -41,7 +44,8 @@ typedef enum gt_failslow_kind {
 typedef struct gt_failslow_verdict {
   int rank;
   gt_failslow_kind kind;
-  int peer;      /* link: the other end (rank < peer: a ping-pong cannot tell the direction); compute: -1 */
+  int peer;      /* link: the other end (rank < peer: a ping-pong cannot tell the direction), or -1: every
+                    link of the rank (its node's own); compute: -1 */
   bool flagged;  /* true: found slow; false: recovered */
   double ratio;  /* compute: observed / predicted, job-wide factor removed; link: round trip / median pair's */
   int onset;     /* flagged: the first step of the evidence */
@@ -55,6 +59,8 @@ typedef struct gt_failslow_config {
   int window;          /* gathered steps of history (noise, wait baseline); 0: 50 */
   int every;           /* gather every `every` steps; 0: 1 */
   int probe_rounds;    /* round trips per pair and probe; 0: 3 */
+  int probe_bytes;     /* what each probe transfer carries, each way: a link short of bandwidth shows
+                          only under a payload; 0: 16 KiB */
   const char *metrics_path; /* rank 0 appends a JSON line per gathered step here; NULL: none */
   bool quiet;          /* no log lines */
   /* Health records (rank 0): an etcd client (gt_job_etcd) and the job id;
@@ -78,6 +84,10 @@ typedef struct gt_failslow_report {
   double gather_s;    /* the all-gather's time on this rank */
   bool probed;        /* a link probe ran this step */
   double probe_s;     /* its time */
+  /* The job-wide communication wait (the median rank's step less its
+   * compute and loading), this step and over the history of normal steps:
+   * what a slow link adds to each step is their difference. */
+  double wait_s, wait_base_s;
   int nverdicts;
   const gt_failslow_verdict *verdicts; /* valid until the next call */
 } gt_failslow_report;
@@ -91,7 +101,8 @@ gt_status gt_failslow_create(gt_dist *dist, const gt_model *m, const gt_failslow
 /* After each training step, on every rank, with the stats the trainer
  * filled. Collective over the world (on gathering steps). */
 gt_status gt_failslow_step(gt_failslow *fs, const gt_step_stats *stats, gt_failslow_report *out);
-/* Whether rank's computation, or its link to peer, is flagged now. */
+/* Whether rank's computation, or its link to peer (-1: every link of
+ * rank, its node's own), is flagged now. */
 bool gt_failslow_flagged(const gt_failslow *fs, int rank, gt_failslow_kind kind, int peer);
 void gt_failslow_destroy(gt_failslow *fs);
 

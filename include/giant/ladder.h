@@ -41,6 +41,23 @@ typedef struct gt_ladder_decision {
 } gt_ladder_decision;
 
 gt_status gt_ladder_decide(const gt_ladder_input *in, gt_ladder_decision *out);
+
+/* A slow link with ranks behind it (a node's own link): every step waits
+ * on it, wait_s against wait_base_s in normal steps. S1 and S2 move
+ * compute, not traffic, and are not offered; S3 (and S4) leave the ranks
+ * behind it out, `replicas` data-parallel replicas of dp: the step without
+ * the wait, the work of those replicas spread over the others,
+ *   (step_s - (wait_s - wait_base_s)) * dp / (dp - replicas). */
+typedef struct gt_ladder_link_input {
+  int dp, replicas;     /* replicas: those the ranks behind the link belong to (< dp) */
+  double step_s;        /* the step time now (measured) */
+  double wait_s, wait_base_s;
+  int horizon;
+  bool can[5];          /* only can[3] and can[4] are looked at */
+  double cost_s[5];
+} gt_ladder_link_input;
+
+gt_status gt_ladder_decide_link(const gt_ladder_link_input *in, gt_ladder_decision *out);
 const char *gt_ladder_rung_name(gt_ladder_rung r);
 
 GT_API_END

@@ -31,6 +31,34 @@ static double shared(int n, double f, double min_share) {
   return ideal;
 }
 
+/* The cheapest rung over the horizon, of those with a step predicted. */
+static void choose(const double *cost_s, int horizon, gt_ladder_decision *out) {
+  double best = INFINITY;
+  out->rung = GT_LADDER_NONE;
+  for (int r = 0; r <= 4; r++) {
+    if (!(out->step_s[r] > 0)) continue;
+    out->total_s[r] = (r ? cost_s[r] : 0) + horizon * out->step_s[r];
+    if (out->total_s[r] < best) best = out->total_s[r], out->rung = (gt_ladder_rung)r;
+  }
+}
+
+gt_status gt_ladder_decide_link(const gt_ladder_link_input *in, gt_ladder_decision *out) {
+  *out = (gt_ladder_decision){.rung = GT_LADDER_NONE};
+  if (!(in->step_s > 0) || in->dp < 1 || in->replicas < 1 || in->horizon < 1 || !(in->wait_s >= 0) ||
+      !(in->wait_base_s >= 0))
+    return gt_errorf(GT_EINVAL, "ladder: step %g s, waits %g and %g s, dp %d, %d replica(s), horizon %d: want "
+                     "positive values", in->step_s, in->wait_s, in->wait_base_s, in->dp, in->replicas, in->horizon);
+  out->step_s[0] = in->step_s;
+  if (in->replicas < in->dp) {
+    double fast = fmax(in->step_s - fmax(in->wait_s - in->wait_base_s, 0), 1e-9);
+    double without = fast * in->dp / (in->dp - in->replicas);
+    if (in->can[3]) out->step_s[3] = without;
+    if (in->can[4]) out->step_s[4] = without;
+  }
+  choose(in->cost_s, in->horizon, out);
+  return GT_OK;
+}
+
 gt_status gt_ladder_decide(const gt_ladder_input *in, gt_ladder_decision *out) {
   *out = (gt_ladder_decision){.rung = GT_LADDER_NONE};
   if (!(in->step_s > 0) || !(in->slowdown >= 1) || in->dp < 1 || in->pp < 1 || in->horizon < 1)
@@ -45,11 +73,6 @@ gt_status gt_ladder_decide(const gt_ladder_input *in, gt_ladder_decision *out) {
     if (in->can[3]) out->step_s[3] = without;
     if (in->can[4]) out->step_s[4] = without;
   }
-  double best = INFINITY;
-  for (int r = 0; r <= 4; r++) {
-    if (!(out->step_s[r] > 0)) continue;
-    out->total_s[r] = (r ? in->cost_s[r] : 0) + in->horizon * out->step_s[r];
-    if (out->total_s[r] < best) best = out->total_s[r], out->rung = (gt_ladder_rung)r;
-  }
+  choose(in->cost_s, in->horizon, out);
   return GT_OK;
 }

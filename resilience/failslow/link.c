@@ -1,10 +1,14 @@
 /* Slow links: noticed as communication waits rising job-wide while compute
  * stays normal, confirmed and localised by an active probe, a ping-pong
- * between every pair of ranks. Every decision here is taken from the
- * gathered telemetry and from round trips every rank receives alike, so
- * every rank probes on the same steps and reaches the same verdicts. */
+ * of a payload between every pair of ranks. A node's own link (all its
+ * ranks' traffic to other nodes) shows as ranks all of whose round trips
+ * are slow; a link between two ranks as one pair. Every decision here is
+ * taken from the gathered telemetry and from round trips every rank
+ * receives alike, so every rank probes on the same steps and reaches the
+ * same verdicts. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "giant/log.h"
 #include "resilience/failslow/monitor.h"
@@ -20,24 +24,30 @@ gt_status gt_failslow_link_init(gt_failslow *fs) {
   l->scratch = calloc((size_t)w, sizeof(double));
   l->vals = calloc((size_t)w, sizeof(double));
   l->rtt = calloc((size_t)l->npairs, sizeof(float));
+  l->payload_n = (size_t)(fs->cfg.probe_bytes + 3) / 4;
+  l->payload = calloc(l->payload_n, sizeof(float));
+  l->behind = calloc((size_t)fs->n, 1);
+  l->flagged = calloc((size_t)fs->n, 1);
   l->flagged_a = l->flagged_b = l->suspect_a = l->suspect_b = -1;
-  if (!l->history || !l->scratch || !l->vals || !l->rtt)
+  if (!l->history || !l->scratch || !l->vals || !l->rtt || !l->payload || !l->behind || !l->flagged)
     return gt_errorf(GT_ENOMEM, "out of memory for the link watch of %d ranks", fs->n);
   return GT_OK;
 }
 
 void gt_failslow_link_free(gt_failslow *fs) {
-  free(fs->link.history), free(fs->link.scratch), free(fs->link.vals), free(fs->link.rtt);
+  link_watch *l = &fs->link;
+  free(l->history), free(l->scratch), free(l->vals), free(l->rtt), free(l->payload), free(l->behind), free(l->flagged);
 }
 
 /* The pairs (i < j) in one order that every rank walks: each pair's lower
- * rank sends a word and waits for it back, probe_rounds times, and keeps
- * the fastest round trip (the least disturbed by scheduling); the others
- * move on to their next pair. Then one all-reduce gives every rank every
- * pair's round trip. */
+ * rank sends the payload and waits for it back, probe_rounds times, and
+ * keeps the fastest round trip (the least disturbed by scheduling); the
+ * others move on to their next pair. Then one all-reduce gives every rank
+ * every pair's round trip. */
 static gt_status probe(gt_failslow *fs) {
   link_watch *l = &fs->link;
-  float word = 0;
+  float *word = l->payload;
+  size_t nw = l->payload_n;
   int p = 0;
   for (int i = 0; i < fs->n; i++)
     for (int j = i + 1; j < fs->n; j++, p++) {
@@ -47,11 +57,11 @@ static gt_status probe(gt_failslow *fs) {
       for (int k = 0; k < fs->cfg.probe_rounds; k++) {
         double t0 = gt_now();
         if (fs->rank == i) {
-          GT_TRY(gt_comm_send(fs->world, &word, 1, GT_F32, j));
-          GT_TRY(gt_comm_recv(fs->world, &word, 1, GT_F32, j));
+          GT_TRY(gt_comm_send(fs->world, word, nw, GT_F32, j));
+          GT_TRY(gt_comm_recv(fs->world, word, nw, GT_F32, j));
         } else {
-          GT_TRY(gt_comm_recv(fs->world, &word, 1, GT_F32, i));
-          GT_TRY(gt_comm_send(fs->world, &word, 1, GT_F32, i));
+          GT_TRY(gt_comm_recv(fs->world, word, nw, GT_F32, i));
+          GT_TRY(gt_comm_send(fs->world, word, nw, GT_F32, i));
         }
         best = fmin(best, gt_now() - t0);
       }
@@ -79,6 +89,37 @@ static int standout(gt_failslow *fs, double *ratio) {
   return at;
 }
 
+/* The ranks behind one slow link: those whose median round trip, over
+ * their pairs, is more than three times the median over the pairs without
+ * them (a pair of ranks on the same node, whose traffic stays there, is
+ * fast, and so is every pair of the others). Marks them in l->behind;
+ * returns how many, the largest such ratio in *ratio. With fewer than
+ * four ranks there are too few pairs without a rank to compare with. */
+static int endpoints(gt_failslow *fs, double *ratio) {
+  link_watch *l = &fs->link;
+  int n = fs->n, count = 0;
+  *ratio = 0;
+  if (n < 4) return 0;
+  double *with = l->vals; /* max(window, npairs, n) doubles */
+  double *tmp = malloc(sizeof(double) * (size_t)l->npairs);
+  double *rest = malloc(sizeof(double) * (size_t)l->npairs);
+  if (!tmp || !rest) return free(tmp), free(rest), 0; /* no verdict this probe, none wrong either */
+  for (int r = 0; r < n; r++) {
+    int nw = 0, no = 0, p = 0;
+    for (int i = 0; i < n; i++)
+      for (int j = i + 1; j < n; j++, p++) {
+        if (i == r || j == r) with[nw++] = l->rtt[p];
+        else rest[no++] = l->rtt[p];
+      }
+    double mine = gt_failslow_median(tmp, with, nw), others = gt_failslow_median(tmp, rest, no);
+    double x = mine / fmax(others, 1e-7);
+    l->behind[r] = x > 3;
+    if (x > 3) count++, *ratio = fmax(*ratio, x);
+  }
+  free(tmp), free(rest);
+  return count;
+}
+
 static void pair_of(int n, int p, int *a, int *b) {
   for (int i = 0; i < n; i++)
     for (int j = i + 1; j < n; j++)
@@ -100,7 +141,7 @@ static void add_verdict(gt_failslow *fs, int a, int b, bool flagged, double rati
  * history, so that the jitter of a busy machine does not; and is compute not to blame (no rank flagged
  * slow, whose peers then wait for it)? A slow rank not flagged yet may
  * trigger a few probes; they find no pair standing out. */
-static bool waits_up(gt_failslow *fs, double *wait) {
+static bool waits_up(gt_failslow *fs, double *wait, double *base_out) {
   link_watch *l = &fs->link;
   double *w = l->vals, *comp = fs->e; /* fs->e is free once the detector has run */
   for (int r = 0; r < fs->n; r++) {
@@ -114,8 +155,9 @@ static bool waits_up(gt_failslow *fs, double *wait) {
   double mw = gt_failslow_median(l->scratch, w, fs->n);
   double mc = gt_failslow_median(l->scratch, comp, fs->n);
   *wait = mw;
+  *base_out = l->nhist ? gt_failslow_median(l->scratch, l->history, l->nhist) : mw;
   if (l->nhist < fs->cfg.warmup) return false;
-  double base = gt_failslow_median(l->scratch, l->history, l->nhist);
+  double base = *base_out;
   for (int i = 0; i < l->nhist; i++) w[i] = fabs(l->history[i] - base);
   double spread = 1.4826 * gt_failslow_median(l->scratch, w, l->nhist);
   bool compute_ok = true;
@@ -129,12 +171,32 @@ static void remember(link_watch *l, double wait, int window) {
   if (l->nhist < window) l->nhist++;
 }
 
+/* Flags the suspect: the pair a-b, or (b -1) every rank behind one link. */
+static void flag(gt_failslow *fs, int a, int b, double ratio, int step) {
+  link_watch *l = &fs->link;
+  l->flagged_a = a, l->flagged_b = b, l->streak = 0, l->quiet = 0;
+  for (int r = 0; r < fs->n; r++) l->flagged[r] = b < 0 && l->behind[r];
+  if (b >= 0) add_verdict(fs, a, b, true, ratio, l->onset, step);
+  for (int r = 0; r < fs->n; r++)
+    if (l->flagged[r]) add_verdict(fs, r, -1, true, ratio, l->onset, step);
+}
+
+static void clear(gt_failslow *fs, int step) {
+  link_watch *l = &fs->link;
+  if (l->flagged_b >= 0) add_verdict(fs, l->flagged_a, l->flagged_b, false, 1.0, step, step);
+  for (int r = 0; r < fs->n; r++)
+    if (l->flagged[r]) add_verdict(fs, r, -1, false, 1.0, step, step);
+  memset(l->flagged, 0, (size_t)fs->n);
+  l->flagged_a = l->flagged_b = -1, l->quiet = 0;
+}
+
 gt_status gt_failslow_link_step(gt_failslow *fs, int step, gt_failslow_report *rep) {
   link_watch *l = &fs->link;
   const gt_failslow_config *c = &fs->cfg;
-  double wait = 0;
+  double wait = 0, base = 0;
   /* The first gathered step carries one-time costs; the history starts after. */
-  bool up = fs->gathered >= 1 && waits_up(fs, &wait);
+  bool up = fs->gathered >= 1 && waits_up(fs, &wait, &base);
+  rep->wait_s = wait, rep->wait_base_s = base;
   if (fs->gathered >= 1 && !up) remember(l, wait, c->window);
   l->high = up ? l->high + 1 : 0;
   if (l->high == 1) l->onset = step;
@@ -142,10 +204,7 @@ gt_status gt_failslow_link_step(gt_failslow *fs, int step, gt_failslow_report *r
    * raised have stayed down for k steps. */
   if (l->flagged_a >= 0) {
     l->quiet = up ? 0 : l->quiet + 1;
-    if (l->quiet >= c->k) {
-      add_verdict(fs, l->flagged_a, l->flagged_b, false, 1.0, step, step);
-      l->flagged_a = l->flagged_b = -1, l->quiet = 0;
-    }
+    if (l->quiet >= c->k) clear(fs, step);
     return GT_OK;
   }
   /* Two steps up in a row before probing: one slow step is not a link.
@@ -159,18 +218,24 @@ gt_status gt_failslow_link_step(gt_failslow *fs, int step, gt_failslow_report *r
   GT_TRY(probe(fs));
   rep->probed = true;
   rep->probe_s = gt_now() - t0;
-  double ratio;
-  int p = standout(fs, &ratio), a = -1, b = -1;
-  if (p >= 0) pair_of(fs->n, p, &a, &b);
-  /* Waits that rose with no pair to blame are the machine's new normal
+  /* The ranks behind one slow link first: their pairs are most of the
+   * slow ones, which can make the median pair slow, and then no pair
+   * stands out against it. */
+  double ratio = 0;
+  int a = -1, b = -1;
+  if (endpoints(fs, &ratio) > 0) {
+    for (int r = fs->n - 1; r >= 0; r--)
+      if (l->behind[r]) a = r;
+  } else {
+    int p = standout(fs, &ratio);
+    if (p >= 0) pair_of(fs->n, p, &a, &b);
+  }
+  /* Waits that rose with no link to blame are the machine's new normal
    * (other work came), not a link: the history learns them, so that the
    * probing stops once its median has moved. */
-  if (p < 0) remember(l, wait, c->window);
-  l->streak = p >= 0 && a == l->suspect_a && b == l->suspect_b ? l->streak + 1 : (p >= 0 ? 1 : 0);
+  if (a < 0) remember(l, wait, c->window);
+  l->streak = a >= 0 && a == l->suspect_a && b == l->suspect_b ? l->streak + 1 : (a >= 0 ? 1 : 0);
   l->suspect_a = a, l->suspect_b = b;
-  if (l->streak >= c->k) {
-    l->flagged_a = a, l->flagged_b = b, l->streak = 0, l->quiet = 0;
-    add_verdict(fs, a, b, true, ratio, l->onset, step);
-  }
+  if (l->streak >= c->k) flag(fs, a, b, ratio, step);
   return GT_OK;
 }

@@ -42,8 +42,10 @@ gt_status gt_failslow_create(gt_dist *dist, const gt_model *m, const gt_failslow
   *out = NULL;
   if (!dist || !m || !cfg) return gt_errorf(GT_EINVAL, "gt_failslow_create: NULL dist, model or config");
   const gt_failslow_config *c = cfg;
-  if (c->theta < 0 || c->k < 0 || c->warmup < 0 || c->window < 0 || c->every < 0 || c->probe_rounds < 0)
-    return gt_errorf(GT_EINVAL, "fail-slow: theta, k, warmup, window, every and probe rounds must be >= 0 (0: default)");
+  if (c->theta < 0 || c->k < 0 || c->warmup < 0 || c->window < 0 || c->every < 0 || c->probe_rounds < 0 ||
+      c->probe_bytes < 0 || c->probe_bytes > (64 << 20))
+    return gt_errorf(GT_EINVAL, "fail-slow: theta, k, warmup, window, every and probe rounds must be >= 0, probe "
+                     "bytes in 0..64 MiB (0: default)");
   gt_comm *world = gt_grid_world(gt_dist_grid(dist));
   if (gt_comm_size(world) < 3)
     return gt_errorf(GT_EINVAL, "fail-slow detection needs 3 or more ranks to tell one rank from the job (this job has %d)",
@@ -58,6 +60,7 @@ gt_status gt_failslow_create(gt_dist *dist, const gt_model *m, const gt_failslow
   if (k->window == 0) k->window = 50;
   if (k->every == 0) k->every = 1;
   if (k->probe_rounds == 0) k->probe_rounds = 3;
+  if (k->probe_bytes == 0) k->probe_bytes = 16 * 1024;
   fs->world = world;
   fs->rank = gt_comm_rank(world);
   fs->n = gt_comm_size(world);
@@ -118,6 +121,7 @@ bool gt_failslow_flagged(const gt_failslow *fs, int rank, gt_failslow_kind kind,
   if (!fs) return false;
   if (kind == GT_FAILSLOW_COMPUTE) return gt_detector_flagged(fs->det, rank);
   const link_watch *l = &fs->link;
+  if (peer < 0) return rank >= 0 && rank < fs->n && l->flagged[rank] != 0; /* every link of rank */
   return l->flagged_a >= 0 && ((l->flagged_a == rank && l->flagged_b == peer) || (l->flagged_a == peer && l->flagged_b == rank));
 }
 

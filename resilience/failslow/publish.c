@@ -14,7 +14,12 @@
 static const char *kind_name(gt_failslow_kind k) { return k == GT_FAILSLOW_LINK ? "link" : "compute"; }
 
 static void log_verdict(const gt_failslow_verdict *v) {
-  if (v->kind == GT_FAILSLOW_LINK && v->flagged)
+  if (v->kind == GT_FAILSLOW_LINK && v->peer < 0 && v->flagged)
+    gt_warn("fail-slow: link of rank %d (to every other node) x%.2f from step %d (flagged at step %d)", v->rank,
+            v->ratio, v->onset, v->step);
+  else if (v->kind == GT_FAILSLOW_LINK && v->peer < 0)
+    gt_info("fail-slow: link of rank %d recovered (step %d)", v->rank, v->step);
+  else if (v->kind == GT_FAILSLOW_LINK && v->flagged)
     gt_warn("fail-slow: link %d-%d x%.2f from step %d (flagged at step %d)", v->rank, v->peer, v->ratio, v->onset,
             v->step);
   else if (v->kind == GT_FAILSLOW_LINK)

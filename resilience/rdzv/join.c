@@ -57,13 +57,16 @@ static int closed_lists(const gt_etcd_kv *closed, const char *id) {
   return in;
 }
 
-/* How many nodes the closed round lists. */
-static int closed_count(const gt_etcd_kv *closed) {
+/* Whether another node the closed round lists is still registered in it
+ * (its agent alive): a round to rejoin, rather than one that died with
+ * all its agents (a relaunch). */
+static int others_alive(const gt_rdzv *r, const gt_etcd_kv *closed, const gt_etcd_kvs *nodes, const char *prefix) {
   rdzv_member *m;
-  int n;
+  int n, alive = 0;
   if (rdzv_parse_members((const char *)closed->value, closed->value_len, &m, &n) != GT_OK) return 0;
+  for (int i = 0; i < n; i++) alive |= strcmp(m[i].id, r->cfg.node_id) && rdzv_kvs_has(nodes, prefix, m[i].id);
   free(m);
-  return n;
+  return alive;
 }
 
 /* Publishes the members (registered nodes, sorted, at most MAX) of round
@@ -300,7 +303,7 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
       if (rejoined == gen) {
         next = STEP_REJOINED; /* done; only the round's details are left to read */
       } else if (registered != gen && closed->n > 0 && closed_lists(&closed->kvs[0], r->cfg.node_id) &&
-                 r->cfg.reshape && closed_count(&closed->kvs[0]) > 1) {
+                 r->cfg.reshape && others_alive(r, &closed->kvs[0], rdzv_snap_nodes(&s), nodes_prefix)) {
         /* A member of the running round that it went on without: it
          * rejoins that round rather than start a new one. */
         st = rejoin_step(r, &s, &busy_since, &next);

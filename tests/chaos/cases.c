@@ -210,6 +210,52 @@ static void case_slow_rank(chaos_env *env, chaos_result *r) {
   chaos_job_free(&j);
 }
 
+/* ---- a slow link: node 2's own link limited to 20 Mbit/s each way (a tc
+ * token bucket on both ends): the fail-slow monitor flags both its ranks
+ * as behind a slow link (not a pair, not compute); the ladder leaves them
+ * out (S3), and the four others go on without the link. */
+static void case_slow_link(chaos_env *env, chaos_result *r) {
+  enum { STEPS = 150, AT = 20, NODE = 2, RATE_KBIT = 20000 };
+  chaos_job_cfg c = base("slow-link", STEPS);
+  c.gpt_flags = "--failslow";
+  chaos_job j;
+  REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
+  int at = chaos_job_wait_step(&j, AT, 120);
+  int limited = chaos_net_limit(&env->net, NODE, RATE_KBIT);
+  REQUIRE(&j, limited == 0, "tc could not limit node %d's link (status %d)", NODE, limited);
+  chaos_job_wait(&j, 400);
+  /* Both of its ranks flagged, at the same step; the step it was left out. */
+  int flagged = 0, step = -1, left_at = -1;
+  for (int k = 0; k < CHAOS_NPROC; k++) {
+    char line[96];
+    snprintf(line, sizeof line, "fail-slow: link of rank %d (to every other node) x", NODE * CHAOS_NPROC + k);
+    const char *p = j.out ? strstr(j.out, line) : NULL;
+    const char *f = p ? strstr(p, "(flagged at step ") : NULL;
+    if (f) flagged++, step = atoi(f + strlen("(flagged at step "));
+    snprintf(line, sizeof line, "[rank %d] gpt: excluded after step ", NODE * CHAOS_NPROC + k);
+    const char *e = j.out ? strstr(j.out, line) : NULL;
+    if (e) left_at = atoi(e + strlen(line));
+  }
+  double ms;
+  int n = reshaped(j.out, WORLD - CHAOS_NPROC, &ms), pairs = count_of(j.out, "fail-slow: link ") -
+                                                                count_of(j.out, "fail-slow: link of rank ");
+  int compute = count_of(j.out, " compute x");
+  r->recover_ms = ms; /* the reshape without them, as for a slow rank */
+  /* The ladder's numbers, as the lead logged them. */
+  char ladder[200] = "no ladder line";
+  const char *lp = j.out ? strstr(j.out, "predicted ms per step over ") : NULL;
+  if (lp) snprintf(ladder, sizeof ladder, "%.*s", (int)strcspn(lp, "\n"), lp);
+  snprintf(r->summary, sizeof r->summary,
+           "node %d's link limited to %d Mbit/s at step %d: %d of its %d ranks flagged behind a slow link at step "
+           "%d (%d pair and %d compute verdicts); left out after step %d (%s); %d ranks reshaped without them",
+           NODE, RATE_KBIT / 1000, at, flagged, CHAOS_NPROC, step, pairs, compute, left_at, ladder, n);
+  if (at < 0 || flagged != CHAOS_NPROC || pairs != 0 || compute != 0 || left_at < 0 || n != WORLD - CHAOS_NPROC)
+    failf(r, "%s\n%s", r->summary, tail(&j));
+  else
+    check_job(&j, r, ALL_OK, CROSS_LAYOUT_TOL, 0);
+  chaos_job_free(&j);
+}
+
 /* ---- a node partitioned for 20 s, then healed: the others go on; it does
  * not train alone; healed, it rejoins the running generation in-process
  * (its workers join; nobody restarts). */
@@ -260,7 +306,7 @@ static void case_partition(chaos_env *env, chaos_result *r) {
 }
 
 /* ---- SIGSTOP a worker for 30 s, then SIGCONT: its agent finds it stopped
- * with no step for 3 of its longest steps (at least 2 s) and kills it; the
+ * with no step for 3 of its usual steps (at least 2 s) and kills it; the
  * others reshape without it, and it comes back alone and joins. */
 static void case_sigstop(chaos_env *env, chaos_result *r) {
   enum { RANK = 3, STOP_S = 30, AT = 20 };
@@ -490,6 +536,8 @@ const chaos_case chaos_cases[] = {
      case_kill_agent},
     {"slow-rank", "a rank slowed x3 (GT_FAULT slow)", "detected within 10 steps; left out (S3)", CHAOS_NODES, true,
      case_slow_rank},
+    {"slow-link", "a node's link limited to 20 Mbit/s (tc tbf)",
+     "detected as a link fault of its ranks; left out (S3)", CHAOS_NODES, false, case_slow_link},
     {"partition", "a node's link down for 20 s, then up", "the others go on; it rejoins when healed", CHAOS_NODES,
      true, case_partition},
     {"sigstop", "SIGSTOP a worker for 30 s, then SIGCONT", "found stopped and killed; the others reshape; it rejoins",

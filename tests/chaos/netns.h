@@ -27,6 +27,10 @@ int chaos_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Makes n nodes; 0 on success, else -1 with what failed on stderr (what
  * was made is removed). */
 int chaos_net_create(chaos_net *net, int n);
+/* A slow link: node i's link limited to rate_kbit each way, by a tc token
+ * bucket (tbf) on both ends of its veth pair; 0 takes the limits away.
+ * Returns 0, or the failed command's status. */
+int chaos_net_limit(chaos_net *net, int i, int rate_kbit);
 /* Removes the namespaces and links; safe on a half-made or destroyed net. */
 void chaos_net_destroy(chaos_net *net);
 /* Removes what a run killed before its cleanup left (its pid, which names

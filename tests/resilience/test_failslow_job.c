@@ -10,7 +10,9 @@
  *     recovers;
  *   - at dp=4 and at dp=2,pp=2, every rank slowed x2 at once, then a slow
  *     link: no compute alarm, the link flagged with its two ends, and its
- *     health record on etcd.
+ *     health record on etcd;
+ *   - at dp=4, every send of one rank slowed: the rank flagged as behind a
+ *     slow link to every peer (its node's own).
  * Detection compares ranks with each other and the faults are sized
  * against the step, so a loaded machine (sanitizers, two cores shared with
  * other tests) that slows all ranks alike changes nothing. The monitor
@@ -62,6 +64,11 @@ static int parse_verdicts(const char *out, verdict *v, int max) {
       x.flagged = true;
     else if (sscanf(p, "fail-slow: rank %d recovered (step %d)", &x.rank, &x.step) == 2)
       x.flagged = false;
+    else if (sscanf(p, "fail-slow: link of rank %d (to every other node) x%lf from step %d (flagged at step %d)",
+                    &x.rank, &x.ratio, &x.onset, &x.step) == 4)
+      x.link = x.flagged = true;
+    else if (sscanf(p, "fail-slow: link of rank %d recovered (step %d)", &x.rank, &x.step) == 2)
+      x.link = true;
     else if (sscanf(p, "fail-slow: link %d-%d x%lf from step %d (flagged at step %d)", &x.rank, &x.peer, &x.ratio,
                     &x.onset, &x.step) == 5)
       x.link = x.flagged = true;
@@ -270,11 +277,30 @@ static void test_link_dp2_pp2(void **state) {
   expect_link("fs-link-pp", "dp=2,pp=2", 2, 0);
 }
 
+/* Every send of rank 3 slowed (its node's own link, as it were): rank 3 is
+ * flagged as behind a slow link to every peer, no pair and no compute. */
+static void test_node_link_dp4(void **state) {
+  (void)state;
+  static run_result r;
+  run_job("fs-nodelink", "dp=4", "160",
+          "slow:rank=all,factor=2,from=30;slowlink:rank=3,peer=0,delay_ms=20,from=120;"
+          "slowlink:rank=3,peer=1,delay_ms=20,from=120;slowlink:rank=3,peer=2,delay_ms=20,from=120",
+          &r);
+  verdict v[16];
+  int n = parse_verdicts(r.output, v, 16);
+  if (n != 1 || !v[0].link || !v[0].flagged || v[0].peer != -1 || v[0].rank != 3)
+    fail_msg("want one verdict, the link of rank 3 to every peer, got %d:\n%s", n, r.output);
+  print_message("dp=4: rank 3's sends slowed at step 120: its link flagged at step %d, round trips x%.1f the other "
+                "pairs'\n", v[0].step, v[0].ratio);
+  if (v[0].step < 120 || v[0].step > 140) fail_msg("want it flagged within 20 steps of step 120:\n%s", r.output);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_clean_dp4),       cmocka_unit_test(test_clean_dp2_pp2),
       cmocka_unit_test(test_slow_phases_dp4), cmocka_unit_test(test_slow_phases_dp2_pp2),
       cmocka_unit_test(test_link_dp4),        cmocka_unit_test(test_link_dp2_pp2),
+      cmocka_unit_test(test_node_link_dp4),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

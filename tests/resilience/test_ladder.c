@@ -98,6 +98,49 @@ static void test_bad_input(void **state) {
   assert_string_equal(gt_ladder_rung_name(GT_LADDER_EXCLUDE), "S3 exclude");
 }
 
+/* A node's link: 130 ms steps of which 125 ms wait on it (5 ms normally),
+ * two of six replicas behind it. */
+static gt_ladder_link_input link_base(void) {
+  gt_ladder_link_input in = {.dp = 6, .replicas = 2, .step_s = 0.130, .wait_s = 0.125, .wait_base_s = 0.005,
+                             .horizon = 100, .cost_s = {0, 0, 0, 0.5, 30}};
+  for (int r = 0; r < 5; r++) in.can[r] = true;
+  return in;
+}
+
+static void test_link_left_out(void **state) {
+  (void)state;
+  gt_ladder_link_input in = link_base();
+  gt_ladder_decision d;
+  assert_int_equal(gt_ladder_decide_link(&in, &d), GT_OK);
+  /* Without the wait: 0.130 - 0.120 = 0.010 s, over 4 replicas of 6: 0.015 s. */
+  assert_true(fabs(d.step_s[3] - 0.015) < 1e-12);
+  assert_true(fabs(d.total_s[3] - (0.5 + 100 * 0.015)) < 1e-9);
+  assert_true(d.step_s[1] == 0 && d.step_s[2] == 0); /* moving compute moves no traffic */
+  assert_int_equal(d.rung, GT_LADDER_EXCLUDE);
+}
+
+static void test_link_not_worth_it(void **state) {
+  (void)state;
+  gt_ladder_link_input in = link_base();
+  in.wait_s = 0.010; /* 5 ms more a step: 0.125 s * 6 / 4 = 0.1875 s without them */
+  gt_ladder_decision d;
+  assert_int_equal(gt_ladder_decide_link(&in, &d), GT_OK);
+  assert_true(fabs(d.step_s[3] - 0.125 * 6 / 4) < 1e-12);
+  assert_int_equal(d.rung, GT_LADDER_NONE);
+  in = link_base();
+  in.horizon = 3; /* the change costs more than three slow steps */
+  assert_int_equal(gt_ladder_decide_link(&in, &d), GT_OK);
+  assert_int_equal(d.rung, GT_LADDER_NONE);
+  in = link_base();
+  in.replicas = 6; /* nobody left to train */
+  assert_int_equal(gt_ladder_decide_link(&in, &d), GT_OK);
+  assert_true(d.step_s[3] == 0);
+  assert_int_equal(d.rung, GT_LADDER_NONE);
+  in = link_base();
+  in.wait_s = NAN;
+  assert_int_equal(gt_ladder_decide_link(&in, &d), GT_EINVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rebalance_beats_exclusion_when_rows_can_move),
@@ -107,6 +150,8 @@ int main(void) {
       cmocka_unit_test(test_pipeline_only_recuts),
       cmocka_unit_test(test_a_floor_on_shares_favours_exclusion),
       cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_link_left_out),
+      cmocka_unit_test(test_link_not_worth_it),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
