@@ -23,7 +23,8 @@ void progress_take(worker *w, const unsigned char *data, size_t n) {
     if (w->step_at > 0 && now - w->step_at > w->longest_step) w->longest_step = now - w->step_at;
     /* The usual step, smoothed: one long step (a recovery's) weighs on
      * it for a few steps only. */
-    if (w->step_at > 0) w->usual_step = w->usual_step > 0 ? 0.8 * w->usual_step + 0.2 * (now - w->step_at) : now - w->step_at;
+    double interval = now - w->step_at;
+    if (w->step_at > 0) w->usual_step = w->usual_step > 0 ? 0.8 * w->usual_step + 0.2 * interval : interval;
     w->step = step;
     w->step_at = now;
   }

@@ -339,40 +339,77 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* One rank's metrics lines: per step, the time since the line before it
+ * in the same run (NAN: the first of a run, after a restart or reshape)
+ * and the step's own time (step_time_s), of the step's last run. */
+typedef struct step_times {
+  double *since, *own;
+} step_times;
+
+static void read_step_times(const chaos_job *j, int rank, int steps, step_times *t) {
+  for (int s = 0; s < steps; s++) t->since[s] = t->own[s] = NAN;
+  char p[256], line[4096];
+  metrics_path(j, rank, p, sizeof p);
+  FILE *f = fopen(p, "r");
+  int prev = -2;
+  double prev_t = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    int s;
+    const char *u = strstr(line, "\"unix_s\":"), *o = strstr(line, "\"step_time_s\":");
+    if (sscanf(line, "{\"step\":%d,", &s) != 1 || !u || !o) continue;
+    double at = atof(u + 9);
+    if (s >= 0 && s < steps) {
+      t->since[s] = s == prev + 1 && at >= prev_t ? at - prev_t : NAN;
+      t->own[s] = atof(o + 14);
+    }
+    prev = s, prev_t = at;
+  }
+  if (f) fclose(f);
+}
+
+static double median_of(double *v, size_t n) {
+  if (!n) return NAN;
+  qsort(v, n, sizeof *v, cmp_double);
+  return v[n / 2];
+}
+
 double chaos_kept_seconds(const chaos_job *j) {
   int steps = j->ledger_to > 0 ? j->ledger_to : j->cfg.steps, world = j->cfg.nodes * j->cfg.nproc;
-  size_t n = 0, cap = 0;
-  double *gap = NULL;
-  for (int rank = 0; rank < world; rank++) {
-    char p[256], line[4096];
-    metrics_path(j, rank, p, sizeof p);
-    FILE *f = fopen(p, "r");
-    int prev = -2;
-    double prev_t = 0;
-    while (f && fgets(line, sizeof line, f)) {
-      int s;
-      const char *u = strstr(line, "\"unix_s\":");
-      if (sscanf(line, "{\"step\":%d,", &s) != 1 || !u) continue;
-      double t = atof(u + 9);
-      if (s == prev + 1 && t >= prev_t && n < 1u << 24) { /* consecutive steps of one run */
-        if (n == cap) {
-          double *g = realloc(gap, (cap = cap ? 2 * cap : 4096) * sizeof *g);
-          if (!g) break;
-          gap = g;
-        }
-        gap[n++] = t - prev_t;
-      }
-      prev = s, prev_t = t;
+  if (steps <= j->ledger_from) return 0;
+  size_t cells = (size_t)world * (size_t)steps;
+  double *since = malloc(cells * sizeof *since), *own = malloc(cells * sizeof *own);
+  double *v = malloc(cells * sizeof *v);
+  if (!since || !own || !v) return free(since), free(own), free(v), 0;
+  for (int r = 0; r < world; r++)
+    read_step_times(j, r, steps, &(step_times){since + (size_t)r * steps, own + (size_t)r * steps});
+  /* The healthy pace, and what the loop adds to a step's own time between
+   * steps (checkpoints, the monitor's gathers): their medians over every
+   * pair of consecutive steps. */
+  size_t n = 0;
+  for (size_t c = 0; c < cells; c++)
+    if (!isnan(since[c])) v[n++] = since[c];
+  double pace = median_of(v, n);
+  n = 0;
+  for (size_t c = 0; c < cells; c++)
+    if (!isnan(since[c]) && !isnan(own[c])) v[n++] = since[c] - own[c];
+  double between = n ? fmax(median_of(v, n), 0) : 0;
+  /* Each kept step counts its own time: since the step before it in the
+   * same run, unless that holds a stall (over five times the pace), or
+   * there is none; then its own time and the usual time between steps.
+   * Across ranks, the median. Stalls, recoveries and restarts are what
+   * is left of the wall time. */
+  double kept = 0;
+  for (int s = j->ledger_from; s < steps; s++) {
+    size_t m = 0;
+    for (int r = 0; r < world; r++) {
+      double a = since[(size_t)r * steps + s], o = own[(size_t)r * steps + s];
+      if (!isnan(a) && !(isnan(pace) || a > 5 * pace)) v[m++] = a;
+      else if (!isnan(o)) v[m++] = o + between;
     }
-    if (f) fclose(f);
+    if (m) kept += median_of(v, m);
   }
-  double pace = 0;
-  if (n) {
-    qsort(gap, n, sizeof *gap, cmp_double);
-    pace = gap[n / 2];
-  }
-  free(gap);
-  return pace * (steps - j->ledger_from);
+  free(since), free(own), free(v);
+  return kept;
 }
 
 int chaos_job_processes(const chaos_job *j) {

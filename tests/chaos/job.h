@@ -96,11 +96,13 @@ float chaos_reference_loss(chaos_env *env, const chaos_job_cfg *cfg, char *why, 
  * *lost: runs of steps beyond the one kept (work a restart threw away).
  * 0, or -1 with why. */
 int chaos_ledger(const chaos_job *j, int *lost, char *why, size_t n);
-/* The kept steps' time at the job's healthy pace: how many steps the
- * ledger checks, times the median time between two consecutive steps of
- * one run (unix_s in the metrics: a step and what the loop does between
- * steps; the stalls a fault causes are not the median). The numerator of
- * the ETTR. */
+/* The kept steps' time, the numerator of the ETTR: for each step the
+ * ledger checks, the time it took in the run that was kept (unix_s since
+ * the step before it in the same run: the step and what the loop does
+ * between steps), but where that holds a stall (over five times the
+ * healthy pace) or follows a restart or reshape, the step's own time
+ * (step_time_s) and the usual time between steps; the median across
+ * ranks. The stalls, recoveries and restarts of a fault are not in it. */
 double chaos_kept_seconds(const chaos_job *j);
 /* Processes still running with this job's id in their environment. */
 int chaos_job_processes(const chaos_job *j);

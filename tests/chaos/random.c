@@ -122,12 +122,14 @@ int chaos_random(chaos_env *env, unsigned seed, double minutes, double per_minut
     if (now_s() > next) next = now_s(); /* a long fault pushes the next one back */
   }
   while (now_s() < end) usleep(100000);
-  /* The user stops the job: the agents stop their workers. */
+  /* The user stops the job: the agents stop their workers. The job's
+   * time ends with the request: the steps cut short by the stop are left
+   * out of the ledger, and the wind-down out of the wall time. */
   int last = job_step(&j);
+  double wall = now_s() - j.t0;
   for (int i = 0; i < c.nodes; i++)
     if (j.code[i] == -2) kill(j.agent[i], SIGTERM);
   chaos_job_wait(&j, 60);
-  double wall = now_s() - j.t0;
   j.ledger_to = last + 1 - 2; /* the last steps may have been cut short by the stop */
   char why[1024];
   int lost = 0;
