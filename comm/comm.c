@@ -49,8 +49,30 @@ static void fail(gt_comm *c, gt_status st, const char *msg) {
   }
 }
 
+pthread_mutex_t gt_comm_family_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void gt_comm_adopt(gt_comm *parent, gt_comm *child) {
+  pthread_mutex_lock(&gt_comm_family_mu);
+  child->parent = parent;
+  child->next_sibling = parent->children;
+  parent->children = child;
+  pthread_mutex_unlock(&gt_comm_family_mu);
+}
+
+/* Under gt_comm_family_mu. */
+static void abort_family(gt_comm *c) {
+  fail(c, GT_EABORTED, "the communicator was aborted (gt_comm_abort)");
+  for (gt_comm *k = c->children; k; k = k->next_sibling) abort_family(k);
+}
+
 void gt_comm_abort(gt_comm *comm) {
-  if (comm) fail(comm, GT_EABORTED, "the communicator was aborted (gt_comm_abort)");
+  if (!comm) return;
+  /* The groups split from it too: a rank blocked on a pipeline's own
+   * send/recv group must be woken as one blocked on the group it came
+   * from. */
+  pthread_mutex_lock(&gt_comm_family_mu);
+  abort_family(comm);
+  pthread_mutex_unlock(&gt_comm_family_mu);
 }
 
 gt_status gt_comm_aborted_status(gt_comm *c) {
@@ -275,6 +297,16 @@ gt_status gt_comm_barrier(gt_comm *c) { BLOCKING(gt_comm_barrier_start(c, &r_));
 
 void gt_comm_destroy(gt_comm *c) {
   if (!c) return;
+  /* Out of the family first: an abort must not reach it once freed. */
+  pthread_mutex_lock(&gt_comm_family_mu);
+  if (c->parent) {
+    gt_comm **at = &c->parent->children;
+    while (*at && *at != c) at = &(*at)->next_sibling;
+    if (*at) *at = c->next_sibling;
+  }
+  for (gt_comm *k = c->children; k; k = k->next_sibling) k->parent = NULL;
+  c->parent = c->children = c->next_sibling = NULL;
+  pthread_mutex_unlock(&gt_comm_family_mu);
   if (c->thread_started) {
     pthread_mutex_lock(&c->mu);
     bool pending = c->head != NULL;

@@ -93,7 +93,16 @@ struct gt_comm {
   uint32_t *tx_seq, *rx_seq; /* frames sent to / received from each peer */
   atomic_llong *delay_ns;    /* per peer: each transfer that sends to it first sleeps this long */
   uint32_t split_seq;
+  /* The communicators split from this one (gt_comm_split), which an abort
+   * reaches too; guarded by gt_comm_family_mu. */
+  gt_comm *parent, *children, *next_sibling;
 };
+
+/* Guards every communicator's parent and children links: an abort from any
+ * thread walks them while another thread may split or destroy. */
+extern pthread_mutex_t gt_comm_family_mu;
+/* Links child under parent (after a successful split). */
+void gt_comm_adopt(gt_comm *parent, gt_comm *child);
 
 /* A communicator shell (no connections, no thread) and its start. */
 gt_status gt_comm_alloc(const gt_comm_config *cfg, const char *secret, gt_comm **out);

@@ -15,6 +15,7 @@ gt_status gt_comm_split(gt_comm *c, int color, int key, const char *prefix, gt_c
   if (c->nccl) {
     gt_comm *child = NULL;
     GT_TRY(gt_comm_nccl_split(c, color, key, &child));
+    if (child) gt_comm_adopt(c, child);
     *out = child;
     return GT_OK;
   }
@@ -58,6 +59,7 @@ gt_status gt_comm_split(gt_comm *c, int color, int key, const char *prefix, gt_c
     cfg.init_timeout_ms = c->init_timeout_ms;
     cfg.transport = c->cfg.transport;
     st = gt_comm_init(&cfg, out);
+    if (st == GT_OK) gt_comm_adopt(c, *out);
   }
   free(colors), free(keys);
   return st == GT_OK ? st : gt_error_context(st, "splitting group '%s'", c->prefix);

@@ -92,7 +92,8 @@ const char *gt_comm_transport_name(const gt_comm *comm);
 
 /* Thread-safe, callable from any thread (not from a signal handler): the
  * pending operation and every later one fail with GT_EABORTED, and peers
- * see the group fail. */
+ * see the group fail. Every communicator split from it (gt_comm_split),
+ * and split from those, is aborted with it. */
 void gt_comm_abort(gt_comm *comm);
 /* GT_OK while healthy; else the status that broke the communicator. */
 gt_status gt_comm_error(const gt_comm *comm);

@@ -297,6 +297,49 @@ static int abort_main(int r, int n, void *arg) {
   return RANK_OK;
 }
 
+/* Aborting a communicator aborts the groups split from it: rank 0 blocked
+ * in a receive on a split group (as a pipeline stage on its own send and
+ * receive groups) is woken by an abort of the parent; a group split and
+ * destroyed before is not touched. */
+static int abort_split_main(int r, int n, void *arg) {
+  gt_comm_transport t = *(gt_comm_transport *)arg;
+  gt_store *s = harness_store();
+  gt_comm *c = harness_comm(s, "abortsplit", r, n, t, 30000);
+  gt_comm *gone = NULL, *child = NULL;
+  CHECK_OK(gt_comm_split(c, 0, r, "gone", &gone));
+  gt_comm_destroy(gone);
+  CHECK_OK(gt_comm_split(c, 0, r, "child", &child));
+  float x[16] = {0};
+  if (r == 0) {
+    gt_comm_req *req;
+    CHECK_OK(gt_comm_recv_start(child, x, 16, GT_F32, 1, &req)); /* rank 1 never sends */
+    aborter a = {c, 0};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, abort_later, &a) == 0);
+    gt_status st = gt_comm_wait(req, 10000);
+    double done = gt_now();
+    pthread_join(th, NULL);
+    CHECK(st == GT_EABORTED);
+    CHECK(done - a.at < 0.3);
+    CHECK(gt_comm_error(child) == GT_EABORTED);
+    CHECK_OK(gt_store_set(s, "split-aborted", "1", 1));
+  } else {
+    const char *keys[1] = {"split-aborted"};
+    CHECK_OK(gt_store_wait(s, keys, 1, 10000));
+  }
+  gt_comm_destroy(c); /* the parent first: the child outlives it */
+  gt_comm_destroy(child);
+  gt_store_destroy(s);
+  return RANK_OK;
+}
+
+static void abort_split_tcp(void **st) {
+  (void)st;
+  gt_comm_transport t = GT_COMM_TCP;
+  int codes[HARNESS_MAX];
+  assert_int_equal(harness_run(2, abort_split_main, &t, 30, codes), 0);
+}
+
 static void abort_tcp(void **st) {
   (void)st;
   gt_comm_transport t = GT_COMM_TCP;
@@ -318,6 +361,7 @@ int main(void) {
       cmocka_unit_test(strangers_refused),
       cmocka_unit_test(mismatch_tcp), cmocka_unit_test(mismatch_shm),
       cmocka_unit_test(abort_tcp),    cmocka_unit_test(abort_shm),
+      cmocka_unit_test(abort_split_tcp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
