@@ -92,6 +92,10 @@ gt_status gt_arena_alloc(gt_arena *a, size_t bytes, void **ptr) {
                      "lower the batch size or raise the budget",
                      gt_backend_name(a->be), cur, cls, budget);
   }
+  /* Counted now, under the lock that checked the budget, so that threads
+   * allocating together cannot all pass the check; undone on failure. */
+  a->current += cls;
+  if (a->current > a->peak) a->peak = a->current;
   /* Reuse a cached block of exactly this class. */
   block **pp = &a->free_list, *b = NULL;
   for (; *pp; pp = &(*pp)->next) {
@@ -103,30 +107,30 @@ gt_status gt_arena_alloc(gt_arena *a, size_t bytes, void **ptr) {
     }
   }
   pthread_mutex_unlock(&a->mu);
-  if (!b) {
+  gt_status s = GT_OK;
+  bool fresh = !b;
+  if (fresh) {
     b = malloc(sizeof *b);
-    if (!b) return gt_errorf(GT_ENOMEM, "out of host memory for arena bookkeeping");
-    gt_status s = gt_backend_alloc(a->be, cls, &b->ptr);
-    if (s != GT_OK) {
+    s = b ? gt_backend_alloc(a->be, cls, &b->ptr) : gt_errorf(GT_ENOMEM, "out of host memory for arena bookkeeping");
+    if (s != GT_OK && b) {
       /* Give cached memory back and try once more before failing. */
       gt_arena_trim(a);
       s = gt_backend_alloc(a->be, cls, &b->ptr);
-      if (s != GT_OK) {
-        free(b);
-        return s;
-      }
+    }
+    if (s != GT_OK) {
+      free(b);
+      pthread_mutex_lock(&a->mu);
+      a->current -= cls;
+      pthread_mutex_unlock(&a->mu);
+      return s;
     }
     b->size = cls;
-    pthread_mutex_lock(&a->mu);
-    a->device_allocs++;
-    pthread_mutex_unlock(&a->mu);
   }
   pthread_mutex_lock(&a->mu);
+  if (fresh) a->device_allocs++;
   size_t k = bucket_of(b->ptr);
   b->next = a->live[k];
   a->live[k] = b;
-  a->current += cls;
-  if (a->current > a->peak) a->peak = a->current;
   pthread_mutex_unlock(&a->mu);
   *ptr = b->ptr;
   return GT_OK;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/backend_impl.h"
+#include "core/backend_ledger.h"
 #include "core/cpu/cpu_internal.h"
 #include "giant/log.h"
 
@@ -78,15 +79,41 @@ gt_status gt_backend_create(const gt_backend_config *cfg, gt_backend **out) {
   *out = NULL;
   gt_backend_config def = {.kind = GT_DEVICE_CPU, .device = 0, .num_threads = 0};
   if (!cfg) cfg = &def;
-  if (cfg->kind == GT_DEVICE_CPU) return gt_cpu_backend_create(cfg, out);
+  gt_backend *be = NULL;
+  gt_status s;
+  if (cfg->kind == GT_DEVICE_CPU) {
+    s = gt_cpu_backend_create(cfg, &be);
+  } else {
 #ifdef GIANT_HAVE_CUDA
-  return gt_cuda_backend_create(cfg, out);
+    s = gt_cuda_backend_create(cfg, &be);
 #else
-  return gt_errorf(GT_EUNSUPPORTED, "device cuda requested, but this build of Giant has no CUDA backend; "
-                                    "rebuild with -DGIANT_CUDA=ON on a machine with the CUDA toolkit");
+    return gt_errorf(GT_EUNSUPPORTED, "device cuda requested, but this build of Giant has no CUDA backend; "
+                                      "rebuild with -DGIANT_CUDA=ON on a machine with the CUDA toolkit");
 #endif
+  }
+  if (s != GT_OK) return s;
+  s = gt_mem_ledger_create(cfg->device_mem_limit, &be->ledger);
+  if (s != GT_OK) {
+    be->ops->destroy(be);
+    return s;
+  }
+  *out = be;
+  return GT_OK;
 }
 
 void gt_backend_destroy(gt_backend *be) {
-  if (be) be->ops->destroy(be);
+  if (!be) return;
+  gt_mem_ledger_destroy(be->ledger);
+  be->ledger = NULL;
+  be->ops->destroy(be);
+}
+
+gt_device_mem gt_backend_mem(const gt_backend *be) {
+  gt_device_mem m = {0};
+  if (be && be->ledger) gt_mem_ledger_stats(be->ledger, &m);
+  return m;
+}
+
+void gt_backend_reset_mem_peak(gt_backend *be) {
+  if (be && be->ledger) gt_mem_ledger_reset_peak(be->ledger);
 }

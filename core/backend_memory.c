@@ -2,6 +2,7 @@
  * arguments checked once, a NULL stream replaced by the compute stream,
  * then the backend's implementation (backend_impl.h). */
 #include "core/backend_impl.h"
+#include "core/backend_ledger.h"
 
 static gt_status no_backend(const char *op) {
   return gt_errorf(GT_EINVAL, "%s: the backend is NULL; create one with gt_backend_create", op);
@@ -17,13 +18,26 @@ static gt_status alloc_checked(gt_backend *be, bool host, size_t bytes, void **p
   if (!be) return no_backend(op);
   if (!ptr) return gt_errorf(GT_EINVAL, "%s: %s: ptr must not be NULL", be->name, op);
   *ptr = NULL;
-  return (host ? be->ops->memory.host_alloc : be->ops->memory.alloc)(be, bytes, ptr);
+  if (host) return be->ops->memory.host_alloc(be, bytes, ptr);
+  /* Device memory counts against the budget: reserved before the device
+   * is asked, so that two threads cannot both pass the check. */
+  gt_mem_ledger *l = be->ledger;
+  if (l) GT_TRY(gt_mem_ledger_reserve(l, be->name, bytes));
+  gt_status s = be->ops->memory.alloc(be, bytes, ptr);
+  if (s == GT_OK && l) {
+    s = gt_mem_ledger_add(l, *ptr, bytes);
+    if (s != GT_OK) be->ops->memory.free(be, *ptr), *ptr = NULL;
+  }
+  if (s != GT_OK && l) gt_mem_ledger_unreserve(l, bytes);
+  return s;
 }
 
 gt_status gt_backend_alloc(gt_backend *be, size_t bytes, void **ptr) { return alloc_checked(be, false, bytes, ptr); }
 
 void gt_backend_free(gt_backend *be, void *ptr) {
-  if (be && ptr) be->ops->memory.free(be, ptr);
+  if (!be || !ptr) return;
+  if (be->ledger) gt_mem_ledger_remove(be->ledger, ptr);
+  be->ops->memory.free(be, ptr);
 }
 
 gt_status gt_backend_host_alloc(gt_backend *be, size_t bytes, void **ptr) {

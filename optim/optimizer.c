@@ -52,7 +52,7 @@ gt_status gt_optimizer_create_range(gt_model *m, const gt_optim_config *cfg, siz
   size_t bytes = (hi - lo ? hi - lo : 1) * sizeof(float);
   int nstate = cfg->kind == GT_OPTIM_ADAMW ? 2 : 1;
   for (int i = 0; i < nstate; i++) {
-    gt_status s = gt_arena_alloc(gt_model_arena(m), bytes, (void **)&o->state[i]);
+    gt_status s = gt_model_state_alloc(m, bytes, (void **)&o->state[i]);
     if (s == GT_OK) s = gt_backend_memset(be, o->state[i], 0, bytes, NULL);
     if (s != GT_OK) {
       gt_optimizer_destroy(o);
@@ -65,7 +65,7 @@ gt_status gt_optimizer_create_range(gt_model *m, const gt_optim_config *cfg, siz
 
 void gt_optimizer_destroy(gt_optimizer *o) {
   if (!o) return;
-  for (int i = 0; i < 2; i++) gt_arena_free(gt_model_arena(o->m), o->state[i]);
+  for (int i = 0; i < 2; i++) gt_model_state_free(o->m, o->state[i]);
   free(o);
 }
 

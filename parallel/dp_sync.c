@@ -91,7 +91,7 @@ gt_status gt_dp_sync_create(gt_model *m, gt_comm *dp, size_t bucket_bytes, bool 
   s->shard_lo = zero1 ? S * (size_t)r : 0;
   s->shard_hi = zero1 ? s->shard_lo + S : n;
   gt_status st = make_buckets(s, bucket_bytes / sizeof(float) ? bucket_bytes / sizeof(float) : 1);
-  if (st == GT_OK && zero1) st = gt_arena_alloc(gt_model_arena(m), (S ? S : 1) * sizeof(float), (void **)&s->shard);
+  if (st == GT_OK && zero1) st = gt_model_state_alloc(m, (S ? S : 1) * sizeof(float), (void **)&s->shard);
   if (st == GT_OK) st = gt_model_set_grad_hook(m, on_layer_done, s);
   if (st != GT_OK) {
     gt_dp_sync_destroy(s);
@@ -106,7 +106,7 @@ void gt_dp_sync_destroy(gt_dp_sync *s) {
   for (int i = 0; i < s->next; i++)
     if (s->b[i].req) gt_comm_wait(s->b[i].req, -1);
   gt_model_set_grad_hook(s->m, NULL, NULL);
-  if (s->shard) gt_arena_free(gt_model_arena(s->m), s->shard);
+  if (s->shard) gt_model_state_free(s->m, s->shard);
   free(s->b);
   free(s);
 }

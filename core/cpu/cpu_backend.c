@@ -1,9 +1,6 @@
-/* CPU backend: memory, streams and events.
- *
- * On the CPU every operation completes before it returns, so a stream is an
- * ordering token and an event is recorded complete. Keeping the calls lets
- * code above the interface be written once for CPU and GPU. Threads: the
- * kernels and OpenBLAS share one OpenMP pool of num_threads threads.
+/* CPU backend: creation, memory and threads. (Streams and events, with the
+ * thread that plays the copy engine: cpu_stream.c.) Threads: the kernels
+ * and OpenBLAS share one OpenMP pool of num_threads threads.
  */
 #include <omp.h>
 #include <stdlib.h>
@@ -11,13 +8,6 @@
 #include <unistd.h>
 
 #include "core/cpu/cpu_internal.h"
-
-struct gt_stream {
-  int unused;
-};
-struct gt_event {
-  int recorded;
-};
 
 gt_status gt_cpu_alloc(gt_backend *be, size_t bytes, void **ptr) {
   (void)be;
@@ -34,60 +24,6 @@ void gt_cpu_free(gt_backend *be, void *ptr) {
   (void)be;
   free(ptr);
 }
-
-gt_status gt_cpu_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind,
-                        gt_stream *s) {
-  (void)be, (void)kind, (void)s;
-  if (bytes) memmove(dst, src, bytes);
-  return GT_OK;
-}
-
-gt_status gt_cpu_memset(gt_backend *be, void *dst, int value, size_t bytes, gt_stream *s) {
-  (void)be, (void)s;
-  if (bytes) memset(dst, value, bytes);
-  return GT_OK;
-}
-
-gt_status gt_cpu_stream_create(gt_backend *be, gt_stream **s) {
-  (void)be;
-  *s = calloc(1, sizeof **s);
-  return *s ? GT_OK : gt_errorf(GT_ENOMEM, "cpu: out of memory creating a stream");
-}
-
-void gt_cpu_stream_destroy(gt_backend *be, gt_stream *s) {
-  (void)be;
-  free(s);
-}
-
-gt_status gt_cpu_stream_sync(gt_backend *be, gt_stream *s) {
-  (void)be, (void)s;
-  return GT_OK;
-}
-
-gt_status gt_cpu_event_create(gt_backend *be, gt_event **e) {
-  (void)be;
-  *e = calloc(1, sizeof **e);
-  return *e ? GT_OK : gt_errorf(GT_ENOMEM, "cpu: out of memory creating an event");
-}
-
-void gt_cpu_event_destroy(gt_backend *be, gt_event *e) {
-  (void)be;
-  free(e);
-}
-
-gt_status gt_cpu_event_record(gt_backend *be, gt_event *e, gt_stream *s) {
-  (void)be, (void)s;
-  e->recorded = 1;
-  return GT_OK;
-}
-
-gt_status gt_cpu_stream_wait_event(gt_backend *be, gt_stream *s, gt_event *e) {
-  (void)be, (void)s;
-  if (!e->recorded) return gt_errorf(GT_ESTATE, "cpu: waiting on an event that was never recorded");
-  return GT_OK;
-}
-
-gt_status gt_cpu_event_sync(gt_backend *be, gt_event *e) { return gt_cpu_stream_wait_event(be, NULL, e); }
 
 void gt_cpu_destroy(gt_backend *be) {
   gt_cpu_impl *impl = be->impl;
@@ -146,7 +82,7 @@ gt_status gt_cpu_backend_create(const gt_backend_config *cfg, gt_backend **out) 
   if (s == GT_OK) s = choose_bf16_kernel(impl);
   /* AMX runs the bf16 products only, beside the level's other kernels. */
   if (s == GT_OK && impl->amx) strncat(be->kernels, "+amx", sizeof be->kernels - strlen(be->kernels) - 1);
-  if (s == GT_OK) s = gt_cpu_stream_create(be, &be->compute);
+  if (s == GT_OK) s = gt_cpu_compute_stream_create(&be->compute);
   if (s == GT_OK) s = gt_cpu_stream_create(be, &be->copy);
   if (s != GT_OK) {
     gt_cpu_destroy(be);

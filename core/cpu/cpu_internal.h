@@ -24,13 +24,15 @@ gt_status gt_cpu_backend_create(const gt_backend_config *cfg, gt_backend **out);
  * level's name ("avx512", "avx2+fma", "sse2"). */
 gt_status gt_cpu_isa_choose(const gt_backend_ops **ops, char *name, size_t name_len);
 
-/* memory, streams, events (cpu_backend.c) */
+/* memory (cpu_backend.c); streams and events (cpu_stream.c) */
 gt_status gt_cpu_alloc(gt_backend *be, size_t bytes, void **ptr);
 void gt_cpu_free(gt_backend *be, void *ptr);
 gt_status gt_cpu_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind,
                         gt_stream *s);
 gt_status gt_cpu_memset(gt_backend *be, void *dst, int value, size_t bytes, gt_stream *s);
 gt_status gt_cpu_stream_create(gt_backend *be, gt_stream **s);
+/* The compute stream: work queued on it runs in the calling thread. */
+gt_status gt_cpu_compute_stream_create(gt_stream **s);
 void gt_cpu_stream_destroy(gt_backend *be, gt_stream *s);
 gt_status gt_cpu_stream_sync(gt_backend *be, gt_stream *s);
 gt_status gt_cpu_event_create(gt_backend *be, gt_event **e);

@@ -116,8 +116,10 @@ static gt_status forward_layers(gt_model *m, gt_acts *a, int lo, int hi, const f
   make_ctx(m, a, 0.0f, &ctx);
   for (int i = lo; i <= hi; i++) {
     gt_layer *l = m->layers[i];
+    if (m->off) GT_TRY(gt_offload_layer_ready(m, i, lo, hi, +1));
     gt_status s = l->type->forward(l, &ctx, in, a->out[i], a->saved[i]);
     if (s != GT_OK) return gt_error_context(s, "forward of layer '%s'", l->name);
+    if (m->off) GT_TRY(gt_offload_layer_done(m, i));
     in = a->out[i];
   }
   a->forward_done = true;
@@ -131,6 +133,12 @@ static gt_status forward_layers(gt_model *m, gt_acts *a, int lo, int hi, const f
   return GT_OK;
 }
 
+/* Offloaded: layer i's gradients are on the host; its hook may read them. */
+static gt_status finish_grads(gt_model *m, int i) {
+  GT_TRY(gt_offload_grads_wait(m, i));
+  return m->grad_hook ? m->grad_hook(m->grad_hook_ctx, i) : GT_OK;
+}
+
 /* Backward of layers [lo, hi] from dout (NULL at the loss layer); *din gets
  * the gradient of layer lo's input (NULL for layer 0). `in_lo` is what fed
  * layer lo in forward. */
@@ -141,6 +149,9 @@ static gt_status backward_layers(gt_model *m, gt_acts *a, int lo, int hi, const 
   make_ctx(m, a, loss_scale, &ctx);
   size_t BT = (size_t)a->B * (size_t)a->T;
   int k = 0;
+  /* Offloaded, a layer's gradients reach the host while the layer below
+   * computes; its hook runs once they are there. */
+  int pending = -1;
   for (int i = hi; i >= lo; i--) {
     gt_layer *l = m->layers[i];
     float *din = NULL;
@@ -151,11 +162,23 @@ static gt_status backward_layers(gt_model *m, gt_acts *a, int lo, int hi, const 
       GT_TRY(gt_backend_memset(be, din, 0, BT * (size_t)l->in_dim * sizeof(float), NULL));
     }
     const float *in = i > lo ? a->out[i - 1] : in_lo;
+    if (m->off) {
+      GT_TRY(gt_offload_layer_ready(m, i, lo, hi, -1));
+      GT_TRY(gt_offload_grads_begin(m, i));
+    }
     gt_status s = l->type->backward(l, &ctx, in, dout, din, a->saved[i]);
     if (s != GT_OK) return gt_error_context(s, "backward of layer '%s'", l->name);
-    if (m->grad_hook) GT_TRY(m->grad_hook(m->grad_hook_ctx, i));
+    if (m->off) {
+      GT_TRY(gt_offload_layer_done(m, i));
+      GT_TRY(gt_offload_grads_end(m, i));
+      if (pending >= 0) GT_TRY(finish_grads(m, pending));
+      pending = i;
+    } else if (m->grad_hook) {
+      GT_TRY(m->grad_hook(m->grad_hook_ctx, i));
+    }
     dout = din;
   }
+  if (pending >= 0) GT_TRY(finish_grads(m, pending));
   a->forward_done = false;
   if (din_out) *din_out = dout;
   return GT_OK;

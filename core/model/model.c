@@ -37,8 +37,9 @@ void gt_model_destroy(gt_model *m) {
   free(m->params);
   free(m->cut);
   free(m->host_losses);
-  gt_arena_free(m->arena, m->param_buf);
-  gt_arena_free(m->arena, m->grad_buf);
+  gt_offload_destroy(m);
+  gt_model_state_free(m, m->param_buf);
+  gt_model_state_free(m, m->grad_buf);
   gt_arena_free(m->arena, m->scratch);
   gt_model_precision_destroy(m);
   gt_arena_destroy(m->arena);
@@ -232,10 +233,14 @@ gt_status gt_layer_tie_param(gt_layer *self, const char *local_name, const char 
   return GT_OK;
 }
 
+/* Offloaded, a layer's parameters and gradients are in its device slots
+ * while it runs (offload.c). */
 float *gt_layer_param(const gt_layer *self, int i) {
+  if (self->model->off) return gt_offload_param(self, i);
   return self->model->param_buf + self->model->params[self->first_param + i].offset;
 }
 float *gt_layer_grad(const gt_layer *self, int i) {
+  if (self->model->off) return gt_offload_grad(self, i);
   return self->model->grad_buf + self->model->params[self->first_param + i].offset;
 }
 const gt_param *gt_layer_param_info(const gt_layer *self, int i) {
@@ -447,8 +452,9 @@ gt_status gt_model_build(gt_model *m) {
     if (sc > m->scratch_floats) m->scratch_floats = sc;
   }
   size_t bytes = (m->nfloats ? m->nfloats : 1) * sizeof(float);
-  GT_TRY(gt_arena_alloc(m->arena, bytes, (void **)&m->param_buf));
-  GT_TRY(gt_arena_alloc(m->arena, bytes, (void **)&m->grad_buf));
+  GT_TRY(gt_model_state_alloc(m, bytes, (void **)&m->param_buf));
+  GT_TRY(gt_model_state_alloc(m, bytes, (void **)&m->grad_buf));
+  GT_TRY(gt_offload_create(m));
   GT_TRY(gt_arena_alloc(m->arena, (m->scratch_floats ? m->scratch_floats : 1) * sizeof(float),
                         (void **)&m->scratch));
   m->host_losses = malloc((size_t)B * (size_t)T * sizeof(float));
@@ -467,7 +473,21 @@ gt_status gt_model_set_grad_hook(gt_model *m, gt_status (*hook)(void *ctx, int l
 
 gt_status gt_model_zero_grads(gt_model *m) {
   if (!m->built) return gt_errorf(GT_ESTATE, "the model is not built yet (call gt_model_build)");
+  gt_offload_grads_zeroed(m);
   return gt_backend_memset(m->be, m->grad_buf, 0, m->nfloats * sizeof(float), NULL);
+}
+
+bool gt_model_offloaded(const gt_model *m) { return m->cfg.offload_window > 0; }
+
+gt_status gt_model_state_alloc(gt_model *m, size_t bytes, void **ptr) {
+  if (!gt_model_offloaded(m)) return gt_arena_alloc(m->arena, bytes, ptr);
+  gt_status s = gt_backend_host_alloc(m->be, bytes ? bytes : 1, ptr);
+  return s == GT_OK ? s : gt_error_context(s, "host memory for offloaded state (%zu bytes)", bytes);
+}
+
+void gt_model_state_free(gt_model *m, void *ptr) {
+  if (!gt_model_offloaded(m)) gt_arena_free(m->arena, ptr);
+  else gt_backend_host_free(m->be, ptr);
 }
 
 static gt_status check_n(const gt_model *m, size_t n) {

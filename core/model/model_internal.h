@@ -4,6 +4,8 @@
 
 #include "giant/model.h"
 
+typedef struct gt_offload gt_offload;
+
 struct gt_model {
   gt_backend *be;
   gt_model_config cfg;
@@ -48,6 +50,8 @@ struct gt_model {
     void *ctx;
   } readers[GT_MODEL_MAX_READERS];
   int nreaders;
+  /* offloading (offload.c): NULL unless cfg.offload_window > 0 */
+  gt_offload *off;
 };
 
 struct gt_acts {
@@ -66,5 +70,25 @@ struct gt_acts {
  * when they changed (before a forward). */
 void gt_model_precision_destroy(gt_model *m);
 gt_status gt_model_refresh_bf16(gt_model *m);
+
+/* offload.c: the window of layers' weights on the device, and the
+ * gradients' way back to the host. Forward and backward call
+ * layer_ready before a layer runs (dir: +1 forward, -1 backward; [lo, hi]
+ * bounds the prefetch) and layer_done after; backward brackets each layer
+ * with grads_begin / grads_end, and grads_wait(i) returns once layer i's
+ * gradients are on the host. */
+gt_status gt_offload_create(gt_model *m);
+void gt_offload_destroy(gt_model *m);
+gt_status gt_offload_set_precision(gt_model *m, gt_precision p);
+void gt_offload_params_changed(gt_model *m);
+gt_status gt_offload_layer_ready(gt_model *m, int i, int lo, int hi, int dir);
+gt_status gt_offload_layer_done(gt_model *m, int i);
+gt_status gt_offload_grads_begin(gt_model *m, int i);
+gt_status gt_offload_grads_end(gt_model *m, int i);
+gt_status gt_offload_grads_wait(gt_model *m, int i);
+void gt_offload_grads_zeroed(gt_model *m);
+float *gt_offload_param(const gt_layer *self, int i);
+const uint16_t *gt_offload_param_bf16(const gt_layer *self, int i);
+float *gt_offload_grad(const gt_layer *self, int i);
 
 #endif

@@ -21,6 +21,7 @@ gt_precision gt_model_get_precision(const gt_model *m) { return m->precision; }
 void gt_model_params_changed(gt_model *m) {
   gt_model_wait_readers(m);
   m->bf16_stale = true;
+  gt_offload_params_changed(m);
 }
 
 static void free_bf16(gt_model *m) {
@@ -36,15 +37,20 @@ gt_status gt_model_set_precision(gt_model *m, gt_precision p) {
   if (p != GT_PRECISION_FP32 && p != GT_PRECISION_BF16)
     return gt_errorf(GT_EINVAL, "unknown precision %d: use GT_PRECISION_FP32 or GT_PRECISION_BF16", (int)p);
   if (p == m->precision) return GT_OK;
+  if (p == GT_PRECISION_BF16 && !gt_backend_has_mixed_precision(m->be))
+    return gt_errorf(GT_EUNSUPPORTED, "backend %s has no mixed-precision products (gemm_ex); train in fp32",
+                     gt_backend_name(m->be));
+  if (m->off) {
+    /* Offloaded, only the window's slots have bf16 copies. */
+    GT_TRY(gt_offload_set_precision(m, p));
+    m->precision = p;
+    return GT_OK;
+  }
   if (p == GT_PRECISION_FP32) {
     free_bf16(m);
     m->precision = p;
     return GT_OK;
   }
-  gt_backend *be = m->be;
-  if (!gt_backend_has_mixed_precision(be))
-    return gt_errorf(GT_EUNSUPPORTED, "backend %s has no mixed-precision products (gemm_ex); train in fp32",
-                     gt_backend_name(be));
   size_t bytes = (m->nfloats ? m->nfloats : 1) * sizeof(uint16_t);
   gt_status s = gt_arena_alloc(m->arena, bytes, (void **)&m->param_bf16);
   if (s != GT_OK) return gt_error_context(s, "allocating the bf16 copy of %zu parameters", m->nfloats);
@@ -56,7 +62,7 @@ gt_status gt_model_set_precision(gt_model *m, gt_precision p) {
 void gt_model_precision_destroy(gt_model *m) { free_bf16(m); }
 
 gt_status gt_model_refresh_bf16(gt_model *m) {
-  if (m->precision != GT_PRECISION_BF16 || !m->bf16_stale) return GT_OK;
+  if (m->precision != GT_PRECISION_BF16 || !m->bf16_stale || m->off) return GT_OK;
   GT_TRY(gt_op_f32_to_bf16(m->be, m->param_bf16, m->param_buf, m->nfloats));
   m->bf16_stale = false;
   return GT_OK;
@@ -64,6 +70,7 @@ gt_status gt_model_refresh_bf16(gt_model *m) {
 
 const uint16_t *gt_layer_param_bf16(const gt_layer *self, int i) {
   const gt_model *m = self->model;
+  if (m->off) return gt_offload_param_bf16(self, i);
   return m->param_bf16 ? m->param_bf16 + m->params[self->first_param + i].offset : NULL;
 }
 

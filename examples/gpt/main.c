@@ -34,7 +34,7 @@
 typedef struct args {
   const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule, *speeds, *precision;
   int steps, batch, global_batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every,
-      bucket_kib, chunks, mem_mib, mirror_every, skip_nonfinite;
+      bucket_kib, chunks, mem_mib, mirror_every, skip_nonfinite, offload, offload_prefetch, device_mem_mib;
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
   bool documents, untied, zero1, seq_parallel, print_plan, no_overlap, rebalance, rebalance_local, reshape;
@@ -100,6 +100,11 @@ static const char *usage =
     "run:\n"
     "  --device NAME       cpu or cuda[:N] (default cpu)\n"
     "  --threads N         CPU threads (default: OMP_NUM_THREADS or all cores)\n"
+    "  --device-mem-mib N  device memory this rank may hold, enforced on every backend (default: no\n"
+    "                      limit); a model that does not fit fails at start\n"
+    "  --offload W         keep the master weights, gradients and optimizer state in host memory\n"
+    "                      and only W layers' weights on the device at a time (0 = off, default)\n"
+    "  --offload-prefetch D  layers fetched ahead while one computes (default 1, at most W - 1)\n"
     "  --ckpt-dir DIR      save checkpoints here and resume from the newest (default: $GT_CKPT_DIR);\n"
     "                      SIGTERM or SIGINT then stops after the step under way and lets the save\n"
     "                      in flight commit\n"
@@ -138,6 +143,9 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--accum", GT_OPT_INT, &a->accum, 1, 1e6},      {"--warmup", GT_OPT_INT, &a->warmup, 0, 1e9},
       {"--threads", GT_OPT_INT, &a->threads, 0, 4096}, {"--sample", GT_OPT_INT, &a->sample, 0, 1e7},
       {"--print-every", GT_OPT_INT, &a->print_every, 0, 1e9},
+      {"--offload", GT_OPT_INT, &a->offload, 0, 4096},
+      {"--offload-prefetch", GT_OPT_INT, &a->offload_prefetch, 0, 4096},
+      {"--device-mem-mib", GT_OPT_INT, &a->device_mem_mib, 0, 1 << 30},
       {"--lr", GT_OPT_FLOAT, &a->lr, 0, 10},           {"--min-lr", GT_OPT_FLOAT, &a->min_lr, 0, 10},
       {"--clip", GT_OPT_FLOAT, &a->clip, 0, 1e9},      {"--skip-nonfinite", GT_OPT_INT, &a->skip_nonfinite, 0, 1e6},      {"--weight-decay", GT_OPT_FLOAT, &a->weight_decay, 0, 10},
       {"--temperature", GT_OPT_FLOAT, &a->temperature, 1e-3, 100},
@@ -160,6 +168,9 @@ static bool metrics_per_rank(const char *path, int rank, char *out, size_t cap) 
 
 static int fail(const char *what, gt_status s) {
   fprintf(stderr, "gpt: %s: %s (%s)\n", what, gt_last_error(), gt_status_name(s));
+  if (s == GT_ENOMEM && strstr(gt_last_error(), "device memory budget"))
+    fprintf(stderr, "gpt: --offload W keeps the master weights, gradients and optimizer state in host memory "
+                    "and only W layers' weights on the device\n");
   return 1;
 }
 
@@ -504,6 +515,7 @@ int main(int argc, char **argv) {
   gt_backend_config bc;
   if ((s = gt_device_parse(a.device, &bc)) != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
   bc.num_threads = a.threads;
+  bc.device_mem_limit = (size_t)a.device_mem_mib << 20;
 
   gt_job *job = NULL;
   gt_backend *be = NULL;
@@ -638,7 +650,8 @@ int main(int argc, char **argv) {
   }
   /* Layers are declared first, so the planner can cut pipeline stages by
    * their costs before any memory is allocated. */
-  gt_model_config mc = {.B_max = cap, .T_max = a.seq, .seed = a.seed};
+  gt_model_config mc = {.B_max = cap, .T_max = a.seq, .seed = a.seed, .offload_window = a.offload,
+                        .offload_prefetch = a.offload_prefetch};
   gt_model_parallel mp = dist ? gt_dist_model_parallel(dist) : (gt_model_parallel){0};
   if (!joining && (s = build_model(be, &mc, &mp, &gc, &plan, rows, a.seq, speeds, NULL, &m)) != GT_OK) {
     fail("building the model", s);
@@ -668,11 +681,12 @@ int main(int argc, char **argv) {
   }
   if (lead && m)
     printf("gpt: %zu parameters, L=%d C=%d NH=%d T=%d V=%d, B=%d x %d micro-batches per replica, %s (%s kernels), "
-           "%s, %d threads, peak %.1f GFLOP/s; world %d = dp %d x tp %d x pp %d%s%s\n",
+           "%s, %d threads, peak %.1f GFLOP/s; world %d = dp %d x tp %d x pp %d%s%s%s\n",
            gt_model_param_count_whole(m), a.layers, a.channels, a.heads, a.seq, vocab, rows,
            a.accum, gt_backend_name(be), gt_backend_kernels(be), gt_precision_name(precision),
            gt_backend_num_threads(be), gt_backend_peak_flops(be) / 1e9, plan.world, plan.layout.dp, plan.layout.tp,
-           plan.layout.pp, plan.zero1 ? ", ZeRO-1" : "", plan.seq_parallel ? ", sequence parallel" : "");
+           plan.layout.pp, plan.zero1 ? ", ZeRO-1" : "", plan.seq_parallel ? ", sequence parallel" : "",
+           gt_model_offloaded(m) ? ", offloaded" : "");
   if (!joining && (s = gpt_ckpt_start(&a.ckpt, job, tr, loader, &ckpt)) != GT_OK) {
     fail("resuming from a checkpoint", s);
     goto out;

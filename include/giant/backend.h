@@ -129,6 +129,12 @@ typedef struct gt_backend_config {
   gt_device_kind kind;
   int device;       /* CUDA device; -1 = from GT_LOCAL_RANK */
   int num_threads;  /* CPU threads; 0 = OMP_NUM_THREADS or all cores */
+  /* Device memory this backend may hold, in bytes; 0 = no budget. An
+   * allocation that would cross it fails with GT_ENOMEM, naming what was
+   * asked for, what is in use and the budget. The CPU backend enforces it
+   * too (its "device" memory is what gt_backend_alloc hands out; host
+   * memory from gt_backend_host_alloc is not counted). */
+  size_t device_mem_limit;
 } gt_backend_config;
 
 gt_status gt_backend_create(const gt_backend_config *cfg, gt_backend **out);
@@ -172,6 +178,15 @@ double gt_backend_peak_flops(const gt_backend *be);
 void gt_backend_set_peak_flops(gt_backend *be, double flops);
 
 /* ---- memory ---- */
+
+/* The device memory a backend holds through gt_backend_alloc: the budget
+ * (0: none), the bytes in use now, and the most in use since creation or
+ * the last gt_backend_reset_mem_peak. */
+typedef struct gt_device_mem {
+  size_t limit, in_use, peak;
+} gt_device_mem;
+gt_device_mem gt_backend_mem(const gt_backend *be);
+void gt_backend_reset_mem_peak(gt_backend *be);
 
 /* Device memory; freeing NULL does nothing. */
 gt_status gt_backend_alloc(gt_backend *be, size_t bytes, void **ptr);

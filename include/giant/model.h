@@ -28,6 +28,13 @@ typedef struct gt_model_config {
    * seed: for a model whose state comes from elsewhere at once (moved from
    * peers after a reshape), where computing the initial values is wasted. */
   bool no_init;
+  /* Offloading (docs/offload.md). With offload_window = w > 0, the master
+   * parameters and gradients (and optimizer state allocated through
+   * gt_model_state_alloc) live in host memory, and the device holds the
+   * weights of w layers at a time, fetching offload_prefetch layers ahead
+   * (0 means 1; at most w - 1) on the copy stream while a layer computes.
+   * Results are bit-identical to training without it. */
+  int offload_window, offload_prefetch;
 } gt_model_config;
 
 gt_status gt_model_create(gt_backend *be, const gt_model_config *cfg, gt_model **out);
@@ -163,6 +170,28 @@ void gt_model_params_changed(gt_model *m);
 gt_status gt_model_add_reader(gt_model *m, void (*wait)(void *ctx), void *ctx);
 void gt_model_remove_reader(gt_model *m, void (*wait)(void *ctx), void *ctx);
 void gt_model_wait_readers(gt_model *m);
+
+/* ---- offloading ---- */
+
+/* Whether the model's master state lives in host memory (offload_window > 0). */
+bool gt_model_offloaded(const gt_model *m);
+/* Memory for state that moves with the parameters (an optimizer's moments,
+ * a ZeRO-1 shard): the model's device arena, or host memory when the model
+ * is offloaded. Freeing NULL does nothing. */
+gt_status gt_model_state_alloc(gt_model *m, size_t bytes, void **ptr);
+void gt_model_state_free(gt_model *m, void *ptr);
+
+typedef struct gt_offload_stats {
+  int window, prefetch;        /* as run: clipped to the layers this rank holds */
+  size_t slot_bytes;           /* one weight slot (fp32; bf16 adds half) */
+  uint64_t fetches;            /* layers' weights copied to the device */
+  uint64_t bytes_in, bytes_out; /* host to device, device to host */
+  /* Seconds the host waited for transfers (weights not yet fetched,
+   * gradients not yet back): the copy time compute did not hide. */
+  double wait_seconds;
+} gt_offload_stats;
+/* Zero when not offloaded. */
+gt_offload_stats gt_model_offload_stats(const gt_model *m);
 
 /* Copies between the device parameter buffer and host memory (for tests,
  * checkpoints, inspection). n = gt_model_buffer_floats floats. */

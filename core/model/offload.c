@@ -1,0 +1,380 @@
+/* Offloading: master parameters and gradients in host memory, a window of
+ * layers' weights on the device.
+ *
+ * With cfg.offload_window = w > 0 the model's flat parameter and gradient
+ * buffers (and, through gt_model_state_alloc, the optimizer's state) are
+ * host memory. The device holds w weight slots, each big enough for the
+ * widest layer's parameters, and two gradient slots. Before a layer runs
+ * (forward or backward) its weights must be in a slot; the layers after it
+ * in the direction of travel (`prefetch` of them, at most w - 1) are
+ * fetched on the copy stream meanwhile, so their transfers overlap this
+ * layer's compute. Layers read their weights through gt_layer_param and
+ * gt_layer_param_bf16, which point into the layer's slot here.
+ *
+ * Gradients: before a layer's backward its gradient slot is filled with
+ * what the host holds for its parameters (zeros, without a copy, when the
+ * host's are known to be zero: the first micro-batch of a step), the
+ * layer's kernels accumulate into it exactly as they would into the flat
+ * buffer, and the slot goes back to the host on the copy stream while the
+ * next layer computes. The arithmetic is therefore the same, operation for
+ * operation, as without offloading, including a tied parameter whose two
+ * users accumulate into one gradient: the results are bit-identical.
+ *
+ * A slot is refilled only when its layer was evicted or the parameters
+ * changed since it was fetched (an optimizer step, a load): a window as
+ * wide as the model fetches each layer once per step.
+ *
+ * Ordering: a slot's fetch waits for an event recorded on the compute
+ * stream after the last kernel that read the slot's previous layer, and
+ * the compute stream waits for the fetch's event before the layer runs.
+ * A gradient slot is reused only after its copy to the host is done. On
+ * the CPU backend the copy stream is a thread of its own (cpu_stream.c),
+ * so all of this is exercised without a GPU.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/model/model_internal.h"
+
+#define GT_OFFLOAD_MAX_WINDOW 4096
+
+struct gt_offload {
+  int window, depth;
+  size_t slot_floats;     /* the widest layer's parameters, each 64-byte aligned */
+  float **w32;            /* window slots: fp32 weights */
+  uint16_t **w16;         /* and their bf16 copies (bf16 precision), or NULL */
+  int *slot_layer;        /* layer in each slot, -1 when empty */
+  uint64_t *slot_tick;    /* last use, for eviction */
+  bool *slot_bf16_ok;     /* the bf16 copy matches the fp32 slot */
+  gt_event **fetched;     /* the slot's fetch is done (copy stream) */
+  gt_event **released;    /* compute is done reading the slot (compute stream) */
+  int *layer_slot;        /* per layer: its slot, or -1 */
+  uint64_t *layer_version; /* per layer: the parameter version its slot holds */
+  size_t *param_slot_off; /* per parameter: its offset in its layer's slot */
+  size_t *layer_floats;   /* per layer: floats of its footprint */
+  float *g32[2];          /* gradient slots */
+  int g_layer[2];         /* layer whose gradients a slot holds, -1 when free */
+  gt_event *g_done[2];    /* its copy to the host is done */
+  bool g_pending[2];
+  int g_next;
+  bool *grad_zero;        /* per parameter (its storage owner): host gradient is zero */
+  uint64_t version, tick;
+  gt_offload_stats stats;
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int storage_of(const gt_model *m, int p) { return m->params[p].tied_to >= 0 ? m->params[p].tied_to : p; }
+
+void gt_offload_destroy(gt_model *m) {
+  gt_offload *o = m->off;
+  if (!o) return;
+  gt_backend *be = m->be;
+  /* Transfers in flight read and write these buffers. */
+  (void)gt_stream_sync(be, gt_backend_copy_stream(be));
+  for (int s = 0; s < o->window; s++) {
+    if (o->w32) gt_arena_free(m->arena, o->w32[s]);
+    if (o->w16) gt_arena_free(m->arena, o->w16[s]);
+    if (o->fetched) gt_event_destroy(be, o->fetched[s]);
+    if (o->released) gt_event_destroy(be, o->released[s]);
+  }
+  for (int k = 0; k < 2; k++) {
+    gt_arena_free(m->arena, o->g32[k]);
+    gt_event_destroy(be, o->g_done[k]);
+  }
+  free(o->w32), free(o->w16), free(o->slot_layer), free(o->slot_tick), free(o->slot_bf16_ok);
+  free(o->fetched), free(o->released), free(o->layer_slot), free(o->layer_version);
+  free(o->param_slot_off), free(o->layer_floats), free(o->grad_zero);
+  free(o);
+  m->off = NULL;
+}
+
+static void *cal(size_t n, size_t size, bool *ok) {
+  void *p = calloc(n ? n : 1, size);
+  if (!p) *ok = false;
+  return p;
+}
+
+/* Slot layout: each local layer's parameters (tied ones included, since
+ * the layer reads them) one after another, 64-byte aligned. */
+static size_t lay_out_slots(gt_model *m, gt_offload *o) {
+  size_t widest = 0;
+  for (int i = 0; i < m->nlayers; i++) {
+    gt_layer *l = m->layers[i];
+    if (!l->local) continue;
+    size_t at = 0;
+    for (int p = l->first_param; p < l->first_param + l->nparams; p++) {
+      o->param_slot_off[p] = at;
+      at += (m->params[p].numel + 15) & ~(size_t)15;
+    }
+    o->layer_floats[i] = at;
+    if (at > widest) widest = at;
+  }
+  return widest ? widest : 16;
+}
+
+gt_status gt_offload_create(gt_model *m) {
+  const gt_model_config *c = &m->cfg;
+  if (c->offload_window <= 0) return GT_OK;
+  if (c->offload_window > GT_OFFLOAD_MAX_WINDOW)
+    return gt_errorf(GT_EINVAL, "offload window of %d layers is more than the %d allowed", c->offload_window,
+                     GT_OFFLOAD_MAX_WINDOW);
+  if (c->offload_prefetch < 0)
+    return gt_errorf(GT_EINVAL, "offload prefetch depth must be >= 0, got %d", c->offload_prefetch);
+  gt_offload *o = calloc(1, sizeof *o);
+  if (!o) return gt_errorf(GT_ENOMEM, "out of host memory for offloading");
+  m->off = o;
+  int local = 0;
+  for (int i = 0; i < m->nlayers; i++) local += m->layers[i]->local;
+  /* More slots than layers would never be used. */
+  o->window = c->offload_window < local ? c->offload_window : (local ? local : 1);
+  int depth = c->offload_prefetch ? c->offload_prefetch : 1;
+  o->depth = depth < o->window - 1 ? depth : o->window - 1;
+  bool ok = true;
+  int W = o->window, L = m->nlayers, P = m->nparams;
+  o->w32 = cal((size_t)W, sizeof *o->w32, &ok);
+  o->w16 = cal((size_t)W, sizeof *o->w16, &ok);
+  o->slot_layer = cal((size_t)W, sizeof *o->slot_layer, &ok);
+  o->slot_tick = cal((size_t)W, sizeof *o->slot_tick, &ok);
+  o->slot_bf16_ok = cal((size_t)W, sizeof *o->slot_bf16_ok, &ok);
+  o->fetched = cal((size_t)W, sizeof *o->fetched, &ok);
+  o->released = cal((size_t)W, sizeof *o->released, &ok);
+  o->layer_slot = cal((size_t)L, sizeof *o->layer_slot, &ok);
+  o->layer_version = cal((size_t)L, sizeof *o->layer_version, &ok);
+  o->layer_floats = cal((size_t)L, sizeof *o->layer_floats, &ok);
+  o->param_slot_off = cal((size_t)P, sizeof *o->param_slot_off, &ok);
+  o->grad_zero = cal((size_t)P, sizeof *o->grad_zero, &ok);
+  if (!ok) return gt_errorf(GT_ENOMEM, "out of host memory for offloading");
+  o->slot_floats = lay_out_slots(m, o);
+  for (int i = 0; i < L; i++) o->layer_slot[i] = -1;
+  o->version = 1;
+  gt_backend *be = m->be;
+  size_t bytes = o->slot_floats * sizeof(float);
+  for (int s = 0; s < W; s++) {
+    o->slot_layer[s] = -1;
+    gt_status st = gt_arena_alloc(m->arena, bytes, (void **)&o->w32[s]);
+    if (st == GT_OK) st = gt_event_create(be, &o->fetched[s]);
+    if (st == GT_OK) st = gt_event_create(be, &o->released[s]);
+    if (st == GT_OK) st = gt_event_record(be, o->released[s], NULL);
+    if (st != GT_OK) return gt_error_context(st, "offloading: weight slot %d of %d (%zu bytes each)", s, W, bytes);
+  }
+  for (int k = 0; k < 2; k++) {
+    o->g_layer[k] = -1;
+    gt_status st = gt_arena_alloc(m->arena, bytes, (void **)&o->g32[k]);
+    if (st == GT_OK) st = gt_event_create(be, &o->g_done[k]);
+    if (st != GT_OK) return gt_error_context(st, "offloading: gradient slot %d (%zu bytes)", k, bytes);
+  }
+  return GT_OK;
+}
+
+/* bf16 copies of the slots, for a model switched to bf16 precision. */
+gt_status gt_offload_set_precision(gt_model *m, gt_precision p) {
+  gt_offload *o = m->off;
+  for (int s = 0; s < o->window; s++) {
+    if (p == GT_PRECISION_BF16 && !o->w16[s]) {
+      gt_status st = gt_arena_alloc(m->arena, o->slot_floats * sizeof(uint16_t), (void **)&o->w16[s]);
+      if (st != GT_OK) return gt_error_context(st, "offloading: the bf16 copy of weight slot %d", s);
+    } else if (p != GT_PRECISION_BF16) {
+      gt_arena_free(m->arena, o->w16[s]);
+      o->w16[s] = NULL;
+    }
+    o->slot_bf16_ok[s] = false;
+  }
+  return GT_OK;
+}
+
+void gt_offload_params_changed(gt_model *m) {
+  if (m->off) m->off->version++;
+}
+
+/* Queues the copy of layer i's weights into slot s on the copy stream. */
+static gt_status fetch(gt_model *m, int i, int s) {
+  gt_offload *o = m->off;
+  gt_backend *be = m->be;
+  gt_stream *cs = gt_backend_copy_stream(be);
+  int old = o->slot_layer[s];
+  if (old >= 0) o->layer_slot[old] = -1;
+  o->slot_layer[s] = i;
+  o->layer_slot[i] = s;
+  o->layer_version[i] = o->version;
+  o->slot_bf16_ok[s] = false;
+  /* The slot's previous layer may still be read by queued kernels. */
+  GT_TRY(gt_stream_wait_event(be, cs, o->released[s]));
+  const gt_layer *l = m->layers[i];
+  for (int p = l->first_param; p < l->first_param + l->nparams; p++) {
+    const gt_param *pp = &m->params[p];
+    size_t n = pp->numel * sizeof(float);
+    GT_TRY(gt_backend_memcpy(be, o->w32[s] + o->param_slot_off[p], m->param_buf + pp->offset, n, GT_COPY_H2D, cs));
+    o->stats.bytes_in += n;
+  }
+  o->stats.fetches++;
+  return gt_event_record(be, o->fetched[s], cs);
+}
+
+static bool resident(const gt_offload *o, int i) {
+  return o->layer_slot[i] >= 0 && o->layer_version[i] == o->version;
+}
+
+/* Puts layer i in a slot: its own if current, else the least recently
+ * used one (never one touched at `now`, the layers this call holds). */
+static gt_status place(gt_model *m, int i, uint64_t now) {
+  gt_offload *o = m->off;
+  if (o->layer_floats[i] == 0) return GT_OK;
+  int s = o->layer_slot[i];
+  if (s < 0) {
+    for (int k = 0; k < o->window; k++) {
+      if (o->slot_tick[k] == now && o->slot_layer[k] >= 0) continue;
+      if (s < 0 || o->slot_tick[k] < o->slot_tick[s]) s = k;
+    }
+    if (s < 0) return gt_errorf(GT_ESTATE, "offloading: no free weight slot for layer %d", i);
+  }
+  o->slot_tick[s] = now;
+  if (!resident(o, i)) GT_TRY(fetch(m, i, s));
+  return GT_OK;
+}
+
+gt_status gt_offload_layer_ready(gt_model *m, int i, int lo, int hi, int dir) {
+  gt_offload *o = m->off;
+  gt_backend *be = m->be;
+  uint64_t now = ++o->tick;
+  GT_TRY(place(m, i, now));
+  /* Layers ahead, fetched while this one computes. */
+  for (int d = 1; d <= o->depth; d++) {
+    int j = i + d * dir;
+    if (j < lo || j > hi) break;
+    GT_TRY(place(m, j, now));
+  }
+  int s = o->layer_slot[i];
+  if (s < 0) return GT_OK; /* no parameters */
+  /* On the CPU backend the compute stream is this thread, so this is the
+   * time compute stood still for a transfer (on a GPU the wait is queued
+   * and costs the host nothing). */
+  double t0 = now_s();
+  GT_TRY(gt_stream_wait_event(be, NULL, o->fetched[s]));
+  o->stats.wait_seconds += now_s() - t0;
+  if (o->w16[s] && !o->slot_bf16_ok[s]) {
+    GT_TRY(gt_op_f32_to_bf16(be, o->w16[s], o->w32[s], o->layer_floats[i]));
+    o->slot_bf16_ok[s] = true;
+  }
+  return GT_OK;
+}
+
+gt_status gt_offload_layer_done(gt_model *m, int i) {
+  gt_offload *o = m->off;
+  int s = o->layer_slot[i];
+  return s >= 0 ? gt_event_record(m->be, o->released[s], NULL) : GT_OK;
+}
+
+/* ---- gradients ---- */
+
+static gt_status wait_grad_slot(gt_model *m, int k) {
+  gt_offload *o = m->off;
+  if (!o->g_pending[k]) return GT_OK;
+  double t0 = now_s();
+  GT_TRY(gt_event_sync(m->be, o->g_done[k]));
+  o->stats.wait_seconds += now_s() - t0;
+  o->g_pending[k] = false;
+  return GT_OK;
+}
+
+/* Whether layer j (-1: none) holds parameter p's storage too. */
+static bool shares_storage(const gt_model *m, int j, int p) {
+  if (j < 0) return false;
+  const gt_layer *l = m->layers[j];
+  for (int q = l->first_param; q < l->first_param + l->nparams; q++)
+    if (storage_of(m, q) == storage_of(m, p)) return true;
+  return false;
+}
+
+gt_status gt_offload_grads_begin(gt_model *m, int i) {
+  gt_offload *o = m->off;
+  gt_backend *be = m->be;
+  int k = o->g_next;
+  o->g_next ^= 1;
+  GT_TRY(wait_grad_slot(m, k));
+  o->g_layer[k] = i;
+  const gt_layer *l = m->layers[i];
+  for (int p = l->first_param; p < l->first_param + l->nparams; p++) {
+    const gt_param *pp = &m->params[p];
+    float *dst = o->g32[k] + o->param_slot_off[p];
+    size_t n = pp->numel * sizeof(float);
+    if (o->grad_zero[storage_of(m, p)]) {
+      GT_TRY(gt_backend_memset(be, dst, 0, n, NULL));
+      continue;
+    }
+    /* The host's gradient may still be arriving from the other slot: a
+     * tied parameter whose other user ran just before. */
+    if (shares_storage(m, o->g_layer[k ^ 1], p)) GT_TRY(wait_grad_slot(m, k ^ 1));
+    GT_TRY(gt_backend_memcpy(be, dst, m->grad_buf + pp->offset, n, GT_COPY_H2D, NULL));
+    o->stats.bytes_in += n;
+  }
+  return GT_OK;
+}
+
+gt_status gt_offload_grads_end(gt_model *m, int i) {
+  gt_offload *o = m->off;
+  gt_backend *be = m->be;
+  int k = o->g_layer[0] == i ? 0 : 1;
+  gt_stream *cs = gt_backend_copy_stream(be);
+  GT_TRY(gt_event_record(be, o->g_done[k], NULL));
+  GT_TRY(gt_stream_wait_event(be, cs, o->g_done[k]));
+  const gt_layer *l = m->layers[i];
+  for (int p = l->first_param; p < l->first_param + l->nparams; p++) {
+    const gt_param *pp = &m->params[p];
+    size_t n = pp->numel * sizeof(float);
+    GT_TRY(gt_backend_memcpy(be, m->grad_buf + pp->offset, o->g32[k] + o->param_slot_off[p], n, GT_COPY_D2H, cs));
+    o->grad_zero[storage_of(m, p)] = false;
+    o->stats.bytes_out += n;
+  }
+  GT_TRY(gt_event_record(be, o->g_done[k], cs));
+  o->g_pending[k] = true;
+  return GT_OK;
+}
+
+gt_status gt_offload_grads_wait(gt_model *m, int i) {
+  gt_offload *o = m->off;
+  for (int k = 0; k < 2; k++)
+    if (o->g_layer[k] == i) GT_TRY(wait_grad_slot(m, k));
+  return GT_OK;
+}
+
+void gt_offload_grads_zeroed(gt_model *m) {
+  gt_offload *o = m->off;
+  if (!o) return;
+  for (int p = 0; p < m->nparams; p++) o->grad_zero[p] = true;
+}
+
+float *gt_offload_param(const gt_layer *self, int i) {
+  const gt_model *m = self->model;
+  const gt_offload *o = m->off;
+  int s = o->layer_slot[self->index];
+  return s < 0 ? NULL : o->w32[s] + o->param_slot_off[self->first_param + i];
+}
+
+const uint16_t *gt_offload_param_bf16(const gt_layer *self, int i) {
+  const gt_model *m = self->model;
+  const gt_offload *o = m->off;
+  int s = o->layer_slot[self->index];
+  return s < 0 || !o->w16[s] ? NULL : o->w16[s] + o->param_slot_off[self->first_param + i];
+}
+
+float *gt_offload_grad(const gt_layer *self, int i) {
+  const gt_offload *o = self->model->off;
+  int k = o->g_layer[0] == self->index ? 0 : o->g_layer[1] == self->index ? 1 : -1;
+  return k < 0 ? NULL : o->g32[k] + o->param_slot_off[self->first_param + i];
+}
+
+gt_offload_stats gt_model_offload_stats(const gt_model *m) {
+  gt_offload_stats s = {0};
+  if (!m->off) return s;
+  s = m->off->stats;
+  s.window = m->off->window;
+  s.prefetch = m->off->depth;
+  s.slot_bytes = m->off->slot_floats * sizeof(float);
+  return s;
+}

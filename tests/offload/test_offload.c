@@ -1,0 +1,239 @@
+/* Offloading against no offloading: the same training, bit for bit.
+ *
+ * A 6-layer GPT (8 layers in the model's list: embedding, blocks, final
+ * LayerNorm, the LM head tied to the embedding) trains 20 steps of 2
+ * micro-batches with AdamW and clipping, with and without offloading, at
+ * one process, dp=2 (also with ZeRO-1), tp=2 and pp=2 (1F1B), in fp32 and
+ * bf16, with windows of 1, 2 and every layer. The losses and the final
+ * parameters must be identical to the last bit: offloading moves bytes and
+ * changes no arithmetic (core/model/offload.c).
+ *
+ * The device budget: a GPT whose weights, gradients and AdamW state are
+ * more than 6 times the budget trains offloaded inside it, and fails at
+ * start without offloading, with the budget's message.
+ *
+ * Ranks are forked (localkit); results come back in shared memory, each rank
+ * writing what it holds into the single-process layout. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "localkit/ranks.h"
+#include "examples/gpt/gpt.h"
+#include "giant/dist.h"
+#include "giant/plan.h"
+#include "parallel/train_result.h"
+
+enum { V = 64, T = 8, C = 32, NH = 4, L = 6, ROWS = 2, M = 2, STEPS = 20, ALL = 64 };
+
+typedef train_result result;
+
+typedef struct run_cfg {
+  const char *layout; /* NULL: one process */
+  bool zero1;
+  gt_precision precision;
+  int window;         /* 0: no offloading; ALL: every layer */
+  result *out;
+} run_cfg;
+
+static void batch_for(int s, int k, int32_t *in, int32_t *tg) {
+  for (int r = 0; r < ROWS; r++) {
+    int stride = 1 + (r + k + s) % 5, start = (s * 13 + k * 5 + r * 7) % V;
+    for (int t = 0; t < T; t++) {
+      in[r * T + t] = (start + t * stride) % V;
+      tg[r * T + t] = (start + (t + 1) * stride) % V;
+    }
+  }
+}
+
+static int train(int rank, int world, void *arg) {
+  run_cfg *cfg = arg;
+  result *out = cfg->out;
+  gt_backend *be;
+  CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
+  gt_backend_set_peak_flops(be, 1e9);
+  gt_store *store;
+  gt_dist *dist;
+  gt_plan plan;
+  train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = cfg->layout, .schedule = GT_PP_1F1B,
+                                    .zero1 = cfg->zero1},
+                  "gen0", &store, &plan, &dist);
+  int rows = ROWS / plan.layout.dp, row0 = plan.me.dp * rows;
+  gt_model *m;
+  gt_model_config mc = {.B_max = rows, .T_max = T, .seed = 42, .offload_window = cfg->window};
+  CHECK_OK(gt_model_create(be, &mc, &m));
+  if (dist) {
+    gt_model_parallel mp = gt_dist_model_parallel(dist);
+    CHECK_OK(gt_model_set_parallel(m, &mp));
+  }
+  gpt_config gc = {.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = L, .tie_weights = true};
+  CHECK_OK(gpt_add_layers(m, &gc));
+  CHECK_OK(gt_model_build(m));
+  if (dist) CHECK_OK(gt_plan_check_model(&plan, m));
+  CHECK(gt_model_offloaded(m) == (cfg->window > 0));
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = M,
+                          .dist = dist, .precision = cfg->precision,
+                          .schedule = (gt_lr_schedule){3e-3f, 3e-4f, 2, STEPS}};
+  gt_trainer *tr;
+  CHECK_OK(gt_trainer_create(m, &tc, &tr));
+  int32_t in[M][ROWS * T], tg[M][ROWS * T];
+  gt_batch b[M];
+  for (int s = 0; s < STEPS; s++) {
+    for (int k = 0; k < M; k++) {
+      batch_for(s, k, in[k], tg[k]);
+      b[k] = (gt_batch){.B = rows, .T = T, .inputs = in[k] + row0 * T, .targets = tg[k] + row0 * T};
+    }
+    gt_step_stats st;
+    CHECK_OK(gt_trainer_step_batches(tr, b, M, &st));
+    if (rank == 0) out->losses[s] = st.loss, out->norms[s] = st.grad_norm;
+  }
+  if (cfg->window > 0) {
+    /* The window really moved weights: every step refetches each layer
+     * after the update (at least), and gradients went back. */
+    gt_offload_stats os = gt_model_offload_stats(m);
+    CHECK(os.window >= 1 && os.fetches >= (uint64_t)STEPS && os.bytes_out > 0);
+  }
+  size_t n = gt_model_buffer_floats(m);
+  float *p = malloc(n * sizeof *p);
+  CHECK_OK(gt_model_get_params(m, p, n));
+  if (!cfg->layout) train_result_set_layout(out, m);
+  if (dist) CHECK_OK(gt_comm_barrier(gt_grid_world(gt_dist_grid(dist))));
+  if (plan.me.dp == 0) train_result_write(out, m, p, plan.me.tp);
+  if (dist) CHECK_OK(gt_comm_barrier(gt_grid_world(gt_dist_grid(dist))));
+  free(p);
+  gt_trainer_destroy(tr);
+  gt_model_destroy(m);
+  gt_dist_destroy(dist);
+  gt_store_destroy(store);
+  gt_backend_destroy(be);
+  return RANK_OK;
+}
+
+static result *run(const char *layout, bool zero1, gt_precision prec, int window, const result *layout_of) {
+  result *r = train_result_new(layout_of);
+  run_cfg cfg = {.layout = layout, .zero1 = zero1, .precision = prec, .window = window, .out = r};
+  int world = 1;
+  if (layout) world = 2;
+  int codes[2];
+  int bad = harness_run(world, train, &cfg, 240, codes);
+  if (bad) fail_msg("%s%s %s window %d: %d rank(s) failed", layout ? layout : "one process", zero1 ? " + ZeRO-1" : "",
+                    gt_precision_name(prec), window, bad);
+  return r;
+}
+
+/* Offloaded runs at windows 1, 2 and all against the same layout without. */
+static void case_layout(const char *layout, bool zero1) {
+  for (int pi = 0; pi < 2; pi++) {
+    gt_precision prec = pi ? GT_PRECISION_BF16 : GT_PRECISION_FP32;
+    result *ref = run(NULL, false, prec, 0, NULL); /* the single-process layout */
+    if (layout) ref = run(layout, zero1, prec, 0, ref);
+    static const int windows[] = {1, 2, ALL};
+    for (int w = 0; w < 3; w++) {
+      result *r = run(layout, zero1, prec, windows[w], ref);
+      print_message("%-14s %s%s window %-3d loss %.4f -> %.4f\n", layout ? layout : "one process",
+                    gt_precision_name(prec), zero1 ? " ZeRO-1" : "", windows[w], r->losses[0], r->losses[STEPS - 1]);
+      assert_memory_equal(r->losses, ref->losses, sizeof r->losses);
+      assert_memory_equal(r->params, ref->params, ref->nparams * sizeof(float));
+      assert_true(r->losses[STEPS - 1] < r->losses[0]);
+    }
+  }
+}
+
+static void test_one_process(void **state) { (void)state, case_layout(NULL, false); }
+static void test_dp2(void **state) { (void)state, case_layout("dp=2", false); }
+static void test_dp2_zero1(void **state) { (void)state, case_layout("dp=2", true); }
+static void test_tp2(void **state) { (void)state, case_layout("tp=2", false); }
+static void test_pp2(void **state) { (void)state, case_layout("pp=2", false); }
+
+/* ---- the device budget ---- */
+
+enum { BL = 12, BC = 128, BNH = 4, BT = 16, BV = 320, BB = 1 };
+
+typedef struct budget_cfg {
+  int window;
+  size_t budget;
+  /* out */
+  gt_status status;
+  char message[512];
+  size_t params, peak;
+  float loss0, loss_last;
+} budget_cfg;
+
+static int train_budget(int rank, int world, void *arg) {
+  (void)rank, (void)world;
+  budget_cfg *cfg = arg;
+  gt_backend *be;
+  CHECK_OK(gt_backend_create(
+      &(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1, .device_mem_limit = cfg->budget}, &be));
+  gt_backend_set_peak_flops(be, 1e9);
+  gt_model *m = NULL;
+  gt_trainer *tr = NULL;
+  gt_model_config mc = {.B_max = BB, .T_max = BT, .seed = 7, .offload_window = cfg->window};
+  gpt_config gc = {.vocab_size = BV, .T_max = BT, .C = BC, .NH = BNH, .L = BL, .tie_weights = true};
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 1,
+                          .schedule = (gt_lr_schedule){3e-3f, 3e-4f, 0, 5}};
+  gt_status s = gt_model_create(be, &mc, &m);
+  if (s == GT_OK) s = gpt_add_layers(m, &gc);
+  if (s == GT_OK) s = gt_model_build(m);
+  if (s == GT_OK) cfg->params = gt_model_param_count(m);
+  if (s == GT_OK) s = gt_trainer_create(m, &tc, &tr);
+  int32_t in[BB * BT], tg[BB * BT];
+  for (int step = 0; s == GT_OK && step < 5; step++) {
+    for (int i = 0; i < BB * BT; i++) in[i] = (i * 7 + 3) % BV, tg[i] = (i * 7 + 10) % BV;
+    gt_batch b = {.B = BB, .T = BT, .inputs = in, .targets = tg};
+    gt_step_stats st;
+    s = gt_trainer_step_batches(tr, &b, 1, &st);
+    if (s == GT_OK && step == 0) cfg->loss0 = st.loss;
+    if (s == GT_OK) cfg->loss_last = st.loss;
+  }
+  cfg->status = s;
+  if (s != GT_OK) snprintf(cfg->message, sizeof cfg->message, "%s", gt_last_error());
+  cfg->peak = gt_backend_mem(be).peak;
+  gt_trainer_destroy(tr);
+  gt_model_destroy(m);
+  gt_backend_destroy(be);
+  return RANK_OK;
+}
+
+static void test_budget(void **state) {
+  (void)state;
+  budget_cfg *cfg = harness_shared(sizeof *cfg);
+  /* The model's size first, with no budget. */
+  *cfg = (budget_cfg){.window = 1};
+  int codes[1];
+  if (harness_run(1, train_budget, cfg, 240, codes)) fail_msg("sizing run failed");
+  assert_int_equal(cfg->status, GT_OK);
+  /* Weights, gradients and AdamW's two moments: 16 bytes a parameter. */
+  size_t state_bytes = cfg->params * 16, budget = state_bytes / 6;
+  print_message("GPT L=%d C=%d: %zu parameters, %zu bytes of state, budget %zu bytes (1/6)\n", BL, BC, cfg->params,
+                state_bytes, budget);
+
+  *cfg = (budget_cfg){.window = 1, .budget = budget};
+  if (harness_run(1, train_budget, cfg, 240, codes)) fail_msg("offloaded run failed");
+  if (cfg->status != GT_OK) fail_msg("offloaded under the budget: %s", cfg->message);
+  print_message("offloaded, window 1: device peak %zu bytes of %zu; loss %.4f -> %.4f\n", cfg->peak, budget,
+                cfg->loss0, cfg->loss_last);
+  assert_true(cfg->peak <= budget);
+  assert_true(cfg->loss_last < cfg->loss0);
+
+  *cfg = (budget_cfg){.window = 0, .budget = budget};
+  if (harness_run(1, train_budget, cfg, 240, codes)) fail_msg("run without offloading crashed");
+  print_message("without offloading: %s\n", cfg->message);
+  assert_int_equal(cfg->status, GT_ENOMEM);
+  assert_non_null(strstr(cfg->message, "device memory budget exceeded"));
+  assert_non_null(strstr(cfg->message, "asked for"));
+  assert_non_null(strstr(cfg->message, "in use"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_one_process), cmocka_unit_test(test_dp2), cmocka_unit_test(test_dp2_zero1),
+      cmocka_unit_test(test_tp2),         cmocka_unit_test(test_pp2), cmocka_unit_test(test_budget),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
