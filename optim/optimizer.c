@@ -48,7 +48,7 @@ gt_status gt_optimizer_create_range(gt_model *m, const gt_optim_config *cfg, siz
   o->cfg = *cfg;
   o->lo = lo;
   o->hi = hi;
-  gt_backend *be = gt_model_backend(m);
+  gt_backend *be = gt_model_state_backend(m);
   size_t bytes = (hi - lo ? hi - lo : 1) * sizeof(float);
   int nstate = cfg->kind == GT_OPTIM_ADAMW ? 2 : 1;
   for (int i = 0; i < nstate; i++) {
@@ -78,7 +78,7 @@ void gt_optimizer_set_steps(gt_optimizer *o, int steps) { o->steps = steps; }
 
 gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale) {
   gt_model *m = o->m;
-  gt_backend *be = gt_model_backend(m);
+  gt_backend *be = gt_model_state_backend(m);
   float *p = gt_model_params(m), *g = gt_model_grads(m);
   o->steps++;
   gt_model_params_changed(m);

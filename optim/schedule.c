@@ -12,13 +12,15 @@ float gt_lr_at(const gt_lr_schedule *s, int step) {
   return (float)(s->lr_min + (s->lr_max - s->lr_min) * cosine);
 }
 
+/* The sums run where the gradients are: the device, or the host for an
+ * offloaded model (gt_model_state_backend). */
 gt_status gt_grad_norm(gt_model *m, double *norm) {
-  gt_backend *be = gt_model_backend(m);
+  gt_backend *be = gt_model_state_backend(m);
   double *dev = NULL, host = 0;
-  GT_TRY(gt_arena_alloc(gt_model_arena(m), sizeof(double), (void **)&dev));
+  GT_TRY(gt_model_state_alloc(m, sizeof(double), (void **)&dev));
   gt_status s = gt_op_sum_squares(be, dev, gt_model_grads(m), gt_model_buffer_floats(m));
   if (s == GT_OK) s = gt_backend_download(be, &host, dev, sizeof host);
-  gt_arena_free(gt_model_arena(m), dev);
+  gt_model_state_free(m, dev);
   *norm = sqrt(host);
   return s;
 }
@@ -30,10 +32,10 @@ float gt_clip_factor(double norm, float max_norm) {
 
 gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards, gt_group *tp, gt_group *pp,
                             double *norm) {
-  gt_backend *be = gt_model_backend(m);
+  gt_backend *be = gt_model_state_backend(m);
   int np = gt_model_num_params(m);
   double *dev = NULL;
-  GT_TRY(gt_arena_alloc(gt_model_arena(m), (size_t)(np ? np : 1) * sizeof(double), (void **)&dev));
+  GT_TRY(gt_model_state_alloc(m, (size_t)(np ? np : 1) * sizeof(double), (void **)&dev));
   double *host = calloc((size_t)(np ? np : 1), sizeof *host);
   gt_status s = host ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory");
   /* One partial sum per parameter, so split and whole ones can be told apart. */
@@ -52,7 +54,8 @@ gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards,
     s = gt_op_sum_squares(be, dev + i, g + a, b - a);
   }
   if (s == GT_OK) s = gt_backend_download(be, host, dev, (size_t)np * sizeof(double));
-  gt_arena_free(gt_model_arena(m), dev);
+  gt_model_state_free(m, dev);
+  be = gt_model_backend(m); /* the groups carry device memory */
   /* [0] split parameters, [1] whole ones. The groups carry floats in
    * device memory; a squared norm keeps its relative precision in float. */
   double sums[2] = {0, 0};

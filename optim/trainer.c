@@ -283,7 +283,7 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
    * accumulated and reduced, as a flipped bit would put there. */
   if (gt_fault_nangrad(&t->faults, t->step)) {
     float nan = NAN;
-    GT_TRY(gt_backend_upload(gt_model_backend(t->m), gt_model_grads(t->m), &nan, sizeof nan));
+    GT_TRY(gt_backend_upload(gt_model_state_backend(t->m), gt_model_grads(t->m), &nan, sizeof nan));
   }
   if (t->pipe) {
     GT_TRY(pipeline_batches(t, loader, batches, &st));

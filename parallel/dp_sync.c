@@ -127,7 +127,7 @@ gt_status gt_dp_sync_finish(gt_dp_sync *s) {
     /* Reduce-scatter the whole buffer; each rank keeps its shard's average. */
     size_t S = s->shard_hi - s->shard_lo;
     GT_TRY(gt_comm_reduce_scatter(s->dp, gt_model_grads(m), s->shard, S, GT_F32, GT_COMM_SUM));
-    gt_backend *be = gt_model_backend(m);
+    gt_backend *be = gt_model_state_backend(m);
     GT_TRY(gt_backend_memcpy(be, gt_model_grads(m) + s->shard_lo, s->shard, S * sizeof(float), GT_COPY_D2D,
                              NULL));
     s->stats.wait_seconds = gt_now() - t0;

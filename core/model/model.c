@@ -322,7 +322,7 @@ static gt_status init_params(gt_model *m) {
     for (size_t j = 0; j < p->numel; j++)
       host[p->offset + j] = gt_init_value(m->cfg.seed, name, gt_param_global_index(p, j), p->init, p->std);
   }
-  gt_status s = gt_backend_upload(m->be, m->param_buf, host, m->nfloats * sizeof *host);
+  gt_status s = gt_backend_upload(gt_model_state_backend(m), m->param_buf, host, m->nfloats * sizeof *host);
   free(host);
   return s;
 }
@@ -460,7 +460,7 @@ gt_status gt_model_build(gt_model *m) {
   m->host_losses = malloc((size_t)B * (size_t)T * sizeof(float));
   if (!m->host_losses) return gt_errorf(GT_ENOMEM, "out of host memory for the loss buffer");
   m->built = true;
-  if (m->cfg.no_init) GT_TRY(gt_backend_memset(m->be, m->param_buf, 0, m->nfloats * sizeof(float), NULL));
+  if (m->cfg.no_init) GT_TRY(gt_backend_memset(gt_model_state_backend(m), m->param_buf, 0, m->nfloats * sizeof(float), NULL));
   else GT_TRY(init_params(m));
   return gt_model_zero_grads(m);
 }
@@ -474,10 +474,12 @@ gt_status gt_model_set_grad_hook(gt_model *m, gt_status (*hook)(void *ctx, int l
 gt_status gt_model_zero_grads(gt_model *m) {
   if (!m->built) return gt_errorf(GT_ESTATE, "the model is not built yet (call gt_model_build)");
   gt_offload_grads_zeroed(m);
-  return gt_backend_memset(m->be, m->grad_buf, 0, m->nfloats * sizeof(float), NULL);
+  return gt_backend_memset(gt_model_state_backend(m), m->grad_buf, 0, m->nfloats * sizeof(float), NULL);
 }
 
 bool gt_model_offloaded(const gt_model *m) { return m->cfg.offload_window > 0; }
+
+gt_backend *gt_model_state_backend(const gt_model *m) { return m->host_be ? m->host_be : m->be; }
 
 gt_status gt_model_state_alloc(gt_model *m, size_t bytes, void **ptr) {
   if (!gt_model_offloaded(m)) return gt_arena_alloc(m->arena, bytes, ptr);
@@ -499,16 +501,16 @@ static gt_status check_n(const gt_model *m, size_t n) {
 
 gt_status gt_model_get_params(gt_model *m, float *host, size_t n) {
   GT_TRY(check_n(m, n));
-  return gt_backend_download(m->be, host, m->param_buf, n * sizeof(float));
+  return gt_backend_download(gt_model_state_backend(m), host, m->param_buf, n * sizeof(float));
 }
 
 gt_status gt_model_set_params(gt_model *m, const float *host, size_t n) {
   GT_TRY(check_n(m, n));
   gt_model_params_changed(m);
-  return gt_backend_upload(m->be, m->param_buf, host, n * sizeof(float));
+  return gt_backend_upload(gt_model_state_backend(m), m->param_buf, host, n * sizeof(float));
 }
 
 gt_status gt_model_get_grads(gt_model *m, float *host, size_t n) {
   GT_TRY(check_n(m, n));
-  return gt_backend_download(m->be, host, m->grad_buf, n * sizeof(float));
+  return gt_backend_download(gt_model_state_backend(m), host, m->grad_buf, n * sizeof(float));
 }

@@ -52,6 +52,7 @@ struct gt_model {
   int nreaders;
   /* offloading (offload.c): NULL unless cfg.offload_window > 0 */
   gt_offload *off;
+  gt_backend *host_be; /* offloaded from a device that is not the CPU: the state's backend */
 };
 
 struct gt_acts {

@@ -92,6 +92,8 @@ void gt_offload_destroy(gt_model *m) {
   free(o->param_slot_off), free(o->layer_floats), free(o->grad_zero);
   free(o);
   m->off = NULL;
+  gt_backend_destroy(m->host_be);
+  m->host_be = NULL;
 }
 
 static void *cal(size_t n, size_t size, bool *ok) {
@@ -129,6 +131,11 @@ gt_status gt_offload_create(gt_model *m) {
   gt_offload *o = calloc(1, sizeof *o);
   if (!o) return gt_errorf(GT_ENOMEM, "out of host memory for offloading");
   m->off = o;
+  if (gt_backend_kind(m->be) != GT_DEVICE_CPU) {
+    /* The update and the norm run where the state is, on host threads. */
+    gt_status st = gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU}, &m->host_be);
+    if (st != GT_OK) return gt_error_context(st, "offloading: the host backend for the optimizer");
+  }
   int local = 0;
   for (int i = 0; i < m->nlayers; i++) local += m->layers[i]->local;
   /* More slots than layers would never be used. */

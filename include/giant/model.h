@@ -180,6 +180,11 @@ bool gt_model_offloaded(const gt_model *m);
  * is offloaded. Freeing NULL does nothing. */
 gt_status gt_model_state_alloc(gt_model *m, size_t bytes, void **ptr);
 void gt_model_state_free(gt_model *m, void *ptr);
+/* The backend whose kernels run on that state (the optimizer's update, the
+ * gradient norm): the model's own, or, for a model offloaded from a GPU,
+ * a CPU backend the model holds, so that the update runs on host threads
+ * where the state is. */
+gt_backend *gt_model_state_backend(const gt_model *m);
 
 typedef struct gt_offload_stats {
   int window, prefetch;        /* as run: clipped to the layers this rank holds */
