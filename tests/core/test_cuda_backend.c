@@ -1,8 +1,9 @@
 /* The CUDA backend beyond the kernel suite: device selection and its
  * errors, arenas reaching a steady state without device allocations,
  * copies ordered across streams by events, out-of-memory reporting, the
- * bf16 GEMM path (gemm_ex) against a double reference, and bad ids that
- * must fail before anything is written. Skipped (77) without a GPU.
+ * bf16 GEMM path (gemm_ex) against a double reference, bad ids that must
+ * fail before anything is written (GT_CUDA_CHECK_IDS=1) or be skipped by
+ * the kernels (by default). Skipped (77) without a GPU.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -318,9 +319,15 @@ static void test_gemm_ex(void **state) {
   free(a), free(b), free(c), free(want);
 }
 
-/* Bad ids fail before the kernel runs: outputs and gradients untouched. */
+/* With GT_CUDA_CHECK_IDS=1, bad ids fail before the kernel runs: outputs
+ * and gradients untouched. */
 static void test_bad_ids_change_nothing(void **state) {
   (void)state;
+  gt_backend *shared = be;
+  setenv("GT_CUDA_CHECK_IDS", "1", 1);
+  gt_status created = create_cuda(0, &be);
+  unsetenv("GT_CUDA_CHECK_IDS");
+  OK(created);
   enum { N = 6, V = 10, C = 8 };
   float logits[N * V], back[N * V];
   for (int i = 0; i < N * V; i++) logits[i] = uniform();
@@ -358,6 +365,48 @@ static void test_bad_ids_change_nothing(void **state) {
   gt_backend_free(be, dwte);
   gt_backend_free(be, ddout);
   gt_backend_free(be, dwe);
+  gt_backend_destroy(be);
+  be = shared;
+}
+
+/* By default the kernels take ids as the host checked them, without a
+ * synchronising check of their own: an id out of range is skipped (a
+ * target >= V is an ignored row, a negative token adds nothing), never
+ * used as an index, and nothing waits for the stream. */
+static void test_bad_ids_unchecked(void **state) {
+  (void)state;
+  enum { N = 4, V = 6, C = 4 };
+  float logits[N * V], losses[N], back[N * V];
+  for (int i = 0; i < N * V; i++) logits[i] = uniform();
+  int32_t targets[N] = {1, V, -1, V + 1000000};
+  float *dl = dput(logits, sizeof logits), *dloss = dput(losses, sizeof losses);
+  int32_t *dt = dput(targets, sizeof targets);
+  OK(gt_op_softmax_xent_forward(be, dloss, dl, dl, dt, N, V));
+  OK(gt_stream_sync(be, NULL));
+  OK(gt_backend_download(be, losses, dloss, sizeof losses));
+  assert_true(losses[0] > 0.0f);
+  assert_true(losses[1] == 0.0f && losses[2] == 0.0f && losses[3] == 0.0f);
+  OK(gt_op_softmax_xent_backward(be, dl, dl, dt, 1.0f, N, V));
+  OK(gt_backend_download(be, back, dl, sizeof back));
+  for (int j = 0; j < V; j++) assert_true(back[V + j] == 0.0f && back[3 * V + j] == 0.0f);
+
+  int32_t tokens[2] = {1, -1000000};
+  float wte[V * C], out[2 * C], dwte[V * C];
+  for (int i = 0; i < V * C; i++) wte[i] = uniform();
+  int32_t *dtok = dput(tokens, sizeof tokens);
+  float *dwe = dput(wte, sizeof wte), *dout = dput(out, sizeof out);
+  OK(gt_op_embedding_forward(be, dout, dtok, dwe, NULL, 1, 2, C));
+  OK(gt_backend_download(be, out, dout, sizeof out));
+  for (int c = 0; c < C; c++) assert_true(out[c] == wte[C + c] && out[C + c] == 0.0f);
+  OK(gt_op_embedding_backward(be, dwe, NULL, dout, dtok, 1, 2, C));
+  OK(gt_backend_download(be, dwte, dwe, sizeof dwte));
+  for (int i = 0; i < V * C; i++) assert_true(dwte[i] == (i / C == 1 ? 2.0f * wte[i] : wte[i]));
+  gt_backend_free(be, dl);
+  gt_backend_free(be, dloss);
+  gt_backend_free(be, dt);
+  gt_backend_free(be, dtok);
+  gt_backend_free(be, dwe);
+  gt_backend_free(be, dout);
 }
 
 int main(void) {
@@ -383,6 +432,7 @@ int main(void) {
       cmocka_unit_test(test_device_selection), cmocka_unit_test(test_arena_steady_state),
       cmocka_unit_test(test_out_of_memory),    cmocka_unit_test(test_streams_and_events),
       cmocka_unit_test(test_gemm_ex),          cmocka_unit_test(test_bad_ids_change_nothing),
+      cmocka_unit_test(test_bad_ids_unchecked),
   };
   int failed = cmocka_run_group_tests_name("cuda_backend", tests, NULL, NULL);
   gt_backend_destroy(be);
