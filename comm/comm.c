@@ -120,6 +120,7 @@ static void *progress_main(void *arg) {
         if (st != GT_EABORTED && c->fail_status == GT_EABORTED) st = GT_EABORTED;
       }
     }
+    if (c->nccl) gt_comm_nccl_release(c, r);
     pthread_mutex_lock(&c->mu);
     snprintf(r->msg, sizeof r->msg, "%s", st == GT_OK ? "" : gt_last_error());
     r->status = st;
@@ -165,6 +166,13 @@ static gt_status enqueue(gt_comm *c, gt_comm_req *tmpl, gt_comm_req **out) {
   if (!r) return gt_errorf(GT_ENOMEM, "out of memory for a request");
   *r = *tmpl;
   r->comm = c, r->done = false, r->status = GT_OK, r->next = NULL, r->msg[0] = 0;
+  if (c->nccl) {
+    gt_status st = gt_comm_nccl_prepare(c, r);
+    if (st != GT_OK) {
+      free(r);
+      return st;
+    }
+  }
   pthread_mutex_lock(&c->mu);
   if (c->tail) c->tail->next = r;
   else c->head = r;
@@ -451,6 +459,11 @@ gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *r, double deadline) {
   (void)c, (void)r, (void)deadline;
   return gt_errorf(GT_EUNSUPPORTED, "this build has no NCCL");
 }
+gt_status gt_comm_nccl_prepare(gt_comm *c, gt_comm_req *r) {
+  (void)c, (void)r;
+  return gt_errorf(GT_EUNSUPPORTED, "this build has no NCCL");
+}
+void gt_comm_nccl_release(gt_comm *c, gt_comm_req *r) { (void)c, (void)r; }
 void gt_comm_nccl_abort(gt_comm *c) { (void)c; }
 void gt_comm_nccl_destroy(gt_comm *c) { (void)c; }
 #endif

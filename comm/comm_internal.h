@@ -31,6 +31,7 @@ struct gt_comm_req {
   int peer;         /* root, or the other rank of send / recv; sendrecv: dst */
   size_t count2;    /* sendrecv: elements received */
   int peer2;        /* sendrecv: src */
+  void *ready;      /* NCCL: the cudaEvent_t marking the input's producers */
   bool done;
   gt_status status;
   char msg[512];
@@ -148,6 +149,10 @@ void gt_comm_key(const gt_comm *c, char *out, size_t n, const char *fmt, ...)
 gt_status gt_comm_nccl_init(gt_comm *c, double deadline);
 gt_status gt_comm_nccl_split(gt_comm *parent, int color, int key, gt_comm **child);
 gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *r, double deadline);
+/* In the starting thread: marks the compute stream's work so far, which the
+ * operation will wait for. Release returns the mark once the request ends. */
+gt_status gt_comm_nccl_prepare(gt_comm *c, gt_comm_req *r);
+void gt_comm_nccl_release(gt_comm *c, gt_comm_req *r);
 void gt_comm_nccl_abort(gt_comm *c);
 void gt_comm_nccl_destroy(gt_comm *c);
 

@@ -9,10 +9,19 @@
  * only thread that touches the NCCL communicator. The unique id travels
  * through the store; sub-groups come from ncclCommSplit.
  *
- * Buffers are device pointers on the backend's device. The caller makes
- * sure their contents are ready (its compute stream synchronized, or
- * finished) before starting an operation; collectives run on a stream of
- * their own, so they overlap later compute. */
+ * Buffers are device pointers on the backend's device. Collectives run on a
+ * stream of their own, so they overlap later compute, and are ordered after
+ * the compute that produced their input: when an operation is started, in
+ * the caller's thread, an event is recorded on the backend's compute stream
+ * (gt_comm_nccl_prepare), and the NCCL stream waits for it before the NCCL
+ * call. The operation therefore sees every kernel queued before it was
+ * started, and writes no buffer those kernels still read. Work queued on
+ * another stream (the copy stream) is the caller's to order onto the
+ * compute stream first. In the other direction no event is needed: a
+ * request is done only once cudaStreamQuery reported the NCCL stream idle,
+ * so kernels queued after gt_comm_wait returns read finished results.
+ * Events come from a per-communicator pool, and go back to it when the
+ * request ends. */
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdio.h>
@@ -20,14 +29,21 @@
 #include <string.h>
 #include <time.h>
 
+#include "giant/cuda.h"
 #include "giant/log.h"
 #include "comm/comm_internal.h"
 
 struct nccl_state {
   ncclComm_t comm;
   cudaStream_t stream;
+  cudaStream_t compute; /* the backend's, which inputs are produced on */
   int device;
   float *scratch; /* one float for barriers */
+  /* Idle events, reused: callers' threads take them, the progress thread
+   * gives them back. */
+  pthread_mutex_t pool_mu;
+  cudaEvent_t *pool;
+  int npool, pool_cap;
 };
 
 static gt_status nccl_err(ncclResult_t r, const char *what) {
@@ -70,17 +86,23 @@ static void nccl_teardown(nccl_state *s, bool abort) {
   if (s->scratch) cudaFree(s->scratch);
   if (s->stream) cudaStreamDestroy(s->stream);
   s->scratch = NULL, s->stream = NULL;
+  for (int i = 0; i < s->npool; i++) cudaEventDestroy(s->pool[i]);
+  free(s->pool);
+  s->pool = NULL, s->npool = s->pool_cap = 0;
 }
 
 static gt_status state_create(gt_comm *c, nccl_state **out) {
   nccl_state *s = calloc(1, sizeof *s);
   if (!s) return gt_errorf(GT_ENOMEM, "out of memory");
+  pthread_mutex_init(&s->pool_mu, NULL);
   s->device = c->backend ? gt_backend_device(c->backend) : 0;
+  s->compute = (cudaStream_t)gt_cuda_stream_handle(c->backend, NULL);
   cudaError_t e = cudaSetDevice(s->device);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaMalloc((void **)&s->scratch, sizeof(float));
   if (e != cudaSuccess) {
     nccl_teardown(s, false);
+    pthread_mutex_destroy(&s->pool_mu);
     free(s);
     return cuda_err(e, "preparing the NCCL communicator's stream");
   }
@@ -183,6 +205,60 @@ static gt_status dtype_of(gt_dtype t, ncclDataType_t *d) {
   return GT_OK;
 }
 
+/* An idle event from the pool, or a new one on the current device. */
+static gt_status event_take(nccl_state *s, cudaEvent_t *ev) {
+  pthread_mutex_lock(&s->pool_mu);
+  bool have = s->npool > 0;
+  if (have) *ev = s->pool[--s->npool];
+  pthread_mutex_unlock(&s->pool_mu);
+  if (have) return GT_OK;
+  cudaError_t e = cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
+  return e == cudaSuccess ? GT_OK : cuda_err(e, "creating the event that orders an NCCL operation after compute");
+}
+
+static void event_give(nccl_state *s, cudaEvent_t ev) {
+  pthread_mutex_lock(&s->pool_mu);
+  if (s->npool == s->pool_cap) {
+    int cap = s->pool_cap ? 2 * s->pool_cap : 8;
+    cudaEvent_t *p = realloc(s->pool, (size_t)cap * sizeof *p);
+    if (p) s->pool = p, s->pool_cap = cap;
+  }
+  if (s->npool < s->pool_cap) s->pool[s->npool++] = ev, ev = NULL;
+  pthread_mutex_unlock(&s->pool_mu);
+  if (ev) cudaEventDestroy(ev); /* no room to keep it */
+}
+
+gt_status gt_comm_nccl_prepare(gt_comm *c, gt_comm_req *r) {
+  nccl_state *s = c->nc;
+  r->ready = NULL;
+  if (!s || !s->compute) return GT_OK;
+  /* Events belong to a device: bind the caller's thread to the
+   * communicator's for the record, and give the thread its own back. */
+  int prev = -1;
+  cudaGetDevice(&prev);
+  cudaError_t e = prev == s->device ? cudaSuccess : cudaSetDevice(s->device);
+  if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice before an NCCL operation");
+  cudaEvent_t ev = NULL;
+  gt_status st = event_take(s, &ev);
+  if (st == GT_OK) {
+    e = cudaEventRecord(ev, s->compute);
+    if (e == cudaSuccess) {
+      r->ready = ev;
+    } else {
+      event_give(s, ev);
+      st = cuda_err(e, "recording the compute stream's progress before an NCCL operation (an earlier kernel may have failed)");
+    }
+  }
+  if (prev >= 0 && prev != s->device) cudaSetDevice(prev);
+  return st;
+}
+
+void gt_comm_nccl_release(gt_comm *c, gt_comm_req *r) {
+  if (!r->ready || !c->nc) return;
+  event_give(c->nc, (cudaEvent_t)r->ready);
+  r->ready = NULL;
+}
+
 /* Waits for the stream, watching for peer errors, abort and the deadline. */
 static gt_status finish(gt_comm *c, double deadline) {
   nccl_state *s = c->nc;
@@ -208,6 +284,11 @@ gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *q, double deadline) {
   if (ce != cudaSuccess) return cuda_err(ce, "cudaSetDevice");
   ncclDataType_t dt = ncclFloat32;
   GT_TRY(dtype_of(q->dtype, &dt));
+  /* The input's producers, queued on the compute stream before the start. */
+  if (q->ready) {
+    ce = cudaStreamWaitEvent(s->stream, (cudaEvent_t)q->ready, 0);
+    if (ce != cudaSuccess) return cuda_err(ce, "ordering the NCCL stream after the compute stream");
+  }
   ncclRedOp_t op = q->op == GT_COMM_AVG ? ncclAvg : ncclSum;
   ncclResult_t r = ncclSuccess;
   switch (q->kind) {
@@ -260,6 +341,7 @@ void gt_comm_nccl_destroy(gt_comm *c) {
   if (!c->nc) return;
   cudaSetDevice(c->nc->device);
   nccl_teardown(c->nc, atomic_load(&c->aborted) != 0);
+  pthread_mutex_destroy(&c->nc->pool_mu);
   free(c->nc);
   c->nc = NULL;
 }

@@ -31,6 +31,7 @@ typedef struct gt_cuda {
   /* First position of an out-of-range token or target (GT_CUDA_NO_ERROR
    * when none), written by check_ids_kernel and read back after it. */
   unsigned long long *err;
+  bool check_ids; /* GT_CUDA_CHECK_IDS=1: see gt_cuda_check_ids */
   unsigned long long *err_host; /* pinned */
   /* Scratch for multi-pass reductions. It only grows, and kernels that use
    * it run in order on the compute stream, so one buffer serves them all. */
@@ -64,7 +65,12 @@ gt_status gt_cuda_scratch(gt_backend *be, size_t bytes, void **ptr);
 /* Checks that ids[0..n) lie in [lo, hi) before a kernel indexes with them,
  * so a bad token or target fails cleanly and changes nothing. Sets *bad_row
  * to the first offending position (and *bad_val to its value), or to -1.
- * Synchronises the compute stream: the answer is needed on the host. */
+ * Only with GT_CUDA_CHECK_IDS=1, a debugging aid: the check synchronises
+ * the compute stream (the answer is needed on the host), which would stall
+ * every step, and the model already checks ids on the host before they are
+ * uploaded (core/model/acts.c). Without it the kernels skip an id out of
+ * their range instead of indexing with it, so a bad id gives wrong numbers,
+ * never a stray write. */
 gt_status gt_cuda_check_ids(gt_backend *be, const int32_t *ids, int64_t n, int64_t lo, int64_t hi,
                             int64_t *bad_row, int32_t *bad_val);
 

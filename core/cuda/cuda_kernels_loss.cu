@@ -1,9 +1,10 @@
 /* Softmax and cross-entropy over the vocabulary on CUDA, one block per row.
  *
- * Targets are checked on the device before anything is written (a target
- * >= V is GT_ERANGE, as on the CPU), which costs one stream synchronisation
- * per call: the error must reach the host before the kernel's results are
- * trusted.
+ * Targets are checked on the host, by the model, before they are uploaded;
+ * the device check that costs a stream synchronisation per call runs only
+ * with GT_CUDA_CHECK_IDS=1 (see gt_cuda_check_ids). A target outside [0, V)
+ * is otherwise an ignored row here, so it cannot make a kernel read past
+ * its row.
  */
 #include <math.h>
 
@@ -20,6 +21,7 @@ __global__ void softmax_xent_forward_kernel(float *losses, float *probs, const f
   const float *x = logits + i * V;
   float *p = probs + i * V;
   int tgt = targets[i];
+  if (tgt >= V) tgt = -1; /* see gt_cuda_check_ids */
   float x_tgt = tgt >= 0 ? x[tgt] : 0.0f;
   float mx, sum;
   gt_block_max_sumexp(x, V, &mx, &sum);
@@ -38,7 +40,7 @@ __global__ void softmax_xent_backward_kernel(float *dlogits, const float *probs,
   int tgt = targets[i];
   for (int j = threadIdx.x; j < V; j += blockDim.x) {
     float pj = p[j];
-    d[j] = tgt < 0 ? 0.0f : (j == tgt ? (pj - 1.0f) * dloss : pj * dloss);
+    d[j] = tgt < 0 || tgt >= V ? 0.0f : (j == tgt ? (pj - 1.0f) * dloss : pj * dloss);
   }
 }
 

@@ -26,7 +26,8 @@ __global__ void embedding_forward_kernel(float *out, const int32_t *tokens, cons
        idx += (int64_t)gridDim.x * blockDim.x) {
     int64_t i = idx / C;
     int c = (int)(idx - i * C);
-    float v = wte[(int64_t)tokens[i] * C + c];
+    int64_t tok = tokens[i];
+    float v = tok >= 0 ? wte[tok * C + c] : 0.0f; /* see gt_cuda_check_ids */
     if (wpe) v += wpe[(i % T) * C + c];
     out[idx] = v;
   }
@@ -38,7 +39,8 @@ __global__ void embedding_backward_wte_kernel(float *dwte, const float *dout, co
                                               int64_t N, int C) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  for (int64_t i = 0; i < N; i++) dwte[(int64_t)tokens[i] * C + c] += dout[i * C + c];
+  for (int64_t i = 0; i < N; i++)
+    if (tokens[i] >= 0) dwte[(int64_t)tokens[i] * C + c] += dout[i * C + c];
 }
 
 __global__ void embedding_backward_wpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {

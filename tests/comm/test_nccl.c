@@ -1,6 +1,7 @@
 /* NCCL communicators on CUDA devices: one rank per device (up to 4, at
- * least 1), checked exactly as the host collectives are. Skipped (exit 77,
- * with the reason) where no CUDA device is present. */
+ * least 1), checked exactly as the host collectives are, and the ordering
+ * of a collective after the compute that produced its input. Skipped (exit
+ * 77, with the reason) where no CUDA device is present. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -46,16 +47,23 @@ static void dev_download(float *h, const float *d, size_t n) {
   if (n) CHECK(cudaMemcpy(h, d, n * sizeof *h, cudaMemcpyDeviceToHost) == cudaSuccess);
 }
 
+/* Rank r's device, the store and an NCCL communicator of n ranks on it;
+ * exits the rank on failure. */
+static void open_rank(int r, int n, const char *prefix, gt_backend **be, gt_store **s, gt_comm **c) {
+  gt_backend_config bc = {.kind = GT_DEVICE_CUDA, .device = r};
+  CHECK_OK(gt_backend_create(&bc, be));
+  *s = harness_store();
+  gt_comm_config cfg = {.store = *s, .prefix = prefix, .rank = r, .size = n, .backend = *be,
+                        .secret = HARNESS_SECRET, .init_timeout_ms = 60000, .op_timeout_ms = 60000};
+  CHECK_OK(gt_comm_init(&cfg, c));
+}
+
 static int rank_main(int r, int n, void *arg) {
   (void)arg;
-  gt_backend_config bc = {.kind = GT_DEVICE_CUDA, .device = r};
   gt_backend *be = NULL;
-  CHECK_OK(gt_backend_create(&bc, &be));
-  gt_store *s = harness_store();
-  gt_comm_config cfg = {.store = s, .prefix = "nccl", .rank = r, .size = n, .backend = be,
-                        .secret = HARNESS_SECRET, .init_timeout_ms = 60000, .op_timeout_ms = 60000};
+  gt_store *s = NULL;
   gt_comm *c = NULL;
-  CHECK_OK(gt_comm_init(&cfg, &c));
+  open_rank(r, n, "nccl", &be, &s, &c);
   CHECK(strcmp(gt_comm_transport_name(c), "nccl") == 0);
   size_t sizes[] = {1, 7, (size_t)n * 5 + 3, 1 << 20};
   for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
@@ -131,6 +139,54 @@ static int rank_main(int r, int n, void *arg) {
   return RANK_OK;
 }
 
+/* A collective started right after kernels that write its input, with no
+ * host synchronisation between them, reads their final values: 120
+ * doublings of 256 MB (tens of milliseconds of work) are queued on the
+ * compute stream, then an all-gather copies the buffer (one rank: a plain
+ * copy, on the NCCL stream). Were the NCCL stream not made to wait for the
+ * compute stream, the copy would run in the middle of the doublings and
+ * find smaller powers of two. */
+enum { ORDER_PASSES = 120 };
+
+static int order_main(int r, int n, void *arg) {
+  (void)arg;
+  gt_backend *be = NULL;
+  gt_store *s = NULL;
+  gt_comm *c = NULL;
+  open_rank(r, n, "nccl_order", &be, &s, &c);
+  size_t count = (size_t)64 << 20, bytes = count * sizeof(float);
+  float *h = malloc(bytes), *src = NULL, *dst = NULL;
+  CHECK(h);
+  for (size_t i = 0; i < count; i++) h[i] = 1.0f;
+  CHECK_OK(gt_backend_alloc(be, bytes, (void **)&src));
+  CHECK_OK(gt_backend_alloc(be, bytes, (void **)&dst));
+  CHECK_OK(gt_backend_upload(be, src, h, bytes));
+  CHECK_OK(gt_backend_memset(be, dst, 0, bytes, NULL));
+  CHECK_OK(gt_stream_sync(be, NULL));
+  for (int k = 0; k < ORDER_PASSES; k++) CHECK_OK(gt_op_scale(be, src, 2.0f, count));
+  CHECK_OK(gt_comm_allgather(c, src, dst, count, GT_F32));
+  CHECK_OK(gt_backend_download(be, h, dst, bytes));
+  float want = 1.0f;
+  for (int k = 0; k < ORDER_PASSES; k++) want *= 2.0f;
+  size_t stale = 0;
+  for (size_t i = 0; i < count; i++) stale += h[i] != want;
+  if (stale) fprintf(stderr, "%zu of %zu elements were copied before the compute stream wrote them\n", stale, count);
+  CHECK(stale == 0);
+  gt_backend_free(be, src), gt_backend_free(be, dst);
+  free(h);
+  gt_comm_destroy(c);
+  gt_store_destroy(s);
+  gt_backend_destroy(be);
+  return RANK_OK;
+}
+
+static void test_nccl_waits_for_compute(void **state) {
+  (void)state;
+  if (probe_devices() < 1) skip();
+  int codes[HARNESS_MAX];
+  assert_int_equal(harness_run(1, order_main, NULL, 120, codes), 0);
+}
+
 static void test_nccl_collectives(void **state) {
   (void)state;
   int n = probe_devices();
@@ -142,6 +198,7 @@ static void test_nccl_collectives(void **state) {
 int main(void) {
   int n = probe_devices();
   if (n < 1) return 77;
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_nccl_collectives)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_nccl_collectives),
+                                     cmocka_unit_test(test_nccl_waits_for_compute)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,8 +1,10 @@
 /* The CUDA backend beyond the kernel suite: device selection and its
  * errors, arenas reaching a steady state without device allocations,
- * copies ordered across streams by events, out-of-memory reporting, the
- * bf16 GEMM path (gemm_ex) against a double reference, and bad ids that
- * must fail before anything is written. Skipped (77) without a GPU.
+ * copies ordered across streams by events (large pinned transfers on the
+ * copy stream among them), out-of-memory reporting, the bf16 GEMM path
+ * (gemm_ex) against a double reference, bad ids that must fail before
+ * anything is written (GT_CUDA_CHECK_IDS=1) or be skipped by the kernels
+ * (by default). Skipped (77) without a GPU.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -318,9 +320,15 @@ static void test_gemm_ex(void **state) {
   free(a), free(b), free(c), free(want);
 }
 
-/* Bad ids fail before the kernel runs: outputs and gradients untouched. */
+/* With GT_CUDA_CHECK_IDS=1, bad ids fail before the kernel runs: outputs
+ * and gradients untouched. */
 static void test_bad_ids_change_nothing(void **state) {
   (void)state;
+  gt_backend *shared = be;
+  setenv("GT_CUDA_CHECK_IDS", "1", 1);
+  gt_status created = create_cuda(0, &be);
+  unsetenv("GT_CUDA_CHECK_IDS");
+  OK(created);
   enum { N = 6, V = 10, C = 8 };
   float logits[N * V], back[N * V];
   for (int i = 0; i < N * V; i++) logits[i] = uniform();
@@ -358,6 +366,98 @@ static void test_bad_ids_change_nothing(void **state) {
   gt_backend_free(be, dwte);
   gt_backend_free(be, ddout);
   gt_backend_free(be, dwe);
+  gt_backend_destroy(be);
+  be = shared;
+}
+
+/* By default the kernels take ids as the host checked them, without a
+ * synchronising check of their own: an id out of range is skipped (a
+ * target >= V is an ignored row, a negative token adds nothing), never
+ * used as an index, and nothing waits for the stream. */
+static void test_bad_ids_unchecked(void **state) {
+  (void)state;
+  enum { N = 4, V = 6, C = 4 };
+  float logits[N * V], losses[N], back[N * V];
+  for (int i = 0; i < N * V; i++) logits[i] = uniform();
+  int32_t targets[N] = {1, V, -1, V + 1000000};
+  float *dl = dput(logits, sizeof logits), *dloss = dput(losses, sizeof losses);
+  int32_t *dt = dput(targets, sizeof targets);
+  OK(gt_op_softmax_xent_forward(be, dloss, dl, dl, dt, N, V));
+  OK(gt_stream_sync(be, NULL));
+  OK(gt_backend_download(be, losses, dloss, sizeof losses));
+  assert_true(losses[0] > 0.0f);
+  assert_true(losses[1] == 0.0f && losses[2] == 0.0f && losses[3] == 0.0f);
+  OK(gt_op_softmax_xent_backward(be, dl, dl, dt, 1.0f, N, V));
+  OK(gt_backend_download(be, back, dl, sizeof back));
+  for (int j = 0; j < V; j++) assert_true(back[V + j] == 0.0f && back[3 * V + j] == 0.0f);
+
+  int32_t tokens[2] = {1, -1000000};
+  float wte[V * C], out[2 * C], dwte[V * C];
+  for (int i = 0; i < V * C; i++) wte[i] = uniform();
+  int32_t *dtok = dput(tokens, sizeof tokens);
+  float *dwe = dput(wte, sizeof wte), *dout = dput(out, sizeof out);
+  OK(gt_op_embedding_forward(be, dout, dtok, dwe, NULL, 1, 2, C));
+  OK(gt_backend_download(be, out, dout, sizeof out));
+  for (int c = 0; c < C; c++) assert_true(out[c] == wte[C + c] && out[C + c] == 0.0f);
+  OK(gt_op_embedding_backward(be, dwe, NULL, dout, dtok, 1, 2, C));
+  OK(gt_backend_download(be, dwte, dwe, sizeof dwte));
+  for (int i = 0; i < V * C; i++) assert_true(dwte[i] == (i / C == 1 ? 2.0f * wte[i] : wte[i]));
+  gt_backend_free(be, dl);
+  gt_backend_free(be, dloss);
+  gt_backend_free(be, dt);
+  gt_backend_free(be, dtok);
+  gt_backend_free(be, dwe);
+  gt_backend_free(be, dout);
+}
+
+/* A large transfer through pinned memory on the copy stream, ordered with
+ * the compute stream by events both ways: the upload on the copy stream,
+ * kernels on the compute stream after it, the download on the copy stream
+ * after them. The transfers take milliseconds and the kernels follow at
+ * once, so a missing wait shows as stale or half-scaled values. */
+static void test_copy_stream_large(void **state) {
+  (void)state;
+  enum { PASSES = 8 };
+  size_t n = (size_t)32 << 20, bytes = n * sizeof(float);
+  float *host, *back, *d;
+  OK(gt_backend_host_alloc(be, bytes, (void **)&host));
+  OK(gt_backend_host_alloc(be, bytes, (void **)&back));
+  OK(gt_backend_alloc(be, bytes, (void **)&d));
+  for (size_t i = 0; i < n; i++) host[i] = (float)(i % 4093) - 2046.0f, back[i] = -1.0f;
+  gt_stream *copy = gt_backend_copy_stream(be), *compute = gt_backend_compute_stream(be);
+  gt_event *up, *done;
+  OK(gt_event_create(be, &up));
+  OK(gt_event_create(be, &done));
+  assert_int_equal(gt_stream_wait_event(be, copy, done), GT_ESTATE);
+  assert_int_equal(gt_event_sync(be, up), GT_ESTATE);
+
+  OK(gt_backend_memcpy(be, d, host, bytes, GT_COPY_H2D, copy));
+  OK(gt_event_record(be, up, copy));
+  OK(gt_stream_wait_event(be, compute, up));
+  for (int k = 0; k < PASSES; k++) OK(gt_op_scale(be, d, 2.0f, n));
+  OK(gt_event_record(be, done, compute));
+  OK(gt_stream_wait_event(be, copy, done));
+  OK(gt_backend_memcpy(be, back, d, bytes, GT_COPY_D2H, copy));
+  OK(gt_stream_sync(be, copy));
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; i++) wrong += back[i] != host[i] * (float)(1 << PASSES);
+  assert_int_equal(wrong, 0);
+
+  /* Again, the host waiting on an event of the copy stream instead. */
+  OK(gt_op_scale(be, d, 0.5f, n));
+  OK(gt_event_record(be, done, compute));
+  OK(gt_stream_wait_event(be, copy, done));
+  OK(gt_backend_memcpy(be, back, d, bytes, GT_COPY_D2H, copy));
+  OK(gt_event_record(be, up, copy));
+  OK(gt_event_sync(be, up));
+  for (size_t i = 0; i < n; i++) wrong += back[i] != host[i] * (float)(1 << (PASSES - 1));
+  assert_int_equal(wrong, 0);
+
+  gt_event_destroy(be, up);
+  gt_event_destroy(be, done);
+  gt_backend_free(be, d);
+  gt_backend_host_free(be, host);
+  gt_backend_host_free(be, back);
 }
 
 int main(void) {
@@ -383,6 +483,7 @@ int main(void) {
       cmocka_unit_test(test_device_selection), cmocka_unit_test(test_arena_steady_state),
       cmocka_unit_test(test_out_of_memory),    cmocka_unit_test(test_streams_and_events),
       cmocka_unit_test(test_gemm_ex),          cmocka_unit_test(test_bad_ids_change_nothing),
+      cmocka_unit_test(test_bad_ids_unchecked), cmocka_unit_test(test_copy_stream_large),
   };
   int failed = cmocka_run_group_tests_name("cuda_backend", tests, NULL, NULL);
   gt_backend_destroy(be);

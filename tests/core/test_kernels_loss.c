@@ -98,12 +98,14 @@ void test_softmax_xent_errors(void **state) {
   int32_t tgt[4] = {0, 4, 5, -1};
   float *buf = kt_dput(be, NULL, (size_t)N * V * 4);
   int32_t *dt = kt_dput(be, tgt, sizeof tgt);
-  assert_int_equal(gt_op_softmax_xent_forward(be, buf, buf, buf, dt, N, V), GT_ERANGE);
+  /* On CUDA targets are checked on the host before upload, and the
+   * device's own check is a debugging option (test_cuda_backend). */
   if (gt_backend_kind(be) == GT_DEVICE_CPU) {
+    assert_int_equal(gt_op_softmax_xent_forward(be, buf, buf, buf, dt, N, V), GT_ERANGE);
     assert_non_null(strstr(gt_last_error(), "position 2"));
     assert_non_null(strstr(gt_last_error(), "5"));
+    assert_int_equal(gt_op_softmax_xent_backward(be, buf, buf, dt, 1.0f, N, V), GT_ERANGE);
   }
-  assert_int_equal(gt_op_softmax_xent_backward(be, buf, buf, dt, 1.0f, N, V), GT_ERANGE);
   assert_int_equal(gt_op_softmax_xent_forward(be, buf, buf, buf, dt, N, 0), GT_EINVAL);
   kt_dfree(be, buf), kt_dfree(be, dt);
 }
