@@ -41,6 +41,8 @@ static size_t size_class(size_t n) {
   return (n + q - 1) / q * q;
 }
 
+size_t gt_arena_block_size(size_t bytes) { return size_class(bytes); }
+
 static size_t bucket_of(const void *p) { return ((uintptr_t)p >> 8) % NBUCKETS; }
 
 gt_status gt_arena_create(gt_backend *be, size_t budget_bytes, gt_arena **out) {

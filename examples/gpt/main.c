@@ -661,6 +661,7 @@ int main(int argc, char **argv) {
     if (lead) {
       gt_plan_print(&plan, m, stdout);
       s = gpt_print_prediction(be, &gc, &plan, m, rows, a.seq, a.accum * plan.layout.dp, peak, stdout);
+      if (s == GT_OK) s = gpt_print_memory(be, m, kind == GT_OPTIM_ADAMW ? 2 : 1, a.accum, stdout);
       if (s != GT_OK) fail("predicting the step", s);
     }
     rc = s == GT_OK ? 0 : 1;

@@ -4,6 +4,7 @@
 #include "planning.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 gt_planner_hw gpt_planner_hw(int world, double peak_flops) {
   gt_planner_hw hw = {.world = world, .peak_flops = peak_flops, .p2p_bandwidth = 2e9, .p2p_latency = 50e-6,
@@ -80,4 +81,68 @@ gt_status gpt_print_prediction(gt_backend *be, const gpt_config *gc, const gt_pl
   }
   free(layers);
   return s;
+}
+
+static double mib(double b) { return b / (1 << 20); }
+
+/* Host-to-device bytes a second on the copy stream: 8 MiB, best of three.
+ * 0 when the device cannot spare the buffer. */
+static double copy_bandwidth(gt_backend *be) {
+  size_t n = (size_t)8 << 20;
+  void *host = NULL, *dev = NULL;
+  double best = 0;
+  if (gt_backend_host_alloc(be, n, &host) == GT_OK && gt_backend_alloc(be, n, &dev) == GT_OK) {
+    gt_stream *cs = gt_backend_copy_stream(be);
+    for (int k = 0; k < 3; k++) {
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      if (gt_backend_memcpy(be, dev, host, n, GT_COPY_H2D, cs) != GT_OK || gt_stream_sync(be, cs) != GT_OK) break;
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+      if (s > 0 && (double)n / s > best) best = (double)n / s;
+    }
+  }
+  gt_backend_free(be, dev);
+  gt_backend_host_free(be, host);
+  return best;
+}
+
+gt_status gpt_print_memory(gt_backend *be, const gt_model *m, int optim_states, int micro_batches, FILE *f) {
+  gt_device_estimate e;
+  GT_TRY(gt_model_device_estimate(m, optim_states, &e));
+  gt_device_mem dm = gt_backend_mem(be);
+  char budget[64] = "no budget";
+  if (dm.limit) snprintf(budget, sizeof budget, "budget %.1f MiB", mib((double)dm.limit));
+  fprintf(f, "device memory, this rank (one micro-batch in flight; %s):\n", budget);
+  fprintf(f, "  weights %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, bf16 copy %.1f MiB, offload slots "
+             "%.1f MiB, activations %.1f MiB, scratch %.1f MiB: %.1f MiB\n",
+          mib((double)e.weights), mib((double)e.grads), mib((double)e.optimizer), mib((double)e.bf16_copy),
+          mib((double)e.slots), mib((double)e.activations), mib((double)e.scratch), mib((double)e.total));
+  if (dm.limit && e.total > dm.limit)
+    fprintf(f, "  over the budget by %.1f MiB: %s\n", mib((double)(e.total - dm.limit)),
+            gt_model_offloaded(m) ? "a smaller micro-batch (--batch) or sequence (--seq)"
+                                  : "offload (--offload W), or a smaller micro-batch or model");
+  if (!gt_model_offloaded(m)) {
+    fprintf(f, "  master weights, gradients and optimizer state on the device\n");
+    return GT_OK;
+  }
+  gt_offload_stats os = gt_model_offload_stats(m);
+  double state = (double)gt_model_buffer_floats(m) * sizeof(float);
+  int local = 0;
+  for (int i = 0; i < gt_model_num_layers(m); i++) local += gt_model_layer(m, i)->local;
+  fprintf(f, "  offloaded: master weights, gradients and optimizer state in host memory (%.1f MiB); the device "
+             "holds %d of %d layers' weights, prefetching %d ahead, in slots of %.1f MiB\n",
+          mib(state * (2 + optim_states)), os.window, local, os.prefetch, mib((double)os.slot_bytes));
+  /* A step refetches every layer after the update; a window narrower than
+   * the layers refetches, in each micro-batch, the layers backward finds
+   * evicted. Gradients go back every micro-batch and, after the first,
+   * come in again to be added to. */
+  int A = micro_batches > 0 ? micro_batches : 1, W = os.window;
+  double in = W >= local ? state : A * state * (2.0 * local - W) / local;
+  in += (A - 1) * state;
+  double out = A * state, bw = copy_bandwidth(be);
+  fprintf(f, "  transfers a step: %.1f MiB to the device, %.1f MiB back", mib(in), mib(out));
+  if (bw > 0) fprintf(f, ": %.1f ms at %.2f GB/s (the copy stream, measured now)", 1e3 * (in + out) / bw, bw / 1e9);
+  fprintf(f, "\n");
+  return GT_OK;
 }

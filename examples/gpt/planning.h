@@ -23,4 +23,9 @@ gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, 
 gt_status gpt_print_prediction(gt_backend *be, const gpt_config *gc, const gt_plan *plan, const gt_model *m, int B,
                                int T, int micro_batches, double peak_flops, FILE *f);
 
+/* Where the model's state lives, the device memory it will hold against
+ * the backend's budget, and, offloaded, the window and the bytes a step
+ * moves with their time at this machine's copy bandwidth. */
+gt_status gpt_print_memory(gt_backend *be, const gt_model *m, int optim_states, int micro_batches, FILE *f);
+
 #endif

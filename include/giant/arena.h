@@ -30,6 +30,10 @@ void gt_arena_free(gt_arena *a, void *ptr);
 /* Returns cached blocks to the device allocator. */
 void gt_arena_trim(gt_arena *a);
 
+/* The bytes an arena sets aside for a request of `bytes` (its size class):
+ * what memory estimates add up. */
+size_t gt_arena_block_size(size_t bytes);
+
 size_t gt_arena_current(const gt_arena *a);   /* bytes handed out and not freed */
 size_t gt_arena_peak(const gt_arena *a);      /* max of current since reset */
 size_t gt_arena_reserved(const gt_arena *a);  /* current + cached */

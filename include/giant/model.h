@@ -198,6 +198,21 @@ typedef struct gt_offload_stats {
 /* Zero when not offloaded. */
 gt_offload_stats gt_model_offload_stats(const gt_model *m);
 
+/* The device memory a built model will hold while it trains in a plain
+ * loop (one micro-batch's activations in flight; a pipeline holds more),
+ * by what it is for, in bytes as the arena sets them aside.
+ * optim_states: floats of optimizer state per parameter (AdamW 2, SGD
+ * with momentum 1), which offloading moves to the host. The bf16 operand
+ * scratch of mixed precision, which grows to the largest product, is not
+ * counted. */
+typedef struct gt_device_estimate {
+  size_t weights, grads, optimizer, bf16_copy; /* the flat buffers on the device */
+  size_t slots;                                /* offloaded: the window and gradient slots */
+  size_t activations, scratch;
+  size_t total;
+} gt_device_estimate;
+gt_status gt_model_device_estimate(const gt_model *m, int optim_states, gt_device_estimate *out);
+
 /* Copies between the device parameter buffer and host memory (for tests,
  * checkpoints, inspection). n = gt_model_buffer_floats floats. */
 gt_status gt_model_get_params(gt_model *m, float *host, size_t n);

@@ -9,8 +9,9 @@
  * changes no arithmetic (core/model/offload.c).
  *
  * The device budget: a GPT whose weights, gradients and AdamW state are
- * more than 6 times the budget trains offloaded inside it, and fails at
- * start without offloading, with the budget's message.
+ * more than 6 times the budget trains offloaded inside it, with its device
+ * peak within 10% of gt_model_device_estimate, and fails at start without
+ * offloading, with the budget's message.
  *
  * Ranks are forked (localkit); results come back in shared memory, each rank
  * writing what it holds into the single-process layout. */
@@ -160,7 +161,7 @@ typedef struct budget_cfg {
   /* out */
   gt_status status;
   char message[512];
-  size_t params, peak;
+  size_t params, peak, estimate;
   float loss0, loss_last;
 } budget_cfg;
 
@@ -182,6 +183,9 @@ static int train_budget(int rank, int world, void *arg) {
   if (s == GT_OK) s = gt_model_build(m);
   if (s == GT_OK) cfg->params = gt_model_param_count(m);
   if (s == GT_OK) s = gt_trainer_create(m, &tc, &tr);
+  gt_device_estimate est;
+  if (s == GT_OK) s = gt_model_device_estimate(m, 2, &est);
+  if (s == GT_OK) cfg->estimate = est.total;
   int32_t in[BB * BT], tg[BB * BT];
   for (int step = 0; s == GT_OK && step < 5; step++) {
     for (int i = 0; i < BB * BT; i++) in[i] = (i * 7 + 3) % BV, tg[i] = (i * 7 + 10) % BV;
@@ -203,11 +207,13 @@ static int train_budget(int rank, int world, void *arg) {
 static void test_budget(void **state) {
   (void)state;
   budget_cfg *cfg = harness_shared(sizeof *cfg);
-  /* The model's size first, with no budget. */
-  *cfg = (budget_cfg){.window = 1};
+  /* The model's size first, with no budget; its peak is the estimate's. */
+  *cfg = (budget_cfg){.window = 0};
   int codes[1];
   if (harness_run(1, train_budget, cfg, 240, codes)) fail_msg("sizing run failed");
   assert_int_equal(cfg->status, GT_OK);
+  print_message("not offloaded: device peak %zu bytes, estimate %zu\n", cfg->peak, cfg->estimate);
+  assert_true(fabs((double)cfg->peak - (double)cfg->estimate) <= 0.1 * (double)cfg->estimate);
   /* Weights, gradients and AdamW's two moments: 16 bytes a parameter. */
   size_t state_bytes = cfg->params * 16, budget = state_bytes / 6;
   print_message("GPT L=%d C=%d: %zu parameters, %zu bytes of state, budget %zu bytes (1/6)\n", BL, BC, cfg->params,
@@ -216,9 +222,10 @@ static void test_budget(void **state) {
   *cfg = (budget_cfg){.window = 1, .budget = budget};
   if (harness_run(1, train_budget, cfg, 240, codes)) fail_msg("offloaded run failed");
   if (cfg->status != GT_OK) fail_msg("offloaded under the budget: %s", cfg->message);
-  print_message("offloaded, window 1: device peak %zu bytes of %zu; loss %.4f -> %.4f\n", cfg->peak, budget,
-                cfg->loss0, cfg->loss_last);
+  print_message("offloaded, window 1: device peak %zu bytes of %zu, estimate %zu; loss %.4f -> %.4f\n", cfg->peak,
+                budget, cfg->estimate, cfg->loss0, cfg->loss_last);
   assert_true(cfg->peak <= budget);
+  assert_true(fabs((double)cfg->peak - (double)cfg->estimate) <= 0.1 * (double)cfg->estimate);
   assert_true(cfg->loss_last < cfg->loss0);
 
   *cfg = (budget_cfg){.window = 0, .budget = budget};

@@ -1,0 +1,146 @@
+/* Offloading from the command line: the example trains offloaded to the
+ * same losses, a model that does not fit the device budget fails at start
+ * with the budget's message and the way out, the same model trains
+ * offloaded inside it, and --print-plan says where the state lives and what
+ * the device will hold. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "common/run_cmd.h"
+
+static char gpt[512], tmpdir[64], data[160];
+
+static int setup(void **state) {
+  (void)state;
+  build_path("examples/gpt", gpt, sizeof gpt);
+  strcpy(tmpdir, "/tmp/giant-offload-XXXXXX");
+  if (access(gpt, X_OK) != 0 || !mkdtemp(tmpdir)) return -1;
+  char text[128];
+  snprintf(text, sizeof text, "%s/corpus.txt", tmpdir);
+  snprintf(data, sizeof data, "%s/corpus.tok", tmpdir);
+  FILE *f = fopen(text, "w");
+  if (!f) return -1;
+  for (int i = 0; i < 400; i++) fprintf(f, "the quick brown fox jumps over the lazy dog %d\n%%\n", i % 10);
+  fclose(f);
+  /* Tokenized once by a first short run. */
+  run_result r;
+  run_cmd((char *[]){gpt, "--corpus", text, "--data", data, "--steps", "1", "--layers", "1", "--channels", "32",
+                     "--seq", "32", "--sample", "0", NULL},
+          NULL, 120, &r);
+  return r.exit_code == 0 ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static void run_ok(char *const argv[], run_result *r) {
+  run_cmd(argv, NULL, 120, r);
+  if (r->exit_code != 0) fail_msg("exit %d:\n%s", r->exit_code, r->output);
+}
+
+static void test_same_losses(void **state) {
+  (void)state;
+  run_result plain, off;
+  run_ok((char *[]){gpt, "--data", data, "--steps", "12", "--layers", "3", "--channels", "32", "--seq", "32",
+                    "--accum", "2", "--sample", "0", "--print-every", "1", "--threads", "1", NULL},
+         &plain);
+  run_ok((char *[]){gpt, "--data", data, "--steps", "12", "--layers", "3", "--channels", "32", "--seq", "32",
+                    "--accum", "2", "--sample", "0", "--print-every", "1", "--threads", "1", "--offload", "2", NULL},
+         &off);
+  assert_non_null(strstr(off.output, ", offloaded"));
+  assert_null(strstr(plain.output, ", offloaded"));
+  /* Every step's loss and norm as printed, and the summary line. */
+  for (int step = 0; step < 12; step++) {
+    char key[32];
+    snprintf(key, sizeof key, "step %5d | loss", step);
+    const char *a = strstr(plain.output, key), *b = strstr(off.output, key);
+    assert_non_null(a);
+    assert_non_null(b);
+    const char *ea = strstr(a, " ms"), *eb = strstr(b, " ms");
+    assert_non_null(ea);
+    assert_non_null(eb);
+    /* "loss X | lr Y | grad norm Z | T ms": everything before the time. */
+    const char *ta = ea, *tb = eb;
+    while (ta > a && ta[-1] != '|') ta--;
+    while (tb > b && tb[-1] != '|') tb--;
+    assert_int_equal(ta - a, tb - b);
+    assert_memory_equal(a, b, (size_t)(ta - a));
+  }
+  const char *la = strstr(plain.output, "\nloss "), *lb = strstr(off.output, "\nloss ");
+  assert_non_null(la);
+  assert_non_null(lb);
+  assert_memory_equal(la, lb, strcspn(la + 1, "\n") + 1);
+}
+
+static void test_budget(void **state) {
+  (void)state;
+  run_result r;
+  char *const big[] = {gpt, "--data", data, "--steps", "3", "--layers", "8", "--channels", "128", "--seq", "16",
+                       "--batch", "1", "--sample", "0", "--threads", "1", "--device-mem-mib", "8", NULL};
+  run_cmd(big, NULL, 120, &r);
+  if (r.exit_code != 1 || !strstr(r.output, "device memory budget exceeded") || !strstr(r.output, "--offload W"))
+    fail_msg("exit %d (wanted 1 with the budget's message):\n%s", r.exit_code, r.output);
+  char *const off[] = {gpt, "--data", data, "--steps", "3", "--layers", "8", "--channels", "128", "--seq", "16",
+                       "--batch", "1", "--sample", "0", "--threads", "1", "--device-mem-mib", "8", "--offload", "1",
+                       NULL};
+  run_ok(off, &r);
+  assert_non_null(strstr(r.output, ", offloaded"));
+  assert_non_null(strstr(r.output, "\nloss "));
+}
+
+static void test_print_plan(void **state) {
+  (void)state;
+  run_result r;
+  run_ok((char *[]){gpt, "--data", data, "--print-plan", "--layers", "4", "--channels", "64", "--seq", "32",
+                    "--threads", "1", "--offload", "2", "--device-mem-mib", "64", NULL},
+         &r);
+  assert_non_null(strstr(r.output, "device memory, this rank (one micro-batch in flight; budget 64.0 MiB)"));
+  assert_non_null(strstr(r.output, "weights 0.0 MiB, gradients 0.0 MiB, optimizer state 0.0 MiB"));
+  /* Four blocks between the embedding and the final LayerNorm and head. */
+  assert_non_null(strstr(r.output, "the device holds 2 of 7 layers' weights, prefetching 1 ahead"));
+  assert_non_null(strstr(r.output, "transfers a step:"));
+  double slots = 0, total = 0;
+  const char *p = strstr(r.output, "offload slots ");
+  assert_non_null(p);
+  assert_int_equal(sscanf(p, "offload slots %lf MiB", &slots), 1);
+  p = strstr(p, "scratch ");
+  assert_non_null(p);
+  assert_int_equal(sscanf(strstr(p, ": ") + 2, "%lf MiB", &total), 1);
+  assert_true(slots > 0 && total > slots);
+  run_ok((char *[]){gpt, "--data", data, "--print-plan", "--layers", "4", "--channels", "64", "--seq", "32",
+                    "--threads", "1", NULL},
+         &r);
+  assert_non_null(strstr(r.output, "master weights, gradients and optimizer state on the device"));
+  assert_non_null(strstr(r.output, "offload slots 0.0 MiB"));
+}
+
+static void test_bad_flags(void **state) {
+  (void)state;
+  run_result r;
+  run_cmd((char *[]){gpt, "--offload", "-1", NULL}, NULL, 60, &r);
+  assert_int_equal(r.exit_code, 2);
+  assert_non_null(strstr(r.output, "--offload"));
+  run_cmd((char *[]){gpt, "--device-mem-mib", "lots", NULL}, NULL, 60, &r);
+  assert_int_equal(r.exit_code, 2);
+  assert_non_null(strstr(r.output, "--device-mem-mib wants an integer"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_same_losses),
+      cmocka_unit_test(test_budget),
+      cmocka_unit_test(test_print_plan),
+      cmocka_unit_test(test_bad_flags),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
