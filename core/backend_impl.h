@@ -113,6 +113,8 @@ typedef struct gt_backend_ops {
   struct gt_optimizer_ops {
     gt_status (*adamw_update)(gt_backend *be, float *param, const float *grad, float *m, float *v, size_t n,
                               const gt_adamw_args *a);
+    gt_status (*adamw_update_bf16)(gt_backend *be, float *param, const float *grad, float *m, float *v,
+                                   uint16_t *param_bf16, size_t n, const gt_adamw_args *a);
     gt_status (*sgd_update)(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
                             const gt_sgd_args *a);
   } optimizer;

@@ -267,6 +267,15 @@ gt_status gt_op_adamw_update(gt_backend *be, float *param, const float *grad, fl
   return be->ops->optimizer.adamw_update(be, param, grad, m, v, n, a);
 }
 
+gt_status gt_op_adamw_update_bf16(gt_backend *be, float *param, const float *grad, float *m, float *v,
+                                  uint16_t *param_bf16, size_t n, const gt_adamw_args *a) {
+  NEED_OP(be, optimizer, adamw_update_bf16);
+  NEED(be, "adamw_update_bf16", a, "the arguments must not be NULL");
+  NEED(be, "adamw_update_bf16", a->step >= 1, "step is 1-based, got %d", a->step);
+  NEED_PTRS(be, "adamw_update_bf16", n, param && grad && m && v && param_bf16, "param, grad, m, v and param_bf16");
+  return be->ops->optimizer.adamw_update_bf16(be, param, grad, m, v, param_bf16, n, a);
+}
+
 gt_status gt_op_sgd_update(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
                            const gt_sgd_args *a) {
   NEED_OP(be, optimizer, sgd_update);

@@ -99,6 +99,8 @@ gt_status gt_cpu_softmax_xent_backward(gt_backend *be, float *dlogits, const flo
 /* optimizers (cpu_kernels_optim.c) */
 gt_status gt_cpu_adamw_update(gt_backend *be, float *param, const float *grad, float *m, float *v,
                               size_t n, const gt_adamw_args *a);
+gt_status gt_cpu_adamw_update_bf16(gt_backend *be, float *param, const float *grad, float *m, float *v,
+                                   uint16_t *param_bf16, size_t n, const gt_adamw_args *a);
 gt_status gt_cpu_sgd_update(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
                             const gt_sgd_args *a);
 

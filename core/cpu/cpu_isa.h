@@ -49,6 +49,7 @@
 #define gt_cpu_softmax_xent_backward GT_CPU_ISA_NAME(gt_cpu_softmax_xent_backward)
 /* cpu_kernels_optim.c */
 #define gt_cpu_adamw_update GT_CPU_ISA_NAME(gt_cpu_adamw_update)
+#define gt_cpu_adamw_update_bf16 GT_CPU_ISA_NAME(gt_cpu_adamw_update_bf16)
 #define gt_cpu_sgd_update GT_CPU_ISA_NAME(gt_cpu_sgd_update)
 /* cpu_kernels_math.c */
 #define gt_cpu_sum_squares GT_CPU_ISA_NAME(gt_cpu_sum_squares)

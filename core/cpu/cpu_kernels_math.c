@@ -37,19 +37,12 @@ gt_status gt_cpu_scale(gt_backend *be, float *x, float s, size_t n) {
   return GT_OK;
 }
 
-/* Same rounding as gt_f32_to_bf16 (round to nearest even, NaN stays a
- * quiet NaN), written branch-free so the loop vectorises. */
+/* Same rounding as gt_f32_to_bf16 (gt_cpu_bf16_round). */
 gt_status gt_cpu_f32_to_bf16(gt_backend *be, uint16_t *dst, const float *src, size_t n) {
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
 #pragma omp parallel for simd num_threads(nt) schedule(simd : static) if (len >= GT_CPU_PAR_MIN)
-  for (int64_t i = 0; i < len; i++) {
-    uint32_t u;
-    memcpy(&u, &src[i], sizeof u);
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    uint32_t nan = (u >> 16) | 0x40u;
-    dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-  }
+  for (int64_t i = 0; i < len; i++) dst[i] = gt_cpu_bf16_round(src[i]);
   return GT_OK;
 }
 

@@ -66,6 +66,7 @@ const gt_backend_ops gt_cpu_ops = {
     .optimizer =
         {
             .adamw_update = gt_cpu_adamw_update,
+            .adamw_update_bf16 = gt_cpu_adamw_update_bf16,
             .sgd_update = gt_cpu_sgd_update,
         },
     .vector =

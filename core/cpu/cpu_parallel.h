@@ -48,6 +48,18 @@ float gt_cpu_dot_dev(const float *a, const float *b, const float *x, float c, in
 /* sum x^2 in double */
 double gt_cpu_sumsq_f64(const float *x, int64_t n);
 
+/* f rounded to bf16 bits as gt_f32_to_bf16 rounds it (round to nearest
+ * even, a NaN stays a quiet NaN), branch-free so loops around it
+ * vectorise. Every kernel that writes bf16 goes through this one, so their
+ * bits agree. */
+static inline uint16_t gt_cpu_bf16_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t nan = (u >> 16) | 0x40u;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
 /* e^x, branch-free so loops around it vectorise (libm's expf does not
  * without -ffast-math). Cephes' polynomial on x - n*ln2, about 2 ulp.
  * Below -87.33 the result is 0; above 88 it saturates at e^88; NaN stays

@@ -153,6 +153,8 @@ gt_status gt_cuda_softmax_xent_backward(gt_backend *be, float *dlogits, const fl
 /* optimizers, reductions, conversions (cuda_kernels_optim.cu) */
 gt_status gt_cuda_adamw_update(gt_backend *be, float *param, const float *grad, float *m, float *v,
                                size_t n, const gt_adamw_args *a);
+gt_status gt_cuda_adamw_update_bf16(gt_backend *be, float *param, const float *grad, float *m, float *v,
+                                    uint16_t *param_bf16, size_t n, const gt_adamw_args *a);
 gt_status gt_cuda_sgd_update(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
                              const gt_sgd_args *a);
 gt_status gt_cuda_sum_squares(gt_backend *be, double *out, const float *x, size_t n);

@@ -12,18 +12,55 @@
 
 /* AdamW as torch.optim.AdamW: decoupled weight decay, then Adam with bias
  * correction (step_size and bc2_sqrt computed on the host in double). */
-__global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n,
-                             float b1, float b2, float eps, float gs, float decay, float step_size,
-                             float bc2_sqrt) {
+struct adamw_k {
+  float b1, b2, eps, gs, decay, step_size, bc2_sqrt;
+};
+
+static adamw_k adamw_factors(const gt_adamw_args *a) {
+  adamw_k k;
+  k.b1 = a->beta1;
+  k.b2 = a->beta2;
+  k.eps = a->eps;
+  k.gs = a->grad_scale;
+  k.decay = 1.0f - a->lr * a->weight_decay;
+  k.step_size = (float)(a->lr / (1.0 - pow(a->beta1, a->step)));
+  k.bc2_sqrt = (float)sqrt(1.0 - pow(a->beta2, a->step));
+  return k;
+}
+
+/* One element, shared by both AdamW kernels so their fp32 results are the
+ * same bits: updates *m and *v, returns the new parameter. */
+__device__ __forceinline__ float adamw_elem(const adamw_k &k, float p, float grad, float *m, float *v) {
+  float g = grad * k.gs;
+  float mi = k.b1 * *m + (1.0f - k.b1) * g;
+  float vi = k.b2 * *v + (1.0f - k.b2) * g * g;
+  *m = mi;
+  *v = vi;
+  float denom = sqrtf(vi) / k.bc2_sqrt + k.eps;
+  return p * k.decay - k.step_size * mi / denom;
+}
+
+/* Round to nearest even; a NaN stays a quiet NaN with its sign and top
+ * payload bits, bit for bit as gt_f32_to_bf16 on the host. */
+__device__ __forceinline__ uint16_t bf16_round(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+__global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n, adamw_k k) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    param[i] = adamw_elem(k, param[i], grad[i], &m[i], &v[i]);
+}
+
+__global__ void adamw_bf16_kernel(float *param, const float *grad, float *m, float *v, uint16_t *param_bf16,
+                                  size_t n, adamw_k k) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    float g = grad[i] * gs;
-    float mi = b1 * m[i] + (1.0f - b1) * g;
-    float vi = b2 * v[i] + (1.0f - b2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float denom = sqrtf(vi) / bc2_sqrt + eps;
-    param[i] = param[i] * decay - step_size * mi / denom;
+    float p = adamw_elem(k, param[i], grad[i], &m[i], &v[i]);
+    param[i] = p;
+    param_bf16[i] = bf16_round(p);
   }
 }
 
@@ -31,12 +68,18 @@ gt_status gt_cuda_adamw_update(gt_backend *be, float *param, const float *grad, 
                                size_t n, const gt_adamw_args *a) {
   if (n == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
-  float decay = 1.0f - a->lr * a->weight_decay;
-  float step_size = (float)(a->lr / (1.0 - pow(a->beta1, a->step)));
-  float bc2_sqrt = (float)sqrt(1.0 - pow(a->beta2, a->step));
   adamw_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(
-      param, grad, m, v, n, a->beta1, a->beta2, a->eps, a->grad_scale, decay, step_size, bc2_sqrt);
+      param, grad, m, v, n, adamw_factors(a));
   return gt_cuda_launched(be, "adamw");
+}
+
+gt_status gt_cuda_adamw_update_bf16(gt_backend *be, float *param, const float *grad, float *m, float *v,
+                                    uint16_t *param_bf16, size_t n, const gt_adamw_args *a) {
+  if (n == 0) return GT_OK;
+  GT_TRY(gt_cuda_enter(be));
+  adamw_bf16_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(
+      param, grad, m, v, param_bf16, n, adamw_factors(a));
+  return gt_cuda_launched(be, "adamw_update_bf16");
 }
 
 /* SGD as torch.optim.SGD without dampening; a zeroed momentum buffer makes
@@ -111,18 +154,11 @@ gt_status gt_cuda_scale(gt_backend *be, float *x, float s, size_t n) {
   return gt_cuda_launched(be, "scale");
 }
 
-/* Round to nearest even; a NaN stays a quiet NaN with its sign and top
- * payload bits, bit for bit as gt_f32_to_bf16 on the host. */
+/* bf16_round: the rounding adamw_update_bf16 writes too. */
 __global__ void f32_to_bf16_kernel(uint16_t *dst, const float *src, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    float f = src[i];
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-      dst[i] = (uint16_t)((u >> 16) | 0x40u);
-    else
-      dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(f));
-  }
+       i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = bf16_round(src[i]);
 }
 
 __global__ void bf16_to_f32_kernel(float *dst, const uint16_t *src, size_t n) {

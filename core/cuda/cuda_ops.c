@@ -66,6 +66,7 @@ const gt_backend_ops gt_cuda_ops = {
     .optimizer =
         {
             .adamw_update = gt_cuda_adamw_update,
+            .adamw_update_bf16 = gt_cuda_adamw_update_bf16,
             .sgd_update = gt_cuda_sgd_update,
         },
     .vector =

@@ -348,6 +348,12 @@ gt_status gt_op_softmax_xent_slice_backward(gt_backend *be, float *dlogits, cons
 /* AdamW on n parameters with moments m and v (a->step >= 1). */
 gt_status gt_op_adamw_update(gt_backend *be, float *param, const float *grad, float *m, float *v, size_t n,
                              const gt_adamw_args *a);
+/* The same update, bit for bit, that also writes param_bf16[i], the new
+ * param[i] rounded as gt_op_f32_to_bf16 rounds it, in the same pass over
+ * memory: an optimizer that keeps a bf16 copy of the weights for the
+ * forward pass reads its fp32 parameters once, not twice. */
+gt_status gt_op_adamw_update_bf16(gt_backend *be, float *param, const float *grad, float *m, float *v,
+                                  uint16_t *param_bf16, size_t n, const gt_adamw_args *a);
 /* SGD; mom may be NULL only without momentum. */
 gt_status gt_op_sgd_update(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
                            const gt_sgd_args *a);

@@ -167,7 +167,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_bf16),            cmocka_unit_test(test_nn_errors),
       cmocka_unit_test(test_determinism),     cmocka_unit_test(test_measure_peak),
       cmocka_unit_test(test_embedding_slice), cmocka_unit_test(test_xent_slice),
-      cmocka_unit_test(test_op_checks),
+      cmocka_unit_test(test_op_checks),       cmocka_unit_test(test_adamw_bf16),
       cmocka_unit_test(test_gemm_ex),         cmocka_unit_test(test_gemm_ex_f32_is_gemm),
       cmocka_unit_test(test_gemm_ex_errors),  cmocka_unit_test(test_bias),
       cmocka_unit_test(test_causal_softmax),  cmocka_unit_test(test_attention_bf16),

@@ -72,6 +72,7 @@ void test_attention_errors(void **state);
 void test_softmax_xent(void **state);
 void test_softmax_xent_errors(void **state);
 void test_adamw(void **state);
+void test_adamw_bf16(void **state);
 void test_sgd(void **state);
 void test_sum_squares(void **state);
 void test_scale(void **state);

@@ -1,5 +1,6 @@
 /* AdamW and SGD against scalar references of PyTorch's update rules. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +75,100 @@ void test_adamw(void **state) {
   gt_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .step = 0,
                      .grad_scale = 1};
   assert_int_equal(gt_op_adamw_update(kt_be, buf, buf, buf, buf, 4, &a), GT_EINVAL);
+  kt_dfree(kt_be, buf);
+}
+
+/* AdamW exactly as the CPU kernel computes it: the factors in double,
+ * rounded once to float, then each element in the kernel's expression
+ * order, in float. This file is compiled in ISO C mode, where GCC does not
+ * fuse multiply-adds, so each operation rounds on its own. */
+static void adamw_ref_exact(float *p, float *m, float *v, uint16_t *p16, const float *grad, size_t n,
+                            const gt_adamw_args *a) {
+  float decay = 1.0f - a->lr * a->weight_decay;
+  float b1 = a->beta1, b2 = a->beta2, gs = a->grad_scale, eps = a->eps;
+  float step_size = (float)(a->lr / (1.0 - pow(a->beta1, a->step)));
+  float bc2_sqrt = (float)sqrt(1.0 - pow(a->beta2, a->step));
+  for (size_t i = 0; i < n; i++) {
+    float g = grad[i] * gs;
+    float mi = b1 * m[i] + (1.0f - b1) * g;
+    float vi = b2 * v[i] + (1.0f - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float denom = sqrtf(vi) / bc2_sqrt + eps;
+    p[i] = p[i] * decay - step_size * mi / denom;
+    p16[i] = gt_f32_to_bf16(p[i]);
+  }
+}
+
+static void expect_same_bf16(const char *what, const uint16_t *got, const uint16_t *want, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (got[i] != want[i]) fail_msg("%s[%zu]: got 0x%04x, want 0x%04x", what, i, got[i], want[i]);
+}
+
+/* adamw_update and adamw_update_bf16 side by side over five steps. On the
+ * CPU both must give the reference's bits at whatever instruction-set level
+ * runs (the suite runs once per level), so a trainer's results do not
+ * depend on the CPU it lands on; elsewhere, they match each other bit for
+ * bit and the CPU backend within tolerance. The copy is always the
+ * backend's own f32_to_bf16 of the new parameters. */
+static void check_adamw_bf16(size_t n) {
+  enum { STEPS = 5 };
+  gt_adamw_args a = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                     .weight_decay = 0.1f, .grad_scale = 0.37f};
+  float *p0 = kt_randn_alloc(n, 1), *grads[STEPS];
+  for (int s = 0; s < STEPS; s++) grads[s] = kt_randn_alloc(n, 3);
+  size_t fb = n * sizeof(float), hb = n * sizeof(uint16_t);
+  float *dp = kt_dput(kt_be, p0, fb), *dm = kt_dput(kt_be, NULL, fb), *dv = kt_dput(kt_be, NULL, fb);
+  float *ep = kt_dput(kt_be, p0, fb), *em = kt_dput(kt_be, NULL, fb), *ev = kt_dput(kt_be, NULL, fb);
+  float *dg = kt_dput(kt_be, NULL, fb);
+  uint16_t *d16 = kt_dput(kt_be, NULL, hb), *dconv = kt_dput(kt_be, NULL, hb);
+  float *rp = kt_xmalloc(fb), *rm = calloc(n, 4), *rv = calloc(n, 4);
+  uint16_t *r16 = kt_xmalloc(hb);
+  memcpy(rp, p0, fb);
+  float *got = kt_xmalloc(fb), *other = kt_xmalloc(fb);
+  uint16_t *got16 = kt_xmalloc(hb), *conv16 = kt_xmalloc(hb);
+  for (int s = 1; s <= STEPS; s++) {
+    a.step = s;
+    KT_OK(gt_backend_upload(kt_be, dg, grads[s - 1], fb));
+    KT_OK(gt_op_adamw_update_bf16(kt_be, dp, dg, dm, dv, d16, n, &a));
+    KT_OK(gt_op_adamw_update(kt_be, ep, dg, em, ev, n, &a));
+    adamw_ref_exact(rp, rm, rv, r16, grads[s - 1], n, &a);
+  }
+  KT_OK(gt_op_f32_to_bf16(kt_be, dconv, dp, n));
+  kt_dget(kt_be, got16, d16, hb), kt_dget(kt_be, conv16, dconv, hb);
+  expect_same_bf16("adamw_update_bf16 copy vs f32_to_bf16", got16, conv16, n);
+  float *dev[] = {dp, dm, dv}, *plain[] = {ep, em, ev}, *ref[] = {rp, rm, rv};
+  const char *names[] = {"param", "m", "v"};
+  for (int k = 0; k < 3; k++) {
+    char what[96];
+    kt_dget(kt_be, got, dev[k], fb), kt_dget(kt_be, other, plain[k], fb);
+    snprintf(what, sizeof what, "adamw_update_bf16 %s vs adamw_update (n=%zu)", names[k], n);
+    kt_check_exact(what, got, other, n);
+    snprintf(what, sizeof what, "adamw_update_bf16 %s vs the exact reference (n=%zu)", names[k], n);
+    if (kt_ref) kt_check_backend(what, got, ref[k], n);
+    else kt_check_exact(what, got, ref[k], n);
+  }
+  if (!kt_ref) expect_same_bf16("adamw_update_bf16 copy vs the exact reference", got16, r16, n);
+  float *all[] = {dp, dm, dv, ep, em, ev, dg};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) kt_dfree(kt_be, all[i]);
+  kt_dfree(kt_be, d16), kt_dfree(kt_be, dconv);
+  for (int s = 0; s < STEPS; s++) free(grads[s]);
+  free(p0), free(rp), free(rm), free(rv), free(r16), free(got), free(other), free(got16), free(conv16);
+}
+
+void test_adamw_bf16(void **state) {
+  (void)state;
+  kt_seed(52);
+  /* Tails shorter than any vector, and a length whose thread shares and
+   * vector tails are all uneven. */
+  size_t sizes[] = {1, 7, 17, 1000003};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) check_adamw_bf16(sizes[i]);
+  float *buf = kt_dput(kt_be, NULL, 16);
+  gt_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .step = 1, .grad_scale = 1};
+  assert_int_equal(gt_op_adamw_update_bf16(kt_be, buf, buf, buf, buf, NULL, 4, &a), GT_EINVAL);
+  assert_non_null(strstr(gt_last_error(), "param_bf16"));
+  a.step = 0;
+  assert_int_equal(gt_op_adamw_update_bf16(kt_be, buf, buf, buf, buf, (uint16_t *)buf, 4, &a), GT_EINVAL);
   kt_dfree(kt_be, buf);
 }
 

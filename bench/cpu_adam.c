@@ -1,0 +1,50 @@
+/* bench_cpu_adam: the CPU AdamW of offloading (bench_offload_adam) on its
+ * own.
+ *
+ *   bench_cpu_adam [--params N (default 100000000)] [--threads T (default all)]
+ *
+ * The last line holds the figures: cpu_adam_s=<Giant's step>
+ * torch_adamw_s=<torch.optim.AdamW(foreach=True)'s> memcpy_gbps=<read +
+ * written> cpu_adam_vs_torch=<torch / Giant> cpu_adam_of_bw=<bandwidth
+ * bound / Giant's step>. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "offload_adam.h"
+
+static void usage(void) {
+  fprintf(stderr, "usage: bench_cpu_adam [--params N (default 100000000)] [--threads T (default all cores)]\n");
+}
+
+int main(int argc, char **argv) {
+  size_t n = 100000000;
+  int threads = 0;
+  for (int i = 1; i < argc; i++) {
+    char *end = NULL;
+    if (!strcmp(argv[i], "--params") && i + 1 < argc) {
+      double v = strtod(argv[++i], &end);
+      if (*end || v < 1) return usage(), 2;
+      n = (size_t)v;
+    } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+      long t = strtol(argv[++i], &end, 10);
+      if (*end || t < 0) return usage(), 2;
+      threads = (int)t;
+    } else {
+      return usage(), 2;
+    }
+  }
+  printf("bench_cpu_adam: %zu parameters (%.2f GB of fp32 p, g, m, v), threads %d of %d cores\n", n,
+         16.0 * (double)n / 1e9, threads ? threads : omp_get_num_procs(), omp_get_num_procs());
+  double gt_s, torch_s, gbps, vs_torch, of_bw;
+  gt_status s = bench_offload_adam(n, threads, &gt_s, &torch_s, &gbps, &vs_torch, &of_bw);
+  if (s != GT_OK) {
+    fprintf(stderr, "bench_cpu_adam: %s\n", gt_last_error());
+    return 1;
+  }
+  printf("bandwidth bound (28 bytes a parameter at %.2f GB/s): %.4f s\n", gbps, 28.0 * (double)n / (gbps * 1e9));
+  printf("cpu_adam_s=%.4f torch_adamw_s=%.4f memcpy_gbps=%.2f cpu_adam_vs_torch=%.2f cpu_adam_of_bw=%.2f\n", gt_s,
+         torch_s, gbps, vs_torch, of_bw);
+  return 0;
+}
