@@ -265,7 +265,8 @@ static gt_status apply_update(gt_trainer *t, float lr, float clip, bool gather) 
     }
     t->params_partial = false;
   }
-  return GT_OK;
+  /* Offloaded, the next forward's first layers start coming now. */
+  return gt_model_prefetch(t->m);
 }
 
 static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batches, gt_step_stats *out) {
@@ -284,6 +285,7 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
   if (gt_fault_nangrad(&t->faults, t->step)) {
     float nan = NAN;
     GT_TRY(gt_backend_upload(gt_model_state_backend(t->m), gt_model_grads(t->m), &nan, sizeof nan));
+    gt_model_grads_changed(t->m);
   }
   if (t->pipe) {
     GT_TRY(pipeline_batches(t, loader, batches, &st));

@@ -140,7 +140,7 @@ gt_status gt_offload_create(gt_model *m) {
   for (int i = 0; i < m->nlayers; i++) local += m->layers[i]->local;
   /* More slots than layers would never be used. */
   o->window = c->offload_window < local ? c->offload_window : (local ? local : 1);
-  int depth = c->offload_prefetch ? c->offload_prefetch : 1;
+  int depth = c->offload_prefetch ? c->offload_prefetch : o->window - 1;
   o->depth = depth < o->window - 1 ? depth : o->window - 1;
   bool ok = true;
   int W = o->window, L = m->nlayers, P = m->nparams;
@@ -269,6 +269,28 @@ gt_status gt_offload_layer_ready(gt_model *m, int i, int lo, int hi, int dir) {
     o->slot_bf16_ok[s] = true;
   }
   return GT_OK;
+}
+
+/* After an update: the first layers the next forward needs start coming
+ * now, behind whatever the caller does before that forward (loading data,
+ * writing metrics). */
+gt_status gt_model_prefetch(gt_model *m) {
+  gt_offload *o = m->off;
+  if (!o) return GT_OK;
+  uint64_t now = ++o->tick;
+  int placed = 0;
+  for (int i = 0; i < m->nlayers && placed <= o->depth; i++) {
+    if (!m->layers[i]->local || o->layer_floats[i] == 0) continue;
+    GT_TRY(place(m, i, now));
+    placed++;
+  }
+  return GT_OK;
+}
+
+void gt_model_grads_changed(gt_model *m) {
+  gt_offload *o = m->off;
+  if (!o) return;
+  for (int p = 0; p < m->nparams; p++) o->grad_zero[p] = false;
 }
 
 gt_status gt_offload_layer_done(gt_model *m, int i) {

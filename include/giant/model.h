@@ -197,6 +197,14 @@ typedef struct gt_offload_stats {
 } gt_offload_stats;
 /* Zero when not offloaded. */
 gt_offload_stats gt_model_offload_stats(const gt_model *m);
+/* Offloaded: starts fetching the weights the next forward needs first, so
+ * that they arrive while the caller does other work (the trainer calls it
+ * after each update). Does nothing otherwise. */
+gt_status gt_model_prefetch(gt_model *m);
+/* Whoever writes the gradient buffer directly, other than backward (a
+ * fault that plants a NaN), calls this after: an offloaded model otherwise
+ * takes gradients it zeroed for zero without reading them. */
+void gt_model_grads_changed(gt_model *m);
 
 /* The device memory a built model will hold while it trains in a plain
  * loop (one micro-batch's activations in flight; a pipeline holds more),

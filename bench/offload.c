@@ -1,0 +1,227 @@
+/* bench/offload: what offloading buys and what it costs, in one run.
+ *
+ *  1. Size: the largest GPT (in parameters, by depth at a fixed width) that
+ *     trains under a fixed device budget (--budget-mib, enforced by the
+ *     backend), without offloading and with a window of --window layers,
+ *     at one row of --size-seq tokens (the state, not the activations, is
+ *     what offloading moves); the ratio is offload_size_ratio. The search
+ *     stops at --max-layers.
+ *  2. Speed: a GPT that fits both ways (--speed-layers deep), median step
+ *     time without offloading over the median with it: offload_speed_ratio
+ *     (1.0 means free). Runs alternate, three rounds each, so the machine's
+ *     drift falls on both.
+ *  3. Hidden copies: of the time the transfers of the offloaded speed run
+ *     take (their bytes over the one-thread memcpy bandwidth measured here,
+ *     as the copy engine is one thread), the fraction compute did not wait
+ *     for (gt_offload_stats.wait_seconds): copy_hidden.
+ *  4. The CPU AdamW on --adam-params parameters against PyTorch's
+ *     torch.optim.AdamW(foreach=True) on the same count and threads, and
+ *     against the memory-bandwidth bound: 28 bytes moved per parameter over
+ *     the multi-threaded memcpy bandwidth of the same run (offload_adam.c).
+ *
+ * The last line: offload_size_ratio=<x> offload_speed_ratio=<y>
+ * copy_hidden=<h> cpu_adam_vs_torch=<z> cpu_adam_of_bw=<w>. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "giant/giant.h"
+#include "giant/options.h"
+#include "gpt.h"
+#include "offload_adam.h"
+
+typedef struct bench_args {
+  int channels, heads, seq, batch, size_seq, threads, budget_mib, max_layers, speed_layers, speed_steps, window;
+  int adam_params_m;
+} bench_args;
+
+typedef struct run_out {
+  size_t params;
+  double step_s; /* median */
+  gt_offload_stats os;
+  float loss0, loss1;
+} run_out;
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Builds a GPT of `layers` blocks under `budget` bytes of device memory
+ * (0: none), offloaded with `window` (0: not), and trains `steps` steps. */
+static gt_status train(const bench_args *a, int B, int T, int layers, int window, size_t budget, int steps,
+                       run_out *out) {
+  memset(out, 0, sizeof *out);
+  gt_backend *be = NULL;
+  gt_model *m = NULL;
+  gt_trainer *tr = NULL;
+  gt_status s = gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = a->threads,
+                                                       .device_mem_limit = budget},
+                                  &be);
+  if (s != GT_OK) return s;
+  gt_backend_set_peak_flops(be, 1e12); /* MFU is not what this measures */
+  gt_model_config mc = {.B_max = B, .T_max = T, .seed = 1, .offload_window = window};
+  gpt_config gc = {.vocab_size = 256, .T_max = T, .C = a->channels, .NH = a->heads, .L = layers,
+                   .tie_weights = true};
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 1,
+                          .schedule = (gt_lr_schedule){1e-3f, 1e-4f, 0, steps}};
+  s = gt_model_create(be, &mc, &m);
+  if (s == GT_OK) s = gpt_add_layers(m, &gc);
+  if (s == GT_OK) s = gt_model_build(m);
+  if (s == GT_OK) out->params = gt_model_param_count(m), s = gt_trainer_create(m, &tc, &tr);
+  size_t n = (size_t)B * (size_t)T;
+  int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
+  double *times = calloc((size_t)steps + 1, sizeof *times);
+  if (s == GT_OK && (!in || !tg || !times)) s = gt_errorf(GT_ENOMEM, "out of host memory");
+  for (int k = 0; s == GT_OK && k < steps; k++) {
+    for (size_t i = 0; i < n; i++) in[i] = (int32_t)((i * 31 + (size_t)k * 7) % 256), tg[i] = (in[i] + 1) % 256;
+    gt_batch b = {.B = B, .T = T, .inputs = in, .targets = tg};
+    gt_step_stats st;
+    s = gt_trainer_step_batches(tr, &b, 1, &st);
+    if (s == GT_OK) times[k] = st.seconds, out->loss1 = st.loss;
+    if (s == GT_OK && k == 0) out->loss0 = st.loss;
+  }
+  if (s == GT_OK) {
+    /* The first step allocates and fetches everything: leave it out. */
+    int from = steps > 2 ? 1 : 0;
+    qsort(times + from, (size_t)(steps - from), sizeof *times, cmp_double);
+    out->step_s = times[from + (steps - from) / 2];
+    out->os = gt_model_offload_stats(m);
+  }
+  free(in), free(tg), free(times);
+  gt_trainer_destroy(tr);
+  gt_model_destroy(m);
+  gt_backend_destroy(be);
+  return s;
+}
+
+/* The deepest model (up to --max-layers) that trains two steps under the
+ * budget; its parameter count, or 0 when not even one block fits. */
+static size_t largest(const bench_args *a, int window, size_t budget, int *layers_out) {
+  run_out r;
+  int ok = 0, bad = a->max_layers + 1;
+  size_t best = 0;
+  /* Doubling, then bisection between the last depth that fit and the
+   * first that did not. */
+  for (int L = 1; L <= a->max_layers; L = L * 2 > a->max_layers && L < a->max_layers ? a->max_layers : L * 2) {
+    if (train(a, 1, a->size_seq, L, window, budget, 2, &r) != GT_OK) {
+      bad = L;
+      break;
+    }
+    ok = L, best = r.params;
+    if (L == a->max_layers) break;
+  }
+  while (bad - ok > 1) {
+    int mid = (ok + bad) / 2;
+    if (train(a, 1, a->size_seq, mid, window, budget, 2, &r) == GT_OK) ok = mid, best = r.params;
+    else bad = mid;
+  }
+  *layers_out = ok;
+  return best;
+}
+
+/* memcpy bandwidth of one thread, counting bytes read and written, as the
+ * copy engine's thread moves them. */
+static double one_thread_memcpy_gbps(void) {
+  size_t n = (size_t)256 << 20;
+  char *x = malloc(n), *y = malloc(n);
+  if (!x || !y) return free(x), free(y), 0;
+  memset(x, 1, n), memset(y, 2, n);
+  double best = 0;
+  for (int k = 0; k < 5; k++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    memcpy(y, x, n);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (2.0 * (double)n / s / 1e9 > best) best = 2.0 * (double)n / s / 1e9;
+  }
+  free(x), free(y);
+  return best;
+}
+
+int main(int argc, char **argv) {
+  bench_args a = {.channels = 256, .heads = 4, .seq = 64, .batch = 2, .size_seq = 32, .threads = 1,
+                  .budget_mib = 48, .max_layers = 96, .speed_layers = 6, .speed_steps = 12, .window = 3,
+                  .adam_params_m = 100};
+  gt_opt_spec specs[] = {
+      {"--channels", GT_OPT_INT, &a.channels, 16, 8192},   {"--heads", GT_OPT_INT, &a.heads, 1, 128},
+      {"--seq", GT_OPT_INT, &a.seq, 1, 8192},              {"--batch", GT_OPT_INT, &a.batch, 1, 1024},
+      {"--size-seq", GT_OPT_INT, &a.size_seq, 1, 8192},
+      {"--threads", GT_OPT_INT, &a.threads, 0, 1024},      {"--budget-mib", GT_OPT_INT, &a.budget_mib, 1, 1 << 20},
+      {"--max-layers", GT_OPT_INT, &a.max_layers, 1, 4096}, {"--speed-layers", GT_OPT_INT, &a.speed_layers, 1, 4096},
+      {"--speed-steps", GT_OPT_INT, &a.speed_steps, 3, 10000}, {"--window", GT_OPT_INT, &a.window, 1, 4096},
+      {"--adam-params-m", GT_OPT_INT, &a.adam_params_m, 0, 100000},
+  };
+  int rc = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
+                        "usage: bench_offload [--channels C] [--heads NH] [--seq T] [--batch B] [--size-seq T]\n"
+                        "  [--threads N]\n"
+                        "  [--budget-mib N] [--max-layers L] [--speed-layers L] [--speed-steps N] [--window W]\n"
+                        "  [--adam-params-m M]   (see bench/offload.c)\n",
+                        NULL);
+  if (rc >= 0) return rc;
+  gt_status s;
+  size_t budget = (size_t)a.budget_mib << 20;
+  printf("bench_offload: GPT C=%d NH=%d, AdamW, fp32, %d threads; size: B=1 T=%d under a device budget of %d MiB; "
+         "speed: B=%d T=%d; offload window %d, prefetch %d\n",
+         a.channels, a.heads, a.threads, a.size_seq, a.budget_mib, a.batch, a.seq, a.window, a.window - 1);
+
+  int l_no = 0, l_off = 0;
+  size_t p_no = largest(&a, 0, budget, &l_no);
+  size_t p_off = largest(&a, a.window, budget, &l_off);
+  double size_ratio = p_no ? (double)p_off / (double)p_no : 0;
+  printf("size: without offloading %d layers, %zu parameters; with %d layers, %zu parameters%s; ratio %.2f\n", l_no,
+         p_no, l_off, p_off, l_off == a.max_layers ? " (the search's limit, --max-layers)" : "", size_ratio);
+
+  run_out no[3], off[3];
+  for (int round = 0; round < 3; round++) {
+    s = train(&a, a.batch, a.seq, a.speed_layers, 0, 0, a.speed_steps, &no[round]);
+    if (s == GT_OK) s = train(&a, a.batch, a.seq, a.speed_layers, a.window, 0, a.speed_steps, &off[round]);
+    if (s != GT_OK) {
+      fprintf(stderr, "bench_offload: speed run: %s\n", gt_last_error());
+      return 1;
+    }
+    if (off[round].loss1 != no[round].loss1) {
+      fprintf(stderr, "bench_offload: offloaded loss %.9g differs from %.9g\n", off[round].loss1, no[round].loss1);
+      return 1;
+    }
+  }
+  double t_no[3], t_off[3];
+  for (int k = 0; k < 3; k++) t_no[k] = no[k].step_s, t_off[k] = off[k].step_s;
+  qsort(t_no, 3, sizeof(double), cmp_double);
+  qsort(t_off, 3, sizeof(double), cmp_double);
+  double speed_ratio = t_no[1] / t_off[1];
+  printf("speed: %d layers, %zu parameters: %.2f ms a step without offloading, %.2f ms with; ratio %.3f\n",
+         a.speed_layers, no[0].params, 1e3 * t_no[1], 1e3 * t_off[1], speed_ratio);
+
+  /* The middle round's transfers, per step, against its waits per step. */
+  const gt_offload_stats *os = &off[1].os;
+  double bw = one_thread_memcpy_gbps() * 1e9;
+  double moved = (double)(os->bytes_in + os->bytes_out) / a.speed_steps;
+  double copy_s = moved / bw, wait_s = os->wait_seconds / a.speed_steps;
+  double hidden = copy_s > 0 ? 1.0 - wait_s / copy_s : 0;
+  if (hidden < 0) hidden = 0;
+  printf("copies: %.1f MiB a step (%llu fetches in all), %.2f ms at %.1f GB/s (one thread); compute waited %.2f ms "
+         "a step; hidden %.3f\n",
+         moved / (1 << 20), (unsigned long long)os->fetches, 1e3 * copy_s, bw / 1e9, 1e3 * wait_s, hidden);
+
+  double adam_vs_torch = 0, adam_of_bw = 0;
+  if (a.adam_params_m > 0) {
+    double gs, ts, gbps;
+    s = bench_offload_adam((size_t)a.adam_params_m * 1000000, a.threads > 0 ? a.threads : 0, &gs, &ts, &gbps,
+                           &adam_vs_torch, &adam_of_bw);
+    if (s != GT_OK) {
+      fprintf(stderr, "bench_offload: CPU AdamW: %s\n", gt_last_error());
+      return 1;
+    }
+    printf("cpu adamw: %d M parameters: %.1f ms; torch.optim.AdamW(foreach) %.1f ms; memcpy %.1f GB/s; "
+           "x%.2f torch, %.2f of the bandwidth bound\n",
+           a.adam_params_m, 1e3 * gs, 1e3 * ts, gbps, adam_vs_torch, adam_of_bw);
+  }
+  printf("offload_size_ratio=%.2f offload_speed_ratio=%.3f copy_hidden=%.3f cpu_adam_vs_torch=%.2f "
+         "cpu_adam_of_bw=%.2f\n",
+         size_ratio, speed_ratio, hidden, adam_vs_torch, adam_of_bw);
+  return 0;
+}
