@@ -76,32 +76,45 @@ void gt_optimizer_range(const gt_optimizer *o, size_t *lo, size_t *hi) { *lo = o
 const gt_optim_config *gt_optimizer_get_config(const gt_optimizer *o) { return &o->cfg; }
 void gt_optimizer_set_steps(gt_optimizer *o, int steps) { o->steps = steps; }
 
-gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale) {
+/* Per parameter, because weight decay applies to some and not others;
+ * tied parameters share storage and are updated once, by their owner.
+ * Only the part of each parameter inside [lo, hi) is this optimizer's. */
+static gt_status update_param(gt_optimizer *o, int i, float lr, float grad_scale) {
   gt_model *m = o->m;
   gt_backend *be = gt_model_state_backend(m);
   float *p = gt_model_params(m), *g = gt_model_grads(m);
-  o->steps++;
-  gt_model_params_changed(m);
-  /* Per parameter, because weight decay applies to some and not others;
-   * tied parameters share storage and are updated once, by their owner.
-   * Only the part of each parameter inside [lo, hi) is this optimizer's. */
-  for (int i = 0; i < gt_model_num_params(m); i++) {
-    const gt_param *pi = gt_model_param(m, i);
-    if (pi->tied_to >= 0) continue;
-    size_t a = pi->offset > o->lo ? pi->offset : o->lo;
-    size_t b = pi->offset + pi->numel < o->hi ? pi->offset + pi->numel : o->hi;
-    if (a >= b) continue;
-    float wd = pi->decay ? o->cfg.weight_decay : 0.0f;
-    float *m0 = o->state[0] + (a - o->lo), *m1 = o->state[1] ? o->state[1] + (a - o->lo) : NULL;
-    if (o->cfg.kind == GT_OPTIM_ADAMW) {
-      gt_adamw_args ar = {.lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
-                          .weight_decay = wd, .step = o->steps, .grad_scale = grad_scale};
-      GT_TRY(gt_op_adamw_update(be, p + a, g + a, m0, m1, b - a, &ar));
-    } else {
-      gt_sgd_args ar = {.lr = lr, .momentum = o->cfg.momentum, .weight_decay = wd, .nesterov = o->cfg.nesterov,
-                        .grad_scale = grad_scale};
-      GT_TRY(gt_op_sgd_update(be, p + a, g + a, m0, b - a, &ar));
-    }
+  const gt_param *pi = gt_model_param(m, i);
+  if (pi->tied_to >= 0) return GT_OK;
+  size_t a = pi->offset > o->lo ? pi->offset : o->lo;
+  size_t b = pi->offset + pi->numel < o->hi ? pi->offset + pi->numel : o->hi;
+  if (a >= b) return GT_OK;
+  float wd = pi->decay ? o->cfg.weight_decay : 0.0f;
+  float *m0 = o->state[0] + (a - o->lo), *m1 = o->state[1] ? o->state[1] + (a - o->lo) : NULL;
+  if (o->cfg.kind == GT_OPTIM_ADAMW) {
+    gt_adamw_args ar = {.lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
+                        .weight_decay = wd, .step = o->steps, .grad_scale = grad_scale};
+    return gt_op_adamw_update(be, p + a, g + a, m0, m1, b - a, &ar);
   }
+  gt_sgd_args ar = {.lr = lr, .momentum = o->cfg.momentum, .weight_decay = wd, .nesterov = o->cfg.nesterov,
+                    .grad_scale = grad_scale};
+  return gt_op_sgd_update(be, p + a, g + a, m0, b - a, &ar);
+}
+
+gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale) {
+  o->steps++;
+  gt_model_params_changed(o->m);
+  for (int i = 0; i < gt_model_num_params(o->m); i++) GT_TRY(update_param(o, i, lr, grad_scale));
+  return GT_OK;
+}
+
+void gt_optimizer_begin_step(gt_optimizer *o) { o->steps++; }
+
+gt_status gt_optimizer_step_layer(gt_optimizer *o, int layer, float lr, float grad_scale) {
+  gt_model *m = o->m;
+  if (layer < 0 || layer >= gt_model_num_layers(m))
+    return gt_errorf(GT_EINVAL, "layer %d is outside the model's %d layers", layer, gt_model_num_layers(m));
+  const gt_layer *l = gt_model_layer(m, layer);
+  gt_model_layer_params_changed(m, layer);
+  for (int i = l->first_param; i < l->first_param + l->nparams; i++) GT_TRY(update_param(o, i, lr, grad_scale));
   return GT_OK;
 }

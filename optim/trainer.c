@@ -13,6 +13,7 @@
 #include "giant/log.h"
 #include "giant/plan.h"
 #include "giant/pp_exec.h"
+#include "optim/layer_update.h"
 #include "optim/telemetry.h"
 
 struct gt_trainer {
@@ -40,6 +41,12 @@ struct gt_trainer {
   double bad_loss, bad_norm;
   int skipped_in_row;  /* steps skipped in a row (skip_nonfinite) */
   int row_step;        /* -1: no step began */
+  /* update_per_layer (layer_update.c): the thread, whether the model's
+   * gradient hook hands layers to it now (the last micro-batch's
+   * backward), and how many were done when backward ended */
+  gt_layer_update *layer_update;
+  bool update_live;
+  int updated_early;
 };
 
 /* A loader reuses its buffers on every call, and a pipeline needs all of a
@@ -57,6 +64,28 @@ static gt_status hold_batches(gt_trainer *t) {
   return GT_OK;
 }
 
+/* The model's gradient hook without data parallelism: a layer's
+ * gradients are final on the host; with update_per_layer, it is updated. */
+static gt_status on_layer_grads(void *ctx, int layer) {
+  gt_trainer *t = ctx;
+  return t->update_live ? gt_layer_update_push(t->layer_update, layer) : GT_OK;
+}
+
+static gt_status check_update_per_layer(const gt_model *m, const gt_trainer_config *cfg) {
+  if (!cfg->update_per_layer) return GT_OK;
+  if (!gt_model_offloaded(m))
+    return gt_errorf(GT_EINVAL, "update_per_layer updates an offloaded model's layers on the host: offload the "
+                                "model (offload_window > 0)");
+  if (cfg->dist)
+    return gt_errorf(GT_EUNSUPPORTED, "update_per_layer runs in one process: with data, tensor or pipeline "
+                                      "parallelism, update after the step's reductions (leave it off)");
+  if (cfg->grad_clip > 0 || cfg->skip_nonfinite > 0)
+    return gt_errorf(GT_EINVAL, "update_per_layer updates layers before the gradient norm is known: it needs "
+                                "grad_clip = 0 (got %g) and skip_nonfinite = 0 (got %d)",
+                     cfg->grad_clip, cfg->skip_nonfinite);
+  return GT_OK;
+}
+
 static void free_held(gt_trainer *t) {
   for (int i = 0; t->held && i < t->cfg.grad_accum; i++) free(t->held[i].inputs), free(t->held[i].targets);
   free(t->held);
@@ -69,6 +98,7 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
     return gt_errorf(GT_EINVAL, "learning rates must be >= 0 (got max %g, min %g)", cfg->schedule.lr_max,
                      cfg->schedule.lr_min);
   if (cfg->grad_clip < 0) return gt_errorf(GT_EINVAL, "grad_clip must be >= 0, got %g", cfg->grad_clip);
+  GT_TRY(check_update_per_layer(m, cfg));
   gt_trainer *t = calloc(1, sizeof *t);
   if (!t) return gt_errorf(GT_ENOMEM, "out of memory creating a trainer");
   t->m = m;
@@ -94,6 +124,9 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   if (s == GT_OK && t->pipe) s = hold_batches(t);
   if (s == GT_OK && !t->pipe) s = gt_acts_create(m, &t->acts); /* a pipeline keeps its own per micro-batch */
   if (s == GT_OK) s = gt_model_set_precision(m, cfg->precision);
+  if (s == GT_OK && cfg->update_per_layer)
+    s = gt_layer_update_create(t->opt, gt_model_num_layers(m), &t->layer_update);
+  if (s == GT_OK && cfg->update_per_layer) s = gt_model_set_grad_hook(m, on_layer_grads, t);
   if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
   /* Faults name a worker as it was launched (GT_RANK), which stays its
    * name when a reshape numbers the ranks left anew. */
@@ -114,6 +147,10 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
 
 void gt_trainer_destroy(gt_trainer *t) {
   if (!t) return;
+  if (t->layer_update) {
+    gt_layer_update_destroy(t->layer_update);
+    gt_model_set_grad_hook(t->m, NULL, NULL);
+  }
   gt_acts_destroy(t->acts);
   gt_pp_exec_destroy(t->pipe);
   free_held(t);
@@ -125,6 +162,7 @@ void gt_trainer_destroy(gt_trainer *t) {
 }
 
 int gt_trainer_step_index(const gt_trainer *t) { return t->step; }
+int gt_trainer_layers_updated_early(const gt_trainer *t) { return t->updated_early; }
 void gt_trainer_set_step_index(gt_trainer *t, int step) { t->step = step; }
 gt_model *gt_trainer_model(gt_trainer *t) { return t->m; }
 gt_dist *gt_trainer_dist(gt_trainer *t) { return t->dist; }
@@ -173,7 +211,18 @@ static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *b
   st->telemetry.dp_wait_s += gt_now() - w0;
   float scale = valid ? (float)(weight / (double)valid) : 0.0f; /* d(step loss)/d(token loss) */
   if (t->sync) GT_TRY(gt_dp_sync_begin(t->sync, i == t->cfg.grad_accum - 1, !t->cfg.no_overlap));
-  GT_TRY(gt_model_backward(t->m, t->acts, scale));
+  bool last = i == t->cfg.grad_accum - 1;
+  if (t->layer_update && last) {
+    /* Each layer is updated once its last gradients are on the host. */
+    gt_layer_update_begin(t->layer_update, gt_lr_at(&t->cfg.schedule, t->step));
+    t->update_live = true;
+  }
+  gt_status bs = gt_model_backward(t->m, t->acts, scale);
+  if (t->layer_update && last) {
+    t->update_live = false;
+    t->updated_early = gt_layer_update_progress(t->layer_update);
+  }
+  GT_TRY(bs);
   *loss_sum += weight * loss;
   st->tokens += (int64_t)b.B * b.T;
   st->flops += 3.0 * gt_model_flops(t->m, b.B, b.T);
@@ -302,6 +351,8 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
   } else {
     GT_TRY(gt_grad_norm(t->m, &st.grad_norm));
   }
+  /* The norm was summed while the last layers were being updated. */
+  if (t->layer_update) GT_TRY(gt_layer_update_finish(t->layer_update));
   t->nonfinite = !isfinite(st.loss) || !isfinite(st.grad_norm);
   t->bad_loss = st.loss, t->bad_norm = st.grad_norm;
   if (t->nonfinite)
@@ -316,7 +367,8 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
     GT_TRY(commit_vote(t));
     t->pending = false;
   }
-  GT_TRY(apply_update(t, st.lr, clip, true));
+  if (t->layer_update) GT_TRY(gt_model_prefetch(t->m)); /* updated already, layer by layer */
+  else GT_TRY(apply_update(t, st.lr, clip, true));
   gt_backend *be = gt_model_backend(t->m);
   GT_TRY(gt_stream_sync(be, NULL));
   st.seconds = st.telemetry.step_s = gt_now() - t0;

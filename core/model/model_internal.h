@@ -82,6 +82,7 @@ gt_status gt_offload_create(gt_model *m);
 void gt_offload_destroy(gt_model *m);
 gt_status gt_offload_set_precision(gt_model *m, gt_precision p);
 void gt_offload_params_changed(gt_model *m);
+void gt_offload_layer_params_changed(gt_model *m, int layer);
 gt_status gt_offload_layer_ready(gt_model *m, int i, int lo, int hi, int dir);
 gt_status gt_offload_layer_done(gt_model *m, int i);
 gt_status gt_offload_grads_begin(gt_model *m, int i);

@@ -59,7 +59,9 @@ struct gt_offload {
   bool g_pending[2];
   int g_next;
   bool *grad_zero;        /* per parameter (its storage owner): host gradient is zero */
-  uint64_t version, tick;
+  uint64_t version, tick;   /* version: bumped when every parameter may have changed */
+  uint64_t *param_version;  /* per parameter (its storage owner): bumped when its layer was updated alone */
+  uint64_t *fetched_version; /* per parameter: its storage's version when its layer's slot was filled */
   gt_offload_stats stats;
 };
 
@@ -90,6 +92,7 @@ void gt_offload_destroy(gt_model *m) {
   free(o->w32), free(o->w16), free(o->slot_layer), free(o->slot_tick), free(o->slot_bf16_ok);
   free(o->fetched), free(o->released), free(o->layer_slot), free(o->layer_version);
   free(o->param_slot_off), free(o->layer_floats), free(o->grad_zero);
+  free(o->param_version), free(o->fetched_version);
   free(o);
   m->off = NULL;
   gt_backend_destroy(m->host_be);
@@ -156,6 +159,8 @@ gt_status gt_offload_create(gt_model *m) {
   o->layer_floats = cal((size_t)L, sizeof *o->layer_floats, &ok);
   o->param_slot_off = cal((size_t)P, sizeof *o->param_slot_off, &ok);
   o->grad_zero = cal((size_t)P, sizeof *o->grad_zero, &ok);
+  o->param_version = cal((size_t)P, sizeof *o->param_version, &ok);
+  o->fetched_version = cal((size_t)P, sizeof *o->fetched_version, &ok);
   if (!ok) return gt_errorf(GT_ENOMEM, "out of host memory for offloading");
   o->slot_floats = lay_out_slots(m, o);
   for (int i = 0; i < L; i++) o->layer_slot[i] = -1;
@@ -199,6 +204,17 @@ void gt_offload_params_changed(gt_model *m) {
   if (m->off) m->off->version++;
 }
 
+/* One layer's own parameters changed (an update layer by layer): the
+ * slots holding them, its own and a tied user's, are stale; the others
+ * stay. */
+void gt_offload_layer_params_changed(gt_model *m, int layer) {
+  gt_offload *o = m->off;
+  if (!o) return;
+  const gt_layer *l = m->layers[layer];
+  for (int p = l->first_param; p < l->first_param + l->nparams; p++)
+    if (m->params[p].tied_to < 0) o->param_version[p]++;
+}
+
 /* Queues the copy of layer i's weights into slot s on the copy stream. */
 static gt_status fetch(gt_model *m, int i, int s) {
   gt_offload *o = m->off;
@@ -210,6 +226,8 @@ static gt_status fetch(gt_model *m, int i, int s) {
   o->layer_slot[i] = s;
   o->layer_version[i] = o->version;
   o->slot_bf16_ok[s] = false;
+  for (int p = m->layers[i]->first_param; p < m->layers[i]->first_param + m->layers[i]->nparams; p++)
+    o->fetched_version[p] = o->param_version[storage_of(m, p)];
   /* The slot's previous layer may still be read by queued kernels. */
   GT_TRY(gt_stream_wait_event(be, cs, o->released[s]));
   const gt_layer *l = m->layers[i];
@@ -223,8 +241,13 @@ static gt_status fetch(gt_model *m, int i, int s) {
   return gt_event_record(be, o->fetched[s], cs);
 }
 
-static bool resident(const gt_offload *o, int i) {
-  return o->layer_slot[i] >= 0 && o->layer_version[i] == o->version;
+static bool resident(const gt_model *m, int i) {
+  const gt_offload *o = m->off;
+  if (o->layer_slot[i] < 0 || o->layer_version[i] != o->version) return false;
+  const gt_layer *l = m->layers[i];
+  for (int p = l->first_param; p < l->first_param + l->nparams; p++)
+    if (o->fetched_version[p] != o->param_version[storage_of(m, p)]) return false;
+  return true;
 }
 
 /* Puts layer i in a slot: its own if current, else the least recently
@@ -241,7 +264,7 @@ static gt_status place(gt_model *m, int i, uint64_t now) {
     if (s < 0) return gt_errorf(GT_ESTATE, "offloading: no free weight slot for layer %d", i);
   }
   o->slot_tick[s] = now;
-  if (!resident(o, i)) GT_TRY(fetch(m, i, s));
+  if (!resident(m, i)) GT_TRY(fetch(m, i, s));
   return GT_OK;
 }
 

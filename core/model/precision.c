@@ -24,6 +24,15 @@ void gt_model_params_changed(gt_model *m) {
   gt_offload_params_changed(m);
 }
 
+void gt_model_layer_params_changed(gt_model *m, int layer) {
+  if (!m->off || layer < 0 || layer >= m->nlayers) {
+    gt_model_params_changed(m);
+    return;
+  }
+  gt_model_wait_readers(m);
+  gt_offload_layer_params_changed(m, layer);
+}
+
 static void free_bf16(gt_model *m) {
   gt_arena_free(m->arena, m->param_bf16);
   gt_arena_free(m->arena, m->mp_scratch);

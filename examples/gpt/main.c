@@ -37,7 +37,8 @@ typedef struct args {
       bucket_kib, chunks, mem_mib, mirror_every, skip_nonfinite, offload, offload_prefetch, device_mem_mib;
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
-  bool documents, untied, zero1, seq_parallel, print_plan, no_overlap, rebalance, rebalance_local, reshape;
+  bool documents, untied, zero1, seq_parallel, print_plan, no_overlap, rebalance, rebalance_local, reshape,
+      update_per_layer;
   gpt_ckpt_args ckpt;
   gpt_failslow_args failslow;
 } args;
@@ -104,7 +105,10 @@ static const char *usage =
     "                      limit); a model that does not fit fails at start\n"
     "  --offload W         keep the master weights, gradients and optimizer state in host memory\n"
     "                      and only W layers' weights on the device at a time (0 = off, default)\n"
-    "  --offload-prefetch D  layers fetched ahead while one computes (default 1, at most W - 1)\n"
+    "  --offload-prefetch D  layers fetched ahead while one computes (default and most: W - 1)\n"
+    "  --update-per-layer  offloaded, one process: update each layer on the host as soon as its\n"
+    "                      gradients are final, while backward goes on (needs --clip 0 and\n"
+    "                      --skip-nonfinite 0: the update begins before the norm is known)\n"
     "  --ckpt-dir DIR      save checkpoints here and resume from the newest (default: $GT_CKPT_DIR);\n"
     "                      SIGTERM or SIGINT then stops after the step under way and lets the save\n"
     "                      in flight commit\n"
@@ -145,6 +149,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--print-every", GT_OPT_INT, &a->print_every, 0, 1e9},
       {"--offload", GT_OPT_INT, &a->offload, 0, 4096},
       {"--offload-prefetch", GT_OPT_INT, &a->offload_prefetch, 0, 4096},
+      {"--update-per-layer", GT_OPT_FLAG, &a->update_per_layer, 0, 0},
       {"--device-mem-mib", GT_OPT_INT, &a->device_mem_mib, 0, 1 << 30},
       {"--lr", GT_OPT_FLOAT, &a->lr, 0, 10},           {"--min-lr", GT_OPT_FLOAT, &a->min_lr, 0, 10},
       {"--clip", GT_OPT_FLOAT, &a->clip, 0, 1e9},      {"--skip-nonfinite", GT_OPT_INT, &a->skip_nonfinite, 0, 1e6},      {"--weight-decay", GT_OPT_FLOAT, &a->weight_decay, 0, 10},
@@ -674,7 +679,8 @@ int main(int argc, char **argv) {
                           .metrics_path = metrics, .print_every = lead ? a.print_every : 0,
                           .schedule = {.lr_max = a.lr, .lr_min = a.min_lr, .warmup = a.warmup, .total = a.steps},
                           .dist = dist, .no_overlap = a.no_overlap, .precision = precision,
-                          .commit_vote = a.reshape, .skip_nonfinite = a.skip_nonfinite};
+                          .commit_vote = a.reshape, .skip_nonfinite = a.skip_nonfinite,
+                          .update_per_layer = a.update_per_layer};
   if (a.weight_decay >= 0) tc.optim.weight_decay = a.weight_decay;
   if (!joining && (s = gt_trainer_create(m, &tc, &tr)) != GT_OK) {
     fail("creating the trainer", s);

@@ -160,6 +160,10 @@ gt_precision gt_model_get_precision(const gt_model *m);
  * next forward. gt_model_set_params does it itself. An optimizer calls it
  * before it updates its state too: the two change together. */
 void gt_model_params_changed(gt_model *m);
+/* The same for the parameters of one layer only (an update that goes layer
+ * by layer): an offloaded model then refetches only the slots that hold
+ * them; otherwise it is gt_model_params_changed. */
+void gt_model_layer_params_changed(gt_model *m, int layer);
 
 /* A reader of the parameter buffer (and of the optimizer state, which
  * changes with it) from another thread: a checkpoint copying its snapshot

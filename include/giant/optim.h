@@ -37,6 +37,13 @@ void gt_optimizer_destroy(gt_optimizer *o);
 /* One update of every parameter from the model's gradients, which are first
  * multiplied by grad_scale (1 = none; clipping passes its factor). */
 gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale);
+/* The same step taken layer by layer, as each layer's gradients become
+ * final: begin_step once (the update count moves on), then step_layer for
+ * every layer, in any order, from any one thread at a time. A layer's
+ * parameters are its own (a tied one is updated by its owner). The result
+ * is the same, bit for bit, as gt_optimizer_step. */
+void gt_optimizer_begin_step(gt_optimizer *o);
+gt_status gt_optimizer_step_layer(gt_optimizer *o, int layer, float lr, float grad_scale);
 int gt_optimizer_steps(const gt_optimizer *o);
 /* For checkpoints: the state buffers (device memory) over floats [lo, hi)
  * of the flat buffer. Buffer 0 is AdamW's first moment or SGD's momentum,

@@ -39,11 +39,20 @@ typedef struct gt_trainer_config {
    * skipped. Every rank sees the same reduced loss and norm, so all decide
    * alike. */
   int skip_nonfinite;
+  /* An offloaded model, one process: the optimizer updates each layer on a
+   * host thread as soon as its gradients are final, while backward goes on
+   * below it (docs/offload.md). It needs grad_clip = 0 and skip_nonfinite
+   * = 0: an update that has begun before the norm is known cannot be
+   * scaled or taken back. The result is the same, bit for bit. */
+  bool update_per_layer;
 } gt_trainer_config;
 
 typedef struct gt_trainer gt_trainer;
 
 gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_trainer **out);
+/* With update_per_layer: the layers whose update was done by the time the
+ * last step's backward ended (the rest were finished after it). */
+int gt_trainer_layers_updated_early(const gt_trainer *t);
 void gt_trainer_destroy(gt_trainer *t);
 
 /* One optimizer step over grad_accum micro-batches from the loader. A step

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "common/gt_test.h"
 #include "localkit/ranks.h"
 #include "examples/gpt/gpt.h"
 #include "giant/dist.h"
@@ -39,6 +40,9 @@ typedef struct run_cfg {
   bool zero1;
   gt_precision precision;
   int window;         /* 0: no offloading; ALL: every layer */
+  bool no_clip;       /* grad_clip 0 */
+  bool per_layer;     /* update_per_layer */
+  int *early;         /* per_layer: layers updated before backward ended, summed over steps (shared) */
   result *out;
 } run_cfg;
 
@@ -77,9 +81,10 @@ static int train(int rank, int world, void *arg) {
   CHECK_OK(gt_model_build(m));
   if (dist) CHECK_OK(gt_plan_check_model(&plan, m));
   CHECK(gt_model_offloaded(m) == (cfg->window > 0));
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = M,
-                          .dist = dist, .precision = cfg->precision,
-                          .schedule = (gt_lr_schedule){3e-3f, 3e-4f, 2, STEPS}};
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = cfg->no_clip ? 0.0f : 1.0f,
+                          .grad_accum = M, .dist = dist, .precision = cfg->precision,
+                          .schedule = (gt_lr_schedule){3e-3f, 3e-4f, 2, STEPS},
+                          .update_per_layer = cfg->per_layer};
   gt_trainer *tr;
   CHECK_OK(gt_trainer_create(m, &tc, &tr));
   int32_t in[M][ROWS * T], tg[M][ROWS * T];
@@ -92,6 +97,7 @@ static int train(int rank, int world, void *arg) {
     gt_step_stats st;
     CHECK_OK(gt_trainer_step_batches(tr, b, M, &st));
     if (rank == 0) out->losses[s] = st.loss, out->norms[s] = st.grad_norm;
+    if (cfg->per_layer) *cfg->early += gt_trainer_layers_updated_early(tr);
   }
   if (cfg->window > 0) {
     /* The window really moved weights: every step refetches each layer
@@ -146,6 +152,56 @@ static void case_layout(const char *layout, bool zero1) {
 }
 
 static void test_one_process(void **state) { (void)state, case_layout(NULL, false); }
+
+/* The update layer by layer while backward goes on (no clipping): the same
+ * bits as the update after backward without offloading. How many layers
+ * were done before backward ended depends on the machine; it is printed. */
+static void test_update_per_layer(void **state) {
+  (void)state;
+  int *early = harness_shared(sizeof *early);
+  for (int pi = 0; pi < 2; pi++) {
+    gt_precision prec = pi ? GT_PRECISION_BF16 : GT_PRECISION_FP32;
+    result *ref = train_result_new(NULL);
+    run_cfg rc = {.precision = prec, .no_clip = true, .out = ref};
+    int codes[1];
+    if (harness_run(1, train, &rc, 240, codes)) fail_msg("reference run failed");
+    static const int windows[] = {1, 2, ALL};
+    for (int w = 0; w < 3; w++) {
+      result *r = train_result_new(ref);
+      *early = 0;
+      run_cfg cfg = {.precision = prec, .no_clip = true, .window = windows[w], .per_layer = true, .early = early,
+                     .out = r};
+      if (harness_run(1, train, &cfg, 240, codes)) fail_msg("update per layer, window %d: failed", windows[w]);
+      print_message("update per layer %s window %-3d loss %.4f -> %.4f; %d of %d layer updates done before "
+                    "backward ended\n",
+                    gt_precision_name(prec), windows[w], r->losses[0], r->losses[STEPS - 1], *early,
+                    STEPS * (L + 3));
+      assert_memory_equal(r->losses, ref->losses, sizeof r->losses);
+      assert_memory_equal(r->params, ref->params, ref->nparams * sizeof(float));
+    }
+  }
+}
+
+/* What the mode cannot do is refused at creation, saying why. */
+static void test_update_per_layer_refused(void **state) {
+  (void)state;
+  gt_backend *be;
+  OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
+  gt_backend_set_peak_flops(be, 1e9);
+  for (int k = 0; k < 2; k++) {
+    gt_model *m;
+    OK(gt_model_create(be, &(gt_model_config){.B_max = 2, .T_max = T, .seed = 1, .offload_window = k ? 2 : 0}, &m));
+    OK(gpt_add_layers(m, &(gpt_config){.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = 1, .tie_weights = true}));
+    OK(gt_model_build(m));
+    gt_trainer *tr = NULL;
+    gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_accum = 1,
+                            .schedule = {1e-3f, 1e-3f, 0, 1}, .update_per_layer = true, .grad_clip = k ? 1.0f : 0};
+    expect_error(gt_trainer_create(m, &tc, &tr), GT_EINVAL, k ? "needs grad_clip = 0" : "offload the model");
+    assert_null(tr);
+    gt_model_destroy(m);
+  }
+  gt_backend_destroy(be);
+}
 static void test_dp2(void **state) { (void)state, case_layout("dp=2", false); }
 static void test_dp2_zero1(void **state) { (void)state, case_layout("dp=2", true); }
 static void test_tp2(void **state) { (void)state, case_layout("tp=2", false); }
@@ -239,7 +295,8 @@ static void test_budget(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_one_process), cmocka_unit_test(test_dp2), cmocka_unit_test(test_dp2_zero1),
+      cmocka_unit_test(test_one_process), cmocka_unit_test(test_update_per_layer),
+      cmocka_unit_test(test_update_per_layer_refused), cmocka_unit_test(test_dp2), cmocka_unit_test(test_dp2_zero1),
       cmocka_unit_test(test_tp2),         cmocka_unit_test(test_pp2), cmocka_unit_test(test_budget),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
