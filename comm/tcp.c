@@ -7,6 +7,7 @@
  * the piece is complete, so the kernel keeps receiving while we reduce.
  * Every step's bytes are preceded by a header frame that the receiver
  * checks (type, per-peer sequence, length). */
+#include <ctype.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -197,6 +198,29 @@ out:
 
 /* ---- forming the mesh ---- */
 
+/* A peer's "HOST PORT" as the store holds it: bytes anyone with the store
+ * could have written, not a C string. Refused, and shown with anything
+ * unprintable as '?', unless it is one host name (letters, digits and
+ * ".-:_[]%") and a port in 1..65535. */
+static gt_status parse_addr(const void *v, size_t len, int rank, char host[100], int *port) {
+  char s[128], shown[128];
+  size_t n = len < sizeof s - 1 ? len : sizeof s - 1;
+  memcpy(s, v, n);
+  s[n] = '\0';
+  for (size_t i = 0; i <= n; i++) shown[i] = s[i] && (s[i] < 0x20 || s[i] > 0x7e) ? '?' : s[i];
+  char extra = 0;
+  int got = n == len && strlen(s) == len ? sscanf(s, "%99s %d %c", host, port, &extra) : 0;
+  /* A host is a name or an IPv4/IPv6 literal. */
+  for (const char *q = host; got == 2 && *q; q++)
+    if (!isalnum((unsigned char)*q) && !strchr(".-:_[]%", *q)) got = 0;
+  if (got != 2 || *port <= 0 || *port > 65535)
+    return gt_errorf(GT_EFORMAT,
+                     "malformed address '%s%s' of rank %d in the store (want 'HOST PORT'): the store is shared "
+                     "with something that is not this job, or was damaged; use a fresh store or prefix",
+                     shown, n < len ? "..." : "", rank);
+  return GT_OK;
+}
+
 gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline) {
   if (c->size == 1) return GT_OK;
   int lfd = -1, port = 0;
@@ -214,12 +238,12 @@ gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline) {
     int ms = (int)((deadline - gt_now()) * 1000);
     st = gt_store_get(c->store, key, &v, &len, ms > 0 ? ms : 0);
     if (st != GT_OK) break;
-    char h[100];
+    char h[100] = "";
     int p = 0;
-    if (sscanf(v, "%99s %d", h, &p) != 2 || p <= 0 || p > 65535)
-      st = gt_errorf(GT_EFORMAT, "malformed address '%s' of rank %d in the store", (char *)v, j);
+    st = parse_addr(v, len, j, h, &p);
     free(v);
-    if (st == GT_OK) st = gt_wire_connect(h, p, deadline, &c->fds[j]);
+    if (st != GT_OK) break;
+    st = gt_wire_connect(h, p, deadline, &c->fds[j]);
     if (st == GT_OK) st = gt_wire_auth_client(c->fds[j], c->secret, ctx, (uint32_t)c->rank, deadline);
     if (st != GT_OK) st = gt_error_context(st, "connecting to rank %d at %s:%d", j, h, p);
   }

@@ -2,12 +2,14 @@
  *
  * Exactness: AdamW and SGD are elementwise, so updating the layers in
  * backward order, on another thread, gives the same numbers as one pass
- * after backward; and without clipping (the trainer allows this mode only
- * then) the gradient scale is 1 before the norm is known. What must not
- * happen is a layer's update reading gradients that are still arriving:
- * the model's hook hands a layer over only once its gradients are on the
- * host and final (the step's last micro-batch), and nothing writes them
- * again before the step ends.
+ * after backward. The gradients and their scale are fixed when the step
+ * opens: this step's without clipping (the scale is 1 before the norm is
+ * known), or the previous step's, held aside, with the scale its norm gave
+ * (the delayed update). What must not happen is a layer's update reading
+ * gradients that are still arriving: the model's hook hands a layer over
+ * only once this step's gradients for it are on the host and final (the
+ * step's last micro-batch), and nothing writes either set again before the
+ * step ends.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -23,7 +25,8 @@ struct gt_layer_update {
   int *queue; /* layers handed over and not yet taken */
   int cap, head, count;
   int pushed, done; /* this step's */
-  float lr;
+  float lr, scale;
+  const float *grads; /* NULL: the model's */
   bool stop;
   gt_status status; /* the step's first failure */
   char message[512];
@@ -38,10 +41,11 @@ static void *serve(void *arg) {
     int layer = u->queue[u->head];
     u->head = (u->head + 1) % u->cap;
     u->count--;
-    float lr = u->lr;
+    float lr = u->lr, scale = u->scale;
+    const float *grads = u->grads;
     bool failed = u->status != GT_OK;
     pthread_mutex_unlock(&u->mu);
-    gt_status s = failed ? GT_OK : gt_optimizer_step_layer(u->opt, layer, lr, 1.0f);
+    gt_status s = failed ? GT_OK : gt_optimizer_step_layer_from(u->opt, layer, lr, scale, grads);
     pthread_mutex_lock(&u->mu);
     if (s != GT_OK && u->status == GT_OK) {
       u->status = s;
@@ -91,10 +95,16 @@ void gt_layer_update_destroy(gt_layer_update *u) {
   free(u);
 }
 
-void gt_layer_update_begin(gt_layer_update *u, float lr) {
+void gt_layer_update_begin(gt_layer_update *u, float lr, float grad_scale, const float *grads) {
+  pthread_mutex_lock(&u->mu);
+  /* A step that failed before its finish may have left layers in hand. */
+  while (u->done < u->pushed) pthread_cond_wait(&u->cv, &u->mu);
+  pthread_mutex_unlock(&u->mu);
   gt_optimizer_begin_step(u->opt);
   pthread_mutex_lock(&u->mu);
   u->lr = lr;
+  u->scale = grad_scale;
+  u->grads = grads;
   u->pushed = u->done = 0;
   u->status = GT_OK;
   pthread_mutex_unlock(&u->mu);

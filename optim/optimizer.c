@@ -79,10 +79,11 @@ void gt_optimizer_set_steps(gt_optimizer *o, int steps) { o->steps = steps; }
 /* Per parameter, because weight decay applies to some and not others;
  * tied parameters share storage and are updated once, by their owner.
  * Only the part of each parameter inside [lo, hi) is this optimizer's. */
-static gt_status update_param(gt_optimizer *o, int i, float lr, float grad_scale) {
+static gt_status update_param(gt_optimizer *o, int i, float lr, float grad_scale, const float *grads) {
   gt_model *m = o->m;
   gt_backend *be = gt_model_state_backend(m);
-  float *p = gt_model_params(m), *g = gt_model_grads(m);
+  float *p = gt_model_params(m);
+  const float *g = grads ? grads : gt_model_grads(m);
   const gt_param *pi = gt_model_param(m, i);
   if (pi->tied_to >= 0) return GT_OK;
   size_t a = pi->offset > o->lo ? pi->offset : o->lo;
@@ -103,18 +104,23 @@ static gt_status update_param(gt_optimizer *o, int i, float lr, float grad_scale
 gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale) {
   o->steps++;
   gt_model_params_changed(o->m);
-  for (int i = 0; i < gt_model_num_params(o->m); i++) GT_TRY(update_param(o, i, lr, grad_scale));
+  for (int i = 0; i < gt_model_num_params(o->m); i++) GT_TRY(update_param(o, i, lr, grad_scale, NULL));
   return GT_OK;
 }
 
 void gt_optimizer_begin_step(gt_optimizer *o) { o->steps++; }
 
 gt_status gt_optimizer_step_layer(gt_optimizer *o, int layer, float lr, float grad_scale) {
+  return gt_optimizer_step_layer_from(o, layer, lr, grad_scale, NULL);
+}
+
+gt_status gt_optimizer_step_layer_from(gt_optimizer *o, int layer, float lr, float grad_scale, const float *grads) {
   gt_model *m = o->m;
   if (layer < 0 || layer >= gt_model_num_layers(m))
     return gt_errorf(GT_EINVAL, "layer %d is outside the model's %d layers", layer, gt_model_num_layers(m));
   const gt_layer *l = gt_model_layer(m, layer);
   gt_model_layer_params_changed(m, layer);
-  for (int i = l->first_param; i < l->first_param + l->nparams; i++) GT_TRY(update_param(o, i, lr, grad_scale));
+  for (int i = l->first_param; i < l->first_param + l->nparams; i++)
+    GT_TRY(update_param(o, i, lr, grad_scale, grads));
   return GT_OK;
 }

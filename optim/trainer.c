@@ -47,6 +47,11 @@ struct gt_trainer {
   gt_layer_update *layer_update;
   bool update_live;
   int updated_early;
+  /* delayed_update: the last step's gradients, their learning rate and
+   * clip factor, waiting to be applied during the next backward */
+  float *held_grads;
+  bool have_held;
+  float held_lr, held_clip;
 };
 
 /* A loader reuses its buffers on every call, and a pipeline needs all of a
@@ -72,13 +77,17 @@ static gt_status on_layer_grads(void *ctx, int layer) {
 }
 
 static gt_status check_update_per_layer(const gt_model *m, const gt_trainer_config *cfg) {
-  if (!cfg->update_per_layer) return GT_OK;
+  if (!cfg->update_per_layer && !cfg->delayed_update) return GT_OK;
+  const char *what = cfg->delayed_update ? "delayed_update" : "update_per_layer";
+  if (cfg->update_per_layer && cfg->delayed_update)
+    return gt_errorf(GT_EINVAL, "update_per_layer and delayed_update are two ways of updating: choose one");
   if (!gt_model_offloaded(m))
-    return gt_errorf(GT_EINVAL, "update_per_layer updates an offloaded model's layers on the host: offload the "
-                                "model (offload_window > 0)");
+    return gt_errorf(GT_EINVAL, "%s updates an offloaded model's layers on the host: offload the model "
+                                "(offload_window > 0)", what);
   if (cfg->dist)
-    return gt_errorf(GT_EUNSUPPORTED, "update_per_layer runs in one process: with data, tensor or pipeline "
-                                      "parallelism, update after the step's reductions (leave it off)");
+    return gt_errorf(GT_EUNSUPPORTED, "%s runs in one process: with data, tensor or pipeline parallelism, "
+                                      "update after the step's reductions (leave it off)", what);
+  if (cfg->delayed_update) return GT_OK;
   if (cfg->grad_clip > 0 || cfg->skip_nonfinite > 0)
     return gt_errorf(GT_EINVAL, "update_per_layer updates layers before the gradient norm is known: it needs "
                                 "grad_clip = 0 (got %g) and skip_nonfinite = 0 (got %d)",
@@ -124,9 +133,11 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   if (s == GT_OK && t->pipe) s = hold_batches(t);
   if (s == GT_OK && !t->pipe) s = gt_acts_create(m, &t->acts); /* a pipeline keeps its own per micro-batch */
   if (s == GT_OK) s = gt_model_set_precision(m, cfg->precision);
-  if (s == GT_OK && cfg->update_per_layer)
-    s = gt_layer_update_create(t->opt, gt_model_num_layers(m), &t->layer_update);
-  if (s == GT_OK && cfg->update_per_layer) s = gt_model_set_grad_hook(m, on_layer_grads, t);
+  bool by_layer = cfg->update_per_layer || cfg->delayed_update;
+  if (s == GT_OK && by_layer) s = gt_layer_update_create(t->opt, gt_model_num_layers(m), &t->layer_update);
+  if (s == GT_OK && by_layer) s = gt_model_set_grad_hook(m, on_layer_grads, t);
+  if (s == GT_OK && cfg->delayed_update)
+    s = gt_model_state_alloc(m, gt_model_buffer_floats(m) * sizeof(float), (void **)&t->held_grads);
   if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
   /* Faults name a worker as it was launched (GT_RANK), which stays its
    * name when a reshape numbers the ranks left anew. */
@@ -151,6 +162,7 @@ void gt_trainer_destroy(gt_trainer *t) {
     gt_layer_update_destroy(t->layer_update);
     gt_model_set_grad_hook(t->m, NULL, NULL);
   }
+  if (t->held_grads) gt_model_state_free(t->m, t->held_grads);
   gt_acts_destroy(t->acts);
   gt_pp_exec_destroy(t->pipe);
   free_held(t);
@@ -163,11 +175,22 @@ void gt_trainer_destroy(gt_trainer *t) {
 
 int gt_trainer_step_index(const gt_trainer *t) { return t->step; }
 int gt_trainer_layers_updated_early(const gt_trainer *t) { return t->updated_early; }
+
 void gt_trainer_set_step_index(gt_trainer *t, int step) { t->step = step; }
 gt_model *gt_trainer_model(gt_trainer *t) { return t->m; }
 gt_dist *gt_trainer_dist(gt_trainer *t) { return t->dist; }
 gt_optimizer *gt_trainer_optimizer(gt_trainer *t) { return t->opt; }
 gt_dp_sync *gt_trainer_dp_sync(gt_trainer *t) { return t->sync; }
+
+gt_status gt_trainer_flush(gt_trainer *t) {
+  if (!t->have_held) return GT_OK;
+  t->have_held = false;
+  gt_optimizer_begin_step(t->opt);
+  gt_model_params_changed(t->m);
+  for (int i = 0; i < gt_model_num_layers(t->m); i++)
+    GT_TRY(gt_optimizer_step_layer_from(t->opt, i, t->held_lr, t->held_clip, t->held_grads));
+  return gt_model_prefetch(t->m);
+}
 void gt_trainer_set_overlap(gt_trainer *t, bool overlap) { t->cfg.no_overlap = !overlap; }
 gt_pp_exec *gt_trainer_pp_exec(gt_trainer *t) { return t->pipe; }
 
@@ -212,13 +235,19 @@ static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *b
   float scale = valid ? (float)(weight / (double)valid) : 0.0f; /* d(step loss)/d(token loss) */
   if (t->sync) GT_TRY(gt_dp_sync_begin(t->sync, i == t->cfg.grad_accum - 1, !t->cfg.no_overlap));
   bool last = i == t->cfg.grad_accum - 1;
-  if (t->layer_update && last) {
+  if (t->layer_update && last && t->cfg.update_per_layer) {
     /* Each layer is updated once its last gradients are on the host. */
-    gt_layer_update_begin(t->layer_update, gt_lr_at(&t->cfg.schedule, t->step));
+    gt_layer_update_begin(t->layer_update, gt_lr_at(&t->cfg.schedule, t->step), 1.0f, NULL);
+    t->update_live = true;
+  } else if (t->layer_update && last && t->have_held) {
+    /* The previous step's update, layer by layer, once this step no longer
+     * reads the layer. */
+    gt_layer_update_begin(t->layer_update, t->held_lr, t->held_clip, t->held_grads);
+    t->have_held = false;
     t->update_live = true;
   }
   gt_status bs = gt_model_backward(t->m, t->acts, scale);
-  if (t->layer_update && last) {
+  if (t->layer_update && last && t->update_live) {
     t->update_live = false;
     t->updated_early = gt_layer_update_progress(t->layer_update);
   }
@@ -367,8 +396,16 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
     GT_TRY(commit_vote(t));
     t->pending = false;
   }
-  if (t->layer_update) GT_TRY(gt_model_prefetch(t->m)); /* updated already, layer by layer */
-  else GT_TRY(apply_update(t, st.lr, clip, true));
+  if (t->cfg.delayed_update) {
+    /* Held aside for the next step's backward to apply. */
+    memcpy(t->held_grads, gt_model_grads(t->m), gt_model_buffer_floats(t->m) * sizeof(float));
+    t->have_held = true, t->held_lr = st.lr, t->held_clip = clip;
+    GT_TRY(gt_model_prefetch(t->m));
+  } else if (t->layer_update) {
+    GT_TRY(gt_model_prefetch(t->m)); /* updated already, layer by layer */
+  } else {
+    GT_TRY(apply_update(t, st.lr, clip, true));
+  }
   gt_backend *be = gt_model_backend(t->m);
   GT_TRY(gt_stream_sync(be, NULL));
   st.seconds = st.telemetry.step_s = gt_now() - t0;

@@ -30,6 +30,11 @@ static gt_status check_inputs(const gt_planner_hw *hw, const gt_planner_job *job
     if (hw->mem_bytes && !(hw->mem_bytes[r] >= 0))
       return gt_errorf(GT_EINVAL, "rank %d has memory budget %g: budgets must be >= 0", r, hw->mem_bytes[r]);
   }
+  if (job->offload_window < 0)
+    return gt_errorf(GT_EINVAL, "an offload window of %d layers: use 0 (none) or more", job->offload_window);
+  if (job->offload_window > 0 && !(hw->copy_bandwidth > 0 && isfinite(hw->copy_bandwidth)))
+    return gt_errorf(GT_EINVAL, "offloading needs the host-device copy bandwidth (copy_bandwidth > 0), got %g",
+                     hw->copy_bandwidth);
   if (job->micro_batches < 1 || job->chunks < 1)
     return gt_errorf(GT_EINVAL, "the planner needs micro_batches >= 1 and chunks >= 1 (got %d, %d)", job->micro_batches,
                      job->chunks);
@@ -67,6 +72,12 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
       }
   }
   double state_factor = job->zero1 ? 2 + 2.0 / dp : 4;
+  /* Offloaded, a rank holds window + 2 slots of the widest layer (its
+   * share of it under tp) whatever the cut, and the activations. */
+  bool off = job->offload_window > 0;
+  double widest = 0;
+  for (int i = 0; i < L; i++) widest = fmax(widest, job->layers[i].param_bytes);
+  double slots = off ? (job->offload_window + 2) * widest / tp : 0;
 
   int *cut = out->first;
   gt_status st = GT_OK;
@@ -92,9 +103,9 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
         if (live[j] > vflight[j]) vflight[j] = live[j];
       }
     }
-    for (int j = 0; j < n; j++) vspeed[j] = speed[j % pp], vmem[j] = budget[j % pp] * tp / v;
+    for (int j = 0; j < n; j++) vspeed[j] = speed[j % pp], vmem[j] = fmax(0, budget[j % pp] - slots) * tp / v;
     gt_planner_stages spec = {.n = n, .speed = vspeed, .mem_bytes = vmem, .in_flight = vflight,
-                              .state_factor = state_factor};
+                              .state_factor = state_factor, .offloaded = off};
     st = gt_planner_partition(job->layers, L, &spec, cut);
     if (st == GT_ENOMEM) st = GT_OK; /* the closest cut; the shortfall below says by how much */
     if (st != GT_OK) goto end;
@@ -102,6 +113,10 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
 
   double fwd[GT_PLANNER_MAX_STAGES], bwd[GT_PLANNER_MAX_STAGES], act[GT_PLANNER_MAX_STAGES];
   double params[GT_PLANNER_MAX_STAGES] = {0}, boundary = 0;
+  int held[GT_PLANNER_MAX_STAGES] = {0}; /* layers per pipeline rank */
+  for (int j = 0; j < n; j++) held[j % pp] += cut[j + 1] - cut[j];
+  double moved[GT_PLANNER_MAX_STAGES] = {0}; /* offloaded: bytes a step, per pipeline rank */
+  int mb = out->micro_batches;
   for (int j = 0; j < n; j++) {
     double flops = 0, comm = 0;
     act[j] = 0;
@@ -115,6 +130,19 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
     double compute = flops / (speed[j % pp] * hw->peak_flops * tp);
     fwd[j] = compute + comm;
     bwd[j] = 2 * compute + comm;
+    if (off) {
+      /* Per micro-batch: the weights come in for forward and again for
+       * backward (a window as wide as the rank's layers keeps them: once a
+       * step), the gradients go out and, after the first micro-batch, come
+       * in to be added to. Transfers overlap compute. */
+      double w = 0;
+      for (int i = cut[j]; i < cut[j + 1]; i++) w += job->layers[i].param_bytes / tp;
+      bool keeps = job->offload_window >= held[j % pp];
+      double in_f = keeps ? w / mb : w, in_b = keeps ? 0 : w, grads = w + w * (mb - 1) / mb;
+      fwd[j] = fmax(fwd[j], in_f / hw->copy_bandwidth);
+      bwd[j] = fmax(bwd[j], (in_b + grads) / hw->copy_bandwidth);
+      moved[j % pp] += mb * (in_f + in_b + grads);
+    }
     out->stage_seconds[j] = fwd[j] + bwd[j];
     if (j + 1 < n) boundary = fmax(boundary, job->layers[cut[j + 1] - 1].out_bytes);
   }
@@ -125,10 +153,12 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
   out->pipeline_seconds = sim.makespan;
   out->bubble = sim.bubble;
   for (int s = 0; s < pp; s++) {
-    out->mem_bytes[s] = state_factor * params[s] + sim.peak_act_bytes[s];
+    out->mem_bytes[s] = (off ? slots : state_factor * params[s]) + sim.peak_act_bytes[s];
+    if (moved[s] > out->offload_bytes) out->offload_bytes = moved[s];
     out->dp_seconds = fmax(out->dp_seconds, ring_allreduce(params[s], dp, hw));
   }
   gt_pp_sim_free(&sim);
+  if (off) out->offload_seconds = out->offload_bytes / hw->copy_bandwidth;
   out->step_seconds = out->pipeline_seconds + (1 - hw->dp_overlap) * out->dp_seconds;
   out->mem_shortfall = -INFINITY;
   for (int r = 0; r < hw->world; r++) {
@@ -212,7 +242,13 @@ void gt_planner_print(const gt_planner_result *e, const gt_planner_job *job, FIL
   }
   for (int s = 0; s < e->layout.pp; s++)
     fprintf(f, "memory, pipeline rank %d: %.1f MiB%s\n", s, e->mem_bytes[s] / (1 << 20),
-            job && job->zero1 ? " (ZeRO-1)" : "");
+            job && job->offload_window > 0 ? " (offloaded: the window and activations)"
+            : job && job->zero1        ? " (ZeRO-1)"
+                                       : "");
+  if (job && job->offload_window > 0)
+    fprintf(f, "offloaded, window %d: %.1f MiB a step between host and device, %.4g s of transfers beside "
+               "compute\n",
+            job->offload_window, e->offload_bytes / (1 << 20), e->offload_seconds);
   if (e->mem_shortfall > 0)
     fprintf(f, "does not fit: %.1f MiB over budget on rank %d\n", e->mem_shortfall / (1 << 20), e->short_rank);
 }

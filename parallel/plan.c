@@ -121,8 +121,13 @@ void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
       const char *nm = strchr(q->name, '.') ? strchr(q->name, '.') + 1 : q->name;
       char idx[16] = "", stage[16] = "";
       if (k == 0) snprintf(idx, sizeof idx, "%d", i), snprintf(stage, sizeof stage, "%d", l->stage);
-      fprintf(f, "%-4s %-16s %-12s %-6s %-6s %-22s %-20s %s%s\n", idx, k ? "" : l->name, k ? "" : l->type->name,
-              stage, k ? "" : split, nm, local, b, q->tied_to >= 0 ? " (tied)" : "");
+      /* Offloaded, a tensor's master copy (and its gradient and optimizer
+       * state) is in host memory and it visits the device in its layer's
+       * window slot. */
+      bool here = l->local || gt_model_num_pipeline_stages(m) == 1;
+      fprintf(f, "%-4s %-16s %-12s %-6s %-6s %-22s %-20s %s%s%s\n", idx, k ? "" : l->name, k ? "" : l->type->name,
+              stage, k ? "" : split, nm, local, b, q->tied_to >= 0 ? " (tied)" : "",
+              here && gt_model_offloaded(m) ? "  [host; device in a window slot]" : "");
     }
   }
   size_t n = gt_model_buffer_floats(m);
@@ -134,6 +139,10 @@ void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
             shard * (size_t)(p->me.dp + 1) < n ? shard * (size_t)(p->me.dp + 1) : n, p->me.dp + 1, dp);
   else
     fprintf(f, "optimizer state: all of it (replicated over dp)\n");
+  if (gt_model_offloaded(m))
+    fprintf(f, "offloaded: parameters, gradients and optimizer state live in host memory; the device holds the "
+               "weights of %d layers at a time (docs/offload.md)\n",
+            gt_model_offload_stats(m).window);
 }
 
 gt_status gt_plan_cut_stages(const gt_plan *p, gt_model *m, int B, int T, const double *stage_speed) {

@@ -51,7 +51,8 @@ typedef struct cut_ctx {
 
 static double stage_mem(const cut_ctx *c, int s, int i, int j) {
   double inflight = c->st->in_flight ? c->st->in_flight[s] : 1;
-  return c->state_factor * (c->P[j] - c->P[i]) + inflight * (c->A[j] - c->A[i]);
+  double state = c->st->offloaded ? 0 : c->state_factor * (c->P[j] - c->P[i]);
+  return state + inflight * (c->A[j] - c->A[i]);
 }
 
 static double stage_cost(const cut_ctx *c, int s, int i, int j) {

@@ -38,7 +38,7 @@ typedef struct args {
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
   bool documents, untied, zero1, seq_parallel, print_plan, no_overlap, rebalance, rebalance_local, reshape,
-      update_per_layer;
+      update_per_layer, delayed_update;
   gpt_ckpt_args ckpt;
   gpt_failslow_args failslow;
 } args;
@@ -109,6 +109,9 @@ static const char *usage =
     "  --update-per-layer  offloaded, one process: update each layer on the host as soon as its\n"
     "                      gradients are final, while backward goes on (needs --clip 0 and\n"
     "                      --skip-nonfinite 0: the update begins before the norm is known)\n"
+    "  --delayed-update    offloaded, one process: a step computes its gradients before the previous\n"
+    "                      step's update, which is applied during its backward (ZeRO-Offload's\n"
+    "                      one-step delay; a different trajectory, with clipping)\n"
     "  --ckpt-dir DIR      save checkpoints here and resume from the newest (default: $GT_CKPT_DIR);\n"
     "                      SIGTERM or SIGINT then stops after the step under way and lets the save\n"
     "                      in flight commit\n"
@@ -150,6 +153,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--offload", GT_OPT_INT, &a->offload, 0, 4096},
       {"--offload-prefetch", GT_OPT_INT, &a->offload_prefetch, 0, 4096},
       {"--update-per-layer", GT_OPT_FLAG, &a->update_per_layer, 0, 0},
+      {"--delayed-update", GT_OPT_FLAG, &a->delayed_update, 0, 0},
       {"--device-mem-mib", GT_OPT_INT, &a->device_mem_mib, 0, 1 << 30},
       {"--lr", GT_OPT_FLOAT, &a->lr, 0, 10},           {"--min-lr", GT_OPT_FLOAT, &a->min_lr, 0, 10},
       {"--clip", GT_OPT_FLOAT, &a->clip, 0, 1e9},      {"--skip-nonfinite", GT_OPT_INT, &a->skip_nonfinite, 0, 1e6},      {"--weight-decay", GT_OPT_FLOAT, &a->weight_decay, 0, 10},
@@ -363,7 +367,7 @@ static gt_status reshape_layout(const args *a, gt_backend *be, const gpt_config 
   }
   int B = (total + world - 1) / world;
   return gpt_choose_layout(be, gc, B, a->seq, world, a->accum * world, peak, (double)a->mem_mib * (1 << 20), schedule,
-                           a->chunks, a->zero1, out, n);
+                           a->chunks, a->zero1, a->offload, out, n);
 }
 
 /* The newest committed checkpoint's step directory, where the state that
@@ -514,6 +518,9 @@ int main(int argc, char **argv) {
   if (env_reshape && !strcmp(env_reshape, "1")) a.reshape = true;
   if (s == GT_OK && a.rebalance_local && !a.rebalance)
     s = gt_errorf(GT_EINVAL, "--rebalance-local says who decides --rebalance: give --rebalance too");
+  if (s == GT_OK && a.delayed_update && a.ckpt.dir)
+    s = gt_errorf(GT_EINVAL, "--delayed-update holds a step's gradients for the next, and checkpoints do not "
+                             "store them yet: leave out --ckpt-dir (or $GT_CKPT_DIR) or --delayed-update");
   if (s != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
   gt_precision precision;
   if ((s = gt_precision_parse(a.precision, &precision)) != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
@@ -581,7 +588,7 @@ int main(int argc, char **argv) {
     /* With a global batch, the planner weighs the rows every rank would take at dp = world. */
     int B = a.global_batch ? (a.global_batch + job->world_size - 1) / job->world_size : a.batch;
     if ((s = gpt_choose_layout(be, &gc, B, a.seq, job->world_size, a.accum * job->world_size, peak,
-                               (double)a.mem_mib * (1 << 20), schedule, a.chunks, a.zero1, chosen,
+                               (double)a.mem_mib * (1 << 20), schedule, a.chunks, a.zero1, a.offload, chosen,
                                sizeof chosen)) != GT_OK) {
       fail("choosing a layout", s);
       goto out;
@@ -665,7 +672,7 @@ int main(int argc, char **argv) {
   if (a.print_plan && !joining) {
     if (lead) {
       gt_plan_print(&plan, m, stdout);
-      s = gpt_print_prediction(be, &gc, &plan, m, rows, a.seq, a.accum * plan.layout.dp, peak, stdout);
+      s = gpt_print_prediction(be, &gc, &plan, m, rows, a.seq, a.accum * plan.layout.dp, peak, a.offload, stdout);
       if (s == GT_OK) s = gpt_print_memory(be, m, kind == GT_OPTIM_ADAMW ? 2 : 1, a.accum, stdout);
       if (s != GT_OK) fail("predicting the step", s);
     }
@@ -680,7 +687,7 @@ int main(int argc, char **argv) {
                           .schedule = {.lr_max = a.lr, .lr_min = a.min_lr, .warmup = a.warmup, .total = a.steps},
                           .dist = dist, .no_overlap = a.no_overlap, .precision = precision,
                           .commit_vote = a.reshape, .skip_nonfinite = a.skip_nonfinite,
-                          .update_per_layer = a.update_per_layer};
+                          .update_per_layer = a.update_per_layer, .delayed_update = a.delayed_update};
   if (a.weight_decay >= 0) tc.optim.weight_decay = a.weight_decay;
   if (!joining && (s = gt_trainer_create(m, &tc, &tr)) != GT_OK) {
     fail("creating the trainer", s);
@@ -828,6 +835,11 @@ int main(int argc, char **argv) {
       rc = 128 + gpt_ckpt_stop_signal();
       goto out;
     }
+  }
+  /* --delayed-update: the last step's gradients are still held. */
+  if (tr && (s = gt_trainer_flush(tr)) != GT_OK) {
+    fail("applying the last update", s);
+    goto out;
   }
   gpt_ckpt_finish(&a.ckpt, ckpt, tr, lead);
   if (a.reshape && lead) gpt_reshape_finish(&rsh, job); /* for a rank still asking to join */

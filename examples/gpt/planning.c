@@ -8,7 +8,8 @@
 
 gt_planner_hw gpt_planner_hw(int world, double peak_flops) {
   gt_planner_hw hw = {.world = world, .peak_flops = peak_flops, .p2p_bandwidth = 2e9, .p2p_latency = 50e-6,
-                      .ar_bandwidth = 2e9, .ar_latency = 50e-6, .dp_overlap = 0.4};
+                      .ar_bandwidth = 2e9, .ar_latency = 50e-6, .dp_overlap = 0.4,
+                      .copy_bandwidth = 16e9};
   return hw;
 }
 
@@ -33,7 +34,7 @@ static int tp_sizes(const gpt_config *gc, int world, int *out) {
 
 gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, int world, int micro_batches,
                             double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, bool zero1,
-                            char *layout, size_t n) {
+                            int offload_window, char *layout, size_t n) {
   gt_planner_layer *layers;
   int nl, tp[32];
   double *budget = mem_bytes > 0 ? malloc((size_t)world * sizeof *budget) : NULL;
@@ -48,7 +49,7 @@ gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, 
   hw.mem_bytes = budget;
   gt_planner_job job = {.layers = layers, .nlayers = nl, .micro_batches = micro_batches, .schedule = schedule,
                         .chunks = schedule == GT_PP_INTERLEAVED ? chunks : 1, .zero1 = zero1, .tp_allowed = tp,
-                        .ntp_allowed = tp_sizes(gc, world, tp)};
+                        .ntp_allowed = tp_sizes(gc, world, tp), .offload_window = offload_window};
   gt_planner_result r;
   gt_status s = gt_planner_choose(&hw, &job, &r);
   if (s == GT_OK) snprintf(layout, n, "dp=%d,tp=%d,pp=%d", r.layout.dp, r.layout.tp, r.layout.pp);
@@ -58,7 +59,7 @@ gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, 
 }
 
 gt_status gpt_print_prediction(gt_backend *be, const gpt_config *gc, const gt_plan *plan, const gt_model *m, int B,
-                               int T, int micro_batches, double peak_flops, FILE *f) {
+                               int T, int micro_batches, double peak_flops, int offload_window, FILE *f) {
   gt_planner_layer *layers;
   int nl, tp[32];
   GT_TRY(whole_layers(be, gc, B, T, &layers, &nl));
@@ -72,7 +73,7 @@ gt_status gpt_print_prediction(gt_backend *be, const gpt_config *gc, const gt_pl
   gt_planner_hw hw = gpt_planner_hw(plan->world, peak_flops);
   gt_planner_job job = {.layers = layers, .nlayers = nl, .micro_batches = micro_batches, .schedule = plan->schedule,
                         .chunks = plan->chunks, .zero1 = plan->zero1, .tp_allowed = tp,
-                        .ntp_allowed = tp_sizes(gc, plan->world, tp)};
+                        .ntp_allowed = tp_sizes(gc, plan->world, tp), .offload_window = offload_window};
   gt_planner_result r;
   if (s == GT_OK) s = gt_planner_estimate(&hw, &job, plan->layout, first, &r);
   if (s == GT_OK) {

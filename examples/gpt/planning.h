@@ -17,11 +17,11 @@ gt_planner_hw gpt_planner_hw(int world, double peak_flops);
  * (0: no limit), written as "dp=..,tp=..,pp=..". */
 gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, int world, int micro_batches,
                             double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, bool zero1,
-                            char *layout, size_t n);
+                            int offload_window, char *layout, size_t n);
 
 /* The plan's predicted step, with the model's actual stage cut. */
 gt_status gpt_print_prediction(gt_backend *be, const gpt_config *gc, const gt_plan *plan, const gt_model *m, int B,
-                               int T, int micro_batches, double peak_flops, FILE *f);
+                               int T, int micro_batches, double peak_flops, int offload_window, FILE *f);
 
 /* Where the model's state lives, the device memory it will hold against
  * the backend's budget, and, offloaded, the window and the bytes a step

@@ -44,6 +44,10 @@ gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale);
  * is the same, bit for bit, as gt_optimizer_step. */
 void gt_optimizer_begin_step(gt_optimizer *o);
 gt_status gt_optimizer_step_layer(gt_optimizer *o, int layer, float lr, float grad_scale);
+/* The same from gradients other than the model's (laid out like them): a
+ * delayed update applies the previous step's, held aside, while backward
+ * writes this step's. */
+gt_status gt_optimizer_step_layer_from(gt_optimizer *o, int layer, float lr, float grad_scale, const float *grads);
 int gt_optimizer_steps(const gt_optimizer *o);
 /* For checkpoints: the state buffers (device memory) over floats [lo, hi)
  * of the flat buffer. Buffer 0 is AdamW's first moment or SGD's momentum,

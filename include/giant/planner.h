@@ -55,6 +55,10 @@ typedef struct gt_planner_stages {
   const double *mem_bytes; /* budget per stage; NULL: unlimited */
   const double *in_flight; /* micro-batches of activations each stage holds; NULL: 1 */
   double state_factor;     /* bytes held per parameter byte; 0: 4 */
+  /* Offloaded: parameters and their state live in host memory, so a stage
+   * holds only activations (the window's slots, the same for every cut,
+   * are left out of mem_bytes by the caller). */
+  bool offloaded;
 } gt_planner_stages;
 
 /* Cuts layers [0, L) into st->n contiguous non-empty stages, stage s
@@ -80,6 +84,7 @@ typedef struct gt_planner_hw {
   double p2p_bandwidth, p2p_latency; /* bytes/s, seconds: between pipeline stages */
   double ar_bandwidth, ar_latency;   /* bytes/s per link, seconds per hop: all-reduces */
   double dp_overlap;       /* share of the gradient all-reduce hidden behind backward, 0..1 */
+  double copy_bandwidth;   /* bytes/s between host and device memory; needed when offloading */
 } gt_planner_hw;
 
 typedef struct gt_planner_job {
@@ -91,6 +96,11 @@ typedef struct gt_planner_job {
   bool zero1;            /* optimizer state sharded over data parallelism */
   const int *tp_allowed; /* tensor-parallel sizes the model takes (heads, hidden, vocabulary); */
   int ntp_allowed;       /* NULL / 0: only 1 */
+  /* Offloading (docs/offload.md) with a window of this many layers, 0:
+   * none. A rank then holds window + 2 slots of its widest layer and the
+   * activations; its transfers overlap compute, and a stage takes as long
+   * as the longer of the two. */
+  int offload_window;
 } gt_planner_job;
 
 typedef struct gt_planner_result {
@@ -107,6 +117,10 @@ typedef struct gt_planner_result {
   double bubble;           /* simulated idle share of the pipeline */
   double mem_bytes[GT_PLANNER_MAX_STAGES];     /* per pipeline rank */
   double mem_shortfall;    /* largest need - budget over world ranks; <= 0: fits */
+  /* Offloaded: bytes a step moves between host and device on the busiest
+   * pipeline rank, and the time they take at copy_bandwidth (overlapped
+   * with compute; a stage's time is the longer of the two). */
+  double offload_bytes, offload_seconds;
   int short_rank;          /* the world rank of that shortfall */
 } gt_planner_result;
 

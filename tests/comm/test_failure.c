@@ -353,6 +353,53 @@ static void abort_shm(void **st) {
   assert_int_equal(harness_run(2, abort_main, &t, 30, codes), 0);
 }
 
+/* A peer's address in the store that is empty, unprintable, out of range,
+ * not NUL-terminated or too long: the rank joining after it fails at once
+ * with the bytes shown safely, never reading past them or printing an
+ * address it did not parse. One rank plays rank 1 of 2 against each. */
+static int bad_address_main(int r, int n, void *arg) {
+  (void)r, (void)n, (void)arg;
+  gt_store *s = harness_store();
+  char longest[300];
+  memset(longest, 'a', sizeof longest);
+  static const struct {
+    const char *bytes;
+    size_t len;
+    const char *shown;
+  } cases[] = {
+      {"", 0, "''"},
+      {"\x01\x02host\xff 80", 10, "'??host? 80'"},
+      {"127.0.0.1 99999", 15, "'127.0.0.1 99999'"},
+      {"127.0.0.1 80 extra", 18, "'127.0.0.1 80 extra'"},
+      {"127.0.0.1 8\0000", 13, "'127.0.0.1 8'"},
+  };
+  for (int k = 0; k < 6; k++) {
+    char prefix[32], key[96];
+    snprintf(prefix, sizeof prefix, "badaddr%d", k);
+    snprintf(key, sizeof key, "comm/%s/addr/0", prefix);
+    if (k < 5) CHECK_OK(gt_store_set(s, key, cases[k].bytes, cases[k].len));
+    else CHECK_OK(gt_store_set(s, key, longest, sizeof longest));
+    gt_comm_config cfg = {.store = s, .prefix = prefix, .rank = 1, .size = 2, .secret = HARNESS_SECRET,
+                          .host = "127.0.0.1", .transport = GT_COMM_TCP, .init_timeout_ms = 20000,
+                          .op_timeout_ms = 20000};
+    gt_comm *c = NULL;
+    gt_status st = gt_comm_init(&cfg, &c);
+    const char *msg = gt_last_error();
+    CHECK(st == GT_EFORMAT && c == NULL);
+    CHECK(strstr(msg, "malformed address") != NULL && strstr(msg, "of rank 0") != NULL);
+    CHECK(strstr(msg, k < 5 ? cases[k].shown : "aaaa...' of rank 0") != NULL);
+    CHECK(strstr(msg, "connecting to rank 0 at") == NULL);
+  }
+  gt_store_destroy(s);
+  return RANK_OK;
+}
+
+static void bad_address(void **st) {
+  (void)st;
+  int codes[HARNESS_MAX];
+  assert_int_equal(harness_run(1, bad_address_main, NULL, 60, codes), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(kill_tcp),     cmocka_unit_test(kill_shm),
@@ -361,7 +408,7 @@ int main(void) {
       cmocka_unit_test(strangers_refused),
       cmocka_unit_test(mismatch_tcp), cmocka_unit_test(mismatch_shm),
       cmocka_unit_test(abort_tcp),    cmocka_unit_test(abort_shm),
-      cmocka_unit_test(abort_split_tcp),
+      cmocka_unit_test(abort_split_tcp),    cmocka_unit_test(bad_address),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -182,6 +182,124 @@ static void test_update_per_layer(void **state) {
   }
 }
 
+/* ---- the one-step delayed update ---- */
+
+/* The delayed update against its own definition, written out here with the
+ * model and optimizer alone: each step computes its gradients g[t] at the
+ * parameters it has, then applies g[t-1] with step t-1's learning rate and
+ * clip factor (nothing at step 0). One micro-batch a step, clipping on. */
+typedef struct delayed_cfg {
+  bool reference;
+  int window;
+  gt_precision precision;
+  float params_out[1 << 18];
+  float losses[STEPS];
+  size_t n;
+} delayed_cfg;
+
+static const gt_lr_schedule delayed_lr = {3e-3f, 3e-4f, 2, STEPS};
+
+static int train_delayed(int rank, int world, void *arg) {
+  (void)rank, (void)world;
+  delayed_cfg *cfg = arg;
+  gt_backend *be;
+  CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
+  gt_backend_set_peak_flops(be, 1e9);
+  gt_model *m;
+  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = ROWS, .T_max = T, .seed = 42,
+                                                   .offload_window = cfg->window},
+                           &m));
+  CHECK_OK(gpt_add_layers(m, &(gpt_config){.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = L, .tie_weights = true}));
+  CHECK_OK(gt_model_build(m));
+  size_t n = gt_model_buffer_floats(m);
+  CHECK(n <= sizeof cfg->params_out / sizeof(float));
+  int32_t in[ROWS * T], tg[ROWS * T];
+  if (!cfg->reference) {
+    gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 1,
+                            .precision = cfg->precision, .schedule = delayed_lr, .delayed_update = true};
+    gt_trainer *tr;
+    CHECK_OK(gt_trainer_create(m, &tc, &tr));
+    for (int s = 0; s < STEPS; s++) {
+      batch_for(s, 0, in, tg);
+      gt_step_stats st;
+      CHECK_OK(gt_trainer_step_batches(tr, &(gt_batch){.B = ROWS, .T = T, .inputs = in, .targets = tg}, 1, &st));
+      cfg->losses[s] = st.loss;
+    }
+    CHECK_OK(gt_trainer_flush(tr));
+    gt_trainer_destroy(tr);
+  } else {
+    CHECK_OK(gt_model_set_precision(m, cfg->precision));
+    gt_optimizer *o;
+    gt_optim_config oc = gt_optim_defaults(GT_OPTIM_ADAMW);
+    CHECK_OK(gt_optimizer_create(m, &oc, &o));
+    gt_acts *a;
+    CHECK_OK(gt_acts_create(m, &a));
+    float *held = malloc(n * sizeof *held);
+    CHECK(held != NULL);
+    float held_lr = 0, held_clip = 0;
+    for (int s = 0; s <= STEPS; s++) {
+      /* Step s's gradients at the current parameters (none after the last
+       * step: only the held update is left, as gt_trainer_flush applies). */
+      float *g = gt_model_grads(m);
+      float *now = malloc(n * sizeof *now);
+      CHECK(now != NULL);
+      double norm = 0;
+      if (s < STEPS) {
+        batch_for(s, 0, in, tg);
+        CHECK_OK(gt_model_zero_grads(m));
+        float loss;
+        CHECK_OK(gt_model_forward(m, a, &(gt_batch){.B = ROWS, .T = T, .inputs = in, .targets = tg}, &loss));
+        int64_t valid = gt_acts_targets(a);
+        /* The trainer's scale for one micro-batch: weight 1 over the
+         * valid targets. */
+        CHECK_OK(gt_model_backward(m, a, (float)(1.0 / (double)valid)));
+        cfg->losses[s] = loss;
+        CHECK_OK(gt_grad_norm(m, &norm));
+        memcpy(now, g, n * sizeof *now);
+      }
+      if (s > 0) {
+        memcpy(g, held, n * sizeof *held);
+        CHECK_OK(gt_optimizer_step(o, held_lr, held_clip));
+      }
+      memcpy(held, now, n * sizeof *held);
+      held_lr = gt_lr_at(&delayed_lr, s);
+      held_clip = gt_clip_factor(norm, 1.0f);
+      free(now);
+    }
+    free(held);
+    gt_acts_destroy(a);
+    gt_optimizer_destroy(o);
+  }
+  cfg->n = n;
+  CHECK_OK(gt_model_get_params(m, cfg->params_out, n));
+  gt_model_destroy(m);
+  gt_backend_destroy(be);
+  return RANK_OK;
+}
+
+static void test_delayed_update(void **state) {
+  (void)state;
+  for (int pi = 0; pi < 2; pi++) {
+    gt_precision prec = pi ? GT_PRECISION_BF16 : GT_PRECISION_FP32;
+    delayed_cfg *ref = harness_shared(sizeof *ref);
+    *ref = (delayed_cfg){.reference = true, .precision = prec};
+    int codes[1];
+    if (harness_run(1, train_delayed, ref, 240, codes)) fail_msg("the delayed update's reference failed");
+    static const int windows[] = {1, 2, ALL};
+    for (int w = 0; w < 3; w++) {
+      delayed_cfg *r = harness_shared(sizeof *r);
+      *r = (delayed_cfg){.window = windows[w], .precision = prec};
+      if (harness_run(1, train_delayed, r, 240, codes)) fail_msg("delayed update, window %d: failed", windows[w]);
+      print_message("delayed update %s window %-3d loss %.4f -> %.4f\n", gt_precision_name(prec), windows[w],
+                    r->losses[0], r->losses[STEPS - 1]);
+      assert_int_equal(r->n, ref->n);
+      assert_memory_equal(r->losses, ref->losses, sizeof r->losses);
+      assert_memory_equal(r->params_out, ref->params_out, ref->n * sizeof(float));
+      assert_true(r->losses[STEPS - 1] < r->losses[0]);
+    }
+  }
+}
+
 /* What the mode cannot do is refused at creation, saying why. */
 static void test_update_per_layer_refused(void **state) {
   (void)state;
@@ -197,6 +315,11 @@ static void test_update_per_layer_refused(void **state) {
     gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_accum = 1,
                             .schedule = {1e-3f, 1e-3f, 0, 1}, .update_per_layer = true, .grad_clip = k ? 1.0f : 0};
     expect_error(gt_trainer_create(m, &tc, &tr), GT_EINVAL, k ? "needs grad_clip = 0" : "offload the model");
+    assert_null(tr);
+    /* The delayed update takes clipping, but not without offloading, nor
+     * together with the other way. */
+    tc.update_per_layer = k, tc.delayed_update = true;
+    expect_error(gt_trainer_create(m, &tc, &tr), GT_EINVAL, k ? "choose one" : "delayed_update updates an offloaded");
     assert_null(tr);
     gt_model_destroy(m);
   }
@@ -296,7 +419,8 @@ static void test_budget(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_process), cmocka_unit_test(test_update_per_layer),
-      cmocka_unit_test(test_update_per_layer_refused), cmocka_unit_test(test_dp2), cmocka_unit_test(test_dp2_zero1),
+      cmocka_unit_test(test_update_per_layer_refused), cmocka_unit_test(test_delayed_update),
+      cmocka_unit_test(test_dp2), cmocka_unit_test(test_dp2_zero1),
       cmocka_unit_test(test_tp2),         cmocka_unit_test(test_pp2), cmocka_unit_test(test_budget),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

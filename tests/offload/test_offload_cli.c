@@ -109,6 +109,12 @@ static void test_print_plan(void **state) {
   /* Four blocks between the embedding and the final LayerNorm and head. */
   assert_non_null(strstr(r.output, "the device holds 2 of 7 layers' weights, prefetching 1 ahead"));
   assert_non_null(strstr(r.output, "transfers a step:"));
+  /* Each tensor says where it lives; the planner counts the window. */
+  assert_non_null(strstr(r.output, "[host; device in a window slot]"));
+  assert_non_null(strstr(r.output, "offloaded: parameters, gradients and optimizer state live in host memory; the "
+                                   "device holds the weights of 2 layers at a time"));
+  assert_non_null(strstr(r.output, "(offloaded: the window and activations)"));
+  assert_non_null(strstr(r.output, "offloaded, window 2:"));
   double slots = 0, total = 0;
   const char *p = strstr(r.output, "offload slots ");
   assert_non_null(p);
@@ -121,6 +127,7 @@ static void test_print_plan(void **state) {
                     "--threads", "1", NULL},
          &r);
   assert_non_null(strstr(r.output, "master weights, gradients and optimizer state on the device"));
+  assert_null(strstr(r.output, "window slot"));
   assert_non_null(strstr(r.output, "offload slots 0.0 MiB"));
 }
 
@@ -133,6 +140,20 @@ static void test_bad_flags(void **state) {
   run_cmd((char *[]){gpt, "--device-mem-mib", "lots", NULL}, NULL, 60, &r);
   assert_int_equal(r.exit_code, 2);
   assert_non_null(strstr(r.output, "--device-mem-mib wants an integer"));
+  /* The delayed update's held gradients are not in checkpoints. */
+  char ckdir[128];
+  snprintf(ckdir, sizeof ckdir, "%s/ck", tmpdir);
+  run_cmd((char *[]){gpt, "--data", data, "--offload", "1", "--delayed-update", "--ckpt-dir", ckdir, "--ckpt-every",
+                     "2", NULL},
+          NULL, 60, &r);
+  assert_int_equal(r.exit_code, 2);
+  assert_non_null(strstr(r.output, "--delayed-update holds a step's gradients"));
+  /* The update layer by layer refuses clipping, saying so. */
+  run_cmd((char *[]){gpt, "--data", data, "--steps", "1", "--layers", "1", "--channels", "32", "--seq", "32",
+                     "--sample", "0", "--offload", "1", "--update-per-layer", NULL},
+          NULL, 60, &r);
+  assert_int_equal(r.exit_code, 1);
+  assert_non_null(strstr(r.output, "needs grad_clip = 0"));
 }
 
 int main(void) {

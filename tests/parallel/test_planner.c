@@ -254,6 +254,66 @@ static void test_choose(void **state) {
   expect_cut(e.first, (int[]){0, 1, 2, 3, 4}, 4);
 }
 
+/* Offloading: a rank holds window + 2 slots of the widest layer and the
+ * activations; its transfers overlap compute, and a stage takes the longer
+ * of the two. */
+static void test_offload(void **state) {
+  (void)state;
+  gt_planner_result e;
+  gt_planner_hw hw = hw2;
+  hw.copy_bandwidth = 1e30;
+  gt_planner_job off = job4;
+  off.offload_window = 1;
+  /* dp=2, 2 micro-batches each: 3 slots of 1 MiB and the 4 layers'
+   * activations (2 MiB) instead of 16 + 2 MiB; free copies cost nothing. */
+  OK(gt_planner_estimate(&hw, &off, (gt_grid_layout){2, 1, 1}, NULL, &e));
+  NEAR(e.mem_bytes[0], 5 * MIB, 1e-3);
+  NEAR(e.step_seconds, 24.5, 1e-9);
+  /* At 1 MiB/s, per micro-batch: 4 MiB in for forward (4 s, as long as
+   * its compute), 4 MiB in again for backward, 4 MiB of gradients out and,
+   * in one of the two micro-batches, in: 10 s against 8 s of compute. */
+  hw.copy_bandwidth = MIB;
+  OK(gt_planner_estimate(&hw, &off, (gt_grid_layout){2, 1, 1}, NULL, &e));
+  NEAR(e.pipeline_seconds, 2 * (4 + 10), 1e-9);
+  NEAR(e.step_seconds, 28.5, 1e-9);
+  NEAR(e.offload_bytes, 28 * MIB, 1e-3);
+  NEAR(e.offload_seconds, 28, 1e-9);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  gt_planner_print(&e, &off, f);
+  fclose(f);
+  assert_non_null(strstr(buf, "memory, pipeline rank 0: 5.0 MiB (offloaded: the window and activations)"));
+  assert_non_null(strstr(buf, "offloaded, window 1: 28.0 MiB a step between host and device, 28 s of transfers"));
+  free(buf);
+  /* A window as wide as the rank's layers keeps the weights for the step:
+   * they come in once (2 MiB a micro-batch), the gradients as before. */
+  off.offload_window = 4;
+  OK(gt_planner_estimate(&hw, &off, (gt_grid_layout){2, 1, 1}, NULL, &e));
+  NEAR(e.mem_bytes[0], 6 * MIB + 2 * MIB, 1e-3);
+  NEAR(e.step_seconds, 24.5, 1e-9);
+  NEAR(e.offload_bytes, 16 * MIB, 1e-3);
+  /* pp=2, window 1: 3 MiB of slots and 2 (stage 0) or 1 (stage 1) micro-
+   * batches of 2 layers' activations. */
+  off.offload_window = 1;
+  hw.copy_bandwidth = 1e30;
+  OK(gt_planner_estimate(&hw, &off, (gt_grid_layout){1, 1, 2}, NULL, &e));
+  NEAR(e.mem_bytes[0], 5 * MIB, 1e-3);
+  NEAR(e.mem_bytes[1], 4 * MIB, 1e-3);
+  /* 6 MiB a rank: nothing fits without offloading (pp=2 needs 10 MiB);
+   * offloaded, dp=2 fits and is the fastest. */
+  hw.mem_bytes = (double[]){6 * MIB, 6 * MIB};
+  expect_error(gt_planner_choose(&hw, &job4, &e), GT_ENOMEM, "no layout of 2 ranks fits in memory");
+  OK(gt_planner_choose(&hw, &off, &e));
+  assert_true(e.layout.dp == 2 && e.layout.pp == 1 && e.mem_shortfall <= 0);
+  /* Bad input. */
+  off.offload_window = -1;
+  expect_error(gt_planner_estimate(&hw, &off, (gt_grid_layout){2, 1, 1}, NULL, &e), GT_EINVAL, "offload window");
+  off.offload_window = 1;
+  hw.copy_bandwidth = 0;
+  expect_error(gt_planner_estimate(&hw, &off, (gt_grid_layout){2, 1, 1}, NULL, &e), GT_EINVAL, "copy bandwidth");
+}
+
 static void test_layers_from_gpt(void **state) {
   (void)state;
   gt_backend *be;
@@ -330,6 +390,7 @@ int main(void) {
       cmocka_unit_test(test_batch_split),
       cmocka_unit_test_setup(test_estimate_by_hand, setup),
       cmocka_unit_test_setup(test_choose, setup),
+      cmocka_unit_test_setup(test_offload, setup),
       cmocka_unit_test(test_layers_from_gpt),
       cmocka_unit_test_setup(test_bad_input, setup),
   };
