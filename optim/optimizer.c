@@ -79,7 +79,8 @@ void gt_optimizer_set_steps(gt_optimizer *o, int steps) { o->steps = steps; }
 /* Per parameter, because weight decay applies to some and not others;
  * tied parameters share storage and are updated once, by their owner.
  * Only the part of each parameter inside [lo, hi) is this optimizer's. */
-static gt_status update_param(gt_optimizer *o, int i, float lr, float grad_scale, const float *grads) {
+static gt_status update_param(gt_optimizer *o, int i, float lr, float grad_scale, const float *grads,
+                              uint16_t *bf16) {
   gt_model *m = o->m;
   gt_backend *be = gt_model_state_backend(m);
   float *p = gt_model_params(m);
@@ -94,6 +95,7 @@ static gt_status update_param(gt_optimizer *o, int i, float lr, float grad_scale
   if (o->cfg.kind == GT_OPTIM_ADAMW) {
     gt_adamw_args ar = {.lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
                         .weight_decay = wd, .step = o->steps, .grad_scale = grad_scale};
+    if (bf16) return gt_op_adamw_update_bf16(be, p + a, g + a, m0, m1, bf16 + a, b - a, &ar);
     return gt_op_adamw_update(be, p + a, g + a, m0, m1, b - a, &ar);
   }
   gt_sgd_args ar = {.lr = lr, .momentum = o->cfg.momentum, .weight_decay = wd, .nesterov = o->cfg.nesterov,
@@ -102,9 +104,19 @@ static gt_status update_param(gt_optimizer *o, int i, float lr, float grad_scale
 }
 
 gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale) {
+  gt_model *m = o->m;
   o->steps++;
-  gt_model_params_changed(o->m);
-  for (int i = 0; i < gt_model_num_params(o->m); i++) GT_TRY(update_param(o, i, lr, grad_scale, NULL));
+  gt_model_params_changed(m);
+  /* Mixed precision: AdamW writes the bf16 twin in the same pass, which
+   * saves the conversion over the whole buffer before the next forward,
+   * when this optimizer updates all of it (a ZeRO-1 shard does not: the
+   * gathered shards change after it). Every backend with mixed precision
+   * has the operation. */
+  uint16_t *bf16 = gt_model_params_bf16(m);
+  bool whole = o->lo == 0 && o->hi == gt_model_buffer_floats(m);
+  if (!whole || o->cfg.kind != GT_OPTIM_ADAMW) bf16 = NULL;
+  for (int i = 0; i < gt_model_num_params(m); i++) GT_TRY(update_param(o, i, lr, grad_scale, NULL, bf16));
+  if (bf16) gt_model_bf16_written(m);
   return GT_OK;
 }
 
@@ -121,6 +133,6 @@ gt_status gt_optimizer_step_layer_from(gt_optimizer *o, int layer, float lr, flo
   const gt_layer *l = gt_model_layer(m, layer);
   gt_model_layer_params_changed(m, layer);
   for (int i = l->first_param; i < l->first_param + l->nparams; i++)
-    GT_TRY(update_param(o, i, lr, grad_scale, grads));
+    GT_TRY(update_param(o, i, lr, grad_scale, grads, NULL));
   return GT_OK;
 }

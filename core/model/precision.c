@@ -70,6 +70,9 @@ gt_status gt_model_set_precision(gt_model *m, gt_precision p) {
 
 void gt_model_precision_destroy(gt_model *m) { free_bf16(m); }
 
+uint16_t *gt_model_params_bf16(gt_model *m) { return m->off ? NULL : m->param_bf16; }
+void gt_model_bf16_written(gt_model *m) { m->bf16_stale = false; }
+
 gt_status gt_model_refresh_bf16(gt_model *m) {
   if (m->precision != GT_PRECISION_BF16 || !m->bf16_stale || m->off) return GT_OK;
   GT_TRY(gt_op_f32_to_bf16(m->be, m->param_bf16, m->param_buf, m->nfloats));

@@ -164,6 +164,13 @@ void gt_model_params_changed(gt_model *m);
  * by layer): an offloaded model then refetches only the slots that hold
  * them; otherwise it is gt_model_params_changed. */
 void gt_model_layer_params_changed(gt_model *m, int layer);
+/* The bf16 twin of the parameter buffer (same offsets, device memory), for
+ * an optimizer that writes it in the same pass as the fp32 update; NULL
+ * when there is none (fp32, or offloaded). Whoever rewrote all of it after
+ * gt_model_params_changed says so with gt_model_bf16_written, and the
+ * conversion before the next forward is skipped. */
+uint16_t *gt_model_params_bf16(gt_model *m);
+void gt_model_bf16_written(gt_model *m);
 
 /* A reader of the parameter buffer (and of the optimizer state, which
  * changes with it) from another thread: a checkpoint copying its snapshot

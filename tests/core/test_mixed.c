@@ -185,6 +185,35 @@ static void test_bf16_copy_follows_new_params(void **state) {
   gt_model_destroy(m16), gt_model_destroy(m32);
 }
 
+/* AdamW writes the bf16 twin in the pass that updates the master weights
+ * (no conversion pass is left for the next forward): after each step the
+ * twin, read back, is the conversion of the new weights, bit for bit. */
+static void test_adamw_writes_the_bf16_twin(void **state) {
+  (void)state;
+  gt_model *m = make_model(GT_PRECISION_BF16);
+  gt_trainer *t = make_trainer(m, GT_PRECISION_BF16, gt_optim_defaults(GT_OPTIM_ADAMW), 1e-3f, 1.0f);
+  size_t n = gt_model_buffer_floats(m);
+  float *p = host_buf(m);
+  uint16_t *twin = malloc(n * sizeof *twin);
+  assert_non_null(twin);
+  for (int s = 0; s < 3; s++) {
+    gt_batch b = batch(s);
+    gt_step_stats st;
+    OK(gt_trainer_step_batches(t, &b, 1, &st));
+    OK(gt_model_get_params(m, p, n));
+    uint16_t *dev = gt_model_params_bf16(m);
+    assert_non_null(dev);
+    OK(gt_backend_download(be, twin, dev, n * sizeof *twin));
+    for (size_t i = 0; i < n; i++)
+      if (twin[i] != gt_f32_to_bf16(p[i]))
+        fail_msg("step %d: twin[%zu] = 0x%04x, want 0x%04x", s, i, twin[i], gt_f32_to_bf16(p[i]));
+  }
+  free(twin);
+  free(p);
+  gt_trainer_destroy(t);
+  gt_model_destroy(m);
+}
+
 /* 40 AdamW steps: the bf16 curve follows the fp32 one and both learn. */
 static void test_training_curve_matches_fp32(void **state) {
   (void)state;
@@ -290,6 +319,7 @@ int main(void) {
       cmocka_unit_test(test_bf16_tracks_fp32_within_its_resolution),
       cmocka_unit_test(test_master_weights_keep_small_updates),
       cmocka_unit_test(test_bf16_copy_follows_new_params),
+      cmocka_unit_test(test_adamw_writes_the_bf16_twin),
       cmocka_unit_test(test_training_curve_matches_fp32),
       cmocka_unit_test(test_fp32_stays_available),
       cmocka_unit_test(test_steady_state_allocates_nothing),

@@ -278,13 +278,17 @@ static void test_link_dp2_pp2(void **state) {
 }
 
 /* Every send of rank 3 slowed (its node's own link, as it were): rank 3 is
- * flagged as behind a slow link to every peer, no pair and no compute. */
+ * flagged as behind a slow link to every peer, no pair and no compute. The
+ * delay is the pair cases' 50 ms: a ring all-reduce sends along one pair
+ * at a time whatever the link, and at 20 ms, in one ASan run on a loaded
+ * 2-core machine, the waits it raised never stood out for two steps in a
+ * row, so the probe never ran. */
 static void test_node_link_dp4(void **state) {
   (void)state;
   static run_result r;
   run_job("fs-nodelink", "dp=4", "160",
-          "slow:rank=all,factor=2,from=30;slowlink:rank=3,peer=0,delay_ms=20,from=120;"
-          "slowlink:rank=3,peer=1,delay_ms=20,from=120;slowlink:rank=3,peer=2,delay_ms=20,from=120",
+          "slow:rank=all,factor=2,from=30;slowlink:rank=3,peer=0,delay_ms=50,from=120;"
+          "slowlink:rank=3,peer=1,delay_ms=50,from=120;slowlink:rank=3,peer=2,delay_ms=50,from=120",
           &r);
   verdict v[16];
   int n = parse_verdicts(r.output, v, 16);
