@@ -120,18 +120,23 @@ static bool judge(gt_detector *d, int r, int step, double z, double z_peers, boo
   const gt_detector_config *c = &d->cfg;
   rank_state *s = &d->rs[r];
   double *recent = d->recent + (size_t)r * 2 * c->k;
-  recent[d->steps % (2 * c->k)] = s->flagged ? z_peers : z;
-  /* A step back under theta but still over half of it holds the count
-   * rather than ending the run: on a busy machine a rank slowed by 1.5x
-   * dips under 1.25x now and then, and its evidence should not start over
-   * each time. */
-  if (z > log1p(c->theta)) s->over++;
-  else if (!(s->over > 0 && z > log1p(c->theta / 2))) s->over = 0;
+  int w = 2 * c->k;
+  recent[d->steps % w] = s->flagged ? z_peers : z;
+  /* The evidence counts the median of the last three residuals, not this
+   * one: under a loaded machine (sanitizers, two cores for four ranks) a
+   * rank slowed by 1.5x has single steps under even 1.125x, which would
+   * start its evidence over (a flag 13 steps late was seen), and a healthy
+   * rank has single spikes. A step back under theta but still over half
+   * of it holds the count rather than ending the run. */
+  double three[3] = {z, recent[(d->steps + w - 1) % w], recent[(d->steps + w - 2) % w]};
+  double zm = s->flagged ? z : median(d->sorted, three, 3);
+  if (zm > log1p(c->theta)) s->over++;
+  else if (!(s->over > 0 && zm > log1p(c->theta / 2))) s->over = 0;
   s->cusum = fmax(0, s->cusum + z / sig - c->cusum_drift);
   if (!s->flagged && s->over >= c->k && s->cusum > c->cusum_limit && peers) {
     s->flagged = true;
     s->since = 0;
-    *ev = (gt_detector_event){.rank = r, .step = step, .onset = step - s->over + 1, .flagged = true, .ratio = exp(z)};
+    *ev = (gt_detector_event){.rank = r, .step = step, .onset = step - s->over + 1, .flagged = true, .ratio = exp(zm)};
     return true;
   }
   /* Cleared when the median of its last 2k residuals against its peers'
