@@ -4,6 +4,40 @@
 
 #include "core/model/model_internal.h"
 
+/* The arena requests one micro-batch's activations make, in order: each
+ * local layer's output and saved tensors, the two gradient buffers, the
+ * tokens and the targets. `take` gets each request's bytes and where its
+ * block goes (NULL when only counting): gt_acts_create allocates them and
+ * the device estimate adds them up, from this one list. */
+static gt_status each_request(const gt_model *m, gt_acts *a, gt_status (*take)(void *ctx, size_t bytes, void **dst),
+                              void *ctx) {
+  size_t BT = (size_t)m->cfg.B_max * (size_t)m->cfg.T_max;
+  for (int i = 0; i < m->nlayers; i++) {
+    gt_layer *l = m->layers[i];
+    if (!l->local) continue;
+    GT_TRY(take(ctx, BT * (size_t)l->out_dim * sizeof(float), a ? (void **)&a->out[i] : NULL));
+    size_t n = l->type->acts_floats(l, m->cfg.B_max, m->cfg.T_max);
+    if (n) GT_TRY(take(ctx, n * sizeof(float), a ? (void **)&a->saved[i] : NULL));
+  }
+  for (int k = 0; k < 2; k++) GT_TRY(take(ctx, BT * (size_t)m->max_dim * sizeof(float), a ? (void **)&a->dbuf[k] : NULL));
+  GT_TRY(take(ctx, BT * sizeof(int32_t), a ? (void **)&a->tokens : NULL));
+  return take(ctx, BT * sizeof(int32_t), a ? (void **)&a->targets : NULL);
+}
+
+static gt_status take_block(void *ctx, size_t bytes, void **dst) { return gt_arena_alloc(ctx, bytes, dst); }
+
+static gt_status count_block(void *ctx, size_t bytes, void **dst) {
+  (void)dst;
+  *(size_t *)ctx += gt_arena_block_size(bytes);
+  return GT_OK;
+}
+
+size_t gt_acts_device_bytes(const gt_model *m) {
+  size_t total = 0;
+  (void)each_request(m, NULL, count_block, &total);
+  return total;
+}
+
 gt_status gt_acts_create(gt_model *m, gt_acts **out) {
   *out = NULL;
   if (!m->built) return gt_errorf(GT_ESTATE, "the model is not built yet (call gt_model_build)");
@@ -16,19 +50,7 @@ gt_status gt_acts_create(gt_model *m, gt_acts **out) {
     gt_acts_destroy(a);
     return gt_errorf(GT_ENOMEM, "out of memory creating activations");
   }
-  size_t BT = (size_t)m->cfg.B_max * (size_t)m->cfg.T_max;
-  gt_status s = GT_OK;
-  for (int i = 0; i < m->nlayers && s == GT_OK; i++) {
-    gt_layer *l = m->layers[i];
-    if (!l->local) continue;
-    s = gt_arena_alloc(m->arena, BT * (size_t)l->out_dim * sizeof(float), (void **)&a->out[i]);
-    size_t n = l->type->acts_floats(l, m->cfg.B_max, m->cfg.T_max);
-    if (s == GT_OK && n) s = gt_arena_alloc(m->arena, n * sizeof(float), (void **)&a->saved[i]);
-  }
-  for (int k = 0; k < 2 && s == GT_OK; k++)
-    s = gt_arena_alloc(m->arena, BT * (size_t)m->max_dim * sizeof(float), (void **)&a->dbuf[k]);
-  if (s == GT_OK) s = gt_arena_alloc(m->arena, BT * sizeof(int32_t), (void **)&a->tokens);
-  if (s == GT_OK) s = gt_arena_alloc(m->arena, BT * sizeof(int32_t), (void **)&a->targets);
+  gt_status s = each_request(m, a, take_block, m->arena);
   if (s != GT_OK) {
     gt_acts_destroy(a);
     return gt_error_context(s, "allocating activations for B=%d T=%d", m->cfg.B_max, m->cfg.T_max);

@@ -19,21 +19,9 @@ gt_status gt_model_device_estimate(const gt_model *m, int optim_states, gt_devic
     out->optimizer = (size_t)optim_states * gt_arena_block_size(flat);
     if (bf16) out->bf16_copy = gt_arena_block_size((m->nfloats ? m->nfloats : 1) * sizeof(uint16_t));
   } else {
-    gt_offload_stats os = gt_model_offload_stats(m);
-    size_t slot = gt_arena_block_size(os.slot_bytes);
-    out->slots = (size_t)(os.window + 2) * slot;
-    if (bf16) out->slots += (size_t)os.window * gt_arena_block_size(os.slot_bytes / 2);
+    out->slots = gt_offload_device_bytes(m);
   }
-  size_t BT = (size_t)m->cfg.B_max * (size_t)m->cfg.T_max;
-  for (int i = 0; i < m->nlayers; i++) {
-    gt_layer *l = m->layers[i];
-    if (!l->local) continue;
-    out->activations += gt_arena_block_size(BT * (size_t)l->out_dim * sizeof(float));
-    size_t n = l->type->acts_floats(l, m->cfg.B_max, m->cfg.T_max);
-    if (n) out->activations += gt_arena_block_size(n * sizeof(float));
-  }
-  out->activations += 2 * gt_arena_block_size(BT * (size_t)m->max_dim * sizeof(float));
-  out->activations += 2 * gt_arena_block_size(BT * sizeof(int32_t));
+  out->activations = gt_acts_device_bytes(m);
   out->scratch = gt_arena_block_size((m->scratch_floats ? m->scratch_floats : 1) * sizeof(float));
   out->total = out->weights + out->grads + out->optimizer + out->bf16_copy + out->slots + out->activations +
                out->scratch;

@@ -67,6 +67,9 @@ struct gt_acts {
   const float *stage_in; /* the input the last forward_stage was given */
 };
 
+/* acts.c: the device bytes one gt_acts takes, as the arena sets them aside. */
+size_t gt_acts_device_bytes(const gt_model *m);
+
 /* precision.c: frees the bf16 buffers; converts the parameters to bf16
  * when they changed (before a forward). */
 void gt_model_precision_destroy(gt_model *m);
@@ -81,6 +84,7 @@ gt_status gt_model_refresh_bf16(gt_model *m);
 gt_status gt_offload_create(gt_model *m);
 void gt_offload_destroy(gt_model *m);
 gt_status gt_offload_set_precision(gt_model *m, gt_precision p);
+size_t gt_offload_device_bytes(const gt_model *m);
 void gt_offload_params_changed(gt_model *m);
 void gt_offload_layer_params_changed(gt_model *m, int layer);
 gt_status gt_offload_layer_ready(gt_model *m, int i, int lo, int hi, int dir);

@@ -50,7 +50,6 @@ struct gt_offload {
   gt_event **fetched;     /* the slot's fetch is done (copy stream) */
   gt_event **released;    /* compute is done reading the slot (compute stream) */
   int *layer_slot;        /* per layer: its slot, or -1 */
-  uint64_t *layer_version; /* per layer: the parameter version its slot holds */
   size_t *param_slot_off; /* per parameter: its offset in its layer's slot */
   size_t *layer_floats;   /* per layer: floats of its footprint */
   float *g32[2];          /* gradient slots */
@@ -59,8 +58,8 @@ struct gt_offload {
   bool g_pending[2];
   int g_next;
   bool *grad_zero;        /* per parameter (its storage owner): host gradient is zero */
-  uint64_t version, tick;   /* version: bumped when every parameter may have changed */
-  uint64_t *param_version;  /* per parameter (its storage owner): bumped when its layer was updated alone */
+  uint64_t tick;
+  uint64_t *param_version;   /* per parameter (its storage owner): bumped when it may have changed */
   uint64_t *fetched_version; /* per parameter: its storage's version when its layer's slot was filled */
   gt_offload_stats stats;
 };
@@ -90,7 +89,7 @@ void gt_offload_destroy(gt_model *m) {
     gt_event_destroy(be, o->g_done[k]);
   }
   free(o->w32), free(o->w16), free(o->slot_layer), free(o->slot_tick), free(o->slot_bf16_ok);
-  free(o->fetched), free(o->released), free(o->layer_slot), free(o->layer_version);
+  free(o->fetched), free(o->released), free(o->layer_slot);
   free(o->param_slot_off), free(o->layer_floats), free(o->grad_zero);
   free(o->param_version), free(o->fetched_version);
   free(o);
@@ -155,7 +154,6 @@ gt_status gt_offload_create(gt_model *m) {
   o->fetched = cal((size_t)W, sizeof *o->fetched, &ok);
   o->released = cal((size_t)W, sizeof *o->released, &ok);
   o->layer_slot = cal((size_t)L, sizeof *o->layer_slot, &ok);
-  o->layer_version = cal((size_t)L, sizeof *o->layer_version, &ok);
   o->layer_floats = cal((size_t)L, sizeof *o->layer_floats, &ok);
   o->param_slot_off = cal((size_t)P, sizeof *o->param_slot_off, &ok);
   o->grad_zero = cal((size_t)P, sizeof *o->grad_zero, &ok);
@@ -164,7 +162,6 @@ gt_status gt_offload_create(gt_model *m) {
   if (!ok) return gt_errorf(GT_ENOMEM, "out of host memory for offloading");
   o->slot_floats = lay_out_slots(m, o);
   for (int i = 0; i < L; i++) o->layer_slot[i] = -1;
-  o->version = 1;
   gt_backend *be = m->be;
   size_t bytes = o->slot_floats * sizeof(float);
   for (int s = 0; s < W; s++) {
@@ -184,6 +181,16 @@ gt_status gt_offload_create(gt_model *m) {
   return GT_OK;
 }
 
+/* What the slots take of the device, as the arena sets them aside: the
+ * requests gt_offload_create and gt_offload_set_precision make. */
+size_t gt_offload_device_bytes(const gt_model *m) {
+  const gt_offload *o = m->off;
+  size_t bytes = (size_t)(o->window + 2) * gt_arena_block_size(o->slot_floats * sizeof(float));
+  if (m->precision == GT_PRECISION_BF16)
+    bytes += (size_t)o->window * gt_arena_block_size(o->slot_floats * sizeof(uint16_t));
+  return bytes;
+}
+
 /* bf16 copies of the slots, for a model switched to bf16 precision. */
 gt_status gt_offload_set_precision(gt_model *m, gt_precision p) {
   gt_offload *o = m->off;
@@ -200,19 +207,21 @@ gt_status gt_offload_set_precision(gt_model *m, gt_precision p) {
   return GT_OK;
 }
 
-void gt_offload_params_changed(gt_model *m) {
-  if (m->off) m->off->version++;
-}
-
-/* One layer's own parameters changed (an update layer by layer): the
- * slots holding them, its own and a tied user's, are stale; the others
- * stay. */
-void gt_offload_layer_params_changed(gt_model *m, int layer) {
+/* The parameters [first, first + n) changed: the slots holding them (a
+ * tied user's too, through the storage's version) are stale. */
+static void params_changed(gt_model *m, int first, int n) {
   gt_offload *o = m->off;
   if (!o) return;
-  const gt_layer *l = m->layers[layer];
-  for (int p = l->first_param; p < l->first_param + l->nparams; p++)
+  for (int p = first; p < first + n; p++)
     if (m->params[p].tied_to < 0) o->param_version[p]++;
+}
+
+void gt_offload_params_changed(gt_model *m) { params_changed(m, 0, m->nparams); }
+
+/* One layer's own parameters (an update layer by layer); the other
+ * layers' slots stay. */
+void gt_offload_layer_params_changed(gt_model *m, int layer) {
+  params_changed(m, m->layers[layer]->first_param, m->layers[layer]->nparams);
 }
 
 /* Queues the copy of layer i's weights into slot s on the copy stream. */
@@ -224,16 +233,14 @@ static gt_status fetch(gt_model *m, int i, int s) {
   if (old >= 0) o->layer_slot[old] = -1;
   o->slot_layer[s] = i;
   o->layer_slot[i] = s;
-  o->layer_version[i] = o->version;
   o->slot_bf16_ok[s] = false;
-  for (int p = m->layers[i]->first_param; p < m->layers[i]->first_param + m->layers[i]->nparams; p++)
-    o->fetched_version[p] = o->param_version[storage_of(m, p)];
   /* The slot's previous layer may still be read by queued kernels. */
   GT_TRY(gt_stream_wait_event(be, cs, o->released[s]));
   const gt_layer *l = m->layers[i];
   for (int p = l->first_param; p < l->first_param + l->nparams; p++) {
     const gt_param *pp = &m->params[p];
     size_t n = pp->numel * sizeof(float);
+    o->fetched_version[p] = o->param_version[storage_of(m, p)];
     GT_TRY(gt_backend_memcpy(be, o->w32[s] + o->param_slot_off[p], m->param_buf + pp->offset, n, GT_COPY_H2D, cs));
     o->stats.bytes_in += n;
   }
@@ -243,7 +250,7 @@ static gt_status fetch(gt_model *m, int i, int s) {
 
 static bool resident(const gt_model *m, int i) {
   const gt_offload *o = m->off;
-  if (o->layer_slot[i] < 0 || o->layer_version[i] != o->version) return false;
+  if (o->layer_slot[i] < 0) return false;
   const gt_layer *l = m->layers[i];
   for (int p = l->first_param; p < l->first_param + l->nparams; p++)
     if (o->fetched_version[p] != o->param_version[storage_of(m, p)]) return false;
