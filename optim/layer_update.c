@@ -99,9 +99,7 @@ void gt_layer_update_begin(gt_layer_update *u, float lr, float grad_scale, const
   pthread_mutex_lock(&u->mu);
   /* A step that failed before its finish may have left layers in hand. */
   while (u->done < u->pushed) pthread_cond_wait(&u->cv, &u->mu);
-  pthread_mutex_unlock(&u->mu);
   gt_optimizer_begin_step(u->opt);
-  pthread_mutex_lock(&u->mu);
   u->lr = lr;
   u->scale = grad_scale;
   u->grads = grads;

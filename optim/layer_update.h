@@ -4,10 +4,11 @@
  * gt_trainer_config.update_per_layer the optimizer updates each layer on a
  * host thread as soon as its gradients are final, while the device runs
  * the backward of the layers below, as STRONGHOLD does; with
- * delayed_update it applies the previous step's gradients the same way. The trainer opens
- * a step (begin), the model's gradient hook hands each layer over (push),
- * and the trainer waits for the last (finish) before the step ends, so a
- * step still returns with every parameter updated. */
+ * delayed_update it applies the previous step's gradients the same way.
+ * The trainer opens a step (begin), the model's gradient hook hands each
+ * layer over (push), and the trainer waits for the last (finish) before
+ * the step ends, so a step still returns with every parameter updated (or,
+ * delayed, with the previous step's update applied). */
 #ifndef GIANT_OPTIM_LAYER_UPDATE_H
 #define GIANT_OPTIM_LAYER_UPDATE_H
 

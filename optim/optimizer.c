@@ -104,6 +104,10 @@ static gt_status update_param(gt_optimizer *o, int i, float lr, float grad_scale
 }
 
 gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale) {
+  return gt_optimizer_step_from(o, lr, grad_scale, NULL);
+}
+
+gt_status gt_optimizer_step_from(gt_optimizer *o, float lr, float grad_scale, const float *grads) {
   gt_model *m = o->m;
   o->steps++;
   gt_model_params_changed(m);
@@ -115,7 +119,7 @@ gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale) {
   uint16_t *bf16 = gt_model_params_bf16(m);
   bool whole = o->lo == 0 && o->hi == gt_model_buffer_floats(m);
   if (!whole || o->cfg.kind != GT_OPTIM_ADAMW) bf16 = NULL;
-  for (int i = 0; i < gt_model_num_params(m); i++) GT_TRY(update_param(o, i, lr, grad_scale, NULL, bf16));
+  for (int i = 0; i < gt_model_num_params(m); i++) GT_TRY(update_param(o, i, lr, grad_scale, grads, bf16));
   if (bf16) gt_model_bf16_written(m);
   return GT_OK;
 }

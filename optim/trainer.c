@@ -185,10 +185,7 @@ gt_dp_sync *gt_trainer_dp_sync(gt_trainer *t) { return t->sync; }
 gt_status gt_trainer_flush(gt_trainer *t) {
   if (!t->have_held) return GT_OK;
   t->have_held = false;
-  gt_optimizer_begin_step(t->opt);
-  gt_model_params_changed(t->m);
-  for (int i = 0; i < gt_model_num_layers(t->m); i++)
-    GT_TRY(gt_optimizer_step_layer_from(t->opt, i, t->held_lr, t->held_clip, t->held_grads));
+  GT_TRY(gt_optimizer_step_from(t->opt, t->held_lr, t->held_clip, t->held_grads));
   return gt_model_prefetch(t->m);
 }
 void gt_trainer_set_overlap(gt_trainer *t, bool overlap) { t->cfg.no_overlap = !overlap; }
@@ -247,7 +244,7 @@ static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *b
     t->update_live = true;
   }
   gt_status bs = gt_model_backward(t->m, t->acts, scale);
-  if (t->layer_update && last && t->update_live) {
+  if (t->update_live) {
     t->update_live = false;
     t->updated_early = gt_layer_update_progress(t->layer_update);
   }
@@ -400,12 +397,11 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
     /* Held aside for the next step's backward to apply. */
     memcpy(t->held_grads, gt_model_grads(t->m), gt_model_buffer_floats(t->m) * sizeof(float));
     t->have_held = true, t->held_lr = st.lr, t->held_clip = clip;
-    GT_TRY(gt_model_prefetch(t->m));
-  } else if (t->layer_update) {
-    GT_TRY(gt_model_prefetch(t->m)); /* updated already, layer by layer */
-  } else {
-    GT_TRY(apply_update(t, st.lr, clip, true));
   }
+  /* Layer by layer, the update was made during backward (or is held for
+   * the next one). */
+  if (t->layer_update) GT_TRY(gt_model_prefetch(t->m));
+  else GT_TRY(apply_update(t, st.lr, clip, true));
   gt_backend *be = gt_model_backend(t->m);
   GT_TRY(gt_stream_sync(be, NULL));
   st.seconds = st.telemetry.step_s = gt_now() - t0;

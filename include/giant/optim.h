@@ -37,6 +37,9 @@ void gt_optimizer_destroy(gt_optimizer *o);
 /* One update of every parameter from the model's gradients, which are first
  * multiplied by grad_scale (1 = none; clipping passes its factor). */
 gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale);
+/* The same from gradients other than the model's (laid out like them, NULL:
+ * the model's): a delayed update applies the gradients it held aside. */
+gt_status gt_optimizer_step_from(gt_optimizer *o, float lr, float grad_scale, const float *grads);
 /* The same step taken layer by layer, as each layer's gradients become
  * final: begin_step once (the update count moves on), then step_layer for
  * every layer, in any order, from any one thread at a time. A layer's
@@ -44,9 +47,8 @@ gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale);
  * is the same, bit for bit, as gt_optimizer_step. */
 void gt_optimizer_begin_step(gt_optimizer *o);
 gt_status gt_optimizer_step_layer(gt_optimizer *o, int layer, float lr, float grad_scale);
-/* The same from gradients other than the model's (laid out like them): a
- * delayed update applies the previous step's, held aside, while backward
- * writes this step's. */
+/* The same from gradients other than the model's, as gt_optimizer_step_from:
+ * the previous step's, held aside, while backward writes this step's. */
 gt_status gt_optimizer_step_layer_from(gt_optimizer *o, int layer, float lr, float grad_scale, const float *grads);
 int gt_optimizer_steps(const gt_optimizer *o);
 /* For checkpoints: the state buffers (device memory) over floats [lo, hi)
