@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_stats.h"
 #include "bench_rank.h"
 #include "localkit/ranks.h"
 #include "giant/plan.h"
@@ -52,11 +53,6 @@ static int rank_main(int rank, int world, void *arg) {
   return RANK_OK;
 }
 
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 int main(void) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
     fprintf(stderr, "bench_dp_speeds needs 2 cores\n");
@@ -92,8 +88,8 @@ int main(void) {
   }
   kill(hog, SIGKILL);
   waitpid(hog, NULL, 0);
-  qsort(even, 3, sizeof(double), cmp);
-  qsort(planned, 3, sizeof(double), cmp);
+  bench_sort(even, 3);
+  bench_sort(planned, 3);
   printf("dp_speeds_even_ms=%.1f planned_ms=%.1f speedup=%.3f\n", even[1], planned[1], even[1] / planned[1]);
   return 0;
 }

@@ -10,17 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_stats.h"
 #include "localkit/etcd_server.h"
 #include "giant/etcd.h"
 #include "giant/log.h"
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static double pct(double *v, int n, double p) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  bench_sort(v, n);
   int i = (int)(p * (n - 1) + 0.5);
   return v[i];
 }

@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_stats.h"
 #include "giant/metrics.h"
 #include "localkit/ranks.h"
 
@@ -45,11 +46,6 @@ typedef struct outcome {
   double step_s[STEPS];
   char reason[1024];
 } outcome;
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static double json_num(const char *line, const char *key) {
   char k[64];
@@ -92,8 +88,8 @@ static void read_metrics(const char *path, outcome *o) {
   o->mape = na ? ape / na : NAN;
   o->mape_raw = na ? raw / na : NAN;
   if (ng && ns) {
-    qsort(gather, (size_t)ng, sizeof *gather, cmp);
-    qsort(o->step_s, (size_t)ns, sizeof *o->step_s, cmp);
+    bench_sort(gather, ng);
+    bench_sort(o->step_s, ns);
     o->step_median = o->step_s[ns / 2];
     o->gather_share = gather[ng / 2] / o->step_median;
   }
@@ -115,7 +111,7 @@ static int gather_rank(int rank, int n, void *arg) {
     CHECK_OK(gt_comm_allgather(c, &mine, all, sizeof mine / sizeof(float), GT_F32));
     t[i] = gt_now() - t0;
   }
-  qsort(t, ROUNDS, sizeof *t, cmp);
+  bench_sort(t, ROUNDS);
   if (rank == 0) *out = t[ROUNDS / 2];
   gt_comm_destroy(c);
   gt_store_destroy(s);

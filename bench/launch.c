@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_stats.h"
 #include "localkit/etcd_server.h"
 #include "giant/init.h"
 #include "giant/log.h"
@@ -118,16 +119,6 @@ static int reap(pid_t pid, double timeout_s) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return v[n / 2];
-}
-
 static void fresh_dir(char *buf, size_t n) {
   snprintf(buf, n, "/tmp/giant-bench-launch-XXXXXX");
   if (!mkdtemp(buf)) {
@@ -188,9 +179,9 @@ static void bench_start(double *gr_start, double *gr_ready, double *base_start) 
     c[i] = last - t0;
     rm_dir(dir);
   }
-  *gr_start = median(a, REPS);
-  *gr_ready = median(b, REPS);
-  *base_start = median(c, REPS);
+  *gr_start = bench_median(a, REPS);
+  *gr_ready = bench_median(b, REPS);
+  *base_start = bench_median(c, REPS);
 }
 
 /* 2. Two agents, one SIGKILLed: time to the survivor's workers at gen1. */
@@ -232,8 +223,8 @@ static double bench_reform(const etcd_fixture *fx, int nproc, double *ready_out)
     }
     rm_dir(dir);
   }
-  *ready_out = median(w, REPS);
-  return median(v, REPS);
+  *ready_out = bench_median(w, REPS);
+  return bench_median(v, REPS);
 }
 
 int main(int argc, char **argv) {
@@ -275,7 +266,7 @@ int main(int argc, char **argv) {
     es[i] = gt_now() - e0;
     if (i < REPS - 1) etcd_fixture_destroy(&fx);
   }
-  double etcd_s = median(es, REPS);
+  double etcd_s = bench_median(es, REPS);
   printf("  of which etcd start-up (alone)       %8.1f ms\n", etcd_s * 1e3);
   double rr, rs = bench_reform(&fx, 2, &rr);
   etcd_fixture_destroy(&fx);

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_stats.h"
 #include "giant/giant.h"
 #include "giant/options.h"
 #include "gpt.h"
@@ -46,11 +47,6 @@ typedef struct run_out {
   gt_offload_stats os;
   float loss0, loss1;
 } run_out;
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 /* Builds a GPT of `layers` blocks under `budget` bytes of device memory
  * (0: none), offloaded with `window` (0: not), and trains `steps` steps. */
@@ -91,7 +87,7 @@ static gt_status train(const bench_args *a, int B, int T, int layers, int window
   if (s == GT_OK) {
     /* The first step allocates and fetches everything: leave it out. */
     int from = steps > 2 ? 1 : 0;
-    qsort(times + from, (size_t)(steps - from), sizeof *times, cmp_double);
+    bench_sort(times + from, steps - from);
     out->step_s = times[from + (steps - from) / 2];
     out->os = gt_model_offload_stats(m);
   }
@@ -197,15 +193,13 @@ int main(int argc, char **argv) {
   }
   double t_no[3], t_off[3], t_layer[3];
   for (int k = 0; k < 3; k++) t_no[k] = no[k].step_s, t_off[k] = off[k].step_s, t_layer[k] = layer[k].step_s;
-  qsort(t_no, 3, sizeof(double), cmp_double);
-  qsort(t_off, 3, sizeof(double), cmp_double);
-  qsort(t_layer, 3, sizeof(double), cmp_double);
+  double m_no = bench_median(t_no, 3), m_off = bench_median(t_off, 3), m_layer = bench_median(t_layer, 3);
   /* The better of the two ways to update is what offloading costs. */
-  double best = t_layer[1] < t_off[1] ? t_layer[1] : t_off[1];
-  double speed_ratio = t_no[1] / best;
+  double best = m_layer < m_off ? m_layer : m_off;
+  double speed_ratio = m_no / best;
   printf("speed: %d layers, %zu parameters: %.2f ms a step without offloading; offloaded %.2f ms updating after "
          "backward, %.2f ms updating layer by layer; ratio %.3f\n",
-         a.speed_layers, no[0].params, 1e3 * t_no[1], 1e3 * t_off[1], 1e3 * t_layer[1], speed_ratio);
+         a.speed_layers, no[0].params, 1e3 * m_no, 1e3 * m_off, 1e3 * m_layer, speed_ratio);
 
   /* The middle round's transfers, per step, against its waits per step. */
   const gt_offload_stats *os = &off[1].os;

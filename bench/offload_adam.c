@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "bench_stats.h"
 #include "bench_torch.h"
 
 enum { WARMUP = 2, STEPS = 7 };
@@ -20,16 +21,6 @@ static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *t, int n) {
-  qsort(t, (size_t)n, sizeof *t, cmp_double);
-  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
 /* 64-byte aligned, and its pages touched by the threads that will use
@@ -73,7 +64,7 @@ static gt_status measure_memcpy(size_t n, int threads, double *gbps) {
     copy_parallel((char *)dst, (const char *)src, nf * sizeof(float), threads);
     if (i >= WARMUP) t[i - WARMUP] = now() - t0;
   }
-  *gbps = 2.0 * (double)(nf * sizeof(float)) / median(t, STEPS) / 1e9;
+  *gbps = 2.0 * (double)(nf * sizeof(float)) / bench_median(t, STEPS) / 1e9;
   /* For reading the figures only: memcpy's stores may cost a read of the
    * line first, which AdamW's (to p, m, v, just read) do not, so a stream
    * that reads and writes the same buffer can go faster than memcpy. */
@@ -84,7 +75,7 @@ static gt_status measure_memcpy(size_t n, int threads, double *gbps) {
     if (i >= WARMUP) t[i - WARMUP] = now() - t0;
   }
   printf("memcpy %.2f GB/s (read + written); x[i] += y[i] %.2f GB/s (12 bytes an element)\n", *gbps,
-         3.0 * (double)(nf * sizeof(float)) / median(t, STEPS) / 1e9);
+         3.0 * (double)(nf * sizeof(float)) / bench_median(t, STEPS) / 1e9);
   free(src), free(dst);
   return GT_OK;
 }
@@ -109,7 +100,7 @@ static gt_status time_gt_adam(size_t n, int threads, double *sec) {
       s = gt_op_adamw_update(be, p, g, m, v, n, &a);
       if (i >= WARMUP) t[i - WARMUP] = now() - t0;
     }
-    if (s == GT_OK) *sec = median(t, STEPS);
+    if (s == GT_OK) *sec = bench_median(t, STEPS);
   }
   free(p), free(g), free(m), free(v);
   gt_backend_destroy(be);

@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench_stats.h"
 #include "bench_torch.h"
 #include "giant/options.h"
 #include "gpt.h"
@@ -71,16 +72,6 @@ static gt_status giant_setup(giant_run *g, const args *a) {
                           .precision = a->precision,
                           .schedule = {.lr_max = 3e-4f, .lr_min = 3e-4f, .warmup = 0, .total = 0}};
   return gt_trainer_create(g->m, &tc, &g->tr);
-}
-
-static int cmp_double(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static int die(const char *what) {
@@ -196,7 +187,8 @@ int main(int argc, char **argv) {
     if (torch) printf(" | pytorch %.1f ms/step", tms[r]);
     printf("\n");
   }
-  double pk = median(peak, a.rounds), gm = median(gms, a.rounds), tm = torch ? median(tms, a.rounds) : 0;
+  double pk = bench_median(peak, a.rounds), gm = bench_median(gms, a.rounds),
+         tm = torch ? bench_median(tms, a.rounds) : 0;
   double mfu = flops / (gm / 1e3) / pk;
   printf("giant:   %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s, MFU %.1f%% of the %s gemm peak %.1f GFLOP/s\n", gm,
          BT / (gm / 1e3), flops / (gm / 1e3) / 1e9, 100 * mfu, prec, pk / 1e9);
