@@ -28,7 +28,7 @@ struct gt_mem_ledger {
   pthread_mutex_t mu;
   size_t limit, in_use, peak;
   entry *slots;
-  size_t cap, used; /* used counts live entries and tombs */
+  size_t cap, used, live; /* used counts live entries and tombs */
 };
 
 static size_t hash_ptr(const void *p, size_t cap) {
@@ -58,9 +58,11 @@ void gt_mem_ledger_destroy(gt_mem_ledger *l) {
   free(l);
 }
 
-/* Rehashes into twice the live entries' room, dropping tombs. */
-static bool grow(gt_mem_ledger *l) {
-  size_t cap = l->cap * 2;
+/* Rehashes, dropping tombs: into twice the room when live entries fill a
+ * quarter of it, else into the same room, so that blocks allocated and
+ * freed over a long run do not grow the table. */
+static bool rehash(gt_mem_ledger *l) {
+  size_t cap = 4 * (l->live + 1) > l->cap ? l->cap * 2 : l->cap;
   entry *s = calloc(cap, sizeof *s);
   if (!s) return false;
   for (size_t i = 0; i < l->cap; i++) {
@@ -73,9 +75,7 @@ static bool grow(gt_mem_ledger *l) {
   free(l->slots);
   l->slots = s;
   l->cap = cap;
-  size_t live = 0;
-  for (size_t i = 0; i < cap; i++) live += s[i].ptr != NULL;
-  l->used = live;
+  l->used = l->live;
   return true;
 }
 
@@ -106,13 +106,14 @@ void gt_mem_ledger_unreserve(gt_mem_ledger *l, size_t bytes) {
 
 gt_status gt_mem_ledger_add(gt_mem_ledger *l, const void *ptr, size_t bytes) {
   pthread_mutex_lock(&l->mu);
-  if (2 * (l->used + 1) > l->cap && !grow(l)) {
+  if (2 * (l->used + 1) > l->cap && !rehash(l)) {
     pthread_mutex_unlock(&l->mu);
     return gt_errorf(GT_ENOMEM, "out of host memory recording a device allocation");
   }
   size_t k = hash_ptr(ptr, l->cap);
   while (l->slots[k].ptr && l->slots[k].ptr != TOMB) k = (k + 1) & (l->cap - 1);
   if (!l->slots[k].ptr) l->used++;
+  l->live++;
   l->slots[k] = (entry){ptr, bytes};
   pthread_mutex_unlock(&l->mu);
   return GT_OK;
@@ -125,6 +126,7 @@ void gt_mem_ledger_remove(gt_mem_ledger *l, const void *ptr) {
     if (l->slots[k].ptr != ptr) continue;
     l->in_use -= l->slots[k].bytes;
     l->slots[k].ptr = TOMB;
+    l->live--;
     break;
   }
   pthread_mutex_unlock(&l->mu);
