@@ -36,16 +36,7 @@ typedef struct run_cfg {
   result *out;
 } run_cfg;
 
-/* Micro-batch k of step s: rows of arithmetic sequences (learnable). */
-static void batch_for(int s, int k, int32_t *in, int32_t *tg) {
-  for (int r = 0; r < ROWS; r++) {
-    int stride = 1 + (r + k + s) % 5, start = (s * 13 + k * 5 + r * 7) % V;
-    for (int t = 0; t < T; t++) {
-      in[r * T + t] = (start + t * stride) % V;
-      tg[r * T + t] = (start + (t + 1) * stride) % V;
-    }
-  }
-}
+static void batch_for(int s, int k, int32_t *in, int32_t *tg) { train_batch_for(s, k, V, T, ROWS, in, tg); }
 
 static int train(int rank, int world, void *arg) {
   run_cfg *cfg = arg;

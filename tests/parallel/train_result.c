@@ -26,6 +26,16 @@ void train_rank_dist_on(gt_store *store, const gt_plan_config *pc, const char *g
   CHECK_OK(gt_dist_create(&dc, dist));
 }
 
+void train_batch_for(int s, int k, int V, int T, int rows, int32_t *in, int32_t *tg) {
+  for (int r = 0; r < rows; r++) {
+    int stride = 1 + (r + k + s) % 5, start = (s * 13 + k * 5 + r * 7) % V;
+    for (int t = 0; t < T; t++) {
+      in[r * T + t] = (start + t * stride) % V;
+      tg[r * T + t] = (start + (t + 1) * stride) % V;
+    }
+  }
+}
+
 train_result *train_result_new(const train_result *layout) {
   train_result *r = harness_shared(sizeof(train_result) + MAX_FLOATS * sizeof(float));
   if (layout) memcpy(r, layout, offsetof(train_result, params));

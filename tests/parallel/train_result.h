@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "giant/dist.h"
 #include "giant/model.h"
@@ -32,6 +33,11 @@ typedef struct train_result {
 void train_rank_dist(const gt_plan_config *pc, const char *gen, gt_store **store, gt_plan *plan, gt_dist **dist);
 /* The same on a store the rank has (a layout built again in-process). */
 void train_rank_dist_on(gt_store *store, const gt_plan_config *pc, const char *gen, gt_plan *plan, gt_dist **dist);
+
+/* Micro-batch k of step s, `rows` rows of T tokens below V: rows of
+ * arithmetic sequences with per-row strides, learnable, so the loss falls
+ * and the gradients are far from zero. */
+void train_batch_for(int s, int k, int V, int T, int rows, int32_t *in, int32_t *tg);
 
 /* A result in shared memory; with `layout` given, its layout table copied. */
 train_result *train_result_new(const train_result *layout);
