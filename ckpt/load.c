@@ -248,9 +248,7 @@ static gt_status load_one(gt_ckpt *c, const char *dir, ck_manifest *m, loaded *o
   /* Start from the current buffers so that what no tensor covers (padding)
    * keeps its value. */
   GT_TRY(gt_model_get_params(c->m, c->params, c->nparams));
-  gt_backend *be = gt_model_backend(c->m);
-  for (int k = 0; k < c->nstates; k++)
-    GT_TRY(gt_backend_download(be, c->state[k], gt_optimizer_state(c->opt, k), (c->hi - c->lo) * sizeof(float)));
+  for (int k = 0; k < c->nstates; k++) GT_TRY(gt_optimizer_read_state(c->opt, k, 0, c->hi - c->lo, c->state[k]));
   GT_TRY(read_params(c, dir, m, &out->bytes_read));
   GT_TRY(read_state(c, dir, m, kind, &out->bytes_read));
   if (c->loader) GT_TRY(read_cursor(c, dir, m, &out->row, &out->has_cursor));
@@ -275,9 +273,7 @@ static gt_status agree(gt_ckpt *c, int attempt, bool ok, bool *all_ok) {
 
 static gt_status apply(gt_ckpt *c, const loaded *l) {
   GT_TRY(gt_model_set_params(c->m, c->params, c->nparams));
-  gt_backend *be = gt_model_backend(c->m);
-  for (int k = 0; k < c->nstates; k++)
-    GT_TRY(gt_backend_upload(be, gt_optimizer_state(c->opt, k), c->state[k], (c->hi - c->lo) * sizeof(float)));
+  for (int k = 0; k < c->nstates; k++) GT_TRY(gt_optimizer_write_state(c->opt, k, 0, c->hi - c->lo, c->state[k]));
   gt_optimizer_set_steps(c->opt, (int)l->tr.opt_steps);
   gt_trainer_set_step_index(c->tr, (int)l->tr.step);
   if (c->loader && l->has_cursor) GT_TRY(gt_loader_restart_at(c->loader, l->row));

@@ -122,14 +122,12 @@ gt_status gt_ckpt_mirror_update(gt_ckpt_mirror *m) {
     /* A held slice is one run of floats: of the parameters, or of state k's range. */
     const pr_slice *sl = &m->mine.s[i];
     uint64_t v = ck_box_volume(&sl->box);
-    const float *src;
     if (sl->at < nparams) {
-      src = gt_model_params(model) + sl->at;
+      GT_TRY(gt_backend_download(be, m->send + off, gt_model_params(model) + sl->at, v * sizeof(float)));
     } else {
       size_t k = (sl->at - nparams) / (hi - lo);
-      src = gt_optimizer_state(opt, (int)k) + (sl->at - nparams - k * (hi - lo));
+      GT_TRY(gt_optimizer_read_state(opt, (int)k, sl->at - nparams - k * (hi - lo), v, m->send + off));
     }
-    GT_TRY(gt_backend_download(be, m->send + off, src, v * sizeof(float)));
     off += v;
   }
   m->step = -1; /* until the new copy is whole */

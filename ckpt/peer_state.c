@@ -74,8 +74,7 @@ gt_status pr_space_open(gt_trainer *tr, size_t extra, pr_space *sp) {
   if (!sp->buf) return gt_errorf(GT_ENOMEM, "out of memory for a host copy of this rank's state (%zu floats)", n);
   GT_TRY(gt_model_get_params(m, sp->buf, sp->nparams));
   for (int k = 0; k < sp->nstates; k++)
-    GT_TRY(gt_backend_download(gt_model_backend(m), sp->buf + sp->nparams + (size_t)k * (sp->hi - sp->lo),
-                               gt_optimizer_state(opt, k), (sp->hi - sp->lo) * sizeof(float)));
+    GT_TRY(gt_optimizer_read_state(opt, k, 0, sp->hi - sp->lo, sp->buf + sp->nparams + (size_t)k * (sp->hi - sp->lo)));
   return GT_OK;
 }
 
@@ -84,8 +83,7 @@ gt_status pr_space_store(const pr_space *sp) {
   gt_optimizer *opt = gt_trainer_optimizer(sp->tr);
   GT_TRY(gt_model_set_params(m, sp->buf, sp->nparams));
   for (int k = 0; k < sp->nstates; k++)
-    GT_TRY(gt_backend_upload(gt_model_backend(m), gt_optimizer_state(opt, k),
-                             sp->buf + sp->nparams + (size_t)k * (sp->hi - sp->lo), (sp->hi - sp->lo) * sizeof(float)));
+    GT_TRY(gt_optimizer_write_state(opt, k, 0, sp->hi - sp->lo, sp->buf + sp->nparams + (size_t)k * (sp->hi - sp->lo)));
   return GT_OK;
 }
 

@@ -191,21 +191,19 @@ static gt_status loader_blob(gt_ckpt *c) {
  * backend "device" memory is host memory and the writer thread copies with
  * memcpy, not through the backend's stream. */
 gt_status ck_snapshot_copy(gt_ckpt *c) {
-  gt_backend *be = gt_model_backend(c->m);
-  if (c->deferred_copy && c->cfg.sync) {
-    /* A synchronous save holds the training thread until it is written, so
-     * on the CPU backend it writes from the live buffers: no copy. */
-    for (int i = 0; i < c->part.nslices; i++) {
-      int w = c->src_buf[i];
-      const float *host = w ? c->state[w - 1] : c->params;
-      const float *dev = w ? gt_optimizer_state(c->opt, w - 1) : gt_model_params(c->m);
-      c->src[i] = dev + (c->src[i] - host);
-    }
-    return GT_OK;
-  }
+  /* The backend of the live buffers: the host's when they are offloaded. */
+  gt_backend *be = gt_model_state_backend(c->m);
   for (int w = 0; w <= c->nstates; w++) {
     float *host = w ? c->state[w - 1] : c->params;
     const float *dev = w ? gt_optimizer_state(c->opt, w - 1) : gt_model_params(c->m);
+    if (c->deferred_copy && c->cfg.sync && dev) {
+      /* A synchronous save holds the training thread until it is written,
+       * so on the CPU backend it writes from the live buffers: no copy.
+       * (Not state on disk: it has no live buffer.) */
+      for (int i = 0; i < c->part.nslices; i++)
+        if (c->src_buf[i] == w) c->src[i] = dev + (c->src[i] - host);
+      continue;
+    }
     size_t a = 0, b = 0; /* the run [a, b), in floats from the buffer's start */
     for (int i = 0; i <= c->part.nslices; i++) {
       bool last = i == c->part.nslices;
@@ -215,7 +213,8 @@ gt_status ck_snapshot_copy(gt_ckpt *c) {
         b = at + n;
         continue;
       }
-      if (b > a && c->deferred_copy) memcpy(host + a, dev + a, (b - a) * sizeof(float));
+      if (b > a && !dev) GT_TRY(gt_optimizer_read_state(c->opt, w - 1, a, b - a, host + a));
+      else if (b > a && c->deferred_copy) memcpy(host + a, dev + a, (b - a) * sizeof(float));
       else if (b > a) GT_TRY(gt_backend_download(be, host + a, dev + a, (b - a) * sizeof(float)));
       a = at, b = at + n;
     }

@@ -92,8 +92,15 @@ gt_status gt_backend_create(const gt_backend_config *cfg, gt_backend **out) {
 #endif
   }
   if (s != GT_OK) return s;
-  s = gt_mem_ledger_create(cfg->device_mem_limit, &be->ledger);
+  s = gt_mem_ledger_create(cfg->device_mem_limit, "device memory",
+                           "offload state to the host, make the batch or the model smaller, or raise the budget",
+                           &be->ledger);
+  if (s == GT_OK)
+    s = gt_mem_ledger_create(cfg->host_mem_limit, "host memory",
+                             "keep the optimizer state on disk, make the model smaller, or raise the budget",
+                             &be->host_ledger);
   if (s != GT_OK) {
+    gt_mem_ledger_destroy(be->ledger);
     be->ops->destroy(be);
     return s;
   }
@@ -104,7 +111,8 @@ gt_status gt_backend_create(const gt_backend_config *cfg, gt_backend **out) {
 void gt_backend_destroy(gt_backend *be) {
   if (!be) return;
   gt_mem_ledger_destroy(be->ledger);
-  be->ledger = NULL;
+  gt_mem_ledger_destroy(be->host_ledger);
+  be->ledger = be->host_ledger = NULL;
   be->ops->destroy(be);
 }
 
@@ -116,4 +124,10 @@ gt_device_mem gt_backend_mem(const gt_backend *be) {
 
 void gt_backend_reset_mem_peak(gt_backend *be) {
   if (be && be->ledger) gt_mem_ledger_reset_peak(be->ledger);
+}
+
+gt_device_mem gt_backend_host_mem(const gt_backend *be) {
+  gt_device_mem m = {0};
+  if (be && be->host_ledger) gt_mem_ledger_stats(be->host_ledger, &m);
+  return m;
 }

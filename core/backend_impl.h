@@ -142,7 +142,8 @@ struct gt_backend {
   gt_stream *compute; /* where kernels run */
   gt_stream *copy;    /* for transfers that overlap compute */
   double peak_flops;  /* measured by gt_backend_measure_peak, 0 until then */
-  struct gt_mem_ledger *ledger; /* device bytes held, and the budget (backend_ledger.c) */
+  struct gt_mem_ledger *ledger;      /* device bytes held, and the budget (backend_ledger.c) */
+  struct gt_mem_ledger *host_ledger; /* host bytes of gt_backend_host_alloc, and their budget */
   void *impl;
 };
 

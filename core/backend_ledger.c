@@ -1,5 +1,6 @@
 /* The device memory a backend holds, counted against its budget
- * (gt_backend_config.device_mem_limit).
+ * (gt_backend_config.device_mem_limit); a second ledger counts the host
+ * memory of gt_backend_host_alloc against host_mem_limit.
  *
  * Every device allocation passes gt_backend_alloc, so counting there covers
  * arenas, scratch and anything else on every backend alike: the CPU backend
@@ -26,6 +27,7 @@ static const char tomb_byte;
 
 struct gt_mem_ledger {
   pthread_mutex_t mu;
+  const char *what, *advice; /* "device memory", and what to do when it is short */
   size_t limit, in_use, peak;
   entry *slots;
   size_t cap, used, live; /* used counts live entries and tombs */
@@ -37,7 +39,7 @@ static size_t hash_ptr(const void *p, size_t cap) {
   return (size_t)x & (cap - 1);
 }
 
-gt_status gt_mem_ledger_create(size_t limit, gt_mem_ledger **out) {
+gt_status gt_mem_ledger_create(size_t limit, const char *what, const char *advice, gt_mem_ledger **out) {
   gt_mem_ledger *l = calloc(1, sizeof *l);
   if (l) l->slots = calloc(64, sizeof *l->slots);
   if (!l || !l->slots) {
@@ -46,6 +48,8 @@ gt_status gt_mem_ledger_create(size_t limit, gt_mem_ledger **out) {
   }
   l->cap = 64;
   l->limit = limit;
+  l->what = what;
+  l->advice = advice;
   pthread_mutex_init(&l->mu, NULL);
   *out = l;
   return GT_OK;
@@ -81,16 +85,15 @@ static bool rehash(gt_mem_ledger *l) {
 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
-gt_status gt_mem_ledger_reserve(gt_mem_ledger *l, const char *device, size_t bytes) {
+gt_status gt_mem_ledger_reserve(gt_mem_ledger *l, const char *backend, size_t bytes) {
   pthread_mutex_lock(&l->mu);
   if (l->limit && (bytes > l->limit || l->in_use > l->limit - bytes)) {
     size_t in_use = l->in_use, limit = l->limit;
     pthread_mutex_unlock(&l->mu);
     return gt_errorf(GT_ENOMEM,
-                     "%s: device memory budget exceeded: asked for %zu bytes (%.1f MiB) with %zu bytes "
-                     "(%.1f MiB) in use, over the budget of %zu bytes (%.1f MiB); offload state to the host, "
-                     "make the batch or the model smaller, or raise the budget",
-                     device, bytes, mib(bytes), in_use, mib(in_use), limit, mib(limit));
+                     "%s: %s budget exceeded: asked for %zu bytes (%.1f MiB) with %zu bytes (%.1f MiB) in use, "
+                     "over the budget of %zu bytes (%.1f MiB); %s",
+                     backend, l->what, bytes, mib(bytes), in_use, mib(in_use), limit, mib(limit), l->advice);
   }
   l->in_use += bytes;
   if (l->in_use > l->peak) l->peak = l->in_use;
@@ -108,7 +111,7 @@ gt_status gt_mem_ledger_add(gt_mem_ledger *l, const void *ptr, size_t bytes) {
   pthread_mutex_lock(&l->mu);
   if (2 * (l->used + 1) > l->cap && !rehash(l)) {
     pthread_mutex_unlock(&l->mu);
-    return gt_errorf(GT_ENOMEM, "out of host memory recording a device allocation");
+    return gt_errorf(GT_ENOMEM, "out of host memory recording an allocation of %s", l->what);
   }
   size_t k = hash_ptr(ptr, l->cap);
   while (l->slots[k].ptr && l->slots[k].ptr != TOMB) k = (k + 1) & (l->cap - 1);

@@ -8,11 +8,13 @@
 
 typedef struct gt_mem_ledger gt_mem_ledger;
 
-gt_status gt_mem_ledger_create(size_t limit, gt_mem_ledger **out);
+/* `what` ("device memory") names the budget in messages, `advice` says
+ * what to do when it is short; both must outlive the ledger. */
+gt_status gt_mem_ledger_create(size_t limit, const char *what, const char *advice, gt_mem_ledger **out);
 void gt_mem_ledger_destroy(gt_mem_ledger *l);
 /* Counts `bytes` in use, or fails with GT_ENOMEM naming what was asked
- * for, what is in use and the budget (`device` prefixes the message). */
-gt_status gt_mem_ledger_reserve(gt_mem_ledger *l, const char *device, size_t bytes);
+ * for, what is in use and the budget (`backend` prefixes the message). */
+gt_status gt_mem_ledger_reserve(gt_mem_ledger *l, const char *backend, size_t bytes);
 /* Undoes a reservation whose allocation failed. */
 void gt_mem_ledger_unreserve(gt_mem_ledger *l, size_t bytes);
 /* Remembers the block a reservation became, so that freeing it returns

@@ -18,15 +18,18 @@ static gt_status alloc_checked(gt_backend *be, bool host, size_t bytes, void **p
   if (!be) return no_backend(op);
   if (!ptr) return gt_errorf(GT_EINVAL, "%s: %s: ptr must not be NULL", be->name, op);
   *ptr = NULL;
-  if (host) return be->ops->memory.host_alloc(be, bytes, ptr);
-  /* Device memory counts against the budget: reserved before the device
-   * is asked, so that two threads cannot both pass the check. */
-  gt_mem_ledger *l = be->ledger;
+  /* Memory counts against its budget: reserved before the device or the
+   * host is asked, so that two threads cannot both pass the check. */
+  gt_mem_ledger *l = host ? be->host_ledger : be->ledger;
   if (l) GT_TRY(gt_mem_ledger_reserve(l, be->name, bytes));
-  gt_status s = be->ops->memory.alloc(be, bytes, ptr);
+  gt_status s = host ? be->ops->memory.host_alloc(be, bytes, ptr) : be->ops->memory.alloc(be, bytes, ptr);
   if (s == GT_OK && l) {
     s = gt_mem_ledger_add(l, *ptr, bytes);
-    if (s != GT_OK) be->ops->memory.free(be, *ptr), *ptr = NULL;
+    if (s != GT_OK) {
+      if (host) be->ops->memory.host_free(be, *ptr);
+      else be->ops->memory.free(be, *ptr);
+      *ptr = NULL;
+    }
   }
   if (s != GT_OK && l) gt_mem_ledger_unreserve(l, bytes);
   return s;
@@ -45,7 +48,9 @@ gt_status gt_backend_host_alloc(gt_backend *be, size_t bytes, void **ptr) {
 }
 
 void gt_backend_host_free(gt_backend *be, void *ptr) {
-  if (be && ptr) be->ops->memory.host_free(be, ptr);
+  if (!be || !ptr) return;
+  if (be->host_ledger) gt_mem_ledger_remove(be->host_ledger, ptr);
+  be->ops->memory.host_free(be, ptr);
 }
 
 gt_status gt_backend_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind,

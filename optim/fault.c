@@ -28,6 +28,7 @@ static const kind_info kinds[] = {
     {"crashreshape", GT_FAULT_CRASH_RESHAPE, " rank ", " rank "},
     {"stallreshape", GT_FAULT_STALL_RESHAPE, " rank seconds ", " rank seconds "},
     {"holdjoin", GT_FAULT_HOLDJOIN, " rank seconds ", " rank seconds "},
+    {"pace", GT_FAULT_PACE, " rank ms from until ", " rank ms "},
 };
 
 static bool has_word(const char *list, const char *w, size_t n) {
@@ -50,7 +51,8 @@ static gt_status parse_number(const char *fault, const char *key, const char *va
 static gt_status set_key(const char *fault, gt_fault *f, const char *key, const char *val) {
   double v = 0;
   if (strcmp(key, "rank") == 0 && strcmp(val, "all") == 0) return f->rank = -1, GT_OK;
-  bool integer = strcmp(key, "factor") != 0 && strcmp(key, "delay_ms") != 0 && strcmp(key, "seconds") != 0;
+  bool integer = strcmp(key, "factor") != 0 && strcmp(key, "delay_ms") != 0 && strcmp(key, "seconds") != 0 &&
+                 strcmp(key, "ms") != 0;
   GT_TRY(parse_number(fault, key, val, integer, &v));
   if (strcmp(key, "rank") == 0) f->rank = (int)v;
   else if (strcmp(key, "peer") == 0) f->peer = (int)v;
@@ -59,6 +61,7 @@ static gt_status set_key(const char *fault, gt_fault *f, const char *key, const 
   else if (strcmp(key, "at") == 0) f->at = (int)v;
   else if (strcmp(key, "factor") == 0) f->factor = v;
   else if (strcmp(key, "delay_ms") == 0) f->delay_ms = v;
+  else if (strcmp(key, "ms") == 0) f->step_ms = v;
   else f->seconds = v;
   return GT_OK;
 }
@@ -66,9 +69,10 @@ static gt_status set_key(const char *fault, gt_fault *f, const char *key, const 
 static gt_status check_values(const char *fault, const gt_fault *f) {
   if (f->kind == GT_FAULT_SLOW && !(f->factor >= 1))
     return gt_errorf(GT_EINVAL, "GT_FAULT '%s': factor must be >= 1 (3 runs three times slower)", fault);
-  if ((f->kind == GT_FAULT_SLOW || f->kind == GT_FAULT_SLOWLINK) && f->until >= 0 && f->until <= f->from)
+  bool ranged = f->kind == GT_FAULT_SLOW || f->kind == GT_FAULT_SLOWLINK || f->kind == GT_FAULT_PACE;
+  if (ranged && f->until >= 0 && f->until <= f->from)
     return gt_errorf(GT_EINVAL, "GT_FAULT '%s': until (%d) must come after from (%d)", fault, f->until, f->from);
-  if ((f->kind == GT_FAULT_SLOWLINK && f->delay_ms < 0) ||
+  if ((f->kind == GT_FAULT_SLOWLINK && f->delay_ms < 0) || (f->kind == GT_FAULT_PACE && f->step_ms < 0) ||
       ((f->kind == GT_FAULT_STALL || f->kind == GT_FAULT_SLOWSAVE || f->kind == GT_FAULT_STALL_RESHAPE ||
         f->kind == GT_FAULT_HOLDJOIN) &&
        f->seconds < 0))
@@ -90,7 +94,7 @@ static gt_status parse_fault(char *text, gt_fault *f) {
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
     if (strcmp(text, kinds[i].name) == 0) k = &kinds[i];
   if (!k)
-    return gt_errorf(GT_EINVAL, "GT_FAULT '%s': unknown fault kind '%s' (want slow, slowlink, stall, crash, nan, nangrad, slowsave, crashreshape, stallreshape or holdjoin)",
+    return gt_errorf(GT_EINVAL, "GT_FAULT '%s': unknown fault kind '%s' (want slow, slowlink, stall, crash, nan, nangrad, slowsave, crashreshape, stallreshape, holdjoin or pace)",
                      fault, text);
   *f = (gt_fault){.kind = k->kind, .until = -1};
   char seen[128] = " ";

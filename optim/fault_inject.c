@@ -52,7 +52,7 @@ bool gt_fault_nangrad(gt_fault_plan *p, int step) {
 }
 
 double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *loss) {
-  double slept = 0;
+  double slept = 0, floor_s = 0;
   for (int i = 0; p && i < p->n; i++) {
     const gt_fault *f = &p->f[i];
     if (!mine(p, f)) continue;
@@ -94,8 +94,15 @@ double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *
     case GT_FAULT_CRASH_RESHAPE:
     case GT_FAULT_STALL_RESHAPE: break; /* played at gt_fault_reshape_point */
     case GT_FAULT_HOLDJOIN: break;      /* played where joins are looked for (gt_fault_join_hold) */
+    case GT_FAULT_PACE:
+      /* A floor, not a factor: a job of N steps lasts at least N * step_ms
+       * on any machine, so that a test can act on it before it ends. */
+      if (step >= f->from && (f->until < 0 || step < f->until) && f->step_ms / 1e3 > floor_s)
+        floor_s = f->step_ms / 1e3;
+      break;
     }
   }
+  if (compute_seconds + slept < floor_s) slept = floor_s - compute_seconds;
   sleep_seconds(slept);
   return slept;
 }

@@ -6,6 +6,7 @@
  * new one at the same data- and tensor-parallel coordinates, through the
  * pipeline communicator, with its optimizer state. The common order pairs
  * every send with its receive, so the transfers cannot deadlock. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "giant/dist.h"
@@ -57,8 +58,30 @@ static float *slot(gt_trainer *t, int k, const gt_param *p) {
   return base + p->offset;
 }
 
-gt_status gt_trainer_move_state(gt_trainer *from, gt_trainer *to) {
-  GT_TRY(check(from, to));
+/* State k of a parameter when either optimizer keeps its state on disk: it
+ * goes through host memory (tmp, the parameter's size). */
+static gt_status move_staged(gt_trainer *from, gt_trainer *to, int k, const gt_param *p, const gt_param *q,
+                             int me, int s0, int s1, gt_comm *pp, float *tmp) {
+  gt_optimizer *oa = gt_trainer_optimizer(from), *ob = gt_trainer_optimizer(to);
+  gt_status s = GT_OK;
+  if (s0 == s1 && p->local) {
+    GT_TRY(gt_optimizer_read_state(oa, k, p->offset, p->numel, tmp));
+    return gt_optimizer_write_state(ob, k, q->offset, q->numel, tmp);
+  }
+  if (s0 != s1 && me == s0) {
+    GT_TRY(gt_optimizer_read_state(oa, k, p->offset, p->numel, tmp));
+    if ((s = gt_comm_send(pp, tmp, p->numel, GT_F32, s1)) != GT_OK)
+      return gt_error_context(s, "sending %s's state to pipeline rank %d", p->name, s1);
+  } else if (s0 != s1 && me == s1) {
+    if ((s = gt_comm_recv(pp, tmp, q->numel, GT_F32, s0)) != GT_OK)
+      return gt_error_context(s, "receiving %s's state from pipeline rank %d", q->name, s0);
+    return gt_optimizer_write_state(ob, k, q->offset, q->numel, tmp);
+  }
+  return GT_OK;
+}
+
+/* With tmp: state moves through it (move_staged). */
+static gt_status move_all(gt_trainer *from, gt_trainer *to, float *tmp) {
   gt_model *a = gt_trainer_model(from), *b = gt_trainer_model(to);
   gt_dist *dist = gt_trainer_dist(from);
   gt_comm *pp = dist ? gt_grid_comm(gt_dist_grid(dist), GT_GRID_PP) : NULL;
@@ -72,7 +95,8 @@ gt_status gt_trainer_move_state(gt_trainer *from, gt_trainer *to) {
     int s0 = stage_of(a, p), s1 = stage_of(b, q);
     for (int k = 0; k < nbuf; k++) {
       size_t bytes = p->numel * sizeof(float);
-      if (s0 == s1 && p->local)
+      if (k && tmp) GT_TRY(move_staged(from, to, k - 1, p, q, me, s0, s1, pp, tmp));
+      else if (s0 == s1 && p->local)
         GT_TRY(gt_backend_memcpy(be, slot(to, k, q), slot(from, k, p), bytes, GT_COPY_D2D, NULL));
       else if (s0 != s1 && me == s0 && (s = gt_comm_send(pp, slot(from, k, p), p->numel, GT_F32, s1)) != GT_OK)
         return gt_error_context(s, "sending %s to pipeline rank %d", p->name, s1);
@@ -84,4 +108,21 @@ gt_status gt_trainer_move_state(gt_trainer *from, gt_trainer *to) {
   gt_optimizer_set_steps(gt_trainer_optimizer(to), gt_optimizer_steps(gt_trainer_optimizer(from)));
   gt_trainer_set_step_index(to, gt_trainer_step_index(from));
   return GT_OK;
+}
+
+gt_status gt_trainer_move_state(gt_trainer *from, gt_trainer *to) {
+  GT_TRY(check(from, to));
+  bool staged = gt_optimizer_on_disk(gt_trainer_optimizer(from)) || gt_optimizer_on_disk(gt_trainer_optimizer(to));
+  float *tmp = NULL;
+  if (staged) {
+    size_t most = 1;
+    gt_model *a = gt_trainer_model(from);
+    for (int i = 0; i < gt_model_num_params(a); i++)
+      if (gt_model_param(a, i)->numel > most) most = gt_model_param(a, i)->numel;
+    if (!(tmp = malloc(most * sizeof(float))))
+      return gt_errorf(GT_ENOMEM, "out of memory moving optimizer state kept on disk (%zu floats)", most);
+  }
+  gt_status st = move_all(from, to, tmp);
+  free(tmp);
+  return st;
 }

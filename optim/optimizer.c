@@ -3,12 +3,17 @@
 #include <string.h>
 
 #include "giant/optim.h"
+#include "optim/disk_state.h"
+
+#define DEFAULT_STAGE_BYTES ((size_t)64 << 20)
 
 struct gt_optimizer {
   gt_model *m;
   gt_optim_config cfg;
   float *state[2]; /* AdamW: m, v. SGD: momentum (state[1] unused). Index 0 = float lo. */
-  size_t lo, hi;   /* the floats of the flat buffer this optimizer owns */
+  disk_state *disk; /* instead, with cfg.state_dir */
+  char *state_dir;  /* cfg.state_dir points here */
+  size_t lo, hi;    /* the floats of the flat buffer this optimizer owns */
   int steps;
 };
 
@@ -23,6 +28,18 @@ gt_status gt_optim_parse(const char *name, gt_optim_kind *kind) {
   else if (!strcmp(name, "sgd")) *kind = GT_OPTIM_SGD;
   else return gt_errorf(GT_EINVAL, "unknown optimizer '%s': use adamw or sgd", name);
   return GT_OK;
+}
+
+/* Host memory to stage the state on disk: as configured, else 64 MiB, but
+ * no more than half of what the host budget leaves (the rest is for what
+ * else needs host memory: checkpoint buffers, a ZeRO shard). */
+static size_t stage_bytes(gt_model *m, const gt_optim_config *cfg) {
+  if (cfg->state_stage_bytes) return cfg->state_stage_bytes;
+  size_t b = DEFAULT_STAGE_BYTES;
+  gt_device_mem h = gt_backend_host_mem(gt_model_backend(m));
+  size_t left = h.limit > h.in_use ? h.limit - h.in_use : 0;
+  if (h.limit && b > left / 2) b = left / 2;
+  return b;
 }
 
 gt_status gt_optimizer_create(gt_model *m, const gt_optim_config *cfg, gt_optimizer **out) {
@@ -42,15 +59,31 @@ gt_status gt_optimizer_create_range(gt_model *m, const gt_optim_config *cfg, siz
     return gt_errorf(GT_EINVAL, "AdamW needs 0 <= beta1, beta2 < 1 and eps > 0 (got %g, %g, %g)", cfg->beta1,
                      cfg->beta2, cfg->eps);
   if (cfg->weight_decay < 0) return gt_errorf(GT_EINVAL, "weight decay must be >= 0, got %g", cfg->weight_decay);
+  gt_backend *be = gt_model_state_backend(m);
+  if (cfg->state_dir && gt_backend_kind(be) != GT_DEVICE_CPU)
+    return gt_errorf(GT_EUNSUPPORTED, "the optimizer state on disk (%s) is updated on the host, and this model's "
+                     "state is on %s: offload the model (gt_model_config.offload_window)", cfg->state_dir,
+                     gt_backend_name(be));
   gt_optimizer *o = calloc(1, sizeof *o);
   if (!o) return gt_errorf(GT_ENOMEM, "out of memory creating an optimizer");
   o->m = m;
   o->cfg = *cfg;
   o->lo = lo;
   o->hi = hi;
-  gt_backend *be = gt_model_state_backend(m);
-  size_t bytes = (hi - lo ? hi - lo : 1) * sizeof(float);
   int nstate = cfg->kind == GT_OPTIM_ADAMW ? 2 : 1;
+  if (cfg->state_dir) {
+    gt_status s = (o->state_dir = strdup(cfg->state_dir)) ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory");
+    o->cfg.state_dir = o->state_dir;
+    if (s == GT_OK)
+      s = disk_state_open(gt_model_backend(m), cfg->state_dir, nstate, hi - lo, stage_bytes(m, cfg), &o->disk);
+    if (s != GT_OK) {
+      gt_optimizer_destroy(o);
+      return s;
+    }
+    *out = o;
+    return GT_OK;
+  }
+  size_t bytes = (hi - lo ? hi - lo : 1) * sizeof(float);
   for (int i = 0; i < nstate; i++) {
     gt_status s = gt_model_state_alloc(m, bytes, (void **)&o->state[i]);
     if (s == GT_OK) s = gt_backend_memset(be, o->state[i], 0, bytes, NULL);
@@ -66,32 +99,68 @@ gt_status gt_optimizer_create_range(gt_model *m, const gt_optim_config *cfg, siz
 void gt_optimizer_destroy(gt_optimizer *o) {
   if (!o) return;
   for (int i = 0; i < 2; i++) gt_model_state_free(o->m, o->state[i]);
+  disk_state_close(o->disk);
+  free(o->state_dir);
   free(o);
 }
 
 int gt_optimizer_steps(const gt_optimizer *o) { return o->steps; }
 int gt_optimizer_num_states(const gt_optimizer *o) { return o->cfg.kind == GT_OPTIM_ADAMW ? 2 : 1; }
 float *gt_optimizer_state(gt_optimizer *o, int k) { return k >= 0 && k < 2 ? o->state[k] : NULL; }
+bool gt_optimizer_on_disk(const gt_optimizer *o) { return o->disk != NULL; }
+
+static gt_status check_state_range(const gt_optimizer *o, int k, size_t at, size_t n) {
+  if (k < 0 || k >= gt_optimizer_num_states(o) || at > o->hi - o->lo || n > o->hi - o->lo - at)
+    return gt_errorf(GT_EINVAL, "optimizer state %d, floats [%zu, %zu): outside its %d x %zu floats", k, at, at + n,
+                     gt_optimizer_num_states(o), o->hi - o->lo);
+  return GT_OK;
+}
+
+gt_status gt_optimizer_read_state(gt_optimizer *o, int k, size_t at, size_t n, float *dst) {
+  GT_TRY(check_state_range(o, k, at, n));
+  if (o->disk) return disk_state_read(o->disk, k, at, n, dst);
+  return gt_backend_download(gt_model_state_backend(o->m), dst, o->state[k] + at, n * sizeof(float));
+}
+
+gt_status gt_optimizer_write_state(gt_optimizer *o, int k, size_t at, size_t n, const float *src) {
+  GT_TRY(check_state_range(o, k, at, n));
+  if (o->disk) return disk_state_write(o->disk, k, at, n, src);
+  return gt_backend_upload(gt_model_state_backend(o->m), o->state[k] + at, src, n * sizeof(float));
+}
 void gt_optimizer_range(const gt_optimizer *o, size_t *lo, size_t *hi) { *lo = o->lo, *hi = o->hi; }
 const gt_optim_config *gt_optimizer_get_config(const gt_optimizer *o) { return &o->cfg; }
 void gt_optimizer_set_steps(gt_optimizer *o, int steps) { o->steps = steps; }
 
+/* What one update applies: the step's numbers and where its inputs are. */
+typedef struct update {
+  gt_optimizer *o;
+  float lr, grad_scale;
+  const float *grads; /* NULL: the model's */
+  uint16_t *bf16;     /* the bf16 twin to write in the same pass, or NULL */
+  int first, last;    /* the parameters it covers: [first, last) */
+} update;
+
 /* Per parameter, because weight decay applies to some and not others;
  * tied parameters share storage and are updated once, by their owner.
- * Only the part of each parameter inside [lo, hi) is this optimizer's. */
-static gt_status update_param(gt_optimizer *o, int i, float lr, float grad_scale, const float *grads,
-                              uint16_t *bf16) {
+ * Only the floats [lo, hi) of the flat buffer are updated (this
+ * optimizer's share, or a chunk of it staged from disk); their state is
+ * at m0 and m1, float lo's first. */
+static gt_status update_param(const update *u, int i, size_t lo, size_t hi, float *m0, float *m1) {
+  gt_optimizer *o = u->o;
   gt_model *m = o->m;
   gt_backend *be = gt_model_state_backend(m);
   float *p = gt_model_params(m);
-  const float *g = grads ? grads : gt_model_grads(m);
+  const float *g = u->grads ? u->grads : gt_model_grads(m);
+  float lr = u->lr, grad_scale = u->grad_scale;
+  uint16_t *bf16 = u->bf16;
   const gt_param *pi = gt_model_param(m, i);
   if (pi->tied_to >= 0) return GT_OK;
-  size_t a = pi->offset > o->lo ? pi->offset : o->lo;
-  size_t b = pi->offset + pi->numel < o->hi ? pi->offset + pi->numel : o->hi;
+  size_t a = pi->offset > lo ? pi->offset : lo;
+  size_t b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
   if (a >= b) return GT_OK;
   float wd = pi->decay ? o->cfg.weight_decay : 0.0f;
-  float *m0 = o->state[0] + (a - o->lo), *m1 = o->state[1] ? o->state[1] + (a - o->lo) : NULL;
+  m0 += a - lo;
+  if (m1) m1 += a - lo;
   if (o->cfg.kind == GT_OPTIM_ADAMW) {
     gt_adamw_args ar = {.lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
                         .weight_decay = wd, .step = o->steps, .grad_scale = grad_scale};
@@ -101,6 +170,37 @@ static gt_status update_param(gt_optimizer *o, int i, float lr, float grad_scale
   gt_sgd_args ar = {.lr = lr, .momentum = o->cfg.momentum, .weight_decay = wd, .nesterov = o->cfg.nesterov,
                     .grad_scale = grad_scale};
   return gt_op_sgd_update(be, p + a, g + a, m0, b - a, &ar);
+}
+
+/* A chunk of the state on disk, staged: the parameters that meet it. */
+static gt_status update_chunk(void *ctx, size_t at, size_t n, float *const *state) {
+  const update *u = ctx;
+  size_t lo = u->o->lo + at;
+  for (int i = u->first; i < u->last; i++)
+    GT_TRY(update_param(u, i, lo, lo + n, state[0], u->o->cfg.kind == GT_OPTIM_ADAMW ? state[1] : NULL));
+  return GT_OK;
+}
+
+/* Updates parameters [first, last): in memory, or streamed from disk over
+ * the floats they span (a layer's parameters are laid out together). */
+static gt_status apply(update *u) {
+  gt_optimizer *o = u->o;
+  gt_model *m = o->m;
+  if (!o->disk) {
+    for (int i = u->first; i < u->last; i++) GT_TRY(update_param(u, i, o->lo, o->hi, o->state[0], o->state[1]));
+    return GT_OK;
+  }
+  size_t a = o->hi, b = o->lo;
+  for (int i = u->first; i < u->last; i++) {
+    const gt_param *pi = gt_model_param(m, i);
+    if (pi->tied_to >= 0 || pi->numel == 0) continue;
+    if (pi->offset < a) a = pi->offset;
+    if (pi->offset + pi->numel > b) b = pi->offset + pi->numel;
+  }
+  if (a < o->lo) a = o->lo;
+  if (b > o->hi) b = o->hi;
+  if (a >= b) return GT_OK;
+  return disk_state_stream(o->disk, a - o->lo, b - o->lo, update_chunk, u);
 }
 
 gt_status gt_optimizer_step(gt_optimizer *o, float lr, float grad_scale) {
@@ -119,7 +219,9 @@ gt_status gt_optimizer_step_from(gt_optimizer *o, float lr, float grad_scale, co
   uint16_t *bf16 = gt_model_params_bf16(m);
   bool whole = o->lo == 0 && o->hi == gt_model_buffer_floats(m);
   if (!whole || o->cfg.kind != GT_OPTIM_ADAMW) bf16 = NULL;
-  for (int i = 0; i < gt_model_num_params(m); i++) GT_TRY(update_param(o, i, lr, grad_scale, grads, bf16));
+  update u = {.o = o, .lr = lr, .grad_scale = grad_scale, .grads = grads, .bf16 = bf16, .first = 0,
+              .last = gt_model_num_params(m)};
+  GT_TRY(apply(&u));
   if (bf16) gt_model_bf16_written(m);
   return GT_OK;
 }
@@ -136,7 +238,7 @@ gt_status gt_optimizer_step_layer_from(gt_optimizer *o, int layer, float lr, flo
     return gt_errorf(GT_EINVAL, "layer %d is outside the model's %d layers", layer, gt_model_num_layers(m));
   const gt_layer *l = gt_model_layer(m, layer);
   gt_model_layer_params_changed(m, layer);
-  for (int i = l->first_param; i < l->first_param + l->nparams; i++)
-    GT_TRY(update_param(o, i, lr, grad_scale, grads, NULL));
-  return GT_OK;
+  update u = {.o = o, .lr = lr, .grad_scale = grad_scale, .grads = grads, .first = l->first_param,
+              .last = l->first_param + l->nparams};
+  return apply(&u);
 }

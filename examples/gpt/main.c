@@ -32,9 +32,11 @@
 #include "reshape.h"
 
 typedef struct args {
-  const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule, *speeds, *precision;
+  const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule, *speeds, *precision,
+      *offload_optimizer;
   int steps, batch, global_batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every,
-      bucket_kib, chunks, mem_mib, mirror_every, skip_nonfinite, offload, offload_prefetch, device_mem_mib;
+      bucket_kib, chunks, mem_mib, mirror_every, skip_nonfinite, offload, offload_prefetch, device_mem_mib,
+      host_mem_mib;
   float lr, min_lr, clip, weight_decay, temperature;
   uint64_t seed;
   bool documents, untied, zero1, seq_parallel, print_plan, no_overlap, rebalance, rebalance_local, reshape,
@@ -106,6 +108,10 @@ static const char *usage =
     "  --offload W         keep the master weights, gradients and optimizer state in host memory\n"
     "                      and only W layers' weights on the device at a time (0 = off, default)\n"
     "  --offload-prefetch D  layers fetched ahead while one computes (default and most: W - 1)\n"
+    "  --offload-optimizer disk:DIR  keep the optimizer state in a file in DIR, streamed through host\n"
+    "                      memory at each update, so it may exceed host memory (the file is unlinked\n"
+    "                      and its room reserved at start); with --offload W on a GPU\n"
+    "  --host-mem-mib N    host memory for the offloaded state this rank may hold (default: no limit)\n"
     "  --update-per-layer  offloaded, one process: update each layer on the host as soon as its\n"
     "                      gradients are final, while backward goes on (needs --clip 0 and\n"
     "                      --skip-nonfinite 0: the update begins before the norm is known)\n"
@@ -155,6 +161,8 @@ static int parse_args(int argc, char **argv, args *a) {
       {"--update-per-layer", GT_OPT_FLAG, &a->update_per_layer, 0, 0},
       {"--delayed-update", GT_OPT_FLAG, &a->delayed_update, 0, 0},
       {"--device-mem-mib", GT_OPT_INT, &a->device_mem_mib, 0, 1 << 30},
+      {"--host-mem-mib", GT_OPT_INT, &a->host_mem_mib, 0, 1 << 30},
+      {"--offload-optimizer", GT_OPT_STR, &a->offload_optimizer, 0, 0},
       {"--lr", GT_OPT_FLOAT, &a->lr, 0, 10},           {"--min-lr", GT_OPT_FLOAT, &a->min_lr, 0, 10},
       {"--clip", GT_OPT_FLOAT, &a->clip, 0, 1e9},      {"--skip-nonfinite", GT_OPT_INT, &a->skip_nonfinite, 0, 1e6},      {"--weight-decay", GT_OPT_FLOAT, &a->weight_decay, 0, 10},
       {"--temperature", GT_OPT_FLOAT, &a->temperature, 1e-3, 100},
@@ -180,6 +188,9 @@ static int fail(const char *what, gt_status s) {
   if (s == GT_ENOMEM && strstr(gt_last_error(), "device memory budget"))
     fprintf(stderr, "gpt: --offload W keeps the master weights, gradients and optimizer state in host memory "
                     "and only W layers' weights on the device\n");
+  if (s == GT_ENOMEM && strstr(gt_last_error(), "host memory budget"))
+    fprintf(stderr, "gpt: --offload-optimizer disk:DIR keeps the optimizer state in a file in DIR, streamed "
+                    "through a little host memory\n");
   return 1;
 }
 
@@ -518,6 +529,12 @@ int main(int argc, char **argv) {
   if (env_reshape && !strcmp(env_reshape, "1")) a.reshape = true;
   if (s == GT_OK && a.rebalance_local && !a.rebalance)
     s = gt_errorf(GT_EINVAL, "--rebalance-local says who decides --rebalance: give --rebalance too");
+  const char *state_dir = NULL;
+  if (s == GT_OK && a.offload_optimizer && !strncmp(a.offload_optimizer, "disk:", 5) && a.offload_optimizer[5])
+    state_dir = a.offload_optimizer + 5;
+  else if (s == GT_OK && a.offload_optimizer && strcmp(a.offload_optimizer, "host") != 0)
+    s = gt_errorf(GT_EINVAL, "--offload-optimizer takes disk:DIR (the state in a file in DIR) or host (in memory, "
+                             "the default), not '%s'", a.offload_optimizer);
   if (s == GT_OK && a.delayed_update && a.ckpt.dir)
     s = gt_errorf(GT_EINVAL, "--delayed-update holds a step's gradients for the next, and checkpoints do not "
                              "store them yet: leave out --ckpt-dir (or $GT_CKPT_DIR) or --delayed-update");
@@ -528,6 +545,7 @@ int main(int argc, char **argv) {
   if ((s = gt_device_parse(a.device, &bc)) != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
   bc.num_threads = a.threads;
   bc.device_mem_limit = (size_t)a.device_mem_mib << 20;
+  bc.host_mem_limit = (size_t)a.host_mem_mib << 20;
 
   gt_job *job = NULL;
   gt_backend *be = NULL;
@@ -689,6 +707,7 @@ int main(int argc, char **argv) {
                           .commit_vote = a.reshape, .skip_nonfinite = a.skip_nonfinite,
                           .update_per_layer = a.update_per_layer, .delayed_update = a.delayed_update};
   if (a.weight_decay >= 0) tc.optim.weight_decay = a.weight_decay;
+  tc.optim.state_dir = state_dir;
   if (!joining && (s = gt_trainer_create(m, &tc, &tr)) != GT_OK) {
     fail("creating the trainer", s);
     goto out;

@@ -135,6 +135,10 @@ typedef struct gt_backend_config {
    * too (its "device" memory is what gt_backend_alloc hands out; host
    * memory from gt_backend_host_alloc is not counted). */
   size_t device_mem_limit;
+  /* Host memory from gt_backend_host_alloc (pinned on CUDA: where the
+   * offloaded state lives), in bytes; 0 = no budget. Enforced alike, with
+   * a message of its own. */
+  size_t host_mem_limit;
 } gt_backend_config;
 
 gt_status gt_backend_create(const gt_backend_config *cfg, gt_backend **out);
@@ -187,6 +191,8 @@ typedef struct gt_device_mem {
 } gt_device_mem;
 gt_device_mem gt_backend_mem(const gt_backend *be);
 void gt_backend_reset_mem_peak(gt_backend *be);
+/* The same for host memory from gt_backend_host_alloc (host_mem_limit). */
+gt_device_mem gt_backend_host_mem(const gt_backend *be);
 
 /* Device memory; freeing NULL does nothing. */
 gt_status gt_backend_alloc(gt_backend *be, size_t bytes, void **ptr);

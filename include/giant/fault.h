@@ -25,6 +25,7 @@ typedef enum gt_fault_kind {
   GT_FAULT_CRASH_RESHAPE, /* rank kills itself (SIGKILL) in the middle of its next reshape */
   GT_FAULT_STALL_RESHAPE, /* rank stops for `seconds` in the middle of each reshape */
   GT_FAULT_HOLDJOIN,      /* rank waits up to `seconds`, once, for a lost rank to ask to join (gt_fault_join_hold) */
+  GT_FAULT_PACE,          /* rank's steps take at least step_ms each, steps [from, until) */
 } gt_fault_kind;
 
 typedef struct gt_fault {
@@ -36,6 +37,7 @@ typedef struct gt_fault {
   double factor;   /* slow: > 1 */
   double delay_ms; /* slowlink */
   double seconds;  /* stall, slowsave, stallreshape, holdjoin */
+  double step_ms;  /* pace */
 } gt_fault;
 
 #define GT_FAULT_MAX 16
@@ -59,7 +61,8 @@ gt_status gt_fault_from_env(int rank, gt_fault_plan *out);
 bool gt_fault_active(const gt_fault_plan *p);
 
 /* Plays this rank's faults at `step`, after forward and backward took
- * compute_seconds: slow sleeps (factor - 1) * compute_seconds, stall sleeps
+ * compute_seconds: slow sleeps (factor - 1) * compute_seconds, pace sleeps
+ * what the step (with the other faults' sleeps) falls short of step_ms, stall sleeps
  * once, crash raises SIGKILL, nan sets *loss to NaN (so the step's reduced
  * loss and the divergence check see it), slowlink puts its delay in place
  * or takes it away. Returns the seconds it slept. */

@@ -19,6 +19,16 @@ typedef struct gt_optim_config {
   float momentum;           /* SGD */
   bool nesterov;            /* SGD */
   float weight_decay;       /* applied to parameters declared with decay */
+  /* The disk tier (docs/offload.md): a directory in which the state is
+   * kept, in a file of its own that nothing else sees; an update streams
+   * it through `state_stage_bytes` of host memory (0: 64 MiB, or half of
+   * what the backend's host_mem_limit leaves), reading ahead and writing
+   * behind on an I/O thread. The file's whole size is reserved at
+   * creation: a missing, read-only or full directory fails there. The
+   * state must be updated on the host: an offloaded model, or one on the
+   * CPU backend. NULL: the state is in memory. */
+  const char *state_dir;
+  size_t state_stage_bytes;
 } gt_optim_config;
 
 /* AdamW(0.9, 0.95, 1e-8, weight decay 0.1): GPT-style defaults. */
@@ -51,11 +61,19 @@ gt_status gt_optimizer_step_layer(gt_optimizer *o, int layer, float lr, float gr
  * the previous step's, held aside, while backward writes this step's. */
 gt_status gt_optimizer_step_layer_from(gt_optimizer *o, int layer, float lr, float grad_scale, const float *grads);
 int gt_optimizer_steps(const gt_optimizer *o);
-/* For checkpoints: the state buffers (device memory) over floats [lo, hi)
- * of the flat buffer. Buffer 0 is AdamW's first moment or SGD's momentum,
+/* For checkpoints: the state buffers over floats [lo, hi) of the flat
+ * buffer, in the memory of the model's state backend (gt_model_state_
+ * backend: the device's, or the host's when offloaded), or NULL when the
+ * state is on disk. Buffer 0 is AdamW's first moment or SGD's momentum,
  * buffer 1 AdamW's second moment. */
 int gt_optimizer_num_states(const gt_optimizer *o);
 float *gt_optimizer_state(gt_optimizer *o, int k);
+/* Copies n floats of state k, from float `at` of the range (0 = float lo
+ * of the flat buffer), to or from host memory, wherever the state lives. */
+gt_status gt_optimizer_read_state(gt_optimizer *o, int k, size_t at, size_t n, float *dst);
+gt_status gt_optimizer_write_state(gt_optimizer *o, int k, size_t at, size_t n, const float *src);
+/* Whether the state is kept on disk (gt_optim_config.state_dir). */
+bool gt_optimizer_on_disk(const gt_optimizer *o);
 void gt_optimizer_range(const gt_optimizer *o, size_t *lo, size_t *hi);
 const gt_optim_config *gt_optimizer_get_config(const gt_optimizer *o);
 /* Resuming: the update count (AdamW's bias correction follows it). */

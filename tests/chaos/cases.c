@@ -256,25 +256,33 @@ static void case_slow_link(chaos_env *env, chaos_result *r) {
   chaos_job_free(&j);
 }
 
-/* ---- a node partitioned for 20 s, then healed: the others go on; it does
- * not train alone; healed, it rejoins the running generation in-process
- * (its workers join; nobody restarts). */
+/* ---- a node partitioned, then healed: the others go on; it does not
+ * train alone; healed, it rejoins the running generation in-process (its
+ * workers join; nobody restarts). The link stays down until the others
+ * have gone on without it and it has stopped its workers (a lease TTL,
+ * 4 s, each), and at least MIN_CUT_S. Every step takes at least 8 ms
+ * (GT_FAULT pace), so the job outlasts the cut and the rejoin on however
+ * fast a machine. */
 static void case_partition(chaos_env *env, chaos_result *r) {
-  enum { NODE = 2, CUT_S = 20 };
+  enum { NODE = 2, MIN_CUT_S = 8, MAX_CUT_S = 60, STEPS = 3000 };
+  static const char PACE[] = "pace:rank=all,ms=8";
   char flags[320];
   snprintf(flags, sizeof flags, "--ckpt-dir %s/partition-ckpt --ckpt-every 10", env->dir);
   chaos_job_cfg c = base("partition", 0);
-  /* Long enough to outlast the partition: 5-10 ms a step here. */
-  c.steps = 4000;
+  c.steps = STEPS; /* 24 s at the least */
+  c.fault = PACE;
   c.gpt_flags = flags;
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
   int at = chaos_job_wait_step(&j, 20, 120);
   double t_fault = now_s();
   chaos_sh("ip link set %s down", env->net.veth[NODE]);
-  int after = at >= 0 ? chaos_job_wait_step(&j, at + 3, 60) : -1;
+  int after = at >= 0 ? chaos_job_wait_step(&j, at + 3, MAX_CUT_S) : -1;
   r->recover_ms = after >= 0 ? (now_s() - t_fault) * 1e3 : -1;
-  while (now_s() - t_fault < CUT_S) usleep(100000);
+  double left = MAX_CUT_S - (now_s() - t_fault);
+  chaos_job_wait_log(&j, NODE, "its workers stop, and it rejoins when etcd answers", left > 0 ? left : 0);
+  while (now_s() - t_fault < MIN_CUT_S) usleep(100000);
+  double cut_s = now_s() - t_fault;
   /* While cut off, its workers trained nothing on their own: its ranks
    * got no further than the step in flight when the link went. */
   int alone = -1;
@@ -290,9 +298,9 @@ static void case_partition(chaos_env *env, chaos_result *r) {
   bool rejoined = j.out && strstr(j.out, "is node 2 of 3 in gen0; ranks 4..5 of 6 running, joining the running job");
   int restarts = count_of(j.out, "is node 0 of 3 in gen");
   snprintf(r->summary, sizeof r->summary,
-           "node %d cut off at step %d for %d s: %d ranks went on without it (slowest reshape %.0f ms); it %s its "
+           "node %d cut off at step %d for %.1f s: %d ranks went on without it (slowest reshape %.0f ms); it %s its "
            "workers and %s; %d ranks reshaped when it was back; %d generation(s)",
-           NODE, at, CUT_S, n, ms, stopped ? "stopped" : "did NOT stop",
+           NODE, at, cut_s, n, ms, stopped ? "stopped" : "did NOT stop",
            rejoined ? "rejoined the running gen0" : "did NOT rejoin gen0", back, restarts);
   if (alone > at + 2) {
     failf(r, "node %d's ranks reached step %d while cut off at step %d: they trained on their own\n%s", NODE, alone,
@@ -538,8 +546,8 @@ const chaos_case chaos_cases[] = {
      case_slow_rank},
     {"slow-link", "a node's link limited to 20 Mbit/s (tc tbf)",
      "detected as a link fault of its ranks; left out (S3)", CHAOS_NODES, false, case_slow_link},
-    {"partition", "a node's link down for 20 s, then up", "the others go on; it rejoins when healed", CHAOS_NODES,
-     true, case_partition},
+    {"partition", "a node's link down until the others go on without it (8 s at least), then up",
+     "the others go on; it rejoins when healed", CHAOS_NODES, true, case_partition},
     {"sigstop", "SIGSTOP a worker for 30 s, then SIGCONT", "found stopped and killed; the others reshape; it rejoins",
      CHAOS_NODES, false, case_sigstop},
     {"nan", "a NaN in one rank's gradients (GT_FAULT nangrad)", "the step runs again everywhere; training goes on",

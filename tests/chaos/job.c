@@ -192,6 +192,22 @@ int chaos_job_wait_step(chaos_job *j, int step, double timeout_s) {
   return -1;
 }
 
+static bool file_has_line(const char *path, const char *text) {
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  char line[4096];
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f)) found = strstr(line, text) != NULL;
+  fclose(f);
+  return found;
+}
+
+bool chaos_job_wait_log(chaos_job *j, int i, const char *text, double timeout_s) {
+  for (double end = now_s() + timeout_s; now_s() < end; nap_ms(50))
+    if (file_has_line(j->log[i], text)) return true;
+  return false;
+}
+
 static int reap(pid_t pid, int block) {
   int st;
   pid_t r = waitpid(pid, &st, block ? 0 : WNOHANG);

@@ -75,6 +75,9 @@ int chaos_job_start_node(chaos_job *j, int i);
 /* Waits up to timeout_s for the highest step any worker has finished to
  * reach `step`; returns it, or -1 at the bound. */
 int chaos_job_wait_step(chaos_job *j, int step, double timeout_s);
+/* Waits up to timeout_s for a line of node i's agent output (its workers'
+ * included) to hold `text`; whether one did. */
+bool chaos_job_wait_log(chaos_job *j, int i, const char *text, double timeout_s);
 /* The highest step rank's metrics file has, or -1. */
 int chaos_rank_last_step(const chaos_job *j, int rank);
 /* Waits for node i's agent (bounded; killed at the bound). */

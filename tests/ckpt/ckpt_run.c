@@ -22,40 +22,15 @@ cr_state cr_state_new(const train_result *layout) {
   return (cr_state){train_result_new(layout), train_result_new(layout), train_result_new(layout)};
 }
 
-/* Floats [lo, hi) of a flat buffer (the rest is not this rank's) into the
- * single-process layout: split parameters by global index, whole ones from
- * tensor-parallel rank 0, mirrors not at all. */
-static void write_range(train_result *r, const gt_model *m, const float *buf, size_t lo, size_t hi, int tp_rank) {
-  for (int i = 0; i < gt_model_num_params(m); i++) {
-    const gt_param *q = gt_model_param(m, i);
-    if (q->tied_to >= 0 || !q->local || q->mirror_of >= 0 || (q->split_dim < 0 && tp_rank != 0)) continue;
-    long base = -1;
-    for (int k = 0; k < r->count; k++)
-      if (!strcmp(r->names[k], q->name)) base = (long)r->offsets[k];
-    CHECK(base >= 0);
-    for (size_t j = 0; j < q->numel; j++)
-      if (q->offset + j >= lo && q->offset + j < hi) r->params[(size_t)base + gt_param_global_index(q, j)] = buf[q->offset + j];
-  }
-}
-
+/* The parameters and the optimizer state this rank holds, into the
+ * single-process layout. */
 static void capture(gt_trainer *tr, const gt_plan *plan, const cr_state *o) {
   if (!o->p) return;
-  gt_model *m = gt_trainer_model(tr);
-  gt_optimizer *opt = gt_trainer_optimizer(tr);
-  size_t n = gt_model_buffer_floats(m), lo, hi;
-  float *buf = calloc(n, sizeof *buf);
-  CHECK(buf);
-  CHECK_OK(gt_model_get_params(m, buf, n));
-  if (plan->world == 1 && o->p->count == 0) /* the run that records the layout */
+  if (plan->world == 1 && o->p->count == 0) { /* the run that records the layout */
+    gt_model *m = gt_trainer_model(tr);
     train_result_set_layout(o->p, m), train_result_set_layout(o->m, m), train_result_set_layout(o->v, m);
-  write_range(o->p, m, buf, 0, n, plan->me.tp);
-  gt_optimizer_range(opt, &lo, &hi);
-  train_result *st[2] = {o->m, o->v};
-  for (int k = 0; k < gt_optimizer_num_states(opt); k++) {
-    CHECK_OK(gt_backend_download(gt_model_backend(m), buf + lo, gt_optimizer_state(opt, k), (hi - lo) * sizeof(float)));
-    write_range(st[k], m, buf, lo, hi, plan->me.tp);
   }
-  free(buf);
+  train_result_write_trainer(o->p, o->m, o->v, tr, plan->me.tp);
 }
 
 /* A step over batches taken from the loader here, so that the global

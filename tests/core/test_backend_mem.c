@@ -120,7 +120,10 @@ static void test_budget(void **state) {
   assert_non_null(strstr(msg, "budget of 4194304 bytes"));
   /* Host memory is not the device's. */
   OK(gt_backend_host_alloc(be, 8 * MiB, &c));
+  assert_int_equal(gt_backend_host_mem(be).in_use, 8 * MiB);
+  assert_int_equal(gt_backend_host_mem(be).limit, 0);
   gt_backend_host_free(be, c);
+  assert_int_equal(gt_backend_host_mem(be).in_use, 0);
   gt_backend_free(be, a);
   OK(gt_backend_alloc(be, 2 * MiB, &b));
   m = gt_backend_mem(be);
@@ -182,6 +185,37 @@ static void *race(void *p) {
   return NULL;
 }
 
+/* The host budget (host_mem_limit) counts gt_backend_host_alloc alike,
+ * with its own message, and leaves device memory alone. */
+static void test_host_budget(void **state) {
+  (void)state;
+  size_t MiB = 1 << 20;
+  gt_backend *be;
+  OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1, .host_mem_limit = 4 * MiB},
+                       &be));
+  void *a, *b, *d;
+  OK(gt_backend_host_alloc(be, 3 * MiB, &a));
+  assert_int_equal(gt_backend_host_alloc(be, 2 * MiB, &b), GT_ENOMEM);
+  assert_null(b);
+  const char *msg = gt_last_error();
+  assert_non_null(strstr(msg, "host memory budget exceeded"));
+  assert_non_null(strstr(msg, "asked for 2097152 bytes"));
+  assert_non_null(strstr(msg, "3145728 bytes (3.0 MiB) in use"));
+  assert_non_null(strstr(msg, "keep the optimizer state on disk"));
+  OK(gt_backend_alloc(be, 16 * MiB, &d)); /* the device's is not the host's */
+  assert_int_equal(gt_backend_mem(be).in_use, 16 * MiB);
+  gt_backend_host_free(be, a);
+  OK(gt_backend_host_alloc(be, 4 * MiB, &b));
+  gt_device_mem h = gt_backend_host_mem(be);
+  assert_int_equal(h.limit, 4 * MiB);
+  assert_int_equal(h.in_use, 4 * MiB);
+  assert_int_equal(h.peak, 4 * MiB);
+  gt_backend_host_free(be, b);
+  gt_backend_free(be, d);
+  assert_int_equal(gt_backend_host_mem(be).in_use, 0);
+  gt_backend_destroy(be);
+}
+
 static void test_budget_threads(void **state) {
   (void)state;
   for (int use_arena = 0; use_arena < 2; use_arena++) {
@@ -218,6 +252,7 @@ int main(void) {
       cmocka_unit_test(test_copies_ordered_by_events),
       cmocka_unit_test(test_unrecorded_event),
       cmocka_unit_test(test_budget),
+      cmocka_unit_test(test_host_budget),
       cmocka_unit_test(test_budget_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

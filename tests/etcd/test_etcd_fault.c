@@ -81,7 +81,7 @@ static void test_frozen_server(void **state) {
   (void)state;
   gt_etcd_client *c = etcd_test_connect(fx.endpoint, 800);
   ETCD_OK(gt_etcd_put(c, "fault/f", "1", 1, 0, NULL, NULL));
-  etcd_fixture_signal(&fx, SIGSTOP);
+  assert_int_equal(etcd_fixture_signal(&fx, SIGSTOP), 0);
   double t0 = gt_now();
   gt_status st = gt_etcd_put(c, "fault/f", "2", 1, 0, NULL, NULL);
   double dt = gt_now() - t0;

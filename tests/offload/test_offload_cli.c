@@ -1,8 +1,9 @@
 /* Offloading from the command line: the example trains offloaded to the
  * same losses, a model that does not fit the device budget fails at start
  * with the budget's message and the way out, the same model trains
- * offloaded inside it, and --print-plan says where the state lives and what
- * the device will hold. */
+ * offloaded inside it, its optimizer state on disk trains inside a host
+ * budget that the state does not fit, and --print-plan says where the
+ * state lives and what the device will hold. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -48,22 +49,12 @@ static void run_ok(char *const argv[], run_result *r) {
   if (r->exit_code != 0) fail_msg("exit %d:\n%s", r->exit_code, r->output);
 }
 
-static void test_same_losses(void **state) {
-  (void)state;
-  run_result plain, off;
-  run_ok((char *[]){gpt, "--data", data, "--steps", "12", "--layers", "3", "--channels", "32", "--seq", "32",
-                    "--accum", "2", "--sample", "0", "--print-every", "1", "--threads", "1", NULL},
-         &plain);
-  run_ok((char *[]){gpt, "--data", data, "--steps", "12", "--layers", "3", "--channels", "32", "--seq", "32",
-                    "--accum", "2", "--sample", "0", "--print-every", "1", "--threads", "1", "--offload", "2", NULL},
-         &off);
-  assert_non_null(strstr(off.output, ", offloaded"));
-  assert_null(strstr(plain.output, ", offloaded"));
-  /* Every step's loss and norm as printed, and the summary line. */
-  for (int step = 0; step < 12; step++) {
+/* Every step's loss and norm as printed, and the summary line, alike. */
+static void same_losses(const run_result *plain, const run_result *off, int steps) {
+  for (int step = 0; step < steps; step++) {
     char key[32];
     snprintf(key, sizeof key, "step %5d | loss", step);
-    const char *a = strstr(plain.output, key), *b = strstr(off.output, key);
+    const char *a = strstr(plain->output, key), *b = strstr(off->output, key);
     assert_non_null(a);
     assert_non_null(b);
     const char *ea = strstr(a, " ms"), *eb = strstr(b, " ms");
@@ -76,10 +67,24 @@ static void test_same_losses(void **state) {
     assert_int_equal(ta - a, tb - b);
     assert_memory_equal(a, b, (size_t)(ta - a));
   }
-  const char *la = strstr(plain.output, "\nloss "), *lb = strstr(off.output, "\nloss ");
+  const char *la = strstr(plain->output, "\nloss "), *lb = strstr(off->output, "\nloss ");
   assert_non_null(la);
   assert_non_null(lb);
   assert_memory_equal(la, lb, strcspn(la + 1, "\n") + 1);
+}
+
+static void test_same_losses(void **state) {
+  (void)state;
+  run_result plain, off;
+  run_ok((char *[]){gpt, "--data", data, "--steps", "12", "--layers", "3", "--channels", "32", "--seq", "32",
+                    "--accum", "2", "--sample", "0", "--print-every", "1", "--threads", "1", NULL},
+         &plain);
+  run_ok((char *[]){gpt, "--data", data, "--steps", "12", "--layers", "3", "--channels", "32", "--seq", "32",
+                    "--accum", "2", "--sample", "0", "--print-every", "1", "--threads", "1", "--offload", "2", NULL},
+         &off);
+  assert_non_null(strstr(off.output, ", offloaded"));
+  assert_null(strstr(plain.output, ", offloaded"));
+  same_losses(&plain, &off, 12);
 }
 
 static void test_budget(void **state) {
@@ -96,6 +101,39 @@ static void test_budget(void **state) {
   run_ok(off, &r);
   assert_non_null(strstr(r.output, ", offloaded"));
   assert_non_null(strstr(r.output, "\nloss "));
+}
+
+/* The optimizer state on disk: a host budget that holds the weights and
+ * gradients but not the moments fails at start with the way out; with the
+ * state on disk the same budget trains, to the same losses as in memory. */
+static void test_disk_tier(void **state) {
+  (void)state;
+  char disk[128];
+  snprintf(disk, sizeof disk, "disk:%s", tmpdir);
+#define DISK_MODEL gpt, "--data", data, "--steps", "4", "--layers", "8", "--channels", "128", "--seq", "16", \
+                   "--batch", "1", "--sample", "0", "--threads", "1", "--print-every", "1", "--offload", "1"
+  run_result plain, r;
+  run_ok((char *[]){DISK_MODEL, NULL}, &plain);
+  /* About 1.6 M parameters: 13 MB of weights and gradients, 13 MB of moments. */
+  run_cmd((char *[]){DISK_MODEL, "--host-mem-mib", "16", NULL}, NULL, 120, &r);
+  if (r.exit_code != 1 || !strstr(r.output, "host memory budget exceeded") ||
+      !strstr(r.output, "--offload-optimizer disk:DIR"))
+    fail_msg("exit %d (wanted 1 with the host budget's message):\n%s", r.exit_code, r.output);
+  run_ok((char *[]){DISK_MODEL, "--host-mem-mib", "16", "--offload-optimizer", disk, NULL}, &r);
+  same_losses(&plain, &r, 4);
+  /* Bad values say what is wanted; a missing directory fails at start. */
+  run_cmd((char *[]){DISK_MODEL, "--offload-optimizer", "nvme", NULL}, NULL, 60, &r);
+  assert_int_equal(r.exit_code, 2);
+  assert_non_null(strstr(r.output, "--offload-optimizer takes disk:DIR"));
+  run_cmd((char *[]){DISK_MODEL, "--offload-optimizer", "disk:", NULL}, NULL, 60, &r);
+  assert_int_equal(r.exit_code, 2);
+  char missing[160];
+  snprintf(missing, sizeof missing, "disk:%s/missing", tmpdir);
+  run_cmd((char *[]){DISK_MODEL, "--offload-optimizer", missing, NULL}, NULL, 60, &r);
+  assert_int_equal(r.exit_code, 1);
+  assert_non_null(strstr(r.output, "cannot create a file in"));
+  assert_null(strstr(r.output, "step     0"));
+#undef DISK_MODEL
 }
 
 static void test_print_plan(void **state) {
@@ -160,6 +198,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_same_losses),
       cmocka_unit_test(test_budget),
+      cmocka_unit_test(test_disk_tier),
       cmocka_unit_test(test_print_plan),
       cmocka_unit_test(test_bad_flags),
   };

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "localkit/ranks.h"
@@ -62,13 +63,37 @@ static long offset_of(const train_result *r, const char *name) {
 }
 
 void train_result_write(train_result *r, const gt_model *m, const float *p, int tp_rank) {
+  train_result_write_range(r, m, p, 0, gt_model_buffer_floats(m), tp_rank);
+}
+
+void train_result_write_range(train_result *r, const gt_model *m, const float *p, size_t lo, size_t hi,
+                              int tp_rank) {
   for (int i = 0; i < gt_model_num_params(m); i++) {
     const gt_param *q = gt_model_param(m, i);
     if (q->tied_to >= 0 || !q->local || q->mirror_of >= 0 || (q->split_dim < 0 && tp_rank != 0)) continue;
     long base = offset_of(r, q->name);
     CHECK(base >= 0);
-    for (size_t j = 0; j < q->numel; j++) r->params[(size_t)base + gt_param_global_index(q, j)] = p[q->offset + j];
+    for (size_t j = 0; j < q->numel; j++)
+      if (q->offset + j >= lo && q->offset + j < hi)
+        r->params[(size_t)base + gt_param_global_index(q, j)] = p[q->offset + j];
   }
+}
+
+void train_result_write_trainer(train_result *p, train_result *m, train_result *v, gt_trainer *tr, int tp_rank) {
+  gt_model *model = gt_trainer_model(tr);
+  gt_optimizer *opt = gt_trainer_optimizer(tr);
+  size_t n = gt_model_buffer_floats(model), lo, hi;
+  float *buf = calloc(n ? n : 1, sizeof *buf);
+  CHECK(buf);
+  CHECK_OK(gt_model_get_params(model, buf, n));
+  train_result_write(p, model, buf, tp_rank);
+  gt_optimizer_range(opt, &lo, &hi);
+  train_result *st[2] = {m, v};
+  for (int k = 0; k < gt_optimizer_num_states(opt); k++) {
+    CHECK_OK(gt_optimizer_read_state(opt, k, 0, hi - lo, buf + lo));
+    train_result_write_range(st[k], model, buf, lo, hi, tp_rank);
+  }
+  free(buf);
 }
 
 static bool is_key_bias(const train_result *ref, size_t i, int C) {

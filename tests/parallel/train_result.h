@@ -12,6 +12,7 @@
 #include "giant/model.h"
 #include "giant/plan.h"
 #include "giant/store.h"
+#include "giant/trainer.h"
 
 #define TR_MAX_STEPS 32
 #define TR_MAX_PARAMS 128
@@ -47,6 +48,15 @@ void train_result_set_layout(train_result *r, const gt_model *m);
  * single-process layout: split parameters by their global index, whole ones
  * by tensor-parallel rank 0 only, mirrors of tied parameters not at all. */
 void train_result_write(train_result *r, const gt_model *m, const float *p, int tp_rank);
+/* The same for floats [lo, hi) of the flat buffer only (a ZeRO-1 shard of
+ * optimizer state, at p[lo..hi)). */
+void train_result_write_range(train_result *r, const gt_model *m, const float *p, size_t lo, size_t hi,
+                              int tp_rank);
+
+/* A trainer's parameters into p and its optimizer's two states (AdamW's
+ * moments: the part this rank holds, all of it without ZeRO-1) into m and
+ * v, read wherever they live. */
+void train_result_write_trainer(train_result *p, train_result *m, train_result *v, gt_trainer *tr, int tp_rank);
 
 typedef struct train_diff {
   double loss, param, norm; /* largest relative differences */

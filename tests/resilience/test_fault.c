@@ -107,6 +107,18 @@ static void test_play(void **state) {
   NEAR(gt_fault_join_hold(&p), 30, 0);
   NEAR(gt_fault_join_hold(&p), 0, 0);
   expect_error(gt_fault_parse("holdjoin:rank=0", &p), GT_EINVAL, "holdjoin needs seconds=");
+  /* pace: a floor on the step, counting the other faults' sleeps */
+  OK(gt_fault_parse("pace:rank=all,ms=20,until=9;slow:rank=2,factor=2,from=3", &p));
+  assert_int_equal(p.f[0].kind, GT_FAULT_PACE);
+  p.rank = 2;
+  NEAR(gt_fault_step(&p, 0, 0.005, &loss), 0.015, 1e-12); /* tops the step up to 20 ms */
+  NEAR(gt_fault_step(&p, 1, 0.025, &loss), 0, 0);         /* already slower */
+  NEAR(gt_fault_step(&p, 3, 0.008, &loss), 0.012, 1e-12); /* slow's 8 ms, then 4 more */
+  NEAR(gt_fault_step(&p, 4, 0.015, &loss), 0.015, 1e-12); /* slow alone passes the floor */
+  p.rank = 5;
+  NEAR(gt_fault_step(&p, 9, 0.005, &loss), 0, 0); /* until is exclusive */
+  expect_error(gt_fault_parse("pace:rank=0,ms=-1", &p), GT_EINVAL, "a delay must be >= 0");
+  expect_error(gt_fault_parse("pace:rank=0", &p), GT_EINVAL, "pace needs ms=");
 }
 
 static void test_crash(void **state) {

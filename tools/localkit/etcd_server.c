@@ -215,6 +215,19 @@ int etcd_fixture_signal(etcd_fixture *fx, int sig) {
   if (sig == SIGKILL) {
     waitpid(fx->pid, NULL, 0);
     fx->pid = 0;
+  } else if (sig == SIGSTOP) {
+    /* kill() only queues the stop: etcd's threads stop one after another
+     * as each is scheduled, and one still running can answer a request
+     * meanwhile. The parent hears of the stop once every thread is. */
+    double deadline = now_s() + ETCD_FIXTURE_START_S;
+    int status;
+    while (waitpid(fx->pid, &status, WNOHANG | WUNTRACED) != fx->pid || !WIFSTOPPED(status)) {
+      if (now_s() > deadline) {
+        fprintf(stderr, "etcd_fixture: etcd did not stop within %d s of SIGSTOP\n", ETCD_FIXTURE_START_S);
+        return -1;
+      }
+      nap_ms(2);
+    }
   }
   return 0;
 }

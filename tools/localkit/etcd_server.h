@@ -47,7 +47,8 @@ int etcd_fixture_start(etcd_fixture *fx, const etcd_fixture_opts *opts);
 /* Stops the server, keeping ports and data (SIGTERM, SIGKILL after 5 s). */
 int etcd_fixture_stop(etcd_fixture *fx);
 /* Kills the server at once with sig (SIGKILL, SIGSTOP, SIGCONT...); after
- * SIGKILL it is reaped and counts as stopped. */
+ * SIGKILL it is reaped and counts as stopped; SIGSTOP returns once every
+ * thread of it has stopped. */
 int etcd_fixture_signal(etcd_fixture *fx, int sig);
 /* Starts a stopped server again on the same ports and data dir. */
 int etcd_fixture_resume(etcd_fixture *fx);
