@@ -69,8 +69,9 @@ static gt_status hold_batches(gt_trainer *t) {
   return GT_OK;
 }
 
-/* The model's gradient hook without data parallelism: a layer's
- * gradients are final on the host; with update_per_layer, it is updated. */
+/* A layer's gradients are final on the host (the model's gradient hook in
+ * one process; with data parallelism, once averaged: gt_dp_sync_on_
+ * reduced); with update_per_layer, it is updated. */
 static gt_status on_layer_grads(void *ctx, int layer) {
   gt_trainer *t = ctx;
   return t->update_live ? gt_layer_update_push(t->layer_update, layer) : GT_OK;
@@ -84,9 +85,13 @@ static gt_status check_update_per_layer(const gt_model *m, const gt_trainer_conf
   if (!gt_model_offloaded(m))
     return gt_errorf(GT_EINVAL, "%s updates an offloaded model's layers on the host: offload the model "
                                 "(offload_window > 0)", what);
-  if (cfg->dist)
-    return gt_errorf(GT_EUNSUPPORTED, "%s runs in one process: with data, tensor or pipeline parallelism, "
-                                      "update after the step's reductions (leave it off)", what);
+  const gt_plan *plan = cfg->dist ? gt_dist_plan(cfg->dist) : NULL;
+  if (plan && cfg->delayed_update)
+    return gt_errorf(GT_EUNSUPPORTED, "delayed_update runs in one process: with data, tensor or pipeline "
+                                      "parallelism, update after the step's reductions (leave it off)");
+  if (plan && (plan->layout.tp > 1 || plan->layout.pp > 1 || plan->zero1))
+    return gt_errorf(GT_EUNSUPPORTED, "update_per_layer runs in one process or with data parallelism alone "
+                                      "(no ZeRO-1, tensor or pipeline parallelism): leave it off here");
   if (cfg->delayed_update) return GT_OK;
   if (cfg->grad_clip > 0 || cfg->skip_nonfinite > 0)
     return gt_errorf(GT_EINVAL, "update_per_layer updates layers before the gradient norm is known: it needs "
@@ -135,7 +140,8 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   if (s == GT_OK) s = gt_model_set_precision(m, cfg->precision);
   bool by_layer = cfg->update_per_layer || cfg->delayed_update;
   if (s == GT_OK && by_layer) s = gt_layer_update_create(t->opt, gt_model_num_layers(m), &t->layer_update);
-  if (s == GT_OK && by_layer) s = gt_model_set_grad_hook(m, on_layer_grads, t);
+  if (s == GT_OK && by_layer && t->sync) s = gt_dp_sync_on_reduced(t->sync, on_layer_grads, t);
+  else if (s == GT_OK && by_layer) s = gt_model_set_grad_hook(m, on_layer_grads, t);
   if (s == GT_OK && cfg->delayed_update)
     s = gt_model_state_alloc(m, gt_model_buffer_floats(m) * sizeof(float), (void **)&t->held_grads);
   if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
@@ -160,7 +166,8 @@ void gt_trainer_destroy(gt_trainer *t) {
   if (!t) return;
   if (t->layer_update) {
     gt_layer_update_destroy(t->layer_update);
-    gt_model_set_grad_hook(t->m, NULL, NULL);
+    if (t->sync) gt_dp_sync_on_reduced(t->sync, NULL, NULL);
+    else gt_model_set_grad_hook(t->m, NULL, NULL);
   }
   if (t->held_grads) gt_model_state_free(t->m, t->held_grads);
   gt_acts_destroy(t->acts);
@@ -245,7 +252,9 @@ static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *b
   }
   gt_status bs = gt_model_backward(t->m, t->acts, scale);
   if (t->update_live) {
-    t->update_live = false;
+    /* With data parallelism, the layers whose buckets end after backward
+     * are handed over by gt_dp_sync_finish. */
+    t->update_live = t->sync != NULL;
     t->updated_early = gt_layer_update_progress(t->layer_update);
   }
   GT_TRY(bs);
@@ -372,7 +381,9 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
   gt_telemetry_after_compute(&st.telemetry, t->m, t->pipe, t0, &t->faults, t->step, &st.loss);
   st.telemetry.tp_wait_s = tp ? tp->busy_s - tp0 : 0;
   if (t->dist) {
-    GT_TRY(reduce_step(t, &st));
+    gt_status rs = reduce_step(t, &st);
+    t->update_live = false;
+    GT_TRY(rs);
     gt_telemetry_after_reduce(&st.telemetry, t->sync);
   } else {
     GT_TRY(gt_grad_norm(t->m, &st.grad_norm));

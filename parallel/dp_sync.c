@@ -9,7 +9,16 @@
  *
  * The gradients are summed, not averaged: the trainer weighs each
  * replica's loss by its share of the step's tokens, so the sum is the mean
- * over every token of the step, also when replicas hold uneven shares. */
+ * over every token of the step, also when replicas hold uneven shares.
+ *
+ * Layers reduced (gt_dp_sync_on_reduced): the communicator runs its
+ * operations in the order they were started, so buckets end in order, and
+ * once buckets [0, k) have ended every float from bucket k-1's start up is
+ * final. Whenever backward hands a layer over, the buckets started so far
+ * are tested (never waited for), and each layer whose floats all lie in
+ * the final part is announced, from the top layer down; finish() waits for
+ * the rest and announces the layers left. Everything happens on the
+ * caller's thread. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +39,12 @@ struct gt_dp_sync {
   bool zero1, reduce, overlap;
   bucket *b;
   int nb, next; /* buckets [0, next) have been started this step */
+  int ended;    /* buckets [0, ended) have ended well */
+  gt_status failed; /* a bucket that ended badly: nothing more is announced */
+  gt_status (*reduced)(void *ctx, int layer);
+  void *reduced_ctx;
+  int next_layer;     /* the highest layer not yet announced this step */
+  size_t *layer_lo;   /* per layer: its lowest float (SIZE_MAX: none of its own) */
   size_t shard_lo, shard_hi;
   float *shard; /* ZeRO-1: this rank's reduced gradients */
   gt_dp_sync_stats stats;
@@ -39,11 +54,59 @@ static gt_status start_bucket(gt_dp_sync *s, bucket *b) {
   return gt_comm_allreduce_start(s->dp, gt_model_grads(s->m) + b->lo, b->hi - b->lo, GT_F32, GT_COMM_SUM, &b->req);
 }
 
+/* Bucket i has ended with st: layers wholly above the final floats are
+ * announced. */
+static gt_status bucket_ended(gt_dp_sync *s, int i, gt_status st) {
+  s->b[i].req = NULL;
+  if (st != GT_OK) {
+    if (s->failed == GT_OK) s->failed = st;
+    return st;
+  }
+  if (s->failed != GT_OK || i != s->ended) return GT_OK;
+  s->ended++;
+  size_t final_lo = s->b[i].lo;
+  while (s->reduced && s->next_layer >= 0 &&
+         (s->layer_lo[s->next_layer] == SIZE_MAX || s->layer_lo[s->next_layer] >= final_lo))
+    GT_TRY(s->reduced(s->reduced_ctx, s->next_layer--));
+  return GT_OK;
+}
+
+/* The buckets started so far that have ended, in order, without waiting. */
+static gt_status poll_buckets(gt_dp_sync *s) {
+  while (s->ended < s->next && s->failed == GT_OK) {
+    bool done = false;
+    gt_status st = gt_comm_test(s->b[s->ended].req, &done);
+    if (!done) return GT_OK;
+    GT_TRY(bucket_ended(s, s->ended, st));
+  }
+  return GT_OK;
+}
+
 /* The model calls this after each layer's backward. */
 static gt_status on_layer_done(void *ctx, int layer) {
   gt_dp_sync *s = ctx;
   if (!s->reduce || !s->overlap || s->zero1) return GT_OK;
   while (s->next < s->nb && s->b[s->next].min_layer >= layer) GT_TRY(start_bucket(s, &s->b[s->next++]));
+  return s->reduced ? poll_buckets(s) : GT_OK;
+}
+
+gt_status gt_dp_sync_on_reduced(gt_dp_sync *s, gt_status (*fn)(void *ctx, int layer), void *ctx) {
+  if (fn && s->zero1)
+    return gt_errorf(GT_EUNSUPPORTED, "layers reduced one by one: ZeRO-1 reduce-scatters the whole buffer at once");
+  gt_model *m = s->m;
+  int nl = gt_model_num_layers(m);
+  if (fn && !s->layer_lo) {
+    if (!(s->layer_lo = malloc((size_t)(nl ? nl : 1) * sizeof *s->layer_lo)))
+      return gt_errorf(GT_ENOMEM, "out of memory");
+    for (int l = 0; l < nl; l++) s->layer_lo[l] = SIZE_MAX;
+    for (int i = 0; i < gt_model_num_params(m); i++) {
+      const gt_param *p = gt_model_param(m, i);
+      if (p->tied_to >= 0 || !p->local || p->numel == 0) continue;
+      if (p->offset < s->layer_lo[p->layer]) s->layer_lo[p->layer] = p->offset;
+    }
+  }
+  s->reduced = fn;
+  s->reduced_ctx = ctx;
   return GT_OK;
 }
 
@@ -107,6 +170,7 @@ void gt_dp_sync_destroy(gt_dp_sync *s) {
     if (s->b[i].req) gt_comm_wait(s->b[i].req, -1);
   gt_model_set_grad_hook(s->m, NULL, NULL);
   if (s->shard) gt_model_state_free(s->m, s->shard);
+  free(s->layer_lo);
   free(s->b);
   free(s);
 }
@@ -114,7 +178,9 @@ void gt_dp_sync_destroy(gt_dp_sync *s) {
 gt_status gt_dp_sync_begin(gt_dp_sync *s, bool reduce, bool overlap) {
   s->reduce = reduce;
   s->overlap = overlap;
-  s->next = 0;
+  s->next = s->ended = 0;
+  s->failed = GT_OK;
+  s->next_layer = gt_model_num_layers(s->m) - 1;
   if (reduce) memset(&s->stats, 0, sizeof s->stats);
   return GT_OK;
 }
@@ -140,8 +206,7 @@ gt_status gt_dp_sync_finish(gt_dp_sync *s) {
   }
   for (int i = 0; i < s->nb; i++) {
     if (!s->b[i].req) continue;
-    gt_status st = gt_comm_wait(s->b[i].req, -1);
-    s->b[i].req = NULL;
+    gt_status st = bucket_ended(s, i, gt_comm_wait(s->b[i].req, -1));
     if (st != GT_OK && first == GT_OK) first = gt_error_context(st, "averaging gradients over data parallelism");
   }
   s->stats.wait_seconds = gt_now() - t0;

@@ -34,6 +34,13 @@ gt_status gt_dp_sync_begin(gt_dp_sync *s, bool reduce, bool overlap);
 /* After the last backward: waits for every bucket (or, with ZeRO-1, reduce-
  * scatters). The gradients are then averaged (in this rank's shard). */
 gt_status gt_dp_sync_finish(gt_dp_sync *s);
+/* Calls fn(ctx, layer) on the caller's thread, on the step's last micro-
+ * batch, once each layer's gradients are averaged, from the top layer
+ * down: as buckets end during backward (seen whenever backward hands a
+ * layer over) and, for the rest, in finish(). A layer is announced once,
+ * after its own backward; fn's failure fails the step. Not with ZeRO-1
+ * (GT_EUNSUPPORTED). fn NULL: none. */
+gt_status gt_dp_sync_on_reduced(gt_dp_sync *s, gt_status (*fn)(void *ctx, int layer), void *ctx);
 /* ZeRO-1: all-gathers every rank's updated parameter shard. */
 gt_status gt_dp_sync_gather_params(gt_dp_sync *s);
 /* The floats [lo, hi) of the flat buffer this rank updates. */

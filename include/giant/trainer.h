@@ -39,11 +39,13 @@ typedef struct gt_trainer_config {
    * skipped. Every rank sees the same reduced loss and norm, so all decide
    * alike. */
   int skip_nonfinite;
-  /* An offloaded model, one process: the optimizer updates each layer on a
-   * host thread as soon as its gradients are final, while backward goes on
-   * below it (docs/offload.md). It needs grad_clip = 0 and skip_nonfinite
-   * = 0: an update that has begun before the norm is known cannot be
-   * scaled or taken back. The result is the same, bit for bit. */
+  /* An offloaded model, one process or data parallelism alone (no ZeRO-1,
+   * tensor or pipeline parallelism): the optimizer updates each layer on a
+   * host thread as soon as its gradients are final (averaged over the
+   * replicas, as the buckets end), while backward goes on below it
+   * (docs/offload.md). It needs grad_clip = 0 and skip_nonfinite = 0: an
+   * update that has begun before the norm is known cannot be scaled or
+   * taken back. The result is the same, bit for bit. */
   bool update_per_layer;
   /* An offloaded model, one process: a one-step delayed update, as
    * ZeRO-Offload's. Step t computes its gradients at parameters that do

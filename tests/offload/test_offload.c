@@ -42,6 +42,7 @@ typedef struct run_cfg {
   int window;         /* 0: no offloading; ALL: every layer */
   bool no_clip;       /* grad_clip 0 */
   bool per_layer;     /* update_per_layer */
+  size_t bucket_bytes; /* dp: 0, the plan's default */
   int *early;         /* per_layer: layers updated before backward ended, summed over steps (shared) */
   result *out;
 } run_cfg;
@@ -58,7 +59,7 @@ static int train(int rank, int world, void *arg) {
   gt_dist *dist;
   gt_plan plan;
   train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = cfg->layout, .schedule = GT_PP_1F1B,
-                                    .zero1 = cfg->zero1},
+                                    .zero1 = cfg->zero1, .bucket_bytes = cfg->bucket_bytes},
                   "gen0", &store, &plan, &dist);
   int rows = ROWS / plan.layout.dp, row0 = plan.me.dp * rows;
   gt_model *m;
@@ -89,7 +90,7 @@ static int train(int rank, int world, void *arg) {
     gt_step_stats st;
     CHECK_OK(gt_trainer_step_batches(tr, b, M, &st));
     if (rank == 0) out->losses[s] = st.loss, out->norms[s] = st.grad_norm;
-    if (cfg->per_layer) *cfg->early += gt_trainer_layers_updated_early(tr);
+    if (cfg->per_layer && rank == 0) *cfg->early += gt_trainer_layers_updated_early(tr);
   }
   if (cfg->window > 0) {
     /* The window really moved weights: every step refetches each layer
@@ -151,25 +152,38 @@ static void test_one_process(void **state) { (void)state, case_layout(NULL, fals
 static void test_update_per_layer(void **state) {
   (void)state;
   int *early = harness_shared(sizeof *early);
-  for (int pi = 0; pi < 2; pi++) {
-    gt_precision prec = pi ? GT_PRECISION_BF16 : GT_PRECISION_FP32;
-    result *ref = train_result_new(NULL);
-    run_cfg rc = {.precision = prec, .no_clip = true, .out = ref};
-    int codes[1];
-    if (harness_run(1, train, &rc, 240, codes)) fail_msg("reference run failed");
-    static const int windows[] = {1, 2, ALL};
-    for (int w = 0; w < 3; w++) {
-      result *r = train_result_new(ref);
-      *early = 0;
-      run_cfg cfg = {.precision = prec, .no_clip = true, .window = windows[w], .per_layer = true, .early = early,
-                     .out = r};
-      if (harness_run(1, train, &cfg, 240, codes)) fail_msg("update per layer, window %d: failed", windows[w]);
-      print_message("update per layer %s window %-3d loss %.4f -> %.4f; %d of %d layer updates done before "
-                    "backward ended\n",
-                    gt_precision_name(prec), windows[w], r->losses[0], r->losses[STEPS - 1], *early,
-                    STEPS * (L + 3));
-      assert_memory_equal(r->losses, ref->losses, sizeof r->losses);
-      assert_memory_equal(r->params, ref->params, ref->nparams * sizeof(float));
+  /* One process, and dp=2, where a layer is updated once its buckets are
+   * averaged over the replicas: small buckets, so that most end during
+   * backward. */
+  for (int li = 0; li < 2; li++) {
+    const char *layout = li ? "dp=2" : NULL;
+    int world = layout ? 2 : 1;
+    for (int pi = 0; pi < 2; pi++) {
+      gt_precision prec = pi ? GT_PRECISION_BF16 : GT_PRECISION_FP32;
+      result *ref = train_result_new(NULL);
+      run_cfg rc = {.precision = prec, .no_clip = true, .out = ref};
+      int codes[2];
+      if (harness_run(1, train, &rc, 240, codes)) fail_msg("reference run failed");
+      if (layout) {
+        rc = (run_cfg){.layout = layout, .precision = prec, .no_clip = true, .out = train_result_new(ref)};
+        if (harness_run(world, train, &rc, 240, codes)) fail_msg("dp=2 reference run failed");
+        ref = rc.out;
+      }
+      static const int windows[] = {1, 2, ALL};
+      for (int w = 0; w < 3; w++) {
+        result *r = train_result_new(ref);
+        *early = 0;
+        run_cfg cfg = {.layout = layout, .precision = prec, .no_clip = true, .window = windows[w], .per_layer = true,
+                       .early = early, .out = r, .bucket_bytes = 16 << 10};
+        if (harness_run(world, train, &cfg, 240, codes))
+          fail_msg("update per layer, %s, window %d: failed", layout ? layout : "one process", windows[w]);
+        print_message("update per layer %-11s %s window %-3d loss %.4f -> %.4f; %d of %d layer updates done "
+                      "before backward ended\n",
+                      layout ? layout : "one process", gt_precision_name(prec), windows[w], r->losses[0],
+                      r->losses[STEPS - 1], *early, STEPS * (L + 3));
+        assert_memory_equal(r->losses, ref->losses, sizeof r->losses);
+        assert_memory_equal(r->params, ref->params, ref->nparams * sizeof(float));
+      }
     }
   }
 }
