@@ -21,6 +21,10 @@
  *     torch.optim.AdamW(foreach=True) on the same count and threads, and
  *     against the memory-bandwidth bound: 28 bytes moved per parameter over
  *     the multi-threaded memcpy bandwidth of the same run (offload_adam.c).
+ *  5. The disk tier: the AdamW step of a GPT (--disk-layers blocks of
+ *     --disk-channels) with its state in a file in --disk-dir, against the
+ *     step in memory and against the time the state's bytes alone take to
+ *     be written and read through that file (offload_disk.c).
  *
  * The last line: offload_size_ratio=<x> offload_speed_ratio=<y>
  * copy_hidden=<h> cpu_adam_vs_torch=<z> cpu_adam_of_bw=<w>. */
@@ -35,10 +39,12 @@
 #include "giant/options.h"
 #include "gpt.h"
 #include "offload_adam.h"
+#include "offload_disk.h"
 
 typedef struct bench_args {
   int channels, heads, seq, batch, size_seq, threads, budget_mib, max_layers, speed_layers, speed_steps, window;
-  int adam_params_m;
+  int adam_params_m, disk_layers, disk_channels;
+  const char *disk_dir;
 } bench_args;
 
 typedef struct run_out {
@@ -146,7 +152,8 @@ static double one_thread_memcpy_gbps(void) {
 int main(int argc, char **argv) {
   bench_args a = {.channels = 256, .heads = 4, .seq = 64, .batch = 2, .size_seq = 32, .threads = 1,
                   .budget_mib = 48, .max_layers = 96, .speed_layers = 6, .speed_steps = 12, .window = 3,
-                  .adam_params_m = 100};
+                  .adam_params_m = 100, .disk_layers = 8, .disk_channels = 512,
+                  .disk_dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"};
   gt_opt_spec specs[] = {
       {"--channels", GT_OPT_INT, &a.channels, 16, 8192},   {"--heads", GT_OPT_INT, &a.heads, 1, 128},
       {"--seq", GT_OPT_INT, &a.seq, 1, 8192},              {"--batch", GT_OPT_INT, &a.batch, 1, 1024},
@@ -155,12 +162,15 @@ int main(int argc, char **argv) {
       {"--max-layers", GT_OPT_INT, &a.max_layers, 1, 4096}, {"--speed-layers", GT_OPT_INT, &a.speed_layers, 1, 4096},
       {"--speed-steps", GT_OPT_INT, &a.speed_steps, 3, 10000}, {"--window", GT_OPT_INT, &a.window, 1, 4096},
       {"--adam-params-m", GT_OPT_INT, &a.adam_params_m, 0, 100000},
+      {"--disk-layers", GT_OPT_INT, &a.disk_layers, 0, 4096}, {"--disk-channels", GT_OPT_INT, &a.disk_channels, 16, 8192},
+      {"--disk-dir", GT_OPT_STR, &a.disk_dir, 0, 0},
   };
   int rc = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
                         "usage: bench_offload [--channels C] [--heads NH] [--seq T] [--batch B] [--size-seq T]\n"
                         "  [--threads N]\n"
                         "  [--budget-mib N] [--max-layers L] [--speed-layers L] [--speed-steps N] [--window W]\n"
-                        "  [--adam-params-m M]   (see bench/offload.c)\n",
+                        "  [--adam-params-m M] [--disk-layers L] [--disk-channels C] [--disk-dir DIR]\n"
+                        "  (see bench/offload.c)\n",
                         NULL);
   if (rc >= 0) return rc;
   gt_status s;
@@ -224,6 +234,20 @@ int main(int argc, char **argv) {
     printf("cpu adamw: %d M parameters: %.1f ms; torch.optim.AdamW(foreach) %.1f ms; memcpy %.1f GB/s; "
            "x%.2f torch, %.2f of the bandwidth bound\n",
            a.adam_params_m, 1e3 * gs, 1e3 * ts, gbps, adam_vs_torch, adam_of_bw);
+  }
+  if (a.disk_layers > 0) {
+    disk_result d;
+    s = bench_offload_disk(a.disk_dir, a.disk_layers, a.disk_channels, a.threads, &d);
+    if (s != GT_OK) {
+      fprintf(stderr, "bench_offload: disk tier: %s\n", gt_last_error());
+      return 1;
+    }
+    double bound = d.io_s > d.memory_s ? d.io_s : d.memory_s;
+    printf("disk tier: %zu parameters, %.0f MiB of AdamW state in %s: a step %.1f ms in memory, %.1f ms on disk "
+           "(x%.2f); the state's bytes alone %.1f ms through the file; on disk at %.2f of max(update, I/O), "
+           "%.2f of their sum\n",
+           d.params, 8.0 * (double)d.params / (1 << 20), a.disk_dir, 1e3 * d.memory_s, 1e3 * d.disk_s,
+           d.disk_s / d.memory_s, 1e3 * d.io_s, bound / d.disk_s, (d.memory_s + d.io_s) / d.disk_s);
   }
   printf("offload_size_ratio=%.2f offload_speed_ratio=%.3f copy_hidden=%.3f cpu_adam_vs_torch=%.2f "
          "cpu_adam_of_bw=%.2f\n",

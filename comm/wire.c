@@ -264,6 +264,11 @@ gt_status gt_wire_secret(const char *given, const char **out) {
   const char *s = given ? given : getenv("GT_JOB_SECRET");
   if (!s || !*s)
     return gt_errorf(GT_EINVAL, "no job secret: set GT_JOB_SECRET (the same random string on every rank) or pass one in the config");
+  /* A short secret falls to a guess offline: anyone who sees one handshake
+   * can try candidates against its HMAC. */
+  if (strlen(s) < GT_WIRE_SECRET_MIN)
+    return gt_errorf(GT_EINVAL, "the job secret %s is %zu bytes: it must be at least %d (e.g. `openssl rand -hex 16`)",
+                     given ? "given" : "in GT_JOB_SECRET", strlen(s), GT_WIRE_SECRET_MIN);
   *out = s;
   return GT_OK;
 }

@@ -73,7 +73,9 @@ gt_status gt_wire_auth_client(int fd, const char *secret, const char *context, u
 gt_status gt_wire_auth_server(int fd, const char *secret, const char *context, uint32_t *id,
                               double deadline);
 
-/* The job secret: `given`, else $GT_JOB_SECRET, else an error. */
+/* The job secret: `given`, else $GT_JOB_SECRET, else an error; one
+ * shorter than GT_WIRE_SECRET_MIN bytes is refused. */
+#define GT_WIRE_SECRET_MIN 16
 gt_status gt_wire_secret(const char *given, const char **out);
 
 #endif

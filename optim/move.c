@@ -112,6 +112,10 @@ static gt_status move_all(gt_trainer *from, gt_trainer *to, float *tmp) {
 
 gt_status gt_trainer_move_state(gt_trainer *from, gt_trainer *to) {
   GT_TRY(check(from, to));
+  gt_model *mf = gt_trainer_model(from);
+  if (gt_model_offloaded(mf) && gt_backend_kind(gt_model_backend(mf)) != GT_DEVICE_CPU)
+    return gt_errorf(GT_EUNSUPPORTED, "moving an offloaded model's state between pipeline cuts on %s is not "
+                                      "supported yet: its state is in host memory", gt_backend_name(gt_model_backend(mf)));
   bool staged = gt_optimizer_on_disk(gt_trainer_optimizer(from)) || gt_optimizer_on_disk(gt_trainer_optimizer(to));
   float *tmp = NULL;
   if (staged) {

@@ -113,6 +113,13 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
                      cfg->schedule.lr_min);
   if (cfg->grad_clip < 0) return gt_errorf(GT_EINVAL, "grad_clip must be >= 0, got %g", cfg->grad_clip);
   GT_TRY(check_update_per_layer(m, cfg));
+  const gt_plan *dp_plan = cfg->dist ? gt_dist_plan(cfg->dist) : NULL;
+  gt_backend *mbe = gt_model_backend(m);
+  if (gt_model_offloaded(m) && gt_backend_kind(mbe) != GT_DEVICE_CPU && dp_plan && dp_plan->layout.dp > 1)
+    return gt_errorf(GT_EUNSUPPORTED, "an offloaded model's gradients live in host memory, and data parallelism "
+                                      "on %s reduces device memory (NCCL): offloading with dp > 1 on a GPU is not "
+                                      "supported yet; use dp = 1, or leave offloading off",
+                     gt_backend_name(mbe));
   gt_trainer *t = calloc(1, sizeof *t);
   if (!t) return gt_errorf(GT_ENOMEM, "out of memory creating a trainer");
   t->m = m;

@@ -61,7 +61,7 @@ typedef struct gt_comm_config {
                             generation, e.g. "gen3/dp/0" */
   int rank, size;        /* this rank's index in the group, group size */
   gt_backend *backend;   /* NULL or CPU: host buffers; CUDA: device (NCCL) */
-  const char *secret;    /* job secret; NULL = $GT_JOB_SECRET */
+  const char *secret;    /* job secret, at least 16 bytes; NULL = $GT_JOB_SECRET */
   const char *host;      /* address peers reach us at; NULL = $GT_COMM_HOST,
                             else 127.0.0.1 (set it when ranks span hosts) */
   gt_comm_transport transport; /* $GT_COMM_TRANSPORT=tcp|shm overrides AUTO */

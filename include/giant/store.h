@@ -50,7 +50,7 @@ typedef struct gt_store_tcp_config {
   const char *host;   /* server address to connect to ("127.0.0.1") */
   int port;           /* server port; with is_host, 0 picks a free one */
   bool is_host;       /* start the server in this process, then connect */
-  const char *secret; /* job secret; NULL = $GT_JOB_SECRET */
+  const char *secret; /* job secret, at least 16 bytes; NULL = $GT_JOB_SECRET */
   int timeout_ms;     /* connect timeout (the server may start later) */
 } gt_store_tcp_config;
 

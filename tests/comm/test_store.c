@@ -117,12 +117,12 @@ static void test_strangers_refused(void **state) {
   assert_int_equal(gt_wire_recv_all(fd, b, 1, gt_wire_deadline(2000), NULL), GT_ECONN);
   close(fd);
   /* A wrong secret: the client sees the server's proof fail. */
-  gt_store_tcp_config bad = {.host = "127.0.0.1", .port = port, .secret = "wrong", .timeout_ms = 2000};
+  gt_store_tcp_config bad = {.host = "127.0.0.1", .port = port, .secret = "the-wrong-secret", .timeout_ms = 2000};
   gt_store *t = NULL;
   assert_int_equal(gt_store_tcp_open(&bad, &t), GT_EAUTH);
   /* And the server refuses a client that cannot prove the secret. */
   assert_int_equal(gt_wire_connect("127.0.0.1", port, gt_wire_deadline(2000), &fd), GT_OK);
-  assert_int_not_equal(gt_wire_auth_client(fd, "wrong", "giant-store", 0, gt_wire_deadline(2000)), GT_OK);
+  assert_int_not_equal(gt_wire_auth_client(fd, "the-wrong-secret", "giant-store", 0, gt_wire_deadline(2000)), GT_OK);
   close(fd);
   /* The store still serves its real clients. */
   assert_int_equal(gt_store_set(s, "k", "ok", 2), GT_OK);
@@ -131,6 +131,14 @@ static void test_strangers_refused(void **state) {
   assert_int_equal(gt_store_get(s, "k", &v, &len, 1000), GT_OK);
   assert_string_equal(v, "ok");
   free(v);
+  /* A short secret is refused before anything is sent. */
+  gt_store_tcp_config short_secret = {.host = "127.0.0.1", .port = port, .secret = "hunter2", .timeout_ms = 500};
+  assert_int_equal(gt_store_tcp_open(&short_secret, &t), GT_EINVAL);
+  assert_non_null(strstr(gt_last_error(), "is 7 bytes: it must be at least 16"));
+  setenv("GT_JOB_SECRET", "0123456789abcde", 1);
+  gt_store_tcp_config from_env = {.host = "127.0.0.1", .port = port, .timeout_ms = 500};
+  assert_int_equal(gt_store_tcp_open(&from_env, &t), GT_EINVAL);
+  assert_non_null(strstr(gt_last_error(), "in GT_JOB_SECRET is 15 bytes"));
   /* No secret anywhere is a clear error. */
   unsetenv("GT_JOB_SECRET");
   gt_store_tcp_config none = {.host = "127.0.0.1", .port = port, .timeout_ms = 500};
