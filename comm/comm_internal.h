@@ -133,6 +133,14 @@ void gt_comm_reduce2(gt_dtype t, void *dst, void *dst2, const void *b, size_t n)
 gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline);
 gt_status gt_comm_shm_setup(gt_comm *c, double deadline);
 void gt_comm_shm_destroy(gt_comm *c);
+/* A peer's segment name as read from the store: whether it is exactly the
+ * one gt_comm_shm_setup makes for that rank and pid ("/giant-PID-RANK-
+ * XXXXXXXX"), nothing else (no path, no other process's segment). */
+bool gt_comm_shm_name_ok(const char *name, int rank, int pid);
+/* Maps that peer's segment of `bytes`, or NULL with a warning naming the
+ * group: a bad name, a segment not a regular file of this user closed to
+ * others, or one too short (which would raise SIGBUS). */
+char *gt_comm_shm_map_peer(const char *group, const char *name, int rank, int pid, size_t bytes);
 /* Tells same-host peers that this group failed (wakes their waits). */
 void gt_comm_shm_fail(gt_comm *c);
 /* Wakes the progress thread wherever it waits. */

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -334,6 +335,37 @@ static gt_status put(gt_comm *c, const char *what, const char *val) {
   return gt_store_set(c->store, key, val, strlen(val));
 }
 
+bool gt_comm_shm_name_ok(const char *name, int rank, int pid) {
+  int npid = -1, nrank = -1;
+  unsigned rnd = 0;
+  if (sscanf(name, "/giant-%d-%d-%8x", &npid, &nrank, &rnd) != 3 || npid != pid || nrank != rank) return false;
+  char expect[96];
+  snprintf(expect, sizeof expect, "/giant-%d-%d-%08x", pid, rank, rnd);
+  return strcmp(expect, name) == 0; /* nothing before, after or in another spelling */
+}
+
+char *gt_comm_shm_map_peer(const char *group, const char *name, int rank, int pid, size_t bytes) {
+  if (!gt_comm_shm_name_ok(name, rank, pid)) {
+    gt_warn("group '%s': rank %d's shared-memory segment name '%.80s' is not one this group makes; using TCP", group,
+            rank, name);
+    return NULL;
+  }
+  int fd = shm_open(name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
+  if (fd < 0) return NULL;
+  struct stat st;
+  char *m = NULL;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) ||
+      (size_t)st.st_size < bytes) {
+    gt_warn("group '%s': rank %d's shared-memory segment %s is not a private segment of %zu bytes of this user; "
+            "using TCP", group, rank, name, bytes);
+  } else {
+    m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) m = NULL;
+  }
+  close(fd);
+  return m;
+}
+
 gt_status gt_comm_shm_setup(gt_comm *c, double deadline) {
   int n = c->size;
   char id[400], mine[480];
@@ -395,12 +427,7 @@ gt_status gt_comm_shm_setup(gt_comm *c, double deadline) {
       continue;
     }
     if (!ok) continue;
-    int pfd = shm_open(vals[j], O_RDWR | O_CLOEXEC, 0);
-    if (pfd >= 0) {
-      void *m = mmap(NULL, s->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
-      close(pfd);
-      if (m != MAP_FAILED) base[j] = m;
-    }
+    base[j] = gt_comm_shm_map_peer(c->prefix, vals[j], j, pids[j], s->bytes);
     if (!base[j]) ok = false;
     c->pidfds[j] = (int)syscall(SYS_pidfd_open, pids[j], 0);
   }

@@ -2,17 +2,25 @@
  * locally (bit for bit, with non-integer values, in fp32 and bf16), sizes
  * around its pipeline pieces, interleaved with the other operations that
  * share its channels, and its failures: a peer killed or stopped
- * mid-operation, and operations that do not match. */
+ * mid-operation, and operations that do not match. A peer's segment as the
+ * store names it is mapped only when it is what the group makes: the name's
+ * exact form for that rank and pid, a private regular file of this user,
+ * big enough. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "localkit/ranks.h"
+#include "comm/comm_internal.h"
 
 /* Values whose sum rounds: the reference is one fp32 addition. */
 __attribute__((noinline)) static float fval(int rank, size_t i) {
@@ -214,11 +222,43 @@ static void mismatch_op(void **st) {
   assert_int_equal(harness_run(2, mismatch_main, &what, 30, codes), 0);
 }
 
+static void segment_names(void **st) {
+  (void)st;
+  assert_true(gt_comm_shm_name_ok("/giant-4242-1-00c0ffee", 1, 4242));
+  assert_false(gt_comm_shm_name_ok("/giant-4242-1-00c0ffee", 0, 4242)); /* another rank's */
+  assert_false(gt_comm_shm_name_ok("/giant-4242-1-00c0ffee", 1, 4243)); /* another process's */
+  assert_false(gt_comm_shm_name_ok("/giant-4242-1-c0ffee", 1, 4242));   /* not as written */
+  assert_false(gt_comm_shm_name_ok("/giant-4242-1-00c0ffee/x", 1, 4242));
+  assert_false(gt_comm_shm_name_ok("/giant-4242-1-00c0ffeeX", 1, 4242));
+  assert_false(gt_comm_shm_name_ok("/../../etc/passwd", 1, 4242));
+  assert_false(gt_comm_shm_name_ok("giant-4242-1-00c0ffee", 1, 4242));
+  assert_false(gt_comm_shm_name_ok("/giant-+4242-1-00c0ffee", 1, 4242));
+  assert_false(gt_comm_shm_name_ok("", 1, 4242));
+
+  /* Well named, but open to others, or too short: not mapped. */
+  char name[64];
+  int pid = (int)getpid();
+  snprintf(name, sizeof name, "/giant-%d-1-0000abcd", pid);
+  shm_unlink(name);
+  int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, 8192), 0);
+  char *m = gt_comm_shm_map_peer("test", name, 1, pid, 8192);
+  assert_non_null(m); /* the good case */
+  munmap(m, 8192);
+  assert_null(gt_comm_shm_map_peer("test", name, 1, pid, 16384)); /* shorter than the group's segments */
+  assert_int_equal(fchmod(fd, 0644), 0);
+  assert_null(gt_comm_shm_map_peer("test", name, 1, pid, 8192)); /* others may open it */
+  close(fd);
+  shm_unlink(name);
+  assert_null(gt_comm_shm_map_peer("test", name, 1, pid, 8192)); /* gone */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(results),       cmocka_unit_test(killed),
       cmocka_unit_test(stopped),       cmocka_unit_test(mismatch_size),
-      cmocka_unit_test(mismatch_op),
+      cmocka_unit_test(mismatch_op),   cmocka_unit_test(segment_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
