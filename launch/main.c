@@ -10,6 +10,7 @@
 
 #include "giant/log.h"
 #include "launch/agent.h"
+#include "launch/keeper.h"
 
 volatile sig_atomic_t agent_stop_signal = 0;
 
@@ -291,6 +292,10 @@ int main(int argc, char **argv) {
   agent_opts o;
   int r = agent_parse(argc, argv, &o);
   if (r >= 0) return r;
+  /* Before any thread: whatever ends this agent, its workers' children go
+   * with it (keeper.h). */
+  gt_status ks = keeper_start();
+  if (ks != GT_OK) return fail_status(ks, "starting");
   char endpoints[1024];
   standalone_etcd etcd = {0};
   if (o.standalone) {

@@ -16,6 +16,7 @@
 
 #include "giant/log.h"
 #include "launch/agent.h"
+#include "launch/keeper.h"
 
 extern char **environ;
 
@@ -156,6 +157,7 @@ static gt_status spawn(worker *w, const agent_opts *o, char **envp, int prog[2])
     _exit(127);
   }
   setpgid(pid, pid); /* also here: no race with a signal sent right away */
+  keeper_add(pid);
   close(out[1]);
   close(err[1]);
   w->pid = pid;
@@ -276,6 +278,7 @@ static void reap(worker_group *g) {
       w->status = status;
       /* Anything the worker left behind in its group goes with it. */
       kill(-w->pid, SIGKILL);
+      keeper_remove(w->pid);
     }
   }
 }
@@ -391,6 +394,7 @@ void workers_stop(worker_group *g, double grace_s) {
     if (w->exited) continue;
     kill(-w->pid, SIGKILL);
     if (waitpid(w->pid, &w->status, 0) == w->pid) w->exited = 1;
+    keeper_remove(w->pid);
   }
   /* Output still in the pipes; a grandchild outside the group could hold a
    * pipe open, so draining is bounded. */

@@ -1,6 +1,7 @@
 /* Worker failures: a worker exiting 1 moves the job to the next generation
  * on every node; --max-restarts bounds how often; SIGTERM to the agents
- * stops everything and removes their registration at once. Output is
+ * stops everything and removes their registration at once; SIGKILL to the
+ * agents leaves no worker and no worker's child behind. Output is
  * prefixed with the rank and copied to --log-dir. */
 #include <signal.h>
 #include <unistd.h>
@@ -136,6 +137,32 @@ static void test_sigterm_stops_cleanly(void **state) {
   rm_rf(dir);
 }
 
+/* An agent killed with SIGKILL cannot stop anything itself: its keeper
+ * kills the workers' process groups, their children included. */
+static void test_sigkill_leaves_nothing(void **state) {
+  (void)state;
+  assert_int_equal(temp_dir(dir, sizeof dir, "launch-kill"), 0);
+  setenv("LW_DIR", dir, 1);
+  const char *w[] = {"sleep=60", "child=1", NULL};
+  agent a[2];
+  start_node(&a[0], "kill9", "x", "0", "60", w);
+  start_node(&a[1], "kill9", "y", "0", "60", w);
+  if (!wait_gen(dir, 0, 2, 40)) {
+    dump_log(&a[0]);
+    dump_log(&a[1]);
+    fail_msg("generation 0 did not start");
+  }
+  /* Two workers and their two children, all running. */
+  assert_int_equal(alive_count(dir, 0), 4);
+  kill(a[0].pid, SIGKILL);
+  kill(a[1].pid, SIGKILL);
+  expect_exit(&a[0], 128 + SIGKILL, 15);
+  expect_exit(&a[1], 128 + SIGKILL, 15);
+  /* Generous: the keeper acts as soon as the pipe closes (milliseconds). */
+  assert_int_equal(alive_count(dir, 10), 0);
+  rm_rf(dir);
+}
+
 static void test_duplicate_node_id(void **state) {
   (void)state;
   assert_int_equal(temp_dir(dir, sizeof dir, "launch-dup"), 0);
@@ -197,6 +224,7 @@ int main(void) {
       cmocka_unit_test(test_worker_failure_restarts),
       cmocka_unit_test(test_max_restarts_honoured),
       cmocka_unit_test(test_sigterm_stops_cleanly),
+      cmocka_unit_test(test_sigkill_leaves_nothing),
       cmocka_unit_test(test_duplicate_node_id),
       cmocka_unit_test(test_rendezvous_timeout_and_ended_job),
   };
