@@ -15,6 +15,8 @@
 typedef struct agent_opts {
   const char *nnodes, *endpoint, *backend, *job_id, *node_id;
   const char *log_dir, *plan, *cacert, *cert, *key;
+  const char *user, *password_file; /* etcd authentication: --rdzv-user, --rdzv-password-file */
+  char password[256];               /* read from password_file */
   const char *ckpt_dir; /* checkpoints: given to workers as GT_CKPT_DIR, _EVERY, _KEEP */
   int ckpt_every, ckpt_keep;
   int nproc, max_restarts, restart_window_s, ttl_s, rdzv_timeout_s;

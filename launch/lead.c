@@ -185,7 +185,8 @@ gt_status lead_start(lead **out, const agent_opts *o, const char *endpoints) {
   snprintf(l->job, sizeof l->job, "%s", o->job_id);
   snprintf(l->node, sizeof l->node, "%s", o->node_id);
   l->seen_step = -1;
-  gt_etcd_config ec = {.endpoints = endpoints, .cacert = o->cacert, .cert = o->cert, .key = o->key};
+  gt_etcd_config ec = {.endpoints = endpoints, .cacert = o->cacert, .cert = o->cert, .key = o->key,
+                       .user = o->user, .password = o->user ? o->password : NULL};
   gt_leader_config lc = {.etcd = ec, .job_id = o->job_id, .node_id = o->node_id, .ttl_s = o->ttl_s};
   gt_status s = gt_etcd_connect(&ec, &l->cli);
   if (s == GT_OK) s = gt_leader_open(&lc, &l->leader);

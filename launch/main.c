@@ -229,6 +229,7 @@ static int back_off(int restarts) {
 static int run_job(const agent_opts *o, const char *endpoints) {
   gt_rdzv_config cfg = {
       .endpoints = endpoints, .cacert = o->cacert, .cert = o->cert, .key = o->key,
+      .user = o->user, .password = o->user ? o->password : NULL,
       .job_id = o->job_id, .node_id = o->node_id, .min_nodes = o->min_nodes,
       .max_nodes = o->max_nodes, .nproc = o->nproc, .max_restarts = o->max_restarts,
       .restart_window_s = o->restart_window_s,

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "giant/etcd.h"
 #include "giant/options.h"
 #include "launch/agent.h"
 
@@ -39,6 +40,9 @@ static const char usage[] =
     "  --rdzv-cacert PEM          CA that signed etcd's certificate\n"
     "  --rdzv-cert PEM            client certificate for etcd\n"
     "  --rdzv-key PEM             its key\n"
+    "  --rdzv-user NAME           authenticate to etcd as this user (etcd RBAC)\n"
+    "  --rdzv-password-file FILE  its password, the file's one line (mode 0600; workers\n"
+    "                             are given the path, GT_STORE_PASSWORD_FILE, not the password)\n"
     "  --rdzv-ttl S               lease TTL: a node silent S seconds is out (default 10)\n"
     "  --rdzv-settle S            wait for more than MIN nodes (default 5)\n"
     "  --rdzv-timeout S           give up a rendezvous after S seconds (default 600)\n"
@@ -139,6 +143,8 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
       {"--rdzv-cacert", GT_OPT_STR, &o->cacert, 0, 0},
       {"--rdzv-cert", GT_OPT_STR, &o->cert, 0, 0},
       {"--rdzv-key", GT_OPT_STR, &o->key, 0, 0},
+      {"--rdzv-user", GT_OPT_STR, &o->user, 0, 0},
+      {"--rdzv-password-file", GT_OPT_STR, &o->password_file, 0, 0},
       {"--rdzv-ttl", GT_OPT_INT, &o->ttl_s, 1, 3600},
       {"--rdzv-settle", GT_OPT_FLOAT, &o->settle_s, 0, 3600},
       {"--rdzv-timeout", GT_OPT_INT, &o->rdzv_timeout_s, 1, 86400},
@@ -182,6 +188,12 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
   const char *files[3] = {o->cacert, o->cert, o->key};
   for (int i = 0; i < 3; i++)
     if (files[i] && access(files[i], R_OK) != 0) return usage_error("cannot read TLS file '%s'", files[i]);
+  if ((o->user == NULL) != (o->password_file == NULL))
+    return usage_error("etcd authentication: give both --rdzv-user and --rdzv-password-file, or neither%s", "");
+  if (o->user && o->standalone)
+    return usage_error("--standalone starts its own etcd, which has no users: drop --rdzv-user%s", "");
+  if (o->password_file && gt_etcd_read_password(o->password_file, o->password, sizeof o->password) != GT_OK)
+    return usage_error("%s", gt_last_error());
   if (o->log_dir && !*o->log_dir) return usage_error("--log-dir is empty%s", "");
   if (o->ckpt_dir && !*o->ckpt_dir) return usage_error("--ckpt-dir is empty%s", "");
   if (o->plan && strlen(o->plan) >= 128) return usage_error("--plan '%s' is too long (at most 127 characters)", o->plan);

@@ -25,7 +25,8 @@ extern char **environ;
 static const char *const our_vars[] = {
     "GT_RANK=", "GT_LOCAL_RANK=", "GT_WORLD_SIZE=", "GT_LOCAL_WORLD_SIZE=", "GT_NODE_RANK=",
     "GT_NNODES=", "GT_GENERATION=", "GT_RESTART_COUNT=", "GT_JOB_ID=", "GT_STORE=",
-    "GT_STORE_CACERT=", "GT_STORE_CERT=", "GT_STORE_KEY=", "GT_JOB_SECRET=", "GT_PLAN=",
+    "GT_STORE_CACERT=", "GT_STORE_CERT=", "GT_STORE_KEY=", "GT_STORE_USER=", "GT_STORE_PASSWORD_FILE=",
+    "GT_JOB_SECRET=", "GT_PLAN=",
     "GT_PROGRESS_FD=", "GT_CKPT_DIR=", "GT_CKPT_EVERY=", "GT_CKPT_KEEP=", "GT_COORD=", "GT_RESHAPE=", "GT_JOIN=", NULL};
 
 static int ours(const char *e) {
@@ -92,6 +93,11 @@ static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, in
   if (o->cacert) bad |= env_add(e, "GT_STORE_CACERT=%s", o->cacert);
   if (o->cert) bad |= env_add(e, "GT_STORE_CERT=%s", o->cert);
   if (o->key) bad |= env_add(e, "GT_STORE_KEY=%s", o->key);
+  /* The password's file, not the password: the environment is easier to
+   * leak (a core dump, a debugger, a child's error report) than a file of
+   * mode 0600. */
+  if (o->user) bad |= env_add(e, "GT_STORE_USER=%s", o->user);
+  if (o->password_file) bad |= env_add(e, "GT_STORE_PASSWORD_FILE=%s", o->password_file);
   if (o->plan) bad |= env_add(e, "GT_PLAN=%s", o->plan);
   if (o->reshape) bad |= env_add(e, "GT_RESHAPE=1");
   bad |= env_add(e, "GT_PROGRESS_FD=%d", progress_fd);

@@ -48,6 +48,12 @@ typedef struct gt_etcd_config {
   int keepalive_ms; /* HTTP/2 ping period that detects a frozen server; 0 = 10000 */
 } gt_etcd_config;
 
+/* Reads a password from the file at path into out (cap bytes, NUL-
+ * terminated): one line, its newline dropped. The file must be a regular
+ * file that only its owner may read (mode 0600 or stricter), as ssh asks
+ * of a private key; anything else is GT_EINVAL with what to do. */
+gt_status gt_etcd_read_password(const char *path, char *out, size_t cap);
+
 /* Creates a client. With a user it authenticates now (so a wrong password
  * or an unreachable cluster is reported here); without one it connects
  * lazily and the first call reports an unreachable cluster. */

@@ -13,6 +13,8 @@
  *                                       etcds://... when etcd speaks TLS, or
  *                                       tcp://HOST:PORT (rank 0 hosts it)
  *   GT_STORE_CACERT, GT_STORE_CERT, GT_STORE_KEY   TLS files for that etcd
+ *   GT_STORE_USER, GT_STORE_PASSWORD_FILE          its user, and a file (mode
+ *                                       0600) holding the password
  *   GT_JOB_SECRET                       the job secret (hex)
  *   GT_PLAN                             the layout (--plan), may be unset
  *   GT_PROGRESS_FD                      a pipe to the agent for gt_job_step

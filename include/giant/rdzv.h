@@ -60,6 +60,7 @@ typedef struct gt_rdzv gt_rdzv;
 typedef struct gt_rdzv_config {
   const char *endpoints;           /* etcd: "host:port[,host:port...]" */
   const char *cacert, *cert, *key; /* TLS PEM files, or NULL */
+  const char *user, *password;     /* etcd authentication, or NULL */
   const char *job_id;              /* [A-Za-z0-9._-], at most GT_RDZV_ID_MAX */
   const char *node_id;             /* same alphabet; unique per agent */
   int min_nodes, max_nodes;

@@ -83,8 +83,15 @@ static gt_status open_etcd_store(job_impl *j, const char *url, int tls) {
                         .cacert = getenv("GT_STORE_CACERT"),
                         .cert = getenv("GT_STORE_CERT"),
                         .key = getenv("GT_STORE_KEY"),
+                        .user = getenv("GT_STORE_USER"),
                         .timeout_ms = 10000};
+  char password[256];
+  const char *pw_file = getenv("GT_STORE_PASSWORD_FILE");
+  if (cfg.user && !pw_file) return gt_errorf(GT_EINVAL, "GT_STORE_USER is set but GT_STORE_PASSWORD_FILE is not");
+  if (cfg.user) GT_TRY(gt_etcd_read_password(pw_file, password, sizeof password));
+  if (cfg.user) cfg.password = password;
   gt_status st = gt_etcd_connect(&cfg, &j->cli);
+  if (cfg.user) memset(password, 0, sizeof password);
   if (st != GT_OK) return gt_error_context(st, "GT_STORE=%s", url);
   return gt_etcd_store_create(j->cli, slash, &j->pub.store);
 #endif

@@ -16,7 +16,7 @@ typedef struct rdzv_member {
 
 struct gt_rdzv {
   gt_rdzv_config cfg; /* strings point into the copies below */
-  char *endpoints, *cacert, *cert, *key, *job, *node;
+  char *endpoints, *cacert, *cert, *key, *job, *node, *user, *password;
   gt_etcd_client *cli;
   int64_t lease;
   gt_etcd_keepalive *ka;

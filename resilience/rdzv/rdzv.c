@@ -55,6 +55,8 @@ static char *dup_or_null(const char *s, int *oom) {
 static void free_handle(gt_rdzv *r) {
   if (!r) return;
   free(r->endpoints), free(r->cacert), free(r->cert), free(r->key), free(r->job), free(r->node);
+  if (r->password) memset(r->password, 0, strlen(r->password));
+  free(r->user), free(r->password);
   free(r->members);
   free(r);
 }
@@ -118,6 +120,8 @@ gt_status gt_rdzv_open(const gt_rdzv_config *cfg, gt_rdzv **out) {
   r->cfg.key = r->key = dup_or_null(cfg->key, &oom);
   r->cfg.job_id = r->job = dup_or_null(cfg->job_id, &oom);
   r->cfg.node_id = r->node = dup_or_null(cfg->node_id, &oom);
+  r->cfg.user = r->user = dup_or_null(cfg->user, &oom);
+  r->cfg.password = r->password = dup_or_null(cfg->password, &oom);
   if (oom) {
     free_handle(r);
     return gt_errorf(GT_ENOMEM, "out of memory");
@@ -130,7 +134,7 @@ gt_status gt_rdzv_open(const gt_rdzv_config *cfg, gt_rdzv **out) {
   snprintf(r->root, sizeof r->root, "/giant/%s/", r->job);
   r->gen = -1;
   gt_etcd_config ec = {.endpoints = r->endpoints, .cacert = r->cacert, .cert = r->cert, .key = r->key,
-                       .timeout_ms = r->cfg.call_timeout_ms};
+                       .user = r->user, .password = r->password, .timeout_ms = r->cfg.call_timeout_ms};
   gt_status st = gt_etcd_connect(&ec, &r->cli);
   if (st != GT_OK) {
     free_handle(r);
