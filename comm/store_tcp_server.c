@@ -2,9 +2,23 @@
  * connection in the hosting process, in the spirit of c10d's TCPStore.
  * Waits block on the server (a condition variable), so a client's wait
  * costs no polling; a connection that fails the handshake or sends a
- * malformed request is dropped with a logged reason. */
+ * malformed request is dropped with a logged reason.
+ *
+ * Bounded against a flood of connections (silent, or sending garbage):
+ * at most MAX_HANDSHAKES connections may be proving the secret at once
+ * (a new one evicts the oldest, since a real client proves it in
+ * milliseconds and a silent one never does; until the evicted ones'
+ * threads are gone no more are taken in, so threads stay bounded), at
+ * most MAX_CLIENTS are served, each thread has a small stack, and the
+ * accept thread reaps the threads of connections that ended at least
+ * every REAP_S, so threads and descriptors return to what the real
+ * clients hold. Out of descriptors, it waits and accepts again. Rejections are logged
+ * at most once a second, with a count. Authenticated clients have no idle
+ * timeout (a rank may wait on the store for as long as a step takes); the
+ * sockets' keepalive and user timeout (gt_wire_tune) close a dead one. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +31,10 @@
 #include "comm/wire.h"
 
 #define AUTH_TIMEOUT_MS 5000
+#define MAX_HANDSHAKES 64
+#define MAX_CLIENTS 4096
+#define REAP_S 0.2
+#define CONN_STACK ((size_t)512 << 10) /* ample: requests are read into the heap */
 
 typedef struct kv {
   char *key;
@@ -24,11 +42,16 @@ typedef struct kv {
   size_t len;
 } kv;
 
+typedef enum { CONN_HANDSHAKE, CONN_SERVING, CONN_DONE } conn_state;
+
 typedef struct conn {
   struct gt_store_server *srv;
   int fd;
   pthread_t thread;
   char peer[64];
+  conn_state state;  /* under the server's lock */
+  bool evicted;      /* its handshake was cut short to make room */
+  uint64_t admitted; /* order of admission, to evict the oldest handshake */
   struct conn *next;
 } conn;
 
@@ -42,6 +65,14 @@ struct gt_store_server {
   kv *items;
   size_t n, cap;
   conn *conns;
+  int handshaking, live; /* connections in the handshake (not evicted), and not yet reaped */
+  int in_handshake;      /* threads still in the handshake, evicted ones included */
+  pthread_cond_t slot;   /* a thread left the handshake */
+  uint64_t admitted;
+  /* Rejections since the last log line, and when that was. */
+  unsigned long rejected;
+  double rejected_logged;
+  char rejected_why[256];
 };
 typedef struct gt_store_server server;
 
@@ -224,16 +255,55 @@ bad:
   return -1;
 }
 
+/* Logs a refused or evicted connection, at most once a second. */
+static void note_rejected(server *s, const char *peer, const char *why) {
+  pthread_mutex_lock(&s->mu);
+  s->rejected++;
+  if (!s->rejected_why[0]) snprintf(s->rejected_why, sizeof s->rejected_why, "%s: %s", peer, why);
+  double now = gt_now();
+  unsigned long n = 0;
+  char first[256];
+  if (now - s->rejected_logged >= 1.0) {
+    n = s->rejected, s->rejected = 0, s->rejected_logged = now;
+    snprintf(first, sizeof first, "%s", s->rejected_why);
+    s->rejected_why[0] = 0;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (n == 1) gt_warn("store: rejected a connection from %s", first);
+  else if (n > 1) gt_warn("store: rejected %lu connections in the last second, the first from %s", n, first);
+}
+
+static void set_state(conn *c, conn_state st) {
+  server *s = c->srv;
+  pthread_mutex_lock(&s->mu);
+  if (c->state == CONN_HANDSHAKE && !c->evicted) s->handshaking--;
+  if (c->state == CONN_HANDSHAKE) s->in_handshake--, pthread_cond_signal(&s->slot);
+  c->state = st;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void serve_conn(conn *c);
+
 static void *conn_main(void *arg) {
   conn *c = arg;
   server *s = c->srv;
   uint32_t id = 0;
   gt_status st = gt_wire_auth_server(c->fd, s->secret, STORE_CTX, &id, gt_wire_deadline(AUTH_TIMEOUT_MS));
   if (st != GT_OK) {
-    gt_warn("store: rejected a connection from %s: %s", c->peer, gt_last_error());
+    note_rejected(s, c->peer, gt_last_error());
     shutdown(c->fd, SHUT_RDWR);
-    return NULL;
+  } else {
+    set_state(c, CONN_SERVING);
+    serve_conn(c);
   }
+  set_state(c, CONN_DONE);
+  return NULL;
+}
+
+/* An authenticated client's requests, until it goes away. */
+static void serve_conn(conn *c) {
+  server *s = c->srv;
+  gt_status st;
   uint8_t *buf = NULL;
   size_t cap = 0;
   while (!atomic_load(&s->stop)) {
@@ -258,30 +328,111 @@ static void *conn_main(void *arg) {
   }
   free(buf);
   shutdown(c->fd, SHUT_RDWR);
-  return NULL;
+}
+
+/* Joins and frees the connections whose threads have ended. */
+static void reap(server *s) {
+  conn *done = NULL;
+  pthread_mutex_lock(&s->mu);
+  for (conn **pp = &s->conns; *pp;) {
+    conn *c = *pp;
+    if (c->state != CONN_DONE) {
+      pp = &c->next;
+      continue;
+    }
+    *pp = c->next;
+    c->next = done, done = c;
+    s->live--;
+  }
+  pthread_mutex_unlock(&s->mu);
+  while (done) {
+    conn *next = done->next;
+    pthread_join(done->thread, NULL);
+    close(done->fd);
+    free(done);
+    done = next;
+  }
+}
+
+/* Takes a new connection in, within the bounds. */
+static void admit(server *s, int fd, const char *peer) {
+  pthread_mutex_lock(&s->mu);
+  if (s->live >= MAX_CLIENTS) {
+    pthread_mutex_unlock(&s->mu);
+    close(fd);
+    note_rejected(s, peer, "the store already serves its most connections");
+    return;
+  }
+  if (s->handshaking >= MAX_HANDSHAKES) {
+    /* The oldest handshake goes: its thread's wait fails at once. */
+    conn *oldest = NULL;
+    for (conn *c = s->conns; c; c = c->next)
+      if (c->state == CONN_HANDSHAKE && !c->evicted && (!oldest || c->admitted < oldest->admitted)) oldest = c;
+    if (oldest) {
+      shutdown(oldest->fd, SHUT_RDWR);
+      oldest->evicted = true;
+      s->handshaking--;
+    }
+  }
+  conn *c = calloc(1, sizeof *c);
+  if (!c) {
+    pthread_mutex_unlock(&s->mu);
+    close(fd);
+    return;
+  }
+  c->srv = s, c->fd = fd, c->state = CONN_HANDSHAKE, c->admitted = ++s->admitted;
+  snprintf(c->peer, sizeof c->peer, "%s", peer);
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setstacksize(&at, CONN_STACK);
+  if (pthread_create(&c->thread, &at, conn_main, c) != 0) {
+    pthread_attr_destroy(&at);
+    pthread_mutex_unlock(&s->mu);
+    close(fd);
+    free(c);
+    note_rejected(s, peer, "no thread to serve it");
+    return;
+  }
+  pthread_attr_destroy(&at);
+  s->handshaking++, s->in_handshake++, s->live++;
+  c->next = s->conns, s->conns = c;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Evicted handshakes' threads leave as soon as they run; until as many
+ * again as may handshake have left, no new connection is taken (the
+ * kernel's backlog holds them), so the threads stay bounded however slow
+ * the machine. */
+static void wait_for_slot(server *s) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_nsec += (long)(REAP_S * 1e9);
+  if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+  pthread_mutex_lock(&s->mu);
+  while (s->in_handshake >= 2 * MAX_HANDSHAKES && !atomic_load(&s->stop))
+    if (pthread_cond_timedwait(&s->slot, &s->mu, &ts) == ETIMEDOUT) break;
+  pthread_mutex_unlock(&s->mu);
 }
 
 static void *accept_main(void *arg) {
   server *s = arg;
   while (!atomic_load(&s->stop)) {
+    reap(s);
+    wait_for_slot(s);
     int fd;
     char peer[64];
-    if (gt_wire_accept(s->lfd, 1e300, &s->stop, &fd, peer, sizeof peer) != GT_OK) break;
-    conn *c = calloc(1, sizeof *c);
-    if (!c) {
-      close(fd);
+    gt_status st = gt_wire_accept(s->lfd, gt_now() + REAP_S, &s->stop, &fd, peer, sizeof peer);
+    if (st == GT_ETIMEDOUT) continue;
+    if (st == GT_EABORTED) break;
+    if (st != GT_OK) {
+      /* Out of descriptors (EMFILE) or memory: the store keeps serving
+       * whom it has, and accepts again once some are freed. */
+      note_rejected(s, "?", gt_last_error());
+      struct timespec ts = {0, 50 * 1000000L};
+      nanosleep(&ts, NULL);
       continue;
     }
-    c->srv = s, c->fd = fd;
-    snprintf(c->peer, sizeof c->peer, "%s", peer);
-    if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
-      close(fd);
-      free(c);
-      continue;
-    }
-    pthread_mutex_lock(&s->mu);
-    c->next = s->conns, s->conns = c;
-    pthread_mutex_unlock(&s->mu);
+    admit(s, fd, peer);
   }
   return NULL;
 }
@@ -312,6 +463,7 @@ void gt_store_server_stop(server *s) {
   free(s->secret);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->changed);
+  pthread_cond_destroy(&s->slot);
   free(s);
 }
 
@@ -329,6 +481,7 @@ gt_status gt_store_server_start(const char *host, int port, const char *secret, 
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&s->changed, &ca);
+  pthread_cond_init(&s->slot, &ca);
   pthread_condattr_destroy(&ca);
   if (!s->secret || pthread_create(&s->accept_thread, NULL, accept_main, s) != 0) {
     close(s->lfd);

@@ -5,7 +5,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -163,12 +168,129 @@ static void test_server_gone(void **state) {
   gt_store_destroy(c);
 }
 
+/* ---- a flood of strangers ---- */
+
+enum { FLOOD = 2000, CLIENTS = 4 };
+
+static int entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+typedef struct flood {
+  int port;
+  int fds[FLOOD];
+  atomic_int opened, done;
+} flood;
+
+/* Connections that never prove the secret: the even ones send garbage
+ * (refused at once), the odd ones stay silent (held until evicted or the
+ * handshake's 5 s). All stay open until the test closes them. */
+static void *flood_main(void *arg) {
+  flood *f = arg;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f->port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  for (int i = 0; i < FLOOD; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) close(fd), fd = -1;
+    if (fd >= 0 && i % 2 == 0) {
+      char junk[64];
+      for (int k = 0; k < 64; k++) junk[k] = (char)(i * 31 + k * 7);
+      if (send(fd, junk, sizeof junk, MSG_NOSIGNAL) < 0) { /* refused already: fine */ }
+    }
+    f->fds[i] = fd;
+    atomic_store(&f->opened, i + 1);
+  }
+  atomic_store(&f->done, 1);
+  return NULL;
+}
+
+static void test_flood(void **state) {
+  (void)state;
+  struct rlimit rl;
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  if (rl.rlim_cur < FLOOD + 1024 && rl.rlim_max >= FLOOD + 1024) {
+    rl.rlim_cur = FLOOD + 1024;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+  }
+  if (rl.rlim_cur < FLOOD + 1024) skip(); /* cannot hold the flood's sockets here */
+  gt_store *s = host_store();
+  gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = gt_store_tcp_port(s), .secret = HARNESS_SECRET,
+                             .timeout_ms = 5000};
+  gt_store *cl[CLIENTS];
+  for (int i = 0; i < CLIENTS; i++) assert_int_equal(gt_store_tcp_open(&cfg, &cl[i]), GT_OK);
+  int tasks0 = entries("/proc/self/task"), fds0 = entries("/proc/self/fd");
+  flood *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  f->port = gt_store_tcp_port(s);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, flood_main, f), 0);
+  /* The real clients, meanwhile: every set and get answered, each well
+   * within 1 s (a few ms unloaded; the bound leaves room for sanitizers
+   * on two loaded cores). */
+  double worst = 0;
+  int most_tasks = 0, rounds = 0;
+  for (double end = gt_now() + 60; gt_now() < end && (!atomic_load(&f->done) || rounds < 20); rounds++) {
+    for (int i = 0; i < CLIENTS; i++) {
+      char key[32], val[32];
+      snprintf(key, sizeof key, "c%d", i);
+      snprintf(val, sizeof val, "%d", rounds);
+      double t0 = gt_now();
+      assert_int_equal(gt_store_set(cl[i], key, val, strlen(val)), GT_OK);
+      void *v;
+      size_t len;
+      assert_int_equal(gt_store_get(cl[(i + 1) % CLIENTS], key, &v, &len, 5000), GT_OK);
+      free(v);
+      if (gt_now() - t0 > worst) worst = gt_now() - t0;
+    }
+    int n = entries("/proc/self/task");
+    if (n > most_tasks) most_tasks = n;
+  }
+  pthread_join(t, NULL);
+  print_message("flood of %d strangers: %d opened; real clients' slowest set+get %.1f ms over %d rounds; threads "
+                "%d before, at most %d during\n",
+                FLOOD, atomic_load(&f->opened), 1e3 * worst, rounds, tasks0, most_tasks);
+  assert_int_equal(atomic_load(&f->opened), FLOOD);
+  assert_true(worst < 1.0);
+  /* Handshakes at most 64 at once, and at most as many evicted ones'
+   * threads on their way out (then the server stops accepting until they
+   * are gone), plus the flood's own thread: bounded, where a thread per
+   * stranger would be 1000 silent ones for 5 s. The 8 more are threads
+   * that have left the handshake and not yet exited. */
+  assert_true(most_tasks <= tasks0 + 1 + 2 * 64 + 8);
+  for (int i = 0; i < FLOOD; i++)
+    if (f->fds[i] >= 0) close(f->fds[i]);
+  free(f);
+  /* Back to what the real clients hold, within a generous bound (the
+   * accept thread reaps every 0.2 s; a silent stranger's handshake gives
+   * up after 5 s at most). */
+  int tasks = 0, fds = 0;
+  for (double end = gt_now() + 30; gt_now() < end; usleep(50000)) {
+    tasks = entries("/proc/self/task"), fds = entries("/proc/self/fd");
+    if (tasks <= tasks0 && fds <= fds0) break;
+  }
+  print_message("after: threads %d (before %d), descriptors %d (before %d)\n", tasks, tasks0, fds, fds0);
+  assert_true(tasks <= tasks0 && fds <= fds0);
+  /* And a new client is served as ever. */
+  gt_store *late = NULL;
+  assert_int_equal(gt_store_tcp_open(&cfg, &late), GT_OK);
+  assert_int_equal(gt_store_set(late, "late", "1", 1), GT_OK);
+  gt_store_destroy(late);
+  for (int i = 0; i < CLIENTS; i++) gt_store_destroy(cl[i]);
+  gt_store_destroy(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_set_get_del),
       cmocka_unit_test(test_multi_process),
       cmocka_unit_test(test_strangers_refused),
       cmocka_unit_test(test_server_gone),
+      cmocka_unit_test(test_flood),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
