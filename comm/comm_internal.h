@@ -131,6 +131,9 @@ void gt_comm_reduce2(gt_dtype t, void *dst, void *dst2, const void *b, size_t n)
 
 /* Connection setup: the TCP mesh, the shared-memory segments. */
 gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline);
+/* Takes the group's higher ranks in on listening socket lfd (accept.c):
+ * handshakes run concurrently, so silent strangers cannot stall it. */
+gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double deadline);
 gt_status gt_comm_shm_setup(gt_comm *c, double deadline);
 void gt_comm_shm_destroy(gt_comm *c);
 /* A peer's segment name as read from the store: whether it is exactly the

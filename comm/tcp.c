@@ -247,29 +247,8 @@ gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline) {
     if (st == GT_OK) st = gt_wire_auth_client(c->fds[j], c->secret, ctx, (uint32_t)c->rank, deadline);
     if (st != GT_OK) st = gt_error_context(st, "connecting to rank %d at %s:%d", j, h, p);
   }
-  /* Accept every higher rank; refuse anything else and keep going. */
-  int need = c->size - 1 - c->rank;
-  while (st == GT_OK && need > 0) {
-    int fd;
-    char peer[64];
-    st = gt_wire_accept(lfd, deadline, NULL, &fd, peer, sizeof peer);
-    if (st != GT_OK) {
-      st = gt_error_context(st, "waiting for %d higher rank(s) to connect", need);
-      break;
-    }
-    uint32_t id = 0;
-    double auth_deadline = gt_now() + 5.0 < deadline ? gt_now() + 5.0 : deadline;
-    gt_status a = gt_wire_auth_server(fd, c->secret, ctx, &id, auth_deadline);
-    if (a == GT_OK && ((int)id <= c->rank || (int)id >= c->size || c->fds[id] >= 0))
-      a = gt_errorf(GT_EAUTH, "it claims rank %u, which is not an expected peer", id);
-    if (a != GT_OK) {
-      gt_warn("group '%s': refused a connection from %s: %s", c->prefix, peer, gt_last_error());
-      close(fd);
-      continue;
-    }
-    c->fds[id] = fd;
-    need--;
-  }
+  /* Take every higher rank in; refuse anything else and keep going. */
+  if (st == GT_OK) st = gt_comm_accept_peers(c, lfd, ctx, deadline);
   close(lfd);
   return st;
 }

@@ -1,0 +1,159 @@
+/* Taking the higher ranks of a group in (gt_comm_accept_peers).
+ *
+ * Anyone who can reach the listening port may connect, so each connection
+ * proves the job's secret on a thread of its own while the accept loop
+ * goes on: a stranger that says nothing costs one of MAX_PENDING slots
+ * until its handshake times out (AUTH_S) or a newer connection needs the
+ * slot, never the group's formation. A real rank proves the secret in
+ * milliseconds, so evicting the oldest handshake when the slots are full
+ * evicts a stranger. The loop collects finished handshakes every
+ * COLLECT_S; a connection whose handshake fails, or that claims a rank
+ * that is not an expected peer (lower, out of range, or already here), is
+ * refused with a warning and closed. */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "giant/log.h"
+#include "comm/comm_internal.h"
+#include "comm/wire.h"
+
+#define MAX_PENDING 64
+#define AUTH_S 5.0
+#define COLLECT_S 0.05
+
+typedef struct pending {
+  int fd;
+  char peer[64];
+  pthread_t thread;
+  bool done, evicted;
+  gt_status st;
+  uint32_t id;
+  char why[256];
+  const char *secret, *ctx;
+  double deadline;
+  pthread_mutex_t *mu;
+} pending;
+
+static void *handshake_main(void *arg) {
+  pending *p = arg;
+  uint32_t id = 0;
+  gt_status st = gt_wire_auth_server(p->fd, p->secret, p->ctx, &id, p->deadline);
+  pthread_mutex_lock(p->mu);
+  p->st = st, p->id = id, p->done = true;
+  if (st != GT_OK) snprintf(p->why, sizeof p->why, "%s", gt_last_error());
+  pthread_mutex_unlock(p->mu);
+  return NULL;
+}
+
+/* Joins a finished handshake: the fd becomes rank id's, or is closed. */
+static void settle(gt_comm *c, pending *p, int *need) {
+  pthread_join(p->thread, NULL);
+  gt_status a = p->st;
+  if (a == GT_OK && ((int)p->id <= c->rank || (int)p->id >= c->size || c->fds[p->id] >= 0)) {
+    a = GT_EAUTH;
+    snprintf(p->why, sizeof p->why, "it claims rank %u, which is not an expected peer", p->id);
+  }
+  if (a != GT_OK) {
+    if (!p->evicted) gt_warn("group '%s': refused a connection from %s: %s", c->prefix, p->peer, p->why);
+    close(p->fd);
+  } else {
+    c->fds[p->id] = p->fd;
+    (*need)--;
+  }
+  free(p);
+}
+
+gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double deadline) {
+  int need = c->size - 1 - c->rank;
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  pending *slot[MAX_PENDING];
+  int n = 0;
+  uint64_t evicted = 0;
+  gt_status st = GT_OK;
+  while (need > 0) {
+    /* Finished handshakes first. */
+    for (int i = 0; i < n;) {
+      pthread_mutex_lock(&mu);
+      bool done = slot[i]->done;
+      pthread_mutex_unlock(&mu);
+      if (!done) {
+        i++;
+        continue;
+      }
+      settle(c, slot[i], &need);
+      slot[i] = slot[--n];
+    }
+    if (need == 0) break;
+    double now = gt_now();
+    if (now >= deadline) {
+      st = gt_errorf(GT_ETIMEDOUT, "waiting for %d higher rank(s) to connect: timed out", need);
+      break;
+    }
+    int fd;
+    char peer[64];
+    gt_status a = gt_wire_accept(lfd, now + COLLECT_S < deadline ? now + COLLECT_S : deadline, NULL, &fd, peer,
+                                 sizeof peer);
+    if (a == GT_ETIMEDOUT) continue;
+    if (a != GT_OK) {
+      st = gt_error_context(a, "waiting for %d higher rank(s) to connect", need);
+      break;
+    }
+    if (n == MAX_PENDING) {
+      /* The oldest handshake, most likely a stranger's, makes room; its
+       * thread fails at once and is settled with the others. */
+      for (int i = 0; i < n; i++) {
+        if (slot[i]->evicted) continue;
+        shutdown(slot[i]->fd, SHUT_RDWR);
+        slot[i]->evicted = true;
+        evicted++;
+        break;
+      }
+      /* Every slot taken by an evicted handshake still leaving: wait. */
+      while (n == MAX_PENDING) {
+        for (int i = 0; i < n;) {
+          pthread_mutex_lock(&mu);
+          bool done = slot[i]->done;
+          pthread_mutex_unlock(&mu);
+          if (done) settle(c, slot[i], &need), slot[i] = slot[--n];
+          else i++;
+        }
+        if (n == MAX_PENDING) usleep(1000);
+      }
+    }
+    pending *p = calloc(1, sizeof *p);
+    if (!p) {
+      close(fd);
+      st = gt_errorf(GT_ENOMEM, "out of memory taking peers in");
+      break;
+    }
+    *p = (pending){.fd = fd, .secret = c->secret, .ctx = ctx, .mu = &mu,
+                   .deadline = gt_now() + AUTH_S < deadline ? gt_now() + AUTH_S : deadline};
+    snprintf(p->peer, sizeof p->peer, "%s", peer);
+    if (pthread_create(&p->thread, NULL, handshake_main, p) != 0) {
+      close(fd);
+      free(p);
+      st = gt_errorf(GT_EIO, "cannot start a thread to take a peer in");
+      break;
+    }
+    slot[n++] = p;
+  }
+  /* Whatever is still proving itself is not needed: cut it short. */
+  for (int i = 0; i < n; i++) {
+    shutdown(slot[i]->fd, SHUT_RDWR);
+    slot[i]->evicted = true;
+  }
+  for (int i = 0; i < n; i++) {
+    pthread_join(slot[i]->thread, NULL);
+    close(slot[i]->fd);
+    free(slot[i]);
+  }
+  if (evicted) gt_warn("group '%s': cut %llu handshake(s) short to make room for others", c->prefix,
+                       (unsigned long long)evicted);
+  pthread_mutex_destroy(&mu);
+  return st;
+}
