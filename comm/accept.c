@@ -35,7 +35,7 @@ typedef struct pending {
   uint32_t id;
   char why[256];
   const char *secret, *ctx;
-  double deadline;
+  double started, deadline;
   pthread_mutex_t *mu;
 } pending;
 
@@ -68,6 +68,21 @@ static void settle(gt_comm *c, pending *p, int *need) {
   free(p);
 }
 
+/* Settles every finished handshake among slot[0..*n), keeping the rest. */
+static void collect(gt_comm *c, pending **slot, int *n, pthread_mutex_t *mu, int *need) {
+  for (int i = 0; i < *n;) {
+    pthread_mutex_lock(mu);
+    bool done = slot[i]->done;
+    pthread_mutex_unlock(mu);
+    if (!done) {
+      i++;
+      continue;
+    }
+    settle(c, slot[i], need);
+    slot[i] = slot[--*n];
+  }
+}
+
 gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double deadline) {
   int need = c->size - 1 - c->rank;
   pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -76,18 +91,7 @@ gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double dead
   uint64_t evicted = 0;
   gt_status st = GT_OK;
   while (need > 0) {
-    /* Finished handshakes first. */
-    for (int i = 0; i < n;) {
-      pthread_mutex_lock(&mu);
-      bool done = slot[i]->done;
-      pthread_mutex_unlock(&mu);
-      if (!done) {
-        i++;
-        continue;
-      }
-      settle(c, slot[i], &need);
-      slot[i] = slot[--n];
-    }
+    collect(c, slot, &n, &mu, &need); /* finished handshakes first */
     if (need == 0) break;
     double now = gt_now();
     if (now >= deadline) {
@@ -106,24 +110,16 @@ gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double dead
     if (n == MAX_PENDING) {
       /* The oldest handshake, most likely a stranger's, makes room; its
        * thread fails at once and is settled with the others. */
-      for (int i = 0; i < n; i++) {
-        if (slot[i]->evicted) continue;
-        shutdown(slot[i]->fd, SHUT_RDWR);
-        slot[i]->evicted = true;
+      pending *oldest = NULL;
+      for (int i = 0; i < n; i++)
+        if (!slot[i]->evicted && (!oldest || slot[i]->started < oldest->started)) oldest = slot[i];
+      if (oldest) {
+        shutdown(oldest->fd, SHUT_RDWR);
+        oldest->evicted = true;
         evicted++;
-        break;
       }
       /* Every slot taken by an evicted handshake still leaving: wait. */
-      while (n == MAX_PENDING) {
-        for (int i = 0; i < n;) {
-          pthread_mutex_lock(&mu);
-          bool done = slot[i]->done;
-          pthread_mutex_unlock(&mu);
-          if (done) settle(c, slot[i], &need), slot[i] = slot[--n];
-          else i++;
-        }
-        if (n == MAX_PENDING) usleep(1000);
-      }
+      for (collect(c, slot, &n, &mu, &need); n == MAX_PENDING; collect(c, slot, &n, &mu, &need)) usleep(1000);
     }
     pending *p = calloc(1, sizeof *p);
     if (!p) {
@@ -131,8 +127,9 @@ gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double dead
       st = gt_errorf(GT_ENOMEM, "out of memory taking peers in");
       break;
     }
-    *p = (pending){.fd = fd, .secret = c->secret, .ctx = ctx, .mu = &mu,
-                   .deadline = gt_now() + AUTH_S < deadline ? gt_now() + AUTH_S : deadline};
+    double t0 = gt_now();
+    *p = (pending){.fd = fd, .secret = c->secret, .ctx = ctx, .mu = &mu, .started = t0,
+                   .deadline = t0 + AUTH_S < deadline ? t0 + AUTH_S : deadline};
     snprintf(p->peer, sizeof p->peer, "%s", peer);
     if (pthread_create(&p->thread, NULL, handshake_main, p) != 0) {
       close(fd);

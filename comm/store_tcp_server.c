@@ -405,9 +405,7 @@ static void admit(server *s, int fd, const char *peer) {
  * the machine. */
 static void wait_for_slot(server *s) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_nsec += (long)(REAP_S * 1e9);
-  if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+  deadline_ts((uint32_t)(REAP_S * 1000), &ts);
   pthread_mutex_lock(&s->mu);
   while (s->in_handshake >= 2 * MAX_HANDSHAKES && !atomic_load(&s->stop))
     if (pthread_cond_timedwait(&s->slot, &s->mu, &ts) == ETIMEDOUT) break;

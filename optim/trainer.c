@@ -77,7 +77,16 @@ static gt_status on_layer_grads(void *ctx, int layer) {
   return t->update_live ? gt_layer_update_push(t->layer_update, layer) : GT_OK;
 }
 
-static gt_status check_update_per_layer(const gt_model *m, const gt_trainer_config *cfg) {
+/* What an offloaded model, and the updates that need one, can be trained
+ * with. */
+static gt_status check_offloading(gt_model *m, const gt_trainer_config *cfg) {
+  const gt_plan *plan = cfg->dist ? gt_dist_plan(cfg->dist) : NULL;
+  gt_backend *be = gt_model_backend(m);
+  if (gt_model_offloaded(m) && gt_backend_kind(be) != GT_DEVICE_CPU && plan && plan->layout.dp > 1)
+    return gt_errorf(GT_EUNSUPPORTED, "an offloaded model's gradients live in host memory, and data parallelism "
+                                      "on %s reduces device memory (NCCL): offloading with dp > 1 on a GPU is not "
+                                      "supported yet; use dp = 1, or leave offloading off",
+                     gt_backend_name(be));
   if (!cfg->update_per_layer && !cfg->delayed_update) return GT_OK;
   const char *what = cfg->delayed_update ? "delayed_update" : "update_per_layer";
   if (cfg->update_per_layer && cfg->delayed_update)
@@ -85,7 +94,6 @@ static gt_status check_update_per_layer(const gt_model *m, const gt_trainer_conf
   if (!gt_model_offloaded(m))
     return gt_errorf(GT_EINVAL, "%s updates an offloaded model's layers on the host: offload the model "
                                 "(offload_window > 0)", what);
-  const gt_plan *plan = cfg->dist ? gt_dist_plan(cfg->dist) : NULL;
   if (plan && cfg->delayed_update)
     return gt_errorf(GT_EUNSUPPORTED, "delayed_update runs in one process: with data, tensor or pipeline "
                                       "parallelism, update after the step's reductions (leave it off)");
@@ -112,14 +120,7 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
     return gt_errorf(GT_EINVAL, "learning rates must be >= 0 (got max %g, min %g)", cfg->schedule.lr_max,
                      cfg->schedule.lr_min);
   if (cfg->grad_clip < 0) return gt_errorf(GT_EINVAL, "grad_clip must be >= 0, got %g", cfg->grad_clip);
-  GT_TRY(check_update_per_layer(m, cfg));
-  const gt_plan *dp_plan = cfg->dist ? gt_dist_plan(cfg->dist) : NULL;
-  gt_backend *mbe = gt_model_backend(m);
-  if (gt_model_offloaded(m) && gt_backend_kind(mbe) != GT_DEVICE_CPU && dp_plan && dp_plan->layout.dp > 1)
-    return gt_errorf(GT_EUNSUPPORTED, "an offloaded model's gradients live in host memory, and data parallelism "
-                                      "on %s reduces device memory (NCCL): offloading with dp > 1 on a GPU is not "
-                                      "supported yet; use dp = 1, or leave offloading off",
-                     gt_backend_name(mbe));
+  GT_TRY(check_offloading(m, cfg));
   gt_trainer *t = calloc(1, sizeof *t);
   if (!t) return gt_errorf(GT_ENOMEM, "out of memory creating a trainer");
   t->m = m;
