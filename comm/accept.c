@@ -33,6 +33,7 @@ typedef struct pending {
   bool done, evicted;
   gt_status st;
   uint32_t id;
+  gt_wire_session sess; /* the keys of an accepted peer's frames */
   char why[256];
   const char *secret, *ctx;
   double started, deadline;
@@ -42,7 +43,7 @@ typedef struct pending {
 static void *handshake_main(void *arg) {
   pending *p = arg;
   uint32_t id = 0;
-  gt_status st = gt_wire_auth_server(p->fd, p->secret, p->ctx, &id, p->deadline);
+  gt_status st = gt_wire_auth_server(p->fd, p->secret, p->ctx, &id, p->deadline, &p->sess);
   pthread_mutex_lock(p->mu);
   p->st = st, p->id = id, p->done = true;
   if (st != GT_OK) snprintf(p->why, sizeof p->why, "%s", gt_last_error());
@@ -60,9 +61,11 @@ static void settle(gt_comm *c, pending *p, int *need) {
   }
   if (a != GT_OK) {
     if (!p->evicted) gt_warn("group '%s': refused a connection from %s: %s", c->prefix, p->peer, p->why);
+    if (p->st == GT_OK) gt_wire_session_close(&p->sess);
     close(p->fd);
   } else {
     c->fds[p->id] = p->fd;
+    c->sess[p->id] = p->sess;
     (*need)--;
   }
   free(p);
@@ -146,6 +149,7 @@ gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double dead
   }
   for (int i = 0; i < n; i++) {
     pthread_join(slot[i]->thread, NULL);
+    if (slot[i]->st == GT_OK) gt_wire_session_close(&slot[i]->sess);
     close(slot[i]->fd);
     free(slot[i]);
   }

@@ -6,10 +6,12 @@
  *   server -> ACCEPT | REJECT(reason)
  *
  * Fresh nonces on both sides make a recorded exchange useless; the context
- * keeps a proof for one communicator from opening another. */
+ * keeps a proof for one communicator from opening another. The secret and
+ * both nonces then give the keys that seal every later frame (seal.c). */
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -48,8 +50,21 @@ static gt_status mac(const char *secret, const char *label, const char *ctx,
   return GT_OK;
 }
 
+/* The session both ends derive from this handshake's nonces. */
+static gt_status open_session(gt_wire_session *s, bool client, const char *secret, const char *context,
+                              const uint8_t *nc, const uint8_t *ns, uint32_t id) {
+  if (!s) return GT_OK;
+  uint8_t salt[2 * NONCE], c2s[GT_WIRE_KEY], s2c[GT_WIRE_KEY];
+  memcpy(salt, nc, NONCE), memcpy(salt + NONCE, ns, NONCE);
+  gt_status st = gt_wire_derive_keys(secret, context, salt, sizeof salt, id, c2s, s2c);
+  if (st == GT_OK) st = client ? gt_wire_session_open(s, c2s, s2c) : gt_wire_session_open(s, s2c, c2s);
+  OPENSSL_cleanse(c2s, sizeof c2s);
+  OPENSSL_cleanse(s2c, sizeof s2c);
+  return st;
+}
+
 gt_status gt_wire_auth_client(int fd, const char *secret, const char *context, uint32_t id,
-                              double deadline) {
+                              double deadline, gt_wire_session *session) {
   uint8_t hello[NONCE + 4], ch[NONCE + MAC], want[MAC], proof[MAC];
   GT_TRY(random_bytes(hello, NONCE));
   for (int i = 0; i < 4; i++) hello[NONCE + i] = (uint8_t)(id >> (8 * i));
@@ -70,7 +85,7 @@ gt_status gt_wire_auth_client(int fd, const char *secret, const char *context, u
   uint8_t hdr[GT_WIRE_HDR];
   GT_TRY(gt_wire_recv_all(fd, hdr, sizeof hdr, deadline, NULL));
   GT_TRY(gt_wire_hdr_decode(hdr, &h));
-  if (h.type == GT_MSG_ACCEPT && h.len == 0) return GT_OK;
+  if (h.type == GT_MSG_ACCEPT && h.len == 0) return open_session(session, true, secret, context, hello, ch, id);
   if (h.type == GT_MSG_REJECT) return gt_errorf(GT_EAUTH, "the server rejected our proof of the job secret: check GT_JOB_SECRET on every rank");
   return gt_errorf(GT_EFORMAT, "unexpected frame type %u after the handshake", h.type);
 }
@@ -85,7 +100,7 @@ static gt_status reject(int fd, double deadline, gt_status code, const char *rea
 }
 
 gt_status gt_wire_auth_server(int fd, const char *secret, const char *context, uint32_t *id,
-                              double deadline) {
+                              double deadline, gt_wire_session *session) {
   uint8_t hello[NONCE + 4], ch[NONCE + MAC], want[MAC], proof[MAC];
   gt_wire_hdr h;
   gt_status st = gt_wire_recv_frame(fd, GT_MSG_HELLO, &h, hello, sizeof hello, deadline, NULL);
@@ -101,7 +116,12 @@ gt_status gt_wire_auth_server(int fd, const char *secret, const char *context, u
   GT_TRY(mac(secret, "cli", context, hello, ch, cid, want));
   if (h.len != MAC || CRYPTO_memcmp(want, proof, MAC) != 0)
     return reject(fd, deadline, GT_EAUTH, "wrong proof of the job secret");
-  GT_TRY(gt_wire_send_frame(fd, GT_MSG_ACCEPT, 0, NULL, 0, deadline, NULL));
+  GT_TRY(open_session(session, false, secret, context, hello, ch, cid));
+  gt_status sent = gt_wire_send_frame(fd, GT_MSG_ACCEPT, 0, NULL, 0, deadline, NULL);
+  if (sent != GT_OK) {
+    if (session) gt_wire_session_close(session);
+    return sent;
+  }
   *id = cid;
   return GT_OK;
 }

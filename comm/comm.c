@@ -331,12 +331,13 @@ void gt_comm_destroy(gt_comm *c) {
   gt_comm_shm_destroy(c);
   for (int i = 0; c->fds && i < c->size; i++)
     if (c->fds[i] >= 0) close(c->fds[i]);
+  for (int i = 0; c->sess && i < c->size; i++) gt_wire_session_close(&c->sess[i]);
   for (int i = 0; c->pidfds && i < c->size; i++)
     if (c->pidfds[i] >= 0) close(c->pidfds[i]);
   if (c->wake_fd >= 0) close(c->wake_fd);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
-  free(c->fds), free(c->pidfds), free(c->tx_seq), free(c->rx_seq), free(c->delay_ns);
+  free(c->fds), free(c->sess), free(c->pidfds), free(c->tx_seq), free(c->rx_seq), free(c->delay_ns);
   free(c->prefix), free(c->secret), free(c->host);
   free(c);
 }
@@ -364,6 +365,7 @@ gt_status gt_comm_alloc(const gt_comm_config *cfg, const char *secret, gt_comm *
   c->prefix = strdup(cfg->prefix);
   c->secret = strdup(secret);
   c->fds = malloc(sizeof(int) * (size_t)c->size);
+  c->sess = calloc((size_t)c->size, sizeof *c->sess);
   c->pidfds = malloc(sizeof(int) * (size_t)c->size);
   c->tx_seq = calloc((size_t)c->size, sizeof(uint32_t));
   c->rx_seq = calloc((size_t)c->size, sizeof(uint32_t));
@@ -374,7 +376,7 @@ gt_status gt_comm_alloc(const gt_comm_config *cfg, const char *secret, gt_comm *
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&c->cv, &ca);
   pthread_condattr_destroy(&ca);
-  if (!c->prefix || !c->secret || !c->fds || !c->pidfds || !c->tx_seq || !c->rx_seq || !c->delay_ns) {
+  if (!c->prefix || !c->secret || !c->fds || !c->sess || !c->pidfds || !c->tx_seq || !c->rx_seq || !c->delay_ns) {
     gt_comm_destroy(c);
     return gt_errorf(GT_ENOMEM, "out of memory");
   }
@@ -410,8 +412,18 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
       return gt_errorf(GT_EINVAL, "GT_COMM_TRANSPORT=%s: expected tcp, shm or auto", te);
   }
 
+  gt_comm_integrity integrity = cfg->integrity;
+  const char *ie = getenv("GT_COMM_INTEGRITY");
+  if (integrity == GT_COMM_INTEGRITY_DEFAULT && ie && *ie) {
+    if (!strcmp(ie, "mac")) integrity = GT_COMM_INTEGRITY_MAC;
+    else if (!strcmp(ie, "headers")) integrity = GT_COMM_INTEGRITY_HEADERS;
+    else return gt_errorf(GT_EINVAL, "GT_COMM_INTEGRITY=%s: expected headers or mac", ie);
+  }
+
   gt_comm *c = NULL;
   GT_TRY(gt_comm_alloc(cfg, secret, &c));
+  c->payload_mac = integrity == GT_COMM_INTEGRITY_MAC;
+  c->cfg.integrity = integrity; /* groups split from this one agree with it */
   c->op_timeout = (cfg->op_timeout_ms > 0 ? cfg->op_timeout_ms
                                           : env_int("GT_COMM_TIMEOUT_MS", 300000)) / 1000.0;
   c->init_timeout_ms = cfg->init_timeout_ms > 0 ? cfg->init_timeout_ms : 60000;

@@ -76,6 +76,8 @@ struct gt_comm {
   gt_comm_config cfg; /* for split */
 
   int *fds;           /* socket to each peer, -1 for self */
+  struct gt_wire_session *sess; /* per peer: the keys and frame counts that seal its frames */
+  bool payload_mac;   /* payloads carry a tag too (GT_COMM_INTEGRITY_MAC) */
   int wake_fd;        /* eventfd: wakes the progress thread's polls */
   int *pidfds;        /* same-host peers' processes, -1 where unknown */
   shm_state *shm;

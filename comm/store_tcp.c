@@ -14,6 +14,7 @@
 
 typedef struct client {
   int fd;
+  gt_wire_session sess; /* every frame after the handshake is sealed */
   int port;
   uint32_t seq;
   bool broken;
@@ -65,16 +66,14 @@ static gt_status call(client *c, buf *req, int timeout_ms, uint8_t **rep, size_t
   }
   uint32_t seq = ++c->seq;
   double deadline = gt_wire_deadline(timeout_ms < 0 ? -1 : timeout_ms + 10000);
-  uint8_t raw[GT_WIRE_HDR];
   gt_wire_hdr h;
   uint8_t *p = NULL;
-  st = gt_wire_send_frame(c->fd, GT_MSG_STORE_REQ, seq, req->p, (uint32_t)req->len, deadline, NULL);
-  if (st == GT_OK) st = gt_wire_recv_all(c->fd, raw, sizeof raw, deadline, NULL);
-  if (st == GT_OK) st = gt_wire_hdr_decode(raw, &h);
+  st = gt_wire_send_sealed(c->fd, &c->sess, GT_MSG_STORE_REQ, seq, req->p, (uint32_t)req->len, deadline, NULL);
+  if (st == GT_OK) st = gt_wire_recv_sealed_header(c->fd, &c->sess, &h, "the store server", deadline, NULL);
   if (st == GT_OK && (h.type != GT_MSG_STORE_REP || h.seq != seq || h.len < 4 || h.len > STORE_MAX_VAL + 4))
     st = gt_errorf(GT_EFORMAT, "store reply out of step (type %u seq %u len %u)", h.type, h.seq, h.len);
   if (st == GT_OK && !(p = malloc(h.len + 1))) st = gt_errorf(GT_ENOMEM, "out of memory");
-  if (st == GT_OK) st = gt_wire_recv_all(c->fd, p, h.len, deadline, NULL);
+  if (st == GT_OK) st = gt_wire_recv_sealed_payload(c->fd, &c->sess, p, h.len, "the store server", deadline, NULL);
   if (st != GT_OK) {
     c->broken = true;
     pthread_mutex_unlock(&c->mu);
@@ -179,6 +178,7 @@ static gt_status t_del(gt_store *s, const char *key) {
 static void t_destroy(gt_store *s) {
   client *c = s->impl;
   close(c->fd);
+  gt_wire_session_close(&c->sess);
   gt_store_server_stop(c->srv);
   pthread_mutex_destroy(&c->mu);
   free(c);
@@ -217,7 +217,7 @@ gt_status gt_store_tcp_open(const gt_store_tcp_config *cfg, gt_store **out) {
   double deadline = gt_wire_deadline(tmo);
   gt_status st = gt_wire_connect(host, port, deadline, &c->fd);
   if (st == GT_OK) {
-    st = gt_wire_auth_client(c->fd, secret, STORE_CTX, 0, deadline);
+    st = gt_wire_auth_client(c->fd, secret, STORE_CTX, 0, deadline, &c->sess);
     if (st != GT_OK) close(c->fd);
   }
   if (st != GT_OK) {

@@ -47,6 +47,7 @@ typedef enum { CONN_HANDSHAKE, CONN_SERVING, CONN_DONE } conn_state;
 typedef struct conn {
   struct gt_store_server *srv;
   int fd;
+  gt_wire_session sess; /* the handshake's keys: every later frame is sealed */
   pthread_t thread;
   char peer[64];
   conn_state state;  /* under the server's lock */
@@ -246,8 +247,8 @@ static int serve(server *s, conn *c, uint32_t seq, const uint8_t *req, size_t le
   }
   pthread_mutex_unlock(&s->mu);
   memcpy(rep, &status, 4);
-  gt_status st = gt_wire_send_frame(c->fd, GT_MSG_STORE_REP, seq, rep, (uint32_t)rep_len,
-                                    deadline, &s->stop);
+  gt_status st = gt_wire_send_sealed(c->fd, &c->sess, GT_MSG_STORE_REP, seq, rep, (uint32_t)rep_len, deadline,
+                                     &s->stop);
   if (rep != small) free(rep);
   return st == GT_OK ? 0 : 1;
 bad:
@@ -288,13 +289,15 @@ static void *conn_main(void *arg) {
   conn *c = arg;
   server *s = c->srv;
   uint32_t id = 0;
-  gt_status st = gt_wire_auth_server(c->fd, s->secret, STORE_CTX, &id, gt_wire_deadline(AUTH_TIMEOUT_MS));
+  gt_status st =
+      gt_wire_auth_server(c->fd, s->secret, STORE_CTX, &id, gt_wire_deadline(AUTH_TIMEOUT_MS), &c->sess);
   if (st != GT_OK) {
     note_rejected(s, c->peer, gt_last_error());
     shutdown(c->fd, SHUT_RDWR);
   } else {
     set_state(c, CONN_SERVING);
     serve_conn(c);
+    gt_wire_session_close(&c->sess);
   }
   set_state(c, CONN_DONE);
   return NULL;
@@ -307,21 +310,26 @@ static void serve_conn(conn *c) {
   uint8_t *buf = NULL;
   size_t cap = 0;
   while (!atomic_load(&s->stop)) {
-    uint8_t raw[GT_WIRE_HDR];
-    gt_wire_hdr h;
+    uint8_t raw[GT_WIRE_SEALED_HDR];
+    gt_wire_hdr h = {0};
     st = gt_wire_recv_all(c->fd, raw, sizeof raw, 1e300, &s->stop);
     if (st != GT_OK) break; /* the client went away: normal at the end */
-    if (gt_wire_hdr_decode(raw, &h) != GT_OK || h.type != GT_MSG_STORE_REQ || h.len > STORE_MAX_REQ) {
+    char from[96];
+    snprintf(from, sizeof from, "store client %s", c->peer);
+    /* A header whose tag fails is refused (and logged) before its length is believed. */
+    if (gt_wire_open_header(&c->sess, raw, &h, from) != GT_OK) break;
+    if (h.type != GT_MSG_STORE_REQ || h.len > STORE_MAX_REQ) {
       gt_warn("store: dropped client %s: malformed request header (type %u, %u bytes)", c->peer,
               h.type, h.len);
       break;
     }
-    if (h.len > cap) {
-      uint8_t *nb = realloc(buf, h.len);
+    if (h.len > cap || !buf) {
+      uint8_t *nb = realloc(buf, h.len ? h.len : 1);
       if (!nb) break;
       buf = nb, cap = h.len;
     }
-    if (gt_wire_recv_all(c->fd, buf, h.len, gt_wire_deadline(30000), &s->stop) != GT_OK) break;
+    if (gt_wire_recv_sealed_payload(c->fd, &c->sess, buf, h.len, from, gt_wire_deadline(30000), &s->stop) != GT_OK)
+      break;
     int r = serve(s, c, h.seq, buf, h.len, gt_wire_deadline(30000));
     if (r < 0) gt_warn("store: dropped client %s: malformed request", c->peer);
     if (r != 0) break;

@@ -5,8 +5,9 @@
  * flight and polls both (and the wake fd that abort writes to). Received
  * bytes land in a staging piece and are reduced or copied out as soon as
  * the piece is complete, so the kernel keeps receiving while we reduce.
- * Every step's bytes are preceded by a header frame that the receiver
- * checks (type, per-peer sequence, length). */
+ * Every step's bytes are preceded by a header that the receiver checks
+ * (its tag, then type, per-peer sequence, length) and, with payload
+ * integrity on, followed by the payload's tag (wire.h, sealed frames). */
 #include <ctype.h>
 #include <errno.h>
 #include <poll.h>
@@ -26,9 +27,11 @@
 typedef struct side {
   int step;            /* current step */
   size_t done;         /* bytes of it delivered (rx: reduced/copied) */
-  uint8_t hdr[GT_WIRE_HDR];
+  uint8_t hdr[GT_WIRE_SEALED_HDR]; /* the header and its tag */
   int hdr_done;        /* header bytes moved */
   size_t fill;         /* rx: bytes in the staging piece */
+  uint8_t tag[GT_WIRE_TAG]; /* payload integrity: the payload's tag */
+  int tag_done;        /* its bytes moved */
 } side;
 
 static size_t allowed(const plan *p, const side *rx, int k, size_t len) {
@@ -37,6 +40,11 @@ static size_t allowed(const plan *p, const side *rx, int k, size_t len) {
   if (rx->step > d) return len;
   if (rx->step == d) return rx->done;
   return 0;
+}
+
+/* Header, payload and (with payload integrity) the payload's tag all moved. */
+static bool frame_done(const side *x, size_t len, bool mac) {
+  return x->hdr_done == GT_WIRE_SEALED_HDR && x->done == len && (!mac || x->tag_done == GT_WIRE_TAG);
 }
 
 static gt_status peer_gone(gt_comm *c, int peer, const char *what, int err) {
@@ -56,17 +64,31 @@ static gt_status consume(const plan *p, const plan_step *s, size_t off, const ch
   return GT_OK;
 }
 
+/* The next frame to send: its sealed header, and the start of its payload's tag. */
+static gt_status tx_begin(gt_wire_session *ss, side *tx, const plan *p, bool mac) {
+  size_t len = p->tx[tx->step].len;
+  GT_TRY(gt_wire_seal_header(ss, tx->hdr, GT_MSG_DATA, p->tx_seq, (uint32_t)len));
+  if (!mac) return GT_OK;
+  GT_TRY(gt_wire_mac_start(&ss->tx, 'P', ss->tx_count));
+  return len ? GT_OK : gt_wire_mac_tag(&ss->tx, tx->tag);
+}
+
 gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
   side tx = {0}, rx = {0};
   int tfd = p->tx_peer >= 0 ? c->fds[p->tx_peer] : -1;
   int rfd = p->rx_peer >= 0 ? c->fds[p->rx_peer] : -1;
+  gt_wire_session *ts = p->tx_peer >= 0 ? &c->sess[p->tx_peer] : NULL;
+  gt_wire_session *rs = p->rx_peer >= 0 ? &c->sess[p->rx_peer] : NULL;
+  bool mac = c->payload_mac;
+  char from[96];
+  snprintf(from, sizeof from, "rank %d of group '%s'", p->rx_peer, c->prefix);
   char *stage = NULL;
   bool reducing = false;
   for (int k = 0; k < p->nrx; k++) reducing |= p->rx[k].src2 != NULL;
   if (reducing && !(stage = malloc(PIECE)))
     return gt_errorf(GT_ENOMEM, "out of memory for a receive buffer");
-  if (p->ntx) gt_wire_hdr_encode(tx.hdr, GT_MSG_DATA, p->tx_seq, (uint32_t)p->tx[0].len);
-  gt_status st = GT_OK;
+  gt_status st = p->ntx ? tx_begin(ts, &tx, p, mac) : GT_OK;
+  if (st != GT_OK) goto out;
   uint32_t rx_seq = p->rx_seq;
   while (tx.step < p->ntx || rx.step < p->nrx) {
     if (atomic_load(&c->aborted)) {
@@ -74,20 +96,30 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
       break;
     }
     bool progress = false, want_out = false;
-    /* ---- send ---- */
+    /* ---- send: sealed header, payload, payload tag ---- */
     while (tx.step < p->ntx) {
       const plan_step *s = &p->tx[tx.step];
+      if (frame_done(&tx, s->len, mac)) {
+        ts->tx_count++;
+        tx = (side){.step = tx.step + 1};
+        if (tx.step < p->ntx && (st = tx_begin(ts, &tx, p, mac)) != GT_OK) goto out;
+        progress = true;
+        continue;
+      }
       const char *src;
       size_t n;
-      if (tx.hdr_done < GT_WIRE_HDR) {
-        src = (const char *)tx.hdr + tx.hdr_done, n = GT_WIRE_HDR - (size_t)tx.hdr_done;
-      } else {
+      int phase = tx.hdr_done < GT_WIRE_SEALED_HDR ? 0 : tx.done < s->len ? 1 : 2;
+      if (phase == 0) {
+        src = (const char *)tx.hdr + tx.hdr_done, n = GT_WIRE_SEALED_HDR - (size_t)tx.hdr_done;
+      } else if (phase == 1) {
         size_t a = allowed(p, &rx, tx.step, s->len);
         if (a <= tx.done) break;
         src = s->ptr + tx.done, n = a - tx.done;
         if (n > SEND_MAX) n = SEND_MAX;
+      } else {
+        src = (const char *)tx.tag + tx.tag_done, n = GT_WIRE_TAG - (size_t)tx.tag_done;
       }
-      ssize_t w = n ? send(tfd, src, n, MSG_NOSIGNAL) : 0;
+      ssize_t w = send(tfd, src, n, MSG_NOSIGNAL);
       if (w < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -98,30 +130,40 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
         goto out;
       }
       progress |= w > 0;
-      if (tx.hdr_done < GT_WIRE_HDR) tx.hdr_done += (int)w;
-      else tx.done += (size_t)w;
-      if (tx.hdr_done == GT_WIRE_HDR && tx.done == s->len) {
-        tx.step++, tx.done = 0, tx.hdr_done = 0;
-        if (tx.step < p->ntx)
-          gt_wire_hdr_encode(tx.hdr, GT_MSG_DATA, p->tx_seq, (uint32_t)p->tx[tx.step].len);
-        progress = true;
+      if (phase == 0) {
+        tx.hdr_done += (int)w;
+      } else if (phase == 1) {
+        if (mac && (st = gt_wire_mac_add(&ts->tx, src, (size_t)w)) != GT_OK) goto out;
+        tx.done += (size_t)w;
+        if (mac && tx.done == s->len && (st = gt_wire_mac_tag(&ts->tx, tx.tag)) != GT_OK) goto out;
+      } else {
+        tx.tag_done += (int)w;
       }
     }
-    /* ---- receive ---- */
+    /* ---- receive: header checked before its length is believed ---- */
     while (rx.step < p->nrx) {
       const plan_step *s = &p->rx[rx.step];
+      if (frame_done(&rx, s->len, mac)) {
+        rs->rx_count++;
+        rx = (side){.step = rx.step + 1};
+        progress = true;
+        continue;
+      }
       char *dst;
       size_t n;
-      if (rx.hdr_done < GT_WIRE_HDR) {
-        dst = (char *)rx.hdr + rx.hdr_done, n = GT_WIRE_HDR - (size_t)rx.hdr_done;
-      } else if (s->src2) {
+      int phase = rx.hdr_done < GT_WIRE_SEALED_HDR ? 0 : rx.done < s->len ? 1 : 2;
+      if (phase == 0) {
+        dst = (char *)rx.hdr + rx.hdr_done, n = GT_WIRE_SEALED_HDR - (size_t)rx.hdr_done;
+      } else if (phase == 1 && s->src2) {
         size_t piece = s->len - rx.done < PIECE ? s->len - rx.done : PIECE;
         dst = stage + rx.fill, n = piece - rx.fill;
-      } else {
+      } else if (phase == 1) {
         dst = s->ptr + rx.done, n = s->len - rx.done;
+      } else {
+        dst = (char *)rx.tag + rx.tag_done, n = GT_WIRE_TAG - (size_t)rx.tag_done;
       }
-      ssize_t got = n ? recv(rfd, dst, n, 0) : 0;
-      if (n && got == 0) {
+      ssize_t got = recv(rfd, dst, n, 0);
+      if (got == 0) {
         st = peer_gone(c, p->rx_peer, "receiving from", 0);
         goto out;
       }
@@ -131,31 +173,40 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
         st = peer_gone(c, p->rx_peer, "receiving from", errno);
         goto out;
       }
-      progress |= got > 0;
-      if (rx.hdr_done < GT_WIRE_HDR) {
+      progress = true;
+      if (phase == 0) {
         rx.hdr_done += (int)got;
-        if (rx.hdr_done == GT_WIRE_HDR) {
+        if (rx.hdr_done == GT_WIRE_SEALED_HDR) {
           gt_wire_hdr h;
-          st = gt_wire_hdr_decode(rx.hdr, &h);
-          if (st == GT_OK) st = gt_wire_hdr_expect(&h, GT_MSG_DATA, rx_seq, (uint32_t)s->len);
-          if (st != GT_OK) {
+          if ((st = gt_wire_open_header(rs, rx.hdr, &h, from)) != GT_OK) goto out;
+          if ((st = gt_wire_hdr_expect(&h, GT_MSG_DATA, rx_seq, (uint32_t)s->len)) != GT_OK) {
             st = gt_error_context(st, "from rank %d", p->rx_peer);
             goto out;
           }
+          if (mac && (st = gt_wire_mac_start(&rs->rx, 'P', rs->rx_count)) != GT_OK) goto out;
         }
-      } else if (s->src2) {
-        rx.fill += (size_t)got;
-        size_t piece = s->len - rx.done < PIECE ? s->len - rx.done : PIECE;
-        if (rx.fill == piece) {
-          consume(p, s, rx.done, stage, piece);
-          rx.done += piece, rx.fill = 0;
+      } else if (phase == 1) {
+        /* Reduced as it comes (the kernel keeps receiving meanwhile): a bad
+         * payload tag fails the operation after the fact, and the buffer of
+         * a failed operation holds nothing to use. */
+        if (mac && (st = gt_wire_mac_add(&rs->rx, dst, (size_t)got)) != GT_OK) goto out;
+        if (s->src2) {
+          rx.fill += (size_t)got;
+          size_t piece = s->len - rx.done < PIECE ? s->len - rx.done : PIECE;
+          if (rx.fill == piece) {
+            consume(p, s, rx.done, stage, piece);
+            rx.done += piece, rx.fill = 0;
+          }
+        } else {
+          rx.done += (size_t)got;
         }
       } else {
-        rx.done += (size_t)got;
-      }
-      if (rx.hdr_done == GT_WIRE_HDR && rx.done == s->len) {
-        rx.step++, rx.done = 0, rx.hdr_done = 0, rx.fill = 0;
-        progress = true;
+        rx.tag_done += (int)got;
+        if (rx.tag_done == GT_WIRE_TAG) {
+          char what[160];
+          snprintf(what, sizeof what, "the payload of frame %llu from %s", (unsigned long long)rs->rx_count, from);
+          if ((st = gt_wire_mac_check(&rs->rx, rx.tag, what)) != GT_OK) goto out;
+        }
       }
     }
     if (progress) continue;
@@ -226,7 +277,9 @@ gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline) {
   int lfd = -1, port = 0;
   GT_TRY(gt_wire_listen(host, 0, &lfd, &port));
   char key[320], val[128], ctx[256];
-  snprintf(ctx, sizeof ctx, "comm:%s", c->prefix);
+  /* The integrity mode is in the context: ranks that disagree on it fail
+   * the handshake rather than misread each other's frames. */
+  snprintf(ctx, sizeof ctx, "comm:%s:%s", c->prefix, c->payload_mac ? "mac" : "headers");
   gt_comm_key(c, key, sizeof key, "addr/%d", c->rank);
   int vl = snprintf(val, sizeof val, "%s %d", host, port);
   gt_status st = gt_store_set(c->store, key, val, (size_t)vl);
@@ -244,7 +297,7 @@ gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline) {
     free(v);
     if (st != GT_OK) break;
     st = gt_wire_connect(h, p, deadline, &c->fds[j]);
-    if (st == GT_OK) st = gt_wire_auth_client(c->fds[j], c->secret, ctx, (uint32_t)c->rank, deadline);
+    if (st == GT_OK) st = gt_wire_auth_client(c->fds[j], c->secret, ctx, (uint32_t)c->rank, deadline, &c->sess[j]);
     if (st != GT_OK) st = gt_error_context(st, "connecting to rank %d at %s:%d", j, h, p);
   }
   /* Take every higher rank in; refuse anything else and keep going. */

@@ -8,6 +8,7 @@
 #define GIANT_PARALLEL_WIRE_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -66,12 +67,71 @@ gt_status gt_wire_accept(int lfd, double deadline, const atomic_int *abort_flag,
  * noticed; bigger buffers for bulk data. */
 void gt_wire_tune(int fd);
 
+/* ---- sealed frames (seal.c) ----
+ * After the handshake every frame is authenticated: its header is followed
+ * by a tag (HMAC-SHA256 cut to 16 bytes) under a key of the sender's
+ * direction, over the frame's count on the connection and the header; a
+ * payload tag over the count and the payload may follow it. Both ends
+ * count frames, so a forged, replayed, dropped or reordered frame fails. */
+#define GT_WIRE_KEY 32
+#define GT_WIRE_TAG 16
+#define GT_WIRE_SEALED_HDR (GT_WIRE_HDR + GT_WIRE_TAG)
+
+/* One direction's tags, reused frame after frame: HMAC-SHA256 for headers,
+ * AES-256-GMAC for payloads (seal.c says why). */
+typedef struct gt_wire_mac {
+  void *hmac;   /* EVP_MAC_CTX */
+  void *gcm;    /* EVP_CIPHER_CTX */
+  bool payload; /* the tag in progress is a payload's */
+} gt_wire_mac;
+gt_status gt_wire_mac_init(gt_wire_mac *m, const uint8_t key[GT_WIRE_KEY]);
+void gt_wire_mac_free(gt_wire_mac *m);
+/* A tag over (label, count, the bytes added), in pieces; label 'P' makes
+ * a payload tag, any other a header tag. */
+gt_status gt_wire_mac_start(gt_wire_mac *m, char label, uint64_t count);
+gt_status gt_wire_mac_add(gt_wire_mac *m, const void *p, size_t n);
+gt_status gt_wire_mac_tag(gt_wire_mac *m, uint8_t tag[GT_WIRE_TAG]);
+/* Compares the tag so far with `tag` in constant time; a mismatch is
+ * GT_EAUTH, logged, with `what` (the frame) in the message. */
+gt_status gt_wire_mac_check(gt_wire_mac *m, const uint8_t tag[GT_WIRE_TAG], const char *what);
+
+typedef struct gt_wire_session {
+  gt_wire_mac tx, rx;
+  uint64_t tx_count, rx_count; /* frames sent and received since the handshake */
+} gt_wire_session;
+/* HKDF-SHA256 of the secret, salted with the handshake's nonces, with the
+ * context and the client's id in the info: one key per direction. */
+gt_status gt_wire_derive_keys(const char *secret, const char *context, const uint8_t *nonces, size_t nonce_len,
+                              uint32_t id, uint8_t client_to_server[GT_WIRE_KEY],
+                              uint8_t server_to_client[GT_WIRE_KEY]);
+gt_status gt_wire_session_open(gt_wire_session *s, const uint8_t tx_key[GT_WIRE_KEY],
+                               const uint8_t rx_key[GT_WIRE_KEY]);
+void gt_wire_session_close(gt_wire_session *s);
+/* A header and its tag for the next frame sent (the caller counts it:
+ * tx_count++ once the frame is whole); the check of one received, decoded
+ * into *h. `from` names the peer in messages. */
+gt_status gt_wire_seal_header(gt_wire_session *s, uint8_t out[GT_WIRE_SEALED_HDR], uint16_t type, uint32_t seq,
+                              uint32_t len);
+gt_status gt_wire_open_header(gt_wire_session *s, const uint8_t in[GT_WIRE_SEALED_HDR], gt_wire_hdr *h,
+                              const char *from);
+/* Whole frames with both tags (the store's requests and replies). A
+ * received frame is read as its header, checked before its length is
+ * trusted, then its payload, which counts it. */
+gt_status gt_wire_send_sealed(int fd, gt_wire_session *s, uint16_t type, uint32_t seq, const void *payload,
+                              uint32_t len, double deadline, const atomic_int *abort_flag);
+gt_status gt_wire_recv_sealed_header(int fd, gt_wire_session *s, gt_wire_hdr *h, const char *from, double deadline,
+                                     const atomic_int *abort_flag);
+gt_status gt_wire_recv_sealed_payload(int fd, gt_wire_session *s, void *payload, uint32_t len, const char *from,
+                                      double deadline, const atomic_int *abort_flag);
+
 /* The handshake. `context` binds the proof to one purpose (a store, one
- * communicator); `id` is the client's claimed rank, proven with the rest. */
+ * communicator); `id` is the client's claimed rank, proven with the rest.
+ * On success *session (when not NULL) holds this end's keys for sealed
+ * frames, counts at 0; the caller closes it. */
 gt_status gt_wire_auth_client(int fd, const char *secret, const char *context, uint32_t id,
-                              double deadline);
+                              double deadline, gt_wire_session *session);
 gt_status gt_wire_auth_server(int fd, const char *secret, const char *context, uint32_t *id,
-                              double deadline);
+                              double deadline, gt_wire_session *session);
 
 /* The job secret: `given`, else $GT_JOB_SECRET, else an error; one
  * shorter than GT_WIRE_SECRET_MIN bytes is refused. */

@@ -17,6 +17,7 @@ typedef struct agent_opts {
   const char *log_dir, *plan, *cacert, *cert, *key;
   const char *user, *password_file; /* etcd authentication: --rdzv-user, --rdzv-password-file */
   char password[256];               /* read from password_file */
+  const char *comm_integrity; /* --comm-integrity headers|mac, given to workers as GT_COMM_INTEGRITY */
   const char *ckpt_dir; /* checkpoints: given to workers as GT_CKPT_DIR, _EVERY, _KEEP */
   int ckpt_every, ckpt_keep;
   int nproc, max_restarts, restart_window_s, ttl_s, rdzv_timeout_s;
@@ -167,8 +168,15 @@ void lead_stop(lead *l);
 typedef struct standalone_etcd {
   pid_t pid;
   char dir[256];
-  char endpoint[64];
+  char endpoint[64]; /* https://127.0.0.1:PORT */
+  /* Made at start in dir (certs.c): the CA, etcd's certificate and key, and
+   * the client certificate and key the agent and its workers use. */
+  char ca[300], server_cert[300], server_key[300], client_cert[300], client_key[300];
 } standalone_etcd;
+
+/* Writes the private CA's certificate and the server and client
+ * certificates and keys into e->dir, each mode 0600, their paths into e. */
+gt_status standalone_make_certs(standalone_etcd *e);
 
 gt_status standalone_start(standalone_etcd *e);
 /* Stops etcd (SIGTERM, SIGKILL after 5 s) and removes its directory. */

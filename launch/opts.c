@@ -27,7 +27,8 @@ static const char usage[] =
     "  --hang-timeout S           a worker whose step (gt_job_step) does not advance\n"
     "                             for S seconds has failed (default 0: 3x its longest\n"
     "                             step, at least 30)\n"
-    "  --standalone               one node, with a private etcd on loopback\n"
+    "  --standalone               one node, with a private etcd on loopback that speaks TLS\n"
+    "                             and takes only certificates giantrun makes at start\n"
     "  --reshape                  when a worker dies, the others go on in-process\n"
     "                             without it (GT_RESHAPE=1; a program that supports it,\n"
     "                             like examples/gpt): only a worker exiting 75, or a\n"
@@ -43,6 +44,8 @@ static const char usage[] =
     "  --rdzv-user NAME           authenticate to etcd as this user (etcd RBAC)\n"
     "  --rdzv-password-file FILE  its password, the file's one line (mode 0600; workers\n"
     "                             are given the path, GT_STORE_PASSWORD_FILE, not the password)\n"
+    "  --comm-integrity MODE      headers (default): every TCP frame's header is authenticated;\n"
+    "                             mac: every payload too (GT_COMM_INTEGRITY; docs/security.md)\n"
     "  --rdzv-ttl S               lease TTL: a node silent S seconds is out (default 10)\n"
     "  --rdzv-settle S            wait for more than MIN nodes (default 5)\n"
     "  --rdzv-timeout S           give up a rendezvous after S seconds (default 600)\n"
@@ -144,6 +147,7 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
       {"--rdzv-cert", GT_OPT_STR, &o->cert, 0, 0},
       {"--rdzv-key", GT_OPT_STR, &o->key, 0, 0},
       {"--rdzv-user", GT_OPT_STR, &o->user, 0, 0},
+      {"--comm-integrity", GT_OPT_STR, &o->comm_integrity, 0, 0},
       {"--rdzv-password-file", GT_OPT_STR, &o->password_file, 0, 0},
       {"--rdzv-ttl", GT_OPT_INT, &o->ttl_s, 1, 3600},
       {"--rdzv-settle", GT_OPT_FLOAT, &o->settle_s, 0, 3600},
@@ -180,6 +184,9 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
   if (o->standalone) {
     if (o->endpoint) return usage_error("--standalone starts its own etcd: drop --rdzv-endpoint%s", "");
     if (o->max_nodes != 1) return usage_error("--standalone runs one node, but --nnodes is '%s'", o->nnodes);
+    if (o->cacert || o->cert || o->key)
+      return usage_error("--standalone makes its own certificates for its etcd: drop --rdzv-cacert, --rdzv-cert "
+                         "and --rdzv-key%s", "");
   } else if (!o->endpoint) {
     return usage_error("no etcd to meet on%s: give --rdzv-endpoint HOST:PORT, or --standalone for one node", "");
   }
@@ -194,6 +201,10 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
     return usage_error("--standalone starts its own etcd, which has no users: drop --rdzv-user%s", "");
   if (o->password_file && gt_etcd_read_password(o->password_file, o->password, sizeof o->password) != GT_OK)
     return usage_error("%s", gt_last_error());
+  if (!o->comm_integrity && getenv("GT_COMM_INTEGRITY") && *getenv("GT_COMM_INTEGRITY"))
+    o->comm_integrity = getenv("GT_COMM_INTEGRITY"); /* the workers get it as they would have */
+  if (o->comm_integrity && strcmp(o->comm_integrity, "headers") && strcmp(o->comm_integrity, "mac"))
+    return usage_error("--comm-integrity '%s': use headers or mac", o->comm_integrity);
   if (o->log_dir && !*o->log_dir) return usage_error("--log-dir is empty%s", "");
   if (o->ckpt_dir && !*o->ckpt_dir) return usage_error("--ckpt-dir is empty%s", "");
   if (o->plan && strlen(o->plan) >= 128) return usage_error("--plan '%s' is too long (at most 127 characters)", o->plan);

@@ -1,5 +1,7 @@
 /* --standalone: a private etcd on free loopback ports with a temporary data
- * directory, gone when giantrun exits.
+ * directory, gone when giantrun exits. It speaks only TLS and asks every
+ * client for a certificate of its own private CA (certs.c): other local
+ * users cannot read the job's secret from it.
  *
  * A giantrun killed outright (SIGKILL, the OOM killer) cannot remove its
  * directory; its etcd dies with it (PR_SET_PDEATHSIG). So each directory
@@ -71,16 +73,25 @@ static gt_status launch_once(standalone_etcd *e, const char *bin) {
   if (cport <= 0 || pport <= 0 || cport == pport)
     return gt_errorf(GT_EIO, "standalone etcd: no free loopback port");
   char data[300], logp[300], a_data[320], a_lc[80], a_ac[80], a_lp[80], a_ip[80], a_ic[100];
+  char a_cert[320], a_key[320], a_ca[320], a_pcert[330], a_pkey[330], a_pca[330];
   snprintf(data, sizeof data, "%s/data", e->dir);
   snprintf(logp, sizeof logp, "%s/etcd.log", e->dir);
   nftw(data, rm_entry, 16, FTW_DEPTH | FTW_PHYS); /* a failed try's data names its ports */
   snprintf(a_data, sizeof a_data, "--data-dir=%s", data);
-  snprintf(a_lc, sizeof a_lc, "--listen-client-urls=http://127.0.0.1:%d", cport);
-  snprintf(a_ac, sizeof a_ac, "--advertise-client-urls=http://127.0.0.1:%d", cport);
-  snprintf(a_lp, sizeof a_lp, "--listen-peer-urls=http://127.0.0.1:%d", pport);
-  snprintf(a_ip, sizeof a_ip, "--initial-advertise-peer-urls=http://127.0.0.1:%d", pport);
-  snprintf(a_ic, sizeof a_ic, "--initial-cluster=giantrun=http://127.0.0.1:%d", pport);
-  char *argv[] = {"etcd", "--name=giantrun", a_data, a_lc, a_ac, a_lp, a_ip, a_ic, NULL};
+  snprintf(a_lc, sizeof a_lc, "--listen-client-urls=https://127.0.0.1:%d", cport);
+  snprintf(a_ac, sizeof a_ac, "--advertise-client-urls=https://127.0.0.1:%d", cport);
+  snprintf(a_lp, sizeof a_lp, "--listen-peer-urls=https://127.0.0.1:%d", pport);
+  snprintf(a_ip, sizeof a_ip, "--initial-advertise-peer-urls=https://127.0.0.1:%d", pport);
+  snprintf(a_ic, sizeof a_ic, "--initial-cluster=giantrun=https://127.0.0.1:%d", pport);
+  /* Clients and the peer port alike need a certificate of the private CA. */
+  snprintf(a_cert, sizeof a_cert, "--cert-file=%s", e->server_cert);
+  snprintf(a_key, sizeof a_key, "--key-file=%s", e->server_key);
+  snprintf(a_ca, sizeof a_ca, "--trusted-ca-file=%s", e->ca);
+  snprintf(a_pcert, sizeof a_pcert, "--peer-cert-file=%s", e->server_cert);
+  snprintf(a_pkey, sizeof a_pkey, "--peer-key-file=%s", e->server_key);
+  snprintf(a_pca, sizeof a_pca, "--peer-trusted-ca-file=%s", e->ca);
+  char *argv[] = {"etcd", "--name=giantrun", a_data, a_lc, a_ac, a_lp, a_ip, a_ic, a_cert, a_key, a_ca,
+                  "--client-cert-auth", a_pcert, a_pkey, a_pca, "--peer-client-cert-auth", NULL};
   int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return gt_errorf(GT_EIO, "standalone etcd: cannot write %s: %s", logp, strerror(errno));
   pid_t agent = getpid();
@@ -114,7 +125,7 @@ static gt_status launch_once(standalone_etcd *e, const char *bin) {
       return gt_errorf(GT_EIO, "standalone etcd exited while starting (see its log %s)", logp);
     }
     if (log_says_ready(logp)) {
-      snprintf(e->endpoint, sizeof e->endpoint, "127.0.0.1:%d", cport);
+      snprintf(e->endpoint, sizeof e->endpoint, "https://127.0.0.1:%d", cport);
       return GT_OK;
     }
     struct timespec ts = {0, 20 * 1000000L};
@@ -209,7 +220,11 @@ gt_status standalone_start(standalone_etcd *e) {
     return st;
   }
   write_owner(e->dir);
-  gt_status st = GT_OK;
+  gt_status st = standalone_make_certs(e);
+  if (st != GT_OK) {
+    standalone_stop(e);
+    return st;
+  }
   /* A port found free may be taken before etcd binds it: try new ports. */
   for (int attempt = 0; attempt < 3; attempt++) {
     st = launch_once(e, bin);

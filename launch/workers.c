@@ -26,7 +26,7 @@ static const char *const our_vars[] = {
     "GT_RANK=", "GT_LOCAL_RANK=", "GT_WORLD_SIZE=", "GT_LOCAL_WORLD_SIZE=", "GT_NODE_RANK=",
     "GT_NNODES=", "GT_GENERATION=", "GT_RESTART_COUNT=", "GT_JOB_ID=", "GT_STORE=",
     "GT_STORE_CACERT=", "GT_STORE_CERT=", "GT_STORE_KEY=", "GT_STORE_USER=", "GT_STORE_PASSWORD_FILE=",
-    "GT_JOB_SECRET=", "GT_PLAN=",
+    "GT_JOB_SECRET=", "GT_PLAN=", "GT_COMM_INTEGRITY=",
     "GT_PROGRESS_FD=", "GT_CKPT_DIR=", "GT_CKPT_EVERY=", "GT_CKPT_KEEP=", "GT_COORD=", "GT_RESHAPE=", "GT_JOIN=", NULL};
 
 static int ours(const char *e) {
@@ -99,6 +99,7 @@ static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, in
   if (o->user) bad |= env_add(e, "GT_STORE_USER=%s", o->user);
   if (o->password_file) bad |= env_add(e, "GT_STORE_PASSWORD_FILE=%s", o->password_file);
   if (o->plan) bad |= env_add(e, "GT_PLAN=%s", o->plan);
+  if (o->comm_integrity) bad |= env_add(e, "GT_COMM_INTEGRITY=%s", o->comm_integrity);
   if (o->reshape) bad |= env_add(e, "GT_RESHAPE=1");
   bad |= env_add(e, "GT_PROGRESS_FD=%d", progress_fd);
   bad |= env_add(e, "GT_COORD=leader"); /* the agents campaign: a leader decides mitigation */

@@ -115,7 +115,11 @@ static void free_held(gt_trainer *t) {
 
 gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_trainer **out) {
   *out = NULL;
-  if (cfg->grad_accum < 1) return gt_errorf(GT_EINVAL, "grad_accum must be >= 1, got %d", cfg->grad_accum);
+  /* grad_accum 0: the model's pipeline(m) annotation, else 1. */
+  gt_trainer_config given = *cfg;
+  if (given.grad_accum == 0) given.grad_accum = gt_model_pipeline_micro_batches(m) > 0 ? gt_model_pipeline_micro_batches(m) : 1;
+  cfg = &given;
+  if (cfg->grad_accum < 1) return gt_errorf(GT_EINVAL, "grad_accum must be >= 1 (or 0: the model's pipeline annotation), got %d", cfg->grad_accum);
   if (!(cfg->schedule.lr_max >= 0) || !(cfg->schedule.lr_min >= 0))
     return gt_errorf(GT_EINVAL, "learning rates must be >= 0 (got max %g, min %g)", cfg->schedule.lr_max,
                      cfg->schedule.lr_min);
@@ -315,6 +319,7 @@ static gt_status reduce_step(gt_trainer *t, gt_step_stats *st) {
     gt_dp_sync_shard(t->sync, &lo, &hi);
     zero1 = gt_dp_sync_zero1(t->sync);
   }
+  GT_TRY(gt_model_sum_region_grads(t->m, lo, hi));
   GT_TRY(gt_grad_norm_dist(t->m, lo, hi, zero1 ? dp : NULL, tp, gt_dist_pp_group(t->dist), &st->grad_norm));
   if (dp->size > 1) {
     /* Each replica's loss is already weighted by its share of the tokens. */
@@ -458,6 +463,7 @@ gt_status gt_trainer_set_rows(gt_trainer *t, int B, int offset, int total) {
   if (offset < 0 || total < B || offset > total - B)
     return gt_errorf(GT_EINVAL, "a share of %d rows at offset %d does not fit in a group micro-batch of %d", B,
                      offset, total);
+  GT_TRY(gt_model_check_rows(t->m, B));
   t->share[0] = B, t->share[1] = offset, t->share[2] = total;
   return GT_OK;
 }

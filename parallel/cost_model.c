@@ -193,6 +193,9 @@ gt_status gt_planner_choose(const gt_planner_hw *hw, const gt_planner_job *job, 
   for (int pp = 1; pp <= W; pp++)
     for (int tp = 1; pp * tp <= W; tp++) {
       int dp = W / (pp * tp);
+      if ((job->fixed.dp && job->fixed.dp != dp) || (job->fixed.tp && job->fixed.tp != tp) ||
+          (job->fixed.pp && job->fixed.pp != pp))
+        continue;
       if (W % (pp * tp) || !tp_allowed(job, tp) || pp * job->chunks > job->nlayers ||
           pp * job->chunks > GT_PLANNER_MAX_STAGES || job->micro_batches < dp)
         continue;
@@ -206,9 +209,10 @@ gt_status gt_planner_choose(const gt_planner_hw *hw, const gt_planner_job *job, 
   if (!found) {
     st = gt_errorf(GT_EINVAL,
                    "no layout of %d ranks suits this job (%d layers, %d micro-batches, %s with %d chunks, allowed tp "
-                   "sizes %s): allow more tensor-parallel sizes, more micro-batches or another schedule",
+                   "sizes %s, fixed factors dp=%d,tp=%d,pp=%d with 0 free): allow more tensor-parallel sizes, more "
+                   "micro-batches or another schedule, or fix fewer factors",
                    W, job->nlayers, job->micro_batches, gt_pp_name(job->schedule), job->chunks,
-                   job->tp_allowed ? "as given" : "1 only");
+                   job->tp_allowed ? "as given" : "1 only", job->fixed.dp, job->fixed.tp, job->fixed.pp);
   } else if (!isfinite(best->step_seconds)) {
     gt_grid_coords c;
     gt_grid_coords_of(&near->layout, near->short_rank, &c);

@@ -3,18 +3,16 @@
 #include "giant/plan.h"
 #include "giant/planner.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-gt_status gt_plan_parse(const char *text, int world, gt_grid_layout *out, bool *automatic) {
-  *automatic = false;
-  if (!text || !*text || !strcmp(text, "auto")) {
-    *automatic = true;
-    *out = (gt_grid_layout){.dp = world, .tp = 1, .pp = 1};
-    return GT_OK;
-  }
-  gt_grid_layout l = {0, 1, 1};
-  bool dp_given = false;
+/* The factors a layout text gives: f[0..2] = dp, tp, pp, 0 where it is
+ * silent. "auto" and no text give none. */
+static gt_status parse_factors(const char *text, int f[3], bool *automatic) {
+  f[0] = f[1] = f[2] = 0;
+  *automatic = !text || !*text || !strcmp(text, "auto");
+  if (*automatic) return GT_OK;
   const char *p = text;
   while (*p) {
     const char *eq = strchr(p, '=');
@@ -24,48 +22,130 @@ gt_status gt_plan_parse(const char *text, int world, gt_grid_layout *out, bool *
     long v = strtol(eq + 1, &end, 10);
     if (end == eq + 1 || (*end && *end != ',') || v < 1 || v > 1 << 20)
       return gt_errorf(GT_EINVAL, "plan '%s': '%.*s' needs a positive integer", text, (int)klen, p);
-    if (klen == 2 && !strncmp(p, "dp", 2)) {
-      l.dp = (int)v;
-      dp_given = true;
-    } else if (klen == 2 && !strncmp(p, "tp", 2)) {
-      l.tp = (int)v;
-    } else if (klen == 2 && !strncmp(p, "pp", 2)) {
-      l.pp = (int)v;
-    } else {
-      return gt_errorf(GT_EINVAL, "plan '%s': unknown factor '%.*s' (use dp, tp, pp)", text, (int)klen, p);
-    }
+    int k = klen != 2 ? -1 : !strncmp(p, "dp", 2) ? 0 : !strncmp(p, "tp", 2) ? 1 : !strncmp(p, "pp", 2) ? 2 : -1;
+    if (k < 0) return gt_errorf(GT_EINVAL, "plan '%s': unknown factor '%.*s' (use dp, tp, pp)", text, (int)klen, p);
+    f[k] = (int)v;
     p = *end ? end + 1 : end;
   }
-  if (!dp_given) {
+  return GT_OK;
+}
+
+gt_status gt_plan_parse(const char *text, int world, gt_grid_layout *out, bool *automatic) {
+  int f[3];
+  GT_TRY(parse_factors(text, f, automatic));
+  gt_grid_layout l = {.dp = f[0], .tp = f[1] ? f[1] : 1, .pp = f[2] ? f[2] : 1};
+  if (!l.dp) {
     if (world % (l.tp * l.pp))
-      return gt_errorf(GT_EINVAL, "plan '%s': tp*pp = %d does not divide the world size %d", text, l.tp * l.pp,
-                       world);
+      return gt_errorf(GT_EINVAL, "plan '%s': tp*pp = %d does not divide the world size %d", text ? text : "auto",
+                       l.tp * l.pp, world);
     l.dp = world / (l.tp * l.pp);
   }
   *out = l;
   return GT_OK;
 }
 
+const char *gt_plan_source_name(gt_plan_source s) {
+  return s == GT_FROM_FLAG ? "flag" : s == GT_FROM_ANNOTATION ? "annotation" : "planner";
+}
+
+static const char *const factor_name[3] = {"dp", "tp", "pp"};
+
+/* Flag, then annotation: the value of each factor either fixes (0 where
+ * the planner chooses), and where it came from. */
+static gt_status fixed_factors(const gt_plan_config *cfg, int chunks, int f[3], gt_plan_source src[3],
+                               bool *automatic) {
+  const char *text = cfg->layout ? cfg->layout : getenv("GT_PLAN");
+  GT_TRY(parse_factors(text, f, automatic));
+  const gt_annotations *a = cfg->annotations;
+  int ann[3] = {0, 0, 0};
+  if (a && cfg->world > 1) {
+    ann[0] = a->dp;
+    ann[1] = a->tp ? a->tp : a->region_ways;
+    if (a->stages > 1 && a->stages % chunks)
+      return gt_errorf(GT_EINVAL, "the %d stage scopes (from layer '%s') do not make %d chunks per pipeline rank",
+                       a->stages, a->stage_at, chunks);
+    ann[2] = a->stages > 1 ? a->stages / chunks : 0;
+  }
+  for (int k = 0; k < 3; k++) {
+    src[k] = f[k] ? GT_FROM_FLAG : ann[k] ? GT_FROM_ANNOTATION : GT_FROM_PLANNER;
+    if (!f[k]) f[k] = ann[k];
+  }
+  return GT_OK;
+}
+
+gt_status gt_plan_preview(const gt_plan_config *cfg, gt_grid_layout *fixed) {
+  int f[3], chunks = cfg->schedule == GT_PP_INTERLEAVED ? (cfg->chunks > 0 ? cfg->chunks : 2) : 1;
+  gt_plan_source src[3];
+  bool automatic;
+  GT_TRY(fixed_factors(cfg, chunks, f, src, &automatic));
+  *fixed = (gt_grid_layout){.dp = f[0], .tp = f[1], .pp = f[2]};
+  return GT_OK;
+}
+
+/* "dp=2 (annotation), tp=4 (flag), pp=1 (planner)", for messages. */
+static const char *describe(const int f[3], const gt_plan_source src[3], char *buf, size_t n) {
+  snprintf(buf, n, "dp=%d (%s), tp=%d (%s), pp=%d (%s)", f[0], gt_plan_source_name(src[0]), f[1],
+           gt_plan_source_name(src[1]), f[2], gt_plan_source_name(src[2]));
+  return buf;
+}
+
 gt_status gt_plan_resolve(const gt_plan_config *cfg, gt_plan *out) {
   memset(out, 0, sizeof *out);
+  int W = cfg->world;
+  if (cfg->rank < 0 || cfg->rank >= W)
+    return gt_errorf(GT_EINVAL, "rank %d is outside the world of %d", cfg->rank, W);
+  if (cfg->schedule != GT_PP_INTERLEAVED && cfg->chunks > 1)
+    return gt_errorf(GT_EINVAL, "%d chunks per pipeline rank need the interleaved schedule", cfg->chunks);
+  out->chunks = cfg->schedule == GT_PP_INTERLEAVED ? (cfg->chunks > 0 ? cfg->chunks : 2) : 1;
+  int f[3];
+  gt_plan_source src[3];
+  GT_TRY(fixed_factors(cfg, out->chunks, f, src, &out->automatic));
   const char *text = cfg->layout ? cfg->layout : getenv("GT_PLAN");
-  GT_TRY(gt_plan_parse(text, cfg->world, &out->layout, &out->automatic));
-  gt_status s = gt_grid_check(&out->layout, cfg->world);
+  /* The planner's choice, for what is left open. */
+  const gt_grid_layout *pl = cfg->planner;
+  int planned[3] = {pl ? pl->dp : 0, pl ? pl->tp : 1, pl ? pl->pp : 1};
+  for (int k = 1; k < 3; k++)
+    if (!f[k]) f[k] = planned[k];
+  char buf[160];
+  if (!f[0]) {
+    if (pl) f[0] = planned[0];
+    else if (W % (f[1] * f[2]))
+      return gt_errorf(GT_EINVAL, "plan '%s': tp*pp = %d does not divide the world size %d", text ? text : "auto",
+                       f[1] * f[2], W);
+    else f[0] = W / (f[1] * f[2]);
+  }
+  for (int k = 0; pl && k < 3; k++)
+    if (src[k] != GT_FROM_PLANNER && planned[k] != f[k] && planned[k])
+      return gt_errorf(GT_EINVAL, "the planner's layout dp=%d,tp=%d,pp=%d changes %s, which the %s fixed at %d",
+                       pl->dp, pl->tp, pl->pp, factor_name[k], gt_plan_source_name(src[k]), f[k]);
+  if ((long long)f[0] * f[1] * f[2] != W)
+    return gt_errorf(GT_EINVAL, "plan '%s': the layout %s makes %lld ranks, but the world has %d%s",
+                     text ? text : "auto", describe(f, src, buf, sizeof buf), (long long)f[0] * f[1] * f[2], W,
+                     src[0] == GT_FROM_ANNOTATION || src[1] == GT_FROM_ANNOTATION || src[2] == GT_FROM_ANNOTATION
+                         ? ": change the annotations' counts (0 leaves one to the plan) or give the factor as a flag"
+                         : "");
+  out->layout = (gt_grid_layout){.dp = f[0], .tp = f[1], .pp = f[2]};
+  out->from_dp = src[0], out->from_tp = src[1], out->from_pp = src[2];
+  gt_status s = gt_grid_check(&out->layout, W);
   if (s != GT_OK) return gt_error_context(s, "plan '%s'", text ? text : "auto");
-  if (cfg->rank < 0 || cfg->rank >= cfg->world)
-    return gt_errorf(GT_EINVAL, "rank %d is outside the world of %d", cfg->rank, cfg->world);
+  const gt_annotations *a = cfg->annotations;
   if (cfg->seq_parallel && out->layout.tp < 2)
     return gt_errorf(GT_EINVAL, "sequence parallelism needs tensor parallelism (tp > 1); the plan has tp=%d",
                      out->layout.tp);
-  out->world = cfg->world;
+  out->world = W;
   out->rank = cfg->rank;
   out->zero1 = cfg->zero1;
   out->seq_parallel = cfg->seq_parallel;
   out->bucket_bytes = cfg->bucket_bytes ? cfg->bucket_bytes : (size_t)4 << 20;
   out->schedule = cfg->schedule;
-  out->chunks = cfg->schedule == GT_PP_INTERLEAVED ? (cfg->chunks > 0 ? cfg->chunks : 2) : 1;
-  if (cfg->schedule != GT_PP_INTERLEAVED && cfg->chunks > 1)
-    return gt_errorf(GT_EINVAL, "%d chunks per pipeline rank need the interleaved schedule", cfg->chunks);
+  /* Micro-batches and offloading: flag, else annotation, else off. */
+  out->micro_batches = cfg->micro_batches > 0 ? cfg->micro_batches : a ? a->micro_batches : 0;
+  out->from_micro_batches = cfg->micro_batches > 0 ? GT_FROM_FLAG
+                            : out->micro_batches    ? GT_FROM_ANNOTATION
+                                                    : GT_FROM_PLANNER;
+  out->offload_window = cfg->offload_window ? (cfg->offload_window > 0 ? cfg->offload_window : 0)
+                                            : a ? a->offload_window : 0;
+  out->from_offload = cfg->offload_window ? GT_FROM_FLAG : out->offload_window ? GT_FROM_ANNOTATION : GT_FROM_PLANNER;
   return gt_grid_coords_of(&out->layout, cfg->rank, &out->me);
 }
 
@@ -85,64 +165,6 @@ gt_status gt_plan_check_model(const gt_plan *p, const gt_model *m) {
                        p->layout.tp);
   }
   return GT_OK;
-}
-
-static const char *shape_str(const int64_t *s, int n, char *buf, size_t len) {
-  int off = 0;
-  for (int i = 0; i < n && (size_t)off < len; i++) off += snprintf(buf + off, len - (size_t)off, "%s%lld", i ? "x" : "", (long long)s[i]);
-  return buf;
-}
-
-void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
-  fprintf(f, "plan: world %d = dp %d x tp %d x pp %d%s; rank %d is dp %d, tp %d, pp %d\n", p->world, p->layout.dp,
-          p->layout.tp, p->layout.pp, p->automatic ? " (auto)" : "", p->rank, p->me.dp, p->me.tp, p->me.pp);
-  fprintf(f, "      ZeRO-1 %s, sequence parallel %s, gradient buckets %zu KiB\n", p->zero1 ? "on" : "off",
-          p->seq_parallel ? "on" : "off", p->bucket_bytes >> 10);
-  if (p->layout.pp > 1)
-    fprintf(f, "      pipeline: %s, %d stages (%d per rank)\n", gt_pp_name(p->schedule), p->layout.pp * p->chunks,
-            p->chunks);
-  fprintf(f, "%-4s %-16s %-12s %-6s %-6s %-22s %-20s %s\n", "#", "layer", "type", "stage", "split", "parameter",
-          "held here", "whole");
-  for (int i = 0; i < gt_model_num_layers(m); i++) {
-    gt_layer *l = gt_model_layer(m, i);
-    char split[16];
-    snprintf(split, sizeof split, "%d-way", l->tp ? l->tp->size : 1);
-    if (l->nparams == 0) fprintf(f, "%-4d %-16s %-12s %-6d %-6s\n", i, l->name, l->type->name, l->stage, split);
-    for (int k = 0; k < l->nparams; k++) {
-      const gt_param *q = gt_layer_param_info(l, k);
-      char a[48], b[48], local[80];
-      shape_str(q->shape, q->ndim, a, sizeof a);
-      shape_str(q->global_shape, q->ndim, b, sizeof b);
-      if (!l->local && gt_model_num_pipeline_stages(m) > 1)
-        snprintf(local, sizeof local, "- (pipeline rank %d)", l->stage % p->layout.pp);
-      else if (q->split_dim >= 0)
-        snprintf(local, sizeof local, "%s (part %d/%d)", a, q->split_rank + 1, q->split_parts);
-      else snprintf(local, sizeof local, "%s", a);
-      const char *nm = strchr(q->name, '.') ? strchr(q->name, '.') + 1 : q->name;
-      char idx[16] = "", stage[16] = "";
-      if (k == 0) snprintf(idx, sizeof idx, "%d", i), snprintf(stage, sizeof stage, "%d", l->stage);
-      /* Offloaded, a tensor's master copy (and its gradient and optimizer
-       * state) is in host memory and it visits the device in its layer's
-       * window slot. */
-      bool here = l->local || gt_model_num_pipeline_stages(m) == 1;
-      fprintf(f, "%-4s %-16s %-12s %-6s %-6s %-22s %-20s %s%s%s\n", idx, k ? "" : l->name, k ? "" : l->type->name,
-              stage, k ? "" : split, nm, local, b, q->tied_to >= 0 ? " (tied)" : "",
-              here && gt_model_offloaded(m) ? "  [host; device in a window slot]" : "");
-    }
-  }
-  size_t n = gt_model_buffer_floats(m);
-  int dp = p->layout.dp;
-  size_t shard = (n + (size_t)dp - 1) / (size_t)dp;
-  fprintf(f, "parameters held here: %zu floats (%zu trainable); ", n, gt_model_param_count(m));
-  if (p->zero1)
-    fprintf(f, "optimizer state: floats [%zu, %zu) of the flat buffer (shard %d of %d)\n", shard * (size_t)p->me.dp,
-            shard * (size_t)(p->me.dp + 1) < n ? shard * (size_t)(p->me.dp + 1) : n, p->me.dp + 1, dp);
-  else
-    fprintf(f, "optimizer state: all of it (replicated over dp)\n");
-  if (gt_model_offloaded(m))
-    fprintf(f, "offloaded: parameters, gradients and optimizer state live in host memory; the device holds the "
-               "weights of %d layers at a time (docs/offload.md)\n",
-            gt_model_offload_stats(m).window);
 }
 
 gt_status gt_plan_cut_stages(const gt_plan *p, gt_model *m, int B, int T, const double *stage_speed) {

@@ -20,6 +20,8 @@ static gt_status each_request(const gt_model *m, gt_acts *a, gt_status (*take)(v
     if (n) GT_TRY(take(ctx, n * sizeof(float), a ? (void **)&a->saved[i] : NULL));
   }
   for (int k = 0; k < 2; k++) GT_TRY(take(ctx, BT * (size_t)m->max_dim * sizeof(float), a ? (void **)&a->dbuf[k] : NULL));
+  if (m->nregions && gt_model_region_ways(m) > 1)
+    GT_TRY(take(ctx, BT * (size_t)m->max_dim * sizeof(float), a ? (void **)&a->rbuf : NULL));
   GT_TRY(take(ctx, BT * sizeof(int32_t), a ? (void **)&a->tokens : NULL));
   return take(ctx, BT * sizeof(int32_t), a ? (void **)&a->targets : NULL);
 }
@@ -68,6 +70,7 @@ void gt_acts_destroy(gt_acts *a) {
   }
   gt_arena_free(ar, a->dbuf[0]);
   gt_arena_free(ar, a->dbuf[1]);
+  gt_arena_free(ar, a->rbuf);
   gt_arena_free(ar, a->tokens);
   gt_arena_free(ar, a->targets);
   free(a->out);
@@ -131,6 +134,68 @@ static gt_status load_batch(gt_model *m, gt_acts *a, const gt_batch *batch) {
   return GT_OK;
 }
 
+/* A replicated region of a split layout (docs/annotations.md): rank q of
+ * the R ranks of the tensor-parallel group runs the region's layers on
+ * rows [q*B/R, (q+1)*B/R) of the micro-batch, which are contiguous in every
+ * activation. At the region's last layer the shares are all-gathered into
+ * the whole output; backward takes its share of the whole output gradient
+ * there, and all-gathers the input gradient at the region's first layer.
+ * region_enter gives layer i the context of its rows when it is in a
+ * region (else the whole micro-batch's). */
+typedef struct region_io {
+  const struct gt_region *g; /* NULL: layer i is in no region */
+  gt_layer_ctx ctx;
+  size_t row0;               /* the first row of this rank's share */
+} region_io;
+
+gt_status gt_model_check_rows(const gt_model *m, int B) {
+  int R = gt_model_region_ways(m);
+  if (!m->nregions || R < 2 || B % R == 0) return GT_OK;
+  return gt_errorf(GT_EINVAL, "a micro-batch of %d rows does not divide among the %d ranks of the replicated region "
+                   "'%s'..'%s': use a multiple of %d rows",
+                   B, R, m->layers[m->regions[0].lo]->name, m->layers[m->regions[0].hi]->name, R);
+}
+
+static gt_status region_enter(gt_model *m, gt_acts *a, const gt_layer_ctx *ctx, int i, region_io *r) {
+  int R = gt_model_region_ways(m);
+  r->g = R > 1 ? gt_model_region_of(m, i) : NULL;
+  r->ctx = *ctx;
+  r->row0 = 0;
+  if (!r->g) return GT_OK;
+  GT_TRY(gt_model_check_rows(m, a->B));
+  int rows = a->B / R;
+  r->row0 = (size_t)m->par.tp->rank * (size_t)rows;
+  r->ctx.B = rows;
+  r->ctx.tokens = ctx->tokens + r->row0 * (size_t)a->T;
+  r->ctx.targets = ctx->targets + r->row0 * (size_t)a->T;
+  return GT_OK;
+}
+
+/* A pointer at this rank's rows of a whole activation of `dim` features. */
+static const float *share_of(const region_io *r, const gt_acts *a, const float *whole, int dim) {
+  return whole ? whole + r->row0 * (size_t)a->T * (size_t)dim : NULL;
+}
+
+static gt_status region_gather(gt_model *m, const gt_acts *a, const region_io *r, const float *share, float *whole,
+                               int dim) {
+  gt_group *tp = m->par.tp;
+  gt_status s = tp->allgather(tp, share, whole, (size_t)r->ctx.B * (size_t)a->T * (size_t)dim);
+  return s == GT_OK ? s : gt_error_context(s, "gathering the rows of the replicated region '%s'..'%s'",
+                                           m->layers[r->g->lo]->name, m->layers[r->g->hi]->name);
+}
+
+gt_status gt_model_sum_region_grads(gt_model *m, size_t lo, size_t hi) {
+  if (!m->nregions || gt_model_region_ways(m) < 2) return GT_OK;
+  gt_group *tp = m->par.tp;
+  for (int i = 0; i < m->nparams; i++) {
+    const gt_param *p = &m->params[i];
+    if (!p->local || p->tied_to >= 0 || !gt_model_region_of(m, p->layer)) continue;
+    size_t s = p->offset > lo ? p->offset : lo, e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    if (s < e) GT_TRY(tp->allreduce_sum(tp, m->grad_buf + s, e - s));
+  }
+  return GT_OK;
+}
+
 /* Forward of layers [lo, hi]; `in` feeds layer lo. */
 static gt_status forward_layers(gt_model *m, gt_acts *a, int lo, int hi, const float *in, float *loss) {
   GT_TRY(gt_model_refresh_bf16(m));
@@ -139,9 +204,15 @@ static gt_status forward_layers(gt_model *m, gt_acts *a, int lo, int hi, const f
   for (int i = lo; i <= hi; i++) {
     gt_layer *l = m->layers[i];
     if (m->off) GT_TRY(gt_offload_layer_ready(m, i, lo, hi, +1));
-    gt_status s = l->type->forward(l, &ctx, in, a->out[i], a->saved[i]);
+    region_io r;
+    GT_TRY(region_enter(m, a, &ctx, i, &r));
+    float *out = a->out[i];
+    if (r.g && i == r.g->lo) in = share_of(&r, a, in, l->in_dim);
+    if (r.g && i == r.g->hi) out = a->rbuf;
+    gt_status s = l->type->forward(l, &r.ctx, in, out, a->saved[i]);
     if (s != GT_OK) return gt_error_context(s, "forward of layer '%s'", l->name);
     if (m->off) GT_TRY(gt_offload_layer_done(m, i));
+    if (r.g && i == r.g->hi) GT_TRY(region_gather(m, a, &r, a->rbuf, a->out[i], l->out_dim));
     in = a->out[i];
   }
   a->forward_done = true;
@@ -169,27 +240,33 @@ static gt_status backward_layers(gt_model *m, gt_acts *a, int lo, int hi, const 
   gt_backend *be = m->be;
   gt_layer_ctx ctx;
   make_ctx(m, a, loss_scale, &ctx);
-  size_t BT = (size_t)a->B * (size_t)a->T;
   int k = 0;
   /* Offloaded, a layer's gradients reach the host while the layer below
    * computes; its hook runs once they are there. */
   int pending = -1;
   for (int i = hi; i >= lo; i--) {
     gt_layer *l = m->layers[i];
-    float *din = NULL;
+    region_io r;
+    GT_TRY(region_enter(m, a, &ctx, i, &r));
+    bool gather = r.g && i == r.g->lo && i > 0; /* the input gradient of a region's rows, gathered below */
+    float *din = NULL, *ldin = NULL;
     if (i > 0) {
-      din = a->dbuf[k];
+      din = ldin = a->dbuf[k];
       k ^= 1;
+      if (gather) ldin = a->rbuf;
       /* Backward kernels accumulate, so the input gradient starts at zero. */
-      GT_TRY(gt_backend_memset(be, din, 0, BT * (size_t)l->in_dim * sizeof(float), NULL));
+      GT_TRY(gt_backend_memset(be, ldin, 0, (size_t)r.ctx.B * (size_t)a->T * (size_t)l->in_dim * sizeof(float), NULL));
     }
     const float *in = i > lo ? a->out[i - 1] : in_lo;
+    if (r.g && i == r.g->lo) in = share_of(&r, a, in, l->in_dim);
+    if (r.g && i == r.g->hi) dout = share_of(&r, a, dout, l->out_dim);
     if (m->off) {
       GT_TRY(gt_offload_layer_ready(m, i, lo, hi, -1));
       GT_TRY(gt_offload_grads_begin(m, i));
     }
-    gt_status s = l->type->backward(l, &ctx, in, dout, din, a->saved[i]);
+    gt_status s = l->type->backward(l, &r.ctx, in, dout, ldin, a->saved[i]);
     if (s != GT_OK) return gt_error_context(s, "backward of layer '%s'", l->name);
+    if (gather) GT_TRY(region_gather(m, a, &r, ldin, din, l->in_dim));
     if (m->off) {
       GT_TRY(gt_offload_layer_done(m, i));
       GT_TRY(gt_offload_grads_end(m, i));

@@ -37,6 +37,7 @@ void gt_model_destroy(gt_model *m) {
   free(m->params);
   free(m->cut);
   free(m->host_losses);
+  gt_model_annotations_destroy(m);
   gt_offload_destroy(m);
   gt_model_state_free(m, m->param_buf);
   gt_model_state_free(m, m->grad_buf);
@@ -75,9 +76,7 @@ gt_status gt_model_add(gt_model *m, const gt_layer_type *type, const char *name,
   l->index = m->nlayers;
   l->model = m;
   l->first_param = m->nparams;
-  l->stage = m->stages > 0 ? m->stages - 1 : 0;
-  for (int i = 0; i < m->nscopes; i++)
-    if (m->scopes[i] == GT_SCOPE_SPLIT) l->split = true;
+  gt_model_annotate_layer(m, l);
   if (l->split && m->par.tp && m->par.tp->size > 1) l->tp = m->par.tp;
   gt_status s = type->build(l, config);
   if (s != GT_OK) {
@@ -276,39 +275,6 @@ gt_status gt_model_set_parallel(gt_model *m, const gt_model_parallel *p) {
 
 const gt_model_parallel *gt_model_get_parallel(const gt_model *m) { return &m->par; }
 
-gt_status gt_model_scope_begin(gt_model *m, gt_scope_kind kind, int micro_batches) {
-  if (m->built) return gt_errorf(GT_ESTATE, "annotation after gt_model_build");
-  if (m->nscopes == (int)(sizeof m->scopes / sizeof m->scopes[0]))
-    return gt_errorf(GT_EINVAL, "annotation scopes nest deeper than %d", m->nscopes);
-  switch (kind) {
-    case GT_SCOPE_REPLICATE: break;
-    case GT_SCOPE_SPLIT: m->any_split_scope = true; break;
-    case GT_SCOPE_STAGE:
-      for (int i = 0; i < m->nscopes; i++)
-        if (m->scopes[i] == GT_SCOPE_STAGE) return gt_errorf(GT_EINVAL, "stage scopes cannot nest");
-      m->stages++;
-      break;
-    case GT_SCOPE_PIPELINE:
-      if (micro_batches < 1)
-        return gt_errorf(GT_EINVAL, "a pipeline scope needs at least 1 micro-batch, got %d", micro_batches);
-      if (m->micro_batches) return gt_errorf(GT_EINVAL, "a model has at most one pipeline scope");
-      m->micro_batches = micro_batches;
-      break;
-    default: return gt_errorf(GT_EINVAL, "unknown annotation scope %d", (int)kind);
-  }
-  m->scopes[m->nscopes++] = kind;
-  return GT_OK;
-}
-
-gt_status gt_model_scope_end(gt_model *m) {
-  if (m->nscopes == 0) return gt_errorf(GT_ESTATE, "gt_model_scope_end without a matching begin");
-  m->nscopes--;
-  return GT_OK;
-}
-
-int gt_model_pipeline_micro_batches(const gt_model *m) { return m->micro_batches; }
-int gt_model_num_stages(const gt_model *m) { return m->stages > 0 ? m->stages : 1; }
-
 /* ---- build ---- */
 
 static gt_status init_params(gt_model *m) {
@@ -340,6 +306,7 @@ static gt_status assign_stages(gt_model *m) {
     return gt_errorf(GT_EINVAL, "the pipeline needs %d stages (pp=%d x %d chunks) but the model has only %d layers",
                      S, P, V, m->nlayers);
   bool annotated = m->stages == S && S > 1;
+  m->stages_used = annotated;
   if (!annotated && m->cut && m->ncut != S)
     return gt_errorf(GT_EINVAL, "the stage cut has %d stages, the pipeline %d", m->ncut, S);
   for (int i = 0; i < m->nlayers; i++) {
@@ -393,7 +360,7 @@ gt_status gt_model_stage_layers(const gt_model *m, int stage, int *first, int *l
 gt_status gt_model_build(gt_model *m) {
   if (m->built) return gt_errorf(GT_ESTATE, "gt_model_build called twice");
   if (m->nlayers == 0) return gt_errorf(GT_EINVAL, "the model has no layers");
-  if (m->nscopes) return gt_errorf(GT_EINVAL, "%d annotation scope(s) still open at build", m->nscopes);
+  GT_TRY(gt_model_finish_annotations(m));
   gt_layer *first = m->layers[0], *last = m->layers[m->nlayers - 1];
   if (!last->is_loss)
     return gt_errorf(GT_EINVAL, "the model must end in a loss layer (such as gt_lm_head_layer); the last is '%s' (%s)",
@@ -437,6 +404,7 @@ gt_status gt_model_build(gt_model *m) {
     off += (p->numel + 15) & ~(size_t)15; /* 64-byte aligned starts */
     m->ntrainable += p->numel;
   }
+  GT_TRY(gt_model_check_regions(m));
   size_t mult = m->par.buffer_multiple;
   if (mult > 1) off = (off + mult - 1) / mult * mult;
   m->nfloats = off;

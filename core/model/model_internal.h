@@ -6,6 +6,17 @@
 
 typedef struct gt_offload gt_offload;
 
+#define GT_MODEL_MAX_SCOPE_DEPTH 16
+
+/* One annotation scope: its kind, its count (replicate n, split k, stage
+ * i, pipeline m, offload w) and the layers it holds. */
+typedef struct gt_scope_rec {
+  gt_scope_kind kind;
+  int arg;
+  int first, last; /* layers [first, last]; first > last: none (yet) */
+  int depth;       /* scopes around it when it opened */
+} gt_scope_rec;
+
 struct gt_model {
   gt_backend *be;
   gt_model_config cfg;
@@ -26,12 +37,19 @@ struct gt_model {
   int vocab_out;        /* targets the loss layer accepts */
   float *host_losses;   /* B_max*T_max, to reduce the per-token losses */
   gt_model_parallel par;
-  /* annotation scopes */
-  gt_scope_kind scopes[16];
-  int nscopes;
-  bool any_split_scope; /* the user annotated split somewhere */
+  /* annotation scopes (annotate.c), in the order they were opened */
+  gt_scope_rec *recs;
+  int nrecs, cap_recs;
+  int open[GT_MODEL_MAX_SCOPE_DEPTH]; /* the scopes open now, outermost first */
+  int nopen;
   int stages;           /* stage scopes opened so far */
-  int micro_batches;    /* from a pipeline scope */
+  bool stages_used;     /* build cut the stages where the stage scopes say */
+  /* replicated regions of a split layout (annotate.c): layers [lo, hi]
+   * each rank of the tensor-parallel group runs on its share of the rows */
+  struct gt_region {
+    int lo, hi;
+  } *regions;
+  int nregions;
   int pp_stages;        /* stages the pipeline cuts the model into (1: none) */
   int *cut;             /* from gt_model_set_stage_cut: ncut + 1 entries, or NULL */
   int ncut;
@@ -60,12 +78,24 @@ struct gt_acts {
   float **out;          /* per local layer: (B_max,T_max,out_dim) */
   float **saved;        /* per layer: its saved activations */
   float *dbuf[2];       /* ping-pong gradient buffers between layers */
+  float *rbuf;          /* replicated regions: a rank's rows at a region's edge, before the gather */
   int32_t *tokens, *targets; /* device copies of the batch */
   int B, T;
   int64_t ntargets;
   bool forward_done;
   const float *stage_in; /* the input the last forward_stage was given */
 };
+
+/* annotate.c: checks the scopes and finds the replicated regions (at
+ * build); frees the records. The region layer i belongs to, or NULL; and,
+ * for a layer in one, the ranks that share its rows (1 when the layout
+ * has no tensor parallelism). */
+void gt_model_annotate_layer(gt_model *m, gt_layer *l);
+gt_status gt_model_finish_annotations(gt_model *m);
+gt_status gt_model_check_regions(const gt_model *m);
+void gt_model_annotations_destroy(gt_model *m);
+const struct gt_region *gt_model_region_of(const gt_model *m, int layer);
+int gt_model_region_ways(const gt_model *m);
 
 /* acts.c: the device bytes one gt_acts takes, as the arena sets them aside. */
 size_t gt_acts_device_bytes(const gt_model *m);

@@ -33,7 +33,7 @@
 
 typedef struct args {
   const char *data, *corpus, *metrics, *device, *optimizer, *plan, *schedule, *speeds, *precision,
-      *offload_optimizer;
+      *offload_optimizer, *annotate;
   int steps, batch, global_batch, seq, layers, channels, heads, accum, warmup, threads, sample, print_every,
       bucket_kib, chunks, mem_mib, mirror_every, skip_nonfinite, offload, offload_prefetch, device_mem_mib,
       host_mem_mib;
@@ -62,7 +62,7 @@ static const char *usage =
     "  --global-batch G    rows per micro-batch of all replicas together, instead of --batch:\n"
     "                      the dp replicas share them as evenly as they can, so a restart at\n"
     "                      another world size and layout goes on with the same batches\n"
-    "  --accum K           micro-batches per step (default 1)\n"
+    "  --accum K           micro-batches per step (default: the model's pipeline annotation, else 1)\n"
     "  --optimizer NAME    adamw or sgd (default adamw)\n"
     "  --lr X --min-lr X   peak and final learning rate (default 1e-3, 1e-4)\n"
     "  --warmup N          warmup steps (default 20)\n"
@@ -76,7 +76,11 @@ static const char *usage =
     "  --precision NAME    fp32, or bf16: bf16 matrix products with fp32 master weights,\n"
     "                      accumulation and optimizer state (default fp32)\n"
     "parallelism (under giantrun):\n"
-    "  --plan LAYOUT       dp=2,tp=2,pp=1 or auto (default: $GT_PLAN, else auto: the planner chooses)\n"
+    "  --plan LAYOUT       dp=2,tp=2,pp=1 or auto (default: $GT_PLAN, else auto: the planner chooses);\n"
+    "                      a factor left out comes from the annotations, else from the planner\n"
+    "  --annotate LIST     the model's annotations (docs/annotations.md), any of replicate=N,\n"
+    "                      split=K, stages=S, pipeline=M, offload=W, embed (a replicated embedding\n"
+    "                      and first block before the split body; needs --untied)\n"
     "  --zero1             shard the optimizer state over data-parallel ranks (ZeRO-1)\n"
     "  --seq-parallel      sequence parallelism in tensor-parallel layers\n"
     "  --bucket-kib N      gradient all-reduce bucket size (default 4096)\n"
@@ -132,11 +136,12 @@ static const char *usage =
 static int parse_args(int argc, char **argv, args *a) {
   *a = (args){.data = "data/fortunes.tok", .corpus = "/usr/share/games/fortunes", .device = "cpu", .precision = "fp32",
               .optimizer = "adamw", .steps = 300, .batch = 8, .seq = 128, .layers = 4, .channels = 128,
-              .heads = 4, .accum = 1, .warmup = 20, .sample = 300, .print_every = 10, .lr = 1e-3f, .bucket_kib = 4096, .schedule = "1f1b",
+              .heads = 4, .accum = 0, .warmup = 20, .sample = 300, .print_every = 10, .lr = 1e-3f, .bucket_kib = 4096, .schedule = "1f1b",
               .min_lr = 1e-4f, .clip = 1.0f, .weight_decay = -1, .temperature = 0.8f, .seed = 1,
               .skip_nonfinite = 3};
   gt_opt_spec specs[] = {
       {"--data", GT_OPT_STR, &a->data, 0, 0},          {"--corpus", GT_OPT_STR, &a->corpus, 0, 0},
+      {"--annotate", GT_OPT_STR, &a->annotate, 0, 0},
       {"--metrics", GT_OPT_STR, &a->metrics, 0, 0},    {"--device", GT_OPT_STR, &a->device, 0, 0},
       {"--optimizer", GT_OPT_STR, &a->optimizer, 0, 0}, {"--plan", GT_OPT_STR, &a->plan, 0, 0},
       {"--precision", GT_OPT_STR, &a->precision, 0, 0},
@@ -337,6 +342,7 @@ static gt_status build_model(gt_backend *be, const gt_model_config *mc, const gt
   else if (s == GT_OK) s = gt_plan_cut_stages(plan, m, rows, T, speeds);
   if (s == GT_OK) s = gt_model_build(m);
   if (s == GT_OK) s = gt_plan_check_model(plan, m);
+  if (s == GT_OK) s = gt_model_check_rows(m, rows);
   if (s != GT_OK) gt_model_destroy(m), m = NULL;
   *out = m;
   return s;
@@ -378,7 +384,7 @@ static gt_status reshape_layout(const args *a, gt_backend *be, const gpt_config 
   }
   int B = (total + world - 1) / world;
   return gpt_choose_layout(be, gc, B, a->seq, world, a->accum * world, peak, (double)a->mem_mib * (1 << 20), schedule,
-                           a->chunks, a->zero1, a->offload, out, n);
+                           a->chunks, a->zero1, a->offload, NULL, out, n);
 }
 
 /* The newest committed checkpoint's step directory, where the state that
@@ -595,33 +601,57 @@ int main(int argc, char **argv) {
   loader = NULL;
   gpt_config gc = {.vocab_size = vocab, .T_max = a.seq, .C = a.channels, .NH = a.heads, .L = a.layers,
                    .tie_weights = !a.untied};
+  /* The layout: each factor from the flag, else the model's annotations,
+   * else the planner (docs/annotations.md). */
+  gt_annotations ann;
+  if ((s = gpt_parse_annotations(a.annotate, &gc.ann)) != GT_OK || (s = gpt_annotations_of(be, &gc, &ann)) != GT_OK) {
+    rc = 2;
+    fail("reading the annotations", s);
+    goto out;
+  }
   const char *layout = a.plan ? a.plan : (job->plan[0] ? job->plan : "auto");
-  char chosen[64];
   double peak = 0;
   if ((s = shared_peak(job, be, precision, &peak)) != GT_OK) {
     fail("measuring the machine", s);
     goto out;
   }
-  if (!strcmp(layout, "auto") && job->world_size > 1) {
+  gt_plan_config pc = {.world = job->world_size, .rank = job->rank, .layout = layout, .zero1 = a.zero1,
+                       .seq_parallel = a.seq_parallel, .bucket_bytes = (size_t)a.bucket_kib << 10,
+                       .schedule = schedule, .chunks = a.chunks, .annotations = &ann, .micro_batches = a.accum,
+                       .offload_window = a.offload};
+  gt_grid_layout fixed, chosen_layout;
+  if ((s = gt_plan_preview(&pc, &fixed)) != GT_OK) {
+    rc = 2;
+    fail("planning", s);
+    goto out;
+  }
+  /* The planner fills what is open, where the fixed factors leave room for
+   * it; where they do not, gt_plan_resolve says which make too many ranks. */
+  long fixed_ranks = (long)(fixed.dp ? fixed.dp : 1) * (fixed.tp ? fixed.tp : 1) * (fixed.pp ? fixed.pp : 1);
+  if (!strcmp(layout, "auto") && job->world_size > 1 && (!fixed.dp || !fixed.tp || !fixed.pp) &&
+      job->world_size % fixed_ranks == 0) {
     /* With a global batch, the planner weighs the rows every rank would take at dp = world. */
     int B = a.global_batch ? (a.global_batch + job->world_size - 1) / job->world_size : a.batch;
-    if ((s = gpt_choose_layout(be, &gc, B, a.seq, job->world_size, a.accum * job->world_size, peak,
-                               (double)a.mem_mib * (1 << 20), schedule, a.chunks, a.zero1, a.offload, chosen,
-                               sizeof chosen)) != GT_OK) {
+    int accum = a.accum ? a.accum : ann.micro_batches ? ann.micro_batches : 1;
+    char chosen[64];
+    bool autom;
+    if ((s = gpt_choose_layout(be, &gc, B, a.seq, job->world_size, accum * job->world_size, peak,
+                               (double)a.mem_mib * (1 << 20), schedule, a.chunks, a.zero1,
+                               a.offload ? a.offload : ann.offload_window, &fixed, chosen, sizeof chosen)) != GT_OK ||
+        (s = gt_plan_parse(chosen, job->world_size, &chosen_layout, &autom)) != GT_OK) {
       fail("choosing a layout", s);
       goto out;
     }
     if (lead) printf("plan auto: the planner chose %s\n", chosen);
-    layout = chosen;
+    pc.planner = &chosen_layout;
   }
-  gt_plan_config pc = {.world = job->world_size, .rank = job->rank, .layout = layout, .zero1 = a.zero1,
-                       .seq_parallel = a.seq_parallel, .bucket_bytes = (size_t)a.bucket_kib << 10,
-                       .schedule = schedule, .chunks = a.chunks};
   if ((s = gt_plan_resolve(&pc, &plan)) != GT_OK) {
     rc = 2;
     fail("planning", s);
     goto out;
   }
+  a.accum = plan.micro_batches > 0 ? plan.micro_batches : 1;
+  a.offload = plan.offload_window;
   launch_plan = plan;
   /* Speeds: slower stages get fewer layers, slower replicas fewer rows of
    * each micro-batch (the step still weighs every token alike). */
@@ -648,6 +678,10 @@ int main(int argc, char **argv) {
                   plan.layout.dp);
   if (s == GT_OK) s = gt_planner_batch_split(total, plan.layout.dp, replica_speed, shares);
   bool rebalance = a.rebalance && (plan.layout.dp > 1 || plan.layout.pp > 1);
+  if (s == GT_OK && rebalance && plan.layout.dp > 1 && plan.layout.tp > 1 && ann.regions)
+    s = gt_errorf(GT_EINVAL, "--rebalance moves rows between replicas, and the replicated region '%s'..'%s' needs "
+                             "rows that divide by tp=%d: leave out one or the other",
+                  ann.region_at, ann.region_end, plan.layout.tp);
   int rows = s == GT_OK ? shares[plan.me.dp] : 0, offset = 0;
   int cap = rebalance && plan.layout.dp > 1 ? 2 * ((total + plan.layout.dp - 1) / plan.layout.dp) : rows;
   for (int i = 0; s == GT_OK && i < plan.layout.dp; i++) {
@@ -680,10 +714,11 @@ int main(int argc, char **argv) {
   }
   /* Layers are declared first, so the planner can cut pipeline stages by
    * their costs before any memory is allocated. */
-  gt_model_config mc = {.B_max = cap, .T_max = a.seq, .seed = a.seed, .offload_window = a.offload,
+  gt_model_config mc = {.B_max = cap, .T_max = a.seq, .seed = a.seed, .offload_window = a.offload ? a.offload : -1,
                         .offload_prefetch = a.offload_prefetch};
   gt_model_parallel mp = dist ? gt_dist_model_parallel(dist) : (gt_model_parallel){0};
   if (!joining && (s = build_model(be, &mc, &mp, &gc, &plan, rows, a.seq, speeds, NULL, &m)) != GT_OK) {
+    if (s == GT_EINVAL) rc = 2; /* the model does not fit the plan: a restart would fail alike */
     fail("building the model", s);
     goto out;
   }

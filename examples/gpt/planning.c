@@ -23,6 +23,15 @@ static gt_status whole_layers(gt_backend *be, const gpt_config *gc, int B, int T
   return s;
 }
 
+gt_status gpt_annotations_of(gt_backend *be, const gpt_config *gc, gt_annotations *out) {
+  gt_model *m;
+  GT_TRY(gt_model_create(be, &(gt_model_config){.B_max = 1, .T_max = gc->T_max, .seed = 1}, &m));
+  gt_status s = gpt_add_layers(m, gc);
+  if (s == GT_OK) s = gt_model_annotations(m, out);
+  gt_model_destroy(m);
+  return s;
+}
+
 /* Tensor-parallel sizes GPT can take: they divide the heads, the MLP width
  * and the vocabulary. */
 static int tp_sizes(const gpt_config *gc, int world, int *out) {
@@ -34,7 +43,7 @@ static int tp_sizes(const gpt_config *gc, int world, int *out) {
 
 gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, int world, int micro_batches,
                             double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, bool zero1,
-                            int offload_window, char *layout, size_t n) {
+                            int offload_window, const gt_grid_layout *fixed, char *layout, size_t n) {
   gt_planner_layer *layers;
   int nl, tp[32];
   double *budget = mem_bytes > 0 ? malloc((size_t)world * sizeof *budget) : NULL;
@@ -50,6 +59,10 @@ gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, 
   gt_planner_job job = {.layers = layers, .nlayers = nl, .micro_batches = micro_batches, .schedule = schedule,
                         .chunks = schedule == GT_PP_INTERLEAVED ? chunks : 1, .zero1 = zero1, .tp_allowed = tp,
                         .ntp_allowed = tp_sizes(gc, world, tp), .offload_window = offload_window};
+  if (fixed) job.fixed = *fixed;
+  /* A tensor-parallel size the flags or annotations fixed is taken as it
+   * is: where the model cannot split so, its build names the layer. */
+  if (fixed && fixed->tp) tp[0] = fixed->tp, job.ntp_allowed = 1;
   gt_planner_result r;
   gt_status s = gt_planner_choose(&hw, &job, &r);
   if (s == GT_OK) snprintf(layout, n, "dp=%d,tp=%d,pp=%d", r.layout.dp, r.layout.tp, r.layout.pp);

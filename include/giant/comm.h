@@ -55,6 +55,18 @@ typedef enum gt_comm_transport {
   GT_COMM_SHM = 2,  /* fails with GT_EUNSUPPORTED when ranks span hosts */
 } gt_comm_transport;
 
+/* What a TCP frame's tag covers (docs/security.md). Every frame after the
+ * handshake carries a tag over its header under a per-connection key, with
+ * the frame's count on the connection inside it: a forged, replayed or
+ * reordered frame is refused and the group fails. MAC adds a tag over the
+ * payload too (bench_comm measures its cost). Shared memory and NCCL carry
+ * no frames: they stay inside a host, or on the GPUs' own links. */
+typedef enum gt_comm_integrity {
+  GT_COMM_INTEGRITY_DEFAULT = 0,
+  GT_COMM_INTEGRITY_HEADERS = 1,
+  GT_COMM_INTEGRITY_MAC = 2,
+} gt_comm_integrity;
+
 typedef struct gt_comm_config {
   gt_store *store;       /* bootstrap store, shared by the group */
   const char *prefix;    /* key namespace, unique per communicator and
@@ -68,6 +80,8 @@ typedef struct gt_comm_config {
   int init_timeout_ms;   /* forming the group; 0 = 60 s */
   int op_timeout_ms;     /* one operation, once it runs; 0 = $GT_COMM_TIMEOUT_MS
                             or 300 s. A stopped peer is caught by this. */
+  gt_comm_integrity integrity; /* TCP frames: DEFAULT = $GT_COMM_INTEGRITY (headers|mac),
+                                  else HEADERS; every rank of a group uses the same */
 } gt_comm_config;
 
 typedef struct gt_comm gt_comm;

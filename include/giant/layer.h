@@ -82,12 +82,16 @@ typedef struct gt_layer_ctx {
 } gt_layer_ctx;
 
 /* Annotation scopes, in the manner of Whale: opened and closed around the
- * layers a user adds (gt_model_scope_begin / gt_model_scope_end). */
+ * layers a user adds (gt_model_scope_begin / gt_model_scope_end), each
+ * with a count. The rules, nesting and precedence: docs/annotations.md. */
 typedef enum gt_scope_kind {
-  GT_SCOPE_REPLICATE = 0, /* data parallel: the layers inside are replicated */
-  GT_SCOPE_SPLIT = 1,     /* tensor parallel: the layers inside are sharded */
-  GT_SCOPE_STAGE = 2,     /* a pipeline stage boundary: the layers inside form one stage */
-  GT_SCOPE_PIPELINE = 3,  /* the stages inside run as a pipeline of micro_batches */
+  GT_SCOPE_REPLICATE = 0, /* replicate(n): around the whole model, n data-parallel replicas; around
+                             some layers of a split layout, those layers run data parallel over
+                             the n ranks of the split, each on its share of the rows */
+  GT_SCOPE_SPLIT = 1,     /* split(k): the layers inside are sharded over k tensor-parallel ranks */
+  GT_SCOPE_STAGE = 2,     /* stage(i): the layers inside form pipeline stage i (0, 1, ... in order) */
+  GT_SCOPE_PIPELINE = 3,  /* pipeline(m): the stages inside run as a pipeline of m micro-batches */
+  GT_SCOPE_OFFLOAD = 4,   /* offload(w): around the whole model, offloaded with a window of w layers */
 } gt_scope_kind;
 
 typedef struct gt_layer_type {

@@ -33,7 +33,9 @@ typedef struct gt_model_config {
    * gt_model_state_alloc) live in host memory, and the device holds the
    * weights of w layers at a time, fetching offload_prefetch layers ahead
    * (0 means 1; at most w - 1) on the copy stream while a layer computes.
-   * Results are bit-identical to training without it. */
+   * Results are bit-identical to training without it. 0 takes the
+   * window of an offload(w) annotation, if any; < 0 is off whatever the
+   * annotations say. */
   int offload_window, offload_prefetch;
 } gt_model_config;
 
@@ -57,16 +59,39 @@ typedef struct gt_model_parallel {
 gt_status gt_model_set_parallel(gt_model *m, const gt_model_parallel *p);
 const gt_model_parallel *gt_model_get_parallel(const gt_model *m);
 
-/* Annotations. Scopes nest; every begin needs an end before build.
- * micro_batches is read for GT_SCOPE_PIPELINE only. Without any split
- * scope, every layer that supports it is split when tp > 1 (the default
- * strategy); with one, only the layers inside split scopes are. */
-gt_status gt_model_scope_begin(gt_model *m, gt_scope_kind kind, int micro_batches);
+/* Annotations (docs/annotations.md). Scopes nest; every begin needs an end
+ * before build. `count` is the scope's number: replicate(n) and split(k)
+ * take 0 for "as the layout says", stage(i) its index, pipeline(m) m >= 1,
+ * offload(w) w >= 1. Only layers inside split scopes are sharded when the
+ * layout has tensor parallelism. */
+gt_status gt_model_scope_begin(gt_model *m, gt_scope_kind kind, int count);
 gt_status gt_model_scope_end(gt_model *m);
 /* Micro-batches requested by a pipeline scope (0 if none), and the number of
  * stages the stage annotations make (1 if none). */
 int gt_model_pipeline_micro_batches(const gt_model *m);
 int gt_model_num_stages(const gt_model *m);
+
+/* What a model's annotations ask of its layout, read from a model whose
+ * layers are added (built or not), so that a plan can be made before the
+ * model that trains is built. Each name is the first layer of the scope
+ * that gave the number, for messages ("" where none did). */
+typedef struct gt_annotations {
+  int dp;             /* replicate(n) around the whole model: n (0: none, or no count) */
+  int tp;             /* split(k): k (0: no split scope gives a count) */
+  bool any_split;     /* some layer is inside a split scope */
+  int stages;         /* stage scopes (0: none) */
+  int micro_batches;  /* pipeline(m): m (0: none) */
+  int offload_window; /* offload(w) around the whole model: w (0: none) */
+  int regions;        /* replicate scopes around part of the model */
+  int region_ways;    /* their count (0: none given) */
+  char dp_at[64], tp_at[64], stage_at[64], pipeline_at[64], offload_at[64], region_at[64], region_end[64];
+} gt_annotations;
+/* Fails, naming the layer, on annotations that contradict each other: the
+ * conflicts docs/annotations.md lists. */
+gt_status gt_model_annotations(const gt_model *m, gt_annotations *out);
+/* After build: whether the pipeline stages are those the stage scopes name
+ * (else the planner's cut, or the even one). */
+bool gt_model_stages_annotated(const gt_model *m);
 
 /* Appends a layer. Fails with a message naming both layers when its input
  * width does not match the previous layer's output width, or when a layer is
@@ -140,6 +165,20 @@ gt_status gt_model_forward(gt_model *m, gt_acts *a, const gt_batch *batch, float
  * d(step loss)/d(per-token loss) = loss_scale. */
 gt_status gt_model_backward(gt_model *m, gt_acts *a, float loss_scale);
 gt_status gt_model_zero_grads(gt_model *m);
+/* Replicated regions of a split layout: each rank of the tensor-parallel
+ * group ran the region's layers on its share of the rows, so its gradients
+ * of their parameters are partial. Once per step, after every micro-
+ * batch's backward (before or after averaging over data parallelism: the
+ * two sums commute), this sums them over the group, for the floats [lo,
+ * hi) of the flat buffer (a ZeRO-1 shard, or all of it). The trainer calls
+ * it; without regions it does nothing. */
+gt_status gt_model_sum_region_grads(gt_model *m, size_t lo, size_t hi);
+/* The ranks that share layer i's rows: those of the tensor-parallel group
+ * for a layer in a replicated region, else 1. */
+int gt_model_layer_replicas(const gt_model *m, int layer);
+/* Whether micro-batches of B rows can run: a replicated region needs rows
+ * that divide among its ranks. The message names the region. */
+gt_status gt_model_check_rows(const gt_model *m, int B);
 /* Called after each layer's backward with the layer's index, in backward
  * order: the layer's parameter gradients for this micro-batch are final
  * then. Data parallelism uses it to start reducing gradients while the

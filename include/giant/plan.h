@@ -18,6 +18,13 @@
 
 GT_API_BEGIN
 
+/* Where a decision of a plan came from, strongest first: a flag (the
+ * layout text, the caller's explicit settings), the model's annotations,
+ * or the planner (its choice under "auto", else its defaults: tp = pp = 1
+ * and dp filling the world). */
+typedef enum gt_plan_source { GT_FROM_PLANNER = 0, GT_FROM_ANNOTATION = 1, GT_FROM_FLAG = 2 } gt_plan_source;
+const char *gt_plan_source_name(gt_plan_source s);
+
 typedef struct gt_plan {
   gt_grid_layout layout;
   int world, rank;
@@ -28,6 +35,9 @@ typedef struct gt_plan {
   bool automatic;      /* the layout was chosen by "auto" */
   gt_pp_kind schedule; /* pipeline schedule (pp > 1) */
   int chunks;          /* virtual stages per pipeline rank (interleaved), >= 1 */
+  int micro_batches;   /* per step: the flag, else pipeline(m), else 0 (the caller's default) */
+  int offload_window;  /* the flag, else offload(w), else 0 (not offloaded) */
+  gt_plan_source from_dp, from_tp, from_pp, from_micro_batches, from_offload;
 } gt_plan;
 
 /* "dp=2,tp=2,pp=1" (missing factors are 1, except dp, which fills the world
@@ -41,11 +51,25 @@ typedef struct gt_plan_config {
   size_t bucket_bytes; /* 0: 4 MiB */
   gt_pp_kind schedule; /* GT_PP_GPIPE (0), GT_PP_1F1B or GT_PP_INTERLEAVED */
   int chunks;          /* virtual stages per rank for interleaved (0: 2); 1 otherwise */
+  /* The model's annotations (gt_model_annotations of the model declared,
+   * not yet built), or NULL: they decide what the layout text leaves open. */
+  const gt_annotations *annotations;
+  /* The planner's layout for what the text and the annotations leave open
+   * (gt_plan_preview says which), or NULL: tp = pp = 1, dp fills the world. */
+  const gt_grid_layout *planner;
+  int micro_batches;   /* a flag's micro-batches per step, or 0: not given */
+  int offload_window;  /* a flag's offload window: > 0 on, < 0 off, 0: not given */
 } gt_plan_config;
 
-/* Checks the layout factors the world and fills the plan. "auto" picks pure
- * data parallelism (dp = world), the layout that needs no annotation. */
+/* Decides each factor of the layout, flag first, then annotation, then
+ * planner (docs/annotations.md), checks that they make the world and that
+ * the annotations fit it, and fills the plan. A text of "auto" (or none)
+ * fixes nothing. On one process every factor is 1, whatever the
+ * annotations ask. */
 gt_status gt_plan_resolve(const gt_plan_config *cfg, gt_plan *out);
+/* The same decisions without the planner: the factors the flags and the
+ * annotations fix, 0 where the planner is to choose. */
+gt_status gt_plan_preview(const gt_plan_config *cfg, gt_grid_layout *fixed);
 /* After the model is built: the constraints a layout puts on the model (a
  * split that no layer can take, pipeline stages without pipelining). The
  * message names the constraint. */
@@ -56,8 +80,9 @@ gt_status gt_plan_check_model(const gt_plan *p, const gt_model *m);
  * of (B, T). A slower rank gets fewer layers. No-op without pipelining. */
 gt_status gt_plan_cut_stages(const gt_plan *p, gt_model *m, int B, int T, const double *stage_speed);
 
-/* A table: the layout, each layer with its stage and split, each
- * parameter's local and global shape, and this rank's ZeRO shard. */
+/* A table: the layout, where each decision came from ("decide dp=2 from
+ * annotation: ..."), each layer with its stage and split, each parameter's
+ * local and global shape, and this rank's ZeRO shard. */
 void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f);
 
 GT_API_END

@@ -101,6 +101,9 @@ typedef struct gt_planner_job {
    * activations; its transfers overlap compute, and a stage takes as long
    * as the longer of the two. */
   int offload_window;
+  /* Factors already decided (by flags or annotations, gt_plan_preview):
+   * the planner chooses only among layouts that keep them; 0: free. */
+  gt_grid_layout fixed;
 } gt_planner_job;
 
 typedef struct gt_planner_result {

@@ -15,7 +15,7 @@ typedef struct gt_trainer_config {
   gt_optim_config optim;
   gt_lr_schedule schedule;
   float grad_clip;          /* max global grad norm; 0 = no clipping */
-  int grad_accum;           /* micro-batches per step, >= 1 */
+  int grad_accum;           /* micro-batches per step, >= 1; 0: the model's pipeline(m) annotation, else 1 */
   const char *metrics_path; /* JSON lines; NULL = none */
   int print_every;          /* print a line every N steps; 0 = never */
   /* Distributed training (giant/plan.h): gradients averaged over the data-

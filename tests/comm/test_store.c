@@ -127,7 +127,7 @@ static void test_strangers_refused(void **state) {
   assert_int_equal(gt_store_tcp_open(&bad, &t), GT_EAUTH);
   /* And the server refuses a client that cannot prove the secret. */
   assert_int_equal(gt_wire_connect("127.0.0.1", port, gt_wire_deadline(2000), &fd), GT_OK);
-  assert_int_not_equal(gt_wire_auth_client(fd, "the-wrong-secret", "giant-store", 0, gt_wire_deadline(2000)), GT_OK);
+  assert_int_not_equal(gt_wire_auth_client(fd, "the-wrong-secret", "giant-store", 0, gt_wire_deadline(2000), NULL), GT_OK);
   close(fd);
   /* The store still serves its real clients. */
   assert_int_equal(gt_store_set(s, "k", "ok", 2), GT_OK);

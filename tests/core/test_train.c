@@ -288,7 +288,9 @@ static void test_bad_trainer_config(void **state) {
   OK(gpt_add_layers(m, &gc));
   OK(gt_model_build(m));
   gt_trainer *t;
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_accum = 0};
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_accum = -1};
+  assert_int_equal(gt_trainer_create(m, &tc, &t), GT_EINVAL);
+  tc.grad_accum = 65;
   assert_int_equal(gt_trainer_create(m, &tc, &t), GT_EINVAL);
   tc.grad_accum = 1;
   tc.optim.beta2 = 1.0f;

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "giant/etcd.h"
 #include "localkit/etcd_server.h"
 #include "launch/launch_test.h"
 
@@ -68,6 +69,10 @@ static void test_usage_errors(void **state) {
   expect((const char *[]){"--standalone", "--rdzv-endpoint", "127.0.0.1:2379", w, NULL}, 2,
          "drop --rdzv-endpoint", 5);
   expect((const char *[]){"--standalone", "--nnodes", "2", w, NULL}, 2, "--standalone runs one node", 5);
+  expect((const char *[]){"--standalone", "--rdzv-cacert", "/etc/hostname", w, NULL}, 2,
+         "--standalone makes its own certificates", 5);
+  expect((const char *[]){"--standalone", "--comm-integrity", "crc", w, NULL}, 2,
+         "--comm-integrity 'crc': use headers or mac", 5);
   expect((const char *[]){"--standalone", "--job-id", "a/b", w, NULL}, 2, "--job-id 'a/b'", 5);
   expect((const char *[]){"--rdzv-endpoint", "127.0.0.1:2379", "--rdzv-backend", "c10d", w, NULL}, 2,
          "not supported", 5);
@@ -185,7 +190,9 @@ static void test_standalone_end_to_end(void **state) {
     assert_string_equal(v, "default");
     assert_int_equal(env_get(path, "GT_STORE", v, sizeof v), 0);
     assert_non_null(strstr(v, "/giant/default/gen0/store/"));
-    assert_int_equal(strncmp(v, "etcd://127.0.0.1:", 17), 0);
+    assert_int_equal(strncmp(v, "etcds://127.0.0.1:", 18), 0); /* TLS, with the certificates made at start */
+    assert_int_equal(env_get(path, "GT_STORE_CERT", v, sizeof v), 0);
+    assert_non_null(strstr(v, "/client.pem"));
     assert_int_equal(env_get(path, "GT_JOB_SECRET", secret[rank], sizeof secret[rank]), 0);
   }
   assert_string_equal(secret[0], secret[1]);
@@ -220,6 +227,89 @@ static void test_standalone_sigint(void **state) {
   assert_true(mono_now() - t0 < 10);
   assert_int_equal(alive_count(out, 5), 0);
   assert_int_equal(giantrun_dirs(tmp), 0);
+  unsetenv("TMPDIR");
+}
+
+/* The one giantrun-etcd-* directory in tmp, into out. */
+static void standalone_dir(const char *tmp, char *out, size_t n) {
+  DIR *d = opendir(tmp);
+  assert_non_null(d);
+  struct dirent *e;
+  out[0] = 0;
+  while ((e = readdir(d)))
+    if (!strncmp(e->d_name, "giantrun-etcd-", 14)) snprintf(out, n, "%s/%s", tmp, e->d_name);
+  closedir(d);
+  assert_true(out[0] != 0);
+}
+
+/* Reads the job's secret from etcd as `cfg` allows: GT_OK and the value, or
+ * the failure (bounded by the client's timeout). */
+static gt_status read_secret(gt_etcd_config cfg, char *out, size_t n) {
+  cfg.timeout_ms = 2000;
+  gt_etcd_client *c;
+  gt_status st = gt_etcd_connect(&cfg, &c);
+  if (st != GT_OK) return st;
+  void *v = NULL;
+  size_t len = 0;
+  st = gt_etcd_get_value(c, "/giant/default/secret", &v, &len, NULL);
+  if (st == GT_OK) snprintf(out, n, "%.*s", (int)len, (char *)v);
+  free(v);
+  gt_etcd_close(c);
+  return st;
+}
+
+/* The standalone etcd speaks TLS and takes only the client certificate
+ * giantrun made: a local user without it (plain HTTP, or TLS with no
+ * certificate) cannot read the job's secret, the certificate's holder can.
+ * The files are 0600 in a 0700 directory, and gone after the job. */
+static void test_standalone_keeps_its_secret(void **state) {
+  (void)state;
+  char tmp[300], out[300], log[512], sdir[600], path[700], v[512];
+  snprintf(tmp, sizeof tmp, "%s/tmp-tls", dir);
+  snprintf(out, sizeof out, "%s/tls", dir);
+  snprintf(log, sizeof log, "%s/tls.log", dir);
+  assert_int_equal(mkdir(tmp, 0700), 0);
+  assert_int_equal(mkdir(out, 0700), 0);
+  setenv("TMPDIR", tmp, 1);
+  setenv("LW_DIR", out, 1);
+  agent a;
+  assert_int_equal(agent_start(&a, log, (const char *[]){"--standalone", worker_bin(), "sleep=60", NULL}), 0);
+  if (!wait_gen(out, 0, 1, 40)) {
+    dump_log(&a);
+    fail_msg("the standalone worker did not start");
+  }
+  standalone_dir(tmp, sdir, sizeof sdir);
+  struct stat st;
+  assert_int_equal(stat(sdir, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0700);
+  const char *files[] = {"ca.pem", "server.pem", "server.key", "client.pem", "client.key"};
+  for (int i = 0; i < 5; i++) {
+    snprintf(path, sizeof path, "%s/%s", sdir, files[i]);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+  }
+  char secret[128], got[128], endpoint[128], ca[700], cert[700], key[700];
+  env_str(out, 0, 0, "GT_JOB_SECRET", secret, sizeof secret);
+  env_str(out, 0, 0, "GT_STORE", v, sizeof v);
+  int port = 0;
+  assert_int_equal(sscanf(v, "etcds://127.0.0.1:%d/", &port), 1);
+  snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", port);
+  snprintf(ca, sizeof ca, "%s/ca.pem", sdir);
+  snprintf(cert, sizeof cert, "%s/client.pem", sdir);
+  snprintf(key, sizeof key, "%s/client.key", sdir);
+  gt_status s1 = read_secret((gt_etcd_config){.endpoints = endpoint}, got, sizeof got);
+  gt_status s2 = read_secret((gt_etcd_config){.endpoints = endpoint, .cacert = ca}, got, sizeof got);
+  print_message("plain: %s; TLS without a client certificate: %s\n", gt_status_name(s1), gt_status_name(s2));
+  assert_true(s1 == GT_ECONN || s1 == GT_ETIMEDOUT);
+  assert_true(s2 == GT_ECONN || s2 == GT_ETIMEDOUT);
+  got[0] = 0;
+  assert_int_equal(read_secret((gt_etcd_config){.endpoints = endpoint, .cacert = ca, .cert = cert, .key = key}, got,
+                               sizeof got),
+                   GT_OK);
+  assert_string_equal(got, secret);
+  kill(a.pid, SIGINT);
+  assert_int_equal(agent_wait(&a, 20), 128 + SIGINT);
+  assert_int_equal(giantrun_dirs(tmp), 0); /* the certificates went with it */
   unsetenv("TMPDIR");
 }
 
@@ -293,6 +383,7 @@ int main(void) {
       cmocka_unit_test(test_wrong_tls_ca),
       cmocka_unit_test(test_standalone_end_to_end),
       cmocka_unit_test(test_standalone_sigint),
+      cmocka_unit_test(test_standalone_keeps_its_secret),
       cmocka_unit_test(test_standalone_removes_dirs_of_dead_runs),
   };
   if (!etcd_fixture_available()) {

@@ -220,6 +220,18 @@ static void test_choose(void **state) {
   /* No memory limit, no tensor parallelism: dp=2 (24.5 s) beats pp=2 (30 s). */
   OK(gt_planner_choose(&hw2, &job4, &e));
   assert_true(e.layout.dp == 2 && e.layout.tp == 1 && e.layout.pp == 1);
+  /* A factor already decided (by a flag or an annotation) is kept: with pp
+   * fixed at 2 the planner takes the slower pipeline; with dp fixed at 1 it
+   * fills the world with pp. */
+  gt_planner_job fixed = job4;
+  fixed.fixed = (gt_grid_layout){.pp = 2};
+  OK(gt_planner_choose(&hw2, &fixed, &e));
+  assert_true(e.layout.dp == 1 && e.layout.tp == 1 && e.layout.pp == 2);
+  fixed.fixed = (gt_grid_layout){.dp = 1};
+  OK(gt_planner_choose(&hw2, &fixed, &e));
+  assert_int_equal(e.layout.pp, 2);
+  fixed.fixed = (gt_grid_layout){.tp = 2}; /* job4 allows tp = 1 only */
+  expect_error(gt_planner_choose(&hw2, &fixed, &e), GT_EINVAL, "fixed factors dp=0,tp=2,pp=0");
   /* 12 MiB per rank: one replica of the whole model needs 18 MiB, so the
    * model is cut into two stages (10 and 9 MiB). */
   gt_planner_hw small = hw2;
