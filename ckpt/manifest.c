@@ -182,6 +182,9 @@ gt_status ck_manifest_encode(const ck_manifest *m, ck_buf *b) {
 static gt_status decode_version(const unsigned char *p, size_t len, uint32_t version, const char *what,
                                 ck_manifest *out);
 
+/* 4 EiB: no tensor comes near; sums and chunk counts below it cannot wrap. */
+#define CK_MAX_TENSOR_BYTES ((uint64_t)1 << 62)
+
 /* Every count and index is checked against what the bytes can hold, so a
  * damaged manifest is an error, never a huge allocation or a wild index. */
 static gt_status decode(ck_rd *r, uint32_t version, const char *what, ck_manifest *m) {
@@ -207,7 +210,17 @@ static gt_status decode(ck_rd *r, uint32_t version, const char *what, ck_manifes
     ck_get_str(r, name, sizeof name);
     uint32_t dtype = ck_get_u32(r), nd = ck_get_u32(r);
     if (r->bad || nd < 1 || nd > CK_MAXDIM) BAD("tensor %u (%s) is malformed", i, name);
-    for (uint32_t d = 0; d < nd; d++) shape[d] = (int64_t)ck_get_u64(r);
+    /* Sizes are products of the shape: one that wraps would let slices
+     * that do not tile the tensor pass the checks that count elements
+     * (and a read of it loop for ever), so a tensor's bytes must fit far
+     * inside 64 bits, which also bounds every slice inside it. */
+    uint64_t bytes = sizeof(float);
+    for (uint32_t d = 0; d < nd; d++) {
+      shape[d] = (int64_t)ck_get_u64(r);
+      if (shape[d] < 0 || (shape[d] > 0 && bytes > CK_MAX_TENSOR_BYTES / (uint64_t)shape[d]))
+        BAD("tensor %s has a negative or impossibly large dimension", name);
+      bytes *= (uint64_t)shape[d];
+    }
     if (dtype != CK_DTYPE_F32) BAD("tensor %s has unknown dtype %u", name, dtype);
     int k;
     GT_TRY(ck_manifest_add_tensor(m, name, (int)nd, shape, &k));

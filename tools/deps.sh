@@ -3,9 +3,11 @@
 GIANT_PACKAGES="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev fortunes \
 libgrpc-dev libprotobuf-c-dev protobuf-c-compiler etcd-server etcd-client libssl-dev openssl iproute2"
 
+# giant_install_deps [PACKAGES]: installs those missing of PACKAGES (default:
+# GIANT_PACKAGES).
 giant_install_deps() {
   local missing=""
-  for p in $GIANT_PACKAGES; do
+  for p in ${1:-$GIANT_PACKAGES}; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
   done
   [ -z "$missing" ] && return 0
@@ -13,6 +15,14 @@ giant_install_deps() {
   local sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q $missing
+}
+
+# For tools/fuzz.sh alone (the normal build needs none of them): clang with
+# libFuzzer and the sanitizers' runtimes, and the OpenMP runtime clang links.
+GIANT_FUZZ_PACKAGES="clang libclang-rt-dev libomp-dev"
+
+giant_install_fuzz_deps() {
+  giant_install_deps "$GIANT_FUZZ_PACKAGES"
 }
 
 # giant_build DIR [cmake options...]: configure and build into DIR.

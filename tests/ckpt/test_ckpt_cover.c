@@ -1,8 +1,9 @@
 /* A committed manifest's slices must tile each tensor. A manifest whose
  * slices overlap where another is missing (the element counts balance) is
  * refused when read, naming the tensor, as is one with a gap; slices that
- * tile a tensor, whole rows or ZeRO-1's cut boxes, are accepted. White
- * box: the manifests are built with the layer's own writer. */
+ * tile a tensor, whole rows or ZeRO-1's cut boxes, are accepted; a shape
+ * whose size wraps 64 bits is refused. White box: the manifests are built
+ * with the layer's own writer. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -84,9 +85,34 @@ static void test_gap_refused(void **state) {
   assert_non_null(strstr(gt_last_error(), "hold 22 of its 24 elements"));
 }
 
+/* A shape whose size wraps 64 bits: 4 x (2^62 + 1) floats "are" 4, and two
+ * slices of (2^62 + 1) x 2 "hold" 8 bytes each, so the counts balance and
+ * reading the tensor would loop for ever (found writing fuzz_ckpt_manifest). */
+static void test_wrapping_shape_refused(void **state) {
+  (void)state;
+  ck_manifest m = {.chunk = GT_CKPT_CHUNK_DEFAULT};
+  int64_t rows = ((int64_t)1 << 62) + 1, shape[2] = {rows, 4};
+  int t, f;
+  assert_int_equal(ck_manifest_add_tensor(&m, "param/w", 2, shape, &t), GT_OK);
+  assert_int_equal(ck_manifest_add_file(&m, "shard-00000.bin", &f), GT_OK);
+  for (int i = 0; i < 2; i++) {
+    ck_slice s = {.tensor = t, .file = f, .offset = 8u * i,
+                  .box = {.ndim = 2, .lo = {0, 2 * i}, .hi = {rows, 2 * i + 2}}};
+    s.length = ck_box_volume(&s.box) * sizeof(float);
+    assert_int_equal(s.length, 8); /* wrapped */
+    assert_int_equal(ck_manifest_add_slice(&m, &s, NULL), GT_OK);
+  }
+  assert_int_equal(ck_manifest_write(dir, &m), GT_OK);
+  ck_manifest_free(&m);
+  ck_manifest back;
+  assert_int_equal(ck_manifest_read(dir, &back), GT_EFORMAT);
+  assert_non_null(strstr(gt_last_error(), "tensor param/w has a negative or impossibly large dimension"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_tiling_accepted),
                                      cmocka_unit_test(test_overlap_hiding_a_gap_refused),
-                                     cmocka_unit_test(test_gap_refused)};
+                                     cmocka_unit_test(test_gap_refused),
+                                     cmocka_unit_test(test_wrapping_shape_refused)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
