@@ -10,6 +10,7 @@
  * COLLECT_S; a connection whose handshake fails, or that claims a rank
  * that is not an expected peer (lower, out of range, or already here), is
  * refused with a warning and closed. */
+#include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -48,6 +49,7 @@ static void *handshake_main(void *arg) {
   p->st = st, p->id = id, p->done = true;
   if (st != GT_OK) snprintf(p->why, sizeof p->why, "%s", gt_last_error());
   pthread_mutex_unlock(p->mu);
+  OPENSSL_thread_stop(); /* this thread's OpenSSL state, as in the store's */
   return NULL;
 }
 

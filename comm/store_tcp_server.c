@@ -17,6 +17,7 @@
  * timeout (a rank may wait on the store for as long as a step takes); the
  * sockets' keepalive and user timeout (gt_wire_tune) close a dead one. */
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -299,6 +300,9 @@ static void *conn_main(void *arg) {
     serve_conn(c);
     gt_wire_session_close(&c->sess);
   }
+  /* Free this thread's OpenSSL state (its error queue) now, before the
+   * server may reap it and the process may exit. */
+  OPENSSL_thread_stop();
   set_state(c, CONN_DONE);
   return NULL;
 }

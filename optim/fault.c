@@ -128,7 +128,9 @@ gt_status gt_fault_parse(const char *spec, gt_fault_plan *out) {
   memcpy(copy, spec, len + 1);
   gt_status s = GT_OK;
   for (char *save = NULL, *item = strtok_r(copy, ";", &save); item && s == GT_OK; item = strtok_r(NULL, ";", &save)) {
+    /* Spaces around ';' separate faults too (docs/faults.md). */
     while (*item == ' ') item++;
+    for (size_t e = strlen(item); e && item[e - 1] == ' '; e--) item[e - 1] = '\0';
     if (!*item) continue;
     if (out->n == GT_FAULT_MAX) {
       s = gt_errorf(GT_EINVAL, "GT_FAULT: at most %d faults", GT_FAULT_MAX);

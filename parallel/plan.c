@@ -35,10 +35,12 @@ gt_status gt_plan_parse(const char *text, int world, gt_grid_layout *out, bool *
   GT_TRY(parse_factors(text, f, automatic));
   gt_grid_layout l = {.dp = f[0], .tp = f[1] ? f[1] : 1, .pp = f[2] ? f[2] : 1};
   if (!l.dp) {
-    if (world % (l.tp * l.pp))
-      return gt_errorf(GT_EINVAL, "plan '%s': tp*pp = %d does not divide the world size %d", text ? text : "auto",
-                       l.tp * l.pp, world);
-    l.dp = world / (l.tp * l.pp);
+    /* Each factor is at most 2^20, so their product needs 64 bits. */
+    long long tp_pp = (long long)l.tp * l.pp;
+    if (world % tp_pp)
+      return gt_errorf(GT_EINVAL, "plan '%s': tp*pp = %lld does not divide the world size %d", text ? text : "auto",
+                       tp_pp, world);
+    l.dp = (int)(world / tp_pp);
   }
   *out = l;
   return GT_OK;
@@ -108,11 +110,12 @@ gt_status gt_plan_resolve(const gt_plan_config *cfg, gt_plan *out) {
     if (!f[k]) f[k] = planned[k];
   char buf[160];
   if (!f[0]) {
+    long long tp_pp = (long long)f[1] * f[2]; /* factors up to 2^20 each */
     if (pl) f[0] = planned[0];
-    else if (W % (f[1] * f[2]))
-      return gt_errorf(GT_EINVAL, "plan '%s': tp*pp = %d does not divide the world size %d", text ? text : "auto",
-                       f[1] * f[2], W);
-    else f[0] = W / (f[1] * f[2]);
+    else if (W % tp_pp)
+      return gt_errorf(GT_EINVAL, "plan '%s': tp*pp = %lld does not divide the world size %d", text ? text : "auto",
+                       tp_pp, W);
+    else f[0] = (int)(W / tp_pp);
   }
   for (int k = 0; pl && k < 3; k++)
     if (src[k] != GT_FROM_PLANNER && planned[k] != f[k] && planned[k])

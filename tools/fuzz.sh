@@ -69,11 +69,14 @@ run_target() {
   tmp="$(mktemp -d "$shm/giant-fuzz-$t.XXXXXX")"
   local before
   before="$(count_inputs "$crashes")"
-  local rc=0
+  local rc=0 dict=()
+  # A dictionary (tests/fuzz/dict/<target>.dict) gives the mutator the
+  # format's words: keys and numbers at the edges of what is allowed.
+  [ -f "$GIANT_ROOT/tests/fuzz/dict/$t.dict" ] && dict=(-dict="$GIANT_ROOT/tests/fuzz/dict/$t.dict")
   # -close_fd_mask=3: the library's and the programs' own messages go
   # nowhere; libFuzzer's lines and the sanitizers' reports stay.
   TMPDIR="$tmp" "$BUILD/tests/fuzz/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-    -print_final_stats=1 -close_fd_mask=3 -artifact_prefix="$crashes/" "$dir/corpus" \
+    -print_final_stats=1 -close_fd_mask=3 -artifact_prefix="$crashes/" "${dict[@]}" "$dir/corpus" \
     </dev/null >"$dir/log" 2>&1 || rc=$?
   rm -rf "$tmp"
   local execs cov ft found

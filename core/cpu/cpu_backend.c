@@ -56,6 +56,7 @@ static gt_status choose_bf16_kernel(gt_cpu_impl *impl) {
 #ifdef GIANT_CPU_AMX
   impl->amx = !widen && gt_cpu_amx_available();
 #else
+  (void)widen;
   impl->amx = false;
 #endif
   if (want && !strcmp(want, "amx") && !impl->amx)

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -150,6 +151,12 @@ static gt_status check_tokens(const gt_loader *l, uint32_t vocab_limit) {
                        "%s: token id %u at position %llu is >= the file's vocabulary %u "
                        "(byte offset %llu); the file is corrupt, re-tokenize it",
                        l->path, v, (unsigned long long)i, h->vocab_size, off);
+    /* Batches hold int32_t ids: a width-4 file may declare more. */
+    if (v > INT32_MAX)
+      return gt_errorf(GT_ERANGE,
+                       "%s: token id %u at position %llu is over %d, the largest id a batch holds "
+                       "(byte offset %llu); re-tokenize with a vocabulary of at most 2^31",
+                       l->path, v, (unsigned long long)i, INT32_MAX, off);
     if (vocab_limit && v >= vocab_limit)
       return gt_errorf(GT_ERANGE,
                        "%s: token id %u at position %llu is >= the model's vocabulary %u "

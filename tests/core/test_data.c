@@ -614,6 +614,20 @@ static void test_bad_files(void **state) {
   gt_loader *l;
   assert_int_equal(gt_loader_open(&c, 301, &l), GT_OK);
   gt_loader_close(l);
+  tok[1234] = 0x80000000u; /* a width-4 file may declare 2^32-1 ids; a batch holds int32 */
+  assert_int_equal(gt_tokfile_write(p, tok, 2000, 0xFFFFFFFFu, GT_TOKFILE_NO_SEP), GT_OK);
+  expect_open_error(p, GT_LOADER_FIXED, 0, GT_ERANGE, "token id 2147483648 at position 1234 is over 2147483647",
+                    "at most 2^31");
+  tok[1234] = 0x7FFFFFFFu; /* the largest id that fits: read back as itself */
+  assert_int_equal(gt_tokfile_write(p, tok, 2000, 0xFFFFFFFFu, GT_TOKFILE_NO_SEP), GT_OK);
+  c = cfg_of(p, 1, 4, GT_LOADER_FIXED, 0);
+  assert_int_equal(gt_loader_open(&c, 0, &l), GT_OK);
+  assert_int_equal(gt_loader_seek(l, 1234 / 4), GT_OK); /* rows of 5 tokens at stride 4 */
+  gt_batch b;
+  assert_int_equal(gt_loader_next(l, &b), GT_OK);
+  assert_int_equal(b.inputs[1234 % 4], INT32_MAX);
+  gt_loader_close(l);
+  tok[1234] = 1234 % 250;
   expect_open_error(p, GT_LOADER_DOCUMENTS, 0, GT_EINVAL, "DOCUMENTS", "separator");
   const uint32_t lonely[] = {1, 9, 2, 9, 9, 3};
   assert_int_equal(gt_tokfile_write(p, lonely, 6, 10, 9), GT_OK);

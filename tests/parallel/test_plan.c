@@ -32,9 +32,15 @@ static void test_layouts_parse_and_factor_the_world(void **state) {
   expect_error(gt_plan_parse("dp=two", 4, &l, &autom), GT_EINVAL, "positive integer");
   expect_error(gt_plan_parse("dp=0", 4, &l, &autom), GT_EINVAL, "positive integer");
   expect_error(gt_plan_parse("tp=3", 4, &l, &autom), GT_EINVAL, "does not divide the world size 4");
+  /* Factors whose product passes 2^31 are refused, not wrapped. */
+  expect_error(gt_plan_parse("tp=65536,pp=65536", 4, &l, &autom), GT_EINVAL, "tp*pp = 4294967296");
   gt_plan p;
   expect_error(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=2,tp=4"}, &p), GT_EINVAL,
                "dp=2,tp=4");
+  expect_error(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "tp=65536,pp=65536"}, &p),
+               GT_EINVAL, "tp*pp = 4294967296");
+  expect_error(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=1048576,tp=1048576,pp=2"}, &p),
+               GT_EINVAL, "makes 2199023255552 ranks");
   expect_error(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=4", .seq_parallel = true}, &p),
                GT_EINVAL, "sequence parallelism needs tensor parallelism");
   OK(gt_plan_resolve(&(gt_plan_config){.world = 8, .rank = 5, .layout = "dp=2,tp=2,pp=2"}, &p));

@@ -20,7 +20,7 @@ static void test_parse_list(void **state) {
   (void)state;
   gt_fault_plan p;
   OK(gt_fault_parse("slow:rank=2,factor=3,from=40; slowlink:rank=1,peer=2,delay_ms=20;"
-                    "stall:rank=3,at=50,seconds=20;crash:rank=1,at=30;nan:rank=0,at=10",
+                    "stall:rank=3,at=50,seconds=20 ;crash:rank=1,at=30 ; nan:rank=0,at=10 ",
                     &p));
   assert_int_equal(p.n, 5);
   assert_int_equal(p.f[0].kind, GT_FAULT_SLOW);
