@@ -238,7 +238,15 @@ gt_status gt_optimizer_step_layer_from(gt_optimizer *o, int layer, float lr, flo
     return gt_errorf(GT_EINVAL, "layer %d is outside the model's %d layers", layer, gt_model_num_layers(m));
   const gt_layer *l = gt_model_layer(m, layer);
   gt_model_layer_params_changed(m, layer);
-  update u = {.o = o, .lr = lr, .grad_scale = grad_scale, .grads = grads, .first = l->first_param,
+  /* Offloaded under bf16, the layer's bf16 twin is written in the same
+   * pass, as by a whole step (without offloading a layer's change makes
+   * the whole twin stale anyway). */
+  uint16_t *bf16 = gt_model_offloaded(m) ? gt_model_params_bf16(m) : NULL;
+  bool whole = o->lo == 0 && o->hi == gt_model_buffer_floats(m);
+  if (!whole || o->cfg.kind != GT_OPTIM_ADAMW) bf16 = NULL;
+  update u = {.o = o, .lr = lr, .grad_scale = grad_scale, .grads = grads, .bf16 = bf16, .first = l->first_param,
               .last = l->first_param + l->nparams};
-  return apply(&u);
+  GT_TRY(apply(&u));
+  if (bf16) gt_model_layer_bf16_written(m, layer);
+  return GT_OK;
 }

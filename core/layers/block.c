@@ -74,18 +74,18 @@ static gt_status block_build(gt_layer *self, const void *config) {
   /* qkv is declared (3, C, C) so that a split along dimension 1 gives each
    * rank the q, k and v rows of its own heads. */
   const gt_param_spec specs[NPARAMS] = {
-      {"ln1.w", 1, {c.C}, GT_INIT_ONES, 0, false, false, 0},
-      {"ln1.b", 1, {c.C}, GT_INIT_ZEROS, 0, false, false, 0},
-      {"qkv.w", 3, {3, c.C, c.C}, GT_INIT_NORMAL, std, true, true, 1},
-      {"qkv.b", 2, {3, c.C}, GT_INIT_ZEROS, 0, false, true, 1},
-      {"proj.w", 2, {c.C, c.C}, GT_INIT_NORMAL, res_std, true, true, 1},
-      {"proj.b", 1, {c.C}, GT_INIT_ZEROS, 0, false, false, 0},
-      {"ln2.w", 1, {c.C}, GT_INIT_ONES, 0, false, false, 0},
-      {"ln2.b", 1, {c.C}, GT_INIT_ZEROS, 0, false, false, 0},
-      {"fc1.w", 2, {c.H, c.C}, GT_INIT_NORMAL, std, true, true, 0},
-      {"fc1.b", 1, {c.H}, GT_INIT_ZEROS, 0, false, true, 0},
-      {"fc2.w", 2, {c.C, c.H}, GT_INIT_NORMAL, res_std, true, true, 1},
-      {"fc2.b", 1, {c.C}, GT_INIT_ZEROS, 0, false, false, 0},
+      {"ln1.w", 1, {c.C}, GT_INIT_ONES, 0, false, false, 0, false},
+      {"ln1.b", 1, {c.C}, GT_INIT_ZEROS, 0, false, false, 0, false},
+      {"qkv.w", 3, {3, c.C, c.C}, GT_INIT_NORMAL, std, true, true, 1, true},
+      {"qkv.b", 2, {3, c.C}, GT_INIT_ZEROS, 0, false, true, 1, false},
+      {"proj.w", 2, {c.C, c.C}, GT_INIT_NORMAL, res_std, true, true, 1, true},
+      {"proj.b", 1, {c.C}, GT_INIT_ZEROS, 0, false, false, 0, false},
+      {"ln2.w", 1, {c.C}, GT_INIT_ONES, 0, false, false, 0, false},
+      {"ln2.b", 1, {c.C}, GT_INIT_ZEROS, 0, false, false, 0, false},
+      {"fc1.w", 2, {c.H, c.C}, GT_INIT_NORMAL, std, true, true, 0, true},
+      {"fc1.b", 1, {c.H}, GT_INIT_ZEROS, 0, false, true, 0, false},
+      {"fc2.w", 2, {c.C, c.H}, GT_INIT_NORMAL, res_std, true, true, 1, true},
+      {"fc2.b", 1, {c.C}, GT_INIT_ZEROS, 0, false, false, 0, false},
   };
   for (int i = 0; i < NPARAMS; i++) GT_TRY(gt_layer_declare_param(self, &specs[i], NULL));
   return GT_OK;

@@ -14,7 +14,7 @@ static gt_status lin_build(gt_layer *self, const void *config) {
   self->in_dim = c->in;
   self->out_dim = c->out;
   gt_param_spec w = {.name = "w", .ndim = 2, .shape = {c->out, c->in}, .init = GT_INIT_NORMAL,
-                     .std = 0.02f, .decay = true};
+                     .std = 0.02f, .decay = true, .matmul_only = true};
   GT_TRY(gt_layer_declare_param(self, &w, NULL));
   if (c->bias) {
     gt_param_spec b = {.name = "b", .ndim = 1, .shape = {c->out}, .init = GT_INIT_ZEROS};

@@ -28,6 +28,7 @@ static gt_status head_build(gt_layer *self, const void *config) {
   self->vocab = c->vocab_size;
   if (user->tie_to) {
     GT_TRY(gt_layer_tie_param(self, "w", user->tie_to, "wte", NULL));
+    GT_TRY(gt_layer_param_matmul_only(self, 0)); /* the embedding reads it as a table */
     const gt_param *w = gt_layer_param_info(self, 0);
     if (w->global_shape[0] != c->vocab_size || w->global_shape[1] != c->C || w->split_parts != p)
       return gt_errorf(GT_EINVAL,
@@ -38,7 +39,7 @@ static gt_status head_build(gt_layer *self, const void *config) {
     return GT_OK;
   }
   gt_param_spec w = {.name = "w", .ndim = 2, .shape = {c->vocab_size, c->C}, .init = GT_INIT_NORMAL,
-                     .std = 0.02f, .decay = true, .split = true, .split_dim = 0};
+                     .std = 0.02f, .decay = true, .split = true, .split_dim = 0, .matmul_only = true};
   return gt_layer_declare_param(self, &w, NULL);
 }
 

@@ -198,6 +198,7 @@ gt_status gt_layer_declare_param(gt_layer *self, const gt_param_spec *spec, int 
   p.init = spec->init;
   p.std = spec->std;
   p.decay = spec->decay;
+  p.matmul_only = spec->matmul_only;
   p.layer = self->index;
   p.tied_to = -1;
   p.mirror_of = -1;
@@ -226,9 +227,18 @@ gt_status gt_layer_tie_param(gt_layer *self, const char *local_name, const char 
   p.layer = self->index;
   p.tied_to = target;
   p.mirror_of = -1;
+  p.matmul_only = false; /* the owner's use says nothing of this layer's */
   GT_TRY(push_param(m, &p));
   if (index) *index = self->nparams;
   self->nparams++;
+  return GT_OK;
+}
+
+gt_status gt_layer_param_matmul_only(gt_layer *self, int i) {
+  if (self->model->built) return gt_errorf(GT_ESTATE, "layer '%s': mark parameters before gt_model_build", self->name);
+  if (i < 0 || i >= self->nparams)
+    return gt_errorf(GT_EINVAL, "layer '%s' has no parameter %d (it has %d)", self->name, i, self->nparams);
+  self->model->params[self->first_param + i].matmul_only = true;
   return GT_OK;
 }
 

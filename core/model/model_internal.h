@@ -113,8 +113,15 @@ gt_status gt_model_refresh_bf16(gt_model *m);
  * gradients are on the host. */
 gt_status gt_offload_create(gt_model *m);
 void gt_offload_destroy(gt_model *m);
-gt_status gt_offload_set_precision(gt_model *m, gt_precision p);
+/* Lays the weight slots out again for the model's (new) precision. */
+gt_status gt_offload_set_precision(gt_model *m);
 size_t gt_offload_device_bytes(const gt_model *m);
+/* bf16: the host's bf16 twin of the parameter buffer (NULL when no
+ * parameter goes to the device in bf16 alone), and the marks that an
+ * update wrote it with the parameters, all or one layer's. */
+uint16_t *gt_offload_host_bf16(gt_model *m);
+void gt_offload_bf16_written(gt_model *m);
+void gt_offload_layer_bf16_written(gt_model *m, int layer);
 void gt_offload_params_changed(gt_model *m);
 void gt_offload_layer_params_changed(gt_model *m, int layer);
 gt_status gt_offload_layer_ready(gt_model *m, int i, int lo, int hi, int dir);

@@ -24,6 +24,18 @@
  * changed since it was fetched (an optimizer step, a load): a window as
  * wide as the model fetches each layer once per step.
  *
+ * Precision: under fp32 a weight slot holds the layer's parameters in
+ * fp32, laid out as its gradient slot. Under bf16 the window holds the
+ * weights in the compute precision: a parameter read only by the layer's
+ * matrix products (gt_param_spec.matmul_only) is held in bf16 alone,
+ * copied from a bf16 twin of the parameter buffer in host memory, which
+ * AdamW writes in the same pass as the update (else it is converted on
+ * the host before the fetch); the other parameters (norms, biases, an
+ * embedding table) are fetched in fp32 and get a bf16 copy beside them on
+ * the device, for a product that reads them. The bf16 bits are those of
+ * the fp32 master either way, so results do not change, and the window
+ * and its transfers shrink by nearly half.
+ *
  * Ordering: a slot's fetch waits for an event recorded on the compute
  * stream after the last kernel that read the slot's previous layer, and
  * the compute stream waits for the fetch's event before the layer runs.
@@ -31,6 +43,7 @@
  * the CPU backend the copy stream is a thread of its own (cpu_stream.c),
  * so all of this is exercised without a GPU.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -38,20 +51,28 @@
 #include "core/model/model_internal.h"
 
 #define GT_OFFLOAD_MAX_WINDOW 4096
+#define NO_COPY SIZE_MAX /* a parameter's weight slot holds no copy in that precision */
 
 struct gt_offload {
   int window, depth;
-  size_t slot_floats;     /* the widest layer's parameters, each 64-byte aligned */
-  float **w32;            /* window slots: fp32 weights */
-  uint16_t **w16;         /* and their bf16 copies (bf16 precision), or NULL */
+  bool bf16;              /* the weight slots are laid out for bf16 precision */
+  size_t slot_bytes;      /* one weight slot: the widest layer's weights, each copy 32-byte aligned */
+  size_t grad_floats;     /* one gradient slot: the widest layer's parameters in fp32 */
+  size_t weight_bytes;    /* every local layer's weights once, as the slots hold them */
+  unsigned char **slot;   /* window slots: weights */
   int *slot_layer;        /* layer in each slot, -1 when empty */
   uint64_t *slot_tick;    /* last use, for eviction */
-  bool *slot_bf16_ok;     /* the bf16 copy matches the fp32 slot */
+  bool *slot_bf16_ok;     /* bf16: the device's bf16 copies of the fp32 part are current */
   gt_event **fetched;     /* the slot's fetch is done (copy stream) */
   gt_event **released;    /* compute is done reading the slot (compute stream) */
   int *layer_slot;        /* per layer: its slot, or -1 */
-  size_t *param_slot_off; /* per parameter: its offset in its layer's slot */
-  size_t *layer_floats;   /* per layer: floats of its footprint */
+  size_t *w32_off;        /* per parameter: bytes to its fp32 copy in its layer's weight slot, or NO_COPY */
+  size_t *w16_off;        /* per parameter: bytes to its bf16 copy, or NO_COPY */
+  size_t *layer_mirror;   /* per layer, bf16: floats of the fp32 part, mirrored in bf16 after it */
+  size_t *param_grad_off; /* per parameter: floats to its gradient in its layer's gradient slot */
+  size_t *layer_floats;   /* per layer: floats of its gradient footprint */
+  uint16_t *host16;        /* bf16: the host's bf16 twin of the parameter buffer, or NULL */
+  uint64_t *bf16_version;  /* per parameter (its storage owner): param_version the twin was made from */
   float *g32[2];          /* gradient slots */
   int g_layer[2];         /* layer whose gradients a slot holds, -1 when free */
   gt_event *g_done[2];    /* its copy to the host is done */
@@ -79,8 +100,7 @@ void gt_offload_destroy(gt_model *m) {
   /* Transfers in flight read and write these buffers. */
   (void)gt_stream_sync(be, gt_backend_copy_stream(be));
   for (int s = 0; s < o->window; s++) {
-    if (o->w32) gt_arena_free(m->arena, o->w32[s]);
-    if (o->w16) gt_arena_free(m->arena, o->w16[s]);
+    if (o->slot) gt_arena_free(m->arena, o->slot[s]);
     if (o->fetched) gt_event_destroy(be, o->fetched[s]);
     if (o->released) gt_event_destroy(be, o->released[s]);
   }
@@ -88,10 +108,11 @@ void gt_offload_destroy(gt_model *m) {
     gt_arena_free(m->arena, o->g32[k]);
     gt_event_destroy(be, o->g_done[k]);
   }
-  free(o->w32), free(o->w16), free(o->slot_layer), free(o->slot_tick), free(o->slot_bf16_ok);
+  if (o->host16) gt_backend_host_free(be, o->host16);
+  free(o->slot), free(o->slot_layer), free(o->slot_tick), free(o->slot_bf16_ok);
   free(o->fetched), free(o->released), free(o->layer_slot);
-  free(o->param_slot_off), free(o->layer_floats), free(o->grad_zero);
-  free(o->param_version), free(o->fetched_version);
+  free(o->w32_off), free(o->w16_off), free(o->layer_mirror), free(o->param_grad_off), free(o->layer_floats);
+  free(o->grad_zero), free(o->param_version), free(o->fetched_version), free(o->bf16_version);
   free(o);
   m->off = NULL;
   gt_backend_destroy(m->host_be);
@@ -104,22 +125,98 @@ static void *cal(size_t n, size_t size, bool *ok) {
   return p;
 }
 
-/* Slot layout: each local layer's parameters (tied ones included, since
- * the layer reads them) one after another, 64-byte aligned. */
-static size_t lay_out_slots(gt_model *m, gt_offload *o) {
+static size_t align64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+/* Gradient slot layout: each local layer's parameters (tied ones included,
+ * since the layer reads them) one after another, in fp32, 64-byte
+ * aligned. Returns the widest layer's floats. */
+static size_t lay_out_grads(gt_model *m, gt_offload *o) {
   size_t widest = 0;
   for (int i = 0; i < m->nlayers; i++) {
     gt_layer *l = m->layers[i];
     if (!l->local) continue;
     size_t at = 0;
     for (int p = l->first_param; p < l->first_param + l->nparams; p++) {
-      o->param_slot_off[p] = at;
+      o->param_grad_off[p] = at;
       at += (m->params[p].numel + 15) & ~(size_t)15;
     }
     o->layer_floats[i] = at;
     if (at > widest) widest = at;
   }
   return widest ? widest : 16;
+}
+
+/* Weight slot layout of layer i, in bytes. fp32: as the gradient slot.
+ * bf16: first the parameters fetched in fp32, then their bf16 copies in
+ * the same order (one conversion on the device makes them all), then the
+ * matmul-only parameters in bf16 alone. Adds the layer's weights, as
+ * fetched, to o->weight_bytes; returns the slot bytes the layer needs. */
+static size_t lay_out_weights(gt_model *m, gt_offload *o, int i) {
+  const gt_layer *l = m->layers[i];
+  size_t f = 0; /* floats of the fp32 part */
+  for (int p = l->first_param; p < l->first_param + l->nparams; p++) {
+    const gt_param *pp = &m->params[p];
+    o->w32_off[p] = o->w16_off[p] = NO_COPY;
+    if (o->bf16 && pp->matmul_only) continue;
+    o->w32_off[p] = f * sizeof(float);
+    f += (pp->numel + 15) & ~(size_t)15;
+    o->weight_bytes += pp->numel * sizeof(float);
+  }
+  o->layer_mirror[i] = o->bf16 ? f : 0;
+  if (!o->bf16) return f * sizeof(float);
+  size_t at = align64(f * (sizeof(float) + sizeof(uint16_t)));
+  for (int p = l->first_param; p < l->first_param + l->nparams; p++) {
+    const gt_param *pp = &m->params[p];
+    if (!pp->matmul_only) {
+      o->w16_off[p] = f * sizeof(float) + o->w32_off[p] / 2;
+      continue;
+    }
+    o->w16_off[p] = at;
+    at += align64(pp->numel * sizeof(uint16_t));
+    o->weight_bytes += pp->numel * sizeof(uint16_t);
+  }
+  return at;
+}
+
+/* Lays out and allocates the window's weight slots for the model's
+ * precision, and under bf16 the host's bf16 twin of the parameters that
+ * go to the device in bf16 alone. Every slot starts empty. */
+static gt_status make_weight_slots(gt_model *m, gt_offload *o) {
+  o->bf16 = m->precision == GT_PRECISION_BF16;
+  o->slot_bytes = 64;
+  o->weight_bytes = 0;
+  bool twin = false;
+  for (int i = 0; i < m->nlayers; i++) {
+    o->layer_slot[i] = -1;
+    if (!m->layers[i]->local) continue;
+    size_t b = lay_out_weights(m, o, i);
+    if (b > o->slot_bytes) o->slot_bytes = b;
+    const gt_layer *l = m->layers[i];
+    for (int p = l->first_param; p < l->first_param + l->nparams; p++) twin |= o->bf16 && m->params[p].matmul_only;
+  }
+  for (int p = 0; p < m->nparams; p++) o->bf16_version[p] = o->param_version[p] - 1; /* stale */
+  if (twin) {
+    gt_status st = gt_backend_host_alloc(m->be, (m->nfloats ? m->nfloats : 1) * sizeof(uint16_t), (void **)&o->host16);
+    if (st != GT_OK) return gt_error_context(st, "offloading: host memory for the bf16 copy of the parameters");
+  }
+  for (int s = 0; s < o->window; s++) {
+    o->slot_layer[s] = -1;
+    o->slot_tick[s] = 0;
+    o->slot_bf16_ok[s] = false;
+    gt_status st = gt_arena_alloc(m->arena, o->slot_bytes, (void **)&o->slot[s]);
+    if (st != GT_OK)
+      return gt_error_context(st, "offloading: weight slot %d of %d (%zu bytes each)", s, o->window, o->slot_bytes);
+  }
+  return GT_OK;
+}
+
+static void free_weight_slots(gt_model *m, gt_offload *o) {
+  for (int s = 0; s < o->window; s++) {
+    gt_arena_free(m->arena, o->slot[s]);
+    o->slot[s] = NULL;
+  }
+  if (o->host16) gt_backend_host_free(m->be, o->host16);
+  o->host16 = NULL;
 }
 
 gt_status gt_offload_create(gt_model *m) {
@@ -146,8 +243,7 @@ gt_status gt_offload_create(gt_model *m) {
   o->depth = depth < o->window - 1 ? depth : o->window - 1;
   bool ok = true;
   int W = o->window, L = m->nlayers, P = m->nparams;
-  o->w32 = cal((size_t)W, sizeof *o->w32, &ok);
-  o->w16 = cal((size_t)W, sizeof *o->w16, &ok);
+  o->slot = cal((size_t)W, sizeof *o->slot, &ok);
   o->slot_layer = cal((size_t)W, sizeof *o->slot_layer, &ok);
   o->slot_tick = cal((size_t)W, sizeof *o->slot_tick, &ok);
   o->slot_bf16_ok = cal((size_t)W, sizeof *o->slot_bf16_ok, &ok);
@@ -155,23 +251,25 @@ gt_status gt_offload_create(gt_model *m) {
   o->released = cal((size_t)W, sizeof *o->released, &ok);
   o->layer_slot = cal((size_t)L, sizeof *o->layer_slot, &ok);
   o->layer_floats = cal((size_t)L, sizeof *o->layer_floats, &ok);
-  o->param_slot_off = cal((size_t)P, sizeof *o->param_slot_off, &ok);
+  o->layer_mirror = cal((size_t)L, sizeof *o->layer_mirror, &ok);
+  o->param_grad_off = cal((size_t)P, sizeof *o->param_grad_off, &ok);
+  o->w32_off = cal((size_t)P, sizeof *o->w32_off, &ok);
+  o->w16_off = cal((size_t)P, sizeof *o->w16_off, &ok);
   o->grad_zero = cal((size_t)P, sizeof *o->grad_zero, &ok);
   o->param_version = cal((size_t)P, sizeof *o->param_version, &ok);
   o->fetched_version = cal((size_t)P, sizeof *o->fetched_version, &ok);
+  o->bf16_version = cal((size_t)P, sizeof *o->bf16_version, &ok);
   if (!ok) return gt_errorf(GT_ENOMEM, "out of host memory for offloading");
-  o->slot_floats = lay_out_slots(m, o);
-  for (int i = 0; i < L; i++) o->layer_slot[i] = -1;
+  o->grad_floats = lay_out_grads(m, o);
   gt_backend *be = m->be;
-  size_t bytes = o->slot_floats * sizeof(float);
   for (int s = 0; s < W; s++) {
-    o->slot_layer[s] = -1;
-    gt_status st = gt_arena_alloc(m->arena, bytes, (void **)&o->w32[s]);
-    if (st == GT_OK) st = gt_event_create(be, &o->fetched[s]);
+    gt_status st = gt_event_create(be, &o->fetched[s]);
     if (st == GT_OK) st = gt_event_create(be, &o->released[s]);
     if (st == GT_OK) st = gt_event_record(be, o->released[s], NULL);
-    if (st != GT_OK) return gt_error_context(st, "offloading: weight slot %d of %d (%zu bytes each)", s, W, bytes);
+    if (st != GT_OK) return gt_error_context(st, "offloading: the events of weight slot %d", s);
   }
+  GT_TRY(make_weight_slots(m, o));
+  size_t bytes = o->grad_floats * sizeof(float);
   for (int k = 0; k < 2; k++) {
     o->g_layer[k] = -1;
     gt_status st = gt_arena_alloc(m->arena, bytes, (void **)&o->g32[k]);
@@ -185,25 +283,46 @@ gt_status gt_offload_create(gt_model *m) {
  * requests gt_offload_create and gt_offload_set_precision make. */
 size_t gt_offload_device_bytes(const gt_model *m) {
   const gt_offload *o = m->off;
-  size_t bytes = (size_t)(o->window + 2) * gt_arena_block_size(o->slot_floats * sizeof(float));
-  if (m->precision == GT_PRECISION_BF16)
-    bytes += (size_t)o->window * gt_arena_block_size(o->slot_floats * sizeof(uint16_t));
-  return bytes;
+  return (size_t)o->window * gt_arena_block_size(o->slot_bytes) +
+         2 * gt_arena_block_size(o->grad_floats * sizeof(float));
 }
 
-/* bf16 copies of the slots, for a model switched to bf16 precision. */
-gt_status gt_offload_set_precision(gt_model *m, gt_precision p) {
+/* The weight slots again, laid out for the new precision (the model's,
+ * already set). Whatever still reads or fills the old ones finishes
+ * first. */
+gt_status gt_offload_set_precision(gt_model *m) {
   gt_offload *o = m->off;
-  for (int s = 0; s < o->window; s++) {
-    if (p == GT_PRECISION_BF16 && !o->w16[s]) {
-      gt_status st = gt_arena_alloc(m->arena, o->slot_floats * sizeof(uint16_t), (void **)&o->w16[s]);
-      if (st != GT_OK) return gt_error_context(st, "offloading: the bf16 copy of weight slot %d", s);
-    } else if (p != GT_PRECISION_BF16) {
-      gt_arena_free(m->arena, o->w16[s]);
-      o->w16[s] = NULL;
-    }
-    o->slot_bf16_ok[s] = false;
-  }
+  if (o->bf16 == (m->precision == GT_PRECISION_BF16)) return GT_OK;
+  GT_TRY(gt_stream_sync(m->be, gt_backend_copy_stream(m->be)));
+  GT_TRY(gt_stream_sync(m->be, NULL));
+  free_weight_slots(m, o);
+  return make_weight_slots(m, o);
+}
+
+uint16_t *gt_offload_host_bf16(gt_model *m) { return m->off ? m->off->host16 : NULL; }
+
+/* The twin of parameters [first, first + n) was written with them. */
+static void twin_written(gt_model *m, int first, int n) {
+  gt_offload *o = m->off;
+  if (!o || !o->host16) return;
+  for (int p = first; p < first + n; p++)
+    if (m->params[p].tied_to < 0) o->bf16_version[p] = o->param_version[p];
+}
+
+void gt_offload_bf16_written(gt_model *m) { twin_written(m, 0, m->nparams); }
+
+void gt_offload_layer_bf16_written(gt_model *m, int layer) {
+  twin_written(m, m->layers[layer]->first_param, m->layers[layer]->nparams);
+}
+
+/* The host's bf16 twin of storage parameter p, made from the fp32 master
+ * when an update did not write it (a ZeRO-1 shard, SGD, a load). */
+static gt_status refresh_twin(gt_model *m, int p) {
+  gt_offload *o = m->off;
+  if (o->bf16_version[p] == o->param_version[p]) return GT_OK;
+  const gt_param *pp = &m->params[p];
+  GT_TRY(gt_op_f32_to_bf16(gt_model_state_backend(m), o->host16 + pp->offset, m->param_buf + pp->offset, pp->numel));
+  o->bf16_version[p] = o->param_version[p];
   return GT_OK;
 }
 
@@ -237,12 +356,21 @@ static gt_status fetch(gt_model *m, int i, int s) {
   /* The slot's previous layer may still be read by queued kernels. */
   GT_TRY(gt_stream_wait_event(be, cs, o->released[s]));
   const gt_layer *l = m->layers[i];
+  unsigned char *slot = o->slot[s];
   for (int p = l->first_param; p < l->first_param + l->nparams; p++) {
     const gt_param *pp = &m->params[p];
-    size_t n = pp->numel * sizeof(float);
-    o->fetched_version[p] = o->param_version[storage_of(m, p)];
-    GT_TRY(gt_backend_memcpy(be, o->w32[s] + o->param_slot_off[p], m->param_buf + pp->offset, n, GT_COPY_H2D, cs));
-    o->stats.bytes_in += n;
+    int st = storage_of(m, p);
+    o->fetched_version[p] = o->param_version[st];
+    if (o->w32_off[p] != NO_COPY) {
+      size_t n = pp->numel * sizeof(float);
+      GT_TRY(gt_backend_memcpy(be, slot + o->w32_off[p], m->param_buf + pp->offset, n, GT_COPY_H2D, cs));
+      o->stats.bytes_in += n;
+    } else {
+      size_t n = pp->numel * sizeof(uint16_t);
+      GT_TRY(refresh_twin(m, st));
+      GT_TRY(gt_backend_memcpy(be, slot + o->w16_off[p], o->host16 + pp->offset, n, GT_COPY_H2D, cs));
+      o->stats.bytes_in += n;
+    }
   }
   o->stats.fetches++;
   return gt_event_record(be, o->fetched[s], cs);
@@ -294,8 +422,9 @@ gt_status gt_offload_layer_ready(gt_model *m, int i, int lo, int hi, int dir) {
   double t0 = now_s();
   GT_TRY(gt_stream_wait_event(be, NULL, o->fetched[s]));
   o->stats.wait_seconds += now_s() - t0;
-  if (o->w16[s] && !o->slot_bf16_ok[s]) {
-    GT_TRY(gt_op_f32_to_bf16(be, o->w16[s], o->w32[s], o->layer_floats[i]));
+  size_t f = o->layer_mirror[i];
+  if (f && !o->slot_bf16_ok[s]) {
+    GT_TRY(gt_op_f32_to_bf16(be, (uint16_t *)(o->slot[s] + f * sizeof(float)), (const float *)o->slot[s], f));
     o->slot_bf16_ok[s] = true;
   }
   return GT_OK;
@@ -360,7 +489,7 @@ gt_status gt_offload_grads_begin(gt_model *m, int i) {
   const gt_layer *l = m->layers[i];
   for (int p = l->first_param; p < l->first_param + l->nparams; p++) {
     const gt_param *pp = &m->params[p];
-    float *dst = o->g32[k] + o->param_slot_off[p];
+    float *dst = o->g32[k] + o->param_grad_off[p];
     size_t n = pp->numel * sizeof(float);
     if (o->grad_zero[storage_of(m, p)]) {
       GT_TRY(gt_backend_memset(be, dst, 0, n, NULL));
@@ -386,7 +515,7 @@ gt_status gt_offload_grads_end(gt_model *m, int i) {
   for (int p = l->first_param; p < l->first_param + l->nparams; p++) {
     const gt_param *pp = &m->params[p];
     size_t n = pp->numel * sizeof(float);
-    GT_TRY(gt_backend_memcpy(be, m->grad_buf + pp->offset, o->g32[k] + o->param_slot_off[p], n, GT_COPY_D2H, cs));
+    GT_TRY(gt_backend_memcpy(be, m->grad_buf + pp->offset, o->g32[k] + o->param_grad_off[p], n, GT_COPY_D2H, cs));
     o->grad_zero[storage_of(m, p)] = false;
     o->stats.bytes_out += n;
   }
@@ -409,23 +538,23 @@ void gt_offload_grads_zeroed(gt_model *m) {
 }
 
 float *gt_offload_param(const gt_layer *self, int i) {
-  const gt_model *m = self->model;
-  const gt_offload *o = m->off;
+  const gt_offload *o = self->model->off;
   int s = o->layer_slot[self->index];
-  return s < 0 ? NULL : o->w32[s] + o->param_slot_off[self->first_param + i];
+  size_t off = o->w32_off[self->first_param + i];
+  return s < 0 || off == NO_COPY ? NULL : (float *)(o->slot[s] + off);
 }
 
 const uint16_t *gt_offload_param_bf16(const gt_layer *self, int i) {
-  const gt_model *m = self->model;
-  const gt_offload *o = m->off;
+  const gt_offload *o = self->model->off;
   int s = o->layer_slot[self->index];
-  return s < 0 || !o->w16[s] ? NULL : o->w16[s] + o->param_slot_off[self->first_param + i];
+  size_t off = o->w16_off[self->first_param + i];
+  return s < 0 || off == NO_COPY ? NULL : (const uint16_t *)(o->slot[s] + off);
 }
 
 float *gt_offload_grad(const gt_layer *self, int i) {
   const gt_offload *o = self->model->off;
   int k = o->g_layer[0] == self->index ? 0 : o->g_layer[1] == self->index ? 1 : -1;
-  return k < 0 ? NULL : o->g32[k] + o->param_slot_off[self->first_param + i];
+  return k < 0 ? NULL : o->g32[k] + o->param_grad_off[self->first_param + i];
 }
 
 gt_offload_stats gt_model_offload_stats(const gt_model *m) {
@@ -434,6 +563,7 @@ gt_offload_stats gt_model_offload_stats(const gt_model *m) {
   s = m->off->stats;
   s.window = m->off->window;
   s.prefetch = m->off->depth;
-  s.slot_bytes = m->off->slot_floats * sizeof(float);
+  s.slot_bytes = m->off->slot_bytes;
+  s.weight_bytes = m->off->weight_bytes;
   return s;
 }

@@ -50,10 +50,12 @@ gt_status gt_model_set_precision(gt_model *m, gt_precision p) {
     return gt_errorf(GT_EUNSUPPORTED, "backend %s has no mixed-precision products (gemm_ex); train in fp32",
                      gt_backend_name(m->be));
   if (m->off) {
-    /* Offloaded, only the window's slots have bf16 copies. */
-    GT_TRY(gt_offload_set_precision(m, p));
+    /* Offloaded, the window holds the weights in the compute precision. */
+    gt_precision was = m->precision;
     m->precision = p;
-    return GT_OK;
+    gt_status s = gt_offload_set_precision(m);
+    if (s != GT_OK) m->precision = was;
+    return s;
   }
   if (p == GT_PRECISION_FP32) {
     free_bf16(m);
@@ -70,8 +72,16 @@ gt_status gt_model_set_precision(gt_model *m, gt_precision p) {
 
 void gt_model_precision_destroy(gt_model *m) { free_bf16(m); }
 
-uint16_t *gt_model_params_bf16(gt_model *m) { return m->off ? NULL : m->param_bf16; }
-void gt_model_bf16_written(gt_model *m) { m->bf16_stale = false; }
+uint16_t *gt_model_params_bf16(gt_model *m) { return m->off ? gt_offload_host_bf16(m) : m->param_bf16; }
+
+void gt_model_bf16_written(gt_model *m) {
+  m->bf16_stale = false;
+  gt_offload_bf16_written(m);
+}
+
+void gt_model_layer_bf16_written(gt_model *m, int layer) {
+  if (m->off && layer >= 0 && layer < m->nlayers) gt_offload_layer_bf16_written(m, layer);
+}
 
 gt_status gt_model_refresh_bf16(gt_model *m) {
   if (m->precision != GT_PRECISION_BF16 || !m->bf16_stale || m->off) return GT_OK;
@@ -111,8 +121,10 @@ static gt_status check_dims(const gt_layer *self, int N, int C, int OC) {
 gt_status gt_layer_linear_forward(gt_layer *self, const gt_layer_ctx *ctx, float *out, const float *in, int w,
                                   const float *bias, int N, int C, int OC) {
   gt_backend *be = ctx->be;
-  const float *w32 = gt_layer_param(self, w);
-  if (ctx->precision != GT_PRECISION_BF16) return gt_op_linear_forward(be, out, in, w32, bias, N, C, OC);
+  /* Under bf16 the fp32 weight is not read: an offloaded window may not
+   * hold it (gt_param_spec.matmul_only). */
+  if (ctx->precision != GT_PRECISION_BF16)
+    return gt_op_linear_forward(be, out, in, gt_layer_param(self, w), bias, N, C, OC);
   GT_TRY(check_dims(self, N, C, OC));
   if (N == 0 || OC == 0) return GT_OK;
   uint16_t *in16 = NULL;

@@ -20,11 +20,13 @@ static gt_status build(gt_layer *self, const void *config) {
   if (!self->state) return gt_errorf(GT_ENOMEM, "out of memory");
   memcpy(self->state, c, sizeof *c);
   self->in_dim = self->out_dim = c->C;
+  /* The weights are read only by gt_layer_linear_*: matmul_only lets an
+   * offloaded bf16 model hold them in bf16 alone. */
   gt_param_spec specs[] = {
-      {"fc1.w", 2, {c->hidden, c->C}, GT_INIT_NORMAL, 0.02f, true, false, 0},
-      {"fc1.b", 1, {c->hidden}, GT_INIT_ZEROS, 0, false, false, 0},
-      {"fc2.w", 2, {c->C, c->hidden}, GT_INIT_NORMAL, 0.02f, true, false, 0},
-      {"fc2.b", 1, {c->C}, GT_INIT_ZEROS, 0, false, false, 0},
+      {"fc1.w", 2, {c->hidden, c->C}, GT_INIT_NORMAL, 0.02f, true, false, 0, true},
+      {"fc1.b", 1, {c->hidden}, GT_INIT_ZEROS, 0, false, false, 0, false},
+      {"fc2.w", 2, {c->C, c->hidden}, GT_INIT_NORMAL, 0.02f, true, false, 0, true},
+      {"fc2.b", 1, {c->C}, GT_INIT_ZEROS, 0, false, false, 0, false},
   };
   for (int i = 0; i < 4; i++) GT_TRY(gt_layer_declare_param(self, &specs[i], NULL));
   return GT_OK;

@@ -723,6 +723,13 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (a.print_plan && !joining) {
+    /* The precision the trainer would set: it decides the bf16 copy and
+     * how an offloaded window holds its weights. */
+    s = gt_model_set_precision(m, precision);
+    if (s != GT_OK) {
+      fail("setting the precision", s);
+      goto out;
+    }
     if (lead) {
       gt_plan_print(&plan, m, stdout);
       s = gpt_print_prediction(be, &gc, &plan, m, rows, a.seq, a.accum * plan.layout.dp, peak, a.offload, stdout);

@@ -144,15 +144,20 @@ gt_status gpt_print_memory(gt_backend *be, const gt_model *m, int optim_states, 
   double state = (double)gt_model_buffer_floats(m) * sizeof(float);
   int local = 0;
   for (int i = 0; i < gt_model_num_layers(m); i++) local += gt_model_layer(m, i)->local;
+  /* Under bf16 the host also keeps a bf16 twin of the weights, which the
+   * window's matrices come from. */
+  double twin = gt_model_get_precision(m) == GT_PRECISION_BF16 ? state / 2 : 0;
   fprintf(f, "  offloaded: master weights, gradients and optimizer state in host memory (%.1f MiB); the device "
-             "holds %d of %d layers' weights, prefetching %d ahead, in slots of %.1f MiB\n",
-          mib(state * (2 + optim_states)), os.window, local, os.prefetch, mib((double)os.slot_bytes));
+             "holds %d of %d layers' weights, prefetching %d ahead, in slots of %.1f MiB%s\n",
+          mib(state * (2 + optim_states) + twin), os.window, local, os.prefetch, mib((double)os.slot_bytes),
+          twin > 0 ? " (matrices in bf16, the rest in fp32)" : "");
   /* A step refetches every layer after the update; a window narrower than
    * the layers refetches, in each micro-batch, the layers backward finds
    * evicted. Gradients go back every micro-batch and, after the first,
    * come in again to be added to. */
   int A = micro_batches > 0 ? micro_batches : 1, W = os.window;
-  double in = W >= local ? state : A * state * (2.0 * local - W) / local;
+  double weights = (double)os.weight_bytes; /* in the compute precision */
+  double in = W >= local ? weights : A * weights * (2.0 * local - W) / local;
   in += (A - 1) * state;
   double out = A * state, bw = copy_bandwidth(be);
   fprintf(f, "  transfers a step: %.1f MiB to the device, %.1f MiB back", mib(in), mib(out));

@@ -49,6 +49,11 @@ typedef struct gt_param_spec {
    * every rank of the group holds all of it. */
   bool split;
   int split_dim;
+  /* Read only as the weight of the layer's matrix products (through
+   * gt_layer_linear_forward/backward), never through gt_layer_param. Under
+   * bf16 an offloaded model's window then holds it in bf16 alone, and its
+   * transfers carry half the bytes; gt_layer_param gives NULL for it there. */
+  bool matmul_only;
 } gt_param_spec;
 
 typedef struct gt_param {
@@ -68,6 +73,7 @@ typedef struct gt_param {
   bool decay;
   int layer;          /* index of the declaring layer */
   int tied_to;        /* index of the parameter whose storage this one shares, or -1 */
+  bool matmul_only;   /* gt_param_spec.matmul_only, as this layer reads it */
 } gt_param;
 
 /* What a layer sees when it runs on one micro-batch. */
@@ -150,6 +156,10 @@ gt_status gt_layer_declare_param(gt_layer *self, const gt_param_spec *spec, int 
  * one (weight tying). `layer_name` and `param` name it ("wte", "w"). */
 gt_status gt_layer_tie_param(gt_layer *self, const char *local_name, const char *layer_name,
                              const char *param, int *index);
+/* During build: this layer reads its parameter i only as a matrix
+ * product's weight (gt_param_spec.matmul_only), for a tied parameter whose
+ * owner reads it otherwise (an embedding table shared with the LM head). */
+gt_status gt_layer_param_matmul_only(gt_layer *self, int i);
 /* At run time: the device pointers of parameter i of this layer and of its
  * gradient. */
 float *gt_layer_param(const gt_layer *self, int i);

@@ -203,13 +203,17 @@ void gt_model_params_changed(gt_model *m);
  * by layer): an offloaded model then refetches only the slots that hold
  * them; otherwise it is gt_model_params_changed. */
 void gt_model_layer_params_changed(gt_model *m, int layer);
-/* The bf16 twin of the parameter buffer (same offsets, device memory), for
- * an optimizer that writes it in the same pass as the fp32 update; NULL
- * when there is none (fp32, or offloaded). Whoever rewrote all of it after
- * gt_model_params_changed says so with gt_model_bf16_written, and the
- * conversion before the next forward is skipped. */
+/* The bf16 twin of the parameter buffer (same offsets), for an optimizer
+ * that writes it in the same pass as the fp32 update: in device memory, or
+ * offloaded in host memory beside the master (the window's matmul-only
+ * weights come from it); NULL when there is none (fp32). Whoever rewrote
+ * all of it after gt_model_params_changed says so with
+ * gt_model_bf16_written, and the conversion before the next forward (or
+ * the next fetch) is skipped; an update of one layer's parameters, after
+ * gt_model_layer_params_changed, says so with gt_model_layer_bf16_written. */
 uint16_t *gt_model_params_bf16(gt_model *m);
 void gt_model_bf16_written(gt_model *m);
+void gt_model_layer_bf16_written(gt_model *m, int layer);
 
 /* A reader of the parameter buffer (and of the optimizer state, which
  * changes with it) from another thread: a checkpoint copying its snapshot
@@ -238,7 +242,8 @@ gt_backend *gt_model_state_backend(const gt_model *m);
 
 typedef struct gt_offload_stats {
   int window, prefetch;        /* as run: clipped to the layers this rank holds */
-  size_t slot_bytes;           /* one weight slot (fp32; bf16 adds half) */
+  size_t slot_bytes;           /* one weight slot, in the compute precision */
+  size_t weight_bytes;         /* every local layer's weights once, as fetched */
   uint64_t fetches;            /* layers' weights copied to the device */
   uint64_t bytes_in, bytes_out; /* host to device, device to host */
   /* Seconds the host waited for transfers (weights not yet fetched,
