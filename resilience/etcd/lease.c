@@ -131,12 +131,19 @@ static void *keepalive_main(void *arg) {
     double t0 = gt_now();
     run_stream(ka, &expires);
     if (atomic_load(&ka->stop) || atomic_load(&ka->lost)) break;
-    /* The stream broke: try the next endpoint after a short pause. */
+    /* The stream broke (or never opened): the TTL runs on meanwhile, and
+     * the lease is lost the moment it ends, not at the next attempt. */
+    if (gt_now() >= expires) {
+      declare_lost(ka, "not renewed within its TTL (etcd unreachable)");
+      break;
+    }
+    /* Try the next endpoint after a short pause. */
     int ep = atomic_load(&ka->c->cur);
     atomic_compare_exchange_strong(&ka->c->cur, &ep, (ep + 1) % ka->c->nep);
     if (gt_now() - t0 > 1.0) backoff = 0.05;
-    for (double until = gt_now() + backoff; gt_now() < until && !atomic_load(&ka->stop);)
-      et_sleep(0.01);
+    double until = gt_now() + backoff;
+    if (until > expires) until = expires;
+    while (gt_now() < until && !atomic_load(&ka->stop)) et_sleep(0.01);
     backoff = backoff * 2 < 0.5 ? backoff * 2 : 0.5;
   }
   return NULL;
