@@ -1,10 +1,11 @@
 /* Per-peer send delays (gt_comm_set_send_delay):
  * on TCP and shared memory, three ranks, rank 0's sends to rank 1 delayed
- * by 40 ms. A round trip 0 <-> 1 pays the delay once, in either order; a
+ * by 200 ms. A round trip 0 <-> 1 pays the delay once, in either order; a
  * round trip 0 <-> 2 does not; an all-reduce (whose ring passes 0 -> 1)
  * pays it and still sums right; the delay set back to 0 goes away. Bad
- * peers and delays are refused with a message. Only lower bounds are
- * timed (a loaded machine makes everything slower, never faster). */
+ * peers and delays are refused with a message. The delayed ones are timed
+ * with lower bounds (a loaded machine makes everything slower, never
+ * faster); the undelayed ones only have to stay well below the delay. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,7 +15,12 @@
 
 #include "localkit/ranks.h"
 
-enum { DELAY_MS = 40 };
+/* An undelayed round trip takes 0.1-0.3 ms on two loaded cores (optimized
+ * build), a few ms at worst when a rank waits for a core; the fastest of
+ * UNDELAYED_TRIES, which is what is checked, is under 1 ms even with
+ * sanitizers. 200 ms is > 200x that, so "below the delay" cannot fail by
+ * load alone; the test pays the delay 3 times per transport. */
+enum { DELAY_MS = 200, UNDELAYED_TRIES = 5 };
 
 typedef struct result {
   double rtt01_by0, rtt01_by1, rtt02, rtt01_after;
@@ -45,7 +51,7 @@ static double ping(gt_comm *c, int me, int a, int b, bool a_starts) {
 static int delay_main(int r, int n, void *arg) {
   dcfg *k = arg;
   gt_store *s = harness_store();
-  gt_comm *c = harness_comm(s, "delay", r, n, k->transport, 60000);
+  gt_comm *c = harness_comm(s, "delay", r, n, k->transport, 60000); /* no operation may time out */
   if (r == 0) {
     CHECK(gt_comm_set_send_delay(c, 0, 1) == GT_EINVAL && strstr(gt_last_error(), "not another rank"));
     CHECK(gt_comm_set_send_delay(c, 3, 1) == GT_EINVAL);
@@ -58,8 +64,12 @@ static int delay_main(int r, int n, void *arg) {
   if (r == 0) res->rtt01_by0 = t;
   t = ping(c, r, 0, 1, false);
   if (r == 1) res->rtt01_by1 = t;
-  t = ping(c, r, 0, 2, true);
-  if (r == 0) res->rtt02 = t;
+  double best = 1e9;
+  for (int i = 0; i < UNDELAYED_TRIES; i++) {
+    t = ping(c, r, 0, 2, true);
+    if (t < best) best = t;
+  }
+  if (r == 0) res->rtt02 = best;
   float v = (float)(r + 1);
   CHECK_OK(gt_comm_barrier(c));
   /* Timed from rank 0's start to rank 2's end: rank 2 hears of rank 0's
@@ -72,8 +82,12 @@ static int delay_main(int r, int n, void *arg) {
   if (r == 2) res->allreduce_end2 = gt_now(), res->sum = v;
   if (r == 0) CHECK_OK(gt_comm_set_send_delay(c, 1, 0));
   CHECK_OK(gt_comm_barrier(c));
-  t = ping(c, r, 0, 1, true);
-  if (r == 0) res->rtt01_after = t;
+  best = 1e9;
+  for (int i = 0; i < UNDELAYED_TRIES; i++) {
+    t = ping(c, r, 0, 1, true);
+    if (t < best) best = t;
+  }
+  if (r == 0) res->rtt01_after = best;
   gt_comm_destroy(c);
   gt_store_destroy(s);
   return RANK_OK;
@@ -82,6 +96,7 @@ static int delay_main(int r, int n, void *arg) {
 static void run_delay(gt_comm_transport t) {
   dcfg k = {.transport = t, .res = harness_shared(sizeof(result))};
   int codes[3];
+  /* A second or two on loaded cores; 120 s only bounds a hang. */
   assert_int_equal(harness_run(3, delay_main, &k, 120, codes), 0);
   const result *r = k.res;
   double allreduce = r->allreduce_end2 - r->allreduce_start0;
@@ -91,8 +106,8 @@ static void run_delay(gt_comm_transport t) {
   assert_true(r->rtt01_by1 >= DELAY_MS * 1e-3);
   assert_true(allreduce >= DELAY_MS * 1e-3);
   assert_true(r->sum == 6.0f);
-  /* Undelayed pairs: below the delay by a wide margin on any machine that
-   * runs the rest of the suite; the bound only says the delay is absent. */
+  /* Undelayed pairs, the fastest of a few round trips: below the delay by
+   * a wide margin (see DELAY_MS); the bound only says the delay is absent. */
   assert_true(r->rtt02 < DELAY_MS * 1e-3);
   assert_true(r->rtt01_after < DELAY_MS * 1e-3);
 }

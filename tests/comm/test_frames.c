@@ -32,6 +32,9 @@
 #include "comm/wire.h"
 #include "localkit/ranks.h"
 
+/* WAIT_MS bounds every wait for the proxy, a connection or an operation:
+ * each takes milliseconds (the whole test about 1 s on loaded cores), and
+ * a refused or cut frame fails the group at once, not by a timeout. */
 enum { N = 4096, OPS = 4, ATTACK_FRAME = 3, WAIT_MS = 20000 };
 
 typedef enum { FORGE_HEADER, FORGE_PAYLOAD, REPLAY, TRUNCATE } attack;
@@ -252,7 +255,7 @@ static shared *run_attack(attack kind, bool mac, char **log) {
   snprintf(path, sizeof path, "/tmp/giant-frames-%d.log", (int)getpid());
   acfg cfg = {.kind = kind, .mac = mac, .log0 = path, .sh = sh};
   int codes[2];
-  if (harness_run(2, rank_main, &cfg, 120, codes)) fail_msg("a rank failed (codes %d %d)", codes[0], codes[1]);
+  if (harness_run(2, rank_main, &cfg, 120, codes)) /* a fraction of a second */ fail_msg("a rank failed (codes %d %d)", codes[0], codes[1]);
   FILE *f = fopen(path, "r");
   assert_non_null(f);
   static char text[1 << 16];
@@ -342,7 +345,7 @@ static void test_sealed_store_frames(void **state) {
   assert_int_equal(gt_wire_session_open(&srv, s2c, c2s), GT_OK);
   int sv[2];
   assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-  double dl = gt_wire_deadline(5000);
+  double dl = gt_wire_deadline(5000); /* a socketpair in one process: microseconds */
   /* Two good frames, captured on the way, then read. */
   assert_int_equal(gt_wire_send_sealed(sv[0], &cli, GT_MSG_STORE_REQ, 1, "first", 5, dl, NULL), GT_OK);
   assert_int_equal(gt_wire_send_sealed(sv[0], &cli, GT_MSG_STORE_REQ, 2, "second", 6, dl, NULL), GT_OK);

@@ -22,6 +22,32 @@
 #include "localkit/ranks.h"
 #include "comm/comm_internal.h"
 
+/* Time bounds. Measured on two cores busy with other work (optimized
+ * build; sanitizers make it about 3x slower): the checks of results take
+ * under 1 s in all; one all-reduce of BIG floats on the pair takes well
+ * under 0.3 s; rank 0 sees its killed peer 0.02 s after it dies; a
+ * mismatch is seen in milliseconds; an operation on a failed group returns
+ * in microseconds. */
+/* No operation ends by its timeout, except where a stopped peer is meant to
+ * be caught by it. */
+#define OP_TIMEOUT_MS 30000
+/* A killed peer is seen by its exit, not the timeout: 10 s is > 100x the
+ * typical and a third of OP_TIMEOUT_MS. */
+#define KILL_SEEN_S 10.0
+/* A stopped peer is caught only by the operation timeout, so the test lasts
+ * that long; 6 s is 20x the slowest all-reduce the pair must finish twice
+ * before the stop (about 7x with sanitizers). */
+#define STOP_TIMEOUT_MS 6000
+/* The timeout fires within 15 ms of its deadline, and rank 0 may start its
+ * last all-reduce a little after the victim stops: 1 s of slack is > 20x. */
+#define TIMEOUT_SLACK_S 1.0
+/* "At once": below every operation timeout here, and > 100x what a rank
+ * waiting for a busy core needs. */
+#define AT_ONCE_S 1.0
+/* A whole scenario of two ranks: a few seconds at most (a stopped peer's
+ * STOP_TIMEOUT_MS included); 60 s only bounds a hang. */
+#define RUN_S 60
+
 /* Values whose sum rounds: the reference is one fp32 addition. */
 __attribute__((noinline)) static float fval(int rank, size_t i) {
   return 0.1f * (float)(int)(i % 997) + (rank ? 1.0f / 3.0f : 0.7f) * (float)(int)(i % 13);
@@ -89,7 +115,7 @@ static void check_interleaved(gt_comm *c, int r) {
 static int pair_main(int r, int n, void *arg) {
   (void)arg;
   gt_store *s = harness_store();
-  gt_comm *c = harness_comm(s, "pair", r, n, GT_COMM_SHM, 60000);
+  gt_comm *c = harness_comm(s, "pair", r, n, GT_COMM_SHM, OP_TIMEOUT_MS);
   CHECK(strcmp(gt_comm_transport_name(c), "shm") == 0);
   /* 65536 floats and 131072 bf16 fill a 256 KiB piece; each half is cut
    * into pieces, so try halves just under, at and over one and two. */
@@ -108,7 +134,7 @@ static int pair_main(int r, int n, void *arg) {
 static void results(void **st) {
   (void)st;
   int codes[HARNESS_MAX];
-  int bad = harness_run(2, pair_main, NULL, 50, codes);
+  int bad = harness_run(2, pair_main, NULL, RUN_S, codes);
   for (int r = 0; r < 2; r++)
     if (codes[r] != RANK_OK) print_error("rank %d exited with %d\n", r, codes[r]);
   assert_int_equal(bad, 0);
@@ -158,7 +184,7 @@ static int victim_main(int r, int n, void *arg) {
       double t0 = gt_now();
       CHECK(gt_comm_allreduce(c, x, 10, GT_F32, GT_COMM_SUM) != GT_OK);
       CHECK(gt_comm_barrier(c) != GT_OK);
-      CHECK(gt_now() - t0 < 0.5);
+      CHECK(gt_now() - t0 < AT_ONCE_S);
       break;
     }
     CHECK(it < 2);
@@ -174,7 +200,7 @@ static void run_victim(int sig, int op_timeout_ms, double limit_s) {
   shared *sh = harness_shared(sizeof *sh);
   fcfg k = {sig, op_timeout_ms, sh};
   int codes[HARNESS_MAX];
-  harness_run(2, victim_main, &k, 40, codes);
+  harness_run(2, victim_main, &k, RUN_S, codes);
   assert_int_equal(codes[1], sig == SIGKILL ? RANK_KILLED_BY(SIGKILL) : RANK_STOPPED);
   assert_int_equal(codes[0], RANK_OK);
   double dt = sh->fail_time - sh->victim_time;
@@ -186,15 +212,18 @@ static void run_victim(int sig, int op_timeout_ms, double limit_s) {
   assert_true(strlen(sh->fail_msg) > 20);
 }
 
-static void killed(void **st) { (void)st; run_victim(SIGKILL, 30000, 1.0); }
-static void stopped(void **st) { (void)st; run_victim(SIGSTOP, 1500, 1.5 + 1.0); }
+static void killed(void **st) { (void)st; run_victim(SIGKILL, OP_TIMEOUT_MS, KILL_SEEN_S); }
+static void stopped(void **st) {
+  (void)st;
+  run_victim(SIGSTOP, STOP_TIMEOUT_MS, STOP_TIMEOUT_MS / 1000.0 + TIMEOUT_SLACK_S);
+}
 
 /* Rank 0 all-reduces; rank 1 all-reduces another size, then runs an
  * all-gather against rank 0's all-reduce. Both fail promptly. */
 static int mismatch_main(int r, int n, void *arg) {
   int what = *(int *)arg;
   gt_store *s = harness_store();
-  gt_comm *c = harness_comm(s, "pmismatch", r, n, GT_COMM_SHM, 10000);
+  gt_comm *c = harness_comm(s, "pmismatch", r, n, GT_COMM_SHM, OP_TIMEOUT_MS);
   enum { N = 300000 };
   float *x = calloc(2 * N, sizeof *x);
   CHECK(x);
@@ -203,7 +232,9 @@ static int mismatch_main(int r, int n, void *arg) {
   if (r == 0 || what == 0) st = gt_comm_allreduce(c, x, r == 0 ? N : N / 2, GT_F32, GT_COMM_SUM);
   else st = gt_comm_allgather(c, x, x, N / 2, GT_F32);
   CHECK(st == GT_EFORMAT || st == GT_ECONN);
-  CHECK(gt_now() - t0 < 2.0);
+  /* Milliseconds on loaded cores: 5 s is > 100x, and a timeout would not
+   * give the statuses above. */
+  CHECK(gt_now() - t0 < 5.0);
   CHECK(strstr(gt_last_error(), "rank") != NULL);
   free(x);
   gt_comm_destroy(c);
@@ -214,12 +245,12 @@ static int mismatch_main(int r, int n, void *arg) {
 static void mismatch_size(void **st) {
   (void)st;
   int what = 0, codes[HARNESS_MAX];
-  assert_int_equal(harness_run(2, mismatch_main, &what, 30, codes), 0);
+  assert_int_equal(harness_run(2, mismatch_main, &what, RUN_S, codes), 0);
 }
 static void mismatch_op(void **st) {
   (void)st;
   int what = 1, codes[HARNESS_MAX];
-  assert_int_equal(harness_run(2, mismatch_main, &what, 30, codes), 0);
+  assert_int_equal(harness_run(2, mismatch_main, &what, RUN_S, codes), 0);
 }
 
 static void segment_names(void **st) {

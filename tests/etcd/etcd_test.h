@@ -12,6 +12,16 @@
 #include "giant/log.h"
 #include "localkit/etcd_server.h"
 
+/* A call to the test's own etcd on loopback takes milliseconds, a few
+ * hundred at worst under sanitizers on busy cores or while etcd syncs its
+ * log to a busy disk. Calls meant to succeed get 30 s, which only ends a
+ * broken run; calls meant to run out set a short deadline of their own. */
+#define ETCD_CALL_MS 30000
+/* How late a call that runs out may return past its deadline: 10 ms at
+ * most measured on loaded cores (gRPC's deadline); 2 s is > 100x, and
+ * still tells a deadline kept from one ignored for ETCD_CALL_MS. */
+#define ETCD_LATE_S 2.0
+
 #define ETCD_OK(expr)                                                        \
   do {                                                                       \
     gt_status s_ = (expr);                                                   \

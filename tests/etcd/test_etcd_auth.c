@@ -29,7 +29,7 @@ static int ctl(const char *a, const char *b, const char *c, const char *d) {
 
 static gt_etcd_client *connect_as(const char *user, const char *password, gt_status *st) {
   gt_etcd_config cfg = {.endpoints = fx.endpoint, .user = user, .password = password,
-                        .timeout_ms = 3000};
+                        .timeout_ms = ETCD_CALL_MS};
   gt_etcd_client *c = NULL;
   *st = gt_etcd_connect(&cfg, &c);
   return c;
@@ -72,19 +72,22 @@ static void test_auth_on_and_off(void **state) {
   ETCD_OK(gt_etcd_watch_start(c, "auth/k", NULL, NULL, NULL, &w));
   ETCD_OK(gt_etcd_put(c, "auth/k", "closed", 6, 0, NULL, NULL));
   gt_etcd_event ev;
-  ETCD_OK(gt_etcd_watch_next(w, &ev, 5000));
+  ETCD_OK(gt_etcd_watch_next(w, &ev, ETCD_CALL_MS));
   assert_string_equal((char *)ev.kv.value, "closed");
   gt_etcd_event_free(&ev);
   gt_etcd_watch_cancel(w);
 
   /* The server forgets the token after 2 idle seconds; the client signs
-   * in again by itself. */
+   * in again by itself. The sleep is the idle time, not a bound: were the
+   * token still alive, the calls below would pass the same way. */
   sleep(3);
   ETCD_OK(gt_etcd_put(c, "auth/k", "later", 5, 0, NULL, NULL));
   int64_t id;
   ETCD_OK(gt_etcd_lease_grant(c, 10, &id));
   gt_etcd_keepalive *ka;
   ETCD_OK(gt_etcd_keepalive_start(c, id, NULL, NULL, &ka));
+  /* The keepalive renews every 3.3 s: nothing to see in 0.3 s but a
+   * keepalive that fails at once, which load can only make less likely. */
   usleep(300000);
   assert_int_equal(gt_etcd_keepalive_lost(ka), 0);
   gt_etcd_keepalive_stop(ka);

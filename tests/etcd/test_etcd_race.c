@@ -26,22 +26,30 @@ static int teardown(void **state) {
 /* Runs child(i) in NPROC processes released together through a pipe;
  * fills codes[] with their exit codes. */
 static void race(int (*child)(int i, const char *arg), const char *arg, int codes[NPROC]) {
-  int go[2];
+  int go[2], ready[2];
   assert_int_equal(pipe(go), 0);
+  assert_int_equal(pipe(ready), 0);
   pid_t pids[NPROC];
   for (int i = 0; i < NPROC; i++) {
     pids[i] = fork();
     assert_true(pids[i] >= 0);
     if (pids[i] == 0) {
       close(go[1]);
-      alarm(50); /* a stuck child must not hang the test */
+      alarm(50); /* a stuck child must not hang the test (each takes < 1 s) */
       char b;
+      if (write(ready[1], "r", 1) != 1) _exit(3);
       if (read(go[0], &b, 1) != 1) _exit(3);
       _exit(child(i, arg));
     }
   }
   close(go[0]);
-  usleep(300000);
+  close(ready[1]);
+  /* Every child at its starting line, then all released at once. */
+  for (int i = 0; i < NPROC; i++) {
+    char b;
+    assert_int_equal(read(ready[0], &b, 1), 1);
+  }
+  close(ready[0]);
   char bytes[NPROC] = {0};
   assert_int_equal(write(go[1], bytes, NPROC), NPROC);
   close(go[1]);
@@ -53,7 +61,7 @@ static void race(int (*child)(int i, const char *arg), const char *arg, int code
 }
 
 static gt_etcd_client *child_connect(void) {
-  gt_etcd_config cfg = {.endpoints = fx.endpoint, .timeout_ms = 10000};
+  gt_etcd_config cfg = {.endpoints = fx.endpoint, .timeout_ms = ETCD_CALL_MS};
   gt_etcd_client *c = NULL;
   if (gt_etcd_connect(&cfg, &c) != GT_OK) return NULL;
   return c;

@@ -66,7 +66,7 @@ static int teardown(void **state) {
 static void test_tls_roundtrip(void **state) {
   (void)state;
   gt_etcd_config cfg = {.endpoints = fx.endpoint, .cacert = ca, .cert = cli_cert, .key = cli_key,
-                        .timeout_ms = 5000};
+                        .timeout_ms = ETCD_CALL_MS};
   gt_etcd_client *c;
   ETCD_OK(gt_etcd_connect(&cfg, &c));
   ETCD_OK(gt_etcd_put(c, "tls/k", "secret", 6, 0, NULL, NULL));
@@ -79,7 +79,7 @@ static void test_tls_roundtrip(void **state) {
   ETCD_OK(gt_etcd_watch_start(c, "tls/k", NULL, NULL, NULL, &w));
   ETCD_OK(gt_etcd_put(c, "tls/k", "again", 5, 0, NULL, NULL));
   gt_etcd_event ev;
-  ETCD_OK(gt_etcd_watch_next(w, &ev, 5000));
+  ETCD_OK(gt_etcd_watch_next(w, &ev, ETCD_CALL_MS));
   assert_string_equal((char *)ev.kv.value, "again");
   gt_etcd_event_free(&ev);
   gt_etcd_watch_cancel(w);
@@ -95,7 +95,7 @@ static void test_tls_roundtrip(void **state) {
 }
 
 static void expect_refused(gt_etcd_config cfg, const char *what) {
-  cfg.timeout_ms = 800;
+  cfg.timeout_ms = 800; /* meant to run out, or fail sooner */
   gt_etcd_client *c;
   ETCD_OK(gt_etcd_connect(&cfg, &c));
   double t0 = gt_now();
@@ -104,7 +104,9 @@ static void expect_refused(gt_etcd_config cfg, const char *what) {
   fprintf(stderr, "%s: %s (%.2f s): %s\n", what, gt_status_name(st), dt, gt_last_error());
   assert_true(st == GT_ECONN || st == GT_ETIMEDOUT);
   assert_true(strlen(gt_last_error()) > 20);
-  assert_true(dt < 2.5);
+  /* Refused by the deadline: the client retries the failed handshake
+   * until then (0.80 s measured for each case), plus at most ETCD_LATE_S. */
+  assert_true(dt < 0.8 + ETCD_LATE_S);
   gt_etcd_close(c);
 }
 
