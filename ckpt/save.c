@@ -307,6 +307,11 @@ gt_status gt_ckpt_save(gt_ckpt *c) {
 }
 
 static gt_status save(gt_ckpt *c) {
+  /* A delayed update held aside is applied first, at every save, whether
+   * or not it is skipped below (a skip depends on timing): the checkpoint
+   * then holds all there is, and a run resumed from it goes on exactly as
+   * the run that saved it. */
+  GT_TRY(gt_trainer_flush(c->tr));
   if (c->cfg.busy == GT_CKPT_BUSY_SKIP) {
     bool busy = false;
     GT_TRY(busy_anywhere(c, &busy));

@@ -94,12 +94,12 @@ static gt_status check_offloading(gt_model *m, const gt_trainer_config *cfg) {
   if (!gt_model_offloaded(m))
     return gt_errorf(GT_EINVAL, "%s updates an offloaded model's layers on the host: offload the model "
                                 "(offload_window > 0)", what);
-  if (plan && cfg->delayed_update)
-    return gt_errorf(GT_EUNSUPPORTED, "delayed_update runs in one process: with data, tensor or pipeline "
-                                      "parallelism, update after the step's reductions (leave it off)");
+  /* With data parallelism the layers go to the update thread as their
+   * buckets are averaged (gt_dp_sync_on_reduced); the held gradients of the
+   * delayed update are the averaged ones, the same on every replica. */
   if (plan && (plan->layout.tp > 1 || plan->layout.pp > 1 || plan->zero1))
-    return gt_errorf(GT_EUNSUPPORTED, "update_per_layer runs in one process or with data parallelism alone "
-                                      "(no ZeRO-1, tensor or pipeline parallelism): leave it off here");
+    return gt_errorf(GT_EUNSUPPORTED, "%s runs in one process or with data parallelism alone "
+                                      "(no ZeRO-1, tensor or pipeline parallelism): leave it off here", what);
   if (cfg->delayed_update) return GT_OK;
   if (cfg->grad_clip > 0 || cfg->skip_nonfinite > 0)
     return gt_errorf(GT_EINVAL, "update_per_layer updates layers before the gradient norm is known: it needs "

@@ -119,9 +119,10 @@ static const char *usage =
     "  --update-per-layer  offloaded, one process or dp alone: update each layer on the host as soon\n"
     "                      as its gradients are final, while backward goes on (needs --clip 0 and\n"
     "                      --skip-nonfinite 0: the update begins before the norm is known)\n"
-    "  --delayed-update    offloaded, one process: a step computes its gradients before the previous\n"
-    "                      step's update, which is applied during its backward (ZeRO-Offload's\n"
-    "                      one-step delay; a different trajectory, with clipping)\n"
+    "  --delayed-update    offloaded, one process or dp alone: a step computes its gradients before\n"
+    "                      the previous step's update, which is applied during its backward\n"
+    "                      (ZeRO-Offload's one-step delay; a different trajectory, with clipping; a\n"
+    "                      checkpoint applies the update held, so a resumed run goes on alike)\n"
     "  --ckpt-dir DIR      save checkpoints here and resume from the newest (default: $GT_CKPT_DIR);\n"
     "                      SIGTERM or SIGINT then stops after the step under way and lets the save\n"
     "                      in flight commit\n"
@@ -541,9 +542,9 @@ int main(int argc, char **argv) {
   else if (s == GT_OK && a.offload_optimizer && strcmp(a.offload_optimizer, "host") != 0)
     s = gt_errorf(GT_EINVAL, "--offload-optimizer takes disk:DIR (the state in a file in DIR) or host (in memory, "
                              "the default), not '%s'", a.offload_optimizer);
-  if (s == GT_OK && a.delayed_update && a.ckpt.dir)
-    s = gt_errorf(GT_EINVAL, "--delayed-update holds a step's gradients for the next, and checkpoints do not "
-                             "store them yet: leave out --ckpt-dir (or $GT_CKPT_DIR) or --delayed-update");
+  if (s == GT_OK && a.delayed_update && a.reshape)
+    s = gt_errorf(GT_EINVAL, "--delayed-update holds a step's gradients for the next, and a reshape rebuilds the "
+                             "trainer from its peers' state without them: leave out --reshape or --delayed-update");
   if (s != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;
   gt_precision precision;
   if ((s = gt_precision_parse(a.precision, &precision)) != GT_OK) return fprintf(stderr, "gpt: %s\n", gt_last_error()), 2;

@@ -47,15 +47,18 @@ typedef struct gt_trainer_config {
    * update that has begun before the norm is known cannot be scaled or
    * taken back. The result is the same, bit for bit. */
   bool update_per_layer;
-  /* An offloaded model, one process: a one-step delayed update, as
-   * ZeRO-Offload's. Step t computes its gradients at parameters that do
+  /* An offloaded model, one process or data parallelism alone (no ZeRO-1,
+   * tp or pp): a one-step delayed update, as ZeRO-Offload's. Step t computes its gradients at parameters that do
    * not yet have step t-1's update; that update is applied layer by layer
    * on a host thread during step t's backward, from step t-1's gradients
    * held aside, with the learning rate and clipping of step t-1 (its norm
    * is known by then, so clipping and skip_nonfinite work). The parameters
    * therefore follow p[t+1] = p[t] - update(g(p[t-1])): a different
    * trajectory, which the caller opts into. A run's last step leaves its
-   * gradients held: gt_trainer_flush applies them. */
+   * gradients held: gt_trainer_flush applies them. gt_ckpt_save flushes
+   * first, so a checkpoint holds everything and a run resumed from it
+   * follows the run that saved it exactly (a save is a step whose update
+   * is not delayed). */
   bool delayed_update;
 } gt_trainer_config;
 
@@ -66,7 +69,7 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
  * last step's backward ended (the rest were finished after it). */
 int gt_trainer_layers_updated_early(const gt_trainer *t);
 /* With delayed_update: applies the gradients the last step held aside (at
- * the end of training, before a checkpoint). Does nothing otherwise. */
+ * the end of training; gt_ckpt_save calls it). Does nothing otherwise. */
 gt_status gt_trainer_flush(gt_trainer *t);
 void gt_trainer_destroy(gt_trainer *t);
 

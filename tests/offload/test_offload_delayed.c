@@ -1,0 +1,172 @@
+/* The one-step delayed update beyond one process: with data parallelism,
+ * and through a checkpoint.
+ *
+ * dp=2: each replica computes its half of the rows; the held gradients are
+ * the averaged ones, so both replicas apply the same delayed updates. Their
+ * parameters must agree to the bit, and match one process running the same
+ * delayed training on all the rows (to rounding: the sums run in another
+ * order), and differ from dp=2 without the delay (the mode is on).
+ *
+ * Checkpoints: gt_ckpt_save applies the update held aside first. A run that
+ * saves at step 4 and goes on must end bit-identical to a run that loads
+ * that checkpoint and trains the remaining steps, and to a run that calls
+ * gt_trainer_flush at step 4 instead of saving. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "common/gt_test.h"
+#include "localkit/ranks.h"
+#include "examples/gpt/gpt.h"
+#include "giant/ckpt.h"
+#include "giant/dist.h"
+#include "giant/plan.h"
+#include "parallel/train_result.h"
+
+enum { V = 64, T = 8, C = 32, NH = 4, L = 6, ROWS = 2, STEPS = 12, WINDOW = 2, SAVE_AT = 4 };
+
+/* A run (12 steps of a toy GPT in one or two forked ranks) takes ~0.2 s,
+ * a few seconds on loaded cores under ASan: 240 s is > 50x, a bound only
+ * on a hung rank. */
+#define RUN_TIMEOUT_S 240
+
+typedef enum { PLAIN, SAVE, FLUSH, LOAD } ckpt_mode;
+
+typedef struct run_cfg {
+  const char *layout; /* NULL: one process */
+  bool delayed;
+  ckpt_mode mode;     /* what happens after step SAVE_AT (LOAD: start there from the checkpoint) */
+  const char *dir;    /* checkpoints */
+  train_result *out[2]; /* per dp replica: its parameters in the single-process layout */
+} run_cfg;
+
+static const gt_lr_schedule lr = {3e-3f, 3e-4f, 2, STEPS};
+
+static int train(int rank, int world, void *arg) {
+  run_cfg *cfg = arg;
+  gt_backend *be;
+  CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
+  gt_backend_set_peak_flops(be, 1e9);
+  gt_store *store;
+  gt_dist *dist;
+  gt_plan plan;
+  train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = cfg->layout}, "gen0", &store, &plan,
+                  &dist);
+  int rows = ROWS / plan.layout.dp, row0 = plan.me.dp * rows;
+  gt_model *m;
+  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = rows, .T_max = T, .seed = 42, .offload_window = WINDOW},
+                           &m));
+  if (dist) {
+    gt_model_parallel mp = gt_dist_model_parallel(dist);
+    CHECK_OK(gt_model_set_parallel(m, &mp));
+  }
+  CHECK_OK(gpt_add_layers(m, &(gpt_config){.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = L, .tie_weights = true}));
+  CHECK_OK(gt_model_build(m));
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 1,
+                          .dist = dist, .schedule = lr, .delayed_update = cfg->delayed};
+  gt_trainer *tr;
+  CHECK_OK(gt_trainer_create(m, &tc, &tr));
+  gt_ckpt *ck = NULL;
+  if (cfg->mode == SAVE || cfg->mode == LOAD)
+    CHECK_OK(gt_ckpt_create(&(gt_ckpt_config){.dir = cfg->dir, .store = store, .timeout_ms = 60000, .sync = true}, tr,
+                            NULL, &ck));
+  int s0 = 0;
+  if (cfg->mode == LOAD) {
+    gt_ckpt_info info;
+    CHECK_OK(gt_ckpt_load(ck, NULL, &info));
+    CHECK(info.step == SAVE_AT && gt_trainer_step_index(tr) == SAVE_AT);
+    s0 = SAVE_AT;
+  }
+  int32_t in[ROWS * T], tg[ROWS * T];
+  for (int s = s0; s < STEPS; s++) {
+    train_batch_for(s, 0, V, T, ROWS, in, tg);
+    gt_batch b = {.B = rows, .T = T, .inputs = in + row0 * T, .targets = tg + row0 * T};
+    gt_step_stats st;
+    CHECK_OK(gt_trainer_step_batches(tr, &b, 1, &st));
+    if (s + 1 == SAVE_AT && cfg->mode == SAVE) CHECK_OK(gt_ckpt_save(ck));
+    if (s + 1 == SAVE_AT && cfg->mode == FLUSH) CHECK_OK(gt_trainer_flush(tr));
+  }
+  CHECK_OK(gt_trainer_flush(tr));
+  size_t n = gt_model_buffer_floats(m);
+  float *p = malloc(n * sizeof *p);
+  CHECK(p != NULL);
+  CHECK_OK(gt_model_get_params(m, p, n));
+  train_result *out = cfg->out[plan.me.dp];
+  if (!cfg->layout) train_result_set_layout(out, m);
+  train_result_write(out, m, p, 0);
+  free(p);
+  gt_ckpt_destroy(ck);
+  gt_trainer_destroy(tr);
+  gt_model_destroy(m);
+  gt_dist_destroy(dist);
+  gt_store_destroy(store);
+  gt_backend_destroy(be);
+  return RANK_OK;
+}
+
+static void run(run_cfg *cfg) {
+  int codes[2];
+  int world = cfg->layout ? 2 : 1;
+  if (harness_run(world, train, cfg, RUN_TIMEOUT_S, codes))
+    fail_msg("%s, %s, mode %d: a rank failed", cfg->layout ? cfg->layout : "one process",
+             cfg->delayed ? "delayed" : "not delayed", (int)cfg->mode);
+}
+
+static double max_diff(const train_result *a, const train_result *b) {
+  double d = 0;
+  for (size_t i = 0; i < a->nparams; i++) d = fmax(d, fabs((double)a->params[i] - (double)b->params[i]));
+  return d;
+}
+
+static void test_data_parallel(void **state) {
+  (void)state;
+  train_result *one = train_result_new(NULL);
+  run(&(run_cfg){.delayed = true, .out = {one}});
+  train_result *r0 = train_result_new(one), *r1 = train_result_new(one), *plain = train_result_new(one);
+  run(&(run_cfg){.layout = "dp=2", .delayed = true, .out = {r0, r1}});
+  run(&(run_cfg){.layout = "dp=2", .delayed = false, .out = {plain, train_result_new(one)}});
+  double d_one = max_diff(r0, one), d_plain = max_diff(r0, plain);
+  print_message("dp=2 delayed: replicas agree; against one process %.3g; against dp=2 without the delay %.3g\n",
+                d_one, d_plain);
+  assert_memory_equal(r0->params, r1->params, r0->nparams * sizeof(float));
+  /* AdamW's steps are ~3e-3 each; a different summation order moves a
+   * parameter by a few 1e-6 over 12 steps (5e-6 measured), the delay by
+   * 3e-2. */
+  assert_true(d_one < 5e-5);
+  assert_true(d_plain > 1e-4);
+}
+
+static void test_checkpoint(void **state) {
+  (void)state;
+  char dir[] = "/tmp/giant-delayed-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  train_result *saved = train_result_new(NULL);
+  run(&(run_cfg){.delayed = true, .mode = SAVE, .dir = dir, .out = {saved}});
+  train_result *loaded = train_result_new(saved), *flushed = train_result_new(saved), *plain = train_result_new(saved);
+  run(&(run_cfg){.delayed = true, .mode = LOAD, .dir = dir, .out = {loaded}});
+  run(&(run_cfg){.delayed = true, .mode = FLUSH, .out = {flushed}});
+  run(&(run_cfg){.delayed = true, .mode = PLAIN, .out = {plain}});
+  print_message("delayed, saved at step %d: resumed run differs by %.3g, the flushed run by %.3g, a run that never "
+                "saved by %.3g\n",
+                SAVE_AT, max_diff(loaded, saved), max_diff(flushed, saved), max_diff(plain, saved));
+  assert_memory_equal(loaded->params, saved->params, saved->nparams * sizeof(float));
+  assert_memory_equal(flushed->params, saved->params, saved->nparams * sizeof(float));
+  /* The save applied the update held at step 4 a step early. */
+  assert_true(max_diff(plain, saved) > 0);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_data_parallel),
+      cmocka_unit_test(test_checkpoint),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
