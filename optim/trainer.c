@@ -96,10 +96,21 @@ static gt_status check_offloading(gt_model *m, const gt_trainer_config *cfg) {
                                 "(offload_window > 0)", what);
   /* With data parallelism the layers go to the update thread as their
    * buckets are averaged (gt_dp_sync_on_reduced); the held gradients of the
-   * delayed update are the averaged ones, the same on every replica. */
-  if (plan && (plan->layout.tp > 1 || plan->layout.pp > 1 || plan->zero1))
-    return gt_errorf(GT_EUNSUPPORTED, "%s runs in one process or with data parallelism alone "
-                                      "(no ZeRO-1, tensor or pipeline parallelism): leave it off here", what);
+   * delayed update are the averaged ones, the same on every replica. With
+   * tensor parallelism a layer's gradients are final when its backward
+   * ends (sequence parallelism's norms are summed inside it), except in a
+   * replicated region, summed over the group after backward. ZeRO-1
+   * reduces the whole buffer after backward, and a pipeline's tied
+   * parameters are summed over the stages after it. */
+  if (plan && (plan->layout.pp > 1 || plan->zero1))
+    return gt_errorf(GT_EUNSUPPORTED, "%s runs in one process or with data and tensor parallelism "
+                                      "(no ZeRO-1 or pipeline parallelism): leave it off here", what);
+  for (int i = 0; plan && i < gt_model_num_layers(m); i++)
+    if (gt_model_layer_replicas(m, i) > 1)
+      return gt_errorf(GT_EUNSUPPORTED, "%s needs each layer's gradients final when its backward ends, and layer "
+                                        "'%s' is in a replicated region, whose gradients are summed over the "
+                                        "tensor-parallel group after backward: leave it off here", what,
+                       gt_model_layer(m, i)->name);
   if (cfg->delayed_update) return GT_OK;
   if (cfg->grad_clip > 0 || cfg->skip_nonfinite > 0)
     return gt_errorf(GT_EINVAL, "update_per_layer updates layers before the gradient norm is known: it needs "

@@ -39,18 +39,18 @@ typedef struct gt_trainer_config {
    * skipped. Every rank sees the same reduced loss and norm, so all decide
    * alike. */
   int skip_nonfinite;
-  /* An offloaded model, one process or data parallelism alone (no ZeRO-1,
-   * tensor or pipeline parallelism): the optimizer updates each layer on a
-   * host thread as soon as its gradients are final (averaged over the
-   * replicas, as the buckets end), while backward goes on below it
-   * (docs/offload.md). It needs grad_clip = 0 and skip_nonfinite = 0: an
-   * update that has begun before the norm is known cannot be scaled or
-   * taken back. The result is the same, bit for bit. */
+  /* An offloaded model, in one process or with data and tensor parallelism
+   * (no ZeRO-1, pipeline parallelism or replicated region): the optimizer
+   * updates each layer on a host thread as soon as its gradients are final
+   * (averaged over the replicas, as the buckets end), while backward goes
+   * on below it (docs/offload.md). It needs grad_clip = 0 and
+   * skip_nonfinite = 0: an update that has begun before the norm is known
+   * cannot be scaled or taken back. The result is the same, bit for bit. */
   bool update_per_layer;
-  /* An offloaded model, one process or data parallelism alone (no ZeRO-1,
-   * tp or pp): a one-step delayed update, as ZeRO-Offload's. Step t computes its gradients at parameters that do
-   * not yet have step t-1's update; that update is applied layer by layer
-   * on a host thread during step t's backward, from step t-1's gradients
+  /* An offloaded model, under the same conditions: a one-step delayed
+   * update, as ZeRO-Offload's. Step t computes its gradients at parameters
+   * that do not yet have step t-1's update; that update is applied layer by
+   * layer on a host thread during step t's backward, from step t-1's gradients
    * held aside, with the learning rate and clipping of step t-1 (its norm
    * is known by then, so clipping and skip_nonfinite work). The parameters
    * therefore follow p[t+1] = p[t] - update(g(p[t-1])): a different
