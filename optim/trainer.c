@@ -99,7 +99,8 @@ static gt_status check_offloading(gt_model *m, const gt_trainer_config *cfg) {
    * delayed update are the averaged ones, the same on every replica. With
    * tensor parallelism a layer's gradients are final when its backward
    * ends (sequence parallelism's norms are summed inside it), except in a
-   * replicated region, summed over the group after backward. ZeRO-1
+   * replicated region, summed over the group after backward (a region is
+   * not offloaded yet, so this is a guard for when it is). ZeRO-1
    * reduces the whole buffer after backward, and a pipeline's tied
    * parameters are summed over the stages after it. */
   if (plan && (plan->layout.pp > 1 || plan->zero1))
