@@ -292,7 +292,7 @@ size_t gt_offload_device_bytes(const gt_model *m) {
  * first. */
 gt_status gt_offload_set_precision(gt_model *m) {
   gt_offload *o = m->off;
-  if (o->bf16 == (m->precision == GT_PRECISION_BF16)) return GT_OK;
+  if (o->bf16 == (m->precision == GT_PRECISION_BF16) && o->slot[0]) return GT_OK;
   GT_TRY(gt_stream_sync(m->be, gt_backend_copy_stream(m->be)));
   GT_TRY(gt_stream_sync(m->be, NULL));
   free_weight_slots(m, o);

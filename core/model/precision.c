@@ -54,7 +54,11 @@ gt_status gt_model_set_precision(gt_model *m, gt_precision p) {
     gt_precision was = m->precision;
     m->precision = p;
     gt_status s = gt_offload_set_precision(m);
-    if (s != GT_OK) m->precision = was;
+    if (s != GT_OK) {
+      /* The slots of the old precision again: they fit before. */
+      m->precision = was;
+      (void)gt_offload_set_precision(m);
+    }
     return s;
   }
   if (p == GT_PRECISION_FP32) {
