@@ -156,7 +156,7 @@ static void test_skip_agreed(void **state) {
     if (exists && access(path, F_OK) != 0) fail_msg("step %d was begun by some rank and never committed", s);
     if (s <= 4) assert_false(exists);
   }
-  assert_true(took < 120);
+  assert_true(took < 120); /* nothing hangs: 0.3 s on busy cores */
   cr_rmtree(dir);
 }
 

@@ -64,7 +64,7 @@ static float reference_loss(void) {
   char *argv[] = {gpt, GPT_ARGS, NULL};
   run_result *r = malloc(sizeof *r);
   assert_non_null(r);
-  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 120, r);
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 120, r); /* 24 small steps: 1-2 s on busy cores */
   if (r->exit_code != 0) fail_msg("reference run: exit %d:\n%s", r->exit_code, r->output);
   int from;
   float loss = final_loss(r->output, &from, r->output);
@@ -72,11 +72,16 @@ static float reference_loss(void) {
   return loss;
 }
 
+/* --rdzv-ttl LIVE_TTL (5 s): x's workers train flat out beside the agent,
+ * whose renewals must not stall for 3.3 s meanwhile; y's loss is seen 5 s
+ * after its last renewal. --rdzv-settle 8 s: the two agents register
+ * 0.1-0.3 s apart, so the first round takes both; generation 1, x alone,
+ * waits it out once. */
 static void start_agent(agent *a, const char *node, const char *wrapper, const char *ck, int round) {
   char log[256];
   snprintf(log, sizeof log, "%s/agent-%s-%d.log", dir, node, round);
   const char *args[] = {"--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-endpoint", fx.endpoint,
-                        "--job-id", "elastic", "--node-id", node, "--rdzv-ttl", "2", "--rdzv-settle", "8",
+                        "--job-id", "elastic", "--node-id", node, "--rdzv-ttl", LIVE_TTL, "--rdzv-settle", "8",
                         "--max-restarts", "3", "--stop-grace", "2", "--rdzv-timeout", "60", "--hang-timeout", "300",
                         "--plan", "auto", "--ckpt-dir", ck, "--ckpt-every", "4", wrapper, GPT_ARGS, NULL};
   assert_int_equal(agent_start(a, log, args), 0);
@@ -144,6 +149,10 @@ static void test_shrink_and_grow_resume_resharded(void **state) {
   fclose(f);
   chmod(wrapper, 0755);
 
+  /* Each wait below is for a generation to start and train a few small
+   * steps (2-10 s on busy cores, a TTL and the settle time included): 120 s
+   * is > 10x. The stalls (120 s) pin the progress until the test acts,
+   * which it does within milliseconds of what it waits for. */
   agent x, y, y2;
   start_agent(&x, "x", wrapper, ck, 0);
   start_agent(&y, "y", wrapper, ck, 0);
@@ -152,7 +161,7 @@ static void test_shrink_and_grow_resume_resharded(void **state) {
     fail_msg("generation 0 did not commit step 8 within 120 s");
   }
   kill(y.pid, SIGKILL); /* the node is gone, its workers with it */
-  assert_int_equal(agent_wait(&y, 10), 128 + SIGKILL);
+  assert_int_equal(agent_wait(&y, STOP_S), 128 + SIGKILL);
   if (!wait_latest(ck, 12, 120)) {
     dump_log(&x);
     fail_msg("generation 1 did not commit step 12 within 120 s");

@@ -47,7 +47,7 @@ static void run_gpt(const char *steps, const char *metrics, const char *flag_dir
   int n = 23;
   if (flag_dir) argv[n++] = "--ckpt-dir", argv[n++] = (char *)flag_dir, argv[n++] = "--ckpt-every", argv[n++] = "5";
   argv[n] = NULL;
-  run_cmd(argv, env, 120, r);
+  run_cmd(argv, env, 120, r); /* at most 20 small steps: 1-2 s on busy cores */
   if (r->exit_code != 0) fail_msg("gpt --steps %s: exit %d:\n%s", steps, r->exit_code, r->output);
 }
 
@@ -116,6 +116,11 @@ static const char *run_restarted(const char *name, const char *body, run_result 
                   "--stop-grace", "10", "--ckpt-dir", ck, "--ckpt-every", every, "--ckpt-keep", "2", wrapper,
                   "--corpus", text, "--data", data, "--steps", "30", "--layers", "1", "--channels", "32", "--heads",
                   "4", "--seq", "16", "--batch", "4", "--sample", "0", "--print-every", "0", NULL};
+  /* 4-8 s on busy cores (a standalone etcd, two generations of 30 small
+   * steps, a back-off and the slow saves the tests ask for): 240 s is
+   * > 30x. --stop-grace 10: what a stopped rank does on its way out (the
+   * rest of a save, at most the 3 s a test delays it by, then milliseconds
+   * of writing) fits with 7 s to spare. */
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 240, r);
   if (r->exit_code != 0) fail_msg("giantrun: exit %d:\n%s", r->exit_code, r->output);
   const char *p = strstr(r->output, "resumed from "), *q = p ? strstr(p, "steps lost: ") : NULL;
@@ -133,7 +138,10 @@ static void test_giantrun_restart_resumes(void **state) {
    * committed (`latest` exists): before that there is nothing to resume
    * from, and the restart starts at step 0, as it should. Steps take
    * milliseconds, so rank 1 stalls (GT_FAULT) one step after the chosen
-   * one: the job cannot run past it before the wrapper, polling, acts. */
+   * one: the job cannot run past it before the wrapper, polling, acts.
+   * The wrapper acts within a poll (0.05 s) of what it waits for, which
+   * comes a few seconds after the start; the stall's 120 s and the
+   * polling's 1200 rounds (60 s or more) are > 10x. */
   srand((unsigned)time(NULL));
   int kill_at = 6 + rand() % 10;
   char body[1280];
@@ -175,21 +183,39 @@ static void test_giantrun_restart_resumes(void **state) {
 }
 
 /* The survivors' SIGTERM lets a save in flight commit: rank 0's writer
- * takes 3 s (GT_FAULT slowsave) over the save of step 8, rank 1 reports
- * its shard during a 1 s stall at step 9 and dies at step 10, and giantrun
- * stops rank 0 while its writer sleeps. Rank 0 finishes the save on its
- * way out, so the restart loads step 8 and loses 2 steps, fewer than
- * --ckpt-every; killed at once, it would lose the 6 since step 4. */
+ * takes 3 s (GT_FAULT slowsave) over the save of step 8, rank 1 stalls at
+ * step 10 until its wrapper sees steps 0-9 done (rank 0's progress, written
+ * once its save of step 8 has begun) and rank 1's shard of step 8 written,
+ * and SIGKILLs it; giantrun stops rank 0 while its writer sleeps. Rank 0 finishes the save on its way out, so the restart loads
+ * step 8 and loses 2 steps, fewer than --ckpt-every; killed at once, it
+ * would lose the 6 since step 4.
+ *
+ * Rank 0 is the wrapper's process (exec), so that giantrun waits for it
+ * to finish its save on the way out. The shard's file is renamed into
+ * place just before rank 1 reports it
+ * through the store, one write of 1-20 ms on busy cores: the wrapper
+ * waits 0.5 s (> 25x) after seeing it. The kill comes 0.5-1 s into rank
+ * 0's 3 s delay; were it later, the save would commit before the stop and
+ * the outcome would be the same, only not through the stop. */
 static void test_giantrun_stop_commits_in_flight(void **state) {
   (void)state;
   skip_without_etcd();
-  char body[1024];
+  char body[2048];
   snprintf(body, sizeof body,
            "if [ \"$GT_RESTART_COUNT\" = 0 ]; then\n"
-           "  GT_FAULT='slowsave:rank=0,seconds=3;stall:rank=1,at=9,seconds=1;crash:rank=1,at=10'; export GT_FAULT\n"
+           "  GT_FAULT='slowsave:rank=0,seconds=3;stall:rank=1,at=10,seconds=120'; export GT_FAULT\n"
            "fi\n"
-           "exec \"%s\" \"$@\"\n",
-           gpt);
+           "if [ \"$GT_RESTART_COUNT\" != 0 ] || [ \"$GT_RANK\" != 1 ]; then exec \"%s\" \"$@\"; fi\n"
+           "\"%s\" \"$@\" & pid=$!\n"
+           "for i in $(seq 1 1200); do\n"
+           "  p=$(cat \"$GT_CKPT_DIR/progress\" 2>/dev/null || echo 0)\n"
+           "  if [ \"$p\" -ge 10 ] && [ -e \"$GT_CKPT_DIR/step-00000008/shard-00001.bin\" ]; then\n"
+           "    sleep 0.5; kill -9 $pid; break\n"
+           "  fi\n"
+           "  sleep 0.05\n"
+           "done\n"
+           "wait $pid\n",
+           gpt, gpt);
   static run_result r;
   int loaded, lost;
   const char *p = run_restarted("stopped", body, &r, &loaded, &lost);

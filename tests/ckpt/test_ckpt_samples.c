@@ -33,7 +33,7 @@ static int run_until(record *rec, const char *data, const char *dir, const char 
                 .s1 = kill_at ? STEPS + 8 : STEPS, .save_every = 3, .kill_at = kill_at, .rows = rec->rows,
                 .nrows = rec->nrows};
   int codes[HARNESS_MAX];
-  harness_run(world, cr_rank, &cfg, 240, codes);
+  harness_run(world, cr_rank, &cfg, 240, codes); /* as cr_run's bound */
   for (int r = 0; r < world; r++)
     if (codes[r] != (kill_at ? RANK_KILLED_BY(SIGKILL) : RANK_OK))
       fail_msg("%s: rank %d ended with code %d", layout ? layout : "one process", r, codes[r]);

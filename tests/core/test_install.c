@@ -16,6 +16,8 @@
 static char *tool_cmake, *tool_cc, *tool_pkgconfig, *extra_flag;
 
 static void run_ok(char *const argv[], char *const env[], run_result *r) {
+  /* An install, or a compile and link of a small program: 1-5 s on busy
+   * cores; 300 s. */
   run_cmd(argv, env, 300, r);
   if (r->exit_code != 0) fail_msg("%s exited %d:\n%s", argv[0], r->exit_code, r->output);
 }

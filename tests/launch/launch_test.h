@@ -13,6 +13,35 @@
 
 #include "launch/launch_util.h"
 
+/* Time bounds of the launcher tests. Typical values were measured on two
+ * cores kept busy by other work; ASan roughly doubles them. A bound only
+ * ends a wait that is going wrong: the waits return as soon as the thing
+ * waited for happens, so a generous bound costs nothing when all is well.
+ *
+ * START_S: a job's first workers up (agents exec, meet in etcd, a round
+ * closes, workers start and pass a barrier): 0.3-0.5 s, 60 s is > 100x. */
+#define START_S 60
+/* STOP_S: an agent exits after SIGTERM or SIGKILL (workers stopped, lease
+ * revoked): 0.1-0.4 s, 30 s is > 70x (and past the 2 s --stop-grace the
+ * tests give, after which workers are killed). */
+#define STOP_S 30
+/* GONE_S: a stopped job's processes are all gone once its agents exited:
+ * milliseconds, 30 s. */
+#define GONE_S 30
+/* RUN_S: a short job (workers that sleep at most a few seconds, perhaps a
+ * restart with its back-off of at most 1 s) runs to its end: 1-6 s,
+ * 120 s is > 20x. */
+#define RUN_S 120
+/* LIVE_TTL: --rdzv-ttl for agents that must stay members while the machine is
+ * busy. An agent renews its lease every TTL/3, so a live agent is taken for
+ * gone only when its renewals stall for 2/3 of the TTL: 3.3 s here, against
+ * renewals that take milliseconds (tens under load). Tests that wait for a
+ * killed agent's lease to lapse pay this once. */
+#define LIVE_TTL "5"
+/* ETCD_CALL_MS: the tests' own etcd calls on loopback take 1-10 ms on busy
+ * cores; 5 s is > 500x. */
+#define ETCD_CALL_MS 5000
+
 /* Prints an agent's log when a check about it fails. */
 static inline void dump_log(const agent *a) {
   char *s = slurp(a->log);

@@ -11,7 +11,8 @@
  *                       every steptime=S seconds (default 0.05), each with a
  *                       "step K" line on stdout that is not flushed by hand
  *   stop=1              then stop itself with SIGSTOP
- *   gate=1              then wait (at most 120 s) for the file $LW_DIR/go
+ *   gate=1              then wait (at most 120 s, far past any test's wait
+ *                       for it) for the file $LW_DIR/go
  *   spam=N              then write N lines of 100 bytes to stdout
  * A later matching argument overrides an earlier one. */
 #include <fcntl.h>
@@ -82,7 +83,9 @@ int main(int argc, char **argv) {
     else if (!strncmp(argv[i], "gate=", 5)) gate = (int)v;
     else if (!strncmp(argv[i], "spam=", 5)) spam = (int)v;
   }
-  /* Every rank reaches the store: the barrier proves they share one. */
+  /* Every rank reaches the store: the barrier proves they share one. The
+   * ranks of a generation start within 0.1-0.5 s of each other on busy
+   * cores: 30 s is > 60x. */
   if (gt_store_barrier(job->store, "launch_worker", job->rank, job->world_size, 30000) != GT_OK) {
     fprintf(stderr, "launch_worker: barrier: %s\n", gt_last_error());
     gt_job_destroy(job);
@@ -95,7 +98,7 @@ int main(int argc, char **argv) {
     snprintf(prefix, sizeof prefix, "%s/world", job->generation_name);
     gt_comm_config cc = {.store = job->store, .prefix = prefix, .rank = job->rank,
                          .size = job->world_size, .secret = job->secret, .transport = GT_COMM_TCP,
-                         .init_timeout_ms = 30000, .op_timeout_ms = 30000};
+                         .init_timeout_ms = 30000, .op_timeout_ms = 30000}; /* as the barrier's */
     gt_comm *comm;
     if (gt_comm_init(&cc, &comm) != GT_OK) {
       fprintf(stderr, "launch_worker: communicator: %s\n", gt_last_error());

@@ -51,6 +51,8 @@ static void run(agent *a, const char *job, const char *user, const char *pwfile)
   snprintf(out, sizeof out, "%s/%s", dir, job);
   mkdir(out, 0700);
   setenv("LW_DIR", out, 1);
+  /* A node alone meets itself in 0.1-0.3 s on busy cores: a rendezvous
+   * timeout of 30 s is > 100x. */
   const char *args[32] = {"--nnodes", "1", "--nproc-per-node", "2", "--rdzv-endpoint", fx.endpoint, "--job-id", job,
                           "--rdzv-settle", "0", "--rdzv-timeout", "30"};
   int n = 12;
@@ -69,7 +71,7 @@ static void test_with_credentials(void **state) {
   write_file(pw, "root-password-1\n", 0600); /* the newline is not part of it */
   agent a;
   run(&a, "good", "root", pw);
-  expect_exit(&a, 0, 60);
+  expect_exit(&a, 0, RUN_S);
   /* Both workers met on the job's store, in etcd, as root. */
   char out[300];
   snprintf(out, sizeof out, "%s/good", dir);
@@ -88,7 +90,7 @@ static void test_without_or_wrong(void **state) {
   (void)state;
   agent a;
   run(&a, "anon", NULL, NULL);
-  int code = agent_wait(&a, 60);
+  int code = agent_wait(&a, RUN_S);
   char *log = slurp(a.log);
   if (code == 0 || !strstr(log, "user")) {
     dump_log(&a);
@@ -99,7 +101,7 @@ static void test_without_or_wrong(void **state) {
   snprintf(pw, sizeof pw, "%s/wrong", dir);
   write_file(pw, "not-the-password", 0600);
   run(&a, "wrong", "root", pw);
-  code = agent_wait(&a, 60);
+  code = agent_wait(&a, RUN_S);
   log = slurp(a.log);
   if (code == 0 || !strstr(log, "password")) {
     dump_log(&a);
@@ -115,20 +117,20 @@ static void test_bad_password_files(void **state) {
   write_file(pw, "root-password-1", 0644);
   agent a;
   run(&a, "open", "root", pw);
-  expect_exit(&a, 2, 30);
+  expect_exit(&a, 2, RUN_S);
   char *log = slurp(a.log);
   assert_non_null(strstr(log, "chmod 600"));
   free(log);
   snprintf(pw, sizeof pw, "%s/empty", dir);
   write_file(pw, "\n", 0600);
   run(&a, "empty", "root", pw);
-  expect_exit(&a, 2, 30);
+  expect_exit(&a, 2, RUN_S);
   log = slurp(a.log);
   assert_non_null(strstr(log, "one non-empty line"));
   free(log);
   /* The two go together. */
   run(&a, "half", "root", NULL);
-  expect_exit(&a, 2, 30);
+  expect_exit(&a, 2, RUN_S);
   log = slurp(a.log);
   assert_non_null(strstr(log, "give both --rdzv-user and --rdzv-password-file"));
   free(log);

@@ -67,6 +67,7 @@ static void test_alone(void **state) {
   assert_int_equal(gt_store_add(job->store, "n", 5, &sum), GT_OK);
   assert_int_equal(gt_store_add(job->store, "n", 2, &sum), GT_OK);
   assert_int_equal(sum, 7);
+  /* A barrier of one on a local store: milliseconds; 5 s. */
   assert_int_equal(gt_store_barrier(job->store, "b", 0, 1, 5000), GT_OK);
   gt_job_destroy(job);
 }
@@ -88,7 +89,7 @@ static void test_from_env(void **state) {
   assert_string_equal(job->secret, "00112233445566778899aabbccddeeff");
   /* The store's keys live under GT_STORE's prefix in etcd. */
   assert_int_equal(gt_store_set(job->store, "addr/5", "10.0.0.5:7000", 13), GT_OK);
-  gt_etcd_config cfg = {.endpoints = fx.endpoint, .timeout_ms = 5000};
+  gt_etcd_config cfg = {.endpoints = fx.endpoint, .timeout_ms = ETCD_CALL_MS};
   gt_etcd_client *c;
   assert_int_equal(gt_etcd_connect(&cfg, &c), GT_OK);
   void *v;

@@ -20,12 +20,12 @@ static void test_etcd_outage_at_the_end(void **state) {
   assert_int_equal(temp_dir(dir, sizeof dir, "launch-outage"), 0);
   setenv("LW_DIR", dir, 1);
   const char *flags[] = {"--nnodes", "2", "--rdzv-endpoint", fx.endpoint, "--job-id", "outage",
-                         "--rdzv-ttl", "3", "--stop-grace", "2", NULL};
+                         "--rdzv-ttl", LIVE_TTL, "--stop-grace", "2", NULL};
   char spam[32];
   snprintf(spam, sizeof spam, "spam=%d", SPAM_LINES);
   const char *w[] = {"gate=1", spam, NULL};
   agent a[2];
-  start_two(a, dir, flags, w, 40);
+  start_two(a, dir, flags, w, START_S);
   assert_int_equal(etcd_fixture_signal(&fx, SIGKILL), 0);
   double down_at = mono_now();
   /* Now the workers write 2 MB each and exit 0. */
@@ -36,6 +36,9 @@ static void test_etcd_outage_at_the_end(void **state) {
   close(fd);
   char last[64];
   snprintf(last, sizeof last, "] spam %06d", SPAM_LINES - 1);
+  /* Forwarded 0.2 s into the outage on busy cores; the agents would give
+   * up on etcd TTL + 10 = 15 s into it were the workers still running:
+   * > 50x. */
   int forwarded = 0;
   while (!forwarded && mono_now() - down_at < OUTAGE_S - 2) {
     forwarded = log_has(&a[0], last, 0) && log_has(&a[1], last, 0);
@@ -52,13 +55,13 @@ static void test_etcd_outage_at_the_end(void **state) {
   assert_int_equal(etcd_fixture_resume(&fx), 0);
   double up_at = mono_now();
   for (int i = 0; i < 2; i++)
-    if (agent_wait(&a[i], 90) != 0) {
+    if (agent_wait(&a[i], 90) != 0) { /* 0.3 s on busy cores */
       dump_log(&a[i]);
       fail_msg("agent %d did not exit 0 after the outage", i);
     }
   printf("agents exited 0 %.2f s after etcd came back\n", mono_now() - up_at);
   assert_true(forwarded);
-  gt_etcd_config cfg = {.endpoints = fx.endpoint, .timeout_ms = 5000};
+  gt_etcd_config cfg = {.endpoints = fx.endpoint, .timeout_ms = ETCD_CALL_MS};
   gt_etcd_client *c;
   assert_int_equal(gt_etcd_connect(&cfg, &c), GT_OK);
   void *v;
@@ -68,7 +71,7 @@ static void test_etcd_outage_at_the_end(void **state) {
   assert_memory_equal(v, "ok gen0", 7);
   free(v);
   gt_etcd_close(c);
-  assert_int_equal(alive_count(dir, 5), 0);
+  assert_int_equal(alive_count(dir, GONE_S), 0);
   rm_rf(dir);
 }
 

@@ -24,8 +24,8 @@ static void test_usage_error_stops_the_job(void **state) {
   agent a[2];
   assert_int_equal(node_start(&a[0], dir, "x", flags, w), 0);
   assert_int_equal(node_start(&a[1], dir, "y", flags, w), 0);
-  expect_exit(&a[0], 1, 40);
-  expect_exit(&a[1], 1, 40);
+  expect_exit(&a[0], 1, RUN_S);
+  expect_exit(&a[1], 1, RUN_S);
   /* No restart: generation 1 never ran, though five were allowed. */
   assert_true(exists(0, 1));
   assert_false(exists(1, 0) || exists(1, 1));
@@ -35,7 +35,7 @@ static void test_usage_error_stops_the_job(void **state) {
     assert_non_null(strstr(log, "exited with status 2, a usage or configuration error"));
     free(log);
   }
-  assert_int_equal(alive_count(dir, 5), 0);
+  assert_int_equal(alive_count(dir, GONE_S), 0);
   rm_rf(dir);
 }
 
@@ -47,9 +47,12 @@ static void test_restarts_back_off(void **state) {
   const char *w[] = {"exit=1", NULL}; /* a crash loop */
   agent a;
   assert_int_equal(node_start(&a, dir, "x", flags, w), 0);
-  expect_exit(&a, 1, 60);
+  /* Three back-offs of at most 1 + 2 + 4 s, and four short generations
+   * (0.2-0.4 s each on busy cores): about 6 s, 120 s is > 15x. */
+  expect_exit(&a, 1, RUN_S);
   /* Restart k waits 2^(k-1) s times a factor in [0.5, 1): gen k starts at
-   * least 0.5 * 2^(k-1) s after gen k-1 did. */
+   * least 0.5 * 2^(k-1) s after gen k-1 did (a lower bound: a slow
+   * machine only adds to the gaps). */
   for (int g = 1; g <= 3; g++) {
     double gap = env_double(dir, g, 0, "started") - env_double(dir, g - 1, 0, "started");
     printf("gen%d started %.2f s after gen%d\n", g, gap, g - 1);
@@ -64,22 +67,24 @@ static void test_restart_window(void **state) {
   assert_int_equal(temp_dir(dir, sizeof dir, "launch-window"), 0);
   setenv("LW_DIR", dir, 1);
   /* Gen0 fails at once, gen1 after 4 s, gen2 succeeds: two failures, more
-   * than 4 s apart, against --max-restarts 1. */
+   * than 4 s apart, against --max-restarts 1. A window of 3 s is shorter
+   * than that gap on any machine; one of 120 s is > 20x the gap (4 s, the
+   * back-off of at most 1 s, and a start of 0.2-0.4 s). */
   const char *w[] = {"exit=1@g0", "exit=1@g1", "sleep=4@g1", NULL};
   const char *in3[] = {"--rdzv-endpoint", fx.endpoint, "--job-id", "window3", "--max-restarts", "1",
                        "--restart-window", "3", NULL};
   agent a;
   assert_int_equal(node_start(&a, dir, "x", in3, w), 0);
-  expect_exit(&a, 0, 60); /* the first failure left the 3 s window */
+  expect_exit(&a, 0, RUN_S); /* the first failure left the 3 s window */
   assert_true(exists(2, 0));
   assert_int_equal(env_long(dir, 2, 0, "GT_RESTART_COUNT"), 2);
   rm_rf(dir);
   assert_int_equal(temp_dir(dir, sizeof dir, "launch-window"), 0);
   setenv("LW_DIR", dir, 1);
-  const char *in60[] = {"--rdzv-endpoint", fx.endpoint, "--job-id", "window60", "--max-restarts", "1",
-                        "--restart-window", "60", NULL};
-  assert_int_equal(node_start(&a, dir, "x", in60, w), 0);
-  expect_exit(&a, 1, 60); /* both failures fall in a 60 s window */
+  const char *in120[] = {"--rdzv-endpoint", fx.endpoint, "--job-id", "window120", "--max-restarts", "1",
+                         "--restart-window", "120", NULL};
+  assert_int_equal(node_start(&a, dir, "x", in120, w), 0);
+  expect_exit(&a, 1, RUN_S); /* both failures fall in a 120 s window */
   assert_false(exists(2, 0));
   char *log = slurp(a.log);
   assert_non_null(strstr(log, "2 failure(s) within --restart-window, more than --max-restarts 1 allows"));

@@ -30,9 +30,13 @@ static int teardown(void **state) {
   return 0;
 }
 
+/* No test here waits for a lease to lapse: a TTL of 30 s keeps every node
+ * a member unless its renewals (every 10 s, each a few ms) stall for 20 s.
+ * A round of threads in one process joins in 10-100 ms on busy cores: a
+ * join timeout of 20 s is > 200x. */
 static gt_rdzv_config config(const char *job, const char *node, int min, int max, int nproc) {
   gt_rdzv_config c = {.endpoints = fx.endpoint, .job_id = job, .node_id = node, .min_nodes = min,
-                      .max_nodes = max, .nproc = nproc, .max_restarts = 1, .ttl_s = 5,
+                      .max_nodes = max, .nproc = nproc, .max_restarts = 1, .ttl_s = 30,
                       .settle_ms = 0, .join_timeout_ms = 20000, .poll_ms = 20};
   return c;
 }
@@ -137,13 +141,16 @@ static void test_settle(void **state) {
   j.cfg.settle_ms = 600;
   join_all(&j, 1);
   assert_int_equal(j.round.nnodes, 1);
-  assert_true(j.took >= 0.6 && j.took < 5);
+  /* The settle time, and the join's own 10-100 ms: 15 s is > 100x. */
+  assert_true(j.took >= 0.6 && j.took < 15);
   gt_rdzv_close(j.r);
-  /* MAX reached: no settle wait. */
+  /* MAX reached: no settle wait. The join takes 10-100 ms; 10 s is
+   * > 100x, and short of the 30 s settle time (past the 20 s join
+   * timeout, which would fail the join). */
   joiner k = {.cfg = config("nosettle", "solo", 1, 1, 1)};
-  k.cfg.settle_ms = 10000;
+  k.cfg.settle_ms = 30000;
   join_all(&k, 1);
-  assert_true(k.took < 5);
+  assert_true(k.took < 10);
   gt_rdzv_close(k.r);
 }
 
@@ -164,7 +171,7 @@ static void test_bad_config_and_keys(void **state) {
   assert_int_equal(gt_rdzv_open(&c, &r), GT_EINVAL);
 
   /* Keys someone else wrote under the job: a clear error, no crash. */
-  gt_etcd_config ec = {.endpoints = fx.endpoint, .timeout_ms = 5000};
+  gt_etcd_config ec = {.endpoints = fx.endpoint, .timeout_ms = ETCD_CALL_MS};
   gt_etcd_client *cli;
   OK(gt_etcd_connect(&ec, &cli));
   OK(gt_etcd_put(cli, "/giant/junk1/current", "banana", 6, 0, NULL, NULL));

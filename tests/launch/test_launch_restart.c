@@ -24,6 +24,28 @@ static int teardown(void **state) {
   return 0;
 }
 
+/* 1 when node's registration for generation gen of job is in etcd within
+ * timeout_s. */
+static int registered(const char *job, int gen, const char *node, double timeout_s) {
+  char key[300];
+  snprintf(key, sizeof key, "/giant/%s/gen%d/nodes/%s", job, gen, node);
+  gt_etcd_config cfg = {.endpoints = fx.endpoint, .timeout_ms = ETCD_CALL_MS};
+  gt_etcd_client *c;
+  assert_int_equal(gt_etcd_connect(&cfg, &c), GT_OK);
+  int found = 0;
+  for (double end = mono_now() + timeout_s; !found && mono_now() < end;) {
+    gt_etcd_get_opts o = {.keys_only = 1};
+    gt_etcd_kvs kvs;
+    if (gt_etcd_get(c, key, &o, &kvs) == GT_OK) {
+      found = kvs.n > 0;
+      gt_etcd_kvs_free(&kvs);
+    }
+    if (!found) usleep(20000);
+  }
+  gt_etcd_close(c);
+  return found;
+}
+
 static void start_node(agent *a, const char *job, const char *node, const char *restarts, const char *ttl,
                        const char *const *wargs) {
   char log[512], logdir[300];
@@ -49,8 +71,8 @@ static void test_worker_failure_restarts(void **state) {
   agent a[2];
   start_node(&a[0], "restart", "x", "2", "10", w);
   start_node(&a[1], "restart", "y", "2", "10", w);
-  expect_exit(&a[0], 0, 40);
-  expect_exit(&a[1], 0, 40);
+  expect_exit(&a[0], 0, RUN_S);
+  expect_exit(&a[1], 0, RUN_S);
   assert_true(wait_gen(dir, 0, 2, 0));
   assert_true(wait_gen(dir, 1, 2, 0));
   assert_int_equal(env_long(dir, 1, 0, "GT_RESTART_COUNT"), 1);
@@ -71,7 +93,7 @@ static void test_worker_failure_restarts(void **state) {
   assert_non_null(log);
   assert_string_equal(log, "worker rank 1 of 2 in gen1 up\n");
   free(log);
-  assert_int_equal(alive_count(dir, 5), 0);
+  assert_int_equal(alive_count(dir, GONE_S), 0);
   rm_rf(dir);
 }
 
@@ -84,8 +106,8 @@ static void test_max_restarts_honoured(void **state) {
   agent a[2];
   start_node(&a[0], "maxr", "x", "1", "10", w);
   start_node(&a[1], "maxr", "y", "1", "10", w);
-  expect_exit(&a[0], 1, 40);
-  expect_exit(&a[1], 1, 40);
+  expect_exit(&a[0], 1, RUN_S);
+  expect_exit(&a[1], 1, RUN_S);
   /* Generation 1 ran: its rank 0 failed again. Its rank 1 may never have
    * started, when the failure reached its agent first. */
   assert_true(wait_gen(dir, 1, 1, 0));
@@ -98,7 +120,7 @@ static void test_max_restarts_honoured(void **state) {
     assert_non_null(strstr(log, "--max-restarts"));
     free(log);
   }
-  assert_int_equal(alive_count(dir, 5), 0);
+  assert_int_equal(alive_count(dir, GONE_S), 0);
   rm_rf(dir);
 }
 
@@ -112,7 +134,7 @@ static void test_sigterm_stops_cleanly(void **state) {
   agent a[2];
   start_node(&a[0], "term", "x", "0", "60", w);
   start_node(&a[1], "term", "y", "0", "60", w);
-  if (!wait_gen(dir, 0, 2, 40)) {
+  if (!wait_gen(dir, 0, 2, START_S)) {
     dump_log(&a[0]);
     dump_log(&a[1]);
     fail_msg("generation 0 did not start");
@@ -120,12 +142,14 @@ static void test_sigterm_stops_cleanly(void **state) {
   double t0 = mono_now();
   kill(a[0].pid, SIGTERM);
   kill(a[1].pid, SIGTERM);
-  expect_exit(&a[0], 128 + SIGTERM, 15);
-  expect_exit(&a[1], 128 + SIGTERM, 15);
-  assert_true(mono_now() - t0 < 10);
+  expect_exit(&a[0], 128 + SIGTERM, STOP_S);
+  expect_exit(&a[1], 128 + SIGTERM, STOP_S);
+  /* At once: both exit 0.1-0.4 s after the signal on busy cores; 15 s is
+   * > 35x, and still far from the 60 s a lease would take to lapse. */
+  assert_true(mono_now() - t0 < 15);
   /* Workers and their children are gone. */
-  assert_int_equal(alive_count(dir, 5), 0);
-  gt_etcd_config cfg = {.endpoints = fx.endpoint, .timeout_ms = 5000};
+  assert_int_equal(alive_count(dir, GONE_S), 0);
+  gt_etcd_config cfg = {.endpoints = fx.endpoint, .timeout_ms = ETCD_CALL_MS};
   gt_etcd_client *c;
   assert_int_equal(gt_etcd_connect(&cfg, &c), GT_OK);
   gt_etcd_get_opts o = {.prefix = 1, .keys_only = 1};
@@ -147,7 +171,7 @@ static void test_sigkill_leaves_nothing(void **state) {
   agent a[2];
   start_node(&a[0], "kill9", "x", "0", "60", w);
   start_node(&a[1], "kill9", "y", "0", "60", w);
-  if (!wait_gen(dir, 0, 2, 40)) {
+  if (!wait_gen(dir, 0, 2, START_S)) {
     dump_log(&a[0]);
     dump_log(&a[1]);
     fail_msg("generation 0 did not start");
@@ -156,10 +180,10 @@ static void test_sigkill_leaves_nothing(void **state) {
   assert_int_equal(alive_count(dir, 0), 4);
   kill(a[0].pid, SIGKILL);
   kill(a[1].pid, SIGKILL);
-  expect_exit(&a[0], 128 + SIGKILL, 15);
-  expect_exit(&a[1], 128 + SIGKILL, 15);
+  expect_exit(&a[0], 128 + SIGKILL, STOP_S);
+  expect_exit(&a[1], 128 + SIGKILL, STOP_S);
   /* Generous: the keeper acts as soon as the pipe closes (milliseconds). */
-  assert_int_equal(alive_count(dir, 10), 0);
+  assert_int_equal(alive_count(dir, GONE_S), 0);
   rm_rf(dir);
 }
 
@@ -169,17 +193,25 @@ static void test_duplicate_node_id(void **state) {
   setenv("LW_DIR", dir, 1);
   const char *w[] = {"sleep=0", NULL};
   agent a[2];
-  start_node(&a[0], "dup", "same", "0", "1", w);
-  /* The first holds the id; the second, with the same id, gives up after
-   * the TTL (it could have been a restarted agent's old lease). */
-  usleep(500000);
-  start_node(&a[1], "dup", "same", "0", "1", w);
-  expect_exit(&a[1], 1, 20);
+  /* TTL 3 s: the first agent renews every second and keeps the id unless
+   * its renewals stall for 2 s (they take milliseconds); the second gives
+   * up TTL + 2 = 5 s after it first finds the id taken. */
+  start_node(&a[0], "dup", "same", "0", "3", w);
+  /* The first holds the id (its registration is in etcd); the second,
+   * with the same id, gives up after the TTL (it could have been a
+   * restarted agent's old lease). */
+  if (!registered("dup", 0, "same", START_S)) {
+    dump_log(&a[0]);
+    fail_msg("the first agent did not register within %d s", START_S);
+  }
+  start_node(&a[1], "dup", "same", "0", "3", w);
+  /* 5 s of TTL + 2 s, plus its start (0.1-0.3 s): 60 s is > 10x. */
+  expect_exit(&a[1], 1, 60);
   char *log = slurp(a[1].log);
   assert_non_null(strstr(log, "node id 'same' is held by another agent"));
   free(log);
   kill(a[0].pid, SIGTERM);
-  expect_exit(&a[0], 128 + SIGTERM, 15);
+  expect_exit(&a[0], 128 + SIGTERM, STOP_S);
   rm_rf(dir);
 }
 
@@ -195,8 +227,10 @@ static void test_rendezvous_timeout_and_ended_job(void **state) {
   assert_int_equal(agent_start(&a, log, (const char *[]){"--nnodes", "2", "--rdzv-endpoint", fx.endpoint,
                                                           "--job-id", "tmo", "--rdzv-timeout", "2",
                                                           worker_bin(), NULL}), 0);
-  expect_exit(&a, 1, 15);
-  assert_true(mono_now() - t0 < 10);
+  /* The 2 s of --rdzv-timeout plus the agent's start (0.1-0.3 s) and
+   * exit: 30 s is > 10x, and far below the default's 600 s. */
+  expect_exit(&a, 1, 60);
+  assert_true(mono_now() - t0 < 30);
   char *out = slurp(log);
   assert_non_null(strstr(out, "did not complete in 2 s (need 2 node(s))"));
   free(out);
@@ -205,10 +239,10 @@ static void test_rendezvous_timeout_and_ended_job(void **state) {
   agent b[2];
   start_node(&b[0], "once", "x", "0", "10", w);
   start_node(&b[1], "once", "y", "0", "10", w);
-  expect_exit(&b[0], 0, 30);
-  expect_exit(&b[1], 0, 30);
+  expect_exit(&b[0], 0, RUN_S);
+  expect_exit(&b[1], 0, RUN_S);
   start_node(&b[0], "once", "x", "0", "10", w);
-  expect_exit(&b[0], 1, 15);
+  expect_exit(&b[0], 1, RUN_S);
   out = slurp(b[0].log);
   assert_non_null(strstr(out, "job 'once' has already ended in etcd (ok gen0): choose a new --job-id"));
   free(out);

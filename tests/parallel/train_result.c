@@ -21,6 +21,10 @@ void train_rank_dist(const gt_plan_config *pc, const char *gen, gt_store **store
 
 void train_rank_dist_on(gt_store *store, const gt_plan_config *pc, const char *gen, gt_plan *plan, gt_dist **dist) {
   CHECK_OK(gt_plan_resolve(pc, plan));
+  /* Shorter than the library's 60 s and 300 s, so a broken test fails
+   * soon: ranks forked together form their groups within 0.1-0.3 s of each
+   * other on busy cores, and an operation waits at most a small step of
+   * the slowest rank (milliseconds): 20 s is > 60x. */
   gt_dist_config dc = {.plan = *plan, .store = store, .generation = gen,
                        .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1", .init_timeout_ms = 20000,
                                 .op_timeout_ms = 20000}};
