@@ -72,6 +72,22 @@ static int count_of(const char *out, const char *what) {
   return n;
 }
 
+/* The cases' bounds; each wait ends on its event, so a case that passes
+ * waits no longer for them. Measured on two cores: the quick cases take
+ * 5 to 60 s each, twice that beside a busy loop on each core.
+ * A job's start to its first 20 steps (three agents meet, six workers
+ * start and connect): ~2 s, ~5 s loaded. */
+#define START_S 120
+/* A fault to the steps after it: an in-process reshape (< 0.5 s), after a
+ * lease's lapse (4 s) where an agent or a node is lost: ~5 s measured,
+ * under 10 s loaded. */
+#define RECOVER_S 120
+/* What is left of a job that ended, or of a SIGKILLed agent (its workers
+ * die with it, PR_SET_PDEATHSIG), goes in ms: 10 s is > 100x. */
+#define GONE_S 10
+/* A job of 20 to 40 steps, whole: 5 to 10 s, ~20 s loaded: 240 s is > 10x. */
+#define SHORT_JOB_S 240
+
 /* What every case checks once its job ended: exit codes (want[i], or -3
  * for "any"), the final loss against one process without faults (relative
  * tolerance tol), the ledger and its steps lost, no process of the job
@@ -93,7 +109,7 @@ static void check_job(chaos_job *j, chaos_result *r, const int *want, double tol
   REQUIRE(j, lost <= max_lost, "%d step runs lost, at most %d expected", lost, max_lost);
   r->steps_lost = lost;
   int procs = 0;
-  for (double end = now_s() + 10; (procs = chaos_job_processes(j)) > 0 && now_s() < end;) usleep(50000);
+  for (double end = now_s() + GONE_S; (procs = chaos_job_processes(j)) > 0 && now_s() < end;) usleep(50000);
   REQUIRE(j, procs == 0, "%d process(es) of the job still running", procs);
   REQUIRE(j, chaos_job_keys(j, why, sizeof why) == 0, "etcd: %s", why);
   r->kept_s = chaos_kept_seconds(j);
@@ -127,11 +143,11 @@ static void case_kill_worker(chaos_env *env, chaos_result *r) {
   c.fault = "crash:rank=3,at=10";
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
-  chaos_job_wait_step(&j, AT - 1, 120);
+  chaos_job_wait_step(&j, AT - 1, START_S);
   double t_fault = now_s();
-  int after = chaos_job_wait_step(&j, AT + 1, 120);
+  int after = chaos_job_wait_step(&j, AT + 1, RECOVER_S);
   r->recover_ms = after >= 0 ? (now_s() - t_fault) * 1e3 : -1;
-  chaos_job_wait(&j, 240);
+  chaos_job_wait(&j, SHORT_JOB_S);
   double ms;
   int n = reshaped(j.out, WORLD - 1, &ms);
   snprintf(r->summary, sizeof r->summary, "rank 3 killed at step %d; %d ranks reshaped in-process (slowest %.0f ms)",
@@ -151,16 +167,17 @@ static void case_kill_agent(chaos_env *env, chaos_result *r) {
   c.plan = "dp=3,pp=2"; /* two pipeline stages; the 4 ranks left go on at dp=2,pp=2 */
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
-  int at = chaos_job_wait_step(&j, AT, 120);
+  int at = chaos_job_wait_step(&j, AT, START_S);
   double t_fault = now_s();
   kill(j.agent[NODE], SIGKILL);
-  int code = chaos_job_wait_node(&j, NODE, 10);
+  int code = chaos_job_wait_node(&j, NODE, GONE_S);
   /* Its workers die with it (PR_SET_PDEATHSIG): nothing of it is left. */
   int left = -1;
-  for (double end = now_s() + 10; (left = chaos_node_processes(env, NODE)) != 0 && now_s() < end;) usleep(50000);
-  int after = at >= 0 ? chaos_job_wait_step(&j, at + 2, 120) : -1;
+  for (double end = now_s() + GONE_S; (left = chaos_node_processes(env, NODE)) != 0 && now_s() < end;)
+    usleep(50000);
+  int after = at >= 0 ? chaos_job_wait_step(&j, at + 2, RECOVER_S) : -1;
   r->recover_ms = after >= 0 ? (now_s() - t_fault) * 1e3 : -1;
-  chaos_job_wait(&j, 240);
+  chaos_job_wait(&j, SHORT_JOB_S);
   double ms;
   int n = reshaped(j.out, WORLD - CHAOS_NPROC, &ms);
   snprintf(r->summary, sizeof r->summary,
@@ -187,7 +204,7 @@ static void case_slow_rank(chaos_env *env, chaos_result *r) {
   c.gpt_flags = "--failslow";
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
-  chaos_job_wait(&j, 400);
+  chaos_job_wait(&j, 400); /* 80 steps of a larger model, one rank x3 for a few: ~10 s, ~25 s loaded */
   char line[96];
   snprintf(line, sizeof line, "[rank %d] gpt: excluded after step ", SLOW);
   const char *gone = j.out ? strstr(j.out, line) : NULL;
@@ -220,9 +237,11 @@ static void case_slow_link(chaos_env *env, chaos_result *r) {
   c.gpt_flags = "--failslow";
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
-  int at = chaos_job_wait_step(&j, AT, 120);
+  int at = chaos_job_wait_step(&j, AT, START_S);
   int limited = chaos_net_limit(&env->net, NODE, RATE_KBIT);
   REQUIRE(&j, limited == 0, "tc could not limit node %d's link (status %d)", NODE, limited);
+  /* 150 steps, each a few tens of ms through the limited link until the
+   * node is left out: ~10 s, ~30 s loaded; 400 s is > 10x. */
   chaos_job_wait(&j, 400);
   /* Both of its ranks flagged, at the same step; the step it was left out. */
   int flagged = 0, step = -1, left_at = -1;
@@ -264,7 +283,10 @@ static void case_slow_link(chaos_env *env, chaos_result *r) {
  * (GT_FAULT pace), so the job outlasts the cut and the rejoin on however
  * fast a machine. */
 static void case_partition(chaos_env *env, chaos_result *r) {
-  enum { NODE = 2, MIN_CUT_S = 8, MAX_CUT_S = 60, STEPS = 3000 };
+  /* MAX_CUT_S bounds the wait for the others to go on and for the node to
+   * stop its workers: each a lease's lapse (4 s) and a reshape, ~6 s
+   * measured, under 10 s loaded: 120 s is > 10x. */
+  enum { NODE = 2, MIN_CUT_S = 8, MAX_CUT_S = 120, STEPS = 3000 };
   static const char PACE[] = "pace:rank=all,ms=8";
   char flags[320];
   snprintf(flags, sizeof flags, "--ckpt-dir %s/partition-ckpt --ckpt-every 10", env->dir);
@@ -274,7 +296,7 @@ static void case_partition(chaos_env *env, chaos_result *r) {
   c.gpt_flags = flags;
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
-  int at = chaos_job_wait_step(&j, 20, 120);
+  int at = chaos_job_wait_step(&j, 20, START_S);
   double t_fault = now_s();
   chaos_sh("ip link set %s down", env->net.veth[NODE]);
   int after = at >= 0 ? chaos_job_wait_step(&j, at + 3, MAX_CUT_S) : -1;
@@ -291,7 +313,9 @@ static void case_partition(chaos_env *env, chaos_result *r) {
     if (s > alone) alone = s;
   }
   chaos_sh("ip link set %s up", env->net.veth[NODE]);
-  chaos_job_wait(&j, 600);
+  /* The rest of 3000 paced steps and the rejoin: ~45 s, ~70 s beside busy
+   * loops on both cores: 900 s is > 10x. */
+  chaos_job_wait(&j, 900);
   double ms, back_ms;
   int n = reshaped(j.out, WORLD - CHAOS_NPROC, &ms), back = reshaped(j.out, WORLD, &back_ms);
   bool stopped = j.out && strstr(j.out, "its workers stop, and it rejoins when etcd answers");
@@ -319,18 +343,24 @@ static void case_partition(chaos_env *env, chaos_result *r) {
 static void case_sigstop(chaos_env *env, chaos_result *r) {
   enum { RANK = 3, STOP_S = 30, AT = 20 };
   chaos_job_cfg c = base("sigstop", 5000);
+  /* The hang detector must not fire on a live worker: under --reshape it
+   * waits twice this, 20 s, against steps of ms and a reshape or rejoin
+   * of ~1 s (a few loaded): > 10x. */
   c.agent_flags = "--hang-timeout 10";
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
-  int at = chaos_job_wait_step(&j, AT, 120);
+  int at = chaos_job_wait_step(&j, AT, START_S);
   pid_t pid = chaos_worker_pid(&j, RANK);
   double t_fault = now_s();
   if (pid > 0) kill(pid, SIGSTOP);
+  /* Found stopped after 3 usual steps (at least 2 s), then a reshape: a
+   * few seconds; 60 s is > 10x. */
   int after = at >= 0 ? chaos_job_wait_step(&j, at + 3, 60) : -1;
   r->recover_ms = after >= 0 ? (now_s() - t_fault) * 1e3 : -1;
   while (now_s() - t_fault < STOP_S) usleep(100000);
   if (pid > 0) kill(pid, SIGCONT); /* it is long gone: a no-op, as it would be on a real node */
-  chaos_job_wait(&j, 600);
+  /* The rest of 5000 steps and the rejoin: ~30 s, ~60 to 90 s loaded: 1200 s is > 10x. */
+  chaos_job_wait(&j, 1200);
   double ms;
   int n = reshaped(j.out, WORLD - 1, &ms), back = reshaped(j.out, WORLD, &ms);
   bool killed = j.out && strstr(j.out, "it is stopped: killing it");
@@ -354,7 +384,7 @@ static void case_nan(chaos_env *env, chaos_result *r) {
   c.fault = "nangrad:rank=2,at=10";
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
-  chaos_job_wait(&j, 240);
+  chaos_job_wait(&j, SHORT_JOB_S);
   int again = 0;
   for (const char *p = j.out ? strstr(j.out, "runs again on the same samples") : NULL; p;
        p = strstr(p + 1, "runs again on the same samples"))
@@ -380,7 +410,7 @@ static void case_crash_loop(chaos_env *env, chaos_result *r) {
   c.wrap = "if [ \"$GT_RANK\" = 1 ]; then echo \"worker rank 1: cannot start\" >&2; exit 1; fi; exec \"$@\"";
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
-  chaos_job_wait(&j, 300);
+  chaos_job_wait(&j, 300); /* four generations that fail at start: ~10 s, ~30 s loaded */
   int restarts = 0;
   for (const char *p = j.out ? strstr(j.out, "giantrun: restart ") : NULL; p; p = strstr(p + 1, "giantrun: restart "))
     restarts = atoi(p + strlen("giantrun: restart ")) > restarts ? atoi(p + strlen("giantrun: restart ")) : restarts;
@@ -417,7 +447,7 @@ static void case_corrupt_ckpt(chaos_env *env, chaos_result *r) {
   c.gpt_flags = flags;
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the first job");
-  chaos_job_wait(&j, 240);
+  chaos_job_wait(&j, SHORT_JOB_S);
   REQUIRE(&j, j.code[0] == 0 && j.code[1] == 0 && j.code[2] == 0, "the first job failed");
   chaos_job_free(&j);
   /* Flip bytes in the middle of every shard of the newest (step 20). */
@@ -430,7 +460,7 @@ static void case_corrupt_ckpt(chaos_env *env, chaos_result *r) {
   c.steps = STEPS;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the second job");
   j.ledger_from = FIRST - EVERY;
-  chaos_job_wait(&j, 240);
+  chaos_job_wait(&j, SHORT_JOB_S);
   const char *res = j.out ? strstr(j.out, "checkpoints: resumed from ") : NULL;
   bool passed_over = j.out && strstr(j.out, "falling back from checkpoint") && strstr(j.out, "step-00000020") && res &&
                      strstr(res, "after passing over newer ones that failed to load");
@@ -465,7 +495,7 @@ static void case_full_disk(chaos_env *env, chaos_result *r) {
   c.gpt_flags = flags;
   chaos_job j;
   if (chaos_job_start(&j, env, &c) == 0) {
-    chaos_job_wait(&j, 240);
+    chaos_job_wait(&j, SHORT_JOB_S);
     bool logged = j.out && strstr(j.out, "not saved") && strstr(j.out, "training goes on");
     bool whole = chaos_sh("%s verify %s/ck >/dev/null 2>&1", env->giant_ckpt, mnt) == 0;
     snprintf(r->summary, sizeof r->summary, "checkpoints every %d steps onto a 512 KiB filesystem: %s; the newest "
@@ -487,9 +517,11 @@ static void case_etcd_member(chaos_env *env, chaos_result *r) {
   chaos_job_cfg c = base("etcd-member", STEPS);
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
-  int at = chaos_job_wait_step(&j, AT, 120);
+  int at = chaos_job_wait_step(&j, AT, START_S);
   double t_fault = now_s();
   chaos_etcd_signal(&env->etcd, 0, SIGKILL);
+  /* Training needs no etcd: the next steps come in ms (60 s is a bound
+   * on a job held by it); the job, 1500 steps: ~10 s, ~20 s loaded. */
   int after = at >= 0 ? chaos_job_wait_step(&j, at + 2, 60) : -1;
   r->recover_ms = after >= 0 ? (now_s() - t_fault) * 1e3 : -1;
   chaos_job_wait(&j, 300);
@@ -513,16 +545,19 @@ static void case_etcd_quorum(chaos_env *env, chaos_result *r) {
   chaos_job_cfg c = base("etcd-quorum", STEPS);
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
-  int at = chaos_job_wait_step(&j, AT, 120);
+  int at = chaos_job_wait_step(&j, AT, START_S);
   double t_fault = now_s();
   chaos_etcd_signal(&env->etcd, 1, SIGKILL);
   chaos_etcd_signal(&env->etcd, 2, SIGKILL);
-  /* Training goes on without etcd: steps past the stop while it is away. */
-  int during = at >= 0 ? chaos_job_wait_step(&j, at + 50, OUT_S - 2) : -1;
+  /* Training goes on without etcd: steps past the stop while it is away.
+   * Ten steps of six ranks take ~50 ms, ~0.2 s on loaded cores: the 8 s
+   * left of the outage are > 30x, and a job held by etcd's absence makes
+   * none at all. */
+  int during = at >= 0 ? chaos_job_wait_step(&j, at + 10, OUT_S - 2) : -1;
   while (now_s() - t_fault < OUT_S) usleep(100000);
   bool serving = chaos_etcd_restart(&env->etcd, &env->net, 1) == 0 && chaos_etcd_restart(&env->etcd, &env->net, 2) == 0 &&
-                 chaos_etcd_serving(&env->etcd, 30);
-  chaos_job_wait(&j, 600);
+                 chaos_etcd_serving(&env->etcd, CHAOS_ETCD_UP_S);
+  chaos_job_wait(&j, 600); /* 3000 steps and the outage: ~30 s, ~60 s loaded: 10x */
   double ms;
   int n = reshaped(j.out, WORLD - 1, &ms) + reshaped(j.out, WORLD - CHAOS_NPROC, &ms);
   int restarts = count_of(j.out, "giantrun: leaving gen"), left = count_of(j.out, "the job goes on without this node");

@@ -37,7 +37,9 @@ static int start_member(chaos_etcd *e, const chaos_net *net, int i, const char *
     int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
     /* A lost leader is replaced in a few seconds; a member starved of a
-     * core for a moment does not start an election. */
+     * core for a moment does not start an election: a heartbeat arrives
+     * in ~1 ms, tens of ms on loaded cores, and the election timeout is
+     * 10 heartbeats (2.5 s, 2.5x etcd's default), > 25x that. */
     execlp("ip", "ip", "netns", "exec", net->ns[e->ns[i]], "etcd", name, data, lc, ac, lp, ip_url, ic, tok, st,
            "--heartbeat-interval=250", "--election-timeout=2500", "--log-level=warn", (char *)NULL);
     _exit(127);
@@ -47,6 +49,8 @@ static int start_member(chaos_etcd *e, const chaos_net *net, int i, const char *
 }
 
 int chaos_etcd_serving(const chaos_etcd *e, double timeout_s) {
+  /* Each read fails over in 1 s (a read served takes ms, ~50 loaded);
+   * failed ones are tried again until timeout_s. */
   gt_etcd_config cfg = {.endpoints = e->endpoints, .timeout_ms = 1000};
   gt_etcd_client *c = NULL;
   if (gt_etcd_connect(&cfg, &c) != GT_OK) return 0;
@@ -79,8 +83,9 @@ int chaos_etcd_start(chaos_etcd *e, const chaos_net *net, int first, const char 
       chaos_etcd_stop(e);
       return fprintf(stderr, "chaos: cannot start etcd member %d\n", i), -1;
     }
-  if (!chaos_etcd_serving(e, 30)) {
-    fprintf(stderr, "chaos: the etcd cluster did not serve within 30 s (logs in %s/etcd-m*.log)\n", dir);
+  if (!chaos_etcd_serving(e, CHAOS_ETCD_UP_S)) {
+    fprintf(stderr, "chaos: the etcd cluster did not serve within %.0f s (logs in %s/etcd-m*.log)\n",
+            CHAOS_ETCD_UP_S, dir);
     chaos_etcd_stop(e);
     return -1;
   }

@@ -11,6 +11,11 @@
 #include "chaos/netns.h"
 
 #define CHAOS_ETCD_MEMBERS 3
+/* How long a cluster (re)started has to serve: its members elect a leader
+ * after an election timeout (2.5 s, randomized up to twice that), so ~3 to
+ * 6 s, a few more with Go's start on loaded cores. 90 s is > 10x; a
+ * cluster that serves is not waited on any longer. */
+#define CHAOS_ETCD_UP_S 90.0
 
 typedef struct chaos_etcd {
   int n;

@@ -121,7 +121,16 @@ int chaos_job_start_node(chaos_job *j, int i) {
   char *argv[MAX_ARGS];
   int n = 0;
   /* Between emulated nodes the transport is TCP over their links, not the
-   * shared memory of the one real machine. */
+   * shared memory of the one real machine.
+   * --rdzv-ttl 4: an agent renews its lease every 1.3 s, so a false lapse
+   *   would need it starved for 2.7 s, where a renewal takes ~50 ms on
+   *   loaded cores (> 50x); short, because the cases that kill an agent or
+   *   cut a node off wait for a lapse.
+   * --rdzv-settle 1: --nnodes is one number (the least is the most), so
+   *   the rendezvous waits for every node whatever the settle window; it
+   *   is no bound that can fail.
+   * --stop-grace 3: a worker told to stop ends its step and exits in tens
+   *   of ms on loaded cores: 3 s is > 30x before it is killed instead. */
   const char *head[] = {"ip", "netns", "exec", env->net.ns[i], "env", host, "GT_COMM_TRANSPORT=tcp",
                         "OMP_NUM_THREADS=1", fault, env->giantrun, "--nnodes", nnodes, "--nproc-per-node", nproc,
                         "--rdzv-endpoint", endpoint, "--job-id", j->id, "--node-id", node, "--rdzv-ttl", "4",
@@ -268,6 +277,8 @@ float chaos_reference_loss(chaos_env *env, const chaos_job_cfg *cfg, char *why, 
   argv[k] = NULL;
   run_result *r = malloc(sizeof *r);
   if (!r) return snprintf(why, n, "out of memory"), NAN;
+  /* One process, at most a few thousand tiny steps (partition's 3000, no
+   * pace): ~2 s, ~20 s under ASan on loaded cores; 300 s is > 10x. */
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 300, r);
   float loss = r->exit_code == 0 ? chaos_final_loss(r->output, cfg->steps) : NAN;
   if (isnan(loss)) snprintf(why, n, "reference run: exit %d, no final loss:\n%.2000s", r->exit_code, r->output);
@@ -459,6 +470,7 @@ static bool documented(const char *rest) {
 }
 
 int chaos_job_keys(chaos_job *j, char *why, size_t n) {
+  /* A read of three members' quorum: a few ms, ~50 on loaded cores: 5 s is 100x. */
   gt_etcd_config cfg = {.endpoints = j->env->etcd.endpoints, .timeout_ms = 5000};
   gt_etcd_client *c;
   if (gt_etcd_connect(&cfg, &c) != GT_OK) return snprintf(why, n, "etcd: %s", gt_last_error()), -1;
@@ -466,8 +478,11 @@ int chaos_job_keys(chaos_job *j, char *why, size_t n) {
   snprintf(prefix, sizeof prefix, "/giant/%s/", j->id);
   size_t pl = strlen(prefix);
   int rc = -1;
-  /* Keys on the lease of an agent that was killed go when it lapses. */
-  for (double end = now_s() + 20; rc != 0 && now_s() < end; nap_ms(200)) {
+  /* Keys on the lease of an agent that was killed go when it lapses: at
+   * most the TTL (4 s) and etcd's expiry check (500 ms) after the kill, and
+   * usually long before the job ended. 60 s is > 10x that; a job that
+   * passes waits no longer. */
+  for (double end = now_s() + 60; rc != 0 && now_s() < end; nap_ms(200)) {
     gt_etcd_kvs kvs;
     gt_etcd_get_opts o = {.prefix = 1};
     if (gt_etcd_get(c, prefix, &o, &kvs) != GT_OK) {

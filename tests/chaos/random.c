@@ -14,7 +14,10 @@
 
 #define RANDOM_NODES 4
 #define RANDOM_NPROC 2
-#define RECOVER_BOUND_S 120.0 /* a fault the job has not recovered from by then is a failure */
+/* A fault the job has not recovered from by then is a failure. Recovery
+ * is a reshape (< 0.5 s) or a lease's lapse (4 s) and a reshape: under
+ * 10 s on loaded cores, so 120 s is > 10x. */
+#define RECOVER_BOUND_S 120.0
 
 static double now_s(void) {
   struct timespec ts;
@@ -129,7 +132,7 @@ int chaos_random(chaos_env *env, unsigned seed, double minutes, double per_minut
   double wall = now_s() - j.t0;
   for (int i = 0; i < c.nodes; i++)
     if (j.code[i] == -2) kill(j.agent[i], SIGTERM);
-  chaos_job_wait(&j, 60);
+  chaos_job_wait(&j, 60); /* the agents stop their workers (--stop-grace 3 s at most) and end: 60 s is > 10x */
   j.ledger_to = last + 1 - 2; /* the last steps may have been cut short by the stop */
   char why[1024];
   int lost = 0;
@@ -139,6 +142,7 @@ int chaos_random(chaos_env *env, unsigned seed, double minutes, double per_minut
   r->steps_lost = lost;
   r->faults = faults, r->recovered = recovered;
   int procs = 0;
+  /* what is left of an ended job goes in ms: 10 s is > 100x */
   for (double t = now_s() + 10; (procs = chaos_job_processes(&j)) > 0 && now_s() < t;) usleep(50000);
   snprintf(r->summary, sizeof r->summary,
            "%d fault(s), %d recovered; %d steps kept in %.0f s, %d step run(s) lost; ETTR %.3f; ledger %s; %d "

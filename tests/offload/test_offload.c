@@ -33,6 +33,11 @@
 
 enum { V = 64, T = 8, C = 32, NH = 4, L = 6, ROWS = 2, M = 2, STEPS = 20, ALL = 64 };
 
+/* A run (20 steps of a toy GPT in one or two forked ranks) takes ~0.2 s,
+ * a few seconds on loaded cores under ASan: 240 s is > 50x, a bound only
+ * on a hung rank. */
+#define RUN_TIMEOUT_S 240
+
 typedef train_result result;
 
 typedef struct run_cfg {
@@ -120,7 +125,7 @@ static result *run(const char *layout, bool zero1, gt_precision prec, int window
   int world = 1;
   if (layout) world = 2;
   int codes[2];
-  int bad = harness_run(world, train, &cfg, 240, codes);
+  int bad = harness_run(world, train, &cfg, RUN_TIMEOUT_S, codes);
   if (bad) fail_msg("%s%s %s window %d: %d rank(s) failed", layout ? layout : "one process", zero1 ? " + ZeRO-1" : "",
                     gt_precision_name(prec), window, bad);
   return r;
@@ -163,10 +168,10 @@ static void test_update_per_layer(void **state) {
       result *ref = train_result_new(NULL);
       run_cfg rc = {.precision = prec, .no_clip = true, .out = ref};
       int codes[2];
-      if (harness_run(1, train, &rc, 240, codes)) fail_msg("reference run failed");
+      if (harness_run(1, train, &rc, RUN_TIMEOUT_S, codes)) fail_msg("reference run failed");
       if (layout) {
         rc = (run_cfg){.layout = layout, .precision = prec, .no_clip = true, .out = train_result_new(ref)};
-        if (harness_run(world, train, &rc, 240, codes)) fail_msg("dp=2 reference run failed");
+        if (harness_run(world, train, &rc, RUN_TIMEOUT_S, codes)) fail_msg("dp=2 reference run failed");
         ref = rc.out;
       }
       static const int windows[] = {1, 2, ALL};
@@ -175,7 +180,7 @@ static void test_update_per_layer(void **state) {
         *early = 0;
         run_cfg cfg = {.layout = layout, .precision = prec, .no_clip = true, .window = windows[w], .per_layer = true,
                        .early = early, .out = r, .bucket_bytes = 16 << 10};
-        if (harness_run(world, train, &cfg, 240, codes))
+        if (harness_run(world, train, &cfg, RUN_TIMEOUT_S, codes))
           fail_msg("update per layer, %s, window %d: failed", layout ? layout : "one process", windows[w]);
         print_message("update per layer %-11s %s window %-3d loss %.4f -> %.4f; %d of %d layer updates done "
                       "before backward ended\n",
@@ -290,12 +295,13 @@ static void test_delayed_update(void **state) {
     delayed_cfg *ref = harness_shared(sizeof *ref);
     *ref = (delayed_cfg){.reference = true, .precision = prec};
     int codes[1];
-    if (harness_run(1, train_delayed, ref, 240, codes)) fail_msg("the delayed update's reference failed");
+    if (harness_run(1, train_delayed, ref, RUN_TIMEOUT_S, codes)) fail_msg("the delayed update's reference failed");
     static const int windows[] = {1, 2, ALL};
     for (int w = 0; w < 3; w++) {
       delayed_cfg *r = harness_shared(sizeof *r);
       *r = (delayed_cfg){.window = windows[w], .precision = prec};
-      if (harness_run(1, train_delayed, r, 240, codes)) fail_msg("delayed update, window %d: failed", windows[w]);
+      if (harness_run(1, train_delayed, r, RUN_TIMEOUT_S, codes))
+        fail_msg("delayed update, window %d: failed", windows[w]);
       print_message("delayed update %s window %-3d loss %.4f -> %.4f\n", gt_precision_name(prec), windows[w],
                     r->losses[0], r->losses[STEPS - 1]);
       assert_int_equal(r->n, ref->n);
@@ -395,7 +401,7 @@ static void test_budget(void **state) {
   /* The model's size first, with no budget; its peak is the estimate's. */
   *cfg = (budget_cfg){.window = 0};
   int codes[1];
-  if (harness_run(1, train_budget, cfg, 240, codes)) fail_msg("sizing run failed");
+  if (harness_run(1, train_budget, cfg, RUN_TIMEOUT_S, codes)) fail_msg("sizing run failed");
   assert_int_equal(cfg->status, GT_OK);
   print_message("not offloaded: device peak %zu bytes, estimate %zu\n", cfg->peak, cfg->estimate);
   assert_true(fabs((double)cfg->peak - (double)cfg->estimate) <= 0.1 * (double)cfg->estimate);
@@ -405,7 +411,7 @@ static void test_budget(void **state) {
                 state_bytes, budget);
 
   *cfg = (budget_cfg){.window = 1, .budget = budget};
-  if (harness_run(1, train_budget, cfg, 240, codes)) fail_msg("offloaded run failed");
+  if (harness_run(1, train_budget, cfg, RUN_TIMEOUT_S, codes)) fail_msg("offloaded run failed");
   if (cfg->status != GT_OK) fail_msg("offloaded under the budget: %s", cfg->message);
   print_message("offloaded, window 1: device peak %zu bytes of %zu, estimate %zu; loss %.4f -> %.4f\n", cfg->peak,
                 budget, cfg->estimate, cfg->loss0, cfg->loss_last);
@@ -414,7 +420,7 @@ static void test_budget(void **state) {
   assert_true(cfg->loss_last < cfg->loss0);
 
   *cfg = (budget_cfg){.window = 0, .budget = budget};
-  if (harness_run(1, train_budget, cfg, 240, codes)) fail_msg("run without offloading crashed");
+  if (harness_run(1, train_budget, cfg, RUN_TIMEOUT_S, codes)) fail_msg("run without offloading crashed");
   print_message("without offloading: %s\n", cfg->message);
   assert_int_equal(cfg->status, GT_ENOMEM);
   assert_non_null(strstr(cfg->message, "device memory budget exceeded"));

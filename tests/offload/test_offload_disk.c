@@ -36,6 +36,11 @@
 #include "parallel/train_result.h"
 
 enum { V = 64, T = 8, C = 32, NH = 4, L = 6, ROWS = 2, M = 2, STEPS = 20, WINDOW = 2 };
+
+/* A run (20 steps of a toy GPT in one or two forked ranks, its optimizer
+ * state in memory or on disk) takes ~0.2 s, a few seconds on loaded cores
+ * under ASan: 240 s is > 50x, a bound only on a hung rank. */
+#define RUN_TIMEOUT_S 240
 #define STAGE_BYTES (3 * 2 * 1024 * sizeof(float)) /* the least: chunks of 1024 floats */
 
 static char tmpdir[64];
@@ -156,7 +161,7 @@ static run_cfg *run(run_cfg c, const train_result *layout) {
   *cfg = c;
   cfg->p = train_result_new(layout), cfg->m = train_result_new(layout), cfg->v = train_result_new(layout);
   int codes[2];
-  if (harness_run(c.layout ? 2 : 1, train, cfg, 240, codes))
+  if (harness_run(c.layout ? 2 : 1, train, cfg, RUN_TIMEOUT_S, codes))
     fail_msg("%s%s: a rank failed", c.layout ? c.layout : "one process", c.on_disk ? ", state on disk" : "");
   return cfg;
 }

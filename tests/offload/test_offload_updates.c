@@ -80,6 +80,8 @@ static int train(int rank, int world, void *arg) {
   gt_trainer *tr;
   CHECK_OK(gt_trainer_create(m, &tc, &tr));
   gt_ckpt *ck = NULL;
+  /* Rank 0 waits for the other rank's shards of a toy model: ms, a second
+   * at worst on loaded cores; 60 s only bounds a rank that never writes. */
   if (cfg->mode == SAVE || cfg->mode == LOAD)
     CHECK_OK(gt_ckpt_create(&(gt_ckpt_config){.dir = cfg->dir, .store = store, .timeout_ms = 60000, .sync = true}, tr,
                             NULL, &ck));

@@ -3,9 +3,10 @@
  * (GT_FAULT). Without --rebalance the ladder's cheapest rung is to leave
  * the rank out: it leaves after a step, the three others reshape without
  * it in their own processes, rank 0 records the exclusion in etcd's health
- * records, and the job's steps get shorter again: the median step after
- * the exclusion is well under the median step while rank 2 was slow (x4
- * against the x4/3 of three ranks doing four ranks' work). */
+ * records, and the job's steps get shorter again: the median step's
+ * excess over the steps before the fault is well under half of what it
+ * was while rank 2 was slow (x4 against the x4/3 of three ranks doing
+ * four ranks' work). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -77,6 +78,9 @@ static void test_slow_rank_is_excluded(void **state) {
                   "--plan", "dp=4", "--reshape", gpt, "--corpus", text, "--data", data, "--steps", steps,
                   "--layers", "4", "--channels", "64", "--heads", "4", "--seq", "64", "--global-batch", "16",
                   "--sample", "0", "--print-every", "0", "--failslow", "--metrics", metrics, NULL};
+  /* 100 small steps on four ranks, rank 2 x4 for ~6 of them: ~5 s, ~8 s
+   * beside busy loops, a minute at worst under ASan; 600 s only bounds a
+   * hang (ctest's TIMEOUT is above it, so that the output is shown). */
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", fault, NULL}, 600, &res);
   if (res.exit_code != 0) fail_msg("giantrun: exit %d:\n%s", res.exit_code, res.output);
   /* The ladder chose S3 for rank 2, which left; the others reshaped. */
@@ -106,11 +110,18 @@ static void test_slow_rank_is_excluded(void **state) {
   bool recorded = false;
   for (int i = 0; i < m; i++) recorded |= rec[i].rank == SLOW && rec[i].state == GT_HEALTH_EXCLUDED;
   assert_true(recorded);
-  /* And the steps got shorter. */
-  double during = median_step(metrics, ONSET, left_at), after = median_step(metrics, left_at + 5, STEPS);
-  print_message("median step: %.1f ms while rank %d was slow, %.1f ms after it left\n", during * 1e3, SLOW,
-                after * 1e3);
-  assert_true(after < 0.8 * during);
+  /* And the steps got shorter. A step is mostly fixed cost here (the
+   * all-reduce, the loader, the detector: ~25 ms) beside ~6 ms of
+   * compute, and load moves both, so what is compared is each period's
+   * excess over the clean steps before the fault: the slow rank's x4 adds
+   * about three times the compute; three ranks doing four ranks' work add
+   * a third of it. The bound is half the slow rank's excess. */
+  double clean = median_step(metrics, 5, ONSET), during = median_step(metrics, ONSET, left_at),
+         after = median_step(metrics, left_at + 5, STEPS);
+  print_message("median step: %.1f ms before the fault, %.1f ms while rank %d was slow, %.1f ms after it left\n",
+                clean * 1e3, during * 1e3, SLOW, after * 1e3);
+  assert_true(during > clean);
+  assert_true(after - clean < 0.5 * (during - clean));
 }
 
 int main(void) {

@@ -149,6 +149,8 @@ static void run_job(const char *job, const char *plan, const char *steps, const 
                   "--plan", (char *)plan, gpt, "--corpus", text, "--data", data, "--steps", (char *)steps,
                   "--layers", "2", "--channels", "64", "--heads", "4", "--seq", "64", "--batch", "8",
                   "--accum", "2", "--sample", "0", "--print-every", "0", "--failslow", "--metrics", metrics, NULL};
+  /* A job of a few hundred tiny steps on four ranks: seconds, a minute at
+   * worst on loaded cores under ASan; 500 s only bounds a hang. */
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", env_fault, NULL}, 500, r);
   if (r->exit_code != 0) fail_msg("giantrun %s (GT_FAULT=%s): exit %d:\n%s", plan, fault, r->exit_code, r->output);
   /* How often the monitor probed: never, on a clean run, is what keeps it free. */

@@ -86,7 +86,9 @@ static void test_play(void **state) {
   NEAR(gt_fault_step(&p, 2, 0.01, &loss), 0.02, 1e-12); /* (factor - 1) x the step's compute */
   double t0 = gt_now();
   NEAR(gt_fault_step(&p, 3, 0.005, &loss), 0.01 + 0.01, 1e-12);
-  assert_true(gt_now() - t0 >= 0.02);                   /* it did sleep */
+  /* it did sleep: a lower bound only (a sleep never ends early), so a
+   * loaded machine can only make it truer */
+  assert_true(gt_now() - t0 >= 0.02);
   NEAR(gt_fault_step(&p, 3, 0.005, &loss), 0.01, 1e-12); /* the stall plays once */
   NEAR(gt_fault_step(&p, 4, 0.01, &loss), 0, 0);        /* until is exclusive */
   gt_fault_step(&p, 5, 0.01, &loss);
@@ -170,17 +172,26 @@ static void test_trainer(void **state) {
   assert_int_equal(st.telemetry.micro_batches, 1);
   assert_int_equal(st.telemetry.layers, gt_model_num_layers(m));
   /* What the telemetry adds to a step (a few clock reads and sums), timed
-   * over many calls, is far under 1% of even this toy step. */
+   * over many calls, is far under 1% of even this toy step. The cost is
+   * the fastest of 10 rounds of 1,000 calls: a round in which the test was
+   * preempted on a loaded machine measures the other processes, not the
+   * telemetry. Typically ~0.6 us against a toy step of >= 0.8 ms (~0.07%,
+   * the step sleeps its compute again for slow:factor=2), so the 1% bound
+   * has a margin of >= 10x even on the fastest step. */
   gt_fault_plan none = {.rank = 0};
   gt_step_telemetry tel = {0};
-  const int reps = 10000;
-  double t0 = gt_now();
-  for (int i = 0; i < reps; i++) {
-    gt_telemetry_add_batch(&tel, &b);
-    gt_telemetry_after_compute(&tel, m, NULL, t0, &none, i, &st.loss);
-    gt_telemetry_after_reduce(&tel, NULL);
+  const int reps = 1000, rounds = 10;
+  double per_step = 1e9;
+  for (int k = 0; k < rounds; k++) {
+    double t0 = gt_now();
+    for (int i = 0; i < reps; i++) {
+      gt_telemetry_add_batch(&tel, &b);
+      gt_telemetry_after_compute(&tel, m, NULL, t0, &none, k * reps + i, &st.loss);
+      gt_telemetry_after_reduce(&tel, NULL);
+    }
+    double t = (gt_now() - t0) / reps;
+    if (t < per_step) per_step = t;
   }
-  double per_step = (gt_now() - t0) / reps;
   printf("telemetry: %.3g us a step, %.4f%% of a %.3g ms step\n", per_step * 1e6, 100 * per_step / st.seconds,
          st.seconds * 1e3);
   assert_true(per_step < 0.01 * st.seconds);

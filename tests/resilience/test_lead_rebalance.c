@@ -24,6 +24,22 @@
 
 enum { STEPS = 60, FROM = 20, HORIZON = 50 };
 
+/* A job here (60 steps of a small GPT on two ranks, with or without two
+ * agents' rendezvous) takes 5 to 15 s on loaded cores: 240 s is >= 15x. */
+#define JOB_TIMEOUT_S 240
+/* The second agent ends with the first (the job's end reaches both at
+ * once): ~1 s; 60 s only bounds a hang. */
+#define SECOND_AGENT_S 60
+/* The agents' leases in the failover: the TTL is short, so that the test
+ * is short too, and still safe: each agent renews every TTL/3 (1 s), so a
+ * false expiry would need it starved for 2 s, where a renewal takes ~50 ms
+ * on loaded cores. */
+#define FAILOVER_TTL_S 3
+/* The other agent leads within the TTL plus etcd's expiry (checked every
+ * 500 ms) and its campaign: 0.05 to 0.5 s beyond the TTL on loaded cores,
+ * measured; 6 s is >= 12x that. The requirement (within the TTL) stands. */
+#define TAKEOVER_SLACK_S 6.0
+
 static etcd_fixture fx;
 static char gpt[512], giantrun[512], dir[64], text[128], data[128];
 
@@ -55,13 +71,17 @@ static float clean_loss(void) {
   char *argv[] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "dp=2", GPT_ARGS, NULL};
   run_result *r = malloc(sizeof *r);
   assert_non_null(r);
-  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=", NULL}, 240, r);
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=", NULL}, JOB_TIMEOUT_S, r);
   if (r->exit_code != 0) fail_msg("clean run: exit %d:\n%s", r->exit_code, r->output);
   float loss = final_loss(r->output);
   free(r);
   return loss;
 }
 
+/* --rdzv-ttl 5: an agent renews its lease every 1.7 s, so a false expiry
+ * would need it starved for 3.3 s (a renewal takes ~50 ms loaded);
+ * --rdzv-timeout 60: the two agents, started together, meet in ~1 s (a
+ * few on loaded cores), so 60 s is > 10x. */
 static void start(agent *a, const char *job, const char *node) {
   char log[256];
   snprintf(log, sizeof log, "%s/%s-%s.log", dir, job, node);
@@ -103,8 +123,8 @@ static bool attempt(int k, float clean) {
   agent a[2];
   start(&a[0], job, "x");
   start(&a[1], job, "y");
-  expect_exit(&a[0], 0, 240);
-  expect_exit(&a[1], 0, 60);
+  expect_exit(&a[0], 0, JOB_TIMEOUT_S);
+  expect_exit(&a[1], 0, SECOND_AGENT_S);
   unsetenv("GT_FAULT");
   char *log[2] = {slurp(a[0].log), slurp(a[1].log)};
   assert_true(log[0] && log[1]);
@@ -193,7 +213,8 @@ static void test_leader_recuts(void **state) {
   run_result *kept = malloc(sizeof *kept);
   assert_non_null(kept);
   char *argv[] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "pp=2", PP_ARGS, NULL};
-  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=slow:rank=1,factor=3,from=10", NULL}, 240, kept);
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=slow:rank=1,factor=3,from=10", NULL}, JOB_TIMEOUT_S,
+          kept);
   if (kept->exit_code != 0) fail_msg("faulty run: exit %d:\n%s", kept->exit_code, kept->output);
   float kept_loss = final_loss(kept->output);
   free(kept);
@@ -201,7 +222,7 @@ static void test_leader_recuts(void **state) {
   setenv("GT_FAULT", "slow:rank=1,factor=3,from=10", 1);
   agent a[2];
   const char *nodes[2] = {"x", "y"};
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 2; i++) { /* the agents' bounds are start()'s */
     char log[256];
     snprintf(log, sizeof log, "%s/leadpp-%s.log", dir, nodes[i]);
     const char *args[] = {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", fx.endpoint, "--job-id",
@@ -209,8 +230,8 @@ static void test_leader_recuts(void **state) {
                           "60", "--plan", "pp=2", PP_ARGS, "--rebalance", NULL};
     assert_int_equal(agent_start(&a[i], log, args), 0);
   }
-  expect_exit(&a[0], 0, 240);
-  expect_exit(&a[1], 0, 60);
+  expect_exit(&a[0], 0, JOB_TIMEOUT_S);
+  expect_exit(&a[1], 0, SECOND_AGENT_S);
   unsetenv("GT_FAULT");
   char *log[2] = {slurp(a[0].log), slurp(a[1].log)};
   assert_true(log[0] && log[1]);
@@ -267,7 +288,7 @@ static long long led_term(const agent *a, const char *job) {
 
 static void test_failover(void **state) {
   (void)state;
-  const int ttl = 3;
+  const int ttl = FAILOVER_TTL_S;
   char ttl_s[8];
   snprintf(ttl_s, sizeof ttl_s, "%d", ttl);
   setenv("LW_DIR", dir, 1);
@@ -282,6 +303,8 @@ static void test_failover(void **state) {
     assert_int_equal(agent_start(&a[i], log, args), 0);
   }
   int leader = -1;
+  /* One of them leads within ~1 s of its start (a few on loaded cores
+   * under ASan): 60 s is > 10x. */
   for (double end = mono_now() + 60; leader < 0 && mono_now() < end; usleep(20000))
     for (int i = 0; i < 2 && leader < 0; i++)
       if (led_term(&a[i], "fjob")) leader = i;
@@ -293,8 +316,9 @@ static void test_failover(void **state) {
   agent *other = &a[1 - leader];
   double t0 = mono_now();
   kill(a[leader].pid, SIGKILL);
-  assert_int_equal(agent_wait(&a[leader], 10), 128 + SIGKILL);
+  assert_int_equal(agent_wait(&a[leader], 10), 128 + SIGKILL); /* reaped in ms: SIGKILL is not caught */
   long long term = 0;
+  /* 60 s bounds a failover that never comes; how soon it came is checked below. */
   while (!(term = led_term(other, "fjob")) && mono_now() - t0 < 60) usleep(20000);
   double took = mono_now() - t0;
   if (!term) {
@@ -303,7 +327,7 @@ static void test_failover(void **state) {
   }
   print_message("failover: node %s led (term %lld) %.2f s after node %s (term %lld) was killed (TTL %d s)\n",
                 nodes[1 - leader], term, took, nodes[leader], dead_term, ttl);
-  assert_true(took <= ttl + 4.0);
+  assert_true(took <= ttl + TAKEOVER_SLACK_S);
   assert_true(term > dead_term);
 
   /* A decision under the dead leader's term is refused. */
@@ -316,9 +340,14 @@ static void test_failover(void **state) {
   assert_int_equal(found, 0);
   gt_etcd_close(cli);
 
+  /* It stops its worker (SIGTERM, then SIGKILL after --stop-grace 2 s) and
+   * ends: < 1 s, at most ~2 s; 30 s is >= 15x. */
   kill(other->pid, SIGTERM);
   assert_int_equal(agent_wait(other, 30), 128 + SIGTERM);
-  assert_int_equal(alive_count(dir, 30), 0); /* the dead agent's worker ends its sleep */
+  /* The dead agent's worker goes with it (its parent-death signal), in
+   * ms; at the latest it ends its sleep=20, within 20 s of its start: 60 s
+   * covers even that 3x over. */
+  assert_int_equal(alive_count(dir, 60), 0);
 }
 
 int main(void) {

@@ -31,6 +31,10 @@
 
 enum { STEPS = 60, FROM = 20, MAXSTEPS = 64 };
 
+/* A run (60 small steps on two ranks, one slowed) takes ~4 s, 10 to 20 s
+ * on loaded cores: 240 s is >= 12x. */
+#define RUN_TIMEOUT_S 240
+
 static char giantrun[512], gpt[512], dir[64], text[128], data[128];
 
 static int setup(void **state) {
@@ -77,7 +81,7 @@ static void run_gpt(const char *tag, const char *fault, bool rebalance, run *out
   int n = 29;
   if (rebalance) argv[n++] = "--rebalance", argv[n++] = "--rebalance-local";
   argv[n] = NULL;
-  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", env, NULL}, 240, &r);
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", env, NULL}, RUN_TIMEOUT_S, &r);
   if (r.exit_code != 0) fail_msg("%s: exit %d:\n%s", tag, r.exit_code, r.output);
   memset(out, 0, sizeof *out);
   const char *p = strstr(r.output, "] loss ");
@@ -160,7 +164,7 @@ static void run_pp(const char *tag, bool rebalance, run_result *r, float *loss) 
   int n = 29;
   if (rebalance) argv[n++] = "--rebalance", argv[n++] = "--rebalance-local";
   argv[n] = NULL;
-  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=slow:rank=1,factor=3,from=10", NULL}, 240, r);
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=slow:rank=1,factor=3,from=10", NULL}, RUN_TIMEOUT_S, r);
   if (r->exit_code != 0) fail_msg("%s: exit %d:\n%s", tag, r->exit_code, r->output);
   const char *p = strstr(r->output, "] loss ");
   float first;

@@ -60,6 +60,7 @@ static float reference_loss(void) {
   char *argv[] = {gpt, GPT_ARGS, NULL};
   run_result *r = malloc(sizeof *r);
   assert_non_null(r);
+  /* 24 tiny steps: < 1 s, a few on loaded cores: 120 s is > 30x */
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 120, r);
   if (r->exit_code != 0) fail_msg("reference run: exit %d:\n%s", r->exit_code, r->output);
   const char *p = strstr(r->output, "loss ");
@@ -70,11 +71,25 @@ static float reference_loss(void) {
   return b;
 }
 
+/* The agents' bounds:
+ * --rdzv-ttl 5: an agent renews its lease every 1.7 s, so a false expiry
+ *   would need it starved for 3.3 s (a renewal takes ~50 ms on loaded
+ *   cores: > 60x). The dead leader's lease lapses within the 5 s, well
+ *   inside the survivors' 30 s stall, which is what the test waits on.
+ * --rdzv-settle 12: the two agents, started together, register within
+ *   ~0.5 s of each other, ~1 s on loaded cores, so both are in generation
+ *   0 (which then forms at once: two is the most). Generation 1, alone,
+ *   waits the whole window: 12 s is the balance between > 10x and the
+ *   test's length.
+ * --rdzv-timeout 60: a rendezvous that reaches its minimum (one node) at
+ *   once; 60 s only bounds a broken etcd.
+ * --hang-timeout 300: must outlast the deliberate 30 s stall (10x; --reshape
+ *   doubles it besides), and does not fire in a run that passes. */
 static void start_agent(agent *a, const char *node, const char *wrapper, const char *ck) {
   char log[256];
   snprintf(log, sizeof log, "%s/agent-%s.log", dir, node);
   const char *args[] = {"--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-endpoint", fx.endpoint,
-                        "--job-id", "reshape-agents", "--node-id", node, "--rdzv-ttl", "2", "--rdzv-settle", "8",
+                        "--job-id", "reshape-agents", "--node-id", node, "--rdzv-ttl", "5", "--rdzv-settle", "12",
                         "--max-restarts", "3", "--stop-grace", "2", "--rdzv-timeout", "60", "--hang-timeout", "300",
                         "--reshape", "--plan", "auto", "--ckpt-dir", ck, "--ckpt-every", "4", wrapper, GPT_ARGS,
                         NULL};
@@ -100,9 +115,12 @@ static void test_leader_killed_during_reshape(void **state) {
   chmod(wrapper, 0755);
 
   agent x, y;
+  double t_start = mono_now();
   start_agent(&x, "x", wrapper, ck);
   start_agent(&y, "y", wrapper, ck);
-  /* The reshape is under way once a survivor holds still in it. */
+  /* The reshape is under way once a survivor holds still in it: 1 to 3 s
+   * after the start on loaded cores, so 120 s is > 30x. The other checks of
+   * a log read lines already written (1 s is only their poll). */
   agent *stalled = log_has(&x, "in the middle of a reshape", 120) ? &x : NULL;
   if (!stalled && log_has(&y, "in the middle of a reshape", 1)) stalled = &y;
   if (!stalled) {
@@ -111,9 +129,17 @@ static void test_leader_killed_during_reshape(void **state) {
   }
   agent *leader = log_has(&x, "x leads /giant/reshape-agents/leader", 1) ? &x : &y, *other = leader == &x ? &y : &x;
   assert_true(log_has(leader, "leads /giant/reshape-agents/leader", 1));
+  double t_kill = mono_now();
   kill(leader->pid, SIGKILL); /* its node, workers and all, is gone */
-  assert_int_equal(agent_wait(leader, 10), 128 + SIGKILL);
-  expect_exit(other, 0, 180);
+  assert_int_equal(agent_wait(leader, 10), 128 + SIGKILL); /* reaped in ms: SIGKILL is not caught */
+  /* What follows waits out fixed times: the rest of the 30 s stall, the
+   * communicators' 30 s init timeout on the dead node's ranks, the 12 s
+   * settle of generation 1; ~75 s in all, of which a few seconds (the
+   * restart, 16 steps) depend on the load. 300 s leaves > 200 s for
+   * those, which is > 10x even under ASan on loaded cores. */
+  expect_exit(other, 0, 300);
+  print_message("the reshape began %.1f s after the start; the job ended %.1f s after the leader's death\n",
+                t_kill - t_start, mono_now() - t_kill);
 
   char *log = slurp(other->log);
   assert_non_null(log);
