@@ -16,7 +16,9 @@
  *  3. Hidden copies: of the time the transfers of the offloaded speed run
  *     take (their bytes over the one-thread memcpy bandwidth measured here,
  *     as the copy engine is one thread), the fraction compute did not wait
- *     for (gt_offload_stats.wait_seconds): copy_hidden.
+ *     for (gt_offload_stats.wait_seconds), over the steps after the first
+ *     (as the step time: the first has nothing prefetched), the median of
+ *     the three rounds: copy_hidden.
  *  4. The CPU AdamW on --adam-params parameters against PyTorch's
  *     torch.optim.AdamW(foreach=True) on the same count and threads, and
  *     against the memory-bandwidth bound: 28 bytes moved per parameter over
@@ -50,7 +52,8 @@ typedef struct bench_args {
 typedef struct run_out {
   size_t params;
   double step_s; /* median */
-  gt_offload_stats os;
+  gt_offload_stats os; /* the transfers and waits of the steps after the first */
+  int os_steps;        /* how many steps that is */
   float loss0, loss1;
 } run_out;
 
@@ -88,14 +91,23 @@ static gt_status train(const bench_args *a, int B, int T, int layers, int window
     gt_step_stats st;
     s = gt_trainer_step_batches(tr, &b, 1, &st);
     if (s == GT_OK) times[k] = st.seconds, out->loss1 = st.loss;
-    if (s == GT_OK && k == 0) out->loss0 = st.loss;
+    if (s == GT_OK && k == 0) out->loss0 = st.loss, out->os = gt_model_offload_stats(m);
   }
   if (s == GT_OK) {
-    /* The first step allocates and fetches everything: leave it out. */
+    /* The first step allocates and fetches everything, with nothing
+     * prefetched: leave it out of the times and of the transfers. */
     int from = steps > 2 ? 1 : 0;
     bench_sort(times + from, steps - from);
     out->step_s = times[from + (steps - from) / 2];
-    out->os = gt_model_offload_stats(m);
+    gt_offload_stats first = out->os, all = gt_model_offload_stats(m);
+    if (!from) first = (gt_offload_stats){0};
+    out->os = all;
+    out->os.fetches -= first.fetches;
+    out->os.bytes_in -= first.bytes_in;
+    out->os.bytes_out -= first.bytes_out;
+    out->os.wait_seconds -= first.wait_seconds;
+    out->os.wait_grad_seconds -= first.wait_grad_seconds;
+    out->os_steps = steps - from;
   }
   free(in), free(tg), free(times);
   gt_trainer_destroy(tr);
@@ -211,16 +223,21 @@ int main(int argc, char **argv) {
          "backward, %.2f ms updating layer by layer; ratio %.3f\n",
          a.speed_layers, no[0].params, 1e3 * m_no, 1e3 * m_off, 1e3 * m_layer, speed_ratio);
 
-  /* The middle round's transfers, per step, against its waits per step. */
-  const gt_offload_stats *os = &off[1].os;
-  double bw = one_thread_memcpy_gbps() * 1e9;
-  double moved = (double)(os->bytes_in + os->bytes_out) / a.speed_steps;
-  double copy_s = moved / bw, wait_s = os->wait_seconds / a.speed_steps;
-  double hidden = copy_s > 0 ? 1.0 - wait_s / copy_s : 0;
-  if (hidden < 0) hidden = 0;
-  printf("copies: %.1f MiB a step (%llu fetches in all), %.2f ms at %.1f GB/s (one thread); compute waited %.2f ms "
-         "a step; hidden %.3f\n",
-         moved / (1 << 20), (unsigned long long)os->fetches, 1e3 * copy_s, bw / 1e9, 1e3 * wait_s, hidden);
+  /* Each round's transfers per step (after the first), at one thread's
+   * memcpy speed, against its waits per step; the median of the rounds. */
+  double bw = one_thread_memcpy_gbps() * 1e9, hid[3], moved = 0, copy_s = 0, wait_s = 0, wait_g = 0;
+  for (int k = 0; k < 3; k++) {
+    const gt_offload_stats *os = &off[k].os;
+    double steps = off[k].os_steps > 0 ? off[k].os_steps : 1;
+    double mv = (double)(os->bytes_in + os->bytes_out) / steps, cs = mv / bw, ws = os->wait_seconds / steps;
+    hid[k] = cs > 0 ? fmax(0, 1.0 - ws / cs) : 0;
+    if (k == 1) moved = mv, copy_s = cs, wait_s = ws, wait_g = os->wait_grad_seconds / steps;
+  }
+  double hidden = bench_median(hid, 3);
+  printf("copies: %.1f MiB a step (steps after the first), %.2f ms at %.1f GB/s (one thread); compute waited %.2f ms "
+         "a step, %.2f of them for gradients (middle round); hidden %.3f, %.3f, %.3f in the three rounds, median "
+         "%.3f\n",
+         moved / (1 << 20), 1e3 * copy_s, bw / 1e9, 1e3 * wait_s, 1e3 * wait_g, hid[0], hid[1], hid[2], hidden);
 
   double adam_vs_torch = 0, adam_of_bw = 0;
   if (a.adam_params_m > 0) {

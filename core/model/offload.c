@@ -466,6 +466,7 @@ static gt_status wait_grad_slot(gt_model *m, int k) {
   double t0 = now_s();
   GT_TRY(gt_event_sync(m->be, o->g_done[k]));
   o->stats.wait_seconds += now_s() - t0;
+  o->stats.wait_grad_seconds += now_s() - t0;
   o->g_pending[k] = false;
   return GT_OK;
 }

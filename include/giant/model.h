@@ -249,6 +249,7 @@ typedef struct gt_offload_stats {
   /* Seconds the host waited for transfers (weights not yet fetched,
    * gradients not yet back): the copy time compute did not hide. */
   double wait_seconds;
+  double wait_grad_seconds;    /* the part of it that waited for gradients going back */
 } gt_offload_stats;
 /* Zero when not offloaded. */
 gt_offload_stats gt_model_offload_stats(const gt_model *m);
