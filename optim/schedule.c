@@ -12,16 +12,32 @@ float gt_lr_at(const gt_lr_schedule *s, int step) {
   return (float)(s->lr_min + (s->lr_max - s->lr_min) * cosine);
 }
 
+double gt_grad_norm_of_squares(const gt_model *m, const double *sumsq) {
+  double total = 0;
+  for (int i = 0; i < gt_model_num_params(m); i++)
+    if (gt_param_in_norm(gt_model_param(m, i))) total += sumsq[i];
+  return sqrt(total);
+}
+
 /* The sums run where the gradients are: the device, or the host for an
- * offloaded model (gt_model_state_backend). */
+ * offloaded model (gt_model_state_backend). One per parameter, so that an
+ * offloaded model can make them as its gradients come back (the same
+ * operation on the same floats: the same bits). */
 gt_status gt_grad_norm(gt_model *m, double *norm) {
   gt_backend *be = gt_model_state_backend(m);
-  double *dev = NULL, host = 0;
-  GT_TRY(gt_model_state_alloc(m, sizeof(double), (void **)&dev));
-  gt_status s = gt_op_sum_squares(be, dev, gt_model_grads(m), gt_model_buffer_floats(m));
-  if (s == GT_OK) s = gt_backend_download(be, &host, dev, sizeof host);
-  gt_model_state_free(m, dev);
-  *norm = sqrt(host);
+  int np = gt_model_num_params(m);
+  double *dev = NULL, *host = calloc((size_t)(np ? np : 1), sizeof *host);
+  if (!host) return gt_errorf(GT_ENOMEM, "out of memory");
+  gt_status s = gt_model_state_alloc(m, (size_t)(np ? np : 1) * sizeof(double), (void **)&dev);
+  const float *g = gt_model_grads(m);
+  for (int i = 0; i < np && s == GT_OK; i++) {
+    const gt_param *p = gt_model_param(m, i);
+    if (gt_param_in_norm(p)) s = gt_op_sum_squares(be, dev + i, g + p->offset, p->numel);
+  }
+  if (s == GT_OK && np) s = gt_backend_download(be, host, dev, (size_t)np * sizeof(double));
+  if (dev) gt_model_state_free(m, dev);
+  *norm = s == GT_OK ? gt_grad_norm_of_squares(m, host) : 0;
+  free(host);
   return s;
 }
 
@@ -44,7 +60,7 @@ gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards,
     const gt_param *p = gt_model_param(m, i);
     /* A mirror of a tied parameter is counted once, by its owner's stage;
      * other stages' parameters are not here. */
-    bool counted = p->tied_to < 0 && p->local && p->mirror_of < 0;
+    bool counted = gt_param_in_norm(p);
     size_t a = counted && p->offset > lo ? p->offset : lo;
     size_t b = counted && p->offset + p->numel < hi ? p->offset + p->numel : hi;
     if (!counted || a >= b) {

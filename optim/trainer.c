@@ -52,6 +52,9 @@ struct gt_trainer {
   float *held_grads;
   bool have_held;
   float held_lr, held_clip;
+  /* offloaded, one process: the norm's per-parameter sums, made by the
+   * last micro-batch's backward as the gradients come back */
+  double *sumsq;
 };
 
 /* A loader reuses its buffers on every call, and a pipeline needs all of a
@@ -168,6 +171,9 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   else if (s == GT_OK && by_layer) s = gt_model_set_grad_hook(m, on_layer_grads, t);
   if (s == GT_OK && cfg->delayed_update)
     s = gt_model_state_alloc(m, gt_model_buffer_floats(m) * sizeof(float), (void **)&t->held_grads);
+  if (s == GT_OK && gt_model_offloaded(m) && !t->dist && !by_layer)
+    s = gt_model_state_alloc(m, (size_t)(gt_model_num_params(m) ? gt_model_num_params(m) : 1) * sizeof(double),
+                             (void **)&t->sumsq);
   if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
   /* Faults name a worker as it was launched (GT_RANK), which stays its
    * name when a reshape numbers the ranks left anew. */
@@ -194,6 +200,7 @@ void gt_trainer_destroy(gt_trainer *t) {
     else gt_model_set_grad_hook(t->m, NULL, NULL);
   }
   if (t->held_grads) gt_model_state_free(t->m, t->held_grads);
+  if (t->sumsq) gt_model_state_free(t->m, t->sumsq);
   gt_acts_destroy(t->acts);
   gt_pp_exec_destroy(t->pipe);
   free_held(t);
@@ -274,6 +281,7 @@ static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *b
     t->have_held = false;
     t->update_live = true;
   }
+  if (last && t->sumsq) GT_TRY(gt_model_sum_grad_squares_next(t->m, t->sumsq));
   gt_status bs = gt_model_backward(t->m, t->acts, scale);
   if (t->update_live) {
     /* With data parallelism, the layers whose buckets end after backward
@@ -410,6 +418,14 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
     t->update_live = false;
     GT_TRY(rs);
     gt_telemetry_after_reduce(&st.telemetry, t->sync);
+  } else if (t->sumsq) {
+    int np = gt_model_num_params(t->m);
+    double *sums = malloc((size_t)(np ? np : 1) * sizeof *sums);
+    if (!sums) return gt_errorf(GT_ENOMEM, "out of memory");
+    gt_status ds = gt_backend_download(gt_model_state_backend(t->m), sums, t->sumsq, (size_t)np * sizeof(double));
+    st.grad_norm = gt_grad_norm_of_squares(t->m, sums);
+    free(sums);
+    GT_TRY(ds);
   } else {
     GT_TRY(gt_grad_norm(t->m, &st.grad_norm));
   }

@@ -270,7 +270,12 @@ static gt_status backward_layers(gt_model *m, gt_acts *a, int lo, int hi, const 
     if (m->off) {
       GT_TRY(gt_offload_layer_done(m, i));
       GT_TRY(gt_offload_grads_end(m, i));
+      /* The norm's sums, where asked: the layers back already are summed
+       * while the last two come, whose copies had only the bottom layer's
+       * short backward to hide behind. */
+      if (i == lo) GT_TRY(gt_offload_sum_squares(m, lo + 2));
       if (pending >= 0) GT_TRY(finish_grads(m, pending));
+      if (i == lo) GT_TRY(gt_offload_sum_squares(m, lo + 1));
       pending = i;
     } else if (m->grad_hook) {
       GT_TRY(m->grad_hook(m->grad_hook_ctx, i));
@@ -278,6 +283,7 @@ static gt_status backward_layers(gt_model *m, gt_acts *a, int lo, int hi, const 
     dout = din;
   }
   if (pending >= 0) GT_TRY(finish_grads(m, pending));
+  if (m->off) GT_TRY(gt_offload_sum_squares(m, lo));
   a->forward_done = false;
   if (din_out) *din_out = dout;
   return GT_OK;
@@ -301,7 +307,9 @@ gt_status gt_model_forward(gt_model *m, gt_acts *a, const gt_batch *batch, float
 gt_status gt_model_backward(gt_model *m, gt_acts *a, float loss_scale) {
   GT_TRY(whole_model(m));
   if (!a->forward_done) return gt_errorf(GT_ESTATE, "backward without a forward on these activations");
-  return backward_layers(m, a, 0, m->nlayers - 1, NULL, NULL, loss_scale, NULL);
+  gt_status s = backward_layers(m, a, 0, m->nlayers - 1, NULL, NULL, loss_scale, NULL);
+  gt_offload_sum_squares_end(m); /* the request was for this backward */
+  return s;
 }
 
 static gt_status local_stage(const gt_model *m, int stage, int *lo, int *hi) {

@@ -256,6 +256,8 @@ const gt_param *gt_layer_param_info(const gt_layer *self, int i) {
   return &self->model->params[self->first_param + i];
 }
 
+bool gt_param_in_norm(const gt_param *p) { return p->tied_to < 0 && p->local && p->mirror_of < 0 && p->numel > 0; }
+
 int gt_layer_tp_size(const gt_layer *self) { return self->tp ? self->tp->size : 1; }
 bool gt_layer_seq_parallel(const gt_layer *self) { return self->tp && self->model->par.seq_parallel; }
 int gt_layer_tp_rank(const gt_layer *self) { return self->tp ? self->tp->rank : 0; }

@@ -120,6 +120,11 @@ size_t gt_offload_device_bytes(const gt_model *m);
  * parameter goes to the device in bf16 alone), and the marks that an
  * update wrote it with the parameters, all or one layer's. */
 uint16_t *gt_offload_host_bf16(gt_model *m);
+/* The squares of the gradients backward was asked to sum
+ * (gt_model_sum_grad_squares_next), for the parameters whose users are at
+ * layer `bound` or above; _end forgets the request. */
+gt_status gt_offload_sum_squares(gt_model *m, int bound);
+void gt_offload_sum_squares_end(gt_model *m);
 void gt_offload_bf16_written(gt_model *m);
 void gt_offload_layer_bf16_written(gt_model *m, int layer);
 void gt_offload_params_changed(gt_model *m);

@@ -72,6 +72,13 @@ struct gt_offload {
   size_t *param_grad_off; /* per parameter: floats to its gradient in its layer's gradient slot */
   size_t *layer_floats;   /* per layer: floats of its gradient footprint */
   uint16_t *host16;        /* bf16: the host's bf16 twin of the parameter buffer, or NULL */
+  /* gt_model_sum_grad_squares_next: where the next backward sums each
+   * counted parameter's squares (NULL: not asked), the lowest layer using
+   * each storage (its gradient is final once that layer's is back), and
+   * which are summed */
+  double *sumsq;
+  int *last_user;
+  bool *summed;
   uint64_t *bf16_version;  /* per parameter (its storage owner): param_version the twin was made from */
   float *g32[2];          /* gradient slots */
   int g_layer[2];         /* layer whose gradients a slot holds, -1 when free */
@@ -113,6 +120,7 @@ void gt_offload_destroy(gt_model *m) {
   free(o->fetched), free(o->released), free(o->layer_slot);
   free(o->w32_off), free(o->w16_off), free(o->layer_mirror), free(o->param_grad_off), free(o->layer_floats);
   free(o->grad_zero), free(o->param_version), free(o->fetched_version), free(o->bf16_version);
+  free(o->last_user), free(o->summed);
   free(o);
   m->off = NULL;
   gt_backend_destroy(m->host_be);
@@ -259,6 +267,8 @@ gt_status gt_offload_create(gt_model *m) {
   o->param_version = cal((size_t)P, sizeof *o->param_version, &ok);
   o->fetched_version = cal((size_t)P, sizeof *o->fetched_version, &ok);
   o->bf16_version = cal((size_t)P, sizeof *o->bf16_version, &ok);
+  o->last_user = cal((size_t)P, sizeof *o->last_user, &ok);
+  o->summed = cal((size_t)P, sizeof *o->summed, &ok);
   if (!ok) return gt_errorf(GT_ENOMEM, "out of host memory for offloading");
   o->grad_floats = lay_out_grads(m, o);
   gt_backend *be = m->be;
@@ -556,6 +566,42 @@ float *gt_offload_grad(const gt_layer *self, int i) {
   const gt_offload *o = self->model->off;
   int k = o->g_layer[0] == self->index ? 0 : o->g_layer[1] == self->index ? 1 : -1;
   return k < 0 ? NULL : o->g32[k] + o->param_grad_off[self->first_param + i];
+}
+
+/* ---- the gradient norm's sums, as the gradients come back ---- */
+
+gt_status gt_model_sum_grad_squares_next(gt_model *m, double *sumsq) {
+  gt_offload *o = m->off;
+  if (!o) return GT_OK;
+  o->sumsq = sumsq;
+  if (!sumsq) return GT_OK;
+  for (int p = 0; p < m->nparams; p++) o->last_user[p] = m->nlayers, o->summed[p] = false;
+  for (int p = 0; p < m->nparams; p++) {
+    int st = storage_of(m, p);
+    if (m->params[p].layer < o->last_user[st]) o->last_user[st] = m->params[p].layer;
+  }
+  return GT_OK;
+}
+
+/* Sums the squares of every counted parameter whose users are all at
+ * layer `bound` or above (their gradients are back and final), on the
+ * host's backend: the same operation, parameter by parameter, that
+ * gt_grad_norm runs. */
+gt_status gt_offload_sum_squares(gt_model *m, int bound) {
+  gt_offload *o = m->off;
+  if (!o || !o->sumsq) return GT_OK;
+  gt_backend *hb = gt_model_state_backend(m);
+  for (int p = 0; p < m->nparams; p++) {
+    const gt_param *pp = &m->params[p];
+    if (o->summed[p] || !gt_param_in_norm(pp) || o->last_user[p] < bound) continue;
+    GT_TRY(gt_op_sum_squares(hb, o->sumsq + p, m->grad_buf + pp->offset, pp->numel));
+    o->summed[p] = true;
+  }
+  return GT_OK;
+}
+
+void gt_offload_sum_squares_end(gt_model *m) {
+  if (m->off) m->off->sumsq = NULL;
 }
 
 gt_offload_stats gt_model_offload_stats(const gt_model *m) {

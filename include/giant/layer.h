@@ -165,6 +165,9 @@ gt_status gt_layer_param_matmul_only(gt_layer *self, int i);
 float *gt_layer_param(const gt_layer *self, int i);
 float *gt_layer_grad(const gt_layer *self, int i);
 const gt_param *gt_layer_param_info(const gt_layer *self, int i);
+/* Whether a gradient norm counts this parameter: its storage's owner (not
+ * a tied user), held by this rank and not a mirror of another stage's. */
+bool gt_param_in_norm(const gt_param *p);
 /* Mixed precision: the bf16 copy of parameter i, refreshed from the fp32
  * master before each forward that follows a change; NULL under fp32. */
 const uint16_t *gt_layer_param_bf16(const gt_layer *self, int i);

@@ -253,6 +253,15 @@ typedef struct gt_offload_stats {
 } gt_offload_stats;
 /* Zero when not offloaded. */
 gt_offload_stats gt_model_offload_stats(const gt_model *m);
+/* Offloaded: the next gt_model_backward also sums the squares of each
+ * parameter's gradient that a norm counts (gt_param_in_norm) into
+ * sumsq[p] (memory from gt_model_state_alloc, one double per parameter),
+ * each as soon as its gradients are back on the host and final, so that
+ * the layers already back are summed while the last ones come. For the
+ * step's last micro-batch: gt_grad_norm_of_squares gives the norm, the
+ * same bits as gt_grad_norm. One backward only; NULL cancels; without
+ * offloading it does nothing. */
+gt_status gt_model_sum_grad_squares_next(gt_model *m, double *sumsq);
 /* Offloaded: starts fetching the weights the next forward needs first, so
  * that they arrive while the caller does other work (the trainer calls it
  * after each update). Does nothing otherwise. */

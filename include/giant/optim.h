@@ -87,8 +87,12 @@ typedef struct gt_lr_schedule {
 } gt_lr_schedule;
 float gt_lr_at(const gt_lr_schedule *s, int step);
 
-/* The global L2 norm of the model's gradients. */
+/* The global L2 norm of the model's gradients: the squares summed per
+ * parameter (gt_param_in_norm), then over the parameters in order. */
 gt_status gt_grad_norm(gt_model *m, double *norm);
+/* The same norm from per-parameter sums of squares already made (host
+ * memory; gt_model_sum_grad_squares_next). */
+double gt_grad_norm_of_squares(const gt_model *m, const double *sumsq);
 /* The same when the model is split or sharded: this rank holds the floats
  * [lo, hi) of the gradients that count (a ZeRO shard, or everything), and
  * the norm's square is summed over `shards` (the data-parallel group under

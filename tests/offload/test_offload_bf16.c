@@ -11,9 +11,10 @@
  *    drops);
  *  - a matmul-only weight has no fp32 copy in its slot (gt_layer_param is
  *    NULL) and a norm's has both;
- *  - the parameters after training are bit-identical to the same training
- *    without offloading, with AdamW (which writes the twin in the same
- *    pass) and with SGD (whose twin is converted before each fetch);
+ *  - the parameters and the gradient norms after training are
+ *    bit-identical to the same training without offloading, with AdamW
+ *    (which writes the twin in the same pass) and with SGD (whose twin is
+ *    converted before each fetch);
  *  - switching the precision lays the slots out again. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,6 +33,7 @@ enum { V = 64, T = 8, C = 32, NH = 4, L = 6, ROWS = 2, STEPS = 4, ALL = 64 };
 
 typedef struct run_out {
   float *params;
+  double norms[STEPS]; /* the steps' gradient norms */
   size_t nfloats;
   gt_offload_stats os;
   size_t expect_weight_bytes; /* what the parameters add up to, as the window holds them */
@@ -87,6 +89,7 @@ static void run(gt_optim_kind optim, gt_precision prec, int window, run_out *out
     gt_batch b = {.B = ROWS, .T = T, .inputs = in, .targets = tg};
     gt_step_stats st;
     OK(gt_trainer_step_batches(tr, &b, 1, &st));
+    out->norms[s] = st.grad_norm;
   }
   if (window > 0) {
     out->os = gt_model_offload_stats(m);
@@ -165,6 +168,8 @@ static void test_same_bits_as_without(void **state) {
       run_out r = {0};
       run(optims[o], GT_PRECISION_BF16, windows[w], &r);
       assert_int_equal(r.nfloats, ref.nfloats);
+      /* The norm too: offloaded, it is summed as the gradients come back. */
+      assert_memory_equal(r.norms, ref.norms, sizeof r.norms);
       if (memcmp(r.params, ref.params, ref.nfloats * sizeof(float)))
         fail_msg("%s, window %d: parameters differ from the run without offloading",
                  optims[o] == GT_OPTIM_ADAMW ? "AdamW" : "SGD", windows[w]);
