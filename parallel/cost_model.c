@@ -38,10 +38,35 @@ static gt_status check_inputs(const gt_planner_hw *hw, const gt_planner_job *job
   if (job->micro_batches < 1 || job->chunks < 1)
     return gt_errorf(GT_EINVAL, "the planner needs micro_batches >= 1 and chunks >= 1 (got %d, %d)", job->micro_batches,
                      job->chunks);
+  if (job->precision != GT_PRECISION_FP32 && job->precision != GT_PRECISION_BF16)
+    return gt_errorf(GT_EINVAL, "unknown precision %d for the planner: use GT_PRECISION_FP32 or GT_PRECISION_BF16",
+                     (int)job->precision);
+  for (int i = 0; i < job->nlayers; i++) {
+    const gt_planner_layer *x = &job->layers[i];
+    if (!(x->window_bytes >= 0 && isfinite(x->window_bytes) && x->matmul_bytes >= 0 && isfinite(x->matmul_bytes)))
+      return gt_errorf(GT_EINVAL, "layer %d has window bytes %g and matmul bytes %g: both must be >= 0", i,
+                       x->window_bytes, x->matmul_bytes);
+  }
   if (job->chunks > 1 && job->schedule != GT_PP_INTERLEAVED)
     return gt_errorf(GT_EINVAL, "%d chunks per rank needs the interleaved schedule, not %s", job->chunks,
                      gt_pp_name(job->schedule));
   return GT_OK;
+}
+
+/* Offloaded: the fp32 bytes of a layer's weight slot (its tied weights
+ * too), what a fetch of it moves in the compute precision, and what its
+ * slot holds: under bf16 the matmul-only weights in bf16 alone, the rest
+ * in fp32 with a bf16 copy beside (core/model/offload.c). */
+static double held_bytes(const gt_planner_layer *x) { return x->window_bytes > 0 ? x->window_bytes : x->param_bytes; }
+
+static double fetch_bytes(const gt_planner_layer *x, bool bf16) {
+  double w = held_bytes(x), mm = bf16 ? fmin(x->matmul_bytes, w) : 0;
+  return w - mm / 2;
+}
+
+static double slot_bytes(const gt_planner_layer *x, bool bf16) {
+  double w = held_bytes(x), mm = bf16 ? fmin(x->matmul_bytes, w) : 0;
+  return bf16 ? (w - mm) * 1.5 + mm / 2 : w;
 }
 
 gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job, gt_grid_layout lay,
@@ -72,12 +97,16 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
       }
   }
   double state_factor = job->zero1 ? 2 + 2.0 / dp : 4;
-  /* Offloaded, a rank holds window + 2 slots of the widest layer (its
-   * share of it under tp) whatever the cut, and the activations. */
-  bool off = job->offload_window > 0;
-  double widest = 0;
-  for (int i = 0; i < L; i++) widest = fmax(widest, job->layers[i].param_bytes);
-  double slots = off ? (job->offload_window + 2) * widest / tp : 0;
+  /* Offloaded, a rank holds `window` weight slots and 2 gradient slots of
+   * the widest layer (its share of it under tp) whatever the cut, and the
+   * activations. */
+  bool off = job->offload_window > 0, bf16 = job->precision == GT_PRECISION_BF16;
+  double widest_w = 0, widest_g = 0;
+  for (int i = 0; i < L; i++) {
+    widest_w = fmax(widest_w, slot_bytes(&job->layers[i], bf16));
+    widest_g = fmax(widest_g, held_bytes(&job->layers[i]));
+  }
+  double slots = off ? (job->offload_window * widest_w + 2 * widest_g) / tp : 0;
 
   int *cut = out->first;
   gt_status st = GT_OK;
@@ -135,10 +164,11 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
        * backward (a window as wide as the rank's layers keeps them: once a
        * step), the gradients go out and, after the first micro-batch, come
        * in to be added to. Transfers overlap compute. */
-      double w = 0;
-      for (int i = cut[j]; i < cut[j + 1]; i++) w += job->layers[i].param_bytes / tp;
+      double w = 0, g = 0; /* weights in, in the compute precision; gradients, fp32 */
+      for (int i = cut[j]; i < cut[j + 1]; i++)
+        w += fetch_bytes(&job->layers[i], bf16) / tp, g += held_bytes(&job->layers[i]) / tp;
       bool keeps = job->offload_window >= held[j % pp];
-      double in_f = keeps ? w / mb : w, in_b = keeps ? 0 : w, grads = w + w * (mb - 1) / mb;
+      double in_f = keeps ? w / mb : w, in_b = keeps ? 0 : w, grads = g + g * (mb - 1) / mb;
       fwd[j] = fmax(fwd[j], in_f / hw->copy_bandwidth);
       bwd[j] = fmax(bwd[j], (in_b + grads) / hw->copy_bandwidth);
       moved[j % pp] += mb * (in_f + in_b + grads);

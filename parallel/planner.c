@@ -24,7 +24,11 @@ gt_status gt_planner_layers_from_model(const gt_model *m, int B, int T, gt_plann
     x->act_bytes = (ly->type->acts_floats ? (double)ly->type->acts_floats(ly, B, T) * sizeof(float) : 0) + x->out_bytes;
     for (int k = 0; k < ly->nparams; k++) {
       const gt_param *p = gt_layer_param_info(ly, k);
-      if (p && p->tied_to < 0) x->param_bytes += (double)p->numel * sizeof(float);
+      if (!p) continue;
+      double bytes = (double)p->numel * sizeof(float);
+      if (p->tied_to < 0) x->param_bytes += bytes;
+      x->window_bytes += bytes;
+      if (p->matmul_only) x->matmul_bytes += bytes;
     }
     /* Megatron's block: one all-reduce after attention, one after the MLP. */
     if (ly->type == &gt_block_layer) {

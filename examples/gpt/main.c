@@ -384,8 +384,10 @@ static gt_status reshape_layout(const args *a, gt_backend *be, const gpt_config 
     return GT_OK;
   }
   int B = (total + world - 1) / world;
+  gt_precision precision;
+  GT_TRY(gt_precision_parse(a->precision, &precision)); /* checked at start */
   return gpt_choose_layout(be, gc, B, a->seq, world, a->accum * world, peak, (double)a->mem_mib * (1 << 20), schedule,
-                           a->chunks, a->zero1, a->offload, NULL, out, n);
+                           a->chunks, a->zero1, a->offload, precision, NULL, out, n);
 }
 
 /* The newest committed checkpoint's step directory, where the state that
@@ -638,7 +640,8 @@ int main(int argc, char **argv) {
     bool autom;
     if ((s = gpt_choose_layout(be, &gc, B, a.seq, job->world_size, accum * job->world_size, peak,
                                (double)a.mem_mib * (1 << 20), schedule, a.chunks, a.zero1,
-                               a.offload ? a.offload : ann.offload_window, &fixed, chosen, sizeof chosen)) != GT_OK ||
+                               a.offload ? a.offload : ann.offload_window, precision, &fixed, chosen,
+                               sizeof chosen)) != GT_OK ||
         (s = gt_plan_parse(chosen, job->world_size, &chosen_layout, &autom)) != GT_OK) {
       fail("choosing a layout", s);
       goto out;
@@ -733,7 +736,8 @@ int main(int argc, char **argv) {
     }
     if (lead) {
       gt_plan_print(&plan, m, stdout);
-      s = gpt_print_prediction(be, &gc, &plan, m, rows, a.seq, a.accum * plan.layout.dp, peak, a.offload, stdout);
+      s = gpt_print_prediction(be, &gc, &plan, m, rows, a.seq, a.accum * plan.layout.dp, peak, a.offload, precision,
+                               stdout);
       if (s == GT_OK) s = gpt_print_memory(be, m, kind == GT_OPTIM_ADAMW ? 2 : 1, a.accum, stdout);
       if (s != GT_OK) fail("predicting the step", s);
     }

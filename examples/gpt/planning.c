@@ -43,7 +43,8 @@ static int tp_sizes(const gpt_config *gc, int world, int *out) {
 
 gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, int world, int micro_batches,
                             double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, bool zero1,
-                            int offload_window, const gt_grid_layout *fixed, char *layout, size_t n) {
+                            int offload_window, gt_precision precision, const gt_grid_layout *fixed, char *layout,
+                            size_t n) {
   gt_planner_layer *layers;
   int nl, tp[32];
   double *budget = mem_bytes > 0 ? malloc((size_t)world * sizeof *budget) : NULL;
@@ -58,7 +59,8 @@ gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, 
   hw.mem_bytes = budget;
   gt_planner_job job = {.layers = layers, .nlayers = nl, .micro_batches = micro_batches, .schedule = schedule,
                         .chunks = schedule == GT_PP_INTERLEAVED ? chunks : 1, .zero1 = zero1, .tp_allowed = tp,
-                        .ntp_allowed = tp_sizes(gc, world, tp), .offload_window = offload_window};
+                        .ntp_allowed = tp_sizes(gc, world, tp), .offload_window = offload_window,
+                        .precision = precision};
   if (fixed) job.fixed = *fixed;
   /* A tensor-parallel size the flags or annotations fixed is taken as it
    * is: where the model cannot split so, its build names the layer. */
@@ -72,7 +74,8 @@ gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, 
 }
 
 gt_status gpt_print_prediction(gt_backend *be, const gpt_config *gc, const gt_plan *plan, const gt_model *m, int B,
-                               int T, int micro_batches, double peak_flops, int offload_window, FILE *f) {
+                               int T, int micro_batches, double peak_flops, int offload_window, gt_precision precision,
+                               FILE *f) {
   gt_planner_layer *layers;
   int nl, tp[32];
   GT_TRY(whole_layers(be, gc, B, T, &layers, &nl));
@@ -86,7 +89,8 @@ gt_status gpt_print_prediction(gt_backend *be, const gpt_config *gc, const gt_pl
   gt_planner_hw hw = gpt_planner_hw(plan->world, peak_flops);
   gt_planner_job job = {.layers = layers, .nlayers = nl, .micro_batches = micro_batches, .schedule = plan->schedule,
                         .chunks = plan->chunks, .zero1 = plan->zero1, .tp_allowed = tp,
-                        .ntp_allowed = tp_sizes(gc, plan->world, tp), .offload_window = offload_window};
+                        .ntp_allowed = tp_sizes(gc, plan->world, tp), .offload_window = offload_window,
+                        .precision = precision};
   gt_planner_result r;
   if (s == GT_OK) s = gt_planner_estimate(&hw, &job, plan->layout, first, &r);
   if (s == GT_OK) {

@@ -18,7 +18,8 @@ gt_planner_hw gpt_planner_hw(int world, double peak_flops);
  * factor: free), written as "dp=..,tp=..,pp=..". */
 gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, int world, int micro_batches,
                             double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, bool zero1,
-                            int offload_window, const gt_grid_layout *fixed, char *layout, size_t n);
+                            int offload_window, gt_precision precision, const gt_grid_layout *fixed, char *layout,
+                            size_t n);
 
 /* The annotations of the GPT gc describes, read from its layers declared
  * on a model that is never built (nothing is allocated for it). */
@@ -26,7 +27,8 @@ gt_status gpt_annotations_of(gt_backend *be, const gpt_config *gc, gt_annotation
 
 /* The plan's predicted step, with the model's actual stage cut. */
 gt_status gpt_print_prediction(gt_backend *be, const gpt_config *gc, const gt_plan *plan, const gt_model *m, int B,
-                               int T, int micro_batches, double peak_flops, int offload_window, FILE *f);
+                               int T, int micro_batches, double peak_flops, int offload_window, gt_precision precision,
+                               FILE *f);
 
 /* Where the model's state lives, the device memory it will hold against
  * the backend's budget, and, offloaded, the window and the bytes a step

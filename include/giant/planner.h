@@ -36,6 +36,11 @@ GT_API_BEGIN
 typedef struct gt_planner_layer {
   double flops;       /* forward FLOPs of one micro-batch (backward costs twice this) */
   double param_bytes; /* the whole layer's parameters (not split) */
+  /* Offloaded, what the layer's weight slot holds and a fetch moves: its
+   * parameters with the tied ones it reads (0: param_bytes), and of those
+   * the ones read only by matrix products (gt_param_spec.matmul_only),
+   * which a window holds in bf16 alone under bf16. fp32 bytes. */
+  double window_bytes, matmul_bytes;
   double act_bytes;   /* activations saved for backward, one micro-batch */
   double out_bytes;   /* output handed to the next layer, one micro-batch */
   int tp_allreduces;  /* all-reduces over the tensor-parallel group per forward (as many in backward) */
@@ -44,7 +49,8 @@ typedef struct gt_planner_layer {
 
 /* Fills one entry per layer of a built model for micro-batches of (B, T):
  * FLOPs and activations from the layer types, parameters from
- * gt_layer_param_info (tied parameters counted once), 2 all-reduces of
+ * gt_layer_param_info (tied parameters counted once; in window_bytes with
+ * each layer that reads them), 2 all-reduces of
  * B*T*C floats per transformer block. Build the model without tensor
  * parallelism: split parameters count only this rank's part. Free *out. */
 gt_status gt_planner_layers_from_model(const gt_model *m, int B, int T, gt_planner_layer **out, int *n);
@@ -101,6 +107,9 @@ typedef struct gt_planner_job {
    * activations; its transfers overlap compute, and a stage takes as long
    * as the longer of the two. */
   int offload_window;
+  /* The compute precision: under bf16 an offloaded window holds the
+   * matmul-only weights in bf16 (and the others in fp32 with a bf16 copy). */
+  gt_precision precision;
   /* Factors already decided (by flags or annotations, gt_plan_preview):
    * the planner chooses only among layouts that keep them; 0: free. */
   gt_grid_layout fixed;

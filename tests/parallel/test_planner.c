@@ -298,6 +298,28 @@ static void test_offload(void **state) {
   assert_non_null(strstr(buf, "memory, pipeline rank 0: 5.0 MiB (offloaded: the window and activations)"));
   assert_non_null(strstr(buf, "offloaded, window 1: 28.0 MiB a step between host and device, 28 s of transfers"));
   free(buf);
+  /* Under bf16 a window holds the matmul-only weights (3/4 of each layer
+   * here) in bf16 and the rest in fp32 with a bf16 copy: a weight slot of
+   * 0.25 x 1.5 + 0.75 / 2 = 0.75 MiB beside two fp32 gradient slots, and a
+   * fetch moves 0.625 MiB. Per micro-batch 2.5 MiB in for forward (4 s of
+   * compute is longer), 2.5 in for backward and 6 of gradients: 8.5 s
+   * against 8 s of compute. */
+  for (int i = 0; i < 4; i++) four[i].matmul_bytes = 0.75 * MIB;
+  off.precision = GT_PRECISION_BF16;
+  OK(gt_planner_estimate(&hw, &off, (gt_grid_layout){2, 1, 1}, NULL, &e));
+  NEAR(e.mem_bytes[0], 4.75 * MIB, 1e-3);
+  NEAR(e.pipeline_seconds, 2 * (4 + 8.5), 1e-9);
+  NEAR(e.offload_bytes, 22 * MIB, 1e-3);
+  /* fp32 ignores matmul_bytes. */
+  off.precision = GT_PRECISION_FP32;
+  OK(gt_planner_estimate(&hw, &off, (gt_grid_layout){2, 1, 1}, NULL, &e));
+  NEAR(e.offload_bytes, 28 * MIB, 1e-3);
+  off.precision = (gt_precision)7;
+  expect_error(gt_planner_estimate(&hw, &off, (gt_grid_layout){2, 1, 1}, NULL, &e), GT_EINVAL, "unknown precision 7");
+  off.precision = GT_PRECISION_FP32;
+  four[0].matmul_bytes = -1;
+  expect_error(gt_planner_estimate(&hw, &off, (gt_grid_layout){2, 1, 1}, NULL, &e), GT_EINVAL, "matmul bytes -1");
+  for (int i = 0; i < 4; i++) four[i].matmul_bytes = 0;
   /* A window as wide as the rank's layers keeps the weights for the step:
    * they come in once (2 MiB a micro-batch), the gradients as before. */
   off.offload_window = 4;
@@ -347,8 +369,16 @@ static void test_layers_from_gpt(void **state) {
     if (ls[i].tp_allreduces) {
       blocks++;
       NEAR(ls[i].tp_allreduce_bytes, 2 * 8 * 24 * 4, 0);
+      /* A block's four matrices (3C^2 + C^2 + 4C^2 + 4C^2) are matmul-only. */
+      NEAR(ls[i].matmul_bytes, 12.0 * 24 * 24 * 4, 0);
+      NEAR(ls[i].window_bytes, ls[i].param_bytes, 0);
     }
   }
+  /* The tied head reads the embedding's table, as a matrix product. */
+  NEAR(ls[n - 1].param_bytes, 0, 0);
+  NEAR(ls[n - 1].window_bytes, 64.0 * 24 * 4, 0);
+  NEAR(ls[n - 1].matmul_bytes, 64.0 * 24 * 4, 0);
+  NEAR(ls[0].matmul_bytes, 0, 0); /* the embedding reads it as a table */
   assert_int_equal(blocks, 3);
   NEAR(flops, gt_model_flops(m, 2, 8), 1e-6 * flops);
   NEAR(params, 4.0 * gt_model_param_count(m), 0); /* tied head counted once */
