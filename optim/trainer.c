@@ -47,6 +47,13 @@ struct gt_trainer {
   gt_layer_update *layer_update;
   bool update_live;
   int updated_early;
+  /* ... pipelined without data parallelism, where the model's hook runs
+   * after every micro-batch's backward of a layer: the calls this step per
+   * layer (the last makes its gradients final), the layers holding a
+   * weight tied across stages (final only once gt_pp_exec_sync_tied has
+   * summed it), and those of them waiting for that */
+  int *hook_calls;
+  bool *tied_across, *deferred;
   /* delayed_update: the last step's gradients, their learning rate and
    * clip factor, waiting to be applied during the next backward */
   float *held_grads;
@@ -77,7 +84,40 @@ static gt_status hold_batches(gt_trainer *t) {
  * reduced); with update_per_layer, it is updated. */
 static gt_status on_layer_grads(void *ctx, int layer) {
   gt_trainer *t = ctx;
-  return t->update_live ? gt_layer_update_push(t->layer_update, layer) : GT_OK;
+  if (!t->update_live) return GT_OK;
+  if (t->hook_calls) {
+    if (++t->hook_calls[layer] < t->cfg.grad_accum) return GT_OK; /* more micro-batches to come */
+    if (t->tied_across[layer]) return t->deferred[layer] = true, GT_OK;
+  }
+  return gt_layer_update_push(t->layer_update, layer);
+}
+
+/* A layer holding a weight tied to another pipeline stage: a mirror of an
+ * owner elsewhere, or an owner whose tied user is elsewhere. */
+static bool tied_across_stages(gt_model *m, int layer) {
+  const gt_layer *l = gt_model_layer(m, layer);
+  for (int k = 0; k < l->nparams; k++) {
+    const gt_param *p = gt_layer_param_info(l, k);
+    if (p->mirror_of >= 0) return true;
+    for (int j = 0; p->tied_to < 0 && j < gt_model_num_params(m); j++) {
+      const gt_param *q = gt_model_param(m, j);
+      if (q->tied_to == l->first_param + k && !q->local) return true;
+    }
+  }
+  return false;
+}
+
+/* Pipelined, before the schedule runs: the update of the step's layers
+ * (or of the last step's, held) begins, and each layer is handed over
+ * after its last micro-batch's backward. */
+static void begin_pipelined_update(gt_trainer *t) {
+  if (!t->layer_update) return;
+  if (t->cfg.update_per_layer) gt_layer_update_begin(t->layer_update, gt_lr_at(&t->cfg.schedule, t->step), 1.0f, NULL);
+  else if (t->have_held) gt_layer_update_begin(t->layer_update, t->held_lr, t->held_clip, t->held_grads);
+  else return;
+  t->have_held = false;
+  t->update_live = true;
+  for (int i = 0; t->hook_calls && i < gt_model_num_layers(t->m); i++) t->hook_calls[i] = 0, t->deferred[i] = false;
 }
 
 /* What an offloaded model, and the updates that need one, can be trained
@@ -103,12 +143,13 @@ static gt_status check_offloading(gt_model *m, const gt_trainer_config *cfg) {
    * tensor parallelism a layer's gradients are final when its backward
    * ends (sequence parallelism's norms are summed inside it), except in a
    * replicated region, summed over the group after backward (a region is
-   * not offloaded yet, so this is a guard for when it is). ZeRO-1
-   * reduces the whole buffer after backward, and a pipeline's tied
-   * parameters are summed over the stages after it. */
-  if (plan && (plan->layout.pp > 1 || plan->zero1))
-    return gt_errorf(GT_EUNSUPPORTED, "%s runs in one process or with data and tensor parallelism "
-                                      "(no ZeRO-1 or pipeline parallelism): leave it off here", what);
+   * not offloaded yet, so this is a guard for when it is). Pipelined, a
+   * layer's are final after its last micro-batch's backward, or, holding a
+   * weight tied across stages, once the stages have summed it. ZeRO-1
+   * reduces the whole buffer after backward. */
+  if (plan && plan->zero1)
+    return gt_errorf(GT_EUNSUPPORTED, "%s does not run with ZeRO-1, which reduces the whole gradient buffer after "
+                                      "backward: leave one of them off", what);
   for (int i = 0; plan && i < gt_model_num_layers(m); i++)
     if (gt_model_layer_replicas(m, i) > 1)
       return gt_errorf(GT_EUNSUPPORTED, "%s needs each layer's gradients final when its backward ends, and layer "
@@ -169,6 +210,14 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   if (s == GT_OK && by_layer) s = gt_layer_update_create(t->opt, gt_model_num_layers(m), &t->layer_update);
   if (s == GT_OK && by_layer && t->sync) s = gt_dp_sync_on_reduced(t->sync, on_layer_grads, t);
   else if (s == GT_OK && by_layer) s = gt_model_set_grad_hook(m, on_layer_grads, t);
+  if (s == GT_OK && by_layer && t->pipe && !t->sync) {
+    int L = gt_model_num_layers(m);
+    t->hook_calls = calloc((size_t)L, sizeof *t->hook_calls);
+    t->tied_across = calloc((size_t)L, sizeof *t->tied_across);
+    t->deferred = calloc((size_t)L, sizeof *t->deferred);
+    if (!t->hook_calls || !t->tied_across || !t->deferred) s = gt_errorf(GT_ENOMEM, "out of memory");
+    for (int i = 0; s == GT_OK && i < L; i++) t->tied_across[i] = tied_across_stages(m, i);
+  }
   if (s == GT_OK && cfg->delayed_update)
     s = gt_model_state_alloc(m, gt_model_buffer_floats(m) * sizeof(float), (void **)&t->held_grads);
   if (s == GT_OK && gt_model_offloaded(m) && !t->dist && !by_layer)
@@ -201,6 +250,7 @@ void gt_trainer_destroy(gt_trainer *t) {
   }
   if (t->held_grads) gt_model_state_free(t->m, t->held_grads);
   if (t->sumsq) gt_model_state_free(t->m, t->sumsq);
+  free(t->hook_calls), free(t->tied_across), free(t->deferred);
   gt_acts_destroy(t->acts);
   gt_pp_exec_destroy(t->pipe);
   free_held(t);
@@ -316,7 +366,9 @@ static gt_status pipeline_batches(gt_trainer *t, gt_loader *loader, const gt_bat
   double weights[64];
   for (int i = 0; i < t->cfg.grad_accum; i++) valid[i] = valid_targets(&batches[i]);
   GT_TRY(micro_weights(t, valid, t->cfg.grad_accum, weights));
+  begin_pipelined_update(t);
   GT_TRY(gt_pp_exec_run(t->pipe, batches, weights, &st->loss));
+  if (t->layer_update) t->updated_early = gt_layer_update_progress(t->layer_update);
   for (int i = 0; i < t->cfg.grad_accum; i++) {
     st->tokens += (int64_t)batches[i].B * batches[i].T;
     gt_telemetry_add_batch(&st->telemetry, &batches[i]);
@@ -334,6 +386,9 @@ static gt_status reduce_step(gt_trainer *t, gt_step_stats *st) {
   size_t lo = 0, hi = gt_model_buffer_floats(t->m);
   bool zero1 = false;
   if (t->pipe) GT_TRY(gt_pp_exec_sync_tied(t->pipe));
+  /* The layers holding a weight tied across stages are final now. */
+  for (int i = 0; t->deferred && t->update_live && i < gt_model_num_layers(t->m); i++)
+    if (t->deferred[i]) GT_TRY(gt_layer_update_push(t->layer_update, i));
   if (t->sync) {
     GT_TRY(gt_dp_sync_finish(t->sync));
     gt_dp_sync_shard(t->sync, &lo, &hi);

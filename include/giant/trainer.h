@@ -39,11 +39,11 @@ typedef struct gt_trainer_config {
    * skipped. Every rank sees the same reduced loss and norm, so all decide
    * alike. */
   int skip_nonfinite;
-  /* An offloaded model, in one process or with data and tensor parallelism
-   * (no ZeRO-1, pipeline parallelism or replicated region): the optimizer
-   * updates each layer on a host thread as soon as its gradients are final
-   * (averaged over the replicas, as the buckets end), while backward goes
-   * on below it (docs/offload.md). It needs grad_clip = 0 and
+  /* An offloaded model, with any layout but ZeRO-1 (or a replicated
+   * region): the optimizer updates each layer on a host thread as soon as
+   * its gradients are final (averaged over the replicas as the buckets
+   * end; pipelined, after its last micro-batch, or the stages' sum of a
+   * tied weight), while backward goes on below it (docs/offload.md). It needs grad_clip = 0 and
    * skip_nonfinite = 0: an update that has begun before the norm is known
    * cannot be scaled or taken back. The result is the same, bit for bit. */
   bool update_per_layer;

@@ -9,8 +9,9 @@
  * without the delay (the mode is on). At tp=2 the same against one
  * process.
  *
- * The update layer by layer at tp=2 (no clipping): bit-identical to tp=2
- * updating after backward without offloading.
+ * The update layer by layer at tp=2, pp=2 and dp=2 x pp=2 (no clipping):
+ * bit-identical to the same layout updating after backward without
+ * offloading. The delayed update at pp=2 against one process.
  *
  * Checkpoints: gt_ckpt_save applies the update held aside first. A run that
  * saves at step 4 and goes on must end bit-identical to a run that loads
@@ -46,6 +47,7 @@ typedef struct run_cfg {
   const char *layout; /* NULL: one process */
   int window;         /* 0: not offloaded; else WINDOW */
   bool delayed, per_layer, no_clip;
+  int accum;          /* micro-batches a step; 0: 1 */
   ckpt_mode mode;     /* what happens after step SAVE_AT (LOAD: start there from the checkpoint) */
   const char *dir;    /* checkpoints */
   train_result *out[2]; /* per dp replica: its parameters in the single-process layout */
@@ -61,8 +63,9 @@ static int train(int rank, int world, void *arg) {
   gt_store *store;
   gt_dist *dist;
   gt_plan plan;
-  train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = cfg->layout}, "gen0", &store, &plan,
-                  &dist);
+  train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = cfg->layout, .schedule = GT_PP_1F1B},
+                  "gen0", &store, &plan, &dist);
+  int M = cfg->accum ? cfg->accum : 1;
   int rows = ROWS / plan.layout.dp, row0 = plan.me.dp * rows;
   gt_model *m;
   CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = rows, .T_max = T, .seed = 42, .offload_window = cfg->window},
@@ -73,9 +76,10 @@ static int train(int rank, int world, void *arg) {
   }
   CHECK_OK(gpt_add_layers(m, &(gpt_config){.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = L, .tie_weights = true}));
   CHECK_OK(gt_model_build(m));
+  if (dist) CHECK_OK(gt_plan_check_model(&plan, m));
   /* The update layer by layer begins before the norm is known: no clipping. */
   gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = cfg->no_clip ? 0.0f : 1.0f,
-                          .grad_accum = 1, .dist = dist, .schedule = lr, .delayed_update = cfg->delayed,
+                          .grad_accum = M, .dist = dist, .schedule = lr, .delayed_update = cfg->delayed,
                           .update_per_layer = cfg->per_layer};
   gt_trainer *tr;
   CHECK_OK(gt_trainer_create(m, &tc, &tr));
@@ -92,12 +96,16 @@ static int train(int rank, int world, void *arg) {
     CHECK(info.step == SAVE_AT && gt_trainer_step_index(tr) == SAVE_AT);
     s0 = SAVE_AT;
   }
-  int32_t in[ROWS * T], tg[ROWS * T];
+  int32_t in[2][ROWS * T], tg[2][ROWS * T];
+  CHECK(M <= 2);
   for (int s = s0; s < STEPS; s++) {
-    train_batch_for(s, 0, V, T, ROWS, in, tg);
-    gt_batch b = {.B = rows, .T = T, .inputs = in + row0 * T, .targets = tg + row0 * T};
+    gt_batch b[2];
+    for (int k = 0; k < M; k++) {
+      train_batch_for(s, k, V, T, ROWS, in[k], tg[k]);
+      b[k] = (gt_batch){.B = rows, .T = T, .inputs = in[k] + row0 * T, .targets = tg[k] + row0 * T};
+    }
     gt_step_stats st;
-    CHECK_OK(gt_trainer_step_batches(tr, &b, 1, &st));
+    CHECK_OK(gt_trainer_step_batches(tr, b, M, &st));
     if (s + 1 == SAVE_AT && cfg->mode == SAVE) CHECK_OK(gt_ckpt_save(ck));
     if (s + 1 == SAVE_AT && cfg->mode == FLUSH) CHECK_OK(gt_trainer_flush(tr));
   }
@@ -122,8 +130,8 @@ static int train(int rank, int world, void *arg) {
 }
 
 static void run(run_cfg *cfg) {
-  int codes[2];
-  int world = cfg->layout ? 2 : 1;
+  int codes[4];
+  int world = !cfg->layout ? 1 : strchr(cfg->layout, ',') ? 4 : 2; /* "dp=2,pp=2": 4 */
   if (harness_run(world, train, cfg, RUN_TIMEOUT_S, codes))
     fail_msg("%s, %s, mode %d: a rank failed", cfg->layout ? cfg->layout : "one process",
              cfg->delayed ? "delayed" : "not delayed", (int)cfg->mode);
@@ -183,6 +191,51 @@ static void test_per_layer_tensor_parallel(void **state) {
   }
 }
 
+/* Pipelined (1F1B, two micro-batches): a layer goes to the update after
+ * its last micro-batch's backward, and the embedding and the head, whose
+ * table is tied across the two stages, once the stages have summed it. */
+static void test_per_layer_pipeline(void **state) {
+  (void)state;
+  train_result *one = train_result_new(NULL);
+  run(&(run_cfg){.out = {one}}); /* only for the layout */
+  train_result *ref = train_result_new(one);
+  run(&(run_cfg){.layout = "pp=2", .no_clip = true, .accum = 2, .out = {ref}});
+  static const int windows[] = {1, WINDOW, 64};
+  for (int w = 0; w < 3; w++) {
+    train_result *r = train_result_new(one);
+    run(&(run_cfg){.layout = "pp=2", .window = windows[w], .per_layer = true, .no_clip = true, .accum = 2,
+                   .out = {r}});
+    if (memcmp(r->params, ref->params, ref->nparams * sizeof(float)))
+      fail_msg("pp=2, the update layer by layer, window %d: parameters differ by %.3g from the update after "
+               "backward without offloading",
+               windows[w], max_diff(r, ref));
+  }
+  /* With data parallelism too, where the layers go once averaged, after
+   * the stages have summed the tied table. */
+  train_result *ref4[2] = {train_result_new(one), train_result_new(one)};
+  run(&(run_cfg){.layout = "dp=2,pp=2", .no_clip = true, .accum = 2, .out = {ref4[0], ref4[1]}});
+  train_result *r4[2] = {train_result_new(one), train_result_new(one)};
+  run(&(run_cfg){.layout = "dp=2,pp=2", .window = WINDOW, .per_layer = true, .no_clip = true, .accum = 2,
+                 .out = {r4[0], r4[1]}});
+  for (int d = 0; d < 2; d++)
+    if (memcmp(r4[d]->params, ref4[d]->params, ref4[d]->nparams * sizeof(float)))
+      fail_msg("dp=2,pp=2, replica %d: parameters differ by %.3g from the update after backward without offloading",
+               d, max_diff(r4[d], ref4[d]));
+}
+
+static void test_delayed_pipeline(void **state) {
+  (void)state;
+  train_result *one = train_result_new(NULL);
+  run(&(run_cfg){.window = WINDOW, .delayed = true, .accum = 2, .out = {one}});
+  train_result *r = train_result_new(one), *plain = train_result_new(one);
+  run(&(run_cfg){.layout = "pp=2", .window = WINDOW, .delayed = true, .accum = 2, .out = {r}});
+  run(&(run_cfg){.layout = "pp=2", .window = WINDOW, .delayed = false, .accum = 2, .out = {plain}});
+  double d_one = max_diff(r, one), d_plain = max_diff(r, plain);
+  print_message("pp=2 delayed: against one process %.3g; against pp=2 without the delay %.3g\n", d_one, d_plain);
+  assert_true(d_one < 1e-4); /* as for dp=2 */
+  assert_true(d_plain > 1e-4);
+}
+
 static void test_checkpoint(void **state) {
   (void)state;
   char dir[] = "/tmp/giant-delayed-XXXXXX";
@@ -210,6 +263,8 @@ int main(void) {
       cmocka_unit_test(test_delayed_data_parallel),
       cmocka_unit_test(test_delayed_tensor_parallel),
       cmocka_unit_test(test_per_layer_tensor_parallel),
+      cmocka_unit_test(test_per_layer_pipeline),
+      cmocka_unit_test(test_delayed_pipeline),
       cmocka_unit_test(test_checkpoint),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
