@@ -9,8 +9,9 @@
  *     its onset as compute, the right rank, and each cleared after it
  *     recovers;
  *   - at dp=4 and at dp=2,pp=2, every rank slowed x2 at once, then a slow
- *     link: no compute alarm, the link flagged with its two ends, and its
- *     health record on etcd;
+ *     link: no compute alarm (but where the reference confirms a rank
+ *     really was slower, as in the clean runs), the link flagged with its
+ *     two ends, and its health record on etcd;
  *   - at dp=4, every send of one rank slowed: the rank flagged as behind a
  *     slow link to every peer (its node's own).
  * Detection compares ranks with each other and the faults are sized
@@ -168,24 +169,40 @@ static void run_job(const char *job, const char *plan, const char *steps, const 
                 first);
 }
 
+/* Compute verdicts where no compute fault was played must be true ones:
+ * the rank's compute (CPU time on this backend) really was slower, by the
+ * naive reference. On a loaded machine (a CPU hog beside the suite, a
+ * neighbour on a shared virtual machine) one rank's process can be held
+ * off its core for seconds, which is a slow rank as any detector must see
+ * it; a verdict the reference does not confirm is a false alarm and fails
+ * the test. Returns the link verdicts, in order, in `links`. */
+static int link_verdicts(const char *plan, const verdict *v, int n, const run_result *r, verdict *links) {
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (v[i].link) {
+      links[k++] = v[i];
+      continue;
+    }
+    if (!v[i].flagged) continue;
+    double raw = raw_slowdown(v[i].rank, v[i].onset, v[i].step);
+    print_message("%s: rank %d flagged x%.2f at step %d without a compute fault; its compute over steps %d..%d: "
+                  "x%.2f\n", plan, v[i].rank, v[i].ratio, v[i].step, v[i].onset, v[i].step, raw);
+    if (!(raw > 1.125))
+      fail_msg("%s: a false alarm (compute of rank %d at step %d; the raw compute x%.2f):\n%s", plan, v[i].rank,
+               v[i].step, raw, r->output);
+  }
+  return k;
+}
+
 static void expect_clean(const char *job, const char *plan) {
   static run_result r;
   run_job(job, plan, "300", "", &r);
-  verdict v[16];
+  verdict v[16], links[16];
   int n = parse_verdicts(r.output, v, 16);
-  /* No fault was played; a verdict is a false alarm unless the rank's
-   * compute (CPU time on this backend) really was slower: on a shared
-   * virtual machine a neighbour can slow a core for a second, which is a
-   * slow rank as any detector must see it. */
-  for (int i = 0; i < n; i++) {
-    if (!v[i].flagged) continue;
-    double raw = raw_slowdown(v[i].rank, v[i].onset, v[i].step);
-    print_message("%s: rank %d flagged x%.2f at step %d without a fault; its compute over steps %d..%d: x%.2f\n",
-                  plan, v[i].rank, v[i].ratio, v[i].step, v[i].onset, v[i].step, raw);
-    if (v[i].link || !(raw > 1.125))
-      fail_msg("%s: a false alarm in a clean run (%s of rank %d at step %d; the raw compute x%.2f):\n%s", plan,
-               v[i].link ? "a link" : "compute", v[i].rank, v[i].step, raw, r.output);
-  }
+  /* No fault was played: no link verdict, and no unconfirmed compute one. */
+  if (link_verdicts(plan, v, n, &r, links))
+    fail_msg("%s: a false alarm in a clean run (a link of rank %d at step %d):\n%s", plan, links[0].rank,
+             links[0].step, r.output);
   assert_non_null(strstr(r.output, "fail-slow: predictor MAPE"));
 }
 
@@ -247,9 +264,9 @@ static void expect_link(const char *job, const char *plan, int a, int b) {
            a, b);
   static run_result r;
   run_job(job, plan, "160", fault, &r);
-  verdict v[16];
-  int n = parse_verdicts(r.output, v, 16);
-  if (n != 1 || !v[0].link || !v[0].flagged) fail_msg("%s: want one verdict, a slow link, got %d:\n%s", plan, n, r.output);
+  verdict all[16], v[16];
+  int n = link_verdicts(plan, all, parse_verdicts(r.output, all, 16), &r, v);
+  if (n != 1 || !v[0].flagged) fail_msg("%s: want one link verdict, a slow link, got %d:\n%s", plan, n, r.output);
   int lo = a < b ? a : b, hi = a < b ? b : a;
   print_message("%s: link %d->%d slowed at step 120: flagged %d-%d at step %d, round trip x%.1f the median pair's\n",
                 plan, a, b, v[0].rank, v[0].peer, v[0].step, v[0].ratio);
@@ -261,12 +278,18 @@ static void expect_link(const char *job, const char *plan, int a, int b) {
   int m = 0;
   assert_int_equal(gt_health_list(cli, job, rec, 8, &m), GT_OK);
   gt_etcd_close(cli);
-  assert_int_equal(m, 1);
-  assert_int_equal(rec[0].rank, lo);
-  assert_int_equal(rec[0].state, GT_HEALTH_SLOW);
-  assert_int_equal(rec[0].kind, GT_HEALTH_LINK);
-  assert_int_equal(rec[0].peer, hi);
-  assert_int_equal(rec[0].step, v[0].step);
+  /* One link record (a confirmed compute verdict has its own). */
+  const gt_health_record *link = NULL;
+  for (int i = 0; i < m; i++)
+    if (rec[i].kind == GT_HEALTH_LINK) {
+      assert_null(link);
+      link = &rec[i];
+    }
+  assert_non_null(link);
+  assert_int_equal(link->rank, lo);
+  assert_int_equal(link->state, GT_HEALTH_SLOW);
+  assert_int_equal(link->peer, hi);
+  assert_int_equal(link->step, v[0].step);
 }
 
 static void test_link_dp4(void **state) {
@@ -292,10 +315,10 @@ static void test_node_link_dp4(void **state) {
           "slow:rank=all,factor=2,from=30;slowlink:rank=3,peer=0,delay_ms=50,from=120;"
           "slowlink:rank=3,peer=1,delay_ms=50,from=120;slowlink:rank=3,peer=2,delay_ms=50,from=120",
           &r);
-  verdict v[16];
-  int n = parse_verdicts(r.output, v, 16);
-  if (n != 1 || !v[0].link || !v[0].flagged || v[0].peer != -1 || v[0].rank != 3)
-    fail_msg("want one verdict, the link of rank 3 to every peer, got %d:\n%s", n, r.output);
+  verdict all[16], v[16];
+  int n = link_verdicts("dp=4", all, parse_verdicts(r.output, all, 16), &r, v);
+  if (n != 1 || !v[0].flagged || v[0].peer != -1 || v[0].rank != 3)
+    fail_msg("want one link verdict, the link of rank 3 to every peer, got %d:\n%s", n, r.output);
   print_message("dp=4: rank 3's sends slowed at step 120: its link flagged at step %d, round trips x%.1f the other "
                 "pairs'\n", v[0].step, v[0].ratio);
   if (v[0].step < 120 || v[0].step > 140) fail_msg("want it flagged within 20 steps of step 120:\n%s", r.output);
