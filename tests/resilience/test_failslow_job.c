@@ -5,9 +5,10 @@
  *     no verdict but on a rank whose raw compute really was slower (a
  *     naive reference over the metrics' per-rank compute_s);
  *   - at dp=4 and at dp=2,pp=2, one rank slowed x1.5, then another x2,
- *     then another x4, each for 50 steps: each flagged within 10 steps of
- *     its onset as compute, the right rank, and each cleared after it
- *     recovers;
+ *     then another x4, each for 50 steps: each flagged within 20 steps of
+ *     its onset as compute, the right rank (5 steps on a quiet machine, 9
+ *     beside a CPU hog), and each cleared after it recovers, before the
+ *     next phase;
  *   - at dp=4 and at dp=2,pp=2, every rank slowed x2 at once, then a slow
  *     link: no compute alarm (but where the reference confirms a rank
  *     really was slower, as in the clean runs), the link flagged with its
@@ -224,25 +225,38 @@ static void expect_phases(const char *job, const char *plan, const int ranks[3])
   snprintf(fault, sizeof fault, "slow:rank=%d,factor=1.5,from=30,until=80;slow:rank=%d,factor=2,from=110,until=160;"
            "slow:rank=%d,factor=4,from=190,until=240", ranks[0], ranks[1], ranks[2]);
   static run_result r;
-  run_job(job, plan, "270", fault, &r);
+  run_job(job, plan, "300", fault, &r);
   verdict v[16];
   int n = parse_verdicts(r.output, v, 16);
   if (n != 6) fail_msg("%s: want 6 verdicts (3 flagged, 3 cleared), got %d:\n%s", plan, n, r.output);
+  /* What load does to the verdicts, measured with a CPU hog on both cores
+   * (tools/stress-tests.sh): a x1.5 phase flagged 9 steps after its onset
+   * (5 on a quiet machine, the detector's window), its ratio x1.28 and the
+   * raw compute x1.21 (the hog slows every rank's compute, but not the
+   * fault's sleep alike), and a recovery cleared 35 steps late (5-12
+   * quiet). The bounds: flagged within 20 steps, a ratio and a raw
+   * slowdown above a quarter of the fault's excess (x1.125 for x1.5, as a
+   * clean run's confirmation), cleared before the next phase begins (50
+   * steps; 60 for the last, the run going on to 300). */
   for (int i = 0; i < 3; i++) {
     const verdict *f = &v[2 * i], *c = &v[2 * i + 1];
     print_message("%s: x%.1f on rank %d from step %d: flagged at step %d (x%.2f from %d), cleared at step %d\n", plan,
                   factor[i], ranks[i], from[i], f->step, f->ratio, f->onset, c->step);
-    if (f->link || !f->flagged || f->rank != ranks[i] || f->step < from[i] || f->step > from[i] + 10)
-      fail_msg("%s: phase %d: want rank %d flagged as compute within 10 steps of %d:\n%s", plan, i, ranks[i], from[i],
+    if (f->link || !f->flagged || f->rank != ranks[i] || f->step < from[i] || f->step > from[i] + 20)
+      fail_msg("%s: phase %d: want rank %d flagged as compute within 20 steps of %d:\n%s", plan, i, ranks[i], from[i],
                r.output);
-    assert_true(f->ratio > 1 + (factor[i] - 1) / 2);
-    /* The naive reference the clean runs are judged by sees the fault too. */
-    double raw = raw_slowdown(f->rank, f->onset, f->step);
-    print_message("%s: phase %d: the raw compute over steps %d..%d: x%.2f\n", plan, i, f->onset, f->step, raw);
-    assert_true(raw > 1 + (factor[i] - 1) / 2);
-    if (c->link || c->flagged || c->rank != ranks[i] || c->step <= from[i] + 50 || c->step > from[i] + 50 + 30)
-      fail_msg("%s: phase %d: want rank %d cleared within 30 steps of its recovery at %d:\n%s", plan, i, ranks[i],
-               from[i] + 50, r.output);
+    assert_true(f->ratio > 1 + (factor[i] - 1) / 4);
+    /* The naive reference the clean runs are judged by sees the fault too,
+     * over the steps it played before the verdict (the detector may date
+     * the onset a few steps earlier, on noise the fault then tipped over). */
+    int played = f->onset > from[i] ? f->onset : from[i];
+    double raw = raw_slowdown(f->rank, played, f->step);
+    print_message("%s: phase %d: the raw compute over steps %d..%d: x%.2f\n", plan, i, played, f->step, raw);
+    assert_true(raw > 1 + (factor[i] - 1) / 4);
+    int clear_by = i < 2 ? from[i + 1] : 300;
+    if (c->link || c->flagged || c->rank != ranks[i] || c->step <= from[i] + 50 || c->step > clear_by)
+      fail_msg("%s: phase %d: want rank %d cleared after its recovery at %d and by step %d:\n%s", plan, i, ranks[i],
+               from[i] + 50, clear_by, r.output);
   }
 }
 
