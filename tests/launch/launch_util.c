@@ -149,8 +149,7 @@ int env_get(const char *path, const char *key, char *out, size_t n) {
   return found;
 }
 
-static int running(long pid) {
-  if (kill((pid_t)pid, 0) != 0) return 0;
+char proc_state(long pid) {
   char path[64], buf[512];
   snprintf(path, sizeof path, "/proc/%ld/stat", pid);
   FILE *f = fopen(path, "r");
@@ -158,8 +157,14 @@ static int running(long pid) {
   size_t n = fread(buf, 1, sizeof buf - 1, f);
   fclose(f);
   buf[n] = 0;
-  const char *rp = strrchr(buf, ')');
-  return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
+  const char *rp = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+  return rp && rp[1] == ' ' ? rp[2] : '?';
+}
+
+static int running(long pid) {
+  if (kill((pid_t)pid, 0) != 0) return 0;
+  char st = proc_state(pid);
+  return st && st != 'Z' && st != 'X';
 }
 
 int alive_count(const char *dir, double wait_s) {

@@ -33,6 +33,9 @@ int env_get(const char *path, const char *key, char *out, size_t n);
 char *slurp(const char *path);
 /* Processes listed in dir/pids that still run (zombies count as gone). */
 int alive_count(const char *dir, double wait_s);
+/* Process pid's state letter from /proc/PID/stat ('R', 'S', 'T', 'Z'...),
+ * 0 when it is gone. */
+char proc_state(long pid);
 /* A fresh temp dir in buf; rm -rf. */
 int temp_dir(char *buf, size_t n, const char *tag);
 void rm_rf(const char *dir);

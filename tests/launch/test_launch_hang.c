@@ -10,16 +10,10 @@ static char dir[256];
 
 /* 1 when process pid is stopped (state T) within timeout_s. */
 static int worker_stopped(long pid, double timeout_s) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
   for (double end = mono_now() + timeout_s; mono_now() < end; usleep(20000)) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *rp = strrchr(buf, ')');
-    if (rp && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't')) return 1;
+    char st = proc_state(pid);
+    if (!st) return 0;
+    if (st == 'T' || st == 't') return 1;
   }
   return 0;
 }
