@@ -61,7 +61,7 @@ struct gt_trainer {
   float held_lr, held_clip;
   /* offloaded, one process: the norm's per-parameter sums, made by the
    * last micro-batch's backward as the gradients come back */
-  double *sumsq;
+  double *sumsq, *sumsq_host; /* in state memory, and read back here */
 };
 
 /* A loader reuses its buffers on every call, and a pipeline needs all of a
@@ -220,9 +220,11 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   }
   if (s == GT_OK && cfg->delayed_update)
     s = gt_model_state_alloc(m, gt_model_buffer_floats(m) * sizeof(float), (void **)&t->held_grads);
-  if (s == GT_OK && gt_model_offloaded(m) && !t->dist && !by_layer)
-    s = gt_model_state_alloc(m, (size_t)(gt_model_num_params(m) ? gt_model_num_params(m) : 1) * sizeof(double),
-                             (void **)&t->sumsq);
+  if (s == GT_OK && gt_model_offloaded(m) && !t->dist && !by_layer) {
+    size_t n = (size_t)(gt_model_num_params(m) ? gt_model_num_params(m) : 1);
+    s = gt_model_state_alloc(m, n * sizeof(double), (void **)&t->sumsq);
+    if (s == GT_OK && !(t->sumsq_host = malloc(n * sizeof(double)))) s = gt_errorf(GT_ENOMEM, "out of memory");
+  }
   if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
   /* Faults name a worker as it was launched (GT_RANK), which stays its
    * name when a reshape numbers the ranks left anew. */
@@ -250,6 +252,7 @@ void gt_trainer_destroy(gt_trainer *t) {
   }
   if (t->held_grads) gt_model_state_free(t->m, t->held_grads);
   if (t->sumsq) gt_model_state_free(t->m, t->sumsq);
+  free(t->sumsq_host);
   free(t->hook_calls), free(t->tied_across), free(t->deferred);
   gt_acts_destroy(t->acts);
   gt_pp_exec_destroy(t->pipe);
@@ -474,13 +477,9 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
     GT_TRY(rs);
     gt_telemetry_after_reduce(&st.telemetry, t->sync);
   } else if (t->sumsq) {
-    int np = gt_model_num_params(t->m);
-    double *sums = malloc((size_t)(np ? np : 1) * sizeof *sums);
-    if (!sums) return gt_errorf(GT_ENOMEM, "out of memory");
-    gt_status ds = gt_backend_download(gt_model_state_backend(t->m), sums, t->sumsq, (size_t)np * sizeof(double));
-    st.grad_norm = gt_grad_norm_of_squares(t->m, sums);
-    free(sums);
-    GT_TRY(ds);
+    size_t bytes = (size_t)gt_model_num_params(t->m) * sizeof(double);
+    GT_TRY(gt_backend_download(gt_model_state_backend(t->m), t->sumsq_host, t->sumsq, bytes));
+    st.grad_norm = gt_grad_norm_of_squares(t->m, t->sumsq_host);
   } else {
     GT_TRY(gt_grad_norm(t->m, &st.grad_norm));
   }
