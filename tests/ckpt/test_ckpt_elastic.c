@@ -87,11 +87,10 @@ static void start_agent(agent *a, const char *node, const char *wrapper, const c
   assert_int_equal(agent_start(a, log, args), 0);
 }
 
-/* Waits until `latest` under ck names `step`. */
-static int wait_latest(const char *ck, int step, double timeout_s) {
-  char path[256], want[32];
-  snprintf(path, sizeof path, "%s/latest", ck);
-  snprintf(want, sizeof want, "step-%08d", step);
+/* Waits until the file `name` under ck begins with `want`. */
+static int wait_file(const char *ck, const char *name, const char *want, double timeout_s) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", ck, name);
   for (double end = mono_now() + timeout_s; mono_now() < end; usleep(20000)) {
     char *s = slurp(path);
     int ok = s && !strncmp(s, want, strlen(want));
@@ -99,6 +98,20 @@ static int wait_latest(const char *ck, int step, double timeout_s) {
     if (ok) return 1;
   }
   return 0;
+}
+
+/* Waits until `latest` under ck names `step`, then until the progress
+ * file says the job reached `stalled`, where a stall holds it: the save of
+ * `step` is written behind the steps after it, so its commit can come
+ * before the job has reached the stall (beside a CPU hog it did, and the
+ * kill then lost one step, not two). */
+static int wait_latest(const char *ck, int step, int stalled, double timeout_s) {
+  char want[32];
+  snprintf(want, sizeof want, "step-%08d", step);
+  double end = mono_now() + timeout_s;
+  if (!wait_file(ck, "latest", want, timeout_s)) return 0;
+  snprintf(want, sizeof want, "%d\n", stalled);
+  return wait_file(ck, "progress", want, end - mono_now());
 }
 
 /* The n-th (from 0) "world W = dp D x tp T x pp P" line of rank 0. */
@@ -156,15 +169,15 @@ static void test_shrink_and_grow_resume_resharded(void **state) {
   agent x, y, y2;
   start_agent(&x, "x", wrapper, ck, 0);
   start_agent(&y, "y", wrapper, ck, 0);
-  if (!wait_latest(ck, 8, 120)) {
+  if (!wait_latest(ck, 8, 10, 120)) {
     dump_log(&x), dump_log(&y);
-    fail_msg("generation 0 did not commit step 8 within 120 s");
+    fail_msg("generation 0 did not commit step 8 and reach its stall at step 10 within 120 s");
   }
   kill(y.pid, SIGKILL); /* the node is gone, its workers with it */
   assert_int_equal(agent_wait(&y, STOP_S), 128 + SIGKILL);
-  if (!wait_latest(ck, 12, 120)) {
+  if (!wait_latest(ck, 12, 14, 120)) {
     dump_log(&x);
-    fail_msg("generation 1 did not commit step 12 within 120 s");
+    fail_msg("generation 1 did not commit step 12 and reach its stall at step 14 within 120 s");
   }
   start_agent(&y2, "y", wrapper, ck, 1); /* the node comes back */
   expect_exit(&x, 0, 120);
