@@ -13,12 +13,27 @@ function(giant_add_test)
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} giant_all PkgConfig::CMOCKA m)
   target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/tests)
   add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${T_ARGS})
+  # One target per area, tests-<label>, builds its tests and what they run
+  # (their add_dependencies), not the whole tree: `cmake --build B --target
+  # tests-core && ctest -L core`.
+  foreach(label ${T_LABELS})
+    if(NOT TARGET tests-${label})
+      add_custom_target(tests-${label})
+    endif()
+    add_dependencies(tests-${label} ${T_NAME})
+  endforeach()
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
     SKIP_RETURN_CODE 77
     ENVIRONMENT "OMP_NUM_THREADS=2;GT_BUILD_DIR=${PROJECT_BINARY_DIR}")
+  list(FIND GIANT_TEST_COSTS ${T_NAME} at)
+  if(at GREATER -1)
+    math(EXPR at "${at} + 1")
+    list(GET GIANT_TEST_COSTS ${at} cost)
+    set_tests_properties(${T_NAME} PROPERTIES COST ${cost})
+  endif()
   if(T_RESOURCE_LOCK)
     set_tests_properties(${T_NAME} PROPERTIES RESOURCE_LOCK ${T_RESOURCE_LOCK})
   endif()
