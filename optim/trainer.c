@@ -96,14 +96,8 @@ static gt_status on_layer_grads(void *ctx, int layer) {
  * owner elsewhere, or an owner whose tied user is elsewhere. */
 static bool tied_across_stages(gt_model *m, int layer) {
   const gt_layer *l = gt_model_layer(m, layer);
-  for (int k = 0; k < l->nparams; k++) {
-    const gt_param *p = gt_layer_param_info(l, k);
-    if (p->mirror_of >= 0) return true;
-    for (int j = 0; p->tied_to < 0 && j < gt_model_num_params(m); j++) {
-      const gt_param *q = gt_model_param(m, j);
-      if (q->tied_to == l->first_param + k && !q->local) return true;
-    }
-  }
+  for (int k = 0; k < l->nparams; k++)
+    if (gt_model_param_tied_across_stages(m, l->first_param + k)) return true;
   return false;
 }
 

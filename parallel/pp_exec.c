@@ -240,13 +240,8 @@ gt_status gt_pp_exec_sync_tied(gt_pp_exec *e) {
    * by a layer it does not hold; the other end holds the mirror. */
   for (int i = 0; i < gt_model_num_params(m); i++) {
     const gt_param *p = gt_model_param(m, i);
-    const gt_param *q = NULL;
-    if (p->local && p->mirror_of >= 0) q = p;
-    for (int j = i + 1; !q && p->local && p->tied_to < 0 && j < gt_model_num_params(m); j++) {
-      const gt_param *t = gt_model_param(m, j);
-      if (!t->local && t->tied_to == i) q = p;
-    }
-    if (q) GT_TRY(gt_comm_allreduce(e->tied, g + q->offset, q->numel, GT_F32, GT_COMM_SUM));
+    if (gt_model_param_tied_across_stages(m, i))
+      GT_TRY(gt_comm_allreduce(e->tied, g + p->offset, p->numel, GT_F32, GT_COMM_SUM));
   }
   return GT_OK;
 }

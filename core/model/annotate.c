@@ -223,6 +223,16 @@ int gt_model_layer_replicas(const gt_model *m, int layer) {
   return gt_model_region_of(m, layer) ? gt_model_region_ways(m) : 1;
 }
 
+bool gt_model_param_tied_across_stages(const gt_model *m, int i) {
+  const gt_param *p = &m->params[i];
+  if (!p->local) return false;
+  if (p->mirror_of >= 0) return true;
+  /* A tie is declared after its owner. */
+  for (int j = i + 1; p->tied_to < 0 && j < m->nparams; j++)
+    if (m->params[j].tied_to == i && !m->params[j].local) return true;
+  return false;
+}
+
 const struct gt_region *gt_model_region_of(const gt_model *m, int layer) {
   for (int i = 0; i < m->nregions; i++)
     if (m->regions[i].lo <= layer && layer <= m->regions[i].hi) return &m->regions[i];

@@ -173,6 +173,10 @@ gt_status gt_model_zero_grads(gt_model *m);
  * hi) of the flat buffer (a ZeRO-1 shard, or all of it). The trainer calls
  * it; without regions it does nothing. */
 gt_status gt_model_sum_region_grads(gt_model *m, size_t lo, size_t hi);
+/* Whether parameter i's gradient is summed over the pipeline stages after
+ * backward: a local mirror of a weight owned on another stage, or a local
+ * owner whose tie another stage holds (gt_pp_exec_sync_tied sums them). */
+bool gt_model_param_tied_across_stages(const gt_model *m, int i);
 /* The ranks that share layer i's rows: those of the tensor-parallel group
  * for a layer in a replicated region, else 1. */
 int gt_model_layer_replicas(const gt_model *m, int layer);
