@@ -184,9 +184,16 @@ gt_status ck_read_chunks(ck_shard *f, const ck_manifest *m, const ck_slice *s, u
  * Adds the bytes read to *bytes_read. */
 gt_status ck_fill_box(const char *dir, const ck_manifest *m, int tensor, const ck_box *want, float *dst,
                       uint64_t *bytes_read);
+/* Where a slice's bytes are when the writer takes them: in host memory,
+ * or in a file (a snapshot of optimizer state kept on disk). */
+typedef struct ck_src {
+  const float *p; /* NULL: in fd, from byte `at` */
+  int fd;
+  uint64_t at;
+} ck_src;
 /* Writes this rank's shard `name` in dir: every slice of `part` from its
  * bytes src[i], hashing each chunk into part's hashes (write.c). */
-gt_status ck_write_shard(const char *dir, const char *name, ck_manifest *part, const float *const *src);
+gt_status ck_write_shard(const char *dir, const char *name, ck_manifest *part, const ck_src *src);
 /* Removes a checkpoint directory and the files in it. */
 gt_status ck_remove_dir(const char *dir);
 
@@ -221,20 +228,28 @@ struct gt_ckpt {
   gt_plan plan;  /* a one-process plan without dist */
   char keys[128]; /* store namespace */
   /* Host snapshot buffers, allocated once: the flat parameter buffer and
-   * the optimizer's state over [lo, hi). */
+   * the optimizer's state over [lo, hi). State kept on disk has no host
+   * buffer (it may not fit host memory): a file beside it takes its
+   * snapshots and the loads being assembled (state_fd), and loads pass
+   * through `staging` on the way, a quarter of one state (4 pieces or
+   * more), at most 1 Mi floats. */
   float *params;
   size_t nparams;
   float *state[2];
   int nstates;
   size_t lo, hi;
+  int state_fd; /* -1: the state is in memory */
+  float *staging;
+  size_t staging_floats;
   ck_manifest user;   /* blobs put by the application */
   ck_manifest loaded; /* the blobs of the last checkpoint loaded */
   int loads;          /* loads so far (names the store keys of the next) */
   /* The save in flight: this rank's part of the manifest, where each of
    * its slices' bytes are, and the thread writing them. */
   ck_manifest part;
-  const float **src;
-  int *src_buf; /* which host buffer src[i] is in: 0 the parameters, k + 1 optimizer state k */
+  int *src_buf;     /* which buffer slice i is in: 0 the parameters, k + 1 optimizer state k */
+  uint64_t *src_at; /* and its first float there */
+  ck_src *src;      /* where its bytes are, once copied (ck_snapshot_copy) */
   pthread_t thread;
   bool joinable;
   pthread_mutex_t mu;

@@ -4,9 +4,11 @@
  * them, checks each chunk's SHA-256, and copies the overlaps. Everything goes to the host buffers
  * first; the model, optimizer, trainer and loader change only once every
  * rank has read its part. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/ckpt_internal.h"
 #include "giant/log.h"
@@ -141,14 +143,31 @@ typedef struct state_dst {
   const char *dir;
   const ck_manifest *m;
   int tensor;
-  float *buf;    /* the rank's state buffer, from float c->lo of the flat buffer */
+  float *buf;    /* the rank's state buffer, from float c->lo of the flat buffer; NULL: */
+  int fd;        /* on disk, in this file from byte `at`, through `staging` */
+  uint64_t at;
+  float *staging;
   int64_t shift; /* where the parameter's first float is in it (negative: before it) */
   uint64_t *bytes_read;
 } state_dst;
 
 static gt_status fill_state_box(void *ctx, const ck_box *box, uint64_t first) {
   state_dst *d = ctx;
-  return ck_fill_box(d->dir, d->m, d->tensor, box, d->buf + (d->shift + (int64_t)first), d->bytes_read);
+  uint64_t i = (uint64_t)(d->shift + (int64_t)first);
+  if (d->buf) return ck_fill_box(d->dir, d->m, d->tensor, box, d->buf + i, d->bytes_read);
+  GT_TRY(ck_fill_box(d->dir, d->m, d->tensor, box, d->staging, d->bytes_read));
+  const char *p = (const char *)d->staging;
+  size_t n = ck_box_volume(box) * sizeof(float);
+  off_t off = (off_t)(d->at + i * sizeof(float));
+  while (n) {
+    ssize_t w = pwrite(d->fd, p, n, off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0)
+      return gt_errorf(GT_EIO, "loading checkpoint %s: writing optimizer state to its file on disk failed: %s", d->dir,
+                       w == 0 ? "no progress" : strerror(errno));
+    p += w, n -= (size_t)w, off += w;
+  }
+  return GT_OK;
 }
 
 /* The optimizer's range [lo, hi), parameter by parameter: only the part of
@@ -165,11 +184,17 @@ static gt_status read_state(gt_ckpt *c, const char *dir, const ck_manifest *m, g
     const gt_param *owner = p->mirror_of >= 0 ? gt_model_param(c->m, p->mirror_of) : p;
     ck_box box = ck_param_box(p);
     for (int k = 0; k < c->nstates; k++) {
-      state_dst d = {.dir = dir, .m = m, .bytes_read = bytes_read};
+      state_dst d = {.dir = dir, .m = m, .bytes_read = bytes_read, .buf = c->state[k], .fd = c->state_fd,
+                     .at = (uint64_t)k * (c->hi - c->lo) * sizeof(float), .staging = c->staging,
+                     .shift = (int64_t)p->offset - (int64_t)c->lo};
       ck_state_tensor(kind, k, owner->name, name, sizeof name);
       GT_TRY(find_tensor(dir, m, name, p, &d.tensor));
-      d.buf = c->state[k], d.shift = (int64_t)p->offset - (int64_t)c->lo;
-      GT_TRY(ck_range_boxes(&box, lo - p->offset, hi - p->offset, fill_state_box, &d));
+      /* Through the staging buffer, pieces of at most its size. */
+      size_t piece = d.buf ? hi - lo : c->staging_floats;
+      for (size_t a = lo; a < hi; a += piece) {
+        size_t b = hi - a < piece ? hi : a + piece;
+        GT_TRY(ck_range_boxes(&box, a - p->offset, b - p->offset, fill_state_box, &d));
+      }
     }
   }
   return GT_OK;
@@ -248,7 +273,9 @@ static gt_status load_one(gt_ckpt *c, const char *dir, ck_manifest *m, loaded *o
   /* Start from the current buffers so that what no tensor covers (padding)
    * keeps its value. */
   GT_TRY(gt_model_get_params(c->m, c->params, c->nparams));
-  for (int k = 0; k < c->nstates; k++) GT_TRY(gt_optimizer_read_state(c->opt, k, 0, c->hi - c->lo, c->state[k]));
+  if (c->state_fd >= 0) GT_TRY(gt_optimizer_copy_state_out(c->opt, c->state_fd));
+  for (int k = 0; k < c->nstates && c->state_fd < 0; k++)
+    GT_TRY(gt_optimizer_read_state(c->opt, k, 0, c->hi - c->lo, c->state[k]));
   GT_TRY(read_params(c, dir, m, &out->bytes_read));
   GT_TRY(read_state(c, dir, m, kind, &out->bytes_read));
   if (c->loader) GT_TRY(read_cursor(c, dir, m, &out->row, &out->has_cursor));
@@ -273,7 +300,9 @@ static gt_status agree(gt_ckpt *c, int attempt, bool ok, bool *all_ok) {
 
 static gt_status apply(gt_ckpt *c, const loaded *l) {
   GT_TRY(gt_model_set_params(c->m, c->params, c->nparams));
-  for (int k = 0; k < c->nstates; k++) GT_TRY(gt_optimizer_write_state(c->opt, k, 0, c->hi - c->lo, c->state[k]));
+  if (c->state_fd >= 0) GT_TRY(gt_optimizer_copy_state_in(c->opt, c->state_fd));
+  for (int k = 0; k < c->nstates && c->state_fd < 0; k++)
+    GT_TRY(gt_optimizer_write_state(c->opt, k, 0, c->hi - c->lo, c->state[k]));
   gt_optimizer_set_steps(c->opt, (int)l->tr.opt_steps);
   gt_trainer_set_step_index(c->tr, (int)l->tr.step);
   if (c->loader && l->has_cursor) GT_TRY(gt_loader_restart_at(c->loader, l->row));

@@ -76,18 +76,28 @@ gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *l
   c->nstates = gt_optimizer_num_states(c->opt);
   /* The backend's host memory: pinned on a GPU, so snapshots copy at full speed. */
   c->be = gt_model_backend(c->m);
-  bool ok = gt_backend_host_alloc(c->be, (c->nparams ? c->nparams : 1) * sizeof(float), (void **)&c->params) == GT_OK;
-  for (int k = 0; k < c->nstates && ok; k++)
-    ok = gt_backend_host_alloc(c->be, (c->hi - c->lo + 1) * sizeof(float), (void **)&c->state[k]) == GT_OK;
-  if (!ok) {
+  c->state_fd = -1;
+  gt_status s = gt_backend_host_alloc(c->be, (c->nparams ? c->nparams : 1) * sizeof(float), (void **)&c->params);
+  if (gt_optimizer_on_disk(c->opt)) {
+    /* State on disk may not fit host memory: its snapshots stay on disk. */
+    if (s == GT_OK) s = gt_optimizer_state_scratch(c->opt, &c->state_fd);
+    size_t quarter = (c->hi - c->lo) / 4 > 1024 ? (c->hi - c->lo) / 4 : 1024;
+    c->staging_floats = quarter < ((size_t)1 << 20) ? quarter : (size_t)1 << 20;
+    if (s == GT_OK) s = gt_backend_host_alloc(c->be, c->staging_floats * sizeof(float), (void **)&c->staging);
+  }
+  for (int k = 0; k < c->nstates && s == GT_OK && c->state_fd < 0; k++)
+    s = gt_backend_host_alloc(c->be, (c->hi - c->lo + 1) * sizeof(float), (void **)&c->state[k]);
+  if (s != GT_OK) {
+    s = gt_error_context(s, "the checkpoint's snapshot buffers (%zu floats of parameters, %d x %zu of optimizer "
+                         "state)", c->nparams, c->nstates, c->hi - c->lo);
     gt_ckpt_destroy(c);
-    return gt_errorf(GT_ENOMEM, "out of memory for the checkpoint snapshot buffers (%zu floats)", c->nparams);
+    return s;
   }
   /* Touch every page now, so that no save's stall pays the page faults. */
   memset(c->params, 0, (c->nparams ? c->nparams : 1) * sizeof(float));
-  for (int k = 0; k < c->nstates; k++) memset(c->state[k], 0, (c->hi - c->lo + 1) * sizeof(float));
+  for (int k = 0; k < c->nstates && c->state[k]; k++) memset(c->state[k], 0, (c->hi - c->lo + 1) * sizeof(float));
   if (gt_backend_kind(c->be) == GT_DEVICE_CPU) {
-    gt_status s = gt_model_add_reader(c->m, wait_copied, c);
+    s = gt_model_add_reader(c->m, wait_copied, c);
     if (s != GT_OK) {
       gt_ckpt_destroy(c);
       return s;
@@ -109,9 +119,12 @@ void gt_ckpt_destroy(gt_ckpt *c) {
   ck_manifest_free(&c->loaded);
   free(c->src);
   free(c->src_buf);
+  free(c->src_at);
   if (c->params) gt_backend_host_free(c->be, c->params);
   for (int k = 0; k < 2; k++)
     if (c->state[k]) gt_backend_host_free(c->be, c->state[k]);
+  if (c->staging) gt_backend_host_free(c->be, c->staging);
+  if (c->state_fd >= 0) close(c->state_fd);
   free(c->root);
   free(c);
 }

@@ -63,19 +63,20 @@ static bool writes(const gt_plan *plan, const gt_param *p, const int *slot, int 
 typedef struct add_ctx {
   gt_ckpt *c;
   int tensor, file;
-  const float *buf;  /* host floats */
-  int which;         /* buf is the parameters (0) or optimizer state which - 1 */
-  int64_t shift;     /* where in buf the block's first element is (negative: before it) */
+  int which;         /* the buffer: the parameters (0) or optimizer state which - 1 */
+  int64_t shift;     /* where in it the block's first element is (negative: before it) */
   uint64_t *offset;  /* in the shard file */
 } add_ctx;
 
 static gt_status src_slot(gt_ckpt *c) {
   size_t n = (size_t)c->part.nslices + 1;
-  const float **q = realloc(c->src, n * sizeof *q);
-  if (q) c->src = q;
-  int *w = q ? realloc(c->src_buf, n * sizeof *w) : NULL;
+  int *w = realloc(c->src_buf, n * sizeof *w);
   if (w) c->src_buf = w;
-  return w ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory describing the checkpoint's slices");
+  uint64_t *at = w ? realloc(c->src_at, n * sizeof *at) : NULL;
+  if (at) c->src_at = at;
+  ck_src *q = at ? realloc(c->src, n * sizeof *q) : NULL;
+  if (q) c->src = q;
+  return q ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory describing the checkpoint's slices");
 }
 
 static gt_status add_slice(void *ctx, const ck_box *box, uint64_t first) {
@@ -83,7 +84,7 @@ static gt_status add_slice(void *ctx, const ck_box *box, uint64_t first) {
   ck_slice s = {.tensor = a->tensor, .box = *box, .file = a->file, .offset = *a->offset};
   s.length = ck_box_volume(box) * sizeof(float);
   GT_TRY(src_slot(a->c));
-  a->c->src[a->c->part.nslices] = a->buf + ((int64_t)first + a->shift);
+  a->c->src_at[a->c->part.nslices] = (uint64_t)((int64_t)first + a->shift);
   a->c->src_buf[a->c->part.nslices] = a->which;
   GT_TRY(ck_manifest_add_slice(&a->c->part, &s, NULL)); /* hashed as it is written */
   *a->offset += s.length;
@@ -108,7 +109,7 @@ static gt_status describe_param(gt_ckpt *c, int file, int i, const int *param_sl
   if (writes(plan, p, param_slot, i, true)) {
     ck_param_tensor(p->name, name, sizeof name);
     GT_TRY(add_tensor(c, name, p, &a.tensor));
-    a.buf = c->params, a.shift = (int64_t)p->offset;
+    a.which = 0, a.shift = (int64_t)p->offset;
     GT_TRY(add_slice(&a, &blk, 0));
   }
   /* The optimizer holds floats [lo, hi) of the flat buffer: the part of
@@ -120,7 +121,7 @@ static gt_status describe_param(gt_ckpt *c, int file, int i, const int *param_sl
   for (int k = 0; k < c->nstates; k++) {
     ck_state_tensor(kind, k, p->name, name, sizeof name);
     GT_TRY(add_tensor(c, name, p, &a.tensor));
-    a.buf = c->state[k], a.which = k + 1, a.shift = (int64_t)p->offset - (int64_t)c->lo;
+    a.which = k + 1, a.shift = (int64_t)p->offset - (int64_t)c->lo;
     GT_TRY(ck_range_boxes(&blk, lo - p->offset, hi - p->offset, add_slice, &a));
   }
   return GT_OK;
@@ -189,35 +190,49 @@ static gt_status loader_blob(gt_ckpt *c) {
  * other replicas copy the rest): runs of slices adjacent in a buffer, or
  * apart by a parameter's alignment padding, go in one download. On the CPU
  * backend "device" memory is host memory and the writer thread copies with
- * memcpy, not through the backend's stream. */
+ * memcpy, not through the backend's stream. Optimizer state kept on disk
+ * is copied whole to the snapshot's file, on disk. Then says where each
+ * slice's bytes are (c->src). */
 gt_status ck_snapshot_copy(gt_ckpt *c) {
   /* The backend of the live buffers: the host's when they are offloaded. */
   gt_backend *be = gt_model_state_backend(c->m);
+  const float *base[3] = {0};
   for (int w = 0; w <= c->nstates; w++) {
     float *host = w ? c->state[w - 1] : c->params;
     const float *dev = w ? gt_optimizer_state(c->opt, w - 1) : gt_model_params(c->m);
-    if (c->deferred_copy && c->cfg.sync && dev) {
+    base[w] = host;
+    if (w && c->state_fd >= 0) {
+      /* Every state at once, when this rank writes any of it. */
+      bool writes_state = false;
+      for (int i = 0; i < c->part.nslices && !writes_state; i++) writes_state = c->src_buf[i] > 0;
+      if (w == 1 && writes_state) GT_TRY(gt_optimizer_copy_state_out(c->opt, c->state_fd));
+      continue;
+    }
+    if (c->deferred_copy && c->cfg.sync) {
       /* A synchronous save holds the training thread until it is written,
-       * so on the CPU backend it writes from the live buffers: no copy.
-       * (Not state on disk: it has no live buffer.) */
-      for (int i = 0; i < c->part.nslices; i++)
-        if (c->src_buf[i] == w) c->src[i] = dev + (c->src[i] - host);
+       * so on the CPU backend it writes from the live buffers: no copy. */
+      base[w] = dev;
       continue;
     }
     size_t a = 0, b = 0; /* the run [a, b), in floats from the buffer's start */
     for (int i = 0; i <= c->part.nslices; i++) {
       bool last = i == c->part.nslices;
       if (!last && c->src_buf[i] != w) continue;
-      size_t at = last ? 0 : (size_t)(c->src[i] - host), n = last ? 0 : (size_t)(c->part.slices[i].length / sizeof(float));
+      size_t at = last ? 0 : (size_t)c->src_at[i], n = last ? 0 : (size_t)(c->part.slices[i].length / sizeof(float));
       if (!last && b > a && at >= b && at - b <= 64) {
         b = at + n;
         continue;
       }
-      if (b > a && !dev) GT_TRY(gt_optimizer_read_state(c->opt, w - 1, a, b - a, host + a));
-      else if (b > a && c->deferred_copy) memcpy(host + a, dev + a, (b - a) * sizeof(float));
+      if (b > a && c->deferred_copy) memcpy(host + a, dev + a, (b - a) * sizeof(float));
       else if (b > a) GT_TRY(gt_backend_download(be, host + a, dev + a, (b - a) * sizeof(float)));
       a = at, b = at + n;
     }
+  }
+  for (int i = 0; i < c->part.nslices; i++) {
+    int w = c->src_buf[i];
+    if (base[w]) c->src[i] = (ck_src){.p = base[w] + c->src_at[i]};
+    else /* state w - 1 in the snapshot's file, laid out as the state's own */
+      c->src[i] = (ck_src){.fd = c->state_fd, .at = ((uint64_t)(w - 1) * (c->hi - c->lo) + c->src_at[i]) * sizeof(float)};
   }
   return GT_OK;
 }

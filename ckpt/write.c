@@ -91,10 +91,26 @@ static int pass_on(pipe_state *w, size_t len, uint64_t at) {
   return err;
 }
 
+/* n bytes of a slice from offset off: copied from host memory, or read
+ * from its file. */
+static int take(const ck_src *src, uint64_t off, unsigned char *q, size_t n) {
+  if (src->p) {
+    memcpy(q, (const unsigned char *)src->p + off, n);
+    return 0;
+  }
+  while (n) {
+    ssize_t r = pread(src->fd, q, n, (off_t)(src->at + off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return r == 0 ? EIO : errno;
+    q += r, n -= (size_t)r, off += (uint64_t)r;
+  }
+  return 0;
+}
+
 /* Every slice, in file order, through the stages; each chunk's hash into
  * the manifest. Returns the writer's errno, if any, or -1 for slices out of
- * file order (a bug). */
-static int feed(pipe_state *w, ck_manifest *part, const float *const *src, uint64_t *total) {
+ * file order (a bug); or the errno of reading a slice from its file. */
+static int feed(pipe_state *w, ck_manifest *part, const ck_src *src, uint64_t *total) {
   ck_hasher *h = ck_hasher_new();
   if (!h) return ENOMEM;
   uint64_t at = 0, pos = 0; /* the stage's file offset; bytes fed */
@@ -102,7 +118,6 @@ static int feed(pipe_state *w, ck_manifest *part, const float *const *src, uint6
   int err = 0;
   for (int i = 0; i < part->nslices && !err; i++) {
     const ck_slice *s = &part->slices[i];
-    const unsigned char *p = (const unsigned char *)src[i];
     if (s->offset != pos) err = -1;
     uint64_t size = part->chunk, k = 0, in_chunk = 0;
     ck_hasher_start(h);
@@ -112,7 +127,7 @@ static int feed(pipe_state *w, ck_manifest *part, const float *const *src, uint6
       if (n > size - in_chunk) n = size - in_chunk;
       if (n > PIECE) n = PIECE;
       unsigned char *q = w->st[w->fill].p + fill;
-      memcpy(q, p + off, (size_t)n);
+      if ((err = take(&src[i], off, q, (size_t)n)) != 0) break;
       ck_hasher_add(h, q, (size_t)n);
       fill += (size_t)n, off += n, in_chunk += n;
       if (in_chunk == size || off == s->length) {
@@ -139,7 +154,7 @@ static int feed(pipe_state *w, ck_manifest *part, const float *const *src, uint6
   return err;
 }
 
-gt_status ck_write_shard(const char *dir, const char *name, ck_manifest *part, const float *const *src) {
+gt_status ck_write_shard(const char *dir, const char *name, ck_manifest *part, const ck_src *src) {
   if (!ck_chunk_valid(part->chunk))
     return gt_errorf(GT_EINVAL, "checkpoint chunk size %llu is not a multiple of 64 in [64, 1 GiB]",
                      (unsigned long long)part->chunk);

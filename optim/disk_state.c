@@ -143,6 +143,16 @@ static gt_status create_file(const char *dir, int *fd) {
                    "writable", dir, strerror(e));
 }
 
+/* The whole of its size reserved now: a full disk fails here. */
+static gt_status reserve(int fd, const char *dir, size_t bytes, const char *what) {
+  if (!bytes) return GT_OK;
+  int e = posix_fallocate(fd, 0, (off_t)bytes);
+  if (!e) return GT_OK;
+  return gt_errorf(e == ENOSPC || e == EFBIG || e == EDQUOT ? GT_ENOMEM : GT_EIO,
+                   "optimizer state on disk: %s has no room for %s, %zu bytes (%.1f MiB): %s; free space there or "
+                   "give another directory", dir, what, bytes, mib(bytes), strerror(e));
+}
+
 gt_status disk_state_open(gt_backend *be, const char *dir, int nstates, size_t floats, size_t stage_bytes,
                           disk_state **out) {
   *out = NULL;
@@ -170,14 +180,8 @@ gt_status disk_state_open(gt_backend *be, const char *dir, int nstates, size_t f
   pthread_cond_init(&d->cv, NULL);
   gt_status s = create_file(dir, &d->fd);
   size_t bytes = (size_t)nstates * floats * sizeof(float);
-  if (s == GT_OK && bytes) {
-    /* Every block now: a full disk fails here, and the state starts at 0. */
-    int e = posix_fallocate(d->fd, 0, (off_t)bytes);
-    if (e)
-      s = gt_errorf(e == ENOSPC || e == EFBIG || e == EDQUOT ? GT_ENOMEM : GT_EIO,
-                    "optimizer state on disk: %s has no room for its %zu bytes (%.1f MiB): %s; free space there "
-                    "or give another directory", dir, bytes, mib(bytes), strerror(e));
-  }
+  /* Every block now: a full disk fails here, and the state starts at 0. */
+  if (s == GT_OK) s = reserve(d->fd, dir, bytes, "the state");
   for (int b = 0; b < NBUF && s == GT_OK; b++) {
     s = gt_backend_host_alloc(be, (size_t)nstates * chunk * sizeof(float), (void **)&d->stage[b]);
     if (s != GT_OK) s = gt_error_context(s, "host memory to stage the optimizer state on disk");
@@ -238,6 +242,47 @@ gt_status disk_state_read(disk_state *d, int k, size_t at, size_t n, float *dst)
 gt_status disk_state_write(disk_state *d, int k, size_t at, size_t n, const float *src) {
   return direct(d, OP_WRITE, k, at, n, (float *)src);
 }
+
+gt_status disk_state_scratch(disk_state *d, int *fd) {
+  GT_TRY(create_file(d->dir, fd));
+  gt_status s = reserve(*fd, d->dir, (size_t)d->nstates * d->floats * sizeof(float), "a snapshot of the state");
+  if (s != GT_OK) close(*fd), *fd = -1;
+  return s;
+}
+
+/* Copies the state's bytes from one file to the other, both from offset 0. */
+static gt_status copy_file(disk_state *d, int from, int to, const char *what) {
+  size_t bytes = (size_t)d->nstates * d->floats * sizeof(float), done = 0;
+  int e = 0;
+  while (done < bytes) {
+    loff_t in = (loff_t)done, out = (loff_t)done;
+    ssize_t n = copy_file_range(from, &in, to, &out, bytes - done, 0);
+    if (n > 0) {
+      done += (size_t)n;
+      continue;
+    }
+    e = n == 0 ? EIO : errno;
+    if (e != EINTR) break;
+    e = 0;
+  }
+  /* Not across file systems on older kernels, nor on some file systems:
+   * through the first staging buffer, free outside a stream. */
+  if (e == EXDEV || e == EINVAL || e == ENOSYS || e == EOPNOTSUPP) {
+    size_t cap = (size_t)d->nstates * d->chunk * sizeof(float);
+    for (e = 0; done < bytes && !e;) {
+      size_t n = bytes - done < cap ? bytes - done : cap;
+      e = transfer(from, OP_READ, d->stage[0], n, (off_t)done);
+      if (!e) e = transfer(to, OP_WRITE, d->stage[0], n, (off_t)done);
+      done += n;
+    }
+  }
+  if (e)
+    return gt_errorf(GT_EIO, "optimizer state on disk in %s: copying it %s failed: %s", d->dir, what, strerror(e));
+  return GT_OK;
+}
+
+gt_status disk_state_copy_out(disk_state *d, int fd) { return copy_file(d, d->fd, fd, "out for a checkpoint"); }
+gt_status disk_state_copy_in(disk_state *d, int fd) { return copy_file(d, fd, d->fd, "in from a checkpoint"); }
 
 gt_status disk_state_stream(disk_state *d, size_t from, size_t to, disk_state_fn fn, void *ctx) {
   if (from > to || to > d->floats)

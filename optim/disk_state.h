@@ -29,6 +29,16 @@ size_t disk_state_chunk(const disk_state *d);
 gt_status disk_state_read(disk_state *d, int k, size_t at, size_t n, float *dst);
 gt_status disk_state_write(disk_state *d, int k, size_t at, size_t n, const float *src);
 
+/* For checkpoints, which must not take the whole state through host
+ * memory: an unlinked file in the state's directory with room reserved
+ * for a copy of all of it, laid out as the state's own file; and copies of
+ * the whole state to and from such a file (copy_file_range, so the kernel
+ * copies, or shares blocks where the file system can; through a staging
+ * buffer where it cannot). Not during a stream. */
+gt_status disk_state_scratch(disk_state *d, int *fd);
+gt_status disk_state_copy_out(disk_state *d, int fd);
+gt_status disk_state_copy_in(disk_state *d, int fd);
+
 /* Runs fn over floats [from, to) of every state, a chunk at a time: for
  * each chunk [at, at + n), state[k] holds state k's floats, which fn may
  * change; they are written back. Chunk i+1 is read while fn works on

@@ -127,6 +127,26 @@ gt_status gt_optimizer_write_state(gt_optimizer *o, int k, size_t at, size_t n, 
   if (o->disk) return disk_state_write(o->disk, k, at, n, src);
   return gt_backend_upload(gt_model_state_backend(o->m), o->state[k] + at, src, n * sizeof(float));
 }
+static gt_status check_on_disk(const gt_optimizer *o) {
+  return o->disk ? GT_OK : gt_errorf(GT_EINVAL, "the optimizer's state is in memory, not on disk");
+}
+
+gt_status gt_optimizer_state_scratch(gt_optimizer *o, int *fd) {
+  *fd = -1;
+  GT_TRY(check_on_disk(o));
+  return disk_state_scratch(o->disk, fd);
+}
+
+gt_status gt_optimizer_copy_state_out(gt_optimizer *o, int fd) {
+  GT_TRY(check_on_disk(o));
+  return disk_state_copy_out(o->disk, fd);
+}
+
+gt_status gt_optimizer_copy_state_in(gt_optimizer *o, int fd) {
+  GT_TRY(check_on_disk(o));
+  return disk_state_copy_in(o->disk, fd);
+}
+
 void gt_optimizer_range(const gt_optimizer *o, size_t *lo, size_t *hi) { *lo = o->lo, *hi = o->hi; }
 const gt_optim_config *gt_optimizer_get_config(const gt_optimizer *o) { return &o->cfg; }
 void gt_optimizer_set_steps(gt_optimizer *o, int steps) { o->steps = steps; }

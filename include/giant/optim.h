@@ -74,6 +74,15 @@ gt_status gt_optimizer_read_state(gt_optimizer *o, int k, size_t at, size_t n, f
 gt_status gt_optimizer_write_state(gt_optimizer *o, int k, size_t at, size_t n, const float *src);
 /* Whether the state is kept on disk (gt_optim_config.state_dir). */
 bool gt_optimizer_on_disk(const gt_optimizer *o);
+/* For checkpoints of state on disk, which may not fit host memory: an
+ * unlinked file in the state's directory with room reserved for a copy of
+ * all of it (a full disk fails here), state k's float i at byte
+ * (k * (hi - lo) + i) * 4; and copies of the whole state to and from such
+ * a file, kept on disk (the kernel copies, or shares blocks where the file
+ * system can). GT_EINVAL when the state is in memory. */
+gt_status gt_optimizer_state_scratch(gt_optimizer *o, int *fd);
+gt_status gt_optimizer_copy_state_out(gt_optimizer *o, int fd);
+gt_status gt_optimizer_copy_state_in(gt_optimizer *o, int fd);
 void gt_optimizer_range(const gt_optimizer *o, size_t *lo, size_t *hi);
 const gt_optim_config *gt_optimizer_get_config(const gt_optimizer *o);
 /* Resuming: the update count (AdamW's bias correction follows it). */

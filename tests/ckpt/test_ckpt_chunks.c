@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "ckpt/ckpt_internal.h"
@@ -65,7 +68,7 @@ static void test_reads_only_the_chunks_needed(void **state) {
   (void)state;
   ck_manifest part;
   describe(&part, 64);
-  const float *src[1] = {data};
+  const ck_src src[1] = {{.p = data}};
   assert_int_equal(ck_write_shard(dir, "shard-00000.bin", &part, src), GT_OK);
   assert_int_equal(ck_chunks(&part, &part.slices[0]), 2); /* 64 + 32 bytes */
   assert_int_equal(ck_manifest_write(dir, &part), GT_OK);
@@ -145,7 +148,7 @@ static void test_bad_chunk_size_refused(void **state) {
   (void)state;
   ck_manifest part;
   describe(&part, 100); /* not a multiple of 64 */
-  const float *src[1] = {data};
+  const ck_src src[1] = {{.p = data}};
   assert_int_equal(ck_write_shard(dir, "shard-00001.bin", &part, src), GT_EINVAL);
   assert_int_equal(ck_manifest_write(dir, &part), GT_OK);
   ck_manifest_free(&part);
@@ -154,9 +157,56 @@ static void test_bad_chunk_size_refused(void **state) {
   assert_non_null(strstr(gt_last_error(), "chunk size 100"));
 }
 
+/* A slice whose bytes are in a file (optimizer state kept on disk) is
+ * written as from memory: the same file bytes, the same chunk hashes. A
+ * file shorter than the slice fails the write and leaves no shard. */
+static void test_slice_from_a_file(void **state) {
+  (void)state;
+  char sub[300], path[320], shard[340];
+  snprintf(sub, sizeof sub, "%s/from-file", dir);
+  assert_int_equal(mkdir(sub, 0700), 0);
+  snprintf(path, sizeof path, "%s/state", sub);
+  int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(pwrite(fd, data, sizeof data, 100), (ssize_t)sizeof data); /* at an odd offset */
+
+  ck_manifest mem, file;
+  describe(&mem, 64);
+  describe(&file, 64);
+  assert_int_equal(ck_write_shard(sub, "shard-00000.bin", &mem, (const ck_src[]){{.p = data}}), GT_OK);
+  snprintf(shard, sizeof shard, "%s/shard-00000.bin", sub);
+  float back[24];
+  FILE *f = fopen(shard, "rb");
+  assert_non_null(f);
+  assert_int_equal(fread(back, 1, sizeof back, f), sizeof back);
+  fclose(f);
+  assert_int_equal(ck_write_shard(sub, "shard-00000.bin", &file, (const ck_src[]){{.fd = fd, .at = 100}}), GT_OK);
+  float again[24];
+  f = fopen(shard, "rb");
+  assert_non_null(f);
+  assert_int_equal(fread(again, 1, sizeof again, f), sizeof again);
+  fclose(f);
+  assert_memory_equal(back, data, sizeof data);
+  assert_memory_equal(again, data, sizeof data);
+  assert_int_equal(file.nhashes, 2);
+  assert_memory_equal(file.hashes, mem.hashes, file.nhashes * sizeof *file.hashes);
+  ck_manifest_free(&mem);
+  ck_manifest_free(&file);
+
+  ck_manifest short_file;
+  describe(&short_file, 64);
+  assert_int_equal(ck_write_shard(sub, "shard-00001.bin", &short_file, (const ck_src[]){{.fd = fd, .at = 120}}),
+                   GT_EIO);
+  snprintf(shard, sizeof shard, "%s/shard-00001.bin", sub);
+  assert_int_equal(access(shard, F_OK), -1);
+  ck_manifest_free(&short_file);
+  close(fd);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_reads_only_the_chunks_needed),
                                      cmocka_unit_test(test_version1_still_loads),
-                                     cmocka_unit_test(test_bad_chunk_size_refused)};
+                                     cmocka_unit_test(test_bad_chunk_size_refused),
+                                     cmocka_unit_test(test_slice_from_a_file)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -9,7 +9,8 @@
  * losses, parameters and AdamW moments as the run in memory without a
  * budget: in fp32 and bf16, at one process, updating layer by layer, and
  * at dp=2 with ZeRO-1 (each rank's shard on disk). A checkpoint of state
- * on disk loads into state in memory, and back.
+ * on disk loads into state in memory, and back; and one is saved and
+ * resumed under a budget the state does not fit, its snapshot kept on disk.
  *
  * Bad directories fail when the optimizer is created: missing, a file, and
  * (as root, on a tmpfs mounted here) full or read-only. */
@@ -35,7 +36,7 @@
 #include "giant/plan.h"
 #include "parallel/train_result.h"
 
-enum { V = 64, T = 8, C = 32, NH = 4, L = 6, ROWS = 2, M = 2, STEPS = 20, WINDOW = 2 };
+enum { V = 64, T = 8, C = 32, NH = 4, L = 6, ROWS = 2, M = 2, STEPS = 20, WINDOW = 2, MID = 10 };
 
 /* A run (20 steps of a toy GPT in one or two forked ranks, its optimizer
  * state in memory or on disk) takes ~0.2 s, a few seconds on loaded cores
@@ -51,6 +52,8 @@ typedef struct run_cfg {
   gt_precision precision;
   size_t host_limit;  /* 0: none */
   const char *ckpt;   /* save at the end here, then load it into a trainer with the state elsewhere */
+  const char *mid;    /* save at step MID here, as training goes on (the copy made during the next step), */
+  bool resume;        /* or resume from it there and train steps MID..STEPS */
   /* out (shared) */
   gt_status status;
   char message[600];
@@ -119,10 +122,14 @@ static int train(int rank, int world, void *arg) {
   tc.optim.state_stage_bytes = STAGE_BYTES;
   gt_trainer *tr = NULL;
   gt_status s = gt_trainer_create(m, &tc, &tr);
+  gt_ckpt *mid = NULL;
+  if (s == GT_OK && cfg->mid) s = gt_ckpt_create(&(gt_ckpt_config){.dir = cfg->mid}, tr, NULL, &mid);
+  if (s == GT_OK && cfg->resume) s = gt_ckpt_load(mid, NULL, NULL);
   int32_t in[M][ROWS * T], tg[M][ROWS * T];
   gt_batch b[M];
-  for (int step = 0; s == GT_OK && step < STEPS; step++) {
-    for (int k = 0; k < M; k++) {
+  for (int step = s == GT_OK ? gt_trainer_step_index(tr) : 0; s == GT_OK && step < STEPS; step++) {
+    if (mid && !cfg->resume && step == MID) s = gt_ckpt_save(mid);
+    for (int k = 0; s == GT_OK && k < M; k++) {
       train_batch_for(step, k, V, T, ROWS, in[k], tg[k]);
       b[k] = (gt_batch){.B = rows, .T = T, .inputs = in[k] + row0 * T, .targets = tg[k] + row0 * T};
     }
@@ -130,11 +137,13 @@ static int train(int rank, int world, void *arg) {
     s = gt_trainer_step_batches(tr, b, M, &st);
     if (s == GT_OK && rank == 0) cfg->p->losses[step] = st.loss, cfg->p->norms[step] = st.grad_norm;
   }
+  if (mid && s == GT_OK) s = gt_ckpt_wait(mid);
   if (rank == 0) {
     cfg->status = s;
     if (s != GT_OK) snprintf(cfg->message, sizeof cfg->message, "%s", gt_last_error());
     cfg->host_peak = gt_backend_host_mem(be).peak;
   }
+  gt_ckpt_destroy(mid);
   if (s == GT_OK) {
     if (!cfg->layout) {
       train_result_set_layout(cfg->p, m), train_result_set_layout(cfg->m, m), train_result_set_layout(cfg->v, m);
@@ -218,6 +227,35 @@ static void test_checkpoint(void **state) {
     run_cfg *r = run((run_cfg){.on_disk = k == 0, .precision = GT_PRECISION_FP32, .ckpt = dir}, NULL);
     if (r->status != GT_OK) fail_msg("%s", r->message);
   }
+}
+
+/* State on disk under a host budget that holds the weights, the
+ * checkpoint's copy of them and half a moment: not the state, which a
+ * checkpoint used to copy whole into host memory. Saved at step 10 while
+ * training goes on, and resumed in a new trainer: every step after, the
+ * parameters and the moments are those of the run without a checkpoint
+ * (in memory, without a budget). */
+static void test_checkpoint_under_budget(void **state) {
+  (void)state;
+  run_cfg *ref = run((run_cfg){.precision = GT_PRECISION_FP32}, NULL);
+  size_t moment = ref->state_bytes / 2, budget = ref->weights_bytes + moment + moment / 2;
+  char dir[128];
+  snprintf(dir, sizeof dir, "%s/mid", tmpdir);
+  run_cfg c = {.on_disk = true, .precision = GT_PRECISION_FP32, .host_limit = budget, .mid = dir};
+  run_cfg *saved = run(c, ref->p);
+  if (saved->status != GT_OK) fail_msg("saving state on disk under a %zu-byte budget: %s", budget, saved->message);
+  c.resume = true;
+  run_cfg *resumed = run(c, ref->p);
+  if (resumed->status != GT_OK) fail_msg("resuming state on disk under a %zu-byte budget: %s", budget, resumed->message);
+  print_message("state on disk (%zu bytes of moments), host budget %zu: peak %zu saving at step %d, %zu resuming; "
+                "loss at step %d %.6f, uninterrupted %.6f\n", ref->state_bytes, budget, saved->host_peak, MID,
+                resumed->host_peak, STEPS - 1, resumed->p->losses[STEPS - 1], ref->p->losses[STEPS - 1]);
+  assert_true(saved->host_peak <= budget && resumed->host_peak <= budget);
+  same(saved, ref);
+  assert_memory_equal(resumed->p->losses + MID, ref->p->losses + MID, (STEPS - MID) * sizeof(float));
+  assert_memory_equal(resumed->p->params, ref->p->params, ref->p->nparams * sizeof(float));
+  assert_memory_equal(resumed->m->params, ref->m->params, ref->m->nparams * sizeof(float));
+  assert_memory_equal(resumed->v->params, ref->v->params, ref->v->nparams * sizeof(float));
 }
 
 /* ---- bad directories, at creation ---- */
@@ -317,6 +355,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_directories), cmocka_unit_test(test_one_process), cmocka_unit_test(test_per_layer),
       cmocka_unit_test(test_dp2_zero1),       cmocka_unit_test(test_checkpoint),
+      cmocka_unit_test(test_checkpoint_under_budget),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
