@@ -311,7 +311,11 @@ static void test_truncated_frame_fails_the_group(void **state) {
   shared *sh = run_attack(TRUNCATE, false, &log);
   both_fail_at_the_attack(sh);
   assert_int_equal(sh->status[0], GT_ECONN);
-  assert_non_null(strstr(sh->msg[0], "receiving from rank 1"));
+  /* The cut connection fails rank 0's receive of the short frame, or its
+   * send if the proxy's shutdown reaches that first (once beside a CPU
+   * hog): both directions go at once. */
+  assert_true(strstr(sh->msg[0], "receiving from rank 1") || strstr(sh->msg[0], "sending to rank 1"));
+  assert_non_null(strstr(sh->msg[0], "connection closed"));
 }
 
 static void test_payload_integrity(void **state) {
