@@ -127,6 +127,7 @@ gt_status gt_optimizer_write_state(gt_optimizer *o, int k, size_t at, size_t n, 
   if (o->disk) return disk_state_write(o->disk, k, at, n, src);
   return gt_backend_upload(gt_model_state_backend(o->m), o->state[k] + at, src, n * sizeof(float));
 }
+
 static gt_status check_on_disk(const gt_optimizer *o) {
   return o->disk ? GT_OK : gt_errorf(GT_EINVAL, "the optimizer's state is in memory, not on disk");
 }
