@@ -59,6 +59,9 @@ gt_status gt_predictor_prior_from_model(const gt_model *m, int layers, double pe
  * the median of the other ranks' fits. */
 double gt_predictor_own(const gt_predictor *p, const gt_step_telemetry *w);
 double gt_predictor_peers(const gt_predictor *p, const gt_step_telemetry *w);
+/* Predicted compute seconds of w under rank `fit`'s fit (NaN before that
+ * rank has learnt, or outside the job). */
+double gt_predictor_with(const gt_predictor *p, int fit, const gt_step_telemetry *w);
 /* Learns from w (its workload and its measured compute_s). */
 gt_status gt_predictor_update(gt_predictor *p, const gt_step_telemetry *w);
 /* Steps rank has learnt from. */

@@ -112,6 +112,30 @@ static bool slow_against_peers(gt_detector *d, const gt_step_telemetry *tel, int
   return z - median(d->sorted, d->peer, n) > bar && fit > bar;
 }
 
+/* A flagged rank against its peers this step: the median over its peers q
+ * of how much slower it was than q's fit predicts for its work, less how
+ * much slower q itself was than its own fit predicts. With the same work
+ * that is the ratio of their compute times; it needs no fit to be right
+ * about this step's conditions. A peer's fit learnt while the flagged rank
+ * was slow can be off for tens of steps after (beside a CPU hog, a stage
+ * peer ran faster while the flagged rank slept out its fault): against
+ * that fit alone a recovered rank still looked slow, and stayed flagged 41
+ * steps after its fault ended. A rank with no healthy peer that has
+ * learnt is judged against the peers' fits, corrected by the job's level. */
+static double against_peers_now(gt_detector *d, const gt_step_telemetry *tel, int r, double job) {
+  int n = 0;
+  for (int q = 0; q < d->cfg.nranks; q++) {
+    /* A flagged peer's fit follows its slow speed: not a yardstick. */
+    if (q == r || d->rs[q].flagged || !gt_predictor_same_group(d->pred, q, r) || gt_predictor_updates(d->pred, q) == 0)
+      continue;
+    double mine = gt_predictor_with(d->pred, q, &tel[r]), theirs = gt_predictor_with(d->pred, q, &tel[q]);
+    if (!(mine > 0) || !(theirs > 0)) continue;
+    d->peer[n++] = log(fmax(tel[r].compute_s, 1e-9) / mine) - log(fmax(tel[q].compute_s, 1e-9) / theirs);
+  }
+  if (n > 0) return median(d->sorted, d->peer, n);
+  return log(fmax(tel[r].compute_s, 1e-9) / fmax(gt_predictor_peers(d->pred, &tel[r]), 1e-9)) - job;
+}
+
 /* Flags or clears rank r on its job-corrected residual z; true when a
  * verdict was written to *ev. `peers`: whether it is slow against its
  * peers as well (slow_against_peers), which a flag needs. */
@@ -139,8 +163,8 @@ static bool judge(gt_detector *d, int r, int step, double z, double z_peers, boo
     *ev = (gt_detector_event){.rank = r, .step = step, .onset = step - s->over + 1, .flagged = true, .ratio = exp(zm)};
     return true;
   }
-  /* Cleared when the median of its last 2k residuals against its peers'
-   * fits is back under theta/2: a rank that is still slow, only less than
+  /* Cleared when the median of its last 2k residuals against its peers
+   * (against_peers_now) is back under theta/2: a rank that is still slow, only less than
    * the noise at times, stays flagged, and a recovered one clears about k
    * steps after. Its own fit is learning its slow speed meanwhile, so it
    * cannot say when the rank is back. */
@@ -172,8 +196,7 @@ gt_status gt_detector_step(gt_detector *d, int step, const gt_step_telemetry *te
   for (int r = 0; r < n; r++) {
     rank_state *s = &d->rs[r];
     double z = d->e[r] - job, z_peers = 0;
-    if (s->flagged)
-      z_peers = log(fmax(tel[r].compute_s, 1e-9) / fmax(gt_predictor_peers(d->pred, &tel[r]), 1e-9)) - job;
+    if (s->flagged) z_peers = against_peers_now(d, tel, r, job);
     /* Asked only of a rank about to have enough evidence: it costs a pass
      * over the ranks. */
     bool peers = !judging || s->flagged || s->over + 1 < c->k || slow_against_peers(d, tel, r, z, job);

@@ -118,6 +118,10 @@ double gt_predictor_own(const gt_predictor *p, const gt_step_telemetry *w) {
   return rank_ok(p, w->rank) ? predict(p, w->rank, w) : NAN;
 }
 
+double gt_predictor_with(const gt_predictor *p, int fit, const gt_step_telemetry *w) {
+  return rank_ok(p, fit) && p->fit[fit].updates > 0 ? predict(p, fit, w) : NAN;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);

@@ -66,6 +66,10 @@ static void test_learns(void **state) {
   gt_step_telemetry w1 = work(1, 300, 0);
   NEAR(gt_predictor_own(p, &w1), truth(&w1, a / 2.5, b / 2.5, 0), 1e-15);
   NEAR(gt_predictor_peers(p, &w1) / truth(&w1, a, b, c), 1, 0.01);
+  /* Rank 1's work under rank 0's fit; no fit of rank 1's to use yet. */
+  NEAR(gt_predictor_with(p, 0, &w1), gt_predictor_peers(p, &w1), 1e-15);
+  assert_true(isnan(gt_predictor_with(p, 1, &w1)));
+  assert_true(isnan(gt_predictor_with(p, 2, &w1)));
   /* The device becomes twice as slow: forgetting follows it. */
   for (int s = 0; s < 200; s++) {
     gt_step_telemetry w = work(0, 32 + (s * 37) % 480, 0);
