@@ -158,6 +158,10 @@ gt_status ck_file_commit(ck_file *f);
 /* The three at once for bytes in memory. */
 gt_status ck_write_durable(const char *dir, const char *name, const void *p, size_t n);
 gt_status ck_fsync_dir(const char *dir);
+/* All n bytes at offset off of fd, read into buf or written from it
+ * (pread/pwrite go on after a short transfer or EINTR). Returns 0 or the
+ * errno; a file that ends first, or a write that makes no progress, EIO. */
+int ck_transfer(int fd, bool write, void *buf, size_t n, uint64_t off);
 gt_status ck_mkdir(const char *dir);
 /* Incremental SHA-256, for chunks that arrive in pieces. */
 typedef struct ck_hasher ck_hasher;

@@ -71,6 +71,17 @@ void ck_file_write(ck_file *f, const void *p, size_t n) {
   }
 }
 
+int ck_transfer(int fd, bool write, void *buf, size_t n, uint64_t off) {
+  char *p = buf;
+  while (n) {
+    ssize_t r = write ? pwrite(fd, p, n, (off_t)off) : pread(fd, p, n, (off_t)off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return r == 0 ? EIO : errno;
+    p += r, n -= (size_t)r, off += (uint64_t)r;
+  }
+  return 0;
+}
+
 gt_status ck_file_commit(ck_file *f) {
   int err = f->err;
   if (!err && fsync(f->fd) != 0) err = errno;

@@ -4,11 +4,9 @@
  * them, checks each chunk's SHA-256, and copies the overlaps. Everything goes to the host buffers
  * first; the model, optimizer, trainer and loader change only once every
  * rank has read its part. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "ckpt/ckpt_internal.h"
 #include "giant/log.h"
@@ -156,17 +154,10 @@ static gt_status fill_state_box(void *ctx, const ck_box *box, uint64_t first) {
   uint64_t i = (uint64_t)(d->shift + (int64_t)first);
   if (d->buf) return ck_fill_box(d->dir, d->m, d->tensor, box, d->buf + i, d->bytes_read);
   GT_TRY(ck_fill_box(d->dir, d->m, d->tensor, box, d->staging, d->bytes_read));
-  const char *p = (const char *)d->staging;
-  size_t n = ck_box_volume(box) * sizeof(float);
-  off_t off = (off_t)(d->at + i * sizeof(float));
-  while (n) {
-    ssize_t w = pwrite(d->fd, p, n, off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0)
-      return gt_errorf(GT_EIO, "loading checkpoint %s: writing optimizer state to its file on disk failed: %s", d->dir,
-                       w == 0 ? "no progress" : strerror(errno));
-    p += w, n -= (size_t)w, off += w;
-  }
+  int e = ck_transfer(d->fd, true, d->staging, ck_box_volume(box) * sizeof(float), d->at + i * sizeof(float));
+  if (e)
+    return gt_errorf(GT_EIO, "loading checkpoint %s: writing optimizer state to its file on disk failed: %s", d->dir,
+                     strerror(e));
   return GT_OK;
 }
 

@@ -94,16 +94,8 @@ static int pass_on(pipe_state *w, size_t len, uint64_t at) {
 /* n bytes of a slice from offset off: copied from host memory, or read
  * from its file. */
 static int take(const ck_src *src, uint64_t off, unsigned char *q, size_t n) {
-  if (src->p) {
-    memcpy(q, (const unsigned char *)src->p + off, n);
-    return 0;
-  }
-  while (n) {
-    ssize_t r = pread(src->fd, q, n, (off_t)(src->at + off));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return r == 0 ? EIO : errno;
-    q += r, n -= (size_t)r, off += (uint64_t)r;
-  }
+  if (!src->p) return ck_transfer(src->fd, false, q, n, src->at + off);
+  memcpy(q, (const unsigned char *)src->p + off, n);
   return 0;
 }
 

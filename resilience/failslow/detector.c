@@ -164,9 +164,9 @@ static bool judge(gt_detector *d, int r, int step, double z, double z_peers, boo
     return true;
   }
   /* Cleared when the median of its last 2k residuals against its peers
-   * (against_peers_now) is back under theta/2: a rank that is still slow, only less than
-   * the noise at times, stays flagged, and a recovered one clears about k
-   * steps after. Its own fit is learning its slow speed meanwhile, so it
+   * (against_peers_now) is back under theta/2: a rank that is still slow,
+   * only less than the noise at times, stays flagged, and a recovered one
+   * clears about k steps after. Its own fit is learning its slow speed meanwhile, so it
    * cannot say when the rank is back. */
   if (s->flagged && ++s->since >= 2 * c->k) {
     double m = median(d->sorted, recent, 2 * c->k);
