@@ -161,6 +161,7 @@ static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const f
   GT_TRY(gt_op_gelu_backward(be, dfch, a.fch, dfch_gelu, NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
   GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(FC1B), dfch, a.ln2, FC1W, N, C, Hl));
+  GT_TRY(gt_layer_grads_final(self, FC1W, 4)); /* fc1, fc2: two thirds of the block's weights */
   GT_TRY(tp_sum(self, dln, NC));
   GT_TRY(gt_op_layernorm_backward(be, dres2, G(LN2W), G(LN2B), dln, a.res2, P(LN2W), a.ln2_mean, a.ln2_rstd, N, C));
 
@@ -168,10 +169,12 @@ static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const f
   GT_TRY(gt_op_residual_backward(be, din, NULL, dres2, NC));
   GT_TRY(GT_ZERO(be, datty, NCl));
   GT_TRY(gt_layer_linear_backward(self, ctx, datty, G(PROJB), dres2, a.atty, PROJW, N, Cl, C));
+  GT_TRY(gt_layer_grads_final(self, PROJW, 4)); /* proj, ln2 */
   GT_TRY(GT_ZERO(be, dqkv, 3 * NCl));
   GT_TRY(gt_layer_attention_backward(self, ctx, dqkv, datt, datty, a.qkv, a.att, B, T, Cl, c->NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
   GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(QKVB), dqkv, a.ln1, QKVW, N, C, 3 * Cl));
+  GT_TRY(gt_layer_grads_final(self, QKVW, 2));
   GT_TRY(tp_sum(self, dln, NC));
   return gt_op_layernorm_backward(be, din, G(LN1W), G(LN1B), dln, in, P(LN1W), a.ln1_mean, a.ln1_rstd, N, C);
 }
@@ -230,6 +233,7 @@ static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, cons
   GT_TRY(gt_op_gelu_backward(be, dfch, a.fch, dfch_gelu, NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
   GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(FC1B), dfch, a.ln2, FC1W, N, C, Hl));
+  GT_TRY(gt_layer_grads_final(self, FC1W, 4)); /* fc1, fc2: two thirds of the block's weights */
   GT_TRY(g->reduce_scatter_sum(g, dln, dsh, RC));
   GT_TRY(gt_layernorm_backward_shard(self, ctx, dres2, G(LN2W), G(LN2B), dsh, a.res2, P(LN2W), a.ln2_mean,
                                      a.ln2_rstd, rows, C, lntmp));
@@ -239,10 +243,12 @@ static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, cons
   GT_TRY(g->allgather(g, dres2, dfull, RC));
   GT_TRY(GT_ZERO(be, datty, NCl));
   GT_TRY(gt_layer_linear_backward(self, ctx, datty, G(PROJB), dfull, a.atty, PROJW, N, Cl, C));
+  GT_TRY(gt_layer_grads_final(self, PROJW, 4)); /* proj, ln2 */
   GT_TRY(GT_ZERO(be, dqkv, 3 * NCl));
   GT_TRY(gt_layer_attention_backward(self, ctx, dqkv, datt, datty, a.qkv, a.att, B, T, Cl, c->NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
   GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(QKVB), dqkv, a.ln1, QKVW, N, C, 3 * Cl));
+  GT_TRY(gt_layer_grads_final(self, QKVW, 2));
   GT_TRY(g->reduce_scatter_sum(g, dln, dsh, RC));
   return gt_layernorm_backward_shard(self, ctx, din, G(LN1W), G(LN1B), dsh, in, P(LN1W), a.ln1_mean, a.ln1_rstd,
                                      rows, C, lntmp);

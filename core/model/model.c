@@ -252,6 +252,12 @@ float *gt_layer_grad(const gt_layer *self, int i) {
   if (self->model->off) return gt_offload_grad(self, i);
   return self->model->grad_buf + self->model->params[self->first_param + i].offset;
 }
+gt_status gt_layer_grads_final(const gt_layer *self, int first, int n) {
+  if (first < 0 || n < 0 || first > self->nparams - n)
+    return gt_errorf(GT_EINVAL, "layer '%s': parameters [%d, %d) of its %d have no gradients", self->name, first,
+                     first + n, self->nparams);
+  return self->model->off ? gt_offload_grads_final(self->model, self->index, first, n) : GT_OK;
+}
 const gt_param *gt_layer_param_info(const gt_layer *self, int i) {
   return &self->model->params[self->first_param + i];
 }

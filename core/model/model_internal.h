@@ -133,6 +133,7 @@ gt_status gt_offload_layer_ready(gt_model *m, int i, int lo, int hi, int dir);
 gt_status gt_offload_layer_done(gt_model *m, int i);
 gt_status gt_offload_grads_begin(gt_model *m, int i);
 gt_status gt_offload_grads_end(gt_model *m, int i);
+gt_status gt_offload_grads_final(gt_model *m, int i, int first, int n);
 gt_status gt_offload_grads_wait(gt_model *m, int i);
 void gt_offload_grads_zeroed(gt_model *m);
 float *gt_offload_param(const gt_layer *self, int i);

@@ -16,7 +16,8 @@
  * host's are known to be zero: the first micro-batch of a step), the
  * layer's kernels accumulate into it exactly as they would into the flat
  * buffer, and the slot goes back to the host on the copy stream while the
- * next layer computes. The arithmetic is therefore the same, operation for
+ * next layer computes (a layer that says which of its gradients are final
+ * part way through its backward, gt_layer_grads_final, sends those then). The arithmetic is therefore the same, operation for
  * operation, as without offloading, including a tied parameter whose two
  * users accumulate into one gradient: the results are bit-identical.
  *
@@ -85,6 +86,7 @@ struct gt_offload {
   gt_event *g_done[2];    /* its copy to the host is done */
   bool g_pending[2];
   int g_next;
+  bool *g_sent;           /* per parameter: its gradient went to the host during its layer's backward */
   bool *grad_zero;        /* per parameter (its storage owner): host gradient is zero */
   uint64_t tick;
   uint64_t *param_version;   /* per parameter (its storage owner): bumped when it may have changed */
@@ -120,7 +122,7 @@ void gt_offload_destroy(gt_model *m) {
   free(o->fetched), free(o->released), free(o->layer_slot);
   free(o->w32_off), free(o->w16_off), free(o->layer_mirror), free(o->param_grad_off), free(o->layer_floats);
   free(o->grad_zero), free(o->param_version), free(o->fetched_version), free(o->bf16_version);
-  free(o->last_user), free(o->summed);
+  free(o->last_user), free(o->summed), free(o->g_sent);
   free(o);
   m->off = NULL;
   gt_backend_destroy(m->host_be);
@@ -269,6 +271,7 @@ gt_status gt_offload_create(gt_model *m) {
   o->bf16_version = cal((size_t)P, sizeof *o->bf16_version, &ok);
   o->last_user = cal((size_t)P, sizeof *o->last_user, &ok);
   o->summed = cal((size_t)P, sizeof *o->summed, &ok);
+  o->g_sent = cal((size_t)P, sizeof *o->g_sent, &ok);
   if (!ok) return gt_errorf(GT_ENOMEM, "out of host memory for offloading");
   o->grad_floats = lay_out_grads(m, o);
   gt_backend *be = m->be;
@@ -502,6 +505,7 @@ gt_status gt_offload_grads_begin(gt_model *m, int i) {
     const gt_param *pp = &m->params[p];
     float *dst = o->g32[k] + o->param_grad_off[p];
     size_t n = pp->numel * sizeof(float);
+    o->g_sent[p] = false;
     if (o->grad_zero[storage_of(m, p)]) {
       GT_TRY(gt_backend_memset(be, dst, 0, n, NULL));
       continue;
@@ -515,22 +519,48 @@ gt_status gt_offload_grads_begin(gt_model *m, int i) {
   return GT_OK;
 }
 
+/* Queues the copies of parameters [first, first + n) from gradient slot k
+ * to the host on the copy stream, behind every kernel queued on the
+ * compute stream so far; each parameter goes once per backward. */
+static gt_status send_grads(gt_model *m, int k, int first, int n) {
+  gt_offload *o = m->off;
+  gt_backend *be = m->be;
+  gt_stream *cs = gt_backend_copy_stream(be);
+  bool any = false;
+  for (int p = first; p < first + n; p++) any |= !o->g_sent[p];
+  if (!any) return GT_OK;
+  GT_TRY(gt_event_record(be, o->g_done[k], NULL));
+  GT_TRY(gt_stream_wait_event(be, cs, o->g_done[k]));
+  for (int p = first; p < first + n; p++) {
+    const gt_param *pp = &m->params[p];
+    if (o->g_sent[p]) continue;
+    size_t bytes = pp->numel * sizeof(float);
+    GT_TRY(gt_backend_memcpy(be, m->grad_buf + pp->offset, o->g32[k] + o->param_grad_off[p], bytes, GT_COPY_D2H, cs));
+    o->grad_zero[storage_of(m, p)] = false;
+    o->g_sent[p] = true;
+    o->stats.bytes_out += bytes;
+  }
+  return GT_OK;
+}
+
+/* Part of layer i's backward is done: the gradients it has finished start
+ * back now, behind the rest of its backward, instead of after it. Without
+ * this, the bottom layer's gradients had only the embedding's short
+ * backward to hide behind, and the step waited for most of them. */
+gt_status gt_offload_grads_final(gt_model *m, int i, int first, int n) {
+  gt_offload *o = m->off;
+  int k = o->g_layer[0] == i ? 0 : o->g_layer[1] == i ? 1 : -1;
+  if (k < 0 || o->g_pending[k]) return GT_OK; /* not in backward: nothing to send early */
+  return send_grads(m, k, m->layers[i]->first_param + first, n);
+}
+
 gt_status gt_offload_grads_end(gt_model *m, int i) {
   gt_offload *o = m->off;
   gt_backend *be = m->be;
   int k = o->g_layer[0] == i ? 0 : 1;
-  gt_stream *cs = gt_backend_copy_stream(be);
-  GT_TRY(gt_event_record(be, o->g_done[k], NULL));
-  GT_TRY(gt_stream_wait_event(be, cs, o->g_done[k]));
   const gt_layer *l = m->layers[i];
-  for (int p = l->first_param; p < l->first_param + l->nparams; p++) {
-    const gt_param *pp = &m->params[p];
-    size_t n = pp->numel * sizeof(float);
-    GT_TRY(gt_backend_memcpy(be, m->grad_buf + pp->offset, o->g32[k] + o->param_grad_off[p], n, GT_COPY_D2H, cs));
-    o->grad_zero[storage_of(m, p)] = false;
-    o->stats.bytes_out += n;
-  }
-  GT_TRY(gt_event_record(be, o->g_done[k], cs));
+  GT_TRY(send_grads(m, k, l->first_param, l->nparams));
+  GT_TRY(gt_event_record(be, o->g_done[k], gt_backend_copy_stream(be)));
   o->g_pending[k] = true;
   return GT_OK;
 }

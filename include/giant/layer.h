@@ -164,6 +164,12 @@ gt_status gt_layer_param_matmul_only(gt_layer *self, int i);
  * gradient. */
 float *gt_layer_param(const gt_layer *self, int i);
 float *gt_layer_grad(const gt_layer *self, int i);
+/* In backward, optional: the gradients of this layer's parameters
+ * [first, first + n) are final, as the kernels queued so far leave them;
+ * the rest of its backward does not touch them. Offloaded, their copy to
+ * the host starts now, behind the rest of the layer's backward, instead of
+ * after it. Anywhere else it does nothing. */
+gt_status gt_layer_grads_final(const gt_layer *self, int first, int n);
 const gt_param *gt_layer_param_info(const gt_layer *self, int i);
 /* Whether a gradient norm counts this parameter: its storage's owner (not
  * a tied user), held by this rank and not a mirror of another stage's. */

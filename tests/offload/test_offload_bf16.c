@@ -38,6 +38,7 @@ typedef struct run_out {
   gt_offload_stats os;
   size_t expect_weight_bytes; /* what the parameters add up to, as the window holds them */
   size_t tied_grad_bytes;     /* fp32 gradients of the tied parameters' second users */
+  size_t grad_bytes;          /* fp32 gradients of every layer's parameters, tied users included */
   int fetched_layers;         /* layers with weights to fetch */
   size_t estimate_slots, peak;
 } run_out;
@@ -58,15 +59,17 @@ static size_t weight_bytes_of(const gt_model *m, gt_precision prec, int *layers)
   return bytes;
 }
 
-/* The gradient bytes a step brings back in with one micro-batch: a tied
+/* Gradient bytes of every layer's parameters, or of the tied users' alone:
+ * what a step brings back in with one micro-batch, since a tied
  * parameter's second user (the embedding, after the LM head) adds to what
  * the first one sent to the host. */
-static size_t tied_grad_bytes_of(const gt_model *m) {
+static size_t grad_bytes_of(const gt_model *m, bool tied_only) {
   size_t bytes = 0;
   for (int i = 0; i < gt_model_num_layers(m); i++) {
     const gt_layer *l = gt_model_layer(m, i);
     for (int p = 0; p < l->nparams; p++)
-      if (gt_layer_param_info(l, p)->tied_to >= 0) bytes += gt_layer_param_info(l, p)->numel * sizeof(float);
+      if (!tied_only || gt_layer_param_info(l, p)->tied_to >= 0)
+        bytes += gt_layer_param_info(l, p)->numel * sizeof(float);
   }
   return bytes;
 }
@@ -94,7 +97,8 @@ static void run(gt_optim_kind optim, gt_precision prec, int window, run_out *out
   if (window > 0) {
     out->os = gt_model_offload_stats(m);
     out->expect_weight_bytes = weight_bytes_of(m, prec, &out->fetched_layers);
-    out->tied_grad_bytes = tied_grad_bytes_of(m);
+    out->tied_grad_bytes = grad_bytes_of(m, true);
+    out->grad_bytes = grad_bytes_of(m, false);
     gt_device_estimate e;
     OK(gt_model_device_estimate(m, 2, &e));
     out->estimate_slots = e.slots;
@@ -114,6 +118,15 @@ static void run(gt_optim_kind optim, gt_precision prec, int window, run_out *out
       assert_non_null(gt_layer_param(b0, qkv));
       assert_null(gt_layer_param_bf16(b0, qkv));
     }
+  }
+  if (window > 0) {
+    /* Outside backward a block's word that its gradients are final sends
+     * nothing; a range beyond its parameters is refused. */
+    const gt_layer *b0 = gt_model_layer(m, 1);
+    OK(gt_layer_grads_final(b0, 0, b0->nparams));
+    assert_int_equal(gt_model_offload_stats(m).bytes_out, out->os.bytes_out);
+    assert_int_equal(gt_layer_grads_final(b0, 2, b0->nparams - 1), GT_EINVAL);
+    assert_int_equal(gt_layer_grads_final(b0, -1, 1), GT_EINVAL);
   }
   out->peak = gt_backend_mem(be).peak;
   out->nfloats = gt_model_buffer_floats(m);
@@ -146,6 +159,9 @@ static void test_window_in_compute_precision(void **state) {
     assert_int_equal(r[k]->os.bytes_in, r[k]->os.fetches / (uint64_t)r[k]->fetched_layers * r[k]->os.weight_bytes +
                                             (uint64_t)STEPS * r[k]->tied_grad_bytes);
     assert_true(r[k]->os.fetches >= (uint64_t)STEPS * (uint64_t)r[k]->fetched_layers);
+    /* Every layer's gradients go back once a backward, whether a block
+     * sends part of them before its backward ends or not. */
+    assert_int_equal(r[k]->os.bytes_out, (uint64_t)STEPS * r[k]->grad_bytes);
   }
   /* The blocks' matrices are most of this GPT: about half the bytes. */
   assert_true(b16.os.weight_bytes < 0.6 * (double)f32.os.weight_bytes);
