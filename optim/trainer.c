@@ -139,11 +139,10 @@ static gt_status check_offloading(gt_model *m, const gt_trainer_config *cfg) {
    * replicated region, summed over the group after backward (a region is
    * not offloaded yet, so this is a guard for when it is). Pipelined, a
    * layer's are final after its last micro-batch's backward, or, holding a
-   * weight tied across stages, once the stages have summed it. ZeRO-1
-   * reduces the whole buffer after backward. */
-  if (plan && plan->zero1)
-    return gt_errorf(GT_EUNSUPPORTED, "%s does not run with ZeRO-1, which reduces the whole gradient buffer after "
-                                      "backward: leave one of them off", what);
+   * weight tied across stages, once the stages have summed it. With
+   * ZeRO-1 the buckets are all-reduced as without it, each rank updates
+   * its shard's part of each layer, and the shards are gathered after the
+   * step. */
   for (int i = 0; plan && i < gt_model_num_layers(m); i++)
     if (gt_model_layer_replicas(m, i) > 1)
       return gt_errorf(GT_EUNSUPPORTED, "%s needs each layer's gradients final when its backward ends, and layer "
@@ -267,11 +266,23 @@ gt_dist *gt_trainer_dist(gt_trainer *t) { return t->dist; }
 gt_optimizer *gt_trainer_optimizer(gt_trainer *t) { return t->opt; }
 gt_dp_sync *gt_trainer_dp_sync(gt_trainer *t) { return t->sync; }
 
+/* After an update made layer by layer (or a held one): under ZeRO-1 each
+ * rank updated its shard, which the others now gather; then the next
+ * forward's first layers start coming. */
+static gt_status layer_update_done(gt_trainer *t) {
+  if (t->sync && gt_dp_sync_zero1(t->sync)) {
+    t->params_partial = true;
+    GT_TRY(gt_dp_sync_gather_params(t->sync));
+    t->params_partial = false;
+  }
+  return gt_model_prefetch(t->m);
+}
+
 gt_status gt_trainer_flush(gt_trainer *t) {
   if (!t->have_held) return GT_OK;
   t->have_held = false;
   GT_TRY(gt_optimizer_step_from(t->opt, t->held_lr, t->held_clip, t->held_grads));
-  return gt_model_prefetch(t->m);
+  return layer_update_done(t);
 }
 void gt_trainer_set_overlap(gt_trainer *t, bool overlap) { t->cfg.no_overlap = !overlap; }
 gt_pp_exec *gt_trainer_pp_exec(gt_trainer *t) { return t->pipe; }
@@ -412,8 +423,13 @@ static gt_status reduce_step(gt_trainer *t, gt_step_stats *st) {
 static gt_status commit_vote(gt_trainer *t) {
   gt_comm *world = gt_grid_world(gt_dist_grid(t->dist));
   if (!world || gt_comm_size(world) == 1) return GT_OK;
+  /* In device memory, as every collective's buffer: on GPUs the world is
+   * an NCCL communicator. */
+  gt_backend *be = gt_model_backend(t->m);
   float one = 1.0f;
-  GT_TRY(gt_comm_allreduce(world, &one, 1, GT_F32, GT_COMM_SUM));
+  GT_TRY(gt_backend_upload(be, t->counts, &one, sizeof one));
+  GT_TRY(gt_comm_allreduce(world, t->counts, 1, GT_F32, GT_COMM_SUM));
+  GT_TRY(gt_backend_download(be, &one, t->counts, sizeof one));
   if (one != (float)gt_comm_size(world))
     return gt_errorf(GT_EFORMAT, "the step's commit vote counted %g of %d ranks", (double)one, gt_comm_size(world));
   return GT_OK;
@@ -500,8 +516,13 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
   }
   /* Layer by layer, the update was made during backward (or is held for
    * the next one). */
-  if (t->layer_update) GT_TRY(gt_model_prefetch(t->m));
-  else GT_TRY(apply_update(t, st.lr, clip, true));
+  if (t->layer_update) {
+    gt_status us = layer_update_done(t);
+    if (us != GT_OK && t->params_partial) t->step++; /* applied here, as apply_update counts it */
+    GT_TRY(us);
+  } else {
+    GT_TRY(apply_update(t, st.lr, clip, true));
+  }
   gt_backend *be = gt_model_backend(t->m);
   GT_TRY(gt_stream_sync(be, NULL));
   st.seconds = st.telemetry.step_s = gt_now() - t0;

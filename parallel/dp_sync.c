@@ -18,7 +18,16 @@
  * are tested (never waited for), and each layer whose floats all lie in
  * the final part is announced, from the top layer down; finish() waits for
  * the rest and announces the layers left. Everything happens on the
- * caller's thread. */
+ * caller's thread.
+ *
+ * ZeRO-1 reduce-scatters the whole buffer after backward, each rank
+ * keeping its shard's sum: half the bytes of an all-reduce, but nothing is
+ * final before backward ends. When layers are to be announced (an update
+ * layer by layer), ZeRO-1 reduces by buckets as above instead, overlapped
+ * with backward: twice the bytes, every rank gets every sum, and each
+ * updates the part of each layer its shard holds. The sums are the same
+ * either way at dp = 2 (one addition); at more replicas a float may be
+ * summed in another order. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +46,7 @@ struct gt_dp_sync {
   gt_model *m;
   gt_comm *dp;
   bool zero1, reduce, overlap;
+  bool scatter; /* ZeRO-1 by one reduce-scatter after backward (not by buckets) */
   bucket *b;
   int nb, next; /* buckets [0, next) have been started this step */
   int ended;    /* buckets [0, ended) have ended well */
@@ -85,15 +95,17 @@ static gt_status poll_buckets(gt_dp_sync *s) {
 /* The model calls this after each layer's backward. */
 static gt_status on_layer_done(void *ctx, int layer) {
   gt_dp_sync *s = ctx;
-  if (!s->reduce || !s->overlap || s->zero1) return GT_OK;
+  if (!s->reduce || !s->overlap || s->scatter) return GT_OK;
   while (s->next < s->nb && s->b[s->next].min_layer >= layer) GT_TRY(start_bucket(s, &s->b[s->next++]));
   return s->reduced ? poll_buckets(s) : GT_OK;
 }
 
 gt_status gt_dp_sync_on_reduced(gt_dp_sync *s, gt_status (*fn)(void *ctx, int layer), void *ctx) {
-  if (fn && s->zero1)
-    return gt_errorf(GT_EUNSUPPORTED, "layers reduced one by one: ZeRO-1 reduce-scatters the whole buffer at once");
   gt_model *m = s->m;
+  /* ZeRO-1 reduces by buckets while layers are announced; the reduce-
+   * scatter's buffer comes back when it is needed again (finish). */
+  s->scatter = s->zero1 && !fn;
+  if (!s->scatter && s->shard) gt_model_state_free(m, s->shard), s->shard = NULL;
   int nl = gt_model_num_layers(m);
   if (fn && !s->layer_lo) {
     if (!(s->layer_lo = malloc((size_t)(nl ? nl : 1) * sizeof *s->layer_lo)))
@@ -141,7 +153,7 @@ gt_status gt_dp_sync_create(gt_model *m, gt_comm *dp, size_t bucket_bytes, bool 
   if (!s) return gt_errorf(GT_ENOMEM, "out of memory creating gradient sync");
   s->m = m;
   s->dp = dp;
-  s->zero1 = zero1;
+  s->zero1 = s->scatter = zero1;
   size_t n = gt_model_buffer_floats(m);
   int P = gt_comm_size(dp), r = gt_comm_rank(dp);
   if (zero1 && n % (size_t)P) {
@@ -189,9 +201,10 @@ gt_status gt_dp_sync_finish(gt_dp_sync *s) {
   gt_model *m = s->m;
   double t0 = gt_now();
   s->stats.buckets = s->nb;
-  if (s->zero1) {
+  if (s->scatter) {
     /* Reduce-scatter the whole buffer; each rank keeps its shard's average. */
     size_t S = s->shard_hi - s->shard_lo;
+    if (!s->shard) GT_TRY(gt_model_state_alloc(m, (S ? S : 1) * sizeof(float), (void **)&s->shard));
     GT_TRY(gt_comm_reduce_scatter(s->dp, gt_model_grads(m), s->shard, S, GT_F32, GT_COMM_SUM));
     gt_backend *be = gt_model_state_backend(m);
     GT_TRY(gt_backend_memcpy(be, gt_model_grads(m) + s->shard_lo, s->shard, S * sizeof(float), GT_COPY_D2D,

@@ -21,7 +21,15 @@
  * request is done only once cudaStreamQuery reported the NCCL stream idle,
  * so kernels queued after gt_comm_wait returns read finished results.
  * Events come from a per-communicator pool, and go back to it when the
- * request ends. */
+ * request ends.
+ *
+ * Host buffers: the control plane (a checkpoint's commit flag, the step's
+ * commit vote, fail-slow telemetry, a reshape's agreement) exchanges a few
+ * floats in host memory over the same world communicator. NCCL reads only
+ * device memory, so such a buffer is staged through a device buffer of the
+ * communicator's own, on its stream: copied in before the operation and
+ * out after it. Only the progress thread runs operations, one at a time,
+ * so one staging buffer, grown as needed, serves them all. */
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdio.h>
@@ -39,6 +47,8 @@ struct nccl_state {
   cudaStream_t compute; /* the backend's, which inputs are produced on */
   int device;
   float *scratch; /* one float for barriers */
+  void *stage;    /* host buffers' device copies (progress thread only) */
+  size_t stage_bytes;
   /* Idle events, reused: callers' threads take them, the progress thread
    * gives them back. */
   pthread_mutex_t pool_mu;
@@ -84,6 +94,8 @@ static void nccl_teardown(nccl_state *s, bool abort) {
     s->comm = NULL;
   }
   if (s->scratch) cudaFree(s->scratch);
+  if (s->stage) cudaFree(s->stage);
+  s->stage = NULL, s->stage_bytes = 0;
   if (s->stream) cudaStreamDestroy(s->stream);
   s->scratch = NULL, s->stream = NULL;
   for (int i = 0; i < s->npool; i++) cudaEventDestroy(s->pool[i]);
@@ -277,6 +289,67 @@ static gt_status finish(gt_comm *c, double deadline) {
   }
 }
 
+static size_t dtype_bytes(ncclDataType_t dt) { return dt == ncclBfloat16 ? 2 : 4; }
+
+/* Whether p is memory the host reads and NCCL cannot: pageable memory the
+ * CUDA runtime does not know, or pinned host memory. */
+static bool host_memory(const void *p) {
+  if (!p) return false;
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError(); /* an unknown pointer is host memory, not a failure */
+    return true;
+  }
+  return a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged;
+}
+
+/* Where operation q's input and output live, as NCCL sees them: the
+ * caller's device buffers, or the staging buffer holding copies of its host
+ * ones (the input in front, the output behind; in place when the caller's
+ * are one). The inputs are copied in on the stream. */
+typedef struct staged {
+  const void *in;   /* what NCCL reads */
+  void *out;        /* what NCCL writes */
+  void *host_out;   /* the caller's host output, to copy back; NULL: none */
+  size_t out_bytes;
+} staged;
+
+static gt_status stage_in(nccl_state *s, const gt_comm_req *q, ncclDataType_t dt, int size, staged *g) {
+  size_t e = dtype_bytes(dt), in_bytes = 0, out_bytes = 0;
+  const void *in = q->src;
+  void *out = q->buf;
+  switch (q->kind) {
+    case OP_ALLREDUCE: case OP_BROADCAST: in = q->buf, in_bytes = out_bytes = q->count * e; break;
+    case OP_REDUCE_SCATTER: in_bytes = q->count * (size_t)size * e, out_bytes = q->count * e; break;
+    case OP_ALLGATHER: in_bytes = q->count * e, out_bytes = q->count * (size_t)size * e; break;
+    case OP_SEND: in_bytes = q->count * e, out = NULL; break;
+    case OP_RECV: in = NULL, out_bytes = q->count * e; break;
+    case OP_SENDRECV: in_bytes = q->count * e, out_bytes = q->count2 * e; break;
+    case OP_BARRIER: in = NULL, out = NULL; break;
+  }
+  bool in_place = in && (const void *)out == in;
+  bool host_in = in_bytes && host_memory(in), host_out = out_bytes && (in_place ? host_in : host_memory(out));
+  *g = (staged){.in = in, .out = out};
+  if (!host_in && !host_out) return GT_OK;
+  size_t at_out = host_in && !in_place ? (in_bytes + 255) & ~(size_t)255 : 0;
+  size_t need = host_out ? at_out + out_bytes : in_bytes;
+  if (need > s->stage_bytes) {
+    if (s->stage) cudaFree(s->stage);
+    s->stage = NULL, s->stage_bytes = 0;
+    cudaError_t ce = cudaMalloc(&s->stage, need);
+    if (ce != cudaSuccess) return cuda_err(ce, "device memory to stage a host buffer for NCCL");
+    s->stage_bytes = need;
+  }
+  char *base = s->stage;
+  if (host_in) {
+    cudaError_t ce = cudaMemcpyAsync(base, in, in_bytes, cudaMemcpyHostToDevice, s->stream);
+    if (ce != cudaSuccess) return cuda_err(ce, "staging a host buffer for NCCL");
+    g->in = base;
+  }
+  if (host_out) g->out = base + at_out, g->host_out = out, g->out_bytes = out_bytes;
+  return GT_OK;
+}
+
 gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *q, double deadline) {
   nccl_state *s = c->nc;
   if (!s->comm) return gt_comm_aborted_status(c);
@@ -284,38 +357,49 @@ gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *q, double deadline) {
   if (ce != cudaSuccess) return cuda_err(ce, "cudaSetDevice");
   ncclDataType_t dt = ncclFloat32;
   GT_TRY(dtype_of(q->dtype, &dt));
+  /* Host buffers first: what the host wrote is ready, and a copy from
+   * pageable memory would otherwise wait for the compute stream too. */
+  staged g;
+  gt_status sst = stage_in(s, q, dt, c->size, &g);
+  if (sst != GT_OK) {
+    /* The peers are entering the operation: fail the group, not only this rank. */
+    ncclCommAbort(s->comm);
+    s->comm = NULL;
+    return sst;
+  }
   /* The input's producers, queued on the compute stream before the start. */
   if (q->ready) {
     ce = cudaStreamWaitEvent(s->stream, (cudaEvent_t)q->ready, 0);
     if (ce != cudaSuccess) return cuda_err(ce, "ordering the NCCL stream after the compute stream");
   }
   ncclRedOp_t op = q->op == GT_COMM_AVG ? ncclAvg : ncclSum;
+  void *in = (void *)g.in, *out = g.out;
   ncclResult_t r = ncclSuccess;
   switch (q->kind) {
     case OP_ALLREDUCE:
-      r = ncclAllReduce(q->buf, q->buf, q->count, dt, op, s->comm, s->stream);
+      r = ncclAllReduce(in, out, q->count, dt, op, s->comm, s->stream);
       break;
     case OP_REDUCE_SCATTER:
-      r = ncclReduceScatter(q->src, q->buf, q->count, dt, op, s->comm, s->stream);
+      r = ncclReduceScatter(in, out, q->count, dt, op, s->comm, s->stream);
       break;
     case OP_ALLGATHER:
-      r = ncclAllGather(q->src, q->buf, q->count, dt, s->comm, s->stream);
+      r = ncclAllGather(in, out, q->count, dt, s->comm, s->stream);
       break;
     case OP_BROADCAST:
-      r = ncclBroadcast(q->buf, q->buf, q->count, dt, q->peer, s->comm, s->stream);
+      r = ncclBroadcast(in, out, q->count, dt, q->peer, s->comm, s->stream);
       break;
     case OP_SEND:
-      r = ncclSend(q->src, q->count, dt, q->peer, s->comm, s->stream);
+      r = ncclSend(in, q->count, dt, q->peer, s->comm, s->stream);
       break;
     case OP_RECV:
-      r = ncclRecv(q->buf, q->count, dt, q->peer, s->comm, s->stream);
+      r = ncclRecv(out, q->count, dt, q->peer, s->comm, s->stream);
       break;
     case OP_SENDRECV:
       /* One group: NCCL runs both halves together, as we do on the host. */
       r = ncclGroupStart();
-      if (r == ncclSuccess) r = ncclSend(q->src, q->count, dt, q->peer, s->comm, s->stream);
+      if (r == ncclSuccess) r = ncclSend(in, q->count, dt, q->peer, s->comm, s->stream);
       if (r == ncclSuccess || r == ncclInProgress)
-        r = ncclRecv(q->buf, q->count2, dt, q->peer2, s->comm, s->stream);
+        r = ncclRecv(out, q->count2, dt, q->peer2, s->comm, s->stream);
       if (r == ncclSuccess || r == ncclInProgress) r = ncclGroupEnd();
       break;
     case OP_BARRIER:
@@ -324,6 +408,13 @@ gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *q, double deadline) {
   }
   gt_status st = settle(c, s->comm, r, deadline, "issuing the NCCL operation");
   if (st == GT_OK) st = finish(c, deadline);
+  if (st == GT_OK && g.host_out) {
+    /* Only once the operation is done: a copy to pageable memory blocks
+     * the host until the stream gets there, where a dead peer would hold
+     * it past every deadline. */
+    ce = cudaMemcpyAsync(g.host_out, g.out, g.out_bytes, cudaMemcpyDeviceToHost, s->stream);
+    st = ce == cudaSuccess ? finish(c, deadline) : cuda_err(ce, "copying an NCCL result back to a host buffer");
+  }
   if (st != GT_OK) {
     /* A failed or abandoned NCCL communicator cannot be reused. */
     ncclCommAbort(s->comm);

@@ -20,7 +20,8 @@
  * Backends: on a host gt_backend (or none) buffers are host memory and the
  * transport is TCP, or shared memory when every rank runs on one host. On
  * a CUDA gt_backend (when built with CUDA and NCCL) buffers are device
- * pointers and NCCL moves them.
+ * pointers and NCCL moves them; a host buffer there is staged through
+ * device memory (meant for a few floats of control, not for data).
  *
  * Authentication: every connection (store and communicator) proves, in
  * both directions, that it knows the job's secret (HMAC-SHA256 over fresh

@@ -38,8 +38,10 @@ gt_status gt_dp_sync_finish(gt_dp_sync *s);
  * batch, once each layer's gradients are averaged, from the top layer
  * down: as buckets end during backward (seen whenever backward hands a
  * layer over) and, for the rest, in finish(). A layer is announced once,
- * after its own backward; fn's failure fails the step. Not with ZeRO-1
- * (GT_EUNSUPPORTED). fn NULL: none. */
+ * after its own backward; fn's failure fails the step. With ZeRO-1 the
+ * buckets are then all-reduced, not reduce-scattered after backward, so
+ * that every rank has its shard's part of each layer as the layer's
+ * buckets end. fn NULL: none. */
 gt_status gt_dp_sync_on_reduced(gt_dp_sync *s, gt_status (*fn)(void *ctx, int layer), void *ctx);
 /* ZeRO-1: all-gathers every rank's updated parameter shard. */
 gt_status gt_dp_sync_gather_params(gt_dp_sync *s);

@@ -1,6 +1,7 @@
 /* NCCL communicators on CUDA devices: one rank per device (up to 4, at
- * least 1), checked exactly as the host collectives are, and the ordering
- * of a collective after the compute that produced its input. Skipped (exit
+ * least 1), checked exactly as the host collectives are, host buffers
+ * staged through the device, and the ordering of a collective after the
+ * compute that produced its input. Skipped (exit
  * 77, with the reason) where no CUDA device is present. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -116,6 +117,29 @@ static int rank_main(int r, int n, void *arg) {
     dev_download(&w, dw, 1);
     CHECK(w == (float)((r + n - 1) % n));
     cudaFree(dv), cudaFree(dw);
+  }
+  /* Host buffers, as the control plane passes them (a checkpoint's
+   * commit flag, the commit vote, fail-slow telemetry): staged through
+   * device memory, with the same results. Pageable and pinned. */
+  {
+    float flag = (float)(r + 1), mine[2] = {(float)r, 10.0f * (float)r}, *all = malloc((size_t)n * 2 * sizeof *all);
+    CHECK(all != NULL);
+    CHECK_OK(gt_comm_allreduce(c, &flag, 1, GT_F32, GT_COMM_SUM));
+    CHECK(flag == (float)(n * (n + 1) / 2));
+    CHECK_OK(gt_comm_allgather(c, mine, all, 2, GT_F32));
+    for (int q = 0; q < n; q++) CHECK(all[2 * q] == (float)q && all[2 * q + 1] == 10.0f * (float)q);
+    float *pinned = NULL;
+    CHECK(cudaMallocHost((void **)&pinned, 3 * sizeof *pinned) == cudaSuccess);
+    for (int i = 0; i < 3; i++) pinned[i] = r == 0 ? (float)(i + 7) : 0.0f;
+    CHECK_OK(gt_comm_broadcast(c, pinned, 3, GT_F32, 0));
+    CHECK(pinned[0] == 7 && pinned[1] == 8 && pinned[2] == 9);
+    /* A device input with a host output. */
+    float *dm = dev_upload(mine, 2);
+    CHECK_OK(gt_comm_allgather(c, dm, all, 2, GT_F32));
+    for (int q = 0; q < n; q++) CHECK(all[2 * q] == (float)q && all[2 * q + 1] == 10.0f * (float)q);
+    cudaFree(dm);
+    cudaFreeHost(pinned);
+    free(all);
   }
   CHECK_OK(gt_comm_barrier(c));
   gt_comm *half = NULL;
