@@ -116,10 +116,10 @@ static const char *usage =
     "                      memory at each update, so it may exceed host memory (the file is unlinked\n"
     "                      and its room reserved at start); with --offload W on a GPU\n"
     "  --host-mem-mib N    host memory for the offloaded state this rank may hold (default: no limit)\n"
-    "  --update-per-layer  offloaded, no ZeRO-1: update each layer on the host as soon\n"
+    "  --update-per-layer  offloaded: update each layer on the host as soon\n"
     "                      as its gradients are final, while backward goes on (needs --clip 0 and\n"
     "                      --skip-nonfinite 0: the update begins before the norm is known)\n"
-    "  --delayed-update    offloaded, no ZeRO-1: a step computes its gradients before\n"
+    "  --delayed-update    offloaded: a step computes its gradients before\n"
     "                      the previous step's update, which is applied during its backward\n"
     "                      (ZeRO-Offload's one-step delay; a different trajectory, with clipping; a\n"
     "                      checkpoint applies the update held, so a resumed run goes on alike)\n"
@@ -911,7 +911,10 @@ int main(int argc, char **argv) {
   if (a.reshape && lead) gpt_reshape_finish(&rsh, job); /* for a rank still asking to join */
   gt_job_done(job);
   gpt_failslow_summary(failslow, lead);
-  if (lead) printf("loss %.6f -> %.6f over steps %d..%d\n", first.loss, st.loss, start, a.steps);
+  /* A run that resumed where training ends (a restart after the last
+   * step's checkpoint) took no step: it has no loss to show. */
+  if (lead && start < a.steps) printf("loss %.6f -> %.6f over steps %d..%d\n", first.loss, st.loss, start, a.steps);
+  else if (lead) printf("no steps left: resumed at step %d of %d\n", start, a.steps);
   if (a.sample > 0 && plan.layout.pp > 1) {
     if (lead) printf("(no sample: generation runs the whole model on one rank, and this one is cut into stages)\n");
   } else if (a.sample > 0 && (s = generate(m, &a, vocab, data_vocab, lead)) != GT_OK) {

@@ -11,6 +11,7 @@ typedef struct rank_state {
   int since;     /* steps since flagged */
   double cusum;  /* in sigmas */
   bool flagged;
+  double vs_peers[3]; /* its excess over its peers, the last three steps (NAN: not asked) */
 } rank_state;
 
 struct gt_detector {
@@ -93,23 +94,38 @@ static void add_noise(gt_detector *d, double z) {
   if (d->nnoise < cap) d->nnoise++;
 }
 
-/* Whether rank r, slow against its own history (z), is slow against its
- * peers too: its residual stands out from theirs this step, and its
- * workload under their fits predicts less than it took. Against its own
- * history alone, a rank whose conditions changed with its peers' (a stage
- * whose speed answered a job-wide slowdown differently from the other
- * stages, whose ranks set the job's level) or whose own fit was learnt in
- * a quieter spell (its stage peer slowed, freeing shared cores) would look
- * slow, and with two ranks a stage that happened. A rank with no peer (a
- * pipeline stage of its own) has its own history only. */
-static bool slow_against_peers(gt_detector *d, const gt_step_telemetry *tel, int r, double z, double job) {
+/* How much rank r, slow against its own history (z), is slow against its
+ * peers too, this step (log): the lesser of how far its residual stands
+ * out from theirs and how much longer it took than its workload under
+ * their fits predicts. Against its own history alone, a rank whose
+ * conditions changed with its peers' (a stage whose speed answered a
+ * job-wide slowdown differently from the other stages, whose ranks set the
+ * job's level) or whose own fit was learnt in a quieter spell (its stage
+ * peer slowed, freeing shared cores) would look slow, and with two ranks a
+ * stage that happened. A rank with no peer (a pipeline stage of its own)
+ * has its own history only. */
+static double excess_over_peers(gt_detector *d, const gt_step_telemetry *tel, int r, double z, double job) {
   int n = 0;
   for (int o = 0; o < d->cfg.nranks; o++)
     if (o != r && gt_predictor_same_group(d->pred, o, r)) d->peer[n++] = d->e[o] - job;
-  if (n == 0) return true;
-  double bar = log1p(d->cfg.theta);
+  if (n == 0) return INFINITY;
   double fit = log(fmax(tel[r].compute_s, 1e-9) / fmax(gt_predictor_peers(d->pred, &tel[r]), 1e-9)) - job;
-  return z - median(d->sorted, d->peer, n) > bar && fit > bar;
+  return fmin(z - median(d->sorted, d->peer, n), fit);
+}
+
+/* The peers' verdict for a flag: the median of the rank's excess over its
+ * peers in the last three steps where it was asked (this one included),
+ * over theta. One step is not enough: beside a CPU hog a rank whose
+ * evidence against its own history was marginal met a single step over
+ * its peers (the step a job-wide slowdown began) and was flagged at
+ * x1.18, where the rank was no slower than the others. */
+static bool slow_against_peers(gt_detector *d, int r) {
+  const double *v = d->rs[r].vs_peers;
+  double have[3];
+  int n = 0;
+  for (int i = 0; i < 3; i++)
+    if (!isnan(v[i])) have[n++] = v[i];
+  return n > 0 && median(d->sorted, have, n) > log1p(d->cfg.theta);
 }
 
 /* A flagged rank against its peers this step: the median over its peers q
@@ -197,9 +213,12 @@ gt_status gt_detector_step(gt_detector *d, int step, const gt_step_telemetry *te
     rank_state *s = &d->rs[r];
     double z = d->e[r] - job, z_peers = 0;
     if (s->flagged) z_peers = against_peers_now(d, tel, r, job);
-    /* Asked only of a rank about to have enough evidence: it costs a pass
-     * over the ranks. */
-    bool peers = !judging || s->flagged || s->over + 1 < c->k || slow_against_peers(d, tel, r, z, job);
+    /* The excess over peers is asked only of a rank a few steps from
+     * enough evidence, so that the three steps before a flag are all
+     * asked: it costs a pass over the ranks. */
+    s->vs_peers[d->steps % 3] = judging && !s->flagged && s->over + 3 >= c->k ? excess_over_peers(d, tel, r, z, job)
+                                                                            : NAN;
+    bool peers = !judging || s->flagged || s->over + 1 < c->k || slow_against_peers(d, r);
     if (judging && judge(d, r, step, z, z_peers, peers, sig, &events[*nevents])) (*nevents)++;
     /* A rank building evidence (above theta this step, or its CUSUM half
      * way to the limit) does not teach the predictor its slow speed

@@ -6,7 +6,8 @@
  * records, and the job's steps get shorter again: the median step's
  * excess over the steps before the fault is well under half of what it
  * was while rank 2 was slow (x4 against the x4/3 of three ranks doing
- * four ranks' work). */
+ * four ranks' work). On shared cores another rank may really be slow
+ * first and be left out instead: such a try is shown and run again. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -64,34 +65,53 @@ static double median_step(const char *metrics, int a, int b) {
   return v[n / 2];
 }
 
-static void test_slow_rank_is_excluded(void **state) {
-  (void)state;
-  if (!have_etcd) {
-    print_message("skipped: etcd not found\n");
-    skip();
+/* The first S3 the lead logged, for which rank; -1: none. */
+static int first_exclusion(const char *out) {
+  for (const char *p = strstr(out, "gpt: ladder: rank "); p; p = strstr(p + 1, "gpt: ladder: rank ")) {
+    const char *eol = strchr(p, '\n');
+    const char *s3 = strstr(p, ": S3 exclude\n");
+    if (s3 && eol && s3 + strlen(": S3 exclude") == eol) return atoi(p + strlen("gpt: ladder: rank "));
   }
-  char fault[128], metrics[128], steps[16];
+  return -1;
+}
+
+/* One run of the job. Returns false, with the reason printed, when the
+ * ladder's first exclusion was of another rank: on shared cores (a CPU
+ * hog beside the suite) a rank the fault did not touch can really be slow
+ * for a while, and leaving it out is the ladder doing its work, but then
+ * the run cannot show rank 2's exclusion. */
+static bool try_job(int k) {
+  char fault[128], metrics[128], steps[16], job[32];
   snprintf(fault, sizeof fault, "GT_FAULT=slow:rank=%d,factor=4,from=%d", SLOW, ONSET);
-  snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
+  snprintf(metrics, sizeof metrics, "%s/m%d.jsonl", dir, k);
   snprintf(steps, sizeof steps, "%d", STEPS);
-  char *argv[] = {giantrun, "--rdzv-endpoint", fx.endpoint, "--job-id", "exclude", "--nproc-per-node", "4",
+  snprintf(job, sizeof job, "exclude%d", k);
+  char *argv[] = {giantrun, "--rdzv-endpoint", fx.endpoint, "--job-id", job, "--nproc-per-node", "4",
                   "--plan", "dp=4", "--reshape", gpt, "--corpus", text, "--data", data, "--steps", steps,
                   "--layers", "4", "--channels", "64", "--heads", "4", "--seq", "64", "--global-batch", "16",
                   "--sample", "0", "--print-every", "0", "--failslow", "--metrics", metrics, NULL};
   /* 100 small steps on four ranks, rank 2 x4 for ~6 of them: ~5 s, ~8 s
-   * beside busy loops, a minute at worst under ASan; 600 s only bounds a
-   * hang (ctest's TIMEOUT is above it, so that the output is shown). */
-  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", fault, NULL}, 600, &res);
+   * beside busy loops, a minute at worst under ASan; 280 s only bounds a
+   * hang (three of them fit under ctest's TIMEOUT, 900 s, so that the
+   * output is shown). */
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", fault, NULL}, 280, &res);
   if (res.exit_code != 0) fail_msg("giantrun: exit %d:\n%s", res.exit_code, res.output);
   /* The ladder chose S3 for rank 2, which left; the others reshaped. */
-  const char *ladder = strstr(res.output, "gpt: ladder: rank 2 is x");
-  if (!ladder || !strstr(ladder, ": S3 exclude\n")) fail_msg("no S3 for rank 2:\n%s", res.output);
+  int first = first_exclusion(res.output);
+  if (first < 0) fail_msg("no S3 for rank 2:\n%s", res.output);
+  if (first != SLOW) {
+    const char *why = strstr(res.output, "gpt: ladder: rank ");
+    const char *eol = why ? strchr(why, '\n') : NULL;
+    print_message("try %d: the ladder left out rank %d first, not the faulted rank %d: %.*s\n", k, first, SLOW,
+                  why && eol ? (int)(eol - why) : 0, why ? why : "");
+    return false;
+  }
   char line[512];
   snprintf(line, sizeof line, "[rank %d] gpt: excluded after step ", SLOW);
   const char *gone = strstr(res.output, line);
   if (!gone) fail_msg("rank %d did not leave:\n%s", SLOW, res.output);
   int left_at = atoi(gone + strlen(line));
-  print_message("rank %d (slowed x4 from step %d) left after step %d\n", SLOW, ONSET, left_at);
+  print_message("try %d: rank %d (slowed x4 from step %d) left after step %d\n", k, SLOW, ONSET, left_at);
   assert_true(left_at > ONSET && left_at <= ONSET + 15);
   for (int r = 0; r < 4; r++) {
     if (r == SLOW) continue;
@@ -105,7 +125,7 @@ static void test_slow_rank_is_excluded(void **state) {
   assert_int_equal(gt_etcd_connect(&(gt_etcd_config){.endpoints = fx.endpoint, .timeout_ms = 5000}, &cli), GT_OK);
   gt_health_record rec[8];
   int m = 0;
-  assert_int_equal(gt_health_list(cli, "exclude", rec, 8, &m), GT_OK);
+  assert_int_equal(gt_health_list(cli, job, rec, 8, &m), GT_OK);
   gt_etcd_close(cli);
   bool recorded = false;
   for (int i = 0; i < m; i++) recorded |= rec[i].rank == SLOW && rec[i].state == GT_HEALTH_EXCLUDED;
@@ -122,6 +142,20 @@ static void test_slow_rank_is_excluded(void **state) {
                 clean * 1e3, during * 1e3, SLOW, after * 1e3);
   assert_true(during > clean);
   assert_true(after - clean < 0.5 * (during - clean));
+  return true;
+}
+
+/* Three tries at most, for the reason try_job gives; every check of a try
+ * that excluded rank 2 first must hold. */
+static void test_slow_rank_is_excluded(void **state) {
+  (void)state;
+  if (!have_etcd) {
+    print_message("skipped: etcd not found\n");
+    skip();
+  }
+  bool shown = false;
+  for (int k = 0; k < 3 && !shown; k++) shown = try_job(k);
+  if (!shown) fail_msg("in three tries the ladder left out another rank before rank %d:\n%s", SLOW, res.output);
 }
 
 int main(void) {

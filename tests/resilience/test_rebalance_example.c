@@ -171,25 +171,42 @@ static void run_pp(const char *tag, bool rebalance, run_result *r, float *loss) 
   if (!p || sscanf(p, "] loss %f -> %f", &first, loss) != 2) fail_msg("%s: no loss line:\n%s", tag, r->output);
 }
 
-static void test_layers_leave_the_slow_stage(void **state) {
-  (void)state;
-  static run_result kept, recut;
-  float kept_loss, recut_loss;
-  run_pp("kept", false, &kept, &kept_loss);
+/* One run with the fault and --rebalance against the run without: the
+ * loss must match every time; whether the cut moved once and held is the
+ * return value. */
+static bool attempt_pp(int k, float kept_loss) {
+  static run_result recut;
+  float recut_loss;
   run_pp("recut", true, &recut, &recut_loss);
+  double gap = fabs((double)recut_loss - kept_loss) / kept_loss;
+  assert_true(gap <= 1e-5);
   const char *p = strstr(recut.output, "re-cut after step ");
   int step, a0, a1, b0, b1, layers;
   if (!p || sscanf(p, "re-cut after step %d: first layers of the stages %d,%d -> %d,%d of %d", &step, &a0, &a1, &b0,
                    &b1, &layers) != 6)
     fail_msg("no re-cut line:\n%s", recut.output);
-  double gap = fabs((double)recut_loss - kept_loss) / kept_loss;
-  print_message("pp=2, stage 1 x3 from step 10: re-cut after step %d, stage 1 from layer %d to layer %d of %d; "
-                "loss %.6f vs %.6f without (%.1e)\n", step, a1, b1, layers, recut_loss, kept_loss, gap);
-  assert_true(step >= 10 && b0 == 0 && b1 > a1 && b1 < layers);
   int recuts = 0;
   for (const char *q = p; (q = strstr(q, "re-cut after step ")); q++) recuts++;
-  assert_true(recuts <= 2); /* the new cut holds (a second may follow as the speeds settle), no flapping */
-  assert_true(gap <= 1e-5);
+  /* The first re-cut gives stage 1 fewer layers; the new cut holds (a
+   * second may follow as the speeds settle), no flapping. */
+  bool ok = step >= 10 && b0 == 0 && b1 > a1 && b1 < layers && recuts <= 2;
+  print_message("try %d: pp=2, stage 1 x3 from step 10: re-cut after step %d, stage 1 from layer %d to layer %d of "
+                "%d, %d re-cut(s)%s; loss %.6f vs %.6f without (%.1e)\n", k, step, a1, b1, layers, recuts,
+                ok ? "" : " (not within the bounds)", recut_loss, kept_loss, gap);
+  if (!ok && k == 2) print_message("%s", recut.output);
+  return ok;
+}
+
+/* As for the rows: the stage speeds are measured on shared cores, so
+ * where the layers go has three tries; the loss holds on every one. */
+static void test_layers_leave_the_slow_stage(void **state) {
+  (void)state;
+  static run_result kept;
+  float kept_loss;
+  run_pp("kept", false, &kept, &kept_loss);
+  bool ok = false;
+  for (int k = 0; k < 3 && !ok; k++) ok = attempt_pp(k, kept_loss);
+  assert_true(ok);
 }
 
 int main(void) {
