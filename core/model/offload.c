@@ -17,9 +17,10 @@
  * layer's kernels accumulate into it exactly as they would into the flat
  * buffer, and the slot goes back to the host on the copy stream while the
  * next layer computes (a layer that says which of its gradients are final
- * part way through its backward, gt_layer_grads_final, sends those then). The arithmetic is therefore the same, operation for
- * operation, as without offloading, including a tied parameter whose two
- * users accumulate into one gradient: the results are bit-identical.
+ * part way through its backward, gt_layer_grads_final, sends those then).
+ * The arithmetic is therefore the same, operation for operation, as
+ * without offloading, including a tied parameter whose two users
+ * accumulate into one gradient: the results are bit-identical.
  *
  * A slot is refilled only when its layer was evicted or the parameters
  * changed since it was fetched (an optimizer step, a load): a window as
