@@ -119,10 +119,14 @@ static double median_of(double *v, int n) {
 }
 
 /* The naive reference for a compute verdict: over steps from..to, the
- * rank's compute against its own median over steps base..from-1 (30 steps
- * before `from` where base is -1), divided by the same ratio's median over
- * all ranks (the job-wide factor). A rank flagged on honest variance shows
- * about 1. */
+ * rank's compute against its normal speed, divided by the same ratio's
+ * median over all ranks (the job-wide factor). A rank's normal speed is the
+ * lower quartile of its compute over steps base..from-1 (30 steps before
+ * `from` where base is -1), not the median: a rank flagged twice beside a
+ * CPU hog, slow over steps 140-160 and again from 168, had those 30 steps
+ * mostly slow, and against their median its second spell read x1.04. The
+ * quartile holds while fewer than 22 of the 30 steps are slow. A rank
+ * flagged on honest variance shows about 1. */
 static double raw_slowdown_since(int rank, int base, int from, int to) {
   double b[RANKS], v[MAX_STEPS], x[RANKS];
   int end = base < 0 ? from : base + 30;
@@ -131,7 +135,8 @@ static double raw_slowdown_since(int rank, int base, int from, int to) {
     int n = 0;
     for (int t = base > 1 ? base : 1; t < end; t++)
       if (compute[t][q] > 0) v[n++] = compute[t][q];
-    b[q] = n ? median_of(v, n) : 0;
+    if (n) qsort(v, (size_t)n, sizeof *v, cmp_double);
+    b[q] = n ? v[n / 4] : 0;
     if (!(b[q] > 0)) return 0;
   }
   int n = 0;
@@ -320,6 +325,9 @@ static void expect_phases(const char *job, const char *plan, const int ranks[3])
       assert_true(raw > 1 + (factor[i] - 1) / 4);
     }
     int clear_by = i < 2 ? from[i + 1] : 300;
+    /* Cleared while the fault played and not flagged again: nothing is
+     * left to clear. */
+    if (nmid > 0 && !v[mid[nmid - 1]].flagged && ci < 0) continue;
     if (ci < 0 || v[ci].step <= from[i] + 50)
       fail_msg("%s: phase %d: want rank %d cleared after its recovery at %d:\n%s", plan, i, ranks[i], from[i] + 50,
                r.output);
