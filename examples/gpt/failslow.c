@@ -8,14 +8,14 @@ static double ape_sum, ape_raw_sum;
 static int ape_steps;
 
 gt_status gpt_failslow_start(const gpt_failslow_args *a, gt_dist *dist, const gt_model *m, gt_job *job,
-                             const char *metrics, gt_failslow **out) {
+                             const char *metrics, const int *record_ranks, gt_failslow **out) {
   *out = NULL;
   if (!a->on) return GT_OK;
   if (!dist) return gt_errorf(GT_EINVAL, "--failslow needs a job of 3 or more ranks (run under giantrun)");
   gt_failslow_config c = {.theta = a->theta, .k = a->k, .warmup = a->warmup, .window = a->window,
                           .every = a->every, .probe_rounds = a->probe_rounds,
                           .probe_bytes = a->probe_bytes, .metrics_path = metrics,
-                          .etcd = gt_job_etcd(job), .job_id = job->job_id};
+                          .etcd = gt_job_etcd(job), .job_id = job->job_id, .record_ranks = record_ranks};
   return gt_failslow_create(dist, m, &c, out);
 }
 

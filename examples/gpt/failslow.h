@@ -33,9 +33,10 @@ typedef struct gpt_failslow_args {
       {"--failslow-probe-bytes", GT_OPT_INT, &(a)->probe_bytes, 4, 64 << 20}
 
 /* NULL *out unless a->on. metrics: rank 0's metrics file (verdict lines go
- * there too), or NULL. */
+ * there too), or NULL. record_ranks: each rank's rank at launch, for the
+ * health records, after a reshape (NULL: the same). */
 gt_status gpt_failslow_start(const gpt_failslow_args *a, gt_dist *dist, const gt_model *m, gt_job *job,
-                             const char *metrics, gt_failslow **out);
+                             const char *metrics, const int *record_ranks, gt_failslow **out);
 /* After each step; fs NULL: nothing. The step's report goes to *rep
  * (rep->gathered false when nothing was gathered). */
 gt_status gpt_failslow_after_step(gt_failslow *fs, const gt_step_stats *st, gt_failslow_report *rep);

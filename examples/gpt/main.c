@@ -772,7 +772,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (ckpt) gpt_ckpt_catch_stop(); /* a stop lets the save in flight commit (on the way out) */
-  if (!joining && (s = gpt_failslow_start(&a.failslow, dist, m, job, metrics, &failslow)) != GT_OK) {
+  if (!joining && (s = gpt_failslow_start(&a.failslow, dist, m, job, metrics, NULL, &failslow)) != GT_OK) {
     rc = 2;
     fail("starting fail-slow detection", s);
     goto out;
@@ -877,7 +877,7 @@ int main(int argc, char **argv) {
       tc.print_every = lead ? a.print_every : 0;
       /* Fail-slow monitoring goes on at the new layout (three ranks or more). */
       if (a.failslow.on && job->world_size >= 3 &&
-          (s = gpt_failslow_start(&a.failslow, dist, m, job, metrics, &failslow)) != GT_OK) {
+          (s = gpt_failslow_start(&a.failslow, dist, m, job, metrics, rsh.members, &failslow)) != GT_OK) {
         fail("starting fail-slow detection again", s);
         goto out;
       }

@@ -67,6 +67,11 @@ typedef struct gt_failslow_config {
    * NULL client: none. */
   gt_etcd_client *etcd;
   const char *job_id;
+  /* The rank each rank of this world is in the health records, nranks
+   * long: its rank at launch, after a reshape has numbered the ranks left
+   * anew (so that a record never lands on another process's); NULL: the
+   * same. Copied. */
+  const int *record_ranks;
 } gt_failslow_config;
 
 typedef struct gt_failslow_report {

@@ -71,7 +71,11 @@ gt_status gt_failslow_create(gt_dist *dist, const gt_model *m, const gt_failslow
   fs->scratch = calloc(n, sizeof(double));
   fs->events = calloc(n, sizeof *fs->events);
   fs->verdicts = calloc(n + 2, sizeof *fs->verdicts);
-  gt_status s = fs->tel && fs->predicted && fs->e && fs->scratch && fs->events && fs->verdicts
+  bool names_ok = true;
+  if (cfg->record_ranks && (names_ok = (fs->record_rank = malloc(n * sizeof *fs->record_rank)) != NULL))
+    memcpy(fs->record_rank, cfg->record_ranks, n * sizeof *fs->record_rank);
+  fs->cfg.record_ranks = NULL; /* the caller's; fs->record_rank is ours */
+  gt_status s = fs->tel && fs->predicted && fs->e && fs->scratch && fs->events && fs->verdicts && names_ok
                     ? GT_OK
                     : gt_errorf(GT_ENOMEM, "out of memory creating the fail-slow monitor for %d ranks", fs->n);
   gt_predictor_prior prior = {0};
@@ -114,6 +118,7 @@ void gt_failslow_destroy(gt_failslow *fs) {
   gt_detector_destroy(fs->det);
   gt_predictor_destroy(fs->pred);
   free(fs->tel), free(fs->predicted), free(fs->e), free(fs->scratch), free(fs->events), free(fs->verdicts);
+  free(fs->record_rank);
   free(fs);
 }
 

@@ -38,6 +38,7 @@ struct gt_failslow {
   double level; /* the job's recent factor over the fits (ape_raw) */
   gt_detector_event *events;
   gt_failslow_verdict *verdicts; /* 2 * n + 2 */
+  int *record_rank;              /* cfg.record_ranks, copied; NULL: the same */
   int nverdicts;
   link_watch link;
   FILE *metrics;

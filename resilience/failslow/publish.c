@@ -56,11 +56,15 @@ static void put_health(gt_failslow *fs, const gt_failslow_report *rep, const gt_
   const gt_step_telemetry *t = &rep->telemetry[v->rank];
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
-  gt_health_record r = {.rank = v->rank,
+  /* The records name ranks as launched (gt_failslow_config.record_ranks). */
+  const int *name = fs->record_rank;
+  gt_health_record r = {.rank = name ? name[v->rank] : v->rank,
                         .state = v->flagged ? GT_HEALTH_SLOW : GT_HEALTH_OK,
                         .kind = v->flagged ? (v->kind == GT_FAILSLOW_LINK ? GT_HEALTH_LINK : GT_HEALTH_COMPUTE)
                                            : GT_HEALTH_NONE,
-                        .peer = v->flagged && v->kind == GT_FAILSLOW_LINK ? v->peer : -1,
+                        .peer = v->flagged && v->kind == GT_FAILSLOW_LINK && v->peer >= 0
+                                    ? (name ? name[v->peer] : v->peer)
+                                    : -1,
                         .ratio = v->ratio,
                         .observed_ms = t->compute_s * 1e3,
                         .predicted_ms = rep->predicted[v->rank] * rep->job_factor * 1e3,
@@ -68,7 +72,7 @@ static void put_health(gt_failslow *fs, const gt_failslow_report *rep, const gt_
                         .time = (double)now.tv_sec + now.tv_nsec * 1e-9};
   snprintf(r.by, sizeof r.by, "rank-0");
   if (gt_health_put(fs->cfg.etcd, fs->cfg.job_id, &r) != GT_OK)
-    gt_warn("fail-slow: could not record rank %d's health on etcd: %s", v->rank, gt_last_error());
+    gt_warn("fail-slow: could not record rank %d's health on etcd: %s", r.rank, gt_last_error());
 }
 #endif
 

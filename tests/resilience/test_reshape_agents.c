@@ -153,13 +153,15 @@ static void test_leader_killed_during_reshape(void **state) {
   /* Either the two workers left could not go on (the state only the
    * dead node held is lost) and generation 1 resumed from a checkpoint,
    * or they held every part of the state (replicas of the dead ranks')
-   * and finished the job themselves; either way the steps were applied
-   * once each, which the final loss shows. */
+   * and finished the job themselves (beside a CPU hog, once, one of them
+   * alone: the other had been restarted alone and was still asking to
+   * join); either way the steps were applied once each, which the final
+   * loss shows. */
   bool resumed = strstr(log, "resumed from ") != NULL;
   if (resumed) assert_non_null(strstr(log, "world 2 = "));
-  else if (!strstr(log, " of 2 in membership epoch ")) {
+  else if (!strstr(log, "gpt: reshaped in ")) {
     dump_log(leader), dump_log(other);
-    fail_msg("no restart from a checkpoint, and no reshape to the two workers left");
+    fail_msg("no restart from a checkpoint, and no reshape to the workers left");
   }
   int from = -1;
   float loss = last_loss(log, &from);
