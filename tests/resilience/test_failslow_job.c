@@ -120,13 +120,16 @@ static double median_of(double *v, int n) {
 
 /* The naive reference for a compute verdict: over steps from..to, the
  * rank's compute against its normal speed, divided by the same ratio's
- * median over all ranks (the job-wide factor). A rank's normal speed is the
- * lower quartile of its compute over steps base..from-1 (30 steps before
- * `from` where base is -1), not the median: a rank flagged twice beside a
- * CPU hog, slow over steps 140-160 and again from 168, had those 30 steps
- * mostly slow, and against their median its second spell read x1.04. The
- * quartile holds while fewer than 22 of the 30 steps are slow. A rank
- * flagged on honest variance shows about 1. */
+ * median over the other ranks (the job-wide factor). Not over all ranks:
+ * when two of four are slow their median sits between the halves (beside
+ * a CPU hog ranks 2 and 3 ran x1.4 together, and against all four rank 3
+ * read x1.09). A rank's normal speed is the lower quartile of its compute
+ * over steps base..from-1 (30 steps before `from` where base is -1), not
+ * the median: a rank flagged twice beside a CPU hog, slow over steps
+ * 140-160 and again from 168, had those 30 steps mostly slow, and against
+ * their median its second spell read x1.04. The quartile holds while fewer
+ * than 22 of the 30 steps are slow. A rank flagged on honest variance
+ * shows about 1. */
 static double raw_slowdown_since(int rank, int base, int from, int to) {
   double b[RANKS], v[MAX_STEPS], x[RANKS];
   int end = base < 0 ? from : base + 30;
@@ -142,9 +145,10 @@ static double raw_slowdown_since(int rank, int base, int from, int to) {
   int n = 0;
   for (int t = from; t <= to && t < MAX_STEPS; t++) {
     if (!(compute[t][rank] > 0)) continue;
-    for (int q = 0; q < RANKS; q++) x[q] = compute[t][q] / b[q];
-    double mine = x[rank];
-    v[n++] = mine / median_of(x, RANKS);
+    int k = 0;
+    for (int q = 0; q < RANKS; q++)
+      if (q != rank) x[k++] = compute[t][q] / b[q];
+    v[n++] = compute[t][rank] / b[rank] / median_of(x, k);
   }
   return n ? median_of(v, n) : 0;
 }
