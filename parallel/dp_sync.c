@@ -46,7 +46,6 @@ struct gt_dp_sync {
   gt_model *m;
   gt_comm *dp;
   bool zero1, reduce, overlap;
-  bool scatter; /* ZeRO-1 by one reduce-scatter after backward (not by buckets) */
   bucket *b;
   int nb, next; /* buckets [0, next) have been started this step */
   int ended;    /* buckets [0, ended) have ended well */
@@ -92,10 +91,14 @@ static gt_status poll_buckets(gt_dp_sync *s) {
   return GT_OK;
 }
 
+/* ZeRO-1 by one reduce-scatter after backward, not by buckets: unless
+ * layers are announced as they are reduced. */
+static bool scatters(const gt_dp_sync *s) { return s->zero1 && !s->reduced; }
+
 /* The model calls this after each layer's backward. */
 static gt_status on_layer_done(void *ctx, int layer) {
   gt_dp_sync *s = ctx;
-  if (!s->reduce || !s->overlap || s->scatter) return GT_OK;
+  if (!s->reduce || !s->overlap || scatters(s)) return GT_OK;
   while (s->next < s->nb && s->b[s->next].min_layer >= layer) GT_TRY(start_bucket(s, &s->b[s->next++]));
   return s->reduced ? poll_buckets(s) : GT_OK;
 }
@@ -104,8 +107,7 @@ gt_status gt_dp_sync_on_reduced(gt_dp_sync *s, gt_status (*fn)(void *ctx, int la
   gt_model *m = s->m;
   /* ZeRO-1 reduces by buckets while layers are announced; the reduce-
    * scatter's buffer comes back when it is needed again (finish). */
-  s->scatter = s->zero1 && !fn;
-  if (!s->scatter && s->shard) gt_model_state_free(m, s->shard), s->shard = NULL;
+  if (fn && s->shard) gt_model_state_free(m, s->shard), s->shard = NULL;
   int nl = gt_model_num_layers(m);
   if (fn && !s->layer_lo) {
     if (!(s->layer_lo = malloc((size_t)(nl ? nl : 1) * sizeof *s->layer_lo)))
@@ -153,7 +155,7 @@ gt_status gt_dp_sync_create(gt_model *m, gt_comm *dp, size_t bucket_bytes, bool 
   if (!s) return gt_errorf(GT_ENOMEM, "out of memory creating gradient sync");
   s->m = m;
   s->dp = dp;
-  s->zero1 = s->scatter = zero1;
+  s->zero1 = zero1;
   size_t n = gt_model_buffer_floats(m);
   int P = gt_comm_size(dp), r = gt_comm_rank(dp);
   if (zero1 && n % (size_t)P) {
@@ -201,7 +203,7 @@ gt_status gt_dp_sync_finish(gt_dp_sync *s) {
   gt_model *m = s->m;
   double t0 = gt_now();
   s->stats.buckets = s->nb;
-  if (s->scatter) {
+  if (scatters(s)) {
     /* Reduce-scatter the whole buffer; each rank keeps its shard's average. */
     size_t S = s->shard_hi - s->shard_lo;
     if (!s->shard) GT_TRY(gt_model_state_alloc(m, (S ? S : 1) * sizeof(float), (void **)&s->shard));
