@@ -25,12 +25,14 @@ giant_install_fuzz_deps() {
   giant_install_deps "$GIANT_FUZZ_PACKAGES"
 }
 
-# giant_build DIR [cmake options...]: configure and build into DIR.
+# giant_build DIR [cmake options...]: configure and build into DIR; only
+# the target GIANT_BUILD_TARGET when set (tests-core: the core tests and
+# what they run).
 giant_build() {
   local dir="$1"
   shift
   mkdir -p "$dir"
   cmake -S "$GIANT_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@" >"$dir/configure.log" 2>&1 ||
     { cat "$dir/configure.log"; return 1; }
-  cmake --build "$dir" -j"$(nproc)"
+  cmake --build "$dir" -j"$(nproc)" ${GIANT_BUILD_TARGET:+--target "$GIANT_BUILD_TARGET"}
 }

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite, several times in a row, while a CPU hog keeps every
 # core busy: the tests' time bounds must hold on a loaded machine, not only
-# on a quiet one (CI runs them under sanitizers with -j2 on 2 cores).
+# on a quiet one (CI runs them under sanitizers, one test more than there
+# are cores at a time, as tools/test.sh does).
 #
 #   bash tools/stress-tests.sh [--runs N] [--hogs H] [-- CTEST_ARGS...]
 #
 # Builds as tools/test.sh does (GIANT_BUILD_DIR, GIANT_CMAKE_ARGS), starts
 # H busy loops (default: one per core) at the tests' own priority, then
-# runs `ctest -j2` N times (default 5). One line per run, then
+# runs ctest as tools/test.sh does N times (default 5). One line per run, then
 # `stress runs=N passed=P` as the last line; exits 1 unless every run
 # passed. The failed tests' output is kept in $BUILD/stress/run-K.log.
 set -euo pipefail
@@ -53,7 +54,7 @@ for k in $(seq "$runs"); do
   start=$(date +%s)
   log="$BUILD/stress/run-$k.log"
   rc=0
-  ctest --output-on-failure -j2 --timeout 600 "${ctest_args[@]}" >"$log" 2>&1 || rc=$?
+  ctest --output-on-failure -j"$(( $(nproc) + 1 ))" --timeout 600 "${ctest_args[@]}" >"$log" 2>&1 || rc=$?
   took=$(($(date +%s) - start))
   summary="$(grep -E '^[0-9]+% tests passed' "$log" | tail -1)"
   if [ "$rc" -eq 0 ]; then

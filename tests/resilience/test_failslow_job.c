@@ -1,7 +1,8 @@
 /* Fail-slow detection in a running job: examples/gpt on four ranks under
  * giantrun, with a real etcd, faults played by GT_FAULT. A run checks
- * several things, so that the suite stays short:
- *   - 300 clean steps at dp=4 and at dp=2,pp=2: no false alarm, that is
+ * several things, so that the suite stays short. Two groups, two ctest
+ * tests: `compute` (test_failslow_job) and `links` (test_failslow_links):
+ *   - 150 clean steps at dp=4 and at dp=2,pp=2: no false alarm, that is
  *     no verdict but on a rank whose raw compute really was slower (a
  *     naive reference over the metrics' per-rank compute_s);
  *   - at dp=4 and at dp=2,pp=2, one rank slowed x1.5, then another x2,
@@ -11,11 +12,11 @@
  *     the detector's bar, and each verdict cleared after the fault ends,
  *     before the next phase; any other verdict confirmed by the reference,
  *     as in the clean runs;
- *   - at dp=4 and at dp=2,pp=2, every rank slowed x2 at once, then a slow
+ *   - links: at dp=4 and at dp=2,pp=2, every rank slowed x2 at once, then a slow
  *     link: no compute alarm (but where the reference confirms a rank
  *     really was slower, as in the clean runs), the link flagged with its
  *     two ends, and its health record on etcd;
- *   - at dp=4, every send of one rank slowed: the rank flagged as behind a
+ *   - links: at dp=4, every send of one rank slowed: the rank flagged as behind a
  *     slow link to every peer (its node's own).
  * Detection compares ranks with each other and the faults are sized
  * against the step, so a loaded machine (sanitizers, two cores shared with
@@ -220,7 +221,7 @@ static int link_verdicts(const char *plan, const verdict *v, int n, const run_re
 
 static void expect_clean(const char *job, const char *plan) {
   static run_result r;
-  run_job(job, plan, "300", "", &r);
+  run_job(job, plan, "150", "", &r);
   verdict v[16], links[16];
   int n = parse_verdicts(r.output, v, 16);
   /* No fault was played: no link verdict, and no unconfirmed compute one. */
@@ -446,12 +447,22 @@ static void test_node_link_dp4(void **state) {
     fail_msg("want it flagged within %d steps of step 120:\n%s", LINK_WITHIN, r.output);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+/* argv[1] picks the group: `compute` (the clean runs and the slow phases,
+ * which compare ranks' compute and hold beside other tests' load) or
+ * `links` (which read communication waits, the first thing other tests
+ * sharing the cores move: ctest runs it alone). */
+int main(int argc, char **argv) {
+  const struct CMUnitTest compute[] = {
       cmocka_unit_test(test_clean_dp4),       cmocka_unit_test(test_clean_dp2_pp2),
       cmocka_unit_test(test_slow_phases_dp4), cmocka_unit_test(test_slow_phases_dp2_pp2),
-      cmocka_unit_test(test_link_dp4),        cmocka_unit_test(test_link_dp2_pp2),
+  };
+  const struct CMUnitTest links[] = {
+      cmocka_unit_test(test_link_dp4),
+      cmocka_unit_test(test_link_dp2_pp2),
       cmocka_unit_test(test_node_link_dp4),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  if (argc == 2 && !strcmp(argv[1], "compute")) return cmocka_run_group_tests(compute, setup, teardown);
+  if (argc == 2 && !strcmp(argv[1], "links")) return cmocka_run_group_tests(links, setup, teardown);
+  fprintf(stderr, "usage: %s compute|links\n", argc ? argv[0] : "test_failslow_job");
+  return 2;
 }
