@@ -5,13 +5,16 @@
  * against one process without faults, the sample ledger and the steps
  * lost, that no process of the job is left, that only the job's
  * documented records are left in etcd (and go when it is removed), and
- * that nothing of the emulated network is left afterwards.
+ * that nothing of the emulated network is left afterwards. Two ctest
+ * tests of this program: test_chaos_quick (the faults) and test_chaos_slow
+ * (the slow rank).
  *
  * Without root, `ip` or etcd the suite says so and skips. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "chaos/cases.h"
@@ -56,12 +59,20 @@ static void test_partition(void **state) {
   run_case("partition");
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+/* argv[1] picks the group: `faults` (kill a worker, kill an agent,
+ * partition a node) or `slow` (the slow rank, which judges speeds: ctest
+ * runs it under the lock of the tests that do). */
+int main(int argc, char **argv) {
+  const struct CMUnitTest faults[] = {
       cmocka_unit_test(test_kill_a_worker),
       cmocka_unit_test(test_kill_an_agent),
-      cmocka_unit_test(test_slow_rank),
       cmocka_unit_test(test_partition),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  const struct CMUnitTest slow[] = {
+      cmocka_unit_test(test_slow_rank),
+  };
+  if (argc == 2 && !strcmp(argv[1], "faults")) return cmocka_run_group_tests(faults, NULL, NULL);
+  if (argc == 2 && !strcmp(argv[1], "slow")) return cmocka_run_group_tests(slow, NULL, NULL);
+  fprintf(stderr, "usage: %s faults|slow\n", argc ? argv[0] : "test_chaos_quick");
+  return 2;
 }

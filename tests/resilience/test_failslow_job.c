@@ -375,25 +375,29 @@ static void test_slow_phases_dp2_pp2(void **state) {
 }
 
 /* How soon a slow link is flagged: 5 steps after its onset on a quiet
- * machine, 23 once beside a CPU hog. The run goes on 40 steps. */
-enum { LINK_WITHIN = 30 };
+ * machine, 23 once beside a CPU hog. The link slows at LINK_AT, 60 steps
+ * after the whole job did (more than the 50 steps of wait history the
+ * monitor keeps), and the run goes on 40 steps. */
+enum { LINK_WITHIN = 30, LINK_AT = 90 };
+#define LINK_STEPS "130"
 
 /* The whole job slowed, then one link: only the link is flagged, with its
  * two ends, and rank 0 records it on etcd. */
 static void expect_link(const char *job, const char *plan, int a, int b) {
   char fault[256];
-  snprintf(fault, sizeof fault, "slow:rank=all,factor=2,from=30;slowlink:rank=%d,peer=%d,delay_ms=50,from=120",
-           a, b);
+  snprintf(fault, sizeof fault, "slow:rank=all,factor=2,from=30;slowlink:rank=%d,peer=%d,delay_ms=50,from=%d",
+           a, b, LINK_AT);
   static run_result r;
-  run_job(job, plan, "160", fault, &r);
+  run_job(job, plan, LINK_STEPS, fault, &r);
   verdict all[16], v[16];
   int n = link_verdicts(plan, all, parse_verdicts(r.output, all, 16), &r, v);
   if (n != 1 || !v[0].flagged) fail_msg("%s: want one link verdict, a slow link, got %d:\n%s", plan, n, r.output);
   int lo = a < b ? a : b, hi = a < b ? b : a;
-  print_message("%s: link %d->%d slowed at step 120: flagged %d-%d at step %d, round trip x%.1f the median pair's\n",
-                plan, a, b, v[0].rank, v[0].peer, v[0].step, v[0].ratio);
-  if (v[0].rank != lo || v[0].peer != hi || v[0].step < 120 || v[0].step > 120 + LINK_WITHIN)
-    fail_msg("%s: want link %d-%d flagged within %d steps of step 120:\n%s", plan, lo, hi, LINK_WITHIN, r.output);
+  print_message("%s: link %d->%d slowed at step %d: flagged %d-%d at step %d, round trip x%.1f the median pair's\n",
+                plan, a, b, LINK_AT, v[0].rank, v[0].peer, v[0].step, v[0].ratio);
+  if (v[0].rank != lo || v[0].peer != hi || v[0].step < LINK_AT || v[0].step > LINK_AT + LINK_WITHIN)
+    fail_msg("%s: want link %d-%d flagged within %d steps of step %d:\n%s", plan, lo, hi, LINK_WITHIN, LINK_AT,
+             r.output);
   gt_etcd_client *cli = NULL;
   assert_int_equal(gt_etcd_connect(&(gt_etcd_config){.endpoints = fx.endpoint, .timeout_ms = 5000}, &cli), GT_OK);
   gt_health_record rec[8];
@@ -433,18 +437,20 @@ static void test_link_dp2_pp2(void **state) {
 static void test_node_link_dp4(void **state) {
   (void)state;
   static run_result r;
-  run_job("fs-nodelink", "dp=4", "160",
-          "slow:rank=all,factor=2,from=30;slowlink:rank=3,peer=0,delay_ms=50,from=120;"
-          "slowlink:rank=3,peer=1,delay_ms=50,from=120;slowlink:rank=3,peer=2,delay_ms=50,from=120",
-          &r);
+  char fault[256];
+  snprintf(fault, sizeof fault,
+           "slow:rank=all,factor=2,from=30;slowlink:rank=3,peer=0,delay_ms=50,from=%d;"
+           "slowlink:rank=3,peer=1,delay_ms=50,from=%d;slowlink:rank=3,peer=2,delay_ms=50,from=%d",
+           LINK_AT, LINK_AT, LINK_AT);
+  run_job("fs-nodelink", "dp=4", LINK_STEPS, fault, &r);
   verdict all[16], v[16];
   int n = link_verdicts("dp=4", all, parse_verdicts(r.output, all, 16), &r, v);
   if (n != 1 || !v[0].flagged || v[0].peer != -1 || v[0].rank != 3)
     fail_msg("want one link verdict, the link of rank 3 to every peer, got %d:\n%s", n, r.output);
-  print_message("dp=4: rank 3's sends slowed at step 120: its link flagged at step %d, round trips x%.1f the other "
-                "pairs'\n", v[0].step, v[0].ratio);
-  if (v[0].step < 120 || v[0].step > 120 + LINK_WITHIN)
-    fail_msg("want it flagged within %d steps of step 120:\n%s", LINK_WITHIN, r.output);
+  print_message("dp=4: rank 3's sends slowed at step %d: its link flagged at step %d, round trips x%.1f the other "
+                "pairs'\n", LINK_AT, v[0].step, v[0].ratio);
+  if (v[0].step < LINK_AT || v[0].step > LINK_AT + LINK_WITHIN)
+    fail_msg("want it flagged within %d steps of step %d:\n%s", LINK_WITHIN, LINK_AT, r.output);
 }
 
 /* argv[1] picks the group: `compute` (the clean runs and the slow phases,
