@@ -108,3 +108,10 @@ void run_cmd(char *const argv[], char *const env_extra[], double timeout_s, run_
   r->seconds = now() - t0;
   close(fds[0]);
 }
+
+void run_print(const char *what, const run_result *r) {
+  printf("---- %s: exit %d after %.1f s; its output:\n", what, r->exit_code, r->seconds);
+  fputs(r->output, stdout);
+  printf("\n---- end of %s\n", what);
+  fflush(stdout);
+}

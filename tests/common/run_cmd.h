@@ -14,6 +14,10 @@ typedef struct run_result {
  * "NAME=value" added to the environment. Kills the process group after
  * timeout_s. */
 void run_cmd(char *const argv[], char *const env_extra[], double timeout_s, run_result *r);
+/* The whole output on stdout, between two marker lines naming `what`:
+ * CMocka cuts a failure's message at 1 KiB, where a failed run's cause is
+ * usually further down. */
+void run_print(const char *what, const run_result *r);
 /* "$GT_BUILD_DIR/<rel>" into buf. */
 const char *build_path(const char *rel, char *buf, size_t n);
 
