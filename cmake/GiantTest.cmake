@@ -4,15 +4,25 @@
 # A test that exits 77 is reported as skipped (used when a device is absent).
 function(giant_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT;RESOURCE_LOCK" "SOURCES;LABELS;ARGS;LIBS" ${ARGN})
-  if(NOT T_LABELS)
-    message(FATAL_ERROR "test ${T_NAME} needs LABELS")
-  endif()
   add_executable(${T_NAME} ${T_SOURCES})
   # The test's own libraries first: the static layers after them resolve what
   # they use (a static library satisfies only what comes before it).
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} giant_all PkgConfig::CMOCKA m)
   target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/tests)
-  add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${T_ARGS})
+  giant_add_test_run(NAME ${T_NAME} PROGRAM ${T_NAME} ARGS ${T_ARGS} LABELS ${T_LABELS} TIMEOUT "${T_TIMEOUT}"
+    RESOURCE_LOCK "${T_RESOURCE_LOCK}")
+endfunction()
+
+# giant_add_test_run(NAME name PROGRAM target LABELS area [TIMEOUT s]
+#                    [ARGS ...] [RESOURCE_LOCK name])
+# Registers a run of a test program giant_add_test built, under its own
+# name: one program whose groups ctest schedules apart (ARGS picks one).
+function(giant_add_test_run)
+  cmake_parse_arguments(T "" "NAME;PROGRAM;TIMEOUT;RESOURCE_LOCK" "LABELS;ARGS" ${ARGN})
+  if(NOT T_LABELS)
+    message(FATAL_ERROR "test ${T_NAME} needs LABELS")
+  endif()
+  add_test(NAME ${T_NAME} COMMAND ${T_PROGRAM} ${T_ARGS})
   # One target per area, tests-<label>, builds its tests and what they run
   # (their add_dependencies), not the whole tree: `cmake --build B --target
   # tests-core && ctest -L core`.
@@ -20,7 +30,7 @@ function(giant_add_test)
     if(NOT TARGET tests-${label})
       add_custom_target(tests-${label})
     endif()
-    add_dependencies(tests-${label} ${T_NAME})
+    add_dependencies(tests-${label} ${T_PROGRAM})
   endforeach()
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)

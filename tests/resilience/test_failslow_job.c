@@ -12,12 +12,12 @@
  *     the detector's bar, and each verdict cleared after the fault ends,
  *     before the next phase; any other verdict confirmed by the reference,
  *     as in the clean runs;
- *   - links: at dp=4 and at dp=2,pp=2, every rank slowed x2 at once, then a slow
- *     link: no compute alarm (but where the reference confirms a rank
- *     really was slower, as in the clean runs), the link flagged with its
- *     two ends, and its health record on etcd;
- *   - links: at dp=4, every send of one rank slowed: the rank flagged as behind a
- *     slow link to every peer (its node's own).
+ *   - links: at dp=4 and at dp=2,pp=2, every rank slowed x2 at once,
+ *     then a slow link: no compute alarm (but where the reference
+ *     confirms a rank really was slower, as in the clean runs), the link
+ *     flagged with its two ends, and its health record on etcd;
+ *   - links: at dp=4, every send of one rank slowed: the rank flagged as
+ *     behind a slow link to every peer (its node's own).
  * Detection compares ranks with each other and the faults are sized
  * against the step, so a loaded machine (sanitizers, two cores shared with
  * other tests) that slows all ranks alike changes nothing. The monitor
