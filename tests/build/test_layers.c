@@ -68,10 +68,10 @@ static void public_headers(void **state) {
       run_result r;
       int rc = try_include(&layers[i], path, &r);
       if (allowed && rc != 0)
-        fail_msg("layer %s may use %s, but it does not compile there:\n%s", layers[i].name, path, r.output);
+        run_fail(&r, "layer %s may use %s, but it does not compile there, its output above", layers[i].name, path);
       if (!allowed && (rc == 0 || !strstr(r.output, "No such file")))
-        fail_msg("layer %s must not see %s (a higher layer's header), but %s:\n%s", layers[i].name, path,
-                 rc == 0 ? "it compiles" : "it fails for another reason", r.output);
+        run_fail(&r, "layer %s must not see %s (a higher layer's header), but %s, its output above", layers[i].name,
+                 path, rc == 0 ? "it compiles" : "it fails for another reason");
       checked++;
     }
   }

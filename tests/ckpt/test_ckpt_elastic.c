@@ -65,7 +65,7 @@ static float reference_loss(void) {
   run_result *r = malloc(sizeof *r);
   assert_non_null(r);
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 120, r); /* 24 small steps: 1-2 s on busy cores */
-  if (r->exit_code != 0) fail_msg("reference run: exit %d:\n%s", r->exit_code, r->output);
+  if (r->exit_code != 0) run_fail(r, "reference run: exit %d, its output above", r->exit_code);
   int from;
   float loss = final_loss(r->output, &from, r->output);
   free(r);

@@ -48,7 +48,7 @@ static void run_gpt(const char *steps, const char *metrics, const char *flag_dir
   if (flag_dir) argv[n++] = "--ckpt-dir", argv[n++] = (char *)flag_dir, argv[n++] = "--ckpt-every", argv[n++] = "5";
   argv[n] = NULL;
   run_cmd(argv, env, 120, r); /* at most 20 small steps: 1-2 s on busy cores */
-  if (r->exit_code != 0) fail_msg("gpt --steps %s: exit %d:\n%s", steps, r->exit_code, r->output);
+  if (r->exit_code != 0) run_fail(r, "gpt --steps %s: exit %d, its output above", steps, r->exit_code);
 }
 
 /* The metrics line of `step`, up to its timing (which differs run to run). */
@@ -82,7 +82,7 @@ static void test_example_resumes_exactly(void **state) {
   run_gpt("20", second, NULL, (char *[]){env_dir, "GT_CKPT_EVERY=5", NULL}, &r);
   if (!strstr(r.output, "resumed from") || !strstr(r.output, "step-00000010 (step 10") ||
       !strstr(r.output, "steps lost: 2"))
-    fail_msg("no resume line:\n%s", r.output);
+    run_fail(&r, "no resume line, its output above");
   for (int s = 10; s < 20; s++) {
     char a[1024], b[1024];
     metrics_line(ref, s, a, sizeof a);
@@ -122,10 +122,10 @@ static const char *run_restarted(const char *name, const char *body, run_result 
    * rest of a save, at most the 3 s a test delays it by, then milliseconds
    * of writing) fits with 7 s to spare. */
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 240, r);
-  if (r->exit_code != 0) fail_msg("giantrun: exit %d:\n%s", r->exit_code, r->output);
+  if (r->exit_code != 0) run_fail(r, "giantrun: exit %d, its output above", r->exit_code);
   const char *p = strstr(r->output, "resumed from "), *q = p ? strstr(p, "steps lost: ") : NULL;
   if (!q || sscanf(p, "resumed from %*s (step %d", loaded) != 1 || sscanf(q, "steps lost: %d", lost) != 1)
-    fail_msg("no resume line:\n%s", r->output);
+    run_fail(r, "no resume line, its output above");
   assert_non_null(strstr(p, "over steps"));
   return p;
 }

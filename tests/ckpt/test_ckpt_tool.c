@@ -23,8 +23,8 @@ static char tool[512];
 static void run_tool(char *const argv[], int want_exit, const char *want, run_result *r) {
   run_cmd(argv, NULL, 60, r); /* a small checkpoint: milliseconds */
   if (r->exit_code != want_exit || (want && !strstr(r->output, want)))
-    fail_msg("giant-ckpt %s: exit %d (wanted %d), wanted '%s' in:\n%s", argv[1], r->exit_code, want_exit,
-             want ? want : "", r->output);
+    run_fail(r, "giant-ckpt %s: exit %d (wanted %d), wanted '%s' in its output (above)", argv[1], r->exit_code,
+             want_exit, want ? want : "");
 }
 
 static void test_ls_verify_convert_diff(void **state) {

@@ -18,6 +18,13 @@ void run_cmd(char *const argv[], char *const env_extra[], double timeout_s, run_
  * CMocka cuts a failure's message at 1 KiB, where a failed run's cause is
  * usually further down. */
 void run_print(const char *what, const run_result *r);
+/* Fails the test (CMocka's fail_msg, printf-style) after printing the whole
+ * output of the run r that shows why. */
+#define run_fail(r, ...)                            \
+  do {                                              \
+    run_print("the run that failed the test", (r)); \
+    fail_msg(__VA_ARGS__);                          \
+  } while (0)
 /* "$GT_BUILD_DIR/<rel>" into buf. */
 const char *build_path(const char *rel, char *buf, size_t n);
 

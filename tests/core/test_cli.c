@@ -32,7 +32,7 @@ static void expect(char *const argv[], int code, const char *words) {
   run_result r;
   run_cmd(argv, NULL, 60, &r); /* a usage error: milliseconds */
   if (r.exit_code != code || !strstr(r.output, words))
-    fail_msg("exit %d (wanted %d), output lacks '%s':\n%s", r.exit_code, code, words, r.output);
+    run_fail(&r, "exit %d (wanted %d), output lacks '%s', its output above", r.exit_code, code, words);
 }
 
 static void test_nonsense_flags(void **state) {
@@ -83,7 +83,7 @@ static void test_short_run_learns(void **state) {
   run_cmd((char *[]){gpt, "--corpus", text, "--data", data, "--steps", "40", "--layers", "1", "--channels", "32",
                      "--seq", "32", "--lr", "3e-3", "--warmup", "5", "--sample", "40", "--metrics", metrics, NULL},
           NULL, 120, &r); /* 40 small steps: 1-2 s on busy cores */
-  if (r.exit_code != 0) fail_msg("exit %d:\n%s", r.exit_code, r.output);
+  if (r.exit_code != 0) run_fail(&r, "exit %d, its output above", r.exit_code);
   float first, last;
   const char *p = strstr(r.output, "\nloss ");
   assert_non_null(p);
@@ -118,7 +118,7 @@ static void test_bf16_run_learns(void **state) {
                        "--seq", "32", "--lr", "3e-3", "--warmup", "5", "--sample", "0", "--precision",
                        k ? "bf16" : "fp32", NULL},
             NULL, 120, &r); /* 30 small steps: 1-2 s on busy cores */
-    if (r.exit_code != 0) fail_msg("exit %d:\n%s", r.exit_code, r.output);
+    if (r.exit_code != 0) run_fail(&r, "exit %d, its output above", r.exit_code);
     assert_non_null(strstr(r.output, k ? ", bf16," : ", fp32,"));
     const char *p = strstr(r.output, "\nloss ");
     assert_non_null(p);

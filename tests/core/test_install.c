@@ -19,7 +19,7 @@ static void run_ok(char *const argv[], char *const env[], run_result *r) {
   /* An install, or a compile and link of a small program: 1-5 s on busy
    * cores; 300 s. */
   run_cmd(argv, env, 300, r);
-  if (r->exit_code != 0) fail_msg("%s exited %d:\n%s", argv[0], r->exit_code, r->output);
+  if (r->exit_code != 0) run_fail(r, "%s exited %d, its output above", argv[0], r->exit_code);
 }
 
 static void test_installed_library_builds_a_program(void **state) {

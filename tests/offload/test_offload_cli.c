@@ -52,7 +52,7 @@ static int teardown(void **state) {
 
 static void run_ok(char *const argv[], run_result *r) {
   run_cmd(argv, NULL, RUN_TIMEOUT_S, r);
-  if (r->exit_code != 0) fail_msg("exit %d:\n%s", r->exit_code, r->output);
+  if (r->exit_code != 0) run_fail(r, "exit %d, its output above", r->exit_code);
 }
 
 /* Every step's loss and norm as printed, and the summary line, alike. */
@@ -100,7 +100,7 @@ static void test_budget(void **state) {
                        "--batch", "1", "--sample", "0", "--threads", "1", "--device-mem-mib", "8", NULL};
   run_cmd(big, NULL, RUN_TIMEOUT_S, &r);
   if (r.exit_code != 1 || !strstr(r.output, "device memory budget exceeded") || !strstr(r.output, "--offload W"))
-    fail_msg("exit %d (wanted 1 with the budget's message):\n%s", r.exit_code, r.output);
+    run_fail(&r, "exit %d (wanted 1 with the budget's message), its output above", r.exit_code);
   char *const off[] = {gpt, "--data", data, "--steps", "3", "--layers", "8", "--channels", "128", "--seq", "16",
                        "--batch", "1", "--sample", "0", "--threads", "1", "--device-mem-mib", "8", "--offload", "1",
                        NULL};
@@ -124,7 +124,7 @@ static void test_disk_tier(void **state) {
   run_cmd((char *[]){DISK_MODEL, "--host-mem-mib", "16", NULL}, NULL, RUN_TIMEOUT_S, &r);
   if (r.exit_code != 1 || !strstr(r.output, "host memory budget exceeded") ||
       !strstr(r.output, "--offload-optimizer disk:DIR"))
-    fail_msg("exit %d (wanted 1 with the host budget's message):\n%s", r.exit_code, r.output);
+    run_fail(&r, "exit %d (wanted 1 with the host budget's message), its output above", r.exit_code);
   run_ok((char *[]){DISK_MODEL, "--host-mem-mib", "16", "--offload-optimizer", disk, NULL}, &r);
   same_losses(&plain, &r, 4);
   /* Bad values say what is wanted; a missing directory fails at start. */

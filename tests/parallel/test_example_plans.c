@@ -53,8 +53,8 @@ static void run_example(int nproc, const char *plan, const char *extra, int want
   bool missing = false;
   for (int i = 0; words && words[i]; i++) missing |= !strstr(r->output, words[i]);
   if (r->exit_code != want_exit || missing)
-    fail_msg("plan %s%s%s: exit %d (wanted %d)%s:\n%s", plan, extra ? " " : "", extra ? extra : "", r->exit_code,
-             want_exit, missing ? ", a line missing" : "", r->output);
+    run_fail(r, "plan %s%s%s: exit %d (wanted %d)%s, its output above", plan, extra ? " " : "", extra ? extra : "",
+             r->exit_code, want_exit, missing ? ", a line missing" : "");
 }
 
 /* Runs the example on `nproc` workers at `plan` (with extra flags) and
@@ -66,7 +66,7 @@ static float run_plan(int nproc, const char *plan, const char *extra, int want_e
   if (want_exit != 0) return NAN;
   const char *p = strstr(r.output, "] loss ");
   float first, last;
-  if (!p || sscanf(p, "] loss %f -> %f", &first, &last) != 2) fail_msg("no loss line:\n%s", r.output);
+  if (!p || sscanf(p, "] loss %f -> %f", &first, &last) != 2) run_fail(&r, "no loss line, its output above");
   assert_true(last < first);
   print_message("%-10s %-16s loss %.6f -> %.6f\n", plan, extra ? extra : "", first, last);
   return last;

@@ -201,10 +201,11 @@ static void test_failover_refuses_the_deposed(void **state) {
   run_cmd(argv, NULL, 60, rr); /* a few etcd reads: ~20 ms, < 1 s loaded under ASan; 60 s bounds a hang */
   assert_int_equal(rr->exit_code, 0);
   snprintf(want, sizeof want, "leader: node-b (term %lld)", (long long)term);
-  if (!strstr(rr->output, want)) fail_msg("no '%s' in:\n%s", want, rr->output);
+  if (!strstr(rr->output, want)) run_fail(rr, "no '%s' in its output (above)", want);
   snprintf(want, sizeof want, "mitigation: epoch 2 (term %lld, by node-b) at step 42: rows 10,6", (long long)term);
-  if (!strstr(rr->output, want)) fail_msg("no '%s' in:\n%s", want, rr->output);
-  if (!strstr(rr->output, "slow") || !strstr(rr->output, "compute")) fail_msg("no health table in:\n%s", rr->output);
+  if (!strstr(rr->output, want)) run_fail(rr, "no '%s' in its output (above)", want);
+  if (!strstr(rr->output, "slow") || !strstr(rr->output, "compute"))
+    run_fail(rr, "no health table in its output (above)");
   free(rr);
   gt_leader_close(b);
 }

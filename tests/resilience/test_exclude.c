@@ -95,10 +95,10 @@ static bool try_job(int k) {
    * hang (three of them fit under ctest's TIMEOUT, 900 s, so that the
    * output is shown). */
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", fault, NULL}, 280, &res);
-  if (res.exit_code != 0) fail_msg("giantrun: exit %d:\n%s", res.exit_code, res.output);
+  if (res.exit_code != 0) run_fail(&res, "giantrun: exit %d, its output above", res.exit_code);
   /* The ladder chose S3 for rank 2, which left; the others reshaped. */
   int first = first_exclusion(res.output);
-  if (first < 0) fail_msg("no S3 for rank 2:\n%s", res.output);
+  if (first < 0) run_fail(&res, "no S3 for rank 2, its output above");
   if (first != SLOW) {
     const char *why = strstr(res.output, "gpt: ladder: rank ");
     const char *eol = why ? strchr(why, '\n') : NULL;
@@ -109,7 +109,7 @@ static bool try_job(int k) {
   char line[512];
   snprintf(line, sizeof line, "[rank %d] gpt: excluded after step ", SLOW);
   const char *gone = strstr(res.output, line);
-  if (!gone) fail_msg("rank %d did not leave:\n%s", SLOW, res.output);
+  if (!gone) run_fail(&res, "rank %d did not leave, its output above", SLOW);
   int left_at = atoi(gone + strlen(line));
   print_message("try %d: rank %d (slowed x4 from step %d) left after step %d\n", k, SLOW, ONSET, left_at);
   assert_true(left_at > ONSET && left_at <= ONSET + 15);
@@ -117,7 +117,7 @@ static bool try_job(int k) {
     if (r == SLOW) continue;
     snprintf(line, sizeof line, "[rank %d] gpt: reshaped in ", r);
     const char *p = strstr(res.output, line);
-    if (!p) fail_msg("rank %d did not reshape:\n%s", r, res.output);
+    if (!p) run_fail(&res, "rank %d did not reshape, its output above", r);
     assert_non_null(strstr(p, " of 3 in membership epoch 1"));
   }
   /* Its health record says so. */
@@ -155,7 +155,7 @@ static void test_slow_rank_is_excluded(void **state) {
   }
   bool shown = false;
   for (int k = 0; k < 3 && !shown; k++) shown = try_job(k);
-  if (!shown) fail_msg("in three tries the ladder left out another rank before rank %d:\n%s", SLOW, res.output);
+  if (!shown) run_fail(&res, "in three tries the ladder left out another rank before rank %d, its output above", SLOW);
 }
 
 int main(void) {

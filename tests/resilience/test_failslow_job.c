@@ -171,7 +171,7 @@ static void run_job(const char *job, const char *plan, const char *steps, const 
   /* A job of a few hundred tiny steps on four ranks: seconds, a minute at
    * worst on loaded cores under ASan; 500 s only bounds a hang. */
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", env_fault, NULL}, 500, r);
-  if (r->exit_code != 0) fail_msg("giantrun %s (GT_FAULT=%s): exit %d:\n%s", plan, fault, r->exit_code, r->output);
+  if (r->exit_code != 0) run_fail(r, "giantrun %s (GT_FAULT=%s): exit %d, its output above", plan, fault, r->exit_code);
   /* How often the monitor probed: never, on a clean run, is what keeps it free. */
   FILE *f = fopen(metrics, "r");
   char line[4096];
@@ -204,8 +204,8 @@ static void expect_confirmed(const char *plan, const verdict *v, const run_resul
   for (int t = v->onset - 10 > 1 ? v->onset - 10 : 1; t <= v->step && t < MAX_STEPS; t++)
     print_message("  step %d: compute %.2f %.2f %.2f %.2f ms\n", t, 1e3 * compute[t][0], 1e3 * compute[t][1],
                   1e3 * compute[t][2], 1e3 * compute[t][3]);
-  fail_msg("%s: a false alarm (compute of rank %d at step %d; the raw compute x%.2f):\n%s", plan, v->rank, v->step,
-           raw, r->output);
+  run_fail(r, "%s: a false alarm (compute of rank %d at step %d; the raw compute x%.2f), its output above", plan,
+           v->rank, v->step, raw);
 }
 
 /* Compute verdicts where no compute fault was played must be true ones
@@ -226,8 +226,8 @@ static void expect_clean(const char *job, const char *plan) {
   int n = parse_verdicts(r.output, v, 16);
   /* No fault was played: no link verdict, and no unconfirmed compute one. */
   if (link_verdicts(plan, v, n, &r, links))
-    fail_msg("%s: a false alarm in a clean run (a link of rank %d at step %d):\n%s", plan, links[0].rank,
-             links[0].step, r.output);
+    run_fail(&r, "%s: a false alarm in a clean run (a link of rank %d at step %d), its output above", plan,
+             links[0].rank, links[0].step);
   assert_non_null(strstr(r.output, "fail-slow: predictor MAPE"));
 }
 
@@ -303,8 +303,8 @@ static void expect_phases(const char *job, const char *plan, const int ranks[3])
       print_message("%s: phase %d: rank %d cleared at step %d while its fault played; its compute over steps "
                     "%d..%d: x%.2f\n", plan, i, ranks[i], w->step, w->step - 9, w->step, still);
       if (!(still <= 1 + THETA))
-        fail_msg("%s: phase %d: rank %d cleared at step %d while the reference saw it x%.2f:\n%s", plan, i,
-                 ranks[i], w->step, still, r.output);
+        run_fail(&r, "%s: phase %d: rank %d cleared at step %d while the reference saw it x%.2f, its output above",
+                 plan, i, ranks[i], w->step, still);
     }
     double seen = raw_slowdown(ranks[i], from[i], from[i] + 19);
     print_message("%s: x%.1f on rank %d from step %d, seen x%.2f by the reference over 20 steps: flagged at step %d "
@@ -359,7 +359,7 @@ static void expect_phases(const char *job, const char *plan, const int ranks[3])
   /* Any other verdict is a clean run's: no link, a compute one confirmed. */
   for (int j = 0; j < n; j++) {
     if (accounted[j]) continue;
-    if (v[j].link) fail_msg("%s: a link verdict where only compute faults played:\n%s", plan, r.output);
+    if (v[j].link) run_fail(&r, "%s: a link verdict where only compute faults played, its output above", plan);
     if (v[j].flagged) expect_confirmed(plan, &v[j], &r);
   }
 }
@@ -391,7 +391,8 @@ static void expect_link(const char *job, const char *plan, int a, int b) {
   run_job(job, plan, LINK_STEPS, fault, &r);
   verdict all[16], v[16];
   int n = link_verdicts(plan, all, parse_verdicts(r.output, all, 16), &r, v);
-  if (n != 1 || !v[0].flagged) fail_msg("%s: want one link verdict, a slow link, got %d:\n%s", plan, n, r.output);
+  if (n != 1 || !v[0].flagged)
+    run_fail(&r, "%s: want one link verdict, a slow link, got %d, its output above", plan, n);
   int lo = a < b ? a : b, hi = a < b ? b : a;
   print_message("%s: link %d->%d slowed at step %d: flagged %d-%d at step %d, round trip x%.1f the median pair's\n",
                 plan, a, b, LINK_AT, v[0].rank, v[0].peer, v[0].step, v[0].ratio);
@@ -446,11 +447,11 @@ static void test_node_link_dp4(void **state) {
   verdict all[16], v[16];
   int n = link_verdicts("dp=4", all, parse_verdicts(r.output, all, 16), &r, v);
   if (n != 1 || !v[0].flagged || v[0].peer != -1 || v[0].rank != 3)
-    fail_msg("want one link verdict, the link of rank 3 to every peer, got %d:\n%s", n, r.output);
+    run_fail(&r, "want one link verdict, the link of rank 3 to every peer, got %d, its output above", n);
   print_message("dp=4: rank 3's sends slowed at step %d: its link flagged at step %d, round trips x%.1f the other "
                 "pairs'\n", LINK_AT, v[0].step, v[0].ratio);
   if (v[0].step < LINK_AT || v[0].step > LINK_AT + LINK_WITHIN)
-    fail_msg("want it flagged within %d steps of step %d:\n%s", LINK_WITHIN, LINK_AT, r.output);
+    run_fail(&r, "want it flagged within %d steps of step %d, its output above", LINK_WITHIN, LINK_AT);
 }
 
 /* argv[1] picks the group: `compute` (the clean runs and the slow phases,

@@ -72,7 +72,7 @@ static float clean_loss(void) {
   run_result *r = malloc(sizeof *r);
   assert_non_null(r);
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=", NULL}, JOB_TIMEOUT_S, r);
-  if (r->exit_code != 0) fail_msg("clean run: exit %d:\n%s", r->exit_code, r->output);
+  if (r->exit_code != 0) run_fail(r, "clean run: exit %d, its output above", r->exit_code);
   float loss = final_loss(r->output);
   free(r);
   return loss;
@@ -215,7 +215,7 @@ static void test_leader_recuts(void **state) {
   char *argv[] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "pp=2", PP_ARGS, NULL};
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=slow:rank=1,factor=3,from=10", NULL}, JOB_TIMEOUT_S,
           kept);
-  if (kept->exit_code != 0) fail_msg("faulty run: exit %d:\n%s", kept->exit_code, kept->output);
+  if (kept->exit_code != 0) run_fail(kept, "faulty run: exit %d, its output above", kept->exit_code);
   float kept_loss = final_loss(kept->output);
   free(kept);
 

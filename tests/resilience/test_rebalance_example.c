@@ -82,15 +82,16 @@ static void run_gpt(const char *tag, const char *fault, bool rebalance, run *out
   if (rebalance) argv[n++] = "--rebalance", argv[n++] = "--rebalance-local";
   argv[n] = NULL;
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", env, NULL}, RUN_TIMEOUT_S, &r);
-  if (r.exit_code != 0) fail_msg("%s: exit %d:\n%s", tag, r.exit_code, r.output);
+  if (r.exit_code != 0) run_fail(&r, "%s: exit %d, its output above", tag, r.exit_code);
   memset(out, 0, sizeof *out);
   const char *p = strstr(r.output, "] loss ");
-  if (!p || sscanf(p, "] loss %f -> %f", &out->first, &out->last) != 2) fail_msg("%s: no loss line:\n%s", tag, r.output);
+  if (!p || sscanf(p, "] loss %f -> %f", &out->first, &out->last) != 2)
+    run_fail(&r, "%s: no loss line, its output above", tag);
   out->settled = -1;
   for (p = r.output; (p = strstr(p, "rebalance after step ")); p++) {
     int step, a, b;
     if (sscanf(p, "rebalance after step %d: rows %*d,%*d -> %d,%d", &step, &a, &b) != 3)
-      fail_msg("%s: malformed rebalance line in:\n%s", tag, r.output);
+      run_fail(&r, "%s: malformed rebalance line in its output (above)", tag);
     if (b <= 6 && out->settled < 0) out->settled = step;
     out->share[0] = a, out->share[1] = b, out->moves++;
   }
@@ -165,10 +166,10 @@ static void run_pp(const char *tag, bool rebalance, run_result *r, float *loss) 
   if (rebalance) argv[n++] = "--rebalance", argv[n++] = "--rebalance-local";
   argv[n] = NULL;
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=slow:rank=1,factor=3,from=10", NULL}, RUN_TIMEOUT_S, r);
-  if (r->exit_code != 0) fail_msg("%s: exit %d:\n%s", tag, r->exit_code, r->output);
+  if (r->exit_code != 0) run_fail(r, "%s: exit %d, its output above", tag, r->exit_code);
   const char *p = strstr(r->output, "] loss ");
   float first;
-  if (!p || sscanf(p, "] loss %f -> %f", &first, loss) != 2) fail_msg("%s: no loss line:\n%s", tag, r->output);
+  if (!p || sscanf(p, "] loss %f -> %f", &first, loss) != 2) run_fail(r, "%s: no loss line, its output above", tag);
 }
 
 /* One run with the fault and --rebalance against the run without: the
@@ -184,7 +185,7 @@ static bool attempt_pp(int k, float kept_loss) {
   int step, a0, a1, b0, b1, layers;
   if (!p || sscanf(p, "re-cut after step %d: first layers of the stages %d,%d -> %d,%d of %d", &step, &a0, &a1, &b0,
                    &b1, &layers) != 6)
-    fail_msg("no re-cut line:\n%s", recut.output);
+    run_fail(&recut, "no re-cut line, its output above");
   int recuts = 0;
   for (const char *q = p; (q = strstr(q, "re-cut after step ")); q++) recuts++;
   /* The first re-cut gives stage 1 fewer layers; the new cut holds (a

@@ -64,11 +64,12 @@ static float reference_loss(void) {
   assert_non_null(r);
   /* 24 tiny steps: < 1 s, a few on loaded cores: 120 s is > 30x */
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 120, r);
-  if (r->exit_code != 0) fail_msg("reference run: exit %d:\n%s", r->exit_code, r->output);
+  if (r->exit_code != 0) run_fail(r, "reference run: exit %d, its output above", r->exit_code);
   const char *p = strstr(r->output, "loss ");
   float a, b;
   int from, to;
-  if (!p || sscanf(p, "loss %f -> %f over steps %d..%d", &a, &b, &from, &to) != 4) fail_msg("%s", r->output);
+  if (!p || sscanf(p, "loss %f -> %f over steps %d..%d", &a, &b, &from, &to) != 4)
+    run_fail(r, "no loss summary line, its output above");
   free(r);
   return b;
 }
