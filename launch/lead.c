@@ -26,6 +26,10 @@
  * over HORIZON steps and shrink the predicted step by MIN_GAIN. */
 #define HORIZON 50
 #define MIN_GAIN 0.07
+/* Reports in a row that must agree on a change (a report comes every few
+ * steps), unless the monitor flagged a rank; more after a recent switch:
+ * the leader damps its switches as the workers' own decision does. */
+#define AGREE 2
 
 struct lead {
   gt_leader *leader;
@@ -35,12 +39,13 @@ struct lead {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int stop;
-  /* What the thread last judged: the report's step and epoch, and the
-   * shares it proposed (a change waits for two reports in a row to agree,
-   * unless the monitor flagged a rank). */
+  /* What the thread last judged: the report's step and epoch, the shares
+   * it proposed and how many reports in a row did, and the damping of the
+   * switches it decided (a new leader starts undamped). */
   int64_t seen_step, seen_epoch;
   int proposed[GT_MITIGATION_MAX_DP], agreed;
   int cut_proposed[GT_REBALANCE_MAX_STAGES + 1], cut_agreed; /* the same for the pipeline cut */
+  gt_rebalance_damping rows_damping, cut_damping;
 };
 
 static void print_list(char *buf, size_t len, const char *sep, int n, const int *ints, const double *reals) {
@@ -54,8 +59,9 @@ static void print_list(char *buf, size_t len, const char *sep, int n, const int 
   }
 }
 
-/* Writes the decision for rep, epoch cur + 1, under term. */
-static void decide_write(struct lead *l, const gt_mitigation_report *rep, const int *next,
+/* Writes the decision for rep, epoch cur + 1, under term: false when the
+ * write was refused (logged). */
+static bool decide_write(struct lead *l, const gt_mitigation_report *rep, const int *next,
                          const gt_rebalance_decision *d, int64_t term, int64_t cur) {
   gt_mitigation m = {.epoch = cur + 1, .term = term, .step = rep->step, .dp = rep->dp, .step_now_s = d->step_now_s,
                      .step_new_s = d->step_new_s, .gain_s = d->gain_s};
@@ -67,16 +73,18 @@ static void decide_write(struct lead *l, const gt_mitigation_report *rep, const 
   print_list(speeds, sizeof speeds, " ", rep->dp, NULL, rep->speed);
   if (gt_mitigation_put(l->cli, l->job, term, &m) != GT_OK) {
     gt_warn("giantrun: leader %s: %s", l->node, gt_last_error());
-    return;
+    return false;
   }
   gt_info("giantrun: leader %s (term %" PRId64 ") decides at step %" PRId64 ": rows %s -> %s (replica speeds %s "
           "rows/s; predicted step %.6f s -> %.6f s, transition %.6f s over %d steps: gain %.4f s); epoch %" PRId64,
           l->node, term, rep->step, from, to, speeds, d->step_now_s, d->step_new_s, rep->transition_s, HORIZON,
           d->gain_s, m.epoch);
+  return true;
 }
 
-/* Writes a pipeline cut for rep, epoch cur + 1, under term (the rows as they are). */
-static void decide_cut_write(struct lead *l, const gt_mitigation_report *rep, const gt_rebalance_cut *c, int64_t term,
+/* Writes a pipeline cut for rep, epoch cur + 1, under term (the rows as
+ * they are): false when the write was refused (logged). */
+static bool decide_cut_write(struct lead *l, const gt_mitigation_report *rep, const gt_rebalance_cut *c, int64_t term,
                              int64_t cur) {
   gt_mitigation m = {.epoch = cur + 1, .term = term, .step = rep->step, .dp = rep->dp, .step_now_s = c->step_now_s,
                      .step_new_s = c->step_new_s, .gain_s = c->gain_s, .pp = c->pp};
@@ -89,12 +97,13 @@ static void decide_cut_write(struct lead *l, const gt_mitigation_report *rep, co
   print_list(speeds, sizeof speeds, " ", c->pp, NULL, c->speed);
   if (gt_mitigation_put(l->cli, l->job, term, &m) != GT_OK) {
     gt_warn("giantrun: leader %s: %s", l->node, gt_last_error());
-    return;
+    return false;
   }
   gt_info("giantrun: leader %s (term %" PRId64 ") decides at step %" PRId64 ": pipeline cut %s -> %s of %d (stage "
           "speeds %s; predicted slowest stage %.6f s -> %.6f s: gain %.4f s over %d steps); epoch %" PRId64,
           l->node, term, rep->step, from, to, c->layers, speeds, c->step_now_s, c->step_new_s, c->gain_s, HORIZON,
           m.epoch);
+  return true;
 }
 
 /* The pipeline cut on rep: true when a new one was decided (and written). */
@@ -102,15 +111,17 @@ static gt_status judge_cut(struct lead *l, const gt_mitigation_report *rep, int6
   *wrote = false;
   if (rep->pp < 2) return GT_OK;
   gt_rebalance_cut c;
-  GT_TRY(gt_mitigation_decide_cut(rep, HORIZON, MIN_GAIN, &c));
+  double min_gain = gt_rebalance_damping_gain(&l->cut_damping, rep->step, MIN_GAIN);
+  GT_TRY(gt_mitigation_decide_cut(rep, HORIZON, min_gain, &c));
   size_t bytes = (size_t)(c.pp + 1) * sizeof *c.next;
   if (!c.change) l->cut_agreed = 0;
   else if (l->cut_agreed && !memcmp(c.next, l->cut_proposed, bytes)) l->cut_agreed++;
   else memcpy(l->cut_proposed, c.next, bytes), l->cut_agreed = 1;
-  if (c.change && (l->cut_agreed >= 2 || rep->urgent)) {
-    decide_cut_write(l, rep, &c, term, rep->epoch > epoch ? rep->epoch : epoch);
+  int agree = gt_rebalance_damping_persist(&l->cut_damping, rep->step, AGREE);
+  if (c.change && (l->cut_agreed >= agree || rep->urgent)) {
+    *wrote = decide_cut_write(l, rep, &c, term, rep->epoch > epoch ? rep->epoch : epoch);
+    if (*wrote) gt_rebalance_damping_note(&l->cut_damping, rep->step);
     l->cut_agreed = 0, l->agreed = 0;
-    *wrote = true;
   }
   return GT_OK;
 }
@@ -136,13 +147,16 @@ static gt_status judge(struct lead *l, int64_t term) {
   if (cut) return GT_OK; /* the rows are judged at the new cut */
   int next[GT_MITIGATION_MAX_DP];
   gt_rebalance_decision d;
-  GT_TRY(gt_mitigation_decide(&rep, HORIZON, MIN_GAIN, next, &d));
+  double min_gain = gt_rebalance_damping_gain(&l->rows_damping, rep.step, MIN_GAIN);
+  GT_TRY(gt_mitigation_decide(&rep, HORIZON, min_gain, next, &d));
   size_t bytes = (size_t)rep.dp * sizeof *next;
   if (!d.change) l->agreed = 0;
   else if (l->agreed && !memcmp(next, l->proposed, bytes)) l->agreed++;
   else memcpy(l->proposed, next, bytes), l->agreed = 1;
-  if (d.change && (l->agreed >= 2 || rep.urgent)) {
-    decide_write(l, &rep, next, &d, term, rep.epoch > epoch ? rep.epoch : epoch);
+  int agree = gt_rebalance_damping_persist(&l->rows_damping, rep.step, AGREE);
+  if (d.change && (l->agreed >= agree || rep.urgent)) {
+    if (decide_write(l, &rep, next, &d, term, rep.epoch > epoch ? rep.epoch : epoch))
+      gt_rebalance_damping_note(&l->rows_damping, rep.step);
     l->agreed = 0;
   }
   return GT_OK;
@@ -185,6 +199,8 @@ gt_status lead_start(lead **out, const agent_opts *o, const char *endpoints) {
   snprintf(l->job, sizeof l->job, "%s", o->job_id);
   snprintf(l->node, sizeof l->node, "%s", o->node_id);
   l->seen_step = -1;
+  gt_rebalance_damping_init(&l->rows_damping, HORIZON);
+  gt_rebalance_damping_init(&l->cut_damping, HORIZON);
   gt_etcd_config ec = {.endpoints = endpoints, .cacert = o->cacert, .cert = o->cert, .key = o->key,
                        .user = o->user, .password = o->user ? o->password : NULL};
   gt_leader_config lc = {.etcd = ec, .job_id = o->job_id, .node_id = o->node_id, .ttl_s = o->ttl_s};

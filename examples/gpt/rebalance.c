@@ -29,35 +29,10 @@ enum { WINDOW = 8, WARMUP = 3, HORIZON = 50, PERSIST = 5 };
  * once when the monitor flags or clears a rank); the leader's two reports
  * in a row that agree stand for PERSIST decisions. */
 enum { PUBLISH = 4 };
+/* Switches are damped (gt_rebalance_damping): each one within HORIZON
+ * steps of the one before makes the next need more agreeing decisions and
+ * a larger gain. */
 #define MIN_GAIN 0.07
-
-/* Damping, as routers damp a flapping route: each switch taken within
- * HORIZON steps of the one before doubles the decisions in a row the next
- * one needs and adds MIN_GAIN to the gain it must promise. A slow device
- * stays slow and is followed once; a neighbour's load that comes and goes
- * moves the measured speeds back and forth, and following every move would
- * pay a rebuild each time for nothing. Quiet for HORIZON steps, a layout
- * is judged afresh. */
-typedef struct {
-  int last_step; /* of the last switch; -1: none yet */
-  int streak;    /* switches in a row, each within HORIZON steps of the one before */
-} damping;
-
-static int damped_streak(const damping *d, int step) {
-  return d->last_step >= 0 && step - d->last_step < HORIZON ? d->streak : 0;
-}
-
-static int damped_persist(const damping *d, int step) {
-  int n = damped_streak(d, step);
-  return PERSIST << (n < 3 ? n : 3);
-}
-
-static double damped_gain(const damping *d, int step) { return MIN_GAIN * (1 + damped_streak(d, step)); }
-
-static void damping_note(damping *d, int step) {
-  d->streak = damped_streak(d, step) + 1;
-  d->last_step = step;
-}
 
 struct gpt_rebalance {
   gt_plan plan;
@@ -69,7 +44,7 @@ struct gpt_rebalance {
   gt_step_telemetry *ring; /* WINDOW steps x world ranks, oldest first */
   void *dev;               /* the gather's buffer, on the device the communicators use */
   int filled, agreed;      /* steps in the ring; decisions in a row that proposed `proposed` */
-  damping rows_damping;    /* of the rows' switches decided here */
+  gt_rebalance_damping rows_damping; /* of the rows' switches decided here */
   bool urgent;             /* the monitor flagged or cleared a rank: act on the next change proposed */
   /* Under a leader (led): rank 0's link to it, the epoch of the decision
    * the shares come from, the step of the last report, and the broadcast's
@@ -88,7 +63,7 @@ struct gpt_rebalance {
   int cut_proposed[GT_REBALANCE_MAX_STAGES + 1], cut_agreed;
   bool cut_pending;
   int cut_first[GT_REBALANCE_MAX_STAGES + 1];
-  damping cut_damping;
+  gt_rebalance_damping cut_damping;
 };
 
 _Static_assert(sizeof(gt_step_telemetry) % sizeof(float) == 0, "telemetry travels as floats");
@@ -125,7 +100,8 @@ gt_status gpt_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *b
     return s;
   }
   memcpy(r->shares, shares, dp * sizeof *shares);
-  r->rows_damping.last_step = r->cut_damping.last_step = -1;
+  gt_rebalance_damping_init(&r->rows_damping, HORIZON);
+  gt_rebalance_damping_init(&r->cut_damping, HORIZON);
   *out = r;
   return GT_OK;
 }
@@ -205,15 +181,16 @@ static gt_status switch_to(gpt_rebalance *r, gt_trainer *tr, int step, bool lead
 static gt_status decide_here(gpt_rebalance *r, gt_trainer *tr, int step, bool lead) {
   int dp = r->plan.layout.dp;
   gt_rebalance_config cfg = {.cap = r->cap, .transition_s = transition_cost(r), .horizon = HORIZON,
-                             .min_gain = damped_gain(&r->rows_damping, step)};
+                             .min_gain = gt_rebalance_damping_gain(&r->rows_damping, step, MIN_GAIN)};
   gt_rebalance_decision d;
   GT_TRY(gt_rebalance_decide(&cfg, &r->plan, r->ring, WINDOW, r->shares, r->next, r->speed, &d));
   size_t bytes = (size_t)dp * sizeof *r->next;
   if (!d.change) r->agreed = 0;
   else if (r->agreed && !memcmp(r->next, r->proposed, bytes)) r->agreed++;
   else memcpy(r->proposed, r->next, bytes), r->agreed = 1;
-  if (r->agreed < damped_persist(&r->rows_damping, step) && !(r->urgent && d.change)) return GT_OK;
-  damping_note(&r->rows_damping, step);
+  int persist = gt_rebalance_damping_persist(&r->rows_damping, step, PERSIST);
+  if (r->agreed < persist && !(r->urgent && d.change)) return GT_OK;
+  gt_rebalance_damping_note(&r->rows_damping, step);
   char why[1024] = "replica speeds";
   size_t at = strlen(why);
   for (int i = 0; i < dp && at < sizeof why; i++) at += (size_t)snprintf(why + at, sizeof why - at, " %.1f", r->speed[i]);
@@ -253,7 +230,7 @@ static gt_status decide_cut(gpt_rebalance *r, gt_trainer *tr, int step, bool lea
   double slowest = 0;
   for (int k = 0; s == GT_OK && k < in->pp; k++) slowest = in->stage_s[k] > slowest ? in->stage_s[k] : slowest;
   gt_rebalance_config cfg = {.cap = 1, .transition_s = 2 * slowest, .horizon = HORIZON,
-                             .min_gain = damped_gain(&r->cut_damping, step)};
+                             .min_gain = gt_rebalance_damping_gain(&r->cut_damping, step, MIN_GAIN)};
   if (s == GT_OK) s = gt_rebalance_choose_cut(&cfg, in->pp, in->now, in->stage_s, in->flops, in->layers, &c);
   free(in);
   GT_TRY(s);
@@ -262,8 +239,9 @@ static gt_status decide_cut(gpt_rebalance *r, gt_trainer *tr, int step, bool lea
   if (!c.change) r->cut_agreed = 0;
   else if (r->cut_agreed && !memcmp(c.next, r->cut_proposed, bytes)) r->cut_agreed++;
   else memcpy(r->cut_proposed, c.next, bytes), r->cut_agreed = 1;
-  if (!c.change || (r->cut_agreed < damped_persist(&r->cut_damping, step) && !r->urgent)) return GT_OK;
-  damping_note(&r->cut_damping, step);
+  int persist = gt_rebalance_damping_persist(&r->cut_damping, step, PERSIST);
+  if (!c.change || (r->cut_agreed < persist && !r->urgent)) return GT_OK;
+  gt_rebalance_damping_note(&r->cut_damping, step);
   char why[1024] = "stage speeds";
   size_t at = strlen(why);
   for (int k = 0; k < P && at < sizeof why; k++) at += (size_t)snprintf(why + at, sizeof why - at, " %.2f", c.speed[k]);

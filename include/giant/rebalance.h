@@ -12,6 +12,7 @@
 #define GIANT_REBALANCE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "giant/metrics.h"
 #include "giant/plan.h"
@@ -78,6 +79,31 @@ typedef struct gt_rebalance_cut {
 
 gt_status gt_rebalance_choose_cut(const gt_rebalance_config *cfg, int pp, const int *now, const double *stage_s,
                                   const double *layer_flops, int nlayers, gt_rebalance_cut *out);
+
+/* Damping of switches (of rows or of a cut), as routers damp a flapping
+ * route. A slow device stays slow and is followed once; a neighbour's load
+ * that comes and goes moves the measured speeds back and forth, and
+ * following every move pays a rebuild each time for nothing. So each
+ * switch taken within `horizon` steps of the one before doubles the
+ * agreeing decisions in a row the next one needs (at most
+ * 2^GT_REBALANCE_DAMPING_MAX times) and adds min_gain to the gain it must
+ * promise; a layout quiet for `horizon` steps is judged afresh. */
+#define GT_REBALANCE_DAMPING_MAX 3
+
+typedef struct gt_rebalance_damping {
+  int horizon;       /* steps after a switch during which the next one is damped (>= 1) */
+  int64_t last_step; /* of the last switch; -1: none yet */
+  int streak;        /* switches in a row, each within the horizon of the one before */
+} gt_rebalance_damping;
+
+void gt_rebalance_damping_init(gt_rebalance_damping *d, int horizon);
+/* The decisions in a row a switch at `step` needs, undamped `persist`. */
+int gt_rebalance_damping_persist(const gt_rebalance_damping *d, int64_t step, int persist);
+/* The fraction the predicted step must shrink by for a switch at `step`,
+ * undamped `min_gain` (gt_rebalance_config's). */
+double gt_rebalance_damping_gain(const gt_rebalance_damping *d, int64_t step, double min_gain);
+/* A switch taken at `step`. */
+void gt_rebalance_damping_note(gt_rebalance_damping *d, int64_t step);
 
 GT_API_END
 #endif

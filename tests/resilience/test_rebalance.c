@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -180,10 +181,81 @@ static void test_bad_input(void **state) {
   assert_false(d.change);
 }
 
+/* The damping's numbers: a switch within the horizon of the one before
+ * doubles the decisions the next needs (at most 8x) and adds min_gain to
+ * the gain it must promise; quiet for the horizon, it is undamped again. */
+static void test_damping_numbers(void **state) {
+  (void)state;
+  gt_rebalance_damping d;
+  gt_rebalance_damping_init(&d, 50);
+  assert_int_equal(gt_rebalance_damping_persist(&d, 100, 5), 5);
+  NEAR(gt_rebalance_damping_gain(&d, 100, 0.07), 0.07, 1e-12);
+  const int steps[] = {100, 120, 130, 140, 150}, persist[] = {5, 10, 20, 40, 40};
+  const double gain[] = {0.07, 0.14, 0.21, 0.28, 0.35};
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(gt_rebalance_damping_persist(&d, steps[i], 5), persist[i]);
+    NEAR(gt_rebalance_damping_gain(&d, steps[i], 0.07), gain[i], 1e-12);
+    gt_rebalance_damping_note(&d, steps[i]);
+  }
+  /* 49 steps after the last switch: still damped; 50: judged afresh. */
+  assert_int_equal(gt_rebalance_damping_persist(&d, 199, 2), 16);
+  assert_int_equal(gt_rebalance_damping_persist(&d, 200, 2), 2);
+  NEAR(gt_rebalance_damping_gain(&d, 200, 0.07), 0.07, 1e-12);
+  gt_rebalance_damping_note(&d, 200);
+  assert_int_equal(gt_rebalance_damping_persist(&d, 210, 2), 4);
+}
+
+/* Switches over `steps` steps of a replica whose speed flips between 100
+ * and `low` rows/s every `period` steps (a neighbour's load that comes and
+ * goes), deciding every step as the workers do: PERSIST agreeing decisions
+ * in a row, damped or not. *first: the step of the first switch. */
+static int switches(int steps, int period, double low, bool damped, int *first) {
+  enum { PERSIST = 5, HORIZON = 50 };
+  gt_rebalance_damping d;
+  gt_rebalance_damping_init(&d, HORIZON);
+  int shares[] = {8, 8}, micro[] = {1, 1}, next[2], proposed[2] = {0, 0}, agreed = 0, n = 0;
+  *first = -1;
+  for (int step = 0; step < steps; step++) {
+    double speed[] = {100, (step / period) % 2 ? 100 : low};
+    gt_rebalance_config cfg = {.cap = 16, .transition_s = 0.01, .horizon = HORIZON,
+                               .min_gain = damped ? gt_rebalance_damping_gain(&d, step, 0.07) : 0.07};
+    gt_rebalance_decision dec;
+    OK(gt_rebalance_choose(&cfg, 2, speed, micro, shares, next, &dec));
+    if (!dec.change) agreed = 0;
+    else if (agreed && !memcmp(next, proposed, sizeof next)) agreed++;
+    else memcpy(proposed, next, sizeof next), agreed = 1;
+    if (agreed < (damped ? gt_rebalance_damping_persist(&d, step, PERSIST) : PERSIST)) continue;
+    memcpy(shares, next, sizeof next), agreed = 0, n++;
+    if (*first < 0) *first = step;
+    gt_rebalance_damping_note(&d, step);
+  }
+  return n;
+}
+
+/* A load that comes and goes every 12 steps: undamped, the rows follow
+ * every flip (20 switches in 240 steps); damped, the second switch in a
+ * row needs 10 agreeing decisions and the third 20, more than a flip
+ * lasts, so the rows hold until the horizon has passed quietly: two
+ * switches in some 60 steps (8). A lasting slowdown is followed as soon,
+ * damped or not, and once. */
+static void test_damping_stops_flapping(void **state) {
+  (void)state;
+  int first, first_damped;
+  int undamped = switches(240, 12, 60, false, &first), damped = switches(240, 12, 60, true, &first_damped);
+  print_message("a load flipping every 12 steps over 240: %d switches undamped, %d damped\n", undamped, damped);
+  assert_true(undamped >= 15);
+  assert_true(damped <= undamped / 2);
+  assert_int_equal(first_damped, first);
+  assert_int_equal(switches(240, 1000, 60, true, &first_damped), 1);
+  assert_int_equal(switches(240, 1000, 60, false, &first), 1);
+  assert_int_equal(first_damped, first);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_half_speed_gets_a_third), cmocka_unit_test(test_slowest_rank_of_a_replica),
       cmocka_unit_test(test_no_flapping_on_noise),    cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_damping_numbers),         cmocka_unit_test(test_damping_stops_flapping),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
