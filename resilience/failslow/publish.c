@@ -33,9 +33,9 @@ static void log_verdict(const gt_failslow_verdict *v) {
 
 static void write_json(FILE *f, const gt_failslow_report *rep) {
   fprintf(f, "{\"failslow_step\":%d,\"ape\":%.5f,\"ape_raw\":%.5f,\"job_factor\":%.5f,\"gather_s\":%.7f,\"probed\":%s,"
-             "\"probe_s\":%.6f,\"compute_s\":[",
+             "\"probe_s\":%.6f,\"wait_s\":%.6f,\"wait_base_s\":%.6f,\"compute_s\":[",
           rep->step, rep->ape, rep->ape_raw, rep->job_factor, rep->gather_s, rep->probed ? "true" : "false",
-          rep->probe_s);
+          rep->probe_s, rep->wait_s, rep->wait_base_s);
   /* Every rank's compute, the evidence a verdict can be checked against. */
   for (int i = 0; i < rep->nranks; i++)
     fprintf(f, "%s%.7f", i ? "," : "", rep->telemetry[i].compute_s);
