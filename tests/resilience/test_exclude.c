@@ -3,10 +3,10 @@
  * (GT_FAULT). Without --rebalance the ladder's cheapest rung is to leave
  * the rank out: it leaves after a step, the three others reshape without
  * it in their own processes, rank 0 records the exclusion in etcd's health
- * records, and the job's steps get shorter again: the median step's
- * excess over the steps before the fault is well under half of what it
- * was while rank 2 was slow (x4 against the x4/3 of three ranks doing
- * four ranks' work). On shared cores another rank may really be slow
+ * records, and the slowest rank's compute a step falls back: its excess
+ * over the steps before the fault is well under half of what it was while
+ * rank 2 was slow (x4 against the x4/3 of three ranks doing four ranks'
+ * work). On shared cores another rank may really be slow
  * first and be left out instead: such a try is shown and run again. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -46,8 +46,12 @@ static int cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* The median of rank 0's step times over steps [a, b) from its metrics. */
-static double median_step(const char *metrics, int a, int b) {
+/* The median over steps [a, b) of the slowest rank's compute a step, from
+ * the monitor's lines in the metrics (every rank's compute_s, as many as
+ * the world has ranks then). Compute is CPU time on this backend plus
+ * what GT_FAULT adds, so the load beside the test moves it little, where
+ * a step's wall time moves with whatever else the cores run. */
+static double median_slowest(const char *metrics, int a, int b) {
   FILE *f = fopen(metrics, "r");
   assert_non_null(f);
   double v[STEPS];
@@ -55,9 +59,16 @@ static double median_step(const char *metrics, int a, int b) {
   char line[4096];
   while (fgets(line, sizeof line, f) && n < STEPS) {
     int step;
-    const char *p = strstr(line, "{\"step\":"), *q = strstr(line, "\"step_time_s\":");
-    if (!p || !q || sscanf(p, "{\"step\":%d", &step) != 1 || step < a || step >= b) continue;
-    v[n++] = strtod(q + 14, NULL);
+    const char *c = strstr(line, "\"compute_s\":[");
+    if (!c || sscanf(line, "{\"failslow_step\":%d", &step) != 1 || step < a || step >= b) continue;
+    c += strlen("\"compute_s\":[");
+    double most = 0;
+    for (char *end; *c && *c != ']'; c = *end == ',' ? end + 1 : end) {
+      double x = strtod(c, &end);
+      if (end == c) break;
+      most = x > most ? x : most;
+    }
+    v[n++] = most;
   }
   fclose(f);
   assert_true(n >= 3);
@@ -130,16 +141,18 @@ static bool try_job(int k) {
   bool recorded = false;
   for (int i = 0; i < m; i++) recorded |= rec[i].rank == SLOW && rec[i].state == GT_HEALTH_EXCLUDED;
   assert_true(recorded);
-  /* And the steps got shorter. A step is mostly fixed cost here (the
-   * all-reduce, the loader, the detector: ~25 ms) beside ~6 ms of
-   * compute, and load moves both, so what is compared is each period's
-   * excess over the clean steps before the fault: the slow rank's x4 adds
-   * about three times the compute; three ranks doing four ranks' work add
-   * a third of it. The bound is half the slow rank's excess. */
-  double clean = median_step(metrics, 5, ONSET), during = median_step(metrics, ONSET, left_at),
-         after = median_step(metrics, left_at + 5, STEPS);
-  print_message("median step: %.1f ms before the fault, %.1f ms while rank %d was slow, %.1f ms after it left\n",
-                clean * 1e3, during * 1e3, SLOW, after * 1e3);
+  /* And the slowest rank's compute, what every step waits for, fell
+   * back: each period's excess over the clean steps before the fault is
+   * compared; the slow rank's x4 adds three times the compute, three ranks
+   * doing four ranks' work add a third of it. The bound is half the slow
+   * rank's excess. (A step's wall time says the same on a quiet machine,
+   * but beside a CPU hog it is mostly fixed costs that the load moves: in
+   * one stress run, 75 ms clean, 149 ms while rank 2 was slow and 124 ms
+   * after it left.) */
+  double clean = median_slowest(metrics, 5, ONSET), during = median_slowest(metrics, ONSET, left_at),
+         after = median_slowest(metrics, left_at + 5, STEPS);
+  print_message("the slowest rank's compute: %.1f ms before the fault, %.1f ms while rank %d was slow, %.1f ms after "
+                "it left\n", clean * 1e3, during * 1e3, SLOW, after * 1e3);
   assert_true(during > clean);
   assert_true(after - clean < 0.5 * (during - clean));
   return true;
