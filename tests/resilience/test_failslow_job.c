@@ -379,23 +379,24 @@ static void test_slow_phases_dp2_pp2(void **state) {
  * after the whole job did (more than the 50 steps of wait history the
  * monitor keeps), and the run goes on 40 steps.
  *
- * Each send on it is delayed LINK_DELAY ms. The monitor probes once the
+ * Each send on it is delayed `delay_ms`. The monitor probes once the
  * job-wide wait rises by four robust spreads of its history, and beside a
- * CPU hog that spread is wide: at dp=2,pp=2 a 50 ms delay raised the wait
- * by 0.085 to 0.10 s, against four spreads of 0.026 to 0.070 s in four
- * runs beside the hog, and in one run of five the link was never probed.
- * 100 ms doubles the rise; the spread is the machine's, not the link's. */
+ * CPU hog that spread is wide. A data-parallel ring sends along a pair
+ * several times a step: at dp=4 50 ms a send raised the wait by 0.14 to
+ * 0.16 s against four spreads of 0.035 s beside the hog. A pipeline sends
+ * once a micro-batch: at dp=2,pp=2 50 ms raised it
+ * by 0.085 to 0.10 s against four spreads of 0.026 to 0.070 s in four runs
+ * beside the hog, and in one run of five the link was never probed. There
+ * it is 100 ms; the spread is the machine's, not the link's. */
 enum { LINK_WITHIN = 30, LINK_AT = 90 };
 #define LINK_STEPS "130"
-#define LINK_DELAY "100"
 
 /* The whole job slowed, then one link: only the link is flagged, with its
  * two ends, and rank 0 records it on etcd. */
-static void expect_link(const char *job, const char *plan, int a, int b) {
+static void expect_link(const char *job, const char *plan, int a, int b, int delay_ms) {
   char fault[256];
-  snprintf(fault, sizeof fault,
-           "slow:rank=all,factor=2,from=30;slowlink:rank=%d,peer=%d,delay_ms=" LINK_DELAY ",from=%d", a, b,
-           LINK_AT);
+  snprintf(fault, sizeof fault, "slow:rank=all,factor=2,from=30;slowlink:rank=%d,peer=%d,delay_ms=%d,from=%d", a,
+           b, delay_ms, LINK_AT);
   static run_result r;
   run_job(job, plan, LINK_STEPS, fault, &r);
   verdict all[16], v[16];
@@ -430,28 +431,27 @@ static void expect_link(const char *job, const char *plan, int a, int b) {
 
 static void test_link_dp4(void **state) {
   (void)state;
-  expect_link("fs-link-dp", "dp=4", 1, 2);
+  expect_link("fs-link-dp", "dp=4", 1, 2, 50);
 }
 
 static void test_link_dp2_pp2(void **state) {
   (void)state;
-  expect_link("fs-link-pp", "dp=2,pp=2", 2, 0);
+  expect_link("fs-link-pp", "dp=2,pp=2", 2, 0, 100);
 }
 
 /* Every send of rank 3 slowed (its node's own link, as it were): rank 3 is
  * flagged as behind a slow link to every peer, no pair and no compute. The
- * delay is the pair cases': a ring all-reduce sends along one pair at a
- * time whatever the link, and at 20 ms, in one ASan run on a loaded 2-core
- * machine, the waits it raised never stood out for two steps in a row, so
- * the probe never ran. */
+ * delay is the data-parallel pair's, 50 ms: a ring all-reduce sends along
+ * one pair at a time whatever the link, and at 20 ms, in one ASan run on a
+ * loaded 2-core machine, the waits it raised never stood out for two steps
+ * in a row, so the probe never ran. */
 static void test_node_link_dp4(void **state) {
   (void)state;
   static run_result r;
   char fault[256];
   snprintf(fault, sizeof fault,
-           "slow:rank=all,factor=2,from=30;slowlink:rank=3,peer=0,delay_ms=" LINK_DELAY ",from=%d;"
-           "slowlink:rank=3,peer=1,delay_ms=" LINK_DELAY ",from=%d;slowlink:rank=3,peer=2,delay_ms=" LINK_DELAY
-           ",from=%d",
+           "slow:rank=all,factor=2,from=30;slowlink:rank=3,peer=0,delay_ms=50,from=%d;"
+           "slowlink:rank=3,peer=1,delay_ms=50,from=%d;slowlink:rank=3,peer=2,delay_ms=50,from=%d",
            LINK_AT, LINK_AT, LINK_AT);
   run_job("fs-nodelink", "dp=4", LINK_STEPS, fault, &r);
   verdict all[16], v[16];
