@@ -23,6 +23,7 @@
 #include "giant/giant.h"
 #include "localkit/etcd_server.h"
 #include "localkit/ranks.h"
+#include "parallel/train_result.h"
 
 enum { RANKS = 4, STEPS = 60, FROM = 25, SLOW = 2, MAX_VERDICTS = 8 };
 #define BASE_S 0.010
@@ -51,16 +52,10 @@ static gt_step_telemetry telemetry(int r, int s) {
 
 static int rank_main(int rank, int n, void *arg) {
   job *j = arg;
-  gt_store *store = harness_store();
+  gt_store *store;
   gt_plan plan;
-  CHECK_OK(gt_plan_resolve(&(gt_plan_config){.world = n, .rank = rank, .layout = "dp=4"}, &plan));
-  /* Ranks forked together form their groups within a second on loaded
-   * cores; 20 s is > 20x. */
-  gt_dist_config dc = {.plan = plan, .store = store, .generation = j->job_id,
-                       .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1", .init_timeout_ms = 20000,
-                                .op_timeout_ms = 20000}};
   gt_dist *dist;
-  CHECK_OK(gt_dist_create(&dc, &dist));
+  train_rank_dist(&(gt_plan_config){.world = n, .rank = rank, .layout = "dp=4"}, j->job_id, &store, &plan, &dist);
   gt_backend *be;
   gt_model *m;
   CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));

@@ -83,10 +83,7 @@ static void run_job(int n, const char *plan, bool zero1, int steps, int every, c
   /* 24 tiny steps on four ranks, a reshape or two: ~1 s, ~10 s on loaded
    * cores under ASan (a rejoin's restart included); 300 s is > 30x. */
   run_cmd(argv, env, 300, r);
-  if (r->exit_code != 0) {
-    run_print("giantrun", r);
-    fail_msg("giantrun --plan %s: exit %d (its output is above)", plan, r->exit_code);
-  }
+  if (r->exit_code != 0) run_fail(r, "giantrun --plan %s: exit %d, its output above", plan, r->exit_code);
 }
 
 /* The pid a worker printed at its start, and after its reshape (0: none). */
@@ -145,10 +142,7 @@ static void reshape_case(const char *plan, bool zero1, bool rejoin, int second) 
   int resumed = -1, world = 0, joined = -1, world4 = 0;
   batch_shape bs = {0}, bs4 = {0};
   const char *line = reshape_line(res.output, 0, layout, &resumed, &world, &bs);
-  if (!line) {
-    run_print("giantrun", &res);
-    fail_msg("no reshape (the run's output is above)");
-  }
+  if (!line) run_fail(&res, "no reshape, its output above");
   assert_int_equal(world, left);
   print_message("killed at step %d; the %d left resumed at step %d at %s, %d micro-batches of %d rows\n", kill_at, left,
                 resumed, layout, bs.accum, bs.rows);
@@ -159,10 +153,7 @@ static void reshape_case(const char *plan, bool zero1, bool rejoin, int second) 
   assert_true(resumed == kill_at || resumed == kill_at + 1); /* at most the step in flight is lost */
   if (rejoin) { /* ... and the restarted worker joined them */
     const char *l2 = reshape_line(res.output, 1, layout4, &joined, &world4, &bs4);
-    if (!l2) {
-      run_print("giantrun", &res);
-      fail_msg("no second reshape (the run's output is above)");
-    }
+    if (!l2) run_fail(&res, "no second reshape, its output above");
     assert_int_equal(world4, 4);
     assert_int_equal(bs4.rows, launch_shape.rows); /* all back: the launch's micro-batches */
     assert_int_equal(bs4.accum, launch_shape.accum);
@@ -236,10 +227,8 @@ static void test_reshape_rejoin_after_end(void **state) {
   unsetenv("GT_RESHAPE_TIMEOUT_MS");
   assert_non_null(strstr(res.output, "[rank 2] gpt: rank 2 (pid "));
   assert_non_null(strstr(res.output, "asks to join the running job"));
-  if (!strstr(res.output, "training ended before the job took it in")) {
-    run_print("giantrun", &res);
-    fail_msg("the restarted worker did not end with the job (the run's output is above)");
-  }
+  if (!strstr(res.output, "training ended before the job took it in"))
+    run_fail(&res, "the restarted worker did not end with the job, its output above");
   assert_non_null(strstr(res.output, "over steps 0..24"));
   print_message("rank 2 killed at step 22, restarted: it ended with the job %.1f s after the start\n", res.seconds);
   assert_true(res.seconds < AT_ONCE_S); /* not the join's 200 s timeout */
