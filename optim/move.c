@@ -35,6 +35,8 @@ static gt_status check(gt_trainer *from, gt_trainer *to) {
   whole = whole && lo == 0 && hi == gt_model_buffer_floats(b);
   if (!whole) return gt_errorf(GT_EUNSUPPORTED, "re-cutting pipeline stages with ZeRO-1 is not supported: its "
                                "optimizer shards are ranges of a stage's buffer");
+  if (gt_model_offloaded(a) != gt_model_offloaded(b))
+    return gt_errorf(GT_EINVAL, "moving training state: one model is offloaded and the other not");
   if (gt_optimizer_num_states(oa) != gt_optimizer_num_states(ob))
     return gt_errorf(GT_EINVAL, "moving training state: the optimizers differ");
   for (int i = 0; i < gt_model_num_params(a); i++) {
@@ -86,7 +88,8 @@ static gt_status move_all(gt_trainer *from, gt_trainer *to, float *tmp) {
   gt_dist *dist = gt_trainer_dist(from);
   gt_comm *pp = dist ? gt_grid_comm(gt_dist_grid(dist), GT_GRID_PP) : NULL;
   int me = dist ? gt_dist_plan(dist)->me.pp : 0, nbuf = 1 + gt_optimizer_num_states(gt_trainer_optimizer(from));
-  gt_backend *be = gt_model_backend(b);
+  /* Where the state is: the device, or the host when offloaded. */
+  gt_backend *be = gt_model_state_backend(b);
   gt_status s = GT_OK;
   gt_model_params_changed(b);
   for (int i = 0; i < gt_model_num_params(a); i++) {
@@ -112,10 +115,6 @@ static gt_status move_all(gt_trainer *from, gt_trainer *to, float *tmp) {
 
 gt_status gt_trainer_move_state(gt_trainer *from, gt_trainer *to) {
   GT_TRY(check(from, to));
-  gt_model *mf = gt_trainer_model(from);
-  if (gt_model_offloaded(mf) && gt_backend_kind(gt_model_backend(mf)) != GT_DEVICE_CPU)
-    return gt_errorf(GT_EUNSUPPORTED, "moving an offloaded model's state between pipeline cuts on %s is not "
-                                      "supported yet: its state is in host memory", gt_backend_name(gt_model_backend(mf)));
   bool staged = gt_optimizer_on_disk(gt_trainer_optimizer(from)) || gt_optimizer_on_disk(gt_trainer_optimizer(to));
   float *tmp = NULL;
   if (staged) {

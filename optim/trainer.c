@@ -118,12 +118,6 @@ static void begin_pipelined_update(gt_trainer *t) {
  * with. */
 static gt_status check_offloading(gt_model *m, const gt_trainer_config *cfg) {
   const gt_plan *plan = cfg->dist ? gt_dist_plan(cfg->dist) : NULL;
-  gt_backend *be = gt_model_backend(m);
-  if (gt_model_offloaded(m) && gt_backend_kind(be) != GT_DEVICE_CPU && plan && plan->layout.dp > 1)
-    return gt_errorf(GT_EUNSUPPORTED, "an offloaded model's gradients live in host memory, and data parallelism "
-                                      "on %s reduces device memory (NCCL): offloading with dp > 1 on a GPU is not "
-                                      "supported yet; use dp = 1, or leave offloading off",
-                     gt_backend_name(be));
   if (!cfg->update_per_layer && !cfg->delayed_update) return GT_OK;
   const char *what = cfg->delayed_update ? "delayed_update" : "update_per_layer";
   if (cfg->update_per_layer && cfg->delayed_update)

@@ -25,11 +25,13 @@
  *
  * Host buffers: the control plane (a checkpoint's commit flag, the step's
  * commit vote, fail-slow telemetry, a reshape's agreement) exchanges a few
- * floats in host memory over the same world communicator. NCCL reads only
- * device memory, so such a buffer is staged through a device buffer of the
- * communicator's own, on its stream: copied in before the operation and
- * out after it. Only the progress thread runs operations, one at a time,
- * so one staging buffer, grown as needed, serves them all. */
+ * floats in host memory over the same world communicator, and an offloaded
+ * model's gradients and parameters are host memory that data parallelism
+ * reduces and gathers. NCCL reads only device memory, so such a buffer is
+ * staged through a device buffer of the communicator's own, on its stream:
+ * copied in before the operation and out after it, in pieces of at most
+ * 16 MiB of staging (run_staged). Only the progress thread runs
+ * operations, one at a time, so one staging buffer serves them all. */
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdio.h>
@@ -303,50 +305,169 @@ static bool host_memory(const void *p) {
   return a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged;
 }
 
-/* Where operation q's input and output live, as NCCL sees them: the
- * caller's device buffers, or the staging buffer holding copies of its host
- * ones (the input in front, the output behind; in place when the caller's
- * are one). The inputs are copied in on the stream. */
-typedef struct staged {
-  const void *in;   /* what NCCL reads */
-  void *out;        /* what NCCL writes */
-  void *host_out;   /* the caller's host output, to copy back; NULL: none */
-  size_t out_bytes;
-} staged;
+/* Host memory passes through at most this much staging at a time. An
+ * operation on host buffers that needs more is cut into pieces, each its
+ * own NCCL operation (copied in, run, copied out), so that the staging
+ * stays small beside an offloaded model's gradients, which are host memory
+ * and all-reduced in buckets, or reduce-scattered whole under ZeRO-1. The
+ * peers must cut the same operation the same way: a large operation finds
+ * host memory on every rank of the group or on none (comm.h), and a
+ * point-to-point piece has the same size whichever of send, recv or
+ * sendrecv either side called. */
+#define STAGE_LIMIT ((size_t)16 << 20)
 
-static gt_status stage_in(nccl_state *s, const gt_comm_req *q, ncclDataType_t dt, int size, staged *g) {
-  size_t e = dtype_bytes(dt), in_bytes = 0, out_bytes = 0;
-  const void *in = q->src;
-  void *out = q->buf;
+static size_t round_up(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Elements of the operation's unit (a rank's block, a message) per piece. */
+static size_t piece_elems(const gt_comm_req *q, size_t e, int size) {
+  size_t per = e;
+  if (q->kind == OP_REDUCE_SCATTER || q->kind == OP_ALLGATHER)
+    per = e * (size_t)(size + 1);
+  else if (q->kind == OP_SEND || q->kind == OP_RECV || q->kind == OP_SENDRECV)
+    per = 2 * e;
+  size_t n = STAGE_LIMIT / per;
+  return n ? n : 1;
+}
+
+static gt_status stage_reserve(nccl_state *s, size_t need) {
+  if (need <= s->stage_bytes) return GT_OK;
+  if (s->stage) cudaFree(s->stage);
+  s->stage = NULL, s->stage_bytes = 0;
+  cudaError_t ce = cudaMalloc(&s->stage, need);
+  if (ce != cudaSuccess) return cuda_err(ce, "device memory to stage a host buffer for NCCL");
+  s->stage_bytes = need;
+  return GT_OK;
+}
+
+/* Copies `rows` rows of `width` bytes (pitches dp and sp) on the stream;
+ * the runtime tells host from device memory (unified addressing). */
+static gt_status copy_rows(nccl_state *s, void *dst, size_t dp, const void *src, size_t sp, size_t width, size_t rows,
+                           const char *what) {
+  if (!width || !rows) return GT_OK;
+  cudaError_t ce = rows == 1 ? cudaMemcpyAsync(dst, src, width, cudaMemcpyDefault, s->stream)
+                             : cudaMemcpy2DAsync(dst, dp, src, sp, width, rows, cudaMemcpyDefault, s->stream);
+  return ce == cudaSuccess ? GT_OK : cuda_err(ce, what);
+}
+
+/* One NCCL operation of q's kind on buffers `in` and `out`: `n` elements
+ * (a rank's block for the collectives, the message sent point to point)
+ * and `n2` received point to point. A point-to-point part of no elements
+ * is left out, on every side alike, so that the peers' calls pair up. */
+static ncclResult_t issue(nccl_state *s, const gt_comm_req *q, ncclDataType_t dt, const void *in, void *out, size_t n,
+                          size_t n2) {
+  ncclRedOp_t op = q->op == GT_COMM_AVG ? ncclAvg : ncclSum;
+  ncclResult_t r = ncclSuccess;
   switch (q->kind) {
-    case OP_ALLREDUCE: case OP_BROADCAST: in = q->buf, in_bytes = out_bytes = q->count * e; break;
-    case OP_REDUCE_SCATTER: in_bytes = q->count * (size_t)size * e, out_bytes = q->count * e; break;
-    case OP_ALLGATHER: in_bytes = q->count * e, out_bytes = q->count * (size_t)size * e; break;
-    case OP_SEND: in_bytes = q->count * e, out = NULL; break;
-    case OP_RECV: in = NULL, out_bytes = q->count * e; break;
-    case OP_SENDRECV: in_bytes = q->count * e, out_bytes = q->count2 * e; break;
-    case OP_BARRIER: in = NULL, out = NULL; break;
+    case OP_ALLREDUCE:
+      return ncclAllReduce(in, out, n, dt, op, s->comm, s->stream);
+    case OP_REDUCE_SCATTER:
+      return ncclReduceScatter(in, out, n, dt, op, s->comm, s->stream);
+    case OP_ALLGATHER:
+      return ncclAllGather(in, out, n, dt, s->comm, s->stream);
+    case OP_BROADCAST:
+      return ncclBroadcast(in, out, n, dt, q->peer, s->comm, s->stream);
+    case OP_SEND:
+      return n ? ncclSend(in, n, dt, q->peer, s->comm, s->stream) : ncclSuccess;
+    case OP_RECV:
+      return n2 ? ncclRecv(out, n2, dt, q->peer, s->comm, s->stream) : ncclSuccess;
+    case OP_SENDRECV:
+      /* One group: NCCL runs both halves together, as we do on the host. */
+      r = ncclGroupStart();
+      if (r == ncclSuccess && n) r = ncclSend(in, n, dt, q->peer, s->comm, s->stream);
+      if ((r == ncclSuccess || r == ncclInProgress) && n2) r = ncclRecv(out, n2, dt, q->peer2, s->comm, s->stream);
+      if (r == ncclSuccess || r == ncclInProgress) r = ncclGroupEnd();
+      return r;
+    case OP_BARRIER:
+      return ncclAllReduce(s->scratch, s->scratch, 1, ncclFloat32, ncclSum, s->comm, s->stream);
   }
-  bool in_place = in && (const void *)out == in;
-  bool host_in = in_bytes && host_memory(in), host_out = out_bytes && (in_place ? host_in : host_memory(out));
-  *g = (staged){.in = in, .out = out};
-  if (!host_in && !host_out) return GT_OK;
-  size_t at_out = host_in && !in_place ? (in_bytes + 255) & ~(size_t)255 : 0;
-  size_t need = host_out ? at_out + out_bytes : in_bytes;
-  if (need > s->stage_bytes) {
-    if (s->stage) cudaFree(s->stage);
-    s->stage = NULL, s->stage_bytes = 0;
-    cudaError_t ce = cudaMalloc(&s->stage, need);
-    if (ce != cudaSuccess) return cuda_err(ce, "device memory to stage a host buffer for NCCL");
-    s->stage_bytes = need;
-  }
+  return ncclInvalidArgument;
+}
+
+/* The NCCL stream waits for the input's producers, queued on the compute
+ * stream before the operation was started. */
+static gt_status wait_ready(nccl_state *s, const gt_comm_req *q) {
+  if (!q->ready) return GT_OK;
+  cudaError_t ce = cudaStreamWaitEvent(s->stream, (cudaEvent_t)q->ready, 0);
+  return ce == cudaSuccess ? GT_OK : cuda_err(ce, "ordering the NCCL stream after the compute stream");
+}
+
+static bool in_place(const gt_comm_req *q) { return q->kind == OP_ALLREDUCE || q->kind == OP_BROADCAST; }
+
+/* The elements q sends (a rank's block, for the collectives) and receives
+ * point to point. */
+static size_t sent(const gt_comm_req *q) { return q->kind == OP_RECV || q->kind == OP_BARRIER ? 0 : q->count; }
+static size_t received(const gt_comm_req *q) {
+  return q->kind == OP_RECV ? q->count : q->kind == OP_SENDRECV ? q->count2 : 0;
+}
+
+/* Whether q's input and its output are host memory, which NCCL cannot
+ * read. */
+static void host_sides(const gt_comm_req *q, size_t e, int size, bool *host_in, bool *host_out) {
+  size_t in_bytes = sent(q) * e * (q->kind == OP_REDUCE_SCATTER ? (size_t)size : 1);
+  size_t out_bytes = received(q) * e;
+  if (q->kind == OP_REDUCE_SCATTER) out_bytes = q->count * e;
+  if (q->kind == OP_ALLGATHER) out_bytes = q->count * (size_t)size * e;
+  *host_in = in_bytes && host_memory(in_place(q) ? q->buf : q->src);
+  *host_out = in_place(q) ? *host_in : out_bytes && host_memory(q->buf);
+}
+
+/* q with host memory on either side, piece by piece through the staging
+ * buffer. Piece k covers elements [k pc, (k + 1) pc) of what is sent and
+ * of what is received. The input goes through the staging when it is host
+ * memory, and for a reduce-scatter always (the piece is a strided part of
+ * every rank's block); the output likewise, and for an all-gather always;
+ * in place, one area serves both. A piece's result is copied out only once
+ * its operation is done: a copy to pageable memory blocks the host until
+ * the stream gets there, where a dead peer would hold it past every
+ * deadline. */
+static gt_status run_staged(gt_comm *c, gt_comm_req *q, ncclDataType_t dt, bool host_in, bool host_out,
+                            double deadline) {
+  nccl_state *s = c->nc;
+  size_t e = dtype_bytes(dt), P = (size_t)c->size, pc = piece_elems(q, e, c->size);
+  bool rs = q->kind == OP_REDUCE_SCATTER, ag = q->kind == OP_ALLGATHER, one = in_place(q);
+  bool via_in = host_in || rs, via_out = one ? host_in : host_out || ag;
+  size_t in_rows = rs ? P : 1, out_rows = ag ? P : 1;
+  size_t total = sent(q), total2 = received(q);
+  size_t most = total > total2 ? total : total2, pieces = (most + pc - 1) / pc;
+  size_t first = total < pc ? total : pc, first2 = total2 < pc ? total2 : pc;
+  size_t out_first = q->kind == OP_RECV || q->kind == OP_SENDRECV ? first2 : first;
+  size_t at_out = via_in && !one ? round_up(in_rows * first * e) : 0;
+  GT_TRY(stage_reserve(s, at_out + (via_out ? out_rows * out_first * e : 0)));
   char *base = s->stage;
-  if (host_in) {
-    cudaError_t ce = cudaMemcpyAsync(base, in, in_bytes, cudaMemcpyHostToDevice, s->stream);
-    if (ce != cudaSuccess) return cuda_err(ce, "staging a host buffer for NCCL");
-    g->in = base;
+  const char *src = one ? q->buf : q->src;
+  char *dst = q->buf;
+  bool root = q->kind == OP_BROADCAST && q->peer == c->rank;
+  /* Input from device memory (a reduce-scatter's, staged for its layout)
+   * is the compute stream's to produce: wait first. Host input is ready as
+   * the host has it: copy it in first, then wait. */
+  bool ordered = !host_in;
+  if (ordered) GT_TRY(wait_ready(s, q));
+  for (size_t k = 0; k < pieces; k++) {
+    size_t o = k * pc;
+    size_t n = o < total ? (total - o < pc ? total - o : pc) : 0;
+    size_t n2 = o < total2 ? (total2 - o < pc ? total2 - o : pc) : 0;
+    const void *in = src ? src + o * e : NULL;
+    void *out = dst ? dst + o * e : NULL;
+    if (via_in) {
+      bool fill = n && (q->kind != OP_BROADCAST || root); /* a broadcast's receivers send nothing */
+      if (fill) GT_TRY(copy_rows(s, base, n * e, in, q->count * e, n * e, in_rows, "staging a host buffer for NCCL"));
+      in = base;
+    }
+    if (via_out) out = one ? base : base + at_out;
+    if (!ordered) {
+      GT_TRY(wait_ready(s, q));
+      ordered = true;
+    }
+    GT_TRY(settle(c, s->comm, issue(s, q, dt, in, out, n, n2), deadline, "issuing the NCCL operation"));
+    GT_TRY(finish(c, deadline));
+    size_t got = q->kind == OP_RECV || q->kind == OP_SENDRECV ? n2 : q->kind == OP_SEND || root ? 0 : n;
+    if (via_out && got) {
+      size_t pitch = ag ? q->count * e : got * e;
+      GT_TRY(copy_rows(s, dst + o * e, pitch, out, got * e, got * e, out_rows,
+                       "copying an NCCL result back to a host buffer"));
+      GT_TRY(finish(c, deadline));
+    }
   }
-  if (host_out) g->out = base + at_out, g->host_out = out, g->out_bytes = out_bytes;
   return GT_OK;
 }
 
@@ -357,66 +478,22 @@ gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *q, double deadline) {
   if (ce != cudaSuccess) return cuda_err(ce, "cudaSetDevice");
   ncclDataType_t dt = ncclFloat32;
   GT_TRY(dtype_of(q->dtype, &dt));
-  /* Host buffers first: what the host wrote is ready, and a copy from
-   * pageable memory would otherwise wait for the compute stream too. */
-  staged g;
-  gt_status sst = stage_in(s, q, dt, c->size, &g);
-  if (sst != GT_OK) {
-    /* The peers are entering the operation: fail the group, not only this rank. */
-    ncclCommAbort(s->comm);
-    s->comm = NULL;
-    return sst;
+  bool host_in = false, host_out = false;
+  host_sides(q, dtype_bytes(dt), c->size, &host_in, &host_out);
+  gt_status st = GT_OK;
+  if (host_in || host_out) {
+    st = run_staged(c, q, dt, host_in, host_out, deadline);
+  } else {
+    st = wait_ready(s, q);
+    if (st == GT_OK)
+      st = settle(c, s->comm, issue(s, q, dt, in_place(q) ? q->buf : q->src, q->buf, sent(q), received(q)), deadline,
+                  "issuing the NCCL operation");
+    if (st == GT_OK) st = finish(c, deadline);
   }
-  /* The input's producers, queued on the compute stream before the start. */
-  if (q->ready) {
-    ce = cudaStreamWaitEvent(s->stream, (cudaEvent_t)q->ready, 0);
-    if (ce != cudaSuccess) return cuda_err(ce, "ordering the NCCL stream after the compute stream");
-  }
-  ncclRedOp_t op = q->op == GT_COMM_AVG ? ncclAvg : ncclSum;
-  void *in = (void *)g.in, *out = g.out;
-  ncclResult_t r = ncclSuccess;
-  switch (q->kind) {
-    case OP_ALLREDUCE:
-      r = ncclAllReduce(in, out, q->count, dt, op, s->comm, s->stream);
-      break;
-    case OP_REDUCE_SCATTER:
-      r = ncclReduceScatter(in, out, q->count, dt, op, s->comm, s->stream);
-      break;
-    case OP_ALLGATHER:
-      r = ncclAllGather(in, out, q->count, dt, s->comm, s->stream);
-      break;
-    case OP_BROADCAST:
-      r = ncclBroadcast(in, out, q->count, dt, q->peer, s->comm, s->stream);
-      break;
-    case OP_SEND:
-      r = ncclSend(in, q->count, dt, q->peer, s->comm, s->stream);
-      break;
-    case OP_RECV:
-      r = ncclRecv(out, q->count, dt, q->peer, s->comm, s->stream);
-      break;
-    case OP_SENDRECV:
-      /* One group: NCCL runs both halves together, as we do on the host. */
-      r = ncclGroupStart();
-      if (r == ncclSuccess) r = ncclSend(in, q->count, dt, q->peer, s->comm, s->stream);
-      if (r == ncclSuccess || r == ncclInProgress)
-        r = ncclRecv(out, q->count2, dt, q->peer2, s->comm, s->stream);
-      if (r == ncclSuccess || r == ncclInProgress) r = ncclGroupEnd();
-      break;
-    case OP_BARRIER:
-      r = ncclAllReduce(s->scratch, s->scratch, 1, ncclFloat32, ncclSum, s->comm, s->stream);
-      break;
-  }
-  gt_status st = settle(c, s->comm, r, deadline, "issuing the NCCL operation");
-  if (st == GT_OK) st = finish(c, deadline);
-  if (st == GT_OK && g.host_out) {
-    /* Only once the operation is done: a copy to pageable memory blocks
-     * the host until the stream gets there, where a dead peer would hold
-     * it past every deadline. */
-    ce = cudaMemcpyAsync(g.host_out, g.out, g.out_bytes, cudaMemcpyDeviceToHost, s->stream);
-    st = ce == cudaSuccess ? finish(c, deadline) : cuda_err(ce, "copying an NCCL result back to a host buffer");
-  }
-  if (st != GT_OK) {
-    /* A failed or abandoned NCCL communicator cannot be reused. */
+  if (st != GT_OK && s->comm) {
+    /* A failed or abandoned NCCL communicator cannot be reused, and the
+     * peers may be inside the operation: fail the group, not only this
+     * rank. */
     ncclCommAbort(s->comm);
     s->comm = NULL;
   }

@@ -21,7 +21,10 @@
  * transport is TCP, or shared memory when every rank runs on one host. On
  * a CUDA gt_backend (when built with CUDA and NCCL) buffers are device
  * pointers and NCCL moves them; a host buffer there is staged through
- * device memory (meant for a few floats of control, not for data).
+ * device memory of the communicator's own, at most 16 MiB at a time: an
+ * operation larger than that is cut into several NCCL operations, so it
+ * must find host memory on every rank of the group or on none (an
+ * offloaded model's buffers are host memory on every rank).
  *
  * Authentication: every connection (store and communicator) proves, in
  * both directions, that it knows the job's secret (HMAC-SHA256 over fresh

@@ -60,7 +60,12 @@ static gt_status step_recording(gt_trainer *tr, gt_loader *data, const cr_cfg *c
  * its trainer. */
 static void build(const cr_cfg *cfg, gt_backend *be, gt_dist *dist, const gt_plan *plan, int rows,
                   const double *stage_speed, gt_model **m, gt_trainer **tr) {
-  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = cfg->share0 ? CR_ROWS : rows, .T_max = CR_T, .seed = 42}, m));
+  CHECK_OK(gt_model_create(
+      be,
+      &(gt_model_config){
+          .B_max = cfg->share0 ? CR_ROWS : rows, .T_max = CR_T, .seed = 42, .offload_window = cfg->offload_window},
+      m));
+  CHECK(gt_model_offloaded(*m) == (cfg->offload_window > 0));
   int C = cfg->C ? cfg->C : CR_C;
   if (dist) {
     gt_model_parallel mp = gt_dist_model_parallel(dist);

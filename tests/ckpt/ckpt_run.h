@@ -59,6 +59,7 @@ typedef struct cr_cfg {
   int recut_at;
   const double *recut_speed;
   int *moved; /* shared: the layers that changed stage */
+  int offload_window;             /* gt_model_config.offload_window of every model built (0: not offloaded) */
   unsigned long long *bytes_read; /* shared, one per rank: the shard bytes the load read (NULL: not recorded) */
   /* When live_at steps are done (> 0), the layout changes in-process: the
    * rank live_lost - 1 leaves (0: none), the rank live_empty - 1 drops its

@@ -8,7 +8,8 @@
  * factor in its last bits when clipping is on. So the parameters, both
  * moments and every loss match a run that kept the first cut within the
  * hybrid tests' 1e-5 (relative), and bit for bit where that sum came out
- * the same. */
+ * the same. Offloaded (a window of one layer), the state moves in host
+ * memory, and the slots of the layers that arrive are fetched anew. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -39,16 +40,23 @@ static int teardown(void **state) {
   return 0;
 }
 
-static void recut_case(const char *plan, int world) {
+static void recut_case(const char *plan, int world, int window) {
   static const double speed[2] = {0.3, 1.0};
   char dir[4200];
   snprintf(dir, sizeof dir, "%s.recut", data);
   cr_state kept = cr_state_new(layout), recut = cr_state_new(layout);
-  cr_cfg a = {.layout = plan, .data = data, .dir = dir, .s1 = STEPS, .final = kept};
+  cr_cfg a = {.layout = plan, .data = data, .dir = dir, .s1 = STEPS, .final = kept, .offload_window = window};
   cr_run(world, &a);
   int *moved = harness_shared(sizeof(int));
-  cr_cfg b = {.layout = plan, .data = data, .dir = dir, .s1 = STEPS, .final = recut, .recut_at = RECUT,
-              .recut_speed = speed, .moved = moved};
+  cr_cfg b = {.layout = plan,
+              .data = data,
+              .dir = dir,
+              .s1 = STEPS,
+              .final = recut,
+              .recut_at = RECUT,
+              .recut_speed = speed,
+              .moved = moved,
+              .offload_window = window};
   cr_run(world, &b);
   /* The largest difference in each buffer, relative to its largest value
    * (AdamW's second moments run to 1e-10 and less, where a relative
@@ -68,8 +76,10 @@ static void recut_case(const char *plan, int world) {
     double d = fabs((double)kept.p->losses[s] - recut.p->losses[s]) / fabs((double)kept.p->losses[s]);
     worst_loss = d > worst_loss ? d : worst_loss;
   }
-  print_message("%s: re-cut before step %d moved %d layer(s); state within %.2e, losses within %.2e of the kept "
-                "cut's\n", plan, RECUT, *moved, worst, worst_loss);
+  print_message(
+      "%s%s: re-cut before step %d moved %d layer(s); state within %.2e, losses within %.2e of the kept "
+      "cut's\n",
+      plan, window ? ", offloaded" : "", RECUT, *moved, worst, worst_loss);
   assert_true(*moved >= 1);
   assert_true(worst <= 1e-5);
   assert_true(worst_loss <= 1e-5);
@@ -77,10 +87,12 @@ static void recut_case(const char *plan, int world) {
   cr_rmtree(dir);
 }
 
-static void test_recut_pp2(void **state) { (void)state, recut_case("pp=2", 2); }
-static void test_recut_dp2_pp2(void **state) { (void)state, recut_case("dp=2,pp=2", 4); }
+static void test_recut_pp2(void **state) { (void)state, recut_case("pp=2", 2, 0); }
+static void test_recut_dp2_pp2(void **state) { (void)state, recut_case("dp=2,pp=2", 4, 0); }
+static void test_recut_pp2_offloaded(void **state) { (void)state, recut_case("pp=2", 2, 1); }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_recut_pp2), cmocka_unit_test(test_recut_dp2_pp2)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_recut_pp2), cmocka_unit_test(test_recut_dp2_pp2),
+                                     cmocka_unit_test(test_recut_pp2_offloaded)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

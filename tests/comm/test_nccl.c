@@ -11,30 +11,13 @@
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "localkit/ranks.h"
 
-/* Counts devices in a child, so this process never initializes CUDA
- * before forking ranks. Returns the count, or -1 with the reason printed. */
+/* Ranks on up to 4 devices; -1 without one. */
 static int probe_devices(void) {
-  fflush(stdout), fflush(stderr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    char why[256] = "";
-    if (!gt_backend_available(GT_DEVICE_CUDA, why, sizeof why)) {
-      printf("skipped: %s\n", why);
-      fflush(stdout);
-      _exit(200);
-    }
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) _exit(200);
-    _exit(n > 4 ? 4 : n);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 200;
-  return code == 200 ? -1 : code;
+  int n = harness_cuda_devices(4);
+  return n ? n : -1;
 }
 
 static float *dev_upload(const float *h, size_t n) {
@@ -57,6 +40,45 @@ static void open_rank(int r, int n, const char *prefix, gt_backend **be, gt_stor
   gt_comm_config cfg = {.store = *s, .prefix = prefix, .rank = r, .size = n, .backend = *be,
                         .secret = HARNESS_SECRET, .init_timeout_ms = 60000, .op_timeout_ms = 60000};
   CHECK_OK(gt_comm_init(&cfg, c));
+}
+
+/* Host buffers larger than the staging (16 MiB), as an offloaded model's
+ * gradients and parameters are: each operation goes in pieces, with the
+ * results of the whole. A count that is no multiple of any piece, pinned
+ * memory for the collectives and pageable for point to point. */
+static void host_pieces(int r, int n, gt_comm *c) {
+  size_t count = ((size_t)5 << 20) + 3;
+  float *a = NULL, *all = NULL;
+  CHECK(cudaMallocHost((void **)&a, count * sizeof *a) == cudaSuccess);
+  CHECK(cudaMallocHost((void **)&all, (size_t)n * count * sizeof *all) == cudaSuccess);
+  for (size_t i = 0; i < count; i++) a[i] = (float)(int)(i % 1000) + (float)r;
+  CHECK_OK(gt_comm_allreduce(c, a, count, GT_F32, GT_COMM_SUM));
+  for (size_t i = 0; i < count; i++) CHECK(a[i] == (float)n * (float)(int)(i % 1000) + (float)(n * (n - 1) / 2));
+  for (size_t i = 0; i < count; i++) a[i] = (float)(r * 1000) + (float)(int)(i % 100);
+  CHECK_OK(gt_comm_allgather(c, a, all, count, GT_F32));
+  for (int q = 0; q < n; q++)
+    for (size_t i = 0; i < count; i++) CHECK(all[(size_t)q * count + i] == (float)(q * 1000) + (float)(int)(i % 100));
+  CHECK_OK(gt_comm_reduce_scatter(c, all, a, count, GT_F32, GT_COMM_SUM));
+  for (size_t i = 0; i < count; i++) CHECK(a[i] == (float)n * ((float)(r * 1000) + (float)(int)(i % 100)));
+  for (size_t i = 0; i < count; i++) a[i] = r == n - 1 ? (float)(int)(i % 77) : -1.0f;
+  CHECK_OK(gt_comm_broadcast(c, a, count, GT_F32, n - 1));
+  for (size_t i = 0; i < count; i++) CHECK(a[i] == (float)(int)(i % 77));
+  if (n >= 2) {
+    /* A ring of pageable buffers, and a plain send and receive. */
+    float *mine = malloc(count * sizeof *mine), *got = malloc(count * sizeof *got);
+    CHECK(mine && got);
+    for (size_t i = 0; i < count; i++) mine[i] = (float)(r * 1000) + (float)(int)(i % 999), got[i] = -1.0f;
+    CHECK_OK(gt_comm_sendrecv(c, mine, count, (r + 1) % n, got, count, (r + n - 1) % n, GT_F32));
+    int from = (r + n - 1) % n;
+    for (size_t i = 0; i < count; i++) CHECK(got[i] == (float)(from * 1000) + (float)(int)(i % 999));
+    if (r == 0) CHECK_OK(gt_comm_send(c, mine, count, GT_F32, 1));
+    if (r == 1) {
+      CHECK_OK(gt_comm_recv(c, got, count, GT_F32, 0));
+      for (size_t i = 0; i < count; i++) CHECK(got[i] == (float)(int)(i % 999));
+    }
+    free(mine), free(got);
+  }
+  cudaFreeHost(a), cudaFreeHost(all);
 }
 
 static int rank_main(int r, int n, void *arg) {
@@ -141,6 +163,7 @@ static int rank_main(int r, int n, void *arg) {
     cudaFreeHost(pinned);
     free(all);
   }
+  host_pieces(r, n, c);
   CHECK_OK(gt_comm_barrier(c));
   gt_comm *half = NULL;
   CHECK_OK(gt_comm_split(c, r % 2, r, "halves", &half));

@@ -11,24 +11,39 @@
 enum { MAX_FLOATS = 400000 };
 
 void train_rank_dist(const gt_plan_config *pc, const char *gen, gt_store **store, gt_plan *plan, gt_dist **dist) {
-  *store = NULL;
-  *dist = NULL;
-  *plan = (gt_plan){.layout = {1, 1, 1}, .world = 1};
-  if (!pc->layout) return;
-  *store = harness_store();
-  train_rank_dist_on(*store, pc, gen, plan, dist);
+  train_rank_dist_be(pc, gen, NULL, store, plan, dist);
 }
 
-void train_rank_dist_on(gt_store *store, const gt_plan_config *pc, const char *gen, gt_plan *plan, gt_dist **dist) {
+static void dist_on(gt_store *store, const gt_plan_config *pc, const char *gen, gt_backend *be, gt_plan *plan,
+                    gt_dist **dist) {
   CHECK_OK(gt_plan_resolve(pc, plan));
   /* Shorter than the library's 60 s and 300 s, so a broken test fails
    * soon: ranks forked together form their groups within 0.1-0.3 s of each
    * other on busy cores, and an operation waits at most a small step of
    * the slowest rank (milliseconds): 20 s is > 60x. */
-  gt_dist_config dc = {.plan = *plan, .store = store, .generation = gen,
-                       .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1", .init_timeout_ms = 20000,
+  gt_dist_config dc = {.plan = *plan,
+                       .store = store,
+                       .generation = gen,
+                       .comm = {.backend = be,
+                                .secret = HARNESS_SECRET,
+                                .host = "127.0.0.1",
+                                .init_timeout_ms = 20000,
                                 .op_timeout_ms = 20000}};
   CHECK_OK(gt_dist_create(&dc, dist));
+}
+
+void train_rank_dist_be(const gt_plan_config *pc, const char *gen, gt_backend *be, gt_store **store, gt_plan *plan,
+                        gt_dist **dist) {
+  *store = NULL;
+  *dist = NULL;
+  *plan = (gt_plan){.layout = {1, 1, 1}, .world = 1};
+  if (!pc->layout) return;
+  *store = harness_store();
+  dist_on(*store, pc, gen, be, plan, dist);
+}
+
+void train_rank_dist_on(gt_store *store, const gt_plan_config *pc, const char *gen, gt_plan *plan, gt_dist **dist) {
+  dist_on(store, pc, gen, NULL, plan, dist);
 }
 
 void train_batch_for(int s, int k, int V, int T, int rows, int32_t *in, int32_t *tg) {

@@ -32,6 +32,10 @@ typedef struct train_result {
  * state built on it under the key namespace gen. Without a layout: one
  * process, no store, no dist. Failures end the rank. */
 void train_rank_dist(const gt_plan_config *pc, const char *gen, gt_store **store, gt_plan *plan, gt_dist **dist);
+/* The same with the communicators on backend be (NULL: host memory; a CUDA
+ * backend: NCCL on its device). */
+void train_rank_dist_be(const gt_plan_config *pc, const char *gen, gt_backend *be, gt_store **store, gt_plan *plan,
+                        gt_dist **dist);
 /* The same on a store the rank has (a layout built again in-process). */
 void train_rank_dist_on(gt_store *store, const gt_plan_config *pc, const char *gen, gt_plan *plan, gt_dist **dist);
 

@@ -27,6 +27,29 @@ void *harness_shared(size_t bytes) {
   return p;
 }
 
+int harness_cuda_devices(int most) {
+  fflush(stdout), fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char why[256] = "";
+    if (!gt_backend_available(GT_DEVICE_CUDA, why, sizeof why)) {
+      printf("skipped: %s\n", why);
+      fflush(stdout);
+      _exit(0);
+    }
+    int n = 0;
+    for (; n < most && n < 100; n++) {
+      gt_backend *be = NULL;
+      if (gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CUDA, .device = n}, &be) != GT_OK) break;
+      gt_backend_destroy(be);
+    }
+    _exit(n);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 0;
+  return WEXITSTATUS(status);
+}
+
 gt_store *harness_store(void) {
   gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = store_port, .secret = HARNESS_SECRET,
                              .timeout_ms = 10000};

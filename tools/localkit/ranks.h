@@ -50,4 +50,9 @@ gt_comm *harness_comm(gt_store *s, const char *prefix, int rank, int n, gt_comm_
 /* Memory shared by the parent and every rank (created before forking). */
 void *harness_shared(size_t bytes);
 
+/* The CUDA devices a rank each can open, at most `most`, counted in a
+ * child so that the caller never initializes CUDA before forking ranks;
+ * with none, the reason is printed ("skipped: ..."). */
+int harness_cuda_devices(int most);
+
 #endif
