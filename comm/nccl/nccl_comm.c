@@ -30,7 +30,7 @@
  * reduces and gathers. NCCL reads only device memory, so such a buffer is
  * staged through a device buffer of the communicator's own, on its stream:
  * copied in before the operation and out after it, in pieces of at most
- * 16 MiB of staging (run_staged). Only the progress thread runs
+ * 16 MiB of staging (comm/stage.h). Only the progress thread runs
  * operations, one at a time, so one staging buffer serves them all. */
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -39,9 +39,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm/comm_internal.h"
+#include "comm/stage.h"
 #include "giant/cuda.h"
 #include "giant/log.h"
-#include "comm/comm_internal.h"
 
 struct nccl_state {
   ncclComm_t comm;
@@ -305,30 +306,6 @@ static bool host_memory(const void *p) {
   return a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged;
 }
 
-/* Host memory passes through at most this much staging at a time. An
- * operation on host buffers that needs more is cut into pieces, each its
- * own NCCL operation (copied in, run, copied out), so that the staging
- * stays small beside an offloaded model's gradients, which are host memory
- * and all-reduced in buckets, or reduce-scattered whole under ZeRO-1. The
- * peers must cut the same operation the same way: a large operation finds
- * host memory on every rank of the group or on none (comm.h), and a
- * point-to-point piece has the same size whichever of send, recv or
- * sendrecv either side called. */
-#define STAGE_LIMIT ((size_t)16 << 20)
-
-static size_t round_up(size_t n) { return (n + 255) & ~(size_t)255; }
-
-/* Elements of the operation's unit (a rank's block, a message) per piece. */
-static size_t piece_elems(const gt_comm_req *q, size_t e, int size) {
-  size_t per = e;
-  if (q->kind == OP_REDUCE_SCATTER || q->kind == OP_ALLGATHER)
-    per = e * (size_t)(size + 1);
-  else if (q->kind == OP_SEND || q->kind == OP_RECV || q->kind == OP_SENDRECV)
-    per = 2 * e;
-  size_t n = STAGE_LIMIT / per;
-  return n ? n : 1;
-}
-
 static gt_status stage_reserve(nccl_state *s, size_t need) {
   if (need <= s->stage_bytes) return GT_OK;
   if (s->stage) cudaFree(s->stage);
@@ -339,14 +316,18 @@ static gt_status stage_reserve(nccl_state *s, size_t need) {
   return GT_OK;
 }
 
-/* Copies `rows` rows of `width` bytes (pitches dp and sp) on the stream;
- * the runtime tells host from device memory (unified addressing). */
-static gt_status copy_rows(nccl_state *s, void *dst, size_t dp, const void *src, size_t sp, size_t width, size_t rows,
-                           const char *what) {
-  if (!width || !rows) return GT_OK;
-  cudaError_t ce = rows == 1 ? cudaMemcpyAsync(dst, src, width, cudaMemcpyDefault, s->stream)
-                             : cudaMemcpy2DAsync(dst, dp, src, sp, width, rows, cudaMemcpyDefault, s->stream);
-  return ce == cudaSuccess ? GT_OK : cuda_err(ce, what);
+/* One of a piece's copies on the stream, between the bases it is relative
+ * to; the runtime tells host from device memory (unified addressing). Row
+ * by row: a reduce-scatter's rows lie a rank's block apart, which for a
+ * large model's gradients passes the pitch cudaMemcpy2D allows (2 GiB),
+ * and there are only as many rows as ranks. */
+static gt_status copy(nccl_state *s, char *dst, const char *src, const gt_stage_copy *c, const char *what) {
+  for (size_t r = 0; r < c->rows && c->width; r++) {
+    cudaError_t ce = cudaMemcpyAsync(dst + c->dst + r * c->dpitch, src + c->src + r * c->spitch, c->width,
+                                     cudaMemcpyDefault, s->stream);
+    if (ce != cudaSuccess) return cuda_err(ce, what);
+  }
+  return GT_OK;
 }
 
 /* One NCCL operation of q's kind on buffers `in` and `out`: `n` elements
@@ -391,80 +372,49 @@ static gt_status wait_ready(nccl_state *s, const gt_comm_req *q) {
   return ce == cudaSuccess ? GT_OK : cuda_err(ce, "ordering the NCCL stream after the compute stream");
 }
 
-static bool in_place(const gt_comm_req *q) { return q->kind == OP_ALLREDUCE || q->kind == OP_BROADCAST; }
-
-/* The elements q sends (a rank's block, for the collectives) and receives
- * point to point. */
-static size_t sent(const gt_comm_req *q) { return q->kind == OP_RECV || q->kind == OP_BARRIER ? 0 : q->count; }
-static size_t received(const gt_comm_req *q) {
-  return q->kind == OP_RECV ? q->count : q->kind == OP_SENDRECV ? q->count2 : 0;
-}
-
 /* Whether q's input and its output are host memory, which NCCL cannot
  * read. */
 static void host_sides(const gt_comm_req *q, size_t e, int size, bool *host_in, bool *host_out) {
-  size_t in_bytes = sent(q) * e * (q->kind == OP_REDUCE_SCATTER ? (size_t)size : 1);
-  size_t out_bytes = received(q) * e;
+  size_t in_bytes = gt_stage_sent(q) * e * (q->kind == OP_REDUCE_SCATTER ? (size_t)size : 1);
+  size_t out_bytes = gt_stage_received(q) * e;
   if (q->kind == OP_REDUCE_SCATTER) out_bytes = q->count * e;
   if (q->kind == OP_ALLGATHER) out_bytes = q->count * (size_t)size * e;
-  *host_in = in_bytes && host_memory(in_place(q) ? q->buf : q->src);
-  *host_out = in_place(q) ? *host_in : out_bytes && host_memory(q->buf);
+  bool one = gt_stage_in_place(q);
+  *host_in = in_bytes && host_memory(one ? q->buf : q->src);
+  *host_out = one ? *host_in : out_bytes && host_memory(q->buf);
 }
 
 /* q with host memory on either side, piece by piece through the staging
- * buffer. Piece k covers elements [k pc, (k + 1) pc) of what is sent and
- * of what is received. The input goes through the staging when it is host
- * memory, and for a reduce-scatter always (the piece is a strided part of
- * every rank's block); the output likewise, and for an all-gather always;
- * in place, one area serves both. A piece's result is copied out only once
- * its operation is done: a copy to pageable memory blocks the host until
- * the stream gets there, where a dead peer would hold it past every
- * deadline. */
+ * (comm/stage.h). A piece's result is copied out only once its operation
+ * is done: a copy to pageable memory blocks the host until the stream gets
+ * there, where a dead peer would hold it past every deadline. */
 static gt_status run_staged(gt_comm *c, gt_comm_req *q, ncclDataType_t dt, bool host_in, bool host_out,
                             double deadline) {
   nccl_state *s = c->nc;
-  size_t e = dtype_bytes(dt), P = (size_t)c->size, pc = piece_elems(q, e, c->size);
-  bool rs = q->kind == OP_REDUCE_SCATTER, ag = q->kind == OP_ALLGATHER, one = in_place(q);
-  bool via_in = host_in || rs, via_out = one ? host_in : host_out || ag;
-  size_t in_rows = rs ? P : 1, out_rows = ag ? P : 1;
-  size_t total = sent(q), total2 = received(q);
-  size_t most = total > total2 ? total : total2, pieces = (most + pc - 1) / pc;
-  size_t first = total < pc ? total : pc, first2 = total2 < pc ? total2 : pc;
-  size_t out_first = q->kind == OP_RECV || q->kind == OP_SENDRECV ? first2 : first;
-  size_t at_out = via_in && !one ? round_up(in_rows * first * e) : 0;
-  GT_TRY(stage_reserve(s, at_out + (via_out ? out_rows * out_first * e : 0)));
-  char *base = s->stage;
-  const char *src = one ? q->buf : q->src;
-  char *dst = q->buf;
-  bool root = q->kind == OP_BROADCAST && q->peer == c->rank;
+  gt_stage_plan p;
+  gt_stage_plan_make(q, dtype_bytes(dt), c->size, c->rank, host_in, host_out, GT_STAGE_LIMIT, &p);
+  GT_TRY(stage_reserve(s, p.bytes));
+  char *base = s->stage, *dst = q->buf;
+  const char *src = gt_stage_in_place(q) ? q->buf : q->src;
   /* Input from device memory (a reduce-scatter's, staged for its layout)
    * is the compute stream's to produce: wait first. Host input is ready as
    * the host has it: copy it in first, then wait. */
   bool ordered = !host_in;
   if (ordered) GT_TRY(wait_ready(s, q));
-  for (size_t k = 0; k < pieces; k++) {
-    size_t o = k * pc;
-    size_t n = o < total ? (total - o < pc ? total - o : pc) : 0;
-    size_t n2 = o < total2 ? (total2 - o < pc ? total2 - o : pc) : 0;
-    const void *in = src ? src + o * e : NULL;
-    void *out = dst ? dst + o * e : NULL;
-    if (via_in) {
-      bool fill = n && (q->kind != OP_BROADCAST || root); /* a broadcast's receivers send nothing */
-      if (fill) GT_TRY(copy_rows(s, base, n * e, in, q->count * e, n * e, in_rows, "staging a host buffer for NCCL"));
-      in = base;
-    }
-    if (via_out) out = one ? base : base + at_out;
+  for (size_t k = 0; k < p.pieces; k++) {
+    gt_stage_piece pc;
+    gt_stage_piece_at(&p, k, &pc);
+    GT_TRY(copy(s, base, src, &pc.in, "staging a host buffer for NCCL"));
     if (!ordered) {
       GT_TRY(wait_ready(s, q));
       ordered = true;
     }
-    GT_TRY(settle(c, s->comm, issue(s, q, dt, in, out, n, n2), deadline, "issuing the NCCL operation"));
+    const void *in = pc.from.staged ? base + pc.from.off : src ? src + pc.from.off : NULL;
+    void *out = pc.to.staged ? base + pc.to.off : dst ? dst + pc.to.off : NULL;
+    GT_TRY(settle(c, s->comm, issue(s, q, dt, in, out, pc.n, pc.n2), deadline, "issuing the NCCL operation"));
     GT_TRY(finish(c, deadline));
-    size_t got = q->kind == OP_RECV || q->kind == OP_SENDRECV ? n2 : q->kind == OP_SEND || root ? 0 : n;
-    if (via_out && got) {
-      size_t pitch = ag ? q->count * e : got * e;
-      GT_TRY(copy_rows(s, dst + o * e, pitch, out, got * e, got * e, out_rows,
-                       "copying an NCCL result back to a host buffer"));
+    if (pc.out.width) {
+      GT_TRY(copy(s, dst, base, &pc.out, "copying an NCCL result back to a host buffer"));
       GT_TRY(finish(c, deadline));
     }
   }
@@ -484,9 +434,10 @@ gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *q, double deadline) {
   if (host_in || host_out) {
     st = run_staged(c, q, dt, host_in, host_out, deadline);
   } else {
+    const void *in = gt_stage_in_place(q) ? q->buf : q->src;
     st = wait_ready(s, q);
     if (st == GT_OK)
-      st = settle(c, s->comm, issue(s, q, dt, in_place(q) ? q->buf : q->src, q->buf, sent(q), received(q)), deadline,
+      st = settle(c, s->comm, issue(s, q, dt, in, q->buf, gt_stage_sent(q), gt_stage_received(q)), deadline,
                   "issuing the NCCL operation");
     if (st == GT_OK) st = finish(c, deadline);
   }
