@@ -51,6 +51,23 @@ static gt_status revive_leases(gt_rdzv *r) {
   return GT_OK;
 }
 
+/* Every member finished or, reshaping, left and was let go: the job is
+ * done. */
+static gt_status end_done(gt_rdzv *r, int released, gt_rdzv_event *ev) {
+  char val[64];
+  snprintf(val, sizeof val, "ok gen%ld", r->gen);
+  int ended;
+  GT_TRY(rdzv_end_job(r, NULL, val, &ended));
+  r->ended = 1;
+  if (released)
+    snprintf(r->reason, sizeof r->reason, "every worker left in gen%ld exited 0 (%d node(s) left before)", r->gen,
+             released);
+  else
+    snprintf(r->reason, sizeof r->reason, "every worker of gen%ld exited 0", r->gen);
+  *ev = GT_RDZV_DONE;
+  return GT_OK;
+}
+
 static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
   if (s->done) {
     r->ended = 1;
@@ -81,16 +98,7 @@ static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
   }
   /* Finished records outlive leases: a node whose workers all exited 0 has
    * done its part even if etcd was away long enough for its lease to go. */
-  if (finished && finished + released == r->nmembers) {
-    char val[64];
-    snprintf(val, sizeof val, "ok gen%ld", r->gen);
-    int ended;
-    GT_TRY(rdzv_end_job(r, NULL, val, &ended));
-    r->ended = 1;
-    snprintf(r->reason, sizeof r->reason, "every worker of gen%ld exited 0", r->gen);
-    *ev = GT_RDZV_DONE;
-    return GT_OK;
-  }
+  if (finished && finished + released == r->nmembers) return end_done(r, released, ev);
   /* The keepalive gives up after a TTL without an answer. If this read
    * still sees the node's key, etcd kept the lease (it expires none without
    * a quorum, and a new leader renews them all): renew it again, go on. */
@@ -108,11 +116,16 @@ static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
     *ev = GT_RDZV_RESTART;
     return GT_OK;
   }
+  /* A member that left, reshaping, is let go while one stays: the others
+   * go on without its ranks. Once some have finished, they trained to the
+   * end without them (their workers exit 0 only after the last step), so
+   * the job ends, rather than a new round that resumes at the last step
+   * to do nothing. */
   for (int i = 0; i < r->nmembers; i++) {
     const char *id = r->members[i].id;
     if (!r->members[i].released && !rdzv_kvs_has(nodes, np, id) && !rdzv_kvs_has(fin, fp, id)) {
       snprintf(why, sizeof why, "node %s left gen%ld", id, r->gen);
-      if (r->cfg.reshape && finished == 0 && released + 1 < r->nmembers) {
+      if (r->cfg.reshape && released + 1 < r->nmembers) {
         GT_TRY(release(r, i));
         released++;
         continue;
@@ -122,6 +135,7 @@ static gt_status look(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_event *ev) {
       return GT_OK;
     }
   }
+  if (finished && finished + released == r->nmembers) return end_done(r, released, ev);
   /* A node waiting to join is admitted by a new round, unless workers have
    * already finished (a new round would run them again). */
   size_t pl = strlen(np);

@@ -134,6 +134,57 @@ static void test_restarts_exhausted(void **state) {
   for (int i = 0; i < 2; i++) gt_rdzv_close(j[i].r);
 }
 
+/* Checks the round as an agent does, every poll_ms, until it is no longer
+ * running. The watch brings a change in milliseconds, and a full read
+ * comes every 5 s regardless: 20 s is > 4 reads. */
+static gt_rdzv_event check_until_changed(gt_rdzv *r, int poll_ms) {
+  gt_rdzv_event ev = GT_RDZV_RUNNING;
+  double until = gt_now() + 20;
+  while (ev == GT_RDZV_RUNNING && gt_now() < until) {
+    OK(gt_rdzv_check(r, &ev));
+    if (ev == GT_RDZV_RUNNING) usleep((useconds_t)poll_ms * 1000);
+  }
+  return ev;
+}
+
+/* A node whose lease lapses after the other finished (its workers died
+ * after the job's last step was committed). With reshaping the finished
+ * node's workers trained on without it: the node is let go and the job
+ * ends, not a new round whose workers resume at the last step and do
+ * nothing. Without reshaping the job moves on to a new round, which
+ * resumes from the last checkpoint whatever the lost node had left
+ * undone. The lapse is played by deleting the node's key, as etcd does
+ * when its lease expires. */
+static void leaves_after_finish(const char *job, int reshape, gt_rdzv_event want) {
+  joiner j[2] = {{.cfg = config(job, "a", 2, 2, 1)}, {.cfg = config(job, "b", 2, 2, 1)}};
+  j[0].cfg.reshape = j[1].cfg.reshape = reshape;
+  join_all(j, 2);
+  OK(gt_rdzv_finish(j[1].r));
+  gt_etcd_config ec = {.endpoints = fx.endpoint, .timeout_ms = ETCD_CALL_MS};
+  gt_etcd_client *cli;
+  OK(gt_etcd_connect(&ec, &cli));
+  char key[128];
+  snprintf(key, sizeof key, "/giant/%s/gen0/nodes/a", job);
+  int64_t deleted = 0;
+  OK(gt_etcd_del(cli, key, 0, &deleted));
+  assert_int_equal(deleted, 1);
+  gt_rdzv_event ev = check_until_changed(j[1].r, j[1].cfg.poll_ms);
+  print_message("%s: %s\n", reshape ? "reshaping" : "not reshaping", gt_rdzv_reason(j[1].r));
+  assert_int_equal(ev, want);
+  if (want == GT_RDZV_DONE)
+    assert_non_null(strstr(gt_rdzv_reason(j[1].r), "1 node(s) left before"));
+  else
+    assert_non_null(strstr(gt_rdzv_reason(j[1].r), "node a left gen0"));
+  gt_etcd_close(cli);
+  for (int i = 0; i < 2; i++) gt_rdzv_close(j[i].r);
+}
+
+static void test_leaves_after_finish(void **state) {
+  (void)state;
+  leaves_after_finish("lateleave", 0, GT_RDZV_RESTART);
+  leaves_after_finish("lateleave-reshape", 1, GT_RDZV_DONE);
+}
+
 static void test_settle(void **state) {
   (void)state;
   /* MIN=1 of MAX=3: a lone node waits the settle time, then goes alone. */
@@ -200,9 +251,8 @@ int main(void) {
     return 77;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_round_ranks),
-      cmocka_unit_test(test_restarts_exhausted),
-      cmocka_unit_test(test_settle),
+      cmocka_unit_test(test_round_ranks),         cmocka_unit_test(test_restarts_exhausted),
+      cmocka_unit_test(test_leaves_after_finish), cmocka_unit_test(test_settle),
       cmocka_unit_test(test_bad_config_and_keys),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
