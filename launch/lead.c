@@ -113,12 +113,9 @@ static gt_status judge_cut(struct lead *l, const gt_mitigation_report *rep, int6
   gt_rebalance_cut c;
   double min_gain = gt_rebalance_damping_gain(&l->cut_damping, rep->step, MIN_GAIN);
   GT_TRY(gt_mitigation_decide_cut(rep, HORIZON, min_gain, &c));
-  size_t bytes = (size_t)(c.pp + 1) * sizeof *c.next;
-  if (!c.change) l->cut_agreed = 0;
-  else if (l->cut_agreed && !memcmp(c.next, l->cut_proposed, bytes)) l->cut_agreed++;
-  else memcpy(l->cut_proposed, c.next, bytes), l->cut_agreed = 1;
+  int agreed = gt_rebalance_agree(l->cut_proposed, &l->cut_agreed, c.change, c.next, c.pp + 1);
   int agree = gt_rebalance_damping_persist(&l->cut_damping, rep->step, AGREE);
-  if (c.change && (l->cut_agreed >= agree || rep->urgent)) {
+  if (c.change && (agreed >= agree || rep->urgent)) {
     *wrote = decide_cut_write(l, rep, &c, term, rep->epoch > epoch ? rep->epoch : epoch);
     if (*wrote) gt_rebalance_damping_note(&l->cut_damping, rep->step);
     l->cut_agreed = 0, l->agreed = 0;
@@ -149,12 +146,9 @@ static gt_status judge(struct lead *l, int64_t term) {
   gt_rebalance_decision d;
   double min_gain = gt_rebalance_damping_gain(&l->rows_damping, rep.step, MIN_GAIN);
   GT_TRY(gt_mitigation_decide(&rep, HORIZON, min_gain, next, &d));
-  size_t bytes = (size_t)rep.dp * sizeof *next;
-  if (!d.change) l->agreed = 0;
-  else if (l->agreed && !memcmp(next, l->proposed, bytes)) l->agreed++;
-  else memcpy(l->proposed, next, bytes), l->agreed = 1;
+  int agreed = gt_rebalance_agree(l->proposed, &l->agreed, d.change, next, rep.dp);
   int agree = gt_rebalance_damping_persist(&l->rows_damping, rep.step, AGREE);
-  if (d.change && (l->agreed >= agree || rep.urgent)) {
+  if (d.change && (agreed >= agree || rep.urgent)) {
     if (decide_write(l, &rep, next, &d, term, rep.epoch > epoch ? rep.epoch : epoch))
       gt_rebalance_damping_note(&l->rows_damping, rep.step);
     l->agreed = 0;

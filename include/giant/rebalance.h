@@ -105,5 +105,14 @@ double gt_rebalance_damping_gain(const gt_rebalance_damping *d, int64_t step, do
 /* A switch taken at `step`. */
 void gt_rebalance_damping_note(gt_rebalance_damping *d, int64_t step);
 
+/* Decisions in a row that propose the same layout: `proposed` (n ints, the
+ * caller's) holds the last proposal and *agreed how many decisions in a
+ * row made it. A decision to change to next[0..n) counts one more when it
+ * proposes the same, else starts a new count of 1; a decision without a
+ * change sets the count to 0. Returns the count. A switch stands once it
+ * reaches gt_rebalance_damping_persist; the caller sets *agreed to 0 when
+ * it switches. */
+int gt_rebalance_agree(int *proposed, int *agreed, bool change, const int *next, int n);
+
 GT_API_END
 #endif

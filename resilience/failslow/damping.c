@@ -1,5 +1,7 @@
 /* Damping of layout switches, as routers damp a flapping route: a switch
  * taken soon after the one before makes the next one harder to take. */
+#include <string.h>
+
 #include "giant/rebalance.h"
 
 void gt_rebalance_damping_init(gt_rebalance_damping *d, int horizon) {
@@ -25,4 +27,15 @@ double gt_rebalance_damping_gain(const gt_rebalance_damping *d, int64_t step, do
 void gt_rebalance_damping_note(gt_rebalance_damping *d, int64_t step) {
   d->streak = streak(d, step) + 1;
   d->last_step = step;
+}
+
+int gt_rebalance_agree(int *proposed, int *agreed, bool change, const int *next, int n) {
+  size_t bytes = (size_t)(n > 0 ? n : 0) * sizeof *next;
+  if (!change)
+    *agreed = 0;
+  else if (*agreed && !memcmp(next, proposed, bytes))
+    ++*agreed;
+  else
+    memcpy(proposed, next, bytes), *agreed = 1;
+  return *agreed;
 }

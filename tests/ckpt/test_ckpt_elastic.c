@@ -56,7 +56,7 @@ static float final_loss(const char *p, int *from, const char *all) {
   float a, b;
   int to;
   if (!l || sscanf(strchr(l, 'l'), "loss %f -> %f over steps %d..%d", &a, &b, from, &to) != 4 || to != STEPS)
-    fail_msg("no final loss line:\n%s", all);
+    text_fail("the agents' logs", all, "no final loss line in the agents' logs (printed above)");
   return b;
 }
 
@@ -119,7 +119,7 @@ static void layout_of(const char *log, int n, int *world, int l[3]) {
   const char *p = log;
   for (int i = 0; i <= n; i++) {
     p = strstr(p, "; world ");
-    if (!p) fail_msg("fewer than %d generations started:\n%s", n + 1, log);
+    if (!p) text_fail("the agent's log", log, "fewer than %d generations started (the log above)", n + 1);
     p++;
   }
   assert_int_equal(sscanf(p, " world %d = dp %d x tp %d x pp %d", world, &l[0], &l[1], &l[2]), 4);
@@ -130,7 +130,7 @@ static void resume_of(const char *log, const char *ck, int n, int *step, int l[3
   const char *p = log;
   for (int i = 0; i <= n; i++) {
     p = strstr(p, "resumed from ");
-    if (!p) fail_msg("fewer than %d resumes:\n%s", n + 1, log);
+    if (!p) text_fail("the agent's log", log, "fewer than %d resumes (the log above)", n + 1);
     p++;
   }
   char path[256], want[300];

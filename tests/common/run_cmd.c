@@ -109,9 +109,15 @@ void run_cmd(char *const argv[], char *const env_extra[], double timeout_s, run_
   close(fds[0]);
 }
 
-void run_print(const char *what, const run_result *r) {
-  printf("---- %s: exit %d after %.1f s; its output:\n", what, r->exit_code, r->seconds);
-  fputs(r->output, stdout);
+void text_print(const char *what, const char *text) {
+  printf("---- %s:\n", what);
+  fputs(text ? text : "(none)", stdout);
   printf("\n---- end of %s\n", what);
   fflush(stdout);
+}
+
+void run_print(const char *what, const run_result *r) {
+  char head[512];
+  snprintf(head, sizeof head, "%s: exit %d after %.1f s; its output", what, r->exit_code, r->seconds);
+  text_print(head, r->output);
 }

@@ -18,6 +18,15 @@ void run_cmd(char *const argv[], char *const env_extra[], double timeout_s, run_
  * CMocka cuts a failure's message at 1 KiB, where a failed run's cause is
  * usually further down. */
 void run_print(const char *what, const run_result *r);
+/* The same for any text (a log read back, a plan printed). */
+void text_print(const char *what, const char *text);
+/* Fails the test (fail_msg, printf-style) after printing the whole of
+ * `text`, named `what`. */
+#define text_fail(what, text, ...) \
+  do {                             \
+    text_print((what), (text));    \
+    fail_msg(__VA_ARGS__);         \
+  } while (0)
 /* Fails the test (CMocka's fail_msg, printf-style) after printing the whole
  * output of the run r that shows why. */
 #define run_fail(r, ...)                            \

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "common/gt_test.h"
+#include "common/run_cmd.h"
 
 #include "examples/gpt/gpt.h"
 #include "giant/plan.h"
@@ -73,7 +74,7 @@ static gt_status plan_and_print(const char *annotate, const char *layout, int wo
 }
 
 static void has(const char *text, const char *line) {
-  if (!strstr(text, line)) fail_msg("no '%s' in the plan:\n%s", line, text);
+  if (!strstr(text, line)) text_fail("the plan", text, "no '%s' in the plan (printed above)", line);
 }
 
 /* Each annotation changes the decision it names, and says so. */

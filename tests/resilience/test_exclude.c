@@ -16,6 +16,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "common/failslow_lines.h"
 #include "common/run_cmd.h"
 #include "giant/coord.h"
 #include "localkit/etcd_server.h"
@@ -59,15 +60,11 @@ static double median_slowest(const char *metrics, int a, int b) {
   char line[4096];
   while (fgets(line, sizeof line, f) && n < STEPS) {
     int step;
-    const char *c = strstr(line, "\"compute_s\":[");
-    if (!c || sscanf(line, "{\"failslow_step\":%d", &step) != 1 || step < a || step >= b) continue;
-    c += strlen("\"compute_s\":[");
+    double compute[64];
+    int ranks = failslow_line_compute(line, &step, compute, 64);
+    if (ranks < 0 || step < a || step >= b) continue;
     double most = 0;
-    for (char *end; *c && *c != ']'; c = *end == ',' ? end + 1 : end) {
-      double x = strtod(c, &end);
-      if (end == c) break;
-      most = x > most ? x : most;
-    }
+    for (int q = 0; q < ranks; q++) most = compute[q] > most ? compute[q] : most;
     v[n++] = most;
   }
   fclose(f);

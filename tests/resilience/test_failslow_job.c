@@ -31,6 +31,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "common/failslow_lines.h"
 #include "common/run_cmd.h"
 #include "giant/coord.h"
 #include "localkit/etcd_server.h"
@@ -97,14 +98,9 @@ static void read_compute(const char *metrics) {
   char line[4096];
   while (f && fgets(line, sizeof line, f)) {
     int step = -1;
-    const char *c = strstr(line, "\"compute_s\":[");
-    if (sscanf(line, "{\"failslow_step\":%d", &step) != 1 || step < 0 || step >= MAX_STEPS || !c) continue;
-    c += strlen("\"compute_s\":[");
-    for (int q = 0; q < RANKS; q++) {
-      char *end;
-      compute[step][q] = strtod(c, &end);
-      c = end + 1;
-    }
+    double v[RANKS];
+    if (failslow_line_compute(line, &step, v, RANKS) != RANKS || step < 0 || step >= MAX_STEPS) continue;
+    memcpy(compute[step], v, sizeof v);
   }
   if (f) fclose(f);
 }

@@ -63,7 +63,7 @@ static int teardown(void **state) {
 static float final_loss(const char *out) {
   const char *p = strstr(out, "] loss ");
   float a, b;
-  if (!p || sscanf(p, "] loss %f -> %f", &a, &b) != 2) fail_msg("no loss line:\n%s", out);
+  if (!p || sscanf(p, "] loss %f -> %f", &a, &b) != 2) text_fail("the output", out, "no loss line (the output above)");
   return b;
 }
 
@@ -151,7 +151,7 @@ static bool attempt(int k, float clean) {
   for (const char *p = w; (p = strstr(p, "rebalance after step ")); p++, moves++)
     if (sscanf(p, "rebalance after step %d: rows %*d,%*d -> %d,%d of 16 (the leader's epoch %lld, term %lld, by %63[^)]",
                &step, &to[0], &to[1], &epoch, &term, by) != 6)
-      fail_msg("malformed rebalance line in:\n%s", w);
+      text_fail("the worker's log", w, "malformed rebalance line (the log above)");
   assert_true(moves >= 1 && moves <= nd[0] + nd[1]); /* a decision at the last steps may come too late */
   assert_int_equal(epoch, dd->epoch);
   assert_int_equal(term, dd->term);
@@ -254,7 +254,7 @@ static void test_leader_recuts(void **state) {
   long long wepoch;
   if (!re || sscanf(re, "re-cut after step %d: first layers of the stages %d,%d -> %d,%d of %d (the leader's epoch %lld",
                     &step, &a0, &a1, &b0, &b1, &total, &wepoch) != 7)
-    fail_msg("no re-cut line from the leader's decision:\n%s", w);
+    text_fail("the worker's log", w, "no re-cut line from the leader's decision (the log above)");
   float loss = final_loss(w);
   double gap = fabs((double)loss - kept_loss) / kept_loss;
   print_message("pp=2, stage 1 x3 from step 10: the leader decided at step %d, cut %d,%d -> %d,%d of %d (epoch %lld); "

@@ -205,6 +205,27 @@ static void test_damping_numbers(void **state) {
   assert_int_equal(gt_rebalance_damping_persist(&d, 210, 2), 4);
 }
 
+/* Agreeing decisions in a row: the same proposal counts up, another
+ * starts again at 1, no change resets to 0. */
+static void test_agree(void **state) {
+  (void)state;
+  int proposed[3] = {0}, agreed = 0;
+  const int a[3] = {3, 3, 2}, b[3] = {3, 2, 3};
+  assert_int_equal(gt_rebalance_agree(proposed, &agreed, true, a, 3), 1);
+  assert_int_equal(gt_rebalance_agree(proposed, &agreed, true, a, 3), 2);
+  assert_int_equal(gt_rebalance_agree(proposed, &agreed, true, a, 3), 3);
+  assert_int_equal(gt_rebalance_agree(proposed, &agreed, true, b, 3), 1);
+  assert_memory_equal(proposed, b, sizeof b);
+  assert_int_equal(gt_rebalance_agree(proposed, &agreed, true, b, 3), 2);
+  assert_int_equal(gt_rebalance_agree(proposed, &agreed, false, b, 3), 0);
+  assert_int_equal(agreed, 0);
+  /* After no change, the same proposal as before starts again at 1. */
+  assert_int_equal(gt_rebalance_agree(proposed, &agreed, true, b, 3), 1);
+  /* Only the first n count. */
+  const int c[3] = {3, 2, 9};
+  assert_int_equal(gt_rebalance_agree(proposed, &agreed, true, c, 2), 2);
+}
+
 /* Switches over `steps` steps of a replica whose speed flips between 100
  * and `low` rows/s every `period` steps (a neighbour's load that comes and
  * goes), deciding every step as the workers do: PERSIST agreeing decisions
@@ -221,9 +242,7 @@ static int switches(int steps, int period, double low, bool damped, int *first) 
                                .min_gain = damped ? gt_rebalance_damping_gain(&d, step, 0.07) : 0.07};
     gt_rebalance_decision dec;
     OK(gt_rebalance_choose(&cfg, 2, speed, micro, shares, next, &dec));
-    if (!dec.change) agreed = 0;
-    else if (agreed && !memcmp(next, proposed, sizeof next)) agreed++;
-    else memcpy(proposed, next, sizeof next), agreed = 1;
+    gt_rebalance_agree(proposed, &agreed, dec.change, next, 2);
     if (agreed < (damped ? gt_rebalance_damping_persist(&d, step, PERSIST) : PERSIST)) continue;
     memcpy(shares, next, sizeof next), agreed = 0, n++;
     if (*first < 0) *first = step;
@@ -253,9 +272,13 @@ static void test_damping_stops_flapping(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_half_speed_gets_a_third), cmocka_unit_test(test_slowest_rank_of_a_replica),
-      cmocka_unit_test(test_no_flapping_on_noise),    cmocka_unit_test(test_bad_input),
-      cmocka_unit_test(test_damping_numbers),         cmocka_unit_test(test_damping_stops_flapping),
+      cmocka_unit_test(test_half_speed_gets_a_third),
+      cmocka_unit_test(test_slowest_rank_of_a_replica),
+      cmocka_unit_test(test_no_flapping_on_noise),
+      cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_damping_numbers),
+      cmocka_unit_test(test_damping_stops_flapping),
+      cmocka_unit_test(test_agree),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

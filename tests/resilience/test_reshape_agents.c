@@ -54,7 +54,7 @@ static float last_loss(const char *log, int *from) {
   int f, to;
   for (const char *p = strstr(log, "] loss "); p; p = strstr(p + 1, "] loss "))
     if (sscanf(p, "] loss %f -> %f over steps %d..%d", &a, &b, &f, &to) == 4 && to == STEPS) last = b, *from = f;
-  if (isnan(last)) fail_msg("no final loss line:\n%s", log);
+  if (isnan(last)) text_fail("the agent's log", log, "no final loss line (the log above)");
   return last;
 }
 
