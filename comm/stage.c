@@ -12,6 +12,16 @@ size_t gt_stage_received(const gt_comm_req *q) {
   return q->kind == OP_RECV ? q->count : q->kind == OP_SENDRECV ? q->count2 : 0;
 }
 
+const void *gt_stage_input(const gt_comm_req *q) { return gt_stage_in_place(q) ? q->buf : q->src; }
+
+void gt_stage_extent(const gt_comm_req *q, size_t e, int size, size_t *in_bytes, size_t *out_bytes) {
+  size_t rows = (size_t)size;
+  *in_bytes = gt_stage_sent(q) * e * (q->kind == OP_REDUCE_SCATTER ? rows : 1);
+  *out_bytes = gt_stage_in_place(q) || q->kind == OP_REDUCE_SCATTER ? q->count * e
+               : q->kind == OP_ALLGATHER                            ? q->count * rows * e
+                                                                    : gt_stage_received(q) * e;
+}
+
 static bool point_to_point(comm_op_kind k) { return k == OP_SEND || k == OP_RECV || k == OP_SENDRECV; }
 
 void gt_stage_plan_make(const gt_comm_req *q, size_t e, int size, int rank, bool host_in, bool host_out, size_t limit,

@@ -62,6 +62,12 @@ typedef struct gt_stage_piece {
 size_t gt_stage_sent(const gt_comm_req *q);
 size_t gt_stage_received(const gt_comm_req *q);
 bool gt_stage_in_place(const gt_comm_req *q);
+/* The buffer q reads: its one buffer in place, else its source. */
+const void *gt_stage_input(const gt_comm_req *q);
+/* The bytes q reads from its input and writes to its output, with
+ * elements of e bytes on a group of `size` (a reduce-scatter reads a block
+ * of every rank's, an all-gather writes one). */
+void gt_stage_extent(const gt_comm_req *q, size_t e, int size, size_t *in_bytes, size_t *out_bytes);
 
 /* The plan for operation q on a group of `size` where this is `rank`, with
  * elements of e bytes, its input and output host memory as said (one of

@@ -375,13 +375,10 @@ static gt_status wait_ready(nccl_state *s, const gt_comm_req *q) {
 /* Whether q's input and its output are host memory, which NCCL cannot
  * read. */
 static void host_sides(const gt_comm_req *q, size_t e, int size, bool *host_in, bool *host_out) {
-  size_t in_bytes = gt_stage_sent(q) * e * (q->kind == OP_REDUCE_SCATTER ? (size_t)size : 1);
-  size_t out_bytes = gt_stage_received(q) * e;
-  if (q->kind == OP_REDUCE_SCATTER) out_bytes = q->count * e;
-  if (q->kind == OP_ALLGATHER) out_bytes = q->count * (size_t)size * e;
-  bool one = gt_stage_in_place(q);
-  *host_in = in_bytes && host_memory(one ? q->buf : q->src);
-  *host_out = one ? *host_in : out_bytes && host_memory(q->buf);
+  size_t in_bytes, out_bytes;
+  gt_stage_extent(q, e, size, &in_bytes, &out_bytes);
+  *host_in = in_bytes && host_memory(gt_stage_input(q));
+  *host_out = gt_stage_in_place(q) ? *host_in : out_bytes && host_memory(q->buf);
 }
 
 /* q with host memory on either side, piece by piece through the staging
@@ -395,7 +392,7 @@ static gt_status run_staged(gt_comm *c, gt_comm_req *q, ncclDataType_t dt, bool 
   gt_stage_plan_make(q, dtype_bytes(dt), c->size, c->rank, host_in, host_out, GT_STAGE_LIMIT, &p);
   GT_TRY(stage_reserve(s, p.bytes));
   char *base = s->stage, *dst = q->buf;
-  const char *src = gt_stage_in_place(q) ? q->buf : q->src;
+  const char *src = gt_stage_input(q);
   /* Input from device memory (a reduce-scatter's, staged for its layout)
    * is the compute stream's to produce: wait first. Host input is ready as
    * the host has it: copy it in first, then wait. */
@@ -434,10 +431,10 @@ gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *q, double deadline) {
   if (host_in || host_out) {
     st = run_staged(c, q, dt, host_in, host_out, deadline);
   } else {
-    const void *in = gt_stage_in_place(q) ? q->buf : q->src;
     st = wait_ready(s, q);
     if (st == GT_OK)
-      st = settle(c, s->comm, issue(s, q, dt, in, q->buf, gt_stage_sent(q), gt_stage_received(q)), deadline,
+      st = settle(c, s->comm, issue(s, q, dt, gt_stage_input(q), q->buf, gt_stage_sent(q), gt_stage_received(q)),
+                  deadline,
                   "issuing the NCCL operation");
     if (st == GT_OK) st = finish(c, deadline);
   }

@@ -252,6 +252,24 @@ static void test_plan_figures(void **state) {
   assert_true(pc.from.staged && pc.from.off == 0);
   assert_true(!pc.to.staged && pc.to.off == 24); /* the device output, written in place */
   assert_int_equal(pc.out.width, 0);
+  /* What each operation reads and writes, over 3 ranks. */
+  size_t in_bytes, out_bytes;
+  gt_stage_extent(&q, 4, 3, &in_bytes, &out_bytes);
+  assert_true(in_bytes == 120 && out_bytes == 40);
+  assert_ptr_equal(gt_stage_input(&q), in);
+  gt_comm_req ag = {.kind = OP_ALLGATHER, .src = out, .buf = in, .count = 10, .dtype = GT_F32};
+  gt_stage_extent(&ag, 4, 3, &in_bytes, &out_bytes);
+  assert_true(in_bytes == 40 && out_bytes == 120);
+  gt_comm_req ar = {.kind = OP_ALLREDUCE, .buf = out, .count = 10, .dtype = GT_F32};
+  gt_stage_extent(&ar, 4, 3, &in_bytes, &out_bytes);
+  assert_true(in_bytes == 40 && out_bytes == 40);
+  assert_ptr_equal(gt_stage_input(&ar), out);
+  gt_comm_req sr = {.kind = OP_SENDRECV, .src = in, .buf = out, .count = 5, .count2 = 7, .dtype = GT_F32};
+  gt_stage_extent(&sr, 4, 3, &in_bytes, &out_bytes);
+  assert_true(in_bytes == 20 && out_bytes == 28);
+  gt_comm_req rv = {.kind = OP_RECV, .buf = out, .count = 7, .dtype = GT_F32};
+  gt_stage_extent(&rv, 4, 3, &in_bytes, &out_bytes);
+  assert_true(in_bytes == 0 && out_bytes == 28);
 }
 
 int main(void) {
