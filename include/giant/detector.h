@@ -11,8 +11,9 @@
  * clean residuals over the last `window` steps) confirms a shift, so that a
  * short burst of noise, however large, is not one, and when the rank is
  * slow against its peers as well (the predictor's groups: its pipeline
- * stage): its z_r stands out from theirs by log(1 + theta), and its
- * workload under their fits predicts that much less than it took. A rank
+ * stage), over the same k steps: the median over them of the lesser of how
+ * far its z_r stands out from theirs and how much longer it took than its
+ * workload under their fits predicts is over log(1 + theta). A rank
  * whose conditions changed with its peers', or whose own fit was learnt in
  * a quieter spell, is then not flagged. While a rank builds
  * evidence its fit is frozen, so the predictor does not explain the shift

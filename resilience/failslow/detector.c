@@ -11,7 +11,6 @@ typedef struct rank_state {
   int since;     /* steps since flagged */
   double cusum;  /* in sigmas */
   bool flagged;
-  double vs_peers[3]; /* its excess over its peers, the last three steps (NAN: not asked) */
 } rank_state;
 
 struct gt_detector {
@@ -20,8 +19,10 @@ struct gt_detector {
   rank_state *rs;
   double *e, *sorted; /* this step's log ratios, and a scratch copy */
   double *peer;       /* scratch: the residuals of a rank's peers */
+  double *asked;      /* scratch: a rank's excesses over its peers that were asked */
   double *noise;      /* ring of |z| from clean steps, window * nranks */
   double *recent;     /* per rank, a ring of its last 2k residuals */
+  double *vs_peers;   /* per rank, a ring of its excess over its peers, the last k steps (NAN: not asked) */
   int nnoise, noise_at, steps;
 };
 
@@ -48,20 +49,26 @@ gt_status gt_detector_create(const gt_detector_config *cfg, gt_predictor *pred, 
   d->rs = calloc(n, sizeof *d->rs);
   d->e = calloc(n, sizeof *d->e);
   d->peer = calloc(n, sizeof *d->peer);
-  d->sorted = calloc(n * (size_t)c->window, sizeof *d->sorted);
+  /* The medians' scratch: of the noise ring, or of a rank's last 2k. */
+  size_t nsorted = n * (size_t)c->window > 2 * (size_t)c->k ? n * (size_t)c->window : 2 * (size_t)c->k;
+  d->sorted = calloc(nsorted, sizeof *d->sorted);
+  d->asked = calloc((size_t)c->k, sizeof *d->asked);
   d->noise = calloc(n * (size_t)c->window, sizeof *d->noise);
   d->recent = calloc(n * 2 * (size_t)c->k, sizeof *d->recent);
-  if (!d->rs || !d->e || !d->peer || !d->sorted || !d->noise || !d->recent) {
+  d->vs_peers = malloc(n * (size_t)c->k * sizeof *d->vs_peers);
+  if (!d->rs || !d->e || !d->peer || !d->sorted || !d->asked || !d->noise || !d->recent || !d->vs_peers) {
     gt_detector_destroy(d);
     return gt_errorf(GT_ENOMEM, "out of memory creating a detector for %d ranks", c->nranks);
   }
+  for (size_t i = 0; i < n * (size_t)c->k; i++) d->vs_peers[i] = NAN;
   *out = d;
   return GT_OK;
 }
 
 void gt_detector_destroy(gt_detector *d) {
   if (!d) return;
-  free(d->rs), free(d->e), free(d->peer), free(d->sorted), free(d->noise), free(d->recent);
+  free(d->rs), free(d->e), free(d->peer), free(d->sorted), free(d->asked), free(d->noise), free(d->recent),
+      free(d->vs_peers);
   free(d);
 }
 
@@ -113,19 +120,21 @@ static double excess_over_peers(gt_detector *d, const gt_step_telemetry *tel, in
   return fmin(z - median(d->sorted, d->peer, n), fit);
 }
 
-/* The peers' verdict for a flag: the median of the rank's excess over its
- * peers in the last three steps where it was asked (this one included),
- * over theta. One step is not enough: beside a CPU hog a rank whose
- * evidence against its own history was marginal met a single step over
- * its peers (the step a job-wide slowdown began) and was flagged at
- * x1.18, where the rank was no slower than the others. */
-static bool slow_against_peers(gt_detector *d, int r) {
-  const double *v = d->rs[r].vs_peers;
-  double have[3];
-  int n = 0;
-  for (int i = 0; i < 3; i++)
-    if (!isnan(v[i])) have[n++] = v[i];
-  return n > 0 && median(d->sorted, have, n) > log1p(d->cfg.theta);
+/* The peers' verdict on rank r: the median of its excess over its peers in
+ * the steps of the last k where it was asked (this one included), or NAN
+ * when it was asked in half of them or fewer. The window is the one the
+ * evidence against its own history needs: beside a CPU hog, a rank whose
+ * own fit had learnt a quick spell built that evidence while no slower
+ * than its peers, then met two steps over them (its peers sped up, the
+ * hog elsewhere) and, judged on the last three, was flagged x1.50 while
+ * its compute was x0.91 of its usual. A rank truly slow is slow against
+ * its peers on most steps of its run. */
+static double peers_verdict(gt_detector *d, int r) {
+  int k = d->cfg.k, n = 0;
+  const double *v = d->vs_peers + (size_t)r * k;
+  for (int i = 0; i < k; i++)
+    if (!isnan(v[i])) d->asked[n++] = v[i];
+  return 2 * n > k ? median(d->sorted, d->asked, n) : NAN;
 }
 
 /* A flagged rank against its peers this step: the median over its peers q
@@ -154,7 +163,7 @@ static double against_peers_now(gt_detector *d, const gt_step_telemetry *tel, in
 
 /* Flags or clears rank r on its job-corrected residual z; true when a
  * verdict was written to *ev. `peers`: whether it is slow against its
- * peers as well (slow_against_peers), which a flag needs. */
+ * peers as well (peers_verdict), which a flag needs. */
 static bool judge(gt_detector *d, int r, int step, double z, double z_peers, bool peers, double sig,
                   gt_detector_event *ev) {
   const gt_detector_config *c = &d->cfg;
@@ -213,12 +222,13 @@ gt_status gt_detector_step(gt_detector *d, int step, const gt_step_telemetry *te
     rank_state *s = &d->rs[r];
     double z = d->e[r] - job, z_peers = 0;
     if (s->flagged) z_peers = against_peers_now(d, tel, r, job);
-    /* The excess over peers is asked only of a rank a few steps from
-     * enough evidence, so that the three steps before a flag are all
-     * asked: it costs a pass over the ranks. */
-    s->vs_peers[d->steps % 3] = judging && !s->flagged && s->over + 3 >= c->k ? excess_over_peers(d, tel, r, z, job)
-                                                                            : NAN;
-    bool peers = !judging || s->flagged || s->over + 1 < c->k || slow_against_peers(d, r);
+    /* The excess over peers is asked only of a rank building evidence, or
+     * about to (this step over half of theta): it costs a pass over the
+     * ranks. Every step writes its slot, so the ring holds the last k. */
+    bool ask = judging && !s->flagged && (s->over > 0 || z > log1p(c->theta / 2));
+    d->vs_peers[(size_t)r * c->k + d->steps % c->k] = ask ? excess_over_peers(d, tel, r, z, job) : NAN;
+    double verdict = ask ? peers_verdict(d, r) : NAN;
+    bool peers = !judging || s->flagged || s->over + 1 < c->k || verdict > log1p(c->theta);
     if (judging && judge(d, r, step, z, z_peers, peers, sig, &events[*nevents])) (*nevents)++;
     /* A rank building evidence (above theta this step, or its CUSUM half
      * way to the limit) does not teach the predictor its slow speed
