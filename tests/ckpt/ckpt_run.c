@@ -302,6 +302,34 @@ train_result *cr_layout(const char *data) {
   return cfg.final.p;
 }
 
+cr_fixture cr_fx;
+
+int cr_fixture_setup(void **state) {
+  (void)state;
+  cr_fx.data = cr_make_data();
+  cr_fx.layout = cr_layout(cr_fx.data);
+  return 0;
+}
+
+int cr_fixture_teardown(void **state) {
+  (void)state;
+  cr_free_data(cr_fx.data);
+  cr_fx = (cr_fixture){0};
+  return 0;
+}
+
+char *cr_fixture_dir(const char *tag) {
+  static int k;
+  char *d = malloc(strlen(cr_fx.data) + strlen(tag) + 16);
+  CHECK(d);
+  sprintf(d, "%s.%s%d", cr_fx.data, tag, k++);
+  return d;
+}
+
+void cr_fixture_same_state(const char *what, const cr_state *a, const cr_state *b) {
+  cr_assert_same_state(cr_fx.layout, what, a, b);
+}
+
 char *cr_make_data(void) {
   char tmpl[] = "/tmp/giant-ckpt-XXXXXX";
   CHECK(mkdtemp(tmpl));

@@ -94,6 +94,22 @@ void cr_free_data(char *data);
 /* The single-process layout results are written in (a run of no steps). */
 train_result *cr_layout(const char *data);
 void cr_rmtree(const char *dir);
+
+/* The fixture of the tests that train on one token file and compare
+ * states: cr_fixture_setup and cr_fixture_teardown, a CMocka group's setup
+ * and teardown, make the file and the single-process layout (cr_fx) and
+ * remove them; cr_fixture_dir names a new directory beside the file
+ * (`tag` and a count; the caller frees the name); cr_fixture_same_state is
+ * cr_assert_same_state on the fixture's layout. */
+typedef struct cr_fixture {
+  char *data;
+  train_result *layout;
+} cr_fixture;
+extern cr_fixture cr_fx;
+int cr_fixture_setup(void **state);
+int cr_fixture_teardown(void **state);
+char *cr_fixture_dir(const char *tag);
+void cr_fixture_same_state(const char *what, const cr_state *a, const cr_state *b);
 /* Flips the bits `mask` of byte `offset` of a file, in place. */
 void cr_flip_bit(const char *path, long offset, unsigned char mask);
 

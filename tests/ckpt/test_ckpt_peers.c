@@ -26,38 +26,11 @@
 
 enum { LIVE = 6, END = 10 };
 
-static char *data;
-static train_result *layout;
-
-static int setup(void **state) {
-  (void)state;
-  data = cr_make_data();
-  layout = cr_layout(data);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  cr_free_data(data);
-  return 0;
-}
-
-static char *new_dir(void) {
-  char *d = malloc(strlen(data) + 32);
-  static int k;
-  sprintf(d, "%s.peers%d", data, k++);
-  return d;
-}
-
-static void assert_same_state(const char *what, const cr_state *a, const cr_state *b) {
-  cr_assert_same_state(layout, what, a, b);
-}
-
 /* The same change through a checkpoint in dir: loaded at `to` on world ranks. */
 static void through_checkpoint(const char *dir, const char *to, bool zero1, int world, cr_state *loaded,
                                cr_state *final) {
-  *loaded = cr_state_new(layout), *final = cr_state_new(layout);
-  cr_cfg cfg = {.layout = to, .zero1 = zero1, .data = data, .dir = dir, .s0 = LIVE, .s1 = END,
+  *loaded = cr_state_new(cr_fx.layout), *final = cr_state_new(cr_fx.layout);
+  cr_cfg cfg = {.layout = to, .zero1 = zero1, .data = cr_fx.data, .dir = dir, .s0 = LIVE, .s1 = END,
                 .loaded = *loaded, .final = *final};
   cr_run(world, &cfg);
 }
@@ -68,9 +41,9 @@ static void same_as_checkpoint(const char *what, const cr_state *live_loaded, co
   through_checkpoint(dir, to, false, world, &loaded, &final);
   char w[160];
   snprintf(w, sizeof w, "%s: after the move", what);
-  assert_same_state(w, &loaded, live_loaded);
+  cr_fixture_same_state(w, &loaded, live_loaded);
   snprintf(w, sizeof w, "%s: %d steps later", what, END - LIVE);
-  assert_same_state(w, &final, live_final);
+  cr_fixture_same_state(w, &final, live_final);
   for (int k = LIVE; k < END; k++) assert_memory_equal(&final.p->losses[k], &live_final->p->losses[k], sizeof(float));
 }
 
@@ -82,10 +55,10 @@ static gt_ckpt_peer_stats *shared_stats(void) {
 
 static void test_lost_rank_dp2_tp2_to_pp3(void **state) {
   (void)state;
-  char *dir = new_dir();
-  cr_state loaded = cr_state_new(layout), final = cr_state_new(layout);
+  char *dir = cr_fixture_dir("peers");
+  cr_state loaded = cr_state_new(cr_fx.layout), final = cr_state_new(cr_fx.layout);
   gt_ckpt_peer_stats *st = shared_stats();
-  cr_cfg cfg = {.layout = "dp=2,tp=2", .data = data, .dir = dir, .s1 = END, .save_at = LIVE, .live_at = LIVE,
+  cr_cfg cfg = {.layout = "dp=2,tp=2", .data = cr_fx.data, .dir = dir, .s1 = END, .save_at = LIVE, .live_at = LIVE,
                 .live_lost = 1 + 1, .live_layout = "pp=3", .loaded = loaded, .final = final, .live_stats = st};
   cr_run(4, &cfg);
   uint64_t sent = 0, received = 0;
@@ -104,10 +77,10 @@ static void test_lost_rank_dp2_tp2_to_pp3(void **state) {
 
 static void test_empty_rank_dp2_pp2_to_dp2_tp2(void **state) {
   (void)state;
-  char *dir = new_dir();
-  cr_state loaded = cr_state_new(layout), final = cr_state_new(layout);
+  char *dir = cr_fixture_dir("peers");
+  cr_state loaded = cr_state_new(cr_fx.layout), final = cr_state_new(cr_fx.layout);
   gt_ckpt_peer_stats *st = shared_stats();
-  cr_cfg cfg = {.layout = "dp=2,pp=2", .data = data, .dir = dir, .s1 = END, .save_at = LIVE, .live_at = LIVE,
+  cr_cfg cfg = {.layout = "dp=2,pp=2", .data = cr_fx.data, .dir = dir, .s1 = END, .save_at = LIVE, .live_at = LIVE,
                 .live_empty = 3 + 1, .live_layout = "dp=2,tp=2", .loaded = loaded, .final = final, .live_stats = st};
   cr_run(4, &cfg);
   /* The empty rank kept nothing: everything it holds came from its peers. */
@@ -122,15 +95,15 @@ static void test_empty_rank_dp2_pp2_to_dp2_tp2(void **state) {
 static void test_lost_zero1_shard(void **state) {
   (void)state;
   /* The checkpoint of step LIVE, taken first by a run of its own. */
-  char *dir = new_dir();
-  cr_cfg save = {.layout = "dp=4", .zero1 = true, .data = data, .dir = dir, .s1 = LIVE, .save_at = LIVE};
+  char *dir = cr_fixture_dir("peers");
+  cr_cfg save = {.layout = "dp=4", .zero1 = true, .data = cr_fx.data, .dir = dir, .s1 = LIVE, .save_at = LIVE};
   cr_run(4, &save);
   /* Without a checkpoint to fall back on, every rank left fails alike and
    * names what was lost. */
   int *status = harness_shared(sizeof *status);
   char *error = harness_shared(1024);
-  char *scratch = new_dir();
-  cr_cfg lost = {.layout = "dp=4", .zero1 = true, .data = data, .dir = scratch, .s1 = END, .live_at = LIVE,
+  char *scratch = cr_fixture_dir("peers");
+  cr_cfg lost = {.layout = "dp=4", .zero1 = true, .data = cr_fx.data, .dir = scratch, .s1 = END, .live_at = LIVE,
                  .live_lost = 1 + 1, .live_layout = "pp=3", .live_status = status, .live_error = error};
   cr_run(4, &lost);
   print_message("without a checkpoint: %s\n", error);
@@ -140,9 +113,9 @@ static void test_lost_zero1_shard(void **state) {
   /* With it, exactly the lost shard comes from the checkpoint. */
   char step[4200];
   snprintf(step, sizeof step, "%s/step-%08d", dir, LIVE);
-  cr_state loaded = cr_state_new(layout), final = cr_state_new(layout);
+  cr_state loaded = cr_state_new(cr_fx.layout), final = cr_state_new(cr_fx.layout);
   gt_ckpt_peer_stats *st = shared_stats();
-  cr_cfg cfg = {.layout = "dp=4", .zero1 = true, .data = data, .dir = scratch, .s1 = END, .live_at = LIVE,
+  cr_cfg cfg = {.layout = "dp=4", .zero1 = true, .data = cr_fx.data, .dir = scratch, .s1 = END, .live_at = LIVE,
                 .live_lost = 1 + 1, .live_layout = "pp=3", .live_fallback = step, .loaded = loaded, .final = final,
                 .live_stats = st};
   cr_run(4, &cfg);
@@ -150,8 +123,9 @@ static void test_lost_zero1_shard(void **state) {
   for (int r = 0; r < 4; r++) from_ckpt += st[r].floats_from_ckpt;
   /* Two AdamW moments of a quarter of the parameters, on each of the three
    * pipeline ranks that hold a part of it (and no parameter at all). */
-  print_message("floats from the checkpoint: %llu of %zu parameters\n", (unsigned long long)from_ckpt, layout->nparams);
-  assert_true(from_ckpt > 0 && from_ckpt <= 2 * (layout->nparams / 4 + 64));
+  print_message("floats from the checkpoint: %llu of %zu parameters\n", (unsigned long long)from_ckpt,
+                cr_fx.layout->nparams);
+  assert_true(from_ckpt > 0 && from_ckpt <= 2 * (cr_fx.layout->nparams / 4 + 64));
   same_as_checkpoint("dp=4 + ZeRO-1 without rank 1 -> pp=3", &loaded, &final, dir, "pp=3", 3);
   cr_rmtree(dir), cr_rmtree(scratch);
   free(dir), free(scratch);
@@ -159,12 +133,12 @@ static void test_lost_zero1_shard(void **state) {
 
 static void test_lost_zero1_shard_from_mirror(void **state) {
   (void)state;
-  char *dir = new_dir(), *scratch = new_dir();
-  cr_cfg save = {.layout = "dp=4", .zero1 = true, .data = data, .dir = dir, .s1 = LIVE, .save_at = LIVE};
+  char *dir = cr_fixture_dir("peers"), *scratch = cr_fixture_dir("peers");
+  cr_cfg save = {.layout = "dp=4", .zero1 = true, .data = cr_fx.data, .dir = dir, .s1 = LIVE, .save_at = LIVE};
   cr_run(4, &save);
-  cr_state loaded = cr_state_new(layout), final = cr_state_new(layout);
+  cr_state loaded = cr_state_new(cr_fx.layout), final = cr_state_new(cr_fx.layout);
   gt_ckpt_peer_stats *st = shared_stats();
-  cr_cfg cfg = {.layout = "dp=4", .zero1 = true, .data = data, .dir = scratch, .s1 = END, .live_at = LIVE,
+  cr_cfg cfg = {.layout = "dp=4", .zero1 = true, .data = cr_fx.data, .dir = scratch, .s1 = END, .live_at = LIVE,
                 .live_lost = 1 + 1, .live_layout = "pp=3", .live_mirror = true, .loaded = loaded, .final = final,
                 .live_stats = st};
   cr_run(4, &cfg);
@@ -188,5 +162,5 @@ int main(void) {
       cmocka_unit_test(test_lost_zero1_shard),
       cmocka_unit_test(test_lost_zero1_shard_from_mirror),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, cr_fixture_setup, cr_fixture_teardown);
 }

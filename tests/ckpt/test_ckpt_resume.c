@@ -25,33 +25,6 @@
 
 enum { SAVE = 10 };
 
-static char *data;
-static train_result *layout;
-
-static int setup(void **state) {
-  (void)state;
-  data = cr_make_data();
-  layout = cr_layout(data);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  cr_free_data(data);
-  return 0;
-}
-
-static char *new_dir(void) {
-  char *d = malloc(strlen(data) + 32);
-  static int k;
-  sprintf(d, "%s.ck%d", data, k++);
-  return d;
-}
-
-static void assert_same_state(const char *what, const cr_state *a, const cr_state *b) {
-  cr_assert_same_state(layout, what, a, b);
-}
-
 /* A run of 20 steps saving at 10 (cached per layout: the reshard tests
  * load what the resume tests saved). */
 typedef struct source {
@@ -74,9 +47,9 @@ static source sources[] = {
 static source *get_source(int i) {
   source *s = &sources[i];
   if (s->dir) return s;
-  s->dir = new_dir();
-  s->saved = cr_state_new(layout), s->final = cr_state_new(layout);
-  cr_cfg cfg = {.layout = s->layout, .zero1 = s->zero1, .data = data, .dir = s->dir, .s1 = CR_STEPS,
+  s->dir = cr_fixture_dir("ck");
+  s->saved = cr_state_new(cr_fx.layout), s->final = cr_state_new(cr_fx.layout);
+  cr_cfg cfg = {.layout = s->layout, .zero1 = s->zero1, .data = cr_fx.data, .dir = s->dir, .s1 = CR_STEPS,
                 .save_at = SAVE, .saved = s->saved, .final = s->final, .chunk_bytes = s->chunk};
   cr_run(s->world, &cfg);
   return s;
@@ -84,16 +57,16 @@ static source *get_source(int i) {
 
 static void resume_case(int i) {
   source *s = get_source(i);
-  cr_state loaded = cr_state_new(layout), final = cr_state_new(layout);
-  cr_cfg cfg = {.layout = s->layout, .zero1 = s->zero1, .data = data, .dir = s->dir, .s0 = SAVE, .s1 = CR_STEPS,
+  cr_state loaded = cr_state_new(cr_fx.layout), final = cr_state_new(cr_fx.layout);
+  cr_cfg cfg = {.layout = s->layout, .zero1 = s->zero1, .data = cr_fx.data, .dir = s->dir, .s0 = SAVE, .s1 = CR_STEPS,
                 .loaded = loaded, .final = final};
   cr_run(s->world, &cfg);
   char what[96];
   snprintf(what, sizeof what, "%s%s resumed at step %d", s->layout, s->zero1 ? " + ZeRO-1" : "", SAVE);
-  assert_same_state(what, &s->saved, &loaded);
-  assert_same_state(what, &s->final, &final);
+  cr_fixture_same_state(what, &s->saved, &loaded);
+  cr_fixture_same_state(what, &s->final, &final);
   /* ... and the ten steps after the load moved them. */
-  assert_true(memcmp(s->saved.p->params, final.p->params, layout->nparams * sizeof(float)));
+  assert_true(memcmp(s->saved.p->params, final.p->params, cr_fx.layout->nparams * sizeof(float)));
   for (int k = SAVE; k < CR_STEPS; k++) assert_memory_equal(&s->final.p->losses[k], &final.p->losses[k], sizeof(float));
   print_message("%s: losses of steps %d..%d bit-identical (%.6f .. %.6f)\n", what, SAVE, CR_STEPS - 1,
                 final.p->losses[SAVE], final.p->losses[CR_STEPS - 1]);
@@ -107,13 +80,13 @@ static void test_resume_dp2_tp2_zero1(void **state) { (void)state, resume_case(2
  * its losses within the cross-layout tolerance. */
 static void reshard_case(int i, const char *to, bool zero1, int world) {
   source *s = get_source(i);
-  cr_state loaded = cr_state_new(layout), final = cr_state_new(layout);
-  cr_cfg cfg = {.layout = to, .zero1 = zero1, .data = data, .dir = s->dir, .s0 = SAVE, .s1 = CR_STEPS,
+  cr_state loaded = cr_state_new(cr_fx.layout), final = cr_state_new(cr_fx.layout);
+  cr_cfg cfg = {.layout = to, .zero1 = zero1, .data = cr_fx.data, .dir = s->dir, .s0 = SAVE, .s1 = CR_STEPS,
                 .loaded = loaded, .final = final};
   cr_run(world, &cfg);
   char what[96];
   snprintf(what, sizeof what, "%s -> %s%s", s->layout, to ? to : "one process", zero1 ? " + ZeRO-1" : "");
-  assert_same_state(what, &s->saved, &loaded);
+  cr_fixture_same_state(what, &s->saved, &loaded);
   double worst = 0;
   for (int k = SAVE; k < CR_STEPS; k++) {
     double d = fabs((double)final.p->losses[k] - s->final.p->losses[k]) / fabs((double)s->final.p->losses[k]);
@@ -144,11 +117,11 @@ static void test_reshard_reads_only_needed_chunks(void **state) {
   assert_int_equal(stat(shard, &st), 0);
   unsigned long long P = (unsigned long long)st.st_size / 3, chunk = s->chunk;
   unsigned long long *bytes = harness_shared(4 * sizeof *bytes);
-  cr_state loaded = cr_state_new(layout);
-  cr_cfg cfg = {.layout = "dp=4", .zero1 = true, .data = data, .dir = s->dir, .s0 = SAVE, .s1 = SAVE,
+  cr_state loaded = cr_state_new(cr_fx.layout);
+  cr_cfg cfg = {.layout = "dp=4", .zero1 = true, .data = cr_fx.data, .dir = s->dir, .s0 = SAVE, .s1 = SAVE,
                 .loaded = loaded, .bytes_read = bytes};
   cr_run(4, &cfg);
-  assert_same_state("one process -> dp=4 + ZeRO-1", &s->saved, &loaded);
+  cr_fixture_same_state("one process -> dp=4 + ZeRO-1", &s->saved, &loaded);
   unsigned long long sum = 0;
   for (int r = 0; r < 4; r++) {
     print_message("rank %d read %llu bytes (parameters %llu, all moments %llu)\n", r, bytes[r], P, 2 * P);
@@ -171,7 +144,7 @@ int main(void) {
       cmocka_unit_test(test_reshard_pp4_to_dp2_tp2),
       cmocka_unit_test(test_reshard_reads_only_needed_chunks),
   };
-  int rc = cmocka_run_group_tests(tests, setup, teardown);
+  int rc = cmocka_run_group_tests(tests, cr_fixture_setup, cr_fixture_teardown);
   for (size_t i = 0; i < sizeof sources / sizeof *sources; i++)
     if (sources[i].dir) cr_rmtree(sources[i].dir), free(sources[i].dir);
   return rc;

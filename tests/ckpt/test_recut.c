@@ -24,32 +24,17 @@
 
 enum { STEPS = 12, RECUT = 6 };
 
-static char *data;
-static train_result *layout;
-
-static int setup(void **state) {
-  (void)state;
-  data = cr_make_data();
-  layout = cr_layout(data);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  cr_free_data(data);
-  return 0;
-}
 
 static void recut_case(const char *plan, int world, int window) {
   static const double speed[2] = {0.3, 1.0};
   char dir[4200];
-  snprintf(dir, sizeof dir, "%s.recut", data);
-  cr_state kept = cr_state_new(layout), recut = cr_state_new(layout);
-  cr_cfg a = {.layout = plan, .data = data, .dir = dir, .s1 = STEPS, .final = kept, .offload_window = window};
+  snprintf(dir, sizeof dir, "%s.recut", cr_fx.data);
+  cr_state kept = cr_state_new(cr_fx.layout), recut = cr_state_new(cr_fx.layout);
+  cr_cfg a = {.layout = plan, .data = cr_fx.data, .dir = dir, .s1 = STEPS, .final = kept, .offload_window = window};
   cr_run(world, &a);
   int *moved = harness_shared(sizeof(int));
   cr_cfg b = {.layout = plan,
-              .data = data,
+              .data = cr_fx.data,
               .dir = dir,
               .s1 = STEPS,
               .final = recut,
@@ -65,7 +50,7 @@ static void recut_case(const char *plan, int world, int window) {
   const train_result *x[3] = {kept.p, kept.m, kept.v}, *y[3] = {recut.p, recut.m, recut.v};
   for (int k = 0; k < 3; k++) {
     double top = 0, diff = 0;
-    for (size_t i = 0; i < layout->nparams; i++) {
+    for (size_t i = 0; i < cr_fx.layout->nparams; i++) {
       top = fmax(top, fabs((double)x[k]->params[i]));
       diff = fmax(diff, fabs((double)x[k]->params[i] - y[k]->params[i]));
     }
@@ -94,5 +79,5 @@ static void test_recut_pp2_offloaded(void **state) { (void)state, recut_case("pp
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_recut_pp2), cmocka_unit_test(test_recut_dp2_pp2),
                                      cmocka_unit_test(test_recut_pp2_offloaded)};
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, cr_fixture_setup, cr_fixture_teardown);
 }
