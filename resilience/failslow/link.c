@@ -138,10 +138,11 @@ static void add_verdict(gt_failslow *fs, int a, int b, bool flagged, double rati
  * computing) against its median over the history, by more than theta
  * of the median rank's compute, so that a wait that costs nothing next to
  * the step does not count, and by more than four robust spreads of the
- * history, so that the jitter of a busy machine does not; and is compute not to blame (no rank flagged
- * slow, whose peers then wait for it)? A slow rank not flagged yet may
- * trigger a few probes; they find no pair standing out. */
-static bool waits_up(gt_failslow *fs, double *wait, double *base_out) {
+ * history, so that the jitter of a busy machine does not (*raised); and
+ * is compute not to blame (no rank flagged slow, whose peers then wait for
+ * it)? A slow rank not flagged yet may trigger a few probes; they find no
+ * pair standing out. */
+static bool waits_up(gt_failslow *fs, double *wait, double *base_out, bool *raised) {
   link_watch *l = &fs->link;
   double *w = l->vals, *comp = fs->e; /* fs->e is free once the detector has run */
   for (int r = 0; r < fs->n; r++) {
@@ -156,13 +157,15 @@ static bool waits_up(gt_failslow *fs, double *wait, double *base_out) {
   double mc = gt_failslow_median(l->scratch, comp, fs->n);
   *wait = mw;
   *base_out = l->nhist ? gt_failslow_median(l->scratch, l->history, l->nhist) : mw;
+  *raised = false;
   if (l->nhist < fs->cfg.warmup) return false;
   double base = *base_out;
   for (int i = 0; i < l->nhist; i++) w[i] = fabs(l->history[i] - base);
   double spread = 1.4826 * gt_failslow_median(l->scratch, w, l->nhist);
   bool compute_ok = true;
   for (int r = 0; r < fs->n; r++) compute_ok = compute_ok && !gt_detector_flagged(fs->det, r);
-  return compute_ok && mw - base > fmax(fs->cfg.theta * mc, 4 * spread);
+  *raised = mw - base > fmax(fs->cfg.theta * mc, 4 * spread);
+  return compute_ok && *raised;
 }
 
 static void remember(link_watch *l, double wait, int window) {
@@ -194,16 +197,23 @@ gt_status gt_failslow_link_step(gt_failslow *fs, int step, gt_failslow_report *r
   link_watch *l = &fs->link;
   const gt_failslow_config *c = &fs->cfg;
   double wait = 0, base = 0;
-  /* The first gathered step carries one-time costs; the history starts after. */
-  bool up = fs->gathered >= 1 && waits_up(fs, &wait, &base);
+  bool raised = false;
+  /* The first gathered step carries one-time costs; the history starts
+   * after. It learns the waits of steps where they are not raised: raised
+   * waits with a rank flagged slow are not a link's, nor the machine's
+   * normal either (learnt, they would lift the bar over a slow link that
+   * raised them too, and it would be cleared while it played). */
+  bool up = fs->gathered >= 1 && waits_up(fs, &wait, &base, &raised);
   rep->wait_s = wait, rep->wait_base_s = base;
-  if (fs->gathered >= 1 && !up) remember(l, wait, c->window);
+  if (fs->gathered >= 1 && !raised) remember(l, wait, c->window);
   l->high = up ? l->high + 1 : 0;
   if (l->high == 1) l->onset = step;
   /* A flagged link is not probed again: it is cleared once the waits it
-   * raised have stayed down for k steps. */
+   * raised have stayed down for k steps, whatever compute does meanwhile
+   * (ranks flagged slow beside a slow link, whose waits hold up their
+   * steps, cleared the link while it played when they counted). */
   if (l->flagged_a >= 0) {
-    l->quiet = up ? 0 : l->quiet + 1;
+    l->quiet = raised ? 0 : l->quiet + 1;
     if (l->quiet >= c->k) clear(fs, step);
     return GT_OK;
   }
