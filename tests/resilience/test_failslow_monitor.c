@@ -35,7 +35,7 @@ enum { RANKS = 4, STEPS = 60, FROM = 25, SLOW = 2, MAX_VERDICTS = 8 };
 enum { LINK_FROM = 15, LINK_UNTIL = 50, LATE_FROM = 32, LATE_SLOW = 3 };
 #define BASE_S 0.010
 #define LINK_WAIT_S 0.010
-#define LINK_DELAY_MS 20.0
+#define LINK_DELAY_MS 50.0
 #define FACTOR 3.0
 
 typedef struct seen {
