@@ -227,8 +227,7 @@ gt_status gt_detector_step(gt_detector *d, int step, const gt_step_telemetry *te
      * ranks. Every step writes its slot, so the ring holds the last k. */
     bool ask = judging && !s->flagged && (s->over > 0 || z > log1p(c->theta / 2));
     d->vs_peers[(size_t)r * c->k + d->steps % c->k] = ask ? excess_over_peers(d, tel, r, z, job) : NAN;
-    double verdict = ask ? peers_verdict(d, r) : NAN;
-    bool peers = !judging || s->flagged || s->over + 1 < c->k || verdict > log1p(c->theta);
+    bool peers = !judging || s->flagged || s->over + 1 < c->k || (ask && peers_verdict(d, r) > log1p(c->theta));
     if (judging && judge(d, r, step, z, z_peers, peers, sig, &events[*nevents])) (*nevents)++;
     /* A rank building evidence (above theta this step, or its CUSUM half
      * way to the limit) does not teach the predictor its slow speed

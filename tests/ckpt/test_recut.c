@@ -24,7 +24,6 @@
 
 enum { STEPS = 12, RECUT = 6 };
 
-
 static void recut_case(const char *plan, int world, int window) {
   static const double speed[2] = {0.3, 1.0};
   char dir[4200];
