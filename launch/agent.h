@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "giant/rdzv.h"
+#include "giant/run.h"
 #include "giant/status.h"
 
 typedef struct agent_opts {
@@ -83,15 +84,21 @@ int workers_failed(const worker_group *g, char *why, size_t n);
 /* The index of the worker workers_failed names, or -1. */
 int workers_failed_index(const worker_group *g);
 /* A worker's exit status that asks for a restart of every worker (the
- * in-process reshape failed: gpt's GPT_EXIT_RESHAPE_FAILED, EX_TEMPFAIL). */
-#define WORKER_EXIT_RESTART 75
+ * in-process reshape failed: EX_TEMPFAIL; giant/run.h holds the protocol). */
+#define WORKER_EXIT_RESTART GT_RUN_EXIT_RESTART
+/* 1 when a worker of the round, released or not, has reported a step:
+ * the job is training. */
+int workers_any_stepped(const worker_group *g);
 /* 1 while a worker that is not released still runs. */
 int workers_any_running(const worker_group *g);
 /* Worker exit statuses that stop the job at once: a restart cannot mend
- * them. 2 is a usage or configuration error (Giant's programs and most
- * command-line tools exit 2 on bad flags); 126 and 127 are the shell's
- * "cannot execute" and "not found" (an exec that failed exits 127 too). */
-#define WORKER_EXIT_USAGE 2
+ * them, with or without --reshape. 2 is a usage or configuration error
+ * (Giant's programs and most command-line tools exit 2 on bad flags); 65
+ * is bad input data (EX_DATAERR: a token file that is missing, malformed
+ * or truncated); 126 and 127 are the shell's "cannot execute" and "not
+ * found" (an exec that failed exits 127 too). */
+#define WORKER_EXIT_USAGE GT_RUN_EXIT_USAGE
+#define WORKER_EXIT_INPUT GT_RUN_EXIT_INPUT
 #define WORKER_EXIT_NOEXEC 126
 #define WORKER_EXIT_NOTFOUND 127
 /* 1 when a worker exited with one of the statuses above; why says which. */

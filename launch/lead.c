@@ -22,7 +22,7 @@
  * steps, and a step is rarely shorter than this. */
 #define LEAD_POLL_S 0.2
 /* The decision's horizon and hysteresis, as the workers' local decision
- * (examples/gpt/rebalance.c) has them: a switch must pay back its cost
+ * (run/rebalance.c) has them: a switch must pay back its cost
  * over HORIZON steps and shrink the predicted step by MIN_GAIN. */
 #define HORIZON 50
 #define MIN_GAIN 0.07

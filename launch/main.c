@@ -132,9 +132,13 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
     }
     int hung = workers_hung(&g, o->hang_timeout_s, o->reshape ? 2.0 : 1.0, why, sizeof why) >= 0;
     int dead = hung ? -1 : workers_failed_index(&g);
+    /* A worker that dies before the job took its first step leaves no
+     * training to go on with: the round fails, and restarts (back-off,
+     * --max-restarts), as it does without --reshape. Restarted alone, such
+     * a worker would join a job none of whose ranks may be able to run. */
     if (o->reshape && dead >= 0 && workers_failed(&g, why, sizeof why) && !workers_fatal(&g, why, sizeof why) &&
         !(WIFEXITED(g.w[dead].status) && WEXITSTATUS(g.w[dead].status) == WORKER_EXIT_RESTART) &&
-        (workers_any_running(&g) || rd->world_size > g.n)) {
+        (workers_any_stepped(&g) || rd->rejoin) && (workers_any_running(&g) || rd->world_size > g.n)) {
       /* --reshape: the others go on without it, in a membership epoch
        * that the etcd thread publishes. */
       gt_warn("giantrun: %s; the other workers reshape without it (--reshape)", why);

@@ -355,16 +355,21 @@ int workers_failed(const worker_group *g, char *why, size_t n) {
   return 0;
 }
 
+int workers_any_stepped(const worker_group *g) {
+  for (int i = 0; i < g->n; i++)
+    if (g->w[i].step_at > 0) return 1;
+  return 0;
+}
+
 int workers_fatal(const worker_group *g, char *why, size_t n) {
   for (int i = 0; i < g->n; i++) {
     const worker *w = &g->w[i];
     if (!w->exited || w->pid == 0 || !WIFEXITED(w->status)) continue;
     int c = WEXITSTATUS(w->status);
-    if (c != WORKER_EXIT_USAGE && c != WORKER_EXIT_NOEXEC && c != WORKER_EXIT_NOTFOUND) continue;
-    snprintf(why, n,
-             "worker rank %d (pid %ld) exited with status %d, a usage or configuration error that a "
-             "restart cannot mend",
-             w->rank, (long)w->pid, c);
+    if (c != WORKER_EXIT_USAGE && c != WORKER_EXIT_INPUT && c != WORKER_EXIT_NOEXEC && c != WORKER_EXIT_NOTFOUND)
+      continue;
+    snprintf(why, n, "worker rank %d (pid %ld) exited with status %d, %s that a restart cannot mend", w->rank,
+             (long)w->pid, c, c == WORKER_EXIT_INPUT ? "bad input data" : "a usage or configuration error");
     return 1;
   }
   return 0;

@@ -27,6 +27,7 @@ struct gt_loader {
    * batches are read with pread, which reports a file truncated under the
    * loader as a short read where a mapping would raise SIGBUS. */
   int fd;
+  bool file_failed; /* a read found the file changed under the loader: its input, not a retry, is at fault */
   unsigned char *map;
   size_t map_len;
   const unsigned char *tok;
@@ -272,6 +273,8 @@ void gt_loader_close(gt_loader *l) {
   free(l);
 }
 
+bool gt_loader_file_failed(const gt_loader *l) { return l && l->file_failed; }
+
 const gt_tokfile_header *gt_loader_header(const gt_loader *l) { return &l->h; }
 uint64_t gt_loader_position(const gt_loader *l) { return l->pos; }
 uint64_t gt_loader_rows_per_epoch(const gt_loader *l) { return l->nrows; }
@@ -314,16 +317,20 @@ static gt_status read_row(gt_loader *l, uint64_t first, int n) {
   while (got < need) {
     ssize_t r = pread(l->fd, l->raw + got, need - got, off + (off_t)got);
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0)
+    if (r < 0) {
+      l->file_failed = true;
       return gt_errorf(GT_EIO, "reading data file %s at byte offset %llu: %s", l->path,
                        (unsigned long long)off + got, strerror(errno));
-    if (r == 0)
+    }
+    if (r == 0) {
+      l->file_failed = true;
       return gt_errorf(GT_EIO,
                        "data file %s ends at byte offset %llu, but its header promised %llu tokens "
                        "(%llu bytes): it was truncated or replaced while in use; restore it and "
                        "resume from a checkpoint",
                        l->path, (unsigned long long)off + got, (unsigned long long)l->h.count,
                        (unsigned long long)l->map_len);
+    }
     got += (size_t)r;
   }
   for (int t = 0; t < n; t++) {

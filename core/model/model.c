@@ -110,6 +110,8 @@ gt_status gt_model_add(gt_model *m, const gt_layer_type *type, const char *name,
   return GT_OK;
 }
 
+int gt_model_vocab_size(const gt_model *m) { return m->vocab_in < m->vocab_out ? m->vocab_in : m->vocab_out; }
+
 int gt_model_num_layers(const gt_model *m) { return m->nlayers; }
 gt_layer *gt_model_layer(const gt_model *m, int i) { return i >= 0 && i < m->nlayers ? m->layers[i] : NULL; }
 

@@ -1,7 +1,10 @@
 /* examples/custom_layer: a byte-level language model made of a layer type
- * defined in this folder (residual_mlp.c) between built-in layers.
+ * defined in this folder (residual_mlp.c) between built-in layers, trained
+ * by Giant's run API: alone, or under giantrun with every resilience flag
+ * (--ckpt-dir, --reshape, --failslow, --rebalance ...; --help lists them).
  *
- *   custom_layer [--steps N] [--data FILE.tok]
+ *   custom_layer [--steps N] [--data FILE.tok] [--channels C]
+ *   giantrun --standalone --nproc-per-node 2 --reshape custom_layer --data FILE.tok
  *
  * The model sees one token at a time (no attention), so it learns byte
  * bigram statistics: its loss falls from ln(257) = 5.55 toward the bigram
@@ -9,44 +12,56 @@
 #include <stdio.h>
 
 #include "giant/giant.h"
-#include "giant/options.h"
 #include "residual_mlp.h"
 
-int main(int argc, char **argv) {
-  const char *data = "data/fortunes.tok";
-  int steps = 200, C = 64;
-  gt_opt_spec specs[] = {{"--data", GT_OPT_STR, &data, 0, 0},
-                         {"--steps", GT_OPT_INT, &steps, 1, 1e9},
-                         {"--channels", GT_OPT_INT, &C, 1, 1 << 16}};
-  int rc = gt_opt_parse(argc, argv, specs, 3, "usage: custom_layer [--data FILE.tok] [--steps N] [--channels C]\n", NULL);
-  if (rc >= 0) return rc;
-  gt_backend *be = NULL;
-  gt_loader *loader = NULL;
-  gt_model *m = NULL;
-  gt_trainer *tr = NULL;
-  gt_loader_config lc = {.path = data, .B = 16, .T_max = 64, .nshards = 1};
-  gt_status s = gt_backend_create(NULL, &be);
-  if (s == GT_OK) s = gt_loader_open(&lc, 0, &loader);
-  int V = s == GT_OK ? (int)gt_loader_header(loader)->vocab_size : 0;
-  gt_model_config mc = {.B_max = 16, .T_max = 64, .seed = 1};
-  if (s == GT_OK) s = gt_model_create(be, &mc, &m);
-  if (s == GT_OK) s = gt_model_add(m, &gt_embedding_layer, "embed", &(gt_embedding_config){V, C, 64, false}, NULL);
-  for (int i = 0; i < 2 && s == GT_OK; i++) {
+typedef struct model_args {
+  int C, vocab;
+} model_args;
+
+static gt_status add_layers(gt_model *m, void *user) {
+  const model_args *a = user;
+  int T = gt_model_get_config(m)->T_max;
+  GT_TRY(gt_model_add(m, &gt_embedding_layer, "embed", &(gt_embedding_config){a->vocab, a->C, T, false}, NULL));
+  for (int i = 0; i < 2; i++) {
     char name[16];
     snprintf(name, sizeof name, "mlp%d", i);
-    s = gt_model_add(m, &residual_mlp_layer, name, &(residual_mlp_config){C, 4 * C}, NULL);
+    GT_TRY(gt_model_add(m, &residual_mlp_layer, name, &(residual_mlp_config){a->C, 4 * a->C}, NULL));
   }
-  if (s == GT_OK) s = gt_model_add(m, &gt_layernorm_layer, "ln", &(gt_layernorm_config){C}, NULL);
-  if (s == GT_OK) s = gt_model_add(m, &gt_lm_head_layer, "head", &(gt_lm_head_config){C, V, "embed"}, NULL);
-  if (s == GT_OK) s = gt_model_build(m);
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 1,
-                          .print_every = 20, .schedule = {3e-3f, 3e-4f, 10, steps}};
-  if (s == GT_OK) s = gt_trainer_create(m, &tc, &tr);
-  for (int i = 0; i < steps && s == GT_OK; i++) s = gt_trainer_step(tr, loader, NULL);
-  if (s != GT_OK) fprintf(stderr, "custom_layer: %s (%s)\n", gt_last_error(), gt_status_name(s));
-  gt_trainer_destroy(tr);
-  gt_model_destroy(m);
-  gt_loader_close(loader);
-  gt_backend_destroy(be);
-  return s == GT_OK ? 0 : 1;
+  GT_TRY(gt_model_add(m, &gt_layernorm_layer, "ln", &(gt_layernorm_config){a->C}, NULL));
+  return gt_model_add(m, &gt_lm_head_layer, "head", &(gt_lm_head_config){a->C, a->vocab, "embed"}, NULL);
+}
+
+/* residual_mlp has no tensor-parallel split: data and pipeline parallelism only. */
+static bool can_split(int tp, void *user) {
+  (void)user;
+  return tp == 1;
+}
+
+int main(int argc, char **argv) {
+  model_args ma = {.C = 64};
+  gt_opt_spec specs[] = {{"--channels", GT_OPT_INT, &ma.C, 1, 1 << 16}};
+  gt_run_options o;
+  gt_run_options_init(&o);
+  o.steps = 200, o.batch = 16, o.seq = 64, o.lr = 3e-3f, o.min_lr = 3e-4f, o.warmup = 10, o.print_every = 20;
+  int rc = gt_run_parse(argc, argv, "usage: custom_layer [options]\n  --channels C        model width (default 64)\n",
+                        specs, 1, &o);
+  if (rc >= 0) return rc;
+  gt_run *run = NULL;
+  gt_status s = gt_run_open(&o, &run);
+  /* The vocabulary is the data's: read from its header. */
+  gt_loader *peek = NULL;
+  gt_loader_config lc = {.path = o.data, .B = 1, .T_max = 1, .nshards = 1};
+  if (s == GT_OK && (s = gt_loader_open(&lc, 0, &peek)) != GT_OK) {
+    fprintf(stderr, "custom_layer: %s (%s)\n", gt_last_error(), gt_status_name(s));
+    gt_run_destroy(run);
+    return s == GT_ENOMEM ? GT_RUN_EXIT_FAILED : GT_RUN_EXIT_INPUT;
+  }
+  if (peek) ma.vocab = (int)gt_loader_header(peek)->vocab_size;
+  gt_loader_close(peek);
+  gt_run_model model = {.add_layers = add_layers, .can_split = can_split, .user = &ma};
+  if (s == GT_OK) s = gt_run_start(run, &model);
+  if (s == GT_OK) s = gt_run_train(run);
+  rc = gt_run_exit_status(run, s);
+  gt_run_destroy(run);
+  return rc;
 }

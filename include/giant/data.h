@@ -130,6 +130,9 @@ typedef struct gt_batch {
 gt_status gt_loader_open(const gt_loader_config *cfg, uint32_t vocab_limit, gt_loader **out);
 void gt_loader_close(gt_loader *l);
 const gt_tokfile_header *gt_loader_header(const gt_loader *l);
+/* Whether a read found the file unlike what was opened (truncated, or
+ * unreadable): a bad input that a retry would meet again. */
+bool gt_loader_file_failed(const gt_loader *l);
 /* Fills *batch with the next micro-batch (buffers reused; valid until the
  * next call). Wraps around at the end of the data. */
 gt_status gt_loader_next(gt_loader *l, gt_batch *batch);

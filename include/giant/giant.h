@@ -30,6 +30,7 @@
 #include "giant/predictor.h"
 #include "giant/rdzv.h"
 #include "giant/rebalance.h"
+#include "giant/run.h"
 #include "giant/status.h"
 #include "giant/store.h"
 #include "giant/tensor.h"

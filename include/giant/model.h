@@ -103,6 +103,9 @@ gt_status gt_model_add(gt_model *m, const gt_layer_type *type, const char *name,
 gt_status gt_model_build(gt_model *m);
 
 int gt_model_num_layers(const gt_model *m);
+/* After gt_model_build: the token ids the model takes, as inputs and as
+ * targets alike (ids are below it); 0 before the build. */
+int gt_model_vocab_size(const gt_model *m);
 gt_layer *gt_model_layer(const gt_model *m, int i);
 gt_layer *gt_model_find_layer(const gt_model *m, const char *name);
 int gt_model_num_params(const gt_model *m);

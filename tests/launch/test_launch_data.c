@@ -1,6 +1,6 @@
 /* What a worker's data can do to it: a token file truncated while training
  * gives an error naming the file and the offset (not SIGBUS), and a missing
- * corpus is a configuration error that leaves nothing behind. */
+ * corpus is an input error (exit 65) that leaves nothing behind. */
 #include <errno.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -53,7 +53,7 @@ static void test_missing_corpus_makes_no_directory(void **state) {
            bd ? bd : ".", dir, data, out);
   int st = system(cmd);
   char *text = slurp(out);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 1) fail_msg("gpt exited %d, expected 1:\n%s", st, text ? text : "");
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 65) fail_msg("gpt exited %d, expected 65:\n%s", st, text ? text : "");
   assert_non_null(strstr(text, "no-such-corpus"));
   free(text);
   /* No directory for the token file that could not be made. */

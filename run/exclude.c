@@ -19,9 +19,9 @@ static double slowest_step(const gt_failslow_report *rep) {
   return step;
 }
 
-static void log_decision(const char *what, double step, const gt_ladder_decision *d, const double *cost_s,
+static void log_decision(const char *name, const char *what, double step, const gt_ladder_decision *d, const double *cost_s,
                          int horizon) {
-  printf("gpt: ladder: %s (step %.1f ms); predicted ms per step over %d steps, plus the change:", what, step * 1e3,
+  printf("%s: ladder: %s (step %.1f ms); predicted ms per step over %d steps, plus the change:", name, what, step * 1e3,
          horizon);
   for (int q = 0; q <= 4; q++)
     if (d->step_s[q] > 0)
@@ -32,7 +32,7 @@ static void log_decision(const char *what, double step, const gt_ladder_decision
 }
 
 /* Rank 0: the exclusion in the health records. */
-static void record(gpt_reshape *r, gt_job *job, const gt_failslow_verdict *v, gt_health_kind kind, double step,
+static void record(run_reshape *r, gt_job *job, const gt_failslow_verdict *v, gt_health_kind kind, double step,
                    double predicted) {
   gt_etcd_client *etcd = gt_job_etcd(job);
   if (!etcd) return;
@@ -46,7 +46,7 @@ static void record(gpt_reshape *r, gt_job *job, const gt_failslow_verdict *v, gt
 }
 
 /* A rank slow in its compute: the whole ladder. */
-static int consider_compute(gpt_reshape *r, gt_job *job, const gt_plan *plan, const gt_failslow_report *rep,
+static int consider_compute(run_reshape *r, gt_job *job, const gt_plan *plan, const gt_failslow_report *rep,
                             bool can_rebalance, bool can_restart, int horizon, bool lead, int *out) {
   for (int k = 0; k < rep->nverdicts; k++) {
     const gt_failslow_verdict *v = &rep->verdicts[k];
@@ -54,14 +54,14 @@ static int consider_compute(gpt_reshape *r, gt_job *job, const gt_plan *plan, co
     double step = slowest_step(rep);
     gt_ladder_input in = {.dp = plan->layout.dp, .pp = plan->layout.pp, .step_s = step, .slowdown = v->ratio,
                           .horizon = horizon, .can = {true, can_rebalance, can_rebalance, true, can_restart},
-                          .cost_s = {0, 0, GPT_COST_RECUT_S, GPT_COST_EXCLUDE_S, GPT_COST_RESTART_S},
+                          .cost_s = {0, 0, RUN_COST_RECUT_S, RUN_COST_EXCLUDE_S, RUN_COST_RESTART_S},
                           .min_share = can_rebalance ? 0.5 : 0};
     gt_ladder_decision d;
     if (gt_ladder_decide(&in, &d) != GT_OK) continue;
     if (lead) {
       char what[64];
       snprintf(what, sizeof what, "rank %d is x%.2f slow", v->rank, v->ratio);
-      log_decision(what, step, &d, in.cost_s, horizon);
+      log_decision(r->name, what, step, &d, in.cost_s, horizon);
     }
     if (d.rung != GT_LADDER_EXCLUDE) continue;
     if (lead) record(r, job, v, GT_HEALTH_COMPUTE, step, d.step_s[GT_LADDER_EXCLUDE]);
@@ -72,7 +72,7 @@ static int consider_compute(gpt_reshape *r, gt_job *job, const gt_plan *plan, co
 }
 
 /* The ranks behind a slow link, flagged together: all of them, or none. */
-static int consider_link(gpt_reshape *r, gt_job *job, const gt_plan *plan, const gt_failslow_report *rep,
+static int consider_link(run_reshape *r, gt_job *job, const gt_plan *plan, const gt_failslow_report *rep,
                          bool can_restart, int horizon, bool lead, int *out) {
   int n = 0;
   for (int k = 0; k < rep->nverdicts; k++) {
@@ -87,7 +87,7 @@ static int consider_link(gpt_reshape *r, gt_job *job, const gt_plan *plan, const
   gt_ladder_link_input in = {.dp = plan->layout.dp, .replicas = replicas, .step_s = step, .wait_s = rep->wait_s,
                              .wait_base_s = rep->wait_base_s, .horizon = horizon,
                              .can = {true, false, false, true, can_restart},
-                             .cost_s = {0, 0, 0, GPT_COST_EXCLUDE_S, GPT_COST_RESTART_S}};
+                             .cost_s = {0, 0, 0, RUN_COST_EXCLUDE_S, RUN_COST_RESTART_S}};
   gt_ladder_decision d;
   if (gt_ladder_decide_link(&in, &d) != GT_OK) return 0;
   if (lead) {
@@ -95,7 +95,7 @@ static int consider_link(gpt_reshape *r, gt_job *job, const gt_plan *plan, const
     snprintf(what, sizeof what, "the link of rank%s %d%s is slow (waits %.1f ms, normally %.1f ms)",
              n > 1 ? "s" : "", out[0], n > 1 ? " and the others behind it" : "", rep->wait_s * 1e3,
              rep->wait_base_s * 1e3);
-    log_decision(what, step, &d, in.cost_s, horizon);
+    log_decision(r->name, what, step, &d, in.cost_s, horizon);
   }
   if (d.rung != GT_LADDER_EXCLUDE) return 0;
   for (int k = 0; lead && k < rep->nverdicts; k++) {
@@ -106,9 +106,9 @@ static int consider_link(gpt_reshape *r, gt_job *job, const gt_plan *plan, const
   return n;
 }
 
-int gpt_reshape_consider_exclusion(gpt_reshape *r, gt_job *job, const gt_plan *plan, const gt_failslow_report *rep,
+int run_reshape_consider_exclusion(run_reshape *r, gt_job *job, const gt_plan *plan, const gt_failslow_report *rep,
                                    bool can_rebalance, bool can_restart, int steps_left, bool lead, int *out) {
-  int horizon = steps_left < GPT_LADDER_HORIZON ? steps_left : GPT_LADDER_HORIZON;
+  int horizon = steps_left < RUN_LADDER_HORIZON ? steps_left : RUN_LADDER_HORIZON;
   if (!rep->gathered || plan->layout.dp < 2 || horizon < 1) return 0;
   int n = consider_compute(r, job, plan, rep, can_rebalance, can_restart, horizon, lead, out);
   return n ? n : consider_link(r, job, plan, rep, can_restart, horizon, lead, out);

@@ -1,4 +1,4 @@
-/* The example's fail-slow detection: the monitor after every step, and the
+/* A run's fail-slow detection: the monitor after every step, and the
  * predictor's accuracy over the run at the end. */
 #include "failslow.h"
 
@@ -7,19 +7,19 @@
 static double ape_sum, ape_raw_sum;
 static int ape_steps;
 
-gt_status gpt_failslow_start(const gpt_failslow_args *a, gt_dist *dist, const gt_model *m, gt_job *job,
+gt_status run_failslow_start(const gt_run_options *o, gt_dist *dist, const gt_model *m, gt_job *job,
                              const char *metrics, const int *record_ranks, gt_failslow **out) {
   *out = NULL;
-  if (!a->on) return GT_OK;
+  if (!o->failslow) return GT_OK;
   if (!dist) return gt_errorf(GT_EINVAL, "--failslow needs a job of 3 or more ranks (run under giantrun)");
-  gt_failslow_config c = {.theta = a->theta, .k = a->k, .warmup = a->warmup, .window = a->window,
-                          .every = a->every, .probe_rounds = a->probe_rounds,
-                          .probe_bytes = a->probe_bytes, .metrics_path = metrics,
+  gt_failslow_config c = {.theta = o->failslow_theta, .k = o->failslow_k, .warmup = o->failslow_warmup,
+                          .window = o->failslow_window, .every = o->failslow_every,
+                          .probe_rounds = o->failslow_probe_rounds, .probe_bytes = o->failslow_probe_bytes, .metrics_path = metrics,
                           .etcd = gt_job_etcd(job), .job_id = job->job_id, .record_ranks = record_ranks};
   return gt_failslow_create(dist, m, &c, out);
 }
 
-gt_status gpt_failslow_after_step(gt_failslow *fs, const gt_step_stats *st, gt_failslow_report *rep) {
+gt_status run_failslow_after_step(gt_failslow *fs, const gt_step_stats *st, gt_failslow_report *rep) {
   *rep = (gt_failslow_report){.step = st->step};
   if (!fs) return GT_OK;
   GT_TRY(gt_failslow_step(fs, st, rep));
@@ -30,7 +30,7 @@ gt_status gpt_failslow_after_step(gt_failslow *fs, const gt_step_stats *st, gt_f
   return GT_OK;
 }
 
-void gpt_failslow_summary(gt_failslow *fs, bool lead) {
+void run_failslow_summary(gt_failslow *fs, bool lead) {
   if (!fs || !lead || ape_steps == 0) return;
   printf("fail-slow: predictor MAPE %.4f with the job-wide factor removed, %.4f raw, over %d clean steps\n",
          ape_sum / ape_steps, ape_raw_sum / ape_steps, ape_steps);

@@ -13,8 +13,8 @@
 #include "giant/dist.h"
 #include "giant/log.h"
 
-void gpt_reshape_init(gpt_reshape *r, const gt_job *job) {
-  *r = (gpt_reshape){.gen_world = job->world_size, .gen_rank = job->rank, .timeout_ms = 60000};
+void run_reshape_init(run_reshape *r, const gt_job *job, const char *name) {
+  *r = (run_reshape){.name = name, .gen_world = job->world_size, .gen_rank = job->rank, .timeout_ms = 60000};
   const char *t = getenv("GT_RESHAPE_TIMEOUT_MS");
   if (t && atoi(t) > 0) r->timeout_ms = atoi(t);
   gt_members_get(job->store, r->gen_world, 0, r->members, &r->n, 0);
@@ -30,7 +30,7 @@ typedef struct rank_state {
   uint64_t row;
 } rank_state;
 
-gt_status gpt_reshape_members(gpt_reshape *r, gt_job *job, int *world, int *rank) {
+gt_status run_reshape_members(run_reshape *r, gt_job *job, int *world, int *rank) {
   /* A newer epoch: the one after ours, then the newest (more may have
    * been lost meanwhile). */
   int epoch = 0;
@@ -49,8 +49,8 @@ gt_status gpt_reshape_members(gpt_reshape *r, gt_job *job, int *world, int *rank
   return GT_OK;
 }
 
-gt_status gpt_reshape_decide(gpt_reshape *r, gt_comm *world, gt_trainer *tr, gt_loader *loader,
-                             uint64_t rows_per_step, gpt_resume_point *out) {
+gt_status run_reshape_decide(run_reshape *r, gt_comm *world, gt_trainer *tr, gt_loader *loader,
+                             uint64_t rows_per_step, run_resume_point *out) {
   /* A joining rank holds nothing: step -1, passed over below. */
   rank_state mine = {.step = tr ? gt_trainer_step_index(tr) : -1, .pending = tr && gt_trainer_step_pending(tr)};
   int rs = 0;
@@ -85,15 +85,15 @@ gt_status gpt_reshape_decide(gpt_reshape *r, gt_comm *world, gt_trainer *tr, gt_
   if (s == GT_OK && hi < 0) s = gt_errorf(GT_ESTATE, "no rank of the new membership holds a trainer's state");
   free(all);
   GT_TRY(s);
-  *out = (gpt_resume_point){.world = n, .rank = me, .step = (int)hi, .row = row,
+  *out = (run_resume_point){.world = n, .rank = me, .step = (int)hi, .row = row,
                             .apply_pending = mine.pending && mine.step == hi - 1};
   return GT_OK;
 }
 
-gt_status gpt_mirror_start(gpt_reshape *r, gt_trainer *tr, const gt_job *job, bool lead) {
+gt_status run_mirror_start(run_reshape *r, gt_trainer *tr, const gt_job *job, bool lead) {
   gt_ckpt_mirror_destroy(r->mirror);
   r->mirror = NULL;
-  r->every = r->fixed_every > 0 ? r->fixed_every : 1, r->taken = r->fixed_every > 0 ? GPT_MIRROR_CALIBRATE : 0;
+  r->every = r->fixed_every > 0 ? r->fixed_every : 1, r->taken = r->fixed_every > 0 ? RUN_MIRROR_CALIBRATE : 0;
   r->update_s = r->step_s = 0;
   int stride = job->local_world_size < job->world_size ? job->local_world_size : 1;
   GT_TRY(gt_ckpt_mirror_create(tr, stride, &r->mirror));
@@ -105,20 +105,20 @@ gt_status gpt_mirror_start(gpt_reshape *r, gt_trainer *tr, const gt_job *job, bo
     return GT_OK;
   }
   if (lead)
-    printf("gpt: redundancy: rank 0 keeps %llu floats that no other rank holds, copied to rank %d\n",
+    printf("%s: redundancy: rank 0 keeps %llu floats that no other rank holds, copied to rank %d\n", r->name,
            (unsigned long long)mi.floats_sent, mi.buddy);
   return GT_OK;
 }
 
-gt_status gpt_mirror_after_step(gpt_reshape *r, gt_trainer *tr, double step_seconds, bool lead) {
+gt_status run_mirror_after_step(run_reshape *r, gt_trainer *tr, double step_seconds, bool lead) {
   if (!r->mirror || gt_trainer_step_index(tr) % r->every) return GT_OK;
   double t0 = gt_now();
   GT_TRY(gt_ckpt_mirror_update(r->mirror));
-  if (r->taken >= GPT_MIRROR_CALIBRATE) return GT_OK;
+  if (r->taken >= RUN_MIRROR_CALIBRATE) return GT_OK;
   r->update_s += gt_now() - t0, r->step_s += step_seconds;
-  if (++r->taken < GPT_MIRROR_CALIBRATE) return GT_OK;
+  if (++r->taken < RUN_MIRROR_CALIBRATE) return GT_OK;
   /* Every rank must copy at the same steps: the slowest rank's choice. */
-  float every = (float)ceil(r->update_s / (GPT_MIRROR_BUDGET * r->step_s));
+  float every = (float)ceil(r->update_s / (RUN_MIRROR_BUDGET * r->step_s));
   gt_dist *dist = gt_trainer_dist(tr);
   gt_comm *world = dist ? gt_grid_world(gt_dist_grid(dist)) : NULL;
   float most = every < 1 ? 1 : every;
@@ -132,40 +132,40 @@ gt_status gpt_mirror_after_step(gpt_reshape *r, gt_trainer *tr, double step_seco
   }
   r->every = (int)most;
   if (lead)
-    printf("gpt: redundancy: a copy takes %.2f ms, %.2f%% of a %.1f ms step: copying every %d step(s)\n",
+    printf("%s: redundancy: a copy takes %.2f ms, %.2f%% of a %.1f ms step: copying every %d step(s)\n", r->name,
            r->update_s / r->taken * 1e3, 100 * r->update_s / r->step_s, r->step_s / r->taken * 1e3, r->every);
   return GT_OK;
 }
 
-void gpt_reshape_destroy(gpt_reshape *r) {
+void run_reshape_destroy(run_reshape *r) {
   gt_members_watch_stop(r->watch);
   r->watch = NULL;
   gt_ckpt_mirror_destroy(r->mirror);
   r->mirror = NULL;
 }
 
-void gpt_abort_grid(gt_grid *grid) {
+void run_abort_grid(gt_grid *grid) {
   if (!grid) return;
   gt_comm_abort(gt_grid_world(grid));
   for (int ax = GT_GRID_DP; ax <= GT_GRID_PP; ax++) gt_comm_abort(gt_grid_comm(grid, (gt_grid_axis)ax));
 }
 
 static void on_newer_epoch(void *arg, int epoch) {
-  gpt_reshape *r = arg;
+  run_reshape *r = arg;
   (void)epoch;
-  gpt_abort_grid(r->grid);
+  run_abort_grid(r->grid);
 }
 
-gt_status gpt_watch_start(gpt_reshape *r, gt_job *job, gt_grid *grid) {
+gt_status run_watch_start(run_reshape *r, gt_job *job, gt_grid *grid) {
   if (!gt_job_etcd(job) || r->gen_world < 2) return GT_OK; /* a TCP store: no agents publish epochs there */
-  GT_TRY(gt_members_watch_start(job->store, r->gen_world, GPT_WATCH_GRACE_MS, on_newer_epoch, r, &r->watch));
-  if (grid) gpt_watch_resume(r, grid);
+  GT_TRY(gt_members_watch_start(job->store, r->gen_world, RUN_WATCH_GRACE_MS, on_newer_epoch, r, &r->watch));
+  if (grid) run_watch_resume(r, grid);
   return GT_OK;
 }
 
-void gpt_watch_pause(gpt_reshape *r) { gt_members_watch_arm(r->watch, -1); }
+void run_watch_pause(run_reshape *r) { gt_members_watch_arm(r->watch, -1); }
 
-void gpt_watch_resume(gpt_reshape *r, gt_grid *grid) {
+void run_watch_resume(run_reshape *r, gt_grid *grid) {
   r->grid = grid; /* the watcher is disarmed: its callback is not running */
   if (!grid) return;
   gt_members_watch_joins(r->watch, gt_comm_rank(gt_grid_world(grid)) == 0); /* rank 0 takes joins in */
@@ -176,7 +176,7 @@ void gpt_watch_resume(gpt_reshape *r, gt_grid *grid) {
  * for between them. */
 #define JOIN_WAIT_SLICE_MS 500
 
-gt_status gpt_reshape_join(gpt_reshape *r, gt_job *job) {
+gt_status run_reshape_join(run_reshape *r, gt_job *job) {
   /* First the epoch without this rank (its loss may not be published yet),
    * then the request, then an epoch with it; unless training ends first
    * (the others finished while this rank started). */
@@ -192,7 +192,7 @@ gt_status gpt_reshape_join(gpt_reshape *r, gt_job *job) {
     if (s != GT_OK && s != GT_ETIMEDOUT) return s;
   }
   GT_TRY(gt_members_request_join(job->store, r->gen_rank));
-  printf("gpt: rank %d (pid %d) asks to join the running job (membership epoch %d)\n", r->gen_rank, (int)getpid(),
+  printf("%s: rank %d (pid %d) asks to join the running job (membership epoch %d)\n", r->name, r->gen_rank, (int)getpid(),
          epoch);
   fflush(stdout);
   for (;;) {
@@ -208,22 +208,22 @@ gt_status gpt_reshape_join(gpt_reshape *r, gt_job *job) {
     }
     GT_TRY(s);
     if (gt_members_index(r->members, r->n, r->gen_rank) >= 0) {
-      r->epoch = epoch; /* gpt_reshape_members then finds epoch + 1, the one with this rank */
+      r->epoch = epoch; /* run_reshape_members then finds epoch + 1, the one with this rank */
       return GT_OK;
     }
     epoch++;
   }
 }
 
-void gpt_reshape_finish(gpt_reshape *r, gt_job *job) {
+void run_reshape_finish(run_reshape *r, gt_job *job) {
   if (!gt_job_etcd(job) || r->gen_world < 2) return;
   gt_status s = gt_members_finish(job->store);
   if (s != GT_OK)
-    gt_warn("gpt: cannot record that training ended (%s): a rank restarting now waits out its join timeout",
+    gt_warn("%s: cannot record that training ended (%s): a rank restarting now waits out its join timeout", r->name,
             gt_last_error());
 }
 
-gt_status gpt_reshape_check_joins(gpt_reshape *r, gt_job *job, gt_comm *world, bool *grow) {
+gt_status run_reshape_check_joins(run_reshape *r, gt_job *job, gt_comm *world, bool *grow) {
   /* Rank 0 reads the requests and publishes the epoch with them; one
    * all-reduce tells every rank, which then reshape at the same step. */
   float flag = 0;
@@ -245,14 +245,14 @@ gt_status gpt_reshape_check_joins(gpt_reshape *r, gt_job *job, gt_comm *world, b
     }
     if (s == GT_OK && count) s = gt_members_add_set(job->store, r->gen_world, ranks, count, &epoch);
     if (s == GT_OK && count) {
-      printf("gpt: %d rank(s) ask to join: membership epoch %d takes them in\n", count, epoch);
+      printf("%s: %d rank(s) ask to join: membership epoch %d takes them in\n", r->name, count, epoch);
       fflush(stdout);
     }
     /* The store away: training needs none of it; joins wait. */
     if (s != GT_OK) {
-      gt_warn("gpt: cannot look for ranks asking to join (%s); training goes on, looking again in %d s",
-              gt_last_error(), GPT_JOIN_RETRY_S);
-      r->joins_retry_at = gt_now() + GPT_JOIN_RETRY_S;
+      gt_warn("%s: cannot look for ranks asking to join (%s); training goes on, looking again in %d s", r->name,
+              gt_last_error(), RUN_JOIN_RETRY_S);
+      r->joins_retry_at = gt_now() + RUN_JOIN_RETRY_S;
     }
     flag = s == GT_OK && count > 0 ? 1.0f : 0.0f;
   }

@@ -1,8 +1,8 @@
 /* --reshape: when a rank is lost, the ranks left agree on where training
  * stands and go on at a new layout in the same processes (docs/resilience.md).
- * This part is the agreement; main.c rebuilds the layout. */
-#ifndef GIANT_EXAMPLE_GPT_RESHAPE_H
-#define GIANT_EXAMPLE_GPT_RESHAPE_H
+ * This part is the agreement; rebuild.c rebuilds the layout. */
+#ifndef GIANT_RUN_RESHAPE_H
+#define GIANT_RUN_RESHAPE_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -18,20 +18,18 @@
 #include "giant/members.h"
 #include "giant/trainer.h"
 
-/* Exit status of a worker whose reshape failed: giantrun --reshape then
- * restarts the job's workers from the newest checkpoint (EX_TEMPFAIL). */
-#define GPT_EXIT_RESHAPE_FAILED 75
 /* Reshapes tried after the first fails (each at the next membership epoch). */
-#define GPT_RESHAPE_RETRIES 3
+#define RUN_RESHAPE_RETRIES 3
 
-typedef struct gpt_reshape {
+typedef struct run_reshape {
+  const char *name;         /* the program, in log lines */
   int gen_world, gen_rank;  /* this worker in its generation (epoch 0) */
   int epoch;                /* the membership epoch the ranks train in */
   int members[GT_MEMBERS_MAX], n;
   int timeout_ms;           /* waiting for a new epoch, and for the others' states */
   /* Redundancy: a copy of this rank's single-owner state on a peer,
    * taken every `every` steps, chosen so that it costs at most
-   * GPT_MIRROR_BUDGET of a step. */
+   * RUN_MIRROR_BUDGET of a step. */
   gt_ckpt_mirror *mirror;
   int every, taken;
   int fixed_every;          /* --mirror-every: > 0 fixes `every` */
@@ -50,53 +48,53 @@ typedef struct gpt_reshape {
   bool state_lost;
   /* A joining rank: training ended before the job took it in. */
   bool job_finished;
-} gpt_reshape;
+} run_reshape;
 
 /* Of the watcher: how long a newer epoch stands before the communicators
  * are aborted (a planned reshape moves every rank within milliseconds). */
-#define GPT_WATCH_GRACE_MS 2000
+#define RUN_WATCH_GRACE_MS 2000
 
-#define GPT_MIRROR_BUDGET 0.02 /* of the step time */
-#define GPT_MIRROR_CALIBRATE 5 /* updates at every step before `every` is chosen */
+#define RUN_MIRROR_BUDGET 0.02 /* of the step time */
+#define RUN_MIRROR_CALIBRATE 5 /* updates at every step before `every` is chosen */
 
 /* Where training goes on after the agreement. */
-typedef struct gpt_resume_point {
+typedef struct run_resume_point {
   int world, rank;     /* in the new epoch */
   int step;            /* the step every member is at, once the pending one is resolved */
   uint64_t row;        /* the data stream's next row */
   bool apply_pending;  /* this rank applies its pending step (gt_trainer_resolve_step) */
-} gpt_resume_point;
+} run_resume_point;
 
-void gpt_reshape_init(gpt_reshape *r, const gt_job *job);
+void run_reshape_init(run_reshape *r, const gt_job *job, const char *name);
 /* Rank 0, after the last step: training ended, for any rank still waiting
  * to join (a warning when it cannot be recorded). */
-void gpt_reshape_finish(gpt_reshape *r, gt_job *job);
+void run_reshape_finish(run_reshape *r, gt_job *job);
 /* Starts (again, after a reshape) the copies of single-owner state on the
  * peer on the next node (stride: ranks per node, 1 on one node). */
-gt_status gpt_mirror_start(gpt_reshape *r, gt_trainer *tr, const gt_job *job, bool lead);
+gt_status run_mirror_start(run_reshape *r, gt_trainer *tr, const gt_job *job, bool lead);
 /* After each step: the copy, every `every` steps. Collective. */
-gt_status gpt_mirror_after_step(gpt_reshape *r, gt_trainer *tr, double step_seconds, bool lead);
-void gpt_reshape_destroy(gpt_reshape *r);
+gt_status run_mirror_after_step(run_reshape *r, gt_trainer *tr, double step_seconds, bool lead);
+void run_reshape_destroy(run_reshape *r);
 /* Aborts every communicator of grid: operations blocked on a lost peer
  * fail at once, here and on the ranks still in the group. */
-void gpt_abort_grid(gt_grid *grid);
+void run_abort_grid(gt_grid *grid);
 /* The watcher, when the store is etcd's (the agents publish epochs there);
  * it watches for epochs after r->epoch while training runs on grid. */
-gt_status gpt_watch_start(gpt_reshape *r, gt_job *job, gt_grid *grid);
+gt_status run_watch_start(run_reshape *r, gt_job *job, gt_grid *grid);
 /* Around a reshape: the watcher stands aside, then watches the new grid. */
-void gpt_watch_pause(gpt_reshape *r);
-void gpt_watch_resume(gpt_reshape *r, gt_grid *grid);
+void run_watch_pause(run_reshape *r);
+void run_watch_resume(run_reshape *r, gt_grid *grid);
 /* A worker restarted alone (GT_JOIN=1): asks to join the running job and
  * waits for a membership epoch that has it; then reshape as the others
  * do, with no state of its own. When training ends first, it returns
  * GT_OK with r->job_finished. */
-gt_status gpt_reshape_join(gpt_reshape *r, gt_job *job);
-/* Between steps, every GPT_JOIN_CHECK_EVERY steps: whether ranks asked to
+gt_status run_reshape_join(run_reshape *r, gt_job *job);
+/* Between steps, every RUN_JOIN_CHECK_EVERY steps: whether ranks asked to
  * join, in which case rank 0 has published the epoch with them and every
  * rank reshapes now (*grow). Collective over world. */
-#define GPT_JOIN_CHECK_EVERY 5
-#define GPT_JOIN_RETRY_S 5
-gt_status gpt_reshape_check_joins(gpt_reshape *r, gt_job *job, gt_comm *world, bool *grow);
+#define RUN_JOIN_CHECK_EVERY 5
+#define RUN_JOIN_RETRY_S 5
+gt_status run_reshape_check_joins(run_reshape *r, gt_job *job, gt_comm *world, bool *grow);
 /* With --failslow (exclude.c): for a rank the monitor flags compute-slow
  * this step, the mitigation ladder (giant/ladder.h) on the gathered step
  * times; for the ranks behind a link it flags (their node's own), S3
@@ -105,21 +103,21 @@ gt_status gpt_reshape_check_joins(gpt_reshape *r, gt_job *job, gt_comm *world, b
  * world's) leave the job when S3 wins, else 0; every rank decides alike,
  * and rank 0 records the exclusions in the health records. The transition
  * costs are estimates: */
-#define GPT_LADDER_HORIZON 200   /* steps the ladder judges over, at most */
-#define GPT_COST_RECUT_S 0.5     /* moving layers between stages */
-#define GPT_COST_EXCLUDE_S 0.5   /* a reshape: bench_reshape measures 0.2-0.4 s on 4 CPU ranks */
-#define GPT_COST_RESTART_S 30.0  /* a checkpoint, a restart and a load */
-int gpt_reshape_consider_exclusion(gpt_reshape *r, gt_job *job, const gt_plan *plan, const gt_failslow_report *rep,
+#define RUN_LADDER_HORIZON 200   /* steps the ladder judges over, at most */
+#define RUN_COST_RECUT_S 0.5     /* moving layers between stages */
+#define RUN_COST_EXCLUDE_S 0.5   /* a reshape: bench_reshape measures 0.2-0.4 s on 4 CPU ranks */
+#define RUN_COST_RESTART_S 30.0  /* a checkpoint, a restart and a load */
+int run_reshape_consider_exclusion(run_reshape *r, gt_job *job, const gt_plan *plan, const gt_failslow_report *rep,
                                    bool can_rebalance, bool can_restart, int steps_left, bool lead, int *out);
 /* After a failed step: waits for a newer membership epoch (giantrun
  * publishes one when a worker dies) and gives this rank's place in it.
  * GT_ECANCELED when this rank is not a member any more; any other failure
  * means a restart. */
-gt_status gpt_reshape_members(gpt_reshape *r, gt_job *job, int *world, int *rank);
+gt_status run_reshape_members(run_reshape *r, gt_job *job, int *world, int *rank);
 /* Then, over the new world's communicator (NULL: alone), decides with the
  * others where training goes on: each rank's step and data position are
  * all-gathered. rows_per_step: rows of the whole job per step. */
-gt_status gpt_reshape_decide(gpt_reshape *r, gt_comm *world, gt_trainer *tr, gt_loader *loader,
-                             uint64_t rows_per_step, gpt_resume_point *out);
+gt_status run_reshape_decide(run_reshape *r, gt_comm *world, gt_trainer *tr, gt_loader *loader,
+                             uint64_t rows_per_step, run_resume_point *out);
 
 #endif

@@ -2,8 +2,8 @@
  * their measured speed while training (giant/rebalance.h decides,
  * gt_trainer_set_rows applies). docs/failslow.md, "Mitigation:
  * rebalancing". */
-#ifndef GIANT_EXAMPLE_GPT_REBALANCE_H
-#define GIANT_EXAMPLE_GPT_REBALANCE_H
+#ifndef GIANT_RUN_REBALANCE_H
+#define GIANT_RUN_REBALANCE_H
 
 #include <stdbool.h>
 
@@ -13,14 +13,14 @@
 #include "giant/rebalance.h"
 #include "giant/trainer.h"
 
-typedef struct gpt_rebalance gpt_rebalance;
+typedef struct run_rebalance run_rebalance;
 
 /* shares: every replica's rows of each micro-batch now (copied); cap: the
  * most one replica may take, what the model's activations hold. When the
  * job's agents lead (giantrun) and local is false, the leader decides. */
-gt_status gpt_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *be, const int *shares, int cap,
-                               gt_job *job, bool local, gpt_rebalance **out);
-void gpt_rebalance_destroy(gpt_rebalance *r);
+gt_status run_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *be, const int *shares, int cap,
+                               gt_job *job, bool local, run_rebalance **out);
+void run_rebalance_destroy(run_rebalance *r);
 /* After every step, on every rank: gathers the step's telemetry and, once
  * a window of steps at the current shares is in, decides (or, under a
  * leader, rank 0 reports to it, and every rank applies its decisions);
@@ -30,16 +30,16 @@ void gpt_rebalance_destroy(gpt_rebalance *r);
  * not gather are skipped), and a rank it flags or clears this step is acted
  * on at once, without waiting for PERSIST decisions to agree: the detector
  * has already weighed the evidence. */
-gt_status gpt_rebalance_after_step(gpt_rebalance *r, gt_trainer *tr, const gt_step_stats *st,
+gt_status run_rebalance_after_step(run_rebalance *r, gt_trainer *tr, const gt_step_stats *st,
                                    const gt_failslow_report *fs_report, bool lead);
 /* Pipeline layouts (not ZeRO-1, not interleaved): also judge the stage cut
  * by measured speed, for micro-batches of B rows of T tokens. Every rank
  * decides alike on the same window. */
-void gpt_rebalance_enable_recut(gpt_rebalance *r, int B, int T);
+void run_rebalance_enable_recut(run_rebalance *r, int B, int T);
 /* Whether a re-cut was decided (by the ranks, or by the job's leader):
  * then first gets the new cut, first[s] the first layer of stage s and
  * first[pp] the layers, once. The caller rebuilds the model and trainer
  * for it (gt_model_set_stage_cut, gt_trainer_move_state). */
-bool gpt_rebalance_take_recut(gpt_rebalance *r, int *first);
+bool run_rebalance_take_recut(run_rebalance *r, int *first);
 
 #endif

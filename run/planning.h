@@ -1,38 +1,38 @@
-/* The GPT example's use of the planner: choosing a layout for --plan auto,
- * and predicting a plan's step time, bubble and memory for --print-plan. */
-#ifndef GIANT_EXAMPLE_PLANNING_H
-#define GIANT_EXAMPLE_PLANNING_H
+/* The run's use of the planner: choosing a layout for --plan auto, and
+ * predicting a plan's step time, bubble and memory for --print-plan. */
+#ifndef GIANT_RUN_PLANNING_H
+#define GIANT_RUN_PLANNING_H
 
 #include <stdio.h>
 
 #include "giant/plan.h"
 #include "giant/planner.h"
-#include "gpt.h"
+#include "giant/run.h"
 
 /* What the cost model needs of the hardware: the peak measured on one rank,
  * round numbers for the links of one machine. */
-gt_planner_hw gpt_planner_hw(int world, double peak_flops);
+gt_planner_hw run_planner_hw(int world, double peak_flops);
 
 /* The fastest layout for `world` ranks that fits in mem_bytes per rank
  * (0: no limit) and keeps the factors `fixed` gives (NULL, or 0 in a
  * factor: free), written as "dp=..,tp=..,pp=..". */
-gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, int world, int micro_batches,
+gt_status run_choose_layout(gt_backend *be, const gt_run_model *model, int B, int T, int world, int micro_batches,
                             double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, bool zero1,
                             int offload_window, gt_precision precision, const gt_grid_layout *fixed, char *layout,
                             size_t n);
 
-/* The annotations of the GPT gc describes, read from its layers declared
+/* The annotations of the model, read from its layers declared
  * on a model that is never built (nothing is allocated for it). */
-gt_status gpt_annotations_of(gt_backend *be, const gpt_config *gc, gt_annotations *out);
+gt_status run_annotations_of(gt_backend *be, const gt_run_model *model, int T, gt_annotations *out);
 
 /* The plan's predicted step, with the model's actual stage cut. */
-gt_status gpt_print_prediction(gt_backend *be, const gpt_config *gc, const gt_plan *plan, const gt_model *m, int B,
+gt_status run_print_prediction(gt_backend *be, const gt_run_model *model, const gt_plan *plan, const gt_model *m, int B,
                                int T, int micro_batches, double peak_flops, int offload_window, gt_precision precision,
                                FILE *f);
 
 /* Where the model's state lives, the device memory it will hold against
  * the backend's budget, and, offloaded, the window and the bytes a step
  * moves with their time at this machine's copy bandwidth. */
-gt_status gpt_print_memory(gt_backend *be, const gt_model *m, int optim_states, int micro_batches, FILE *f);
+gt_status run_print_memory(gt_backend *be, const gt_model *m, int optim_states, int micro_batches, FILE *f);
 
 #endif

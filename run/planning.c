@@ -1,4 +1,4 @@
-/* The planner in the GPT example. Costs come from the model's layers before
+/* The planner in a run. Costs come from the model's layers before
  * any memory is allocated: a model that is only declared (layers added,
  * not built) is enough. */
 #include "planning.h"
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-gt_planner_hw gpt_planner_hw(int world, double peak_flops) {
+gt_planner_hw run_planner_hw(int world, double peak_flops) {
   gt_planner_hw hw = {.world = world, .peak_flops = peak_flops, .p2p_bandwidth = 2e9, .p2p_latency = 50e-6,
                       .ar_bandwidth = 2e9, .ar_latency = 50e-6, .dp_overlap = 0.4,
                       .copy_bandwidth = 16e9};
@@ -14,34 +14,34 @@ gt_planner_hw gpt_planner_hw(int world, double peak_flops) {
 }
 
 /* The layers of the whole model (no tensor parallelism), declared only. */
-static gt_status whole_layers(gt_backend *be, const gpt_config *gc, int B, int T, gt_planner_layer **out, int *n) {
+static gt_status whole_layers(gt_backend *be, const gt_run_model *model, int B, int T, gt_planner_layer **out, int *n) {
   gt_model *m;
   GT_TRY(gt_model_create(be, &(gt_model_config){.B_max = B, .T_max = T, .seed = 1}, &m));
-  gt_status s = gpt_add_layers(m, gc);
+  gt_status s = model->add_layers(m, model->user);
   if (s == GT_OK) s = gt_planner_layers_from_model(m, B, T, out, n);
   gt_model_destroy(m);
   return s;
 }
 
-gt_status gpt_annotations_of(gt_backend *be, const gpt_config *gc, gt_annotations *out) {
+gt_status run_annotations_of(gt_backend *be, const gt_run_model *model, int T, gt_annotations *out) {
   gt_model *m;
-  GT_TRY(gt_model_create(be, &(gt_model_config){.B_max = 1, .T_max = gc->T_max, .seed = 1}, &m));
-  gt_status s = gpt_add_layers(m, gc);
+  GT_TRY(gt_model_create(be, &(gt_model_config){.B_max = 1, .T_max = T, .seed = 1}, &m));
+  gt_status s = model->add_layers(m, model->user);
   if (s == GT_OK) s = gt_model_annotations(m, out);
   gt_model_destroy(m);
   return s;
 }
 
-/* Tensor-parallel sizes GPT can take: they divide the heads, the MLP width
- * and the vocabulary. */
-static int tp_sizes(const gpt_config *gc, int world, int *out) {
+/* Tensor-parallel sizes the model can take, as it says (every one that
+ * divides the world when it says nothing). */
+static int tp_sizes(const gt_run_model *model, int world, int *out) {
   int n = 0;
   for (int t = 1; t <= world && n < 32; t++)
-    if (world % t == 0 && gc->NH % t == 0 && (4 * gc->C) % t == 0 && gc->vocab_size % t == 0) out[n++] = t;
+    if (world % t == 0 && (!model->can_split || model->can_split(t, model->user))) out[n++] = t;
   return n;
 }
 
-gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, int world, int micro_batches,
+gt_status run_choose_layout(gt_backend *be, const gt_run_model *model, int B, int T, int world, int micro_batches,
                             double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, bool zero1,
                             int offload_window, gt_precision precision, const gt_grid_layout *fixed, char *layout,
                             size_t n) {
@@ -50,16 +50,16 @@ gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, 
   double *budget = mem_bytes > 0 ? malloc((size_t)world * sizeof *budget) : NULL;
   if (mem_bytes > 0 && !budget) return gt_errorf(GT_ENOMEM, "out of memory");
   for (int r = 0; budget && r < world; r++) budget[r] = mem_bytes;
-  gt_status st = whole_layers(be, gc, B, T, &layers, &nl);
+  gt_status st = whole_layers(be, model, B, T, &layers, &nl);
   if (st != GT_OK) {
     free(budget);
     return st;
   }
-  gt_planner_hw hw = gpt_planner_hw(world, peak_flops);
+  gt_planner_hw hw = run_planner_hw(world, peak_flops);
   hw.mem_bytes = budget;
   gt_planner_job job = {.layers = layers, .nlayers = nl, .micro_batches = micro_batches, .schedule = schedule,
                         .chunks = schedule == GT_PP_INTERLEAVED ? chunks : 1, .zero1 = zero1, .tp_allowed = tp,
-                        .ntp_allowed = tp_sizes(gc, world, tp), .offload_window = offload_window,
+                        .ntp_allowed = tp_sizes(model, world, tp), .offload_window = offload_window,
                         .precision = precision};
   if (fixed) job.fixed = *fixed;
   /* A tensor-parallel size the flags or annotations fixed is taken as it
@@ -73,12 +73,12 @@ gt_status gpt_choose_layout(gt_backend *be, const gpt_config *gc, int B, int T, 
   return s;
 }
 
-gt_status gpt_print_prediction(gt_backend *be, const gpt_config *gc, const gt_plan *plan, const gt_model *m, int B,
+gt_status run_print_prediction(gt_backend *be, const gt_run_model *model, const gt_plan *plan, const gt_model *m, int B,
                                int T, int micro_batches, double peak_flops, int offload_window, gt_precision precision,
                                FILE *f) {
   gt_planner_layer *layers;
   int nl, tp[32];
-  GT_TRY(whole_layers(be, gc, B, T, &layers, &nl));
+  GT_TRY(whole_layers(be, model, B, T, &layers, &nl));
   int S = gt_model_num_pipeline_stages(m), first[GT_PLANNER_MAX_STAGES + 1] = {0};
   gt_status s = GT_OK;
   for (int v = 0; v < S && s == GT_OK; v++) {
@@ -86,10 +86,10 @@ gt_status gpt_print_prediction(gt_backend *be, const gpt_config *gc, const gt_pl
     s = gt_model_stage_layers(m, v, &lo, &hi);
     first[v] = lo, first[v + 1] = hi + 1;
   }
-  gt_planner_hw hw = gpt_planner_hw(plan->world, peak_flops);
+  gt_planner_hw hw = run_planner_hw(plan->world, peak_flops);
   gt_planner_job job = {.layers = layers, .nlayers = nl, .micro_batches = micro_batches, .schedule = plan->schedule,
                         .chunks = plan->chunks, .zero1 = plan->zero1, .tp_allowed = tp,
-                        .ntp_allowed = tp_sizes(gc, plan->world, tp), .offload_window = offload_window,
+                        .ntp_allowed = tp_sizes(model, plan->world, tp), .offload_window = offload_window,
                         .precision = precision};
   gt_planner_result r;
   if (s == GT_OK) s = gt_planner_estimate(&hw, &job, plan->layout, first, &r);
@@ -125,7 +125,7 @@ static double copy_bandwidth(gt_backend *be) {
   return best;
 }
 
-gt_status gpt_print_memory(gt_backend *be, const gt_model *m, int optim_states, int micro_batches, FILE *f) {
+gt_status run_print_memory(gt_backend *be, const gt_model *m, int optim_states, int micro_batches, FILE *f) {
   gt_device_estimate e;
   GT_TRY(gt_model_device_estimate(m, optim_states, &e));
   gt_device_mem dm = gt_backend_mem(be);

@@ -1,4 +1,4 @@
-/* --rebalance in the GPT example: every rank gathers every rank's step
+/* --rebalance in a run: every rank gathers every rank's step
  * telemetry. Alone (no leader, or --rebalance-local) all of them feed
  * identical data to the pure decision and change shares at the same step.
  * Under a leader (giantrun's agents lead the job: GT_COORD=leader) rank 0
@@ -34,7 +34,7 @@ enum { PUBLISH = 4 };
  * a larger gain. */
 #define MIN_GAIN 0.07
 
-struct gpt_rebalance {
+struct run_rebalance {
   gt_plan plan;
   gt_comm *world;
   gt_backend *be;
@@ -50,7 +50,7 @@ struct gpt_rebalance {
    * the shares come from, the step of the last report, and the broadcast's
    * buffer on the device: apply?, epoch, the shares. */
   bool led;
-  gpt_coord_link *link;
+  run_coord_link *link;
   int64_t epoch;
   int published;
   void *note;
@@ -58,7 +58,7 @@ struct gpt_rebalance {
   /* Pipeline layouts: the stage cut by measured speed (recut.h), for
    * micro-batches of cut_B rows of cut_T tokens (0: not judged); the cut
    * the last decisions proposed and how many in a row did; a cut decided
-   * and not taken yet (gpt_rebalance_take_recut). */
+   * and not taken yet (run_rebalance_take_recut). */
   int cut_B, cut_T;
   int cut_proposed[GT_REBALANCE_MAX_STAGES + 1], cut_agreed;
   bool cut_pending;
@@ -72,10 +72,10 @@ _Static_assert(sizeof(gt_step_telemetry) % sizeof(float) == 0, "telemetry travel
  * cut?, the cut's stage starts (pp + 1 of them). */
 #define NOTE(dp) ((size_t)(dp) + 4 + GT_REBALANCE_MAX_STAGES)
 
-gt_status gpt_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *be, const int *shares, int cap,
-                               gt_job *job, bool local, gpt_rebalance **out) {
+gt_status run_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *be, const int *shares, int cap,
+                               gt_job *job, bool local, run_rebalance **out) {
   *out = NULL;
-  gpt_rebalance *r = calloc(1, sizeof *r);
+  run_rebalance *r = calloc(1, sizeof *r);
   if (!r) return gt_errorf(GT_ENOMEM, "out of memory for --rebalance");
   size_t dp = (size_t)plan->layout.dp, world = (size_t)plan->world;
   r->plan = *plan, r->world = gt_grid_world(gt_dist_grid(dist)), r->be = be, r->cap = cap;
@@ -89,14 +89,14 @@ gt_status gpt_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *b
                     ? GT_OK
                     : gt_errorf(GT_ENOMEM, "out of memory for --rebalance");
   if (s == GT_OK) s = gt_backend_alloc(be, world * sizeof *r->ring, &r->dev);
-  r->led = !local && gpt_coord_led(job);
+  r->led = !local && run_coord_led(job);
   if (s == GT_OK && r->led && dp > GT_MITIGATION_MAX_DP)
     s = gt_errorf(GT_EINVAL, "--rebalance under a leader takes at most dp=%d; use --rebalance-local",
                   GT_MITIGATION_MAX_DP);
   if (s == GT_OK && r->led) s = gt_backend_alloc(be, NOTE(dp) * sizeof *r->note_host, &r->note);
-  if (s == GT_OK && r->led && plan->rank == 0) s = gpt_coord_link_start(job, &r->link, &r->epoch);
+  if (s == GT_OK && r->led && plan->rank == 0) s = run_coord_link_start(job, &r->link, &r->epoch);
   if (s != GT_OK) {
-    gpt_rebalance_destroy(r);
+    run_rebalance_destroy(r);
     return s;
   }
   memcpy(r->shares, shares, dp * sizeof *shares);
@@ -106,9 +106,9 @@ gt_status gpt_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *b
   return GT_OK;
 }
 
-void gpt_rebalance_destroy(gpt_rebalance *r) {
+void run_rebalance_destroy(run_rebalance *r) {
   if (!r) return;
-  gpt_coord_link_stop(r->link);
+  run_coord_link_stop(r->link);
   if (r->dev) gt_backend_free(r->be, r->dev);
   if (r->note) gt_backend_free(r->be, r->note);
   free(r->shares), free(r->next), free(r->speed), free(r->proposed), free(r->ring), free(r->note_host);
@@ -120,7 +120,7 @@ void gpt_rebalance_destroy(gpt_rebalance *r) {
  * group, so that the tensor- and pipeline-parallel ranks of a replica,
  * whose speed is its slowest rank's, decide alike). A job-wide monitor
  * that already gathers telemetry every step can stand in for it. */
-static gt_status gather(gpt_rebalance *r, const gt_step_telemetry *mine, gt_step_telemetry *all) {
+static gt_status gather(run_rebalance *r, const gt_step_telemetry *mine, gt_step_telemetry *all) {
   size_t one = sizeof *mine, world = (size_t)r->plan.world;
   char *slot = (char *)r->dev + (size_t)r->plan.rank * one;
   GT_TRY(gt_backend_upload(r->be, slot, mine, one));
@@ -149,7 +149,7 @@ static bool verdict_now(const gt_failslow_report *rep) {
 /* The slowest rank's compute in the window's latest step, which every rank
  * sees alike: what a switch costs, about a step's compute (the first step
  * at new shares runs on cold caches). */
-static double transition_cost(const gpt_rebalance *r) {
+static double transition_cost(const run_rebalance *r) {
   size_t world = (size_t)r->plan.world;
   double transition = 0;
   for (size_t k = 0; k < world; k++) {
@@ -161,7 +161,7 @@ static double transition_cost(const gpt_rebalance *r) {
 
 /* Takes the shares in r->next from the next step on; the lead prints the
  * line, `why` its reason in parentheses. */
-static gt_status switch_to(gpt_rebalance *r, gt_trainer *tr, int step, bool lead, const char *why) {
+static gt_status switch_to(run_rebalance *r, gt_trainer *tr, int step, bool lead, const char *why) {
   int dp = r->plan.layout.dp, me = r->plan.me.dp, total = offset_of(r->next, dp);
   GT_TRY(gt_trainer_set_rows(tr, r->next[me], offset_of(r->next, me), total));
   if (lead) {
@@ -178,7 +178,7 @@ static gt_status switch_to(gpt_rebalance *r, gt_trainer *tr, int step, bool lead
 }
 
 /* No leader: every rank decides alike on its window. */
-static gt_status decide_here(gpt_rebalance *r, gt_trainer *tr, int step, bool lead) {
+static gt_status decide_here(run_rebalance *r, gt_trainer *tr, int step, bool lead) {
   int dp = r->plan.layout.dp;
   gt_rebalance_config cfg = {.cap = r->cap, .transition_s = transition_cost(r), .horizon = HORIZON,
                              .min_gain = gt_rebalance_damping_gain(&r->rows_damping, step, MIN_GAIN)};
@@ -198,7 +198,7 @@ static gt_status decide_here(gpt_rebalance *r, gt_trainer *tr, int step, bool le
 }
 
 /* Takes cut `first` after this step: the lead prints the line. */
-static void cut_to(gpt_rebalance *r, const int *now, const int *first, int step, bool lead, const char *why) {
+static void cut_to(run_rebalance *r, const int *now, const int *first, int step, bool lead, const char *why) {
   int P = r->plan.layout.pp;
   if (lead) {
     printf("re-cut after step %d: first layers of the stages", step);
@@ -219,11 +219,11 @@ static void cut_to(gpt_rebalance *r, const int *now, const int *first, int step,
  * HORIZON steps and shrinks the slowest stage by MIN_GAIN, and PERSIST
  * decisions in a row propose it (or one, right after the monitor flagged
  * or cleared a rank); both damped after a recent re-cut. */
-static gt_status decide_cut(gpt_rebalance *r, gt_trainer *tr, int step, bool lead) {
-  gpt_recut_inputs *in = malloc(sizeof *in);
+static gt_status decide_cut(run_rebalance *r, gt_trainer *tr, int step, bool lead) {
+  run_recut_inputs *in = malloc(sizeof *in);
   if (!in) return gt_errorf(GT_ENOMEM, "out of memory judging the pipeline cut");
   gt_rebalance_cut c;
-  gt_status s = gpt_recut_inputs_of(&r->plan, gt_trainer_model(tr), r->cut_B, r->cut_T, r->ring, WINDOW, in);
+  gt_status s = run_recut_inputs_of(&r->plan, gt_trainer_model(tr), r->cut_B, r->cut_T, r->ring, WINDOW, in);
   double slowest = 0;
   for (int k = 0; s == GT_OK && k < in->pp; k++) slowest = in->stage_s[k] > slowest ? in->stage_s[k] : slowest;
   gt_rebalance_config cfg = {.cap = 1, .transition_s = 2 * slowest, .horizon = HORIZON,
@@ -246,9 +246,9 @@ static gt_status decide_cut(gpt_rebalance *r, gt_trainer *tr, int step, bool lea
   return GT_OK;
 }
 
-void gpt_rebalance_enable_recut(gpt_rebalance *r, int B, int T) { r->cut_B = B, r->cut_T = T; }
+void run_rebalance_enable_recut(run_rebalance *r, int B, int T) { r->cut_B = B, r->cut_T = T; }
 
-bool gpt_rebalance_take_recut(gpt_rebalance *r, int *first) {
+bool run_rebalance_take_recut(run_rebalance *r, int *first) {
   if (!r || !r->cut_pending) return false;
   memcpy(first, r->cut_first, (size_t)(r->plan.layout.pp + 1) * sizeof *first);
   r->cut_pending = false;
@@ -257,7 +257,7 @@ bool gpt_rebalance_take_recut(gpt_rebalance *r, int *first) {
 }
 
 /* Under a leader, rank 0: a report of the window every PUBLISH steps. */
-static gt_status publish(gpt_rebalance *r, gt_trainer *tr, int step) {
+static gt_status publish(run_rebalance *r, gt_trainer *tr, int step) {
   if (!r->link || (step - r->published < PUBLISH && !r->urgent)) return GT_OK;
   gt_mitigation_report *rep = calloc(1, sizeof *rep);
   if (!rep) return gt_errorf(GT_ENOMEM, "out of memory for a rebalancing report");
@@ -265,10 +265,10 @@ static gt_status publish(gpt_rebalance *r, gt_trainer *tr, int step) {
                                 .urgent = r->urgent, .transition_s = transition_cost(r)};
   memcpy(rep->shares, r->shares, (size_t)rep->dp * sizeof *r->shares);
   gt_status s = gt_rebalance_speeds(&r->plan, r->ring, WINDOW, rep->speed, rep->micro);
-  gpt_recut_inputs *in = r->cut_B && s == GT_OK ? malloc(sizeof *in) : NULL;
+  run_recut_inputs *in = r->cut_B && s == GT_OK ? malloc(sizeof *in) : NULL;
   if (r->cut_B && s == GT_OK && !in) s = gt_errorf(GT_ENOMEM, "out of memory for a rebalancing report");
   if (in) { /* and what the pipeline cut is decided on */
-    s = gpt_recut_inputs_of(&r->plan, gt_trainer_model(tr), r->cut_B, r->cut_T, r->ring, WINDOW, in);
+    s = run_recut_inputs_of(&r->plan, gt_trainer_model(tr), r->cut_B, r->cut_T, r->ring, WINDOW, in);
     if (s == GT_OK && in->layers > GT_MITIGATION_MAX_LAYERS) s = gt_errorf(GT_EUNSUPPORTED, "too many layers to report");
     if (s == GT_OK) {
       rep->pp = in->pp, rep->layers = in->layers;
@@ -278,7 +278,7 @@ static gt_status publish(gpt_rebalance *r, gt_trainer *tr, int step) {
     }
     free(in);
   }
-  if (s == GT_OK) gpt_coord_link_publish(r->link, rep);
+  if (s == GT_OK) run_coord_link_publish(r->link, rep);
   free(rep);
   r->published = step, r->urgent = false;
   return s;
@@ -286,7 +286,7 @@ static gt_status publish(gpt_rebalance *r, gt_trainer *tr, int step) {
 
 /* Whether a decision fits this job: its replicas, their cap, the same
  * rows; and a cut, if it has one, of this model's layers into its stages. */
-static bool fits(const gpt_rebalance *r, const gt_model *model, const gt_mitigation *m) {
+static bool fits(const run_rebalance *r, const gt_model *model, const gt_mitigation *m) {
   int dp = r->plan.layout.dp, total = 0;
   if (m->dp != dp) return false;
   for (int i = 0; i < dp; i++) {
@@ -301,14 +301,14 @@ static bool fits(const gpt_rebalance *r, const gt_model *model, const gt_mitigat
  * leader's latest decision is new, with one small broadcast, so that all
  * apply it after the same step: its rows, and its pipeline cut if it has
  * one. */
-static gt_status apply_led(gpt_rebalance *r, gt_trainer *tr, int step, bool lead) {
+static gt_status apply_led(run_rebalance *r, gt_trainer *tr, int step, bool lead) {
   int dp = r->plan.layout.dp, P = r->plan.layout.pp;
   size_t n = NOTE(dp);
   float *note = r->note_host;
   memset(note, 0, n * sizeof *note);
   gt_mitigation *m = r->link ? malloc(sizeof *m) : NULL;
   if (r->link && !m) return gt_errorf(GT_ENOMEM, "out of memory for a rebalancing decision");
-  if (m && gpt_coord_link_latest(r->link, m) && m->epoch > r->epoch) {
+  if (m && run_coord_link_latest(r->link, m) && m->epoch > r->epoch) {
     if (fits(r, gt_trainer_model(tr), m)) {
       note[0] = 1, note[1] = (float)m->epoch;
       for (int i = 0; i < dp; i++) note[2 + i] = (float)m->shares[i];
@@ -333,7 +333,7 @@ static gt_status apply_led(gpt_rebalance *r, gt_trainer *tr, int step, bool lead
     if (rows) s = switch_to(r, tr, step, lead, why);
     if (s == GT_OK && note[2 + dp] == 1) {
       int now[GT_REBALANCE_MAX_STAGES + 1], first[GT_REBALANCE_MAX_STAGES + 1];
-      gpt_recut_now(gt_trainer_model(tr), P, now);
+      run_recut_now(gt_trainer_model(tr), P, now);
       for (int k = 0; k <= P; k++) first[k] = (int)note[3 + dp + k];
       if (memcmp(now, first, (size_t)(P + 1) * sizeof *now)) cut_to(r, now, first, step, lead, why);
     }
@@ -342,7 +342,7 @@ static gt_status apply_led(gpt_rebalance *r, gt_trainer *tr, int step, bool lead
   return s;
 }
 
-gt_status gpt_rebalance_after_step(gpt_rebalance *r, gt_trainer *tr, const gt_step_stats *st,
+gt_status run_rebalance_after_step(run_rebalance *r, gt_trainer *tr, const gt_step_stats *st,
                                    const gt_failslow_report *fs_report, bool lead) {
   size_t world = (size_t)r->plan.world;
   if (st->step < WARMUP) return GT_OK; /* every rank skips the same steps: the gathers stay matched */

@@ -1,7 +1,6 @@
 /* See checkpoint.h. */
 #include "checkpoint.h"
 
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,31 +9,11 @@
 #include "giant/log.h"
 #include "giant/plan.h"
 
-static gt_status env_int(const char *name, int *out) {
-  const char *v = getenv(name);
-  if (!v || !*v || *out) return GT_OK;
-  char *end;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (*end || errno || x < 1 || x > 1000000000)
-    return gt_errorf(GT_EINVAL, "%s='%s': want a positive integer", name, v);
-  *out = (int)x;
-  return GT_OK;
-}
-
-gt_status gpt_ckpt_args_from_env(gpt_ckpt_args *a) {
-  if (!a->dir && getenv("GT_CKPT_DIR") && *getenv("GT_CKPT_DIR")) a->dir = getenv("GT_CKPT_DIR");
-  GT_TRY(env_int("GT_CKPT_EVERY", &a->every));
-  GT_TRY(env_int("GT_CKPT_KEEP", &a->keep));
-  if (a->dir && !a->every) return gt_errorf(GT_EINVAL, "checkpoints in %s need --ckpt-every N (or GT_CKPT_EVERY)", a->dir);
-  return GT_OK;
-}
-
 static volatile sig_atomic_t stop_signal;
 
 static void on_stop(int sig) { stop_signal = sig; }
 
-void gpt_ckpt_catch_stop(void) {
+void run_ckpt_catch_stop(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop;
@@ -44,7 +23,7 @@ void gpt_ckpt_catch_stop(void) {
   sigaction(SIGINT, &sa, NULL);
 }
 
-int gpt_ckpt_stop_signal(void) { return stop_signal; }
+int run_ckpt_stop_signal(void) { return stop_signal; }
 
 /* The last step the previous run finished, as it recorded (-1: none). */
 static int read_progress(const char *dir) {
@@ -68,7 +47,7 @@ static void write_progress(const char *dir, int step) {
   if (fclose(f) == 0) rename(tmp, path);
 }
 
-gt_status gpt_ckpt_start(const gpt_ckpt_args *a, gt_job *job, gt_trainer *tr, gt_loader *loader, gt_ckpt **out) {
+gt_status run_ckpt_start(const run_ckpt_args *a, gt_job *job, gt_trainer *tr, gt_loader *loader, gt_ckpt **out) {
   *out = NULL;
   if (!a->dir) return GT_OK;
   gt_ckpt_config cc = {.dir = a->dir, .keep = a->keep, .store = job->world_size > 1 ? job->store : NULL};
@@ -89,7 +68,7 @@ gt_status gpt_ckpt_start(const gpt_ckpt_args *a, gt_job *job, gt_trainer *tr, gt
   return GT_OK;
 }
 
-gt_status gpt_ckpt_rebind(const gpt_ckpt_args *a, gt_job *job, gt_trainer *tr, gt_loader *loader, gt_ckpt **c) {
+gt_status run_ckpt_rebind(const run_ckpt_args *a, gt_job *job, gt_trainer *tr, gt_loader *loader, gt_ckpt **c) {
   *c = NULL;
   if (!a->dir) return GT_OK;
   gt_ckpt_config cc = {.dir = a->dir, .keep = a->keep, .store = job->world_size > 1 ? job->store : NULL};
@@ -99,7 +78,7 @@ gt_status gpt_ckpt_rebind(const gpt_ckpt_args *a, gt_job *job, gt_trainer *tr, g
 /* Says when the last save ended, once: the steps between its own and
  * this one are the steps it was in flight, which a failure meanwhile
  * would have lost on top of --ckpt-every (docs/checkpoint-format.md). */
-static void log_finished(gpt_ckpt_args *a, gt_ckpt *c, int step) {
+static void log_finished(run_ckpt_args *a, gt_ckpt *c, int step) {
   gt_ckpt_stats st;
   gt_ckpt_get_stats(c, &st);
   if (st.finished < 0 || st.finished == a->logged) return;
@@ -108,7 +87,7 @@ static void log_finished(gpt_ckpt_args *a, gt_ckpt *c, int step) {
     printf("checkpoint step-%08d committed at step %d (%d steps in flight)\n", st.finished, step, step - st.finished);
 }
 
-gt_status gpt_ckpt_after_step(gpt_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool lead) {
+gt_status run_ckpt_after_step(run_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool lead) {
   if (!c) return GT_OK;
   int step = gt_trainer_step_index(tr);
   if (step % a->every == 0) GT_TRY(gt_ckpt_save(c));
@@ -118,7 +97,7 @@ gt_status gpt_ckpt_after_step(gpt_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool
   return GT_OK;
 }
 
-void gpt_ckpt_finish(gpt_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool lead) {
+void run_ckpt_finish(run_ckpt_args *a, gt_ckpt *c, gt_trainer *tr, bool lead) {
   if (!c) return;
   (void)gt_ckpt_wait(c); /* a failed save was logged; the run itself went well */
   if (lead) log_finished(a, c, gt_trainer_step_index(tr));

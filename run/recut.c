@@ -36,7 +36,7 @@ static gt_status stage_times(const gt_plan *plan, const gt_step_telemetry *tel, 
   return s;
 }
 
-void gpt_recut_now(const gt_model *m, int pp, int *now) {
+void run_recut_now(const gt_model *m, int pp, int *now) {
   int L = gt_model_num_layers(m);
   for (int s = 0, i = 0; s <= pp; s++) { /* the first layer of each stage */
     while (i < L && gt_model_layer(m, i)->stage < s) i++;
@@ -44,15 +44,15 @@ void gpt_recut_now(const gt_model *m, int pp, int *now) {
   }
 }
 
-gt_status gpt_recut_inputs_of(const gt_plan *plan, const gt_model *m, int B, int T, const gt_step_telemetry *tel,
-                              int nsteps, gpt_recut_inputs *out) {
+gt_status run_recut_inputs_of(const gt_plan *plan, const gt_model *m, int B, int T, const gt_step_telemetry *tel,
+                              int nsteps, run_recut_inputs *out) {
   memset(out, 0, sizeof *out);
   int P = plan->layout.pp, L = gt_model_num_layers(m);
-  if (P > GT_REBALANCE_MAX_STAGES || L > GPT_RECUT_MAX_LAYERS || nsteps < 1)
+  if (P > GT_REBALANCE_MAX_STAGES || L > RUN_RECUT_MAX_LAYERS || nsteps < 1)
     return gt_errorf(GT_EUNSUPPORTED, "re-cutting is judged for at most %d stages and %d layers (this job: %d, %d)",
-                     GT_REBALANCE_MAX_STAGES, GPT_RECUT_MAX_LAYERS, P, L);
+                     GT_REBALANCE_MAX_STAGES, RUN_RECUT_MAX_LAYERS, P, L);
   out->pp = P, out->layers = L;
-  gpt_recut_now(m, P, out->now);
+  run_recut_now(m, P, out->now);
   gt_planner_layer *layers = NULL;
   int n = 0;
   GT_TRY(gt_planner_layers_from_model(m, B, T, &layers, &n));

@@ -14,7 +14,7 @@
 /* How often the decision is read: a few times a step at most. */
 #define POLL_S 0.1
 
-struct gpt_coord_link {
+struct run_coord_link {
   gt_etcd_client *cli; /* the job's */
   char job[128];
   pthread_t thread;
@@ -25,13 +25,13 @@ struct gpt_coord_link {
   gt_mitigation latest;        /* when have */
 };
 
-bool gpt_coord_led(gt_job *job) {
+bool run_coord_led(gt_job *job) {
   const char *c = getenv("GT_COORD");
   return c && !strcmp(c, "leader") && gt_job_etcd(job) != NULL;
 }
 
 static void *link_main(void *arg) {
-  gpt_coord_link *l = arg;
+  run_coord_link *l = arg;
   bool warned = false;
   gt_mitigation_report *rep = malloc(sizeof *rep);
   gt_mitigation *m = malloc(sizeof *m);
@@ -64,9 +64,9 @@ static void *link_main(void *arg) {
   return NULL;
 }
 
-gt_status gpt_coord_link_start(gt_job *job, gpt_coord_link **out, int64_t *epoch) {
+gt_status run_coord_link_start(gt_job *job, run_coord_link **out, int64_t *epoch) {
   *out = NULL;
-  gpt_coord_link *l = calloc(1, sizeof *l);
+  run_coord_link *l = calloc(1, sizeof *l);
   if (!l) return gt_errorf(GT_ENOMEM, "out of memory for the coordinator's link");
   l->cli = gt_job_etcd(job);
   snprintf(l->job, sizeof l->job, "%s", job->job_id);
@@ -90,14 +90,14 @@ gt_status gpt_coord_link_start(gt_job *job, gpt_coord_link **out, int64_t *epoch
   return GT_OK;
 }
 
-void gpt_coord_link_publish(gpt_coord_link *l, const gt_mitigation_report *r) {
+void run_coord_link_publish(run_coord_link *l, const gt_mitigation_report *r) {
   pthread_mutex_lock(&l->mu);
   l->report = *r, l->pending = true;
   pthread_cond_signal(&l->cv);
   pthread_mutex_unlock(&l->mu);
 }
 
-bool gpt_coord_link_latest(gpt_coord_link *l, gt_mitigation *m) {
+bool run_coord_link_latest(run_coord_link *l, gt_mitigation *m) {
   pthread_mutex_lock(&l->mu);
   bool have = l->have;
   if (have) *m = l->latest;
@@ -105,7 +105,7 @@ bool gpt_coord_link_latest(gpt_coord_link *l, gt_mitigation *m) {
   return have;
 }
 
-void gpt_coord_link_stop(gpt_coord_link *l) {
+void run_coord_link_stop(run_coord_link *l) {
   if (!l) return;
   pthread_mutex_lock(&l->mu);
   l->stop = true;
@@ -118,19 +118,19 @@ void gpt_coord_link_stop(gpt_coord_link *l) {
 }
 #else
 /* A build without etcd has no coordinator: --rebalance decides locally. */
-bool gpt_coord_led(gt_job *job) {
+bool run_coord_led(gt_job *job) {
   (void)job;
   return false;
 }
-gt_status gpt_coord_link_start(gt_job *job, gpt_coord_link **out, int64_t *epoch) {
+gt_status run_coord_link_start(gt_job *job, run_coord_link **out, int64_t *epoch) {
   (void)job, (void)epoch;
   *out = NULL;
   return gt_errorf(GT_EUNSUPPORTED, "this build has no etcd, so no leader to decide --rebalance");
 }
-void gpt_coord_link_publish(gpt_coord_link *l, const gt_mitigation_report *r) { (void)l, (void)r; }
-bool gpt_coord_link_latest(gpt_coord_link *l, gt_mitigation *m) {
+void run_coord_link_publish(run_coord_link *l, const gt_mitigation_report *r) { (void)l, (void)r; }
+bool run_coord_link_latest(run_coord_link *l, gt_mitigation *m) {
   (void)l, (void)m;
   return false;
 }
-void gpt_coord_link_stop(gpt_coord_link *l) { (void)l; }
+void run_coord_link_stop(run_coord_link *l) { (void)l; }
 #endif

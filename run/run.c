@@ -1,0 +1,470 @@
+/* The job as a library (giant/run.h): joining, planning, building,
+ * resuming, and the training loop with its checkpoints, fail-slow
+ * mitigation and reshaping. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "giant/grid.h"
+#include "giant/log.h"
+#include "giant/planner.h"
+#include "failslow.h"
+#include "planning.h"
+#include "run_internal.h"
+
+void run_report(const gt_run *r, const char *what, gt_status s) {
+  fprintf(stderr, "%s: %s: %s (%s)\n", r->o.program, what, gt_last_error(),
+          gt_status_name(s));
+  if (s == GT_ENOMEM && strstr(gt_last_error(), "device memory budget"))
+    fprintf(stderr, "%s: --offload W keeps the master weights, gradients and optimizer state in host memory "
+                    "and only W layers' weights on the device\n", r->o.program);
+  if (s == GT_ENOMEM && strstr(gt_last_error(), "host memory budget"))
+    fprintf(stderr, "%s: --offload-optimizer disk:DIR keeps the optimizer state in a file in DIR, streamed "
+                    "through a little host memory\n", r->o.program);
+}
+
+gt_status run_fail(gt_run *r, int code, const char *what, gt_status s) {
+  run_report(r, what, s);
+  r->rc = code;
+  return s;
+}
+
+/* A failure to read the data is the input's, unless memory ran out. */
+static int input_code(gt_status s) { return s == GT_ENOMEM ? GT_RUN_EXIT_FAILED : GT_RUN_EXIT_INPUT; }
+
+gt_status gt_run_open(const gt_run_options *o, gt_run **out) {
+  gt_run *r = calloc(1, sizeof *r);
+  *out = r;
+  if (!r) return gt_errorf(GT_ENOMEM, "out of memory");
+  r->o = *o;
+  if (!r->o.program) r->o.program = "run";
+  r->rc = GT_RUN_EXIT_FAILED;
+  r->schedule = GT_PP_1F1B;
+  gt_backend_config bc;
+  gt_status s = gt_optim_parse(o->optimizer, &r->kind); /* gt_run_parse checked them */
+  if (s == GT_OK) s = gt_precision_parse(o->precision, &r->precision);
+  if (s == GT_OK) s = gt_pp_parse(o->schedule, &r->schedule);
+  if (s == GT_OK) s = gt_device_parse(o->device, &bc);
+  if (s != GT_OK) return run_fail(r, GT_RUN_EXIT_USAGE, "the options", s);
+  if (o->offload_optimizer && !strncmp(o->offload_optimizer, "disk:", 5)) r->state_dir = o->offload_optimizer + 5;
+  bc.num_threads = o->threads;
+  bc.device_mem_limit = (size_t)o->device_mem_mib << 20;
+  bc.host_mem_limit = (size_t)o->host_mem_mib << 20;
+  if ((s = gt_init(&r->job)) != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "joining the job", s);
+  r->lead = r->job->rank == 0;
+  /* A worker giantrun restarted alone joins the running job (--reshape):
+   * it builds no layout of its own and takes its state from the others. */
+  const char *env_join = getenv("GT_JOIN");
+  r->joining = o->reshape && env_join && !strcmp(env_join, "1") && r->job->world_size > 1;
+  if ((s = gt_backend_create(&bc, &r->be)) != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "starting the backend", s);
+  return GT_OK;
+}
+
+gt_status gt_run_prepare(gt_run *r, gt_status (*prepare)(const gt_run_options *o, void *user), void *user) {
+  if (!r || r->joining || !prepare) return GT_OK;
+  gt_status s = r->job->rank == 0 ? prepare(&r->o, user) : GT_OK;
+  if (s != GT_OK) return run_fail(r, input_code(s), "preparing data", s);
+  if (r->job->world_size == 1) return GT_OK;
+  /* The others wait at a barrier; a failed rank 0 leaves them to time
+   * out, unless giantrun stops them first (it does: input errors end the job). */
+  s = gt_store_barrier(r->job->store, "gt-run-data", r->job->rank, r->job->world_size, 600000);
+  if (s != GT_OK) s = gt_error_context(s, "waiting for rank 0 to prepare %s", r->o.data);
+  return s == GT_OK ? GT_OK : run_fail(r, GT_RUN_EXIT_FAILED, "preparing data", s);
+}
+
+/* The peak FLOP/s the planner works with: measured once, on the lead rank,
+ * and shared through the store so that every rank plans alike. */
+static gt_status shared_peak(gt_run *r) {
+  gt_job *job = r->job;
+  if (job->rank == 0) {
+    GT_TRY(gt_backend_measure_peak_ex(r->be, r->precision, 512, 0.3, &r->peak));
+    if (job->world_size == 1) return GT_OK;
+    char text[64];
+    int n = snprintf(text, sizeof text, "%.17g", r->peak);
+    return gt_store_set(job->store, "gt-run/peak", text, (size_t)n);
+  }
+  void *val = NULL;
+  size_t len = 0;
+  GT_TRY(gt_store_get(job->store, "gt-run/peak", &val, &len, 120000));
+  r->peak = strtod(val, NULL);
+  free(val);
+  gt_backend_set_peak_flops(r->be, r->peak);
+  return GT_OK;
+}
+
+/* "1,0.5" into one speed per world rank. */
+static gt_status parse_speeds(const char *text, int world, double *out) {
+  for (int i = 0; i < world; i++) out[i] = 1.0;
+  if (!text) return GT_OK;
+  const char *p = text;
+  for (int i = 0; i < world; i++) {
+    char *end;
+    out[i] = strtod(p, &end);
+    if (end == p || !(out[i] > 0) || (*end && *end != ','))
+      return gt_errorf(GT_EINVAL, "--speeds '%s': want %d positive numbers separated by commas", text, world);
+    p = *end ? end + 1 : end;
+    if (i + 1 < world && !*end) return gt_errorf(GT_EINVAL, "--speeds '%s': want one speed per rank (%d)", text, world);
+  }
+  if (*p) return gt_errorf(GT_EINVAL, "--speeds '%s': more speeds than ranks (%d)", text, world);
+  return GT_OK;
+}
+
+/* A pipeline stage, or a replica, is as fast as its slowest rank. */
+static void group_speeds(const gt_plan *plan, const double *rank_speed, double *stage, double *replica) {
+  for (int i = 0; i < plan->layout.pp; i++) stage[i] = 1e300;
+  for (int i = 0; i < plan->layout.dp; i++) replica[i] = 1e300;
+  for (int q = 0; q < plan->world; q++) {
+    gt_grid_coords c;
+    gt_grid_coords_of(&plan->layout, q, &c);
+    if (rank_speed[q] < stage[c.pp]) stage[c.pp] = rank_speed[q];
+    if (rank_speed[q] < replica[c.dp]) replica[c.dp] = rank_speed[q];
+  }
+}
+
+/* "m.%r.jsonl" into "m.3.jsonl" for rank 3: false when path has no %r. */
+static bool metrics_per_rank(const char *path, int rank, char *out, size_t cap) {
+  const char *p = strstr(path, "%r");
+  if (!p) return false;
+  snprintf(out, cap, "%.*s%d%s", (int)(p - path), path, rank, p + 2);
+  return true;
+}
+
+/* The layout: each factor from the flag, else the model's annotations,
+ * else the planner (docs/annotations.md). */
+static gt_status choose_plan(gt_run *r, const gt_annotations *ann) {
+  gt_job *job = r->job;
+  const gt_run_options *a = &r->o;
+  const char *layout = a->plan ? a->plan : (job->plan[0] ? job->plan : "auto");
+  gt_plan_config pc = {.world = job->world_size, .rank = job->rank, .layout = layout, .zero1 = a->zero1,
+                       .seq_parallel = a->seq_parallel, .bucket_bytes = (size_t)a->bucket_kib << 10,
+                       .schedule = r->schedule, .chunks = a->chunks, .annotations = ann,
+                       .micro_batches = a->accum, .offload_window = a->offload};
+  gt_grid_layout fixed, chosen_layout;
+  if (gt_plan_preview(&pc, &fixed) != GT_OK) return GT_EINVAL;
+  /* The planner fills what is open, where the fixed factors leave room for
+   * it; where they do not, gt_plan_resolve says which make too many ranks. */
+  long fixed_ranks = (long)(fixed.dp ? fixed.dp : 1) * (fixed.tp ? fixed.tp : 1) * (fixed.pp ? fixed.pp : 1);
+  if (!strcmp(layout, "auto") && job->world_size > 1 && (!fixed.dp || !fixed.tp || !fixed.pp) &&
+      job->world_size % fixed_ranks == 0) {
+    /* With a global batch, the planner weighs the rows every rank would take at dp = world. */
+    int B = a->global_batch ? (a->global_batch + job->world_size - 1) / job->world_size : a->batch;
+    int accum = a->accum ? a->accum : ann->micro_batches ? ann->micro_batches : 1;
+    char chosen[64];
+    bool autom;
+    GT_TRY(run_choose_layout(r->be, &r->model, B, a->seq, job->world_size, accum * job->world_size, r->peak,
+                             (double)a->mem_mib * (1 << 20), r->schedule, a->chunks, a->zero1,
+                             a->offload ? a->offload : ann->offload_window, r->precision, &fixed, chosen,
+                             sizeof chosen));
+    GT_TRY(gt_plan_parse(chosen, job->world_size, &chosen_layout, &autom));
+    if (r->lead) printf("plan auto: the planner chose %s\n", chosen);
+    pc.planner = &chosen_layout;
+  }
+  GT_TRY(gt_plan_resolve(&pc, &r->plan));
+  r->o.accum = r->plan.micro_batches > 0 ? r->plan.micro_batches : 1;
+  r->o.offload = r->plan.offload_window;
+  r->launch_plan = r->plan;
+  return GT_OK;
+}
+
+/* Speeds: slower stages get fewer layers, slower replicas fewer rows of
+ * each micro-batch (the step still weighs every token alike). --global-batch
+ * G: the replicas share G rows of every micro-batch, as evenly as they can
+ * (a dp that does not divide G leaves some a row more); --batch B: each
+ * takes B. Replica i takes its share of every group micro-batch of `total`
+ * rows at `offset`, the shares of the replicas before it. With --rebalance
+ * at dp > 1 its activations and loader hold up to `cap` rows: twice the
+ * even share, or the largest --speeds gave. */
+static gt_status share_rows(gt_run *r, bool rebalance, const gt_annotations *ann, double *stage_speed, int *rows,
+                            int *offset, int *cap) {
+  const gt_plan *plan = &r->plan;
+  double *rank_speed = calloc((size_t)plan->world, sizeof(double));
+  double *replica_speed = calloc((size_t)plan->layout.dp, sizeof(double));
+  r->shares = calloc((size_t)plan->layout.dp, sizeof(int));
+  gt_status s = GT_OK;
+  if (!rank_speed || !replica_speed || !r->shares || plan->layout.pp > GT_PLANNER_MAX_STAGES)
+    s = gt_errorf(GT_EINVAL, "out of memory, or more than %d pipeline ranks", GT_PLANNER_MAX_STAGES);
+  if (s == GT_OK) s = parse_speeds(r->o.speeds, plan->world, rank_speed);
+  if (s == GT_OK) group_speeds(plan, rank_speed, stage_speed, replica_speed);
+  r->total = r->o.global_batch ? r->o.global_batch : r->o.batch * plan->layout.dp;
+  if (s == GT_OK && r->total < plan->layout.dp)
+    s = gt_errorf(GT_EINVAL, "--global-batch %d is less than one row for each of dp=%d replicas", r->total,
+                  plan->layout.dp);
+  if (s == GT_OK) s = gt_planner_batch_split(r->total, plan->layout.dp, replica_speed, r->shares);
+  if (s == GT_OK && rebalance && plan->layout.dp > 1 && plan->layout.tp > 1 && ann->regions)
+    s = gt_errorf(GT_EINVAL, "--rebalance moves rows between replicas, and the replicated region '%s'..'%s' needs "
+                             "rows that divide by tp=%d: leave out one or the other",
+                  ann->region_at, ann->region_end, plan->layout.tp);
+  *rows = s == GT_OK ? r->shares[plan->me.dp] : 0, *offset = 0;
+  *cap = rebalance && plan->layout.dp > 1 ? 2 * ((r->total + plan->layout.dp - 1) / plan->layout.dp) : *rows;
+  for (int i = 0; s == GT_OK && i < plan->layout.dp; i++) {
+    if (i < plan->me.dp) *offset += r->shares[i];
+    if (rebalance && r->shares[i] > *cap) *cap = r->shares[i];
+  }
+  free(rank_speed), free(replica_speed);
+  return s;
+}
+
+/* --print-plan: the plan, the predicted step and the memory, on rank 0. */
+static gt_status print_plan(gt_run *r, int rows) {
+  /* The precision the trainer would set: it decides the bf16 copy and
+   * how an offloaded window holds its weights. */
+  GT_TRY(gt_model_set_precision(r->m, r->precision));
+  if (!r->lead) return GT_OK;
+  gt_plan_print(&r->plan, r->m, stdout);
+  GT_TRY(run_print_prediction(r->be, &r->model, &r->plan, r->m, rows, r->o.seq, r->o.accum * r->plan.layout.dp,
+                              r->peak, r->o.offload, r->precision, stdout));
+  return run_print_memory(r->be, r->m, r->kind == GT_OPTIM_ADAMW ? 2 : 1, r->o.accum, stdout);
+}
+
+/* --reshape: the membership, the copies of single-owner state, the
+ * watcher; a joining rank then takes its place through a reshape. */
+static gt_status start_reshape(gt_run *r) {
+  gt_status s;
+  run_reshape_init(&r->rsh, r->job, r->o.program);
+  r->rsh.fixed_every = r->o.mirror_every;
+  printf("%s: rank %d of %d (pid %d), --reshape on\n", r->o.program, r->job->rank, r->job->world_size,
+         (int)getpid());
+  fflush(stdout);
+  if (r->dist && (s = run_mirror_start(&r->rsh, r->tr, r->job, r->lead)) != GT_OK)
+    return run_fail(r, GT_RUN_EXIT_FAILED, "starting redundancy", s);
+  if ((s = run_watch_start(&r->rsh, r->job, r->dist ? gt_dist_grid(r->dist) : NULL)) != GT_OK)
+    return run_fail(r, GT_RUN_EXIT_FAILED, "watching the membership", s);
+  if (!r->joining) return GT_OK;
+  s = run_reshape_join(&r->rsh, r->job);
+  if (s == GT_OK && r->rsh.job_finished) {
+    printf("%s: rank %d (pid %d): training ended before the job took it in; nothing left to train\n", r->o.program,
+           r->job->rank, (int)getpid());
+    r->rc = GT_RUN_EXIT_OK;
+    return GT_OK;
+  }
+  if (s == GT_OK) s = run_reshape_now(r, true);
+  if (s != GT_OK) return run_fail(r, GT_RUN_EXIT_RESTART, "joining the running job", s);
+  r->lead = r->job->rank == 0;
+  r->tc.print_every = r->lead ? r->o.print_every : 0;
+  return GT_OK;
+}
+
+gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
+  if (!r || !r->job || !r->be) return gt_errorf(GT_ESTATE, "gt_run_start needs a run that gt_run_open opened");
+  if (!model || !model->add_layers) return run_fail(r, GT_RUN_EXIT_USAGE, "starting", gt_errorf(GT_EINVAL, "gt_run_start: the model has no add_layers"));
+  r->model = *model;
+  const gt_run_options *a = &r->o;
+  gt_status s;
+  gt_annotations ann;
+  if ((s = run_annotations_of(r->be, &r->model, a->seq, &ann)) != GT_OK)
+    return run_fail(r, GT_RUN_EXIT_USAGE, "reading the annotations", s);
+  if ((s = shared_peak(r)) != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "measuring the machine", s);
+  if ((s = choose_plan(r, &ann)) != GT_OK) return run_fail(r, GT_RUN_EXIT_USAGE, "planning", s);
+  bool rebalance = a->rebalance && (r->plan.layout.dp > 1 || r->plan.layout.pp > 1);
+  double speeds[GT_PLANNER_MAX_STAGES];
+  int rows, offset, cap;
+  if ((s = share_rows(r, rebalance, &ann, speeds, &rows, &offset, &cap)) != GT_OK)
+    return run_fail(r, GT_RUN_EXIT_USAGE, "planning", s);
+  if (r->lead && a->speeds) printf("speeds %s: this replica takes %d of every %d rows\n", a->speeds, rows, r->total);
+  if (r->job->world_size > 1 && !r->joining) {
+    gt_dist_config dc = {.plan = r->plan, .store = r->job->store, .generation = r->job->generation_name,
+                         .comm = {.backend = r->be, .secret = r->job->secret}};
+    if ((s = gt_dist_create(&dc, &r->dist)) != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "connecting the ranks", s);
+  }
+  /* Layers are declared first, so the planner can cut pipeline stages by
+   * their costs before any memory is allocated. */
+  r->mc = (gt_model_config){.B_max = cap, .T_max = a->seq, .seed = a->seed,
+                            .offload_window = a->offload ? a->offload : -1, .offload_prefetch = a->offload_prefetch};
+  r->mp = r->dist ? gt_dist_model_parallel(r->dist) : (gt_model_parallel){0};
+  if (!r->joining && (s = run_build_model(r, &r->mc, &r->mp, &r->plan, rows, speeds, NULL, &r->m)) != GT_OK)
+    /* GT_EINVAL: the model does not fit the plan, and a restart would fail alike. */
+    return run_fail(r, s == GT_EINVAL ? GT_RUN_EXIT_USAGE : GT_RUN_EXIT_FAILED, "building the model", s);
+  /* Each data-parallel replica reads its own share; tensor-parallel ranks of
+   * one replica read the same one. The loader is opened for `cap` rows and
+   * then given its share; every id in the file must be one the model takes. */
+  gt_loader_config lc = {.path = a->data, .B = cap, .T_max = a->seq, .shard = r->plan.me.dp,
+                         .nshards = r->plan.layout.dp, .mode = a->documents ? GT_LOADER_DOCUMENTS : GT_LOADER_FIXED};
+  uint32_t vocab = r->m ? (uint32_t)gt_model_vocab_size(r->m) : 0;
+  if ((s = gt_loader_open(&lc, vocab, &r->loader)) != GT_OK ||
+      (s = gt_loader_reshare(r->loader, rows, offset, r->total)) != GT_OK)
+    return run_fail(r, input_code(s), "opening the data", s);
+  if (a->print_plan && !r->joining) {
+    if ((s = print_plan(r, rows)) != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "predicting the step", s);
+    r->rc = GT_RUN_EXIT_OK;
+    return GT_OK;
+  }
+  const char *metrics = r->lead ? a->metrics : NULL;
+  if (a->metrics && metrics_per_rank(a->metrics, r->job->rank, r->metrics, sizeof r->metrics)) metrics = r->metrics;
+  else snprintf(r->metrics, sizeof r->metrics, "%s", metrics ? metrics : "");
+  r->tc = (gt_trainer_config){.optim = gt_optim_defaults(r->kind), .grad_clip = a->clip, .grad_accum = a->accum,
+                              .metrics_path = r->metrics[0] ? r->metrics : NULL,
+                              .print_every = r->lead ? a->print_every : 0,
+                              .schedule = {.lr_max = a->lr, .lr_min = a->min_lr, .warmup = a->warmup, .total = a->steps},
+                              .dist = r->dist, .no_overlap = a->no_overlap, .precision = r->precision,
+                              .commit_vote = a->reshape, .skip_nonfinite = a->skip_nonfinite,
+                              .update_per_layer = a->update_per_layer, .delayed_update = a->delayed_update};
+  if (a->weight_decay >= 0) r->tc.optim.weight_decay = a->weight_decay;
+  r->tc.optim.state_dir = r->state_dir;
+  if (!r->joining && (s = gt_trainer_create(r->m, &r->tc, &r->tr)) != GT_OK)
+    return run_fail(r, GT_RUN_EXIT_FAILED, "creating the trainer", s);
+  if (r->lead && r->m)
+    printf("%s: %zu parameters in %d layers, T=%d, B=%d x %d micro-batches per replica, %s (%s kernels), %s, %d "
+           "threads, peak %.1f GFLOP/s; world %d = dp %d x tp %d x pp %d%s%s%s\n",
+           r->o.program, gt_model_param_count_whole(r->m), gt_model_num_layers(r->m), a->seq, rows, a->accum,
+           gt_backend_name(r->be), gt_backend_kernels(r->be), gt_precision_name(r->precision),
+           gt_backend_num_threads(r->be), gt_backend_peak_flops(r->be) / 1e9, r->plan.world, r->plan.layout.dp,
+           r->plan.layout.tp, r->plan.layout.pp, r->plan.zero1 ? ", ZeRO-1" : "",
+           r->plan.seq_parallel ? ", sequence parallel" : "", gt_model_offloaded(r->m) ? ", offloaded" : "");
+  r->ckpt_args = (run_ckpt_args){.dir = a->ckpt_dir, .every = a->ckpt_every, .keep = a->ckpt_keep};
+  if (!r->joining && (s = run_ckpt_start(&r->ckpt_args, r->job, r->tr, r->loader, &r->ckpt)) != GT_OK)
+    return run_fail(r, GT_RUN_EXIT_FAILED, "resuming from a checkpoint", s);
+  if (a->ckpt_dir) run_ckpt_catch_stop(); /* a stop lets the save in flight commit (on the way out) */
+  if (!r->joining && (s = run_failslow_start(a, r->dist, r->m, r->job, metrics, NULL, &r->failslow)) != GT_OK)
+    return run_fail(r, GT_RUN_EXIT_USAGE, "starting fail-slow detection", s);
+  if (a->rebalance && !rebalance && r->lead) printf("--rebalance: one replica and one stage, nothing to move\n");
+  if (rebalance && !r->joining &&
+      (s = run_rebalance_create(&r->plan, r->dist, r->be, r->shares, cap, r->job, a->rebalance_local, &r->rb)) != GT_OK)
+    return run_fail(r, GT_RUN_EXIT_FAILED, "setting up --rebalance", s);
+  /* Stages are re-cut by measured speed where the state can move between
+   * them (gt_trainer_move_state: not with ZeRO-1's shards). */
+  if (r->rb && r->plan.layout.pp > 1 && r->plan.layout.pp <= GT_REBALANCE_MAX_STAGES && r->plan.chunks == 1 &&
+      !r->plan.zero1)
+    run_rebalance_enable_recut(r->rb, rows, a->seq);
+  r->started = true;
+  if (a->reshape) GT_TRY(start_reshape(r));
+  return GT_OK;
+}
+
+/* --reshape with --failslow: a slow rank, or the ranks behind a slow
+ * link, may be left out (the ladder's S3); they leave, in one epoch, and
+ * the others reshape without them. Returns whether this rank left. */
+static bool leave_if_excluded(gt_run *r, const int *excluded, int nexcl, int step, gt_status *s) {
+  bool me = false;
+  for (int k = 0; k < nexcl; k++) me |= excluded[k] == r->job->rank;
+  if (!me) return false;
+  int epoch = 0, gen[GT_MEMBERS_MAX];
+  for (int k = 0; k < nexcl; k++) gen[k] = r->rsh.members[excluded[k]];
+  *s = gt_members_remove_set(r->job->store, r->rsh.gen_world, gen, nexcl, &epoch);
+  printf("%s: excluded after step %d (pid %d): membership epoch %d goes on without rank %d\n", r->o.program, step,
+         (int)getpid(), epoch, r->rsh.gen_rank);
+  if (*s != GT_OK) run_fail(r, GT_RUN_EXIT_FAILED, "leaving the job", *s);
+  else r->rc = GT_RUN_EXIT_OK;
+  return true;
+}
+
+/* After a failed step (failed) or with ranks to take in: the ranks left
+ * go on at a new layout, trying the next membership epoch when another
+ * rank is lost meanwhile (the old layout is intact until a reshape
+ * succeeds). */
+static gt_status reshape_and_go_on(gt_run *r, bool failed, int step) {
+  /* Fail-slow monitoring and rebalancing were set up for the old layout. */
+  run_rebalance_destroy(r->rb), r->rb = NULL;
+  gt_failslow_destroy(r->failslow), r->failslow = NULL;
+  if (!failed) gt_job_step(r->job, step);
+  gt_status s = run_reshape_now(r, !failed);
+  for (int retry = 0; s != GT_OK && s != GT_ECANCELED && !r->rsh.state_lost && retry < RUN_RESHAPE_RETRIES; retry++) {
+    run_report(r, "reshaping (trying the next membership epoch)", s);
+    s = run_reshape_now(r, false);
+  }
+  if (s != GT_OK) /* GT_ECANCELED: the job went on without this rank */
+    return run_fail(r, s == GT_ECANCELED ? GT_RUN_EXIT_FAILED : GT_RUN_EXIT_RESTART, "reshaping", s);
+  r->lead = r->job->rank == 0;
+  r->tc.print_every = r->lead ? r->o.print_every : 0;
+  /* Fail-slow monitoring goes on at the new layout (three ranks or more). */
+  if (r->o.failslow && r->job->world_size >= 3 &&
+      (s = run_failslow_start(&r->o, r->dist, r->m, r->job, r->metrics[0] ? r->metrics : NULL, r->rsh.members,
+                              &r->failslow)) != GT_OK)
+    return run_fail(r, GT_RUN_EXIT_FAILED, "starting fail-slow detection again", s);
+  return GT_OK;
+}
+
+/* A failed step whose cause is the data file (changed under the loader)
+ * is the input's: no retry, no reshape. */
+static bool input_failed(const gt_run *r) { return gt_loader_file_failed(r->loader); }
+
+gt_status gt_run_train(gt_run *r) {
+  if (!r || !r->started || r->rsh.job_finished) return GT_OK; /* --print-plan, or nothing left to join */
+  const gt_run_options *a = &r->o;
+  gt_status s = GT_OK;
+  gt_step_stats st = {0}, first = {0};
+  gt_failslow_report report;
+  int cut_first[GT_REBALANCE_MAX_STAGES + 1];
+  int start = gt_trainer_step_index(r->tr);
+  for (int i = start; i < a->steps; i++) {
+    bool failed = (s = gt_trainer_step(r->tr, r->loader, &st)) != GT_OK ||
+                  (s = run_ckpt_after_step(&r->ckpt_args, r->ckpt, r->tr, r->lead)) != GT_OK ||
+                  (s = run_failslow_after_step(r->failslow, &st, &report)) != GT_OK ||
+                  (r->rb && (s = run_rebalance_after_step(r->rb, r->tr, &st, r->failslow ? &report : NULL, r->lead)) !=
+                                GT_OK) ||
+                  (a->reshape && (s = run_mirror_after_step(&r->rsh, r->tr, st.seconds, r->lead)) != GT_OK);
+    if (failed && input_failed(r)) return run_fail(r, GT_RUN_EXIT_INPUT, "training", s);
+    int excluded[GT_MEMBERS_MAX], nexcl = 0;
+    if (!failed && a->reshape && r->failslow)
+      nexcl = run_reshape_consider_exclusion(&r->rsh, r->job, &r->plan, &report, r->rb != NULL, r->ckpt != NULL,
+                                             a->steps - (i + 1), r->lead, excluded);
+    if (leave_if_excluded(r, excluded, nexcl, i + 1, &s)) return s;
+    /* --reshape: ranks restarted alone ask to join, every few steps. */
+    bool grow = nexcl > 0;
+    if (!failed && !grow && a->reshape && r->dist && (i + 1) % RUN_JOIN_CHECK_EVERY == 0)
+      failed = (s = run_reshape_check_joins(&r->rsh, r->job, gt_grid_world(gt_dist_grid(r->dist)), &grow)) != GT_OK;
+    if (failed || grow) {
+      if (failed) run_fail(r, GT_RUN_EXIT_FAILED, "training", s);
+      if (failed && (!a->reshape || r->job->world_size == 1 || run_ckpt_stop_signal())) return s;
+      GT_TRY(reshape_and_go_on(r, failed, i + 1));
+      i = gt_trainer_step_index(r->tr) - 1;
+      continue;
+    }
+    if (run_rebalance_take_recut(r->rb, cut_first)) {
+      gt_ckpt_destroy(r->ckpt); /* after the save in flight; made again on the new trainer */
+      r->ckpt = NULL;
+      s = run_recut(r, r->shares[r->plan.me.dp], cut_first);
+      if (s == GT_OK) s = run_ckpt_rebind(&r->ckpt_args, r->job, r->tr, r->loader, &r->ckpt);
+      if (s != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "re-cutting the pipeline", s);
+    }
+    if (i == start) first = st;
+    gt_job_step(r->job, i + 1); /* giantrun's hang detection watches this */
+    if (run_ckpt_stop_signal()) {
+      if (r->lead) printf("%s: signal %d: stopping after step %d\n", r->o.program, run_ckpt_stop_signal(), i + 1);
+      r->rc = 128 + run_ckpt_stop_signal();
+      return GT_OK;
+    }
+  }
+  /* --delayed-update: the last step's gradients are still held. */
+  if ((s = gt_trainer_flush(r->tr)) != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "applying the last update", s);
+  run_ckpt_finish(&r->ckpt_args, r->ckpt, r->tr, r->lead);
+  if (a->reshape && r->lead) run_reshape_finish(&r->rsh, r->job); /* for a rank still asking to join */
+  gt_job_done(r->job);
+  run_failslow_summary(r->failslow, r->lead);
+  /* A run that resumed where training ends (a restart after the last
+   * step's checkpoint) took no step: it has no loss to show. */
+  if (r->lead && start < a->steps) printf("loss %.6f -> %.6f over steps %d..%d\n", first.loss, st.loss, start, a->steps);
+  else if (r->lead) printf("no steps left: resumed at step %d of %d\n", start, a->steps);
+  r->trained = true;
+  r->rc = GT_RUN_EXIT_OK;
+  return GT_OK;
+}
+
+gt_model *gt_run_trained_model(gt_run *r) { return r && r->trained ? r->m : NULL; }
+
+int gt_run_rank(const gt_run *r) { return r && r->job ? r->job->rank : 0; }
+
+int gt_run_pipeline_stages(const gt_run *r) { return r && r->started ? r->plan.layout.pp : 1; }
+
+int gt_run_exit_status(gt_run *r, gt_status s) {
+  if (!r) return GT_RUN_EXIT_FAILED;
+  if (s != GT_OK && r->rc == GT_RUN_EXIT_OK) r->rc = GT_RUN_EXIT_FAILED; /* a failure after the run ended well */
+  return r->rc;
+}
+
+void gt_run_destroy(gt_run *r) {
+  if (!r) return;
+  if (r->job) gt_job_done(r->job); /* what is left (threads, saves) is winding down, not a stall */
+  run_reshape_destroy(&r->rsh);
+  run_rebalance_destroy(r->rb);
+  free(r->shares);
+  gt_failslow_destroy(r->failslow);
+  gt_ckpt_destroy(r->ckpt);
+  gt_trainer_destroy(r->tr);
+  gt_model_destroy(r->m);
+  gt_loader_close(r->loader);
+  gt_dist_destroy(r->dist);
+  gt_job_destroy(r->job);
+  gt_backend_destroy(r->be);
+  free(r);
+}

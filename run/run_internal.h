@@ -1,0 +1,69 @@
+/* The run's handle, shared by its files: run.c opens, starts and trains;
+ * rebuild.c builds the model for a layout and rebuilds it at a reshape or
+ * a re-cut. */
+#ifndef GIANT_RUN_INTERNAL_H
+#define GIANT_RUN_INTERNAL_H
+
+#include "giant/ckpt.h"
+#include "giant/data.h"
+#include "giant/dist.h"
+#include "giant/failslow.h"
+#include "giant/init.h"
+#include "giant/plan.h"
+#include "giant/run.h"
+#include "giant/trainer.h"
+#include "checkpoint.h"
+#include "rebalance.h"
+#include "reshape.h"
+
+struct gt_run {
+  gt_run_options o;
+  gt_run_model model;
+  gt_job *job;
+  gt_backend *be;
+  gt_precision precision;
+  gt_optim_kind kind;
+  gt_pp_kind schedule;
+  const char *state_dir; /* --offload-optimizer disk:DIR */
+  double peak;           /* FLOP/s the planner works with, the same on every rank */
+  bool lead, joining;
+  bool started, trained; /* gt_run_start took the layout; training reached --steps here */
+  int rc;                /* the exit status so far */
+  int total;             /* rows of every micro-batch, all replicas together */
+  gt_plan plan, launch_plan;
+  gt_model_config mc;
+  gt_model_parallel mp;
+  gt_trainer_config tc;
+  gt_dist *dist;
+  gt_model *m;
+  gt_loader *loader;
+  gt_trainer *tr;
+  gt_ckpt *ckpt;
+  run_ckpt_args ckpt_args;
+  run_rebalance *rb;
+  int *shares;
+  gt_failslow *failslow;
+  run_reshape rsh;       /* --reshape: the membership, and the copies on a peer */
+  char metrics[4096];    /* this rank's metrics file, "" for none */
+  char reshaped_gen[96];
+};
+
+/* The exit status a failure gets, the message printed with what the run
+ * was doing. Returns s. */
+gt_status run_fail(gt_run *r, int code, const char *what, gt_status s);
+/* The message alone (a failure the run recovers from). */
+void run_report(const gt_run *r, const char *what, gt_status s);
+
+/* The model cut into the plan's pipeline stages at first (first[s]: stage
+ * s's first layer), or by the stage speeds when first is NULL (NULL speeds:
+ * all alike), built. */
+gt_status run_build_model(const gt_run *r, const gt_model_config *mc, const gt_model_parallel *mp, const gt_plan *plan,
+                          int rows, const double *speeds, const int *first, gt_model **out);
+/* --rebalance at a pipeline layout: the model and trainer rebuilt at the
+ * cut first, the state moved into them; on failure the old ones stay. */
+gt_status run_recut(gt_run *r, int rows, const int *first);
+/* In-process reshaping (--reshape), after a failed step or, planned, to
+ * take joining ranks in at a step boundary. */
+gt_status run_reshape_now(gt_run *r, bool planned);
+
+#endif
