@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The chaos suite's full matrix (docs/chaos.md): installs what is missing,
 # builds, and runs every case of the fault table on emulated nodes, three
-# times in a row unless told otherwise. Needs root (network namespaces).
+# times in a row unless told otherwise, against each program that trains
+# through the run API: examples/gpt, then examples/custom_layer. Needs root
+# (network namespaces).
 #
-#   bash tools/chaos.sh                          every case, 3 runs each
+#   bash tools/chaos.sh                          every case, 3 runs each, both programs
+#   bash tools/chaos.sh --program custom_layer   one program
 #   bash tools/chaos.sh --case partition         one case (repeatable flag)
 #   bash tools/chaos.sh --quick                  the CI subset
 #   bash tools/chaos.sh --random --seed S --minutes M [--per-minute F]
 #
-# The last line is the summary:
+# The last line of each program's run is its summary:
 #   chaos_cases=<n> passed=<p> ettr=<e> max_recover_ms=<m> leftovers=<k>
 # or, in random mode,
 #   chaos_random faults=<n> recovered=<r> steps_lost=<l> ettr=<e> max_recover_ms=<m> leftovers=<k>
@@ -24,5 +27,14 @@ case " ${args[*]-} " in
   *" --random "* | *" --repeat "* | *" --list "*) ;;
   *) args+=(--repeat 3) ;;
 esac
+programs=(gpt custom_layer)
+case " ${args[*]-} " in
+  *" --program "*) programs=("") ;; # the runner takes the one named
+esac
 cd "$BUILD"
-GT_BUILD_DIR="$BUILD" OMP_NUM_THREADS=1 exec "$BUILD/tests/chaos/chaos_run" "${args[@]}"
+rc=0
+for p in "${programs[@]}"; do
+  [ -z "$p" ] || echo "== chaos: examples/$p"
+  GT_BUILD_DIR="$BUILD" OMP_NUM_THREADS=1 "$BUILD/tests/chaos/chaos_run" ${p:+--program "$p"} "${args[@]}" || rc=$?
+done
+exit "$rc"

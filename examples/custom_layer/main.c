@@ -3,7 +3,7 @@
  * by Giant's run API: alone, or under giantrun with every resilience flag
  * (--ckpt-dir, --reshape, --failslow, --rebalance ...; --help lists them).
  *
- *   custom_layer [--steps N] [--data FILE.tok] [--channels C]
+ *   custom_layer [--steps N] [--data FILE.tok] [--channels C] [--layers L]
  *   giantrun --standalone --nproc-per-node 2 --reshape custom_layer --data FILE.tok
  *
  * The model sees one token at a time (no attention), so it learns byte
@@ -15,14 +15,14 @@
 #include "residual_mlp.h"
 
 typedef struct model_args {
-  int C, vocab;
+  int C, layers, vocab;
 } model_args;
 
 static gt_status add_layers(gt_model *m, void *user) {
   const model_args *a = user;
   int T = gt_model_get_config(m)->T_max;
   GT_TRY(gt_model_add(m, &gt_embedding_layer, "embed", &(gt_embedding_config){a->vocab, a->C, T, false}, NULL));
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < a->layers; i++) {
     char name[16];
     snprintf(name, sizeof name, "mlp%d", i);
     GT_TRY(gt_model_add(m, &residual_mlp_layer, name, &(residual_mlp_config){a->C, 4 * a->C}, NULL));
@@ -38,13 +38,17 @@ static bool can_split(int tp, void *user) {
 }
 
 int main(int argc, char **argv) {
-  model_args ma = {.C = 64};
-  gt_opt_spec specs[] = {{"--channels", GT_OPT_INT, &ma.C, 1, 1 << 16}};
+  model_args ma = {.C = 64, .layers = 2};
+  gt_opt_spec specs[] = {{"--channels", GT_OPT_INT, &ma.C, 1, 1 << 16}, {"--layers", GT_OPT_INT, &ma.layers, 1, 1024}};
   gt_run_options o;
   gt_run_options_init(&o);
   o.steps = 200, o.batch = 16, o.seq = 64, o.lr = 3e-3f, o.min_lr = 3e-4f, o.warmup = 10, o.print_every = 20;
-  int rc = gt_run_parse(argc, argv, "usage: custom_layer [options]\n  --channels C        model width (default 64)\n",
-                        specs, 1, &o);
+  int rc = gt_run_parse(argc, argv,
+                        "usage: custom_layer [options]\n"
+                        "the model:\n"
+                        "  --channels C        model width (default 64)\n"
+                        "  --layers L          residual MLPs between the embedding and the head (default 2)\n",
+                        specs, 2, &o);
   if (rc >= 0) return rc;
   gt_run *run = NULL;
   gt_status s = gt_run_open(&o, &run);

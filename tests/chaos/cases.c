@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "giant/data.h"
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -48,18 +50,18 @@ static const char *tail(const chaos_job *j) {
     }                                                               \
   } while (0)
 
-/* Every "gpt: reshaped in X ms ... rank R of W in membership epoch E"
+/* Every "PROGRAM: reshaped in X ms ... rank R of W in membership epoch E"
  * line: how many name `of world`, and the slowest. */
 static int reshaped(const char *out, int world, double *slowest_ms) {
   int n = 0;
   char want[48];
   snprintf(want, sizeof want, " of %d in membership epoch", world);
   *slowest_ms = 0;
-  for (const char *p = out ? strstr(out, "gpt: reshaped in ") : NULL; p; p = strstr(p + 1, "gpt: reshaped in ")) {
+  for (const char *p = out ? strstr(out, ": reshaped in ") : NULL; p; p = strstr(p + 1, ": reshaped in ")) {
     const char *eol = strchr(p, '\n'), *w = strstr(p, want);
     if (!w || (eol && w > eol)) continue;
     n++;
-    double ms = atof(p + strlen("gpt: reshaped in "));
+    double ms = atof(p + strlen(": reshaped in "));
     if (ms > *slowest_ms) *slowest_ms = ms;
   }
   return n;
@@ -139,7 +141,9 @@ static const int ALL_OK[CHAOS_MAX_NODES] = {0};
 static void case_kill_worker(chaos_env *env, chaos_result *r) {
   enum { STEPS = 24, AT = 10 };
   chaos_job_cfg c = base("kill-worker", STEPS);
-  c.plan = "dp=3,tp=2"; /* tensor parallel within each node; 5 ranks go on at dp=5 */
+  /* Tensor parallel within each node; 5 ranks go on at dp=5. custom_layer's
+   * layer has no tensor-parallel split: it runs at dp=6. */
+  c.plan = strcmp(env->prog_name, "gpt") ? NULL : "dp=3,tp=2";
   c.fault = "crash:rank=3,at=10";
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
@@ -206,7 +210,7 @@ static void case_slow_rank(chaos_env *env, chaos_result *r) {
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
   chaos_job_wait(&j, 400); /* 80 steps of a larger model, one rank x3 for a few: ~10 s, ~25 s loaded */
   char line[96];
-  snprintf(line, sizeof line, "[rank %d] gpt: excluded after step ", SLOW);
+  snprintf(line, sizeof line, "[rank %d] %s: excluded after step ", SLOW, env->prog_name);
   const char *gone = j.out ? strstr(j.out, line) : NULL;
   int left_at = gone ? atoi(gone + strlen(line)) : -1;
   double ms;
@@ -251,7 +255,7 @@ static void case_slow_link(chaos_env *env, chaos_result *r) {
     const char *p = j.out ? strstr(j.out, line) : NULL;
     const char *f = p ? strstr(p, "(flagged at step ") : NULL;
     if (f) flagged++, step = atoi(f + strlen("(flagged at step "));
-    snprintf(line, sizeof line, "[rank %d] gpt: excluded after step ", NODE * CHAOS_NPROC + k);
+    snprintf(line, sizeof line, "[rank %d] %s: excluded after step ", NODE * CHAOS_NPROC + k, env->prog_name);
     const char *e = j.out ? strstr(j.out, line) : NULL;
     if (e) left_at = atoi(e + strlen(line));
   }
@@ -436,6 +440,48 @@ static void case_crash_loop(chaos_env *env, chaos_result *r) {
   chaos_job_free(&j);
 }
 
+/* ---- the data file truncated while the job trains, under --reshape: the
+ * workers that read it exit 65 (bad input data), which giantrun never
+ * retries: the job ends with the error, no worker restarted alone. */
+static void case_bad_data(chaos_env *env, chaos_result *r) {
+  enum { STEPS = 100000, AT = 5 };
+  char copy[200], flags[320];
+  snprintf(copy, sizeof copy, "%s/bad-data.tok", env->dir);
+  if (chaos_sh("cp '%s' '%s'", env->data, copy) != 0) {
+    failf(r, "cannot copy %s", env->data);
+    return;
+  }
+  snprintf(flags, sizeof flags, "--data %s", copy);
+  chaos_job_cfg c = base("bad-data", STEPS);
+  c.gpt_flags = flags;
+  chaos_job j;
+  REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
+  int at = chaos_job_wait_step(&j, AT, START_S);
+  double t_fault = now_s();
+  bool cut = at >= 0 && truncate(copy, GT_TOKFILE_HEADER_BYTES + 100) == 0;
+  chaos_job_wait(&j, SHORT_JOB_S);
+  r->job_s = j.t_end - j.t0;
+  bool all_failed = cut;
+  for (int i = 0; i < c.nodes; i++) all_failed &= j.code[i] == 1;
+  bool named = j.out && strstr(j.out, "bad input data") && strstr(j.out, "truncated or replaced while in use");
+  int alone = count_of(j.out, "restarted alone");
+  snprintf(r->summary, sizeof r->summary, "data truncated after step %d: agents exited %d %d %d %.1f s later%s; "
+           "%d worker(s) restarted alone", at, j.code[0], j.code[1], j.code[2], j.t_end - t_fault,
+           named ? ", the error named" : "", alone);
+  char why[1024];
+  int procs = chaos_job_processes(&j);
+  if (!all_failed || !named || alone) {
+    failf(r, "%s\n%s", r->summary, tail(&j));
+  } else if (procs != 0) {
+    failf(r, "%d process(es) of the job left", procs);
+  } else if (chaos_job_keys(&j, why, sizeof why) != 0) {
+    failf(r, "etcd: %s", why);
+  } else {
+    r->passed = true;
+  }
+  chaos_job_free(&j);
+}
+
 /* ---- the newest checkpoint corrupted before a full restart: the restart
  * passes over it to the previous one, and resumes there exactly. */
 static void case_corrupt_ckpt(chaos_env *env, chaos_result *r) {
@@ -589,6 +635,9 @@ const chaos_case chaos_cases[] = {
      CHAOS_NODES, false, case_nan},
     {"crash-loop", "a worker that always exits 1", "bounded restarts; a clear error; non-zero exits; no hang",
      CHAOS_NODES, false, case_crash_loop},
+    {"bad-data", "the data file truncated while training, under --reshape",
+     "every worker exits 65 (bad input data); the job ends with the error; no restart", CHAOS_NODES, false,
+     case_bad_data},
     {"corrupt-ckpt", "the newest checkpoint corrupted before a full restart", "falls back to the previous one",
      CHAOS_NODES, false, case_corrupt_ckpt},
     {"full-disk", "a full disk during saves", "the save fails with a clear log; training goes on", CHAOS_NODES, false,

@@ -1,8 +1,11 @@
 /* chaos_run: the chaos suite's runner (tools/chaos.sh runs it).
  *
- *   chaos_run [--case NAME]... [--quick] [--repeat N] [--list]
- *   chaos_run --random [--seed S] [--minutes M] [--per-minute F]
+ *   chaos_run [--program P] [--case NAME]... [--quick] [--repeat N] [--list]
+ *   chaos_run [--program P] --random [--seed S] [--minutes M] [--per-minute F]
  *
+ * --program: the program the jobs train, gpt (the default) or
+ * custom_layer; both train through Giant's run API, and so get every
+ * case's resilience from it (GT_CHAOS_PROGRAM says the same).
  * Runs each case (all of them by default; --quick: the CI subset) N times
  * in a row, each on emulated nodes and an etcd of its own, removed after
  * it; prints a line per run and, last,
@@ -20,8 +23,8 @@
 #include "chaos/cases.h"
 
 static int usage(FILE *f, int rc) {
-  fprintf(f, "usage: chaos_run [--case NAME]... [--quick] [--repeat N] [--list]\n"
-             "       chaos_run --random [--seed S] [--minutes M] [--per-minute F]\n");
+  fprintf(f, "usage: chaos_run [--program gpt|custom_layer] [--case NAME]... [--quick] [--repeat N] [--list]\n"
+             "       chaos_run [--program gpt|custom_layer] --random [--seed S] [--minutes M] [--per-minute F]\n");
   return rc;
 }
 
@@ -32,7 +35,14 @@ int main(int argc, char **argv) {
   double minutes = 10, per_minute = 1;
   unsigned seed = 1;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--case") && i + 1 < argc) {
+    if (!strcmp(argv[i], "--program") && i + 1 < argc) {
+      const char *p = argv[++i];
+      if (strcmp(p, "gpt") != 0 && strcmp(p, "custom_layer") != 0) {
+        fprintf(stderr, "chaos_run: --program wants gpt or custom_layer, got '%s'\n", p);
+        return 2;
+      }
+      setenv("GT_CHAOS_PROGRAM", p, 1);
+    } else if (!strcmp(argv[i], "--case") && i + 1 < argc) {
       const chaos_case *c = chaos_case_find(argv[++i]);
       if (!c) {
         fprintf(stderr, "chaos_run: no case '%s' (--list shows them)\n", argv[i]);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/run_cmd.h"
+#include "giant/data.h"
 #include "giant/etcd.h"
 
 static double now_s(void) {
@@ -29,7 +30,16 @@ static void nap_ms(int ms) {
 
 int chaos_env_open(chaos_env *env, int nodes) {
   memset(env, 0, sizeof *env);
-  build_path("examples/gpt", env->gpt, sizeof env->gpt);
+  const char *prog = getenv("GT_CHAOS_PROGRAM");
+  prog = prog && *prog ? prog : "gpt";
+  if (strcmp(prog, "gpt") != 0 && strcmp(prog, "custom_layer") != 0) {
+    fprintf(stderr, "chaos: GT_CHAOS_PROGRAM=%s: want gpt or custom_layer\n", prog);
+    return -1;
+  }
+  snprintf(env->prog_name, sizeof env->prog_name, "%s", prog);
+  char rel[64];
+  snprintf(rel, sizeof rel, "examples/%s", prog);
+  build_path(rel, env->prog, sizeof env->prog);
   build_path("launch/giantrun", env->giantrun, sizeof env->giantrun);
   build_path("tools/giant-ckpt", env->giant_ckpt, sizeof env->giant_ckpt);
   const char *why = chaos_unsupported();
@@ -43,6 +53,14 @@ int chaos_env_open(chaos_env *env, int nodes) {
   char tag[32];
   snprintf(tag, sizeof tag, "chaos%d", (int)getpid()); /* chaos_sweep finds it by the pid */
   if (scratch_corpus(tag, env->dir, env->text, env->data) != 0) return -1;
+  /* The token file as gpt makes it from --corpus: custom_layer reads it too. */
+  uint64_t ntok = 0;
+  const char *inputs[1] = {env->text};
+  if (gt_tokenize_paths(inputs, 1, "%", env->data, &ntok) != GT_OK) {
+    fprintf(stderr, "chaos: tokenizing %s: %s\n", env->text, gt_last_error());
+    chaos_env_close(env);
+    return -1;
+  }
   if (chaos_net_create(&env->net, nodes + CHAOS_ETCD_MEMBERS) != 0) {
     chaos_env_close(env);
     return -1;
@@ -78,16 +96,18 @@ static int split(char *s, char **argv, int at, int max) {
 
 #define MAX_ARGS 96
 
-/* gpt's arguments after the program: the suite's model and data. */
+/* The program's arguments after it: the suite's model and data. */
 static int gpt_args(const chaos_env *env, const chaos_job_cfg *c, char *steps, char *model_flags, char *gpt_flags,
                     char **argv, int at) {
   static char batch[16];
   snprintf(batch, sizeof batch, "%d", chaos_global_batch(c));
   snprintf(steps, 16, "%d", c->steps);
-  const char *fixed[] = {"--corpus", env->text, "--data", env->data, "--steps", steps, "--layers", "1",
-                         "--channels", "32", "--heads", "4", "--seq", "16", "--global-batch", batch,
-                         "--sample", "0", "--print-every", "1"};
+  const char *fixed[] = {"--data", env->data, "--steps", steps, "--layers", "1", "--channels", "32", "--seq", "16",
+                         "--global-batch", batch, "--print-every", "1"};
   for (size_t k = 0; k < sizeof fixed / sizeof *fixed; k++) argv[at++] = (char *)fixed[k];
+  const char *gpt_only[] = {"--corpus", env->text, "--heads", "4", "--sample", "0"};
+  for (size_t k = 0; !strcmp(env->prog_name, "gpt") && k < sizeof gpt_only / sizeof *gpt_only; k++)
+    argv[at++] = (char *)gpt_only[k];
   snprintf(model_flags, 512, "%s", c->model_flags ? c->model_flags : "");
   at = split(model_flags, argv, at, MAX_ARGS);
   return gpt_flags ? split(gpt_flags, argv, at, MAX_ARGS) : at;
@@ -144,7 +164,7 @@ int chaos_job_start_node(chaos_job *j, int i) {
     argv[n++] = (char *)c->wrap;
     argv[n++] = "sh";
   }
-  argv[n++] = env->gpt;
+  argv[n++] = env->prog;
   n = gpt_args(env, c, steps, model_flags, gpt_flags, argv, n);
   argv[n] = NULL;
   execvp(argv[0], argv);
@@ -272,7 +292,7 @@ float chaos_final_loss(const char *out, int steps) {
 float chaos_reference_loss(chaos_env *env, const chaos_job_cfg *cfg, char *why, size_t n) {
   char *argv[MAX_ARGS], steps[16], model_flags[512];
   int k = 0;
-  argv[k++] = env->gpt;
+  argv[k++] = env->prog;
   k = gpt_args(env, cfg, steps, model_flags, NULL, argv, k); /* what is trained, not how it runs */
   argv[k] = NULL;
   run_result *r = malloc(sizeof *r);

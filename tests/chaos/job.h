@@ -21,13 +21,15 @@ typedef struct chaos_env {
   chaos_net net;           /* the job's nodes, then the etcd members' namespaces */
   int nodes;
   chaos_etcd etcd;         /* three members, on the same bridge */
-  char gpt[512], giantrun[512], giant_ckpt[512];
+  /* The program trained: examples/gpt, or the one $GT_CHAOS_PROGRAM names
+   * (custom_layer); both train through Giant's run API. */
+  char prog[512], prog_name[32], giantrun[512], giant_ckpt[512];
   char dir[64], text[128], data[128]; /* scratch directory and its corpus */
   char skip[160];                     /* why the suite cannot run here, or "" */
   bool net_up, etcd_up;
 } chaos_env;
 
-/* Makes the scratch corpus, `nodes` emulated nodes and a three-member etcd
+/* Makes the scratch corpus and its token file, `nodes` emulated nodes and a three-member etcd
  * cluster in namespaces of its own on their bridge. 0: ready; 1: cannot run here (env->skip says why: not root, no
  * `ip`, no etcd); -1: failed (on stderr), with everything made removed. */
 int chaos_env_open(chaos_env *env, int nodes);
@@ -44,9 +46,9 @@ typedef struct chaos_job_cfg {
   const char *plan;        /* the launch layout, e.g. "dp=3,tp=2"; NULL: dp over every worker */
   const char *fault;       /* GT_FAULT for every worker, or NULL */
   const char *agent_flags; /* more giantrun flags, space-separated, or NULL */
-  const char *model_flags; /* gpt flags that change what is trained (the reference run takes them too) */
-  const char *gpt_flags;   /* gpt flags of the job alone (how it runs), space-separated, or NULL */
-  /* giantrun runs `sh -c WRAP sh GPT ARGS...` instead of gpt itself: a
+  const char *model_flags; /* flags that change what is trained (the reference run takes them too) */
+  const char *gpt_flags;   /* the program's flags of the job alone (how it runs), space-separated, or NULL */
+  /* giantrun runs `sh -c WRAP sh PROG ARGS...` instead of the program itself: a
    * shell wrapper that decides per rank ($GT_RANK) what to run. */
   const char *wrap;
   bool no_reshape;         /* without giantrun --reshape */
