@@ -95,7 +95,7 @@ static const char *run_usage =
     "  --metrics FILE      append one JSON line per step (the lead rank's; a %r in FILE gives\n"
     "                      every rank its own file, %r replaced by the rank)\n"
     "  --print-every N     print every N steps (default 10)\n"
-    "fail-slow detection (3 or more ranks):\n"
+    "fail-slow detection (2 or more ranks):\n"
     "  --failslow          gather every rank's step telemetry and flag slow ranks and links\n"
     "  --failslow-theta X  slowdown that counts, as a fraction (default 0.25)\n"
     "  --failslow-k N      consecutive steps (compute) or probes (link) to flag (default 5)\n"

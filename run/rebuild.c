@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "giant/comm.h"
 #include "giant/fault.h"
 #include "giant/grid.h"
 #include "giant/log.h"
@@ -69,6 +70,25 @@ static void newest_checkpoint(const gt_run *r, char *out, size_t n) {
   out[0] = 0;
   if (r->o.ckpt_dir && gt_ckpt_list(r->o.ckpt_dir, steps, 1, &k) == GT_OK && k > 0)
     snprintf(out, n, "%s/step-%08d", r->o.ckpt_dir, steps[0]);
+}
+
+/* After the state moved from the peers: whether every rank has it, some
+ * state was held by no rank left (lost: the others roll back with it to
+ * the newest checkpoint, fallback, where there is one), or a rank failed
+ * otherwise (the reshape fails everywhere, and the next epoch is tried).
+ * Every rank takes part, so that none waits on another's decision. */
+static gt_status agree_on_state(gt_dist *nd, gt_status s, const char *fallback, bool *roll_back) {
+  float count[2] = {s == GT_ENOTFOUND, s != GT_OK && s != GT_ENOTFOUND}; /* ranks that lost state, that failed */
+  *roll_back = false;
+  if (nd) GT_TRY(gt_comm_allreduce(gt_grid_world(gt_dist_grid(nd)), count, 2, GT_F32, GT_COMM_SUM));
+  if (count[1] > 0) return s != GT_OK ? s : gt_errorf(GT_ECONN, "another rank failed to take its state");
+  if (count[0] == 0) return GT_OK;
+  /* Lost state: a checkpoint to roll back to, or a restart. */
+  if (!fallback[0])
+    return s == GT_ENOTFOUND ? s
+                             : gt_errorf(GT_ENOTFOUND, "state that no rank left holds, and no checkpoint to roll back to");
+  *roll_back = true;
+  return GT_OK;
 }
 
 /* Abort what is in flight, agree with the ranks left where training
@@ -159,8 +179,10 @@ gt_status run_reshape_now(gt_run *r, bool planned) {
   newest_checkpoint(r, fallback, sizeof fallback);
   gt_ckpt_peer_stats ps = {0};
   double t_built = gt_now();
+  bool roll_back = false;
   if (s == GT_OK) {
     s = gt_ckpt_reshard_peers(r->tr, nt, rsh->mirror, fallback[0] ? fallback : NULL, &ps);
+    s = agree_on_state(nd, s, fallback, &roll_back);
     rsh->state_lost = s == GT_ENOTFOUND;
   }
   double t_moved = gt_now();
@@ -184,6 +206,16 @@ gt_status run_reshape_now(gt_run *r, bool planned) {
   r->tc.dist = nd, r->tc.grad_accum = accum;
   r->job->rank = rp.rank, r->job->world_size = rp.world;
   GT_TRY(run_ckpt_rebind(&r->ckpt_args, r->job, r->tr, r->loader, &r->ckpt));
+  if (roll_back) {
+    /* Every rank of the new layout loads the checkpoint, resharded to it:
+     * the model, the optimizer, the step and the data stream's row. */
+    gt_ckpt_info info;
+    GT_TRY(gt_ckpt_load(r->ckpt, fallback, &info));
+    if (rp.rank == 0)
+      printf("%s: state that no rank left held: rolled back in-process to %s (step %d), %d step(s) lost\n",
+             r->o.program, info.path, info.step, rp.step - info.step);
+    rp.step = info.step;
+  }
   printf("%s: reshaped in %.0f ms (pid %d): rank %d of %d in membership epoch %d, %s, step %d, %d rows of %d x %d "
          "micro-batches; %llu floats from peers, %llu kept, %llu from a checkpoint (membership %.0f ms, "
          "communicators and step %.0f ms, model %.0f ms, moving the state %.0f ms)\n",

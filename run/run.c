@@ -366,8 +366,8 @@ static gt_status reshape_and_go_on(gt_run *r, bool failed, int step) {
     return run_fail(r, s == GT_ECANCELED ? GT_RUN_EXIT_FAILED : GT_RUN_EXIT_RESTART, "reshaping", s);
   r->lead = r->job->rank == 0;
   r->tc.print_every = r->lead ? r->o.print_every : 0;
-  /* Fail-slow monitoring goes on at the new layout (three ranks or more). */
-  if (r->o.failslow && r->job->world_size >= 3 &&
+  /* Fail-slow monitoring goes on at the new layout (two ranks or more). */
+  if (r->o.failslow && r->job->world_size >= 2 &&
       (s = run_failslow_start(&r->o, r->dist, r->m, r->job, r->metrics[0] ? r->metrics : NULL, r->rsh.members,
                               &r->failslow)) != GT_OK)
     return run_fail(r, GT_RUN_EXIT_FAILED, "starting fail-slow detection again", s);

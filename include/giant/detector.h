@@ -23,7 +23,10 @@
  * the predictor: call gt_detector_step, not gt_predictor_update, for a
  * predictor it watches.
  *
- * Needs three or more ranks to tell one rank from the job. */
+ * With two ranks the median would be their mean, which halves a slow
+ * rank's excess: each is judged against the other instead, z_r = e_r -
+ * e_other, which a machine-wide slowdown moves alike. One rank alone has
+ * no job to be told from and is never flagged. */
 #ifndef GIANT_DETECTOR_H
 #define GIANT_DETECTOR_H
 
@@ -48,7 +51,8 @@ typedef struct gt_detector_config {
    * different paces (different workloads, a pipeline's stages) do not
    * drift apart while it begins or ends. Predictions are then in units of
    * the job's speed: seconds are a prediction times the step's job-wide
-   * factor. */
+   * factor. With two ranks the fits learn plain times (the job-wide factor
+   * is then half of each rank's own residual, and relative fits drift). */
   bool relative_fits;
 } gt_detector_config;
 

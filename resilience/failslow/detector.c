@@ -220,13 +220,18 @@ gt_status gt_detector_step(gt_detector *d, int step, const gt_step_telemetry *te
   bool judging = d->steps >= c->warmup;
   for (int r = 0; r < n; r++) {
     rank_state *s = &d->rs[r];
-    double z = d->e[r] - job, z_peers = 0;
-    if (s->flagged) z_peers = against_peers_now(d, tel, r, job);
+    /* What the job shares is the median over the ranks; with two, the
+     * median is their mean, which would halve a slow rank's excess (x1.5
+     * would read x1.22, under theta): a rank is judged against the other
+     * rank instead, which sees what a machine-wide slowdown does as well. */
+    double base = n == 2 ? d->e[1 - r] : job;
+    double z = d->e[r] - base, z_peers = 0;
+    if (s->flagged) z_peers = against_peers_now(d, tel, r, base);
     /* The excess over peers is asked only of a rank building evidence, or
      * about to (this step over half of theta): it costs a pass over the
      * ranks. Every step writes its slot, so the ring holds the last k. */
     bool ask = judging && !s->flagged && (s->over > 0 || z > log1p(c->theta / 2));
-    d->vs_peers[(size_t)r * c->k + d->steps % c->k] = ask ? excess_over_peers(d, tel, r, z, job) : NAN;
+    d->vs_peers[(size_t)r * c->k + d->steps % c->k] = ask ? excess_over_peers(d, tel, r, z, base) : NAN;
     bool peers = !judging || s->flagged || s->over + 1 < c->k || (ask && peers_verdict(d, r) > log1p(c->theta));
     if (judging && judge(d, r, step, z, z_peers, peers, sig, &events[*nevents])) (*nevents)++;
     /* A rank building evidence (above theta this step, or its CUSUM half
@@ -239,7 +244,11 @@ gt_status gt_detector_step(gt_detector *d, int step, const gt_step_telemetry *te
     if (d->steps == 0 || (!s->flagged && (s->over > 0 || s->cusum > c->cusum_limit / 2))) continue;
     if (!s->flagged && d->steps >= c->warmup / 2) add_noise(d, z);
     gt_step_telemetry seen = tel[r];
-    if (c->relative_fits) seen.compute_s /= exp(job);
+    /* With two ranks the job-wide factor is half each rank's own residual:
+     * fits learning relative to it follow each other's noise and drift
+     * (a clean pair of ranks was flagged x1.8e7 at step 83). They learn
+     * plain times; the verdict takes out what the two share all the same. */
+    if (c->relative_fits && n >= 3) seen.compute_s /= exp(job);
     GT_TRY(gt_predictor_update(d->pred, &seen));
   }
   d->steps++;

@@ -47,8 +47,8 @@ gt_status gt_failslow_create(gt_dist *dist, const gt_model *m, const gt_failslow
     return gt_errorf(GT_EINVAL, "fail-slow: theta, k, warmup, window, every and probe rounds must be >= 0, probe "
                      "bytes in 0..64 MiB (0: default)");
   gt_comm *world = gt_grid_world(gt_dist_grid(dist));
-  if (gt_comm_size(world) < 3)
-    return gt_errorf(GT_EINVAL, "fail-slow detection needs 3 or more ranks to tell one rank from the job (this job has %d)",
+  if (gt_comm_size(world) < 2)
+    return gt_errorf(GT_EINVAL, "fail-slow detection needs 2 or more ranks to tell one rank from the job (this job has %d)",
                      gt_comm_size(world));
   gt_failslow *fs = calloc(1, sizeof *fs);
   if (!fs) return gt_errorf(GT_ENOMEM, "out of memory creating the fail-slow monitor");

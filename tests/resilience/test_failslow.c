@@ -76,11 +76,23 @@ typedef struct replay_opts {
   const shift *sh;
   int nsh;
   bool relative_fits;
+  bool pair; /* ranks 0 and 1 of the trace alone: a job of two */
 } replay_opts;
+
+/* Ranks 0 and 1 of t as a trace of their own. */
+static void keep_pair(trace *t) {
+  gt_step_telemetry *two = malloc((size_t)t->steps * 2 * sizeof *two);
+  assert_non_null(two);
+  for (int s = 0; s < t->steps; s++)
+    for (int r = 0; r < 2; r++) two[(size_t)s * 2 + r] = t->tel[(size_t)s * t->ranks + r];
+  free(t->tel);
+  t->tel = two, t->ranks = 2;
+}
 
 static replay replay_trace(const char *name, const replay_opts *o) {
   trace t;
   trace_load(name, &t);
+  if (o->pair) keep_pair(&t);
   for (int i = 0; i < o->nsh; i++)
     for (int s = o->sh[i].from; s < o->sh[i].until && s < t.steps; s++)
       t.tel[(size_t)s * t.ranks + o->sh[i].rank].compute_s *= o->sh[i].factor;
@@ -264,6 +276,35 @@ static void test_phases_pipeline(void **state) {
   expect_phases("phases_dp2pp2_small");
 }
 
+/* A job of two ranks (dp=2), from two ranks of the recorded clean run, with
+ * the fits relative to the job or not: nothing flagged as it was; rank 1
+ * made x1.5 from step 100 (CPU contention on its core does about that),
+ * flagged within 10 steps and nobody else; both made x1.5 from step 100,
+ * nothing flagged (the machine is slower, no rank is). With two ranks the
+ * median of the residuals is their mean, which halved the slow rank's
+ * excess to x1.22, under theta: it was never flagged. */
+static void test_pair(void **state) {
+  (void)state;
+  const shift one[] = {{1, 100, 1000, 1.5}}, both[] = {{0, 100, 1000, 1.5}, {1, 100, 1000, 1.5}};
+  for (int relative = 0; relative < 2; relative++) {
+    replay clean = replay_trace("clean_dp4", &(replay_opts){.pair = true, .relative_fits = relative});
+    assert_int_equal(clean.nev, 0);
+    replay slow = replay_trace("clean_dp4", &(replay_opts){.pair = true, .sh = one, .nsh = 1, .relative_fits = relative});
+    assert_true(slow.nev >= 1);
+    assert_true(slow.ev[0].flagged);
+    assert_int_equal(slow.ev[0].rank, 1);
+    assert_in_range(slow.ev[0].step, 100, 109);
+    for (int i = 1; i < slow.nev; i++) assert_int_equal(slow.ev[i].rank, 1);
+    replay job = replay_trace("clean_dp4", &(replay_opts){.pair = true, .sh = both, .nsh = 2, .relative_fits = relative});
+    assert_int_equal(job.nev, 0);
+    /* A real slow run: rank 1 of slow2_dp4_rank1 ran x2 from step 40. */
+    replay real = replay_trace("slow2_dp4_rank1", &(replay_opts){.pair = true, .relative_fits = relative});
+    assert_true(real.nev >= 1);
+    assert_true(real.ev[0].flagged && real.ev[0].rank == 1);
+    assert_in_range(real.ev[0].step, 40, 49);
+  }
+}
+
 static void test_bad_input(void **state) {
   (void)state;
   gt_predictor *p;
@@ -292,6 +333,7 @@ int main(void) {
       cmocka_unit_test(test_phases_pipeline),
       cmocka_unit_test(test_stage_peer_after_slow_phase),
       cmocka_unit_test(test_peers_quick_spell),
+      cmocka_unit_test(test_pair),
       cmocka_unit_test(test_bad_input),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
