@@ -126,7 +126,7 @@ static outcome run(const char *dir, const char *build, bool rebalance) {
   snprintf(cmd, sizeof cmd,
            "OMP_NUM_THREADS=1 GT_FAULT='slow:rank=%d,factor=2,from=%d' '%s/launch/giantrun' --standalone "
            "--nproc-per-node 4 --plan dp=4 '%s/examples/gpt' --data '%s/fortunes.tok' --steps %d --layers 2 "
-           "--channels 64 --heads 4 --seq 64 --batch 8 --accum 2 --sample 0 --print-every 0 --failslow "
+           "--channels 64 --heads 4 --seq 64 --batch 8 --accum 2 --sample 0 --print-every 0 --failslow --failslow-clock cpu "
            "--metrics '%s'%s > '%s' 2>&1",
            SLOW_RANK, ONSET, build, build, dir, STEPS, metrics, rebalance ? " --rebalance" : "", log);
   int st = system(cmd);

@@ -31,7 +31,7 @@ void gt_telemetry_add_batch(gt_step_telemetry *tel, const gt_batch *b) {
 }
 
 void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp_exec *pipe, double t0,
-                                gt_fault_plan *faults, int step, float *loss) {
+                                bool wall_time, gt_fault_plan *faults, int step, float *loss) {
   if (pipe) {
     double run, busy;
     gt_pp_exec_timing(pipe, &run, &busy);
@@ -44,8 +44,9 @@ void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp
   /* On the CPU the device is this thread (its OpenMP team runs in step
    * with it, and its waits block), so its CPU time is the device's busy
    * time: time the OS gave other processes sharing the cores, which wall
-   * time would count, is not the rank's slowness. */
-  if (gt_backend_kind(gt_model_backend(m)) == GT_DEVICE_CPU) tel->compute_s = thread_cpu_now() - cpu0;
+   * time would count, is not the rank's slowness, unless the caller says
+   * the rank has its cores to itself (wall_time). */
+  if (gt_backend_kind(gt_model_backend(m)) == GT_DEVICE_CPU && !wall_time) tel->compute_s = thread_cpu_now() - cpu0;
   tel->compute_s += gt_fault_step(faults, step, tel->compute_s, loss);
   tel->rank = faults->rank;
   tel->layers = 0;

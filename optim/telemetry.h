@@ -18,11 +18,12 @@ gt_status gt_telemetry_load(gt_loader *l, gt_batch *b, gt_step_telemetry *tel);
 void gt_telemetry_add_batch(gt_step_telemetry *tel, const gt_batch *b);
 /* After the step's forward and backward (begun at t0): this rank's compute
  * time (with a pipeline, the executor's busy time, its waits apart; on the
- * CPU backend, the thread's CPU time since gt_telemetry_begin), then
+ * CPU backend, unless wall_time, the thread's CPU time since
+ * gt_telemetry_begin), then
  * GT_FAULT's faults for the step, whose sleeps count as compute since they
  * stand for a slow device. */
 void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp_exec *pipe, double t0,
-                                gt_fault_plan *faults, int step, float *loss);
+                                bool wall_time, gt_fault_plan *faults, int step, float *loss);
 /* After the gradient reduction: the time it blocked. */
 void gt_telemetry_after_reduce(gt_step_telemetry *tel, gt_dp_sync *sync);
 

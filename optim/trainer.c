@@ -473,7 +473,8 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
     st.loss = (float)loss_sum;
   }
   if (loader) st.rows = gt_loader_next_row(loader) - st.first_row;
-  gt_telemetry_after_compute(&st.telemetry, t->m, t->pipe, t0, &t->faults, t->step, &st.loss);
+  gt_telemetry_after_compute(&st.telemetry, t->m, t->pipe, t0, t->cfg.compute_wall_time, &t->faults, t->step,
+                             &st.loss);
   st.telemetry.tp_wait_s = tp ? tp->busy_s - tp0 : 0;
   if (t->dist) {
     gt_status rs = reduce_step(t, &st);

@@ -15,7 +15,7 @@ void gt_run_options_init(gt_run_options *o) {
   *o = (gt_run_options){.data = "data/fortunes.tok", .device = "cpu", .precision = "fp32", .optimizer = "adamw",
                         .steps = 300, .batch = 8, .seq = 128, .warmup = 20, .print_every = 10, .lr = 1e-3f,
                         .bucket_kib = 4096, .schedule = "1f1b", .min_lr = 1e-4f, .clip = 1.0f, .weight_decay = -1,
-                        .seed = 1, .skip_nonfinite = 3};
+                        .seed = 1, .skip_nonfinite = 3, .failslow_clock = "auto"};
 }
 
 static const char *run_usage =
@@ -104,12 +104,16 @@ static const char *run_usage =
     "  --failslow-every N  gather every N steps (default 1)\n"
     "  --failslow-probe-rounds N  round trips per pair in a link probe (default 3)\n"
     "  --failslow-probe-bytes N   what a probe's transfers carry, each way (default 16384)\n"
+    "  --failslow-clock C  on the CPU, a rank's compute is its wall time (wall: what other processes\n"
+    "                      take of its cores counts as its slowness) or its CPU time (cpu: the OS\n"
+    "                      sharing cores among the job's own ranks does not); auto: wall when the\n"
+    "                      node's ranks and threads fit its cores, else cpu (default auto)\n"
     "exit status: 0 done, 1 failed (giantrun restarts), 2 bad flags, 65 bad input data (neither\n"
     "  restarted), 75 restart every worker from the newest checkpoint, 128+N stopped by signal N\n";
 
 const char *gt_run_usage(void) { return run_usage; }
 
-#define RUN_SPECS 53
+#define RUN_SPECS 54
 
 static int run_specs(gt_run_options *o, gt_opt_spec *s) {
   gt_opt_spec t[] = {
@@ -165,6 +169,7 @@ static int run_specs(gt_run_options *o, gt_opt_spec *s) {
       {"--failslow-every", GT_OPT_INT, &o->failslow_every, 1, 1e6},
       {"--failslow-probe-rounds", GT_OPT_INT, &o->failslow_probe_rounds, 1, 100},
       {"--failslow-probe-bytes", GT_OPT_INT, &o->failslow_probe_bytes, 4, 64 << 20},
+      {"--failslow-clock", GT_OPT_STR, &o->failslow_clock, 0, 0},
   };
   _Static_assert(sizeof t / sizeof t[0] == RUN_SPECS - 1, "RUN_SPECS counts the table and its end");
   memcpy(s, t, sizeof t);
@@ -202,6 +207,8 @@ static gt_status from_env_and_check(gt_run_options *o) {
     return gt_errorf(GT_EINVAL, "checkpoints in %s need --ckpt-every N (or GT_CKPT_EVERY)", o->ckpt_dir);
   const char *env_reshape = getenv("GT_RESHAPE");
   if (env_reshape && !strcmp(env_reshape, "1")) o->reshape = true;
+  if (strcmp(o->failslow_clock, "auto") && strcmp(o->failslow_clock, "cpu") && strcmp(o->failslow_clock, "wall"))
+    return gt_errorf(GT_EINVAL, "--failslow-clock takes auto, cpu or wall, not '%s'", o->failslow_clock);
   if (o->rebalance_local && !o->rebalance)
     return gt_errorf(GT_EINVAL, "--rebalance-local says who decides --rebalance: give --rebalance too");
   if (o->offload_optimizer && strcmp(o->offload_optimizer, "host") != 0 &&

@@ -205,6 +205,24 @@ static gt_status share_rows(gt_run *r, bool rebalance, const gt_annotations *ann
   return s;
 }
 
+/* --failslow-clock: whether a CPU rank's compute is timed by the wall
+ * clock. auto, with --failslow: when the node's ranks, each with its threads, fit its cores,
+ * a rank has cores of its own and what other processes take of them is its
+ * slowness; when they do not, the OS shares the cores among the job's own
+ * ranks, which is no one rank's slowness, and CPU time is fairer. */
+static bool wall_clock(const gt_run *r) {
+  const char *c = r->o.failslow_clock ? r->o.failslow_clock : "auto";
+  if (strcmp(c, "auto")) return !strcmp(c, "wall");
+  if (!r->o.failslow) return false; /* the clock is the detector's: --rebalance alone keeps CPU time */
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long need = (long)(r->job->local_world_size > 0 ? r->job->local_world_size : 1) * gt_backend_num_threads(r->be);
+  bool wall = cores > 0 && need <= cores;
+  if (r->lead && r->o.failslow && gt_backend_kind(r->be) == GT_DEVICE_CPU)
+    printf("%s: fail-slow: compute timed by %s (%d rank(s) of %d thread(s) on this node's %ld cores)\n", r->o.program,
+           wall ? "the wall clock" : "CPU time", r->job->local_world_size, gt_backend_num_threads(r->be), cores);
+  return wall;
+}
+
 /* --print-plan: the plan, the predicted step and the memory, on rank 0. */
 static gt_status print_plan(gt_run *r, int rows) {
   /* The precision the trainer would set: it decides the bf16 copy and
@@ -301,6 +319,7 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
                               .update_per_layer = a->update_per_layer, .delayed_update = a->delayed_update};
   if (a->weight_decay >= 0) r->tc.optim.weight_decay = a->weight_decay;
   r->tc.optim.state_dir = r->state_dir;
+  r->tc.compute_wall_time = wall_clock(r);
   if (!r->joining && (s = gt_trainer_create(r->m, &r->tc, &r->tr)) != GT_OK)
     return run_fail(r, GT_RUN_EXIT_FAILED, "creating the trainer", s);
   if (r->lead && r->m)

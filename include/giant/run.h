@@ -72,6 +72,7 @@ typedef struct gt_run_options {
   int print_every;
   /* fail-slow detection */
   bool failslow;
+  const char *failslow_clock; /* auto, cpu or wall: how a CPU rank's compute is timed (gt_trainer_config) */
   float failslow_theta;
   int failslow_k, failslow_warmup, failslow_window, failslow_every, failslow_probe_rounds, failslow_probe_bytes;
 } gt_run_options;

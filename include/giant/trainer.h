@@ -60,6 +60,14 @@ typedef struct gt_trainer_config {
    * follows the run that saved it exactly (a save is a step whose update
    * is not delayed). */
   bool delayed_update;
+  /* On the CPU backend, what a step's compute time is (its telemetry, which
+   * fail-slow detection judges): false, the compute thread's CPU time, so
+   * that the OS sharing oversubscribed cores among the job's own ranks is
+   * no rank's slowness; true, wall time, which counts what other processes
+   * took of the rank's cores (ranks with cores of their own: a noisy
+   * neighbour is then the rank's slowness). Other backends measure the
+   * device's busy time either way. */
+  bool compute_wall_time;
 } gt_trainer_config;
 
 typedef struct gt_trainer gt_trainer;

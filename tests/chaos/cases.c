@@ -205,7 +205,7 @@ static void case_slow_rank(chaos_env *env, chaos_result *r) {
   chaos_job_cfg c = base("slow-rank", STEPS);
   c.fault = "slow:rank=4,factor=3,from=15";
   c.model_flags = "--layers 4 --channels 64 --seq 64"; /* compute enough to time against the links */
-  c.gpt_flags = "--failslow";
+  c.gpt_flags = "--failslow --failslow-clock cpu"; /* the emulated nodes share this machine's cores */
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
   chaos_job_wait(&j, 400); /* 80 steps of a larger model, one rank x3 for a few: ~10 s, ~25 s loaded */
@@ -238,7 +238,7 @@ static void case_slow_rank(chaos_env *env, chaos_result *r) {
 static void case_slow_link(chaos_env *env, chaos_result *r) {
   enum { STEPS = 150, AT = 20, NODE = 2, RATE_KBIT = 20000 };
   chaos_job_cfg c = base("slow-link", STEPS);
-  c.gpt_flags = "--failslow";
+  c.gpt_flags = "--failslow --failslow-clock cpu"; /* the emulated nodes share this machine's cores */
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
   int at = chaos_job_wait_step(&j, AT, START_S);

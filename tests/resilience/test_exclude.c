@@ -97,7 +97,7 @@ static bool try_job(int k) {
   char *argv[] = {giantrun, "--rdzv-endpoint", fx.endpoint, "--job-id", job, "--nproc-per-node", "4",
                   "--plan", "dp=4", "--reshape", gpt, "--corpus", text, "--data", data, "--steps", steps,
                   "--layers", "4", "--channels", "64", "--heads", "4", "--seq", "64", "--global-batch", "16",
-                  "--sample", "0", "--print-every", "0", "--failslow", "--metrics", metrics, NULL};
+                  "--sample", "0", "--print-every", "0", "--failslow", "--failslow-clock", "cpu", "--metrics", metrics, NULL};
   /* 100 small steps on four ranks, rank 2 x4 for ~6 of them: ~5 s, ~8 s
    * beside busy loops, a minute at worst under ASan; 280 s only bounds a
    * hang (three of them fit under ctest's TIMEOUT, 900 s, so that the

@@ -163,7 +163,7 @@ static void run_job(const char *job, const char *plan, const char *steps, const 
   char *argv[] = {giantrun, "--rdzv-endpoint", fx.endpoint, "--job-id", (char *)job, "--nproc-per-node", "4",
                   "--plan", (char *)plan, gpt, "--corpus", text, "--data", data, "--steps", (char *)steps,
                   "--layers", "2", "--channels", "64", "--heads", "4", "--seq", "64", "--batch", "8",
-                  "--accum", "2", "--sample", "0", "--print-every", "0", "--failslow", "--metrics", metrics, NULL};
+                  "--accum", "2", "--sample", "0", "--print-every", "0", "--failslow", "--failslow-clock", "cpu", "--metrics", metrics, NULL};
   /* A job of a few hundred tiny steps on four ranks: seconds, a minute at
    * worst on loaded cores under ASan; 500 s only bounds a hang. */
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", env_fault, NULL}, 500, r);

@@ -186,7 +186,7 @@ static void test_trainer(void **state) {
     double t0 = gt_now();
     for (int i = 0; i < reps; i++) {
       gt_telemetry_add_batch(&tel, &b);
-      gt_telemetry_after_compute(&tel, m, NULL, t0, &none, k * reps + i, &st.loss);
+      gt_telemetry_after_compute(&tel, m, NULL, t0, false, &none, k * reps + i, &st.loss);
       gt_telemetry_after_reduce(&tel, NULL);
     }
     double t = (gt_now() - t0) / reps;
