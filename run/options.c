@@ -15,7 +15,7 @@ void gt_run_options_init(gt_run_options *o) {
   *o = (gt_run_options){.data = "data/fortunes.tok", .device = "cpu", .precision = "fp32", .optimizer = "adamw",
                         .steps = 300, .batch = 8, .seq = 128, .warmup = 20, .print_every = 10, .lr = 1e-3f,
                         .bucket_kib = 4096, .schedule = "1f1b", .min_lr = 1e-4f, .clip = 1.0f, .weight_decay = -1,
-                        .seed = 1, .skip_nonfinite = 3, .failslow_clock = "auto"};
+                        .seed = 1, .skip_nonfinite = 3, .failslow_clock = "auto", .ladder = "auto"};
 }
 
 static const char *run_usage =
@@ -60,6 +60,10 @@ static const char *run_usage =
     "                      a replica may take up to twice its even share (--batch); under giantrun\n"
     "                      the job's leading agent decides, from reports rank 0 publishes on etcd\n"
     "  --rebalance-local   with --rebalance: every rank decides alike, without the leader\n"
+    "  --ladder RUNG       with --failslow, what a flagged rank gets: auto, the rung that predicts\n"
+    "                      the least time over the steps left (default); or, where the job can take\n"
+    "                      it, none, rows or recut (--rebalance), exclude (--reshape), restart\n"
+    "                      (--ckpt-dir: a checkpoint, then giantrun restarts every worker from it)\n"
     "  --reshape           when a rank is lost, the ranks left go on in-process at a layout for\n"
     "                      their number, with the same global batch, taking the state from each\n"
     "                      other (default: $GT_RESHAPE=1, which giantrun --reshape sets)\n"
@@ -113,7 +117,7 @@ static const char *run_usage =
 
 const char *gt_run_usage(void) { return run_usage; }
 
-#define RUN_SPECS 54
+#define RUN_SPECS 55
 
 static int run_specs(gt_run_options *o, gt_opt_spec *s) {
   gt_opt_spec t[] = {
@@ -170,6 +174,7 @@ static int run_specs(gt_run_options *o, gt_opt_spec *s) {
       {"--failslow-probe-rounds", GT_OPT_INT, &o->failslow_probe_rounds, 1, 100},
       {"--failslow-probe-bytes", GT_OPT_INT, &o->failslow_probe_bytes, 4, 64 << 20},
       {"--failslow-clock", GT_OPT_STR, &o->failslow_clock, 0, 0},
+      {"--ladder", GT_OPT_STR, &o->ladder, 0, 0},
   };
   _Static_assert(sizeof t / sizeof t[0] == RUN_SPECS - 1, "RUN_SPECS counts the table and its end");
   memcpy(s, t, sizeof t);
@@ -209,6 +214,11 @@ static gt_status from_env_and_check(gt_run_options *o) {
   if (env_reshape && !strcmp(env_reshape, "1")) o->reshape = true;
   if (strcmp(o->failslow_clock, "auto") && strcmp(o->failslow_clock, "cpu") && strcmp(o->failslow_clock, "wall"))
     return gt_errorf(GT_EINVAL, "--failslow-clock takes auto, cpu or wall, not '%s'", o->failslow_clock);
+  static const char *rungs[] = {"auto", "none", "rows", "recut", "exclude", "restart"};
+  bool known = false;
+  for (int k = 0; k < 6; k++) known |= !strcmp(o->ladder, rungs[k]);
+  if (!known)
+    return gt_errorf(GT_EINVAL, "--ladder takes auto, none, rows, recut, exclude or restart, not '%s'", o->ladder);
   if (o->rebalance_local && !o->rebalance)
     return gt_errorf(GT_EINVAL, "--rebalance-local says who decides --rebalance: give --rebalance too");
   if (o->offload_optimizer && strcmp(o->offload_optimizer, "host") != 0 &&

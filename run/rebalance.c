@@ -139,10 +139,10 @@ static void print_shares(const char *label, const int *v, int n) {
   for (int i = 0; i < n; i++) printf("%s%d", i ? "," : "", v[i]);
 }
 
-/* Whether the monitor flagged a rank's compute, or cleared one, this step. */
-static bool verdict_now(const gt_failslow_report *rep) {
+/* Whether the monitor cleared a rank's compute this step. */
+static bool cleared_now(const gt_failslow_report *rep) {
   for (int i = 0; rep && i < rep->nverdicts; i++)
-    if (rep->verdicts[i].kind == GT_FAILSLOW_COMPUTE) return true;
+    if (rep->verdicts[i].kind == GT_FAILSLOW_COMPUTE && !rep->verdicts[i].flagged) return true;
   return false;
 }
 
@@ -248,6 +248,8 @@ static gt_status decide_cut(run_rebalance *r, gt_trainer *tr, int step, bool lea
 
 void run_rebalance_enable_recut(run_rebalance *r, int B, int T) { r->cut_B = B, r->cut_T = T; }
 
+bool run_rebalance_recut_enabled(const run_rebalance *r) { return r && r->cut_B > 0; }
+
 bool run_rebalance_take_recut(run_rebalance *r, int *first) {
   if (!r || !r->cut_pending) return false;
   memcpy(first, r->cut_first, (size_t)(r->plan.layout.pp + 1) * sizeof *first);
@@ -343,7 +345,7 @@ static gt_status apply_led(run_rebalance *r, gt_trainer *tr, int step, bool lead
 }
 
 gt_status run_rebalance_after_step(run_rebalance *r, gt_trainer *tr, const gt_step_stats *st,
-                                   const gt_failslow_report *fs_report, bool lead) {
+                                   const gt_failslow_report *fs_report, bool urge, bool lead) {
   size_t world = (size_t)r->plan.world;
   if (st->step < WARMUP) return GT_OK; /* every rank skips the same steps: the gathers stay matched */
   if (r->led) GT_TRY(apply_led(r, tr, st->step, lead)); /* every step, on every rank */
@@ -355,7 +357,7 @@ gt_status run_rebalance_after_step(run_rebalance *r, gt_trainer *tr, const gt_st
   gt_step_telemetry *slot = r->ring + (size_t)r->filled * world;
   if (fs_report) memcpy(slot, fs_report->telemetry, world * sizeof *slot);
   else GT_TRY(gather(r, &st->telemetry, slot));
-  if (fs_report && verdict_now(fs_report)) r->urgent = true;
+  if (urge || cleared_now(fs_report)) r->urgent = true;
   if (++r->filled < WINDOW) return GT_OK;
   if (r->cut_B && !r->led) GT_TRY(decide_cut(r, tr, st->step, lead));
   if (r->cut_pending) return GT_OK; /* the cut first; rows are judged on the new one */

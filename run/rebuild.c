@@ -141,7 +141,15 @@ gt_status run_reshape_now(gt_run *r, bool planned) {
     if (shares[i] > cap) cap = shares[i];
   }
   if (s == GT_OK) rows = shares[np.me.dp];
-  free(shares), free(speed);
+  /* --rebalance goes on at the new layout: a replica may take up to twice
+   * its even share, within the rows it held at launch. */
+  if (s == GT_OK && r->o.rebalance && np.layout.dp > 1) {
+    int room = 2 * ((micro_rows + np.layout.dp - 1) / np.layout.dp);
+    room = room < r->launch_cap ? room : r->launch_cap;
+    cap = room > cap ? room : cap;
+  }
+  free(speed);
+  if (s != GT_OK) free(shares);
   GT_TRY(s);
   snprintf(r->reshaped_gen, sizeof r->reshaped_gen, "%s.e%d", r->job->generation_name, rsh->epoch);
   gt_dist *nd = NULL;
@@ -196,8 +204,11 @@ gt_status run_reshape_now(gt_run *r, bool planned) {
     gt_trainer_destroy(nt);
     gt_model_destroy(nm);
     gt_dist_destroy(nd);
+    free(shares);
     return s;
   }
+  free(r->shares);
+  r->shares = shares, r->cap = cap;
   gt_loader_close(r->loader);
   gt_trainer_destroy(r->tr);
   gt_model_destroy(r->m);

@@ -95,20 +95,6 @@ gt_status run_reshape_join(run_reshape *r, gt_job *job);
 #define RUN_JOIN_CHECK_EVERY 5
 #define RUN_JOIN_RETRY_S 5
 gt_status run_reshape_check_joins(run_reshape *r, gt_job *job, gt_comm *world, bool *grow);
-/* With --failslow (exclude.c): for a rank the monitor flags compute-slow
- * this step, the mitigation ladder (giant/ladder.h) on the gathered step
- * times; for the ranks behind a link it flags (their node's own), S3
- * against doing nothing. The lead logs the predicted step of every rung.
- * Returns how many ranks (of the current layout, into out[], at most the
- * world's) leave the job when S3 wins, else 0; every rank decides alike,
- * and rank 0 records the exclusions in the health records. The transition
- * costs are estimates: */
-#define RUN_LADDER_HORIZON 200   /* steps the ladder judges over, at most */
-#define RUN_COST_RECUT_S 0.5     /* moving layers between stages */
-#define RUN_COST_EXCLUDE_S 0.5   /* a reshape: bench_reshape measures 0.2-0.4 s on 4 CPU ranks */
-#define RUN_COST_RESTART_S 30.0  /* a checkpoint, a restart and a load */
-int run_reshape_consider_exclusion(run_reshape *r, gt_job *job, const gt_plan *plan, const gt_failslow_report *rep,
-                                   bool can_rebalance, bool can_restart, int steps_left, bool lead, int *out);
 /* After a failed step: waits for a newer membership epoch (giantrun
  * publishes one when a worker dies) and gives this rank's place in it.
  * GT_ECANCELED when this rank is not a member any more; any other failure

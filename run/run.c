@@ -10,6 +10,7 @@
 #include "giant/log.h"
 #include "giant/planner.h"
 #include "failslow.h"
+#include "ladder.h"
 #include "planning.h"
 #include "run_internal.h"
 
@@ -39,6 +40,7 @@ gt_status gt_run_open(const gt_run_options *o, gt_run **out) {
   if (!r) return gt_errorf(GT_ENOMEM, "out of memory");
   r->o = *o;
   if (!r->o.program) r->o.program = "run";
+  r->rsh.name = r->o.program; /* the ladder logs under it with or without --reshape */
   r->rc = GT_RUN_EXIT_FAILED;
   r->schedule = GT_PP_1F1B;
   gt_backend_config bc;
@@ -235,6 +237,33 @@ static gt_status print_plan(gt_run *r, int rows) {
   return run_print_memory(r->be, r->m, r->kind == GT_OPTIM_ADAMW ? 2 : 1, r->o.accum, stdout);
 }
 
+/* --rebalance at the layout now, where there is something to move: rows
+ * between replicas and, where the state can move between stages
+ * (gt_trainer_move_state: not with ZeRO-1's shards), the pipeline cut. */
+static gt_status start_rebalance(gt_run *r, int rows) {
+  if (!r->o.rebalance || (r->plan.layout.dp < 2 && r->plan.layout.pp < 2)) return GT_OK;
+  GT_TRY(run_rebalance_create(&r->plan, r->dist, r->be, r->shares, r->cap, r->job, r->o.rebalance_local, &r->rb));
+  if (r->plan.layout.pp > 1 && r->plan.layout.pp <= GT_REBALANCE_MAX_STAGES && r->plan.chunks == 1 && !r->plan.zero1)
+    run_rebalance_enable_recut(r->rb, rows, r->o.seq);
+  return GT_OK;
+}
+
+/* After a reshape, this rank's place and what watches the layout:
+ * rebalancing and fail-slow monitoring go on at the new layout (the
+ * monitor with two ranks or more), on every rank alike, a joining one too. */
+static gt_status after_reshape(gt_run *r) {
+  gt_status s;
+  r->lead = r->job->rank == 0;
+  r->tc.print_every = r->lead ? r->o.print_every : 0;
+  if ((s = start_rebalance(r, r->shares[r->plan.me.dp])) != GT_OK)
+    return run_fail(r, GT_RUN_EXIT_FAILED, "setting up --rebalance again", s);
+  if (r->o.failslow && r->job->world_size >= 2 &&
+      (s = run_failslow_start(&r->o, r->dist, r->m, r->job, r->metrics[0] ? r->metrics : NULL, r->rsh.members,
+                              &r->failslow)) != GT_OK)
+    return run_fail(r, GT_RUN_EXIT_FAILED, "starting fail-slow detection again", s);
+  return GT_OK;
+}
+
 /* --reshape: the membership, the copies of single-owner state, the
  * watcher; a joining rank then takes its place through a reshape. */
 static gt_status start_reshape(gt_run *r) {
@@ -258,9 +287,7 @@ static gt_status start_reshape(gt_run *r) {
   }
   if (s == GT_OK) s = run_reshape_now(r, true);
   if (s != GT_OK) return run_fail(r, GT_RUN_EXIT_RESTART, "joining the running job", s);
-  r->lead = r->job->rank == 0;
-  r->tc.print_every = r->lead ? r->o.print_every : 0;
-  return GT_OK;
+  return after_reshape(r);
 }
 
 gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
@@ -337,14 +364,8 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
   if (!r->joining && (s = run_failslow_start(a, r->dist, r->m, r->job, metrics, NULL, &r->failslow)) != GT_OK)
     return run_fail(r, GT_RUN_EXIT_USAGE, "starting fail-slow detection", s);
   if (a->rebalance && !rebalance && r->lead) printf("--rebalance: one replica and one stage, nothing to move\n");
-  if (rebalance && !r->joining &&
-      (s = run_rebalance_create(&r->plan, r->dist, r->be, r->shares, cap, r->job, a->rebalance_local, &r->rb)) != GT_OK)
-    return run_fail(r, GT_RUN_EXIT_FAILED, "setting up --rebalance", s);
-  /* Stages are re-cut by measured speed where the state can move between
-   * them (gt_trainer_move_state: not with ZeRO-1's shards). */
-  if (r->rb && r->plan.layout.pp > 1 && r->plan.layout.pp <= GT_REBALANCE_MAX_STAGES && r->plan.chunks == 1 &&
-      !r->plan.zero1)
-    run_rebalance_enable_recut(r->rb, rows, a->seq);
+  r->cap = r->launch_cap = cap;
+  if (!r->joining && (s = start_rebalance(r, rows)) != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "setting up --rebalance", s);
   r->started = true;
   if (a->reshape) GT_TRY(start_reshape(r));
   return GT_OK;
@@ -383,13 +404,30 @@ static gt_status reshape_and_go_on(gt_run *r, bool failed, int step) {
   }
   if (s != GT_OK) /* GT_ECANCELED: the job went on without this rank */
     return run_fail(r, s == GT_ECANCELED ? GT_RUN_EXIT_FAILED : GT_RUN_EXIT_RESTART, "reshaping", s);
-  r->lead = r->job->rank == 0;
-  r->tc.print_every = r->lead ? r->o.print_every : 0;
-  /* Fail-slow monitoring goes on at the new layout (two ranks or more). */
-  if (r->o.failslow && r->job->world_size >= 2 &&
-      (s = run_failslow_start(&r->o, r->dist, r->m, r->job, r->metrics[0] ? r->metrics : NULL, r->rsh.members,
-                              &r->failslow)) != GT_OK)
-    return run_fail(r, GT_RUN_EXIT_FAILED, "starting fail-slow detection again", s);
+  return after_reshape(r);
+}
+
+/* What the ladder may do in this job now (ladder.h). */
+static run_ladder_caps ladder_caps(const gt_run *r) {
+  run_ladder_caps c = {.rows = r->rb && r->plan.layout.dp > 1, .recut = r->rb && run_rebalance_recut_enabled(r->rb),
+                       .exclude = r->o.reshape, .restart = r->ckpt && r->job->world_size > 1};
+  (void)run_ladder_parse(r->o.ladder, &c); /* gt_run_parse checked it */
+  return c;
+}
+
+/* The ladder's S4: a checkpoint of this step, committed, then every rank
+ * exits for giantrun to restart the job from it in fresh processes. */
+static gt_status restart_now(gt_run *r) {
+  int step = gt_trainer_step_index(r->tr);
+  gt_status s = step % r->ckpt_args.every ? gt_ckpt_save(r->ckpt) : GT_OK; /* this step's, unless saved already */
+  if (s == GT_OK) s = gt_ckpt_wait(r->ckpt);
+  if (s != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "saving before the ladder's restart", s);
+  if (r->lead)
+    printf("%s: ladder: restart: checkpoint of step %d committed; every worker exits %d for giantrun to restart the "
+           "job from it\n", r->o.program, step, GT_RUN_EXIT_RESTART);
+  fflush(stdout);
+  gt_job_done(r->job);
+  r->rc = GT_RUN_EXIT_RESTART;
   return GT_OK;
 }
 
@@ -408,18 +446,23 @@ gt_status gt_run_train(gt_run *r) {
   for (int i = start; i < a->steps; i++) {
     bool failed = (s = gt_trainer_step(r->tr, r->loader, &st)) != GT_OK ||
                   (s = run_ckpt_after_step(&r->ckpt_args, r->ckpt, r->tr, r->lead)) != GT_OK ||
-                  (s = run_failslow_after_step(r->failslow, &st, &report)) != GT_OK ||
-                  (r->rb && (s = run_rebalance_after_step(r->rb, r->tr, &st, r->failslow ? &report : NULL, r->lead)) !=
-                                GT_OK) ||
-                  (a->reshape && (s = run_mirror_after_step(&r->rsh, r->tr, st.seconds, r->lead)) != GT_OK);
+                  (s = run_failslow_after_step(r->failslow, &st, &report)) != GT_OK;
+    /* The ladder's one decision on what the monitor found, then its rung. */
+    run_ladder_action act = {.rung = GT_LADDER_NONE};
+    if (!failed && r->failslow) {
+      run_ladder_caps caps = ladder_caps(r);
+      run_ladder_decide(&r->rsh, r->job, &r->plan, &report, &caps, a->steps - (i + 1), r->lead, &act);
+    }
+    bool urge = act.rung == GT_LADDER_REBALANCE || act.rung == GT_LADDER_RECUT;
+    failed = failed ||
+             (r->rb && (s = run_rebalance_after_step(r->rb, r->tr, &st, r->failslow ? &report : NULL, urge, r->lead)) !=
+                           GT_OK) ||
+             (a->reshape && (s = run_mirror_after_step(&r->rsh, r->tr, st.seconds, r->lead)) != GT_OK);
     if (failed && input_failed(r)) return run_fail(r, GT_RUN_EXIT_INPUT, "training", s);
-    int excluded[GT_MEMBERS_MAX], nexcl = 0;
-    if (!failed && a->reshape && r->failslow)
-      nexcl = run_reshape_consider_exclusion(&r->rsh, r->job, &r->plan, &report, r->rb != NULL, r->ckpt != NULL,
-                                             a->steps - (i + 1), r->lead, excluded);
-    if (leave_if_excluded(r, excluded, nexcl, i + 1, &s)) return s;
+    if (!failed && act.rung == GT_LADDER_RESTART) return restart_now(r);
+    if (leave_if_excluded(r, act.ranks, act.rung == GT_LADDER_EXCLUDE ? act.n : 0, i + 1, &s)) return s;
     /* --reshape: ranks restarted alone ask to join, every few steps. */
-    bool grow = nexcl > 0;
+    bool grow = act.rung == GT_LADDER_EXCLUDE && act.n > 0;
     if (!failed && !grow && a->reshape && r->dist && (i + 1) % RUN_JOIN_CHECK_EVERY == 0)
       failed = (s = run_reshape_check_joins(&r->rsh, r->job, gt_grid_world(gt_dist_grid(r->dist)), &grow)) != GT_OK;
     if (failed || grow) {

@@ -41,7 +41,9 @@ struct gt_run {
   gt_ckpt *ckpt;
   run_ckpt_args ckpt_args;
   run_rebalance *rb;
-  int *shares;
+  int *shares;           /* every replica's rows of each micro-batch */
+  int cap;               /* the most one replica may take: its activations' rows */
+  int launch_cap;        /* cap at launch, which a reshape keeps within */
   gt_failslow *failslow;
   run_reshape rsh;       /* --reshape: the membership, and the copies on a peer */
   char metrics[4096];    /* this rank's metrics file, "" for none */

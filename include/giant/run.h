@@ -61,6 +61,7 @@ typedef struct gt_run_options {
   const char *plan, *schedule, *speeds;
   int chunks, bucket_kib, mem_mib, mirror_every;
   bool zero1, seq_parallel, print_plan, no_overlap, rebalance, rebalance_local, reshape;
+  const char *ladder;   /* --ladder: auto (the cheapest rung), or none, rows, recut, exclude, restart */
   /* the device and offloading */
   const char *device, *offload_optimizer;
   int threads, device_mem_mib, host_mem_mib, offload, offload_prefetch;
