@@ -75,6 +75,13 @@ gt_status gt_run_prepare(gt_run *r, gt_status (*prepare)(const gt_run_options *o
   return s == GT_OK ? GT_OK : run_fail(r, GT_RUN_EXIT_FAILED, "preparing data", s);
 }
 
+gt_status gt_run_set_source(gt_run *r, const gt_loader_source *src) {
+  if (!r || !src) return gt_errorf(GT_EINVAL, "gt_run_set_source: NULL run or source");
+  if (r->started) return gt_errorf(GT_ESTATE, "gt_run_set_source: call it before gt_run_start");
+  r->source = src;
+  return GT_OK;
+}
+
 /* The peak FLOP/s the planner works with: measured once, on the lead rank,
  * and shared through the store so that every rank plans alike. */
 static gt_status shared_peak(gt_run *r) {
@@ -323,7 +330,7 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
   /* Each data-parallel replica reads its own share; tensor-parallel ranks of
    * one replica read the same one. The loader is opened for `cap` rows and
    * then given its share; every id in the file must be one the model takes. */
-  gt_loader_config lc = {.path = a->data, .B = cap, .T_max = a->seq, .shard = r->plan.me.dp,
+  gt_loader_config lc = {.path = a->data, .source = r->source, .B = cap, .T_max = a->seq, .shard = r->plan.me.dp,
                          .nshards = r->plan.layout.dp, .mode = a->documents ? GT_LOADER_DOCUMENTS : GT_LOADER_FIXED};
   uint32_t vocab = r->m ? (uint32_t)gt_model_vocab_size(r->m) : 0;
   if ((s = gt_loader_open(&lc, vocab, &r->loader)) != GT_OK ||

@@ -37,6 +37,7 @@ struct gt_run {
   gt_dist *dist;
   gt_model *m;
   gt_loader *loader;
+  const gt_loader_source *source; /* the program's rows, or NULL: --data */
   gt_trainer *tr;
   gt_ckpt *ckpt;
   run_ckpt_args ckpt_args;

@@ -28,6 +28,7 @@ struct gt_loader {
    * loader as a short read where a mapping would raise SIGBUS. */
   int fd;
   bool file_failed; /* a read found the file changed under the loader: its input, not a retry, is at fault */
+  uint32_t vocab_limit; /* ids at or above it are refused (0: none but the data's own vocabulary) */
   unsigned char *map;
   size_t map_len;
   const unsigned char *tok;
@@ -85,7 +86,14 @@ static uint64_t row_of(gt_loader *l, uint64_t j) {
 }
 
 static gt_status check_config(const gt_loader_config *c) {
-  if (!c || !c->path || !*c->path) return gt_errorf(GT_EINVAL, "loader: no data file path given");
+  if (c && c->source) {
+    if (!c->source->read || c->source->rows == 0 || c->source->vocab_size == 0)
+      return gt_errorf(GT_EINVAL, "loader: a row source needs a read function, rows and a vocabulary");
+    if (c->mode != GT_LOADER_FIXED)
+      return gt_errorf(GT_EINVAL, "loader: a row source gives fixed-length rows: use GT_LOADER_FIXED");
+  } else if (!c || !c->path || !*c->path) {
+    return gt_errorf(GT_EINVAL, "loader: no data file path given");
+  }
   if (c->B <= 0) return gt_errorf(GT_EINVAL, "loader: batch size B must be positive, got %d", c->B);
   if (c->T_max <= 0)
     return gt_errorf(GT_EINVAL, "loader: sequence length T_max must be positive, got %d", c->T_max);
@@ -209,19 +217,25 @@ static gt_status find_documents(gt_loader *l) {
 }
 
 static gt_status open_rows(gt_loader *l, uint32_t vocab_limit) {
-  GT_TRY(map_file(l));
-  GT_TRY(check_tokens(l, vocab_limit));
-  if (l->cfg.mode == GT_LOADER_DOCUMENTS) {
-    GT_TRY(find_documents(l));
+  l->vocab_limit = vocab_limit;
+  if (l->cfg.source) {
+    /* The rows as a file of FIXED rows would hold them: rows * T_max + 1 ids. */
+    const gt_loader_source *src = l->cfg.source;
+    l->nrows = src->rows;
+    l->h = (gt_tokfile_header){.version = 1, .width = 4, .count = src->rows * (uint64_t)l->cfg.T_max + 1,
+                               .vocab_size = src->vocab_size, .doc_sep = GT_TOKFILE_NO_SEP};
   } else {
-    l->nrows = (l->h.count - 1) / (uint64_t)l->cfg.T_max;
+    GT_TRY(map_file(l));
+    GT_TRY(check_tokens(l, vocab_limit));
+    if (l->cfg.mode == GT_LOADER_DOCUMENTS) GT_TRY(find_documents(l));
+    else l->nrows = (l->h.count - 1) / (uint64_t)l->cfg.T_max;
     if (l->nrows == 0)
       return gt_errorf(GT_EINVAL, "%s: holds %llu tokens, fewer than T_max+1 = %llu for one row",
                        l->path, (unsigned long long)l->h.count,
                        (unsigned long long)l->cfg.T_max + 1);
   }
   size_t bt = (size_t)l->cfg.B * (size_t)l->cfg.T_max;
-  l->raw = malloc(((size_t)l->cfg.T_max + 1) * l->h.width);
+  l->raw = malloc(((size_t)l->cfg.T_max + 1) * (l->h.width ? l->h.width : 4));
   l->row = malloc(((size_t)l->cfg.T_max + 1) * sizeof *l->row);
   l->inputs = malloc(bt * sizeof *l->inputs);
   l->targets = malloc(bt * sizeof *l->targets);
@@ -229,7 +243,7 @@ static gt_status open_rows(gt_loader *l, uint32_t vocab_limit) {
   if (l->cfg.seed) l->perm = malloc(l->nrows * sizeof *l->perm);
   if (!l->inputs || !l->targets || !l->rows || !l->raw || !l->row || (l->cfg.seed && !l->perm))
     return gt_errorf(GT_ENOMEM, "out of memory for the batch buffers of %s", l->path);
-  munmap(l->map, l->map_len);
+  if (l->map) munmap(l->map, l->map_len);
   l->map = NULL;
   l->tok = NULL;
   return GT_OK;
@@ -239,9 +253,10 @@ gt_status gt_loader_open(const gt_loader_config *cfg, uint32_t vocab_limit, gt_l
   *out = NULL;
   GT_TRY(check_config(cfg));
   gt_loader *l = calloc(1, sizeof *l);
-  if (!l || !(l->path = strdup(cfg->path))) {
+  const char *name = cfg->source ? (cfg->source->name ? cfg->source->name : "the program's rows") : cfg->path;
+  if (!l || !(l->path = strdup(name))) {
     free(l);
-    return gt_errorf(GT_ENOMEM, "out of memory opening %s", cfg->path);
+    return gt_errorf(GT_ENOMEM, "out of memory opening %s", name);
   }
   l->cfg = *cfg;
   l->cfg.path = l->path;
@@ -344,9 +359,25 @@ static gt_status read_row(gt_loader *l, uint64_t first, int n) {
 }
 
 /* Row r of a FIXED batch: T_max inputs from window w, targets one later. */
+/* Row w from the program's source, its ids checked. */
+static gt_status read_source_row(gt_loader *l, uint64_t w, int n) {
+  const gt_loader_source *src = l->cfg.source;
+  gt_status s = src->read(src->user, w, l->row, n);
+  if (s != GT_OK) return gt_error_context(s, "%s: row %llu", l->path, (unsigned long long)w);
+  for (int t = 0; t < n; t++)
+    if (l->row[t] < 0 || (uint32_t)l->row[t] >= src->vocab_size || (l->vocab_limit && (uint32_t)l->row[t] >= l->vocab_limit)) {
+      l->file_failed = true; /* the input's fault: it would give the same row again */
+      return gt_errorf(GT_ERANGE, "%s: row %llu, token %d: id %d is outside the vocabulary [0, %u)", l->path,
+                       (unsigned long long)w, t, l->row[t],
+                       l->vocab_limit && l->vocab_limit < src->vocab_size ? l->vocab_limit : src->vocab_size);
+    }
+  return GT_OK;
+}
+
 static gt_status fill_fixed(gt_loader *l, int r, uint64_t w) {
   int T = l->cfg.T_max;
-  GT_TRY(read_row(l, w * (uint64_t)T, T + 1));
+  if (l->cfg.source) GT_TRY(read_source_row(l, w, T + 1));
+  else GT_TRY(read_row(l, w * (uint64_t)T, T + 1));
   int32_t *in = l->inputs + (size_t)r * T, *tg = l->targets + (size_t)r * T;
   memcpy(in, l->row, (size_t)T * sizeof *in);
   memcpy(tg, l->row + 1, (size_t)T * sizeof *tg);

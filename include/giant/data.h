@@ -100,8 +100,24 @@ typedef enum gt_loader_mode {
   GT_LOADER_DOCUMENTS = 1,
 } gt_loader_mode;
 
+/* Rows from the program instead of a token file: rows fixed-length rows
+ * of T_max + 1 tokens (inputs, and the targets one later), row `index`
+ * (0 <= index < rows) written into tokens by read. The loader shards,
+ * shuffles, wraps and resumes them as it does a file's FIXED rows, and
+ * checks every id against vocab_size. read runs on the training thread,
+ * may be called for any row in any order, and must give a row the same
+ * tokens every time (a resumed or reshaped run reads them again). */
+typedef struct gt_loader_source {
+  uint64_t rows;
+  uint32_t vocab_size;
+  gt_status (*read)(void *user, uint64_t index, int32_t *tokens, int n);
+  void *user;
+  const char *name; /* in messages; NULL: "the program's rows" */
+} gt_loader_source;
+
 typedef struct gt_loader_config {
   const char *path;
+  const gt_loader_source *source; /* instead of path (FIXED mode only); the caller keeps it alive */
   int B, T_max;
   gt_loader_mode mode;
   /* Data-parallel sharding: this replica reads shard `shard` of `nshards`

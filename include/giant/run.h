@@ -25,6 +25,9 @@
  * rank left holds it; take back ranks that rejoin; skip non-finite steps
  * (--skip-nonfinite); and end cleanly, letting the save in flight commit.
  *
+ * The data is --data's token file, or rows the program gives
+ * (gt_run_set_source).
+ *
  * The worker's side of giantrun's protocol is here too: the exit statuses
  * below, GT_RESHAPE, GT_JOIN, GT_COORD and GT_CKPT_*. */
 #ifndef GIANT_RUN_H
@@ -33,6 +36,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "giant/data.h"
 #include "giant/model.h"
 #include "giant/options.h"
 #include "giant/status.h"
@@ -113,6 +117,11 @@ gt_status gt_run_open(const gt_run_options *o, gt_run **out);
 /* Rank 0 runs prepare (it makes --data, say) while the others wait; a
  * rank that joins a running job skips it. NULL prepare: a no-op. */
 gt_status gt_run_prepare(gt_run *r, gt_status (*prepare)(const gt_run_options *o, void *user), void *user);
+/* The training rows from the program (giant/data.h: a callback that
+ * returns row i of the sample sequence) instead of --data's token file;
+ * before gt_run_start. src stays the caller's, alive until gt_run_destroy.
+ * Every rank gives the same rows: each replica reads its share of them. */
+gt_status gt_run_set_source(gt_run *r, const gt_loader_source *src);
 /* Plans, builds the model and its trainer, resumes from the newest
  * checkpoint, and starts what the options ask for. --print-plan prints
  * the plan here; gt_run_train then does nothing. */
