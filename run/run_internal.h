@@ -1,6 +1,6 @@
-/* The run's handle, shared by its files: run.c opens, starts and trains;
- * rebuild.c builds the model for a layout and rebuilds it at a reshape or
- * a re-cut. */
+/* The run's handle, shared by its files: run.c opens and ends it, start.c
+ * starts it, train.c trains; rebuild.c builds the model for a layout and
+ * rebuilds it at a reshape or a re-cut. */
 #ifndef GIANT_RUN_INTERNAL_H
 #define GIANT_RUN_INTERNAL_H
 
@@ -56,6 +56,12 @@ struct gt_run {
 gt_status run_fail(gt_run *r, int code, const char *what, gt_status s);
 /* The message alone (a failure the run recovers from). */
 void run_report(const gt_run *r, const char *what, gt_status s);
+
+/* A failure to read the data is the input's, unless memory ran out. */
+static inline int run_input_code(gt_status s) { return s == GT_ENOMEM ? GT_RUN_EXIT_FAILED : GT_RUN_EXIT_INPUT; }
+/* After a reshape (start.c): this rank's place, and rebalancing and the
+ * fail-slow monitor started again at the new layout. */
+gt_status run_after_reshape(gt_run *r);
 
 /* The model cut into the plan's pipeline stages at first (first[s]: stage
  * s's first layer), or by the stage speeds when first is NULL (NULL speeds:

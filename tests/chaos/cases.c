@@ -406,6 +406,23 @@ static void case_nan(chaos_env *env, chaos_result *r) {
   chaos_job_free(&j);
 }
 
+/* A job meant to fail: it failed as expected (ok, r->summary says how),
+ * left no process behind and its keys in etcd as an ended job's. Frees j. */
+static void judge_failed_job(chaos_job *j, chaos_result *r, bool ok) {
+  char why[1024];
+  int procs = chaos_job_processes(j);
+  if (!ok) {
+    failf(r, "%s\n%s", r->summary, tail(j));
+  } else if (procs != 0) {
+    failf(r, "%d process(es) of the job left", procs);
+  } else if (chaos_job_keys(j, why, sizeof why) != 0) {
+    failf(r, "etcd: %s", why);
+  } else {
+    r->passed = true;
+  }
+  chaos_job_free(j);
+}
+
 /* ---- a worker that always exits 1: the job's restarts are bounded, the
  * job fails with the worker's failure named, and nothing hangs. */
 static void case_crash_loop(chaos_env *env, chaos_result *r) {
@@ -426,18 +443,7 @@ static void case_crash_loop(chaos_env *env, chaos_result *r) {
   r->job_s = j.t_end - j.t0;
   bool all_failed = true;
   for (int i = 0; i < c.nodes; i++) all_failed &= j.code[i] == 1;
-  char why[1024];
-  int procs = chaos_job_processes(&j);
-  if (!all_failed || restarts != 3 || !named) {
-    failf(r, "%s\n%s", r->summary, tail(&j));
-  } else if (procs != 0) {
-    failf(r, "%d process(es) of the job left", procs);
-  } else if (chaos_job_keys(&j, why, sizeof why) != 0) {
-    failf(r, "etcd: %s", why);
-  } else {
-    r->passed = true;
-  }
-  chaos_job_free(&j);
+  judge_failed_job(&j, r, all_failed && restarts == 3 && named);
 }
 
 /* ---- the data file truncated while the job trains, under --reshape: the
@@ -468,18 +474,7 @@ static void case_bad_data(chaos_env *env, chaos_result *r) {
   snprintf(r->summary, sizeof r->summary, "data truncated after step %d: agents exited %d %d %d %.1f s later%s; "
            "%d worker(s) restarted alone", at, j.code[0], j.code[1], j.code[2], j.t_end - t_fault,
            named ? ", the error named" : "", alone);
-  char why[1024];
-  int procs = chaos_job_processes(&j);
-  if (!all_failed || !named || alone) {
-    failf(r, "%s\n%s", r->summary, tail(&j));
-  } else if (procs != 0) {
-    failf(r, "%d process(es) of the job left", procs);
-  } else if (chaos_job_keys(&j, why, sizeof why) != 0) {
-    failf(r, "etcd: %s", why);
-  } else {
-    r->passed = true;
-  }
-  chaos_job_free(&j);
+  judge_failed_job(&j, r, all_failed && named && !alone);
 }
 
 /* ---- the newest checkpoint corrupted before a full restart: the restart

@@ -1,0 +1,145 @@
+/* The training loop (giant/run.h, gt_run_train): a step, the checkpoint
+ * after it, the fail-slow monitor and the ladder's decision, rebalancing,
+ * the copies of single-owner state, exclusions, joins, and the in-process
+ * reshape after a failed step. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "giant/grid.h"
+#include "giant/log.h"
+#include "failslow.h"
+#include "ladder.h"
+#include "run_internal.h"
+
+/* --reshape with --failslow: a slow rank, or the ranks behind a slow
+ * link, may be left out (the ladder's S3); they leave, in one epoch, and
+ * the others reshape without them. Returns whether this rank left. */
+static bool leave_if_excluded(gt_run *r, const int *excluded, int nexcl, int step, gt_status *s) {
+  bool me = false;
+  for (int k = 0; k < nexcl; k++) me |= excluded[k] == r->job->rank;
+  if (!me) return false;
+  int epoch = 0, gen[GT_MEMBERS_MAX];
+  for (int k = 0; k < nexcl; k++) gen[k] = r->rsh.members[excluded[k]];
+  *s = gt_members_remove_set(r->job->store, r->rsh.gen_world, gen, nexcl, &epoch);
+  printf("%s: excluded after step %d (pid %d): membership epoch %d goes on without rank %d\n", r->o.program, step,
+         (int)getpid(), epoch, r->rsh.gen_rank);
+  if (*s != GT_OK) run_fail(r, GT_RUN_EXIT_FAILED, "leaving the job", *s);
+  else r->rc = GT_RUN_EXIT_OK;
+  return true;
+}
+
+/* After a failed step (failed) or with ranks to take in: the ranks left
+ * go on at a new layout, trying the next membership epoch when another
+ * rank is lost meanwhile (the old layout is intact until a reshape
+ * succeeds). */
+static gt_status reshape_and_go_on(gt_run *r, bool failed, int step) {
+  /* Fail-slow monitoring and rebalancing were set up for the old layout. */
+  run_rebalance_destroy(r->rb), r->rb = NULL;
+  gt_failslow_destroy(r->failslow), r->failslow = NULL;
+  if (!failed) gt_job_step(r->job, step);
+  gt_status s = run_reshape_now(r, !failed);
+  for (int retry = 0; s != GT_OK && s != GT_ECANCELED && !r->rsh.state_lost && retry < RUN_RESHAPE_RETRIES; retry++) {
+    run_report(r, "reshaping (trying the next membership epoch)", s);
+    s = run_reshape_now(r, false);
+  }
+  if (s != GT_OK) /* GT_ECANCELED: the job went on without this rank */
+    return run_fail(r, s == GT_ECANCELED ? GT_RUN_EXIT_FAILED : GT_RUN_EXIT_RESTART, "reshaping", s);
+  return run_after_reshape(r);
+}
+
+/* What the ladder may do in this job now (ladder.h). */
+static run_ladder_caps ladder_caps(const gt_run *r) {
+  run_ladder_caps c = {.rows = r->rb && r->plan.layout.dp > 1, .recut = r->rb && run_rebalance_recut_enabled(r->rb),
+                       .exclude = r->o.reshape, .restart = r->ckpt && r->job->world_size > 1};
+  (void)run_ladder_parse(r->o.ladder, &c); /* gt_run_parse checked it */
+  return c;
+}
+
+/* The ladder's S4: a checkpoint of this step, committed, then every rank
+ * exits for giantrun to restart the job from it in fresh processes. */
+static gt_status restart_now(gt_run *r) {
+  int step = gt_trainer_step_index(r->tr);
+  gt_status s = step % r->ckpt_args.every ? gt_ckpt_save(r->ckpt) : GT_OK; /* this step's, unless saved already */
+  if (s == GT_OK) s = gt_ckpt_wait(r->ckpt);
+  if (s != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "saving before the ladder's restart", s);
+  if (r->lead)
+    printf("%s: ladder: restart: checkpoint of step %d committed; every worker exits %d for giantrun to restart the "
+           "job from it\n", r->o.program, step, GT_RUN_EXIT_RESTART);
+  fflush(stdout);
+  gt_job_done(r->job);
+  r->rc = GT_RUN_EXIT_RESTART;
+  return GT_OK;
+}
+
+/* A failed step whose cause is the data file (changed under the loader)
+ * is the input's: no retry, no reshape. */
+static bool input_failed(const gt_run *r) { return gt_loader_file_failed(r->loader); }
+
+gt_status gt_run_train(gt_run *r) {
+  if (!r || !r->started || r->rsh.job_finished) return GT_OK; /* --print-plan, or nothing left to join */
+  const gt_run_options *a = &r->o;
+  gt_status s = GT_OK;
+  gt_step_stats st = {0}, first = {0};
+  gt_failslow_report report;
+  int cut_first[GT_REBALANCE_MAX_STAGES + 1];
+  int start = gt_trainer_step_index(r->tr);
+  for (int i = start; i < a->steps; i++) {
+    bool failed = (s = gt_trainer_step(r->tr, r->loader, &st)) != GT_OK ||
+                  (s = run_ckpt_after_step(&r->ckpt_args, r->ckpt, r->tr, r->lead)) != GT_OK ||
+                  (s = run_failslow_after_step(r->failslow, &st, &report)) != GT_OK;
+    /* The ladder's one decision on what the monitor found, then its rung. */
+    run_ladder_action act = {.rung = GT_LADDER_NONE};
+    if (!failed && r->failslow) {
+      run_ladder_caps caps = ladder_caps(r);
+      run_ladder_decide(&r->rsh, r->job, &r->plan, &report, &caps, a->steps - (i + 1), r->lead, &act);
+    }
+    bool urge = act.rung == GT_LADDER_REBALANCE || act.rung == GT_LADDER_RECUT;
+    failed = failed ||
+             (r->rb && (s = run_rebalance_after_step(r->rb, r->tr, &st, r->failslow ? &report : NULL, urge, r->lead)) !=
+                           GT_OK) ||
+             (a->reshape && (s = run_mirror_after_step(&r->rsh, r->tr, st.seconds, r->lead)) != GT_OK);
+    if (failed && input_failed(r)) return run_fail(r, GT_RUN_EXIT_INPUT, "training", s);
+    if (!failed && act.rung == GT_LADDER_RESTART) return restart_now(r);
+    if (leave_if_excluded(r, act.ranks, act.rung == GT_LADDER_EXCLUDE ? act.n : 0, i + 1, &s)) return s;
+    /* --reshape: ranks restarted alone ask to join, every few steps. */
+    bool grow = act.rung == GT_LADDER_EXCLUDE && act.n > 0;
+    if (!failed && !grow && a->reshape && r->dist && (i + 1) % RUN_JOIN_CHECK_EVERY == 0)
+      failed = (s = run_reshape_check_joins(&r->rsh, r->job, gt_grid_world(gt_dist_grid(r->dist)), &grow)) != GT_OK;
+    if (failed || grow) {
+      if (failed) run_fail(r, GT_RUN_EXIT_FAILED, "training", s);
+      if (failed && (!a->reshape || r->job->world_size == 1 || run_ckpt_stop_signal())) return s;
+      GT_TRY(reshape_and_go_on(r, failed, i + 1));
+      i = gt_trainer_step_index(r->tr) - 1;
+      continue;
+    }
+    if (run_rebalance_take_recut(r->rb, cut_first)) {
+      gt_ckpt_destroy(r->ckpt); /* after the save in flight; made again on the new trainer */
+      r->ckpt = NULL;
+      s = run_recut(r, r->shares[r->plan.me.dp], cut_first);
+      if (s == GT_OK) s = run_ckpt_rebind(&r->ckpt_args, r->job, r->tr, r->loader, &r->ckpt);
+      if (s != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "re-cutting the pipeline", s);
+    }
+    if (i == start) first = st;
+    gt_job_step(r->job, i + 1); /* giantrun's hang detection watches this */
+    if (run_ckpt_stop_signal()) {
+      if (r->lead) printf("%s: signal %d: stopping after step %d\n", r->o.program, run_ckpt_stop_signal(), i + 1);
+      r->rc = 128 + run_ckpt_stop_signal();
+      return GT_OK;
+    }
+  }
+  /* --delayed-update: the last step's gradients are still held. */
+  if ((s = gt_trainer_flush(r->tr)) != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "applying the last update", s);
+  run_ckpt_finish(&r->ckpt_args, r->ckpt, r->tr, r->lead);
+  if (a->reshape && r->lead) run_reshape_finish(&r->rsh, r->job); /* for a rank still asking to join */
+  gt_job_done(r->job);
+  run_failslow_summary(r->failslow, r->lead);
+  /* A run that resumed where training ends (a restart after the last
+   * step's checkpoint) took no step: it has no loss to show. */
+  if (r->lead && start < a->steps) printf("loss %.6f -> %.6f over steps %d..%d\n", first.loss, st.loss, start, a->steps);
+  else if (r->lead) printf("no steps left: resumed at step %d of %d\n", start, a->steps);
+  r->trained = true;
+  r->rc = GT_RUN_EXIT_OK;
+  return GT_OK;
+}
