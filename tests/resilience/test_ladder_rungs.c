@@ -11,7 +11,8 @@
  *            exits 75 and giantrun restarts the job from it (the slowness
  *            played in generation 0 only), which then trains to the end.
  * Each case checks the ladder's line names the rung, that the rung ran
- * within a few steps of the flag, and that the job ended 0. */
+ * within a few steps of the flag, and that the job ended 0. And
+ * rebalancing goes on after a reshape, at the new layout. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -144,8 +145,34 @@ static void test_restart(void **state) {
   if (!strstr(res_line, "over steps ")) run_fail(&res, "the restarted job did not train to the end");
 }
 
+/* Rebalancing goes on after a reshape, at the new layout: three ranks at
+ * dp=3 with --rebalance --reshape, rank 2 killed at step 10 (GT_FAULT
+ * crash), rank 1 made x3 slow from step 25. The two left reshape to dp=2,
+ * and rows then move off rank 1's replica (it was not rebalanced at all
+ * after a reshape before). */
+static void test_rebalance_after_reshape(void **state) {
+  (void)state;
+  char steps[16];
+  snprintf(steps, sizeof steps, "%d", STEPS);
+  char *argv[] = {giantrun, "--standalone", "--nproc-per-node", "3", "--plan", "dp=3", "--reshape", gpt, "--corpus",
+                  text, "--data", data, "--steps", steps, "--layers", "4", "--channels", "64", "--heads", "4", "--seq",
+                  "32", "--global-batch", "12", "--accum", "2", "--sample", "0", "--print-every", "0", "--rebalance",
+                  "--rebalance-local", NULL};
+  /* 80 small steps, a reshape, rows moved: ~10 s, ~60 s under ASan on
+   * loaded cores; 600 s. */
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=crash:rank=2,at=10;slow:rank=1,factor=3,from=25", NULL}, 600,
+          &res);
+  if (res.exit_code != 0) run_fail(&res, "giantrun: exit %d, its output above", res.exit_code);
+  const char *reshaped = strstr(res.output, "[rank 0] gpt: reshaped in ");
+  if (!reshaped || !strstr(reshaped, " of 2 in membership epoch")) run_fail(&res, "no reshape to two ranks");
+  int moved = step_of(reshaped, "rebalance after step ", "rebalance after step ");
+  print_message("reshaped to dp=2; rows moved after step %d\n", moved);
+  if (moved < 25) run_fail(&res, "no rows moved after the reshape, off the slow replica (from step 25)");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_rebalance_after_reshape),
       cmocka_unit_test(test_rows),
       cmocka_unit_test(test_recut),
       cmocka_unit_test(test_exclude),
