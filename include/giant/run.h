@@ -20,9 +20,11 @@
  * checkpoints asynchronously (--ckpt-*); watch for fail-slow ranks
  * (--failslow) and carry out the mitigation ladder's decision: rows
  * between replicas and the pipeline re-cut (--rebalance), leaving a slow
- * rank out (--reshape); reshape in-process when a rank dies (--reshape),
- * taking the state from the peers, or from the newest checkpoint where no
- * rank left holds it; take back ranks that rejoin; skip non-finite steps
+ * rank out (--reshape), or a restart from a checkpoint of the step
+ * (--ckpt-dir; --ladder forces a rung); reshape in-process when a rank
+ * dies (--reshape), taking the state from the peers, or rolling back to
+ * the newest checkpoint where no rank left holds some of it; take back
+ * ranks that rejoin; skip non-finite steps
  * (--skip-nonfinite); and end cleanly, letting the save in flight commit.
  *
  * The data is --data's token file, or rows the program gives
