@@ -1,7 +1,8 @@
 # Installs the Debian packages Giant needs, when any is missing.
 # Sourced by the quick-start scripts and by .ci/run.
 GIANT_PACKAGES="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev fortunes \
-libgrpc-dev libprotobuf-c-dev protobuf-c-compiler etcd-server etcd-client libssl-dev openssl iproute2"
+libgrpc-dev libprotobuf-c-dev protobuf-c-compiler etcd-server etcd-client libssl-dev openssl iproute2 \
+procps util-linux"
 
 # giant_install_deps [PACKAGES]: installs those missing of PACKAGES (default:
 # GIANT_PACKAGES).
