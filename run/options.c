@@ -10,6 +10,7 @@
 #include "giant/pipeline.h"
 #include "giant/run.h"
 #include "giant/trainer.h"
+#include "ladder.h"
 
 void gt_run_options_init(gt_run_options *o) {
   *o = (gt_run_options){.data = "data/fortunes.tok", .device = "cpu", .precision = "fp32", .optimizer = "adamw",
@@ -214,11 +215,8 @@ static gt_status from_env_and_check(gt_run_options *o) {
   if (env_reshape && !strcmp(env_reshape, "1")) o->reshape = true;
   if (strcmp(o->failslow_clock, "auto") && strcmp(o->failslow_clock, "cpu") && strcmp(o->failslow_clock, "wall"))
     return gt_errorf(GT_EINVAL, "--failslow-clock takes auto, cpu or wall, not '%s'", o->failslow_clock);
-  static const char *rungs[] = {"auto", "none", "rows", "recut", "exclude", "restart"};
-  bool known = false;
-  for (int k = 0; k < 6; k++) known |= !strcmp(o->ladder, rungs[k]);
-  if (!known)
-    return gt_errorf(GT_EINVAL, "--ladder takes auto, none, rows, recut, exclude or restart, not '%s'", o->ladder);
+  run_ladder_caps policy;
+  GT_TRY(run_ladder_parse(o->ladder, &policy));
   if (o->rebalance_local && !o->rebalance)
     return gt_errorf(GT_EINVAL, "--rebalance-local says who decides --rebalance: give --rebalance too");
   if (o->offload_optimizer && strcmp(o->offload_optimizer, "host") != 0 &&

@@ -23,7 +23,6 @@ gt_status run_fail(gt_run *r, int code, const char *what, gt_status s) {
   return s;
 }
 
-
 gt_status gt_run_open(const gt_run_options *o, gt_run **out) {
   gt_run *r = calloc(1, sizeof *r);
   *out = r;
@@ -38,6 +37,7 @@ gt_status gt_run_open(const gt_run_options *o, gt_run **out) {
   if (s == GT_OK) s = gt_precision_parse(o->precision, &r->precision);
   if (s == GT_OK) s = gt_pp_parse(o->schedule, &r->schedule);
   if (s == GT_OK) s = gt_device_parse(o->device, &bc);
+  if (s == GT_OK) s = run_ladder_parse(o->ladder, &r->ladder);
   if (s != GT_OK) return run_fail(r, GT_RUN_EXIT_USAGE, "the options", s);
   if (o->offload_optimizer && !strncmp(o->offload_optimizer, "disk:", 5)) r->state_dir = o->offload_optimizer + 5;
   bc.num_threads = o->threads;

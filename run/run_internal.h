@@ -13,6 +13,7 @@
 #include "giant/run.h"
 #include "giant/trainer.h"
 #include "checkpoint.h"
+#include "ladder.h"
 #include "rebalance.h"
 #include "reshape.h"
 
@@ -46,6 +47,7 @@ struct gt_run {
   int cap;               /* the most one replica may take: its activations' rows */
   int launch_cap;        /* cap at launch, which a reshape keeps within */
   gt_failslow *failslow;
+  run_ladder_caps ladder; /* --ladder, parsed once; what the job can do is filled at each decision */
   run_reshape rsh;       /* --reshape: the membership, and the copies on a peer */
   char metrics[4096];    /* this rank's metrics file, "" for none */
   char reshaped_gen[96];

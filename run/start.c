@@ -158,7 +158,7 @@ static bool wall_clock(const gt_run *r) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   long need = (long)(r->job->local_world_size > 0 ? r->job->local_world_size : 1) * gt_backend_num_threads(r->be);
   bool wall = cores > 0 && need <= cores;
-  if (r->lead && r->o.failslow && gt_backend_kind(r->be) == GT_DEVICE_CPU)
+  if (r->lead && gt_backend_kind(r->be) == GT_DEVICE_CPU)
     printf("%s: fail-slow: compute timed by %s (%d rank(s) of %d thread(s) on this node's %ld cores)\n", r->o.program,
            wall ? "the wall clock" : "CPU time", r->job->local_world_size, gt_backend_num_threads(r->be), cores);
   return wall;
@@ -176,11 +176,15 @@ static gt_status print_plan(gt_run *r, int rows) {
   return run_print_memory(r->be, r->m, r->kind == GT_OPTIM_ADAMW ? 2 : 1, r->o.accum, stdout);
 }
 
+/* Whether --rebalance has anything to move at the layout now: rows between
+ * replicas, or layers between stages. */
+static bool rebalancing(const gt_run *r) { return r->o.rebalance && (r->plan.layout.dp > 1 || r->plan.layout.pp > 1); }
+
 /* --rebalance at the layout now, where there is something to move: rows
  * between replicas and, where the state can move between stages
  * (gt_trainer_move_state: not with ZeRO-1's shards), the pipeline cut. */
 static gt_status start_rebalance(gt_run *r, int rows) {
-  if (!r->o.rebalance || (r->plan.layout.dp < 2 && r->plan.layout.pp < 2)) return GT_OK;
+  if (!rebalancing(r)) return GT_OK;
   GT_TRY(run_rebalance_create(&r->plan, r->dist, r->be, r->shares, r->cap, r->job, r->o.rebalance_local, &r->rb));
   if (r->plan.layout.pp > 1 && r->plan.layout.pp <= GT_REBALANCE_MAX_STAGES && r->plan.chunks == 1 && !r->plan.zero1)
     run_rebalance_enable_recut(r->rb, rows, r->o.seq);
@@ -240,7 +244,7 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
     return run_fail(r, GT_RUN_EXIT_USAGE, "reading the annotations", s);
   if ((s = shared_peak(r)) != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "measuring the machine", s);
   if ((s = choose_plan(r, &ann)) != GT_OK) return run_fail(r, GT_RUN_EXIT_USAGE, "planning", s);
-  bool rebalance = a->rebalance && (r->plan.layout.dp > 1 || r->plan.layout.pp > 1);
+  bool rebalance = rebalancing(r);
   double speeds[GT_PLANNER_MAX_STAGES];
   int rows, offset, cap;
   if ((s = share_rows(r, rebalance, &ann, speeds, &rows, &offset, &cap)) != GT_OK)
@@ -273,11 +277,12 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
     r->rc = GT_RUN_EXIT_OK;
     return GT_OK;
   }
-  const char *metrics = r->lead ? a->metrics : NULL;
-  if (a->metrics && metrics_per_rank(a->metrics, r->job->rank, r->metrics, sizeof r->metrics)) metrics = r->metrics;
-  else snprintf(r->metrics, sizeof r->metrics, "%s", metrics ? metrics : "");
+  /* The lead's metrics file, or every rank's own with a %r in it. */
+  if (!a->metrics || !metrics_per_rank(a->metrics, r->job->rank, r->metrics, sizeof r->metrics))
+    snprintf(r->metrics, sizeof r->metrics, "%s", r->lead && a->metrics ? a->metrics : "");
+  const char *metrics = r->metrics[0] ? r->metrics : NULL;
   r->tc = (gt_trainer_config){.optim = gt_optim_defaults(r->kind), .grad_clip = a->clip, .grad_accum = a->accum,
-                              .metrics_path = r->metrics[0] ? r->metrics : NULL,
+                              .metrics_path = metrics,
                               .print_every = r->lead ? a->print_every : 0,
                               .schedule = {.lr_max = a->lr, .lr_min = a->min_lr, .warmup = a->warmup, .total = a->steps},
                               .dist = r->dist, .no_overlap = a->no_overlap, .precision = r->precision,
