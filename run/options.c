@@ -102,7 +102,7 @@ static const char *run_usage =
     "  --print-every N     print every N steps (default 10)\n"
     "fail-slow detection (2 or more ranks):\n"
     "  --failslow          gather every rank's step telemetry and flag slow ranks and links\n"
-    "  --failslow-theta X  slowdown that counts, as a fraction (default 0.25)\n"
+    "  --failslow-theta X  slowdown that counts, as a fraction (default 0.25; a rank of two: 0.4)\n"
     "  --failslow-k N      consecutive steps (compute) or probes (link) to flag (default 5)\n"
     "  --failslow-warmup N steps learnt before any verdict (default 10)\n"
     "  --failslow-window N steps of history for the noise and the wait baseline (default 50)\n"
@@ -112,7 +112,7 @@ static const char *run_usage =
     "  --failslow-clock C  on the CPU, a rank's compute is its wall time (wall: what other processes\n"
     "                      take of its cores counts as its slowness) or its CPU time (cpu: the OS\n"
     "                      sharing cores among the job's own ranks does not); auto: wall when the\n"
-    "                      node's ranks and threads fit its cores, else cpu (default auto)\n"
+    "                      node's ranks and threads leave a core spare, else cpu (default auto)\n"
     "exit status: 0 done, 1 failed (giantrun restarts), 2 bad flags, 65 bad input data (neither\n"
     "  restarted), 75 restart every worker from the newest checkpoint, 128+N stopped by signal N\n";
 

@@ -147,20 +147,24 @@ static gt_status share_rows(gt_run *r, bool rebalance, const gt_annotations *ann
 }
 
 /* --failslow-clock: whether a CPU rank's compute is timed by the wall
- * clock. auto, with --failslow: when the node's ranks, each with its threads, fit its cores,
- * a rank has cores of its own and what other processes take of them is its
- * slowness; when they do not, the OS shares the cores among the job's own
- * ranks, which is no one rank's slowness, and CPU time is fairer. */
+ * clock. auto, with --failslow: when the node's ranks, each with its
+ * threads, fit its cores with one to spare, a rank has cores of its own and
+ * what other processes take of them is its slowness. When they do not, the
+ * OS shares the cores among the job's own ranks, and the agent, etcd and
+ * the ranks' helper threads run on the ranks' cores too: their work would
+ * read as the slowness of whichever rank it lands beside, and CPU time is
+ * fairer. */
 static bool wall_clock(const gt_run *r) {
   const char *c = r->o.failslow_clock ? r->o.failslow_clock : "auto";
-  if (strcmp(c, "auto")) return !strcmp(c, "wall");
-  if (!r->o.failslow) return false; /* the clock is the detector's: --rebalance alone keeps CPU time */
+  bool chosen = strcmp(c, "auto") != 0;
+  if (!chosen && !r->o.failslow) return false; /* the clock is the detector's: --rebalance alone keeps CPU time */
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   long need = (long)(r->job->local_world_size > 0 ? r->job->local_world_size : 1) * gt_backend_num_threads(r->be);
-  bool wall = cores > 0 && need <= cores;
-  if (r->lead && gt_backend_kind(r->be) == GT_DEVICE_CPU)
-    printf("%s: fail-slow: compute timed by %s (%d rank(s) of %d thread(s) on this node's %ld cores)\n", r->o.program,
-           wall ? "the wall clock" : "CPU time", r->job->local_world_size, gt_backend_num_threads(r->be), cores);
+  bool wall = chosen ? !strcmp(c, "wall") : cores > 0 && need < cores;
+  if (r->lead && r->o.failslow && gt_backend_kind(r->be) == GT_DEVICE_CPU)
+    printf("%s: fail-slow: compute timed by %s (%s; %d rank(s) of %d thread(s) on this node's %ld cores)\n",
+           r->o.program, wall ? "the wall clock" : "CPU time", chosen ? "--failslow-clock" : "auto",
+           r->job->local_world_size, gt_backend_num_threads(r->be), cores);
   return wall;
 }
 

@@ -38,7 +38,7 @@ GT_API_BEGIN
 
 typedef struct gt_detector_config {
   int nranks;
-  double theta;       /* slowdown that counts, as a fraction; 0: 0.25 */
+  double theta;       /* slowdown that counts, as a fraction; 0: 0.25, or 0.4 for two ranks */
   int k;              /* steps in a row above it to flag; 0: 5 */
   int warmup;         /* steps the predictor learns before any verdict; 0: 10 */
   int window;         /* steps of clean residuals that set sigma; 0: 50 */

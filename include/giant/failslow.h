@@ -53,7 +53,7 @@ typedef struct gt_failslow_verdict {
 } gt_failslow_verdict;
 
 typedef struct gt_failslow_config {
-  double theta;        /* slowdown that counts, as a fraction; 0: 0.25 */
+  double theta;        /* slowdown that counts, as a fraction; 0: 0.25 (compute verdicts of two ranks: 0.4) */
   int k;               /* consecutive steps (compute) or probes (link) to flag; 0: 5 */
   int warmup;          /* gathered steps before any verdict; 0: 10 */
   int window;          /* gathered steps of history (noise, wait baseline); 0: 50 */

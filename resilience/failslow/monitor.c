@@ -54,6 +54,9 @@ gt_status gt_failslow_create(gt_dist *dist, const gt_model *m, const gt_failslow
   if (!fs) return gt_errorf(GT_ENOMEM, "out of memory creating the fail-slow monitor");
   fs->cfg = *cfg;
   gt_failslow_config *k = &fs->cfg;
+  /* The compute verdicts' theta is left to the detector (0: its default
+   * for the job's size); the link's is 0.25 by default. */
+  double compute_theta = k->theta;
   if (k->theta == 0) k->theta = 0.25;
   if (k->k == 0) k->k = 5;
   if (k->warmup == 0) k->warmup = 10;
@@ -94,7 +97,7 @@ gt_status gt_failslow_create(gt_dist *dist, const gt_model *m, const gt_failslow
   }
   free(stage);
   if (s == GT_OK) {
-    gt_detector_config dc = {.nranks = fs->n, .theta = k->theta, .k = k->k, .warmup = k->warmup, .window = k->window,
+    gt_detector_config dc = {.nranks = fs->n, .theta = compute_theta, .k = k->k, .warmup = k->warmup, .window = k->window,
                              .relative_fits = true};
     s = gt_detector_create(&dc, fs->pred, &fs->det);
   }

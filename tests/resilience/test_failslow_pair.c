@@ -1,10 +1,12 @@
 /* Fail-slow in a job of two ranks, slowed by real CPU contention: examples/gpt
  * at dp=2 under giantrun --standalone --reshape --failslow, each worker
  * pinned to a core of its own (taskset), one thread each. Once rank 0's
- * metrics show step ONSET, two busy loops are pinned to rank 1's core: the
- * OS gives rank 1 about a third of its core, rank 0 keeps its own. With
- * both ranks fitting the machine's cores, their compute is timed by the
- * wall clock (--failslow-clock auto), so the other processes' share of
+ * metrics show step ONSET, six busy loops are pinned to rank 1's core: the
+ * OS gives rank 1 a fifth to a third of its core (a task that sleeps in
+ * its waits gets more than an even share), rank 0 keeps its own: x3 to x5,
+ * past the x2 at which leaving rank 1 out beats waiting for it. Each rank
+ * has a core of its own, so its compute is timed by the wall clock
+ * (--failslow-clock wall), and the other processes' share of
  * rank 1's core is its slowness; the detector judges each of the two
  * ranks against the other. Rank 1 is flagged within 10 steps of the onset,
  * the ladder leaves it out (S3), and rank 0 trains on alone to the end.
@@ -26,7 +28,7 @@
 
 #include "common/run_cmd.h"
 
-enum { ONSET = 40, STEPS = 400, HOGS = 2 };
+enum { ONSET = 40, STEPS = 400, HOGS = 6 };
 
 static char gpt[512], giantrun[512], dir[64], text[128], data[128];
 static pid_t hogs[HOGS];
@@ -87,7 +89,7 @@ static void test_contention_on_one_of_two(void **state) {
     execl(giantrun, giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "dp=2", "--reshape", "--ckpt-dir",
           ck, "--ckpt-every", "50", wrap, gpt, "--corpus", text, "--data", data, "--steps", steps, "--layers", "2",
           "--channels", "64", "--heads", "4", "--seq", "64", "--batch", "4", "--sample", "0", "--print-every", "0",
-          "--failslow", "--metrics", metrics, (char *)NULL);
+          "--failslow", "--failslow-clock", "wall", "--metrics", metrics, (char *)NULL);
     _exit(127);
   }
   /* Step ONSET: ~2 s of 40 ms steps, ~20 s on loaded cores; 300 s. */

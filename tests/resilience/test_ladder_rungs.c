@@ -10,7 +10,11 @@
  *   restart  dp=2, --ckpt-dir: a checkpoint of the step, then every worker
  *            exits 75 and giantrun restarts the job from it (the slowness
  *            played in generation 0 only), which then trains to the end.
- * Each case checks the ladder's line names the rung, that the rung ran
+ * The bar is x2 (--failslow-theta 1): what is tested is the rungs, and
+ * two unpinned ranks on two shared cores now and then read x1.4-1.8 for
+ * a few steps before the fault, which would take the forced rung early
+ * (how soon x1.5 is flagged, test_failslow_pair and test_failslow_job
+ * show). Each case checks the ladder's line names the rung, that the rung ran
  * within a few steps of the flag, and that the job ended 0. And
  * rebalancing goes on after a reshape, at the new layout. */
 #include <setjmp.h>
@@ -74,7 +78,8 @@ static void run_case(const char *plan, const char *ladder, const char *const *ex
   char *argv[64] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", (char *)plan, "--max-restarts", "1",
                     wrap, gpt, "--corpus", text, "--data", data, "--steps", steps, "--layers", "4", "--channels",
                     "64", "--heads", "4", "--seq", "32", "--batch", "4", "--accum", "2", "--sample", "0",
-                    "--print-every", "0", "--failslow", "--failslow-clock", "cpu", "--ladder", (char *)ladder};
+                    "--print-every", "0", "--failslow", "--failslow-clock", "cpu", "--failslow-theta", "1",
+                    "--ladder", (char *)ladder};
   int k = 0;
   while (argv[k]) k++;
   for (int i = 0; extra[i]; i++) argv[k++] = !strcmp(extra[i], "CK") ? ck : (char *)extra[i];
