@@ -366,10 +366,14 @@ int workers_fatal(const worker_group *g, char *why, size_t n) {
     const worker *w = &g->w[i];
     if (!w->exited || w->pid == 0 || !WIFEXITED(w->status)) continue;
     int c = WEXITSTATUS(w->status);
-    if (c != WORKER_EXIT_USAGE && c != WORKER_EXIT_INPUT && c != WORKER_EXIT_NOEXEC && c != WORKER_EXIT_NOTFOUND)
+    if (c != WORKER_EXIT_USAGE && c != WORKER_EXIT_INPUT && c != WORKER_EXIT_DIVERGED && c != WORKER_EXIT_NOEXEC &&
+        c != WORKER_EXIT_NOTFOUND)
       continue;
     snprintf(why, n, "worker rank %d (pid %ld) exited with status %d, %s that a restart cannot mend", w->rank,
-             (long)w->pid, c, c == WORKER_EXIT_INPUT ? "bad input data" : "a usage or configuration error");
+             (long)w->pid, c,
+             c == WORKER_EXIT_INPUT      ? "bad input data"
+             : c == WORKER_EXIT_DIVERGED ? "training diverged,"
+                                         : "a usage or configuration error");
     return 1;
   }
   return 0;

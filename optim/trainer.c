@@ -453,6 +453,7 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
     return gt_errorf(GT_ESTATE, "step %d is pending after a failed commit vote: resolve it first "
                      "(gt_trainer_resolve_step)", t->step);
   gt_step_stats st = {.step = t->step, .micro_batches = t->cfg.grad_accum};
+  t->nonfinite = false;
   if (loader) t->step_row = st.first_row = gt_loader_next_row(loader), t->row_step = t->step;
   double t0 = gt_now(), loss_sum = 0;
   gt_group *tp = t->dist ? gt_dist_tp_group(t->dist) : NULL;
@@ -532,6 +533,7 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
 
 bool gt_trainer_step_pending(const gt_trainer *t) { return t->pending; }
 bool gt_trainer_params_partial(const gt_trainer *t) { return t->params_partial; }
+bool gt_trainer_diverged(const gt_trainer *t) { return t->nonfinite; }
 bool gt_trainer_step_row(const gt_trainer *t, uint64_t *row, int *step) {
   if (t->row_step < 0) return false;
   *row = t->step_row, *step = t->row_step;

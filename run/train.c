@@ -77,6 +77,11 @@ static gt_status restart_now(gt_run *r) {
  * is the input's: no retry, no reshape. */
 static bool input_failed(const gt_run *r) { return gt_loader_file_failed(r->loader); }
 
+/* A step that diverged failed on every rank alike (the loss and the norm
+ * are the job's): the job ends with it, at once, rather than reshaping or
+ * restarting into the same steps. */
+static bool diverged(const gt_run *r) { return gt_trainer_diverged(r->tr); }
+
 gt_status gt_run_train(gt_run *r) {
   if (!r || !r->started || r->rsh.job_finished) return GT_OK; /* --print-plan, or nothing left to join */
   const gt_run_options *a = &r->o;
@@ -101,6 +106,7 @@ gt_status gt_run_train(gt_run *r) {
                            GT_OK) ||
              (a->reshape && (s = run_mirror_after_step(&r->rsh, r->tr, st.seconds, r->lead)) != GT_OK);
     if (failed && input_failed(r)) return run_fail(r, GT_RUN_EXIT_INPUT, "training", s);
+    if (failed && diverged(r)) return run_fail(r, GT_RUN_EXIT_DIVERGED, "training", s);
     if (!failed && act.rung == GT_LADDER_RESTART) return restart_now(r);
     if (leave_if_excluded(r, act.ranks, act.rung == GT_LADDER_EXCLUDE ? act.n : 0, i + 1, &s)) return s;
     /* --reshape: ranks restarted alone ask to join, every few steps. */

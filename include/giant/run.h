@@ -50,6 +50,8 @@ GT_API_BEGIN
 #define GT_RUN_EXIT_FAILED 1  /* a failure a restart may mend */
 #define GT_RUN_EXIT_USAGE 2   /* bad flags or configuration: never restarted */
 #define GT_RUN_EXIT_INPUT 65  /* bad input data (EX_DATAERR): never restarted, with or without --reshape */
+#define GT_RUN_EXIT_DIVERGED 70 /* training diverged (non-finite past --skip-nonfinite): every rank sees the same
+                                  reduced loss and norm, so no restart or reshape mends it; never restarted */
 #define GT_RUN_EXIT_RESTART 75 /* the in-process reshape failed: restart every worker from the newest checkpoint */
 
 /* The run's flags, each with its default (gt_run_options_init). */

@@ -127,6 +127,10 @@ gt_status gt_trainer_resolve_step(gt_trainer *t, bool apply);
  * shards, so after one that failed: of the parameters, only this rank's
  * shard is current. */
 bool gt_trainer_params_partial(const gt_trainer *t);
+/* True when the last step failed on a non-finite loss or gradient norm
+ * that skip_nonfinite could not get past ("training diverged"). Both are
+ * reduced over the job, so every rank fails that step alike. */
+bool gt_trainer_diverged(const gt_trainer *t);
 /* Where the data stream stood when the last gt_trainer_step began: the
  * loader's next row (gt_loader_next_row) and that step's index; false
  * before the first. A step that does not finish leaves the loader past

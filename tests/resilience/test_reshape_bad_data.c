@@ -7,7 +7,8 @@
  * its header; holding a token id past its vocabulary; missing; or cut
  * short while training. Each worker reports the error and exits 65 (bad
  * input data, GT_RUN_EXIT_INPUT), which giantrun never retries: both
- * agents exit 1, naming the error, and no worker is restarted. Both
+ * agents exit 1, naming the error, and no worker is restarted. Training
+ * that diverges (a NaN loss every rank sees) ends the job alike. Both
  * programs are tried, examples/gpt and examples/custom_layer: neither has
  * any of this code of its own. */
 #include <signal.h>
@@ -54,7 +55,10 @@ static void patch(const char *path, long offset, const void *bytes, size_t len) 
   assert_int_equal(fclose(f), 0);
 }
 
-typedef enum { WRONG_MAGIC, SHORT_HEADER, TOKEN_PAST_VOCAB, MISSING, TRUNCATED_IN_USE } damage;
+/* DIVERGING is good data that training cannot get past: a NaN loss at
+ * step 3 (GT_FAULT) with --skip-nonfinite 0 fails that step on every rank
+ * alike, which exits 70 (GT_RUN_EXIT_DIVERGED). */
+typedef enum { WRONG_MAGIC, SHORT_HEADER, TOKEN_PAST_VOCAB, MISSING, TRUNCATED_IN_USE, DIVERGING } damage;
 
 static const char *prepare(damage d, const char *path) {
   switch (d) {
@@ -82,6 +86,9 @@ static const char *prepare(damage d, const char *path) {
     case TRUNCATED_IN_USE:
       write_tokens(path, 200000);
       return "truncated or replaced while in use";
+    case DIVERGING:
+      write_tokens(path, 20000);
+      return "loss nan";
   }
   return NULL;
 }
@@ -113,7 +120,10 @@ static void play(const char *program, damage d) {
     snprintf(corpus, sizeof corpus, "%s/no-such-corpus", dir);
     const char *gpt_args[] = {"--layers", "1", "--heads", "2", "--sample", "0", "--corpus", corpus, NULL};
     for (int k = 0; gpt && gpt_args[k]; k++) args[n++] = gpt_args[k];
+    if (d == DIVERGING) args[n++] = "--skip-nonfinite", args[n++] = "0";
+    if (d == DIVERGING) setenv("GT_FAULT", "nan:rank=0,at=3", 1);
     assert_int_equal(agent_start(&a[i], log, args), 0);
+    unsetenv("GT_FAULT");
   }
   if (d == TRUNCATED_IN_USE) {
     /* Training under way, then the file cut to its first 100 tokens. */
@@ -132,12 +142,13 @@ static void play(const char *program, damage d) {
       dump_log(&a[i]);
       fail_msg("%s: a worker with bad input was restarted", program);
     }
-    named |= strstr(text, words) != NULL && strstr(text, "bad input data") != NULL;
+    const char *why = d == DIVERGING ? "training diverged" : "bad input data";
+    named |= strstr(text, words) != NULL && strstr(text, why) != NULL;
     free(text);
   }
   if (!named) {
     dump_log(&a[0]), dump_log(&a[1]);
-    fail_msg("%s: neither agent's log names the error ('%s') as bad input data", program, words);
+    fail_msg("%s: neither agent's log names the error ('%s') and why the job ends", program, words);
   }
   /* Nothing of the job left running ("[/]tmp/...": a pattern that the
    * shell running pgrep, whose command line holds it, does not match). */
@@ -150,12 +161,12 @@ static void play(const char *program, damage d) {
 
 static void test_gpt_bad_files(void **state) {
   (void)state;
-  for (int d = WRONG_MAGIC; d <= TRUNCATED_IN_USE; d++) play("examples/gpt", (damage)d);
+  for (int d = WRONG_MAGIC; d <= DIVERGING; d++) play("examples/gpt", (damage)d);
 }
 
 static void test_custom_layer_bad_files(void **state) {
   (void)state;
-  for (int d = WRONG_MAGIC; d <= TRUNCATED_IN_USE; d++) play("examples/custom_layer", (damage)d);
+  for (int d = WRONG_MAGIC; d <= DIVERGING; d++) play("examples/custom_layer", (damage)d);
 }
 
 int main(void) {
