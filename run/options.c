@@ -113,8 +113,9 @@ static const char *run_usage =
     "                      take of its cores counts as its slowness) or its CPU time (cpu: the OS\n"
     "                      sharing cores among the job's own ranks does not); auto: wall when the\n"
     "                      node's ranks and threads leave a core spare, else cpu (default auto)\n"
-    "exit status: 0 done, 1 failed (giantrun restarts), 2 bad flags, 65 bad input data (neither\n"
-    "  restarted), 75 restart every worker from the newest checkpoint, 128+N stopped by signal N\n";
+    "exit status: 0 done, 1 failed (giantrun restarts), 2 bad flags, 65 bad input data, 70 training\n"
+    "  diverged (none of the three restarted), 75 restart every worker from the newest checkpoint,\n"
+    "  128+N stopped by signal N\n";
 
 const char *gt_run_usage(void) { return run_usage; }
 
