@@ -95,8 +95,9 @@ int workers_any_running(const worker_group *g);
  * them, with or without --reshape. 2 is a usage or configuration error
  * (Giant's programs and most command-line tools exit 2 on bad flags); 65
  * is bad input data (EX_DATAERR: a token file that is missing, malformed
- * or truncated); 70 is training that diverged, alike on every rank; 126 and 127 are the shell's "cannot execute" and "not
- * found" (an exec that failed exits 127 too). */
+ * or truncated); 70 is training that diverged, alike on every rank; 126
+ * and 127 are the shell's "cannot execute" and "not found" (an exec that
+ * failed exits 127 too). */
 #define WORKER_EXIT_USAGE GT_RUN_EXIT_USAGE
 #define WORKER_EXIT_INPUT GT_RUN_EXIT_INPUT
 #define WORKER_EXIT_DIVERGED GT_RUN_EXIT_DIVERGED

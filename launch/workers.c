@@ -372,7 +372,7 @@ int workers_fatal(const worker_group *g, char *why, size_t n) {
     snprintf(why, n, "worker rank %d (pid %ld) exited with status %d, %s that a restart cannot mend", w->rank,
              (long)w->pid, c,
              c == WORKER_EXIT_INPUT      ? "bad input data"
-             : c == WORKER_EXIT_DIVERGED ? "training diverged,"
+             : c == WORKER_EXIT_DIVERGED ? "a divergence of training"
                                          : "a usage or configuration error");
     return 1;
   }

@@ -16,7 +16,8 @@ GT_API_BEGIN
  * predictor and fail-slow detection (giant/predictor.h). Fixed size, so that
  * ranks can exchange it as it is. Times are this rank's own. */
 typedef struct gt_step_telemetry {
-  int rank;          /* world rank */
+  int rank;          /* the trainer's: the rank as launched (GT_RANK), which a reshape does not renumber;
+                        gt_failslow_step's gather: the rank in the world it gathers over */
   int layers;        /* layers this rank holds (its pipeline stages') */
   int micro_batches; /* micro-batches this rank ran */
   int64_t tokens;    /* this rank's B*T summed over its micro-batches */

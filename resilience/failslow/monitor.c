@@ -97,8 +97,8 @@ gt_status gt_failslow_create(gt_dist *dist, const gt_model *m, const gt_failslow
   }
   free(stage);
   if (s == GT_OK) {
-    gt_detector_config dc = {.nranks = fs->n, .theta = compute_theta, .k = k->k, .warmup = k->warmup, .window = k->window,
-                             .relative_fits = true};
+    gt_detector_config dc = {.nranks = fs->n, .theta = compute_theta, .k = k->k, .warmup = k->warmup,
+                             .window = k->window, .relative_fits = true};
     s = gt_detector_create(&dc, fs->pred, &fs->det);
   }
   if (s == GT_OK) s = gt_failslow_link_init(fs);
