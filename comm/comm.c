@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "giant/log.h"
+#include "giant/protocol.h"
 #include "comm/comm_internal.h"
 #include "comm/wire.h"
 
@@ -413,7 +414,7 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
   }
 
   gt_comm_integrity integrity = cfg->integrity;
-  const char *ie = getenv("GT_COMM_INTEGRITY");
+  const char *ie = getenv(GT_ENV_COMM_INTEGRITY);
   if (integrity == GT_COMM_INTEGRITY_DEFAULT && ie && *ie) {
     if (!strcmp(ie, "mac")) integrity = GT_COMM_INTEGRITY_MAC;
     else if (!strcmp(ie, "headers")) integrity = GT_COMM_INTEGRITY_HEADERS;

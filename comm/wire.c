@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "giant/log.h"
+#include "giant/protocol.h"
 
 static void put32(uint8_t *p, uint32_t v) {
   p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
@@ -261,7 +262,7 @@ gt_status gt_wire_accept(int lfd, double deadline, const atomic_int *abort_flag,
 }
 
 gt_status gt_wire_secret(const char *given, const char **out) {
-  const char *s = given ? given : getenv("GT_JOB_SECRET");
+  const char *s = given ? given : getenv(GT_ENV_JOB_SECRET);
   if (!s || !*s)
     return gt_errorf(GT_EINVAL, "no job secret: set GT_JOB_SECRET (the same random string on every rank) or pass one in the config");
   /* A short secret falls to a guess offline: anyone who sees one handshake

@@ -10,7 +10,7 @@
 #include <sys/types.h>
 
 #include "giant/rdzv.h"
-#include "giant/run.h"
+#include "giant/protocol.h"
 #include "giant/status.h"
 
 typedef struct agent_opts {
@@ -84,7 +84,7 @@ int workers_failed(const worker_group *g, char *why, size_t n);
 /* The index of the worker workers_failed names, or -1. */
 int workers_failed_index(const worker_group *g);
 /* A worker's exit status that asks for a restart of every worker (the
- * in-process reshape failed: EX_TEMPFAIL; giant/run.h holds the protocol). */
+ * in-process reshape failed: EX_TEMPFAIL; giant/protocol.h holds the protocol). */
 #define WORKER_EXIT_RESTART GT_RUN_EXIT_RESTART
 /* 1 when a worker of the round, released or not, has reported a step:
  * the job is training. */

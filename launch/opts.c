@@ -6,6 +6,7 @@
 
 #include "giant/etcd.h"
 #include "giant/options.h"
+#include "giant/protocol.h"
 #include "launch/agent.h"
 
 static const char usage[] =
@@ -202,8 +203,8 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
     return usage_error("--standalone starts its own etcd, which has no users: drop --rdzv-user%s", "");
   if (o->password_file && gt_etcd_read_password(o->password_file, o->password, sizeof o->password) != GT_OK)
     return usage_error("%s", gt_last_error());
-  if (!o->comm_integrity && getenv("GT_COMM_INTEGRITY") && *getenv("GT_COMM_INTEGRITY"))
-    o->comm_integrity = getenv("GT_COMM_INTEGRITY"); /* the workers get it as they would have */
+  if (!o->comm_integrity && getenv(GT_ENV_COMM_INTEGRITY) && *getenv(GT_ENV_COMM_INTEGRITY))
+    o->comm_integrity = getenv(GT_ENV_COMM_INTEGRITY); /* the workers get it as they would have */
   if (o->comm_integrity && strcmp(o->comm_integrity, "headers") && strcmp(o->comm_integrity, "mac"))
     return usage_error("--comm-integrity '%s': use headers or mac", o->comm_integrity);
   if (o->log_dir && !*o->log_dir) return usage_error("--log-dir is empty%s", "");

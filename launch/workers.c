@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "giant/log.h"
+#include "giant/protocol.h"
 #include "launch/agent.h"
 #include "launch/keeper.h"
 
@@ -23,11 +24,13 @@ extern char **environ;
 #define LINE_MAX_BYTES 65536
 
 static const char *const our_vars[] = {
-    "GT_RANK=", "GT_LOCAL_RANK=", "GT_WORLD_SIZE=", "GT_LOCAL_WORLD_SIZE=", "GT_NODE_RANK=",
-    "GT_NNODES=", "GT_GENERATION=", "GT_RESTART_COUNT=", "GT_JOB_ID=", "GT_STORE=",
-    "GT_STORE_CACERT=", "GT_STORE_CERT=", "GT_STORE_KEY=", "GT_STORE_USER=", "GT_STORE_PASSWORD_FILE=",
-    "GT_JOB_SECRET=", "GT_PLAN=", "GT_COMM_INTEGRITY=",
-    "GT_PROGRESS_FD=", "GT_CKPT_DIR=", "GT_CKPT_EVERY=", "GT_CKPT_KEEP=", "GT_COORD=", "GT_RESHAPE=", "GT_JOIN=", NULL};
+    GT_ENV_RANK "=", GT_ENV_LOCAL_RANK "=", GT_ENV_WORLD_SIZE "=", GT_ENV_LOCAL_WORLD_SIZE "=",
+    GT_ENV_NODE_RANK "=", GT_ENV_NNODES "=", GT_ENV_GENERATION "=", GT_ENV_RESTART_COUNT "=",
+    GT_ENV_JOB_ID "=", GT_ENV_STORE "=", GT_ENV_STORE_CACERT "=", GT_ENV_STORE_CERT "=",
+    GT_ENV_STORE_KEY "=", GT_ENV_STORE_USER "=", GT_ENV_STORE_PASSWORD_FILE "=", GT_ENV_JOB_SECRET "=",
+    GT_ENV_PLAN "=", GT_ENV_COMM_INTEGRITY "=", GT_ENV_PROGRESS_FD "=", GT_ENV_CKPT_DIR "=",
+    GT_ENV_CKPT_EVERY "=", GT_ENV_CKPT_KEEP "=", GT_ENV_COORD "=", GT_ENV_RESHAPE "=", GT_ENV_JOIN "=",
+    NULL};
 
 static int ours(const char *e) {
   for (int i = 0; our_vars[i]; i++)
@@ -79,33 +82,33 @@ static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, in
     if (*s == ',' && k + 1 < sizeof eps) eps[k++] = *s++;
   }
   eps[k] = 0;
-  bad |= env_add(e, "GT_RANK=%d", r->rank_base + local);
-  bad |= env_add(e, "GT_LOCAL_RANK=%d", local);
-  bad |= env_add(e, "GT_WORLD_SIZE=%d", r->world_size);
-  bad |= env_add(e, "GT_LOCAL_WORLD_SIZE=%d", r->nproc);
-  bad |= env_add(e, "GT_NODE_RANK=%d", r->node_rank);
-  bad |= env_add(e, "GT_NNODES=%d", r->nnodes);
-  bad |= env_add(e, "GT_GENERATION=%ld", r->generation);
-  bad |= env_add(e, "GT_RESTART_COUNT=%d", r->restarts);
-  bad |= env_add(e, "GT_JOB_ID=%s", o->job_id);
-  bad |= env_add(e, "GT_STORE=%s://%s%s", tls ? "etcds" : "etcd", eps, r->store_prefix);
-  bad |= env_add(e, "GT_JOB_SECRET=%s", r->secret);
-  if (o->cacert) bad |= env_add(e, "GT_STORE_CACERT=%s", o->cacert);
-  if (o->cert) bad |= env_add(e, "GT_STORE_CERT=%s", o->cert);
-  if (o->key) bad |= env_add(e, "GT_STORE_KEY=%s", o->key);
+  bad |= env_add(e, GT_ENV_RANK "=%d", r->rank_base + local);
+  bad |= env_add(e, GT_ENV_LOCAL_RANK "=%d", local);
+  bad |= env_add(e, GT_ENV_WORLD_SIZE "=%d", r->world_size);
+  bad |= env_add(e, GT_ENV_LOCAL_WORLD_SIZE "=%d", r->nproc);
+  bad |= env_add(e, GT_ENV_NODE_RANK "=%d", r->node_rank);
+  bad |= env_add(e, GT_ENV_NNODES "=%d", r->nnodes);
+  bad |= env_add(e, GT_ENV_GENERATION "=%ld", r->generation);
+  bad |= env_add(e, GT_ENV_RESTART_COUNT "=%d", r->restarts);
+  bad |= env_add(e, GT_ENV_JOB_ID "=%s", o->job_id);
+  bad |= env_add(e, GT_ENV_STORE "=%s://%s%s", tls ? "etcds" : "etcd", eps, r->store_prefix);
+  bad |= env_add(e, GT_ENV_JOB_SECRET "=%s", r->secret);
+  if (o->cacert) bad |= env_add(e, GT_ENV_STORE_CACERT "=%s", o->cacert);
+  if (o->cert) bad |= env_add(e, GT_ENV_STORE_CERT "=%s", o->cert);
+  if (o->key) bad |= env_add(e, GT_ENV_STORE_KEY "=%s", o->key);
   /* The password's file, not the password: the environment is easier to
    * leak (a core dump, a debugger, a child's error report) than a file of
    * mode 0600. */
-  if (o->user) bad |= env_add(e, "GT_STORE_USER=%s", o->user);
-  if (o->password_file) bad |= env_add(e, "GT_STORE_PASSWORD_FILE=%s", o->password_file);
-  if (o->plan) bad |= env_add(e, "GT_PLAN=%s", o->plan);
-  if (o->comm_integrity) bad |= env_add(e, "GT_COMM_INTEGRITY=%s", o->comm_integrity);
-  if (o->reshape) bad |= env_add(e, "GT_RESHAPE=1");
-  bad |= env_add(e, "GT_PROGRESS_FD=%d", progress_fd);
-  bad |= env_add(e, "GT_COORD=leader"); /* the agents campaign: a leader decides mitigation */
-  if (o->ckpt_dir) bad |= env_add(e, "GT_CKPT_DIR=%s", o->ckpt_dir);
-  if (o->ckpt_every) bad |= env_add(e, "GT_CKPT_EVERY=%d", o->ckpt_every);
-  if (o->ckpt_keep) bad |= env_add(e, "GT_CKPT_KEEP=%d", o->ckpt_keep);
+  if (o->user) bad |= env_add(e, GT_ENV_STORE_USER "=%s", o->user);
+  if (o->password_file) bad |= env_add(e, GT_ENV_STORE_PASSWORD_FILE "=%s", o->password_file);
+  if (o->plan) bad |= env_add(e, GT_ENV_PLAN "=%s", o->plan);
+  if (o->comm_integrity) bad |= env_add(e, GT_ENV_COMM_INTEGRITY "=%s", o->comm_integrity);
+  if (o->reshape) bad |= env_add(e, GT_ENV_RESHAPE "=1");
+  bad |= env_add(e, GT_ENV_PROGRESS_FD "=%d", progress_fd);
+  bad |= env_add(e, GT_ENV_COORD "=" GT_COORD_LEADER); /* the agents campaign: a leader decides mitigation */
+  if (o->ckpt_dir) bad |= env_add(e, GT_ENV_CKPT_DIR "=%s", o->ckpt_dir);
+  if (o->ckpt_every) bad |= env_add(e, GT_ENV_CKPT_EVERY "=%d", o->ckpt_every);
+  if (o->ckpt_keep) bad |= env_add(e, GT_ENV_CKPT_KEEP "=%d", o->ckpt_keep);
   return bad;
 }
 
@@ -191,7 +194,7 @@ gt_status workers_start(worker_group *g, const agent_opts *o, const gt_rdzv_roun
     if (pipe2(prog, O_CLOEXEC) != 0) return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
     env_list e = {0};
     /* A node rejoining a running round: its workers ask to join it. */
-    gt_status st = make_env(&e, o, r, i, prog[1]) || (r->rejoin && env_add(&e, "GT_JOIN=1"))
+    gt_status st = make_env(&e, o, r, i, prog[1]) || (r->rejoin && env_add(&e, GT_ENV_JOIN "=1"))
                        ? gt_errorf(GT_ENOMEM, "out of memory")
                        : GT_OK;
     if (st == GT_OK) st = open_log(w, o, r->generation);
@@ -218,8 +221,8 @@ gt_status workers_respawn(worker_group *g, int i, const agent_opts *o, const gt_
   int prog[2];
   if (pipe2(prog, O_CLOEXEC) != 0) return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
   env_list e = {0};
-  gt_status st = make_env(&e, o, r, i, prog[1]) || env_add(&e, "GT_JOIN=1") ? gt_errorf(GT_ENOMEM, "out of memory")
-                                                                            : GT_OK;
+  gt_status st =
+      make_env(&e, o, r, i, prog[1]) || env_add(&e, GT_ENV_JOIN "=1") ? gt_errorf(GT_ENOMEM, "out of memory") : GT_OK;
   if (st == GT_OK) st = spawn(w, o, e.v, prog);
   env_free(&e);
   if (prog[0] >= 0) close(prog[0]);

@@ -13,6 +13,7 @@
 #include "giant/log.h"
 #include "giant/plan.h"
 #include "giant/pp_exec.h"
+#include "giant/protocol.h"
 #include "optim/layer_update.h"
 #include "optim/telemetry.h"
 
@@ -215,7 +216,7 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
   /* Faults name a worker as it was launched (GT_RANK), which stays its
    * name when a reshape numbers the ranks left anew. */
-  const char *launched = getenv("GT_RANK");
+  const char *launched = getenv(GT_ENV_RANK);
   int fault_rank = launched && *launched ? atoi(launched) : plan ? plan->rank : 0;
   if (s == GT_OK) s = gt_fault_from_env(fault_rank, &t->faults);
   if (s == GT_OK && t->dist) s = gt_fault_apply_links(&t->faults, gt_dist_grid(t->dist));

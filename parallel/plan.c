@@ -2,6 +2,7 @@
 #include "giant/grid.h"
 #include "giant/plan.h"
 #include "giant/planner.h"
+#include "giant/protocol.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +57,7 @@ static const char *const factor_name[3] = {"dp", "tp", "pp"};
  * the planner chooses), and where it came from. */
 static gt_status fixed_factors(const gt_plan_config *cfg, int chunks, int f[3], gt_plan_source src[3],
                                bool *automatic) {
-  const char *text = cfg->layout ? cfg->layout : getenv("GT_PLAN");
+  const char *text = cfg->layout ? cfg->layout : getenv(GT_ENV_PLAN);
   GT_TRY(parse_factors(text, f, automatic));
   const gt_annotations *a = cfg->annotations;
   int ann[3] = {0, 0, 0};
@@ -102,7 +103,7 @@ gt_status gt_plan_resolve(const gt_plan_config *cfg, gt_plan *out) {
   int f[3];
   gt_plan_source src[3];
   GT_TRY(fixed_factors(cfg, out->chunks, f, src, &out->automatic));
-  const char *text = cfg->layout ? cfg->layout : getenv("GT_PLAN");
+  const char *text = cfg->layout ? cfg->layout : getenv(GT_ENV_PLAN);
   /* The planner's choice, for what is left open. */
   const gt_grid_layout *pl = cfg->planner;
   int planned[3] = {pl ? pl->dp : 0, pl ? pl->tp : 1, pl ? pl->pp : 1};

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "giant/log.h"
+#include "giant/protocol.h"
 
 #ifdef GIANT_HAVE_ETCD
 /* How often the decision is read: a few times a step at most. */
@@ -26,8 +27,8 @@ struct run_coord_link {
 };
 
 bool run_coord_led(gt_job *job) {
-  const char *c = getenv("GT_COORD");
-  return c && !strcmp(c, "leader") && gt_job_etcd(job) != NULL;
+  const char *c = getenv(GT_ENV_COORD);
+  return c && !strcmp(c, GT_COORD_LEADER) && gt_job_etcd(job) != NULL;
 }
 
 static void *link_main(void *arg) {

@@ -8,6 +8,7 @@
 #include "giant/backend.h"
 #include "giant/optim.h"
 #include "giant/pipeline.h"
+#include "giant/protocol.h"
 #include "giant/run.h"
 #include "giant/trainer.h"
 #include "ladder.h"
@@ -207,12 +208,12 @@ static gt_status from_env_and_check(gt_run_options *o) {
   GT_TRY(gt_precision_parse(o->precision, &precision));
   GT_TRY(gt_pp_parse(o->schedule, &schedule));
   GT_TRY(gt_device_parse(o->device, &bc));
-  if (!o->ckpt_dir && getenv("GT_CKPT_DIR") && *getenv("GT_CKPT_DIR")) o->ckpt_dir = getenv("GT_CKPT_DIR");
-  GT_TRY(env_int("GT_CKPT_EVERY", &o->ckpt_every));
-  GT_TRY(env_int("GT_CKPT_KEEP", &o->ckpt_keep));
+  if (!o->ckpt_dir && getenv(GT_ENV_CKPT_DIR) && *getenv(GT_ENV_CKPT_DIR)) o->ckpt_dir = getenv(GT_ENV_CKPT_DIR);
+  GT_TRY(env_int(GT_ENV_CKPT_EVERY, &o->ckpt_every));
+  GT_TRY(env_int(GT_ENV_CKPT_KEEP, &o->ckpt_keep));
   if (o->ckpt_dir && !o->ckpt_every)
     return gt_errorf(GT_EINVAL, "checkpoints in %s need --ckpt-every N (or GT_CKPT_EVERY)", o->ckpt_dir);
-  const char *env_reshape = getenv("GT_RESHAPE");
+  const char *env_reshape = getenv(GT_ENV_RESHAPE);
   if (env_reshape && !strcmp(env_reshape, "1")) o->reshape = true;
   if (strcmp(o->failslow_clock, "auto") && strcmp(o->failslow_clock, "cpu") && strcmp(o->failslow_clock, "wall"))
     return gt_errorf(GT_EINVAL, "--failslow-clock takes auto, cpu or wall, not '%s'", o->failslow_clock);

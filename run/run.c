@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "giant/protocol.h"
 #include "run_internal.h"
 
 void run_report(const gt_run *r, const char *what, gt_status s) {
@@ -47,7 +48,7 @@ gt_status gt_run_open(const gt_run_options *o, gt_run **out) {
   r->lead = r->job->rank == 0;
   /* A worker giantrun restarted alone joins the running job (--reshape):
    * it builds no layout of its own and takes its state from the others. */
-  const char *env_join = getenv("GT_JOIN");
+  const char *env_join = getenv(GT_ENV_JOIN);
   r->joining = o->reshape && env_join && !strcmp(env_join, "1") && r->job->world_size > 1;
   if ((s = gt_backend_create(&bc, &r->be)) != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "starting the backend", s);
   return GT_OK;

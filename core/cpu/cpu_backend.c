@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/cpu/cpu_internal.h"
+#include "giant/protocol.h"
 
 gt_status gt_cpu_alloc(gt_backend *be, size_t bytes, void **ptr) {
   (void)be;
@@ -39,7 +40,7 @@ void gt_cpu_destroy(gt_backend *be) {
  * workers do not oversubscribe the machine; else every core. */
 static int default_threads(void) {
   if (getenv("OMP_NUM_THREADS")) return omp_get_max_threads();
-  const char *lws = getenv("GT_LOCAL_WORLD_SIZE");
+  const char *lws = getenv(GT_ENV_LOCAL_WORLD_SIZE);
   long cores = sysconf(_SC_NPROCESSORS_ONLN), workers = lws ? strtol(lws, NULL, 10) : 1;
   if (cores < 1) cores = 1;
   if (workers < 1) workers = 1;

@@ -28,6 +28,7 @@
 #include "giant/planner.h"
 #include "giant/pp_exec.h"
 #include "giant/predictor.h"
+#include "giant/protocol.h"
 #include "giant/rdzv.h"
 #include "giant/rebalance.h"
 #include "giant/run.h"

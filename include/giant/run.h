@@ -41,18 +41,13 @@
 #include "giant/data.h"
 #include "giant/model.h"
 #include "giant/options.h"
+#include "giant/protocol.h"
 #include "giant/status.h"
 
 GT_API_BEGIN
 
-/* Exit statuses of a worker, as giantrun reads them. */
-#define GT_RUN_EXIT_OK 0
-#define GT_RUN_EXIT_FAILED 1  /* a failure a restart may mend */
-#define GT_RUN_EXIT_USAGE 2   /* bad flags or configuration: never restarted */
-#define GT_RUN_EXIT_INPUT 65  /* bad input data (EX_DATAERR): never restarted, with or without --reshape */
-#define GT_RUN_EXIT_DIVERGED 70 /* training diverged (non-finite past --skip-nonfinite): every rank sees the same
-                                  reduced loss and norm, so no restart or reshape mends it; never restarted */
-#define GT_RUN_EXIT_RESTART 75 /* the in-process reshape failed: restart every worker from the newest checkpoint */
+/* A worker's exit statuses, GT_RUN_EXIT_*, are giantrun's protocol:
+ * giant/protocol.h. */
 
 /* The run's flags, each with its default (gt_run_options_init). */
 typedef struct gt_run_options {

@@ -12,6 +12,7 @@
 #include "giant/comm.h"
 #include "giant/etcd.h"
 #include "giant/init.h"
+#include "giant/protocol.h"
 #include "giant/store.h"
 
 typedef struct job_impl {
@@ -80,13 +81,13 @@ static gt_status open_etcd_store(job_impl *j, const char *url, int tls) {
   if (n + 1 >= sizeof endpoints) return gt_errorf(GT_EINVAL, "GT_STORE: the endpoint list is too long");
   endpoints[n] = 0;
   gt_etcd_config cfg = {.endpoints = endpoints,
-                        .cacert = getenv("GT_STORE_CACERT"),
-                        .cert = getenv("GT_STORE_CERT"),
-                        .key = getenv("GT_STORE_KEY"),
-                        .user = getenv("GT_STORE_USER"),
+                        .cacert = getenv(GT_ENV_STORE_CACERT),
+                        .cert = getenv(GT_ENV_STORE_CERT),
+                        .key = getenv(GT_ENV_STORE_KEY),
+                        .user = getenv(GT_ENV_STORE_USER),
                         .timeout_ms = 10000};
   char password[256];
-  const char *pw_file = getenv("GT_STORE_PASSWORD_FILE");
+  const char *pw_file = getenv(GT_ENV_STORE_PASSWORD_FILE);
   if (cfg.user && !pw_file) return gt_errorf(GT_EINVAL, "GT_STORE_USER is set but GT_STORE_PASSWORD_FILE is not");
   if (cfg.user) GT_TRY(gt_etcd_read_password(pw_file, password, sizeof password));
   if (cfg.user) cfg.password = password;
@@ -119,7 +120,7 @@ static gt_status init_alone(job_impl *j) {
   gt_job *p = &j->pub;
   p->world_size = p->local_world_size = 1;
   snprintf(p->job_id, sizeof p->job_id, "local");
-  GT_TRY(env_copy("GT_PLAN", 0, p->plan, sizeof p->plan));
+  GT_TRY(env_copy(GT_ENV_PLAN, 0, p->plan, sizeof p->plan));
   unsigned char raw[32];
   if (RAND_bytes(raw, sizeof raw) != 1) return gt_errorf(GT_EBACKEND, "OpenSSL RAND_bytes failed");
   for (size_t i = 0; i < sizeof raw; i++) snprintf(p->secret + 2 * i, 3, "%02x", raw[i]);
@@ -132,7 +133,7 @@ static gt_status init_alone(job_impl *j) {
  * waits on its agent; close-on-exec: the worker's own children don't hold it. */
 static gt_status open_progress(job_impl *j) {
   long fd;
-  GT_TRY(env_long("GT_PROGRESS_FD", 0, -1, -1, INT_MAX, &fd));
+  GT_TRY(env_long(GT_ENV_PROGRESS_FD, 0, -1, -1, INT_MAX, &fd));
   if (fd < 0) return GT_OK;
   int fl = fcntl((int)fd, F_GETFL);
   if (fl < 0) return gt_errorf(GT_EINVAL, "GT_PROGRESS_FD=%ld is not an open file descriptor", fd);
@@ -145,25 +146,25 @@ static gt_status open_progress(job_impl *j) {
 static gt_status init_env(job_impl *j) {
   gt_job *p = &j->pub;
   long world, rank, lworld, lrank, node, gen;
-  GT_TRY(env_long("GT_WORLD_SIZE", 1, 1, 1, 1L << 20, &world));
-  GT_TRY(env_long("GT_RANK", 1, 0, 0, world - 1, &rank));
-  GT_TRY(env_long("GT_LOCAL_WORLD_SIZE", 0, world, 1, world, &lworld));
-  GT_TRY(env_long("GT_LOCAL_RANK", 0, rank, 0, lworld - 1, &lrank));
-  GT_TRY(env_long("GT_NODE_RANK", 0, 0, 0, world - 1, &node));
-  GT_TRY(env_long("GT_GENERATION", 0, 0, 0, LONG_MAX / 2, &gen));
+  GT_TRY(env_long(GT_ENV_WORLD_SIZE, 1, 1, 1, 1L << 20, &world));
+  GT_TRY(env_long(GT_ENV_RANK, 1, 0, 0, world - 1, &rank));
+  GT_TRY(env_long(GT_ENV_LOCAL_WORLD_SIZE, 0, world, 1, world, &lworld));
+  GT_TRY(env_long(GT_ENV_LOCAL_RANK, 0, rank, 0, lworld - 1, &lrank));
+  GT_TRY(env_long(GT_ENV_NODE_RANK, 0, 0, 0, world - 1, &node));
+  GT_TRY(env_long(GT_ENV_GENERATION, 0, 0, 0, LONG_MAX / 2, &gen));
   p->world_size = (int)world, p->rank = (int)rank, p->local_world_size = (int)lworld;
   p->local_rank = (int)lrank, p->node_rank = (int)node, p->generation = gen;
-  GT_TRY(env_copy("GT_JOB_ID", 0, p->job_id, sizeof p->job_id));
+  GT_TRY(env_copy(GT_ENV_JOB_ID, 0, p->job_id, sizeof p->job_id));
   if (!p->job_id[0]) snprintf(p->job_id, sizeof p->job_id, "job");
-  GT_TRY(env_copy("GT_PLAN", 0, p->plan, sizeof p->plan));
-  GT_TRY(env_copy("GT_JOB_SECRET", 1, p->secret, sizeof p->secret));
+  GT_TRY(env_copy(GT_ENV_PLAN, 0, p->plan, sizeof p->plan));
+  GT_TRY(env_copy(GT_ENV_JOB_SECRET, 1, p->secret, sizeof p->secret));
   GT_TRY(open_progress(j));
   /* The agent forwards output line by line; a pipe would otherwise be
    * block-buffered, delaying step lines and losing the last ones before a
    * kill. */
   fflush(stdout);
   setvbuf(stdout, NULL, _IOLBF, 0);
-  const char *url = getenv("GT_STORE");
+  const char *url = getenv(GT_ENV_STORE);
   if (!url || !*url) return gt_errorf(GT_EINVAL, "GT_STORE is not set: start workers with giantrun (it sets etcd://...)");
   if (strncmp(url, "etcd://", 7) == 0) return open_etcd_store(j, url, 0);
   if (strncmp(url, "etcds://", 8) == 0) return open_etcd_store(j, url, 1);
@@ -177,7 +178,7 @@ gt_status gt_init(gt_job **out) {
   job_impl *j = calloc(1, sizeof *j);
   if (!j) return gt_errorf(GT_ENOMEM, "out of memory");
   j->progress_fd = -1;
-  gt_status st = getenv("GT_WORLD_SIZE") ? init_env(j) : init_alone(j);
+  gt_status st = getenv(GT_ENV_WORLD_SIZE) ? init_env(j) : init_alone(j);
   if (st == GT_OK)
     snprintf(j->pub.generation_name, sizeof j->pub.generation_name, "gen%ld", j->pub.generation);
   if (st != GT_OK) {
