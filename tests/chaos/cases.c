@@ -262,7 +262,23 @@ static void case_slow_link(chaos_env *env, chaos_result *r) {
   double ms;
   int n = reshaped(j.out, WORLD - CHAOS_NPROC, &ms), pairs = count_of(j.out, "fail-slow: link ") -
                                                                 count_of(j.out, "fail-slow: link of rank ");
-  int compute = count_of(j.out, " compute x");
+  /* Compute verdicts: on the ranks behind the link (the fault taken for
+   * the wrong kind), and any the ladder acted on. A rank of the four left,
+   * on steps of 3 ms of which it computes 1.5 (one row of six), was seen
+   * x1.35 in CPU time for 25 steps, 75 steps after the exclusion, in 1 of
+   * 8 runs: a true reading of a small burst, which the ladder rightly left
+   * as is (it holds nobody up: the ranks of two rows take longer); that
+   * is no failure of this case. */
+  int compute = count_of(j.out, " compute x"), compute_node = 0, acted = 0;
+  for (int k = 0; k < CHAOS_NPROC; k++) {
+    char line[64];
+    snprintf(line, sizeof line, "fail-slow: rank %d compute x", NODE * CHAOS_NPROC + k);
+    compute_node += count_of(j.out, line);
+  }
+  for (const char *p = j.out ? strstr(j.out, "ladder: rank ") : NULL; p; p = strstr(p + 1, "ladder: rank ")) {
+    size_t len = strcspn(p, "\n");
+    acted += !(len >= 7 && !strncmp(p + len - 7, ": as is", 7));
+  }
   r->recover_ms = ms; /* the reshape without them, as for a slow rank */
   /* The ladder's numbers, as the lead logged them. */
   char ladder[200] = "no ladder line";
@@ -270,10 +286,19 @@ static void case_slow_link(chaos_env *env, chaos_result *r) {
   if (lp) snprintf(ladder, sizeof ladder, "%.*s", (int)strcspn(lp, "\n"), lp);
   snprintf(r->summary, sizeof r->summary,
            "node %d's link limited to %d Mbit/s at step %d: %d of its %d ranks flagged behind a slow link at step "
-           "%d (%d pair and %d compute verdicts); left out after step %d (%s); %d ranks reshaped without them",
-           NODE, RATE_KBIT / 1000, at, flagged, CHAOS_NPROC, step, pairs, compute, left_at, ladder, n);
-  if (at < 0 || flagged != CHAOS_NPROC || pairs != 0 || compute != 0 || left_at < 0 || n != WORLD - CHAOS_NPROC)
-    failf(r, "%s\n%s", r->summary, tail(&j));
+           "%d (%d pair and %d compute verdicts, %d on its ranks, %d acted on); left out after step %d (%s); %d "
+           "ranks reshaped without them",
+           NODE, RATE_KBIT / 1000, at, flagged, CHAOS_NPROC, step, pairs, compute, compute_node, acted, left_at,
+           ladder, n);
+  /* A compute verdict, which the tail of the output may not hold: its
+   * line, and the ladder's after it. */
+  char verdict[400] = "";
+  const char *cv = compute && j.out ? strstr(j.out, " compute x") : NULL;
+  while (cv && cv > j.out && cv[-1] != '\n') cv--;
+  if (cv) snprintf(verdict, sizeof verdict, "first compute verdict: %.*s\n", (int)strcspn(cv, "\n"), cv);
+  if (at < 0 || flagged != CHAOS_NPROC || pairs != 0 || compute_node != 0 || acted != 0 || left_at < 0 ||
+      n != WORLD - CHAOS_NPROC)
+    failf(r, "%s\n%s%s", r->summary, verdict, tail(&j));
   else
     check_job(&j, r, ALL_OK, CROSS_LAYOUT_TOL, 0);
   chaos_job_free(&j);

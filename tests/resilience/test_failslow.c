@@ -305,6 +305,61 @@ static void test_pair(void **state) {
   }
 }
 
+/* Rows of one length, split unevenly (dp=4 over six rows, as after a
+ * reshape): ranks 0 and 1 hold two rows a step, 2 and 3 one, which takes
+ * 0.7 of the time of two (the step's fixed costs do not halve), each step
+ * with 5% noise. Returns the verdicts, with rank 3 made `slow` times
+ * slower from step 100. */
+static int uneven_verdicts(bool relative, double slow, gt_detector_event *first) {
+  enum { RANKS = 4, STEPS = 200, T = 64, LAYERS = 3 };
+  gt_predictor *p;
+  gt_detector *d;
+  gt_predictor_prior prior = {.a = 4e-3 / (2 * T), .b = 0, .c = 0}; /* a prior in tokens alone, as the model's */
+  OK(gt_predictor_create(&(gt_predictor_config){.nranks = RANKS, .prior = prior}, &p));
+  OK(gt_detector_create(&(gt_detector_config){.nranks = RANKS, .relative_fits = relative}, p, &d));
+  uint64_t seed = 12345;
+  int n = 0;
+  for (int s = 0; s < STEPS; s++) {
+    gt_step_telemetry w[RANKS];
+    for (int r = 0; r < RANKS; r++) {
+      int rows = r < 2 ? 2 : 1;
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      double u = (double)(seed >> 11) / 9007199254740992.0; /* [0, 1) */
+      double noise = 1 + 0.1 * (u - 0.5);
+      double ms = (rows == 2 ? 4.0 : 2.8) * noise * (r == 3 && s >= 100 ? slow : 1);
+      w[r] = (gt_step_telemetry){.rank = r, .layers = LAYERS, .micro_batches = 1, .tokens = (int64_t)rows * T,
+                                 .seq_sq = (double)rows * T * T, .compute_s = ms * 1e-3, .step_s = 5e-3};
+    }
+    gt_detector_event ev[RANKS];
+    int k;
+    OK(gt_detector_step(d, s, w, ev, &k));
+    for (int i = 0; i < k; i++) {
+      printf("  uneven rows step %d: rank %d %s (onset %d, ratio %.2f)\n", ev[i].step, ev[i].rank,
+             ev[i].flagged ? "flagged slow" : "cleared", ev[i].onset, ev[i].ratio);
+      if (n++ == 0) *first = ev[i];
+    }
+  }
+  gt_detector_destroy(d);
+  gt_predictor_destroy(p);
+  return n;
+}
+
+/* The layout a reshape to dp=4 over six rows leaves, which the chaos
+ * suite's slow-link case trains at after it: nothing flagged, with the
+ * fits relative to the job or not, although the peers' fits, learnt at
+ * two rows, put a one-row step at half their time where it takes 0.7;
+ * rank 3 made x1.5 from step 100, flagged within 10 steps. */
+static void test_uneven_rows(void **state) {
+  (void)state;
+  for (int relative = 0; relative < 2; relative++) {
+    gt_detector_event ev = {0};
+    assert_int_equal(uneven_verdicts(relative, 1.0, &ev), 0);
+    assert_true(uneven_verdicts(relative, 1.5, &ev) >= 1);
+    assert_true(ev.flagged && ev.rank == 3);
+    assert_in_range(ev.step, 100, 109);
+  }
+}
+
 static void test_bad_input(void **state) {
   (void)state;
   gt_predictor *p;
@@ -334,6 +389,7 @@ int main(void) {
       cmocka_unit_test(test_stage_peer_after_slow_phase),
       cmocka_unit_test(test_peers_quick_spell),
       cmocka_unit_test(test_pair),
+      cmocka_unit_test(test_uneven_rows),
       cmocka_unit_test(test_bad_input),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
