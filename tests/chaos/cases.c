@@ -290,8 +290,8 @@ static void case_slow_link(chaos_env *env, chaos_result *r) {
            "ranks reshaped without them",
            NODE, RATE_KBIT / 1000, at, flagged, CHAOS_NPROC, step, pairs, compute, compute_node, acted, left_at,
            ladder, n);
-  /* A compute verdict, which the tail of the output may not hold: its
-   * line, and the ladder's after it. */
+  /* The first compute verdict's line, which the tail of the output may
+   * not hold. */
   char verdict[400] = "";
   const char *cv = compute && j.out ? strstr(j.out, " compute x") : NULL;
   while (cv && cv > j.out && cv[-1] != '\n') cv--;

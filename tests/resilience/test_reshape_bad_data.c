@@ -120,8 +120,11 @@ static void play(const char *program, damage d) {
     snprintf(corpus, sizeof corpus, "%s/no-such-corpus", dir);
     const char *gpt_args[] = {"--layers", "1", "--heads", "2", "--sample", "0", "--corpus", corpus, NULL};
     for (int k = 0; gpt && gpt_args[k]; k++) args[n++] = gpt_args[k];
-    if (d == DIVERGING) args[n++] = "--skip-nonfinite", args[n++] = "0";
-    if (d == DIVERGING) setenv("GT_FAULT", "nan:rank=0,at=3", 1);
+    if (d == DIVERGING) {
+      args[n++] = "--skip-nonfinite";
+      args[n++] = "0";
+      setenv("GT_FAULT", "nan:rank=0,at=3", 1);
+    }
     assert_int_equal(agent_start(&a[i], log, args), 0);
     unsetenv("GT_FAULT");
   }
