@@ -450,11 +450,11 @@ static gt_status apply_update(gt_trainer *t, float lr, float clip, bool gather) 
 }
 
 static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batches, gt_step_stats *out) {
+  t->nonfinite = false; /* set again once the loss and the norm are known */
   if (t->pending)
     return gt_errorf(GT_ESTATE, "step %d is pending after a failed commit vote: resolve it first "
                      "(gt_trainer_resolve_step)", t->step);
   gt_step_stats st = {.step = t->step, .micro_batches = t->cfg.grad_accum};
-  t->nonfinite = false;
   if (loader) t->step_row = st.first_row = gt_loader_next_row(loader), t->row_step = t->step;
   double t0 = gt_now(), loss_sum = 0;
   gt_group *tp = t->dist ? gt_dist_tp_group(t->dist) : NULL;
@@ -568,7 +568,6 @@ gt_status gt_trainer_step(gt_trainer *t, gt_loader *loader, gt_step_stats *stats
     GT_TRY(gt_loader_reshare(loader, t->share[0], t->share[1], t->share[2]));
     t->share[0] = 0;
   }
-  t->nonfinite = false;
   gt_status s = run_step(t, loader, NULL, stats);
   if (s == GT_OK) t->skipped_in_row = 0;
   if (!t->nonfinite || t->cfg.skip_nonfinite <= 0 || !loader) return s;
@@ -577,7 +576,6 @@ gt_status gt_trainer_step(gt_trainer *t, gt_loader *loader, gt_step_stats *stats
   gt_warn("step %d: loss %g, gradient norm %g: not finite; the step changed nothing and runs again on the same "
           "samples (rows from %llu)", t->step, t->bad_loss, t->bad_norm, (unsigned long long)row);
   GT_TRY(gt_loader_restart_at(loader, row));
-  t->nonfinite = false;
   s = run_step(t, loader, NULL, stats);
   if (s == GT_OK) t->skipped_in_row = 0;
   if (!t->nonfinite) return s;

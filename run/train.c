@@ -52,8 +52,10 @@ static gt_status reshape_and_go_on(gt_run *r, bool failed, int step) {
 /* What the ladder may do in this job now (ladder.h). */
 static run_ladder_caps ladder_caps(const gt_run *r) {
   run_ladder_caps c = r->ladder;
-  c.rows = r->rb && r->plan.layout.dp > 1, c.recut = r->rb && run_rebalance_recut_enabled(r->rb);
-  c.exclude = r->o.reshape, c.restart = r->ckpt && r->job->world_size > 1;
+  c.rows = r->rb && r->plan.layout.dp > 1;
+  c.recut = r->rb && run_rebalance_recut_enabled(r->rb);
+  c.exclude = r->o.reshape;
+  c.restart = r->ckpt && r->job->world_size > 1;
   return c;
 }
 
