@@ -5,7 +5,13 @@
 #include <string.h>
 
 #include "localkit/ranks.h"
-#include "giant/dist.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
+#include "giant/engine/plan.h"
+#include "giant/engine/store.h"
+#include "giant/engine/trainer.h"
+#include "parallel/plan_engine.h"
 
 void bench_rank_setup(bench_rank *r, int rank, int world, const bench_rank_config *c) {
   memset(r, 0, sizeof *r);

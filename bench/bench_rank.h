@@ -6,9 +6,12 @@
 
 #include <stdint.h>
 
-#include "giant/dist.h"
-#include "giant/plan.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/plan.h"
 #include "gpt.h"
+#include "giant/engine/pipeline.h"
+#include "giant/engine/store.h"
+#include "giant/engine/trainer.h"
 
 typedef struct bench_rank_config {
   const char *layout;    /* NULL: one process */

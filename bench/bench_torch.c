@@ -1,5 +1,6 @@
 /* The PyTorch subprocess: export, spawn, talk over pipes. */
 #include "bench_torch.h"
+#include "giant/engine/model.h"
 
 #include <errno.h>
 #include <signal.h>

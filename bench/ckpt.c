@@ -28,9 +28,14 @@
 #include "bench_torch.h"
 #include "localkit/ranks.h"
 #include "giant/ckpt.h"
-#include "giant/dist.h"
-#include "giant/grid.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/grid.h"
 #include "giant/options.h"
+#include "ckpt/peers_api.h"
+#include "giant/engine/checkpoint.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/model.h"
+#include "giant/engine/trainer.h"
 
 typedef struct cfg {
   int L, C, NH, T, B, V, steps, saves;

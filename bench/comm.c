@@ -26,9 +26,9 @@
 #include <unistd.h>
 
 #include "bench_torch.h"
-#include "giant/comm.h"
+#include "giant/engine/comm.h"
 #include "giant/log.h"
-#include "giant/store.h"
+#include "giant/engine/store.h"
 
 #define MAX_SIZES 32
 #define SECRET "bench-comm-secret"

@@ -17,8 +17,10 @@
 
 #include "bench_rank.h"
 #include "localkit/ranks.h"
-#include "giant/dp_sync.h"
+#include "parallel/dp_sync.h"
 #include "giant/options.h"
+#include "giant/engine/trainer.h"
+#include "optim/trainer_engine.h"
 
 typedef struct cfg {
   int L, C, NH, T, B, V, rounds, steps, bucket_kib;

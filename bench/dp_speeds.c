@@ -17,9 +17,10 @@
 #include "bench_stats.h"
 #include "bench_rank.h"
 #include "localkit/ranks.h"
-#include "giant/plan.h"
-#include "giant/planner.h"
+#include "giant/engine/plan.h"
+#include "parallel/planner.h"
 #include "gpt.h"
+#include "giant/engine/trainer.h"
 
 enum { GLOBAL_ROWS = 8, STEPS = 3 };
 

@@ -12,7 +12,7 @@
 
 #include "bench_stats.h"
 #include "localkit/etcd_server.h"
-#include "giant/etcd.h"
+#include "giant/engine/etcd.h"
 #include "giant/log.h"
 
 static double pct(double *v, int n, double p) {

@@ -35,6 +35,8 @@
 #include "bench_stats.h"
 #include "giant/metrics.h"
 #include "localkit/ranks.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/store.h"
 
 enum { ONSET = 30, STEPS = 120, SLOW_RANK = 2 };
 

@@ -25,8 +25,9 @@
 
 #include "bench_stats.h"
 #include "localkit/etcd_server.h"
-#include "giant/init.h"
+#include "giant/engine/init.h"
 #include "giant/log.h"
+#include "giant/engine/store.h"
 
 #define REPS 5
 #define TTL_S "2"

@@ -42,6 +42,9 @@
 #include "gpt.h"
 #include "offload_adam.h"
 #include "offload_disk.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
+#include "giant/engine/trainer.h"
 
 typedef struct bench_args {
   int channels, heads, seq, batch, size_seq, threads, budget_mib, max_layers, speed_layers, speed_steps, window;

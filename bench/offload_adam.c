@@ -14,6 +14,7 @@
 
 #include "bench_stats.h"
 #include "bench_torch.h"
+#include "core/kernels.h"
 
 enum { WARMUP = 2, STEPS = 7 };
 

@@ -14,6 +14,9 @@
 
 #include "bench_stats.h"
 #include "gpt.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
 
 enum { WARMUP = 1, STEPS = 5 };
 

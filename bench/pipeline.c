@@ -16,12 +16,16 @@
 
 #include "bench_rank.h"
 #include "localkit/ranks.h"
-#include "giant/grid.h"
+#include "giant/engine/grid.h"
 #include "giant/options.h"
-#include "giant/plan.h"
-#include "giant/planner.h"
-#include "giant/pp_exec.h"
+#include "giant/engine/plan.h"
+#include "parallel/planner.h"
+#include "parallel/pp_exec.h"
 #include "gpt.h"
+#include "giant/engine/pipeline.h"
+#include "giant/engine/trainer.h"
+#include "giant/group.h"
+#include "optim/trainer_engine.h"
 
 typedef struct cfg {
   int L, C, NH, T, B, V, steps;

@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "giant/pipeline.h"
+#include "giant/engine/pipeline.h"
 
 static int run(gt_pp_kind kind, int p, int m, int v, gt_pp_sim_result *r) {
   gt_pp_schedule *s;

@@ -11,6 +11,7 @@
 #include "bench_rank.h"
 #include "localkit/ranks.h"
 #include "giant/options.h"
+#include "giant/engine/trainer.h"
 
 enum { BASE, DP2, TP2, NCONF };
 static const char *names[NCONF] = {"1 rank x 2 threads", "dp=2 x 1 thread", "tp=2 x 1 thread"};

@@ -29,6 +29,8 @@
 #include "bench_torch.h"
 #include "giant/options.h"
 #include "gpt.h"
+#include "giant/engine/device.h"
+#include "giant/engine/trainer.h"
 
 typedef struct args {
   const char *device, *precision_name;

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "giant/ckpt.h"
+#include "giant/engine/checkpoint.h"
 
 #define CK_MAXDIM 4
 #define CK_NAME 160
@@ -217,8 +217,10 @@ gt_status ck_after_commit(const char *root, int step, int keep);
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "giant/dist.h"
-#include "giant/plan.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/plan.h"
+#include "giant/engine/checkpoint.h"
+#include "giant/engine/trainer.h"
 
 struct gt_ckpt {
   gt_ckpt_config cfg;

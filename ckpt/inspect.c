@@ -8,7 +8,9 @@
 #include <sys/stat.h>
 
 #include "ckpt/ckpt_internal.h"
-#include "giant/grid.h"
+#include "giant/engine/grid.h"
+#include "giant/engine/checkpoint.h"
+#include "giant/group.h"
 
 gt_status gt_ckpt_describe(const char *path, gt_ckpt_summary *out) {
   ck_manifest m;

@@ -10,6 +10,11 @@
 
 #include "ckpt/ckpt_internal.h"
 #include "giant/log.h"
+#include "core/data/loader_engine.h"
+#include "giant/engine/checkpoint.h"
+#include "giant/engine/store.h"
+#include "giant/engine/trainer.h"
+#include "optim/optimizer_engine.h"
 
 /* One stored slice's part of a box. Its runs come in increasing order in
  * the slice, so a window of chunks, each read and checked once, moves

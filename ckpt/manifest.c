@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt_internal.h"
+#include "giant/engine/checkpoint.h"
 
 #define GROW(arr, n, what)                                                        \
   do {                                                                            \

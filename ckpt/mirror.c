@@ -9,8 +9,14 @@
 #include <string.h>
 
 #include "ckpt/peers.h"
-#include "giant/dist.h"
+#include "giant/engine/dist.h"
 #include "giant/log.h"
+#include "ckpt/peers_api.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/grid.h"
+#include "giant/engine/model.h"
+#include "giant/engine/trainer.h"
+#include "optim/optimizer_engine.h"
 
 /* One held slice of one rank, for finding the ones nobody else holds. */
 typedef struct held {

@@ -4,6 +4,10 @@
 #include <string.h>
 
 #include "ckpt/peers.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/model.h"
+#include "giant/engine/trainer.h"
+#include "optim/optimizer_engine.h"
 
 gt_status pr_list_add(pr_list *l, const char *name, const ck_box *box, uint64_t at) {
   if (l->n == l->cap) {

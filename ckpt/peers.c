@@ -21,6 +21,13 @@
 
 #include "ckpt/peers.h"
 #include "giant/log.h"
+#include "ckpt/peers_api.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/grid.h"
+#include "giant/engine/trainer.h"
+#include "optim/optimizer_engine.h"
+#include "optim/trainer_engine.h"
 
 /* ---- the plan ---- */
 

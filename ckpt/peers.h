@@ -5,6 +5,9 @@
 #define GIANT_CKPT_PEERS_H
 
 #include "ckpt/ckpt_internal.h"
+#include "ckpt/peers_api.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/trainer.h"
 
 /* One box of one tensor, and where its floats are in its rank's host
  * space: the parameter buffer, then each optimizer state's range. */

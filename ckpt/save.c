@@ -11,9 +11,20 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h"
-#include "giant/dist.h"
+#include "giant/engine/dist.h"
 #include "giant/fault.h"
 #include "giant/log.h"
+#include "ckpt/peers_api.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/checkpoint.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/grid.h"
+#include "giant/engine/model.h"
+#include "giant/engine/plan.h"
+#include "giant/engine/store.h"
+#include "giant/engine/trainer.h"
+#include "optim/optimizer_engine.h"
+#include "parallel/dist_engine.h"
 
 /* The model's first write after a save waits here for the snapshot copy,
  * which the writer thread makes while the step computes. */

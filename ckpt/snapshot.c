@@ -7,6 +7,13 @@
 #include <string.h>
 
 #include "ckpt/ckpt_internal.h"
+#include "core/data/loader_engine.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/checkpoint.h"
+#include "giant/engine/model.h"
+#include "giant/engine/plan.h"
+#include "giant/engine/trainer.h"
+#include "optim/optimizer_engine.h"
 
 void ck_param_tensor(const char *param, char *out, size_t cap) { snprintf(out, cap, "param/%s", param); }
 

@@ -22,6 +22,7 @@
 #include "giant/log.h"
 #include "comm/comm_internal.h"
 #include "comm/wire.h"
+#include "giant/engine/comm.h"
 
 #define MAX_PENDING 64
 #define AUTH_S 5.0

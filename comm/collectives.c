@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "comm/comm_internal.h"
+#include "giant/engine/comm.h"
 
 /* The same rounding as gt_f32_to_bf16, inlined so the loop vectorizes. */
 static inline uint16_t to_bf16(float f) {

@@ -14,6 +14,7 @@
 #include "giant/protocol.h"
 #include "comm/comm_internal.h"
 #include "comm/wire.h"
+#include "giant/engine/comm.h"
 
 void gt_comm_key(const gt_comm *c, char *out, size_t n, const char *fmt, ...) {
   int k = snprintf(out, n, "comm/%s/", c->prefix);

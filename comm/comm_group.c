@@ -1,6 +1,7 @@
 /* gt_group on a communicator: the collectives tensor-parallel layers call. */
-#include "giant/comm.h"
+#include "giant/engine/comm.h"
 #include "giant/log.h"
+#include "giant/group.h"
 
 static gt_comm *comm_of(gt_group *g) { return g->impl; }
 

@@ -7,7 +7,8 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
-#include "giant/comm.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/store.h"
 
 typedef enum {
   OP_ALLREDUCE,

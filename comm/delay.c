@@ -7,6 +7,8 @@
 #include <time.h>
 
 #include "comm/comm_internal.h"
+#include "comm/delays.h"
+#include "giant/engine/comm.h"
 
 gt_status gt_comm_set_send_delay(gt_comm *c, int peer, double ms) {
   if (!c) return gt_errorf(GT_EINVAL, "gt_comm_set_send_delay: NULL communicator");

@@ -4,8 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "giant/comm.h"
-#include "giant/grid.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/grid.h"
+#include "comm/delays.h"
+#include "giant/group.h"
 
 struct gt_grid {
   gt_grid_layout l;

@@ -25,6 +25,8 @@
 
 #include "giant/log.h"
 #include "comm/comm_internal.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/store.h"
 
 #define NSLOT 4
 #define SLOT (512u << 10)

@@ -7,6 +7,8 @@
 
 #include "giant/log.h"
 #include "comm/comm_internal.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/store.h"
 
 gt_status gt_comm_split(gt_comm *c, int color, int key, const char *prefix, gt_comm **out) {
   if (!c || !out || !prefix || !*prefix)

@@ -1,5 +1,6 @@
 /* See stage.h. */
 #include "comm/stage.h"
+#include "giant/engine/comm.h"
 
 static size_t round_up(size_t n) { return (n + 255) & ~(size_t)255; }
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }

@@ -21,6 +21,7 @@
 #include <stddef.h>
 
 #include "comm/comm_internal.h"
+#include "giant/engine/comm.h"
 
 /* Bytes of staging at most, unless one element of every rank needs more. */
 #define GT_STAGE_LIMIT ((size_t)16 << 20)

@@ -1,5 +1,5 @@
 /* gt_store dispatch and the helpers built on any store. */
-#include "giant/store.h"
+#include "giant/engine/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>

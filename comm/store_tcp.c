@@ -6,9 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "giant/comm.h"
+#include "giant/engine/comm.h"
 #include "giant/log.h"
-#include "giant/store.h"
+#include "giant/engine/store.h"
 #include "comm/store_tcp.h"
 #include "comm/wire.h"
 

@@ -20,6 +20,8 @@
 #include "giant/log.h"
 #include "comm/comm_internal.h"
 #include "comm/wire.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/store.h"
 
 #define PIECE (512u << 10)
 #define SEND_MAX (1u << 20)

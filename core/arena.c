@@ -7,7 +7,7 @@
  * memory cannot carry an inline header. A mutex makes it safe to share
  * between a training thread and communication threads.
  */
-#include "giant/arena.h"
+#include "core/arena.h"
 
 #include <pthread.h>
 #include <stdint.h>

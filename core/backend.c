@@ -7,6 +7,8 @@
 #include "core/backend_ledger.h"
 #include "core/cpu/cpu_internal.h"
 #include "giant/log.h"
+#include "core/kernels.h"
+#include "giant/engine/device.h"
 
 #ifdef GIANT_HAVE_CUDA
 gt_status gt_cuda_backend_create(const gt_backend_config *cfg, gt_backend **out);

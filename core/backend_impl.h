@@ -20,6 +20,7 @@
 #define GIANT_BACKEND_IMPL_H
 
 #include "giant/backend.h"
+#include "core/kernels.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -3,6 +3,7 @@
  * then the backend's implementation (backend_impl.h). */
 #include "core/backend_impl.h"
 #include "core/backend_ledger.h"
+#include "giant/engine/device.h"
 
 static gt_status no_backend(const char *op) {
   return gt_errorf(GT_EINVAL, "%s: the backend is NULL; create one with gt_backend_create", op);

@@ -9,6 +9,8 @@
 #include "giant/backend.h"
 #include "giant/log.h"
 #include "giant/tensor.h"
+#include "core/kernels.h"
+#include "giant/engine/device.h"
 
 #define PEAK_MAX_N 16384
 

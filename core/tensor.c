@@ -1,8 +1,8 @@
 /* Tensor descriptors, views, and bf16 conversion. */
-#include "giant/tensor.h"
 
 #include <stdio.h>
 #include <string.h>
+#include "core/tensor.h"
 
 size_t gt_dtype_size(gt_dtype t) {
   switch (t) {

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "giant/rdzv.h"
+#include "resilience/rdzv/rdzv.h"
 #include "giant/protocol.h"
 #include "giant/status.h"
 

@@ -14,9 +14,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "giant/coord.h"
+#include "giant/engine/coord.h"
 #include "giant/log.h"
 #include "launch/agent.h"
+#include "giant/engine/etcd.h"
+#include "resilience/mitigate/decide.h"
+#include "resilience/mitigate/rebalance.h"
+#include "resilience/rdzv/rdzv.h"
 
 /* How often the leader looks for a new report: a report comes every few
  * steps, and a step is rarely shorter than this. */

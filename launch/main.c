@@ -11,6 +11,7 @@
 #include "giant/log.h"
 #include "launch/agent.h"
 #include "launch/keeper.h"
+#include "resilience/rdzv/rdzv.h"
 
 volatile sig_atomic_t agent_stop_signal = 0;
 

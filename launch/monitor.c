@@ -9,6 +9,7 @@
 
 #include "giant/log.h"
 #include "launch/agent.h"
+#include "resilience/rdzv/rdzv.h"
 
 /* A finish that etcd refused is tried again after this, doubling to the cap. */
 #define FINISH_RETRY_MIN_S 0.1

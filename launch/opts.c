@@ -4,10 +4,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "giant/etcd.h"
+#include "giant/engine/etcd.h"
 #include "giant/options.h"
 #include "giant/protocol.h"
 #include "launch/agent.h"
+#include "giant/engine/init.h"
+#include "resilience/rdzv/rdzv.h"
 
 static const char usage[] =
     "usage: giantrun [options] PROGRAM [ARGS...]\n"

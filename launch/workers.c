@@ -18,6 +18,7 @@
 #include "giant/protocol.h"
 #include "launch/agent.h"
 #include "launch/keeper.h"
+#include "resilience/rdzv/rdzv.h"
 
 extern char **environ;
 

@@ -6,6 +6,8 @@
 
 #include "giant/fault.h"
 #include "giant/log.h"
+#include "comm/delays.h"
+#include "giant/engine/grid.h"
 
 static bool mine(const gt_fault_plan *p, const gt_fault *f) { return f->rank < 0 || f->rank == p->rank; }
 

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 #include "optim/layer_update.h"
+#include "optim/optimizer_engine.h"
 
 struct gt_layer_update {
   gt_optimizer *opt;

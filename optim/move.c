@@ -9,10 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "giant/dist.h"
-#include "giant/grid.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/grid.h"
 #include "giant/layer.h"
-#include "giant/trainer.h"
+#include "giant/engine/trainer.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
+#include "optim/optimizer_engine.h"
+#include "optim/trainer_engine.h"
 
 static int stage_of(const gt_model *m, const gt_param *p) { return gt_model_layer(m, p->layer)->stage; }
 

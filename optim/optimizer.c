@@ -4,6 +4,10 @@
 
 #include "giant/optim.h"
 #include "optim/disk_state.h"
+#include "core/kernels.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/model.h"
+#include "optim/optimizer_engine.h"
 
 #define DEFAULT_STAGE_BYTES ((size_t)64 << 20)
 

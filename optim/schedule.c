@@ -3,6 +3,12 @@
 #include <stdlib.h>
 
 #include "giant/optim.h"
+#include "core/arena.h"
+#include "core/kernels.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/model.h"
+#include "giant/group.h"
+#include "optim/optimizer_engine.h"
 
 float gt_lr_at(const gt_lr_schedule *s, int step) {
   if (s->warmup > 0 && step < s->warmup) return s->lr_max * (float)(step + 1) / (float)s->warmup;

@@ -5,6 +5,9 @@
 
 #include "giant/layer.h"
 #include "giant/log.h"
+#include "giant/engine/model.h"
+#include "parallel/dp_sync.h"
+#include "parallel/pp_exec.h"
 
 /* The step's start on the thread that runs it, in that thread's CPU time. */
 static _Thread_local double cpu0;

@@ -4,11 +4,11 @@
 #define GIANT_OPTIM_TELEMETRY_H
 
 #include "giant/data.h"
-#include "giant/dp_sync.h"
+#include "parallel/dp_sync.h"
 #include "giant/fault.h"
 #include "giant/metrics.h"
 #include "giant/model.h"
-#include "giant/pp_exec.h"
+#include "parallel/pp_exec.h"
 
 /* At the step's start, on the thread that runs it. */
 void gt_telemetry_begin(void);

@@ -1,21 +1,31 @@
 /* The training loop: micro-batches, gradient accumulation, the reductions
  * a distributed step needs (giant/plan.h), clipping, the update, metrics. */
-#include "giant/trainer.h"
+#include "giant/engine/trainer.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "giant/dist.h"
-#include "giant/dp_sync.h"
-#include "giant/grid.h"
+#include "giant/engine/dist.h"
+#include "parallel/dp_sync.h"
+#include "giant/engine/grid.h"
 #include "giant/log.h"
-#include "giant/plan.h"
-#include "giant/pp_exec.h"
+#include "giant/engine/plan.h"
+#include "parallel/pp_exec.h"
 #include "giant/protocol.h"
 #include "optim/layer_update.h"
 #include "optim/telemetry.h"
+#include "core/arena.h"
+#include "core/data/loader_engine.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
+#include "giant/group.h"
+#include "optim/optimizer_engine.h"
+#include "optim/trainer_engine.h"
+#include "parallel/dist_engine.h"
 
 struct gt_trainer {
   gt_model *m;

@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "giant/grid.h"
-#include "giant/planner.h"
+#include "giant/engine/grid.h"
+#include "parallel/planner.h"
+#include "giant/engine/pipeline.h"
+#include "giant/group.h"
 
 static double ring_allreduce(double bytes, int k, const gt_planner_hw *hw) {
   if (k <= 1 || bytes <= 0) return 0;

@@ -3,10 +3,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "giant/comm.h"
-#include "giant/dist.h"
-#include "giant/grid.h"
-#include "giant/plan.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/grid.h"
+#include "giant/engine/plan.h"
+#include "giant/engine/model.h"
+#include "giant/group.h"
+#include "parallel/dist_engine.h"
 
 struct gt_dist {
   gt_plan plan;

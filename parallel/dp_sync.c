@@ -31,10 +31,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "giant/comm.h"
-#include "giant/dp_sync.h"
+#include "giant/engine/comm.h"
+#include "parallel/dp_sync.h"
 #include "giant/log.h"
-#include "giant/plan.h"
+#include "giant/engine/plan.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/model.h"
 
 typedef struct bucket {
   size_t lo, hi;     /* floats of the flat buffer */

@@ -1,8 +1,12 @@
 /* Layouts, plans, and the checks that reject a plan before training. */
-#include "giant/grid.h"
-#include "giant/plan.h"
-#include "giant/planner.h"
+#include "giant/engine/grid.h"
+#include "giant/engine/plan.h"
+#include "parallel/planner.h"
 #include "giant/protocol.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/model.h"
+#include "giant/group.h"
+#include "parallel/plan_engine.h"
 
 #include <stdio.h>
 #include <stdlib.h>

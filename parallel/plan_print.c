@@ -3,7 +3,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "giant/plan.h"
+#include "giant/engine/plan.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/model.h"
+#include "giant/engine/pipeline.h"
+#include "parallel/plan_engine.h"
 
 static const char *shape_str(const int64_t *s, int n, char *buf, size_t len) {
   int off = 0;

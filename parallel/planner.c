@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "giant/layers.h"
-#include "giant/planner.h"
+#include "parallel/planner.h"
 
 gt_status gt_planner_layers_from_model(const gt_model *m, int B, int T, gt_planner_layer **out, int *n) {
   *out = NULL;

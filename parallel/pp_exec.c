@@ -14,12 +14,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "giant/comm.h"
-#include "giant/dist.h"
-#include "giant/grid.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/grid.h"
 #include "giant/log.h"
-#include "giant/plan.h"
-#include "giant/pp_exec.h"
+#include "giant/engine/plan.h"
+#include "parallel/pp_exec.h"
+#include "core/arena.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/model.h"
+#include "giant/engine/pipeline.h"
+#include "parallel/dist_engine.h"
 
 struct gt_pp_exec {
   gt_dist *d;

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "giant/pipeline.h"
+#include "giant/engine/pipeline.h"
 
 gt_status gt_pp_parse(const char *name, gt_pp_kind *kind) {
   static const char *names[] = {"gpipe", "1f1b", "interleaved"};

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "giant/pipeline.h"
+#include "giant/engine/pipeline.h"
 
 void gt_pp_sim_free(gt_pp_sim_result *r) {
   if (!r) return;

@@ -7,7 +7,11 @@
 #include <string.h>
 
 #include "giant/log.h"
-#include "giant/plan.h"
+#include "giant/engine/plan.h"
+#include "ckpt/peers_api.h"
+#include "giant/engine/checkpoint.h"
+#include "giant/engine/init.h"
+#include "giant/engine/trainer.h"
 
 static volatile sig_atomic_t stop_signal;
 

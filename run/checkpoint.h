@@ -5,7 +5,9 @@
 #define GIANT_RUN_CHECKPOINT_H
 
 #include "giant/ckpt.h"
-#include "giant/init.h"
+#include "giant/engine/init.h"
+#include "giant/engine/checkpoint.h"
+#include "giant/engine/trainer.h"
 
 typedef struct run_ckpt_args {
   const char *dir; /* NULL: no checkpoints */

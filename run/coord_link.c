@@ -10,6 +10,9 @@
 
 #include "giant/log.h"
 #include "giant/protocol.h"
+#include "giant/engine/coord.h"
+#include "giant/engine/etcd.h"
+#include "giant/engine/init.h"
 
 #ifdef GIANT_HAVE_ETCD
 /* How often the decision is read: a few times a step at most. */

@@ -8,8 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "giant/coord.h"
-#include "giant/init.h"
+#include "giant/engine/coord.h"
+#include "giant/engine/init.h"
 
 typedef struct run_coord_link run_coord_link;
 

@@ -1,6 +1,9 @@
 /* A run's fail-slow detection: the monitor after every step, and the
  * predictor's accuracy over the run at the end. */
 #include "failslow.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/init.h"
+#include "resilience/detect/failslow.h"
 
 #include <stdio.h>
 

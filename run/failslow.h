@@ -4,9 +4,10 @@
 #ifndef GIANT_RUN_FAILSLOW_H
 #define GIANT_RUN_FAILSLOW_H
 
-#include "giant/failslow.h"
-#include "giant/init.h"
+#include "resilience/detect/failslow.h"
+#include "giant/engine/init.h"
 #include "giant/run.h"
+#include "giant/engine/dist.h"
 
 /* NULL *out unless o->failslow. metrics: rank 0's metrics file (verdict lines go
  * there too), or NULL. record_ranks: each rank's rank at launch, for the

@@ -10,10 +10,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "giant/coord.h"
-#include "giant/ladder.h"
+#include "giant/engine/coord.h"
+#include "giant/engine/ladder.h"
 #include "giant/log.h"
 #include "ladder.h"
+#include "giant/engine/etcd.h"
+#include "giant/engine/init.h"
+#include "giant/engine/plan.h"
+#include "resilience/detect/failslow.h"
+#include "resilience/members/members.h"
 
 static double slowest_step(const gt_failslow_report *rep) {
   double step = 0;

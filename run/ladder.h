@@ -12,11 +12,11 @@
 
 #include <stdbool.h>
 
-#include "giant/failslow.h"
-#include "giant/init.h"
-#include "giant/ladder.h"
-#include "giant/members.h"
-#include "giant/plan.h"
+#include "resilience/detect/failslow.h"
+#include "giant/engine/init.h"
+#include "giant/engine/ladder.h"
+#include "resilience/members/members.h"
+#include "giant/engine/plan.h"
 #include "reshape.h"
 
 /* The steps the ladder judges over, at most, and the transition costs,

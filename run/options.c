@@ -7,10 +7,10 @@
 
 #include "giant/backend.h"
 #include "giant/optim.h"
-#include "giant/pipeline.h"
+#include "giant/engine/pipeline.h"
 #include "giant/protocol.h"
 #include "giant/run.h"
-#include "giant/trainer.h"
+#include "giant/engine/trainer.h"
 #include "ladder.h"
 
 void gt_run_options_init(gt_run_options *o) {

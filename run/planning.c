@@ -2,6 +2,13 @@
  * any memory is allocated: a model that is only declared (layers added,
  * not built) is enough. */
 #include "planning.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
+#include "giant/engine/pipeline.h"
+#include "giant/engine/plan.h"
+#include "giant/group.h"
+#include "parallel/planner.h"
 
 #include <stdlib.h>
 #include <time.h>

@@ -5,9 +5,12 @@
 
 #include <stdio.h>
 
-#include "giant/plan.h"
-#include "giant/planner.h"
+#include "giant/engine/plan.h"
+#include "parallel/planner.h"
 #include "giant/run.h"
+#include "giant/engine/model.h"
+#include "giant/engine/pipeline.h"
+#include "giant/group.h"
 
 /* What the cost model needs of the hardware: the peak measured on one rank,
  * round numbers for the links of one machine. */

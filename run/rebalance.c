@@ -11,10 +11,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "giant/grid.h"
+#include "giant/engine/grid.h"
 #include "giant/log.h"
 #include "coord_link.h"
 #include "recut.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/coord.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/init.h"
+#include "giant/engine/plan.h"
+#include "giant/engine/trainer.h"
+#include "optim/trainer_engine.h"
+#include "resilience/detect/failslow.h"
+#include "resilience/mitigate/rebalance.h"
 
 /* Steps of telemetry at the current shares before a decision: enough for
  * the median to ignore a hiccup, few enough to react within seconds. The

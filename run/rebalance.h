@@ -7,11 +7,12 @@
 
 #include <stdbool.h>
 
-#include "giant/dist.h"
-#include "giant/failslow.h"
-#include "giant/init.h"
-#include "giant/rebalance.h"
-#include "giant/trainer.h"
+#include "giant/engine/dist.h"
+#include "resilience/detect/failslow.h"
+#include "giant/engine/init.h"
+#include "resilience/mitigate/rebalance.h"
+#include "giant/engine/trainer.h"
+#include "giant/engine/plan.h"
 
 typedef struct run_rebalance run_rebalance;
 

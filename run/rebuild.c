@@ -5,13 +5,23 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "giant/comm.h"
+#include "giant/engine/comm.h"
 #include "giant/fault.h"
-#include "giant/grid.h"
+#include "giant/engine/grid.h"
 #include "giant/log.h"
-#include "giant/planner.h"
+#include "parallel/planner.h"
 #include "planning.h"
 #include "run_internal.h"
+#include "ckpt/peers_api.h"
+#include "core/data/loader_engine.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/checkpoint.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/model.h"
+#include "giant/engine/plan.h"
+#include "giant/engine/trainer.h"
+#include "optim/trainer_engine.h"
+#include "parallel/plan_engine.h"
 
 gt_status run_build_model(const gt_run *r, const gt_model_config *mc, const gt_model_parallel *mp, const gt_plan *plan,
                           int rows, const double *speeds, const int *first, gt_model **out) {

@@ -4,9 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "giant/grid.h"
+#include "giant/engine/grid.h"
 #include "giant/layer.h"
-#include "giant/planner.h"
+#include "parallel/planner.h"
+#include "giant/engine/plan.h"
+#include "resilience/mitigate/rebalance.h"
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;

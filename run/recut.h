@@ -6,8 +6,8 @@
 
 #include "giant/metrics.h"
 #include "giant/model.h"
-#include "giant/plan.h"
-#include "giant/rebalance.h"
+#include "giant/engine/plan.h"
+#include "resilience/mitigate/rebalance.h"
 
 #define RUN_RECUT_MAX_LAYERS 512
 

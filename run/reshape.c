@@ -9,9 +9,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "giant/comm.h"
-#include "giant/dist.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/dist.h"
 #include "giant/log.h"
+#include "ckpt/peers_api.h"
+#include "core/data/loader_engine.h"
+#include "giant/engine/grid.h"
+#include "giant/engine/init.h"
+#include "giant/engine/trainer.h"
+#include "optim/trainer_engine.h"
+#include "resilience/members/members.h"
 
 void run_reshape_init(run_reshape *r, const gt_job *job, const char *name) {
   *r = (run_reshape){.name = name, .gen_world = job->world_size, .gen_rank = job->rank, .timeout_ms = 60000};

@@ -8,15 +8,16 @@
 #include <stdint.h>
 
 #include "giant/ckpt.h"
-#include "giant/comm.h"
+#include "giant/engine/comm.h"
 #include "giant/data.h"
-#include "giant/failslow.h"
+#include "resilience/detect/failslow.h"
 #include "giant/fault.h"
-#include "giant/grid.h"
-#include "giant/plan.h"
-#include "giant/init.h"
-#include "giant/members.h"
-#include "giant/trainer.h"
+#include "giant/engine/grid.h"
+#include "giant/engine/plan.h"
+#include "giant/engine/init.h"
+#include "resilience/members/members.h"
+#include "giant/engine/trainer.h"
+#include "ckpt/peers_api.h"
 
 /* Reshapes tried after the first fails (each at the next membership epoch). */
 #define RUN_RESHAPE_RETRIES 3

@@ -7,6 +7,13 @@
 
 #include "giant/protocol.h"
 #include "run_internal.h"
+#include "giant/engine/checkpoint.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/init.h"
+#include "giant/engine/pipeline.h"
+#include "giant/engine/store.h"
+#include "giant/engine/trainer.h"
+#include "resilience/detect/failslow.h"
 
 void run_report(const gt_run *r, const char *what, gt_status s) {
   fprintf(stderr, "%s: %s: %s (%s)\n", r->o.program, what, gt_last_error(), gt_status_name(s));

@@ -6,16 +6,19 @@
 
 #include "giant/ckpt.h"
 #include "giant/data.h"
-#include "giant/dist.h"
-#include "giant/failslow.h"
-#include "giant/init.h"
-#include "giant/plan.h"
+#include "giant/engine/dist.h"
+#include "resilience/detect/failslow.h"
+#include "giant/engine/init.h"
+#include "giant/engine/plan.h"
 #include "giant/run.h"
-#include "giant/trainer.h"
+#include "giant/engine/trainer.h"
 #include "checkpoint.h"
 #include "ladder.h"
 #include "rebalance.h"
 #include "reshape.h"
+#include "giant/engine/checkpoint.h"
+#include "giant/engine/model.h"
+#include "giant/engine/pipeline.h"
 
 struct gt_run {
   gt_run_options o;

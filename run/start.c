@@ -7,12 +7,24 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "giant/grid.h"
+#include "giant/engine/grid.h"
 #include "giant/log.h"
-#include "giant/planner.h"
+#include "parallel/planner.h"
 #include "failslow.h"
 #include "planning.h"
 #include "run_internal.h"
+#include "core/data/loader_engine.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/device.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/init.h"
+#include "giant/engine/model.h"
+#include "giant/engine/plan.h"
+#include "giant/engine/store.h"
+#include "giant/engine/trainer.h"
+#include "giant/group.h"
+#include "parallel/plan_engine.h"
+#include "resilience/mitigate/rebalance.h"
 
 /* The peak FLOP/s the planner works with: measured once, on the lead rank,
  * and shared through the store so that every rank plans alike. */

@@ -7,11 +7,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "giant/grid.h"
+#include "giant/engine/grid.h"
 #include "giant/log.h"
 #include "failslow.h"
 #include "ladder.h"
 #include "run_internal.h"
+#include "core/data/loader_engine.h"
+#include "giant/engine/checkpoint.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/init.h"
+#include "giant/engine/trainer.h"
+#include "resilience/detect/failslow.h"
+#include "resilience/members/members.h"
+#include "resilience/mitigate/rebalance.h"
 
 /* --reshape with --failslow: a slow rank, or the ranks behind a slow
  * link, may be left out (the ladder's S3); they leave, in one epoch, and

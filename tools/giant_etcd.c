@@ -9,10 +9,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "giant/coord.h"
-#include "giant/etcd.h"
+#include "giant/engine/coord.h"
+#include "giant/engine/etcd.h"
 #include "giant/log.h"
-#include "giant/rdzv.h"
+#include "resilience/rdzv/rdzv.h"
 
 static const char usage[] =
     "usage: giant-etcd [flags] COMMAND [ARGS]\n"

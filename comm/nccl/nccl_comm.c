@@ -41,8 +41,11 @@
 
 #include "comm/comm_internal.h"
 #include "comm/stage.h"
-#include "giant/cuda.h"
+#include "core/cuda/handles.h"
 #include "giant/log.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/device.h"
+#include "giant/engine/store.h"
 
 struct nccl_state {
   ncclComm_t comm;

@@ -7,6 +7,7 @@
 
 #include "core/cpu/cpu_isa.h"
 #include "core/backend_impl.h"
+#include "core/kernels.h"
 
 extern const gt_backend_ops gt_cpu_ops;
 

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "core/backend_impl.h"
+#include "core/kernels.h"
 
 struct gt_stream {
   cudaStream_t s;

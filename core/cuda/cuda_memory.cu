@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "core/cuda/cuda_internal.h"
-#include "giant/cuda.h"
+#include "core/cuda/handles.h"
 #include "giant/log.h"
 
 /* ---- memory ---- */
@@ -171,7 +171,7 @@ gt_status gt_cuda_event_sync(gt_backend *be, gt_event *e) {
   return gt_cuda_check(be, cudaEventSynchronize(e->e), "cudaEventSynchronize");
 }
 
-/* ---- raw handles (giant/cuda.h) ---- */
+/* ---- raw handles (core/cuda/handles.h) ---- */
 
 void *gt_cuda_stream_handle(gt_backend *be, gt_stream *s) {
   if (!be || be->kind != GT_DEVICE_CUDA) return NULL;

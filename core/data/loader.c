@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "giant/data.h"
+#include "core/data/loader_engine.h"
 
 struct gt_loader {
   gt_loader_config cfg;

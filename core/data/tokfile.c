@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "giant/data.h"
+#include "core/data/loader_engine.h"
 
 #define WBUF_BYTES (1u << 20)
 

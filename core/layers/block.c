@@ -24,6 +24,8 @@
 
 #include "core/layers/layer_util.h"
 #include "giant/layers.h"
+#include "core/model/model_engine.h"
+#include "giant/group.h"
 
 enum { LN1W, LN1B, QKVW, QKVB, PROJW, PROJB, LN2W, LN2B, FC1W, FC1B, FC2W, FC2B, NPARAMS };
 

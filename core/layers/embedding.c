@@ -7,6 +7,7 @@
  * table. */
 #include "core/layers/layer_util.h"
 #include "giant/layers.h"
+#include "core/kernels.h"
 
 enum { WTE, WPE };
 

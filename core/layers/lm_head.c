@@ -10,6 +10,8 @@
  * gradient is then a partial sum over ranks, completed by an all-reduce. */
 #include "core/layers/layer_util.h"
 #include "giant/layers.h"
+#include "core/kernels.h"
+#include "giant/group.h"
 
 static gt_status head_build(gt_layer *self, const void *config) {
   GT_TRY(gt_layer_keep_config(self, config, sizeof(gt_lm_head_config)));

@@ -3,6 +3,9 @@
 #include <string.h>
 
 #include "core/model/model_internal.h"
+#include "core/arena.h"
+#include "core/model/model_engine.h"
+#include "giant/group.h"
 
 /* The arena requests one micro-batch's activations make, in order: each
  * local layer's output and saved tensors, the two gradient buffers, the

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "core/model/model_internal.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/model.h"
 
 static const char *scope_name(gt_scope_kind k) {
   switch (k) {

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "giant/model.h"
+#include "core/model/model_engine.h"
 
 static uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;

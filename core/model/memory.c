@@ -6,6 +6,7 @@
  * the figure is what the arena (and the backend's budget) will see, not a
  * rule of thumb. */
 #include "core/model/model_internal.h"
+#include "core/arena.h"
 
 gt_status gt_model_device_estimate(const gt_model *m, int optim_states, gt_device_estimate *out) {
   *out = (gt_device_estimate){0};

@@ -6,6 +6,9 @@
 
 #include "core/model/model_internal.h"
 #include "giant/log.h"
+#include "core/arena.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/model.h"
 
 gt_status gt_model_create(gt_backend *be, const gt_model_config *cfg, gt_model **out) {
   *out = NULL;

@@ -3,6 +3,9 @@
 #define GIANT_MODEL_INTERNAL_H
 
 #include "giant/model.h"
+#include "core/arena.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/model.h"
 
 typedef struct gt_offload gt_offload;
 

@@ -51,6 +51,11 @@
 #include <time.h>
 
 #include "core/model/model_internal.h"
+#include "core/arena.h"
+#include "core/kernels.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
 
 #define GT_OFFLOAD_MAX_WINDOW 4096
 #define NO_COPY SIZE_MAX /* a parameter's weight slot holds no copy in that precision */

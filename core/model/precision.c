@@ -15,6 +15,9 @@
  * softmax, GELU and the residual stream read them at full precision.
  */
 #include "core/model/model_internal.h"
+#include "core/arena.h"
+#include "core/kernels.h"
+#include "core/model/model_engine.h"
 
 gt_precision gt_model_get_precision(const gt_model *m) { return m->precision; }
 

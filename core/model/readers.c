@@ -3,6 +3,7 @@
  * forward and backward only read the parameters; the first write (the
  * optimizer's update) waits here for the copy to end. */
 #include "core/model/model_internal.h"
+#include "core/model/model_engine.h"
 
 gt_status gt_model_add_reader(gt_model *m, void (*wait)(void *ctx), void *ctx) {
   for (int i = 0; i < m->nreaders; i++)

@@ -111,18 +111,6 @@ typedef struct gt_gemm_ex_args {
   int batch;
 } gt_gemm_ex_args;
 
-typedef struct gt_adamw_args {
-  float lr, beta1, beta2, eps, weight_decay;
-  int step;          /* 1-based, for bias correction */
-  float grad_scale;  /* gradients are multiplied by this first (clipping) */
-} gt_adamw_args;
-
-typedef struct gt_sgd_args {
-  float lr, momentum, weight_decay;
-  bool nesterov;
-  float grad_scale;
-} gt_sgd_args;
-
 /* ---- creating a backend ---- */
 
 typedef struct gt_backend_config {
@@ -158,28 +146,8 @@ const char *gt_backend_name(const gt_backend *be);
  * "avx512", "avx2+fma", with "+amx" when bf16 products run on AMX tiles;
  * "" where the backend does not say. */
 const char *gt_backend_kernels(const gt_backend *be);
-/* The CUDA device index; 0 on the CPU. */
-int gt_backend_device(const gt_backend *be);
 /* Host threads the kernels use (1 on CUDA). */
 int gt_backend_num_threads(const gt_backend *be);
-/* Whether the backend has every operation mixed precision uses (gemm_ex,
- * bias_add, bias_backward, causal_softmax_forward/backward). */
-bool gt_backend_has_mixed_precision(const gt_backend *be);
-
-/* ---- peak speed, the denominator of MFU ---- */
-
-/* Times fp32 GEMMs of size n (n x n x n) for about `seconds` and records
- * the best rate as the backend's peak (gt_backend_peak_flops). */
-gt_status gt_backend_measure_peak(gt_backend *be, int n, double seconds, double *flops);
-/* The same for the products of a precision: under GT_PRECISION_BF16, gemm_ex
- * with bf16 operands and an fp32 result, as mixed-precision training runs
- * them. */
-gt_status gt_backend_measure_peak_ex(gt_backend *be, gt_precision p, int n, double seconds, double *flops);
-/* The recorded peak in FLOP/s; 0 until measured or set. */
-double gt_backend_peak_flops(const gt_backend *be);
-/* Records a peak measured earlier (a cached measurement), or a stand-in
- * where MFU does not matter, so that no measurement runs. */
-void gt_backend_set_peak_flops(gt_backend *be, double flops);
 
 /* ---- memory ---- */
 
@@ -190,9 +158,6 @@ typedef struct gt_device_mem {
   size_t limit, in_use, peak;
 } gt_device_mem;
 gt_device_mem gt_backend_mem(const gt_backend *be);
-void gt_backend_reset_mem_peak(gt_backend *be);
-/* The same for host memory from gt_backend_host_alloc (host_mem_limit). */
-gt_device_mem gt_backend_host_mem(const gt_backend *be);
 
 /* Device memory; freeing NULL does nothing. */
 gt_status gt_backend_alloc(gt_backend *be, size_t bytes, void **ptr);
@@ -208,26 +173,6 @@ gt_status gt_backend_memset(gt_backend *be, void *dst, int value, size_t bytes, 
 /* Synchronous copies on the compute stream. */
 gt_status gt_backend_upload(gt_backend *be, void *dst, const void *src, size_t bytes);
 gt_status gt_backend_download(gt_backend *be, void *dst, const void *src, size_t bytes);
-
-/* ---- streams and events ---- */
-
-/* The stream kernels run on, and the one for transfers that overlap it. */
-gt_stream *gt_backend_compute_stream(const gt_backend *be);
-gt_stream *gt_backend_copy_stream(const gt_backend *be);
-gt_status gt_stream_create(gt_backend *be, gt_stream **s);
-/* Destroying NULL does nothing. */
-void gt_stream_destroy(gt_backend *be, gt_stream *s);
-/* Waits on the host until the work queued on s is done. */
-gt_status gt_stream_sync(gt_backend *be, gt_stream *s);
-/* Work queued on s after this waits for e's work; e must have been recorded
- * (GT_ESTATE otherwise). */
-gt_status gt_stream_wait_event(gt_backend *be, gt_stream *s, gt_event *e);
-gt_status gt_event_create(gt_backend *be, gt_event **e);
-void gt_event_destroy(gt_backend *be, gt_event *e);
-/* Marks the point reached by the work queued on s. */
-gt_status gt_event_record(gt_backend *be, gt_event *e, gt_stream *s);
-/* Waits on the host for e's work; e must have been recorded. */
-gt_status gt_event_sync(gt_backend *be, gt_event *e);
 
 /* ---- matrix products ---- */
 
@@ -291,19 +236,6 @@ gt_status gt_op_causal_softmax_forward(gt_backend *be, float *att, int BH, int T
  * gradient of the scores times scale, zeros above the diagonal. */
 gt_status gt_op_causal_softmax_backward(gt_backend *be, float *datt, const float *att, int BH, int T, float scale);
 
-/* Causal self-attention with bf16 products: as gt_op_attention_forward and
- * gt_op_attention_backward, but q, k, v, the probabilities and the output
- * gradient are rounded to bf16 for the four matrix products (gemm_ex, fp32
- * accumulation); scores, softmax, att and every output stay fp32. Composed
- * of the operations above, so it runs on every backend with gemm_ex.
- * scratch is device memory of gt_attention_bf16_scratch bytes. */
-size_t gt_attention_bf16_scratch(int B, int T, int C, int NH);
-gt_status gt_attention_forward_bf16(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
-                                    int NH, void *scratch);
-/* dqkv accumulates; datt is scratch of att's size, as in attention_backward. */
-gt_status gt_attention_backward_bf16(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
-                                     const float *att, int B, int T, int C, int NH, void *scratch);
-
 /* ---- loss ---- */
 
 /* Row-wise softmax over V logits, and the cross-entropy against targets.
@@ -314,66 +246,6 @@ gt_status gt_op_softmax_xent_forward(gt_backend *be, float *losses, float *probs
 /* dlogits = (probs - onehot(target)) * dloss, written; may alias probs. */
 gt_status gt_op_softmax_xent_backward(gt_backend *be, float *dlogits, const float *probs, const int32_t *targets,
                                       float dloss, int N, int V);
-
-/* ---- embedding and loss over a slice of the vocabulary ---- */
-
-/* Device kernels that see one slice [v0, v0 + V) of a vocabulary of
- * vocab_total ids: rows [v0, v0 + V) of the token table, or columns
- * [v0, v0 + V) of each row of logits. They know nothing of who holds the
- * other slices; a vocabulary-parallel layer (core/layers) composes them
- * with its group's reductions: gather every slice's stats, sum the target
- * logits, then finish. */
-
-/* out[b,t,:] = wte[tokens[b,t] - v0,:] when the token is in the slice, else
- * 0; plus wpe[t,:] when wpe is not NULL. */
-gt_status gt_op_embedding_slice_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
-                                        int v0, int V, const float *wpe, int B, int T, int C);
-/* dwte += rows of dout for tokens in the slice; dwpe (may be NULL) += dout
- * summed over b. */
-gt_status gt_op_embedding_slice_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
-                                         const int32_t *tokens, int v0, int V, int B, int T, int C);
-/* Per row of the slice's logits (N, V): stats[i] = the slice's max m,
- * stats[N+i] = sum_j exp(logit - m); tlogit[i] = the target's logit when the
- * target is in the slice, else 0. */
-gt_status gt_op_xent_slice_stats(gt_backend *be, float *stats, float *tlogit, const float *logits,
-                                 const int32_t *targets, int v0, int N, int V);
-/* With the stats of all P slices (P blocks of 2N floats, in vocabulary
- * order) and the target logits summed over slices: probs = softmax over the
- * whole row (this slice's columns; may alias logits), losses = log-sum-exp -
- * target logit (0 where the target is < 0). A target >= vocab_total is
- * GT_ERANGE. */
-gt_status gt_op_xent_slice_finish(gt_backend *be, float *losses, float *probs, const float *logits,
-                                  const float *stats_all, int P, const float *tlogit, const int32_t *targets,
-                                  int vocab_total, int N, int V);
-/* dlogits = (probs - onehot(target - v0)) * dloss, written; may alias probs. */
-gt_status gt_op_softmax_xent_slice_backward(gt_backend *be, float *dlogits, const float *probs,
-                                            const int32_t *targets, int v0, float dloss, int N, int V);
-
-/* ---- optimizers ---- */
-
-/* AdamW on n parameters with moments m and v (a->step >= 1). */
-gt_status gt_op_adamw_update(gt_backend *be, float *param, const float *grad, float *m, float *v, size_t n,
-                             const gt_adamw_args *a);
-/* The same update, bit for bit, that also writes param_bf16[i], the new
- * param[i] rounded as gt_op_f32_to_bf16 rounds it, in the same pass over
- * memory: an optimizer that keeps a bf16 copy of the weights for the
- * forward pass reads its fp32 parameters once, not twice. */
-gt_status gt_op_adamw_update_bf16(gt_backend *be, float *param, const float *grad, float *m, float *v,
-                                  uint16_t *param_bf16, size_t n, const gt_adamw_args *a);
-/* SGD; mom may be NULL only without momentum. */
-gt_status gt_op_sgd_update(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
-                           const gt_sgd_args *a);
-
-/* ---- reductions, scaling, conversions ---- */
-
-/* *out = sum x[i]^2 (computed in double, stored as double in device memory). */
-gt_status gt_op_sum_squares(gt_backend *be, double *out, const float *x, size_t n);
-/* x *= s. */
-gt_status gt_op_scale(gt_backend *be, float *x, float s, size_t n);
-/* Mixed precision: conversions between fp32 and bf16 storage (round to
- * nearest even). */
-gt_status gt_op_f32_to_bf16(gt_backend *be, uint16_t *dst, const float *src, size_t n);
-gt_status gt_op_bf16_to_f32(gt_backend *be, float *dst, const uint16_t *src, size_t n);
 
 GT_API_END
 #endif

@@ -58,11 +58,6 @@ uint64_t gt_tokfile_writer_count(const gt_tokfile_writer *w);
 gt_status gt_tokfile_writer_commit(gt_tokfile_writer *w);
 void gt_tokfile_writer_abort(gt_tokfile_writer *w);
 
-/* Reads and checks the 64-byte header at the start of `bytes` (`size` is the
- * whole file's size, checked against the count). `name` is used in errors. */
-gt_status gt_tokfile_parse_header(const unsigned char *bytes, uint64_t size, const char *name,
-                                  gt_tokfile_header *out);
-
 /* Tokenizes a text file byte by byte. If `separator_line` is non-NULL, a
  * line consisting of exactly that text (e.g. "%" in fortune files) ends a
  * document: it is replaced by GT_BYTE_DOC_SEP. Writes a token file. */
@@ -146,34 +141,9 @@ typedef struct gt_batch {
 gt_status gt_loader_open(const gt_loader_config *cfg, uint32_t vocab_limit, gt_loader **out);
 void gt_loader_close(gt_loader *l);
 const gt_tokfile_header *gt_loader_header(const gt_loader *l);
-/* Whether a read found the file unlike what was opened (truncated, or
- * unreadable): a bad input that a retry would meet again. */
-bool gt_loader_file_failed(const gt_loader *l);
 /* Fills *batch with the next micro-batch (buffers reused; valid until the
  * next call). Wraps around at the end of the data. */
 gt_status gt_loader_next(gt_loader *l, gt_batch *batch);
-/* Restart from micro-batch `index` (counted from the last restart_at). */
-gt_status gt_loader_seek(gt_loader *l, uint64_t index);
-uint64_t gt_loader_position(const gt_loader *l);
-/* The stream is one sequence of global sample indices (rows, counted
- * across epochs); micro-batch k of a replica after a restart at row R takes
- * rows R + k*total + offset .. + B-1 (even shares: offset = shard*B, total =
- * nshards*B). When every replica has taken k micro-batches, next_row = R +
- * k*total is the first row none of them has: restarting every replica
- * there, at any replica count, B or shares, continues the stream with no
- * row skipped or repeated. */
-uint64_t gt_loader_next_row(const gt_loader *l);
-gt_status gt_loader_restart_at(gt_loader *l, uint64_t row);
-/* Takes a new share from the next micro-batch on: restarts at next_row with
- * B rows at `offset` of every `total` (0 < B <= the B the loader was opened
- * with, offset + B <= total). Called by every replica at the same step
- * boundary, with shares that tile 0..total, the stream goes on exactly
- * once. */
-gt_status gt_loader_reshare(gt_loader *l, int B, int offset, int total);
-const gt_loader_config *gt_loader_get_config(const gt_loader *l);
-/* Rows one epoch holds: windows of T_max tokens (FIXED) or documents of at
- * least 2 tokens (DOCUMENTS). */
-uint64_t gt_loader_rows_per_epoch(const gt_loader *l);
 
 GT_API_END
 #endif

@@ -9,7 +9,7 @@
 
 #include <stdbool.h>
 
-#include "giant/grid.h"
+#include "giant/engine/grid.h"
 #include "giant/status.h"
 
 GT_API_BEGIN

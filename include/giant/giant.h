@@ -1,41 +1,33 @@
 /* Giant: a hybrid-parallel training engine for giant models.
- * One include for the whole public API. */
+ *
+ * One include for the user's API: errors and logging, element types, the
+ * backend and its kernels, layers (built-in and your own), models and their
+ * annotations, data, optimizers, the job (giant/run.h: flags, training,
+ * checkpoints, resilience), checkpoint inspection and metrics. A program
+ * written against it needs nothing else.
+ *
+ * The building blocks the job is made of (communicators, groups, the store,
+ * etcd, plans, the trainer, the coordinator, the detector, the ladder) are
+ * the engine's API, for those who assemble an engine of their own: one
+ * include, giant/engine.h. */
 #ifndef GIANT_GIANT_H
 #define GIANT_GIANT_H
 
-#include "giant/arena.h"
+#include "giant/status.h"
+#include "giant/log.h"
+#include "giant/tensor.h"
 #include "giant/backend.h"
-#include "giant/ckpt.h"
-#include "giant/comm.h"
-#include "giant/data.h"
-#include "giant/dist.h"
-#include "giant/detector.h"
-#include "giant/dp_sync.h"
-#include "giant/etcd.h"
-#include "giant/fault.h"
-#include "giant/grid.h"
 #include "giant/group.h"
-#include "giant/init.h"
 #include "giant/layer.h"
 #include "giant/layers.h"
-#include "giant/log.h"
-#include "giant/metrics.h"
 #include "giant/model.h"
+#include "giant/data.h"
 #include "giant/optim.h"
 #include "giant/options.h"
-#include "giant/pipeline.h"
-#include "giant/plan.h"
-#include "giant/planner.h"
-#include "giant/pp_exec.h"
-#include "giant/predictor.h"
+#include "giant/metrics.h"
+#include "giant/ckpt.h"
 #include "giant/protocol.h"
-#include "giant/rdzv.h"
-#include "giant/rebalance.h"
 #include "giant/run.h"
-#include "giant/status.h"
-#include "giant/store.h"
-#include "giant/tensor.h"
-#include "giant/trainer.h"
 
 #define GIANT_VERSION_STRING "0.1.0"
 

@@ -15,6 +15,12 @@
 
 GT_API_BEGIN
 
+/* A job's layout: the sizes of the three axes its ranks are arranged on
+ * (data, tensor and pipeline parallel), whose groups layers reduce over. */
+typedef struct gt_grid_layout {
+  int dp, tp, pp;
+} gt_grid_layout;
+
 typedef struct gt_group gt_group;
 
 struct gt_group {

@@ -164,19 +164,7 @@ gt_status gt_layer_param_matmul_only(gt_layer *self, int i);
  * gradient. */
 float *gt_layer_param(const gt_layer *self, int i);
 float *gt_layer_grad(const gt_layer *self, int i);
-/* In backward, optional: the gradients of this layer's parameters
- * [first, first + n) are final, as the kernels queued so far leave them;
- * the rest of its backward does not touch them. Offloaded, their copy to
- * the host starts now, behind the rest of the layer's backward, instead of
- * after it. Anywhere else it does nothing. */
-gt_status gt_layer_grads_final(const gt_layer *self, int first, int n);
 const gt_param *gt_layer_param_info(const gt_layer *self, int i);
-/* Whether a gradient norm counts this parameter: its storage's owner (not
- * a tied user), held by this rank and not a mirror of another stage's. */
-bool gt_param_in_norm(const gt_param *p);
-/* Mixed precision: the bf16 copy of parameter i, refreshed from the fp32
- * master before each forward that follows a change; NULL under fp32. */
-const uint16_t *gt_layer_param_bf16(const gt_layer *self, int i);
 
 /* A layer's matrix products in the model's precision. Layers (built-in and
  * user-written) call these instead of the backend's linear kernels, so a

@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "giant/coord.h"
-#include "giant/rdzv.h"
+#include "giant/engine/coord.h"
+#include "resilience/rdzv/rdzv.h"
 #include "resilience/coord/line.h"
+#include "giant/engine/etcd.h"
+#include "resilience/coord/records.h"
 
 static const char *const state_names[] = {"ok", "slow", "stopped", "excluded"};
 static const char *const kind_names[] = {"none", "compute", "link"};

@@ -19,9 +19,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "giant/coord.h"
+#include "giant/engine/coord.h"
 #include "giant/log.h"
-#include "giant/rdzv.h"
+#include "resilience/rdzv/rdzv.h"
+#include "giant/engine/etcd.h"
 
 struct gt_leader {
   gt_etcd_client *cli;

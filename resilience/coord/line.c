@@ -1,7 +1,7 @@
 /* Parsing the coordinator's "key=value" lines (line.h). */
 #include "resilience/coord/line.h"
 
-#include "giant/rdzv.h"
+#include "resilience/rdzv/rdzv.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -5,9 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "giant/coord.h"
-#include "giant/rdzv.h"
+#include "giant/engine/coord.h"
+#include "resilience/rdzv/rdzv.h"
 #include "resilience/coord/line.h"
+#include "giant/engine/etcd.h"
+#include "resilience/coord/records.h"
+#include "resilience/mitigate/rebalance.h"
 
 #define MAX_STEP 9e15
 
@@ -218,19 +221,6 @@ gt_status gt_mitigation_put(gt_etcd_client *c, const char *job_id, int64_t term,
 
 gt_status gt_mitigation_get(gt_etcd_client *c, const char *job_id, gt_mitigation *m, int *found) {
   return get_record(c, job_id, "mitigation/decision", "mitigation record", parse_decision, m, sizeof *m, found);
-}
-
-gt_status gt_mitigation_decide(const gt_mitigation_report *r, int horizon, double min_gain, int *new_shares,
-                               gt_rebalance_decision *d) {
-  GT_TRY(check_dp(r->dp));
-  gt_rebalance_config cfg = {.cap = r->cap, .transition_s = r->transition_s, .horizon = horizon, .min_gain = min_gain};
-  return gt_rebalance_choose(&cfg, r->dp, r->speed, r->micro, r->shares, new_shares, d);
-}
-
-gt_status gt_mitigation_decide_cut(const gt_mitigation_report *r, int horizon, double min_gain, gt_rebalance_cut *c) {
-  /* A re-cut rebuilds the model and trainer: about two steps. */
-  gt_rebalance_config cfg = {.cap = 1, .transition_s = 2 * r->transition_s, .horizon = horizon, .min_gain = min_gain};
-  return gt_rebalance_choose_cut(&cfg, r->pp, r->cut, r->stage_s, r->layer_flops, r->layers, c);
 }
 
 void gt_mitigation_print(const gt_mitigation *m, FILE *f) {

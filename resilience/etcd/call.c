@@ -9,6 +9,7 @@
 
 #include "giant/log.h"
 #include "resilience/etcd/internal.h"
+#include "giant/engine/etcd.h"
 
 char *et_token(gt_etcd_client *c, unsigned *gen) {
   pthread_mutex_lock(&c->mu);

@@ -12,6 +12,7 @@
 
 #include "giant/log.h"
 #include "resilience/etcd/internal.h"
+#include "giant/engine/etcd.h"
 
 void et_sleep(double seconds) {
   if (seconds <= 0) return;

@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "giant/etcd.h"
+#include "giant/engine/etcd.h"
 #include "kv.pb-c.h"
 #include "rpc.pb-c.h"
 

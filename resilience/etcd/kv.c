@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "resilience/etcd/internal.h"
+#include "giant/engine/etcd.h"
 
 static ProtobufCBinaryData bytes_of(const void *p, size_t n) {
   ProtobufCBinaryData b = {n, (uint8_t *)p};

@@ -6,6 +6,7 @@
 
 #include "giant/log.h"
 #include "resilience/etcd/internal.h"
+#include "giant/engine/etcd.h"
 
 gt_status gt_etcd_lease_grant(gt_etcd_client *c, int64_t ttl_s, int64_t *id) {
   if (!c || !id) return gt_errorf(GT_EINVAL, "etcd lease grant: NULL client or id");

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "giant/etcd.h"
+#include "giant/engine/etcd.h"
 
 gt_status gt_etcd_read_password(const char *path, char *out, size_t cap) {
   if (cap) out[0] = 0;

@@ -11,6 +11,8 @@
 
 #include "giant/log.h"
 #include "resilience/etcd/internal.h"
+#include "giant/engine/etcd.h"
+#include "giant/engine/store.h"
 
 typedef struct etcd_store {
   gt_store base;

@@ -8,6 +8,7 @@
 
 #include "giant/log.h"
 #include "resilience/etcd/internal.h"
+#include "giant/engine/etcd.h"
 
 static gpr_timespec until(double t) {
   double left = t - gt_now();

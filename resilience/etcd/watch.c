@@ -8,6 +8,7 @@
 
 #include "giant/log.h"
 #include "resilience/etcd/internal.h"
+#include "giant/engine/etcd.h"
 
 typedef struct qnode {
   gt_etcd_event ev;

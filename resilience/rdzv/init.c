@@ -9,11 +9,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "giant/comm.h"
-#include "giant/etcd.h"
-#include "giant/init.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/etcd.h"
+#include "giant/engine/init.h"
 #include "giant/protocol.h"
-#include "giant/store.h"
+#include "giant/engine/store.h"
 
 typedef struct job_impl {
   gt_job pub; /* first, so a gt_job * is a job_impl * */

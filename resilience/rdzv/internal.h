@@ -3,8 +3,8 @@
 #ifndef GIANT_RDZV_INTERNAL_H
 #define GIANT_RDZV_INTERNAL_H
 
-#include "giant/etcd.h"
-#include "giant/rdzv.h"
+#include "giant/engine/etcd.h"
+#include "resilience/rdzv/rdzv.h"
 
 typedef struct rdzv_member {
   char id[GT_RDZV_ID_MAX + 1];

@@ -7,6 +7,8 @@
 
 #include "giant/log.h"
 #include "resilience/rdzv/internal.h"
+#include "giant/engine/etcd.h"
+#include "resilience/rdzv/rdzv.h"
 
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);

@@ -9,7 +9,10 @@
 
 #include "resilience/rdzv/internal.h"
 #include "giant/log.h"
-#include "giant/members.h"
+#include "resilience/members/members.h"
+#include "giant/engine/etcd.h"
+#include "giant/engine/store.h"
+#include "resilience/rdzv/rdzv.h"
 
 double rdzv_now(void) {
   struct timespec ts;

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "giant/etcd.h"
+#include "giant/engine/etcd.h"
 
 static double now_s(void) {
   struct timespec ts;

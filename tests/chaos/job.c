@@ -15,7 +15,7 @@
 
 #include "common/run_cmd.h"
 #include "giant/data.h"
-#include "giant/etcd.h"
+#include "giant/engine/etcd.h"
 
 static double now_s(void) {
   struct timespec ts;

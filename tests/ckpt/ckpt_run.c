@@ -14,9 +14,18 @@
 
 #include "localkit/ranks.h"
 #include "examples/gpt/gpt.h"
-#include "giant/dist.h"
+#include "giant/engine/dist.h"
 #include "giant/layer.h"
-#include "giant/plan.h"
+#include "giant/engine/plan.h"
+#include "ckpt/peers_api.h"
+#include "core/data/loader_engine.h"
+#include "giant/engine/checkpoint.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
+#include "giant/engine/store.h"
+#include "giant/engine/trainer.h"
+#include "optim/trainer_engine.h"
+#include "parallel/plan_engine.h"
 
 cr_state cr_state_new(const train_result *layout) {
   return (cr_state){train_result_new(layout), train_result_new(layout), train_result_new(layout)};

@@ -9,6 +9,8 @@
 
 #include "giant/ckpt.h"
 #include "parallel/train_result.h"
+#include "ckpt/peers_api.h"
+#include "giant/engine/checkpoint.h"
 
 enum { CR_V = 64, CR_T = 16, CR_C = 32, CR_NH = 4, CR_L = 2, CR_ROWS = 4, CR_ACCUM = 4, CR_STEPS = 20 };
 

@@ -29,6 +29,7 @@
 
 #include "ckpt/ckpt_run.h"
 #include "localkit/ranks.h"
+#include "giant/engine/checkpoint.h"
 
 static char *data;
 

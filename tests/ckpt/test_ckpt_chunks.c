@@ -17,6 +17,7 @@
 
 #include "ckpt/ckpt_internal.h"
 #include "ckpt/ckpt_run.h"
+#include "giant/engine/checkpoint.h"
 
 static char dir[] = "/tmp/giant-ckpt-chunks-XXXXXX";
 static float data[24];

@@ -15,6 +15,7 @@
 #include "ckpt/ckpt_internal.h"
 #include "ckpt/ckpt_run.h"
 #include "giant/log.h"
+#include "giant/engine/checkpoint.h"
 
 typedef struct box2 {
   int64_t r0, r1, c0, c1;

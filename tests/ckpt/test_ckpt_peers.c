@@ -23,6 +23,7 @@
 #include "localkit/ranks.h"
 
 #include "ckpt/ckpt_run.h"
+#include "ckpt/peers_api.h"
 
 enum { LIVE = 6, END = 10 };
 

@@ -14,7 +14,11 @@
 
 #include "examples/gpt/gpt.h"
 #include "giant/ckpt.h"
-#include "giant/trainer.h"
+#include "giant/engine/trainer.h"
+#include "ckpt/peers_api.h"
+#include "giant/engine/checkpoint.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
 
 static char dir[] = "/tmp/giant-ckpt-snapshot-XXXXXX";
 

@@ -17,6 +17,7 @@
 
 #include "ckpt/ckpt_run.h"
 #include "common/run_cmd.h"
+#include "giant/engine/checkpoint.h"
 
 static char tool[512];
 

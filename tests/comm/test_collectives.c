@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "localkit/ranks.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/store.h"
 
 typedef struct cfg {
   gt_comm_transport transport;

@@ -14,6 +14,9 @@
 #include <string.h>
 
 #include "localkit/ranks.h"
+#include "comm/delays.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/store.h"
 
 /* An undelayed round trip takes 0.1-0.3 ms on two loaded cores (optimized
  * build), a few ms at worst when a rank waits for a core; the fastest of

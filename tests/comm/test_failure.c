@@ -17,6 +17,8 @@
 
 #include "localkit/ranks.h"
 #include "comm/wire.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/store.h"
 
 typedef struct shared {
   double victim_time;   /* when the victim killed or stopped itself */

@@ -31,6 +31,8 @@
 
 #include "comm/wire.h"
 #include "localkit/ranks.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/store.h"
 
 /* WAIT_MS bounds every wait for the proxy, a connection or an operation:
  * each takes milliseconds (the whole test about 1 s on loaded cores), and

@@ -10,7 +10,10 @@
 #include <string.h>
 
 #include "localkit/ranks.h"
-#include "giant/grid.h"
+#include "giant/engine/grid.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/store.h"
+#include "giant/group.h"
 
 enum { WORLD = 8 };
 

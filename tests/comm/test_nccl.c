@@ -13,6 +13,10 @@
 #include <string.h>
 
 #include "localkit/ranks.h"
+#include "core/kernels.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/device.h"
+#include "giant/engine/store.h"
 
 /* Ranks on up to 4 devices; -1 without one. */
 static int probe_devices(void) {

@@ -21,6 +21,8 @@
 
 #include "localkit/ranks.h"
 #include "comm/comm_internal.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/store.h"
 
 /* Time bounds. Measured on two cores busy with other work (optimized
  * build; sanitizers make it about 3x slower): the checks of results take

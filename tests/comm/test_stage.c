@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "comm/stage.h"
+#include "giant/engine/comm.h"
 
 enum { MAXP = 4 };
 

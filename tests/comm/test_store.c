@@ -17,7 +17,7 @@
 
 #include "localkit/ranks.h"
 #include "comm/wire.h"
-#include "giant/store.h"
+#include "giant/engine/store.h"
 
 /* Time bounds. A store request or a handshake on loopback takes about a
  * millisecond, tens of ms under sanitizers on two busy cores. The waits

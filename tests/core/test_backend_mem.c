@@ -17,8 +17,10 @@
 #include <cmocka.h>
 
 #include "common/gt_test.h"
-#include "giant/arena.h"
+#include "core/arena.h"
 #include "giant/backend.h"
+#include "core/kernels.h"
+#include "giant/engine/device.h"
 
 static gt_backend *cpu(size_t limit) {
   gt_backend *be = NULL;

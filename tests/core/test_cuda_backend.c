@@ -16,11 +16,13 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "giant/arena.h"
+#include "core/arena.h"
 #include "giant/backend.h"
 #include "giant/tensor.h"
 #ifdef GIANT_HAVE_CUDA
-#include "giant/cuda.h"
+#include "core/cuda/handles.h"
+#include "core/kernels.h"
+#include "giant/engine/device.h"
 #endif
 
 static gt_backend *be;

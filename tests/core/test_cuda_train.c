@@ -17,6 +17,9 @@
 
 #include "examples/gpt/gpt.h"
 #include "giant/giant.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
+#include "giant/engine/trainer.h"
 
 enum { V = 64, T = 16, B = 4, C = 32, NH = 4, L = 2, STEPS = 20, NBATCH = 2 };
 

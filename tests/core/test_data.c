@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "giant/data.h"
+#include "core/data/loader_engine.h"
 
 static char dir[64];
 

@@ -5,6 +5,8 @@
 
 #include "giant/tensor.h"
 #include "tests/core/test_kernels.h"
+#include "core/kernels.h"
+#include "giant/engine/device.h"
 
 static double sum_squares_on(gt_backend *be, const float *x, size_t n) {
   float *dx = kt_dput(be, x, n * 4 + 4);

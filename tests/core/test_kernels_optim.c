@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "tests/core/test_kernels.h"
+#include "core/kernels.h"
 
 typedef struct {
   float *p, *m, *v; /* device state */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "tests/core/test_kernels.h"
+#include "core/kernels.h"
 
 static const int P = 3;
 

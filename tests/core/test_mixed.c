@@ -16,6 +16,11 @@
 
 #include "examples/gpt/gpt.h"
 #include "giant/giant.h"
+#include "core/arena.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
+#include "giant/engine/trainer.h"
 
 enum { V = 61, T = 16, B = 4, C = 32, NH = 4, L = 2 };
 

@@ -13,6 +13,8 @@
 #include "examples/custom_layer/residual_mlp.h"
 #include "examples/gpt/gpt.h"
 #include "giant/giant.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/model.h"
 
 static gt_backend *be;
 

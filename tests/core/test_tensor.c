@@ -7,7 +7,7 @@
 #include <cmocka.h>
 
 #include "common/gt_test.h"
-#include "giant/tensor.h"
+#include "core/tensor.h"
 
 static void test_views_share_memory_and_check_bounds(void **state) {
   (void)state;

@@ -14,6 +14,11 @@
 
 #include "examples/gpt/gpt.h"
 #include "giant/giant.h"
+#include "core/arena.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
+#include "giant/engine/trainer.h"
 
 static gt_backend *be;
 

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <cmocka.h>
 
-#include "giant/etcd.h"
+#include "giant/engine/etcd.h"
 #include "giant/log.h"
 #include "localkit/etcd_server.h"
 

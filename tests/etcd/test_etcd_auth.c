@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "etcd/etcd_test.h"
+#include "giant/engine/etcd.h"
 
 static etcd_fixture fx;
 static const char *const extra[] = {"--auth-token-ttl=2", "--bcrypt-cost=4", NULL};

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "etcd/etcd_test.h"
+#include "giant/engine/etcd.h"
 
 static etcd_fixture fx;
 static char bin[1024];

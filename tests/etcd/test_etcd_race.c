@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include "etcd/etcd_test.h"
+#include "giant/engine/etcd.h"
+#include "giant/engine/store.h"
 
 #define NPROC 4
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "etcd/etcd_test.h"
+#include "giant/engine/etcd.h"
 
 static etcd_fixture fx;
 static char dir[256];

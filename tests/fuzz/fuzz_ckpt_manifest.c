@@ -20,6 +20,7 @@
 
 #include "ckpt/ckpt_internal.h"
 #include "giant/log.h"
+#include "giant/engine/checkpoint.h"
 
 static char root[4096], step_dir[4200], raw_dir[4200];
 

@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "giant/log.h"
-#include "giant/plan.h"
+#include "giant/engine/plan.h"
+#include "giant/engine/pipeline.h"
+#include "giant/group.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;

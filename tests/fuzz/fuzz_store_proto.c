@@ -30,7 +30,7 @@
 #include "comm/store_tcp.h"
 #include "comm/wire.h"
 #include "giant/log.h"
-#include "giant/store.h"
+#include "giant/engine/store.h"
 
 #define SECRET "fuzz-secret-0123456789abcdef"
 #define REPLY_S 0.025

@@ -11,6 +11,7 @@
 
 #include "giant/data.h"
 #include "giant/log.h"
+#include "core/data/loader_engine.h"
 
 static int memfd = -1;
 static char path[64];

@@ -23,9 +23,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "giant/comm.h"
-#include "giant/init.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/init.h"
 #include "giant/log.h"
+#include "giant/engine/store.h"
 
 static int matches(const char *q, long gen, int rank) {
   while (q && *q == '@') {

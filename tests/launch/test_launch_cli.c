@@ -8,7 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "giant/etcd.h"
+#include "giant/engine/etcd.h"
 #include "localkit/etcd_server.h"
 #include "launch/launch_test.h"
 

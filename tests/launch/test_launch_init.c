@@ -4,9 +4,10 @@
 #include <unistd.h>
 
 #include "localkit/etcd_server.h"
-#include "giant/etcd.h"
-#include "giant/init.h"
+#include "giant/engine/etcd.h"
+#include "giant/engine/init.h"
 #include "launch/launch_test.h"
+#include "giant/engine/store.h"
 
 static etcd_fixture fx;
 

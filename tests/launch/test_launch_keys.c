@@ -5,7 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "giant/etcd.h"
+#include "giant/engine/etcd.h"
 #include "launch/launch_etcd.h"
 
 static char dir[256];

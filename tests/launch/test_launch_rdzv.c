@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include "localkit/etcd_server.h"
-#include "giant/etcd.h"
+#include "giant/engine/etcd.h"
 #include "giant/log.h"
-#include "giant/rdzv.h"
+#include "resilience/rdzv/rdzv.h"
 #include "launch/launch_test.h"
 
 #define OK(expr)                                                                           \

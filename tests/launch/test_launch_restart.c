@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "localkit/etcd_server.h"
-#include "giant/etcd.h"
+#include "giant/engine/etcd.h"
 #include "launch/launch_test.h"
 
 static etcd_fixture fx;

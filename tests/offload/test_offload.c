@@ -35,9 +35,18 @@
 #include "common/gt_test.h"
 #include "localkit/ranks.h"
 #include "examples/gpt/gpt.h"
-#include "giant/dist.h"
-#include "giant/plan.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/plan.h"
 #include "parallel/train_result.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/device.h"
+#include "giant/engine/grid.h"
+#include "giant/engine/model.h"
+#include "giant/engine/store.h"
+#include "giant/engine/trainer.h"
+#include "optim/trainer_engine.h"
+#include "parallel/plan_engine.h"
 
 enum { V = 64, T = 8, C = 32, NH = 4, L = 6, ROWS = 2, M = 2, STEPS = 20, ALL = 64 };
 

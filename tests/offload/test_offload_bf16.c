@@ -27,7 +27,9 @@
 
 #include "common/gt_test.h"
 #include "examples/gpt/gpt.h"
-#include "giant/trainer.h"
+#include "giant/engine/trainer.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/model.h"
 
 enum { V = 64, T = 8, C = 32, NH = 4, L = 6, ROWS = 2, STEPS = 4, ALL = 64 };
 

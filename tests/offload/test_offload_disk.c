@@ -32,9 +32,16 @@
 #include "localkit/ranks.h"
 #include "examples/gpt/gpt.h"
 #include "giant/ckpt.h"
-#include "giant/dist.h"
-#include "giant/plan.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/plan.h"
 #include "parallel/train_result.h"
+#include "core/kernels.h"
+#include "giant/engine/checkpoint.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
+#include "giant/engine/store.h"
+#include "giant/engine/trainer.h"
+#include "optim/optimizer_engine.h"
 
 enum { V = 64, T = 8, C = 32, NH = 4, L = 6, ROWS = 2, M = 2, STEPS = 20, WINDOW = 2, MID = 10 };
 

@@ -21,13 +21,19 @@
 #include <cmocka.h>
 
 #include "examples/gpt/gpt.h"
-#include "giant/comm.h"
-#include "giant/dist.h"
-#include "giant/grid.h"
+#include "giant/engine/comm.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/grid.h"
 #include "giant/log.h"
-#include "giant/plan.h"
+#include "giant/engine/plan.h"
 #include "localkit/ranks.h"
 #include "parallel/train_result.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
+#include "giant/engine/store.h"
+#include "giant/engine/trainer.h"
+#include "parallel/plan_engine.h"
 
 enum { V = 64, T = 16, C = 32, NH = 4, L = 2, ROWS = 4, M = 2, STEPS = 12 };
 

@@ -17,7 +17,11 @@
 #include "common/run_cmd.h"
 
 #include "examples/gpt/gpt.h"
-#include "giant/plan.h"
+#include "giant/engine/plan.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/model.h"
+#include "giant/group.h"
+#include "parallel/plan_engine.h"
 
 enum { V = 64, T = 8, C = 24, NH = 4, L = 2 };
 

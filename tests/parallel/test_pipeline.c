@@ -19,9 +19,17 @@
 
 #include "localkit/ranks.h"
 #include "examples/gpt/gpt.h"
-#include "giant/dist.h"
-#include "giant/plan.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/plan.h"
 #include "parallel/train_result.h"
+#include "core/arena.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
+#include "giant/engine/pipeline.h"
+#include "giant/engine/store.h"
+#include "giant/engine/trainer.h"
+#include "parallel/plan_engine.h"
 
 enum { V = 64, T = 8, C = 32, NH = 4, L = 6, ROWS = 2, M = 4, STEPS = 20 };
 

@@ -12,8 +12,12 @@
 #include "common/gt_test.h"
 
 #include "examples/gpt/gpt.h"
-#include "giant/grid.h"
-#include "giant/plan.h"
+#include "giant/engine/grid.h"
+#include "giant/engine/plan.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/model.h"
+#include "giant/group.h"
+#include "parallel/plan_engine.h"
 
 static gt_backend *be;
 

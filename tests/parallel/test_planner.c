@@ -13,8 +13,9 @@
 #include "common/gt_test.h"
 
 #include "examples/gpt/gpt.h"
-#include "giant/grid.h"
-#include "giant/planner.h"
+#include "giant/engine/grid.h"
+#include "parallel/planner.h"
+#include "giant/group.h"
 
 #define MIB (1024.0 * 1024.0)
 

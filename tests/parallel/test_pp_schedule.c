@@ -12,7 +12,7 @@
 
 #include "common/gt_test.h"
 
-#include "giant/pipeline.h"
+#include "giant/engine/pipeline.h"
 
 /* A rank's steps as text: "F0 F1 B0 ..." (chunk as ".c" when interleaved). */
 static void steps_text(const gt_pp_schedule *s, int r, char *buf, size_t n) {

@@ -7,6 +7,13 @@
 #include <string.h>
 
 #include "localkit/ranks.h"
+#include "core/model/model_engine.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/model.h"
+#include "giant/engine/plan.h"
+#include "giant/engine/store.h"
+#include "giant/engine/trainer.h"
+#include "optim/optimizer_engine.h"
 
 enum { MAX_FLOATS = 400000 };
 

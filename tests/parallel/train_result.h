@@ -8,11 +8,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "giant/dist.h"
+#include "giant/engine/dist.h"
 #include "giant/model.h"
-#include "giant/plan.h"
-#include "giant/store.h"
-#include "giant/trainer.h"
+#include "giant/engine/plan.h"
+#include "giant/engine/store.h"
+#include "giant/engine/trainer.h"
 
 #define TR_MAX_STEPS 32
 #define TR_MAX_PARAMS 128

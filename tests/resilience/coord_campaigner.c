@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "giant/coord.h"
+#include "giant/engine/coord.h"
 
 int main(int argc, char **argv) {
   if (argc != 5) return fprintf(stderr, "usage: coord_campaigner ENDPOINT JOB NODE TTL_S\n"), 2;

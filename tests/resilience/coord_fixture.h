@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "common/run_cmd.h"
-#include "giant/etcd.h"
+#include "giant/engine/etcd.h"
 #include "localkit/etcd_server.h"
 
 static etcd_fixture fx;

@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "giant/coord.h"
+#include "giant/engine/coord.h"
 #include "giant/log.h"
 #include "resilience/coord_fixture.h"
 #include "common/gt_test.h"
+#include "giant/engine/etcd.h"
+#include "resilience/coord/records.h"
 
 static gt_health_record sample(int rank) {
   gt_health_record r = {.rank = rank, .state = GT_HEALTH_SLOW, .kind = GT_HEALTH_LINK, .peer = rank + 1,

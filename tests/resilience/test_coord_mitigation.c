@@ -9,10 +9,13 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "giant/coord.h"
+#include "giant/engine/coord.h"
 #include "giant/log.h"
 #include "resilience/coord_fixture.h"
 #include "common/gt_test.h"
+#include "resilience/coord/records.h"
+#include "resilience/mitigate/decide.h"
+#include "resilience/mitigate/rebalance.h"
 
 /* Replica 1 computes at half replica 0's speed, at even shares of 16. */
 static gt_mitigation_report slow_report(void) {

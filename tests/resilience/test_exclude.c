@@ -18,8 +18,9 @@
 
 #include "common/failslow_lines.h"
 #include "common/run_cmd.h"
-#include "giant/coord.h"
+#include "giant/engine/coord.h"
 #include "localkit/etcd_server.h"
+#include "giant/engine/etcd.h"
 
 enum { ONSET = 20, STEPS = 100, SLOW = 2 };
 

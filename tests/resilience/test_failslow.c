@@ -16,6 +16,11 @@
 #include "examples/gpt/gpt.h"
 #include "giant/giant.h"
 #include "trace.h"
+#include "giant/engine/detector.h"
+#include "giant/engine/grid.h"
+#include "giant/engine/plan.h"
+#include "giant/engine/predictor.h"
+#include "giant/group.h"
 
 #define MAX_EVENTS 64
 

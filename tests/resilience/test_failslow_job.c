@@ -33,8 +33,9 @@
 
 #include "common/failslow_lines.h"
 #include "common/run_cmd.h"
-#include "giant/coord.h"
+#include "giant/engine/coord.h"
 #include "localkit/etcd_server.h"
+#include "giant/engine/etcd.h"
 
 static char gpt[512], giantrun[512], dir[64], text[128], data[128];
 static etcd_fixture fx;

@@ -21,12 +21,18 @@
 
 #include "common/gt_test.h"
 #include "examples/gpt/gpt.h"
-#include "giant/coord.h"
-#include "giant/failslow.h"
+#include "giant/engine/coord.h"
+#include "resilience/detect/failslow.h"
 #include "giant/giant.h"
 #include "localkit/etcd_server.h"
 #include "localkit/ranks.h"
 #include "parallel/train_result.h"
+#include "comm/delays.h"
+#include "giant/engine/device.h"
+#include "giant/engine/dist.h"
+#include "giant/engine/etcd.h"
+#include "giant/engine/plan.h"
+#include "giant/engine/store.h"
 
 enum { RANKS = 4, STEPS = 60, FROM = 25, SLOW = 2, MAX_VERDICTS = 8 };
 /* The link case: sends from rank 1 to rank 2 delayed LINK_DELAY_MS over

@@ -15,6 +15,8 @@
 #include "giant/giant.h"
 #include "giant/fault.h"
 #include "optim/telemetry.h"
+#include "giant/engine/device.h"
+#include "giant/engine/trainer.h"
 
 static void test_parse_list(void **state) {
   (void)state;

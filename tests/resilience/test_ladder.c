@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "giant/ladder.h"
+#include "giant/engine/ladder.h"
 
 static gt_ladder_input base(int dp, int pp, double f) {
   gt_ladder_input in = {.dp = dp, .pp = pp, .step_s = 1.0, .slowdown = f, .horizon = 100,

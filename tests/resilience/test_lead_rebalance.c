@@ -19,8 +19,9 @@
 #include "launch/launch_test.h"
 #include "common/gt_test.h"
 #include "common/run_cmd.h"
-#include "giant/coord.h"
+#include "giant/engine/coord.h"
 #include "localkit/etcd_server.h"
+#include "giant/engine/etcd.h"
 
 enum { STEPS = 60, FROM = 20, HORIZON = 50 };
 

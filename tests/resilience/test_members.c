@@ -9,8 +9,9 @@
 #include <time.h>
 
 #include "etcd/etcd_test.h"
-#include "giant/members.h"
-#include "giant/store.h"
+#include "resilience/members/members.h"
+#include "giant/engine/store.h"
+#include "giant/engine/etcd.h"
 
 static etcd_fixture fx;
 static gt_etcd_client *cli;

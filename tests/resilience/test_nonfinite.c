@@ -24,7 +24,10 @@
 #include "giant/fault.h"
 #include "examples/gpt/gpt.h"
 #include "giant/model.h"
-#include "giant/trainer.h"
+#include "giant/engine/trainer.h"
+#include "core/data/loader_engine.h"
+#include "giant/engine/device.h"
+#include "giant/engine/model.h"
 
 #define OK(x) assert_int_equal((x), GT_OK)
 enum { B = 2, T = 8, STEPS = 6, VOCAB = 16 };

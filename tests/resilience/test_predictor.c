@@ -10,6 +10,7 @@
 #include "common/gt_test.h"
 #include "examples/gpt/gpt.h"
 #include "giant/giant.h"
+#include "giant/engine/predictor.h"
 
 /* Rank r's step of B rows of length T over 5 layers. */
 static gt_step_telemetry work(int rank, int T, double seconds) {

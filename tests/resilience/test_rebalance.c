@@ -14,6 +14,9 @@
 
 #include "common/gt_test.h"
 #include "giant/giant.h"
+#include "giant/engine/grid.h"
+#include "giant/engine/plan.h"
+#include "resilience/mitigate/rebalance.h"
 
 enum { MAXR = 8, STEPS = 9, T = 32 };
 

@@ -8,7 +8,8 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
-#include "giant/store.h"
+#include "giant/engine/store.h"
+#include "giant/engine/comm.h"
 
 int harness_rank = -1;
 

@@ -7,8 +7,9 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "giant/comm.h"
+#include "giant/engine/comm.h"
 #include "giant/log.h"
+#include "giant/engine/store.h"
 
 #define HARNESS_SECRET "giant-test-secret"
 #define HARNESS_MAX 16

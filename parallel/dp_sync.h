@@ -1,0 +1,52 @@
+/* Data-parallel gradient averaging, bucketed and overlapped with backward,
+ * with optional ZeRO-1 sharding of the optimizer's work.
+ */
+#ifndef GIANT_DP_SYNC_H
+#define GIANT_DP_SYNC_H
+
+#include "giant/engine/comm.h"
+#include "giant/model.h"
+#include "giant/status.h"
+
+
+/* Sums gradients over the data-parallel group: each replica's loss carries
+ * its share of the step's tokens, so the sum is the step's average, even
+ * when replicas hold uneven shares. The gradient buffer is cut into
+ * buckets of about bucket_bytes, in backward order; a bucket's
+ * all-reduce starts as soon as the backward of the lowest layer it covers
+ * has run, so communication overlaps the rest of backward. With ZeRO-1 the
+ * gradients are reduce-scattered instead: each rank keeps the average of its
+ * shard only, updates that shard, and the parameters are all-gathered. */
+typedef struct gt_dp_sync gt_dp_sync;
+
+typedef struct gt_dp_sync_stats {
+  int buckets;
+  double wait_seconds;   /* time finish() spent waiting after backward ended */
+} gt_dp_sync_stats;
+
+gt_status gt_dp_sync_create(gt_model *m, gt_comm *dp, size_t bucket_bytes, bool zero1, gt_dp_sync **out);
+void gt_dp_sync_destroy(gt_dp_sync *s);
+/* Before a micro-batch's backward: reduce = true on the step's last
+ * micro-batch (the others only accumulate). overlap = false holds every
+ * bucket back to finish() (for measuring what overlap buys). */
+gt_status gt_dp_sync_begin(gt_dp_sync *s, bool reduce, bool overlap);
+/* After the last backward: waits for every bucket (or, with ZeRO-1, reduce-
+ * scatters). The gradients are then averaged (in this rank's shard). */
+gt_status gt_dp_sync_finish(gt_dp_sync *s);
+/* Calls fn(ctx, layer) on the caller's thread, on the step's last micro-
+ * batch, once each layer's gradients are averaged, from the top layer
+ * down: as buckets end during backward (seen whenever backward hands a
+ * layer over) and, for the rest, in finish(). A layer is announced once,
+ * after its own backward; fn's failure fails the step. With ZeRO-1 the
+ * buckets are then all-reduced, not reduce-scattered after backward, so
+ * that every rank has its shard's part of each layer as the layer's
+ * buckets end. fn NULL: none. */
+gt_status gt_dp_sync_on_reduced(gt_dp_sync *s, gt_status (*fn)(void *ctx, int layer), void *ctx);
+/* ZeRO-1: all-gathers every rank's updated parameter shard. */
+gt_status gt_dp_sync_gather_params(gt_dp_sync *s);
+/* The floats [lo, hi) of the flat buffer this rank updates. */
+void gt_dp_sync_shard(const gt_dp_sync *s, size_t *lo, size_t *hi);
+bool gt_dp_sync_zero1(const gt_dp_sync *s);
+const gt_dp_sync_stats *gt_dp_sync_last(const gt_dp_sync *s);
+
+#endif
