@@ -72,9 +72,8 @@ gt_stream *gt_backend_compute_stream(const gt_backend *be) { return be->compute;
 gt_stream *gt_backend_copy_stream(const gt_backend *be) { return be->copy; }
 
 bool gt_backend_has_mixed_precision(const gt_backend *be) {
-  const gt_backend_ops *o = be->ops;
-  return o->product.gemm_ex && o->product.bias_add && o->product.bias_backward &&
-         o->attention.causal_softmax_forward && o->attention.causal_softmax_backward;
+  const struct gt_kernel_ops *k = &be->ops->kernels;
+  return k->gemm_ex && k->bias_add && k->bias_backward && k->causal_softmax_forward && k->causal_softmax_backward;
 }
 
 gt_status gt_backend_create(const gt_backend_config *cfg, gt_backend **out) {

@@ -12,13 +12,16 @@
  * What only the data can tell (token ids against the vocabulary, targets)
  * stays with the backend, which holds the data.
  *
- * Memory, sync and destroy are required of every backend. A NULL entry
- * among the kernels is an operation the backend lacks: the wrapper reports
- * it as GT_EUNSUPPORTED, naming the operation and the backend.
+ * Memory, sync and destroy are required of every backend. The kernels are
+ * the list in backend_kernels.h, from which their entries here and the
+ * backends' declarations and tables are generated. A NULL kernel is an
+ * operation the backend lacks: the wrapper reports it as GT_EUNSUPPORTED,
+ * naming the operation and the backend.
  */
 #ifndef GIANT_BACKEND_IMPL_H
 #define GIANT_BACKEND_IMPL_H
 
+#include "core/backend_kernels.h"
 #include "giant/backend.h"
 #include "core/kernels.h"
 
@@ -28,7 +31,7 @@ extern "C" {
 
 /* Each entry has the signature of the public function of the same name
  * (gt_backend_<name> for memory, gt_<name> for streams and events, gt_op_<name>
- * for the rest), where it is documented. */
+ * for the kernels), where it is documented. */
 typedef struct gt_backend_ops {
   struct gt_memory_ops {
     gt_status (*alloc)(gt_backend *be, size_t bytes, void **ptr);
@@ -50,83 +53,13 @@ typedef struct gt_backend_ops {
     gt_status (*event_sync)(gt_backend *be, gt_event *e);
   } sync;
 
-  /* Matrix products, and the biases of products done by them. */
-  struct gt_product_ops {
-    gt_status (*gemm)(gt_backend *be, const gt_gemm_args *g);
-    gt_status (*gemm_ex)(gt_backend *be, const gt_gemm_ex_args *g);
-    gt_status (*bias_add)(gt_backend *be, float *out, const float *bias, int N, int OC);
-    gt_status (*bias_backward)(gt_backend *be, float *dbias, const float *dout, int N, int OC);
-  } product;
-
-  /* The layers of a transformer, forward and backward. */
-  struct gt_layer_ops {
-    gt_status (*embedding_forward)(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
-                                   const float *wpe, int B, int T, int C);
-    gt_status (*embedding_backward)(gt_backend *be, float *dwte, float *dwpe, const float *dout,
-                                    const int32_t *tokens, int B, int T, int C);
-    gt_status (*layernorm_forward)(gt_backend *be, float *out, float *mean, float *rstd, const float *inp,
-                                   const float *w, const float *b, int N, int C);
-    gt_status (*layernorm_backward)(gt_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                    const float *inp, const float *w, const float *mean, const float *rstd, int N,
-                                    int C);
-    gt_status (*linear_forward)(gt_backend *be, float *out, const float *inp, const float *w, const float *bias,
-                                int N, int C, int OC);
-    gt_status (*linear_backward)(gt_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
-                                 const float *inp, const float *w, int N, int C, int OC);
-    gt_status (*gelu_forward)(gt_backend *be, float *out, const float *inp, size_t n);
-    gt_status (*gelu_backward)(gt_backend *be, float *dinp, const float *inp, const float *dout, size_t n);
-    gt_status (*residual_forward)(gt_backend *be, float *out, const float *a, const float *b, size_t n);
-    gt_status (*residual_backward)(gt_backend *be, float *da, float *db, const float *dout, size_t n);
-  } layer;
-
-  struct gt_attention_ops {
-    gt_status (*attention_forward)(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
-                                   int NH);
-    gt_status (*attention_backward)(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
-                                    const float *att, int B, int T, int C, int NH);
-    gt_status (*causal_softmax_forward)(gt_backend *be, float *att, int BH, int T);
-    gt_status (*causal_softmax_backward)(gt_backend *be, float *datt, const float *att, int BH, int T, float scale);
-  } attention;
-
-  /* Softmax cross-entropy over whole rows of logits. */
-  struct gt_loss_ops {
-    gt_status (*softmax_xent_forward)(gt_backend *be, float *losses, float *probs, const float *logits,
-                                      const int32_t *targets, int N, int V);
-    gt_status (*softmax_xent_backward)(gt_backend *be, float *dlogits, const float *probs, const int32_t *targets,
-                                       float dloss, int N, int V);
-  } loss;
-
-  /* Embedding and cross-entropy over a slice [v0, v0 + V) of the vocabulary. */
-  struct gt_vocab_slice_ops {
-    gt_status (*embedding_slice_forward)(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
-                                         int v0, int V, const float *wpe, int B, int T, int C);
-    gt_status (*embedding_slice_backward)(gt_backend *be, float *dwte, float *dwpe, const float *dout,
-                                          const int32_t *tokens, int v0, int V, int B, int T, int C);
-    gt_status (*xent_slice_stats)(gt_backend *be, float *stats, float *tlogit, const float *logits,
-                                  const int32_t *targets, int v0, int N, int V);
-    gt_status (*xent_slice_finish)(gt_backend *be, float *losses, float *probs, const float *logits,
-                                   const float *stats_all, int P, const float *tlogit, const int32_t *targets,
-                                   int vocab_total, int N, int V);
-    gt_status (*softmax_xent_slice_backward)(gt_backend *be, float *dlogits, const float *probs,
-                                             const int32_t *targets, int v0, float dloss, int N, int V);
-  } vocab_slice;
-
-  struct gt_optimizer_ops {
-    gt_status (*adamw_update)(gt_backend *be, float *param, const float *grad, float *m, float *v, size_t n,
-                              const gt_adamw_args *a);
-    gt_status (*adamw_update_bf16)(gt_backend *be, float *param, const float *grad, float *m, float *v,
-                                   uint16_t *param_bf16, size_t n, const gt_adamw_args *a);
-    gt_status (*sgd_update)(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
-                            const gt_sgd_args *a);
-  } optimizer;
-
-  /* Reductions, scaling and conversions over flat buffers. */
-  struct gt_vector_ops {
-    gt_status (*sum_squares)(gt_backend *be, double *out, const float *x, size_t n);
-    gt_status (*scale)(gt_backend *be, float *x, float s, size_t n);
-    gt_status (*f32_to_bf16)(gt_backend *be, uint16_t *dst, const float *src, size_t n);
-    gt_status (*bf16_to_f32)(gt_backend *be, float *dst, const uint16_t *src, size_t n);
-  } vector;
+  /* One entry per kernel of backend_kernels.h, with the signature of its
+   * gt_op_<name>. */
+#define GT_BACKEND_KERNEL_ENTRY(name, params) gt_status (*name) params;
+  struct gt_kernel_ops {
+    GT_BACKEND_KERNELS(GT_BACKEND_KERNEL_ENTRY)
+  } kernels;
+#undef GT_BACKEND_KERNEL_ENTRY
 
   /* Releases the backend and everything it holds, be included. */
   void (*destroy)(gt_backend *be);

@@ -20,10 +20,10 @@ static gt_status refuse(const gt_backend *be, gt_status code, const char *op, co
 }
 
 /* The backend's entry for op, or a refusal. */
-#define NEED_OP(be, group, op)                                                                              \
+#define NEED_OP(be, op)                                                                                     \
   do {                                                                                                      \
     if (!(be)) return gt_errorf(GT_EINVAL, #op ": the backend is NULL; create one with gt_backend_create"); \
-    if (!(be)->ops->group.op)                                                                              \
+    if (!(be)->ops->kernels.op)                                                                             \
       return refuse(be, GT_EUNSUPPORTED, #op, "backend %s does not implement this operation", (be)->name);  \
   } while (0)
 
@@ -35,34 +35,43 @@ static gt_status refuse(const gt_backend *be, gt_status code, const char *op, co
 /* Pointers that a kernel with work to do dereferences. */
 #define NEED_PTRS(be, op, work, ptrs_ok, names) NEED(be, op, !(work) || (ptrs_ok), "%s must not be NULL", names)
 
+/* Each kernel of the list has the signature of its public function, so the
+ * table's entries, what the backends define and what callers pass cannot
+ * drift apart. */
+#define SAME_AS_PUBLIC(name, params)                                          \
+  _Static_assert(_Generic(&gt_op_##name, gt_status (*) params: 1, default: 0), \
+                 "backend_kernels.h: " #name " differs from gt_op_" #name);
+GT_BACKEND_KERNELS(SAME_AS_PUBLIC)
+#undef SAME_AS_PUBLIC
+
 /* ---- matrix products ---- */
 
 gt_status gt_op_gemm(gt_backend *be, const gt_gemm_args *g) {
-  NEED_OP(be, product, gemm);
+  NEED_OP(be, gemm);
   NEED(be, "gemm", g, "the arguments must not be NULL");
   GT_TRY(gt_gemm_check(be, g));
-  return be->ops->product.gemm(be, g);
+  return be->ops->kernels.gemm(be, g);
 }
 
 gt_status gt_op_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g) {
-  NEED_OP(be, product, gemm_ex);
+  NEED_OP(be, gemm_ex);
   NEED(be, "gemm_ex", g, "the arguments must not be NULL");
   GT_TRY(gt_gemm_ex_check(be, g));
-  return be->ops->product.gemm_ex(be, g);
+  return be->ops->kernels.gemm_ex(be, g);
 }
 
 gt_status gt_op_bias_add(gt_backend *be, float *out, const float *bias, int N, int OC) {
-  NEED_OP(be, product, bias_add);
+  NEED_OP(be, bias_add);
   NEED(be, "bias_add", N >= 0 && OC >= 0, "need N, OC >= 0, got %d and %d", N, OC);
   NEED_PTRS(be, "bias_add", N && OC, out && bias, "out and bias");
-  return be->ops->product.bias_add(be, out, bias, N, OC);
+  return be->ops->kernels.bias_add(be, out, bias, N, OC);
 }
 
 gt_status gt_op_bias_backward(gt_backend *be, float *dbias, const float *dout, int N, int OC) {
-  NEED_OP(be, product, bias_backward);
+  NEED_OP(be, bias_backward);
   NEED(be, "bias_backward", N >= 0 && OC >= 0, "need N, OC >= 0, got %d and %d", N, OC);
   NEED_PTRS(be, "bias_backward", OC, dbias && (dout || !N), "dbias and dout");
-  return be->ops->product.bias_backward(be, dbias, dout, N, OC);
+  return be->ops->kernels.bias_backward(be, dbias, dout, N, OC);
 }
 
 /* ---- transformer layers ---- */
@@ -73,76 +82,76 @@ gt_status gt_op_bias_backward(gt_backend *be, float *dbias, const float *dout, i
 
 gt_status gt_op_embedding_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
                                   const float *wpe, int B, int T, int C) {
-  NEED_OP(be, layer, embedding_forward);
+  NEED_OP(be, embedding_forward);
   NEED_DIMS3(be, "embedding_forward", B, T, C);
   NEED_PTRS(be, "embedding_forward", B && T, out && tokens && (wte || !C), "out, tokens and wte");
-  return be->ops->layer.embedding_forward(be, out, tokens, wte, wpe, B, T, C);
+  return be->ops->kernels.embedding_forward(be, out, tokens, wte, wpe, B, T, C);
 }
 
 gt_status gt_op_embedding_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
                                    const int32_t *tokens, int B, int T, int C) {
-  NEED_OP(be, layer, embedding_backward);
+  NEED_OP(be, embedding_backward);
   NEED_DIMS3(be, "embedding_backward", B, T, C);
   NEED_PTRS(be, "embedding_backward", B && T && C, dwte && dout && tokens, "dwte, dout and tokens");
-  return be->ops->layer.embedding_backward(be, dwte, dwpe, dout, tokens, B, T, C);
+  return be->ops->kernels.embedding_backward(be, dwte, dwpe, dout, tokens, B, T, C);
 }
 
 gt_status gt_op_layernorm_forward(gt_backend *be, float *out, float *mean, float *rstd, const float *inp,
                                   const float *w, const float *b, int N, int C) {
-  NEED_OP(be, layer, layernorm_forward);
+  NEED_OP(be, layernorm_forward);
   NEED(be, "layernorm_forward", N >= 0 && C >= 0, "sizes must not be negative, got N=%d C=%d", N, C);
   NEED_PTRS(be, "layernorm_forward", N && C, out && inp && w && b, "out, inp, w and b");
-  return be->ops->layer.layernorm_forward(be, out, mean, rstd, inp, w, b, N, C);
+  return be->ops->kernels.layernorm_forward(be, out, mean, rstd, inp, w, b, N, C);
 }
 
 gt_status gt_op_layernorm_backward(gt_backend *be, float *dinp, float *dw, float *db, const float *dout,
                                    const float *inp, const float *w, const float *mean, const float *rstd, int N,
                                    int C) {
-  NEED_OP(be, layer, layernorm_backward);
+  NEED_OP(be, layernorm_backward);
   NEED(be, "layernorm_backward", N >= 0 && C >= 0, "sizes must not be negative, got N=%d C=%d", N, C);
   NEED_PTRS(be, "layernorm_backward", N && C, dinp && dw && db && dout && inp && w && mean && rstd,
             "dinp, dw, db, dout, inp, w, mean and rstd");
-  return be->ops->layer.layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  return be->ops->kernels.layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 
 gt_status gt_op_linear_forward(gt_backend *be, float *out, const float *inp, const float *w, const float *bias,
                                int N, int C, int OC) {
-  NEED_OP(be, layer, linear_forward);
+  NEED_OP(be, linear_forward);
   NEED_DIMS3(be, "linear_forward", N, C, OC);
   NEED_PTRS(be, "linear_forward", N && OC, out && ((inp && w) || !C), "out, inp and w");
-  return be->ops->layer.linear_forward(be, out, inp, w, bias, N, C, OC);
+  return be->ops->kernels.linear_forward(be, out, inp, w, bias, N, C, OC);
 }
 
 gt_status gt_op_linear_backward(gt_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
                                 const float *inp, const float *w, int N, int C, int OC) {
-  NEED_OP(be, layer, linear_backward);
+  NEED_OP(be, linear_backward);
   NEED_DIMS3(be, "linear_backward", N, C, OC);
   NEED_PTRS(be, "linear_backward", N && OC, dout && ((dw && inp && w) || !C), "dw, dout, inp and w");
-  return be->ops->layer.linear_backward(be, dinp, dw, dbias, dout, inp, w, N, C, OC);
+  return be->ops->kernels.linear_backward(be, dinp, dw, dbias, dout, inp, w, N, C, OC);
 }
 
 gt_status gt_op_gelu_forward(gt_backend *be, float *out, const float *inp, size_t n) {
-  NEED_OP(be, layer, gelu_forward);
+  NEED_OP(be, gelu_forward);
   NEED_PTRS(be, "gelu_forward", n, out && inp, "out and inp");
-  return be->ops->layer.gelu_forward(be, out, inp, n);
+  return be->ops->kernels.gelu_forward(be, out, inp, n);
 }
 
 gt_status gt_op_gelu_backward(gt_backend *be, float *dinp, const float *inp, const float *dout, size_t n) {
-  NEED_OP(be, layer, gelu_backward);
+  NEED_OP(be, gelu_backward);
   NEED_PTRS(be, "gelu_backward", n, dinp && inp && dout, "dinp, inp and dout");
-  return be->ops->layer.gelu_backward(be, dinp, inp, dout, n);
+  return be->ops->kernels.gelu_backward(be, dinp, inp, dout, n);
 }
 
 gt_status gt_op_residual_forward(gt_backend *be, float *out, const float *a, const float *b, size_t n) {
-  NEED_OP(be, layer, residual_forward);
+  NEED_OP(be, residual_forward);
   NEED_PTRS(be, "residual_forward", n, out && a && b, "out, a and b");
-  return be->ops->layer.residual_forward(be, out, a, b, n);
+  return be->ops->kernels.residual_forward(be, out, a, b, n);
 }
 
 gt_status gt_op_residual_backward(gt_backend *be, float *da, float *db, const float *dout, size_t n) {
-  NEED_OP(be, layer, residual_backward);
+  NEED_OP(be, residual_backward);
   NEED_PTRS(be, "residual_backward", n && (da || db), dout, "dout");
-  return be->ops->layer.residual_backward(be, da, db, dout, n);
+  return be->ops->kernels.residual_backward(be, da, db, dout, n);
 }
 
 /* ---- attention ---- */
@@ -153,33 +162,33 @@ gt_status gt_op_residual_backward(gt_backend *be, float *da, float *db, const fl
 
 gt_status gt_op_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
                                   int NH) {
-  NEED_OP(be, attention, attention_forward);
+  NEED_OP(be, attention_forward);
   NEED_HEADS(be, "attention_forward", B, T, C, NH);
   NEED_PTRS(be, "attention_forward", B && T && C, out && att && qkv, "out, att and qkv");
-  return be->ops->attention.attention_forward(be, out, att, qkv, B, T, C, NH);
+  return be->ops->kernels.attention_forward(be, out, att, qkv, B, T, C, NH);
 }
 
 gt_status gt_op_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
                                    const float *att, int B, int T, int C, int NH) {
-  NEED_OP(be, attention, attention_backward);
+  NEED_OP(be, attention_backward);
   NEED_HEADS(be, "attention_backward", B, T, C, NH);
   NEED_PTRS(be, "attention_backward", B && T && C, dqkv && datt && dout && qkv && att,
             "dqkv, datt, dout, qkv and att");
-  return be->ops->attention.attention_backward(be, dqkv, datt, dout, qkv, att, B, T, C, NH);
+  return be->ops->kernels.attention_backward(be, dqkv, datt, dout, qkv, att, B, T, C, NH);
 }
 
 gt_status gt_op_causal_softmax_forward(gt_backend *be, float *att, int BH, int T) {
-  NEED_OP(be, attention, causal_softmax_forward);
+  NEED_OP(be, causal_softmax_forward);
   NEED(be, "causal_softmax_forward", BH >= 0 && T >= 0, "need BH, T >= 0, got %d and %d", BH, T);
   NEED_PTRS(be, "causal_softmax_forward", BH && T, att, "att");
-  return be->ops->attention.causal_softmax_forward(be, att, BH, T);
+  return be->ops->kernels.causal_softmax_forward(be, att, BH, T);
 }
 
 gt_status gt_op_causal_softmax_backward(gt_backend *be, float *datt, const float *att, int BH, int T, float scale) {
-  NEED_OP(be, attention, causal_softmax_backward);
+  NEED_OP(be, causal_softmax_backward);
   NEED(be, "causal_softmax_backward", BH >= 0 && T >= 0, "need BH, T >= 0, got %d and %d", BH, T);
   NEED_PTRS(be, "causal_softmax_backward", BH && T, datt && att, "datt and att");
-  return be->ops->attention.causal_softmax_backward(be, datt, att, BH, T, scale);
+  return be->ops->kernels.causal_softmax_backward(be, datt, att, BH, T, scale);
 }
 
 /* ---- loss ---- */
@@ -188,19 +197,19 @@ gt_status gt_op_causal_softmax_backward(gt_backend *be, float *datt, const float
 
 gt_status gt_op_softmax_xent_forward(gt_backend *be, float *losses, float *probs, const float *logits,
                                      const int32_t *targets, int N, int V) {
-  NEED_OP(be, loss, softmax_xent_forward);
+  NEED_OP(be, softmax_xent_forward);
   NEED_ROWS(be, "softmax_xent_forward", N, V);
   NEED_PTRS(be, "softmax_xent_forward", N, losses && probs && logits && targets,
             "losses, probs, logits and targets");
-  return be->ops->loss.softmax_xent_forward(be, losses, probs, logits, targets, N, V);
+  return be->ops->kernels.softmax_xent_forward(be, losses, probs, logits, targets, N, V);
 }
 
 gt_status gt_op_softmax_xent_backward(gt_backend *be, float *dlogits, const float *probs, const int32_t *targets,
                                       float dloss, int N, int V) {
-  NEED_OP(be, loss, softmax_xent_backward);
+  NEED_OP(be, softmax_xent_backward);
   NEED_ROWS(be, "softmax_xent_backward", N, V);
   NEED_PTRS(be, "softmax_xent_backward", N, dlogits && probs && targets, "dlogits, probs and targets");
-  return be->ops->loss.softmax_xent_backward(be, dlogits, probs, targets, dloss, N, V);
+  return be->ops->kernels.softmax_xent_backward(be, dlogits, probs, targets, dloss, N, V);
 }
 
 /* ---- a slice of the vocabulary ---- */
@@ -210,106 +219,106 @@ gt_status gt_op_softmax_xent_backward(gt_backend *be, float *dlogits, const floa
 
 gt_status gt_op_embedding_slice_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
                                         int v0, int V, const float *wpe, int B, int T, int C) {
-  NEED_OP(be, vocab_slice, embedding_slice_forward);
+  NEED_OP(be, embedding_slice_forward);
   NEED_SLICE(be, "embedding_slice_forward", v0, V);
   NEED_DIMS3(be, "embedding_slice_forward", B, T, C);
   NEED_PTRS(be, "embedding_slice_forward", B && T && C, out && tokens && wte, "out, tokens and wte");
-  return be->ops->vocab_slice.embedding_slice_forward(be, out, tokens, wte, v0, V, wpe, B, T, C);
+  return be->ops->kernels.embedding_slice_forward(be, out, tokens, wte, v0, V, wpe, B, T, C);
 }
 
 gt_status gt_op_embedding_slice_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
                                          const int32_t *tokens, int v0, int V, int B, int T, int C) {
-  NEED_OP(be, vocab_slice, embedding_slice_backward);
+  NEED_OP(be, embedding_slice_backward);
   NEED_SLICE(be, "embedding_slice_backward", v0, V);
   NEED_DIMS3(be, "embedding_slice_backward", B, T, C);
   NEED_PTRS(be, "embedding_slice_backward", B && T && C, dwte && dout && tokens, "dwte, dout and tokens");
-  return be->ops->vocab_slice.embedding_slice_backward(be, dwte, dwpe, dout, tokens, v0, V, B, T, C);
+  return be->ops->kernels.embedding_slice_backward(be, dwte, dwpe, dout, tokens, v0, V, B, T, C);
 }
 
 gt_status gt_op_xent_slice_stats(gt_backend *be, float *stats, float *tlogit, const float *logits,
                                  const int32_t *targets, int v0, int N, int V) {
-  NEED_OP(be, vocab_slice, xent_slice_stats);
+  NEED_OP(be, xent_slice_stats);
   NEED_SLICE(be, "xent_slice_stats", v0, V);
   NEED(be, "xent_slice_stats", N >= 0, "need N >= 0, got %d", N);
   NEED_PTRS(be, "xent_slice_stats", N, stats && tlogit && logits && targets, "stats, tlogit, logits and targets");
-  return be->ops->vocab_slice.xent_slice_stats(be, stats, tlogit, logits, targets, v0, N, V);
+  return be->ops->kernels.xent_slice_stats(be, stats, tlogit, logits, targets, v0, N, V);
 }
 
 gt_status gt_op_xent_slice_finish(gt_backend *be, float *losses, float *probs, const float *logits,
                                   const float *stats_all, int P, const float *tlogit, const int32_t *targets,
                                   int vocab_total, int N, int V) {
-  NEED_OP(be, vocab_slice, xent_slice_finish);
+  NEED_OP(be, xent_slice_finish);
   NEED_ROWS(be, "xent_slice_finish", N, V);
   NEED(be, "xent_slice_finish", P >= 1 && vocab_total >= V,
        "need P >= 1 slices and a vocabulary of at least V=%d, got P=%d vocab_total=%d", V, P, vocab_total);
   NEED_PTRS(be, "xent_slice_finish", N, losses && probs && logits && stats_all && tlogit && targets,
             "losses, probs, logits, stats_all, tlogit and targets");
-  return be->ops->vocab_slice.xent_slice_finish(be, losses, probs, logits, stats_all, P, tlogit, targets,
-                                                vocab_total, N, V);
+  return be->ops->kernels.xent_slice_finish(be, losses, probs, logits, stats_all, P, tlogit, targets, vocab_total,
+                                            N, V);
 }
 
 gt_status gt_op_softmax_xent_slice_backward(gt_backend *be, float *dlogits, const float *probs,
                                             const int32_t *targets, int v0, float dloss, int N, int V) {
-  NEED_OP(be, vocab_slice, softmax_xent_slice_backward);
+  NEED_OP(be, softmax_xent_slice_backward);
   NEED_SLICE(be, "softmax_xent_slice_backward", v0, V);
   NEED(be, "softmax_xent_slice_backward", N >= 0, "need N >= 0, got %d", N);
   NEED_PTRS(be, "softmax_xent_slice_backward", N, dlogits && probs && targets, "dlogits, probs and targets");
-  return be->ops->vocab_slice.softmax_xent_slice_backward(be, dlogits, probs, targets, v0, dloss, N, V);
+  return be->ops->kernels.softmax_xent_slice_backward(be, dlogits, probs, targets, v0, dloss, N, V);
 }
 
 /* ---- optimizers ---- */
 
 gt_status gt_op_adamw_update(gt_backend *be, float *param, const float *grad, float *m, float *v, size_t n,
                              const gt_adamw_args *a) {
-  NEED_OP(be, optimizer, adamw_update);
+  NEED_OP(be, adamw_update);
   NEED(be, "adamw_update", a, "the arguments must not be NULL");
   NEED(be, "adamw_update", a->step >= 1, "step is 1-based, got %d", a->step);
   NEED_PTRS(be, "adamw_update", n, param && grad && m && v, "param, grad, m and v");
-  return be->ops->optimizer.adamw_update(be, param, grad, m, v, n, a);
+  return be->ops->kernels.adamw_update(be, param, grad, m, v, n, a);
 }
 
 gt_status gt_op_adamw_update_bf16(gt_backend *be, float *param, const float *grad, float *m, float *v,
                                   uint16_t *param_bf16, size_t n, const gt_adamw_args *a) {
-  NEED_OP(be, optimizer, adamw_update_bf16);
+  NEED_OP(be, adamw_update_bf16);
   NEED(be, "adamw_update_bf16", a, "the arguments must not be NULL");
   NEED(be, "adamw_update_bf16", a->step >= 1, "step is 1-based, got %d", a->step);
   NEED_PTRS(be, "adamw_update_bf16", n, param && grad && m && v && param_bf16, "param, grad, m, v and param_bf16");
-  return be->ops->optimizer.adamw_update_bf16(be, param, grad, m, v, param_bf16, n, a);
+  return be->ops->kernels.adamw_update_bf16(be, param, grad, m, v, param_bf16, n, a);
 }
 
 gt_status gt_op_sgd_update(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
                            const gt_sgd_args *a) {
-  NEED_OP(be, optimizer, sgd_update);
+  NEED_OP(be, sgd_update);
   NEED(be, "sgd_update", a, "the arguments must not be NULL");
   NEED(be, "sgd_update", a->momentum == 0.0f || mom, "momentum %g needs a momentum buffer, got NULL",
        (double)a->momentum);
   NEED(be, "sgd_update", !a->nesterov || a->momentum != 0.0f, "nesterov needs a nonzero momentum");
   NEED_PTRS(be, "sgd_update", n, param && grad, "param and grad");
-  return be->ops->optimizer.sgd_update(be, param, grad, mom, n, a);
+  return be->ops->kernels.sgd_update(be, param, grad, mom, n, a);
 }
 
 /* ---- reductions, scaling, conversions ---- */
 
 gt_status gt_op_sum_squares(gt_backend *be, double *out, const float *x, size_t n) {
-  NEED_OP(be, vector, sum_squares);
+  NEED_OP(be, sum_squares);
   NEED(be, "sum_squares", out && (x || !n), "out and x must not be NULL");
-  return be->ops->vector.sum_squares(be, out, x, n);
+  return be->ops->kernels.sum_squares(be, out, x, n);
 }
 
 gt_status gt_op_scale(gt_backend *be, float *x, float s, size_t n) {
-  NEED_OP(be, vector, scale);
+  NEED_OP(be, scale);
   NEED_PTRS(be, "scale", n, x, "x");
-  return be->ops->vector.scale(be, x, s, n);
+  return be->ops->kernels.scale(be, x, s, n);
 }
 
 gt_status gt_op_f32_to_bf16(gt_backend *be, uint16_t *dst, const float *src, size_t n) {
-  NEED_OP(be, vector, f32_to_bf16);
+  NEED_OP(be, f32_to_bf16);
   NEED_PTRS(be, "f32_to_bf16", n, dst && src, "dst and src");
-  return be->ops->vector.f32_to_bf16(be, dst, src, n);
+  return be->ops->kernels.f32_to_bf16(be, dst, src, n);
 }
 
 gt_status gt_op_bf16_to_f32(gt_backend *be, float *dst, const uint16_t *src, size_t n) {
-  NEED_OP(be, vector, bf16_to_f32);
+  NEED_OP(be, bf16_to_f32);
   NEED_PTRS(be, "bf16_to_f32", n, dst && src, "dst and src");
-  return be->ops->vector.bf16_to_f32(be, dst, src, n);
+  return be->ops->kernels.bf16_to_f32(be, dst, src, n);
 }

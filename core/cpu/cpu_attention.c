@@ -34,8 +34,8 @@ static void causal_softmax(float *a, int T, int r0, int r1) {
   }
 }
 
-gt_status gt_cpu_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B,
-                                   int T, int C, int NH) {
+gt_status GT_CPU_KERNEL(attention_forward)(gt_backend *be, float *out, float *att, const float *qkv, int B,
+                                           int T, int C, int NH) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   int nt = gt_cpu_threads(be);
   int hs = C / NH, C3 = 3 * C, BH = B * NH;
@@ -74,9 +74,9 @@ static void causal_softmax_backward(float *da, const float *a, int T, int r0, in
   }
 }
 
-gt_status gt_cpu_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout,
-                                    const float *qkv, const float *att, int B, int T, int C,
-                                    int NH) {
+gt_status GT_CPU_KERNEL(attention_backward)(gt_backend *be, float *dqkv, float *datt, const float *dout,
+                                            const float *qkv, const float *att, int B, int T, int C,
+                                            int NH) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   int nt = gt_cpu_threads(be);
   int hs = C / NH, C3 = 3 * C, BH = B * NH;
@@ -113,15 +113,15 @@ gt_status gt_cpu_attention_backward(gt_backend *be, float *dqkv, float *datt, co
 
 /* ---- the causal softmax on its own (mixed-precision attention) ---- */
 
-gt_status gt_cpu_causal_softmax_forward(gt_backend *be, float *att, int BH, int T) {
+gt_status GT_CPU_KERNEL(causal_softmax_forward)(gt_backend *be, float *att, int BH, int T) {
   int nt = gt_cpu_threads(be);
 #pragma omp parallel for num_threads(nt) schedule(static) if ((int64_t)BH * T * T >= GT_CPU_PAR_MIN)
   for (int bh = 0; bh < BH; bh++) causal_softmax(att + (int64_t)bh * T * T, T, 0, T);
   return GT_OK;
 }
 
-gt_status gt_cpu_causal_softmax_backward(gt_backend *be, float *datt, const float *att, int BH, int T,
-                                         float scale) {
+gt_status GT_CPU_KERNEL(causal_softmax_backward)(gt_backend *be, float *datt, const float *att, int BH, int T,
+                                                 float scale) {
   int nt = gt_cpu_threads(be);
 #pragma omp parallel for num_threads(nt) schedule(static) if ((int64_t)BH * T * T >= GT_CPU_PAR_MIN)
   for (int bh = 0; bh < BH; bh++)

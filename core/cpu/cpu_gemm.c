@@ -26,7 +26,7 @@ static void gemm_one(const gt_gemm_args *g, int64_t i) {
 }
 
 /* gt_op_gemm has checked the arguments. */
-gt_status gt_cpu_gemm(gt_backend *be, const gt_gemm_args *g) {
+gt_status GT_CPU_KERNEL(gemm)(gt_backend *be, const gt_gemm_args *g) {
   if (g->m == 0 || g->n == 0) return GT_OK;
   int nt = gt_cpu_threads(be);
   if (g->batch == 1 || g->batch < nt) {

@@ -43,13 +43,13 @@ static gt_status gemm_ex_scratch(gt_backend *be, size_t floats, float **out) {
 }
 
 /* gt_op_gemm_ex has checked the arguments. */
-gt_status gt_cpu_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g) {
+gt_status GT_CPU_KERNEL(gemm_ex)(gt_backend *be, const gt_gemm_ex_args *g) {
   gt_gemm_args f = {.trans_a = g->trans_a, .trans_b = g->trans_b, .m = g->m, .n = g->n, .k = g->k,
                     .alpha = g->alpha, .beta = g->beta, .lda = g->lda, .stride_a = g->stride_a, .ldb = g->ldb,
                     .stride_b = g->stride_b, .ldc = g->ldc, .stride_c = g->stride_c, .batch = g->batch};
   if (g->a_type == GT_F32) {
     f.a = g->a, f.b = g->b, f.c = g->c;
-    return gt_cpu_gemm(be, &f);
+    return GT_CPU_KERNEL(gemm)(be, &f);
   }
   if (g->m == 0 || g->n == 0) return GT_OK;
   bool have_k = g->k > 0;
@@ -73,30 +73,30 @@ gt_status gt_cpu_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g) {
   float *w = NULL;
   GT_TRY(gemm_ex_scratch(be, na + nb + nc, &w));
   if (have_k) {
-    GT_TRY(gt_cpu_bf16_to_f32(be, w, g->a, na));
-    GT_TRY(gt_cpu_bf16_to_f32(be, w + na, g->b, nb));
+    GT_TRY(GT_CPU_KERNEL(bf16_to_f32)(be, w, g->a, na));
+    GT_TRY(GT_CPU_KERNEL(bf16_to_f32)(be, w + na, g->b, nb));
   }
   f.a = w, f.b = w + na;
   if (g->c_type == GT_F32) {
     f.c = g->c;
-    return gt_cpu_gemm(be, &f);
+    return GT_CPU_KERNEL(gemm)(be, &f);
   }
   /* A bf16 result: compute in fp32 (beta reads the old C widened), round once. */
   f.c = w + na + nb;
-  GT_TRY(gt_cpu_bf16_to_f32(be, f.c, g->c, nc));
-  GT_TRY(gt_cpu_gemm(be, &f));
+  GT_TRY(GT_CPU_KERNEL(bf16_to_f32)(be, f.c, g->c, nc));
+  GT_TRY(GT_CPU_KERNEL(gemm)(be, &f));
   /* Only the elements of C are written back: padding and gaps keep their bits. */
   for (int e = 0; e < g->batch; e++)
     for (int r = 0; r < g->m; r++) {
       size_t off = (size_t)((int64_t)e * g->stride_c) + (size_t)r * (size_t)g->ldc;
-      GT_TRY(gt_cpu_f32_to_bf16(be, (uint16_t *)g->c + off, f.c + off, (size_t)g->n));
+      GT_TRY(GT_CPU_KERNEL(f32_to_bf16)(be, (uint16_t *)g->c + off, f.c + off, (size_t)g->n));
     }
   return GT_OK;
 }
 
 /* Biases apart from their product (linear_forward folds its bias into the
  * product instead; linear_backward uses bias_backward). */
-gt_status gt_cpu_bias_add(gt_backend *be, float *out, const float *bias, int N, int OC) {
+gt_status GT_CPU_KERNEL(bias_add)(gt_backend *be, float *out, const float *bias, int N, int OC) {
   int nt = gt_cpu_threads(be);
 #pragma omp parallel for num_threads(nt) schedule(static) if ((int64_t)N * OC >= GT_CPU_PAR_MIN)
   for (int i = 0; i < N; i++) {
@@ -106,7 +106,7 @@ gt_status gt_cpu_bias_add(gt_backend *be, float *out, const float *bias, int N, 
   return GT_OK;
 }
 
-gt_status gt_cpu_bias_backward(gt_backend *be, float *dbias, const float *dout, int N, int OC) {
+gt_status GT_CPU_KERNEL(bias_backward)(gt_backend *be, float *dbias, const float *dout, int N, int OC) {
   int nt = gt_cpu_threads(be);
   /* Each thread owns a range of columns and sums its rows in order: the
    * same bits whatever the thread count. */

@@ -6,7 +6,7 @@
 
 #define MAX_PARTIALS 256
 
-gt_status gt_cpu_sum_squares(gt_backend *be, double *out, const float *x, size_t n) {
+gt_status GT_CPU_KERNEL(sum_squares)(gt_backend *be, double *out, const float *x, size_t n) {
   int nt = gt_cpu_threads(be);
   if (nt > MAX_PARTIALS) nt = MAX_PARTIALS;
   int64_t len = (int64_t)n;
@@ -29,7 +29,7 @@ gt_status gt_cpu_sum_squares(gt_backend *be, double *out, const float *x, size_t
   return GT_OK;
 }
 
-gt_status gt_cpu_scale(gt_backend *be, float *x, float s, size_t n) {
+gt_status GT_CPU_KERNEL(scale)(gt_backend *be, float *x, float s, size_t n) {
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
 #pragma omp parallel for simd num_threads(nt) schedule(simd : static) if (len >= GT_CPU_PAR_MIN)
@@ -38,7 +38,7 @@ gt_status gt_cpu_scale(gt_backend *be, float *x, float s, size_t n) {
 }
 
 /* Same rounding as gt_f32_to_bf16 (gt_cpu_bf16_round). */
-gt_status gt_cpu_f32_to_bf16(gt_backend *be, uint16_t *dst, const float *src, size_t n) {
+gt_status GT_CPU_KERNEL(f32_to_bf16)(gt_backend *be, uint16_t *dst, const float *src, size_t n) {
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
 #pragma omp parallel for simd num_threads(nt) schedule(simd : static) if (len >= GT_CPU_PAR_MIN)
@@ -46,7 +46,7 @@ gt_status gt_cpu_f32_to_bf16(gt_backend *be, uint16_t *dst, const float *src, si
   return GT_OK;
 }
 
-gt_status gt_cpu_bf16_to_f32(gt_backend *be, float *dst, const uint16_t *src, size_t n) {
+gt_status GT_CPU_KERNEL(bf16_to_f32)(gt_backend *be, float *dst, const uint16_t *src, size_t n) {
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
 #pragma omp parallel for simd num_threads(nt) schedule(simd : static) if (len >= GT_CPU_PAR_MIN)

@@ -15,8 +15,8 @@
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 
-gt_status gt_cpu_embedding_forward(gt_backend *be, float *out, const int32_t *tokens,
-                                   const float *wte, const float *wpe, int B, int T, int C) {
+gt_status GT_CPU_KERNEL(embedding_forward)(gt_backend *be, float *out, const int32_t *tokens,
+                                           const float *wte, const float *wpe, int B, int T, int C) {
   int64_t N = (int64_t)B * T;
   for (int64_t i = 0; i < N; i++)
     if (tokens[i] < 0)
@@ -37,8 +37,8 @@ gt_status gt_cpu_embedding_forward(gt_backend *be, float *out, const int32_t *to
   return GT_OK;
 }
 
-gt_status gt_cpu_embedding_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
-                                    const int32_t *tokens, int B, int T, int C) {
+gt_status GT_CPU_KERNEL(embedding_backward)(gt_backend *be, float *dwte, float *dwpe, const float *dout,
+                                            const int32_t *tokens, int B, int T, int C) {
   int64_t N = (int64_t)B * T;
   for (int64_t i = 0; i < N; i++)
     if (tokens[i] < 0)
@@ -63,8 +63,8 @@ gt_status gt_cpu_embedding_backward(gt_backend *be, float *dwte, float *dwpe, co
   return GT_OK;
 }
 
-gt_status gt_cpu_layernorm_forward(gt_backend *be, float *out, float *mean, float *rstd,
-                                   const float *inp, const float *w, const float *b, int N, int C) {
+gt_status GT_CPU_KERNEL(layernorm_forward)(gt_backend *be, float *out, float *mean, float *rstd,
+                                           const float *inp, const float *w, const float *b, int N, int C) {
   int nt = gt_cpu_threads(be);
 #pragma omp parallel for num_threads(nt) schedule(static) if ((int64_t)N * C >= GT_CPU_PAR_MIN)
   for (int i = 0; i < N; i++) {
@@ -80,9 +80,9 @@ gt_status gt_cpu_layernorm_forward(gt_backend *be, float *out, float *mean, floa
   return GT_OK;
 }
 
-gt_status gt_cpu_layernorm_backward(gt_backend *be, float *dinp, float *dw, float *db,
-                                    const float *dout, const float *inp, const float *w,
-                                    const float *mean, const float *rstd, int N, int C) {
+gt_status GT_CPU_KERNEL(layernorm_backward)(gt_backend *be, float *dinp, float *dw, float *db,
+                                            const float *dout, const float *inp, const float *w,
+                                            const float *mean, const float *rstd, int N, int C) {
   int nt = gt_cpu_threads(be);
 #pragma omp parallel num_threads(nt) if ((int64_t)N * C >= GT_CPU_PAR_MIN)
   {
@@ -114,8 +114,8 @@ gt_status gt_cpu_layernorm_backward(gt_backend *be, float *dinp, float *dw, floa
   return GT_OK;
 }
 
-gt_status gt_cpu_linear_forward(gt_backend *be, float *out, const float *inp, const float *w,
-                                const float *bias, int N, int C, int OC) {
+gt_status GT_CPU_KERNEL(linear_forward)(gt_backend *be, float *out, const float *inp, const float *w,
+                                        const float *bias, int N, int C, int OC) {
   if (N == 0 || OC == 0) return GT_OK;
   int nt = gt_cpu_threads(be);
   if (bias) {
@@ -132,9 +132,9 @@ gt_status gt_cpu_linear_forward(gt_backend *be, float *out, const float *inp, co
   return GT_OK;
 }
 
-gt_status gt_cpu_linear_backward(gt_backend *be, float *dinp, float *dw, float *dbias,
-                                 const float *dout, const float *inp, const float *w, int N, int C,
-                                 int OC) {
+gt_status GT_CPU_KERNEL(linear_backward)(gt_backend *be, float *dinp, float *dw, float *dbias,
+                                         const float *dout, const float *inp, const float *w, int N, int C,
+                                         int OC) {
   if (N == 0 || OC == 0) return GT_OK;
   (void)gt_cpu_threads(be); /* sizes OpenBLAS's team */
   if (C > 0) {
@@ -144,12 +144,12 @@ gt_status gt_cpu_linear_backward(gt_backend *be, float *dinp, float *dw, float *
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
                 dw, C);
   }
-  return dbias ? gt_cpu_bias_backward(be, dbias, dout, N, OC) : GT_OK;
+  return dbias ? GT_CPU_KERNEL(bias_backward)(be, dbias, dout, N, OC) : GT_OK;
 }
 
 /* 0.5 x (1 + tanh u) = x * sigmoid(2u): one exp and one division per
  * element, and sech^2 u = 4 s (1 - s) for the backward. */
-gt_status gt_cpu_gelu_forward(gt_backend *be, float *out, const float *inp, size_t n) {
+gt_status GT_CPU_KERNEL(gelu_forward)(gt_backend *be, float *out, const float *inp, size_t n) {
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
 #pragma omp parallel for simd num_threads(nt) schedule(simd : static) if (len >= GT_CPU_PAR_MIN)
@@ -161,8 +161,8 @@ gt_status gt_cpu_gelu_forward(gt_backend *be, float *out, const float *inp, size
   return GT_OK;
 }
 
-gt_status gt_cpu_gelu_backward(gt_backend *be, float *dinp, const float *inp, const float *dout,
-                               size_t n) {
+gt_status GT_CPU_KERNEL(gelu_backward)(gt_backend *be, float *dinp, const float *inp, const float *dout,
+                                       size_t n) {
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
 #pragma omp parallel for simd num_threads(nt) schedule(simd : static) if (len >= GT_CPU_PAR_MIN)
@@ -176,8 +176,8 @@ gt_status gt_cpu_gelu_backward(gt_backend *be, float *dinp, const float *inp, co
   return GT_OK;
 }
 
-gt_status gt_cpu_residual_forward(gt_backend *be, float *out, const float *a, const float *b,
-                                  size_t n) {
+gt_status GT_CPU_KERNEL(residual_forward)(gt_backend *be, float *out, const float *a, const float *b,
+                                          size_t n) {
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
 #pragma omp parallel for simd num_threads(nt) schedule(simd : static) if (len >= GT_CPU_PAR_MIN)
@@ -185,8 +185,8 @@ gt_status gt_cpu_residual_forward(gt_backend *be, float *out, const float *a, co
   return GT_OK;
 }
 
-gt_status gt_cpu_residual_backward(gt_backend *be, float *da, float *db, const float *dout,
-                                   size_t n) {
+gt_status GT_CPU_KERNEL(residual_backward)(gt_backend *be, float *da, float *db, const float *dout,
+                                           size_t n) {
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
   /* Either side may be NULL: a branch without a gradient. */

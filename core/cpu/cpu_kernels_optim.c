@@ -38,8 +38,8 @@ static inline float adamw_elem(adamw_k k, float p, float grad, float *m, float *
   return p * k.decay - k.step_size * mi / denom;
 }
 
-gt_status gt_cpu_adamw_update(gt_backend *be, float *param, const float *grad, float *m, float *v,
-                              size_t n, const gt_adamw_args *a) {
+gt_status GT_CPU_KERNEL(adamw_update)(gt_backend *be, float *param, const float *grad, float *m, float *v,
+                                      size_t n, const gt_adamw_args *a) {
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
   adamw_k k = adamw_factors(a);
@@ -50,8 +50,8 @@ gt_status gt_cpu_adamw_update(gt_backend *be, float *param, const float *grad, f
 
 /* The bf16 copy is rounded from the new value while it is in a register:
  * one pass over the state instead of the update and then f32_to_bf16. */
-gt_status gt_cpu_adamw_update_bf16(gt_backend *be, float *param, const float *grad, float *m, float *v,
-                                   uint16_t *param_bf16, size_t n, const gt_adamw_args *a) {
+gt_status GT_CPU_KERNEL(adamw_update_bf16)(gt_backend *be, float *param, const float *grad, float *m, float *v,
+                                           uint16_t *param_bf16, size_t n, const gt_adamw_args *a) {
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
   adamw_k k = adamw_factors(a);
@@ -67,8 +67,8 @@ gt_status gt_cpu_adamw_update_bf16(gt_backend *be, float *param, const float *gr
 /* SGD as torch.optim.SGD without dampening: weight decay joins the
  * gradient; a zeroed momentum buffer makes the first step's buffer the
  * gradient, as PyTorch's does. */
-gt_status gt_cpu_sgd_update(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
-                            const gt_sgd_args *a) {
+gt_status GT_CPU_KERNEL(sgd_update)(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
+                                    const gt_sgd_args *a) {
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
   float lr = a->lr, mu = a->momentum, wd = a->weight_decay, gs = a->grad_scale;

@@ -10,8 +10,8 @@
 #include "core/cpu/cpu_internal.h"
 #include "core/cpu/cpu_parallel.h"
 
-gt_status gt_cpu_embedding_slice_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte, int v0,
-                                      int V, const float *wpe, int B, int T, int C) {
+gt_status GT_CPU_KERNEL(embedding_slice_forward)(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
+                                                 int v0, int V, const float *wpe, int B, int T, int C) {
   int nt = gt_cpu_threads(be);
   int64_t N = (int64_t)B * T;
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -25,8 +25,8 @@ gt_status gt_cpu_embedding_slice_forward(gt_backend *be, float *out, const int32
   return GT_OK;
 }
 
-gt_status gt_cpu_embedding_slice_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
-                                       const int32_t *tokens, int v0, int V, int B, int T, int C) {
+gt_status GT_CPU_KERNEL(embedding_slice_backward)(gt_backend *be, float *dwte, float *dwpe, const float *dout,
+                                                  const int32_t *tokens, int v0, int V, int B, int T, int C) {
   int nt = gt_cpu_threads(be);
   /* Channels split across threads: no two threads touch one element, and
    * every element sums its tokens in order, so the result is deterministic. */
@@ -50,8 +50,8 @@ gt_status gt_cpu_embedding_slice_backward(gt_backend *be, float *dwte, float *dw
   return GT_OK;
 }
 
-gt_status gt_cpu_xent_slice_stats(gt_backend *be, float *stats, float *tlogit, const float *logits,
-                               const int32_t *targets, int v0, int N, int V) {
+gt_status GT_CPU_KERNEL(xent_slice_stats)(gt_backend *be, float *stats, float *tlogit, const float *logits,
+                                          const int32_t *targets, int v0, int N, int V) {
   int nt = gt_cpu_threads(be);
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int i = 0; i < N; i++) {
@@ -68,9 +68,9 @@ gt_status gt_cpu_xent_slice_stats(gt_backend *be, float *stats, float *tlogit, c
   return GT_OK;
 }
 
-gt_status gt_cpu_xent_slice_finish(gt_backend *be, float *losses, float *probs, const float *logits,
-                                const float *stats_all, int P, const float *tlogit, const int32_t *targets,
-                                int vocab_total, int N, int V) {
+gt_status GT_CPU_KERNEL(xent_slice_finish)(gt_backend *be, float *losses, float *probs, const float *logits,
+                                           const float *stats_all, int P, const float *tlogit,
+                                           const int32_t *targets, int vocab_total, int N, int V) {
   for (int i = 0; i < N; i++)
     if (targets[i] >= vocab_total)
       return gt_errorf(GT_ERANGE, "target id %d at row %d is >= the vocabulary %d", targets[i], i, vocab_total);
@@ -94,8 +94,8 @@ gt_status gt_cpu_xent_slice_finish(gt_backend *be, float *losses, float *probs, 
   return GT_OK;
 }
 
-gt_status gt_cpu_softmax_xent_slice_backward(gt_backend *be, float *dlogits, const float *probs,
-                                          const int32_t *targets, int v0, float dloss, int N, int V) {
+gt_status GT_CPU_KERNEL(softmax_xent_slice_backward)(gt_backend *be, float *dlogits, const float *probs,
+                                                     const int32_t *targets, int v0, float dloss, int N, int V) {
   int nt = gt_cpu_threads(be);
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int i = 0; i < N; i++) {

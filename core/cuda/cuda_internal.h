@@ -1,5 +1,6 @@
 /* CUDA backend internals: the device state behind a gt_backend, error
- * helpers every .cu file shares, and the functions behind the ops table.
+ * helpers every .cu file shares, and the functions behind the ops table,
+ * the kernels declared from the kernel list (core/backend_kernels.h).
  * Arguments arrive checked by the gt_op_* wrappers (core/backend_impl.h).
  *
  * Threading: the compute stream and the cuBLAS handle belong to the thread
@@ -106,75 +107,15 @@ gt_status gt_cuda_stream_wait_event(gt_backend *be, gt_stream *s, gt_event *e);
 gt_status gt_cuda_event_sync(gt_backend *be, gt_event *e);
 void gt_cuda_destroy(gt_backend *be);
 
-/* matrix products (cuda_gemm.cu) */
-gt_status gt_cuda_gemm(gt_backend *be, const gt_gemm_args *g);
-gt_status gt_cuda_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g);
-
-/* embedding, layernorm, linear, bias, gelu, residual (cuda_kernels_nn.cu) */
-gt_status gt_cuda_embedding_forward(gt_backend *be, float *out, const int32_t *tokens,
-                                    const float *wte, const float *wpe, int B, int T, int C);
-gt_status gt_cuda_embedding_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
-                                     const int32_t *tokens, int B, int T, int C);
-gt_status gt_cuda_layernorm_forward(gt_backend *be, float *out, float *mean, float *rstd,
-                                    const float *inp, const float *w, const float *b, int N, int C);
-gt_status gt_cuda_layernorm_backward(gt_backend *be, float *dinp, float *dw, float *db,
-                                     const float *dout, const float *inp, const float *w,
-                                     const float *mean, const float *rstd, int N, int C);
-gt_status gt_cuda_linear_forward(gt_backend *be, float *out, const float *inp, const float *w,
-                                 const float *bias, int N, int C, int OC);
-gt_status gt_cuda_linear_backward(gt_backend *be, float *dinp, float *dw, float *dbias,
-                                  const float *dout, const float *inp, const float *w, int N, int C,
-                                  int OC);
-gt_status gt_cuda_bias_add(gt_backend *be, float *out, const float *bias, int N, int OC);
-gt_status gt_cuda_bias_backward(gt_backend *be, float *dbias, const float *dout, int N, int OC);
-gt_status gt_cuda_gelu_forward(gt_backend *be, float *out, const float *inp, size_t n);
-gt_status gt_cuda_gelu_backward(gt_backend *be, float *dinp, const float *inp, const float *dout,
-                                size_t n);
-gt_status gt_cuda_residual_forward(gt_backend *be, float *out, const float *a, const float *b,
-                                   size_t n);
-gt_status gt_cuda_residual_backward(gt_backend *be, float *da, float *db, const float *dout,
-                                    size_t n);
-
-/* attention (cuda_attention.cu) */
-gt_status gt_cuda_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B,
-                                    int T, int C, int NH);
-gt_status gt_cuda_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout,
-                                     const float *qkv, const float *att, int B, int T, int C,
-                                     int NH);
-gt_status gt_cuda_causal_softmax_forward(gt_backend *be, float *att, int BH, int T);
-gt_status gt_cuda_causal_softmax_backward(gt_backend *be, float *datt, const float *att, int BH, int T,
-                                          float scale);
-
-/* softmax cross-entropy (cuda_kernels_loss.cu) */
-gt_status gt_cuda_softmax_xent_forward(gt_backend *be, float *losses, float *probs,
-                                       const float *logits, const int32_t *targets, int N, int V);
-gt_status gt_cuda_softmax_xent_backward(gt_backend *be, float *dlogits, const float *probs,
-                                        const int32_t *targets, float dloss, int N, int V);
-
-/* optimizers, reductions, conversions (cuda_kernels_optim.cu) */
-gt_status gt_cuda_adamw_update(gt_backend *be, float *param, const float *grad, float *m, float *v,
-                               size_t n, const gt_adamw_args *a);
-gt_status gt_cuda_adamw_update_bf16(gt_backend *be, float *param, const float *grad, float *m, float *v,
-                                    uint16_t *param_bf16, size_t n, const gt_adamw_args *a);
-gt_status gt_cuda_sgd_update(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
-                             const gt_sgd_args *a);
-gt_status gt_cuda_sum_squares(gt_backend *be, double *out, const float *x, size_t n);
-gt_status gt_cuda_scale(gt_backend *be, float *x, float s, size_t n);
-gt_status gt_cuda_f32_to_bf16(gt_backend *be, uint16_t *dst, const float *src, size_t n);
-gt_status gt_cuda_bf16_to_f32(gt_backend *be, float *dst, const uint16_t *src, size_t n);
-
-/* a slice of the vocabulary (cuda_kernels_vocab.cu) */
-gt_status gt_cuda_embedding_slice_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte, int v0,
-                                       int V, const float *wpe, int B, int T, int C);
-gt_status gt_cuda_embedding_slice_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
-                                        const int32_t *tokens, int v0, int V, int B, int T, int C);
-gt_status gt_cuda_xent_slice_stats(gt_backend *be, float *stats, float *tlogit, const float *logits,
-                                const int32_t *targets, int v0, int N, int V);
-gt_status gt_cuda_xent_slice_finish(gt_backend *be, float *losses, float *probs, const float *logits,
-                                 const float *stats_all, int P, const float *tlogit, const int32_t *targets,
-                                 int vocab_total, int N, int V);
-gt_status gt_cuda_softmax_xent_slice_backward(gt_backend *be, float *dlogits, const float *probs,
-                                           const int32_t *targets, int v0, float dloss, int N, int V);
+/* The kernels, one for each entry of the list (core/backend_kernels.h), by
+ * family: products (cuda_gemm.cu); embedding, layernorm, linear, bias, gelu
+ * and residual (cuda_kernels_nn.cu); attention (cuda_attention.cu); softmax
+ * cross-entropy (cuda_kernels_loss.cu); a slice of the vocabulary
+ * (cuda_kernels_vocab.cu); optimizers, reductions and conversions
+ * (cuda_kernels_optim.cu). */
+#define GT_CUDA_DECLARE(name, params) gt_status gt_cuda_##name params;
+GT_BACKEND_KERNELS(GT_CUDA_DECLARE)
+#undef GT_CUDA_DECLARE
 
 #ifdef __cplusplus
 }

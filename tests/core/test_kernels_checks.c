@@ -16,8 +16,8 @@ static void expect(gt_status got, gt_status want, const char *needle) {
 static void test_missing_op(gt_backend *be) {
   const gt_backend_ops *real = be->ops;
   gt_backend_ops lacking = *real;
-  lacking.product.gemm_ex = NULL;
-  lacking.vocab_slice.xent_slice_stats = NULL;
+  lacking.kernels.gemm_ex = NULL;
+  lacking.kernels.xent_slice_stats = NULL;
   be->ops = &lacking;
   gt_gemm_ex_args g = {.m = 1, .n = 1, .k = 1, .batch = 1};
   expect(gt_op_gemm_ex(be, &g), GT_EUNSUPPORTED, "gemm_ex");
