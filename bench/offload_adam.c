@@ -14,7 +14,7 @@
 
 #include "bench_stats.h"
 #include "bench_torch.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 
 enum { WARMUP = 2, STEPS = 7 };
 

@@ -13,7 +13,7 @@
 
 #include "giant/backend.h"
 #include "giant/tensor.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 
 /* bf16 elements of each scratch region, rounded up to 256 bytes. */
 static size_t region(size_t elems) { return (elems + 127) & ~(size_t)127; }

@@ -7,7 +7,7 @@
 #include "core/backend_ledger.h"
 #include "core/cpu/cpu_internal.h"
 #include "giant/log.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 #include "giant/engine/device.h"
 
 #ifdef GIANT_HAVE_CUDA

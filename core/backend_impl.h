@@ -23,7 +23,7 @@
 
 #include "core/backend_kernels.h"
 #include "giant/backend.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 
 #ifdef __cplusplus
 extern "C" {

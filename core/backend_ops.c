@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "core/backend_impl.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 
 /* A refusal names the backend and the operation: "cpu: gelu_forward: ...". */
 static gt_status refuse(const gt_backend *be, gt_status code, const char *op, const char *fmt, ...) {

@@ -9,7 +9,7 @@
 #include "giant/backend.h"
 #include "giant/log.h"
 #include "giant/tensor.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 #include "giant/engine/device.h"
 
 #define PEAK_MAX_N 16384

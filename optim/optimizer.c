@@ -4,7 +4,7 @@
 
 #include "giant/optim.h"
 #include "optim/disk_state.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 #include "core/model/model_engine.h"
 #include "giant/engine/model.h"
 #include "optim/optimizer_engine.h"

@@ -18,7 +18,11 @@ giant_install_deps() {
   $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q $missing
 }
 
-# For tools/fuzz.sh alone (the normal build needs none of them): clang with
+# For tools/format.sh (and CI's style check): the clang-format whose output
+# .clang-format is checked against.
+GIANT_STYLE_PACKAGES="clang-format-14"
+
+# For tests/fuzz/fuzz.sh alone (the normal build needs none of them): clang with
 # libFuzzer and the sanitizers' runtimes, and the OpenMP runtime clang links.
 GIANT_FUZZ_PACKAGES="clang libclang-rt-dev libomp-dev"
 

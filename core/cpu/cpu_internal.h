@@ -9,7 +9,7 @@
 
 #include "core/cpu/cpu_isa.h"
 #include "core/backend_impl.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 
 /* be->impl of a CPU backend. */
 typedef struct gt_cpu_impl {

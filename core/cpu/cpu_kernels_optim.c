@@ -3,7 +3,7 @@
 
 #include "core/cpu/cpu_internal.h"
 #include "core/cpu/cpu_parallel.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 
 /* AdamW as torch.optim.AdamW: decoupled weight decay, then Adam with bias
  * correction. The per-call factors are computed once, in double as

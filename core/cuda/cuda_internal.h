@@ -15,7 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "core/backend_impl.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 
 struct gt_stream {
   cudaStream_t s;

@@ -7,7 +7,7 @@
 #include <math.h>
 
 #include "core/cuda/cuda_internal.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 
 #define SUMSQ_BLOCKS 1024
 

@@ -7,7 +7,7 @@
  * table. */
 #include "core/layers/layer_util.h"
 #include "giant/layers.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 
 enum { WTE, WPE };
 

@@ -10,7 +10,7 @@
  * gradient is then a partial sum over ranks, completed by an all-reduce. */
 #include "core/layers/layer_util.h"
 #include "giant/layers.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 #include "giant/group.h"
 
 static gt_status head_build(gt_layer *self, const void *config) {

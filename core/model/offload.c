@@ -52,7 +52,7 @@
 
 #include "core/model/model_internal.h"
 #include "core/arena.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 #include "core/model/model_engine.h"
 #include "giant/engine/device.h"
 #include "giant/engine/model.h"

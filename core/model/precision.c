@@ -16,7 +16,7 @@
  */
 #include "core/model/model_internal.h"
 #include "core/arena.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 #include "core/model/model_engine.h"
 
 gt_precision gt_model_get_precision(const gt_model *m) { return m->precision; }

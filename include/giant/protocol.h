@@ -2,7 +2,7 @@
  * environment a worker finds, and the exit statuses the agent reads
  * (docs/launching.md describes each). Both sides include this header, so
  * that each name and each status is written once. A worker started by
- * hand (tools/localkit, a test) sets the same variables. */
+ * hand (tests/localkit, a test) sets the same variables. */
 #ifndef GIANT_PROTOCOL_H
 #define GIANT_PROTOCOL_H
 

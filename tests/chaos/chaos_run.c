@@ -1,4 +1,4 @@
-/* chaos_run: the chaos suite's runner (tools/chaos.sh runs it).
+/* chaos_run: the chaos suite's runner (tests/chaos/chaos.sh runs it).
  *
  *   chaos_run [--program P] [--case NAME]... [--quick] [--repeat N] [--list]
  *   chaos_run [--program P] --random [--seed S] [--minutes M] [--per-minute F]

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "localkit/ranks.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 #include "giant/engine/comm.h"
 #include "giant/engine/device.h"
 #include "giant/engine/store.h"

@@ -19,7 +19,7 @@
 #include "common/gt_test.h"
 #include "core/arena.h"
 #include "giant/backend.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 #include "giant/engine/device.h"
 
 static gt_backend *cpu(size_t limit) {

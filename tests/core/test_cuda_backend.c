@@ -21,7 +21,7 @@
 #include "giant/tensor.h"
 #ifdef GIANT_HAVE_CUDA
 #include "core/cuda/handles.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 #include "giant/engine/device.h"
 #endif
 

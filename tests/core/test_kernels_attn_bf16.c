@@ -10,7 +10,7 @@
 
 #include "giant/tensor.h"
 #include "tests/core/test_kernels.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 
 static double r16(double x) { return gt_bf16_to_f32(gt_f32_to_bf16((float)x)); }
 

@@ -5,7 +5,7 @@
 
 #include "core/backend_impl.h"
 #include "tests/core/test_kernels.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 
 static void expect(gt_status got, gt_status want, const char *needle) {
   assert_int_equal(got, want);

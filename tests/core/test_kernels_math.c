@@ -5,7 +5,7 @@
 
 #include "giant/tensor.h"
 #include "tests/core/test_kernels.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 #include "giant/engine/device.h"
 
 static double sum_squares_on(gt_backend *be, const float *x, size_t n) {

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "tests/core/test_kernels.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 
 typedef struct {
   float *p, *m, *v; /* device state */

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "tests/core/test_kernels.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 
 static const int P = 3;
 

@@ -35,7 +35,7 @@
 #include "giant/engine/dist.h"
 #include "giant/engine/plan.h"
 #include "parallel/train_result.h"
-#include "core/kernels.h"
+#include "core/backend_engine.h"
 #include "giant/engine/checkpoint.h"
 #include "giant/engine/device.h"
 #include "giant/engine/model.h"

@@ -256,7 +256,7 @@ static void expect_phases(const char *job, const char *plan, const int ranks[3])
   bool accounted[MAXV] = {0};
   int n = parse_verdicts(r.output, v, MAXV);
   /* What load does to the verdicts, measured with a CPU hog on both cores
-   * (tools/stress-tests.sh): the hog scatters the ranks' compute times,
+   * (tests/stress.sh): the hog scatters the ranks' compute times,
    * and a x1.5 fault showed as x1.2-1.3 to the naive reference as well as
    * to the detector, on the bar; it was flagged 9 steps after its onset,
    * once 38 (5 on a quiet machine, the detector's window). A

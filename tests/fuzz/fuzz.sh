@@ -6,9 +6,9 @@
 # the totals as the last line; exits 1 when any target crashed. Crash
 # inputs are kept in build-fuzz/crashes/<target>/.
 #
-#   bash tools/fuzz.sh [--seconds N] [--jobs J] [TARGET...]
+#   bash tests/fuzz/fuzz.sh [--seconds N] [--jobs J] [TARGET...]
 set -euo pipefail
-GIANT_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+GIANT_ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 seconds=20
 jobs=1
 only=()

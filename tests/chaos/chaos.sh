@@ -5,18 +5,18 @@
 # through the run API: examples/gpt, then examples/custom_layer. Needs root
 # (network namespaces).
 #
-#   bash tools/chaos.sh                          every case, 3 runs each, both programs
-#   bash tools/chaos.sh --program custom_layer   one program
-#   bash tools/chaos.sh --case partition         one case (repeatable flag)
-#   bash tools/chaos.sh --quick                  the CI subset
-#   bash tools/chaos.sh --random --seed S --minutes M [--per-minute F]
+#   bash tests/chaos/chaos.sh                          every case, 3 runs each, both programs
+#   bash tests/chaos/chaos.sh --program custom_layer   one program
+#   bash tests/chaos/chaos.sh --case partition         one case (repeatable flag)
+#   bash tests/chaos/chaos.sh --quick                  the CI subset
+#   bash tests/chaos/chaos.sh --random --seed S --minutes M [--per-minute F]
 #
 # The last line of each program's run is its summary:
 #   chaos_cases=<n> passed=<p> ettr=<e> max_recover_ms=<m> leftovers=<k>
 # or, in random mode,
 #   chaos_random faults=<n> recovered=<r> steps_lost=<l> ettr=<e> max_recover_ms=<m> leftovers=<k>
 set -euo pipefail
-GIANT_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+GIANT_ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 . "$GIANT_ROOT/tools/deps.sh"
 giant_install_deps
 BUILD="${GIANT_BUILD_DIR:-$GIANT_ROOT/build}"

@@ -4,8 +4,8 @@
  * parallelism), the optimizers' updates, reductions and conversions, and a
  * backend's memory details. Internal to libgiant: the layers above include
  * it (SHARES in CMakeLists.txt); libgiant does not export it. */
-#ifndef GIANT_CORE_KERNELS_H
-#define GIANT_CORE_KERNELS_H
+#ifndef GIANT_CORE_BACKEND_ENGINE_H
+#define GIANT_CORE_BACKEND_ENGINE_H
 
 #include "giant/backend.h"
 

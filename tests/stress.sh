@@ -4,7 +4,7 @@
 # on a quiet one (CI runs them under sanitizers, one test more than there
 # are cores at a time, as tools/test.sh does).
 #
-#   bash tools/stress-tests.sh [--runs N] [--hogs H] [-- CTEST_ARGS...]
+#   bash tests/stress.sh [--runs N] [--hogs H] [-- CTEST_ARGS...]
 #
 # Builds as tools/test.sh does (GIANT_BUILD_DIR, GIANT_CMAKE_ARGS), starts
 # H busy loops (default: one per core) at the tests' own priority, then
