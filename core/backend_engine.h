@@ -108,4 +108,18 @@ gt_status gt_op_f32_to_bf16(gt_backend *be, uint16_t *dst, const float *src, siz
 
 gt_status gt_op_bf16_to_f32(gt_backend *be, float *dst, const uint16_t *src, size_t n);
 
+/* The causal softmax of attention on its own, for attention composed of
+ * gemm_ex products (gt_attention_forward_bf16). att holds BH score
+ * matrices of T x T; row t keeps columns 0..t. In place: softmax of the
+ * kept columns, zeros above the diagonal. */
+gt_status gt_op_causal_softmax_forward(gt_backend *be, float *att, int BH, int T);
+
+/* In place: datt (the gradient of the probabilities att) becomes the
+ * gradient of the scores times scale, zeros above the diagonal. */
+gt_status gt_op_causal_softmax_backward(gt_backend *be, float *datt, const float *att, int BH, int T, float scale);
+
+/* The CUDA device index; 0 on the CPU. */
+int gt_backend_device(const gt_backend *be);
+
+
 #endif

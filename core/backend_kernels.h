@@ -19,6 +19,7 @@
 #define GIANT_BACKEND_KERNELS_H
 
 #include "giant/backend.h"
+#include "core/backend_engine.h"
 
 #define GT_BACKEND_KERNELS(X)                                                                                          \
   /* matrix products, and the biases of products done by them */                                                       \

@@ -46,6 +46,7 @@
 #include "giant/engine/comm.h"
 #include "giant/engine/device.h"
 #include "giant/engine/store.h"
+#include "core/backend_engine.h"
 
 struct nccl_state {
   ncclComm_t comm;

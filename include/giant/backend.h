@@ -227,14 +227,6 @@ gt_status gt_op_attention_forward(gt_backend *be, float *out, float *att, const 
 /* datt is scratch of att's size. */
 gt_status gt_op_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
                                    const float *att, int B, int T, int C, int NH);
-/* The causal softmax of attention on its own, for attention composed of
- * gemm_ex products (gt_attention_forward_bf16). att holds BH score
- * matrices of T x T; row t keeps columns 0..t. In place: softmax of the
- * kept columns, zeros above the diagonal. */
-gt_status gt_op_causal_softmax_forward(gt_backend *be, float *att, int BH, int T);
-/* In place: datt (the gradient of the probabilities att) becomes the
- * gradient of the scores times scale, zeros above the diagonal. */
-gt_status gt_op_causal_softmax_backward(gt_backend *be, float *datt, const float *att, int BH, int T, float scale);
 
 /* ---- loss ---- */
 

@@ -9,9 +9,6 @@
 
 GT_API_BEGIN
 
-/* The CUDA device index; 0 on the CPU. */
-int gt_backend_device(const gt_backend *be);
-
 /* Times fp32 GEMMs of size n (n x n x n) for about `seconds` and records
  * the best rate as the backend's peak (gt_backend_peak_flops). */
 gt_status gt_backend_measure_peak(gt_backend *be, int n, double seconds, double *flops);
