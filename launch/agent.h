@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "resilience/etcd/local.h"
 #include "resilience/rdzv/rdzv.h"
 #include "giant/protocol.h"
 #include "giant/status.h"

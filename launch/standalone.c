@@ -7,134 +7,48 @@
  * directory; its etcd dies with it (PR_SET_PDEATHSIG). So each directory
  * names its owner (pid and start time, as pids are reused), and the next
  * standalone start removes the directories of owners that are gone. */
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "resilience/etcd/local.h"
 #include "giant/log.h"
 #include "launch/agent.h"
 
 #define START_TIMEOUT_S 20
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
-static int find_etcd(char *out, size_t n) {
-  const char *path = getenv("PATH");
-  for (const char *p = path ? path : ""; *p;) {
-    const char *colon = strchr(p, ':');
-    size_t k = colon ? (size_t)(colon - p) : strlen(p);
-    snprintf(out, n, "%.*s/etcd", (int)k, p);
-    if (k && access(out, X_OK) == 0) return 0;
-    p = colon ? colon + 1 : p + k;
-  }
-  snprintf(out, n, "/usr/bin/etcd");
-  return access(out, X_OK) == 0 ? 0 : -1;
-}
-
-static int log_says_ready(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  char line[4096];
-  int ready = 0;
-  while (!ready && fgets(line, sizeof line, f)) ready = strstr(line, "ready to serve client requests") != NULL;
-  fclose(f);
-  return ready;
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
-}
-
 static gt_status launch_once(standalone_etcd *e, const char *bin) {
-  int cport = free_port(), pport = free_port();
+  int cport = gt_etcd_local_free_port(), pport = gt_etcd_local_free_port();
   if (cport <= 0 || pport <= 0 || cport == pport)
     return gt_errorf(GT_EIO, "standalone etcd: no free loopback port");
-  char data[300], logp[300], a_data[320], a_lc[80], a_ac[80], a_lp[80], a_ip[80], a_ic[100];
-  char a_cert[320], a_key[320], a_ca[320], a_pcert[330], a_pkey[330], a_pca[330];
+  char data[300], logp[300], client[64], peer[64];
   snprintf(data, sizeof data, "%s/data", e->dir);
   snprintf(logp, sizeof logp, "%s/etcd.log", e->dir);
-  nftw(data, rm_entry, 16, FTW_DEPTH | FTW_PHYS); /* a failed try's data names its ports */
-  snprintf(a_data, sizeof a_data, "--data-dir=%s", data);
-  snprintf(a_lc, sizeof a_lc, "--listen-client-urls=https://127.0.0.1:%d", cport);
-  snprintf(a_ac, sizeof a_ac, "--advertise-client-urls=https://127.0.0.1:%d", cport);
-  snprintf(a_lp, sizeof a_lp, "--listen-peer-urls=https://127.0.0.1:%d", pport);
-  snprintf(a_ip, sizeof a_ip, "--initial-advertise-peer-urls=https://127.0.0.1:%d", pport);
-  snprintf(a_ic, sizeof a_ic, "--initial-cluster=giantrun=https://127.0.0.1:%d", pport);
-  /* Clients and the peer port alike need a certificate of the private CA. */
-  snprintf(a_cert, sizeof a_cert, "--cert-file=%s", e->server_cert);
-  snprintf(a_key, sizeof a_key, "--key-file=%s", e->server_key);
-  snprintf(a_ca, sizeof a_ca, "--trusted-ca-file=%s", e->ca);
-  snprintf(a_pcert, sizeof a_pcert, "--peer-cert-file=%s", e->server_cert);
-  snprintf(a_pkey, sizeof a_pkey, "--peer-key-file=%s", e->server_key);
-  snprintf(a_pca, sizeof a_pca, "--peer-trusted-ca-file=%s", e->ca);
-  char *argv[] = {"etcd", "--name=giantrun", a_data, a_lc, a_ac, a_lp, a_ip, a_ic, a_cert, a_key, a_ca,
-                  "--client-cert-auth", a_pcert, a_pkey, a_pca, "--peer-client-cert-auth", NULL};
-  int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return gt_errorf(GT_EIO, "standalone etcd: cannot write %s: %s", logp, strerror(errno));
-  pid_t agent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fd);
-    return gt_errorf(GT_EIO, "fork: %s", strerror(errno));
+  gt_etcd_local_remove(data); /* a failed try's data names its ports */
+  snprintf(client, sizeof client, "https://127.0.0.1:%d", cport);
+  snprintf(peer, sizeof peer, "https://127.0.0.1:%d", pport);
+  /* Clients and the peer port alike need a certificate of the private CA.
+   * Ctrl-C goes to giantrun, which stops etcd last. */
+  gt_etcd_local_config c = {
+      .name = "giantrun", .data_dir = data, .log_path = logp, .log_truncate = true,
+      .listen_client_urls = client, .listen_peer_urls = peer,
+      .cert_file = e->server_cert, .key_file = e->server_key, .trusted_ca_file = e->ca,
+      .peer_cert_file = e->server_cert, .peer_key_file = e->server_key, .peer_trusted_ca_file = e->ca,
+      .bin = bin, .own_process_group = true, .die_with_parent = true, .ready_timeout_s = START_TIMEOUT_S};
+  gt_status st = gt_etcd_local_start(&c, &e->srv);
+  if (st == GT_OK) {
+    snprintf(e->endpoint, sizeof e->endpoint, "%s", client);
+    return GT_OK;
   }
-  if (pid == 0) {
-    setpgid(0, 0); /* Ctrl-C goes to giantrun, which stops etcd last */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != agent) _exit(127);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    int nul = open("/dev/null", O_RDONLY);
-    if (nul >= 0) dup2(nul, 0);
-    extern char **environ;
-    execve(bin, argv, environ);
-    _exit(127);
-  }
-  close(fd);
-  e->pid = pid;
-  double deadline = gt_now() + START_TIMEOUT_S;
-  while (gt_now() < deadline) {
-    int status;
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      e->pid = 0;
-      return gt_errorf(GT_EIO, "standalone etcd exited while starting (see its log %s)", logp);
-    }
-    if (log_says_ready(logp)) {
-      snprintf(e->endpoint, sizeof e->endpoint, "https://127.0.0.1:%d", cport);
-      return GT_OK;
-    }
-    struct timespec ts = {0, 20 * 1000000L};
-    nanosleep(&ts, NULL);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, NULL, 0);
-  e->pid = 0;
-  return gt_errorf(GT_ETIMEDOUT, "standalone etcd did not serve within %d s (see %s)", START_TIMEOUT_S, logp);
+  if (st == GT_ETIMEDOUT)
+    return gt_errorf(GT_ETIMEDOUT, "standalone etcd did not serve within %d s (see %s)", START_TIMEOUT_S, logp);
+  if (e->srv.exited)
+    return gt_errorf(GT_EIO, "standalone etcd exited while starting (see its log %s)", logp);
+  return gt_error_context(st, "standalone etcd");
 }
 
 /* Field 22 of /proc/PID/stat: when the process started, in clock ticks
@@ -194,7 +108,7 @@ static void sweep_stale(const char *tmp) {
     struct stat st;
     snprintf(path, sizeof path, "%s/%s", tmp, ent->d_name);
     if (lstat(path, &st) || !S_ISDIR(st.st_mode) || st.st_uid != getuid() || !owner_gone(path)) continue;
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    gt_etcd_local_remove(path);
     gt_info("giantrun: removed %s, left by a standalone giantrun that is gone", path);
   }
   closedir(d);
@@ -203,7 +117,7 @@ static void sweep_stale(const char *tmp) {
 gt_status standalone_start(standalone_etcd *e) {
   memset(e, 0, sizeof *e);
   char bin[PATH_MAX];
-  if (find_etcd(bin, sizeof bin) != 0)
+  if (gt_etcd_local_find(bin, sizeof bin) != GT_OK)
     return gt_errorf(GT_ENOTFOUND, "--standalone needs the etcd server: install Debian's etcd-server (or put etcd on PATH)");
   /* The private etcd lives and dies with this agent, so its data need
    * not survive a power cut: in memory (/dev/shm) its writes skip the
@@ -231,41 +145,17 @@ gt_status standalone_start(standalone_etcd *e) {
     if (st == GT_OK || st == GT_ETIMEDOUT) break;
   }
   if (st != GT_OK) {
-    char logp[300], tail[2048] = "";
+    char logp[300], tail[2001];
     snprintf(logp, sizeof logp, "%s/etcd.log", e->dir);
-    FILE *f = fopen(logp, "r");
-    if (f) {
-      fseek(f, 0, SEEK_END);
-      long sz = ftell(f);
-      fseek(f, sz > 2000 ? sz - 2000 : 0, SEEK_SET);
-      size_t n = fread(tail, 1, sizeof tail - 1, f);
-      tail[n] = 0;
-      fclose(f);
+    if (gt_etcd_local_log_tail(logp, tail, sizeof tail) > 0)
       fprintf(stderr, "giantrun: the standalone etcd's log ends with:\n%s\n", tail);
-    }
     standalone_stop(e);
   }
   return st;
 }
 
 void standalone_stop(standalone_etcd *e) {
-  if (e->pid > 0) {
-    kill(e->pid, SIGTERM);
-    double deadline = gt_now() + 5;
-    int reaped = 0;
-    while (!reaped && gt_now() < deadline) {
-      if (waitpid(e->pid, NULL, WNOHANG) == e->pid) reaped = 1;
-      else {
-        struct timespec ts = {0, 10 * 1000000L};
-        nanosleep(&ts, NULL);
-      }
-    }
-    if (!reaped) {
-      kill(e->pid, SIGKILL);
-      waitpid(e->pid, NULL, 0);
-    }
-    e->pid = 0;
-  }
-  if (e->dir[0]) nftw(e->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  gt_etcd_local_stop(&e->srv, 5);
+  if (e->dir[0]) gt_etcd_local_remove(e->dir);
   e->dir[0] = 0;
 }

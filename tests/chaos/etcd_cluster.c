@@ -1,50 +1,37 @@
 /* See etcd_cluster.h. */
 #include "chaos/etcd_cluster.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "giant/engine/etcd.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "resilience/etcd/local.h"
 
 static int start_member(chaos_etcd *e, const chaos_net *net, int i, const char *state) {
   const char *ip = net->ip[e->ns[i]];
-  char name[16], data[260], lc[64], ac[64], lp[64], ip_url[64], ic[560], tok[64], st[48], log[260];
-  snprintf(name, sizeof name, "--name=m%d", i);
-  snprintf(data, sizeof data, "--data-dir=%s/etcd-m%d", e->dir, i);
-  snprintf(lc, sizeof lc, "--listen-client-urls=http://%s:2379", ip);
-  snprintf(ac, sizeof ac, "--advertise-client-urls=http://%s:2379", ip);
-  snprintf(lp, sizeof lp, "--listen-peer-urls=http://%s:2380", ip);
-  snprintf(ip_url, sizeof ip_url, "--initial-advertise-peer-urls=http://%s:2380", ip);
-  snprintf(ic, sizeof ic, "--initial-cluster=%s", e->initial);
-  snprintf(tok, sizeof tok, "--initial-cluster-token=%s", e->token);
-  snprintf(st, sizeof st, "--initial-cluster-state=%s", state);
+  char name[16], data[260], client[64], peer[64], log[260];
+  snprintf(name, sizeof name, "m%d", i);
+  snprintf(data, sizeof data, "%s/etcd-m%d", e->dir, i);
+  snprintf(client, sizeof client, "http://%s:2379", ip);
+  snprintf(peer, sizeof peer, "http://%s:2380", ip);
   snprintf(log, sizeof log, "%s/etcd-m%d.log", e->dir, i);
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-    /* A lost leader is replaced in a few seconds; a member starved of a
-     * core for a moment does not start an election: a heartbeat arrives
-     * in ~1 ms, tens of ms on loaded cores, and the election timeout is
-     * 10 heartbeats (2.5 s, 2.5x etcd's default), > 25x that. */
-    execlp("ip", "ip", "netns", "exec", net->ns[e->ns[i]], "etcd", name, data, lc, ac, lp, ip_url, ic, tok, st,
-           "--heartbeat-interval=250", "--election-timeout=2500", "--log-level=warn", (char *)NULL);
-    _exit(127);
+  /* A lost leader is replaced in a few seconds; a member starved of a
+   * core for a moment does not start an election: a heartbeat arrives
+   * in ~1 ms, tens of ms on loaded cores, and the election timeout is
+   * 10 heartbeats (2.5 s, 2.5x etcd's default), > 25x that. A member
+   * serves only with a quorum: chaos_etcd_serving waits for the cluster. */
+  static const char *const flags[] = {"--heartbeat-interval=250", "--election-timeout=2500", "--log-level=warn",
+                                      NULL};
+  gt_etcd_local_config c = {.name = name, .data_dir = data, .log_path = log, .listen_client_urls = client,
+                            .listen_peer_urls = peer, .initial_cluster = e->initial,
+                            .initial_cluster_token = e->token, .initial_cluster_state = state, .extra_args = flags,
+                            .netns = net->ns[e->ns[i]]};
+  gt_etcd_local srv;
+  if (gt_etcd_local_start(&c, &srv) != GT_OK) {
+    fprintf(stderr, "chaos: etcd member %d: %s\n", i, gt_last_error());
+    return -1;
   }
-  e->pid[i] = pid;
+  e->member[i] = srv;
   return 0;
 }
 
@@ -52,17 +39,7 @@ int chaos_etcd_serving(const chaos_etcd *e, double timeout_s) {
   /* Each read fails over in 1 s (a read served takes ms, ~50 loaded);
    * failed ones are tried again until timeout_s. */
   gt_etcd_config cfg = {.endpoints = e->endpoints, .timeout_ms = 1000};
-  gt_etcd_client *c = NULL;
-  if (gt_etcd_connect(&cfg, &c) != GT_OK) return 0;
-  int ok = 0;
-  for (double end = now_s() + timeout_s; !ok && now_s() < end;) {
-    gt_etcd_kvs kvs;
-    /* A linearizable read needs a leader and a quorum. */
-    if (gt_etcd_get(c, "/chaos-health", NULL, &kvs) == GT_OK) ok = 1, gt_etcd_kvs_free(&kvs);
-    else usleep(100000);
-  }
-  gt_etcd_close(c);
-  return ok;
+  return gt_etcd_local_wait_serving(&cfg, timeout_s) == GT_OK;
 }
 
 int chaos_etcd_start(chaos_etcd *e, const chaos_net *net, int first, const char *dir) {
@@ -93,26 +70,16 @@ int chaos_etcd_start(chaos_etcd *e, const chaos_net *net, int first, const char 
 }
 
 void chaos_etcd_signal(chaos_etcd *e, int i, int sig) {
-  if (i < 0 || i >= e->n || e->pid[i] <= 0) return;
+  if (i < 0 || i >= e->n || e->member[i].pid <= 0) return;
   /* `ip netns exec` execs etcd: the pid is etcd's own. */
-  kill(e->pid[i], sig);
-  if (sig == SIGKILL) {
-    waitpid(e->pid[i], NULL, 0);
-    e->pid[i] = 0;
-  }
+  gt_etcd_local_signal(&e->member[i], sig);
 }
 
 int chaos_etcd_restart(chaos_etcd *e, const chaos_net *net, int i) {
-  if (i < 0 || i >= e->n || e->pid[i] > 0) return -1;
+  if (i < 0 || i >= e->n || e->member[i].pid > 0) return -1;
   return start_member(e, net, i, "existing");
 }
 
 void chaos_etcd_stop(chaos_etcd *e) {
-  for (int i = 0; i < e->n; i++) {
-    if (e->pid[i] <= 0) continue;
-    kill(e->pid[i], SIGCONT);
-    kill(e->pid[i], SIGKILL);
-    waitpid(e->pid[i], NULL, 0);
-    e->pid[i] = 0;
-  }
+  for (int i = 0; i < e->n; i++) gt_etcd_local_stop(&e->member[i], 0);
 }

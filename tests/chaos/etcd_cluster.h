@@ -1,14 +1,16 @@
 /* A three-member etcd cluster for the chaos suite, each member in a network
  * namespace of its own on the suite's bridge (tests/chaos/netns.h), so
  * that the coordinator has no single point of failure and a member can be
- * killed, stopped or cut off like a node. Data and logs live under a
- * directory of the caller's; chaos_etcd_stop kills and reaps every member. */
+ * killed, stopped or cut off like a node. The members are libgiant's local
+ * etcd servers (giant/etcd_local.h). Data and logs live under a directory
+ * of the caller's; chaos_etcd_stop kills and reaps every member. */
 #ifndef GIANT_TESTS_CHAOS_ETCD_CLUSTER_H
 #define GIANT_TESTS_CHAOS_ETCD_CLUSTER_H
 
 #include <sys/types.h>
 
 #include "chaos/netns.h"
+#include "resilience/etcd/local.h"
 
 #define CHAOS_ETCD_MEMBERS 3
 /* How long a cluster (re)started has to serve: its members elect a leader
@@ -19,7 +21,7 @@
 
 typedef struct chaos_etcd {
   int n;
-  pid_t pid[CHAOS_ETCD_MEMBERS];  /* 0: not running */
+  gt_etcd_local member[CHAOS_ETCD_MEMBERS]; /* .pid 0: not running */
   int ns[CHAOS_ETCD_MEMBERS];     /* the member's node index in the chaos_net */
   char dir[200];                  /* <dir>/etcd-m<i>/ data, <dir>/etcd-m<i>.log */
   char endpoints[256];            /* "IP:2379,IP:2379,IP:2379": for clients */

@@ -8,13 +8,16 @@
  *   etcd_fixture_restart(&fx);     same ports and data, e.g. mid-stream
  *   etcd_fixture_destroy(&fx);     stop (SIGTERM, then SIGKILL) and rm -rf
  *
- * Every wait is bounded (ETCD_FIXTURE_START_S seconds to serve). The
- * server's log is in fx.dir/etcd.log. Not thread-safe; one fixture per
+ * The server is libgiant's local etcd (giant/etcd_local.h). Every wait is
+ * bounded (ETCD_FIXTURE_START_S seconds to serve). The server's log is in
+ * fx.dir/etcd.log. Not thread-safe; one fixture per
  * server. */
 #ifndef GIANT_LOCALKIT_ETCD_SERVER_H
 #define GIANT_LOCALKIT_ETCD_SERVER_H
 
 #include <sys/types.h>
+
+#include "resilience/etcd/local.h"
 
 #define ETCD_FIXTURE_START_S 15
 
@@ -30,7 +33,7 @@ typedef struct etcd_fixture_opts {
 } etcd_fixture_opts;
 
 typedef struct etcd_fixture {
-  pid_t pid;             /* 0 while stopped */
+  gt_etcd_local srv;     /* srv.pid: 0 while stopped */
   int client_port, peer_port;
   char dir[256];         /* temp dir: data in dir/data, log in dir/etcd.log */
   char endpoint[64];     /* "127.0.0.1:PORT" */
