@@ -1,4 +1,6 @@
-/* Tokenizing a corpus given as files and directories.
+/* The text reader: a corpus given as files and directories, cut into
+ * records by an option (giant/data.h: a file, a line, a paragraph, a
+ * separator line; fortune files are one value of it).
  *
  * Directory entries are sorted by name so that the same corpus gives the
  * same token file on every file system. Inputs are compared with the output
@@ -11,11 +13,19 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/data/text.h"
 #include "giant/data.h"
+
+/* How one run reads its files. */
+typedef struct reading {
+  const char *sep;  /* the line that ends a record: NULL none, "" an empty line */
+  bool each_line;   /* every line a record */
+  bool skip_index;  /* leave out a directory's fortune index files */
+} reading;
 
 typedef struct job {
   gt_tokfile_writer *w;
-  const char *sep;
+  reading r;
   struct stat out, tmp; /* st_ino 0 where absent */
   int nfiles;
 } job;
@@ -27,7 +37,7 @@ static bool is_output(const job *j, const struct stat *st) {
 
 static gt_status add_file(job *j, const char *path, const struct stat *st) {
   if (is_output(j, st)) return GT_OK;
-  GT_TRY(gt_tokenize_bytes_into(j->w, path, j->sep));
+  GT_TRY(gt_text_tokenize_file(j->w, path, j->r.sep, j->r.each_line));
   j->nfiles++;
   return GT_OK;
 }
@@ -49,7 +59,7 @@ static gt_status add_dir(job *j, const char *dir) {
   gt_status s = GT_OK;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
-    if (ends_with(e->d_name, ".dat") || ends_with(e->d_name, ".u8")) continue;
+    if (j->r.skip_index && (ends_with(e->d_name, ".dat") || ends_with(e->d_name, ".u8"))) continue;
     if (n == cap) {
       cap = cap ? 2 * cap : 64;
       char **v = realloc(names, cap * sizeof *v);
@@ -91,15 +101,18 @@ static gt_status add_all(job *j, const char *const *inputs, int ninputs) {
     GT_TRY(S_ISDIR(st.st_mode) ? add_dir(j, in) : add_file(j, in, &st));
   }
   if (j->nfiles == 0)
-    return gt_errorf(GT_EINVAL, "no input files found (a directory's *.dat and *.u8 files, and "
-                                "its subdirectories, are left out)");
+    return gt_errorf(GT_EINVAL, j->r.skip_index ? "no input files found (a directory's *.dat and *.u8 files, and "
+                                                  "its subdirectories, are left out)"
+                                                : "no input files found (a directory's subdirectories are left out)");
   return GT_OK;
 }
 
-gt_status gt_tokenize_paths(const char *const *inputs, int ninputs, const char *separator_line,
-                            const char *out_path, uint64_t *ntokens) {
+static gt_status tokenize(const char *const *inputs, int ninputs, reading r, const char *out_path,
+                          uint64_t *ntokens) {
   if (!inputs || ninputs <= 0) return gt_errorf(GT_EINVAL, "no inputs to tokenize");
-  job j = {.sep = separator_line};
+  if (r.sep && strchr(r.sep, '\n'))
+    return gt_errorf(GT_EINVAL, "the document separator line must not contain a newline");
+  job j = {.r = r};
   GT_TRY(gt_tokfile_writer_open(out_path, GT_BYTE_VOCAB, GT_BYTE_DOC_SEP, &j.w));
   size_t n = strlen(out_path);
   char *tmp = malloc(n + 5);
@@ -121,4 +134,60 @@ gt_status gt_tokenize_paths(const char *const *inputs, int ninputs, const char *
   GT_TRY(gt_tokfile_writer_commit(j.w));
   if (ntokens) *ntokens = count;
   return GT_OK;
+}
+
+static const char *const record_names[] = {
+    [GT_RECORDS_FILE] = "file",
+    [GT_RECORDS_LINE] = "line",
+    [GT_RECORDS_PARAGRAPH] = "paragraph",
+    [GT_RECORDS_SEPARATOR] = "separator",
+    [GT_RECORDS_FORTUNE] = "fortune",
+};
+enum { NRECORDS = sizeof record_names / sizeof record_names[0] };
+
+const char *gt_text_records_name(gt_text_records r) {
+  return (unsigned)r < NRECORDS ? record_names[r] : "unknown";
+}
+
+gt_status gt_text_records_parse(const char *name, gt_text_records *out) {
+  for (int i = 0; name && i < NRECORDS; i++)
+    if (strcmp(name, record_names[i]) == 0) {
+      *out = (gt_text_records)i;
+      return GT_OK;
+    }
+  return gt_errorf(GT_EINVAL, "unknown kind of record '%s' (file, line, paragraph, separator or fortune)",
+                   name ? name : "(null)");
+}
+
+gt_status gt_tokenize_text(const char *const *inputs, int ninputs, const gt_text_options *opts,
+                           const char *out_path, uint64_t *ntokens) {
+  gt_text_options o = opts ? *opts : (gt_text_options){.records = GT_RECORDS_FILE};
+  reading r = {0};
+  switch (o.records) {
+  case GT_RECORDS_FILE:
+    break;
+  case GT_RECORDS_LINE:
+    r.each_line = true;
+    break;
+  case GT_RECORDS_PARAGRAPH:
+    r.sep = "";
+    break;
+  case GT_RECORDS_SEPARATOR:
+    if (!o.separator)
+      return gt_errorf(GT_EINVAL, "records cut by a separator line need the line (gt_text_options.separator)");
+    r.sep = o.separator;
+    break;
+  case GT_RECORDS_FORTUNE:
+    r.sep = "%";
+    r.skip_index = true;
+    break;
+  default:
+    return gt_errorf(GT_EINVAL, "unknown kind of record %d", (int)o.records);
+  }
+  return tokenize(inputs, ninputs, r, out_path, ntokens);
+}
+
+gt_status gt_tokenize_paths(const char *const *inputs, int ninputs, const char *separator_line,
+                            const char *out_path, uint64_t *ntokens) {
+  return tokenize(inputs, ninputs, (reading){.sep = separator_line, .skip_index = true}, out_path, ntokens);
 }

@@ -6,6 +6,8 @@
  * the end of the file ends a document the same way. Empty documents emit
  * nothing, so a token stream never starts with a separator nor holds two in
  * a row, and "A\n%\nB\n%\n" round-trips exactly through gt_detokenize_bytes.
+ * The same machine cuts paragraphs (the separator is the empty line); lines
+ * as records skip it: each newline ends a document.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/data/text.h"
 #include "giant/data.h"
 
 #define OUT_TOKENS 4096
@@ -22,6 +25,7 @@ typedef struct tk {
   gt_tokfile_writer *w;
   const char *sep; /* NULL: no separator lines */
   size_t seplen;
+  bool each_line;  /* every line a document; sep unused */
   size_t matched;  /* bytes of this line held back because they match sep so far */
   bool in_prefix;  /* this line so far equals sep[0..matched) */
   bool pending_nl; /* the previous line's '\n', not yet known to be text */
@@ -59,6 +63,7 @@ static gt_status end_document(tk *t) {
 }
 
 static gt_status feed(tk *t, unsigned char c) {
+  if (t->each_line) return c == '\n' ? end_document(t) : emit(t, c);
   if (!t->sep) {
     if (t->pending_nl) GT_TRY(emit(t, '\n'));
     t->pending_nl = c == '\n';
@@ -104,8 +109,9 @@ static gt_status tokenize_stream(tk *t, FILE *fp, const char *path) {
   return GT_OK;
 }
 
-gt_status gt_tokenize_bytes_into(gt_tokfile_writer *w, const char *text_path,
-                                 const char *separator_line) {
+gt_status gt_text_tokenize_file(gt_tokfile_writer *w, const char *text_path, const char *separator_line,
+                                bool each_line) {
+  if (each_line) separator_line = NULL;
   if (separator_line && strchr(separator_line, '\n'))
     return gt_errorf(GT_EINVAL, "the document separator line must not contain a newline");
   struct stat st;
@@ -125,11 +131,17 @@ gt_status gt_tokenize_bytes_into(gt_tokfile_writer *w, const char *text_path,
   t->w = w;
   t->sep = separator_line;
   t->seplen = separator_line ? strlen(separator_line) : 0;
+  t->each_line = each_line;
   t->in_prefix = true;
   gt_status s = tokenize_stream(t, fp, text_path);
   fclose(fp);
   free(t);
   return s;
+}
+
+gt_status gt_tokenize_bytes_into(gt_tokfile_writer *w, const char *text_path,
+                                 const char *separator_line) {
+  return gt_text_tokenize_file(w, text_path, separator_line, false);
 }
 
 gt_status gt_tokenize_bytes(const char *text_path, const char *separator_line, const char *out_path,

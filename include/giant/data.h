@@ -69,11 +69,52 @@ gt_status gt_tokenize_bytes(const char *text_path, const char *separator_line, c
 gt_status gt_tokenize_bytes_into(gt_tokfile_writer *w, const char *text_path,
                                  const char *separator_line);
 
-/* Tokenizes several inputs into one token file, in the order given. An
- * input directory stands for its regular files (not subdirectories) whose
- * names do not end in ".dat" or ".u8" (fortune index files), sorted by name.
- * Each file ends a document. The output and its .tmp are never read as
- * input. Fails (GT_EINVAL) when no input file is found. */
+/* ---- the text reader: files and directories, cut into records ----
+ *
+ * Each record of the text becomes one document of the token file (its
+ * bytes, then GT_BYTE_DOC_SEP); a record with no bytes gives nothing. An
+ * input directory stands for its regular files (not subdirectories),
+ * sorted by name; the output and its .tmp are never read as input. How the
+ * text is cut into records is an option: */
+typedef enum gt_text_records {
+  /* Each file is one record (a final newline dropped). */
+  GT_RECORDS_FILE = 0,
+  /* Each line is one record (its newline dropped); empty lines give none. */
+  GT_RECORDS_LINE,
+  /* Records are separated by empty lines (one or more; a line of spaces is
+   * text), as paragraphs are. */
+  GT_RECORDS_PARAGRAPH,
+  /* A line reading exactly `separator` ends a record. */
+  GT_RECORDS_SEPARATOR,
+  /* Fortune files (Debian's /usr/share/games/fortunes): a line reading "%"
+   * ends a record, and a directory's fortune index files (names ending in
+   * ".dat" or ".u8") are left out. */
+  GT_RECORDS_FORTUNE,
+} gt_text_records;
+
+typedef struct gt_text_options {
+  gt_text_records records;
+  const char *separator; /* GT_RECORDS_SEPARATOR's line: no newline in it */
+} gt_text_options;
+
+/* The names of gt_text_records, as giant-tokenize's --records takes them:
+ * "file", "line", "paragraph", "separator", "fortune". Parsing anything
+ * else is GT_EINVAL with a message that lists them. */
+const char *gt_text_records_name(gt_text_records r);
+gt_status gt_text_records_parse(const char *name, gt_text_records *out);
+
+/* Tokenizes the inputs, in the order given, into one token file cut into
+ * records as `opts` says (NULL: GT_RECORDS_FILE). Fails (GT_EINVAL) for a
+ * bad option and when no input file is found, leaving any old output
+ * whole. */
+gt_status gt_tokenize_text(const char *const *inputs, int ninputs, const gt_text_options *opts,
+                           const char *out_path, uint64_t *ntokens);
+
+/* The text reader for fortune-style corpora, as it was before the record
+ * options: a directory's fortune index files (".dat", ".u8") are always
+ * left out, and a line reading exactly `separator_line` ends a record
+ * (NULL: none, each file is one). With "%" it is gt_tokenize_text's
+ * GT_RECORDS_FORTUNE, byte for byte. */
 gt_status gt_tokenize_paths(const char *const *inputs, int ninputs, const char *separator_line,
                             const char *out_path, uint64_t *ntokens);
 

@@ -543,6 +543,150 @@ static void test_tokenize_paths(void **state) {
   assert_int_equal(gt_tokenize_paths(inputs, 0, "%", out, &n), GT_EINVAL);
 }
 
+/* ---- the text reader's records ---- */
+
+/* Tokenizes the one file at `txt` holding `text` as `r` says and checks the
+ * tokens against `want`. */
+static void expect_records(const char *text, gt_text_records r, const uint32_t *want, int n) {
+  const char *txt = path_in("rec.txt"), *out = path_in("rec.tok");
+  write_bytes(txt, text, strlen(text));
+  const char *inputs[1] = {txt};
+  uint64_t got = 0;
+  gt_text_options o = {.records = r};
+  if (gt_tokenize_text(inputs, 1, &o, out, &got) != GT_OK)
+    fail_msg("%s on \"%s\": %s", gt_text_records_name(r), text, gt_last_error());
+  assert_int_equal(got, (uint64_t)n);
+  if (n > 0) expect_tokens(out, want, n);
+}
+
+static void test_text_records(void **state) {
+  (void)state;
+  /* One text, every way of cutting it. */
+  const char *text = "A\n%\nB\n\nC\nD\n";
+  const uint32_t fortune[] = {'A', S_, 'B', '\n', '\n', 'C', '\n', 'D', S_};
+  expect_records(text, GT_RECORDS_FORTUNE, fortune, 9);
+  const uint32_t paragraph[] = {'A', '\n', '%', '\n', 'B', S_, 'C', '\n', 'D', S_};
+  expect_records(text, GT_RECORDS_PARAGRAPH, paragraph, 10);
+  const uint32_t file[] = {'A', '\n', '%', '\n', 'B', '\n', '\n', 'C', '\n', 'D', S_};
+  expect_records(text, GT_RECORDS_FILE, file, 11);
+  const uint32_t line[] = {'A', S_, '%', S_, 'B', S_, 'C', S_, 'D', S_};
+  expect_records(text, GT_RECORDS_LINE, line, 10);
+
+  /* Paragraphs: runs of empty lines, at the start, inside and at the end,
+   * end one record each; a line of spaces or a lone \r is text. */
+  const uint32_t para2[] = {'A', '\n', 'a', S_, 'B', S_};
+  expect_records("\n\nA\na\n\n\n\nB\n\n", GT_RECORDS_PARAGRAPH, para2, 6);
+  const uint32_t para3[] = {'A', '\n', ' ', '\n', 'B', '\r', '\n', '\r', '\n', 'C', S_};
+  expect_records("A\n \nB\r\n\r\nC", GT_RECORDS_PARAGRAPH, para3, 11);
+  /* Lines: empty ones give nothing, a last line without its newline is
+   * one, \r is a byte of the line. */
+  const uint32_t line2[] = {'x', 'y', S_, 'z', '\r', S_, 'w', S_};
+  expect_records("\n\nxy\n\nz\r\nw", GT_RECORDS_LINE, line2, 8);
+  /* An empty file gives no tokens in every mode; so do empty lines alone. */
+  const uint32_t two_newlines[] = {'\n', '\n', S_}; /* the last newline is dropped */
+  for (int r = GT_RECORDS_FILE; r <= GT_RECORDS_FORTUNE; r++) {
+    if (r == GT_RECORDS_SEPARATOR) continue;
+    expect_records("", (gt_text_records)r, NULL, 0);
+    if (r == GT_RECORDS_FILE || r == GT_RECORDS_FORTUNE) expect_records("\n\n\n", (gt_text_records)r, two_newlines, 3);
+    else expect_records("\n\n\n", (gt_text_records)r, NULL, 0);
+  }
+  /* A separator line of one's own. (path_in's buffers are reused: copies.) */
+  char txt[256], out[256];
+  snprintf(txt, sizeof txt, "%s", path_in("rec.txt"));
+  snprintf(out, sizeof out, "%s", path_in("rec.tok"));
+  write_bytes(txt, "q\n--\nr\n---\ns", 12);
+  const char *inputs[1] = {txt};
+  uint64_t n = 0;
+  gt_text_options sep = {.records = GT_RECORDS_SEPARATOR, .separator = "--"};
+  assert_int_equal(gt_tokenize_text(inputs, 1, &sep, out, &n), GT_OK);
+  const uint32_t want_sep[] = {'q', S_, 'r', '\n', '-', '-', '-', '\n', 's', S_};
+  expect_tokens(out, want_sep, 10);
+  /* NULL options: each file one record. */
+  assert_int_equal(gt_tokenize_text(inputs, 1, NULL, out, &n), GT_OK);
+  assert_int_equal(n, 13);
+
+  /* A directory: fortune leaves its index files out, the others read them;
+   * subdirectories are never entered. */
+  char d[256];
+  snprintf(d, sizeof d, "%s", path_in("texts"));
+  assert_int_equal(mkdir(d, 0755), 0);
+  assert_int_equal(mkdir(path_in("texts/sub"), 0755), 0);
+  write_bytes(path_in("texts/b"), "b1\n\nb2\n", 7);
+  write_bytes(path_in("texts/a"), "a\n%\n", 4);
+  write_bytes(path_in("texts/a.dat"), "\x01", 1);
+  write_bytes(path_in("texts/sub/c"), "c", 1);
+  const char *dirs[1] = {d};
+  gt_text_options o = {.records = GT_RECORDS_FORTUNE};
+  assert_int_equal(gt_tokenize_text(dirs, 1, &o, out, &n), GT_OK);
+  const uint32_t want_f[] = {'a', S_, 'b', '1', '\n', '\n', 'b', '2', S_};
+  expect_tokens(out, want_f, 9);
+  o.records = GT_RECORDS_PARAGRAPH;
+  assert_int_equal(gt_tokenize_text(dirs, 1, &o, out, &n), GT_OK);
+  const uint32_t want_p[] = {'a', '\n', '%', S_, 1, S_, 'b', '1', S_, 'b', '2', S_};
+  expect_tokens(out, want_p, 12);
+
+  /* With "%", the older entry and the fortune records give the same bytes. */
+  char out2[256];
+  snprintf(out2, sizeof out2, "%s", path_in("rec2.tok"));
+  o.records = GT_RECORDS_FORTUNE;
+  assert_int_equal(gt_tokenize_text(dirs, 1, &o, out, &n), GT_OK);
+  assert_int_equal(gt_tokenize_paths(dirs, 1, "%", out2, &n), GT_OK);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", out, out2);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void test_text_records_bad(void **state) {
+  (void)state;
+  /* Names: each parses back to its kind; anything else is refused, and the
+   * message lists the names. */
+  for (int r = GT_RECORDS_FILE; r <= GT_RECORDS_FORTUNE; r++) {
+    gt_text_records back = (gt_text_records)-1;
+    assert_int_equal(gt_text_records_parse(gt_text_records_name((gt_text_records)r), &back), GT_OK);
+    assert_int_equal(back, r);
+  }
+  assert_string_equal(gt_text_records_name(GT_RECORDS_PARAGRAPH), "paragraph");
+  assert_string_equal(gt_text_records_name((gt_text_records)99), "unknown");
+  gt_text_records r = GT_RECORDS_LINE;
+  assert_int_equal(gt_text_records_parse("Fortune", &r), GT_EINVAL);
+  assert_non_null(strstr(gt_last_error(), "'Fortune'"));
+  assert_non_null(strstr(gt_last_error(), "paragraph"));
+  assert_int_equal(gt_text_records_parse("", &r), GT_EINVAL);
+  assert_int_equal(gt_text_records_parse(NULL, &r), GT_EINVAL);
+  assert_int_equal(r, GT_RECORDS_LINE); /* untouched */
+
+  /* Bad options fail before anything is written; an old output stays. */
+  char txt[256], out[256];
+  snprintf(txt, sizeof txt, "%s", path_in("bad.txt"));
+  snprintf(out, sizeof out, "%s", path_in("bad.tok"));
+  write_bytes(txt, "x\ny\n", 4);
+  const char *inputs[1] = {txt};
+  uint64_t n = 0;
+  gt_text_options o = {.records = GT_RECORDS_LINE};
+  assert_int_equal(gt_tokenize_text(inputs, 1, &o, out, &n), GT_OK);
+  const uint32_t want[] = {'x', S_, 'y', S_};
+  expect_tokens(out, want, 4);
+  o = (gt_text_options){.records = GT_RECORDS_SEPARATOR};
+  assert_int_equal(gt_tokenize_text(inputs, 1, &o, out, &n), GT_EINVAL);
+  assert_non_null(strstr(gt_last_error(), "separator"));
+  o.separator = "a\nb";
+  assert_int_equal(gt_tokenize_text(inputs, 1, &o, out, &n), GT_EINVAL);
+  assert_non_null(strstr(gt_last_error(), "newline"));
+  o = (gt_text_options){.records = (gt_text_records)99};
+  assert_int_equal(gt_tokenize_text(inputs, 1, &o, out, &n), GT_EINVAL);
+  assert_non_null(strstr(gt_last_error(), "unknown kind of record"));
+  o = (gt_text_options){.records = GT_RECORDS_PARAGRAPH};
+  assert_int_equal(gt_tokenize_text(inputs, 0, &o, out, &n), GT_EINVAL);
+  const char *missing[1] = {path_in("absent.txt")};
+  assert_int_equal(gt_tokenize_text(missing, 1, &o, out, &n), GT_ENOTFOUND);
+  assert_int_equal(mkdir(path_in("none"), 0755), 0);
+  const char *none[1] = {path_in("none")};
+  assert_int_equal(gt_tokenize_text(none, 1, &o, out, &n), GT_EINVAL);
+  assert_non_null(strstr(gt_last_error(), "no input files"));
+  expect_tokens(out, want, 4);
+  assert_int_not_equal(access(path_in("bad.tok.tmp"), F_OK), 0);
+}
+
 /* ---- bad input ---- */
 
 static void expect_open_error(const char *p, gt_loader_mode mode, uint32_t limit, gt_status want,
@@ -756,6 +900,41 @@ static void test_cli(void **state) {
   expect_tokens(out, want3, 5);
   assert_int_equal(run_tool(log, (const char *[]){path_in("nodir/o.tok"), corpus, NULL}), 1);
   log_has(log, "cannot create");
+
+  /* --records: the fortune reader by name gives the default's bytes; the
+   * others read a directory's index files too. */
+  assert_int_equal(run_tool(log, (const char *[]){"--records", "fortune", out, corpus, NULL}), 0);
+  expect_tokens(out, want, 12);
+  assert_int_equal(run_tool(log, (const char *[]){"--records", "file", out, corpus, NULL}), 0);
+  const uint32_t want_file[] = {'A', '1', '\n', '%', '\n', 'A', '2', S_, 1, 2, S_, 'A', '1', '\n', '%', '\n',
+                                'A', '2', S_, 'B', '1', '\n', '%', '\n', 'B', '2', S_};
+  expect_tokens(out, want_file, 27);
+  assert_int_equal(run_tool(log, (const char *[]){"--records", "line", out, path_in("corpus/b"), NULL}), 0);
+  const uint32_t want_line[] = {'B', '1', S_, '%', S_, 'B', '2', S_};
+  expect_tokens(out, want_line, 8);
+  write_bytes(path_in("para.txt"), "P1\nP1b\n\nP2\n", 11);
+  assert_int_equal(run_tool(log, (const char *[]){"--records", "paragraph", out, path_in("para.txt"), NULL}), 0);
+  const uint32_t want_para[] = {'P', '1', '\n', 'P', '1', 'b', S_, 'P', '2', S_};
+  expect_tokens(out, want_para, 10);
+  assert_int_equal(run_tool(log, (const char *[]){"--records", "fortune", "--doc-sep", "B2", out, path_in("corpus/b"),
+                                                  NULL}), 0);
+  expect_tokens(out, want3, 5);
+
+  /* Bad values are usage errors that say what is wanted, and write nothing. */
+  assert_int_equal(unlink(out), 0);
+  assert_int_equal(run_tool(log, (const char *[]){"--records", "lines", out, corpus, NULL}), 2);
+  log_has(log, "--records: unknown mode 'lines'");
+  log_has(log, "fortune, paragraph, file or line");
+  assert_int_equal(run_tool(log, (const char *[]){"--records", "separator", out, corpus, NULL}), 2);
+  log_has(log, "--doc-sep LINE");
+  assert_int_equal(run_tool(log, (const char *[]){"--records", NULL}), 2);
+  log_has(log, "--records needs a MODE");
+  assert_int_equal(run_tool(log, (const char *[]){"--records", "line", "--no-doc-sep", out, corpus, NULL}), 2);
+  log_has(log, "--no-doc-sep changes the fortune reader's separator line; it does not go with --records line");
+  assert_int_not_equal(access(out, F_OK), 0);
+  assert_int_equal(run_tool(log, (const char *[]){"--help", NULL}), 0);
+  log_has(log, "--records MODE");
+  log_has(log, "paragraph");
 }
 
 int main(void) {
@@ -769,6 +948,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_seek_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tokenizer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tokenize_paths, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_text_records, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_text_records_bad, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_config, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli, setup, teardown),
