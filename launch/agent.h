@@ -176,7 +176,7 @@ void lead_stop(lead *l);
 /* ---- standalone etcd ------------------------------------------------------ */
 
 typedef struct standalone_etcd {
-  pid_t pid;
+  gt_etcd_local srv;
   char dir[256];
   char endpoint[64]; /* https://127.0.0.1:PORT */
   /* Made at start in dir (certs.c): the CA, etcd's certificate and key, and

@@ -14,6 +14,7 @@
 
 #include "giant/data.h"
 #include "core/data/loader_engine.h"
+#include "core/data/text.h"
 
 #define WBUF_BYTES (1u << 20)
 

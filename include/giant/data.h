@@ -46,29 +46,6 @@ typedef struct gt_tokfile_header {
 gt_status gt_tokfile_write(const char *path, const uint32_t *tokens, uint64_t count,
                            uint32_t vocab_size, uint32_t doc_sep);
 
-/* A token file written in pieces, for inputs too large to hold whole.
- * Tokens go to path.tmp; commit writes the header, fsyncs and renames it to
- * path, abort removes it. Both free the writer. */
-typedef struct gt_tokfile_writer gt_tokfile_writer;
-gt_status gt_tokfile_writer_open(const char *path, uint32_t vocab_size, uint32_t doc_sep,
-                                 gt_tokfile_writer **out);
-/* Fails with GT_EINVAL (writing nothing) if a token is >= vocab_size. */
-gt_status gt_tokfile_writer_append(gt_tokfile_writer *w, const uint32_t *tokens, size_t n);
-uint64_t gt_tokfile_writer_count(const gt_tokfile_writer *w);
-gt_status gt_tokfile_writer_commit(gt_tokfile_writer *w);
-void gt_tokfile_writer_abort(gt_tokfile_writer *w);
-
-/* Tokenizes a text file byte by byte. If `separator_line` is non-NULL, a
- * line consisting of exactly that text (e.g. "%" in fortune files) ends a
- * document: it is replaced by GT_BYTE_DOC_SEP. Writes a token file. */
-gt_status gt_tokenize_bytes(const char *text_path, const char *separator_line, const char *out_path,
-                            uint64_t *ntokens);
-
-/* Appends one text file's byte tokens to `w` (as gt_tokenize_bytes does,
- * the file ending a document). `w` must have vocabulary GT_BYTE_VOCAB. */
-gt_status gt_tokenize_bytes_into(gt_tokfile_writer *w, const char *text_path,
-                                 const char *separator_line);
-
 /* ---- the text reader: files and directories, cut into records ----
  *
  * Each record of the text becomes one document of the token file (its

@@ -27,6 +27,7 @@
 
 #include "resilience/etcd/local.h"
 #include "giant/log.h"
+#include "giant/engine/etcd.h"
 
 #define READY_LINE "ready to serve client requests"
 /* How long gt_etcd_local_signal waits for every thread of a server to stop

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "resilience/etcd/local.h"
+#include "giant/engine/etcd.h"
 
 static int start_member(chaos_etcd *e, const chaos_net *net, int i, const char *state) {
   const char *ip = net->ip[e->ns[i]];

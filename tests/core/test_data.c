@@ -19,6 +19,7 @@
 
 #include "giant/data.h"
 #include "core/data/loader_engine.h"
+#include "core/data/text.h"
 
 static char dir[64];
 

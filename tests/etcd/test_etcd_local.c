@@ -16,6 +16,7 @@
 
 #include "etcd/etcd_test.h"
 #include "resilience/etcd/local.h"
+#include "giant/engine/etcd.h"
 
 static char dir[256];
 
