@@ -20,7 +20,7 @@
 #include "parallel/dp_sync.h"
 #include "giant/options.h"
 #include "giant/engine/trainer.h"
-#include "optim/trainer_engine.h"
+#include "optim/trainer/trainer_engine.h"
 
 typedef struct cfg {
   int L, C, NH, T, B, V, rounds, steps, bucket_kib;

@@ -25,7 +25,7 @@
 #include "giant/engine/pipeline.h"
 #include "giant/engine/trainer.h"
 #include "giant/group.h"
-#include "optim/trainer_engine.h"
+#include "optim/trainer/trainer_engine.h"
 
 typedef struct cfg {
   int L, C, NH, T, B, V, steps;

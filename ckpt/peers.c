@@ -27,7 +27,7 @@
 #include "giant/engine/grid.h"
 #include "giant/engine/trainer.h"
 #include "optim/optimizer_engine.h"
-#include "optim/trainer_engine.h"
+#include "optim/trainer/trainer_engine.h"
 
 /* ---- the plan ---- */
 

@@ -12,7 +12,7 @@
 
 #include "ckpt/ckpt_internal.h"
 #include "giant/engine/dist.h"
-#include "giant/fault.h"
+#include "optim/fault/fault.h"
 #include "giant/log.h"
 #include "ckpt/peers_api.h"
 #include "core/model/model_engine.h"
@@ -77,11 +77,8 @@ gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *l
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->copied, NULL);
   c->finished = -1;
-  gt_fault_plan faults;
-  if (gt_fault_parse(getenv("GT_FAULT"), &faults) == GT_OK) { /* a bad one stopped the trainer's creation */
-    faults.rank = c->plan.rank;
-    c->save_delay = gt_fault_save_delay(&faults);
-  }
+  gt_fault_plan faults; /* a bad GT_FAULT stopped the trainer's creation */
+  if (gt_fault_from_env(c->plan.rank, &faults) == GT_OK) c->save_delay = gt_fault_save_delay(&faults);
   c->nparams = gt_model_buffer_floats(c->m);
   gt_optimizer_range(c->opt, &c->lo, &c->hi);
   c->nstates = gt_optimizer_num_states(c->opt);

@@ -21,7 +21,7 @@
 #include "giant/engine/init.h"
 #include "giant/engine/plan.h"
 #include "giant/engine/trainer.h"
-#include "optim/trainer_engine.h"
+#include "optim/trainer/trainer_engine.h"
 #include "resilience/detect/failslow.h"
 #include "resilience/mitigate/rebalance.h"
 

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "giant/engine/comm.h"
-#include "giant/fault.h"
+#include "optim/fault/fault.h"
 #include "giant/engine/grid.h"
 #include "giant/log.h"
 #include "parallel/planner.h"
@@ -20,7 +20,7 @@
 #include "giant/engine/model.h"
 #include "giant/engine/plan.h"
 #include "giant/engine/trainer.h"
-#include "optim/trainer_engine.h"
+#include "optim/trainer/trainer_engine.h"
 #include "parallel/plan_engine.h"
 
 gt_status run_build_model(const gt_run *r, const gt_model_config *mc, const gt_model_parallel *mp, const gt_plan *plan,

@@ -17,15 +17,16 @@
 #include "giant/engine/grid.h"
 #include "giant/engine/init.h"
 #include "giant/engine/trainer.h"
-#include "optim/trainer_engine.h"
+#include "optim/trainer/trainer_engine.h"
 #include "resilience/members/members.h"
+#include "optim/fault/fault.h"
 
 void run_reshape_init(run_reshape *r, const gt_job *job, const char *name) {
   *r = (run_reshape){.name = name, .gen_world = job->world_size, .gen_rank = job->rank, .timeout_ms = 60000};
   const char *t = getenv("GT_RESHAPE_TIMEOUT_MS");
   if (t && atoi(t) > 0) r->timeout_ms = atoi(t);
   gt_members_get(job->store, r->gen_world, 0, r->members, &r->n, 0);
-  if (gt_fault_from_env(r->gen_rank, &r->faults) != GT_OK) r->faults.n = 0; /* the trainer reports a bad GT_FAULT */
+  (void)gt_fault_from_env(r->gen_rank, &r->faults); /* a bad GT_FAULT leaves no faults; the trainer reports it */
 }
 
 /* What a rank says of itself: its step, whether it is pending, and the

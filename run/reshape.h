@@ -11,7 +11,7 @@
 #include "giant/engine/comm.h"
 #include "giant/data.h"
 #include "resilience/detect/failslow.h"
-#include "giant/fault.h"
+#include "optim/fault/fault.h"
 #include "giant/engine/grid.h"
 #include "giant/engine/plan.h"
 #include "giant/engine/init.h"

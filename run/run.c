@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "optim/fault/fault.h"
 #include "giant/protocol.h"
 #include "run_internal.h"
 #include "giant/engine/checkpoint.h"
@@ -47,6 +48,9 @@ gt_status gt_run_open(const gt_run_options *o, gt_run **out) {
   if (s == GT_OK) s = gt_device_parse(o->device, &bc);
   if (s == GT_OK) s = run_ladder_parse(o->ladder, &r->ladder);
   if (s != GT_OK) return run_fail(r, GT_RUN_EXIT_USAGE, "the options", s);
+  /* Before joining the job: every worker fails alike, and giantrun does
+   * not restart a configuration error. */
+  if ((s = gt_fault_check_env()) != GT_OK) return run_fail(r, GT_RUN_EXIT_USAGE, "starting", s);
   if (o->offload_optimizer && !strncmp(o->offload_optimizer, "disk:", 5)) r->state_dir = o->offload_optimizer + 5;
   bc.num_threads = o->threads;
   bc.device_mem_limit = (size_t)o->device_mem_mib << 20;

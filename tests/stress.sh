@@ -31,7 +31,7 @@ case "$runs$hogs" in *[!0-9]*) echo "stress-tests.sh: --runs and --hogs take who
 . "$GIANT_ROOT/tools/deps.sh"
 giant_install_deps
 BUILD="${GIANT_BUILD_DIR:-$GIANT_ROOT/build}"
-giant_build "$BUILD" ${GIANT_CMAKE_ARGS:-}
+giant_build "$BUILD" -DGIANT_FAULTS=ON ${GIANT_CMAKE_ARGS:-} # as tools/test.sh: the tests play faults
 mkdir -p "$BUILD/stress"
 
 # The hog: busy shells, killed on every way out of this script.

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Quick start, second command: installs what is missing, builds, and runs
 # every test. Arguments go to ctest (for example -L comm for one area).
+# The tests play GT_FAULT's faults, so the build has its fault points
+# (GIANT_FAULTS=ON); GIANT_CMAKE_ARGS comes after and may turn them off.
 set -euo pipefail
 GIANT_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 . "$GIANT_ROOT/tools/deps.sh"
 giant_install_deps
 BUILD="${GIANT_BUILD_DIR:-$GIANT_ROOT/build}"
 mkdir -p "$BUILD"
-giant_build "$BUILD" ${GIANT_CMAKE_ARGS:-}
+giant_build "$BUILD" -DGIANT_FAULTS=ON ${GIANT_CMAKE_ARGS:-}
 cd "$BUILD"
 # One test more than there are cores: about half of a test's time is
 # waiting (on leases, peers, processes starting), which the extra one fills.

@@ -1,5 +1,5 @@
 /* An etcd server run by this process (giant/etcd_local.h): the one starter
- * of giantrun --standalone, tools/localkit and the chaos suite.
+ * of giantrun --standalone, tests/localkit and the chaos suite.
  *
  * Waiting for a server to serve is waiting on two events: its log growing
  * (inotify; the log is scanned from where it stood at the start for etcd's

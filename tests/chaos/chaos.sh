@@ -21,7 +21,8 @@ GIANT_ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 giant_install_deps
 BUILD="${GIANT_BUILD_DIR:-$GIANT_ROOT/build}"
 mkdir -p "$BUILD"
-giant_build "$BUILD" ${GIANT_CMAKE_ARGS:-}
+# Every case plays GT_FAULT's faults: a build with the fault points.
+giant_build "$BUILD" -DGIANT_FAULTS=ON ${GIANT_CMAKE_ARGS:-}
 args=("$@")
 case " ${args[*]-} " in
   *" --random "* | *" --repeat "* | *" --list "*) ;;

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "chaos/cases.h"
+#include "common/gt_test.h"
 
 static void run_case(const char *name) {
   const chaos_case *c = chaos_case_find(name);
@@ -63,6 +64,7 @@ static void test_partition(void **state) {
  * partition a node) or `slow` (the slow rank, which judges speeds: ctest
  * runs it under the lock of the tests that do). */
 int main(int argc, char **argv) {
+  SKIP_PROGRAM_WITHOUT_FAULTS();
   const struct CMUnitTest faults[] = {
       cmocka_unit_test(test_kill_a_worker),
       cmocka_unit_test(test_kill_an_agent),

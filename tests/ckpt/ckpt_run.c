@@ -24,7 +24,7 @@
 #include "giant/engine/model.h"
 #include "giant/engine/store.h"
 #include "giant/engine/trainer.h"
-#include "optim/trainer_engine.h"
+#include "optim/trainer/trainer_engine.h"
 #include "parallel/plan_engine.h"
 
 cr_state cr_state_new(const train_result *layout) {

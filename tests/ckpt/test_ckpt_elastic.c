@@ -24,6 +24,7 @@
 
 #include "common/run_cmd.h"
 #include "launch/launch_test.h"
+#include "common/gt_test.h"
 #include "localkit/etcd_server.h"
 
 enum { STEPS = 24, EVERY = 4 };
@@ -215,6 +216,7 @@ static void test_shrink_and_grow_resume_resharded(void **state) {
 }
 
 int main(void) {
+  SKIP_PROGRAM_WITHOUT_FAULTS();
   if (!etcd_fixture_available()) {
     fprintf(stderr, "etcd not found on PATH: skipping\n");
     return 77;

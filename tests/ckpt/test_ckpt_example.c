@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "common/gt_test.h"
 #include "common/run_cmd.h"
 
 enum { EVERY = 4 }; /* --ckpt-every under giantrun */
@@ -133,6 +134,7 @@ static const char *run_restarted(const char *name, const char *body, run_result 
 static void test_giantrun_restart_resumes(void **state) {
   (void)state;
   skip_without_etcd();
+  SKIP_CASE_WITHOUT_FAULTS();
   /* A wrapper that SIGKILLs rank 1's gpt in the first generation once the
    * progress it records reaches a random step and a first checkpoint has
    * committed (`latest` exists): before that there is nothing to resume
@@ -200,6 +202,7 @@ static void test_giantrun_restart_resumes(void **state) {
 static void test_giantrun_stop_commits_in_flight(void **state) {
   (void)state;
   skip_without_etcd();
+  SKIP_CASE_WITHOUT_FAULTS();
   char body[2048];
   snprintf(body, sizeof body,
            "if [ \"$GT_RESTART_COUNT\" = 0 ]; then\n"

@@ -1,5 +1,5 @@
 /* The starter of local etcd servers (giant/etcd_local.h), the one that
- * giantrun --standalone, tools/localkit and the chaos suite share: the
+ * giantrun --standalone, tests/localkit and the chaos suite share: the
  * command line it builds (read back from a stand-in program), a real etcd
  * started, answering, stopped with SIGSTOP, stopped and started again on
  * its data, a server that exits while starting and one that never serves,

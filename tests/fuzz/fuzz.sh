@@ -32,9 +32,9 @@ mkdir -p "$BUILD"
 # choice of CPU kernels asks (cpu_isa.c, cpu_gemm_amx.c); the kernels are not
 # what is fuzzed: one baseline level, no AMX. Warnings stop only the harnesses
 # (tests/fuzz): the library is kept warning-free for gcc, and clang 14 warns
-# where gcc does not.
+# where gcc does not. The fault points are in, for fuzz_fault's parser.
 if ! CC=clang cmake -S "$GIANT_ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGIANT_FUZZ=ON -DGIANT_TESTS=OFF \
-  -DGIANT_CUDA=OFF -DGIANT_MARCH=x86-64 -DGIANT_CC_HAS_AMX=OFF -DGIANT_WERROR=OFF >"$BUILD/configure.log" 2>&1; then
+  -DGIANT_FAULTS=ON -DGIANT_CUDA=OFF -DGIANT_MARCH=x86-64 -DGIANT_CC_HAS_AMX=OFF -DGIANT_WERROR=OFF >"$BUILD/configure.log" 2>&1; then
   cat "$BUILD/configure.log"
   exit 1
 fi

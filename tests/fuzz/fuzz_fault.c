@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "giant/fault.h"
+#include "optim/fault/fault.h"
 #include "giant/log.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {

@@ -45,7 +45,7 @@
 #include "giant/engine/model.h"
 #include "giant/engine/store.h"
 #include "giant/engine/trainer.h"
-#include "optim/trainer_engine.h"
+#include "optim/trainer/trainer_engine.h"
 #include "parallel/plan_engine.h"
 
 enum { V = 64, T = 8, C = 32, NH = 4, L = 6, ROWS = 2, M = 2, STEPS = 20, ALL = 64 };

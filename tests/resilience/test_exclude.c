@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "common/failslow_lines.h"
+#include "common/gt_test.h"
 #include "common/run_cmd.h"
 #include "giant/engine/coord.h"
 #include "localkit/etcd_server.h"
@@ -170,6 +171,7 @@ static void test_slow_rank_is_excluded(void **state) {
 }
 
 int main(void) {
+  SKIP_PROGRAM_WITHOUT_FAULTS();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slow_rank_is_excluded),
   };

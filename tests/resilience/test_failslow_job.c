@@ -32,6 +32,7 @@
 #include <cmocka.h>
 
 #include "common/failslow_lines.h"
+#include "common/gt_test.h"
 #include "common/run_cmd.h"
 #include "giant/engine/coord.h"
 #include "localkit/etcd_server.h"
@@ -158,6 +159,7 @@ static void run_job(const char *job, const char *plan, const char *steps, const 
     print_message("skipped: etcd not found\n");
     skip();
   }
+  if (*fault) SKIP_CASE_WITHOUT_FAULTS(); /* the clean runs need none */
   char env_fault[256], metrics[128];
   snprintf(env_fault, sizeof env_fault, "GT_FAULT=%s", fault);
   snprintf(metrics, sizeof metrics, "%s/%s.jsonl", dir, job);
@@ -476,7 +478,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_node_link_dp4),
   };
   if (argc == 2 && !strcmp(argv[1], "compute")) return cmocka_run_group_tests(compute, setup, teardown);
-  if (argc == 2 && !strcmp(argv[1], "links")) return cmocka_run_group_tests(links, setup, teardown);
+  if (argc == 2 && !strcmp(argv[1], "links")) {
+    SKIP_PROGRAM_WITHOUT_FAULTS(); /* every link is a GT_FAULT slowlink */
+    return cmocka_run_group_tests(links, setup, teardown);
+  }
   fprintf(stderr, "usage: %s compute|links\n", argc ? argv[0] : "test_failslow_job");
   return 2;
 }

@@ -1,4 +1,7 @@
-/* GT_FAULT: the grammar, its errors, and each fault played. */
+/* GT_FAULT: the grammar, its errors, each fault played, and the plan read
+ * once per process. Only a build with fault points has them (GIANT_FAULTS);
+ * elsewhere the program reports itself skipped. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -13,11 +16,12 @@
 #include "common/gt_test.h"
 #include "examples/gpt/gpt.h"
 #include "giant/giant.h"
-#include "giant/fault.h"
-#include "optim/telemetry.h"
+#include "optim/fault/fault.h"
+#include "optim/trainer/telemetry.h"
 #include "giant/engine/device.h"
 #include "giant/engine/trainer.h"
 
+#ifdef GIANT_FAULTS
 static void test_parse_list(void **state) {
   (void)state;
   gt_fault_plan p;
@@ -157,11 +161,15 @@ static void test_trainer(void **state) {
   gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_accum = 1,
                           .schedule = {.lr_max = 1e-3f, .lr_min = 1e-4f, .warmup = 1, .total = 10}};
   gt_trainer *t;
+  /* GT_FAULT is read once per process: read again after each change here. */
   setenv("GT_FAULT", "slow:rank=0,factr=2", 1);
+  gt_fault_env_reset();
   expect_error(gt_trainer_create(m, &tc, &t), GT_EINVAL, "unknown key 'factr'");
   setenv("GT_FAULT", "nan:rank=0,at=1;slow:rank=0,factor=2", 1);
+  gt_fault_env_reset();
   OK(gt_trainer_create(m, &tc, &t));
   unsetenv("GT_FAULT");
+  gt_fault_env_reset();
   int32_t in[16], tg[16];
   for (int i = 0; i < 16; i++) in[i] = i % 16, tg[i] = (i + 1) % 16;
   gt_batch b = {.B = 2, .T = 8, .inputs = in, .targets = tg, .ntargets = 16};
@@ -180,7 +188,6 @@ static void test_trainer(void **state) {
    * telemetry. Typically ~0.6 us against a toy step of >= 0.8 ms (~0.07%,
    * the step sleeps its compute again for slow:factor=2), so the 1% bound
    * has a margin of >= 10x even on the fastest step. */
-  gt_fault_plan none = {.rank = 0};
   gt_step_telemetry tel = {0};
   const int reps = 1000, rounds = 10;
   double per_step = 1e9;
@@ -188,7 +195,7 @@ static void test_trainer(void **state) {
     double t0 = gt_now();
     for (int i = 0; i < reps; i++) {
       gt_telemetry_add_batch(&tel, &b);
-      gt_telemetry_after_compute(&tel, m, NULL, t0, false, &none, k * reps + i, &st.loss);
+      gt_telemetry_after_compute(&tel, m, NULL, t0, false, 0);
       gt_telemetry_after_reduce(&tel, NULL);
     }
     double t = (gt_now() - t0) / reps;
@@ -203,10 +210,76 @@ static void test_trainer(void **state) {
   gt_backend_destroy(be);
 }
 
+/* GT_FAULT is read once, by the first of any thread to ask: every caller
+ * gets the same plan (its own copy, for its own rank), or the same error,
+ * whatever the variable says afterwards, until a test asks for it to be
+ * read again. */
+enum { ASKERS = 8 };
+typedef struct asker {
+  int rank;
+  gt_status s;
+  gt_fault_plan p;
+  char error[256];
+} asker;
+
+static void *ask(void *arg) {
+  asker *a = arg;
+  a->s = gt_fault_from_env(a->rank, &a->p);
+  snprintf(a->error, sizeof a->error, "%s", a->s == GT_OK ? "" : gt_last_error());
+  return NULL;
+}
+
+static void ask_all(asker a[ASKERS]) {
+  pthread_t th[ASKERS];
+  for (int i = 0; i < ASKERS; i++) {
+    a[i] = (asker){.rank = i};
+    assert_int_equal(pthread_create(&th[i], NULL, ask, &a[i]), 0);
+  }
+  for (int i = 0; i < ASKERS; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+}
+
+static void test_env_once(void **state) {
+  (void)state;
+  asker a[ASKERS];
+  setenv("GT_FAULT", "slow:rank=all,factor=2,from=3;crash:rank=5,at=9", 1);
+  gt_fault_env_reset();
+  ask_all(a);
+  setenv("GT_FAULT", "nan:rank=0,at=1", 1); /* too late: read already */
+  for (int i = 0; i < ASKERS; i++) {
+    OK(a[i].s);
+    assert_int_equal(a[i].p.n, 2);
+    assert_int_equal(a[i].p.rank, i);
+    assert_int_equal(a[i].p.f[0].kind, GT_FAULT_SLOW);
+    assert_int_equal(a[i].p.f[1].kind, GT_FAULT_CRASH);
+    assert_true(gt_fault_active(&a[i].p));
+  }
+  gt_fault_plan p;
+  OK(gt_fault_from_env(1, &p));
+  assert_int_equal(p.n, 2);
+  /* A bad spec: every caller fails with its message, on its own thread. */
+  setenv("GT_FAULT", "crash:rank=1", 1);
+  gt_fault_env_reset();
+  ask_all(a);
+  unsetenv("GT_FAULT");
+  for (int i = 0; i < ASKERS; i++) {
+    assert_int_equal(a[i].s, GT_EINVAL);
+    assert_non_null(strstr(a[i].error, "crash needs at="));
+    assert_int_equal(a[i].p.n, 0);
+  }
+  gt_fault_env_reset();
+  OK(gt_fault_from_env(0, &p));
+  assert_int_equal(p.n, 0);
+  OK(gt_fault_check_env()); /* a build with fault points refuses nothing */
+}
+#endif
+
 int main(void) {
+  SKIP_PROGRAM_WITHOUT_FAULTS();
+#ifdef GIANT_FAULTS
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse_list), cmocka_unit_test(test_parse_errors), cmocka_unit_test(test_play),
-      cmocka_unit_test(test_crash),      cmocka_unit_test(test_trainer),
+      cmocka_unit_test(test_crash),      cmocka_unit_test(test_trainer),      cmocka_unit_test(test_env_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
+#endif
 }

@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <cmocka.h>
 
+#include "common/gt_test.h"
 #include "common/run_cmd.h"
 
 enum { STEPS = 80 };
@@ -176,6 +177,7 @@ static void test_rebalance_after_reshape(void **state) {
 }
 
 int main(void) {
+  SKIP_PROGRAM_WITHOUT_FAULTS();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rebalance_after_reshape),
       cmocka_unit_test(test_rows),

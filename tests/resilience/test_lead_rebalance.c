@@ -192,6 +192,7 @@ static bool attempt(int k, float clean) {
  * where the rows go has three tries; everything else holds on each. */
 static void test_leader_rebalances(void **state) {
   (void)state;
+  SKIP_CASE_WITHOUT_FAULTS();
   float clean = clean_loss();
   bool ok = false;
   for (int k = 0; k < 3 && !ok; k++) ok = attempt(k, clean);
@@ -211,6 +212,7 @@ static void test_leader_rebalances(void **state) {
 
 static void test_leader_recuts(void **state) {
   (void)state;
+  SKIP_CASE_WITHOUT_FAULTS();
   run_result *kept = malloc(sizeof *kept);
   assert_non_null(kept);
   char *argv[] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "pp=2", PP_ARGS, NULL};

@@ -19,9 +19,10 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "common/gt_test.h"
 #include "giant/backend.h"
 #include "giant/data.h"
-#include "giant/fault.h"
+#include "optim/fault/fault.h"
 #include "examples/gpt/gpt.h"
 #include "giant/model.h"
 #include "giant/engine/trainer.h"
@@ -29,7 +30,6 @@
 #include "giant/engine/device.h"
 #include "giant/engine/model.h"
 
-#define OK(x) assert_int_equal((x), GT_OK)
 enum { B = 2, T = 8, STEPS = 6, VOCAB = 16 };
 
 static char tokpath[64];
@@ -51,6 +51,7 @@ static void run_open(run *r, int skip_nonfinite, const char *fault) {
                           .skip_nonfinite = skip_nonfinite,
                           .schedule = {.lr_max = 1e-2f, .lr_min = 1e-3f, .warmup = 1, .total = STEPS}};
   if (fault) setenv("GT_FAULT", fault, 1);
+  gt_fault_env_reset(); /* read once per process: read this run's */
   OK(gt_trainer_create(r->m, &tc, &r->t));
   unsetenv("GT_FAULT");
   gt_status s = gt_loader_open(&(gt_loader_config){.path = tokpath, .B = B, .T_max = T, .nshards = 1}, 0, &r->l);
@@ -174,6 +175,7 @@ static void test_too_many_in_a_row_fail(void **state) {
 }
 
 int main(void) {
+  SKIP_PROGRAM_WITHOUT_FAULTS();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_transient_nan_runs_again),
       cmocka_unit_test(test_persistent_nan_skips_samples),

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "common/gt_test.h"
 #include "common/run_cmd.h"
 #include "giant/data.h"
 
@@ -93,6 +94,7 @@ static void test_readme_model_survives_a_killed_worker(void **state) {
 }
 
 int main(int argc, char **argv) {
+  SKIP_PROGRAM_WITHOUT_FAULTS();
   g_argc = argc, g_argv = argv;
   if (argc < 5) {
     fprintf(stderr, "usage: test_readme CC README INCLUDE_DIR LIB_DIR [FLAGS...]\n");

@@ -27,6 +27,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "common/gt_test.h"
 #include "common/run_cmd.h"
 
 enum { STEPS = 60, FROM = 20, MAXSTEPS = 64 };
@@ -211,6 +212,7 @@ static void test_layers_leave_the_slow_stage(void **state) {
 }
 
 int main(void) {
+  SKIP_PROGRAM_WITHOUT_FAULTS();
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows_leave_the_slow_replica),
                                      cmocka_unit_test(test_layers_leave_the_slow_stage)};
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "common/gt_test.h"
 #include "common/run_cmd.h"
 #include "giant/ckpt.h"
 
@@ -235,6 +236,7 @@ static void test_reshape_rejoin_after_end(void **state) {
 }
 
 int main(void) {
+  SKIP_PROGRAM_WITHOUT_FAULTS();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reshape_dp4),
       cmocka_unit_test(test_reshape_dp2_pp2),

@@ -23,6 +23,7 @@
 
 #include "common/run_cmd.h"
 #include "launch/launch_test.h"
+#include "common/gt_test.h"
 #include "localkit/etcd_server.h"
 
 enum { STEPS = 24 };
@@ -180,6 +181,7 @@ static void test_leader_killed_during_reshape(void **state) {
 }
 
 int main(void) {
+  SKIP_PROGRAM_WITHOUT_FAULTS();
   if (!etcd_fixture_available()) {
     fprintf(stderr, "etcd not found on PATH: skipping\n");
     return 77;

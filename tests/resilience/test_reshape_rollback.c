@@ -20,6 +20,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "common/gt_test.h"
 #include "common/run_cmd.h"
 
 static char gpt[512], giantrun[512], dir[64], text[128], data[128];
@@ -79,6 +80,7 @@ static void test_lost_shard_rolls_back_in_process(void **state) {
 }
 
 int main(void) {
+  SKIP_PROGRAM_WITHOUT_FAULTS();
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_lost_shard_rolls_back_in_process)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -9,13 +9,14 @@
 
 #include "giant/engine/dist.h"
 #include "parallel/dp_sync.h"
+#include "optim/fault/fault.h"
 #include "giant/engine/grid.h"
 #include "giant/log.h"
 #include "giant/engine/plan.h"
 #include "parallel/pp_exec.h"
 #include "giant/protocol.h"
 #include "optim/layer_update.h"
-#include "optim/telemetry.h"
+#include "optim/trainer/telemetry.h"
 #include "core/arena.h"
 #include "core/data/loader_engine.h"
 #include "core/model/model_engine.h"
@@ -24,7 +25,7 @@
 #include "giant/engine/model.h"
 #include "giant/group.h"
 #include "optim/optimizer_engine.h"
-#include "optim/trainer_engine.h"
+#include "optim/trainer/trainer_engine.h"
 #include "parallel/dist_engine.h"
 
 struct gt_trainer {
@@ -40,7 +41,8 @@ struct gt_trainer {
   float *counts;      /* device floats: token counts, the loss, reduced over replicas */
   int step;
   int share[3];       /* B, offset, total the loader takes from the next step; B = 0: no change */
-  gt_fault_plan faults; /* GT_FAULT: none unless set */
+  int rank;             /* as launched (GT_RANK): the telemetry's, and the one GT_FAULT names */
+  gt_fault_plan faults; /* GT_FAULT: none unless set (and a build with fault points) */
   /* The commit vote (gt_trainer_config.commit_vote): a step whose vote
    * failed here after every reduction finished waits to be applied or
    * dropped (gt_trainer_resolve_step). */
@@ -169,6 +171,7 @@ static void free_held(gt_trainer *t) {
 
 gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_trainer **out) {
   *out = NULL;
+  GT_TRY(gt_fault_check_env()); /* GT_FAULT on a build that cannot play it: fail before anything */
   /* grad_accum 0: the model's pipeline(m) annotation, else 1. */
   gt_trainer_config given = *cfg;
   if (given.grad_accum == 0) given.grad_accum = gt_model_pipeline_micro_batches(m) > 0 ? gt_model_pipeline_micro_batches(m) : 1;
@@ -227,8 +230,8 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   /* Faults name a worker as it was launched (GT_RANK), which stays its
    * name when a reshape numbers the ranks left anew. */
   const char *launched = getenv(GT_ENV_RANK);
-  int fault_rank = launched && *launched ? atoi(launched) : plan ? plan->rank : 0;
-  if (s == GT_OK) s = gt_fault_from_env(fault_rank, &t->faults);
+  t->rank = launched && *launched ? atoi(launched) : plan ? plan->rank : 0;
+  if (s == GT_OK) s = gt_fault_from_env(t->rank, &t->faults);
   if (s == GT_OK && t->dist) s = gt_fault_apply_links(&t->faults, gt_dist_grid(t->dist));
   gt_backend *be = gt_model_backend(m);
   /* MFU needs the machine's peak; measure it once if nobody has. */
@@ -485,8 +488,10 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
     st.loss = (float)loss_sum;
   }
   if (loader) st.rows = gt_loader_next_row(loader) - st.first_row;
-  gt_telemetry_after_compute(&st.telemetry, t->m, t->pipe, t0, t->cfg.compute_wall_time, &t->faults, t->step,
-                             &st.loss);
+  gt_telemetry_after_compute(&st.telemetry, t->m, t->pipe, t0, t->cfg.compute_wall_time, t->rank);
+  /* GT_FAULT's faults for the step, where compute is measured: their sleeps
+   * count as compute, since they stand for a slow device. */
+  st.telemetry.compute_s += gt_fault_step(&t->faults, t->step, st.telemetry.compute_s, &st.loss);
   st.telemetry.tp_wait_s = tp ? tp->busy_s - tp0 : 0;
   if (t->dist) {
     gt_status rs = reduce_step(t, &st);

@@ -1,10 +1,12 @@
-/* GT_FAULT: playing the faults on this rank. Kept apart from the parser so
- * that the only code on a training step's path is these few checks. */
+/* GT_FAULT: playing the faults on this rank, at the hooks its users call
+ * (fault.h). Kept apart from the parser so that the only code on a
+ * training step's path is these few checks; like it, compiled only into a
+ * build with fault points (GIANT_FAULTS). */
 #include <math.h>
 #include <signal.h>
 #include <time.h>
 
-#include "giant/fault.h"
+#include "optim/fault/fault.h"
 #include "giant/log.h"
 #include "comm/delays.h"
 #include "giant/engine/grid.h"

@@ -18,7 +18,7 @@
 #include "giant/engine/device.h"
 #include "giant/engine/model.h"
 #include "optim/optimizer_engine.h"
-#include "optim/trainer_engine.h"
+#include "optim/trainer/trainer_engine.h"
 
 static int stage_of(const gt_model *m, const gt_param *p) { return gt_model_layer(m, p->layer)->stage; }
 

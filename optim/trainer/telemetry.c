@@ -1,5 +1,5 @@
 /* Per-step telemetry: what a rank did and where its time went. */
-#include "optim/telemetry.h"
+#include "optim/trainer/telemetry.h"
 
 #include <time.h>
 
@@ -34,7 +34,7 @@ void gt_telemetry_add_batch(gt_step_telemetry *tel, const gt_batch *b) {
 }
 
 void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp_exec *pipe, double t0,
-                                bool wall_time, gt_fault_plan *faults, int step, float *loss) {
+                                bool wall_time, int rank) {
   if (pipe) {
     double run, busy;
     gt_pp_exec_timing(pipe, &run, &busy);
@@ -50,8 +50,7 @@ void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp
    * time would count, is not the rank's slowness, unless the caller says
    * the rank has its cores to itself (wall_time). */
   if (gt_backend_kind(gt_model_backend(m)) == GT_DEVICE_CPU && !wall_time) tel->compute_s = thread_cpu_now() - cpu0;
-  tel->compute_s += gt_fault_step(faults, step, tel->compute_s, loss);
-  tel->rank = faults->rank;
+  tel->rank = rank;
   tel->layers = 0;
   for (int i = 0; i < gt_model_num_layers(m); i++) tel->layers += gt_model_layer(m, i)->local;
 }

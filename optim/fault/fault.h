@@ -1,9 +1,20 @@
-/* Fault injection, off by default: GT_FAULT names faults to play on chosen
- * ranks at chosen steps, so that detection and recovery can be tested on a
- * real job. The grammar is in docs/faults.md, e.g.
+/* Fault injection, for tests and chaos runs: GT_FAULT names faults to play
+ * on chosen ranks at chosen steps, so that detection and recovery can be
+ * tested on a real job. The grammar is in docs/faults.md, e.g.
  *   GT_FAULT="slow:rank=2,factor=3,from=40;crash:rank=1,at=30"
- * The trainer reads GT_FAULT when it is created and calls gt_fault_step once
- * a step, after the step's forward and backward. */
+ *
+ * The fault points exist only in a build configured with -DGIANT_FAULTS=ON
+ * (which defines GIANT_FAULTS; tools/test.sh and tests/chaos/chaos.sh do), so
+ * that a stray variable cannot slow, poison or kill a production job.
+ * There GT_FAULT is parsed once per process, and each user asks for its
+ * own copy of the plan (gt_fault_from_env) and calls the hooks below at
+ * its fault points: the trainer once a step, after the step's forward and
+ * backward (gt_fault_step, gt_fault_nangrad, gt_fault_apply_links), the
+ * checkpoint writer (gt_fault_save_delay), a reshape (gt_fault_reshape_point,
+ * gt_fault_join_hold). Without the option the hooks are empty inline
+ * functions, no fault code is in the library, and a job started with
+ * GT_FAULT set fails at its start (gt_fault_check_env) rather than run
+ * without the faults a test asked for. */
 #ifndef GIANT_FAULT_H
 #define GIANT_FAULT_H
 
@@ -12,7 +23,7 @@
 #include "giant/engine/grid.h"
 #include "giant/status.h"
 
-GT_API_BEGIN
+#ifdef GIANT_FAULTS
 
 typedef enum gt_fault_kind {
   GT_FAULT_SLOW,     /* rank computes factor times slower from step `from` (to `until`, if given) */
@@ -54,8 +65,11 @@ typedef struct gt_fault_plan {
 /* Parses a ';'-separated list of faults. GT_EINVAL names the bad part: an
  * unknown kind or key, a bad number, a missing required key. */
 gt_status gt_fault_parse(const char *spec, gt_fault_plan *out);
-/* Reads GT_FAULT for `rank`; an unset or empty GT_FAULT gives a plan with no
- * faults. */
+/* GT_FAULT's plan for `rank`, each caller its own copy (what has played
+ * is the caller's). GT_FAULT is read and parsed once per process, by the
+ * first caller on any thread: every user plays the same faults, and a bad
+ * spec gives every caller the same GT_EINVAL (and an empty plan). An
+ * unset or empty GT_FAULT gives a plan with no faults. */
 gt_status gt_fault_from_env(int rank, gt_fault_plan *out);
 /* True when the plan holds a fault for this rank. */
 bool gt_fault_active(const gt_fault_plan *p);
@@ -90,5 +104,62 @@ bool gt_fault_nangrad(gt_fault_plan *p, int step);
  * gt_fault_step. grid NULL (a job of one): a warning. */
 gt_status gt_fault_apply_links(gt_fault_plan *p, gt_grid *grid);
 
-GT_API_END
+/* A build with fault points plays GT_FAULT: nothing to refuse (a bad spec
+ * is gt_fault_from_env's error). */
+static inline gt_status gt_fault_check_env(void) { return GT_OK; }
+/* Forgets GT_FAULT as read, so that the next gt_fault_from_env reads it
+ * again: for tests that change GT_FAULT within one process. */
+void gt_fault_env_reset(void);
+
+#else /* no fault points */
+
+typedef struct gt_fault_plan {
+  int rank;
+} gt_fault_plan;
+
+/* GT_EUNSUPPORTED, with a message that says how to get a build that has
+ * them, when GT_FAULT is set and not empty: a test or chaos run must not
+ * pass without its faults played. Trainers and gt_run_open call it first,
+ * so a job fails at its start (giantrun does not restart a worker that
+ * exits with GT_RUN_EXIT_USAGE). Not exported. */
+gt_status gt_fault_check_env(void);
+
+/* The hooks play nothing: calls the compiler removes. */
+static inline gt_status gt_fault_from_env(int rank, gt_fault_plan *out) {
+  out->rank = rank;
+  return GT_OK;
+}
+static inline bool gt_fault_active(const gt_fault_plan *p) {
+  (void)p;
+  return false;
+}
+static inline double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *loss) {
+  (void)p;
+  (void)step;
+  (void)compute_seconds;
+  (void)loss;
+  return 0;
+}
+static inline void gt_fault_reshape_point(const gt_fault_plan *p) { (void)p; }
+static inline double gt_fault_save_delay(const gt_fault_plan *p) {
+  (void)p;
+  return 0;
+}
+static inline double gt_fault_join_hold(gt_fault_plan *p) {
+  (void)p;
+  return 0;
+}
+static inline bool gt_fault_nangrad(gt_fault_plan *p, int step) {
+  (void)p;
+  (void)step;
+  return false;
+}
+static inline gt_status gt_fault_apply_links(gt_fault_plan *p, gt_grid *grid) {
+  (void)p;
+  (void)grid;
+  return GT_OK;
+}
+static inline void gt_fault_env_reset(void) {}
+
+#endif
 #endif

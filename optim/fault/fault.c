@@ -1,13 +1,15 @@
-/* GT_FAULT: the parser. Every error names the fault it is in and the part
- * that was wrong, since a typo in a chaos test must not pass silently as
- * "no fault". */
+/* GT_FAULT: the parser, and the plan read once per process. Every error
+ * names the fault it is in and the part that was wrong, since a typo in a
+ * chaos test must not pass silently as "no fault". Compiled only into a
+ * build with fault points (GIANT_FAULTS; refuse.c otherwise). */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "giant/fault.h"
+#include "optim/fault/fault.h"
 #include "giant/log.h"
 
 typedef struct kind_info {
@@ -143,8 +145,34 @@ gt_status gt_fault_parse(const char *spec, gt_fault_plan *out) {
   return s;
 }
 
+/* GT_FAULT as this process read it, once: every user (the trainer, the
+ * checkpoint writer, a reshape long after the start) plays the same faults,
+ * and none reads the environment while another thread might change it. A
+ * mutex rather than pthread_once, so that a test can have it read again
+ * (gt_fault_env_reset). */
+static pthread_mutex_t env_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool env_read;
+static gt_status env_status;
+static char env_error[512];
+static gt_fault_plan env_plan;
+
 gt_status gt_fault_from_env(int rank, gt_fault_plan *out) {
-  GT_TRY(gt_fault_parse(getenv("GT_FAULT"), out));
+  pthread_mutex_lock(&env_mu);
+  if (!env_read) {
+    env_status = gt_fault_parse(getenv("GT_FAULT"), &env_plan);
+    if (env_status != GT_OK) snprintf(env_error, sizeof env_error, "%s", gt_last_error());
+    env_read = true;
+  }
+  gt_status s = env_status;
+  *out = s == GT_OK ? env_plan : (gt_fault_plan){0};
+  pthread_mutex_unlock(&env_mu);
+  if (s != GT_OK) return gt_errorf(s, "%s", env_error); /* this caller's thread gets the message too */
   out->rank = rank;
   return GT_OK;
+}
+
+void gt_fault_env_reset(void) {
+  pthread_mutex_lock(&env_mu);
+  env_read = false;
+  pthread_mutex_unlock(&env_mu);
 }
