@@ -160,8 +160,12 @@ static int rank_main(int rank, int world, void *arg) {
     train(r.tr, &b, c->steps / 2, async);
     saving += now() - t0;
   }
-  if (rank == 0) c->train_plain_s = plain, c->train_saving_s = saving;
-  gt_ckpt_destroy(sync), gt_ckpt_destroy(async);
+  if (rank == 0) {
+    c->train_plain_s = plain;
+    c->train_saving_s = saving;
+  }
+  gt_ckpt_destroy(sync);
+  gt_ckpt_destroy(async);
   free(tok);
   bench_rank_teardown(&r);
   return RANK_OK;
@@ -199,8 +203,12 @@ int main(int argc, char **argv) {
                         "                  [--steps N --saves K --dir DIR (default: a new directory in /tmp)]\n",
                         NULL);
   if (rc >= 0) return rc;
-  if (dir) snprintf(c->dir, sizeof c->dir, "%s", dir);
-  else if (!mkdtemp(strcpy(c->dir, "/tmp/giant-bench-ckpt-XXXXXX"))) return perror("mkdtemp"), 1;
+  if (dir) {
+    snprintf(c->dir, sizeof c->dir, "%s", dir);
+  } else if (!mkdtemp(strcpy(c->dir, "/tmp/giant-bench-ckpt-XXXXXX"))) {
+    perror("mkdtemp");
+    return 1;
+  }
   printf("config: dp=2 (2 processes x 1 thread, loopback), GPT L=%d C=%d NH=%d T=%d V=%d, B=%d per rank, AdamW; "
          "%d saves each way, %d steps with and without a save every 50; checkpoints in %s\n",
          c->L, c->C, c->NH, c->T, c->V, c->B, c->saves, c->steps, c->dir);

@@ -66,10 +66,12 @@ static int iters_for(size_t bytes) {
 static double memcpy_gbps(size_t bytes) {
   char *a = malloc(bytes), *b = malloc(bytes);
   if (!a || !b) {
-    free(a), free(b);
+    free(a);
+    free(b);
     return 0;
   }
-  memset(a, 1, bytes), memset(b, 2, bytes);
+  memset(a, 1, bytes);
+  memset(b, 2, bytes);
   double best = 1e30;
   for (int i = 0; i < (quick ? 3 : 8); i++) {
     double t0 = gt_now();
@@ -79,7 +81,8 @@ static double memcpy_gbps(size_t bytes) {
   }
   volatile char sink = a[bytes / 2] + b[bytes / 3];
   (void)sink;
-  free(a), free(b);
+  free(a);
+  free(b);
   return bytes / best / 1e9;
 }
 
@@ -102,7 +105,10 @@ static int rank_main(int rank, int n, gt_comm_transport t, int ti, result *res) 
   size_t maxb = sizes[nsizes - 1];
   float *buf = st == GT_OK ? malloc(maxb) : NULL, *out = st == GT_OK ? malloc(maxb) : NULL;
   if (st == GT_OK && (!buf || !out)) st = gt_errorf(GT_ENOMEM, "out of memory");
-  if (st == GT_OK) memset(buf, 0, maxb), memset(out, 0, maxb);
+  if (st == GT_OK) {
+    memset(buf, 0, maxb);
+    memset(out, 0, maxb);
+  }
   for (int op = 0; st == GT_OK && op < NOPS; op++) {
     for (int k = 0; st == GT_OK && k < nsizes; k++) {
       size_t bytes = sizes[k], count = bytes / 4, per = count / (size_t)n;
@@ -139,7 +145,8 @@ static int rank_main(int rank, int n, gt_comm_transport t, int ti, result *res) 
     res->failed = 1;
     snprintf(res->why, sizeof res->why, "%s", gt_last_error());
   }
-  free(buf), free(out);
+  free(buf);
+  free(out);
   gt_comm_destroy(c);
   gt_store_destroy(s);
   return st == GT_OK ? 0 : 1;
@@ -152,7 +159,8 @@ static int run_ranks(int n, gt_comm_transport t, int ti, result *res) {
   if (pipe(port_pipe) || pipe(ctl)) return -1;
   pid_t sp = fork();
   if (sp == 0) {
-    close(port_pipe[0]), close(ctl[1]);
+    close(port_pipe[0]);
+    close(ctl[1]);
     gt_store_tcp_config cfg = {.host = "127.0.0.1", .is_host = true, .secret = SECRET};
     gt_store *srv = NULL;
     int port = gt_store_tcp_open(&cfg, &srv) == GT_OK ? gt_store_tcp_port(srv) : -1;
@@ -163,7 +171,8 @@ static int run_ranks(int n, gt_comm_transport t, int ti, result *res) {
     gt_store_destroy(srv);
     _exit(0);
   }
-  close(port_pipe[1]), close(ctl[0]);
+  close(port_pipe[1]);
+  close(ctl[0]);
   if (read(port_pipe[0], &store_port, sizeof store_port) != sizeof store_port || store_port <= 0) {
     close(ctl[1]);
     return -1;
@@ -218,7 +227,10 @@ static int run_gloo(int n, double *us) {
     double t;
     if (sscanf(line, "gloo allreduce bytes=%zu us=%lf", &b, &t) != 2) continue;
     for (int i = 0; i < nsizes; i++)
-      if (sizes[i] == b) us[i] = t, got++;
+      if (sizes[i] == b) {
+        us[i] = t;
+        got++;
+      }
   }
   int rc = pclose(f);
   return rc == 0 && got ? 0 : -1;
@@ -228,9 +240,16 @@ static size_t parse_size(const char *s) {
   char *end;
   double v = strtod(s, &end);
   size_t mul = 1;
-  if (*end == 'K' || *end == 'k') mul = 1024, end++;
-  else if (*end == 'M' || *end == 'm') mul = 1u << 20, end++;
-  else if (*end == 'G' || *end == 'g') mul = 1u << 30, end++;
+  if (*end == 'K' || *end == 'k') {
+    mul = 1024;
+    end++;
+  } else if (*end == 'M' || *end == 'm') {
+    mul = 1u << 20;
+    end++;
+  } else if (*end == 'G' || *end == 'g') {
+    mul = 1u << 30;
+    end++;
+  }
   if (*end == 'i') end++;
   if (*end == 'B') end++;
   if (*end || v <= 0) return 0;
@@ -273,7 +292,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nsizes; i++) have |= sizes[i] == (64u << 20);
     if (!have && nsizes < MAX_SIZES) {
       int i = nsizes++;
-      while (i > 0 && sizes[i - 1] > (64u << 20)) sizes[i] = sizes[i - 1], i--;
+      while (i > 0 && sizes[i - 1] > (64u << 20)) {
+        sizes[i] = sizes[i - 1];
+        i--;
+      }
       sizes[i] = 64u << 20;
     }
   }

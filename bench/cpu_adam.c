@@ -25,14 +25,21 @@ int main(int argc, char **argv) {
     char *end = NULL;
     if (!strcmp(argv[i], "--params") && i + 1 < argc) {
       double v = strtod(argv[++i], &end);
-      if (*end || v < 1) return usage(), 2;
+      if (*end || v < 1) {
+        usage();
+        return 2;
+      }
       n = (size_t)v;
     } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
       long t = strtol(argv[++i], &end, 10);
-      if (*end || t < 0) return usage(), 2;
+      if (*end || t < 0) {
+        usage();
+        return 2;
+      }
       threads = (int)t;
     } else {
-      return usage(), 2;
+      usage();
+      return 2;
     }
   }
   printf("bench_cpu_adam: %zu parameters (%.2f GB of fp32 p, g, m, v), threads %d of %d cores\n", n,

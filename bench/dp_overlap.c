@@ -85,7 +85,8 @@ int main(int argc, char **argv) {
   double step[2], exposed[2];
   for (int k = 0; k < 2; k++) {
     double nn = c->results[k][2];
-    step[k] = c->results[k][0] / nn, exposed[k] = c->results[k][1] / nn;
+    step[k] = c->results[k][0] / nn;
+    exposed[k] = c->results[k][1] / nn;
   }
   double hidden = exposed[0] > 0 ? 1.0 - exposed[1] / exposed[0] : 0;
   printf("overlap off: %.1f ms/step, gradient all-reduce %.1f ms, all of it after backward\n", step[0] * 1e3,

@@ -67,14 +67,24 @@ static void read_metrics(const char *path, outcome *o) {
     if (!strncmp(line, "{\"step\":", 8)) {
       int s = (int)json_num(line, "step");
       double tps = json_num(line, "tokens_per_s");
-      if (s >= 10 && s < ONSET) tb += tps, nb++;
-      if (s >= ONSET + 10) td += tps, nd++;
+      if (s >= 10 && s < ONSET) {
+        tb += tps;
+        nb++;
+      }
+      if (s >= ONSET + 10) {
+        td += tps;
+        nd++;
+      }
       if (s >= 10 && s < ONSET) o->step_s[ns++] = json_num(line, "step_time_s");
       continue;
     }
     if (strncmp(line, "{\"failslow_step\":", 17)) continue;
     int s = (int)json_num(line, "failslow_step");
-    if (s >= 10 && s < ONSET) ape += json_num(line, "ape"), raw += json_num(line, "ape_raw"), na++;
+    if (s >= 10 && s < ONSET) {
+      ape += json_num(line, "ape");
+      raw += json_num(line, "ape_raw");
+      na++;
+    }
     if (s >= 10 && ng < STEPS) gather[ng++] = json_num(line, "gather_s");
     for (const char *v = strstr(line, "{\"rank\":"); v; v = strstr(v + 1, "{\"rank\":")) {
       int rank = (int)json_num(v, "rank");
@@ -152,7 +162,10 @@ static outcome run(const char *dir, const char *build, bool rebalance) {
 
 int main(void) {
   char dir[] = "/tmp/giant-bench-failslow-XXXXXX";
-  if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
   const char *build = GIANT_BUILD_DIR;
   printf("bench_failslow: examples/gpt, 4 ranks dp=4 on one machine, L=2 C=64 T=64 B=8x2, --failslow defaults;\n"
          "rank %d slowed x2 from step %d, %d steps\n", SLOW_RANK, ONSET, STEPS);

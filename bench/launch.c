@@ -99,7 +99,11 @@ static pid_t spawn(const char *const *argv, const char *log) {
   if (pid == 0) {
     setpgid(0, 0);
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }

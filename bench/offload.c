@@ -83,18 +83,30 @@ static gt_status train(const bench_args *a, int B, int T, int layers, int window
   s = gt_model_create(be, &mc, &m);
   if (s == GT_OK) s = gpt_add_layers(m, &gc);
   if (s == GT_OK) s = gt_model_build(m);
-  if (s == GT_OK) out->params = gt_model_param_count(m), s = gt_trainer_create(m, &tc, &tr);
+  if (s == GT_OK) {
+    out->params = gt_model_param_count(m);
+    s = gt_trainer_create(m, &tc, &tr);
+  }
   size_t n = (size_t)B * (size_t)T;
   int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
   double *times = calloc((size_t)steps + 1, sizeof *times);
   if (s == GT_OK && (!in || !tg || !times)) s = gt_errorf(GT_ENOMEM, "out of host memory");
   for (int k = 0; s == GT_OK && k < steps; k++) {
-    for (size_t i = 0; i < n; i++) in[i] = (int32_t)((i * 31 + (size_t)k * 7) % 256), tg[i] = (in[i] + 1) % 256;
+    for (size_t i = 0; i < n; i++) {
+      in[i] = (int32_t)((i * 31 + (size_t)k * 7) % 256);
+      tg[i] = (in[i] + 1) % 256;
+    }
     gt_batch b = {.B = B, .T = T, .inputs = in, .targets = tg};
     gt_step_stats st;
     s = gt_trainer_step_batches(tr, &b, 1, &st);
-    if (s == GT_OK) times[k] = st.seconds, out->loss1 = st.loss;
-    if (s == GT_OK && k == 0) out->loss0 = st.loss, out->os = gt_model_offload_stats(m);
+    if (s == GT_OK) {
+      times[k] = st.seconds;
+      out->loss1 = st.loss;
+    }
+    if (s == GT_OK && k == 0) {
+      out->loss0 = st.loss;
+      out->os = gt_model_offload_stats(m);
+    }
   }
   if (s == GT_OK) {
     /* The first step allocates and fetches everything, with nothing
@@ -112,7 +124,9 @@ static gt_status train(const bench_args *a, int B, int T, int layers, int window
     out->os.wait_grad_seconds -= first.wait_grad_seconds;
     out->os_steps = steps - from;
   }
-  free(in), free(tg), free(times);
+  free(in);
+  free(tg);
+  free(times);
   gt_trainer_destroy(tr);
   gt_model_destroy(m);
   gt_backend_destroy(be);
@@ -132,13 +146,18 @@ static size_t largest(const bench_args *a, int window, size_t budget, int *layer
       bad = L;
       break;
     }
-    ok = L, best = r.params;
+    ok = L;
+    best = r.params;
     if (L == a->max_layers) break;
   }
   while (bad - ok > 1) {
     int mid = (ok + bad) / 2;
-    if (train(a, 1, a->size_seq, mid, window, false, budget, 2, &r) == GT_OK) ok = mid, best = r.params;
-    else bad = mid;
+    if (train(a, 1, a->size_seq, mid, window, false, budget, 2, &r) == GT_OK) {
+      ok = mid;
+      best = r.params;
+    } else {
+      bad = mid;
+    }
   }
   *layers_out = ok;
   return best;
@@ -149,8 +168,13 @@ static size_t largest(const bench_args *a, int window, size_t budget, int *layer
 static double one_thread_memcpy_gbps(void) {
   size_t n = (size_t)256 << 20;
   char *x = malloc(n), *y = malloc(n);
-  if (!x || !y) return free(x), free(y), 0;
-  memset(x, 1, n), memset(y, 2, n);
+  if (!x || !y) {
+    free(x);
+    free(y);
+    return 0;
+  }
+  memset(x, 1, n);
+  memset(y, 2, n);
   double best = 0;
   for (int k = 0; k < 5; k++) {
     struct timespec t0, t1;
@@ -160,7 +184,8 @@ static double one_thread_memcpy_gbps(void) {
     double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (2.0 * (double)n / s / 1e9 > best) best = 2.0 * (double)n / s / 1e9;
   }
-  free(x), free(y);
+  free(x);
+  free(y);
   return best;
 }
 
@@ -217,7 +242,11 @@ int main(int argc, char **argv) {
     }
   }
   double t_no[3], t_off[3], t_layer[3];
-  for (int k = 0; k < 3; k++) t_no[k] = no[k].step_s, t_off[k] = off[k].step_s, t_layer[k] = layer[k].step_s;
+  for (int k = 0; k < 3; k++) {
+    t_no[k] = no[k].step_s;
+    t_off[k] = off[k].step_s;
+    t_layer[k] = layer[k].step_s;
+  }
   double m_no = bench_median(t_no, 3), m_off = bench_median(t_off, 3), m_layer = bench_median(t_layer, 3);
   /* The better of the two ways to update is what offloading costs. */
   double best = m_layer < m_off ? m_layer : m_off;
@@ -234,7 +263,12 @@ int main(int argc, char **argv) {
     double steps = off[k].os_steps > 0 ? off[k].os_steps : 1;
     double mv = (double)(os->bytes_in + os->bytes_out) / steps, cs = mv / bw, ws = os->wait_seconds / steps;
     hid[k] = cs > 0 ? fmax(0, 1.0 - ws / cs) : 0;
-    if (k == 1) moved = mv, copy_s = cs, wait_s = ws, wait_g = os->wait_grad_seconds / steps;
+    if (k == 1) {
+      moved = mv;
+      copy_s = cs;
+      wait_s = ws;
+      wait_g = os->wait_grad_seconds / steps;
+    }
   }
   double hidden = bench_median(hid, 3);
   printf("copies: %.1f MiB a step (steps after the first), %.2f ms at %.1f GB/s (one thread); compute waited %.2f ms "

@@ -56,7 +56,8 @@ static gt_status measure_memcpy(size_t n, int threads, double *gbps) {
   size_t nf = bytes / sizeof(float);
   float *src = host_floats(nf, 1.0f, threads), *dst = host_floats(nf, 0.0f, threads);
   if (!src || !dst) {
-    free(src), free(dst);
+    free(src);
+    free(dst);
     return gt_errorf(GT_ENOMEM, "cannot allocate 2 x %zu MiB for the memcpy measurement", bytes >> 20);
   }
   double t[STEPS];
@@ -77,7 +78,8 @@ static gt_status measure_memcpy(size_t n, int threads, double *gbps) {
   }
   printf("memcpy %.2f GB/s (read + written); x[i] += y[i] %.2f GB/s (12 bytes an element)\n", *gbps,
          3.0 * (double)(nf * sizeof(float)) / bench_median(t, STEPS) / 1e9);
-  free(src), free(dst);
+  free(src);
+  free(dst);
   return GT_OK;
 }
 
@@ -103,7 +105,10 @@ static gt_status time_gt_adam(size_t n, int threads, double *sec) {
     }
     if (s == GT_OK) *sec = bench_median(t, STEPS);
   }
-  free(p), free(g), free(m), free(v);
+  free(p);
+  free(g);
+  free(m);
+  free(v);
   gt_backend_destroy(be);
   return s;
 }

@@ -87,7 +87,9 @@ gt_status bench_offload_disk(const char *dir, int layers, int C, int threads, di
   size_t n = s == GT_OK ? gt_model_buffer_floats(m) : 0;
   if (s == GT_OK) {
     out->params = gt_model_param_count(m);
-    start = malloc(n * sizeof *start), a = malloc(n * sizeof *a), b = malloc(n * sizeof *b);
+    start = malloc(n * sizeof *start);
+    a = malloc(n * sizeof *a);
+    b = malloc(n * sizeof *b);
     if (!start || !a || !b) s = gt_errorf(GT_ENOMEM, "out of memory");
   }
   if (s == GT_OK) {
@@ -106,7 +108,9 @@ gt_status bench_offload_disk(const char *dir, int layers, int C, int threads, di
   if (s == GT_OK && memcmp(a, b, n * sizeof *a) != 0)
     s = gt_errorf(GT_EINVAL, "the step with the state on disk gave other parameters than in memory");
   if (s == GT_OK) s = time_io(dir, 2 * n * sizeof(float), &out->io_s);
-  free(start), free(a), free(b);
+  free(start);
+  free(a);
+  free(b);
   gt_model_destroy(m);
   gt_backend_destroy(be);
   return s;

@@ -53,11 +53,14 @@ static int rank_main(int rank, int world, void *arg) {
     CHECK_OK(gt_trainer_step_batches(r.tr, b, c->m, NULL));
     double rs, us;
     gt_pp_exec_timing(gt_trainer_pp_exec(r.tr), &rs, &us);
-    run += rs, busy += us;
+    run += rs;
+    busy += us;
   }
-  c->run[rank] = run, c->busy[rank] = busy;
+  c->run[rank] = run;
+  c->busy[rank] = busy;
   if (rank == 0) c->step = (gt_now() - t0) / c->steps;
-  free(b), free(tok);
+  free(b);
+  free(tok);
   bench_rank_teardown(&r);
   return RANK_OK;
 }
@@ -85,7 +88,8 @@ static int calibrate(int rank, int world, void *arg) {
   gt_planner_result est;
   CHECK_OK(gt_planner_estimate(&hw, &job, (gt_grid_layout){1, 1, 2}, NULL, &est));
   c->predicted = est.step_seconds;
-  free(layers), free(tok);
+  free(layers);
+  free(tok);
   bench_rank_teardown(&r);
   return RANK_OK;
 }

@@ -22,7 +22,10 @@
 static int run(gt_pp_kind kind, int p, int m, int v, gt_pp_sim_result *r) {
   gt_pp_schedule *s;
   double f[64], b[64];
-  for (int i = 0; i < p * v; i++) f[i] = 1.0 / v, b[i] = 2.0 / v;
+  for (int i = 0; i < p * v; i++) {
+    f[i] = 1.0 / v;
+    b[i] = 2.0 / v;
+  }
   if (gt_pp_schedule_build(kind, p, m, v, &s) || gt_pp_schedule_check(s) ||
       gt_pp_simulate(s, &(gt_pp_costs){.fwd = f, .bwd = b}, r)) {
     fprintf(stderr, "bench_pipeline_sim: %s\n", gt_last_error());

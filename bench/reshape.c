@@ -147,8 +147,14 @@ static outcome run(const char *dir, const char *build, int k, bool reshape, unsi
   int lines = 0, last = -1, st = 0;
   double deadline = gt_now() + DEADLINE_S, t_at = 0, t_prev = 0;
   while ((last = last_step(metrics, &lines)) < o.kill_after) {
-    if (agent_gone(agent, &st)) return fail_run("the job ended before the kill", k, log, agent, true, st), o;
-    if (gt_now() > deadline) return fail_run("no step before the deadline", k, log, agent, false, 0), o;
+    if (agent_gone(agent, &st)) {
+      fail_run("the job ended before the kill", k, log, agent, true, st);
+      return o;
+    }
+    if (gt_now() > deadline) {
+      fail_run("no step before the deadline", k, log, agent, false, 0);
+      return o;
+    }
     if (last == o.kill_after - 1 && t_prev == 0) t_prev = gt_now();
     nap_ms(1);
   }
@@ -216,7 +222,10 @@ int main(int argc, char **argv) {
     }
   }
   char dir[] = "/tmp/giant-bench-reshape-XXXXXX";
-  if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
   const char *build = GIANT_BUILD_DIR;
   printf("bench_reshape --runs %d --seed %u: examples/gpt, 4 ranks dp=4 + ZeRO-1 on one machine, L=4 C=128 T=64,\n"
          "global batch 16, a checkpoint every %d steps, %d steps; worker %d SIGKILLed at a random moment of a step\n"

@@ -96,10 +96,15 @@ int main(int argc, char **argv) {
   int rc = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]), usage, NULL);
   if (rc >= 0) return rc;
   rc = 0;
-  if (gt_precision_parse(a.precision_name, &a.precision) != GT_OK)
-    return fprintf(stderr, "bench_train_step: --precision: %s\n", gt_last_error()), 2;
+  if (gt_precision_parse(a.precision_name, &a.precision) != GT_OK) {
+    fprintf(stderr, "bench_train_step: --precision: %s\n", gt_last_error());
+    return 2;
+  }
   gt_backend_config bc;
-  if (gt_device_parse(a.device, &bc) != GT_OK) return fprintf(stderr, "%s\n", gt_last_error()), 2;
+  if (gt_device_parse(a.device, &bc) != GT_OK) {
+    fprintf(stderr, "%s\n", gt_last_error());
+    return 2;
+  }
   bc.num_threads = a.threads;
   giant_run g = {0};
   if (gt_backend_create(&bc, &g.be) != GT_OK) return die("backend");

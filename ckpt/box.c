@@ -39,27 +39,35 @@ static gt_status range_rec(const ck_box *blk, ck_box *cur, int d, uint64_t base,
   for (int k = d + 1; k < blk->ndim; k++) inner *= (uint64_t)(blk->hi[k] - blk->lo[k]);
   int64_t lo = blk->lo[d];
   if (d == blk->ndim - 1) {
-    cur->lo[d] = lo + (int64_t)a, cur->hi[d] = lo + (int64_t)b;
+    cur->lo[d] = lo + (int64_t)a;
+    cur->hi[d] = lo + (int64_t)b;
     return fn(ctx, cur, base + a);
   }
   uint64_t r0 = a / inner, r1 = b / inner;
   if (r0 == r1) { /* inside one row */
-    cur->lo[d] = lo + (int64_t)r0, cur->hi[d] = cur->lo[d] + 1;
+    cur->lo[d] = lo + (int64_t)r0;
+    cur->hi[d] = cur->lo[d] + 1;
     return range_rec(blk, cur, d + 1, base + r0 * inner, a % inner, b % inner, fn, ctx);
   }
   if (a % inner) { /* the tail of the first row */
-    cur->lo[d] = lo + (int64_t)r0, cur->hi[d] = cur->lo[d] + 1;
+    cur->lo[d] = lo + (int64_t)r0;
+    cur->hi[d] = cur->lo[d] + 1;
     GT_TRY(range_rec(blk, cur, d + 1, base + r0 * inner, a % inner, inner, fn, ctx));
     r0++;
   }
   if (r1 > r0) { /* whole rows */
     ck_box whole = *cur;
-    whole.lo[d] = lo + (int64_t)r0, whole.hi[d] = lo + (int64_t)r1;
-    for (int k = d + 1; k < blk->ndim; k++) whole.lo[k] = blk->lo[k], whole.hi[k] = blk->hi[k];
+    whole.lo[d] = lo + (int64_t)r0;
+    whole.hi[d] = lo + (int64_t)r1;
+    for (int k = d + 1; k < blk->ndim; k++) {
+      whole.lo[k] = blk->lo[k];
+      whole.hi[k] = blk->hi[k];
+    }
     GT_TRY(fn(ctx, &whole, base + r0 * inner));
   }
   if (b % inner) { /* the head of the last row */
-    cur->lo[d] = lo + (int64_t)r1, cur->hi[d] = cur->lo[d] + 1;
+    cur->lo[d] = lo + (int64_t)r1;
+    cur->hi[d] = cur->lo[d] + 1;
     GT_TRY(range_rec(blk, cur, d + 1, base + r1 * inner, 0, b % inner, fn, ctx));
   }
   return GT_OK;
@@ -93,7 +101,10 @@ gt_status ck_box_runs(const ck_box *sb, const ck_box *db, ck_run_fn fn, void *ct
   for (;;) {
     GT_TRY(fn(ctx, flat(sb, idx), flat(db, idx), run));
     int d = k - 1; /* odometer over the dims before k */
-    while (d >= 0 && ++idx[d] == x.hi[d]) idx[d] = x.lo[d], d--;
+    while (d >= 0 && ++idx[d] == x.hi[d]) {
+      idx[d] = x.lo[d];
+      d--;
+    }
     if (d < 0) return GT_OK;
   }
 }

@@ -31,7 +31,8 @@ gt_status ck_manifest_check_cover(const ck_manifest *m, const char *what) {
   slice_key *k = malloc((size_t)(m->nslices ? m->nslices : 1) * sizeof *k);
   uint64_t *covered = calloc((size_t)(m->ntensors ? m->ntensors : 1), sizeof *covered);
   if (!k || !covered) {
-    free(k), free(covered);
+    free(k);
+    free(covered);
     return gt_errorf(GT_ENOMEM, "out of memory checking %s", what);
   }
   for (int i = 0; i < m->nslices; i++) {

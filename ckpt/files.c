@@ -77,7 +77,9 @@ int ck_transfer(int fd, bool write, void *buf, size_t n, uint64_t off) {
     ssize_t r = write ? pwrite(fd, p, n, (off_t)off) : pread(fd, p, n, (off_t)off);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return r == 0 ? EIO : errno;
-    p += r, n -= (size_t)r, off += (uint64_t)r;
+    p += r;
+    n -= (size_t)r;
+    off += (uint64_t)r;
   }
   return 0;
 }
@@ -109,7 +111,10 @@ struct ck_hasher {
 
 ck_hasher *ck_hasher_new(void) {
   ck_hasher *h = calloc(1, sizeof *h);
-  if (h && !(h->ctx = EVP_MD_CTX_new())) free(h), h = NULL;
+  if (h && !(h->ctx = EVP_MD_CTX_new())) {
+    free(h);
+    h = NULL;
+  }
   return h;
 }
 

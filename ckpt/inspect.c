@@ -24,7 +24,10 @@ gt_status gt_ckpt_describe(const char *path, gt_ckpt_summary *out) {
     ck_get(&r, 4 + 8 + 4 + 8 + 8); /* version, step, optimizer kind and steps, seed */
     uint32_t plan[4];
     for (int i = 0; i < 4; i++) plan[i] = ck_get_u32(&r);
-    if (!r.bad) out->layout = (gt_grid_layout){(int)plan[0], (int)plan[1], (int)plan[2]}, out->zero1 = plan[3];
+    if (!r.bad) {
+      out->layout = (gt_grid_layout){(int)plan[0], (int)plan[1], (int)plan[2]};
+      out->zero1 = plan[3];
+    }
   }
   ck_manifest_free(&m);
   return GT_OK;
@@ -52,7 +55,10 @@ static int verify_slice(const char *path, const ck_manifest *m, const ck_slice *
   if (s != GT_OK) note(report, s, first);
   for (uint64_t k = 0; s == GT_OK && k < chunks; k++) {
     gt_status r = ck_read_chunks(&f, m, sl, k, k + 1, buf);
-    if (r != GT_OK) bad++, note(report, r, first);
+    if (r != GT_OK) {
+      bad++;
+      note(report, r, first);
+    }
     if (r == GT_EIO) break; /* the file cannot be read on */
   }
   ck_shard_close(&f);
@@ -87,7 +93,10 @@ static gt_status read_whole(const char *path, const ck_manifest *m, int i, float
   *out = malloc((*n ? *n : 1) * sizeof(float));
   if (!*out) return gt_errorf(GT_ENOMEM, "out of memory reading tensor %s", m->tensors[i].name);
   gt_status s = ck_fill_box(path, m, i, &b, *out, NULL);
-  if (s != GT_OK) free(*out), *out = NULL;
+  if (s != GT_OK) {
+    free(*out);
+    *out = NULL;
+  }
   return s;
 }
 
@@ -114,7 +123,8 @@ gt_status gt_ckpt_export(const char *path, const char *out_file) {
   char *d = strdup(out_file), *f = strdup(out_file);
   if (s == GT_OK && (!d || !f)) s = gt_errorf(GT_ENOMEM, "out of memory");
   if (s == GT_OK) s = ck_manifest_write_as(dirname(d), basename(f), &e);
-  free(d), free(f);
+  free(d);
+  free(f);
   ck_manifest_free(&m);
   ck_manifest_free(&e);
   return s;
@@ -139,7 +149,8 @@ static gt_status diff_tensor(const char *a, const ck_manifest *ma, int i, const 
     scale = fabs((double)x[k]) > scale ? fabs((double)x[k]) : scale;
   }
   *rel = diff == 0 ? 0 : scale > 0 ? diff / scale : INFINITY;
-  free(x), free(y);
+  free(x);
+  free(y);
   return s;
 }
 

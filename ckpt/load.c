@@ -42,7 +42,8 @@ static gt_status copy_run(void *ctx, uint64_t src, uint64_t dst, uint64_t n) {
       uint64_t k1 = (e - 1) / r->size + 1, fit = r->cap >= r->size ? r->cap / r->size : 1;
       if (k1 > k + fit) k1 = k + fit;
       GT_TRY(ck_read_chunks(&r->f, r->m, r->s, k, k1, r->win));
-      r->w0 = k, r->w1 = k1;
+      r->w0 = k;
+      r->w1 = k1;
     }
     uint64_t end = r->w1 * r->size < r->s->length ? r->w1 * r->size : r->s->length;
     uint64_t take = (e < end ? e : end) - a;
@@ -228,11 +229,17 @@ static gt_status read_cursor(gt_ckpt *c, const char *dir, const ck_manifest *m, 
     uint64_t rows = ck_get_u64(&r);
     uint32_t B = ck_get_u32(&r), T = ck_get_u32(&r), mode = ck_get_u32(&r);
     uint64_t seed = ck_get_u64(&r);
-    (void)ck_get_u32(&r), (void)ck_get_u32(&r), (void)ck_get_u64(&r); /* shard, nshards, position */
+    /* shard, nshards, position */
+    (void)ck_get_u32(&r);
+    (void)ck_get_u32(&r);
+    (void)ck_get_u64(&r);
     uint64_t next = ck_get_u64(&r);
     /* Version 2 adds the share (offset, total); the stream resumes at the
      * next row whatever the shares, so version 1 reads the same. */
-    if (version == 2) (void)ck_get_u32(&r), (void)ck_get_u32(&r);
+    if (version == 2) {
+      (void)ck_get_u32(&r);
+      (void)ck_get_u32(&r);
+    }
     if (r.bad || (version != 1 && version != 2) || B == 0) return gt_errorf(GT_EFORMAT, "checkpoint %s: loader cursor %s is malformed", dir, m->blobs[i].name);
     if (*found && next != *row)
       return gt_errorf(GT_EFORMAT, "checkpoint %s: the replicas' data cursors disagree (row %llu and %llu)", dir,

@@ -165,7 +165,10 @@ gt_status ck_manifest_encode(const ck_manifest *m, ck_buf *b) {
   for (int i = 0; i < m->nslices; i++) {
     const ck_slice *s = &m->slices[i];
     ck_put_u32(b, (uint32_t)s->tensor);
-    for (int d = 0; d < s->box.ndim; d++) ck_put_u64(b, (uint64_t)s->box.lo[d]), ck_put_u64(b, (uint64_t)s->box.hi[d]);
+    for (int d = 0; d < s->box.ndim; d++) {
+      ck_put_u64(b, (uint64_t)s->box.lo[d]);
+      ck_put_u64(b, (uint64_t)s->box.hi[d]);
+    }
     ck_put_u32(b, (uint32_t)s->file);
     ck_put_u64(b, s->offset);
     ck_put_u64(b, s->length);
@@ -234,7 +237,8 @@ static gt_status decode(ck_rd *r, uint32_t version, const char *what, ck_manifes
     const ck_tensor *t = &m->tensors[s.tensor];
     s.box.ndim = t->ndim;
     for (int d = 0; d < t->ndim; d++) {
-      s.box.lo[d] = (int64_t)ck_get_u64(r), s.box.hi[d] = (int64_t)ck_get_u64(r);
+      s.box.lo[d] = (int64_t)ck_get_u64(r);
+      s.box.hi[d] = (int64_t)ck_get_u64(r);
       if (s.box.lo[d] < 0 || s.box.lo[d] >= s.box.hi[d] || s.box.hi[d] > t->shape[d])
         BAD("a slice of tensor %s lies outside its shape", t->name);
     }

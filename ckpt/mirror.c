@@ -67,11 +67,13 @@ gt_status gt_ckpt_mirror_create(gt_trainer *tr, int stride, gt_ckpt_mirror **out
   gt_dist *dist = gt_trainer_dist(tr);
   gt_ckpt_mirror *m = calloc(1, sizeof *m);
   if (!m) return gt_errorf(GT_ENOMEM, "out of memory");
-  m->tr = tr, m->step = -1;
+  m->tr = tr;
+  m->step = -1;
   m->world = dist ? gt_grid_world(gt_dist_grid(dist)) : NULL;
   int n = m->world ? gt_comm_size(m->world) : 1, me = m->world ? gt_comm_rank(m->world) : 0;
   if (stride < 1 || stride >= n) stride = 1;
-  m->buddy = (me + stride) % n, m->pred = (me - stride + n) % n;
+  m->buddy = (me + stride) % n;
+  m->pred = (me - stride + n) % n;
   if (n == 1) {
     *out = m;
     return GT_OK;
@@ -104,9 +106,13 @@ gt_status gt_ckpt_mirror_create(gt_trainer *tr, int stride, gt_ckpt_mirror **out
     if (!m->send || !m->copy) s = gt_errorf(GT_ENOMEM, "out of memory for a mirror of %llu floats",
                                             (unsigned long long)(m->mine_floats + m->kept_floats));
   }
-  for (int r = 0; all && r < n; r++) pr_list_free(&all[r].hold), pr_list_free(&all[r].want);
+  for (int r = 0; all && r < n; r++) {
+    pr_list_free(&all[r].hold);
+    pr_list_free(&all[r].want);
+  }
   pr_list_free(&mine.hold);
-  free(all), free(v);
+  free(all);
+  free(v);
   if (s != GT_OK) {
     gt_ckpt_mirror_destroy(m);
     return s;
@@ -158,7 +164,9 @@ void gt_ckpt_mirror_stats(const gt_ckpt_mirror *m, gt_ckpt_mirror_info *out) {
 
 void gt_ckpt_mirror_destroy(gt_ckpt_mirror *m) {
   if (!m) return;
-  pr_list_free(&m->mine), pr_list_free(&m->kept);
-  free(m->send), free(m->copy);
+  pr_list_free(&m->mine);
+  pr_list_free(&m->kept);
+  free(m->send);
+  free(m->copy);
   free(m);
 }

@@ -14,7 +14,8 @@ gt_status pr_list_add(pr_list *l, const char *name, const ck_box *box, uint64_t 
     int cap = l->cap ? 2 * l->cap : 64;
     pr_slice *s = realloc(l->s, (size_t)cap * sizeof *s);
     if (!s) return gt_errorf(GT_ENOMEM, "out of memory describing the state to move");
-    l->s = s, l->cap = cap;
+    l->s = s;
+    l->cap = cap;
   }
   pr_slice *s = &l->s[l->n++];
   snprintf(s->name, sizeof s->name, "%s", name);
@@ -99,7 +100,10 @@ static void put_list(ck_buf *b, const pr_list *l) {
     const pr_slice *s = &l->s[i];
     ck_put_str(b, s->name);
     ck_put_u32(b, (uint32_t)s->box.ndim);
-    for (int d = 0; d < s->box.ndim; d++) ck_put_u64(b, (uint64_t)s->box.lo[d]), ck_put_u64(b, (uint64_t)s->box.hi[d]);
+    for (int d = 0; d < s->box.ndim; d++) {
+      ck_put_u64(b, (uint64_t)s->box.lo[d]);
+      ck_put_u64(b, (uint64_t)s->box.hi[d]);
+    }
     ck_put_u64(b, s->at);
   }
 }
@@ -113,7 +117,10 @@ static gt_status get_list(ck_rd *r, pr_list *l) {
     ck_get_str(r, name, sizeof name);
     box.ndim = (int)ck_get_u32(r);
     if (box.ndim < 0 || box.ndim > CK_MAXDIM) r->bad = true;
-    for (int d = 0; d < box.ndim && !r->bad; d++) box.lo[d] = (int64_t)ck_get_u64(r), box.hi[d] = (int64_t)ck_get_u64(r);
+    for (int d = 0; d < box.ndim && !r->bad; d++) {
+      box.lo[d] = (int64_t)ck_get_u64(r);
+      box.hi[d] = (int64_t)ck_get_u64(r);
+    }
     uint64_t at = ck_get_u64(r);
     if (!r->bad) GT_TRY(pr_list_add(l, name, &box, at));
   }
@@ -129,7 +136,10 @@ gt_status pr_exchange(gt_comm *world, const pr_rank *me, pr_rank *all) {
   ck_put_u64(&b, me->opt_steps);
   put_list(&b, &me->hold);
   put_list(&b, &me->want);
-  if (b.oom) return ck_buf_free(&b), gt_errorf(GT_ENOMEM, "out of memory describing the state to move");
+  if (b.oom) {
+    ck_buf_free(&b);
+    return gt_errorf(GT_ENOMEM, "out of memory describing the state to move");
+  }
   float *lens = calloc((size_t)n, sizeof *lens), mine;
   uint32_t len = (uint32_t)b.len;
   memcpy(&mine, &len, sizeof mine);
@@ -160,7 +170,9 @@ gt_status pr_exchange(gt_comm *world, const pr_rank *me, pr_rank *all) {
     if (s != GT_OK) s = gt_error_context(s, "from rank %d", r);
   }
   ck_buf_free(&b);
-  free(lens), free(send), free(recv);
+  free(lens);
+  free(send);
+  free(recv);
   return s;
 }
 

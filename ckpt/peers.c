@@ -60,7 +60,8 @@ static gt_status sources(const pr_rank *all, int n, pr_src **out, int *count) {
     for (int j = w - 1; j >= 0 && !strcmp(v[j].s->name, v[i].s->name) && !dup; j--) dup = pr_same_box(&v[j].s->box, &v[i].s->box);
     if (!dup) v[w++] = v[i];
   }
-  *out = v, *count = w;
+  *out = v;
+  *count = w;
   return GT_OK;
 }
 
@@ -119,7 +120,8 @@ typedef struct tally {
 } tally;
 
 static gt_status count_piece(void *ctx, int src, int dst, const pr_slice *have, const pr_slice *want, const ck_box *x) {
-  (void)have, (void)want;
+  (void)have;
+  (void)want;
   tally *t = ctx;
   t->floats[(size_t)src * (size_t)t->n + (size_t)dst] += ck_box_volume(x);
   return GT_OK;
@@ -139,7 +141,10 @@ static gt_status coverage(const pr_rank *all, int n, const pr_src *v, int count,
       if (got > need)
         return gt_errorf(GT_ESTATE, "tensor %s: the ranks' holdings overlap (%llu floats cover a box of %llu): they "
                          "were not taken at one layout", w->name, (unsigned long long)got, (unsigned long long)need);
-      if (got < need && *miss_rank < 0) *miss_rank = r, *miss_slice = i;
+      if (got < need && *miss_rank < 0) {
+        *miss_rank = r;
+        *miss_slice = i;
+      }
       *missing += need - got;
     }
   return GT_OK;
@@ -175,14 +180,18 @@ static gt_status copy_run(void *ctx, uint64_t a, uint64_t b, uint64_t n) {
 static gt_status copy_piece(void *ctx, int src, int dst, const pr_slice *have, const pr_slice *want, const ck_box *x) {
   mover *m = ctx;
   if (src != m->me || dst != m->me) return GT_OK;
-  m->have = have, m->want = want, m->x = x;
+  m->have = have;
+  m->want = want;
+  m->x = x;
   return ck_box_runs(&have->box, &want->box, copy_run, m); /* their overlap is x */
 }
 
 static gt_status move_piece(void *ctx, int src, int dst, const pr_slice *have, const pr_slice *want, const ck_box *x) {
   mover *m = ctx;
   if (src != m->src || dst != m->dst) return GT_OK;
-  m->have = have, m->want = want, m->x = x;
+  m->have = have;
+  m->want = want;
+  m->x = x;
   if (m->pack) GT_TRY(ck_box_runs(&have->box, x, move_run, m));
   else GT_TRY(ck_box_runs(x, &want->box, move_run, m));
   m->at += ck_box_volume(x);
@@ -217,7 +226,10 @@ static gt_status run_round(gt_comm *world, const pr_rank *all, int n, const pr_s
   m = (mover){.me = me, .src = src, .dst = me, .from = from, .to = to, .buf = rbuf, .pack = false};
   if (s == GT_OK && in) s = each_piece(all, n, v, count, move_piece, &m);
   if (s == GT_OK && k == 0) st->floats_kept += in;
-  if (s == GT_OK && k > 0) st->floats_sent += out, st->floats_received += in;
+  if (s == GT_OK && k > 0) {
+    st->floats_sent += out;
+    st->floats_received += in;
+  }
   free(sbuf);
   if (rbuf != sbuf) free(rbuf);
   return s;
@@ -235,7 +247,10 @@ static gt_status fill_missing(const char *dir, uint64_t step, const pr_rank *min
     const pr_slice *w = &mine->want.s[i];
     uint64_t got = covered(v, count, w), need = ck_box_volume(&w->box);
     if (got == need) continue;
-    if (!read) s = ck_manifest_read(dir, &m), read = true;
+    if (!read) {
+      s = ck_manifest_read(dir, &m);
+      read = true;
+    }
     /* Floats of another step next to this step's would be a model no run
      * ever had: only a checkpoint of the very step the others hold fills. */
     if (s == GT_OK && (uint64_t)m.step != step)
@@ -309,8 +324,12 @@ gt_status gt_ckpt_reshard_peers(gt_trainer *from, gt_trainer *to, const gt_ckpt_
   }
   if (s == GT_OK) s = pr_describe(&ts, true, false, &mine.want);
   s = agree(world, s); /* a rank that cannot describe its state must not leave the others in the exchange */
-  if (s == GT_OK && world) s = pr_exchange(world, &mine, all);
-  else if (s == GT_OK) all[0] = mine, mine = (pr_rank){0};
+  if (s == GT_OK && world) {
+    s = pr_exchange(world, &mine, all);
+  } else if (s == GT_OK) {
+    all[0] = mine;
+    mine = (pr_rank){0};
+  }
   /* The step: every rank that held state must be at the same one. */
   int holder = -1;
   for (int r = 0; s == GT_OK && r < n; r++) {
@@ -347,8 +366,16 @@ gt_status gt_ckpt_reshard_peers(gt_trainer *from, gt_trainer *to, const gt_ckpt_
     st.step = (int)all[holder].step;
     if (out) *out = st;
   }
-  for (int r = 0; all && r < n; r++) pr_list_free(&all[r].hold), pr_list_free(&all[r].want);
-  pr_list_free(&mine.hold), pr_list_free(&mine.want);
-  free(all), free(v), free(t.floats), free(fs.buf), free(ts.buf);
+  for (int r = 0; all && r < n; r++) {
+    pr_list_free(&all[r].hold);
+    pr_list_free(&all[r].want);
+  }
+  pr_list_free(&mine.hold);
+  pr_list_free(&mine.want);
+  free(all);
+  free(v);
+  free(t.floats);
+  free(fs.buf);
+  free(ts.buf);
   return s;
 }

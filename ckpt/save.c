@@ -210,7 +210,10 @@ static gt_status gather(gt_ckpt *c, ck_manifest *all) {
     ck_manifest part;
     if (s == GT_OK && len > 0 && ((char *)v)[0] == 'K') {
       s = ck_manifest_decode((unsigned char *)v + 1, len - 1, "a rank's checkpoint report", &part);
-      if (s == GT_OK) s = ck_manifest_merge(all, &part), ck_manifest_free(&part);
+      if (s == GT_OK) {
+        s = ck_manifest_merge(all, &part);
+        ck_manifest_free(&part);
+      }
     } else if (s == GT_OK) {
       s = gt_errorf(GT_EIO, "rank %d could not write its shard: %.*s", r, (int)(len ? len - 1 : 0), (char *)v + 1);
     }

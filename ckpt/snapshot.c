@@ -38,7 +38,8 @@ static gt_status assign_writers(const gt_plan *plan, gt_model *m, bool dp_copies
   int tp = plan->layout.tp, dp = dp_copies ? plan->layout.dp : 1;
   double *whole = calloc((size_t)(tp * dp), sizeof *whole), *split = calloc((size_t)dp, sizeof *split);
   if (!whole || !split) {
-    free(whole), free(split);
+    free(whole);
+    free(split);
     return gt_errorf(GT_ENOMEM, "out of memory assigning checkpoint writers");
   }
   for (int i = 0; i < gt_model_num_params(m); i++) {
@@ -53,7 +54,8 @@ static gt_status assign_writers(const gt_plan *plan, gt_model *m, bool dp_copies
     load[best] += (double)p->numel;
     slot[i] = best;
   }
-  free(whole), free(split);
+  free(whole);
+  free(split);
   return GT_OK;
 }
 
@@ -116,7 +118,8 @@ static gt_status describe_param(gt_ckpt *c, int file, int i, const int *param_sl
   if (writes(plan, p, param_slot, i, true)) {
     ck_param_tensor(p->name, name, sizeof name);
     GT_TRY(add_tensor(c, name, p, &a.tensor));
-    a.which = 0, a.shift = (int64_t)p->offset;
+    a.which = 0;
+    a.shift = (int64_t)p->offset;
     GT_TRY(add_slice(&a, &blk, 0));
   }
   /* The optimizer holds floats [lo, hi) of the flat buffer: the part of
@@ -128,7 +131,8 @@ static gt_status describe_param(gt_ckpt *c, int file, int i, const int *param_sl
   for (int k = 0; k < c->nstates; k++) {
     ck_state_tensor(kind, k, p->name, name, sizeof name);
     GT_TRY(add_tensor(c, name, p, &a.tensor));
-    a.which = k + 1, a.shift = (int64_t)p->offset - (int64_t)c->lo;
+    a.which = k + 1;
+    a.shift = (int64_t)p->offset - (int64_t)c->lo;
     GT_TRY(ck_range_boxes(&blk, lo - p->offset, hi - p->offset, add_slice, &a));
   }
   return GT_OK;
@@ -232,7 +236,8 @@ gt_status ck_snapshot_copy(gt_ckpt *c) {
       }
       if (b > a && c->deferred_copy) memcpy(host + a, dev + a, (b - a) * sizeof(float));
       else if (b > a) GT_TRY(gt_backend_download(be, host + a, dev + a, (b - a) * sizeof(float)));
-      a = at, b = at + n;
+      a = at;
+      b = at + n;
     }
   }
   for (int i = 0; i < c->part.nslices; i++) {

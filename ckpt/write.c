@@ -82,7 +82,9 @@ static void *writer_main(void *arg) {
 static int pass_on(pipe_state *w, size_t len, uint64_t at) {
   pthread_mutex_lock(&w->mu);
   stage *s = &w->st[w->fill];
-  s->len = len, s->at = at, s->full = true;
+  s->len = len;
+  s->at = at;
+  s->full = true;
   w->fill = (w->fill + 1) % NSTAGE;
   pthread_cond_broadcast(&w->cv);
   while (w->st[w->fill].full && !w->err) pthread_cond_wait(&w->cv, &w->mu);
@@ -121,7 +123,9 @@ static int feed(pipe_state *w, ck_manifest *part, const ck_src *src, uint64_t *t
       unsigned char *q = w->st[w->fill].p + fill;
       if ((err = take(&src[i], off, q, (size_t)n)) != 0) break;
       ck_hasher_add(h, q, (size_t)n);
-      fill += (size_t)n, off += n, in_chunk += n;
+      fill += (size_t)n;
+      off += n;
+      in_chunk += n;
       if (in_chunk == size || off == s->length) {
         ck_hasher_end(h, part->hashes[s->hash + k++]);
         ck_hasher_start(h);
@@ -129,7 +133,8 @@ static int feed(pipe_state *w, ck_manifest *part, const ck_src *src, uint64_t *t
       }
       if (fill == STAGE_BYTES) {
         err = pass_on(w, fill, at);
-        at += fill, fill = 0;
+        at += fill;
+        fill = 0;
       }
     }
     pos += s->length;

@@ -47,7 +47,9 @@ static void *handshake_main(void *arg) {
   uint32_t id = 0;
   gt_status st = gt_wire_auth_server(p->fd, p->secret, p->ctx, &id, p->deadline, &p->sess);
   pthread_mutex_lock(p->mu);
-  p->st = st, p->id = id, p->done = true;
+  p->st = st;
+  p->id = id;
+  p->done = true;
   if (st != GT_OK) snprintf(p->why, sizeof p->why, "%s", gt_last_error());
   pthread_mutex_unlock(p->mu);
   OPENSSL_thread_stop(); /* this thread's OpenSSL state, as in the store's */

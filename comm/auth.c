@@ -39,10 +39,14 @@ static gt_status mac(const char *secret, const char *label, const char *ctx,
   if (ll + cl + 2 + 2 * NONCE + 4 > sizeof msg)
     return gt_errorf(GT_EINVAL, "handshake context too long (%zu bytes)", cl);
   size_t k = 0;
-  memcpy(msg + k, label, ll + 1), k += ll + 1;
-  memcpy(msg + k, ctx, cl + 1), k += cl + 1;
-  memcpy(msg + k, nc, NONCE), k += NONCE;
-  memcpy(msg + k, ns, NONCE), k += NONCE;
+  memcpy(msg + k, label, ll + 1);
+  k += ll + 1;
+  memcpy(msg + k, ctx, cl + 1);
+  k += cl + 1;
+  memcpy(msg + k, nc, NONCE);
+  k += NONCE;
+  memcpy(msg + k, ns, NONCE);
+  k += NONCE;
   for (int i = 0; i < 4; i++) msg[k++] = (uint8_t)(id >> (8 * i));
   unsigned int ol = 0;
   if (!HMAC(EVP_sha256(), secret, (int)strlen(secret), msg, k, out, &ol) || ol != MAC)
@@ -55,7 +59,8 @@ static gt_status open_session(gt_wire_session *s, bool client, const char *secre
                               const uint8_t *nc, const uint8_t *ns, uint32_t id) {
   if (!s) return GT_OK;
   uint8_t salt[2 * NONCE], c2s[GT_WIRE_KEY], s2c[GT_WIRE_KEY];
-  memcpy(salt, nc, NONCE), memcpy(salt + NONCE, ns, NONCE);
+  memcpy(salt, nc, NONCE);
+  memcpy(salt + NONCE, ns, NONCE);
   gt_status st = gt_wire_derive_keys(secret, context, salt, sizeof salt, id, c2s, s2c);
   if (st == GT_OK) st = client ? gt_wire_session_open(s, c2s, s2c) : gt_wire_session_open(s, s2c, c2s);
   OPENSSL_cleanse(c2s, sizeof c2s);

@@ -90,7 +90,8 @@ static gt_status allreduce(gt_comm *c, char *buf, size_t count, gt_dtype t, doub
     ptx = malloc(sizeof *ptx * (size_t)steps);
     prx = malloc(sizeof *prx * (size_t)steps);
     if (!ptx || !prx) {
-      free(ptx == tx ? NULL : ptx), free(prx == rx ? NULL : prx);
+      free(ptx == tx ? NULL : ptx);
+      free(prx == rx ? NULL : prx);
       return gt_errorf(GT_ENOMEM, "out of memory for a plan of %d steps", steps);
     }
   }
@@ -108,7 +109,10 @@ static gt_status allreduce(gt_comm *c, char *buf, size_t count, gt_dtype t, doub
   plan p = {.tx_peer = mod(r + 1, n), .rx_peer = mod(r - 1, n), .ntx = steps, .nrx = steps,
             .tx = ptx, .rx = prx, .dep = 1, .dtype = t};
   gt_status st = run(c, &p, deadline);
-  if (ptx != tx) free(ptx), free(prx);
+  if (ptx != tx) {
+    free(ptx);
+    free(prx);
+  }
   return st;
 }
 
@@ -119,7 +123,9 @@ static gt_status reduce_scatter(gt_comm *c, const char *send, char *recv, size_t
   char *work = malloc(blk * (size_t)n);
   plan_step *tx = malloc(sizeof *tx * (size_t)(n - 1)), *rx = malloc(sizeof *rx * (size_t)(n - 1));
   if (!work || !tx || !rx) {
-    free(work), free(tx), free(rx);
+    free(work);
+    free(tx);
+    free(rx);
     return gt_errorf(GT_ENOMEM, "out of memory for a reduce-scatter of %zu bytes", blk * (size_t)n);
   }
   for (int s = 0; s < n - 1; s++) {
@@ -130,7 +136,9 @@ static gt_status reduce_scatter(gt_comm *c, const char *send, char *recv, size_t
   plan p = {.tx_peer = mod(r + 1, n), .rx_peer = mod(r - 1, n), .ntx = n - 1, .nrx = n - 1,
             .tx = tx, .rx = rx, .dep = 1, .dtype = t};
   gt_status st = run(c, &p, deadline);
-  free(work), free(tx), free(rx);
+  free(work);
+  free(tx);
+  free(rx);
   return st;
 }
 
@@ -142,7 +150,8 @@ static gt_status allgather(gt_comm *c, const char *send, char *recv, size_t coun
   if (n == 1) return GT_OK;
   plan_step *tx = malloc(sizeof *tx * (size_t)(n - 1)), *rx = malloc(sizeof *rx * (size_t)(n - 1));
   if (!tx || !rx) {
-    free(tx), free(rx);
+    free(tx);
+    free(rx);
     return gt_errorf(GT_ENOMEM, "out of memory");
   }
   for (int s = 0; s < n - 1; s++) {
@@ -152,7 +161,8 @@ static gt_status allgather(gt_comm *c, const char *send, char *recv, size_t coun
   plan p = {.tx_peer = mod(r + 1, n), .rx_peer = mod(r - 1, n), .ntx = n - 1, .nrx = n - 1,
             .tx = tx, .rx = rx, .dep = 1, .dtype = t};
   gt_status st = run(c, &p, deadline);
-  free(tx), free(rx);
+  free(tx);
+  free(rx);
   return st;
 }
 
@@ -163,7 +173,8 @@ static gt_status broadcast(gt_comm *c, char *buf, size_t bytes, int root, gt_dty
   plan p = {.tx_peer = pos < n - 1 ? mod(c->rank + 1, n) : -1,
             .rx_peer = pos > 0 ? mod(c->rank - 1, n) : -1,
             .tx = &tx, .rx = &rx, .dep = pos > 0 ? 0 : -1, .dtype = t};
-  p.ntx = p.tx_peer >= 0, p.nrx = p.rx_peer >= 0;
+  p.ntx = p.tx_peer >= 0;
+  p.nrx = p.rx_peer >= 0;
   return run(c, &p, deadline);
 }
 

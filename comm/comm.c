@@ -167,7 +167,11 @@ static gt_status enqueue(gt_comm *c, gt_comm_req *tmpl, gt_comm_req **out) {
   gt_comm_req *r = malloc(sizeof *r);
   if (!r) return gt_errorf(GT_ENOMEM, "out of memory for a request");
   *r = *tmpl;
-  r->comm = c, r->done = false, r->status = GT_OK, r->next = NULL, r->msg[0] = 0;
+  r->comm = c;
+  r->done = false;
+  r->status = GT_OK;
+  r->next = NULL;
+  r->msg[0] = 0;
   if (c->nccl) {
     gt_status st = gt_comm_nccl_prepare(c, r);
     if (st != GT_OK) {
@@ -193,7 +197,10 @@ gt_status gt_comm_wait(gt_comm_req *r, int timeout_ms) {
   if (timeout_ms >= 0) {
     abs.tv_sec += timeout_ms / 1000;
     abs.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (abs.tv_nsec >= 1000000000L) abs.tv_sec++, abs.tv_nsec -= 1000000000L;
+    if (abs.tv_nsec >= 1000000000L) {
+      abs.tv_sec++;
+      abs.tv_nsec -= 1000000000L;
+    }
   }
   pthread_mutex_lock(&c->mu);
   while (!r->done) {
@@ -339,8 +346,15 @@ void gt_comm_destroy(gt_comm *c) {
   if (c->wake_fd >= 0) close(c->wake_fd);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
-  free(c->fds), free(c->sess), free(c->pidfds), free(c->tx_seq), free(c->rx_seq), free(c->delay_ns);
-  free(c->prefix), free(c->secret), free(c->host);
+  free(c->fds);
+  free(c->sess);
+  free(c->pidfds);
+  free(c->tx_seq);
+  free(c->rx_seq);
+  free(c->delay_ns);
+  free(c->prefix);
+  free(c->secret);
+  free(c->host);
   free(c);
 }
 
@@ -359,7 +373,8 @@ static int env_int(const char *name, int dflt) {
 gt_status gt_comm_alloc(const gt_comm_config *cfg, const char *secret, gt_comm **out) {
   gt_comm *c = calloc(1, sizeof *c);
   if (!c) return gt_errorf(GT_ENOMEM, "out of memory");
-  c->rank = cfg->rank, c->size = cfg->size;
+  c->rank = cfg->rank;
+  c->size = cfg->size;
   c->store = cfg->store;
   c->backend = cfg->backend;
   c->cfg = *cfg;
@@ -430,7 +445,10 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
                                           : env_int("GT_COMM_TIMEOUT_MS", 300000)) / 1000.0;
   c->init_timeout_ms = cfg->init_timeout_ms > 0 ? cfg->init_timeout_ms : 60000;
   double deadline = gt_wire_deadline(c->init_timeout_ms);
-  c->cfg.store = NULL, c->cfg.prefix = NULL, c->cfg.secret = NULL, c->cfg.host = NULL;
+  c->cfg.store = NULL;
+  c->cfg.prefix = NULL;
+  c->cfg.secret = NULL;
+  c->cfg.host = NULL;
 
   gt_status st = GT_OK;
   if (cfg->backend && gt_backend_kind(cfg->backend) == GT_DEVICE_CUDA) {
@@ -462,22 +480,29 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
 
 #ifndef GIANT_HAVE_NCCL
 gt_status gt_comm_nccl_init(gt_comm *c, double deadline) {
-  (void)c, (void)deadline;
+  (void)c;
+  (void)deadline;
   return gt_errorf(GT_EUNSUPPORTED, "a CUDA backend needs NCCL communicators, and this build has no NCCL: rebuild with CUDA and NCCL");
 }
 gt_status gt_comm_nccl_split(gt_comm *parent, int color, int key, gt_comm **child) {
-  (void)parent, (void)color, (void)key, (void)child;
+  (void)parent;
+  (void)color;
+  (void)key;
+  (void)child;
   return gt_errorf(GT_EUNSUPPORTED, "this build has no NCCL");
 }
 gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *r, double deadline) {
-  (void)c, (void)r, (void)deadline;
+  (void)c;
+  (void)r;
+  (void)deadline;
   return gt_errorf(GT_EUNSUPPORTED, "this build has no NCCL");
 }
 gt_status gt_comm_nccl_prepare(gt_comm *c, gt_comm_req *r) {
-  (void)c, (void)r;
+  (void)c;
+  (void)r;
   return gt_errorf(GT_EUNSUPPORTED, "this build has no NCCL");
 }
-void gt_comm_nccl_release(gt_comm *c, gt_comm_req *r) { (void)c, (void)r; }
+void gt_comm_nccl_release(gt_comm *c, gt_comm_req *r) { (void)c; (void)r; }
 void gt_comm_nccl_abort(gt_comm *c) { (void)c; }
 void gt_comm_nccl_destroy(gt_comm *c) { (void)c; }
 #endif

@@ -102,7 +102,9 @@ gt_status gt_grid_create(const gt_grid_config *cfg, gt_grid **out) {
   cc.store = cfg->store;
   if (st == GT_OK) {
     snprintf(prefix, sizeof prefix, "%s/grid/world", cfg->generation);
-    cc.prefix = prefix, cc.rank = cfg->rank, cc.size = world;
+    cc.prefix = prefix;
+    cc.rank = cfg->rank;
+    cc.size = world;
     st = gt_comm_init(&cc, &g->world);
   }
   static const char *const names[3] = {"dp", "tp", "pp"};
@@ -111,7 +113,9 @@ gt_status gt_grid_create(const gt_grid_config *cfg, gt_grid **out) {
     st = gt_grid_group(l, cfg->rank, (gt_grid_axis)a, NULL, &index, &group);
     if (st != GT_OK) break;
     snprintf(prefix, sizeof prefix, "%s/grid/%s/%d", cfg->generation, names[a], group);
-    cc.prefix = prefix, cc.rank = index, cc.size = gt_grid_axis_size(l, (gt_grid_axis)a);
+    cc.prefix = prefix;
+    cc.rank = index;
+    cc.size = gt_grid_axis_size(l, (gt_grid_axis)a);
     st = gt_comm_init(&cc, &g->axis[a]);
   }
   if (st != GT_OK) {

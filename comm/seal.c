@@ -91,7 +91,8 @@ gt_status gt_wire_mac_add(gt_wire_mac *m, const void *p, size_t n) {
     int out = 0;
     int ok = m->payload ? EVP_EncryptUpdate(m->gcm, NULL, &out, b, (int)k) : EVP_MAC_update(m->hmac, b, k);
     if (!ok) return gt_errorf(GT_EBACKEND, "computing a frame's tag failed in libcrypto");
-    b += k, n -= k;
+    b += k;
+    n -= k;
   }
   return GT_OK;
 }

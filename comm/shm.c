@@ -147,7 +147,10 @@ gt_status gt_comm_run_shm(gt_comm *c, const plan *p, double deadline) {
       atomic_store_explicit(&txc->head, head + 1, memory_order_release);
       ring(txs);
       td += n;
-      if (td == st->len) ts++, td = 0;
+      if (td == st->len) {
+        ts++;
+        td = 0;
+      }
       progress = true;
     }
     while (rs < p->nrx) {
@@ -166,7 +169,10 @@ gt_status gt_comm_run_shm(gt_comm *c, const plan *p, double deadline) {
       atomic_store_explicit(&rxc->tail, tail + 1, memory_order_release);
       ring(rxs);
       rd += h.len;
-      if (rd == st->len) rs++, rd = 0;
+      if (rd == st->len) {
+        rs++;
+        rd = 0;
+      }
       progress = true;
     }
     if (progress) continue;
@@ -390,17 +396,22 @@ gt_status gt_comm_shm_setup(gt_comm *c, double deadline) {
   }
   free_all(vals, n);
   if (!same) {
-    free(vals), free(pids);
+    free(vals);
+    free(pids);
     return gt_errorf(GT_EUNSUPPORTED, "shared memory needs every rank on one host (and namespace)");
   }
 
   shm_state *s = calloc(1, sizeof *s);
   char **base = calloc((size_t)n, sizeof *base);
   if (!s || !base) {
-    free(s), free(base), free(vals), free(pids);
+    free(s);
+    free(base);
+    free(vals);
+    free(pids);
     return gt_errorf(GT_ENOMEM, "out of memory");
   }
-  s->n = n, s->base = base;
+  s->n = n;
+  s->base = base;
   s->bytes = SEG_HDR + (size_t)n * CHAN_BYTES;
   c->shm = s;
   uint32_t rnd = 0;
@@ -409,10 +420,14 @@ gt_status gt_comm_shm_setup(gt_comm *c, double deadline) {
   /* Reserve the pages now: a full /dev/shm fails here, not with SIGBUS. */
   int fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   const char *why = NULL;
-  if (fd < 0) why = "shm_open";
-  else if (posix_fallocate(fd, 0, (off_t)s->bytes) != 0) why = "reserving /dev/shm space";
-  else if ((base[c->rank] = mmap(NULL, s->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
-    why = "mmap", base[c->rank] = NULL;
+  if (fd < 0) {
+    why = "shm_open";
+  } else if (posix_fallocate(fd, 0, (off_t)s->bytes) != 0) {
+    why = "reserving /dev/shm space";
+  } else if ((base[c->rank] = mmap(NULL, s->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+    why = "mmap";
+    base[c->rank] = NULL;
+  }
   if (fd >= 0) close(fd);
   if (why) {
     gt_warn("group '%s': no shared-memory segment (%s: %s); using TCP", c->prefix, why, strerror(errno));
@@ -442,8 +457,12 @@ gt_status gt_comm_shm_setup(gt_comm *c, double deadline) {
     for (int j = 0; j < n; j++) ok &= vals[j][0] == '1';
     free_all(vals, n);
   }
-  if (!s->unlinked) shm_unlink(s->name), s->unlinked = true;
-  free(vals), free(pids);
+  if (!s->unlinked) {
+    shm_unlink(s->name);
+    s->unlinked = true;
+  }
+  free(vals);
+  free(pids);
   if (st != GT_OK) return st;
   if (!ok) {
     gt_comm_shm_destroy(c);

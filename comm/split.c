@@ -29,7 +29,8 @@ gt_status gt_comm_split(gt_comm *c, int color, int key, const char *prefix, gt_c
   int n = c->size, size = 0, rank = -1;
   int *colors = malloc(sizeof(int) * (size_t)n), *keys = malloc(sizeof(int) * (size_t)n);
   if (!colors || !keys) {
-    free(colors), free(keys);
+    free(colors);
+    free(keys);
     return gt_errorf(GT_ENOMEM, "out of memory");
   }
   gt_status st = GT_OK;
@@ -55,14 +56,19 @@ gt_status gt_comm_split(gt_comm *c, int color, int key, const char *prefix, gt_c
     gt_comm_config cfg = c->cfg;
     char pfx[256];
     snprintf(pfx, sizeof pfx, "%s/c%d", prefix, color);
-    cfg.store = c->store, cfg.prefix = pfx, cfg.secret = c->secret, cfg.host = c->host;
-    cfg.rank = rank, cfg.size = size;
+    cfg.store = c->store;
+    cfg.prefix = pfx;
+    cfg.secret = c->secret;
+    cfg.host = c->host;
+    cfg.rank = rank;
+    cfg.size = size;
     cfg.op_timeout_ms = (int)(c->op_timeout * 1000);
     cfg.init_timeout_ms = c->init_timeout_ms;
     cfg.transport = c->cfg.transport;
     st = gt_comm_init(&cfg, out);
     if (st == GT_OK) gt_comm_adopt(c, *out);
   }
-  free(colors), free(keys);
+  free(colors);
+  free(keys);
   return st == GT_OK ? st : gt_error_context(st, "splitting group '%s'", c->prefix);
 }

@@ -32,7 +32,8 @@ static int buf_put(buf *b, const void *p, size_t n) {
     size_t nc = (b->len + n) * 2 + 64;
     uint8_t *np = realloc(b->p, nc);
     if (!np) return -1;
-    b->p = np, b->cap = nc;
+    b->p = np;
+    b->cap = nc;
   }
   memcpy(b->p + b->len, p, n);
   b->len += n;
@@ -89,8 +90,12 @@ static gt_status call(client *c, buf *req, int timeout_ms, uint8_t **rep, size_t
   }
   memmove(p, p + 4, h.len - 4);
   p[h.len - 4] = 0;
-  if (rep) *rep = p, *rep_len = h.len - 4;
-  else free(p);
+  if (rep) {
+    *rep = p;
+    *rep_len = h.len - 4;
+  } else {
+    free(p);
+  }
   return GT_OK;
 }
 
@@ -125,7 +130,8 @@ static gt_status t_get(gt_store *s, const char *key, void **val, size_t *len, in
   if (st == GT_ETIMEDOUT)
     return gt_errorf(st, "store get '%s': no such key after %d ms (did every rank start?)", key, timeout_ms);
   if (st != GT_OK) return gt_error_context(st, "store get '%s'", key);
-  *val = rep, *len = rl;
+  *val = rep;
+  *len = rl;
   return GT_OK;
 }
 
@@ -209,7 +215,8 @@ gt_status gt_store_tcp_open(const gt_store_tcp_config *cfg, gt_store **out) {
   client *c = calloc(1, sizeof *c);
   gt_store *s = calloc(1, sizeof *s);
   if (!c || !s) {
-    free(c), free(s);
+    free(c);
+    free(s);
     gt_store_server_stop(srv);
     return gt_errorf(GT_ENOMEM, "out of memory");
   }
@@ -221,13 +228,16 @@ gt_status gt_store_tcp_open(const gt_store_tcp_config *cfg, gt_store **out) {
     if (st != GT_OK) close(c->fd);
   }
   if (st != GT_OK) {
-    free(c), free(s);
+    free(c);
+    free(s);
     gt_store_server_stop(srv);
     return gt_error_context(st, "opening the TCP store at %s:%d", host, port);
   }
   pthread_mutex_init(&c->mu, NULL);
-  c->port = port, c->srv = srv;
-  s->ops = &tcp_ops, s->impl = c;
+  c->port = port;
+  c->srv = srv;
+  s->ops = &tcp_ops;
+  s->impl = c;
   *out = s;
   return GT_OK;
 }

@@ -92,7 +92,8 @@ static gt_status put(server *s, const char *key, const void *val, size_t len) {
   kv *e = find(s, key);
   if (e) {
     free(e->val);
-    e->val = copy, e->len = len;
+    e->val = copy;
+    e->len = len;
     return GT_OK;
   }
   if (s->n == s->cap) {
@@ -102,14 +103,16 @@ static gt_status put(server *s, const char *key, const void *val, size_t len) {
       free(copy);
       return gt_errorf(GT_ENOMEM, "store: out of memory for keys");
     }
-    s->items = ni, s->cap = nc;
+    s->items = ni;
+    s->cap = nc;
   }
   s->items[s->n].key = strdup(key);
   if (!s->items[s->n].key) {
     free(copy);
     return gt_errorf(GT_ENOMEM, "store: out of memory");
   }
-  s->items[s->n].val = copy, s->items[s->n].len = len;
+  s->items[s->n].val = copy;
+  s->items[s->n].len = len;
   s->n++;
   return GT_OK;
 }
@@ -123,14 +126,16 @@ typedef struct cur {
 static int take_u32(cur *c, uint32_t *v) {
   if (c->left < 4) return -1;
   *v = (uint32_t)c->p[0] | (uint32_t)c->p[1] << 8 | (uint32_t)c->p[2] << 16 | (uint32_t)c->p[3] << 24;
-  c->p += 4, c->left -= 4;
+  c->p += 4;
+  c->left -= 4;
   return 0;
 }
 
 static int take_item(cur *c, const uint8_t **p, uint32_t *len) {
   if (take_u32(c, len) || *len > c->left) return -1;
   *p = c->p;
-  c->p += *len, c->left -= *len;
+  c->p += *len;
+  c->left -= *len;
   return 0;
 }
 
@@ -152,7 +157,10 @@ static void deadline_ts(uint32_t ms, struct timespec *ts) {
   clock_gettime(CLOCK_MONOTONIC, ts);
   ts->tv_sec += ms / 1000;
   ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (ts->tv_nsec >= 1000000000L) ts->tv_sec++, ts->tv_nsec -= 1000000000L;
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
 }
 
 /* Serves one request; returns <0 when the request is malformed. */
@@ -161,7 +169,8 @@ static int serve(server *s, conn *c, uint32_t seq, const uint8_t *req, size_t le
   cur r = {req, len};
   if (r.left < 9) return -1;
   uint8_t op = r.p[0];
-  r.p++, r.left--;
+  r.p++;
+  r.left--;
   uint32_t timeout_ms, nitems;
   take_u32(&r, &timeout_ms);
   take_u32(&r, &nitems);
@@ -266,7 +275,9 @@ static void note_rejected(server *s, const char *peer, const char *why) {
   unsigned long n = 0;
   char first[256];
   if (now - s->rejected_logged >= 1.0) {
-    n = s->rejected, s->rejected = 0, s->rejected_logged = now;
+    n = s->rejected;
+    s->rejected = 0;
+    s->rejected_logged = now;
     snprintf(first, sizeof first, "%s", s->rejected_why);
     s->rejected_why[0] = 0;
   }
@@ -279,7 +290,10 @@ static void set_state(conn *c, conn_state st) {
   server *s = c->srv;
   pthread_mutex_lock(&s->mu);
   if (c->state == CONN_HANDSHAKE && !c->evicted) s->handshaking--;
-  if (c->state == CONN_HANDSHAKE) s->in_handshake--, pthread_cond_signal(&s->slot);
+  if (c->state == CONN_HANDSHAKE) {
+    s->in_handshake--;
+    pthread_cond_signal(&s->slot);
+  }
   c->state = st;
   pthread_mutex_unlock(&s->mu);
 }
@@ -330,7 +344,8 @@ static void serve_conn(conn *c) {
     if (h.len > cap || !buf) {
       uint8_t *nb = realloc(buf, h.len ? h.len : 1);
       if (!nb) break;
-      buf = nb, cap = h.len;
+      buf = nb;
+      cap = h.len;
     }
     if (gt_wire_recv_sealed_payload(c->fd, &c->sess, buf, h.len, from, gt_wire_deadline(30000), &s->stop) != GT_OK)
       break;
@@ -353,7 +368,8 @@ static void reap(server *s) {
       continue;
     }
     *pp = c->next;
-    c->next = done, done = c;
+    c->next = done;
+    done = c;
     s->live--;
   }
   pthread_mutex_unlock(&s->mu);
@@ -392,7 +408,10 @@ static void admit(server *s, int fd, const char *peer) {
     close(fd);
     return;
   }
-  c->srv = s, c->fd = fd, c->state = CONN_HANDSHAKE, c->admitted = ++s->admitted;
+  c->srv = s;
+  c->fd = fd;
+  c->state = CONN_HANDSHAKE;
+  c->admitted = ++s->admitted;
   snprintf(c->peer, sizeof c->peer, "%s", peer);
   pthread_attr_t at;
   pthread_attr_init(&at);
@@ -406,8 +425,11 @@ static void admit(server *s, int fd, const char *peer) {
     return;
   }
   pthread_attr_destroy(&at);
-  s->handshaking++, s->in_handshake++, s->live++;
-  c->next = s->conns, s->conns = c;
+  s->handshaking++;
+  s->in_handshake++;
+  s->live++;
+  c->next = s->conns;
+  s->conns = c;
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -468,7 +490,10 @@ void gt_store_server_stop(server *s) {
     c = next;
   }
   close(s->lfd);
-  for (size_t i = 0; i < s->n; i++) free(s->items[i].key), free(s->items[i].val);
+  for (size_t i = 0; i < s->n; i++) {
+    free(s->items[i].key);
+    free(s->items[i].val);
+  }
   free(s->items);
   free(s->secret);
   pthread_mutex_destroy(&s->mu);

@@ -112,14 +112,17 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
       size_t n;
       int phase = tx.hdr_done < GT_WIRE_SEALED_HDR ? 0 : tx.done < s->len ? 1 : 2;
       if (phase == 0) {
-        src = (const char *)tx.hdr + tx.hdr_done, n = GT_WIRE_SEALED_HDR - (size_t)tx.hdr_done;
+        src = (const char *)tx.hdr + tx.hdr_done;
+        n = GT_WIRE_SEALED_HDR - (size_t)tx.hdr_done;
       } else if (phase == 1) {
         size_t a = allowed(p, &rx, tx.step, s->len);
         if (a <= tx.done) break;
-        src = s->ptr + tx.done, n = a - tx.done;
+        src = s->ptr + tx.done;
+        n = a - tx.done;
         if (n > SEND_MAX) n = SEND_MAX;
       } else {
-        src = (const char *)tx.tag + tx.tag_done, n = GT_WIRE_TAG - (size_t)tx.tag_done;
+        src = (const char *)tx.tag + tx.tag_done;
+        n = GT_WIRE_TAG - (size_t)tx.tag_done;
       }
       ssize_t w = send(tfd, src, n, MSG_NOSIGNAL);
       if (w < 0) {
@@ -155,14 +158,18 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
       size_t n;
       int phase = rx.hdr_done < GT_WIRE_SEALED_HDR ? 0 : rx.done < s->len ? 1 : 2;
       if (phase == 0) {
-        dst = (char *)rx.hdr + rx.hdr_done, n = GT_WIRE_SEALED_HDR - (size_t)rx.hdr_done;
+        dst = (char *)rx.hdr + rx.hdr_done;
+        n = GT_WIRE_SEALED_HDR - (size_t)rx.hdr_done;
       } else if (phase == 1 && s->src2) {
         size_t piece = s->len - rx.done < PIECE ? s->len - rx.done : PIECE;
-        dst = stage + rx.fill, n = piece - rx.fill;
+        dst = stage + rx.fill;
+        n = piece - rx.fill;
       } else if (phase == 1) {
-        dst = s->ptr + rx.done, n = s->len - rx.done;
+        dst = s->ptr + rx.done;
+        n = s->len - rx.done;
       } else {
-        dst = (char *)rx.tag + rx.tag_done, n = GT_WIRE_TAG - (size_t)rx.tag_done;
+        dst = (char *)rx.tag + rx.tag_done;
+        n = GT_WIRE_TAG - (size_t)rx.tag_done;
       }
       ssize_t got = recv(rfd, dst, n, 0);
       if (got == 0) {
@@ -197,7 +204,8 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
           size_t piece = s->len - rx.done < PIECE ? s->len - rx.done : PIECE;
           if (rx.fill == piece) {
             consume(p, s, rx.done, stage, piece);
-            rx.done += piece, rx.fill = 0;
+            rx.done += piece;
+            rx.fill = 0;
           }
         } else {
           rx.done += (size_t)got;

@@ -19,7 +19,10 @@
 #include "giant/protocol.h"
 
 static void put32(uint8_t *p, uint32_t v) {
-  p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+  p[2] = (uint8_t)(v >> 16);
+  p[3] = (uint8_t)(v >> 24);
 }
 static uint32_t get32(const uint8_t *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -27,8 +30,10 @@ static uint32_t get32(const uint8_t *p) {
 
 void gt_wire_hdr_encode(uint8_t out[GT_WIRE_HDR], uint16_t type, uint32_t seq, uint32_t len) {
   put32(out, GT_WIRE_MAGIC);
-  out[4] = GT_WIRE_VERSION & 0xff, out[5] = GT_WIRE_VERSION >> 8;
-  out[6] = (uint8_t)type, out[7] = (uint8_t)(type >> 8);
+  out[4] = GT_WIRE_VERSION & 0xff;
+  out[5] = GT_WIRE_VERSION >> 8;
+  out[6] = (uint8_t)type;
+  out[7] = (uint8_t)(type >> 8);
   put32(out + 8, seq);
   put32(out + 12, len);
 }
@@ -86,7 +91,8 @@ gt_status gt_wire_send_all(int fd, const void *buf, size_t len, double deadline,
   while (len > 0) {
     ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
     if (n > 0) {
-      p += n, len -= (size_t)n;
+      p += n;
+      len -= (size_t)n;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -106,7 +112,8 @@ gt_status gt_wire_recv_all(int fd, void *buf, size_t len, double deadline,
   while (len > 0) {
     ssize_t n = recv(fd, p, len, 0);
     if (n > 0) {
-      p += n, len -= (size_t)n;
+      p += n;
+      len -= (size_t)n;
       continue;
     }
     if (n == 0) return gt_errorf(GT_ECONN, "recv: the peer closed the connection (it exited, died or aborted)");

@@ -35,7 +35,9 @@ struct gt_mem_ledger {
 
 static size_t hash_ptr(const void *p, size_t cap) {
   uint64_t x = (uint64_t)(uintptr_t)p;
-  x ^= x >> 33, x *= 0xff51afd7ed558ccdULL, x ^= x >> 33;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
   return (size_t)x & (cap - 1);
 }
 

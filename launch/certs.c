@@ -72,7 +72,10 @@ static gt_status make_cert(EVP_PKEY *key, const char *cn, X509 *issuer, EVP_PKEY
     st = gt_errorf(GT_EBACKEND, "standalone etcd: cannot sign certificate '%s'", cn);
   BN_free(bn);
   ASN1_INTEGER_free(sn);
-  if (st != GT_OK) X509_free(x), x = NULL;
+  if (st != GT_OK) {
+    X509_free(x);
+    x = NULL;
+  }
   *out = x;
   return st;
 }
@@ -97,7 +100,11 @@ gt_status standalone_make_certs(standalone_etcd *e) {
   if (st == GT_OK) st = write_pem(e->dir, "server.key", srv_key, NULL, e->server_key, sizeof e->server_key);
   if (st == GT_OK) st = write_pem(e->dir, "client.pem", NULL, cli, e->client_cert, sizeof e->client_cert);
   if (st == GT_OK) st = write_pem(e->dir, "client.key", cli_key, NULL, e->client_key, sizeof e->client_key);
-  X509_free(ca), X509_free(srv), X509_free(cli);
-  EVP_PKEY_free(ca_key), EVP_PKEY_free(srv_key), EVP_PKEY_free(cli_key);
+  X509_free(ca);
+  X509_free(srv);
+  X509_free(cli);
+  EVP_PKEY_free(ca_key);
+  EVP_PKEY_free(srv_key);
+  EVP_PKEY_free(cli_key);
   return st;
 }

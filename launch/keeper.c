@@ -43,7 +43,8 @@ gt_status keeper_start(void) {
   if (pipe2(p, O_CLOEXEC) != 0) return gt_errorf(GT_EIO, "keeper: pipe: %s", strerror(errno));
   pid_t pid = fork();
   if (pid < 0) {
-    close(p[0]), close(p[1]);
+    close(p[0]);
+    close(p[1]);
     return gt_errorf(GT_EIO, "keeper: fork: %s", strerror(errno));
   }
   if (pid == 0) {
@@ -52,7 +53,11 @@ gt_status keeper_start(void) {
     signal(SIGTERM, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
     int null = open("/dev/null", O_RDWR);
-    if (null >= 0) dup2(null, 0), dup2(null, 1), dup2(null, 2);
+    if (null >= 0) {
+      dup2(null, 0);
+      dup2(null, 1);
+      dup2(null, 2);
+    }
     if (dup2(p[0], 3) != 3) _exit(1);
     syscall(SYS_close_range, 4u, ~0u, 0u);
     keeper_main(3);

@@ -122,7 +122,8 @@ static gt_status judge_cut(struct lead *l, const gt_mitigation_report *rep, int6
   if (c.change && (agreed >= agree || rep->urgent)) {
     *wrote = decide_cut_write(l, rep, &c, term, rep->epoch > epoch ? rep->epoch : epoch);
     if (*wrote) gt_rebalance_damping_note(&l->cut_damping, rep->step);
-    l->cut_agreed = 0, l->agreed = 0;
+    l->cut_agreed = 0;
+    l->agreed = 0;
   }
   return GT_OK;
 }
@@ -142,7 +143,8 @@ static gt_status judge(struct lead *l, int64_t term) {
    * removal) is judged as it stands. */
   if (rep.epoch < epoch) return GT_OK;
   if (rep.epoch != l->seen_epoch) l->agreed = 0;
-  l->seen_step = rep.step, l->seen_epoch = rep.epoch;
+  l->seen_step = rep.step;
+  l->seen_epoch = rep.epoch;
   bool cut;
   GT_TRY(judge_cut(l, &rep, term, epoch, &cut));
   if (cut) return GT_OK; /* the rows are judged at the new cut */

@@ -309,7 +309,9 @@ int main(int argc, char **argv) {
     if (st != GT_OK) return fail_status(st, "standalone");
     snprintf(endpoints, sizeof endpoints, "%s", etcd.endpoint);
     o.endpoint = endpoints;
-    o.cacert = etcd.ca, o.cert = etcd.client_cert, o.key = etcd.client_key;
+    o.cacert = etcd.ca;
+    o.cert = etcd.client_cert;
+    o.key = etcd.client_key;
   } else {
     snprintf(endpoints, sizeof endpoints, "%s", o.endpoint);
   }

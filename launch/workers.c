@@ -52,7 +52,8 @@ static int env_add(env_list *e, const char *fmt, ...) {
     int cap = e->cap ? 2 * e->cap : 64;
     char **v = realloc(e->v, (size_t)cap * sizeof *v);
     if (!v) return -1;
-    e->v = v, e->cap = cap;
+    e->v = v;
+    e->cap = cap;
   }
   va_list ap;
   va_start(ap, fmt);
@@ -141,13 +142,17 @@ static gt_status spawn(worker *w, const agent_opts *o, char **envp, int prog[2])
   int out[2], err[2];
   if (pipe2(out, O_CLOEXEC) != 0) return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
   if (pipe2(err, O_CLOEXEC) != 0) {
-    close(out[0]), close(out[1]);
+    close(out[0]);
+    close(out[1]);
     return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
   }
   pid_t agent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
-    close(out[0]), close(out[1]), close(err[0]), close(err[1]);
+    close(out[0]);
+    close(out[1]);
+    close(err[0]);
+    close(err[1]);
     return gt_errorf(GT_EIO, "fork: %s", strerror(errno));
   }
   if (pid == 0) {

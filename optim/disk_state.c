@@ -58,7 +58,9 @@ static int transfer(int fd, op_kind op, void *buf, size_t bytes, off_t off) {
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return errno;
     if (r == 0) return op == OP_READ ? EIO : ENOSPC; /* the file is shorter than it was made */
-    p += r, bytes -= (size_t)r, off += r;
+    p += r;
+    bytes -= (size_t)r;
+    off += r;
   }
   return 0;
 }
@@ -246,7 +248,10 @@ gt_status disk_state_write(disk_state *d, int k, size_t at, size_t n, const floa
 gt_status disk_state_scratch(disk_state *d, int *fd) {
   GT_TRY(create_file(d->dir, fd));
   gt_status s = reserve(*fd, d->dir, (size_t)d->nstates * d->floats * sizeof(float), "a snapshot of the state");
-  if (s != GT_OK) close(*fd), *fd = -1;
+  if (s != GT_OK) {
+    close(*fd);
+    *fd = -1;
+  }
   return s;
 }
 

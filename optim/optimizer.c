@@ -152,7 +152,7 @@ gt_status gt_optimizer_copy_state_in(gt_optimizer *o, int fd) {
   return disk_state_copy_in(o->disk, fd);
 }
 
-void gt_optimizer_range(const gt_optimizer *o, size_t *lo, size_t *hi) { *lo = o->lo, *hi = o->hi; }
+void gt_optimizer_range(const gt_optimizer *o, size_t *lo, size_t *hi) { *lo = o->lo; *hi = o->hi; }
 const gt_optim_config *gt_optimizer_get_config(const gt_optimizer *o) { return &o->cfg; }
 void gt_optimizer_set_steps(gt_optimizer *o, int steps) { o->steps = steps; }
 

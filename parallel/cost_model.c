@@ -90,7 +90,8 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
   /* A pipeline rank is as fast and as roomy as the worst of the dp x tp ranks that hold its stage. */
   double speed[GT_PLANNER_MAX_STAGES], budget[GT_PLANNER_MAX_STAGES];
   for (int s = 0; s < pp; s++) {
-    speed[s] = INFINITY, budget[s] = INFINITY;
+    speed[s] = INFINITY;
+    budget[s] = INFINITY;
     for (int d = 0; d < dp; d++)
       for (int t = 0; t < tp; t++) {
         int r = gt_grid_rank_of(&lay, &(gt_grid_coords){.dp = d, .tp = t, .pp = s});
@@ -134,7 +135,10 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
         if (live[j] > vflight[j]) vflight[j] = live[j];
       }
     }
-    for (int j = 0; j < n; j++) vspeed[j] = speed[j % pp], vmem[j] = fmax(0, budget[j % pp] - slots) * tp / v;
+    for (int j = 0; j < n; j++) {
+      vspeed[j] = speed[j % pp];
+      vmem[j] = fmax(0, budget[j % pp] - slots) * tp / v;
+    }
     gt_planner_stages spec = {.n = n, .speed = vspeed, .mem_bytes = vmem, .in_flight = vflight,
                               .state_factor = state_factor, .offloaded = off};
     st = gt_planner_partition(job->layers, L, &spec, cut);
@@ -167,8 +171,10 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
        * step), the gradients go out and, after the first micro-batch, come
        * in to be added to. Transfers overlap compute. */
       double w = 0, g = 0; /* weights in, in the compute precision; gradients, fp32 */
-      for (int i = cut[j]; i < cut[j + 1]; i++)
-        w += fetch_bytes(&job->layers[i], bf16) / tp, g += held_bytes(&job->layers[i]) / tp;
+      for (int i = cut[j]; i < cut[j + 1]; i++) {
+        w += fetch_bytes(&job->layers[i], bf16) / tp;
+        g += held_bytes(&job->layers[i]) / tp;
+      }
       bool keeps = job->offload_window >= held[j % pp];
       double in_f = keeps ? w / mb : w, in_b = keeps ? 0 : w, grads = g + g * (mb - 1) / mb;
       fwd[j] = fmax(fwd[j], in_f / hw->copy_bandwidth);
@@ -197,7 +203,10 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
     gt_grid_coords c;
     gt_grid_coords_of(&lay, r, &c);
     double over = out->mem_bytes[c.pp] - (hw->mem_bytes ? hw->mem_bytes[r] : INFINITY);
-    if (over > out->mem_shortfall) out->mem_shortfall = over, out->short_rank = r;
+    if (over > out->mem_shortfall) {
+      out->mem_shortfall = over;
+      out->short_rank = r;
+    }
   }
 end:
   gt_pp_schedule_free(sched);
@@ -259,7 +268,9 @@ gt_status gt_planner_choose(const gt_planner_hw *hw, const gt_planner_job *job, 
     *out = *best;
   }
 end:
-  free(best), free(near), free(cur);
+  free(best);
+  free(near);
+  free(cur);
   return st;
 }
 

@@ -109,7 +109,10 @@ gt_status gt_dp_sync_on_reduced(gt_dp_sync *s, gt_status (*fn)(void *ctx, int la
   gt_model *m = s->m;
   /* ZeRO-1 reduces by buckets while layers are announced; the reduce-
    * scatter's buffer comes back when it is needed again (finish). */
-  if (fn && s->shard) gt_model_state_free(m, s->shard), s->shard = NULL;
+  if (fn && s->shard) {
+    gt_model_state_free(m, s->shard);
+    s->shard = NULL;
+  }
   int nl = gt_model_num_layers(m);
   if (fn && !s->layer_lo) {
     if (!(s->layer_lo = malloc((size_t)(nl ? nl : 1) * sizeof *s->layer_lo)))

@@ -133,7 +133,9 @@ gt_status gt_plan_resolve(const gt_plan_config *cfg, gt_plan *out) {
                          ? ": change the annotations' counts (0 leaves one to the plan) or give the factor as a flag"
                          : "");
   out->layout = (gt_grid_layout){.dp = f[0], .tp = f[1], .pp = f[2]};
-  out->from_dp = src[0], out->from_tp = src[1], out->from_pp = src[2];
+  out->from_dp = src[0];
+  out->from_tp = src[1];
+  out->from_pp = src[2];
   gt_status s = gt_grid_check(&out->layout, W);
   if (s != GT_OK) return gt_error_context(s, "plan '%s'", text ? text : "auto");
   const gt_annotations *a = cfg->annotations;

@@ -96,7 +96,10 @@ void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
       else snprintf(local, sizeof local, "%s", a);
       const char *nm = strchr(q->name, '.') ? strchr(q->name, '.') + 1 : q->name;
       char idx[16] = "", stage[16] = "";
-      if (k == 0) snprintf(idx, sizeof idx, "%d", i), snprintf(stage, sizeof stage, "%d", l->stage);
+      if (k == 0) {
+        snprintf(idx, sizeof idx, "%d", i);
+        snprintf(stage, sizeof stage, "%d", l->stage);
+      }
       /* Offloaded, a tensor's master copy (and its gradient and optimizer
        * state) is in host memory and it visits the device in its layer's
        * window slot. */

@@ -120,7 +120,9 @@ gt_status gt_planner_partition(const gt_planner_layer *layers, int L, const gt_p
   double *F = calloc((size_t)3 * (L + 1), sizeof *F), *best = malloc(cells * sizeof *best);
   int *arg = calloc(cells, sizeof *arg);
   if (!F || !best || !arg) {
-    free(F), free(best), free(arg);
+    free(F);
+    free(best);
+    free(arg);
     return gt_errorf(GT_ENOMEM, "out of host memory partitioning %d layers", L);
   }
   double *P = F + (L + 1), *A = P + (L + 1);
@@ -145,7 +147,9 @@ gt_status gt_planner_partition(const gt_planner_layer *layers, int L, const gt_p
                        stage_mem(&c, worst, first[worst], first[worst + 1]) / (1 << 20),
                        st->mem_bytes[worst] / (1 << 20));
   }
-  free(F), free(best), free(arg);
+  free(F);
+  free(best);
+  free(arg);
   return status;
 }
 
@@ -172,7 +176,10 @@ gt_status gt_planner_batch_split(int rows, int n, const double *speed, int *shar
     double most = -1;
     for (int i = 0; i < n; i++) {
       double rem = rows * (speed ? speed[i] : 1) / sum - share[i];
-      if (rem > most + 1e-12) most = rem, pick = i;
+      if (rem > most + 1e-12) {
+        most = rem;
+        pick = i;
+      }
     }
     share[pick]++;
     given++;

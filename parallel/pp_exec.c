@@ -111,7 +111,12 @@ gt_status gt_pp_exec_create(gt_dist *d, gt_model *m, int micro_batches, gt_pp_ex
   const gt_plan *plan = gt_dist_plan(d);
   gt_pp_exec *e = calloc(1, sizeof *e);
   if (!e) return gt_errorf(GT_ENOMEM, "out of memory creating the pipeline executor");
-  e->d = d, e->m = m, e->P = plan->layout.pp, e->r = plan->me.pp, e->V = plan->chunks, e->M = micro_batches;
+  e->d = d;
+  e->m = m;
+  e->P = plan->layout.pp;
+  e->r = plan->me.pp;
+  e->V = plan->chunks;
+  e->M = micro_batches;
   e->S = e->P * e->V;
   gt_status s = gt_pp_schedule_build(plan->schedule, e->P, e->M, e->V, &e->sched);
   if (s == GT_OK && gt_model_num_pipeline_stages(m) != e->S)

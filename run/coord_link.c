@@ -43,12 +43,18 @@ static void *link_main(void *arg) {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_nsec += (long)(POLL_S * 1e9);
-    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
     pthread_mutex_lock(&l->mu);
     while (!l->stop && !l->pending && pthread_cond_timedwait(&l->cv, &l->mu, &until) == 0) {
     }
     bool stop = l->stop, send = l->pending && rep;
-    if (send) *rep = l->report, l->pending = false;
+    if (send) {
+      *rep = l->report;
+      l->pending = false;
+    }
     pthread_mutex_unlock(&l->mu);
     if (stop || !rep || !m) break;
     gt_status s = send ? gt_mitigation_report_put(l->cli, l->job, rep) : GT_OK;
@@ -56,7 +62,8 @@ static void *link_main(void *arg) {
     if (s == GT_OK) s = gt_mitigation_get(l->cli, l->job, m, &found);
     if (s == GT_OK && found) {
       pthread_mutex_lock(&l->mu);
-      l->latest = *m, l->have = true;
+      l->latest = *m;
+      l->have = true;
       pthread_mutex_unlock(&l->mu);
     }
     /* etcd away: training goes on at the shares it has. */
@@ -96,7 +103,8 @@ gt_status run_coord_link_start(gt_job *job, run_coord_link **out, int64_t *epoch
 
 void run_coord_link_publish(run_coord_link *l, const gt_mitigation_report *r) {
   pthread_mutex_lock(&l->mu);
-  l->report = *r, l->pending = true;
+  l->report = *r;
+  l->pending = true;
   pthread_cond_signal(&l->cv);
   pthread_mutex_unlock(&l->mu);
 }
@@ -127,13 +135,15 @@ bool run_coord_led(gt_job *job) {
   return false;
 }
 gt_status run_coord_link_start(gt_job *job, run_coord_link **out, int64_t *epoch) {
-  (void)job, (void)epoch;
+  (void)job;
+  (void)epoch;
   *out = NULL;
   return gt_errorf(GT_EUNSUPPORTED, "this build has no etcd, so no leader to decide --rebalance");
 }
-void run_coord_link_publish(run_coord_link *l, const gt_mitigation_report *r) { (void)l, (void)r; }
+void run_coord_link_publish(run_coord_link *l, const gt_mitigation_report *r) { (void)l; (void)r; }
 bool run_coord_link_latest(run_coord_link *l, gt_mitigation *m) {
-  (void)l, (void)m;
+  (void)l;
+  (void)m;
   return false;
 }
 void run_coord_link_stop(run_coord_link *l) { (void)l; }

@@ -29,7 +29,11 @@ gt_status run_failslow_after_step(gt_failslow *fs, const gt_step_stats *st, gt_f
   /* Accuracy over the steps where nothing was flagged or found. */
   bool clean = rep->gathered && rep->nverdicts == 0;
   for (int r = 0; clean && r < rep->nranks; r++) clean = !gt_failslow_flagged(fs, r, GT_FAILSLOW_COMPUTE, -1);
-  if (clean && st->step >= 10) ape_sum += rep->ape, ape_raw_sum += rep->ape_raw, ape_steps++;
+  if (clean && st->step >= 10) {
+    ape_sum += rep->ape;
+    ape_raw_sum += rep->ape_raw;
+    ape_steps++;
+  }
   return GT_OK;
 }
 

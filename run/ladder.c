@@ -134,12 +134,14 @@ void run_ladder_decide(run_reshape *r, gt_job *job, const gt_plan *plan, const g
 }
 
 gt_status run_ladder_parse(const char *text, run_ladder_caps *caps) {
-  caps->forced = GT_LADDER_NONE, caps->forced_set = false;
+  caps->forced = GT_LADDER_NONE;
+  caps->forced_set = false;
   if (!text || !strcmp(text, "auto")) return GT_OK;
   static const char *names[5] = {"none", "rows", "recut", "exclude", "restart"};
   for (int k = 0; k < 5; k++)
     if (!strcmp(text, names[k])) {
-      caps->forced = (gt_ladder_rung)k, caps->forced_set = true;
+      caps->forced = (gt_ladder_rung)k;
+      caps->forced_set = true;
       return GT_OK;
     }
   return gt_errorf(GT_EINVAL, "--ladder takes auto, none, rows, recut, exclude or restart, not '%s'", text);

@@ -232,13 +232,18 @@ static gt_status from_env_and_check(gt_run_options *o) {
 }
 
 int gt_run_parse(int argc, char **argv, const char *usage, const gt_opt_spec *extra, int nextra, gt_run_options *o) {
-  if (nextra < 0 || (nextra && !extra)) return fprintf(stderr, "gt_run_parse: bad table of the program's flags\n"), 2;
+  if (nextra < 0 || (nextra && !extra)) {
+    fprintf(stderr, "gt_run_parse: bad table of the program's flags\n");
+    return 2;
+  }
   gt_opt_spec *specs = calloc((size_t)(RUN_SPECS + nextra), sizeof *specs);
   size_t n = strlen(usage ? usage : "") + strlen(run_usage) + 1;
   char *help = malloc(n);
   if (!specs || !help) {
-    free(specs), free(help);
-    return fprintf(stderr, "out of memory parsing the flags\n"), 2;
+    free(specs);
+    free(help);
+    fprintf(stderr, "out of memory parsing the flags\n");
+    return 2;
   }
   snprintf(help, n, "%s%s", usage ? usage : "", run_usage);
   int k = run_specs(o, specs);

@@ -71,7 +71,10 @@ gt_status run_choose_layout(gt_backend *be, const gt_run_model *model, int B, in
   if (fixed) job.fixed = *fixed;
   /* A tensor-parallel size the flags or annotations fixed is taken as it
    * is: where the model cannot split so, its build names the layer. */
-  if (fixed && fixed->tp) tp[0] = fixed->tp, job.ntp_allowed = 1;
+  if (fixed && fixed->tp) {
+    tp[0] = fixed->tp;
+    job.ntp_allowed = 1;
+  }
   gt_planner_result r;
   gt_status s = gt_planner_choose(&hw, &job, &r);
   if (s == GT_OK) snprintf(layout, n, "dp=%d,tp=%d,pp=%d", r.layout.dp, r.layout.tp, r.layout.pp);
@@ -91,7 +94,8 @@ gt_status run_print_prediction(gt_backend *be, const gt_run_model *model, const 
   for (int v = 0; v < S && s == GT_OK; v++) {
     int lo, hi;
     s = gt_model_stage_layers(m, v, &lo, &hi);
-    first[v] = lo, first[v + 1] = hi + 1;
+    first[v] = lo;
+    first[v + 1] = hi + 1;
   }
   gt_planner_hw hw = run_planner_hw(plan->world, peak_flops);
   gt_planner_job job = {.layers = layers, .nlayers = nl, .micro_batches = micro_batches, .schedule = plan->schedule,

@@ -87,7 +87,10 @@ gt_status run_rebalance_create(const gt_plan *plan, gt_dist *dist, gt_backend *b
   run_rebalance *r = calloc(1, sizeof *r);
   if (!r) return gt_errorf(GT_ENOMEM, "out of memory for --rebalance");
   size_t dp = (size_t)plan->layout.dp, world = (size_t)plan->world;
-  r->plan = *plan, r->world = gt_grid_world(gt_dist_grid(dist)), r->be = be, r->cap = cap;
+  r->plan = *plan;
+  r->world = gt_grid_world(gt_dist_grid(dist));
+  r->be = be;
+  r->cap = cap;
   r->shares = malloc(dp * sizeof *r->shares);
   r->next = malloc(dp * sizeof *r->next);
   r->speed = malloc(dp * sizeof *r->speed);
@@ -120,7 +123,12 @@ void run_rebalance_destroy(run_rebalance *r) {
   run_coord_link_stop(r->link);
   if (r->dev) gt_backend_free(r->be, r->dev);
   if (r->note) gt_backend_free(r->be, r->note);
-  free(r->shares), free(r->next), free(r->speed), free(r->proposed), free(r->ring), free(r->note_host);
+  free(r->shares);
+  free(r->next);
+  free(r->speed);
+  free(r->proposed);
+  free(r->ring);
+  free(r->note_host);
   free(r);
 }
 
@@ -182,7 +190,8 @@ static gt_status switch_to(run_rebalance *r, gt_trainer *tr, int step, bool lead
   }
   memcpy(r->shares, r->next, (size_t)dp * sizeof *r->shares);
   r->filled = 0; /* judge the new shares on steps taken at them */
-  r->agreed = 0, r->urgent = false;
+  r->agreed = 0;
+  r->urgent = false;
   return GT_OK;
 }
 
@@ -219,7 +228,8 @@ static void cut_to(run_rebalance *r, const int *now, const int *first, int step,
   }
   memcpy(r->cut_first, first, (size_t)(P + 1) * sizeof *first);
   r->cut_pending = true;
-  r->cut_agreed = 0, r->urgent = false;
+  r->cut_agreed = 0;
+  r->urgent = false;
 }
 
 /* Pipeline layouts without a leader, every rank alike on its window:
@@ -255,7 +265,7 @@ static gt_status decide_cut(run_rebalance *r, gt_trainer *tr, int step, bool lea
   return GT_OK;
 }
 
-void run_rebalance_enable_recut(run_rebalance *r, int B, int T) { r->cut_B = B, r->cut_T = T; }
+void run_rebalance_enable_recut(run_rebalance *r, int B, int T) { r->cut_B = B; r->cut_T = T; }
 
 bool run_rebalance_recut_enabled(const run_rebalance *r) { return r && r->cut_B > 0; }
 
@@ -282,7 +292,8 @@ static gt_status publish(run_rebalance *r, gt_trainer *tr, int step) {
     s = run_recut_inputs_of(&r->plan, gt_trainer_model(tr), r->cut_B, r->cut_T, r->ring, WINDOW, in);
     if (s == GT_OK && in->layers > GT_MITIGATION_MAX_LAYERS) s = gt_errorf(GT_EUNSUPPORTED, "too many layers to report");
     if (s == GT_OK) {
-      rep->pp = in->pp, rep->layers = in->layers;
+      rep->pp = in->pp;
+      rep->layers = in->layers;
       memcpy(rep->cut, in->now, (size_t)(in->pp + 1) * sizeof *in->now);
       memcpy(rep->stage_s, in->stage_s, (size_t)in->pp * sizeof *in->stage_s);
       memcpy(rep->layer_flops, in->flops, (size_t)in->layers * sizeof *in->flops);
@@ -291,7 +302,8 @@ static gt_status publish(run_rebalance *r, gt_trainer *tr, int step) {
   }
   if (s == GT_OK) run_coord_link_publish(r->link, rep);
   free(rep);
-  r->published = step, r->urgent = false;
+  r->published = step;
+  r->urgent = false;
   return s;
 }
 
@@ -321,7 +333,8 @@ static gt_status apply_led(run_rebalance *r, gt_trainer *tr, int step, bool lead
   if (r->link && !m) return gt_errorf(GT_ENOMEM, "out of memory for a rebalancing decision");
   if (m && run_coord_link_latest(r->link, m) && m->epoch > r->epoch) {
     if (fits(r, gt_trainer_model(tr), m)) {
-      note[0] = 1, note[1] = (float)m->epoch;
+      note[0] = 1;
+      note[1] = (float)m->epoch;
       for (int i = 0; i < dp; i++) note[2 + i] = (float)m->shares[i];
       note[2 + dp] = m->pp > 1;
       for (int s = 0; m->pp > 1 && s <= P; s++) note[3 + dp + s] = (float)m->cut[s];
@@ -339,7 +352,10 @@ static gt_status apply_led(run_rebalance *r, gt_trainer *tr, int step, bool lead
     if (m) snprintf(why, sizeof why, "the leader's epoch %lld, term %lld, by %s", (long long)m->epoch,
                     (long long)m->term, m->by);
     bool rows = false;
-    for (int i = 0; i < dp; i++) r->next[i] = (int)note[2 + i], rows |= r->next[i] != r->shares[i];
+    for (int i = 0; i < dp; i++) {
+      r->next[i] = (int)note[2 + i];
+      rows |= r->next[i] != r->shares[i];
+    }
     r->epoch = (int64_t)note[1];
     if (rows) s = switch_to(r, tr, step, lead, why);
     if (s == GT_OK && note[2 + dp] == 1) {

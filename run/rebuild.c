@@ -34,7 +34,10 @@ gt_status run_build_model(const gt_run *r, const gt_model_config *mc, const gt_m
   if (s == GT_OK) s = gt_model_build(m);
   if (s == GT_OK) s = gt_plan_check_model(plan, m);
   if (s == GT_OK) s = gt_model_check_rows(m, rows);
-  if (s != GT_OK) gt_model_destroy(m), m = NULL;
+  if (s != GT_OK) {
+    gt_model_destroy(m);
+    m = NULL;
+  }
   *out = m;
   return s;
 }
@@ -52,7 +55,8 @@ gt_status run_recut(gt_run *r, int rows, const int *first) {
   }
   gt_trainer_destroy(r->tr);
   gt_model_destroy(r->m);
-  r->m = m2, r->tr = tr2;
+  r->m = m2;
+  r->tr = tr2;
   return GT_OK;
 }
 
@@ -205,7 +209,11 @@ gt_status run_reshape_now(gt_run *r, bool planned) {
   }
   double t_moved = gt_now();
   gt_loader_config lc = *gt_loader_get_config(r->loader);
-  lc.B = cap, lc.shard = np.me.dp, lc.nshards = np.layout.dp, lc.offset = 0, lc.total = 0;
+  lc.B = cap;
+  lc.shard = np.me.dp;
+  lc.nshards = np.layout.dp;
+  lc.offset = 0;
+  lc.total = 0;
   if (s == GT_OK) s = gt_loader_open(&lc, 0, &nl);
   if (s == GT_OK) s = gt_loader_restart_at(nl, rp.row);
   if (s == GT_OK) s = gt_loader_reshare(nl, rows, offset, micro_rows);
@@ -218,14 +226,23 @@ gt_status run_reshape_now(gt_run *r, bool planned) {
     return s;
   }
   free(r->shares);
-  r->shares = shares, r->cap = cap;
+  r->shares = shares;
+  r->cap = cap;
   gt_loader_close(r->loader);
   gt_trainer_destroy(r->tr);
   gt_model_destroy(r->m);
   gt_dist_destroy(r->dist);
-  r->loader = nl, r->tr = nt, r->m = nm, r->dist = nd, r->plan = np, r->mp = nmp, r->mc = nmc;
-  r->tc.dist = nd, r->tc.grad_accum = accum;
-  r->job->rank = rp.rank, r->job->world_size = rp.world;
+  r->loader = nl;
+  r->tr = nt;
+  r->m = nm;
+  r->dist = nd;
+  r->plan = np;
+  r->mp = nmp;
+  r->mc = nmc;
+  r->tc.dist = nd;
+  r->tc.grad_accum = accum;
+  r->job->rank = rp.rank;
+  r->job->world_size = rp.world;
   GT_TRY(run_ckpt_rebind(&r->ckpt_args, r->job, r->tr, r->loader, &r->ckpt));
   if (roll_back) {
     /* Every rank of the new layout loads the checkpoint, resharded to it:

@@ -53,7 +53,8 @@ gt_status run_recut_inputs_of(const gt_plan *plan, const gt_model *m, int B, int
   if (P > GT_REBALANCE_MAX_STAGES || L > RUN_RECUT_MAX_LAYERS || nsteps < 1)
     return gt_errorf(GT_EUNSUPPORTED, "re-cutting is judged for at most %d stages and %d layers (this job: %d, %d)",
                      GT_REBALANCE_MAX_STAGES, RUN_RECUT_MAX_LAYERS, P, L);
-  out->pp = P, out->layers = L;
+  out->pp = P;
+  out->layers = L;
   run_recut_now(m, P, out->now);
   gt_planner_layer *layers = NULL;
   int n = 0;

@@ -53,7 +53,8 @@ gt_status run_reshape_members(run_reshape *r, gt_job *job, int *world, int *rank
   if (me < 0)
     return gt_errorf(GT_ECANCELED, "rank %d is not in membership epoch %d: the job went on without it", r->gen_rank,
                      epoch);
-  *world = r->n, *rank = me;
+  *world = r->n;
+  *rank = me;
   return GT_OK;
 }
 
@@ -62,8 +63,12 @@ gt_status run_reshape_decide(run_reshape *r, gt_comm *world, gt_trainer *tr, gt_
   /* A joining rank holds nothing: step -1, passed over below. */
   rank_state mine = {.step = tr ? gt_trainer_step_index(tr) : -1, .pending = tr && gt_trainer_step_pending(tr)};
   int rs = 0;
-  if (tr && gt_trainer_step_row(tr, &mine.row, &rs)) mine.row_step = rs;
-  else mine.row = gt_loader_next_row(loader), mine.row_step = mine.step;
+  if (tr && gt_trainer_step_row(tr, &mine.row, &rs)) {
+    mine.row_step = rs;
+  } else {
+    mine.row = gt_loader_next_row(loader);
+    mine.row_step = mine.step;
+  }
   /* Every member's state. A member that completed the step's commit vote
    * applied it, which tells that every rank reached the vote: the pending
    * ones apply it too. When none did, the pending ones drop it. */
@@ -88,7 +93,8 @@ gt_status run_reshape_decide(run_reshape *r, gt_comm *world, gt_trainer *tr, gt_
     if (s == GT_OK && !first && at != row)
       s = gt_errorf(GT_ESTATE, "ranks disagree on the data stream's position at step %lld (rows %" PRIu64 " and %" PRIu64 ")",
                     (long long)hi, row, at);
-    row = at, first = 0;
+    row = at;
+    first = 0;
   }
   if (s == GT_OK && hi < 0) s = gt_errorf(GT_ESTATE, "no rank of the new membership holds a trainer's state");
   free(all);
@@ -101,7 +107,8 @@ gt_status run_reshape_decide(run_reshape *r, gt_comm *world, gt_trainer *tr, gt_
 gt_status run_mirror_start(run_reshape *r, gt_trainer *tr, const gt_job *job, bool lead) {
   gt_ckpt_mirror_destroy(r->mirror);
   r->mirror = NULL;
-  r->every = r->fixed_every > 0 ? r->fixed_every : 1, r->taken = r->fixed_every > 0 ? RUN_MIRROR_CALIBRATE : 0;
+  r->every = r->fixed_every > 0 ? r->fixed_every : 1;
+  r->taken = r->fixed_every > 0 ? RUN_MIRROR_CALIBRATE : 0;
   r->update_s = r->step_s = 0;
   int stride = job->local_world_size < job->world_size ? job->local_world_size : 1;
   GT_TRY(gt_ckpt_mirror_create(tr, stride, &r->mirror));
@@ -123,7 +130,8 @@ gt_status run_mirror_after_step(run_reshape *r, gt_trainer *tr, double step_seco
   double t0 = gt_now();
   GT_TRY(gt_ckpt_mirror_update(r->mirror));
   if (r->taken >= RUN_MIRROR_CALIBRATE) return GT_OK;
-  r->update_s += gt_now() - t0, r->step_s += step_seconds;
+  r->update_s += gt_now() - t0;
+  r->step_s += step_seconds;
   if (++r->taken < RUN_MIRROR_CALIBRATE) return GT_OK;
   /* Every rank must copy at the same steps: the slowest rank's choice. */
   float every = (float)ceil(r->update_s / (RUN_MIRROR_BUDGET * r->step_s));

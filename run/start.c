@@ -148,13 +148,15 @@ static gt_status share_rows(gt_run *r, bool rebalance, const gt_annotations *ann
     s = gt_errorf(GT_EINVAL, "--rebalance moves rows between replicas, and the replicated region '%s'..'%s' needs "
                              "rows that divide by tp=%d: leave out one or the other",
                   ann->region_at, ann->region_end, plan->layout.tp);
-  *rows = s == GT_OK ? r->shares[plan->me.dp] : 0, *offset = 0;
+  *rows = s == GT_OK ? r->shares[plan->me.dp] : 0;
+  *offset = 0;
   *cap = rebalance && plan->layout.dp > 1 ? 2 * ((r->total + plan->layout.dp - 1) / plan->layout.dp) : *rows;
   for (int i = 0; s == GT_OK && i < plan->layout.dp; i++) {
     if (i < plan->me.dp) *offset += r->shares[i];
     if (rebalance && r->shares[i] > *cap) *cap = r->shares[i];
   }
-  free(rank_speed), free(replica_speed);
+  free(rank_speed);
+  free(replica_speed);
   return s;
 }
 

@@ -44,8 +44,10 @@ static bool leave_if_excluded(gt_run *r, const int *excluded, int nexcl, int ste
  * succeeds). */
 static gt_status reshape_and_go_on(gt_run *r, bool failed, int step) {
   /* Fail-slow monitoring and rebalancing were set up for the old layout. */
-  run_rebalance_destroy(r->rb), r->rb = NULL;
-  gt_failslow_destroy(r->failslow), r->failslow = NULL;
+  run_rebalance_destroy(r->rb);
+  r->rb = NULL;
+  gt_failslow_destroy(r->failslow);
+  r->failslow = NULL;
   if (!failed) gt_job_step(r->job, step);
   gt_status s = run_reshape_now(r, !failed);
   for (int retry = 0; s != GT_OK && s != GT_ECANCELED && !r->rsh.state_lost && retry < RUN_RESHAPE_RETRIES; retry++) {

@@ -36,7 +36,10 @@ static int resolve(const char *path, char *out, size_t cap) {
   char manifest[4200];
   struct stat st;
   snprintf(manifest, sizeof manifest, "%s/MANIFEST", path);
-  if (stat(manifest, &st) == 0) return snprintf(out, cap, "%s", path), 0;
+  if (stat(manifest, &st) == 0) {
+    snprintf(out, cap, "%s", path);
+    return 0;
+  }
   int step, n;
   if (gt_ckpt_list(path, &step, 1, &n) != GT_OK) return fail(path);
   if (n == 0) {

@@ -166,7 +166,10 @@ static int cmd_health(gt_etcd_client *c, char **args, int n) {
   gt_etcd_kvs_free(&r);
   gt_mitigation *m = malloc(sizeof *m);
   int found = 0;
-  if (!m) return fprintf(stderr, "giant-etcd: out of memory\n"), 1;
+  if (!m) {
+    fprintf(stderr, "giant-etcd: out of memory\n");
+    return 1;
+  }
   gt_status ms = gt_mitigation_get(c, args[0], m, &found);
   if (ms == GT_OK && found) gt_mitigation_print(m, stdout);
   else if (ms == GT_OK) printf("mitigation: none\n");
@@ -175,7 +178,10 @@ static int cmd_health(gt_etcd_client *c, char **args, int n) {
   enum { MAX_RANKS = 65536 };
   gt_health_record *recs = malloc(MAX_RANKS * sizeof *recs);
   int nrec = 0;
-  if (!recs) return fprintf(stderr, "giant-etcd: out of memory\n"), 1;
+  if (!recs) {
+    fprintf(stderr, "giant-etcd: out of memory\n");
+    return 1;
+  }
   gt_status st = gt_health_list(c, args[0], recs, MAX_RANKS, &nrec);
   if (st == GT_OK) gt_health_print(recs, nrec, stdout);
   free(recs);

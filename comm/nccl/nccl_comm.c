@@ -102,12 +102,15 @@ static void nccl_teardown(nccl_state *s, bool abort) {
   }
   if (s->scratch) cudaFree(s->scratch);
   if (s->stage) cudaFree(s->stage);
-  s->stage = NULL, s->stage_bytes = 0;
+  s->stage = NULL;
+  s->stage_bytes = 0;
   if (s->stream) cudaStreamDestroy(s->stream);
-  s->scratch = NULL, s->stream = NULL;
+  s->scratch = NULL;
+  s->stream = NULL;
   for (int i = 0; i < s->npool; i++) cudaEventDestroy(s->pool[i]);
   free(s->pool);
-  s->pool = NULL, s->npool = s->pool_cap = 0;
+  s->pool = NULL;
+  s->npool = s->pool_cap = 0;
 }
 
 static gt_status state_create(gt_comm *c, nccl_state **out) {
@@ -164,7 +167,10 @@ gt_status gt_comm_nccl_init(gt_comm *c, double deadline) {
     return nccl_err(r, "ncclCommInitRankConfig");
   }
   st = settle(NULL, s->comm, r, deadline, "forming the NCCL communicator");
-  if (st != GT_OK) ncclCommAbort(s->comm), s->comm = NULL;
+  if (st != GT_OK) {
+    ncclCommAbort(s->comm);
+    s->comm = NULL;
+  }
   return st;
 }
 
@@ -193,7 +199,10 @@ gt_status gt_comm_nccl_split(gt_comm *p, int color, int key, gt_comm **out) {
   char prefix[256];
   snprintf(prefix, sizeof prefix, "%s/split%d", p->prefix, color);
   gt_comm_config cc = p->cfg;
-  cc.store = p->store, cc.prefix = prefix, cc.rank = rank, cc.size = size;
+  cc.store = p->store;
+  cc.prefix = prefix;
+  cc.rank = rank;
+  cc.size = size;
   gt_comm *c = NULL;
   st = gt_comm_alloc(&cc, p->secret, &c);
   if (st != GT_OK) {
@@ -201,7 +210,8 @@ gt_status gt_comm_nccl_split(gt_comm *p, int color, int key, gt_comm **out) {
     return st;
   }
   c->nccl = true;
-  c->op_timeout = p->op_timeout, c->init_timeout_ms = p->init_timeout_ms;
+  c->op_timeout = p->op_timeout;
+  c->init_timeout_ms = p->init_timeout_ms;
   st = state_create(c, &c->nc);
   if (st == GT_OK) {
     c->nc->comm = nc;
@@ -240,9 +250,15 @@ static void event_give(nccl_state *s, cudaEvent_t ev) {
   if (s->npool == s->pool_cap) {
     int cap = s->pool_cap ? 2 * s->pool_cap : 8;
     cudaEvent_t *p = realloc(s->pool, (size_t)cap * sizeof *p);
-    if (p) s->pool = p, s->pool_cap = cap;
+    if (p) {
+      s->pool = p;
+      s->pool_cap = cap;
+    }
   }
-  if (s->npool < s->pool_cap) s->pool[s->npool++] = ev, ev = NULL;
+  if (s->npool < s->pool_cap) {
+    s->pool[s->npool++] = ev;
+    ev = NULL;
+  }
   pthread_mutex_unlock(&s->pool_mu);
   if (ev) cudaEventDestroy(ev); /* no room to keep it */
 }
@@ -313,7 +329,8 @@ static bool host_memory(const void *p) {
 static gt_status stage_reserve(nccl_state *s, size_t need) {
   if (need <= s->stage_bytes) return GT_OK;
   if (s->stage) cudaFree(s->stage);
-  s->stage = NULL, s->stage_bytes = 0;
+  s->stage = NULL;
+  s->stage_bytes = 0;
   cudaError_t ce = cudaMalloc(&s->stage, need);
   if (ce != cudaSuccess) return cuda_err(ce, "device memory to stage a host buffer for NCCL");
   s->stage_bytes = need;

@@ -112,7 +112,10 @@ static void pack_b_tile(uint16_t *tile, const uint16_t *b, int ldb, bool trans, 
       for (int q = 0; q < TK / 2; q++) {
         const uint16_t *r0 = b + (size_t)(p0 + 2 * q) * ldb + j0, *r1 = r0 + ldb;
         uint16_t *dst = tile + q * 2 * TN;
-        for (int j = 0; j < TN; j++) dst[2 * j] = r0[j], dst[2 * j + 1] = r1[j];
+        for (int j = 0; j < TN; j++) {
+          dst[2 * j] = r0[j];
+          dst[2 * j + 1] = r1[j];
+        }
       }
     }
     return;
@@ -143,7 +146,10 @@ static void load_config(void) {
   tile_config cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.palette = 1;
-  for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* every tile 16 rows of 64 bytes */
+  for (int t = 0; t < 8; t++) { /* every tile 16 rows of 64 bytes */
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
   _tile_loadconfig(&cfg);
 }
 

@@ -48,7 +48,9 @@ gt_status GT_CPU_KERNEL(gemm_ex)(gt_backend *be, const gt_gemm_ex_args *g) {
                     .alpha = g->alpha, .beta = g->beta, .lda = g->lda, .stride_a = g->stride_a, .ldb = g->ldb,
                     .stride_b = g->stride_b, .ldc = g->ldc, .stride_c = g->stride_c, .batch = g->batch};
   if (g->a_type == GT_F32) {
-    f.a = g->a, f.b = g->b, f.c = g->c;
+    f.a = g->a;
+    f.b = g->b;
+    f.c = g->c;
     return GT_CPU_KERNEL(gemm)(be, &f);
   }
   if (g->m == 0 || g->n == 0) return GT_OK;
@@ -76,7 +78,8 @@ gt_status GT_CPU_KERNEL(gemm_ex)(gt_backend *be, const gt_gemm_ex_args *g) {
     GT_TRY(GT_CPU_KERNEL(bf16_to_f32)(be, w, g->a, na));
     GT_TRY(GT_CPU_KERNEL(bf16_to_f32)(be, w + na, g->b, nb));
   }
-  f.a = w, f.b = w + na;
+  f.a = w;
+  f.b = w + na;
   if (g->c_type == GT_F32) {
     f.c = g->c;
     return GT_CPU_KERNEL(gemm)(be, &f);

@@ -108,7 +108,8 @@ static gt_status queue_op(gt_stream *s, const op *proto) {
 
 gt_status gt_cpu_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind,
                         gt_stream *s) {
-  (void)be, (void)kind;
+  (void)be;
+  (void)kind;
   if (!bytes) return GT_OK;
   if (!s->async) {
     memmove(dst, src, bytes);

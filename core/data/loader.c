@@ -261,7 +261,10 @@ gt_status gt_loader_open(const gt_loader_config *cfg, uint32_t vocab_limit, gt_l
   }
   l->cfg = *cfg;
   l->cfg.path = l->path;
-  if (!l->cfg.total) l->cfg.offset = cfg->shard * cfg->B, l->cfg.total = cfg->nshards * cfg->B;
+  if (!l->cfg.total) {
+    l->cfg.offset = cfg->shard * cfg->B;
+    l->cfg.total = cfg->nshards * cfg->B;
+  }
   l->B_cap = cfg->B;
   l->fd = -1;
   gt_status s = open_rows(l, vocab_limit);
@@ -307,7 +310,9 @@ gt_status gt_loader_reshare(gt_loader *l, int B, int offset, int total) {
     return gt_errorf(GT_EINVAL, "loader: a share of %d rows at offset %d does not fit in a group micro-batch of %d",
                      B, offset, total);
   uint64_t row = gt_loader_next_row(l);
-  l->cfg.B = B, l->cfg.offset = offset, l->cfg.total = total;
+  l->cfg.B = B;
+  l->cfg.offset = offset;
+  l->cfg.total = total;
   return gt_loader_restart_at(l, row);
 }
 

@@ -46,9 +46,18 @@ static block_acts layout(const block_cfg *c, float *base, int B, int T) {
   size_t sizes[12] = {BT * C, BT, BT, 3 * BT * Cl, att, BT * Cl, BT * C, BT * C, BT, BT, BT * Hl, BT * Hl};
   float **slots[12];
   block_acts a;
-  slots[0] = &a.ln1, slots[1] = &a.ln1_mean, slots[2] = &a.ln1_rstd, slots[3] = &a.qkv;
-  slots[4] = &a.att, slots[5] = &a.atty, slots[6] = &a.res2, slots[7] = &a.ln2;
-  slots[8] = &a.ln2_mean, slots[9] = &a.ln2_rstd, slots[10] = &a.fch, slots[11] = &a.fch_gelu;
+  slots[0] = &a.ln1;
+  slots[1] = &a.ln1_mean;
+  slots[2] = &a.ln1_rstd;
+  slots[3] = &a.qkv;
+  slots[4] = &a.att;
+  slots[5] = &a.atty;
+  slots[6] = &a.res2;
+  slots[7] = &a.ln2;
+  slots[8] = &a.ln2_mean;
+  slots[9] = &a.ln2_rstd;
+  slots[10] = &a.fch;
+  slots[11] = &a.fch_gelu;
   size_t off = 0;
   for (int i = 0; i < 12; i++) {
     *slots[i] = base ? base + off : NULL;

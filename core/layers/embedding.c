@@ -36,13 +36,16 @@ static gt_status emb_build(gt_layer *self, const void *config) {
 }
 
 static size_t emb_acts(const gt_layer *self, int B, int T) {
-  (void)self, (void)B, (void)T;
+  (void)self;
+  (void)B;
+  (void)T;
   return 0;
 }
 
 static gt_status emb_forward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out,
                              float *acts) {
-  (void)in, (void)acts;
+  (void)in;
+  (void)acts;
   const gt_embedding_config *c = self->state;
   if (c->positional && ctx->T > c->T_max)
     return gt_errorf(GT_EINVAL, "sequence of %d tokens is longer than the position table (%d)", ctx->T, c->T_max);
@@ -63,7 +66,9 @@ static gt_status emb_forward(gt_layer *self, const gt_layer_ctx *ctx, const floa
 
 static gt_status emb_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
                               float *din, float *acts) {
-  (void)in, (void)din, (void)acts;
+  (void)in;
+  (void)din;
+  (void)acts;
   const gt_embedding_config *c = self->state;
   float *dwpe = c->positional ? gt_layer_grad(self, WPE) : NULL;
   gt_backend *be = ctx->be;

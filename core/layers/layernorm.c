@@ -40,7 +40,8 @@ static gt_status ln_backward(gt_layer *self, const gt_layer_ctx *ctx, const floa
 }
 
 static size_t ln_scratch(const gt_layer *self, int B, int T) {
-  (void)B, (void)T;
+  (void)B;
+  (void)T;
   const gt_layernorm_config *c = self->state;
   return 2 * (size_t)c->C;
 }

@@ -24,7 +24,9 @@ static gt_status lin_build(gt_layer *self, const void *config) {
 }
 
 static size_t lin_acts(const gt_layer *self, int B, int T) {
-  (void)self, (void)B, (void)T;
+  (void)self;
+  (void)B;
+  (void)T;
   return 0;
 }
 

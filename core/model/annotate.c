@@ -45,7 +45,8 @@ gt_status gt_model_scope_begin(gt_model *m, gt_scope_kind kind, int count) {
     int cap = m->cap_recs ? 2 * m->cap_recs : 16;
     gt_scope_rec *r = realloc(m->recs, (size_t)cap * sizeof *r);
     if (!r) return gt_errorf(GT_ENOMEM, "out of memory recording an annotation");
-    m->recs = r, m->cap_recs = cap;
+    m->recs = r;
+    m->cap_recs = cap;
   }
   m->recs[m->nrecs] = (gt_scope_rec){.kind = kind, .arg = count, .first = m->nlayers, .last = m->nlayers - 1,
                                      .depth = m->nopen};
@@ -164,7 +165,10 @@ gt_status gt_model_annotations(const gt_model *m, gt_annotations *out) {
         break;
     }
   }
-  if (split0) out->tp = split0->arg, name_into(out->tp_at, lname(m, split0->first));
+  if (split0) {
+    out->tp = split0->arg;
+    name_into(out->tp_at, lname(m, split0->first));
+  }
   if (region0) {
     out->region_ways = region0->arg;
     name_into(out->region_at, lname(m, region0->first));
@@ -207,7 +211,8 @@ gt_status gt_model_finish_annotations(gt_model *m) {
   /* offload(w) stands where the config leaves the window open (0). */
   if (m->cfg.offload_window == 0) m->cfg.offload_window = a.offload_window;
   free(m->regions);
-  m->regions = NULL, m->nregions = 0;
+  m->regions = NULL;
+  m->nregions = 0;
   if (!a.regions) return GT_OK;
   m->regions = calloc((size_t)a.regions, sizeof *m->regions);
   if (!m->regions) return gt_errorf(GT_ENOMEM, "out of memory");
@@ -273,5 +278,6 @@ gt_status gt_model_check_regions(const gt_model *m) {
 void gt_model_annotations_destroy(gt_model *m) {
   free(m->recs);
   free(m->regions);
-  m->recs = NULL, m->regions = NULL;
+  m->recs = NULL;
+  m->regions = NULL;
 }

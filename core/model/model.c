@@ -371,7 +371,8 @@ gt_status gt_model_set_stage_cut(gt_model *m, const int *first, int n) {
 int gt_model_num_pipeline_stages(const gt_model *m) { return m->pp_stages > 0 ? m->pp_stages : 1; }
 
 gt_status gt_model_stage_layers(const gt_model *m, int stage, int *first, int *last) {
-  *first = -1, *last = -1;
+  *first = -1;
+  *last = -1;
   for (int i = 0; i < m->nlayers; i++)
     if (m->layers[i]->stage == stage) {
       if (*first < 0) *first = i;

@@ -124,11 +124,25 @@ void gt_offload_destroy(gt_model *m) {
     gt_event_destroy(be, o->g_done[k]);
   }
   if (o->host16) gt_backend_host_free(be, o->host16);
-  free(o->slot), free(o->slot_layer), free(o->slot_tick), free(o->slot_bf16_ok);
-  free(o->fetched), free(o->released), free(o->layer_slot);
-  free(o->w32_off), free(o->w16_off), free(o->layer_mirror), free(o->param_grad_off), free(o->layer_floats);
-  free(o->grad_zero), free(o->param_version), free(o->fetched_version), free(o->bf16_version);
-  free(o->last_user), free(o->summed), free(o->g_sent);
+  free(o->slot);
+  free(o->slot_layer);
+  free(o->slot_tick);
+  free(o->slot_bf16_ok);
+  free(o->fetched);
+  free(o->released);
+  free(o->layer_slot);
+  free(o->w32_off);
+  free(o->w16_off);
+  free(o->layer_mirror);
+  free(o->param_grad_off);
+  free(o->layer_floats);
+  free(o->grad_zero);
+  free(o->param_version);
+  free(o->fetched_version);
+  free(o->bf16_version);
+  free(o->last_user);
+  free(o->summed);
+  free(o->g_sent);
   free(o);
   m->off = NULL;
   gt_backend_destroy(m->host_be);
@@ -611,7 +625,10 @@ gt_status gt_model_sum_grad_squares_next(gt_model *m, double *sumsq) {
   if (!o) return GT_OK;
   o->sumsq = sumsq;
   if (!sumsq) return GT_OK;
-  for (int p = 0; p < m->nparams; p++) o->last_user[p] = m->nlayers, o->summed[p] = false;
+  for (int p = 0; p < m->nparams; p++) {
+    o->last_user[p] = m->nlayers;
+    o->summed[p] = false;
+  }
   for (int p = 0; p < m->nparams; p++) {
     int st = storage_of(m, p);
     if (m->params[p].layer < o->last_user[st]) o->last_user[st] = m->params[p].layer;

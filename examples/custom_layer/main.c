@@ -42,7 +42,13 @@ int main(int argc, char **argv) {
   gt_opt_spec specs[] = {{"--channels", GT_OPT_INT, &ma.C, 1, 1 << 16}, {"--layers", GT_OPT_INT, &ma.layers, 1, 1024}};
   gt_run_options o;
   gt_run_options_init(&o);
-  o.steps = 200, o.batch = 16, o.seq = 64, o.lr = 3e-3f, o.min_lr = 3e-4f, o.warmup = 10, o.print_every = 20;
+  o.steps = 200;
+  o.batch = 16;
+  o.seq = 64;
+  o.lr = 3e-3f;
+  o.min_lr = 3e-4f;
+  o.warmup = 10;
+  o.print_every = 20;
   int rc = gt_run_parse(argc, argv,
                         "usage: custom_layer [options]\n"
                         "the model:\n"

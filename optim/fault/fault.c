@@ -52,7 +52,10 @@ static gt_status parse_number(const char *fault, const char *key, const char *va
 
 static gt_status set_key(const char *fault, gt_fault *f, const char *key, const char *val) {
   double v = 0;
-  if (strcmp(key, "rank") == 0 && strcmp(val, "all") == 0) return f->rank = -1, GT_OK;
+  if (strcmp(key, "rank") == 0 && strcmp(val, "all") == 0) {
+    f->rank = -1;
+    return GT_OK;
+  }
   bool integer = strcmp(key, "factor") != 0 && strcmp(key, "delay_ms") != 0 && strcmp(key, "seconds") != 0 &&
                  strcmp(key, "ms") != 0;
   GT_TRY(parse_number(fault, key, val, integer, &v));

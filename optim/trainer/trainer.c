@@ -100,7 +100,10 @@ static gt_status on_layer_grads(void *ctx, int layer) {
   if (!t->update_live) return GT_OK;
   if (t->hook_calls) {
     if (++t->hook_calls[layer] < t->cfg.grad_accum) return GT_OK; /* more micro-batches to come */
-    if (t->tied_across[layer]) return t->deferred[layer] = true, GT_OK;
+    if (t->tied_across[layer]) {
+      t->deferred[layer] = true;
+      return GT_OK;
+    }
   }
   return gt_layer_update_push(t->layer_update, layer);
 }
@@ -124,7 +127,10 @@ static void begin_pipelined_update(gt_trainer *t) {
   else return;
   t->have_held = false;
   t->update_live = true;
-  for (int i = 0; t->hook_calls && i < gt_model_num_layers(t->m); i++) t->hook_calls[i] = 0, t->deferred[i] = false;
+  for (int i = 0; t->hook_calls && i < gt_model_num_layers(t->m); i++) {
+    t->hook_calls[i] = 0;
+    t->deferred[i] = false;
+  }
 }
 
 /* What an offloaded model, and the updates that need one, can be trained
@@ -165,7 +171,10 @@ static gt_status check_offloading(gt_model *m, const gt_trainer_config *cfg) {
 }
 
 static void free_held(gt_trainer *t) {
-  for (int i = 0; t->held && i < t->cfg.grad_accum; i++) free(t->held[i].inputs), free(t->held[i].targets);
+  for (int i = 0; t->held && i < t->cfg.grad_accum; i++) {
+    free(t->held[i].inputs);
+    free(t->held[i].targets);
+  }
   free(t->held);
 }
 
@@ -254,7 +263,9 @@ void gt_trainer_destroy(gt_trainer *t) {
   if (t->held_grads) gt_model_state_free(t->m, t->held_grads);
   if (t->sumsq) gt_model_state_free(t->m, t->sumsq);
   free(t->sumsq_host);
-  free(t->hook_calls), free(t->tied_across), free(t->deferred);
+  free(t->hook_calls);
+  free(t->tied_across);
+  free(t->deferred);
   gt_acts_destroy(t->acts);
   gt_pp_exec_destroy(t->pipe);
   free_held(t);
@@ -372,7 +383,10 @@ static gt_status pipeline_batches(gt_trainer *t, gt_loader *loader, const gt_bat
       size_t n = (size_t)b.B * (size_t)b.T;
       memcpy(t->held[i].inputs, b.inputs, n * sizeof(int32_t));
       memcpy(t->held[i].targets, b.targets, n * sizeof(int32_t));
-      t->held[i].B = b.B, t->held[i].T = b.T, t->held[i].ntargets = b.ntargets, t->held[i].epoch = b.epoch;
+      t->held[i].B = b.B;
+      t->held[i].T = b.T;
+      t->held[i].ntargets = b.ntargets;
+      t->held[i].epoch = b.epoch;
       t->held[i].row = b.row;
     }
     batches = t->held;
@@ -468,7 +482,10 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
     return gt_errorf(GT_ESTATE, "step %d is pending after a failed commit vote: resolve it first "
                      "(gt_trainer_resolve_step)", t->step);
   gt_step_stats st = {.step = t->step, .micro_batches = t->cfg.grad_accum};
-  if (loader) t->step_row = st.first_row = gt_loader_next_row(loader), t->row_step = t->step;
+  if (loader) {
+    t->step_row = st.first_row = gt_loader_next_row(loader);
+    t->row_step = t->step;
+  }
   double t0 = gt_now(), loss_sum = 0;
   gt_group *tp = t->dist ? gt_dist_tp_group(t->dist) : NULL;
   double tp0 = tp ? tp->busy_s : 0;
@@ -508,7 +525,8 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
   /* The norm was summed while the last layers were being updated. */
   if (t->layer_update) GT_TRY(gt_layer_update_finish(t->layer_update));
   t->nonfinite = !isfinite(st.loss) || !isfinite(st.grad_norm);
-  t->bad_loss = st.loss, t->bad_norm = st.grad_norm;
+  t->bad_loss = st.loss;
+  t->bad_norm = st.grad_norm;
   if (t->nonfinite)
     return gt_errorf(GT_ERANGE,
                      "step %d: loss %g, gradient norm %g: training diverged; lower the learning rate or "
@@ -517,14 +535,18 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
   st.lr = gt_lr_at(&t->cfg.schedule, t->step);
   float clip = gt_clip_factor(st.grad_norm, t->cfg.grad_clip);
   if (t->cfg.commit_vote && t->dist) {
-    t->pending = true, t->pending_lr = st.lr, t->pending_clip = clip;
+    t->pending = true;
+    t->pending_lr = st.lr;
+    t->pending_clip = clip;
     GT_TRY(commit_vote(t));
     t->pending = false;
   }
   if (t->cfg.delayed_update) {
     /* Held aside for the next step's backward to apply. */
     memcpy(t->held_grads, gt_model_grads(t->m), gt_model_buffer_floats(t->m) * sizeof(float));
-    t->have_held = true, t->held_lr = st.lr, t->held_clip = clip;
+    t->have_held = true;
+    t->held_lr = st.lr;
+    t->held_clip = clip;
   }
   /* Layer by layer, the update was made during backward (or is held for
    * the next one). */
@@ -552,7 +574,8 @@ bool gt_trainer_params_partial(const gt_trainer *t) { return t->params_partial; 
 bool gt_trainer_diverged(const gt_trainer *t) { return t->nonfinite; }
 bool gt_trainer_step_row(const gt_trainer *t, uint64_t *row, int *step) {
   if (t->row_step < 0) return false;
-  *row = t->step_row, *step = t->row_step;
+  *row = t->step_row;
+  *step = t->row_step;
   return true;
 }
 
@@ -574,7 +597,9 @@ gt_status gt_trainer_set_rows(gt_trainer *t, int B, int offset, int total) {
     return gt_errorf(GT_EINVAL, "a share of %d rows at offset %d does not fit in a group micro-batch of %d", B,
                      offset, total);
   GT_TRY(gt_model_check_rows(t->m, B));
-  t->share[0] = B, t->share[1] = offset, t->share[2] = total;
+  t->share[0] = B;
+  t->share[1] = offset;
+  t->share[2] = total;
   return GT_OK;
 }
 

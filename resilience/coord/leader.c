@@ -175,7 +175,10 @@ gt_status gt_leader_wait(gt_leader *l, int timeout_ms) {
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += timeout_ms / 1000;
   until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
   pthread_mutex_lock(&l->mu);
   int rc = 0;
   while (!gt_leader_is_leader(l) && rc == 0) rc = pthread_cond_timedwait(&l->changed, &l->mu, &until);

@@ -87,7 +87,11 @@ static gt_status parse_report(const char *line, size_t len, void *out) {
   GT_TRY(coord_integer(line, len, "urgent", 0, 1, &urgent));
   GT_TRY(coord_number(line, len, "transition_s", &r->transition_s));
   if (!(r->transition_s >= 0)) return gt_errorf(GT_EFORMAT, "transition_s=%g is negative", r->transition_s);
-  r->step = step, r->epoch = epoch, r->dp = (int)dp, r->cap = (int)cap, r->urgent = (int)urgent;
+  r->step = step;
+  r->epoch = epoch;
+  r->dp = (int)dp;
+  r->cap = (int)cap;
+  r->urgent = (int)urgent;
   GT_TRY(get_ints(line, len, "shares", r->dp, 1, r->cap, r->shares));
   GT_TRY(get_ints(line, len, "micro", r->dp, 1, 1 << 24, r->micro));
   GT_TRY(coord_numbers(line, len, "speeds", r->dp, r->speed));
@@ -99,7 +103,8 @@ static gt_status parse_report(const char *line, size_t len, void *out) {
   long long pp, layers;
   GT_TRY(coord_integer(line, len, "pp", 2, GT_REBALANCE_MAX_STAGES, &pp));
   GT_TRY(coord_integer(line, len, "layers", (double)pp, GT_MITIGATION_MAX_LAYERS, &layers));
-  r->pp = (int)pp, r->layers = (int)layers;
+  r->pp = (int)pp;
+  r->layers = (int)layers;
   GT_TRY(get_cut(line, len, r->pp, r->layers, r->cut));
   GT_TRY(coord_numbers(line, len, "stage_s", r->pp, r->stage_s));
   GT_TRY(coord_numbers(line, len, "flops", r->layers, r->layer_flops));
@@ -143,7 +148,10 @@ static gt_status parse_decision(const char *line, size_t len, void *out) {
   GT_TRY(coord_integer(line, len, "term", 1, MAX_STEP, &term));
   GT_TRY(coord_integer(line, len, "step", 0, MAX_STEP, &step));
   GT_TRY(coord_integer(line, len, "dp", 1, GT_MITIGATION_MAX_DP, &dp));
-  m->epoch = epoch, m->term = term, m->step = step, m->dp = (int)dp;
+  m->epoch = epoch;
+  m->term = term;
+  m->step = step;
+  m->dp = (int)dp;
   GT_TRY(get_ints(line, len, "shares", m->dp, 1, 1 << 24, m->shares));
   GT_TRY(coord_number(line, len, "step_now_s", &m->step_now_s));
   GT_TRY(coord_number(line, len, "step_new_s", &m->step_new_s));

@@ -72,8 +72,14 @@ gt_status gt_detector_create(const gt_detector_config *cfg, gt_predictor *pred, 
 
 void gt_detector_destroy(gt_detector *d) {
   if (!d) return;
-  free(d->rs), free(d->e), free(d->peer), free(d->sorted), free(d->asked), free(d->noise), free(d->recent),
-      free(d->vs_peers);
+  free(d->rs);
+  free(d->e);
+  free(d->peer);
+  free(d->sorted);
+  free(d->asked);
+  free(d->noise);
+  free(d->recent);
+  free(d->vs_peers);
   free(d);
 }
 

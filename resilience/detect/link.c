@@ -39,7 +39,13 @@ gt_status gt_failslow_link_init(gt_failslow *fs) {
 
 void gt_failslow_link_free(gt_failslow *fs) {
   link_watch *l = &fs->link;
-  free(l->history), free(l->scratch), free(l->vals), free(l->rtt), free(l->payload), free(l->behind), free(l->flagged);
+  free(l->history);
+  free(l->scratch);
+  free(l->vals);
+  free(l->rtt);
+  free(l->payload);
+  free(l->behind);
+  free(l->flagged);
 }
 
 /* The pairs (i < j) in one order that every rank walks: each pair's lower
@@ -86,7 +92,10 @@ static int standout(gt_failslow *fs, double *ratio) {
   int at = -1;
   for (int p = 0; p < l->npairs; p++) {
     double r = rtt[p] / fmax(med, 1e-7);
-    if (r > 3 && r > best) best = r, at = p;
+    if (r > 3 && r > best) {
+      best = r;
+      at = p;
+    }
   }
   *ratio = best;
   return at;
@@ -106,7 +115,11 @@ static int endpoints(gt_failslow *fs, double *ratio) {
   double *with = l->vals; /* max(window, npairs, n) doubles */
   double *tmp = malloc(sizeof(double) * (size_t)l->npairs);
   double *rest = malloc(sizeof(double) * (size_t)l->npairs);
-  if (!tmp || !rest) return free(tmp), free(rest), 0; /* no verdict this probe, none wrong either */
+  if (!tmp || !rest) { /* no verdict this probe, none wrong either */
+    free(tmp);
+    free(rest);
+    return 0;
+  }
   for (int r = 0; r < n; r++) {
     int nw = 0, no = 0, p = 0;
     for (int i = 0; i < n; i++)
@@ -117,9 +130,13 @@ static int endpoints(gt_failslow *fs, double *ratio) {
     double mine = gt_failslow_median(tmp, with, nw), others = gt_failslow_median(tmp, rest, no);
     double x = mine / fmax(others, 1e-7);
     l->behind[r] = x > 3;
-    if (x > 3) count++, *ratio = fmax(*ratio, x);
+    if (x > 3) {
+      count++;
+      *ratio = fmax(*ratio, x);
+    }
   }
-  free(tmp), free(rest);
+  free(tmp);
+  free(rest);
   return count;
 }
 
@@ -127,7 +144,8 @@ static void pair_of(int n, int p, int *a, int *b) {
   for (int i = 0; i < n; i++)
     for (int j = i + 1; j < n; j++)
       if (p-- == 0) {
-        *a = i, *b = j;
+        *a = i;
+        *b = j;
         return;
       }
 }
@@ -180,7 +198,10 @@ static void remember(link_watch *l, double wait, int window) {
 /* Flags the suspect: the pair a-b, or (b -1) every rank behind one link. */
 static void flag(gt_failslow *fs, int a, int b, double ratio, int step) {
   link_watch *l = &fs->link;
-  l->flagged_a = a, l->flagged_b = b, l->streak = 0, l->quiet = 0;
+  l->flagged_a = a;
+  l->flagged_b = b;
+  l->streak = 0;
+  l->quiet = 0;
   for (int r = 0; r < fs->n; r++) l->flagged[r] = b < 0 && l->behind[r];
   if (b >= 0) add_verdict(fs, a, b, true, ratio, l->onset, step);
   for (int r = 0; r < fs->n; r++)
@@ -193,7 +214,8 @@ static void clear(gt_failslow *fs, int step) {
   for (int r = 0; r < fs->n; r++)
     if (l->flagged[r]) add_verdict(fs, r, -1, false, 1.0, step, step);
   memset(l->flagged, 0, (size_t)fs->n);
-  l->flagged_a = l->flagged_b = -1, l->quiet = 0;
+  l->flagged_a = l->flagged_b = -1;
+  l->quiet = 0;
 }
 
 gt_status gt_failslow_link_step(gt_failslow *fs, int step, gt_failslow_report *rep) {
@@ -207,7 +229,8 @@ gt_status gt_failslow_link_step(gt_failslow *fs, int step, gt_failslow_report *r
    * normal either (learnt, they would lift the bar over a slow link that
    * raised them too, and it would be cleared while it played). */
   bool up = fs->gathered >= 1 && waits_up(fs, &wait, &base, &raised);
-  rep->wait_s = wait, rep->wait_base_s = base;
+  rep->wait_s = wait;
+  rep->wait_base_s = base;
   if (fs->gathered >= 1 && !raised) remember(l, wait, c->window);
   l->high = up ? l->high + 1 : 0;
   if (l->high == 1) l->onset = step;
@@ -248,7 +271,8 @@ gt_status gt_failslow_link_step(gt_failslow *fs, int step, gt_failslow_report *r
    * probing stops once its median has moved. */
   if (a < 0) remember(l, wait, c->window);
   l->streak = a >= 0 && a == l->suspect_a && b == l->suspect_b ? l->streak + 1 : (a >= 0 ? 1 : 0);
-  l->suspect_a = a, l->suspect_b = b;
+  l->suspect_a = a;
+  l->suspect_b = b;
   if (l->streak >= c->k) flag(fs, a, b, ratio, step);
   return GT_OK;
 }

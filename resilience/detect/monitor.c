@@ -38,7 +38,9 @@ static gt_status shared_prior(gt_failslow *fs, const gt_model *m, const gt_plan 
     int layers = (gt_model_num_layers(m) + pp - 1) / pp;
     GT_TRY(gt_predictor_prior_from_model(m, layers > 0 ? layers : 1,
                                          gt_backend_peak_flops(gt_model_backend(m)), out));
-    v[0] = (float)out->a, v[1] = (float)out->b, v[2] = (float)out->c;
+    v[0] = (float)out->a;
+    v[1] = (float)out->b;
+    v[2] = (float)out->c;
   }
   GT_TRY(gt_comm_broadcast(fs->world, v, 3, GT_F32, 0));
   *out = (gt_predictor_prior){v[0], v[1], v[2]};
@@ -128,7 +130,12 @@ void gt_failslow_destroy(gt_failslow *fs) {
   gt_failslow_link_free(fs);
   gt_detector_destroy(fs->det);
   gt_predictor_destroy(fs->pred);
-  free(fs->tel), free(fs->predicted), free(fs->e), free(fs->scratch), free(fs->events), free(fs->verdicts);
+  free(fs->tel);
+  free(fs->predicted);
+  free(fs->e);
+  free(fs->scratch);
+  free(fs->events);
+  free(fs->verdicts);
   free(fs->record_rank);
   free(fs);
 }

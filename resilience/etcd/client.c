@@ -75,13 +75,18 @@ static void init_once(void) { gpr_set_log_function(grpc_log_to_gt); }
 static gt_status parse_endpoint(const char *s, size_t n, char **out, int *tls) {
   const char *orig = s;
   size_t on = n;
-  while (n && (*s == ' ')) s++, n--;
+  while (n && (*s == ' ')) {
+    s++;
+    n--;
+  }
   while (n && (s[n - 1] == ' ' || s[n - 1] == '/')) n--;
   if (n >= 8 && strncmp(s, "https://", 8) == 0) {
     *tls = 1;
-    s += 8, n -= 8;
+    s += 8;
+    n -= 8;
   } else if (n >= 7 && strncmp(s, "http://", 7) == 0) {
-    s += 7, n -= 7;
+    s += 7;
+    n -= 7;
   }
   const char *colon = NULL;
   for (size_t i = 0; i < n; i++)

@@ -31,11 +31,13 @@ void gt_rebalance_damping_note(gt_rebalance_damping *d, int64_t step) {
 
 int gt_rebalance_agree(int *proposed, int *agreed, bool change, const int *next, int n) {
   size_t bytes = (size_t)(n > 0 ? n : 0) * sizeof *next;
-  if (!change)
+  if (!change) {
     *agreed = 0;
-  else if (*agreed && !memcmp(next, proposed, bytes))
+  } else if (*agreed && !memcmp(next, proposed, bytes)) {
     ++*agreed;
-  else
-    memcpy(proposed, next, bytes), *agreed = 1;
+  } else {
+    memcpy(proposed, next, bytes);
+    *agreed = 1;
+  }
   return *agreed;
 }

@@ -38,7 +38,10 @@ static void choose(const double *cost_s, int horizon, gt_ladder_decision *out) {
   for (int r = 0; r <= 4; r++) {
     if (!(out->step_s[r] > 0)) continue;
     out->total_s[r] = (r ? cost_s[r] : 0) + horizon * out->step_s[r];
-    if (out->total_s[r] < best) best = out->total_s[r], out->rung = (gt_ladder_rung)r;
+    if (out->total_s[r] < best) {
+      best = out->total_s[r];
+      out->rung = (gt_ladder_rung)r;
+    }
   }
 }
 

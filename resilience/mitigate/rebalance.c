@@ -46,7 +46,10 @@ static void split(int total, int dp, int cap, const double *speed, const int *mi
     double best = INFINITY;
     for (int i = 0; i < dp; i++) {
       double t = (share[i] + 1) * (double)micro[i] / speed[i];
-      if (share[i] < cap && t < best) best = t, pick = i;
+      if (share[i] < cap && t < best) {
+        best = t;
+        pick = i;
+      }
     }
     share[pick]++; /* some replica is under cap: the caller checked total <= dp * cap */
   }
@@ -70,7 +73,10 @@ gt_status gt_rebalance_speeds(const gt_plan *plan, const gt_step_telemetry *tel,
   double *scratch = malloc((size_t)nsteps * sizeof *scratch);
   if (!scratch) return gt_errorf(GT_ENOMEM, "rebalance: out of memory");
   gt_status s = GT_OK;
-  for (int i = 0; i < dp; i++) speed[i] = INFINITY, micro[i] = 1;
+  for (int i = 0; i < dp; i++) {
+    speed[i] = INFINITY;
+    micro[i] = 1;
+  }
   for (int r = 0; s == GT_OK && r < world; r++) {
     gt_grid_coords c;
     s = gt_grid_coords_of(&plan->layout, r, &c);

@@ -30,7 +30,8 @@ gt_status gt_rebalance_choose_cut(const gt_rebalance_config *cfg, int pp, const 
     if (now[s + 1] <= now[s] || !(stage_s[s] > 0) || !isfinite(stage_s[s]))
       return gt_errorf(GT_EINVAL, "pipeline cut: stage %d holds layers %d..%d in %g s; each stage holds a layer "
                        "and takes a positive time", s, now[s], now[s + 1], stage_s[s]);
-  out->pp = pp, out->layers = nlayers;
+  out->pp = pp;
+  out->layers = nlayers;
   memcpy(out->now, now, (size_t)(pp + 1) * sizeof *now);
   double f[GT_REBALANCE_MAX_STAGES], top = 0, inflight[GT_REBALANCE_MAX_STAGES];
   stage_flops(layer_flops, now, pp, f);

@@ -55,7 +55,8 @@ static gt_status env_copy(const char *name, int required, char *dst, size_t cap)
 /* etcd://HOST:PORT[,...]/PREFIX, or etcds:// for TLS (https endpoints). */
 static gt_status open_etcd_store(job_impl *j, const char *url, int tls) {
 #ifndef GIANT_HAVE_ETCD
-  (void)j, (void)tls;
+  (void)j;
+  (void)tls;
   return gt_errorf(GT_EUNSUPPORTED,
                    "GT_STORE='%s' is on etcd, but this build of Giant has no etcd client (GIANT_ETCD=OFF): "
                    "rebuild with it, or use a tcp://HOST:PORT store",
@@ -152,8 +153,12 @@ static gt_status init_env(job_impl *j) {
   GT_TRY(env_long(GT_ENV_LOCAL_RANK, 0, rank, 0, lworld - 1, &lrank));
   GT_TRY(env_long(GT_ENV_NODE_RANK, 0, 0, 0, world - 1, &node));
   GT_TRY(env_long(GT_ENV_GENERATION, 0, 0, 0, LONG_MAX / 2, &gen));
-  p->world_size = (int)world, p->rank = (int)rank, p->local_world_size = (int)lworld;
-  p->local_rank = (int)lrank, p->node_rank = (int)node, p->generation = gen;
+  p->world_size = (int)world;
+  p->rank = (int)rank;
+  p->local_world_size = (int)lworld;
+  p->local_rank = (int)lrank;
+  p->node_rank = (int)node;
+  p->generation = gen;
   GT_TRY(env_copy(GT_ENV_JOB_ID, 0, p->job_id, sizeof p->job_id));
   if (!p->job_id[0]) snprintf(p->job_id, sizeof p->job_id, "job");
   GT_TRY(env_copy(GT_ENV_PLAN, 0, p->plan, sizeof p->plan));

@@ -57,9 +57,15 @@ static char *dup_or_null(const char *s, int *oom) {
 
 static void free_handle(gt_rdzv *r) {
   if (!r) return;
-  free(r->endpoints), free(r->cacert), free(r->cert), free(r->key), free(r->job), free(r->node);
+  free(r->endpoints);
+  free(r->cacert);
+  free(r->cert);
+  free(r->key);
+  free(r->job);
+  free(r->node);
   if (r->password) memset(r->password, 0, strlen(r->password));
-  free(r->user), free(r->password);
+  free(r->user);
+  free(r->password);
   free(r->members);
   free(r);
 }

@@ -121,7 +121,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: test_exports NM LIBGIANT SOURCE_DIR\n");
     return 2;
   }
-  nm = argv[1], lib = argv[2], source_dir = argv[3];
+  nm = argv[1];
+  lib = argv[2];
+  source_dir = argv[3];
   const struct CMUnitTest tests[] = {cmocka_unit_test(only_public_symbols)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

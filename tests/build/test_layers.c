@@ -179,7 +179,10 @@ int main(int argc, char **argv) {
   snprintf(shared, sizeof shared, ",%s,", argv[4] + 7);
   for (int i = 5; i < argc && nlayers < MAX_LAYERS; i++) {
     const char *eq = strchr(argv[i], '=');
-    if (!eq) return fprintf(stderr, "test_layers: '%s' is not layer=headers\n", argv[i]), 2;
+    if (!eq) {
+      fprintf(stderr, "test_layers: '%s' is not layer=headers\n", argv[i]);
+      return 2;
+    }
     layer *l = &layers[nlayers++];
     snprintf(l->name, sizeof l->name, "%.*s", (int)(eq - argv[i]), argv[i]);
     snprintf(l->allowed, sizeof l->allowed, ",%s,", eq + 1);

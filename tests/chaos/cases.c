@@ -35,7 +35,10 @@ static void failf(chaos_result *r, const char *fmt, ...) {
 static const char *tail(const chaos_job *j) {
   if (!j->out) return "";
   FILE *dump = getenv("CHAOS_DUMP") ? fopen(getenv("CHAOS_DUMP"), "w") : NULL;
-  if (dump) fputs(j->out, dump), fclose(dump);
+  if (dump) {
+    fputs(j->out, dump);
+    fclose(dump);
+  }
   size_t n = strlen(j->out);
   return n > 2500 ? j->out + n - 2500 : j->out;
 }
@@ -254,7 +257,10 @@ static void case_slow_link(chaos_env *env, chaos_result *r) {
     snprintf(line, sizeof line, "fail-slow: link of rank %d (to every other node) x", NODE * CHAOS_NPROC + k);
     const char *p = j.out ? strstr(j.out, line) : NULL;
     const char *f = p ? strstr(p, "(flagged at step ") : NULL;
-    if (f) flagged++, step = atoi(f + strlen("(flagged at step "));
+    if (f) {
+      flagged++;
+      step = atoi(f + strlen("(flagged at step "));
+    }
     snprintf(line, sizeof line, "[rank %d] %s: excluded after step ", NODE * CHAOS_NPROC + k, env->prog_name);
     const char *e = j.out ? strstr(j.out, line) : NULL;
     if (e) left_at = atoi(e + strlen(line));

@@ -138,7 +138,8 @@ int main(int argc, char **argv) {
       runs++;
       passed += r.passed;
       leftovers += left;
-      job_s += r.job_s, kept_s += r.kept_s;
+      job_s += r.job_s;
+      kept_s += r.kept_s;
       if (r.recover_ms > max_recover) max_recover = r.recover_ms;
       printf("chaos: %-12s run %d/%d: %s (%.1f s, recovered in %.0f ms, %d step run(s) lost%s)\n  %s\n",
              pick[k]->name, rep + 1, repeat, r.passed ? "passed" : "FAILED", r.job_s, r.recover_ms, r.steps_lost,

@@ -45,7 +45,10 @@ int chaos_etcd_serving(const chaos_etcd *e, double timeout_s) {
 
 int chaos_etcd_start(chaos_etcd *e, const chaos_net *net, int first, const char *dir) {
   memset(e, 0, sizeof *e);
-  if (first + CHAOS_ETCD_MEMBERS > net->n) return fprintf(stderr, "chaos: no namespaces for etcd\n"), -1;
+  if (first + CHAOS_ETCD_MEMBERS > net->n) {
+    fprintf(stderr, "chaos: no namespaces for etcd\n");
+    return -1;
+  }
   e->n = CHAOS_ETCD_MEMBERS;
   snprintf(e->dir, sizeof e->dir, "%s", dir);
   snprintf(e->token, sizeof e->token, "chaos-%s", net->tag);
@@ -59,7 +62,8 @@ int chaos_etcd_start(chaos_etcd *e, const chaos_net *net, int first, const char 
   for (int i = 0; i < e->n; i++)
     if (start_member(e, net, i, "new") != 0) {
       chaos_etcd_stop(e);
-      return fprintf(stderr, "chaos: cannot start etcd member %d\n", i), -1;
+      fprintf(stderr, "chaos: cannot start etcd member %d\n", i);
+      return -1;
     }
   if (!chaos_etcd_serving(e, CHAOS_ETCD_UP_S)) {
     fprintf(stderr, "chaos: the etcd cluster did not serve within %.0f s (logs in %s/etcd-m*.log)\n",

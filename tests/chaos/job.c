@@ -43,8 +43,14 @@ int chaos_env_open(chaos_env *env, int nodes) {
   build_path("launch/giantrun", env->giantrun, sizeof env->giantrun);
   build_path("tools/giant-ckpt", env->giant_ckpt, sizeof env->giant_ckpt);
   const char *why = chaos_unsupported();
-  if (*why) return snprintf(env->skip, sizeof env->skip, "%s", why), 1;
-  if (system("command -v etcd >/dev/null 2>&1") != 0) return snprintf(env->skip, sizeof env->skip, "no etcd on PATH"), 1;
+  if (*why) {
+    snprintf(env->skip, sizeof env->skip, "%s", why);
+    return 1;
+  }
+  if (system("command -v etcd >/dev/null 2>&1") != 0) {
+    snprintf(env->skip, sizeof env->skip, "no etcd on PATH");
+    return 1;
+  }
   if (nodes < 1 || nodes + CHAOS_ETCD_MEMBERS > CHAOS_MAX_NODES) {
     fprintf(stderr, "chaos: %d nodes, want 1..%d\n", nodes, CHAOS_MAX_NODES - CHAOS_ETCD_MEMBERS);
     return -1;
@@ -124,7 +130,10 @@ int chaos_job_start_node(chaos_job *j, int i) {
     return 0;
   }
   int fd = open(j->log[i], O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+  if (fd >= 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+  }
   char endpoint[256], host[64], node[16], fault[300], nnodes[16], nproc[16], plan[32], steps[16], metrics[200];
   char agent_flags[512], gpt_flags[512], model_flags[512];
   snprintf(endpoint, sizeof endpoint, "%s", env->etcd.endpoints);
@@ -296,7 +305,10 @@ float chaos_reference_loss(chaos_env *env, const chaos_job_cfg *cfg, char *why, 
   k = gpt_args(env, cfg, steps, model_flags, NULL, argv, k); /* what is trained, not how it runs */
   argv[k] = NULL;
   run_result *r = malloc(sizeof *r);
-  if (!r) return snprintf(why, n, "out of memory"), NAN;
+  if (!r) {
+    snprintf(why, n, "out of memory");
+    return NAN;
+  }
   /* One process, at most a few thousand tiny steps (partition's 3000, no
    * pace): ~2 s, ~20 s under ASan on loaded cores; 300 s is > 10x. */
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 300, r);
@@ -310,7 +322,12 @@ int chaos_ledger(const chaos_job *j, int *lost, char *why, size_t n) {
   int steps = j->ledger_to > 0 ? j->ledger_to : j->cfg.steps, world = j->cfg.nodes * j->cfg.nproc;
   int G = chaos_global_batch(&j->cfg);
   int *runs = calloc((size_t)steps, sizeof *runs), *most = calloc((size_t)steps, sizeof *most);
-  if (!runs || !most) return free(runs), free(most), snprintf(why, n, "out of memory"), -1;
+  if (!runs || !most) {
+    free(runs);
+    free(most);
+    snprintf(why, n, "out of memory");
+    return -1;
+  }
   int rc = 0;
   for (int r = 0; r < world && rc == 0; r++) {
     char p[256], line[4096];
@@ -325,14 +342,17 @@ int chaos_ledger(const chaos_job *j, int *lost, char *why, size_t n) {
       const char *fr = strstr(line, "\"first_row\":"), *rw = strstr(line, "\"rows\":");
       if (sscanf(line, "{\"step\":%d,", &s) != 1 || !fr || !rw || sscanf(fr, "\"first_row\":%llu", &first) != 1 ||
           sscanf(rw, "\"rows\":%llu", &rows) != 1) {
-        rc = -1, snprintf(why, n, "%s: a line without step, first_row or rows: %.200s", p, line);
+        rc = -1;
+        snprintf(why, n, "%s: a line without step, first_row or rows: %.200s", p, line);
       } else if (s < j->ledger_from || s >= j->cfg.steps) {
-        rc = -1, snprintf(why, n, "%s: step %d outside %d..%d", p, s, j->ledger_from, j->cfg.steps - 1);
+        rc = -1;
+        snprintf(why, n, "%s: step %d outside %d..%d", p, s, j->ledger_from, j->cfg.steps - 1);
       } else if (s >= steps) {
         continue; /* past what is checked (a stopped job's last steps) */
       } else if (first != (unsigned long long)s * G || rows != (unsigned long long)G) {
-        rc = -1, snprintf(why, n, "%s: step %d trained rows %llu..%llu, the ledger wants %d..%d", p, s, first,
-                          first + rows, s * G, (s + 1) * G);
+        rc = -1;
+        snprintf(why, n, "%s: step %d trained rows %llu..%llu, the ledger wants %d..%d", p, s, first,
+                 first + rows, s * G, (s + 1) * G);
       } else {
         runs[s]++;
       }
@@ -343,10 +363,14 @@ int chaos_ledger(const chaos_job *j, int *lost, char *why, size_t n) {
   }
   *lost = 0;
   for (int s = j->ledger_from; s < steps && rc == 0; s++) {
-    if (most[s] == 0) rc = -1, snprintf(why, n, "step %d was never kept: its samples were not trained", s);
+    if (most[s] == 0) {
+      rc = -1;
+      snprintf(why, n, "step %d was never kept: its samples were not trained", s);
+    }
     *lost += most[s] > 1 ? most[s] - 1 : 0;
   }
-  free(runs), free(most);
+  free(runs);
+  free(most);
   return rc;
 }
 
@@ -409,7 +433,8 @@ static void read_step_times(const chaos_job *j, int rank, int steps, step_times 
       t->since[s] = s == prev + 1 && at >= prev_t ? at - prev_t : NAN;
       t->own[s] = atof(o + 14);
     }
-    prev = s, prev_t = at;
+    prev = s;
+    prev_t = at;
   }
   if (f) fclose(f);
 }
@@ -426,7 +451,12 @@ double chaos_kept_seconds(const chaos_job *j) {
   size_t cells = (size_t)world * (size_t)steps;
   double *since = malloc(cells * sizeof *since), *own = malloc(cells * sizeof *own);
   double *v = malloc(cells * sizeof *v);
-  if (!since || !own || !v) return free(since), free(own), free(v), 0;
+  if (!since || !own || !v) {
+    free(since);
+    free(own);
+    free(v);
+    return 0;
+  }
   for (int r = 0; r < world; r++)
     read_step_times(j, r, steps, &(step_times){since + (size_t)r * steps, own + (size_t)r * steps});
   /* The healthy pace, and what the loop adds to a step's own time between
@@ -455,7 +485,9 @@ double chaos_kept_seconds(const chaos_job *j) {
     }
     if (m) kept += median_of(v, m);
   }
-  free(since), free(own), free(v);
+  free(since);
+  free(own);
+  free(v);
   return kept;
 }
 
@@ -493,7 +525,10 @@ int chaos_job_keys(chaos_job *j, char *why, size_t n) {
   /* A read of three members' quorum: a few ms, ~50 on loaded cores: 5 s is 100x. */
   gt_etcd_config cfg = {.endpoints = j->env->etcd.endpoints, .timeout_ms = 5000};
   gt_etcd_client *c;
-  if (gt_etcd_connect(&cfg, &c) != GT_OK) return snprintf(why, n, "etcd: %s", gt_last_error()), -1;
+  if (gt_etcd_connect(&cfg, &c) != GT_OK) {
+    snprintf(why, n, "etcd: %s", gt_last_error());
+    return -1;
+  }
   char prefix[128];
   snprintf(prefix, sizeof prefix, "/giant/%s/", j->id);
   size_t pl = strlen(prefix);
@@ -513,9 +548,15 @@ int chaos_job_keys(chaos_job *j, char *why, size_t n) {
     bool done = false;
     for (size_t i = 0; i < kvs.n; i++) {
       done |= !strcmp(kvs.kvs[i].key + pl, "done");
-      if (!documented(kvs.kvs[i].key + pl)) rc = -1, snprintf(why, n, "left in etcd: %s", kvs.kvs[i].key);
+      if (!documented(kvs.kvs[i].key + pl)) {
+        rc = -1;
+        snprintf(why, n, "left in etcd: %s", kvs.kvs[i].key);
+      }
     }
-    if (rc == 0 && !done) rc = -1, snprintf(why, n, "no %sdone record", prefix);
+    if (rc == 0 && !done) {
+      rc = -1;
+      snprintf(why, n, "no %sdone record", prefix);
+    }
     gt_etcd_kvs_free(&kvs);
   }
   if (rc == 0) {
@@ -523,8 +564,10 @@ int chaos_job_keys(chaos_job *j, char *why, size_t n) {
     int64_t deleted = 0;
     gt_etcd_kvs kvs = {0};
     gt_etcd_get_opts o = {.prefix = 1};
-    if (gt_etcd_del(c, prefix, 1, &deleted) != GT_OK || gt_etcd_get(c, prefix, &o, &kvs) != GT_OK || kvs.n != 0)
-      rc = -1, snprintf(why, n, "the job's records did not go with it: %zu left", kvs.n);
+    if (gt_etcd_del(c, prefix, 1, &deleted) != GT_OK || gt_etcd_get(c, prefix, &o, &kvs) != GT_OK || kvs.n != 0) {
+      rc = -1;
+      snprintf(why, n, "the job's records did not go with it: %zu left", kvs.n);
+    }
     gt_etcd_kvs_free(&kvs);
   }
   gt_etcd_close(c);

@@ -28,7 +28,10 @@ int chaos_sh(const char *fmt, ...) {
 
 int chaos_net_create(chaos_net *net, int n) {
   memset(net, 0, sizeof *net);
-  if (n < 1 || n > CHAOS_MAX_NODES) return fprintf(stderr, "chaos: %d nodes, want 1..%d\n", n, CHAOS_MAX_NODES), -1;
+  if (n < 1 || n > CHAOS_MAX_NODES) {
+    fprintf(stderr, "chaos: %d nodes, want 1..%d\n", n, CHAOS_MAX_NODES);
+    return -1;
+  }
   int pid = (int)getpid(), id = pid; /* whole: chaos_sweep asks whether it runs */
   snprintf(net->tag, sizeof net->tag, "%d", id);
   snprintf(net->bridge, sizeof net->bridge, "gb%d", id);

@@ -58,7 +58,10 @@ static double play(chaos_job *j, chaos_env *env, fault_kind k, unsigned *seed, c
     pid_t pid = -1;
     int rank = -1;
     for (int tries = 0; tries < 4 * world && pid <= 0; tries++) pid = chaos_worker_pid(j, rank = rand_r(seed) % world);
-    if (pid <= 0) return snprintf(what, n, "no worker to %s", fault_names[k]), -1;
+    if (pid <= 0) {
+      snprintf(what, n, "no worker to %s", fault_names[k]);
+      return -1;
+    }
     kill(pid, k == F_KILL_WORKER ? SIGKILL : SIGSTOP);
     snprintf(what, n, "%s rank %d (pid %d) at step %d", k == F_KILL_WORKER ? "SIGKILL" : "SIGSTOP for 30 s", rank,
              (int)pid, step);
@@ -102,7 +105,10 @@ int chaos_random(chaos_env *env, unsigned seed, double minutes, double per_minut
                      .gpt_flags = flags, .global_batch = 16, .agent_flags = "--hang-timeout 10 --max-restarts 100"};
   chaos_job j;
   *r = (chaos_result){.recover_ms = -1};
-  if (chaos_job_start(&j, env, &c) != 0) return snprintf(r->why, sizeof r->why, "cannot start the job"), -1;
+  if (chaos_job_start(&j, env, &c) != 0) {
+    snprintf(r->why, sizeof r->why, "cannot start the job");
+    return -1;
+  }
   double end = j.t0 + minutes * 60, next = j.t0;
   int faults = 0, recovered = 0;
   printf("chaos random: seed %u, %.1f minutes, %.2f faults a minute, %d nodes x %d workers\n", seed, minutes,
@@ -140,7 +146,8 @@ int chaos_random(chaos_env *env, unsigned seed, double minutes, double per_minut
   r->kept_s = chaos_kept_seconds(&j);
   r->job_s = wall;
   r->steps_lost = lost;
-  r->faults = faults, r->recovered = recovered;
+  r->faults = faults;
+  r->recovered = recovered;
   int procs = 0;
   /* what is left of an ended job goes in ms: 10 s is > 100x */
   for (double t = now_s() + 10; (procs = chaos_job_processes(&j)) > 0 && now_s() < t;) usleep(50000);

@@ -37,7 +37,9 @@ static void capture(gt_trainer *tr, const gt_plan *plan, const cr_state *o) {
   if (!o->p) return;
   if (plan->world == 1 && o->p->count == 0) { /* the run that records the layout */
     gt_model *m = gt_trainer_model(tr);
-    train_result_set_layout(o->p, m), train_result_set_layout(o->m, m), train_result_set_layout(o->v, m);
+    train_result_set_layout(o->p, m);
+    train_result_set_layout(o->m, m);
+    train_result_set_layout(o->v, m);
   }
   train_result_write_trainer(o->p, o->m, o->v, tr, plan->me.tp);
 }
@@ -54,7 +56,8 @@ static gt_status step_recording(gt_trainer *tr, gt_loader *data, const cr_cfg *c
     size_t n = (size_t)b[i].B * (size_t)b[i].T;
     memcpy(in[i], b[i].inputs, n * sizeof(int32_t));
     memcpy(tg[i], b[i].targets, n * sizeof(int32_t));
-    b[i].inputs = in[i], b[i].targets = tg[i];
+    b[i].inputs = in[i];
+    b[i].targets = tg[i];
     if (plan->me.tp || plan->me.pp) continue; /* one record per replica */
     for (int r = 0; r < b[i].B; r++) {
       int k = __atomic_fetch_add(&cfg->nrows[step], 1, __ATOMIC_SEQ_CST);
@@ -105,7 +108,8 @@ static void recut(const cr_cfg *cfg, gt_backend *be, gt_dist *dist, const gt_pla
   gt_ckpt_destroy(*ck);
   gt_trainer_destroy(*tr);
   gt_model_destroy(*m);
-  *m = m2, *tr = tr2;
+  *m = m2;
+  *tr = tr2;
   CHECK_OK(gt_ckpt_create(kc, *tr, data, ck));
 }
 
@@ -156,8 +160,12 @@ static bool live_change(const cr_cfg *cfg, gt_backend *be, gt_store *store, int 
   n.rows = CR_ROWS / n.plan.layout.dp;
   build(cfg, be, n.dist, &n.plan, n.rows, NULL, &n.m, &n.tr);
   if (rank == empty) { /* a restarted rank: nothing of its own */
-    gt_ckpt_destroy(l->ck), gt_trainer_destroy(l->tr), gt_model_destroy(l->m);
-    l->ck = NULL, l->tr = NULL, l->m = NULL;
+    gt_ckpt_destroy(l->ck);
+    gt_trainer_destroy(l->tr);
+    gt_model_destroy(l->m);
+    l->ck = NULL;
+    l->tr = NULL;
+    l->m = NULL;
   }
   gt_ckpt_peer_stats ps;
   gt_status s = gt_ckpt_reshard_peers(l->tr, n.tr, l->mirror, cfg->live_fallback, &ps);
@@ -228,7 +236,14 @@ int cr_rank(int rank, int world, void *arg) {
     if (cfg->live_at && s == cfg->live_at) {
       cr_live l = {dist, plan, rows, m, tr, data, ck, mirror};
       leave = !live_change(cfg, be, store, rank, world, &kc, &l);
-      dist = l.dist, plan = l.plan, rows = l.rows, m = l.m, tr = l.tr, data = l.data, ck = l.ck, mirror = l.mirror;
+      dist = l.dist;
+      plan = l.plan;
+      rows = l.rows;
+      m = l.m;
+      tr = l.tr;
+      data = l.data;
+      ck = l.ck;
+      mirror = l.mirror;
       if (leave) break;
     }
     if (cfg->recut_at && s == cfg->recut_at) recut(cfg, be, dist, &plan, rows, &m, &tr, &ck, &kc, data);
@@ -254,7 +269,10 @@ int cr_rank(int rank, int world, void *arg) {
     CHECK(pp > 1 && plan.me.pp > 0 ? tl->pp_wait_prev_s > 0 : tl->pp_wait_prev_s == 0);
     CHECK(pp > 1 && plan.me.pp < pp - 1 ? tl->pp_wait_next_s > 0 : tl->pp_wait_next_s == 0);
     CHECK(tl->pp_wait_prev_s + tl->pp_wait_next_s <= st.seconds);
-    if (rank == 0 && cfg->final.p) cfg->final.p->losses[s] = st.loss, cfg->final.p->norms[s] = st.grad_norm;
+    if (rank == 0 && cfg->final.p) {
+      cfg->final.p->losses[s] = st.loss;
+      cfg->final.p->norms[s] = st.grad_norm;
+    }
     if (cfg->before_save) cfg->before_save(cfg->dir, s + 1);
     if (s + 1 == cfg->wait_at) (void)gt_ckpt_wait(ck); /* how it ended is the test's business */
     if (s + 1 == cfg->save_at || (cfg->save_every && (s + 1) % cfg->save_every == 0)) {
@@ -359,7 +377,9 @@ char *cr_make_data(void) {
 }
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
-  (void)st, (void)flag, (void)f;
+  (void)st;
+  (void)flag;
+  (void)f;
   return remove(p);
 }
 

@@ -72,7 +72,8 @@ static void hold(const char *dir, int steps_done) {
   if (steps_done != held) return;
   char step[4200], fifo[4200];
   snprintf(step, sizeof step, "%s/step-%08d", dir, held);
-  mkdir(dir, 0755), mkdir(step, 0755);
+  mkdir(dir, 0755);
+  mkdir(step, 0755);
   fifo_path(dir, fifo, sizeof fifo);
   if (mkfifo(fifo, 0644) != 0) abort();
 }
@@ -121,7 +122,8 @@ static void hold_rank0(const char *dir, int steps_done) {
   if (steps_done == held) {
     char step[4200], fifo[4200];
     snprintf(step, sizeof step, "%s/step-%08d", dir, held);
-    mkdir(dir, 0755), mkdir(step, 0755);
+    mkdir(dir, 0755);
+    mkdir(step, 0755);
     fifo_path(dir, fifo, sizeof fifo);
     if (mkfifo(fifo, 0644) != 0 && errno != EEXIST) abort();
   }

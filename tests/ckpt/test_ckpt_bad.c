@@ -226,7 +226,8 @@ static void test_kill_during_save(void **state) {
   int newest = 0;
   for (int round = 0; round < 6; round++) {
     cr_cfg cfg = {.data = data, .dir = dir, .s0 = -1, .load_if_any = true, .s1 = 100000, .save_every = 1, .keep = 2};
-    fflush(stdout), fflush(stderr);
+    fflush(stdout);
+    fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) _exit(cr_rank(0, 1, &cfg));
     struct timespec ts = {0, (long)(50 + rand() % 400) * 1000000L};

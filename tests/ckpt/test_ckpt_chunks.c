@@ -118,7 +118,8 @@ static void write_version1(const ck_manifest *m) {
   ck_put(&file, body.p, body.len);
   ck_put(&file, sha, CK_SHA);
   assert_int_equal(ck_write_durable(dir, CK_MANIFEST, file.p, file.len), GT_OK);
-  ck_buf_free(&body), ck_buf_free(&file);
+  ck_buf_free(&body);
+  ck_buf_free(&file);
 }
 
 static void test_version1_still_loads(void **state) {

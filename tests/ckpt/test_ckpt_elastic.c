@@ -171,7 +171,8 @@ static void test_shrink_and_grow_resume_resharded(void **state) {
   start_agent(&x, "x", wrapper, ck, 0);
   start_agent(&y, "y", wrapper, ck, 0);
   if (!wait_latest(ck, 8, 10, 120)) {
-    dump_log(&x), dump_log(&y);
+    dump_log(&x);
+    dump_log(&y);
     fail_msg("generation 0 did not commit step 8 and reach its stall at step 10 within 120 s");
   }
   kill(y.pid, SIGKILL); /* the node is gone, its workers with it */

@@ -46,7 +46,12 @@ static void run_gpt(const char *steps, const char *metrics, const char *flag_dir
                     "--channels", "32", "--heads", "4", "--seq", "16", "--batch", "4", "--sample", "0",
                     "--print-every", "0", "--metrics", (char *)metrics};
   int n = 23;
-  if (flag_dir) argv[n++] = "--ckpt-dir", argv[n++] = (char *)flag_dir, argv[n++] = "--ckpt-every", argv[n++] = "5";
+  if (flag_dir) {
+    argv[n++] = "--ckpt-dir";
+    argv[n++] = (char *)flag_dir;
+    argv[n++] = "--ckpt-every";
+    argv[n++] = "5";
+  }
   argv[n] = NULL;
   run_cmd(argv, env, 120, r); /* at most 20 small steps: 1-2 s on busy cores */
   if (r->exit_code != 0) run_fail(r, "gpt --steps %s: exit %d, its output above", steps, r->exit_code);

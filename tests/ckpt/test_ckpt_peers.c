@@ -30,7 +30,8 @@ enum { LIVE = 6, END = 10 };
 /* The same change through a checkpoint in dir: loaded at `to` on world ranks. */
 static void through_checkpoint(const char *dir, const char *to, bool zero1, int world, cr_state *loaded,
                                cr_state *final) {
-  *loaded = cr_state_new(cr_fx.layout), *final = cr_state_new(cr_fx.layout);
+  *loaded = cr_state_new(cr_fx.layout);
+  *final = cr_state_new(cr_fx.layout);
   cr_cfg cfg = {.layout = to, .zero1 = zero1, .data = cr_fx.data, .dir = dir, .s0 = LIVE, .s1 = END,
                 .loaded = *loaded, .final = *final};
   cr_run(world, &cfg);
@@ -66,7 +67,8 @@ static void test_lost_rank_dp2_tp2_to_pp3(void **state) {
   for (int r = 0; r < 4; r++) {
     print_message("rank %d: kept %llu, sent %llu, received %llu floats\n", r, (unsigned long long)st[r].floats_kept,
                   (unsigned long long)st[r].floats_sent, (unsigned long long)st[r].floats_received);
-    sent += st[r].floats_sent, received += st[r].floats_received;
+    sent += st[r].floats_sent;
+    received += st[r].floats_received;
     assert_int_equal(st[r].floats_from_ckpt, 0);
   }
   assert_true(received > 0);
@@ -128,8 +130,10 @@ static void test_lost_zero1_shard(void **state) {
                 cr_fx.layout->nparams);
   assert_true(from_ckpt > 0 && from_ckpt <= 2 * (cr_fx.layout->nparams / 4 + 64));
   same_as_checkpoint("dp=4 + ZeRO-1 without rank 1 -> pp=3", &loaded, &final, dir, "pp=3", 3);
-  cr_rmtree(dir), cr_rmtree(scratch);
-  free(dir), free(scratch);
+  cr_rmtree(dir);
+  cr_rmtree(scratch);
+  free(dir);
+  free(scratch);
 }
 
 static void test_lost_zero1_shard_from_mirror(void **state) {
@@ -152,8 +156,10 @@ static void test_lost_zero1_shard_from_mirror(void **state) {
   assert_true(st[3].floats_mirrored > 0);
   same_as_checkpoint("dp=4 + ZeRO-1 without rank 1, its shard from a peer's copy -> pp=3", &loaded, &final, dir,
                      "pp=3", 3);
-  cr_rmtree(dir), cr_rmtree(scratch);
-  free(dir), free(scratch);
+  cr_rmtree(dir);
+  cr_rmtree(scratch);
+  free(dir);
+  free(scratch);
 }
 
 int main(void) {

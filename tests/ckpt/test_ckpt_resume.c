@@ -48,7 +48,8 @@ static source *get_source(int i) {
   source *s = &sources[i];
   if (s->dir) return s;
   s->dir = cr_fixture_dir("ck");
-  s->saved = cr_state_new(cr_fx.layout), s->final = cr_state_new(cr_fx.layout);
+  s->saved = cr_state_new(cr_fx.layout);
+  s->final = cr_state_new(cr_fx.layout);
   cr_cfg cfg = {.layout = s->layout, .zero1 = s->zero1, .data = cr_fx.data, .dir = s->dir, .s1 = CR_STEPS,
                 .save_at = SAVE, .saved = s->saved, .final = s->final, .chunk_bytes = s->chunk};
   cr_run(s->world, &cfg);
@@ -72,9 +73,9 @@ static void resume_case(int i) {
                 final.p->losses[SAVE], final.p->losses[CR_STEPS - 1]);
 }
 
-static void test_resume_dp2_tp2(void **state) { (void)state, resume_case(0); }
-static void test_resume_dp2_pp2_1f1b(void **state) { (void)state, resume_case(1); }
-static void test_resume_dp2_tp2_zero1(void **state) { (void)state, resume_case(2); }
+static void test_resume_dp2_tp2(void **state) { (void)state; resume_case(0); }
+static void test_resume_dp2_pp2_1f1b(void **state) { (void)state; resume_case(1); }
+static void test_resume_dp2_tp2_zero1(void **state) { (void)state; resume_case(2); }
 
 /* Loads source i's checkpoint at another layout: exactly its state, then
  * its losses within the cross-layout tolerance. */
@@ -96,11 +97,11 @@ static void reshard_case(int i, const char *to, bool zero1, int world) {
   assert_true(worst <= 1e-5);
 }
 
-static void test_reshard_dp2_tp2_to_tp4(void **state) { (void)state, reshard_case(0, "tp=4", false, 4); }
-static void test_reshard_dp2_tp2_to_dp4_zero1(void **state) { (void)state, reshard_case(0, "dp=4", true, 4); }
-static void test_reshard_dp2_tp2_to_pp2(void **state) { (void)state, reshard_case(0, "pp=2", false, 2); }
-static void test_reshard_dp2_tp2_to_one_process(void **state) { (void)state, reshard_case(0, NULL, false, 1); }
-static void test_reshard_pp4_to_dp2_tp2(void **state) { (void)state, reshard_case(3, "dp=2,tp=2", false, 4); }
+static void test_reshard_dp2_tp2_to_tp4(void **state) { (void)state; reshard_case(0, "tp=4", false, 4); }
+static void test_reshard_dp2_tp2_to_dp4_zero1(void **state) { (void)state; reshard_case(0, "dp=4", true, 4); }
+static void test_reshard_dp2_tp2_to_pp2(void **state) { (void)state; reshard_case(0, "pp=2", false, 2); }
+static void test_reshard_dp2_tp2_to_one_process(void **state) { (void)state; reshard_case(0, NULL, false, 1); }
+static void test_reshard_pp4_to_dp2_tp2(void **state) { (void)state; reshard_case(3, "dp=2,tp=2", false, 4); }
 
 /* A rank reads only the chunks that hold its part. One process saved P
  * bytes of parameters and 2P of AdamW moments, as one slice per tensor in
@@ -146,6 +147,9 @@ int main(void) {
   };
   int rc = cmocka_run_group_tests(tests, cr_fixture_setup, cr_fixture_teardown);
   for (size_t i = 0; i < sizeof sources / sizeof *sources; i++)
-    if (sources[i].dir) cr_rmtree(sources[i].dir), free(sources[i].dir);
+    if (sources[i].dir) {
+      cr_rmtree(sources[i].dir);
+      free(sources[i].dir);
+    }
   return rc;
 }

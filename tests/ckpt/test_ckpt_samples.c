@@ -95,7 +95,10 @@ static void test_reshare_exactly_once(void **state) {
               .nrows = rec->nrows, .share_at = 4, .share0 = 3};
   cr_run(2, &a);
   cr_cfg b = a;
-  b.s0 = 9, b.s1 = 12, b.share_at = 10, b.share0 = 1;
+  b.s0 = 9;
+  b.s1 = 12;
+  b.share_at = 10;
+  b.share0 = 1;
   cr_run(2, &b);
   finish_and_check(rec, data, dir, "at dp=2 with shares 2:2, 3:1, 2:2, 1:3, then one process");
 }

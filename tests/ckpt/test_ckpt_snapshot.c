@@ -49,7 +49,8 @@ static void test_write_after_save_waits_for_the_copy(void **state) {
   assert_true(a && b && back);
   print_message("%zu floats (%.0f MB) of parameters\n", n, (double)n * 4 / 1e6);
   assert_true(n * sizeof(float) > (size_t)40 << 20);
-  fill(a, n, 1.0f), fill(b, n, -7.0f);
+  fill(a, n, 1.0f);
+  fill(b, n, -7.0f);
   assert_int_equal(gt_model_set_params(m, a, n), GT_OK);
   gt_ckpt_stats before, after;
   gt_ckpt_get_stats(ck, &before);
@@ -76,7 +77,9 @@ static void test_write_after_save_waits_for_the_copy(void **state) {
   gt_trainer_destroy(tr);
   gt_model_destroy(m);
   gt_backend_destroy(be);
-  free(a), free(b), free(back);
+  free(a);
+  free(b);
+  free(back);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   assert_int_equal(system(cmd), 0);

@@ -65,7 +65,8 @@ static void test_ls_verify_convert_diff(void **state) {
   run_tool((char *[]){tool, "verify", a10, NULL}, 1, "shard-00001.bin", &r);
   assert_non_null(strstr(r.output, "DAMAGED"));
   print_message("ls, verify, convert (%lld bytes) and diff behave\n", (long long)st.st_size);
-  cr_rmtree(a), cr_rmtree(b);
+  cr_rmtree(a);
+  cr_rmtree(b);
   unlink(out);
   *strrchr(data, '/') = 0;
   cr_rmtree(data);

@@ -71,7 +71,8 @@ static void check_reduce_scatter(gt_comm *c, size_t count, int r, int n) {
     float sum = (float)n * (float)(int)(g % 1000) + 3.0f * (float)(n * (n - 1) / 2);
     CHECK(out[i] == sum / (float)n);
   }
-  free(in), free(out);
+  free(in);
+  free(out);
 }
 
 static void check_allgather(gt_comm *c, size_t count, int r, int n) {
@@ -88,7 +89,8 @@ static void check_allgather(gt_comm *c, size_t count, int r, int n) {
   CHECK_OK(gt_comm_allgather(c, out + (size_t)r * count, out, count, GT_F32));
   for (int q = 0; q < n; q++)
     for (size_t i = 0; i < count; i++) CHECK(out[(size_t)q * count + i] == val(q, i));
-  free(out), free(mine);
+  free(out);
+  free(mine);
 }
 
 static void check_broadcast(gt_comm *c, size_t count, int r, int n) {
@@ -135,7 +137,8 @@ static void check_sendrecv(gt_comm *c, size_t count, int r, int n) {
   CHECK_OK(gt_comm_sendrecv(c, out, (size_t)r + 1, right, in, (size_t)left + 1, left, GT_F32));
   for (int i = 0; i <= left; i++) CHECK(in[i] == (float)(left * 1000) + (float)i);
   CHECK(gt_comm_sendrecv(c, out, 1, r, in, 1, left, GT_F32) == GT_EINVAL);
-  free(out), free(in);
+  free(out);
+  free(in);
 }
 
 /* Several operations in flight at once, finished in any order. */

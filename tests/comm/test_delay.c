@@ -82,7 +82,10 @@ static int delay_main(int r, int n, void *arg) {
    * a loaded machine, so rank 2's own start would not bound it. */
   if (r == 0) res->allreduce_start0 = gt_now();
   CHECK_OK(gt_comm_allreduce(c, &v, 1, GT_F32, GT_COMM_SUM));
-  if (r == 2) res->allreduce_end2 = gt_now(), res->sum = v;
+  if (r == 2) {
+    res->allreduce_end2 = gt_now();
+    res->sum = v;
+  }
   if (r == 0) CHECK_OK(gt_comm_set_send_delay(c, 1, 0));
   CHECK_OK(gt_comm_barrier(c));
   best = 1e9;

@@ -172,7 +172,8 @@ static gt_status bad_proof(int fd, const char *ctx) {
 static char LOG0[128];
 
 static int stranger_main(int r, int n, void *arg) {
-  (void)n, (void)arg;
+  (void)n;
+  (void)arg;
   gt_store *s = harness_store();
   if (r == ROGUE) {
     void *v;
@@ -263,7 +264,8 @@ enum { SILENT = 20 };
  * for a hello; taken one at a time they would hold the group up for
  * 100 s. Taken concurrently, the group forms as fast as without them. */
 static int silent_main(int r, int n, void *arg) {
-  (void)n, (void)arg;
+  (void)n;
+  (void)arg;
   gt_store *s = harness_store();
   if (r == ROGUE) {
     void *v;
@@ -470,7 +472,9 @@ static void abort_shm(void **st) {
  * with the bytes shown safely, never reading past them or printing an
  * address it did not parse. One rank plays rank 1 of 2 against each. */
 static int bad_address_main(int r, int n, void *arg) {
-  (void)r, (void)n, (void)arg;
+  (void)r;
+  (void)n;
+  (void)arg;
   gt_store *s = harness_store();
   char longest[300];
   memset(longest, 'a', sizeof longest);

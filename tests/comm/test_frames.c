@@ -93,7 +93,8 @@ static gt_status m_get(gt_store *s, const char *key, void **val, size_t *len, in
   free(*val);
   char *a = malloc(64);
   int n = snprintf(a, 64, "127.0.0.1 %d", m->port);
-  *val = a, *len = (size_t)n;
+  *val = a;
+  *len = (size_t)n;
   return GT_OK;
 }
 
@@ -187,7 +188,9 @@ static void *proxy_main(void *arg) {
     }
     if (!write_n(sfd, cur, n)) break;
     free(prev);
-    prev = cur, prev_n = n, cur = NULL;
+    prev = cur;
+    prev_n = n;
+    cur = NULL;
   }
   free(prev);
   free(cur);
@@ -227,12 +230,14 @@ static int rank_main(int r, int n, void *arg) {
   CHECK_OK(gt_comm_init(&cc, &c));
   float *x = malloc(N * sizeof *x);
   CHECK(x);
-  sh->status[r] = GT_OK, sh->first_bad_op[r] = OPS;
+  sh->status[r] = GT_OK;
+  sh->first_bad_op[r] = OPS;
   for (int op = 0; op < OPS; op++) {
     for (int i = 0; i < N; i++) x[i] = (float)(r + 1 + op) + (float)i;
     gt_status st = gt_comm_allreduce(c, x, N, GT_F32, GT_COMM_SUM);
     if (st != GT_OK) {
-      sh->status[r] = st, sh->first_bad_op[r] = op;
+      sh->status[r] = st;
+      sh->first_bad_op[r] = op;
       snprintf(sh->msg[r], sizeof sh->msg[r], "%s", gt_last_error());
       /* The group is broken: a later operation fails at once. */
       sh->later_status[r] = gt_comm_allreduce(c, x, N, GT_F32, GT_COMM_SUM);
@@ -378,7 +383,8 @@ static void test_sealed_store_frames(void **state) {
   assert_int_equal(gt_wire_recv_sealed_header(sv[1], &srv, &h, "test", dl, NULL), GT_OK);
   assert_int_equal(gt_wire_recv_sealed_payload(sv[1], &srv, buf, h.len, "test", dl, NULL), GT_EAUTH);
   assert_non_null(strstr(gt_last_error(), "the payload of frame 1 from test"));
-  close(sv[0]), close(sv[1]);
+  close(sv[0]);
+  close(sv[1]);
   gt_wire_session_close(&cli);
   gt_wire_session_close(&srv);
 }

@@ -71,7 +71,10 @@ static void host_pieces(int r, int n, gt_comm *c) {
     /* A ring of pageable buffers, and a plain send and receive. */
     float *mine = malloc(count * sizeof *mine), *got = malloc(count * sizeof *got);
     CHECK(mine && got);
-    for (size_t i = 0; i < count; i++) mine[i] = (float)(r * 1000) + (float)(int)(i % 999), got[i] = -1.0f;
+    for (size_t i = 0; i < count; i++) {
+      mine[i] = (float)(r * 1000) + (float)(int)(i % 999);
+      got[i] = -1.0f;
+    }
     CHECK_OK(gt_comm_sendrecv(c, mine, count, (r + 1) % n, got, count, (r + n - 1) % n, GT_F32));
     int from = (r + n - 1) % n;
     for (size_t i = 0; i < count; i++) CHECK(got[i] == (float)(from * 1000) + (float)(int)(i % 999));
@@ -80,9 +83,11 @@ static void host_pieces(int r, int n, gt_comm *c) {
       CHECK_OK(gt_comm_recv(c, got, count, GT_F32, 0));
       for (size_t i = 0; i < count; i++) CHECK(got[i] == (float)(int)(i % 999));
     }
-    free(mine), free(got);
+    free(mine);
+    free(got);
   }
-  cudaFreeHost(a), cudaFreeHost(all);
+  cudaFreeHost(a);
+  cudaFreeHost(all);
 }
 
 static int rank_main(int r, int n, void *arg) {
@@ -124,8 +129,10 @@ static int rank_main(int r, int n, void *arg) {
     CHECK_OK(gt_comm_broadcast(c, d, count, GT_F32, n - 1));
     dev_download(g, d, count);
     for (size_t i = 0; i < count; i++) CHECK(g[i] == (float)(int)(i % 77));
-    cudaFree(d), cudaFree(out);
-    free(h), free(g);
+    cudaFree(d);
+    cudaFree(out);
+    free(h);
+    free(g);
   }
   if (n >= 2 && r < 2) {
     float v[3] = {1, 2, 3}, w[3] = {0};
@@ -142,7 +149,8 @@ static int rank_main(int r, int n, void *arg) {
     CHECK_OK(gt_comm_sendrecv(c, dv, 1, (r + 1) % n, dw, 1, (r + n - 1) % n, GT_F32));
     dev_download(&w, dw, 1);
     CHECK(w == (float)((r + n - 1) % n));
-    cudaFree(dv), cudaFree(dw);
+    cudaFree(dv);
+    cudaFree(dw);
   }
   /* Host buffers, as the control plane passes them (a checkpoint's
    * commit flag, the commit vote, fail-slow telemetry): staged through
@@ -223,7 +231,8 @@ static int order_main(int r, int n, void *arg) {
   for (size_t i = 0; i < count; i++) stale += h[i] != want;
   if (stale) fprintf(stderr, "%zu of %zu elements were copied before the compute stream wrote them\n", stale, count);
   CHECK(stale == 0);
-  gt_backend_free(be, src), gt_backend_free(be, dst);
+  gt_backend_free(be, src);
+  gt_backend_free(be, dst);
   free(h);
   gt_comm_destroy(c);
   gt_store_destroy(s);

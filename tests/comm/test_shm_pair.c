@@ -111,7 +111,8 @@ static void check_interleaved(gt_comm *c, int r) {
     for (size_t i = 0; i < N; i++) CHECK(y[k][i] == (float)k + 2.0f * (float)(int)(i % 10));
     free(y[k]);
   }
-  free(x), free(g);
+  free(x);
+  free(g);
 }
 
 static int pair_main(int r, int n, void *arg) {

@@ -116,7 +116,10 @@ static void play(rank_io *x, int P, bool host_in, bool host_out, size_t limit) {
   /* The collectives: every rank cuts the operation alike. */
   if (x[0].q.kind != OP_SEND && x[0].q.kind != OP_RECV && x[0].q.kind != OP_SENDRECV)
     for (int r = 1; r < P; r++) assert_int_equal(x[r].plan.pieces, x[0].plan.pieces);
-  for (int r = 0; r < P; r++) free(x[r].stage), x[r].stage = NULL;
+  for (int r = 0; r < P; r++) {
+    free(x[r].stage);
+    x[r].stage = NULL;
+  }
 }
 
 static float value(int r, size_t i) { return (float)(r * 1000) + (float)(int)(i % 997); }
@@ -162,8 +165,8 @@ static void collective(comm_op_kind kind, bool host_in, bool host_out) {
       }
 }
 
-static void test_allreduce(void **state) { (void)state, collective(OP_ALLREDUCE, true, true); }
-static void test_broadcast(void **state) { (void)state, collective(OP_BROADCAST, true, true); }
+static void test_allreduce(void **state) { (void)state; collective(OP_ALLREDUCE, true, true); }
+static void test_broadcast(void **state) { (void)state; collective(OP_BROADCAST, true, true); }
 
 static void test_reduce_scatter(void **state) {
   (void)state;
@@ -191,7 +194,8 @@ static void test_point_to_point(void **state) {
         for (int r = 0; r < P; r++) sends[r] = 5 + 9 * (size_t)r;
         for (int r = 0; r < P; r++) {
           int to = (r + 1) % P, from = (r + P - 1) % P;
-          x[r].in = calloc(sends[r], sizeof(float)), x[r].out = calloc(sends[from], sizeof(float));
+          x[r].in = calloc(sends[r], sizeof(float));
+          x[r].out = calloc(sends[from], sizeof(float));
           for (size_t i = 0; i < sends[r]; i++) x[r].in[i] = value(r, i);
           x[r].q = (gt_comm_req){.kind = OP_SENDRECV,
                                  .src = x[r].in,
@@ -206,13 +210,15 @@ static void test_point_to_point(void **state) {
         for (int r = 0; r < P; r++) {
           int from = (r + P - 1) % P;
           for (size_t i = 0; i < sends[from]; i++) assert_true(x[r].out[i] == value(from, i));
-          free(x[r].in), free(x[r].out);
+          free(x[r].in);
+          free(x[r].out);
         }
       }
   for (size_t li = 0; li < sizeof limits / sizeof *limits; li++) {
     rank_io x[2] = {0};
     size_t n = 37;
-    x[0].in = calloc(n, sizeof(float)), x[1].out = calloc(n, sizeof(float));
+    x[0].in = calloc(n, sizeof(float));
+    x[1].out = calloc(n, sizeof(float));
     for (size_t i = 0; i < n; i++) x[0].in[i] = value(0, i);
     x[0].q = (gt_comm_req){.kind = OP_SEND, .src = x[0].in, .count = n, .dtype = GT_F32, .peer = 1};
     x[1].q = (gt_comm_req){.kind = OP_RECV, .buf = x[1].out, .count = n, .dtype = GT_F32, .peer = 0};
@@ -225,7 +231,8 @@ static void test_point_to_point(void **state) {
         .kind = OP_SENDRECV, .buf = x[1].out, .count = 0, .count2 = n, .dtype = GT_F32, .peer = 0, .peer2 = 0};
     play(x, 2, true, true, limits[li]);
     for (size_t i = 0; i < n; i++) assert_true(x[1].out[i] == value(0, i));
-    free(x[0].in), free(x[1].out);
+    free(x[0].in);
+    free(x[1].out);
   }
 }
 

@@ -210,7 +210,10 @@ static void *flood_main(void *arg) {
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   for (int i = 0; i < FLOOD; i++) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) close(fd), fd = -1;
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+      close(fd);
+      fd = -1;
+    }
     if (fd >= 0 && i % 2 == 0) {
       char junk[64];
       for (int k = 0; k < 64; k++) junk[k] = (char)(i * 31 + k * 7);
@@ -287,7 +290,8 @@ static void test_flood(void **state) {
    * polled, so it costs nothing when all goes well). */
   int tasks = 0, fds = 0;
   for (double end = gt_now() + 30; gt_now() < end; usleep(50000)) {
-    tasks = entries("/proc/self/task"), fds = entries("/proc/self/fd");
+    tasks = entries("/proc/self/task");
+    fds = entries("/proc/self/fd");
     if (tasks <= tasks0 && fds <= fds0) break;
   }
   print_message("after: threads %d (before %d), descriptors %d (before %d)\n", tasks, tasks0, fds, fds0);

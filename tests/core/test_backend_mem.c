@@ -172,7 +172,10 @@ static void *race(void *p) {
   race_arg *r = p;
   void *held[8] = {0};
   for (int k = 0; k < HELD; k++)
-    if (take(r, &held[k]) != GT_OK) r->refused++, held[k] = NULL;
+    if (take(r, &held[k]) != GT_OK) {
+      r->refused++;
+      held[k] = NULL;
+    }
   pthread_barrier_wait(r->bar);
   for (int it = 0; it < 4000; it++) {
     int k = it % 8;
@@ -233,7 +236,10 @@ static void test_budget_threads(void **state) {
       assert_int_equal(pthread_create(&t[i], NULL, race, &r[i]), 0);
     }
     int refused = 0;
-    for (int i = 0; i < NT; i++) pthread_join(t[i], NULL), refused += r[i].refused;
+    for (int i = 0; i < NT; i++) {
+      pthread_join(t[i], NULL);
+      refused += r[i].refused;
+    }
     pthread_barrier_destroy(&bar);
     assert_int_equal(refused, NT * HELD - 16);
     if (ar) {

@@ -270,7 +270,13 @@ static void check_gemm_ex(int m, int n, int k, int ta, int tb, int batch) {
   gt_backend_free(be, da);
   gt_backend_free(be, db);
   gt_backend_free(be, dc);
-  free(a), free(b), free(a16), free(b16), free(c16), free(want), free(got);
+  free(a);
+  free(b);
+  free(a16);
+  free(b16);
+  free(c16);
+  free(want);
+  free(got);
 }
 
 static void test_gemm_ex(void **state) {
@@ -314,12 +320,16 @@ static void test_gemm_ex(void **state) {
   assert_int_equal(gt_op_gemm_ex(be, &g), GT_EUNSUPPORTED);
   g.b_type = GT_I32;
   assert_int_equal(gt_op_gemm_ex(be, &g), GT_EUNSUPPORTED);
-  g.b_type = GT_F32, g.c_type = GT_BF16;
+  g.b_type = GT_F32;
+  g.c_type = GT_BF16;
   assert_int_equal(gt_op_gemm_ex(be, &g), GT_EUNSUPPORTED);
   gt_backend_free(be, da);
   gt_backend_free(be, db);
   gt_backend_free(be, dc);
-  free(a), free(b), free(c), free(want);
+  free(a);
+  free(b);
+  free(c);
+  free(want);
 }
 
 /* With GT_CUDA_CHECK_IDS=1, bad ids fail before the kernel runs: outputs
@@ -351,7 +361,10 @@ static void test_bad_ids_change_nothing(void **state) {
 
   int32_t tokens[N] = {0, 1, 2, -4, 3, 0};
   float wte[V * C], dwte0[V * C], dwte1[V * C], dout[N * C];
-  for (int i = 0; i < V * C; i++) wte[i] = uniform(), dwte0[i] = uniform();
+  for (int i = 0; i < V * C; i++) {
+    wte[i] = uniform();
+    dwte0[i] = uniform();
+  }
   for (int i = 0; i < N * C; i++) dout[i] = uniform();
   int32_t *dtok = dput(tokens, sizeof tokens);
   float *dwte = dput(dwte0, sizeof dwte0), *ddout = dput(dout, sizeof dout),
@@ -425,7 +438,10 @@ static void test_copy_stream_large(void **state) {
   OK(gt_backend_host_alloc(be, bytes, (void **)&host));
   OK(gt_backend_host_alloc(be, bytes, (void **)&back));
   OK(gt_backend_alloc(be, bytes, (void **)&d));
-  for (size_t i = 0; i < n; i++) host[i] = (float)(i % 4093) - 2046.0f, back[i] = -1.0f;
+  for (size_t i = 0; i < n; i++) {
+    host[i] = (float)(i % 4093) - 2046.0f;
+    back[i] = -1.0f;
+  }
   gt_stream *copy = gt_backend_copy_stream(be), *compute = gt_backend_compute_stream(be);
   gt_event *up, *done;
   OK(gt_event_create(be, &up));

@@ -96,7 +96,10 @@ static double compare(const char *what, const float *a, const float *b, double t
   int at = 0;
   for (int s = 0; s < STEPS; s++) {
     double d = fabs((double)a[s] - b[s]) / fabs((double)b[s]);
-    if (d > worst) worst = d, at = s;
+    if (d > worst) {
+      worst = d;
+      at = s;
+    }
   }
   print_message("%s: loss %.5f -> %.5f, worst relative difference %.2e at step %d (tolerance %.0e)\n",
                 what, b[0], b[STEPS - 1], worst, at, tol);

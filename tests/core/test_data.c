@@ -63,7 +63,9 @@ static gt_loader_config cfg_of(const char *path, int B, int T, gt_loader_mode mo
 }
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
+  (void)st;
+  (void)flag;
+  (void)ftw;
   return remove(p);
 }
 
@@ -259,7 +261,10 @@ static void test_documents(void **state) {
     int32_t *in0 = NULL, *tg0 = NULL;
     for (int g = 0; g < 8; g++) {
       assert_int_equal(gt_loader_next(l, &b), GT_OK);
-      if (!in0) in0 = b.inputs, tg0 = b.targets;
+      if (!in0) {
+        in0 = b.inputs;
+        tg0 = b.targets;
+      }
       assert_ptr_equal(b.inputs, in0);
       assert_ptr_equal(b.targets, tg0);
       uint32_t row[B][16];
@@ -362,9 +367,12 @@ static void test_uneven_shares(void **state) {
   /* Replica 0 opens at its share; replica 1 opens with even shares and the
    * same capacity, then takes its share before its first batch. */
   c = cfg_of(seq_file(), 3, TM, GT_LOADER_FIXED, 31);
-  c.nshards = 2, c.offset = 0, c.total = TOTAL;
+  c.nshards = 2;
+  c.offset = 0;
+  c.total = TOTAL;
   assert_int_equal(gt_loader_open(&c, 0, &rep[0]), GT_OK);
-  c.shard = 1, c.total = 0;
+  c.shard = 1;
+  c.total = 0;
   assert_int_equal(gt_loader_open(&c, 0, &rep[1]), GT_OK);
   assert_int_equal(gt_loader_reshare(rep[1], 1, 3, TOTAL), GT_OK);
   uint64_t want = 0;
@@ -392,7 +400,9 @@ static void test_uneven_shares(void **state) {
   assert_int_equal(gt_loader_reshare(rep[0], 4, 0, 8), GT_EINVAL);
   assert_int_equal(gt_loader_reshare(rep[0], 2, 3, 4), GT_EINVAL);
   assert_int_equal(gt_loader_reshare(rep[0], 0, 0, 4), GT_EINVAL);
-  c.B = 2, c.offset = 3, c.total = 4;
+  c.B = 2;
+  c.offset = 3;
+  c.total = 4;
   gt_loader *bad = NULL;
   assert_int_equal(gt_loader_open(&c, 0, &bad), GT_EINVAL);
   assert_null(bad);

@@ -67,7 +67,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: test_install CMAKE CC PKG_CONFIG\n");
     return 2;
   }
-  tool_cmake = argv[1], tool_cc = argv[2], tool_pkgconfig = argv[3];
+  tool_cmake = argv[1];
+  tool_cc = argv[2];
+  tool_pkgconfig = argv[3];
   extra_flag = argc > 4 && argv[4][0] ? argv[4] : NULL;
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_installed_library_builds_a_program)};
   return cmocka_run_group_tests(tests, NULL, NULL);

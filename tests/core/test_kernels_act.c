@@ -15,8 +15,12 @@ static void gelu_run(gt_backend *be, const float *x, const float *dout, float *o
   float *dout_d = kt_dput(be, NULL, n * 4), *g = kt_dput(be, dx, n * 4);
   KT_OK(gt_op_gelu_forward(be, dout_d, dx_in, n));
   KT_OK(gt_op_gelu_backward(be, g, dx_in, dy, n));
-  kt_dget(be, out, dout_d, n * 4), kt_dget(be, dx, g, n * 4);
-  kt_dfree(be, dx_in), kt_dfree(be, dy), kt_dfree(be, dout_d), kt_dfree(be, g);
+  kt_dget(be, out, dout_d, n * 4);
+  kt_dget(be, dx, g, n * 4);
+  kt_dfree(be, dx_in);
+  kt_dfree(be, dy);
+  kt_dfree(be, dout_d);
+  kt_dfree(be, g);
 }
 
 static void check_gelu(size_t n) {
@@ -42,9 +46,16 @@ static void check_gelu(size_t n) {
     gelu_run(kt_ref, x, W, ro, rd, n);
     kt_check_backend("gelu out", out, ro, n);
     kt_check_backend("gelu dinp", dx, rd, n);
-    free(ro), free(rd);
+    free(ro);
+    free(rd);
   }
-  free(x), free(W), free(g0), free(out), free(dx), free(want), free(wantd);
+  free(x);
+  free(W);
+  free(g0);
+  free(out);
+  free(dx);
+  free(want);
+  free(wantd);
 }
 
 void test_gelu(void **state) {
@@ -61,26 +72,46 @@ static void residual_run(gt_backend *be, const float *a, const float *b, const f
   float *o = kt_dput(be, NULL, n * 4), *ga = kt_dput(be, da, n * 4), *gb = kt_dput(be, db, n * 4);
   KT_OK(gt_op_residual_forward(be, o, d_a, d_b, n));
   KT_OK(gt_op_residual_backward(be, ga, gb, dy, n));
-  kt_dget(be, out, o, n * 4), kt_dget(be, da, ga, n * 4), kt_dget(be, db, gb, n * 4);
-  kt_dfree(be, d_a), kt_dfree(be, d_b), kt_dfree(be, dy), kt_dfree(be, o), kt_dfree(be, ga),
-      kt_dfree(be, gb);
+  kt_dget(be, out, o, n * 4);
+  kt_dget(be, da, ga, n * 4);
+  kt_dget(be, db, gb, n * 4);
+  kt_dfree(be, d_a);
+  kt_dfree(be, d_b);
+  kt_dfree(be, dy);
+  kt_dfree(be, o);
+  kt_dfree(be, ga);
+  kt_dfree(be, gb);
 }
 
 static void check_residual(size_t n) {
   float *a = kt_randn_alloc(n, 1), *b = kt_randn_alloc(n, 1), *W = kt_randn_alloc(n, 1);
   float *ga0 = kt_randn_alloc(n, 1), *gb0 = kt_randn_alloc(n, 1);
   float *out = kt_xmalloc(n * 4), *da = kt_xmalloc(n * 4), *db = kt_xmalloc(n * 4);
-  memcpy(da, ga0, n * 4), memcpy(db, gb0, n * 4);
+  memcpy(da, ga0, n * 4);
+  memcpy(db, gb0, n * 4);
   residual_run(kt_be, a, b, W, out, da, db, n);
   /* Linear: the loss's finite difference is W itself, and a float add is
    * exact to the rounding, so the results are known bit for bit. */
   float *wo = kt_xmalloc(n * 4), *wa = kt_xmalloc(n * 4), *wb = kt_xmalloc(n * 4);
-  for (size_t i = 0; i < n; i++) wo[i] = a[i] + b[i], wa[i] = ga0[i] + W[i], wb[i] = gb0[i] + W[i];
+  for (size_t i = 0; i < n; i++) {
+    wo[i] = a[i] + b[i];
+    wa[i] = ga0[i] + W[i];
+    wb[i] = gb0[i] + W[i];
+  }
   kt_check_exact("residual out", out, wo, n);
   kt_check_exact("residual da", da, wa, n);
   kt_check_exact("residual db", db, wb, n);
-  free(a), free(b), free(W), free(ga0), free(gb0), free(out), free(da), free(db);
-  free(wo), free(wa), free(wb);
+  free(a);
+  free(b);
+  free(W);
+  free(ga0);
+  free(gb0);
+  free(out);
+  free(da);
+  free(db);
+  free(wo);
+  free(wa);
+  free(wb);
 }
 
 /* A branch without a gradient passes NULL (a block's skip connection):
@@ -98,7 +129,10 @@ static void check_residual_one_side(size_t n) {
   }
   KT_OK(gt_op_residual_backward(kt_be, NULL, NULL, d_dy, n));
   kt_dfree(kt_be, d_dy);
-  free(dy), free(g0), free(got), free(want);
+  free(dy);
+  free(g0);
+  free(got);
+  free(want);
 }
 
 void test_residual(void **state) {

@@ -63,9 +63,15 @@ static void attn_run(gt_backend *be, int B, int T, int C, int NH, const float *q
   float *scratch = kt_dput(be, nan, na * 4);
   KT_OK(gt_op_attention_forward(be, o, a, dq_in, B, T, C, NH));
   KT_OK(gt_op_attention_backward(be, g, scratch, dy, dq_in, a, B, T, C, NH));
-  kt_dget(be, out, o, no * 4), kt_dget(be, att, a, na * 4), kt_dget(be, dqkv, g, nq * 4);
-  kt_dfree(be, dq_in), kt_dfree(be, dy), kt_dfree(be, o), kt_dfree(be, a), kt_dfree(be, g),
-      kt_dfree(be, scratch);
+  kt_dget(be, out, o, no * 4);
+  kt_dget(be, att, a, na * 4);
+  kt_dget(be, dqkv, g, nq * 4);
+  kt_dfree(be, dq_in);
+  kt_dfree(be, dy);
+  kt_dfree(be, o);
+  kt_dfree(be, a);
+  kt_dfree(be, g);
+  kt_dfree(be, scratch);
   free(nan);
 }
 
@@ -95,10 +101,22 @@ static void check_attention(int B, int T, int C, int NH, size_t every) {
     kt_check_backend("attention out", out, ro, no);
     kt_check_backend("attention att", att, ra, na);
     kt_check_backend("attention dqkv", dqkv, rg, nq);
-    free(ro), free(ra), free(rg);
+    free(ro);
+    free(ra);
+    free(rg);
   }
-  free(qkv), free(W), free(g0), free(out), free(att), free(dqkv), free(r.qkv), free((void *)r.W);
-  free(wo), free(wa), free(fd), free(want);
+  free(qkv);
+  free(W);
+  free(g0);
+  free(out);
+  free(att);
+  free(dqkv);
+  free(r.qkv);
+  free((void *)r.W);
+  free(wo);
+  free(wa);
+  free(fd);
+  free(want);
 }
 
 void test_attention(void **state) {

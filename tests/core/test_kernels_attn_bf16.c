@@ -20,8 +20,10 @@ static void softmax_run(gt_backend *be, const float *s, const float *d, float *a
   float *a = kt_dput(be, s, n * 4), *g = kt_dput(be, d, n * 4);
   KT_OK(gt_op_causal_softmax_forward(be, a, BH, T));
   KT_OK(gt_op_causal_softmax_backward(be, g, a, BH, T, scale));
-  kt_dget(be, att, a, n * 4), kt_dget(be, dd, g, n * 4);
-  kt_dfree(be, a), kt_dfree(be, g);
+  kt_dget(be, att, a, n * 4);
+  kt_dget(be, dd, g, n * 4);
+  kt_dfree(be, a);
+  kt_dfree(be, g);
 }
 
 static void check_softmax(int BH, int T) {
@@ -52,9 +54,15 @@ static void check_softmax(int BH, int T) {
     softmax_run(kt_ref, s, d, ra, rd, BH, T, scale);
     kt_check_backend("causal_softmax_forward", att, ra, n);
     kt_check_backend("causal_softmax_backward", dd, rd, n);
-    free(ra), free(rd);
+    free(ra);
+    free(rd);
   }
-  free(s), free(d), free(att), free(dd), free(wa), free(wd);
+  free(s);
+  free(d);
+  free(att);
+  free(dd);
+  free(wa);
+  free(wd);
 }
 
 void test_causal_softmax(void **state) {
@@ -80,8 +88,15 @@ static void bf16_run(gt_backend *be, shape s, const float *qkv, const float *dou
   void *ws = kt_dput(be, NULL, gt_attention_bf16_scratch(s.B, s.T, s.C, s.NH));
   KT_OK(gt_attention_forward_bf16(be, o, a, q, s.B, s.T, s.C, s.NH, ws));
   KT_OK(gt_attention_backward_bf16(be, g, datt, dy, q, a, s.B, s.T, s.C, s.NH, ws));
-  kt_dget(be, out, o, no * 4), kt_dget(be, att, a, na * 4), kt_dget(be, dqkv, g, nq * 4);
-  kt_dfree(be, q), kt_dfree(be, dy), kt_dfree(be, o), kt_dfree(be, a), kt_dfree(be, g), kt_dfree(be, datt);
+  kt_dget(be, out, o, no * 4);
+  kt_dget(be, att, a, na * 4);
+  kt_dget(be, dqkv, g, nq * 4);
+  kt_dfree(be, q);
+  kt_dfree(be, dy);
+  kt_dfree(be, o);
+  kt_dfree(be, a);
+  kt_dfree(be, g);
+  kt_dfree(be, datt);
   kt_dfree(be, ws);
 }
 
@@ -137,7 +152,9 @@ static void check_attention_bf16(shape s) {
             dv += r16(A[(size_t)j * T + t]) * DY(b, j, h, i);
           }
           size_t at = ((size_t)b * T + t) * C3 + h * hs + i;
-          wg[at] += dq, wg[at + C] += dk, wg[at + 2 * C] += dv;
+          wg[at] += dq;
+          wg[at + C] += dk;
+          wg[at + 2 * C] += dv;
         }
     }
 #undef Q
@@ -153,10 +170,22 @@ static void check_attention_bf16(shape s) {
     bf16_run(kt_ref, s, qkv, dout, ro, ra, rg);
     kt_check_f("attention_bf16 out (vs cpu)", out, ro, no, 4e-3);
     kt_check_f("attention_bf16 dqkv (vs cpu)", dqkv, rg, nq, 1e-2);
-    free(ro), free(ra), free(rg);
+    free(ro);
+    free(ra);
+    free(rg);
   }
-  free(qkv), free(dout), free(g0), free(out), free(att), free(dqkv), free(wo), free(wa), free(wg), free(p),
-      free(datt), free(ds);
+  free(qkv);
+  free(dout);
+  free(g0);
+  free(out);
+  free(att);
+  free(dqkv);
+  free(wo);
+  free(wa);
+  free(wg);
+  free(p);
+  free(datt);
+  free(ds);
 }
 
 void test_attention_bf16(void **state) {

@@ -21,10 +21,14 @@ static void run_gemm(gt_backend *be, const gemm_case *c, const gt_gemm_args *g0,
   gt_gemm_args g = *g0;
   float *da = kt_dput(be, a, na * sizeof *a), *db = kt_dput(be, b, nb * sizeof *b);
   float *dc = kt_dput(be, cbuf, nc * sizeof *cbuf);
-  g.a = da, g.b = db, g.c = dc;
+  g.a = da;
+  g.b = db;
+  g.c = dc;
   KT_OK(gt_op_gemm(be, &g));
   kt_dget(be, cbuf, dc, nc * sizeof *cbuf);
-  kt_dfree(be, da), kt_dfree(be, db), kt_dfree(be, dc);
+  kt_dfree(be, da);
+  kt_dfree(be, db);
+  kt_dfree(be, dc);
   (void)c;
 }
 
@@ -64,7 +68,11 @@ static void check_gemm(const gemm_case *c) {
     kt_check_backend("gemm C", got, ref, nc);
     free(ref);
   }
-  free(a), free(b), free(c0), free(got), free(want);
+  free(a);
+  free(b);
+  free(c0);
+  free(got);
+  free(want);
 }
 
 void test_gemm_shapes(void **state) {
@@ -76,7 +84,9 @@ void test_gemm_shapes(void **state) {
       for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
         gemm_case c = {ta, tb, sizes[s][0], sizes[s][1], sizes[s][2], 1, 0, 1.0f, 0.0f};
         check_gemm(&c);
-        c.alpha = -0.5f, c.beta = 0.75f, c.pad = 3;
+        c.alpha = -0.5f;
+        c.beta = 0.75f;
+        c.pad = 3;
         check_gemm(&c);
       }
 }
@@ -116,16 +126,22 @@ void test_gemm_edges(void **state) {
                       .c = dc, .ldc = 4, .batch = 1};
   assert_int_equal(gt_op_gemm(kt_be, &bad), GT_EINVAL);
   if (gt_backend_kind(kt_be) == GT_DEVICE_CPU) assert_non_null(strstr(gt_last_error(), "lda"));
-  bad.lda = 4, bad.ldc = 3;
+  bad.lda = 4;
+  bad.ldc = 3;
   assert_int_equal(gt_op_gemm(kt_be, &bad), GT_EINVAL);
-  bad.ldc = 4, bad.batch = 0;
+  bad.ldc = 4;
+  bad.batch = 0;
   assert_int_equal(gt_op_gemm(kt_be, &bad), GT_EINVAL);
   if (gt_backend_kind(kt_be) == GT_DEVICE_CPU) {
-    bad.batch = 2, bad.stride_c = 8; /* outputs of 16 elements 8 apart overlap */
+    /* outputs of 16 elements 8 apart overlap */
+    bad.batch = 2;
+    bad.stride_c = 8;
     assert_int_equal(gt_op_gemm(kt_be, &bad), GT_EINVAL);
   }
-  bad.batch = 1, bad.m = -1;
+  bad.batch = 1;
+  bad.m = -1;
   assert_int_equal(gt_op_gemm(kt_be, &bad), GT_EINVAL);
-  kt_dfree(kt_be, da), kt_dfree(kt_be, dc);
+  kt_dfree(kt_be, da);
+  kt_dfree(kt_be, dc);
   free(c);
 }

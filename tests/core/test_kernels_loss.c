@@ -41,11 +41,17 @@ static void xent_run(gt_backend *be, int N, int V, const float *logits, const in
   int32_t *dt = kt_dput(be, tgt, N * 4);
   float *dp = alias ? dx : kt_dput(be, NULL, n * 4), *dg = alias ? dp : kt_dput(be, NULL, n * 4);
   KT_OK(gt_op_softmax_xent_forward(be, dl, dp, dx, dt, N, V));
-  kt_dget(be, probs, dp, n * 4), kt_dget(be, losses, dl, N * 4);
+  kt_dget(be, probs, dp, n * 4);
+  kt_dget(be, losses, dl, N * 4);
   KT_OK(gt_op_softmax_xent_backward(be, dg, dp, dt, dloss, N, V));
   kt_dget(be, dlogits, dg, n * 4);
-  kt_dfree(be, dx), kt_dfree(be, dl), kt_dfree(be, dt);
-  if (!alias) kt_dfree(be, dp), kt_dfree(be, dg);
+  kt_dfree(be, dx);
+  kt_dfree(be, dl);
+  kt_dfree(be, dt);
+  if (!alias) {
+    kt_dfree(be, dp);
+    kt_dfree(be, dg);
+  }
 }
 
 static void check_xent(int N, int V, int alias) {
@@ -75,10 +81,19 @@ static void check_xent(int N, int V, int alias) {
     kt_check_backend("xent losses", losses, rl, N);
     kt_check_backend("xent probs", probs, rp, n);
     kt_check_backend("xent dlogits", dlog, rd, n);
-    free(rl), free(rp), free(rd);
+    free(rl);
+    free(rp);
+    free(rd);
   }
-  free(x), free(tgt), free(losses), free(probs), free(dlog), free(r.logits), free(wl), free(wp),
-      free(fd);
+  free(x);
+  free(tgt);
+  free(losses);
+  free(probs);
+  free(dlog);
+  free(r.logits);
+  free(wl);
+  free(wp);
+  free(fd);
 }
 
 void test_softmax_xent(void **state) {
@@ -107,5 +122,6 @@ void test_softmax_xent_errors(void **state) {
     assert_int_equal(gt_op_softmax_xent_backward(be, buf, buf, dt, 1.0f, N, V), GT_ERANGE);
   }
   assert_int_equal(gt_op_softmax_xent_forward(be, buf, buf, buf, dt, N, 0), GT_EINVAL);
-  kt_dfree(be, buf), kt_dfree(be, dt);
+  kt_dfree(be, buf);
+  kt_dfree(be, dt);
 }

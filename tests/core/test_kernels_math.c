@@ -13,7 +13,8 @@ static double sum_squares_on(gt_backend *be, const float *x, size_t n) {
   double *dout = kt_dput(be, NULL, sizeof(double)), out;
   KT_OK(gt_op_sum_squares(be, dout, dx, n));
   kt_dget(be, &out, dout, sizeof out);
-  kt_dfree(be, dx), kt_dfree(be, dout);
+  kt_dfree(be, dx);
+  kt_dfree(be, dout);
   return out;
 }
 
@@ -48,7 +49,9 @@ void test_scale(void **state) {
     kt_dget(kt_be, got, dx, n * 4);
     kt_check_exact("scale", got, want, n);
     kt_dfree(kt_be, dx);
-    free(x), free(want), free(got);
+    free(x);
+    free(want);
+    free(got);
   }
 }
 
@@ -75,7 +78,9 @@ void test_bf16(void **state) {
   size_t n = NK + 2 + NR;
   float *src = kt_xmalloc(n * 4);
   for (int i = 0; i < NK; i++) src[i] = from_bits(known[i].in);
-  src[NK] = from_bits(0x7FC00000u), src[NK + 1] = from_bits(0xFF800001u); /* NaNs */
+  /* NaNs */
+  src[NK] = from_bits(0x7FC00000u);
+  src[NK + 1] = from_bits(0xFF800001u);
   for (int i = 0; i < NR; i++) src[NK + 2 + i] = kt_uniform() * 1e4f;
   uint16_t *got = kt_xmalloc(n * 2);
   float *dsrc = kt_dput(kt_be, src, n * 4);
@@ -89,8 +94,10 @@ void test_bf16(void **state) {
     if ((got[i] & 0x7F80) != 0x7F80 || (got[i] & 0x7F) == 0) fail_msg("NaN became 0x%04X", got[i]);
   for (size_t i = NK + 2; i < n; i++)
     if (got[i] != gt_f32_to_bf16(src[i])) fail_msg("f32_to_bf16(%g) disagrees with gt_f32_to_bf16", src[i]);
-  kt_dfree(kt_be, dsrc), kt_dfree(kt_be, dh);
-  free(src), free(got);
+  kt_dfree(kt_be, dsrc);
+  kt_dfree(kt_be, dh);
+  free(src);
+  free(got);
 
   /* Every bf16 pattern widens exactly and narrows back to itself. */
   enum { ALL = 65536 };
@@ -101,7 +108,8 @@ void test_bf16(void **state) {
   float *d32 = kt_dput(kt_be, NULL, ALL * 4);
   KT_OK(gt_op_bf16_to_f32(kt_be, d32, d16, ALL));
   KT_OK(gt_op_f32_to_bf16(kt_be, d16, d32, ALL));
-  kt_dget(kt_be, f, d32, ALL * 4), kt_dget(kt_be, back, d16, ALL * 2);
+  kt_dget(kt_be, f, d32, ALL * 4);
+  kt_dget(kt_be, back, d16, ALL * 2);
   for (int i = 0; i < ALL; i++) {
     uint32_t u;
     memcpy(&u, &f[i], 4);
@@ -109,8 +117,11 @@ void test_bf16(void **state) {
     int nan = (i & 0x7F80) == 0x7F80 && (i & 0x7F);
     if (nan ? (back[i] & 0x7F) == 0 : back[i] != i) fail_msg("bf16 0x%04X came back as 0x%04X", i, back[i]);
   }
-  kt_dfree(kt_be, d16), kt_dfree(kt_be, d32);
-  free(h), free(back), free(f);
+  kt_dfree(kt_be, d16);
+  kt_dfree(kt_be, d32);
+  free(h);
+  free(back);
+  free(f);
 }
 
 /* The same inputs give the same bits, call after call. */
@@ -138,7 +149,11 @@ void test_determinism(void **state) {
   }
   float *all[] = {d_qkv, d_dy, d_w, out, att, datt, mean, rstd, g};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) kt_dfree(be, all[i]);
-  free(qkv), free(dy), free(w), free(first), free(now);
+  free(qkv);
+  free(dy);
+  free(w);
+  free(first);
+  free(now);
 }
 
 void test_measure_peak(void **state) {

@@ -38,18 +38,24 @@ static void run(gt_backend *be, const gt_gemm_ex_args *g0, const uint16_t *a, si
     uint16_t *c16 = kt_xmalloc(nc * 2);
     for (size_t i = 0; i < nc; i++) c16[i] = gt_f32_to_bf16(c[i]);
     dc = kt_dput(be, c16, nc * 2);
-    g.a = da, g.b = db, g.c = dc;
+    g.a = da;
+    g.b = db;
+    g.c = dc;
     KT_OK(gt_op_gemm_ex(be, &g));
     kt_dget(be, c16, dc, nc * 2);
     for (size_t i = 0; i < nc; i++) c[i] = gt_bf16_to_f32(c16[i]);
     free(c16);
   } else {
     dc = kt_dput(be, c, nc * 4);
-    g.a = da, g.b = db, g.c = dc;
+    g.a = da;
+    g.b = db;
+    g.c = dc;
     KT_OK(gt_op_gemm_ex(be, &g));
     kt_dget(be, c, dc, nc * 4);
   }
-  kt_dfree(be, da), kt_dfree(be, db), kt_dfree(be, dc);
+  kt_dfree(be, da);
+  kt_dfree(be, db);
+  kt_dfree(be, dc);
 }
 
 static void check_case(const mcase *c) {
@@ -90,7 +96,11 @@ static void check_case(const mcase *c) {
     else kt_check_f("gemm_ex C (bf16, vs cpu)", got, ref, nc, 8e-3); /* either side may round the other way */
     free(ref);
   }
-  free(a), free(b), free(c0), free(got), free(want);
+  free(a);
+  free(b);
+  free(c0);
+  free(got);
+  free(want);
 }
 
 void test_gemm_ex(void **state) {
@@ -105,9 +115,13 @@ void test_gemm_ex(void **state) {
         for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
           mcase c = {ta, tb, sizes[s][0], sizes[s][1], sizes[s][2], 1, 0, 1.0f, 0.0f, ct ? GT_BF16 : GT_F32};
           check_case(&c);
-          c.alpha = -0.5f, c.beta = 0.75f, c.pad = 3;
+          c.alpha = -0.5f;
+          c.beta = 0.75f;
+          c.pad = 3;
           check_case(&c);
-          c.batch = 3, c.beta = 1.0f; /* accumulation, as backward uses it */
+          /* accumulation, as backward uses it */
+          c.batch = 3;
+          c.beta = 1.0f;
           check_case(&c);
         }
   /* k = 0: C = beta * C. */
@@ -136,8 +150,14 @@ void test_gemm_ex_f32_is_gemm(void **state) {
   KT_OK(gt_op_gemm_ex(kt_be, &x));
   kt_dget(kt_be, got, dc, (size_t)m * n * 4);
   kt_check_exact("gemm_ex f32", got, want, (size_t)m * n);
-  kt_dfree(kt_be, da), kt_dfree(kt_be, db), kt_dfree(kt_be, dc);
-  free(a), free(b), free(c), free(got), free(want);
+  kt_dfree(kt_be, da);
+  kt_dfree(kt_be, db);
+  kt_dfree(kt_be, dc);
+  free(a);
+  free(b);
+  free(c);
+  free(got);
+  free(want);
 }
 
 void test_gemm_ex_errors(void **state) {
@@ -148,10 +168,15 @@ void test_gemm_ex_errors(void **state) {
                           .b = d16, .b_type = GT_BF16, .ldb = 4, .c = d32, .c_type = GT_F32, .ldc = 4,
                           .batch = 1};
   gt_gemm_ex_args g = base;
-  g.b = d32, g.b_type = GT_F32; /* mixed operand types */
+  /* mixed operand types */
+  g.b = d32;
+  g.b_type = GT_F32;
   assert_int_equal(gt_op_gemm_ex(kt_be, &g), GT_EUNSUPPORTED);
   g = base;
-  g.a = g.b = d32, g.a_type = g.b_type = GT_F32, g.c = d16, g.c_type = GT_BF16;
+  g.a = g.b = d32;
+  g.a_type = g.b_type = GT_F32;
+  g.c = d16;
+  g.c_type = GT_BF16;
   assert_int_equal(gt_op_gemm_ex(kt_be, &g), GT_EUNSUPPORTED);
   g = base;
   g.a_type = GT_I32;
@@ -162,7 +187,8 @@ void test_gemm_ex_errors(void **state) {
   g = base;
   g.m = -1;
   assert_int_not_equal(gt_op_gemm_ex(kt_be, &g), GT_OK);
-  kt_dfree(kt_be, d16), kt_dfree(kt_be, d32);
+  kt_dfree(kt_be, d16);
+  kt_dfree(kt_be, d32);
 }
 
 void test_bias(void **state) {
@@ -189,8 +215,15 @@ void test_bias(void **state) {
     kt_check("bias_add", got, want, n, 1e-6);
     kt_dget(kt_be, got, ddb, (size_t)OC * 4);
     kt_check("bias_backward (accumulates)", got, dwant, (size_t)OC, 1e-5);
-    kt_dfree(kt_be, dout), kt_dfree(kt_be, db), kt_dfree(kt_be, ddb);
-    free(out), free(bias), free(dbias), free(got), free(want), free(dwant);
+    kt_dfree(kt_be, dout);
+    kt_dfree(kt_be, db);
+    kt_dfree(kt_be, ddb);
+    free(out);
+    free(bias);
+    free(dbias);
+    free(got);
+    free(want);
+    free(dwant);
   }
   assert_int_equal(gt_op_bias_add(kt_be, NULL, NULL, -1, 3), GT_EINVAL);
   assert_int_equal(gt_op_bias_backward(kt_be, NULL, NULL, 2, -3), GT_EINVAL);

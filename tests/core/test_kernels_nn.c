@@ -42,9 +42,15 @@ static void emb_run(gt_backend *be, int B, int T, int C, int V, const int32_t *t
   kt_dget(be, o->out, out, N * C * 4);
   kt_dget(be, o->dwte, g_wte, (size_t)V * C * 4);
   if (wpe) kt_dget(be, o->dwpe, g_wpe, (size_t)T * C * 4);
-  kt_dfree(be, dtok), kt_dfree(be, dwte_w), kt_dfree(be, dout_d), kt_dfree(be, out);
+  kt_dfree(be, dtok);
+  kt_dfree(be, dwte_w);
+  kt_dfree(be, dout_d);
+  kt_dfree(be, out);
   kt_dfree(be, g_wte);
-  if (wpe) kt_dfree(be, dwpe_w), kt_dfree(be, g_wpe);
+  if (wpe) {
+    kt_dfree(be, dwpe_w);
+    kt_dfree(be, g_wpe);
+  }
 }
 
 static void check_embedding(int B, int T, int C, int V, int with_wpe) {
@@ -55,7 +61,8 @@ static void check_embedding(int B, int T, int C, int V, int with_wpe) {
   float *W = kt_randn_alloc(N * C, 1);
   float *gte0 = kt_randn_alloc(nte, 1), *gpe0 = kt_randn_alloc(npe, 1);
   emb_out o = {kt_xmalloc(N * C * 4), kt_xmalloc(nte * 4), kt_xmalloc(npe * 4)};
-  memcpy(o.dwte, gte0, nte * 4), memcpy(o.dwpe, gpe0, npe * 4);
+  memcpy(o.dwte, gte0, nte * 4);
+  memcpy(o.dwpe, gpe0, npe * 4);
   emb_run(kt_be, B, T, C, V, tok, wte, wpe, W, &o);
 
   float *want = kt_xmalloc(N * C * 4);
@@ -70,25 +77,41 @@ static void check_embedding(int B, int T, int C, int V, int with_wpe) {
   kt_fd(emb_loss, &r, r.wte, nte, 1, fd);
   double *w = kt_plus(gte0, fd, nte);
   kt_check("embedding dwte", o.dwte, w, nte, 1e-5);
-  free(fd), free(w);
+  free(fd);
+  free(w);
   if (wpe) {
     fd = kt_xmalloc(npe * sizeof *fd);
     kt_fd(emb_loss, &r, r.wpe, npe, 1, fd);
     w = kt_plus(gpe0, fd, npe);
     kt_check("embedding dwpe", o.dwpe, w, npe, 1e-5);
-    free(fd), free(w);
+    free(fd);
+    free(w);
   }
   if (kt_ref) {
     emb_out e = {kt_xmalloc(N * C * 4), kt_xmalloc(nte * 4), kt_xmalloc(npe * 4)};
-    memcpy(e.dwte, gte0, nte * 4), memcpy(e.dwpe, gpe0, npe * 4);
+    memcpy(e.dwte, gte0, nte * 4);
+    memcpy(e.dwpe, gpe0, npe * 4);
     emb_run(kt_ref, B, T, C, V, tok, wte, wpe, W, &e);
     kt_check_backend("embedding out", o.out, e.out, N * C);
     kt_check_backend("embedding dwte", o.dwte, e.dwte, nte);
     if (wpe) kt_check_backend("embedding dwpe", o.dwpe, e.dwpe, npe);
-    free(e.out), free(e.dwte), free(e.dwpe);
+    free(e.out);
+    free(e.dwte);
+    free(e.dwpe);
   }
-  free(tok), free(wte), free(wpe), free(W), free(gte0), free(gpe0), free(want);
-  free(o.out), free(o.dwte), free(o.dwpe), free(r.wte), free(r.wpe), free((void *)r.W);
+  free(tok);
+  free(wte);
+  free(wpe);
+  free(W);
+  free(gte0);
+  free(gpe0);
+  free(want);
+  free(o.out);
+  free(o.dwte);
+  free(o.dwpe);
+  free(r.wte);
+  free(r.wpe);
+  free((void *)r.W);
 }
 
 void test_embedding(void **state) {
@@ -119,7 +142,10 @@ static void ln_forward_ref(const ln_ref *r, double *out, double *mean, double *r
     v /= r->C;
     double s = 1.0 / sqrt(v + 1e-5);
     for (int c = 0; c < r->C; c++) out[(size_t)i * r->C + c] = (x[c] - m) * s * r->w[c] + r->b[c];
-    if (mean) mean[i] = m, rstd[i] = s;
+    if (mean) {
+      mean[i] = m;
+      rstd[i] = s;
+    }
   }
 }
 
@@ -146,8 +172,12 @@ static void ln_run(gt_backend *be, int N, int C, const float *x, const float *w,
   float *gw = kt_dput(be, o->dw, C * 4), *gb = kt_dput(be, o->db, C * 4);
   KT_OK(gt_op_layernorm_forward(be, out, mean, rstd, dx_in, dw_in, db_in, N, C));
   KT_OK(gt_op_layernorm_backward(be, gx, gw, gb, dy, dx_in, dw_in, mean, rstd, N, C));
-  kt_dget(be, o->out, out, n * 4), kt_dget(be, o->mean, mean, N * 4), kt_dget(be, o->rstd, rstd, N * 4);
-  kt_dget(be, o->dx, gx, n * 4), kt_dget(be, o->dw, gw, C * 4), kt_dget(be, o->db, gb, C * 4);
+  kt_dget(be, o->out, out, n * 4);
+  kt_dget(be, o->mean, mean, N * 4);
+  kt_dget(be, o->rstd, rstd, N * 4);
+  kt_dget(be, o->dx, gx, n * 4);
+  kt_dget(be, o->dw, gw, C * 4);
+  kt_dget(be, o->db, gb, C * 4);
   float *all[] = {dx_in, dw_in, db_in, out, mean, rstd, dy, gx, gw, gb};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) kt_dfree(be, all[i]);
 }
@@ -156,12 +186,19 @@ static ln_out ln_alloc(int N, int C, const float *gx0, const float *gw0, const f
   size_t n = (size_t)N * C;
   ln_out o = {kt_xmalloc(n * 4), kt_xmalloc(N * 4), kt_xmalloc(N * 4),
               kt_xmalloc(n * 4), kt_xmalloc(C * 4), kt_xmalloc(C * 4)};
-  memcpy(o.dx, gx0, n * 4), memcpy(o.dw, gw0, C * 4), memcpy(o.db, gb0, C * 4);
+  memcpy(o.dx, gx0, n * 4);
+  memcpy(o.dw, gw0, C * 4);
+  memcpy(o.db, gb0, C * 4);
   return o;
 }
 
 static void ln_free(ln_out *o) {
-  free(o->out), free(o->mean), free(o->rstd), free(o->dx), free(o->dw), free(o->db);
+  free(o->out);
+  free(o->mean);
+  free(o->rstd);
+  free(o->dx);
+  free(o->dw);
+  free(o->db);
 }
 
 static void check_layernorm(int N, int C, size_t every) {
@@ -204,8 +241,21 @@ static void check_layernorm(int N, int C, size_t every) {
     ln_free(&e);
   }
   ln_free(&o);
-  free(x), free(w), free(b), free(W), free(gx0), free(gw0), free(gb0);
-  free(r.x), free(r.w), free(r.b), free((void *)r.W), free(out), free(mean), free(rstd), free(fd);
+  free(x);
+  free(w);
+  free(b);
+  free(W);
+  free(gx0);
+  free(gw0);
+  free(gb0);
+  free(r.x);
+  free(r.w);
+  free(r.b);
+  free((void *)r.W);
+  free(out);
+  free(mean);
+  free(rstd);
+  free(fd);
 }
 
 void test_layernorm(void **state) {
@@ -252,10 +302,22 @@ static void lin_run(gt_backend *be, int N, int C, int OC, const float *x, const 
   float *gb = bias ? kt_dput(be, o->db, OC * 4) : NULL;
   KT_OK(gt_op_linear_forward(be, out, dx_in, dw_in, db_in, N, C, OC));
   KT_OK(gt_op_linear_backward(be, gx, gw, gb, dy, dx_in, dw_in, N, C, OC));
-  kt_dget(be, o->out, out, ny * 4), kt_dget(be, o->dw, gw, nw * 4);
-  if (gx) kt_dget(be, o->dx, gx, nx * 4), kt_dfree(be, gx);
-  if (gb) kt_dget(be, o->db, gb, OC * 4), kt_dfree(be, gb), kt_dfree(be, db_in);
-  kt_dfree(be, dx_in), kt_dfree(be, dw_in), kt_dfree(be, out), kt_dfree(be, dy), kt_dfree(be, gw);
+  kt_dget(be, o->out, out, ny * 4);
+  kt_dget(be, o->dw, gw, nw * 4);
+  if (gx) {
+    kt_dget(be, o->dx, gx, nx * 4);
+    kt_dfree(be, gx);
+  }
+  if (gb) {
+    kt_dget(be, o->db, gb, OC * 4);
+    kt_dfree(be, gb);
+    kt_dfree(be, db_in);
+  }
+  kt_dfree(be, dx_in);
+  kt_dfree(be, dw_in);
+  kt_dfree(be, out);
+  kt_dfree(be, dy);
+  kt_dfree(be, gw);
 }
 
 static void check_linear(int N, int C, int OC, int with_bias, int want_dx, size_t every) {
@@ -264,7 +326,9 @@ static void check_linear(int N, int C, int OC, int with_bias, int want_dx, size_
   float *W = kt_randn_alloc(ny, 1);
   float *gx0 = kt_randn_alloc(nx, 1), *gw0 = kt_randn_alloc(nw, 1), *gb0 = kt_randn_alloc(OC, 1);
   lin_out o = {kt_xmalloc(ny * 4), kt_xmalloc(nx * 4), kt_xmalloc(nw * 4), kt_xmalloc(OC * 4)};
-  memcpy(o.dx, gx0, nx * 4), memcpy(o.dw, gw0, nw * 4), memcpy(o.db, gb0, OC * 4);
+  memcpy(o.dx, gx0, nx * 4);
+  memcpy(o.dw, gw0, nw * 4);
+  memcpy(o.db, gb0, OC * 4);
   lin_run(kt_be, N, C, OC, x, w, with_bias ? bias : NULL, W, want_dx, &o);
 
   lin_ref r = {N, C, OC, kt_to_double(x, nx), kt_to_double(w, nw),
@@ -298,17 +362,36 @@ static void check_linear(int N, int C, int OC, int with_bias, int want_dx, size_
   }
   if (kt_ref) {
     lin_out e = {kt_xmalloc(ny * 4), kt_xmalloc(nx * 4), kt_xmalloc(nw * 4), kt_xmalloc(OC * 4)};
-    memcpy(e.dx, gx0, nx * 4), memcpy(e.dw, gw0, nw * 4), memcpy(e.db, gb0, OC * 4);
+    memcpy(e.dx, gx0, nx * 4);
+    memcpy(e.dw, gw0, nw * 4);
+    memcpy(e.db, gb0, OC * 4);
     lin_run(kt_ref, N, C, OC, x, w, with_bias ? bias : NULL, W, want_dx, &e);
     kt_check_backend("linear out", o.out, e.out, ny);
     kt_check_backend("linear dinp", o.dx, e.dx, nx);
     kt_check_backend("linear dw", o.dw, e.dw, nw);
     kt_check_backend("linear dbias", o.db, e.db, OC);
-    free(e.out), free(e.dx), free(e.dw), free(e.db);
+    free(e.out);
+    free(e.dx);
+    free(e.dw);
+    free(e.db);
   }
-  free(o.out), free(o.dx), free(o.dw), free(o.db), free(x), free(w), free(bias), free(W);
-  free(gx0), free(gw0), free(gb0), free(r.x), free(r.w), free(r.bias), free((void *)r.W);
-  free(out), free(fd);
+  free(o.out);
+  free(o.dx);
+  free(o.dw);
+  free(o.db);
+  free(x);
+  free(w);
+  free(bias);
+  free(W);
+  free(gx0);
+  free(gw0);
+  free(gb0);
+  free(r.x);
+  free(r.w);
+  free(r.bias);
+  free((void *)r.W);
+  free(out);
+  free(fd);
 }
 
 void test_linear(void **state) {
@@ -336,5 +419,6 @@ void test_nn_errors(void **state) {
     assert_int_equal(gt_op_embedding_forward(be, buf, dtok, buf, NULL, 1, 2, 4), GT_ERANGE);
     assert_non_null(strstr(gt_last_error(), "-3"));
   }
-  kt_dfree(be, buf), kt_dfree(be, dtok);
+  kt_dfree(be, buf);
+  kt_dfree(be, dtok);
 }

@@ -34,8 +34,13 @@ static void adamw_steps(gt_backend *be, float *p, float *m, float *v, float **gr
     KT_OK(gt_backend_upload(be, d.g, grads[s - 1], n * 4));
     KT_OK(gt_op_adamw_update(be, d.p, d.g, d.m, d.v, n, &a));
   }
-  kt_dget(be, p, d.p, n * 4), kt_dget(be, m, d.m, n * 4), kt_dget(be, v, d.v, n * 4);
-  kt_dfree(be, d.p), kt_dfree(be, d.m), kt_dfree(be, d.v), kt_dfree(be, d.g);
+  kt_dget(be, p, d.p, n * 4);
+  kt_dget(be, m, d.m, n * 4);
+  kt_dget(be, v, d.v, n * 4);
+  kt_dfree(be, d.p);
+  kt_dfree(be, d.m);
+  kt_dfree(be, d.v);
+  kt_dfree(be, d.g);
 }
 
 static void check_adamw(size_t n) {
@@ -60,10 +65,18 @@ static void check_adamw(size_t n) {
     memcpy(ep, p0, n * 4);
     adamw_steps(kt_ref, ep, em, ev, grads, STEPS, n, &a);
     kt_check_backend("adamw param", p, ep, n);
-    free(ep), free(em), free(ev);
+    free(ep);
+    free(em);
+    free(ev);
   }
   for (int s = 0; s < STEPS; s++) free(grads[s]);
-  free(p0), free(p), free(m), free(v), free(rp), free(rm), free(rv);
+  free(p0);
+  free(p);
+  free(m);
+  free(v);
+  free(rp);
+  free(rm);
+  free(rv);
 }
 
 void test_adamw(void **state) {
@@ -136,13 +149,15 @@ static void check_adamw_bf16(size_t n) {
     adamw_ref_exact(rp, rm, rv, r16, grads[s - 1], n, &a);
   }
   KT_OK(gt_op_f32_to_bf16(kt_be, dconv, dp, n));
-  kt_dget(kt_be, got16, d16, hb), kt_dget(kt_be, conv16, dconv, hb);
+  kt_dget(kt_be, got16, d16, hb);
+  kt_dget(kt_be, conv16, dconv, hb);
   expect_same_bf16("adamw_update_bf16 copy vs f32_to_bf16", got16, conv16, n);
   float *dev[] = {dp, dm, dv}, *plain[] = {ep, em, ev}, *ref[] = {rp, rm, rv};
   const char *names[] = {"param", "m", "v"};
   for (int k = 0; k < 3; k++) {
     char what[96];
-    kt_dget(kt_be, got, dev[k], fb), kt_dget(kt_be, other, plain[k], fb);
+    kt_dget(kt_be, got, dev[k], fb);
+    kt_dget(kt_be, other, plain[k], fb);
     snprintf(what, sizeof what, "adamw_update_bf16 %s vs adamw_update (n=%zu)", names[k], n);
     kt_check_exact(what, got, other, n);
     snprintf(what, sizeof what, "adamw_update_bf16 %s vs the exact reference (n=%zu)", names[k], n);
@@ -152,9 +167,18 @@ static void check_adamw_bf16(size_t n) {
   if (!kt_ref) expect_same_bf16("adamw_update_bf16 copy vs the exact reference", got16, r16, n);
   float *all[] = {dp, dm, dv, ep, em, ev, dg};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) kt_dfree(kt_be, all[i]);
-  kt_dfree(kt_be, d16), kt_dfree(kt_be, dconv);
+  kt_dfree(kt_be, d16);
+  kt_dfree(kt_be, dconv);
   for (int s = 0; s < STEPS; s++) free(grads[s]);
-  free(p0), free(rp), free(rm), free(rv), free(r16), free(got), free(other), free(got16), free(conv16);
+  free(p0);
+  free(rp);
+  free(rm);
+  free(rv);
+  free(r16);
+  free(got);
+  free(other);
+  free(got16);
+  free(conv16);
 }
 
 void test_adamw_bf16(void **state) {
@@ -193,8 +217,12 @@ static void sgd_steps(gt_backend *be, float *p, float *mom, float **grads, int s
     KT_OK(gt_op_sgd_update(be, dp, dg, dm, n, a));
   }
   kt_dget(be, p, dp, n * 4);
-  if (dm) kt_dget(be, mom, dm, n * 4), kt_dfree(be, dm);
-  kt_dfree(be, dp), kt_dfree(be, dg);
+  if (dm) {
+    kt_dget(be, mom, dm, n * 4);
+    kt_dfree(be, dm);
+  }
+  kt_dfree(be, dp);
+  kt_dfree(be, dg);
 }
 
 static void check_sgd(size_t n, const gt_sgd_args *a) {
@@ -213,10 +241,15 @@ static void check_sgd(size_t n, const gt_sgd_args *a) {
     memcpy(ep, p0, n * 4);
     sgd_steps(kt_ref, ep, em, grads, STEPS, n, a);
     kt_check_backend("sgd param", p, ep, n);
-    free(ep), free(em);
+    free(ep);
+    free(em);
   }
   for (int s = 0; s < STEPS; s++) free(grads[s]);
-  free(p0), free(p), free(mom), free(rp), free(rb);
+  free(p0);
+  free(p);
+  free(mom);
+  free(rp);
+  free(rb);
 }
 
 void test_sgd(void **state) {

@@ -42,9 +42,23 @@ static void test_embedding_slice_case(int B, int T, int C, int V) {
     KT_OK(gt_op_embedding_slice_backward(kt_be, gw2 + (size_t)r * Vp * C, NULL, dout_d, dtok, r * Vp, Vp, B, T, C));
   kt_dget(kt_be, got_w, gw2, (size_t)V * C * sizeof(float));
   kt_check_exact("embedding_slice_backward", got_w, want_w, (size_t)V * C);
-  free(tok), free(wte), free(wpe), free(dout), free(want), free(got), free(part), free(want_w), free(got_w);
-  kt_dfree(kt_be, dtok), kt_dfree(kt_be, dwte), kt_dfree(kt_be, dwpe), kt_dfree(kt_be, dout_d);
-  kt_dfree(kt_be, dres), kt_dfree(kt_be, gw), kt_dfree(kt_be, gp), kt_dfree(kt_be, gw2);
+  free(tok);
+  free(wte);
+  free(wpe);
+  free(dout);
+  free(want);
+  free(got);
+  free(part);
+  free(want_w);
+  free(got_w);
+  kt_dfree(kt_be, dtok);
+  kt_dfree(kt_be, dwte);
+  kt_dfree(kt_be, dwpe);
+  kt_dfree(kt_be, dout_d);
+  kt_dfree(kt_be, dres);
+  kt_dfree(kt_be, gw);
+  kt_dfree(kt_be, gp);
+  kt_dfree(kt_be, gw2);
 }
 
 void test_embedding_slice(void **state) {
@@ -104,10 +118,26 @@ static void test_xent_slice_case(int N, int V) {
   if (gt_backend_kind(kt_be) == GT_DEVICE_CPU)
     assert_int_equal(gt_op_xent_slice_finish(kt_be, dloss, dcols[0], dcols[0], dall, P, dts, bad, V, N, Vp), GT_ERANGE);
   for (int r = 0; r < P; r++) kt_dfree(kt_be, dcols[r]);
-  kt_dfree(kt_be, bad), kt_dfree(kt_be, dl), kt_dfree(kt_be, dloss), kt_dfree(kt_be, dtg), kt_dfree(kt_be, dstats);
-  kt_dfree(kt_be, dtl), kt_dfree(kt_be, dall), kt_dfree(kt_be, dts);
-  free(logits), free(tg), free(want_loss), free(want_p), free(want_d), free(stats_all), free(tsum), free(cols);
-  free(tl), free(got_p), free(got_d), free(got_loss);
+  kt_dfree(kt_be, bad);
+  kt_dfree(kt_be, dl);
+  kt_dfree(kt_be, dloss);
+  kt_dfree(kt_be, dtg);
+  kt_dfree(kt_be, dstats);
+  kt_dfree(kt_be, dtl);
+  kt_dfree(kt_be, dall);
+  kt_dfree(kt_be, dts);
+  free(logits);
+  free(tg);
+  free(want_loss);
+  free(want_p);
+  free(want_d);
+  free(stats_all);
+  free(tsum);
+  free(cols);
+  free(tl);
+  free(got_p);
+  free(got_d);
+  free(got_loss);
 }
 
 void test_xent_slice(void **state) {

@@ -83,7 +83,10 @@ static float *host_buf(const gt_model *m) {
 /* ||a - b|| / ||b|| over the buffer. */
 static double rel_diff(const float *a, const float *b, size_t n) {
   double d = 0, r = 0;
-  for (size_t i = 0; i < n; i++) d += (a[i] - b[i]) * (double)(a[i] - b[i]), r += (double)b[i] * b[i];
+  for (size_t i = 0; i < n; i++) {
+    d += (a[i] - b[i]) * (double)(a[i] - b[i]);
+    r += (double)b[i] * b[i];
+  }
   return sqrt(d / r);
 }
 
@@ -117,8 +120,10 @@ static void test_bf16_tracks_fp32_within_its_resolution(void **state) {
   assert_true(dl < 2e-3);
   assert_true(dg < 3e-2);
   assert_true(dg > 2e-4);
-  free(g32), free(g16);
-  gt_model_destroy(m32), gt_model_destroy(m16);
+  free(g32);
+  free(g16);
+  gt_model_destroy(m32);
+  gt_model_destroy(m16);
 }
 
 static float bf16_ulp(float x) {
@@ -133,7 +138,8 @@ static void test_master_weights_keep_small_updates(void **state) {
   (void)state;
   gt_model *m = make_model(GT_PRECISION_FP32);
   gt_optim_config oc = gt_optim_defaults(GT_OPTIM_SGD);
-  oc.momentum = 0.0f, oc.weight_decay = 0.0f;
+  oc.momentum = 0.0f;
+  oc.weight_decay = 0.0f;
   const float lr = 1e-3f;
   gt_trainer *t = make_trainer(m, GT_PRECISION_BF16, oc, lr, 0.0f);
   assert_int_equal(gt_model_get_precision(m), GT_PRECISION_BF16);
@@ -158,7 +164,9 @@ static void test_master_weights_keep_small_updates(void **state) {
   printf("%zu of %zu parameters moved, %zu by less than half a bf16 step\n", moved, n, below_bf16);
   assert_true(moved > n / 2);
   assert_true(below_bf16 > moved / 4);
-  free(p0), free(p1), free(g);
+  free(p0);
+  free(p1);
+  free(g);
   gt_trainer_destroy(t);
   gt_model_destroy(m);
 }
@@ -185,9 +193,11 @@ static void test_bf16_copy_follows_new_params(void **state) {
   printf("loss before %.6f, after %.6f, fp32 after %.6f\n", before, after, ref);
   assert_true(fabs(after - before) > 0.05);
   NEAR(after, ref, 5e-3 * ref);
-  gt_acts_destroy(a16), gt_acts_destroy(a32);
+  gt_acts_destroy(a16);
+  gt_acts_destroy(a32);
   free(p);
-  gt_model_destroy(m16), gt_model_destroy(m32);
+  gt_model_destroy(m16);
+  gt_model_destroy(m32);
 }
 
 /* AdamW writes the bf16 twin in the pass that updates the master weights
@@ -259,8 +269,10 @@ static void test_fp32_stays_available(void **state) {
   float la = loss_and_grads(a, ga), lb = loss_and_grads(b, gb);
   assert_true(la == lb);
   assert_memory_equal(ga, gb, n * sizeof *ga);
-  free(ga), free(gb);
-  gt_model_destroy(a), gt_model_destroy(b);
+  free(ga);
+  free(gb);
+  gt_model_destroy(a);
+  gt_model_destroy(b);
 }
 
 /* After the first step (which sizes the bf16 scratch), no allocation. */

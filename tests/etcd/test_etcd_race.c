@@ -115,7 +115,10 @@ static void test_races(void **state) {
     int winners = 0, winner = -1;
     for (int i = 0; i < NPROC; i++) {
       assert_true(codes[i] == 0 || codes[i] == 1);
-      if (codes[i] == 0) winners++, winner = i;
+      if (codes[i] == 0) {
+        winners++;
+        winner = i;
+      }
     }
     assert_int_equal(winners, 1);
     winners_by_round[round] = winner;

@@ -36,8 +36,14 @@ static void rec_init(rec *r) {
 }
 
 static void rec_free(rec *r) {
-  for (int i = 0; i < r->n; i++) free(r->key[i]), free(r->val[i]);
-  free(r->type), free(r->rev), free(r->key), free(r->val);
+  for (int i = 0; i < r->n; i++) {
+    free(r->key[i]);
+    free(r->val[i]);
+  }
+  free(r->type);
+  free(r->rev);
+  free(r->key);
+  free(r->val);
   pthread_mutex_destroy(&r->mu);
 }
 

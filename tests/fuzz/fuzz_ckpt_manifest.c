@@ -25,14 +25,17 @@
 static char root[4096], step_dir[4200], raw_dir[4200];
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
+  (void)st;
+  (void)flag;
+  (void)ftw;
   return remove(path);
 }
 
 static void remove_root(void) { nftw(root, remove_entry, 8, FTW_DEPTH | FTW_PHYS); }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc, (void)argv;
+  (void)argc;
+  (void)argv;
   gt_log_set_level(GT_LOG_ERROR);
   const char *tmp = getenv("TMPDIR");
   snprintf(root, sizeof root, "%s/giant-fuzz-ckpt-XXXXXX", tmp && *tmp ? tmp : "/tmp");

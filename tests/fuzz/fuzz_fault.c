@@ -9,7 +9,8 @@
 #include "giant/log.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc, (void)argv;
+  (void)argc;
+  (void)argv;
   gt_log_set_level(GT_LOG_ERROR);
   return 0;
 }

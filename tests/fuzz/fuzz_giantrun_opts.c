@@ -13,7 +13,8 @@
 #define MAX_ARGS 64
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc, (void)argv;
+  (void)argc;
+  (void)argv;
   gt_log_set_level(GT_LOG_ERROR);
   return 0;
 }

@@ -86,7 +86,8 @@ static void at_exit(void) {
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc, (void)argv;
+  (void)argc;
+  (void)argv;
   gt_log_set_level(GT_LOG_ERROR);
   start_server();
   /* A first client before fuzzing; it also starts libcrypto, whose own exit
@@ -144,10 +145,12 @@ static bool send_requests(int fd, gt_wire_session *sess, const uint8_t *p, size_
   for (uint32_t seq = 1; n > 0; seq++) {
     size_t len = n < 2 ? 0 : (size_t)p[0] | (size_t)p[1] << 8;
     size_t head = n < 2 ? n : 2;
-    p += head, n -= head;
+    p += head;
+    n -= head;
     if (len > n) len = n;
     if (!request(fd, sess, seq, p, (uint32_t)len, &stuck)) break;
-    p += len, n -= len;
+    p += len;
+    n -= len;
   }
   return stuck;
 }

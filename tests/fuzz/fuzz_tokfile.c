@@ -17,7 +17,8 @@ static int memfd = -1;
 static char path[64];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc, (void)argv;
+  (void)argc;
+  (void)argv;
   gt_log_set_level(GT_LOG_ERROR);
   memfd = memfd_create("fuzz_tokfile", MFD_CLOEXEC);
   if (memfd < 0) abort();

@@ -16,7 +16,8 @@
 #define MAX_STREAM (64u << 10) /* under a socketpair's buffer: the write never blocks */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc, (void)argv;
+  (void)argc;
+  (void)argv;
   gt_log_set_level(GT_LOG_ERROR);
   return 0;
 }

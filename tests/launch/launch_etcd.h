@@ -19,9 +19,14 @@ static int etcd_teardown(void **state) {
   return 0;
 }
 
+/* 0 when etcd is on PATH; else 77 (skipped), saying so. */
+static inline int etcd_missing(void) {
+  if (etcd_fixture_available()) return 0;
+  fprintf(stderr, "etcd not found on PATH: skipping\n");
+  return 77;
+}
+
 /* main's return: the tests' result, or 77 (skipped) without etcd. */
-#define RUN_WITH_ETCD(tests)                                                   \
-  (etcd_fixture_available() ? cmocka_run_group_tests(tests, etcd_setup, etcd_teardown) \
-                            : (fprintf(stderr, "etcd not found on PATH: skipping\n"), 77))
+#define RUN_WITH_ETCD(tests) (etcd_missing() ? 77 : cmocka_run_group_tests(tests, etcd_setup, etcd_teardown))
 
 #endif

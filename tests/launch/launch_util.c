@@ -189,7 +189,9 @@ int temp_dir(char *buf, size_t n, const char *tag) {
 }
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
+  (void)sb;
+  (void)flag;
+  (void)ftw;
   return remove(path);
 }
 

@@ -56,8 +56,14 @@ static void run(agent *a, const char *job, const char *user, const char *pwfile)
   const char *args[32] = {"--nnodes", "1", "--nproc-per-node", "2", "--rdzv-endpoint", fx.endpoint, "--job-id", job,
                           "--rdzv-settle", "0", "--rdzv-timeout", "30"};
   int n = 12;
-  if (user) args[n++] = "--rdzv-user", args[n++] = user;
-  if (pwfile) args[n++] = "--rdzv-password-file", args[n++] = pwfile;
+  if (user) {
+    args[n++] = "--rdzv-user";
+    args[n++] = user;
+  }
+  if (pwfile) {
+    args[n++] = "--rdzv-password-file";
+    args[n++] = pwfile;
+  }
   args[n++] = worker_bin();
   args[n++] = "sleep=0";
   args[n] = NULL;

@@ -29,7 +29,8 @@ void *harness_shared(size_t bytes) {
 }
 
 int harness_cuda_devices(int most) {
-  fflush(stdout), fflush(stderr);
+  fflush(stdout);
+  fflush(stderr);
   pid_t pid = fork();
   if (pid == 0) {
     char why[256] = "";
@@ -75,10 +76,12 @@ gt_comm *harness_comm(gt_store *s, const char *prefix, int rank, int n, gt_comm_
 static pid_t start_store(int *ctl) {
   int port_pipe[2], ctl_pipe[2];
   if (pipe(port_pipe) || pipe(ctl_pipe)) return -1;
-  fflush(stdout), fflush(stderr);
+  fflush(stdout);
+  fflush(stderr);
   pid_t pid = fork();
   if (pid == 0) {
-    close(port_pipe[0]), close(ctl_pipe[1]);
+    close(port_pipe[0]);
+    close(ctl_pipe[1]);
     gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = 0, .is_host = true,
                                .secret = HARNESS_SECRET, .timeout_ms = 5000};
     gt_store *server = NULL;
@@ -92,11 +95,16 @@ static pid_t start_store(int *ctl) {
     gt_store_destroy(server);
     _exit(0);
   }
-  close(port_pipe[1]), close(ctl_pipe[0]);
+  close(port_pipe[1]);
+  close(ctl_pipe[0]);
   int port = -1;
   if (pid < 0 || read(port_pipe[0], &port, sizeof port) != sizeof port || port <= 0) {
-    close(port_pipe[0]), close(ctl_pipe[1]);
-    if (pid > 0) kill(pid, SIGKILL), waitpid(pid, NULL, 0);
+    close(port_pipe[0]);
+    close(ctl_pipe[1]);
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, NULL, 0);
+    }
     return -1;
   }
   close(port_pipe[0]);
@@ -111,7 +119,8 @@ int harness_run(int n, harness_fn fn, void *arg, double timeout_s, int *codes) {
   pid_t store_pid = start_store(&ctl);
   if (store_pid < 0) return n;
   pid_t pids[HARNESS_MAX];
-  fflush(stdout), fflush(stderr);
+  fflush(stdout);
+  fflush(stderr);
   for (int r = 0; r < n; r++) {
     pids[r] = fork();
     if (pids[r] == 0) {
@@ -121,7 +130,8 @@ int harness_run(int n, harness_fn fn, void *arg, double timeout_s, int *codes) {
       int code = fn(r, n, arg);
       if (__lsan_do_recoverable_leak_check && __lsan_do_recoverable_leak_check() && code == RANK_OK)
         code = RANK_FAIL;
-      fflush(stdout), fflush(stderr);
+      fflush(stdout);
+      fflush(stderr);
       _exit(code);
     }
     codes[r] = RANK_STRAGGLER;
@@ -134,11 +144,13 @@ int harness_run(int n, harness_fn fn, void *arg, double timeout_s, int *codes) {
       int status;
       if (pids[r] > 0 && !is_stopped[r] && waitpid(pids[r], &status, WNOHANG | WUNTRACED) == pids[r]) {
         if (WIFSTOPPED(status)) {
-          is_stopped[r] = true, stopped++;
+          is_stopped[r] = true;
+          stopped++;
           continue;
         }
         codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : RANK_KILLED_BY(WTERMSIG(status));
-        pids[r] = 0, left--;
+        pids[r] = 0;
+        left--;
       }
     }
     struct timespec ts = {0, 5000000};

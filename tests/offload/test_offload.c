@@ -128,7 +128,10 @@ static int train(int rank, int world, void *arg) {
     }
     gt_step_stats st;
     CHECK_OK(gt_trainer_step_batches(tr, b, M, &st));
-    if (rank == 0) out->losses[s] = st.loss, out->norms[s] = st.grad_norm;
+    if (rank == 0) {
+      out->losses[s] = st.loss;
+      out->norms[s] = st.grad_norm;
+    }
     if (cfg->per_layer && rank == 0) *cfg->early += gt_trainer_layers_updated_early(tr);
   }
   if (cfg->window > 0) {
@@ -199,7 +202,7 @@ static void case_layout(const char *layout, bool zero1) {
   }
 }
 
-static void test_one_process(void **state) { (void)state, case_layout(NULL, false); }
+static void test_one_process(void **state) { (void)state; case_layout(NULL, false); }
 
 /* The update layer by layer while backward goes on (no clipping): the same
  * bits as the update after backward without offloading. How many layers
@@ -261,7 +264,8 @@ typedef struct delayed_cfg {
 static const gt_lr_schedule delayed_lr = {3e-3f, 3e-4f, 2, STEPS};
 
 static int train_delayed(int rank, int world, void *arg) {
-  (void)rank, (void)world;
+  (void)rank;
+  (void)world;
   delayed_cfg *cfg = arg;
   gt_backend *be;
   CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
@@ -380,17 +384,18 @@ static void test_update_per_layer_refused(void **state) {
     assert_null(tr);
     /* The delayed update takes clipping, but not without offloading, nor
      * together with the other way. */
-    tc.update_per_layer = k, tc.delayed_update = true;
+    tc.update_per_layer = k;
+    tc.delayed_update = true;
     expect_error(gt_trainer_create(m, &tc, &tr), GT_EINVAL, k ? "choose one" : "delayed_update updates an offloaded");
     assert_null(tr);
     gt_model_destroy(m);
   }
   gt_backend_destroy(be);
 }
-static void test_dp2(void **state) { (void)state, case_layout("dp=2", false); }
-static void test_dp2_zero1(void **state) { (void)state, case_layout("dp=2", true); }
-static void test_tp2(void **state) { (void)state, case_layout("tp=2", false); }
-static void test_pp2(void **state) { (void)state, case_layout("pp=2", false); }
+static void test_dp2(void **state) { (void)state; case_layout("dp=2", false); }
+static void test_dp2_zero1(void **state) { (void)state; case_layout("dp=2", true); }
+static void test_tp2(void **state) { (void)state; case_layout("tp=2", false); }
+static void test_pp2(void **state) { (void)state; case_layout("pp=2", false); }
 
 /* ---- the device budget ---- */
 
@@ -407,7 +412,8 @@ typedef struct budget_cfg {
 } budget_cfg;
 
 static int train_budget(int rank, int world, void *arg) {
-  (void)rank, (void)world;
+  (void)rank;
+  (void)world;
   budget_cfg *cfg = arg;
   gt_backend *be;
   gt_backend_config bc = backend_for(0, cfg->budget);
@@ -429,7 +435,10 @@ static int train_budget(int rank, int world, void *arg) {
   if (s == GT_OK) cfg->estimate = est.total;
   int32_t in[BB * BT], tg[BB * BT];
   for (int step = 0; s == GT_OK && step < 5; step++) {
-    for (int i = 0; i < BB * BT; i++) in[i] = (i * 7 + 3) % BV, tg[i] = (i * 7 + 10) % BV;
+    for (int i = 0; i < BB * BT; i++) {
+      in[i] = (i * 7 + 3) % BV;
+      tg[i] = (i * 7 + 10) % BV;
+    }
     gt_batch b = {.B = BB, .T = BT, .inputs = in, .targets = tg};
     gt_step_stats st;
     s = gt_trainer_step_batches(tr, &b, 1, &st);

@@ -90,7 +90,10 @@ static void run(gt_optim_kind optim, gt_precision prec, int window, run_out *out
   OK(gt_trainer_create(m, &tc, &tr));
   int32_t in[ROWS * T], tg[ROWS * T];
   for (int s = 0; s < STEPS; s++) {
-    for (int i = 0; i < ROWS * T; i++) in[i] = (i * 7 + s * 3) % V, tg[i] = (i * 5 + s + 1) % V;
+    for (int i = 0; i < ROWS * T; i++) {
+      in[i] = (i * 7 + s * 3) % V;
+      tg[i] = (i * 5 + s + 1) % V;
+    }
     gt_batch b = {.B = ROWS, .T = T, .inputs = in, .targets = tg};
     gt_step_stats st;
     OK(gt_trainer_step_batches(tr, &b, 1, &st));
@@ -170,7 +173,8 @@ static void test_window_in_compute_precision(void **state) {
   assert_true(b16.os.slot_bytes < 0.6 * (double)f32.os.slot_bytes);
   assert_true(b16.estimate_slots < f32.estimate_slots);
   assert_true(b16.peak < f32.peak);
-  free(f32.params), free(b16.params);
+  free(f32.params);
+  free(b16.params);
 }
 
 /* The bf16 bits the window holds are the fp32 master's, whoever made

@@ -142,7 +142,10 @@ static int train(int rank, int world, void *arg) {
     }
     gt_step_stats st;
     s = gt_trainer_step_batches(tr, b, M, &st);
-    if (s == GT_OK && rank == 0) cfg->p->losses[step] = st.loss, cfg->p->norms[step] = st.grad_norm;
+    if (s == GT_OK && rank == 0) {
+      cfg->p->losses[step] = st.loss;
+      cfg->p->norms[step] = st.grad_norm;
+    }
   }
   if (mid && s == GT_OK) s = gt_ckpt_wait(mid);
   if (rank == 0) {
@@ -153,7 +156,9 @@ static int train(int rank, int world, void *arg) {
   gt_ckpt_destroy(mid);
   if (s == GT_OK) {
     if (!cfg->layout) {
-      train_result_set_layout(cfg->p, m), train_result_set_layout(cfg->m, m), train_result_set_layout(cfg->v, m);
+      train_result_set_layout(cfg->p, m);
+      train_result_set_layout(cfg->m, m);
+      train_result_set_layout(cfg->v, m);
     }
     train_result_write_trainer(cfg->p, cfg->m, cfg->v, tr, plan.me.tp);
     if (cfg->ckpt) {
@@ -175,7 +180,9 @@ static int train(int rank, int world, void *arg) {
 static run_cfg *run(run_cfg c, const train_result *layout) {
   run_cfg *cfg = harness_shared(sizeof *cfg);
   *cfg = c;
-  cfg->p = train_result_new(layout), cfg->m = train_result_new(layout), cfg->v = train_result_new(layout);
+  cfg->p = train_result_new(layout);
+  cfg->m = train_result_new(layout);
+  cfg->v = train_result_new(layout);
   int codes[2];
   if (harness_run(c.layout ? 2 : 1, train, cfg, RUN_TIMEOUT_S, codes))
     fail_msg("%s%s: a rank failed", c.layout ? c.layout : "one process", c.on_disk ? ", state on disk" : "");
@@ -222,8 +229,8 @@ static void test_one_process(void **state) {
   case_disk(NULL, false, false, GT_PRECISION_BF16);
 }
 
-static void test_per_layer(void **state) { (void)state, case_disk(NULL, false, true, GT_PRECISION_FP32); }
-static void test_dp2_zero1(void **state) { (void)state, case_disk("dp=2", true, false, GT_PRECISION_FP32); }
+static void test_per_layer(void **state) { (void)state; case_disk(NULL, false, true, GT_PRECISION_FP32); }
+static void test_dp2_zero1(void **state) { (void)state; case_disk("dp=2", true, false, GT_PRECISION_FP32); }
 
 /* Saved from disk, loaded into memory; saved from memory, loaded onto disk. */
 static void test_checkpoint(void **state) {

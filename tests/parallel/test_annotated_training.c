@@ -93,12 +93,17 @@ static int train(int rank, int world, void *arg) {
     gt_step_stats st;
     CHECK_OK(gt_trainer_step_batches(tr, b, M, &st));
     if (rank == 0) {
-      cfg->out->losses[s] = st.loss, cfg->out->norms[s] = st.grad_norm;
+      cfg->out->losses[s] = st.loss;
+      cfg->out->norms[s] = st.grad_norm;
       cfg->micro_batches = st.micro_batches;
     }
   }
   if (rank == 0) cfg->offloaded = gt_model_offloaded(m);
-  if (rank == 0) cfg->layout[0] = plan.layout.dp, cfg->layout[1] = plan.layout.tp, cfg->layout[2] = plan.layout.pp;
+  if (rank == 0) {
+    cfg->layout[0] = plan.layout.dp;
+    cfg->layout[1] = plan.layout.tp;
+    cfg->layout[2] = plan.layout.pp;
+  }
   size_t n = gt_model_buffer_floats(m);
   float *p = malloc(n * sizeof *p);
   CHECK(p);

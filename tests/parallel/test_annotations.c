@@ -52,7 +52,10 @@ static gt_status plan_and_print(const char *annotate, const char *layout, int wo
   gt_annotations ann;
   GT_TRY(annotations_of(annotate, &ann));
   gt_plan_config pc = extra ? *extra : (gt_plan_config){0};
-  pc.world = world, pc.rank = 0, pc.layout = layout ? layout : "auto", pc.annotations = &ann;
+  pc.world = world;
+  pc.rank = 0;
+  pc.layout = layout ? layout : "auto";
+  pc.annotations = &ann;
   GT_TRY(gt_plan_resolve(&pc, plan));
   group = (gt_group){.rank = 0, .size = plan->layout.tp};
   gt_model_parallel mp = {.tp = plan->layout.tp > 1 ? &group : NULL, .pp_rank = 0, .pp_size = plan->layout.pp,
@@ -96,32 +99,37 @@ static void test_each_annotation_decides_its_field(void **state) {
   has(t, "decide micro-batches=default from planner");
   has(t, "decide offload=off from planner");
   has(t, "12x24 (part 1/2)"); /* h0's qkv rows split in two */
-  free(t), t = NULL;
+  free(t);
+  t = NULL;
   /* split(4) alone: tp from the annotation, dp fills the world. */
   OK(plan_and_print("split=4", NULL, 8, NULL, &p, &t));
   assert_true(p.layout.dp == 2 && p.layout.tp == 4);
   has(t, "decide dp=2 from planner");
   has(t, "decide tp=4 from annotation (split(4) from 'embed')");
-  free(t), t = NULL;
+  free(t);
+  t = NULL;
   /* stage scopes and pipeline(m): pp, the cut and the micro-batches. */
   OK(plan_and_print("stages=2,pipeline=4", NULL, 2, NULL, &p, &t));
   assert_true(p.layout.pp == 2 && p.from_pp == GT_FROM_ANNOTATION && p.micro_batches == 4);
   has(t, "decide pp=2 from annotation (2 stage scopes from 'embed')");
   has(t, "decide micro-batches=4 from annotation (pipeline(4) from 'embed')");
   has(t, "decide stages=0-2|3-4 from annotation (stage scopes from 'embed')");
-  free(t), t = NULL;
+  free(t);
+  t = NULL;
   /* Interleaved: four stage scopes make two ranks of two chunks each. */
   OK(plan_and_print("stages=4", NULL, 2, &(gt_plan_config){.schedule = GT_PP_INTERLEAVED, .chunks = 2}, &p, &t));
   assert_true(p.layout.pp == 2 && p.chunks == 2);
   has(t, "decide stages=0-1|2-2|3-3|4-4 from annotation");
-  free(t), t = NULL;
+  free(t);
+  t = NULL;
   /* offload(w), on one process, where every layout factor is 1. */
   OK(plan_and_print("offload=2,stages=2,replicate=4", NULL, 1, NULL, &p, &t));
   assert_true(p.layout.dp == 1 && p.layout.pp == 1 && p.offload_window == 2);
   has(t, "decide dp=1 from planner");
   has(t, "decide offload=2 from annotation (offload(2) from 'embed')");
   has(t, "[host; device in a window slot]");
-  free(t), t = NULL;
+  free(t);
+  t = NULL;
   /* A replicated region: tp from the split, the region's layers whole. */
   OK(plan_and_print("embed,split=2", NULL, 2, NULL, &p, &t));
   has(t, "decide tp=2 from annotation (split(2) from 'h1')");
@@ -129,7 +137,8 @@ static void test_each_annotation_decides_its_field(void **state) {
   has(t, "wte                    64x24                64x24"); /* the region's embedding, whole */
   has(t, "0    embed            embedding    0      rows/2"); /* on half the rows */
   has(t, "2    h1               block        0      2-way");
-  free(t), t = NULL;
+  free(t);
+  t = NULL;
   /* A region alone gives tp too. */
   gt_annotations ann;
   OK(annotations_of("embed", &ann));
@@ -148,14 +157,16 @@ static void test_precedence(void **state) {
   assert_true(p.layout.tp == 2 && p.layout.dp == 2 && p.from_tp == GT_FROM_FLAG);
   has(t, "decide tp=2 from flag");
   has(t, "decide dp=2 from planner");
-  free(t), t = NULL;
+  free(t);
+  t = NULL;
   /* --accum and --offload over pipeline(m) and offload(w). */
   OK(plan_and_print("pipeline=4,offload=2", NULL, 1, &(gt_plan_config){.micro_batches = 3, .offload_window = -1}, &p,
                     &t));
   assert_true(p.micro_batches == 3 && p.offload_window == 0);
   has(t, "decide micro-batches=3 from flag");
   has(t, "decide offload=off from flag");
-  free(t), t = NULL;
+  free(t);
+  t = NULL;
   /* The planner fills what flag and annotations leave open, and only that:
    * gt_plan_preview says what is fixed. */
   gt_annotations ann;
@@ -175,7 +186,8 @@ static void test_precedence(void **state) {
   /* Stage scopes that do not make the flag's stages leave the cut to the planner. */
   OK(plan_and_print("stages=3", "pp=2", 2, NULL, &p, &t));
   has(t, "from planner (the 3 stage scopes do not make the 2 stages)");
-  free(t), t = NULL;
+  free(t);
+  t = NULL;
 }
 
 /* Explicit stage cuts give the stages they name, over the planner's cut:

@@ -38,7 +38,10 @@ static void run_example(int nproc, const char *plan, const char *extra, int want
   snprintf(np, sizeof np, "%d", nproc);
   char *argv[40] = {giantrun, "--standalone", "--nproc-per-node", np, "--plan", (char *)plan};
   int n = 6;
-  if (agent_flag[0][0]) argv[n++] = agent_flag[0], argv[n++] = agent_flag[1];
+  if (agent_flag[0][0]) {
+    argv[n++] = agent_flag[0];
+    argv[n++] = agent_flag[1];
+  }
   char *tail[] = {gpt, "--corpus", text, "--data", data, "--steps", "8", "--layers", "2", "--channels", "32",
                   "--heads", "4", "--seq", "16", "--batch", "4", "--sample", "0", "--print-every", "0"};
   for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++) argv[n++] = tail[i];

@@ -117,7 +117,10 @@ static void train_stage(int rank, int world, const run_cfg *cfg, const char *lay
     gt_batch b = {.B = rows, .T = T, .inputs = in + row0 * T, .targets = tg + row0 * T};
     gt_step_stats st;
     CHECK_OK(gt_trainer_step_batches(tr, &b, 1, &st));
-    if (rank == 0) out->losses[s] = st.loss, out->norms[s] = st.grad_norm;
+    if (rank == 0) {
+      out->losses[s] = st.loss;
+      out->norms[s] = st.grad_norm;
+    }
   }
   /* Write what this rank holds into the single-process layout. */
   CHECK_OK(gt_model_get_params(m, p, n));
@@ -191,15 +194,15 @@ static void layout_case(const char *layout, bool zero1, bool sp) {
   compare(what, run_layout(layout, zero1, sp));
 }
 
-static void test_dp4(void **state) { (void)state, layout_case("dp=4", false, false); }
-static void test_dp4_zero1(void **state) { (void)state, layout_case("dp=4", true, false); }
-static void test_tp4(void **state) { (void)state, layout_case("tp=4", false, false); }
-static void test_tp4_zero1(void **state) { (void)state, layout_case("tp=4", true, false); }
-static void test_dp2_tp2(void **state) { (void)state, layout_case("dp=2,tp=2", false, false); }
-static void test_dp2_tp2_zero1(void **state) { (void)state, layout_case("dp=2,tp=2", true, false); }
-static void test_tp4_sp(void **state) { (void)state, layout_case("tp=4", false, true); }
-static void test_dp2_tp2_sp(void **state) { (void)state, layout_case("dp=2,tp=2", false, true); }
-static void test_dp2_tp2_zero1_sp(void **state) { (void)state, layout_case("dp=2,tp=2", true, true); }
+static void test_dp4(void **state) { (void)state; layout_case("dp=4", false, false); }
+static void test_dp4_zero1(void **state) { (void)state; layout_case("dp=4", true, false); }
+static void test_tp4(void **state) { (void)state; layout_case("tp=4", false, false); }
+static void test_tp4_zero1(void **state) { (void)state; layout_case("tp=4", true, false); }
+static void test_dp2_tp2(void **state) { (void)state; layout_case("dp=2,tp=2", false, false); }
+static void test_dp2_tp2_zero1(void **state) { (void)state; layout_case("dp=2,tp=2", true, false); }
+static void test_tp4_sp(void **state) { (void)state; layout_case("tp=4", false, true); }
+static void test_dp2_tp2_sp(void **state) { (void)state; layout_case("dp=2,tp=2", false, true); }
+static void test_dp2_tp2_zero1_sp(void **state) { (void)state; layout_case("dp=2,tp=2", true, true); }
 
 /* A grid, plan and model torn down and rebuilt at another layout inside the
  * same processes (as a reshape does) carry training on: 10 steps at dp=4

@@ -85,7 +85,10 @@ static int train(int rank, int world, void *arg) {
     }
     gt_step_stats st;
     CHECK_OK(gt_trainer_step_batches(tr, b, M, &st));
-    if (rank == 0) out->losses[s] = st.loss, out->norms[s] = st.grad_norm;
+    if (rank == 0) {
+      out->losses[s] = st.loss;
+      out->norms[s] = st.grad_norm;
+    }
   }
   size_t n = gt_model_buffer_floats(m);
   float *p = malloc(n * sizeof *p);
@@ -230,7 +233,9 @@ static int measure(int rank, int world, void *arg) {
   gt_arena_reset_peak(ar);
   CHECK_OK(gt_trainer_step_batches(tr, b, cfg->m, NULL));
   cfg->peak[plan.me.pp] = gt_arena_peak(ar) - base;
-  free(in), free(tg), free(b);
+  free(in);
+  free(tg);
+  free(b);
   gt_trainer_destroy(tr);
   gt_model_destroy(m);
   gt_dist_destroy(dist);

@@ -71,13 +71,19 @@ static double brute(const gt_planner_layer *ls, int L, int n, const double *spee
   if (s == n - 1 || from == L) {
     if (s != n - 1) return INFINITY;
     double f = 0, pb = 0, a = 0;
-    for (int i = from; i < L; i++) f += ls[i].flops, pb += ls[i].param_bytes, a += ls[i].act_bytes;
+    for (int i = from; i < L; i++) {
+      f += ls[i].flops;
+      pb += ls[i].param_bytes;
+      a += ls[i].act_bytes;
+    }
     if (from == L || 4 * pb + flight[s] * a > mem[s]) return INFINITY;
     return f / speed[s];
   }
   double best = INFINITY, f = 0, pb = 0, a = 0;
   for (int to = from + 1; to < L; to++) {
-    f += ls[to - 1].flops, pb += ls[to - 1].param_bytes, a += ls[to - 1].act_bytes;
+    f += ls[to - 1].flops;
+    pb += ls[to - 1].param_bytes;
+    a += ls[to - 1].act_bytes;
     if (4 * pb + flight[s] * a > mem[s]) break;
     double rest = brute(ls, L, n, speed, mem, flight, s + 1, to), here = f / speed[s];
     double v = rest > here ? rest : here;
@@ -96,7 +102,11 @@ static void test_partition_matches_brute_force(void **state) {
     double speed[4], mem[4], flight[4];
     for (int i = 0; i < L; i++)
       ls[i] = (gt_planner_layer){.flops = 1 + rand() % 50, .param_bytes = rand() % 20, .act_bytes = rand() % 10};
-    for (int s = 0; s < n; s++) speed[s] = 0.25 * (1 + rand() % 4), mem[s] = 50 + rand() % 300, flight[s] = n - s;
+    for (int s = 0; s < n; s++) {
+      speed[s] = 0.25 * (1 + rand() % 4);
+      mem[s] = 50 + rand() % 300;
+      flight[s] = n - s;
+    }
     double want = brute(ls, L, n, speed, mem, flight, 0, 0);
     int first[5];
     gt_status st = gt_planner_partition(ls, L, &(gt_planner_stages){.n = n, .speed = speed, .mem_bytes = mem,
@@ -114,7 +124,11 @@ static void test_partition_matches_brute_force(void **state) {
     for (int s = 0; s < n; s++) {
       double f = 0, pb = 0, a = 0;
       assert_true(first[s] < first[s + 1]);
-      for (int i = first[s]; i < first[s + 1]; i++) f += ls[i].flops, pb += ls[i].param_bytes, a += ls[i].act_bytes;
+      for (int i = first[s]; i < first[s + 1]; i++) {
+        f += ls[i].flops;
+        pb += ls[i].param_bytes;
+        a += ls[i].act_bytes;
+      }
       assert_true(4 * pb + flight[s] * a <= mem[s]);
       if (f / speed[s] > worst) worst = f / speed[s];
     }

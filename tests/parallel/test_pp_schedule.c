@@ -151,7 +151,11 @@ static gt_pp_sim_result simulate(gt_pp_kind k, int p, int m, int v, double tf, d
   gt_pp_schedule *s;
   OK(gt_pp_schedule_build(k, p, m, v, &s));
   double f[64], b[64], a[64];
-  for (int i = 0; i < p * v; i++) f[i] = tf / v, b[i] = tb / v, a[i] = 1000.0 * (i + 1);
+  for (int i = 0; i < p * v; i++) {
+    f[i] = tf / v;
+    b[i] = tb / v;
+    a[i] = 1000.0 * (i + 1);
+  }
   gt_pp_sim_result r;
   OK(gt_pp_simulate(s, &(gt_pp_costs){.fwd = f, .bwd = b, .p2p_seconds = p2p, .act_bytes = a}, &r));
   gt_pp_schedule_free(s);

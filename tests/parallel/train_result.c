@@ -149,7 +149,10 @@ train_diff train_result_compare(const train_result *ref, const train_result *r, 
       diff = e > diff ? e : diff;
       scale = fabs((double)ref->params[i]) > scale ? fabs((double)ref->params[i]) : scale;
     }
-    if (diff / scale > d.param) d.param = diff / scale, d.worst = ref->names[k];
+    if (diff / scale > d.param) {
+      d.param = diff / scale;
+      d.worst = ref->names[k];
+    }
   }
   return d;
 }

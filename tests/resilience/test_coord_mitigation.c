@@ -100,10 +100,12 @@ static void test_decide(void **state) {
 static void test_pipeline_cut(void **state) {
   (void)state;
   gt_mitigation_report r = slow_report(), rb;
-  r.pp = 2, r.layers = 6;
+  r.pp = 2;
+  r.layers = 6;
   int cut[3] = {0, 3, 6};
   memcpy(r.cut, cut, sizeof cut);
-  r.stage_s[0] = 0.1, r.stage_s[1] = 0.2;
+  r.stage_s[0] = 0.1;
+  r.stage_s[1] = 0.2;
   for (int i = 0; i < 6; i++) r.layer_flops[i] = 1e9;
   char line[GT_MITIGATION_LINE_MAX];
   OK(gt_mitigation_report_format(&r, line, sizeof line));
@@ -173,7 +175,9 @@ static void test_failover_refuses_the_deposed(void **state) {
   assert_true(term > dead_term);
 
   gt_mitigation stale = m;
-  stale.epoch = 2, stale.shares[0] = 12, stale.shares[1] = 4;
+  stale.epoch = 2;
+  stale.shares[0] = 12;
+  stale.shares[1] = 4;
   expect_error(gt_mitigation_put(cli, "mjob", dead_term, &stale), GT_ESTATE, "no longer leads");
   gt_mitigation got;
   int found = 0;
@@ -183,7 +187,11 @@ static void test_failover_refuses_the_deposed(void **state) {
   assert_int_equal(got.term, dead_term);
 
   gt_mitigation mine = m;
-  mine.epoch = 2, mine.term = term, mine.step = 42, mine.shares[0] = 10, mine.shares[1] = 6;
+  mine.epoch = 2;
+  mine.term = term;
+  mine.step = 42;
+  mine.shares[0] = 10;
+  mine.shares[1] = 6;
   snprintf(mine.by, sizeof mine.by, "node-b");
   OK(gt_mitigation_put(cli, "mjob", term, &mine));
   OK(gt_mitigation_get(cli, "mjob", &got, &found));

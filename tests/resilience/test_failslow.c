@@ -91,7 +91,8 @@ static void keep_pair(trace *t) {
   for (int s = 0; s < t->steps; s++)
     for (int r = 0; r < 2; r++) two[(size_t)s * 2 + r] = t->tel[(size_t)s * t->ranks + r];
   free(t->tel);
-  t->tel = two, t->ranks = 2;
+  t->tel = two;
+  t->ranks = 2;
 }
 
 static replay replay_trace(const char *name, const replay_opts *o) {
@@ -214,9 +215,9 @@ static void expect_one_flag(const char *name, int rank) {
   }
 }
 
-static void test_slow_1_5(void **state) { (void)state, expect_one_flag("slow1.5_dp4_rank2", 2); }
-static void test_slow_2(void **state) { (void)state, expect_one_flag("slow2_dp4_rank1", 1); }
-static void test_slow_4(void **state) { (void)state, expect_one_flag("slow4_dp4_rank3", 3); }
+static void test_slow_1_5(void **state) { (void)state; expect_one_flag("slow1.5_dp4_rank2", 2); }
+static void test_slow_2(void **state) { (void)state; expect_one_flag("slow2_dp4_rank1", 1); }
+static void test_slow_4(void **state) { (void)state; expect_one_flag("slow4_dp4_rank3", 3); }
 
 /* Every rank slowed x2 at once from step 40: the job is slower, no rank is. */
 static void test_job_wide(void **state) {

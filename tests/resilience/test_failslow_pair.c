@@ -40,7 +40,11 @@ static int setup(void **state) {
 
 static void stop_hogs(void) {
   for (int i = 0; i < HOGS; i++)
-    if (hogs[i] > 0) kill(hogs[i], SIGKILL), waitpid(hogs[i], NULL, 0), hogs[i] = 0;
+    if (hogs[i] > 0) {
+      kill(hogs[i], SIGKILL);
+      waitpid(hogs[i], NULL, 0);
+      hogs[i] = 0;
+    }
 }
 
 static int teardown(void **state) {
@@ -84,7 +88,10 @@ static void test_contention_on_one_of_two(void **state) {
   assert_true(job >= 0);
   if (job == 0) {
     int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
     setenv("OMP_NUM_THREADS", "1", 1);
     execl(giantrun, giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "dp=2", "--reshape", "--ckpt-dir",
           ck, "--ckpt-every", "50", wrap, gpt, "--corpus", text, "--data", data, "--steps", steps, "--layers", "2",
@@ -113,7 +120,10 @@ static void test_contention_on_one_of_two(void **state) {
     else usleep(50000);
   }
   stop_hogs();
-  if (!exited) kill(job, SIGKILL), waitpid(job, &st, 0);
+  if (!exited) {
+    kill(job, SIGKILL);
+    waitpid(job, &st, 0);
+  }
   run_result *r = calloc(1, sizeof *r);
   assert_non_null(r);
   FILE *o = fopen(out, "r");

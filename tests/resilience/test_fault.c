@@ -171,7 +171,10 @@ static void test_trainer(void **state) {
   unsetenv("GT_FAULT");
   gt_fault_env_reset();
   int32_t in[16], tg[16];
-  for (int i = 0; i < 16; i++) in[i] = i % 16, tg[i] = (i + 1) % 16;
+  for (int i = 0; i < 16; i++) {
+    in[i] = i % 16;
+    tg[i] = (i + 1) % 16;
+  }
   gt_batch b = {.B = 2, .T = 8, .inputs = in, .targets = tg, .ntargets = 16};
   gt_step_stats st;
   OK(gt_trainer_step_batches(t, &b, 1, &st));

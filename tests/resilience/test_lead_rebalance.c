@@ -107,8 +107,10 @@ static int last_decision(const char *log, decision *d) {
     if (sscanf(p, "giantrun: leader %63s (term %lld) decides at step %d: rows %d,%d -> %d,%d (replica speeds %*f %*f "
                   "rows/s; predicted step %lf s -> %lf s, transition %lf s over 50 steps: gain %lf s); epoch %lld",
                x.node, &x.term, &x.step, &x.from[0], &x.from[1], &x.to[0], &x.to[1], &x.now, &x.next, &x.transition,
-               &x.gain, &x.epoch) == 12)
-      *d = x, n++;
+               &x.gain, &x.epoch) == 12) {
+      *d = x;
+      n++;
+    }
   }
   return n;
 }
@@ -134,7 +136,8 @@ static bool attempt(int k, float clean) {
   decision d[2];
   int nd[2] = {last_decision(log[0], &d[0]), last_decision(log[1], &d[1])};
   if (nd[0] + nd[1] == 0 || (nd[0] && nd[1])) {
-    dump_log(&a[0]), dump_log(&a[1]);
+    dump_log(&a[0]);
+    dump_log(&a[1]);
     fail_msg("expected decisions from exactly one leader, got %d from x and %d from y", nd[0], nd[1]);
   }
   const decision *dd = nd[0] ? &d[0] : &d[1];
@@ -183,7 +186,8 @@ static bool attempt(int k, float clean) {
                 k, dd->node, dd->term, dd->step, dd->from[0], dd->from[1], dd->to[0], dd->to[1], dd->now, dd->next,
                 dd->gain, moves, to[0], to[1], step, epoch, loss, clean, gap);
   assert_true(gap <= 1e-4);
-  free(log[0]), free(log[1]);
+  free(log[0]);
+  free(log[1]);
   /* Rows left the slow replica (at most 6 of 16 where a third is ideal). */
   return to[0] + to[1] == 16 && to[1] <= 6 && to[1] >= 2;
 }
@@ -241,7 +245,8 @@ static void test_leader_recuts(void **state) {
   const char *dec = NULL;
   for (int i = 0; i < 2 && !dec; i++) dec = strstr(log[i], "decides at step ");
   if (!dec) {
-    dump_log(&a[0]), dump_log(&a[1]);
+    dump_log(&a[0]);
+    dump_log(&a[1]);
     fail_msg("no leader decision");
   }
   int dstep, n0, n1, f0, f1, layers;
@@ -275,7 +280,8 @@ static void test_leader_recuts(void **state) {
   gt_etcd_close(cli);
   assert_int_equal(found, 1);
   assert_true(m.epoch >= epoch);
-  free(log[0]), free(log[1]);
+  free(log[0]);
+  free(log[1]);
 }
 
 /* The term in "NODE leads /giant/JOB/leader (term T)" of log; 0 if none. */
@@ -312,7 +318,8 @@ static void test_failover(void **state) {
     for (int i = 0; i < 2 && leader < 0; i++)
       if (led_term(&a[i], "fjob")) leader = i;
   if (leader < 0) {
-    dump_log(&a[0]), dump_log(&a[1]);
+    dump_log(&a[0]);
+    dump_log(&a[1]);
     fail_msg("no agent led within 60 s");
   }
   long long dead_term = led_term(&a[leader], "fjob");

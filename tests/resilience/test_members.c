@@ -110,7 +110,10 @@ static int wait_calls(seen_epochs *w, int calls, double timeout_s) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += 50 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
     pthread_cond_timedwait(&w->cv, &w->mu, &ts);
   }
   int got = w->calls;

@@ -123,7 +123,8 @@ static void test_transient_nan_runs_again(void **state) {
   }
   float *p = params(&r);
   assert_memory_equal(p, ref, (size_t)gt_model_buffer_floats(r.m) * sizeof *p);
-  free(p), free(ref);
+  free(p);
+  free(ref);
   run_close(&r);
 }
 
@@ -144,7 +145,8 @@ static void test_persistent_nan_skips_samples(void **state) {
   assert_int_equal(gt_trainer_step_index(r.t), STEPS);
   float *p = params(&r);
   assert_memory_equal(p, ref, (size_t)gt_model_buffer_floats(r.m) * sizeof *p);
-  free(p), free(ref);
+  free(p);
+  free(ref);
   run_close(&r);
 }
 
@@ -164,7 +166,8 @@ static void test_too_many_in_a_row_fail(void **state) {
   assert_non_null(strstr(gt_last_error(), "diverged"));
   float *after = params(&r);
   assert_memory_equal(before, after, (size_t)gt_model_buffer_floats(r.m) * sizeof *before);
-  free(before), free(after);
+  free(before);
+  free(after);
   run_close(&r);
   /* skip_nonfinite 0: the first fails. */
   run_open(&r, 0, "nangrad:rank=0,at=0");

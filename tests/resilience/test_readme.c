@@ -95,7 +95,8 @@ static void test_readme_model_survives_a_killed_worker(void **state) {
 
 int main(int argc, char **argv) {
   SKIP_PROGRAM_WITHOUT_FAULTS();
-  g_argc = argc, g_argv = argv;
+  g_argc = argc;
+  g_argv = argv;
   if (argc < 5) {
     fprintf(stderr, "usage: test_readme CC README INCLUDE_DIR LIB_DIR [FLAGS...]\n");
     return 2;

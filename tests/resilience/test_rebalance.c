@@ -174,7 +174,8 @@ static void test_bad_input(void **state) {
   cfg.cap = 5;
   assert_int_equal(gt_rebalance_decide(&cfg, &p, flat, STEPS, shares, out, NULL, &d), GT_EINVAL);
   assert_non_null(strstr(gt_last_error(), "outside 1..5"));
-  cfg.cap = 12, cfg.horizon = 0;
+  cfg.cap = 12;
+  cfg.horizon = 0;
   assert_int_equal(gt_rebalance_decide(&cfg, &p, flat, STEPS, shares, out, NULL, &d), GT_EINVAL);
   cfg.horizon = 10;
   assert_int_equal(gt_rebalance_decide(&cfg, &p, flat, 0, shares, out, NULL, &d), GT_EINVAL);
@@ -247,7 +248,9 @@ static int switches(int steps, int period, double low, bool damped, int *first) 
     OK(gt_rebalance_choose(&cfg, 2, speed, micro, shares, next, &dec));
     gt_rebalance_agree(proposed, &agreed, dec.change, next, 2);
     if (agreed < (damped ? gt_rebalance_damping_persist(&d, step, PERSIST) : PERSIST)) continue;
-    memcpy(shares, next, sizeof next), agreed = 0, n++;
+    memcpy(shares, next, sizeof next);
+    agreed = 0;
+    n++;
     if (*first < 0) *first = step;
     gt_rebalance_damping_note(&d, step);
   }

@@ -80,7 +80,10 @@ static void run_gpt(const char *tag, const char *fault, bool rebalance, run *out
                     "--data", data, "--steps", steps, "--layers", "2", "--channels", "128", "--heads", "4",
                     "--seq", "128", "--batch", "8", "--sample", "0", "--print-every", "0", "--metrics", metrics};
   int n = 29;
-  if (rebalance) argv[n++] = "--rebalance", argv[n++] = "--rebalance-local";
+  if (rebalance) {
+    argv[n++] = "--rebalance";
+    argv[n++] = "--rebalance-local";
+  }
   argv[n] = NULL;
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", env, NULL}, RUN_TIMEOUT_S, &r);
   if (r.exit_code != 0) run_fail(&r, "%s: exit %d, its output above", tag, r.exit_code);
@@ -94,7 +97,9 @@ static void run_gpt(const char *tag, const char *fault, bool rebalance, run *out
     if (sscanf(p, "rebalance after step %d: rows %*d,%*d -> %d,%d", &step, &a, &b) != 3)
       run_fail(&r, "%s: malformed rebalance line in its output (above)", tag);
     if (b <= 6 && out->settled < 0) out->settled = step;
-    out->share[0] = a, out->share[1] = b, out->moves++;
+    out->share[0] = a;
+    out->share[1] = b;
+    out->moves++;
   }
   FILE *f = fopen(metrics, "r");
   assert_non_null(f);
@@ -105,8 +110,10 @@ static void run_gpt(const char *tag, const char *fault, bool rebalance, run *out
     double t;
     const char *q = strstr(line, "\"step_time_s\":");
     if (sscanf(line, "{\"step\":%d", &step) == 1 && q && sscanf(q, "\"step_time_s\":%lf", &t) == 1 && step >= 0 &&
-        step < MAXSTEPS)
-      out->step_s[step] = t, got++;
+        step < MAXSTEPS) {
+      out->step_s[step] = t;
+      got++;
+    }
   }
   fclose(f);
   assert_int_equal(got, STEPS);
@@ -164,7 +171,10 @@ static void run_pp(const char *tag, bool rebalance, run_result *r, float *loss) 
                     "--data", data, "--steps", "60", "--layers", "4", "--channels", "64", "--heads", "4",
                     "--seq", "64", "--batch", "8", "--accum", "4", "--sample", "0", "--print-every", "0"};
   int n = 29;
-  if (rebalance) argv[n++] = "--rebalance", argv[n++] = "--rebalance-local";
+  if (rebalance) {
+    argv[n++] = "--rebalance";
+    argv[n++] = "--rebalance-local";
+  }
   argv[n] = NULL;
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=slow:rank=1,factor=3,from=10", NULL}, RUN_TIMEOUT_S, r);
   if (r->exit_code != 0) run_fail(r, "%s: exit %d, its output above", tag, r->exit_code);

@@ -65,20 +65,29 @@ static const batch_shape launch_shape = {12, 2};
 static void run_job(int n, const char *plan, bool zero1, int steps, int every, const char *ck, const char *fault,
                     bool reshape, bool rejoin, batch_shape bs, run_result *r) {
   char np[8], st[8], ev[8], fenv[128], gb[16], ac[16];
-  snprintf(gb, sizeof gb, "%d", bs.rows), snprintf(ac, sizeof ac, "%d", bs.accum);
-  snprintf(np, sizeof np, "%d", n), snprintf(st, sizeof st, "%d", steps), snprintf(ev, sizeof ev, "%d", every);
+  snprintf(gb, sizeof gb, "%d", bs.rows);
+  snprintf(ac, sizeof ac, "%d", bs.accum);
+  snprintf(np, sizeof np, "%d", n);
+  snprintf(st, sizeof st, "%d", steps);
+  snprintf(ev, sizeof ev, "%d", every);
   snprintf(fenv, sizeof fenv, "GT_FAULT=%s", fault ? fault : "");
   char *argv[64] = {giantrun, "--standalone", "--nproc-per-node", np, "--plan", (char *)plan, "--ckpt-dir",
                     (char *)ck, "--ckpt-every", ev};
   int k = 10;
   if (reshape) argv[k++] = "--reshape";
-  if (rejoin) argv[k++] = "--max-restarts", argv[k++] = "1"; /* the dead worker alone restarts and joins */
+  if (rejoin) { /* the dead worker alone restarts and joins */
+    argv[k++] = "--max-restarts";
+    argv[k++] = "1";
+  }
   char *rest[] = {gpt, "--corpus", text, "--data", data, "--steps", st, "--layers", "2", "--channels", "32",
                   "--heads", "4", "--seq", "16", "--global-batch", gb, "--accum", ac, "--sample", "0",
                   "--print-every", "1", NULL};
   for (int i = 0; rest[i]; i++) argv[k++] = rest[i];
   if (zero1) argv[k++] = "--zero1";
-  if (reshape) argv[k++] = "--mirror-every", argv[k++] = "1"; /* so that a ZeRO-1 shard's loss loses nothing */
+  if (reshape) { /* so that a ZeRO-1 shard's loss loses nothing */
+    argv[k++] = "--mirror-every";
+    argv[k++] = "1";
+  }
   argv[k] = NULL;
   char *env[] = {"OMP_NUM_THREADS=1", fault ? fenv : NULL, NULL};
   /* 24 tiny steps on four ranks, a reshape or two: ~1 s, ~10 s on loaded
@@ -198,15 +207,15 @@ static void reshape_case(const char *plan, bool zero1, bool rejoin, int second) 
   assert_non_null(strstr(line, ", 0 from a checkpoint"));
 }
 
-static void test_reshape_dp4(void **state) { (void)state, reshape_case("dp=4", false, false, -1); }
-static void test_reshape_dp2_pp2(void **state) { (void)state, reshape_case("dp=2,pp=2", false, false, -1); }
-static void test_reshape_dp2_tp2(void **state) { (void)state, reshape_case("dp=2,tp=2", false, false, -1); }
-static void test_reshape_dp4_zero1(void **state) { (void)state, reshape_case("dp=4", true, false, -1); }
+static void test_reshape_dp4(void **state) { (void)state; reshape_case("dp=4", false, false, -1); }
+static void test_reshape_dp2_pp2(void **state) { (void)state; reshape_case("dp=2,pp=2", false, false, -1); }
+static void test_reshape_dp2_tp2(void **state) { (void)state; reshape_case("dp=2,tp=2", false, false, -1); }
+static void test_reshape_dp4_zero1(void **state) { (void)state; reshape_case("dp=4", true, false, -1); }
 /* The dead worker restarted alone joins the running job: 4 -> 3 -> 4. */
-static void test_reshape_dp2_tp2_rejoin(void **state) { (void)state, reshape_case("dp=2,tp=2", false, true, -1); }
-static void test_reshape_dp4_zero1_rejoin(void **state) { (void)state, reshape_case("dp=4", true, true, -1); }
+static void test_reshape_dp2_tp2_rejoin(void **state) { (void)state; reshape_case("dp=2,tp=2", false, true, -1); }
+static void test_reshape_dp4_zero1_rejoin(void **state) { (void)state; reshape_case("dp=4", true, true, -1); }
 /* A second worker killed in the middle of the reshape: 4 -> 2, consistently. */
-static void test_reshape_kill_during_reshape(void **state) { (void)state, reshape_case("dp=4", false, false, 3); }
+static void test_reshape_kill_during_reshape(void **state) { (void)state; reshape_case("dp=4", false, false, 3); }
 
 /* Killed after the job's last look for joins (every 5 steps; none after
  * step 19 of 24): the restarted worker asks to join a job that then

@@ -54,7 +54,10 @@ static float last_loss(const char *log, int *from) {
   float a, b, last = NAN;
   int f, to;
   for (const char *p = strstr(log, "] loss "); p; p = strstr(p + 1, "] loss "))
-    if (sscanf(p, "] loss %f -> %f over steps %d..%d", &a, &b, &f, &to) == 4 && to == STEPS) last = b, *from = f;
+    if (sscanf(p, "] loss %f -> %f over steps %d..%d", &a, &b, &f, &to) == 4 && to == STEPS) {
+      last = b;
+      *from = f;
+    }
   if (isnan(last)) text_fail("the agent's log", log, "no final loss line (the log above)");
   return last;
 }
@@ -128,7 +131,8 @@ static void test_leader_killed_during_reshape(void **state) {
   agent *stalled = log_has(&x, "in the middle of a reshape", 120) ? &x : NULL;
   if (!stalled && log_has(&y, "in the middle of a reshape", 1)) stalled = &y;
   if (!stalled) {
-    dump_log(&x), dump_log(&y);
+    dump_log(&x);
+    dump_log(&y);
     fail_msg("no reshape began within 120 s");
   }
   agent *leader = log_has(&x, "x leads /giant/reshape-agents/leader", 1) ? &x : &y, *other = leader == &x ? &y : &x;
@@ -160,9 +164,11 @@ static void test_leader_killed_during_reshape(void **state) {
    * join); either way the steps were applied once each, which the final
    * loss shows. */
   bool resumed = strstr(log, "resumed from ") != NULL;
-  if (resumed) assert_non_null(strstr(log, "world 2 = "));
-  else if (!strstr(log, "gpt: reshaped in ")) {
-    dump_log(leader), dump_log(other);
+  if (resumed) {
+    assert_non_null(strstr(log, "world 2 = "));
+  } else if (!strstr(log, "gpt: reshaped in ")) {
+    dump_log(leader);
+    dump_log(other);
     fail_msg("no restart from a checkpoint, and no reshape to the workers left");
   }
   int from = -1;
@@ -174,7 +180,8 @@ static void test_leader_killed_during_reshape(void **state) {
                 fabs((double)loss - ref) / ref);
   assert_true(first != NULL);
   if (fabsf(loss - ref) > 1e-5f * fabsf(ref)) {
-    dump_log(leader), dump_log(other);
+    dump_log(leader);
+    dump_log(other);
     fail_msg("final loss %.7f, uninterrupted %.7f", loss, ref);
   }
   free(log);

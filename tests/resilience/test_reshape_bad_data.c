@@ -132,7 +132,8 @@ static void play(const char *program, damage d) {
   if (d == TRUNCATED_IN_USE) {
     /* Training under way, then the file cut to its first 100 tokens. */
     if (!log_has(&a[0], "step     2", START_S + RUN_S)) {
-      dump_log(&a[0]), dump_log(&a[1]);
+      dump_log(&a[0]);
+      dump_log(&a[1]);
       fail_msg("%s: no step 2 within %d s", program, START_S + RUN_S);
     }
     assert_int_equal(truncate(path, GT_TOKFILE_HEADER_BYTES + 100), 0);
@@ -151,7 +152,8 @@ static void play(const char *program, damage d) {
     free(text);
   }
   if (!named) {
-    dump_log(&a[0]), dump_log(&a[1]);
+    dump_log(&a[0]);
+    dump_log(&a[1]);
     fail_msg("%s: neither agent's log names the error ('%s') and why the job ends", program, words);
   }
   /* Nothing of the job left running ("[/]tmp/...": a pattern that the
