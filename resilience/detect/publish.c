@@ -6,10 +6,10 @@
 #include <time.h>
 
 #include "giant/log.h"
+#include "resilience/detect/failslow.h"
 #include "resilience/detect/monitor.h"
 #ifdef GIANT_HAVE_ETCD
 #include "giant/engine/coord.h"
-#include "resilience/detect/failslow.h"
 #endif
 
 static const char *kind_name(gt_failslow_kind k) { return k == GT_FAILSLOW_LINK ? "link" : "compute"; }

@@ -19,10 +19,10 @@
 #include "core/arena.h"
 #include "giant/backend.h"
 #include "giant/tensor.h"
-#ifdef GIANT_HAVE_CUDA
-#include "core/cuda/handles.h"
 #include "core/backend_engine.h"
 #include "giant/engine/device.h"
+#ifdef GIANT_HAVE_CUDA
+#include "core/cuda/handles.h"
 #endif
 
 static gt_backend *be;
