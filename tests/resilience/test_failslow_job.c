@@ -385,8 +385,10 @@ static void test_slow_phases_dp2_pp2(void **state) {
  * 0.16 s against four spreads of 0.035 s beside the hog. A pipeline sends
  * once a micro-batch: at dp=2,pp=2 50 ms raised it
  * by 0.085 to 0.10 s against four spreads of 0.026 to 0.070 s in four runs
- * beside the hog, and in one run of five the link was never probed. There
- * it is 100 ms; the spread is the machine's, not the link's. */
+ * beside the hog, and in one run of five the link was never probed. So
+ * both take 100 ms: on two cores shared with other jobs, 50 ms at dp=4
+ * was at times probed on too few steps after its onset to be flagged.
+ * The spread is the machine's, not the link's. */
 enum { LINK_WITHIN = 30, LINK_AT = 90 };
 #define LINK_STEPS "130"
 
@@ -430,7 +432,7 @@ static void expect_link(const char *job, const char *plan, int a, int b, int del
 
 static void test_link_dp4(void **state) {
   (void)state;
-  expect_link("fs-link-dp", "dp=4", 1, 2, 50);
+  expect_link("fs-link-dp", "dp=4", 1, 2, 100);
 }
 
 static void test_link_dp2_pp2(void **state) {
