@@ -20,10 +20,15 @@ void bench_rank_setup(bench_rank *r, int rank, int world, const bench_rank_confi
   r->plan = (gt_plan){.layout = {1, 1, 1}, .world = 1};
   if (c->layout) {
     r->store = harness_store();
-    CHECK_OK(gt_plan_resolve(&(gt_plan_config){.world = world, .rank = rank, .layout = c->layout,
-                                               .bucket_bytes = c->bucket_bytes, .schedule = c->schedule},
+    CHECK_OK(gt_plan_resolve(&(gt_plan_config){.world = world,
+                                               .rank = rank,
+                                               .layout = c->layout,
+                                               .bucket_bytes = c->bucket_bytes,
+                                               .schedule = c->schedule},
                              &r->plan));
-    gt_dist_config dc = {.plan = r->plan, .store = r->store, .generation = "bench",
+    gt_dist_config dc = {.plan = r->plan,
+                         .store = r->store,
+                         .generation = "bench",
                          .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1"}};
     CHECK_OK(gt_dist_create(&dc, &r->dist));
   }
@@ -36,9 +41,11 @@ void bench_rank_setup(bench_rank *r, int rank, int world, const bench_rank_confi
   CHECK_OK(gpt_add_layers(r->m, &c->gpt));
   if (c->cut_stages) CHECK_OK(gt_plan_cut_stages(&r->plan, r->m, r->rows, c->gpt.T_max, NULL));
   CHECK_OK(gt_model_build(r->m));
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f,
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
+                          .grad_clip = 1.0f,
                           .grad_accum = c->micro_batches ? c->micro_batches : 1,
-                          .schedule = {3e-4f, 3e-4f, 0, 0}, .dist = r->dist};
+                          .schedule = {3e-4f, 3e-4f, 0, 0},
+                          .dist = r->dist};
   CHECK_OK(gt_trainer_create(r->m, &tc, &r->tr));
 }
 

@@ -14,15 +14,15 @@
 #include "giant/engine/trainer.h"
 
 typedef struct bench_rank_config {
-  const char *layout;    /* NULL: one process */
+  const char *layout; /* NULL: one process */
   int threads;
   gpt_config gpt;
-  int B;                 /* the global rows of a micro-batch, split evenly over replicas */
-  int rows;              /* this rank's rows instead (uneven shares); 0: B / dp */
-  int micro_batches;     /* per step; 0: 1 */
-  gt_pp_kind schedule;   /* with pp > 1 */
-  bool cut_stages;       /* let the planner cut the pipeline stages */
-  size_t bucket_bytes;   /* 0: the plan's default */
+  int B;               /* the global rows of a micro-batch, split evenly over replicas */
+  int rows;            /* this rank's rows instead (uneven shares); 0: B / dp */
+  int micro_batches;   /* per step; 0: 1 */
+  gt_pp_kind schedule; /* with pp > 1 */
+  bool cut_stages;     /* let the planner cut the pipeline stages */
+  size_t bucket_bytes; /* 0: the plan's default */
 } bench_rank_config;
 
 typedef struct bench_rank {
@@ -32,7 +32,7 @@ typedef struct bench_rank {
   gt_plan plan;
   gt_model *m;
   gt_trainer *tr;
-  int rows;      /* micro-batch rows this rank trains on */
+  int rows; /* micro-batch rows this rank trains on */
 } bench_rank;
 
 void bench_rank_setup(bench_rank *r, int rank, int world, const bench_rank_config *c);

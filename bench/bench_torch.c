@@ -50,8 +50,8 @@ gt_status bench_torch_export(gt_model *m, const int32_t *tokens, size_t ntokens,
 
 static void worker_stop(worker *w);
 
-static gt_status spawn(worker *w, const char *dir, const bench_torch_shape *s, int torch_threads,
-                       int blas_threads, const char *device, const char *precision) {
+static gt_status spawn(worker *w, const char *dir, const bench_torch_shape *s, int torch_threads, int blas_threads,
+                       const char *device, const char *precision) {
   int in[2], out[2];
   if (pipe(in) || pipe(out)) return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
   pid_t pid = fork();

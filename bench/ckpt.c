@@ -101,7 +101,8 @@ static int rank_main(int rank, int world, void *arg) {
   snprintf(sync_dir, sizeof sync_dir, "%s/sync", c->dir);
   snprintf(async_dir, sizeof async_dir, "%s/async", c->dir);
   gt_ckpt *sync, *async;
-  CHECK_OK(gt_ckpt_create(&(gt_ckpt_config){.dir = sync_dir, .keep = 0, .sync = true, .store = r.store}, r.tr, NULL, &sync));
+  CHECK_OK(
+      gt_ckpt_create(&(gt_ckpt_config){.dir = sync_dir, .keep = 0, .sync = true, .store = r.store}, r.tr, NULL, &sync));
   CHECK_OK(gt_ckpt_create(&(gt_ckpt_config){.dir = async_dir, .keep = 1, .store = r.store}, r.tr, NULL, &async));
   gt_comm *world_comm = gt_grid_world(gt_dist_grid(r.dist));
   double sync_t = 0, stall_t = 0;
@@ -192,10 +193,14 @@ int main(int argc, char **argv) {
   *c = defaults;
   const char *dir = NULL;
   gt_opt_spec specs[] = {
-      {"--layers", GT_OPT_INT, &c->L, 1, 1000},     {"--channels", GT_OPT_INT, &c->C, 1, 65536},
-      {"--heads", GT_OPT_INT, &c->NH, 1, 1024},     {"--seq", GT_OPT_INT, &c->T, 1, 65536},
-      {"--batch", GT_OPT_INT, &c->B, 1, 65536},     {"--vocab", GT_OPT_INT, &c->V, 2, 1 << 22},
-      {"--steps", GT_OPT_INT, &c->steps, 2, 100000}, {"--saves", GT_OPT_INT, &c->saves, 1, 100},
+      {"--layers", GT_OPT_INT, &c->L, 1, 1000},
+      {"--channels", GT_OPT_INT, &c->C, 1, 65536},
+      {"--heads", GT_OPT_INT, &c->NH, 1, 1024},
+      {"--seq", GT_OPT_INT, &c->T, 1, 65536},
+      {"--batch", GT_OPT_INT, &c->B, 1, 65536},
+      {"--vocab", GT_OPT_INT, &c->V, 2, 1 << 22},
+      {"--steps", GT_OPT_INT, &c->steps, 2, 100000},
+      {"--saves", GT_OPT_INT, &c->saves, 1, 100},
       {"--dir", GT_OPT_STR, &dir, 0, 0},
   };
   int rc = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
@@ -209,9 +214,10 @@ int main(int argc, char **argv) {
     perror("mkdtemp");
     return 1;
   }
-  printf("config: dp=2 (2 processes x 1 thread, loopback), GPT L=%d C=%d NH=%d T=%d V=%d, B=%d per rank, AdamW; "
-         "%d saves each way, %d steps with and without a save every 50; checkpoints in %s\n",
-         c->L, c->C, c->NH, c->T, c->V, c->B, c->saves, c->steps, c->dir);
+  printf(
+      "config: dp=2 (2 processes x 1 thread, loopback), GPT L=%d C=%d NH=%d T=%d V=%d, B=%d per rank, AdamW; "
+      "%d saves each way, %d steps with and without a save every 50; checkpoints in %s\n",
+      c->L, c->C, c->NH, c->T, c->V, c->B, c->saves, c->steps, c->dir);
   int codes[2];
   if (harness_run(2, rank_main, c, 3600, codes)) {
     fprintf(stderr, "bench_ckpt: a rank failed (codes %d %d)\n", codes[0], codes[1]);
@@ -224,16 +230,21 @@ int main(int argc, char **argv) {
          c->disk_mbps, c->disk_buffered, c->disk_direct);
   printf("sync save: %.1f ms (%.0f MB/s, %.2f of the disk's rate); async stall: %.1f ms; load: %.1f ms\n", c->sync_ms,
          write_mbps, write_mbps / c->disk_mbps, c->stall_ms, c->load_ms);
-  if (t > 0) printf("torch.save + fsync, both ranks at once: %.1f ms\n", t);
-  else printf("torch.save: not measured (%s)\n", c->torch_rc == 3 ? "python3-torch is not installed" : "python3 failed");
+  if (t > 0)
+    printf("torch.save + fsync, both ranks at once: %.1f ms\n", t);
+  else
+    printf("torch.save: not measured (%s)\n", c->torch_rc == 3 ? "python3-torch is not installed" : "python3 failed");
   printf("%d steps: %.2f s without saving, %.2f s saving every 50 steps\n", c->steps, c->train_plain_s,
          c->train_saving_s);
   char vs[32];
-  if (t > 0) snprintf(vs, sizeof vs, "%.2f", t / c->sync_ms);
-  else snprintf(vs, sizeof vs, "nan");
-  printf("ckpt_stall_ms=%.2f sync_save_ms=%.2f stall_ratio=%.3f write_of_disk=%.2f vs_torch_save=%s "
-         "overhead_every50=%.4f\n",
-         c->stall_ms, c->sync_ms, c->stall_ms / c->sync_ms, write_mbps / c->disk_mbps, vs, overhead);
+  if (t > 0)
+    snprintf(vs, sizeof vs, "%.2f", t / c->sync_ms);
+  else
+    snprintf(vs, sizeof vs, "nan");
+  printf(
+      "ckpt_stall_ms=%.2f sync_save_ms=%.2f stall_ratio=%.3f write_of_disk=%.2f vs_torch_save=%s "
+      "overhead_every50=%.4f\n",
+      c->stall_ms, c->sync_ms, c->stall_ms / c->sync_ms, write_mbps / c->disk_mbps, vs, overhead);
   if (!dir) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", c->dir);

@@ -88,14 +88,18 @@ static double memcpy_gbps(size_t bytes) {
 
 /* One rank: every op and size on one transport; rank 0 records times. */
 static int rank_main(int rank, int n, gt_comm_transport t, int ti, result *res) {
-  gt_store_tcp_config sc = {.host = "127.0.0.1", .port = store_port, .secret = SECRET,
-                            .timeout_ms = 10000};
+  gt_store_tcp_config sc = {.host = "127.0.0.1", .port = store_port, .secret = SECRET, .timeout_ms = 10000};
   gt_store *s = NULL;
   gt_comm *c = NULL;
   char prefix[64];
   snprintf(prefix, sizeof prefix, "bench/%d/%d", n, ti);
-  gt_comm_config cc = {.prefix = prefix, .rank = rank, .size = n, .secret = SECRET,
-                       .host = "127.0.0.1", .transport = t, .op_timeout_ms = 120000,
+  gt_comm_config cc = {.prefix = prefix,
+                       .rank = rank,
+                       .size = n,
+                       .secret = SECRET,
+                       .host = "127.0.0.1",
+                       .transport = t,
+                       .op_timeout_ms = 120000,
                        .integrity = ti == T_TCP_MAC ? GT_COMM_INTEGRITY_MAC : GT_COMM_INTEGRITY_HEADERS};
   gt_status st = gt_store_tcp_open(&sc, &s);
   if (st == GT_OK) {
@@ -122,9 +126,12 @@ static int rank_main(int rank, int n, gt_comm_transport t, int ti, result *res) 
             t0 = gt_now();
           }
           if (st != GT_OK) break;
-          if (op == OP_AR) st = gt_comm_allreduce(c, buf, count, GT_F32, GT_COMM_SUM);
-          else if (op == OP_AG) st = gt_comm_allgather(c, buf, out, per, GT_F32);
-          else st = gt_comm_reduce_scatter(c, buf, out, per, GT_F32, GT_COMM_SUM);
+          if (op == OP_AR)
+            st = gt_comm_allreduce(c, buf, count, GT_F32, GT_COMM_SUM);
+          else if (op == OP_AG)
+            st = gt_comm_allgather(c, buf, out, per, GT_F32);
+          else
+            st = gt_comm_reduce_scatter(c, buf, out, per, GT_F32, GT_COMM_SUM);
         }
         float dt = (float)((gt_now() - t0) / iters * 1e6);
         /* The slowest rank's time is the collective's time: gather all, take the max. */
@@ -166,8 +173,7 @@ static int run_ranks(int n, gt_comm_transport t, int ti, result *res) {
     int port = gt_store_tcp_open(&cfg, &srv) == GT_OK ? gt_store_tcp_port(srv) : -1;
     if (write(port_pipe[1], &port, sizeof port) != sizeof port) _exit(1);
     char b;
-    while (read(ctl[0], &b, 1) > 0) {
-    }
+    while (read(ctl[0], &b, 1) > 0) {}
     gt_store_destroy(srv);
     _exit(0);
   }
@@ -265,16 +271,17 @@ int main(int argc, char **argv) {
   bool gloo = true;
   int only_ranks = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--quick")) quick = true;
-    else if (!strcmp(argv[i], "--no-gloo")) gloo = false;
+    if (!strcmp(argv[i], "--quick"))
+      quick = true;
+    else if (!strcmp(argv[i], "--no-gloo"))
+      gloo = false;
     else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) {
       only_ranks = atoi(argv[++i]);
       if (only_ranks != 2 && only_ranks != 4) {
         fprintf(stderr, "bench_comm: --ranks must be 2 or 4, got '%s'\n", argv[i]);
         return 2;
       }
-    }
-    else if (!strcmp(argv[i], "--max-size") && i + 1 < argc) {
+    } else if (!strcmp(argv[i], "--max-size") && i + 1 < argc) {
       max_size = parse_size(argv[++i]);
       if (max_size < 4096 || max_size > (4ull << 30)) {
         fprintf(stderr, "bench_comm: --max-size must be between 4K and 4G, got '%s'\n", argv[i]);
@@ -300,11 +307,11 @@ int main(int argc, char **argv) {
     }
   }
   double mc = memcpy_gbps(max_size < (64u << 20) ? max_size : 64u << 20);
-  printf("# bench_comm: %d sizes 4 KiB .. %zu MiB%s, memcpy %.2f GB/s (same run), %ld cores\n",
-         nsizes, sizes[nsizes - 1] >> 20, quick ? " (quick)" : "", mc, sysconf(_SC_NPROCESSORS_ONLN));
+  printf("# bench_comm: %d sizes 4 KiB .. %zu MiB%s, memcpy %.2f GB/s (same run), %ld cores\n", nsizes,
+         sizes[nsizes - 1] >> 20, quick ? " (quick)" : "", mc, sysconf(_SC_NPROCESSORS_ONLN));
   printf("# algbw = bytes/time; busbw = algbw*2(n-1)/n (allreduce), algbw*(n-1)/n (others)\n");
-  printf("%-14s %5s %-8s %12s %12s %10s %10s %9s\n", "op", "ranks", "alg", "bytes", "time_us",
-         "algbw_GBs", "busbw_GBs", "vs_memcpy");
+  printf("%-14s %5s %-8s %12s %12s %10s %10s %9s\n", "op", "ranks", "alg", "bytes", "time_us", "algbw_GBs", "busbw_GBs",
+         "vs_memcpy");
   double headline = 0, headline_gloo = 0, tcp64 = 0, tcp_mac64 = 0;
   const int ranks[2] = {2, 4};
   const gt_comm_transport tr[NTRANSPORTS] = {GT_COMM_TCP, GT_COMM_SHM, GT_COMM_TCP};
@@ -329,8 +336,8 @@ int main(int argc, char **argv) {
           if (us <= 0) continue;
           double alg = sizes[k] / (us * 1e-6) / 1e9;
           double bus = alg * (op == OP_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n);
-          printf("%-14s %5d %-8s %12zu %12.1f %10.3f %10.3f %9.2f\n", op_names[op], n, trn[ti],
-                 sizes[k], us, alg, bus, bus / mc);
+          printf("%-14s %5d %-8s %12zu %12.1f %10.3f %10.3f %9.2f\n", op_names[op], n, trn[ti], sizes[k], us, alg, bus,
+                 bus / mc);
           bool head = op == OP_AR && n == 2 && sizes[k] == (64u << 20);
           if (head && ti != T_TCP_MAC && alg > headline) headline = alg;
           if (head && ti == T_TCP) tcp64 = alg;
@@ -349,9 +356,8 @@ int main(int argc, char **argv) {
           for (int ti = 0; ti < T_TCP_MAC; ti++)
             if (res->us[ti][OP_AR][k] > 0 && sizes[k] / (res->us[ti][OP_AR][k] * 1e-6) / 1e9 > best)
               best = sizes[k] / (res->us[ti][OP_AR][k] * 1e-6) / 1e9;
-          printf("%-14s %5d %-8s %12zu %12.1f %10.3f %10.3f %9.2f  giant/gloo=%.2f\n",
-                 "allreduce", n, "gloo", sizes[k], gus[k], alg, alg * 2.0 * (n - 1) / n,
-                 alg * 2.0 * (n - 1) / n / mc, best / alg);
+          printf("%-14s %5d %-8s %12zu %12.1f %10.3f %10.3f %9.2f  giant/gloo=%.2f\n", "allreduce", n, "gloo", sizes[k],
+                 gus[k], alg, alg * 2.0 * (n - 1) / n, alg * 2.0 * (n - 1) / n / mc, best / alg);
           if (n == 2 && sizes[k] == (64u << 20)) headline_gloo = alg;
         }
       } else {

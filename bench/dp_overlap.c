@@ -31,9 +31,10 @@ static int rank_main(int rank, int world, void *arg) {
   cfg *c = arg;
   gpt_config gc = {.vocab_size = c->V, .T_max = c->T, .C = c->C, .NH = c->NH, .L = c->L, .tie_weights = true};
   bench_rank r;
-  bench_rank_setup(&r, rank, world,
-                   &(bench_rank_config){.layout = "dp=2", .threads = 1, .gpt = gc, .B = 2 * c->B,
-                                        .bucket_bytes = (size_t)c->bucket_kib << 10});
+  bench_rank_setup(
+      &r, rank, world,
+      &(bench_rank_config){
+          .layout = "dp=2", .threads = 1, .gpt = gc, .B = 2 * c->B, .bucket_bytes = (size_t)c->bucket_kib << 10});
   gt_trainer *tr = r.tr;
   int32_t *tok = bench_tokens((size_t)c->B * c->T + 1, c->V, 97u * (unsigned)rank);
   gt_batch b = {.B = c->B, .T = c->T, .inputs = tok, .targets = tok + 1};
@@ -63,10 +64,14 @@ int main(int argc, char **argv) {
   cfg *c = harness_shared(sizeof *c);
   *c = defaults;
   gt_opt_spec specs[] = {
-      {"--layers", GT_OPT_INT, &c->L, 1, 1000},      {"--channels", GT_OPT_INT, &c->C, 1, 65536},
-      {"--heads", GT_OPT_INT, &c->NH, 1, 1024},      {"--seq", GT_OPT_INT, &c->T, 1, 65536},
-      {"--batch", GT_OPT_INT, &c->B, 1, 65536},      {"--vocab", GT_OPT_INT, &c->V, 2, 1 << 22},
-      {"--rounds", GT_OPT_INT, &c->rounds, 1, 1000}, {"--steps", GT_OPT_INT, &c->steps, 1, 1000},
+      {"--layers", GT_OPT_INT, &c->L, 1, 1000},
+      {"--channels", GT_OPT_INT, &c->C, 1, 65536},
+      {"--heads", GT_OPT_INT, &c->NH, 1, 1024},
+      {"--seq", GT_OPT_INT, &c->T, 1, 65536},
+      {"--batch", GT_OPT_INT, &c->B, 1, 65536},
+      {"--vocab", GT_OPT_INT, &c->V, 2, 1 << 22},
+      {"--rounds", GT_OPT_INT, &c->rounds, 1, 1000},
+      {"--steps", GT_OPT_INT, &c->steps, 1, 1000},
       {"--bucket-kib", GT_OPT_INT, &c->bucket_kib, 1, 1 << 20},
   };
   int rc = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
@@ -74,9 +79,10 @@ int main(int argc, char **argv) {
                         "                        [--rounds R --steps N --bucket-kib K]\n",
                         NULL);
   if (rc >= 0) return rc;
-  printf("config: dp=2 (2 processes x 1 thread, loopback), GPT L=%d C=%d NH=%d T=%d V=%d, B=%d per rank, "
-         "AdamW, buckets %d KiB, %d rounds x %d steps per mode\n",
-         c->L, c->C, c->NH, c->T, c->V, c->B, c->bucket_kib, c->rounds, c->steps);
+  printf(
+      "config: dp=2 (2 processes x 1 thread, loopback), GPT L=%d C=%d NH=%d T=%d V=%d, B=%d per rank, "
+      "AdamW, buckets %d KiB, %d rounds x %d steps per mode\n",
+      c->L, c->C, c->NH, c->T, c->V, c->B, c->bucket_kib, c->rounds, c->steps);
   int codes[2];
   if (harness_run(2, rank_main, c, 1800, codes)) {
     fprintf(stderr, "bench_dp_overlap: a rank failed (codes %d %d)\n", codes[0], codes[1]);
@@ -91,8 +97,7 @@ int main(int argc, char **argv) {
   double hidden = exposed[0] > 0 ? 1.0 - exposed[1] / exposed[0] : 0;
   printf("overlap off: %.1f ms/step, gradient all-reduce %.1f ms, all of it after backward\n", step[0] * 1e3,
          exposed[0] * 1e3);
-  printf("overlap on:  %.1f ms/step, %.1f ms of all-reduce left after backward\n", step[1] * 1e3,
-         exposed[1] * 1e3);
+  printf("overlap on:  %.1f ms/step, %.1f ms of all-reduce left after backward\n", step[1] * 1e3, exposed[1] * 1e3);
   printf("hidden behind backward: %.0f%%, step time off/on: %.3f\n", 100 * hidden, step[0] / step[1]);
   printf("dp_overlap_hidden=%.3f speedup=%.3f\n", hidden, step[0] / step[1]);
   return 0;

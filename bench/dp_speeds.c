@@ -62,14 +62,14 @@ int main(void) {
   int share[2];
   const double speeds[2] = {1.0, 0.5};
   if (gt_planner_batch_split(GLOBAL_ROWS, 2, speeds, share) != GT_OK) return 1;
-  printf("config: dp=2, GPT L=4 C=128 NH=4 T=128 V=4096, global batch %d rows; rank 1 shares its core with a "
-         "spinning process (half speed); planner split for speeds 1.0/0.5: %d + %d rows\n",
-         GLOBAL_ROWS, share[0], share[1]);
+  printf(
+      "config: dp=2, GPT L=4 C=128 NH=4 T=128 V=4096, global batch %d rows; rank 1 shares its core with a "
+      "spinning process (half speed); planner split for speeds 1.0/0.5: %d + %d rows\n",
+      GLOBAL_ROWS, share[0], share[1]);
   pid_t hog = fork();
   if (hog == 0) {
     pin(1);
-    for (volatile unsigned long x = 0;; x++) {
-    }
+    for (volatile unsigned long x = 0;; x++) {}
   }
   cfg *c = harness_shared(sizeof *c);
   double even[3], planned[3];

@@ -70,20 +70,27 @@ int main(int argc, char **argv) {
   const char *endpoints = NULL;
   int n = 1000, nevents = 4000, writers = 4, vsize = 64;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--endpoints") && i + 1 < argc) endpoints = argv[++i];
-    else if (!strcmp(argv[i], "--ops") && i + 1 < argc) n = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--events") && i + 1 < argc) nevents = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--writers") && i + 1 < argc) writers = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--value-size") && i + 1 < argc) vsize = atoi(argv[++i]);
+    if (!strcmp(argv[i], "--endpoints") && i + 1 < argc)
+      endpoints = argv[++i];
+    else if (!strcmp(argv[i], "--ops") && i + 1 < argc)
+      n = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--events") && i + 1 < argc)
+      nevents = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--writers") && i + 1 < argc)
+      writers = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--value-size") && i + 1 < argc)
+      vsize = atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: bench_etcd [--endpoints LIST] [--ops N] [--events N] [--writers N] "
-                      "[--value-size BYTES]\n");
+      fprintf(stderr,
+              "usage: bench_etcd [--endpoints LIST] [--ops N] [--events N] [--writers N] "
+              "[--value-size BYTES]\n");
       return 2;
     }
   }
   if (n < 10 || nevents < writers || writers < 1 || writers > 64 || vsize < 1 || vsize > 1 << 20) {
-    fprintf(stderr, "bench_etcd: need --ops >= 10, 1 <= --writers <= 64, --events >= --writers, "
-                    "1 <= --value-size <= 1 MiB\n");
+    fprintf(stderr,
+            "bench_etcd: need --ops >= 10, 1 <= --writers <= 64, --events >= --writers, "
+            "1 <= --value-size <= 1 MiB\n");
     return 2;
   }
   etcd_fixture fx;
@@ -95,10 +102,10 @@ int main(int argc, char **argv) {
     }
     endpoints = fx.endpoint;
   }
-  printf("bench_etcd: endpoints %s (%s), %d ops per latency, value %d bytes, watch %d events "
-         "from %d writers\n",
-         endpoints, own ? "local etcd started by the bench, data dir in /tmp" : "given", n, vsize,
-         nevents, writers);
+  printf(
+      "bench_etcd: endpoints %s (%s), %d ops per latency, value %d bytes, watch %d events "
+      "from %d writers\n",
+      endpoints, own ? "local etcd started by the bench, data dir in /tmp" : "given", n, vsize, nevents, writers);
   gt_etcd_config cfg = {.endpoints = endpoints, .timeout_ms = 10000};
   gt_etcd_client *c;
   if (gt_etcd_connect(&cfg, &c) != GT_OK) die("connect");
@@ -136,8 +143,7 @@ int main(int argc, char **argv) {
   if (gt_etcd_get_value(c, "bench/k/0", &v, &len, &mod) != GT_OK) die("get");
   free(v);
   for (int i = 0; i < n; i++) {
-    gt_etcd_cmp cmp = {.key = "bench/k/0", .target = GT_ETCD_CMP_MOD_REVISION, .op = GT_ETCD_EQUAL,
-                       .number = mod};
+    gt_etcd_cmp cmp = {.key = "bench/k/0", .target = GT_ETCD_CMP_MOD_REVISION, .op = GT_ETCD_EQUAL, .number = mod};
     gt_etcd_op op = {.type = GT_ETCD_OP_PUT, .key = "bench/k/0", .value = val, .value_len = (size_t)vsize};
     gt_etcd_txn_result r;
     double t0 = gt_now();
@@ -170,8 +176,7 @@ int main(int argc, char **argv) {
   atomic_init(&wc.n, 0);
   atomic_init(&wc.last_at, 0.0);
   gt_etcd_watch *w;
-  if (gt_etcd_watch_start(c, "bench/w/", &(gt_etcd_watch_opts){.prefix = 1}, on_event, &wc, &w) != GT_OK)
-    die("watch");
+  if (gt_etcd_watch_start(c, "bench/w/", &(gt_etcd_watch_opts){.prefix = 1}, on_event, &wc, &w) != GT_OK) die("watch");
   gt_etcd_kvs before;
   if (gt_etcd_get(c, "bench/none", NULL, &before) != GT_OK) die("get");
   int64_t first_rev = before.revision + 1;
@@ -201,8 +206,8 @@ int main(int argc, char **argv) {
   atomic_init(&rc.n, 0);
   atomic_init(&rc.last_at, 0.0);
   double r0 = gt_now();
-  if (gt_etcd_watch_start(c, "bench/w/", &(gt_etcd_watch_opts){.prefix = 1, .start_revision = first_rev},
-                          on_event, &rc, &w) != GT_OK)
+  if (gt_etcd_watch_start(c, "bench/w/", &(gt_etcd_watch_opts){.prefix = 1, .start_revision = first_rev}, on_event, &rc,
+                          &w) != GT_OK)
     die("watch");
   while (atomic_load(&rc.n) < total && gt_now() - r0 < 30) {
     struct timespec ts = {0, 200000};
@@ -213,19 +218,20 @@ int main(int argc, char **argv) {
   gt_etcd_watch_cancel(w);
   double commit_rate = total / (t_written - t0);
   double watch_rate = got / (t_last - t0);
-  printf("%-18s %8.0f events/s (%d of %d events; writers committed %.0f puts/s; last event "
-         "%.1f ms after the last put returned)\n",
-         "watch", watch_rate, got, total, commit_rate, (t_last - t_written) * 1e3);
-  printf("%-18s %8.0f events/s (%d of %d events read back from history)\n", "watch replay",
-         replay_rate, replayed, total);
-  printf("ratios: put/rtt %.2f, get/rtt %.2f, txn/rtt %.2f, watch/commit %.3f\n",
-         put.p50_us / rtt.p50_us, get.p50_us / rtt.p50_us, txn.p50_us / rtt.p50_us,
-         watch_rate / commit_rate);
-  printf("put_p50_us=%.1f put_p99_us=%.1f get_p50_us=%.1f get_p99_us=%.1f txn_p50_us=%.1f "
-         "txn_p99_us=%.1f rtt_p50_us=%.1f watch_events_per_s=%.0f commit_per_s=%.0f "
-         "watch_vs_commit=%.3f replay_events_per_s=%.0f events=%d/%d\n",
-         put.p50_us, put.p99_us, get.p50_us, get.p99_us, txn.p50_us, txn.p99_us, rtt.p50_us,
-         watch_rate, commit_rate, watch_rate / commit_rate, replay_rate, got, total);
+  printf(
+      "%-18s %8.0f events/s (%d of %d events; writers committed %.0f puts/s; last event "
+      "%.1f ms after the last put returned)\n",
+      "watch", watch_rate, got, total, commit_rate, (t_last - t_written) * 1e3);
+  printf("%-18s %8.0f events/s (%d of %d events read back from history)\n", "watch replay", replay_rate, replayed,
+         total);
+  printf("ratios: put/rtt %.2f, get/rtt %.2f, txn/rtt %.2f, watch/commit %.3f\n", put.p50_us / rtt.p50_us,
+         get.p50_us / rtt.p50_us, txn.p50_us / rtt.p50_us, watch_rate / commit_rate);
+  printf(
+      "put_p50_us=%.1f put_p99_us=%.1f get_p50_us=%.1f get_p99_us=%.1f txn_p50_us=%.1f "
+      "txn_p99_us=%.1f rtt_p50_us=%.1f watch_events_per_s=%.0f commit_per_s=%.0f "
+      "watch_vs_commit=%.3f replay_events_per_s=%.0f events=%d/%d\n",
+      put.p50_us, put.p99_us, get.p50_us, get.p99_us, txn.p50_us, txn.p99_us, rtt.p50_us, watch_rate, commit_rate,
+      watch_rate / commit_rate, replay_rate, got, total);
   free(t);
   free(val);
   gt_etcd_close(c);

@@ -90,8 +90,10 @@ static void read_metrics(const char *path, outcome *o) {
       int rank = (int)json_num(v, "rank");
       bool slow = strstr(v, "\"state\":\"slow\"") && strstr(v, "\"state\":\"slow\"") < strchr(v, '}');
       if (!slow) continue;
-      if (rank == SLOW_RANK && s >= ONSET && o->detect_step < 0) o->detect_step = s;
-      else if (rank != SLOW_RANK || s < ONSET) o->false_alarms++;
+      if (rank == SLOW_RANK && s >= ONSET && o->detect_step < 0)
+        o->detect_step = s;
+      else if (rank != SLOW_RANK || s < ONSET)
+        o->false_alarms++;
     }
   }
   fclose(f);
@@ -135,12 +137,13 @@ static outcome run(const char *dir, const char *build, bool rebalance) {
   char metrics[512], log[512], cmd[4096];
   snprintf(metrics, sizeof metrics, "%s/m%d.jsonl", dir, rebalance);
   snprintf(log, sizeof log, "%s/log%d.txt", dir, rebalance);
-  snprintf(cmd, sizeof cmd,
-           "OMP_NUM_THREADS=1 GT_FAULT='slow:rank=%d,factor=2,from=%d' '%s/launch/giantrun' --standalone "
-           "--nproc-per-node 4 --plan dp=4 '%s/examples/gpt' --data '%s/fortunes.tok' --steps %d --layers 2 "
-           "--channels 64 --heads 4 --seq 64 --batch 8 --accum 2 --sample 0 --print-every 0 --failslow --failslow-clock cpu "
-           "--metrics '%s'%s > '%s' 2>&1",
-           SLOW_RANK, ONSET, build, build, dir, STEPS, metrics, rebalance ? " --rebalance" : "", log);
+  snprintf(
+      cmd, sizeof cmd,
+      "OMP_NUM_THREADS=1 GT_FAULT='slow:rank=%d,factor=2,from=%d' '%s/launch/giantrun' --standalone "
+      "--nproc-per-node 4 --plan dp=4 '%s/examples/gpt' --data '%s/fortunes.tok' --steps %d --layers 2 "
+      "--channels 64 --heads 4 --seq 64 --batch 8 --accum 2 --sample 0 --print-every 0 --failslow --failslow-clock cpu "
+      "--metrics '%s'%s > '%s' 2>&1",
+      SLOW_RANK, ONSET, build, build, dir, STEPS, metrics, rebalance ? " --rebalance" : "", log);
   int st = system(cmd);
   o.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   if (o.exit_code != 0) {
@@ -167,8 +170,10 @@ int main(void) {
     return 1;
   }
   const char *build = GIANT_BUILD_DIR;
-  printf("bench_failslow: examples/gpt, 4 ranks dp=4 on one machine, L=2 C=64 T=64 B=8x2, --failslow defaults;\n"
-         "rank %d slowed x2 from step %d, %d steps\n", SLOW_RANK, ONSET, STEPS);
+  printf(
+      "bench_failslow: examples/gpt, 4 ranks dp=4 on one machine, L=2 C=64 T=64 B=8x2, --failslow defaults;\n"
+      "rank %d slowed x2 from step %d, %d steps\n",
+      SLOW_RANK, ONSET, STEPS);
   outcome a = run(dir, build, false);
   if (a.exit_code != 0) {
     printf("the run failed: %s\n", a.reason);
@@ -177,8 +182,8 @@ int main(void) {
   int delay = a.detect_step >= 0 ? a.detect_step - ONSET : -1;
   printf("detection: rank %d flagged at step %d, %d steps after onset; %d false alarm(s)\n", SLOW_RANK, a.detect_step,
          delay, a.false_alarms);
-  printf("predictor MAPE over steps 10-%d: %.4f with the step's job-wide factor applied, %.4f raw\n", ONSET - 1,
-         a.mape, a.mape_raw);
+  printf("predictor MAPE over steps 10-%d: %.4f with the step's job-wide factor applied, %.4f raw\n", ONSET - 1, a.mape,
+         a.mape_raw);
   printf("throughput: %.0f tokens/s before, %.0f during (x%.2f)\n", a.tps_before, a.tps_during,
          a.tps_during / a.tps_before);
   printf("telemetry all-gather, as rank 0 waits in it: %.2f%% of a step (medians; mostly the ranks' skew)\n",
@@ -186,8 +191,10 @@ int main(void) {
   double *shared = harness_shared(sizeof *shared), g = NAN;
   int codes[4];
   if (harness_run(4, gather_rank, shared, 120, codes) == 0) g = *shared;
-  printf("telemetry all-gather alone (4 ranks in step, %zu bytes each): %.1f us = %.2f%% of the median clean step (%.2f ms)\n",
-         sizeof(gt_step_telemetry), g * 1e6, 100 * g / a.step_median, a.step_median * 1e3);
+  printf(
+      "telemetry all-gather alone (4 ranks in step, %zu bytes each): %.1f us = %.2f%% of the median clean step (%.2f "
+      "ms)\n",
+      sizeof(gt_step_telemetry), g * 1e6, 100 * g / a.step_median, a.step_median * 1e3);
   outcome b = run(dir, build, true);
   double r = NAN, x = NAN;
   if (b.exit_code != 0) {
@@ -196,8 +203,10 @@ int main(void) {
     double capacity = (3 + 1.0 / 2) / 4; /* four replicas, one at half speed */
     r = b.tps_during / (b.tps_before * capacity);
     x = b.tps_during / a.tps_during;
-    printf("with --rebalance: %.0f tokens/s before, %.0f during = %.3f of the ideal for the capacity left "
-           "(%.0f tokens/s)\n", b.tps_before, b.tps_during, r, b.tps_before * capacity);
+    printf(
+        "with --rebalance: %.0f tokens/s before, %.0f during = %.3f of the ideal for the capacity left "
+        "(%.0f tokens/s)\n",
+        b.tps_before, b.tps_during, r, b.tps_before * capacity);
   }
   char rm[128];
   snprintf(rm, sizeof rm, "rm -rf '%s'", dir);

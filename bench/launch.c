@@ -200,12 +200,54 @@ static double bench_reform(const etcd_fixture *fx, int nproc, double *ready_out)
     snprintf(job, sizeof job, "reform%d", i);
     snprintf(log0, sizeof log0, "%s/a.log", dir);
     snprintf(log1, sizeof log1, "%s/b.log", dir);
-    const char *a0[] = {giantrun, "--nnodes", "1:2", "--nproc-per-node", np, "--rdzv-endpoint", fx->endpoint,
-                        "--job-id", job, "--node-id", "a", "--rdzv-ttl", TTL_S, "--rdzv-settle", SETTLE_S,
-                        "--max-restarts", "3", "--stop-grace", "2", self, "--worker", dir, "--hold-gen0", NULL};
-    const char *a1[] = {giantrun, "--nnodes", "1:2", "--nproc-per-node", np, "--rdzv-endpoint", fx->endpoint,
-                        "--job-id", job, "--node-id", "b", "--rdzv-ttl", TTL_S, "--rdzv-settle", SETTLE_S,
-                        "--max-restarts", "3", "--stop-grace", "2", self, "--worker", dir, "--hold-gen0", NULL};
+    const char *a0[] = {giantrun,
+                        "--nnodes",
+                        "1:2",
+                        "--nproc-per-node",
+                        np,
+                        "--rdzv-endpoint",
+                        fx->endpoint,
+                        "--job-id",
+                        job,
+                        "--node-id",
+                        "a",
+                        "--rdzv-ttl",
+                        TTL_S,
+                        "--rdzv-settle",
+                        SETTLE_S,
+                        "--max-restarts",
+                        "3",
+                        "--stop-grace",
+                        "2",
+                        self,
+                        "--worker",
+                        dir,
+                        "--hold-gen0",
+                        NULL};
+    const char *a1[] = {giantrun,
+                        "--nnodes",
+                        "1:2",
+                        "--nproc-per-node",
+                        np,
+                        "--rdzv-endpoint",
+                        fx->endpoint,
+                        "--job-id",
+                        job,
+                        "--node-id",
+                        "b",
+                        "--rdzv-ttl",
+                        TTL_S,
+                        "--rdzv-settle",
+                        SETTLE_S,
+                        "--max-restarts",
+                        "3",
+                        "--stop-grace",
+                        "2",
+                        self,
+                        "--worker",
+                        dir,
+                        "--hold-gen0",
+                        NULL};
     pid_t p0 = spawn(a0, log0), p1 = spawn(a1, log1);
     double s, r;
     int world = 0;
@@ -277,14 +319,13 @@ int main(int argc, char **argv) {
   etcd_fixture_destroy(&fx);
   /* The lease was last renewed up to a third of the TTL before the kill. */
   double floor_s = atof(TTL_S) + atof(SETTLE_S), floor_lo = atof(TTL_S) * 2 / 3 + atof(SETTLE_S);
-  printf("re-form (2 agents x 2 workers, local etcd, --rdzv-ttl %s --rdzv-settle %s --nnodes 1:2):\n", TTL_S,
-         SETTLE_S);
+  printf("re-form (2 agents x 2 workers, local etcd, --rdzv-ttl %s --rdzv-settle %s --nnodes 1:2):\n", TTL_S, SETTLE_S);
   printf("  SIGKILL of one agent to survivor's workers started  %8.1f ms\n", rs * 1e3);
   printf("  ... past gt_init+barrier                           %8.1f ms\n", rr * 1e3);
-  printf("  floor: lease expiry + settle, between            %8.1f and %.1f ms\n", floor_lo * 1e3,
-         floor_s * 1e3);
-  printf("start_ms=%.1f start_ready_ms=%.1f baseline_ms=%.1f ratio=%.2f etcd_start_ms=%.1f reform_ms=%.1f "
-         "reform_ready_ms=%.1f floor_ms=%.1f\n",
-         gs * 1e3, gr * 1e3, bs * 1e3, gs / bs, etcd_s * 1e3, rs * 1e3, rr * 1e3, floor_s * 1e3);
+  printf("  floor: lease expiry + settle, between            %8.1f and %.1f ms\n", floor_lo * 1e3, floor_s * 1e3);
+  printf(
+      "start_ms=%.1f start_ready_ms=%.1f baseline_ms=%.1f ratio=%.2f etcd_start_ms=%.1f reform_ms=%.1f "
+      "reform_ready_ms=%.1f floor_ms=%.1f\n",
+      gs * 1e3, gr * 1e3, bs * 1e3, gs / bs, etcd_s * 1e3, rs * 1e3, rr * 1e3, floor_s * 1e3);
   return 0;
 }

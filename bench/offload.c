@@ -54,7 +54,7 @@ typedef struct bench_args {
 
 typedef struct run_out {
   size_t params;
-  double step_s; /* median */
+  double step_s;       /* median */
   gt_offload_stats os; /* the transfers and waits of the steps after the first */
   int os_steps;        /* how many steps that is */
   float loss0, loss1;
@@ -68,18 +68,18 @@ static gt_status train(const bench_args *a, int B, int T, int layers, int window
   gt_backend *be = NULL;
   gt_model *m = NULL;
   gt_trainer *tr = NULL;
-  gt_status s = gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = a->threads,
-                                                       .device_mem_limit = budget},
-                                  &be);
+  gt_status s = gt_backend_create(
+      &(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = a->threads, .device_mem_limit = budget}, &be);
   if (s != GT_OK) return s;
   gt_backend_set_peak_flops(be, 1e12); /* MFU is not what this measures */
   gt_model_config mc = {.B_max = B, .T_max = T, .seed = 1, .offload_window = window};
-  gpt_config gc = {.vocab_size = 256, .T_max = T, .C = a->channels, .NH = a->heads, .L = layers,
-                   .tie_weights = true};
+  gpt_config gc = {.vocab_size = 256, .T_max = T, .C = a->channels, .NH = a->heads, .L = layers, .tie_weights = true};
   /* No clipping, so that the update may go layer by layer: the norm is
    * summed either way, and a factor of 1 costs what another would. */
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_accum = 1,
-                          .schedule = (gt_lr_schedule){1e-3f, 1e-4f, 0, steps}, .update_per_layer = per_layer};
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
+                          .grad_accum = 1,
+                          .schedule = (gt_lr_schedule){1e-3f, 1e-4f, 0, steps},
+                          .update_per_layer = per_layer};
   s = gt_model_create(be, &mc, &m);
   if (s == GT_OK) s = gpt_add_layers(m, &gc);
   if (s == GT_OK) s = gt_model_build(m);
@@ -190,19 +190,36 @@ static double one_thread_memcpy_gbps(void) {
 }
 
 int main(int argc, char **argv) {
-  bench_args a = {.channels = 256, .heads = 4, .seq = 64, .batch = 2, .size_seq = 32, .threads = 1,
-                  .budget_mib = 48, .max_layers = 96, .speed_layers = 6, .speed_steps = 12, .window = 3,
-                  .adam_params_m = 100, .disk_layers = 8, .disk_channels = 512,
+  bench_args a = {.channels = 256,
+                  .heads = 4,
+                  .seq = 64,
+                  .batch = 2,
+                  .size_seq = 32,
+                  .threads = 1,
+                  .budget_mib = 48,
+                  .max_layers = 96,
+                  .speed_layers = 6,
+                  .speed_steps = 12,
+                  .window = 3,
+                  .adam_params_m = 100,
+                  .disk_layers = 8,
+                  .disk_channels = 512,
                   .disk_dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"};
   gt_opt_spec specs[] = {
-      {"--channels", GT_OPT_INT, &a.channels, 16, 8192},   {"--heads", GT_OPT_INT, &a.heads, 1, 128},
-      {"--seq", GT_OPT_INT, &a.seq, 1, 8192},              {"--batch", GT_OPT_INT, &a.batch, 1, 1024},
+      {"--channels", GT_OPT_INT, &a.channels, 16, 8192},
+      {"--heads", GT_OPT_INT, &a.heads, 1, 128},
+      {"--seq", GT_OPT_INT, &a.seq, 1, 8192},
+      {"--batch", GT_OPT_INT, &a.batch, 1, 1024},
       {"--size-seq", GT_OPT_INT, &a.size_seq, 1, 8192},
-      {"--threads", GT_OPT_INT, &a.threads, 0, 1024},      {"--budget-mib", GT_OPT_INT, &a.budget_mib, 1, 1 << 20},
-      {"--max-layers", GT_OPT_INT, &a.max_layers, 1, 4096}, {"--speed-layers", GT_OPT_INT, &a.speed_layers, 1, 4096},
-      {"--speed-steps", GT_OPT_INT, &a.speed_steps, 3, 10000}, {"--window", GT_OPT_INT, &a.window, 1, 4096},
+      {"--threads", GT_OPT_INT, &a.threads, 0, 1024},
+      {"--budget-mib", GT_OPT_INT, &a.budget_mib, 1, 1 << 20},
+      {"--max-layers", GT_OPT_INT, &a.max_layers, 1, 4096},
+      {"--speed-layers", GT_OPT_INT, &a.speed_layers, 1, 4096},
+      {"--speed-steps", GT_OPT_INT, &a.speed_steps, 3, 10000},
+      {"--window", GT_OPT_INT, &a.window, 1, 4096},
       {"--adam-params-m", GT_OPT_INT, &a.adam_params_m, 0, 100000},
-      {"--disk-layers", GT_OPT_INT, &a.disk_layers, 0, 4096}, {"--disk-channels", GT_OPT_INT, &a.disk_channels, 16, 8192},
+      {"--disk-layers", GT_OPT_INT, &a.disk_layers, 0, 4096},
+      {"--disk-channels", GT_OPT_INT, &a.disk_channels, 16, 8192},
       {"--disk-dir", GT_OPT_STR, &a.disk_dir, 0, 0},
   };
   int rc = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
@@ -215,9 +232,10 @@ int main(int argc, char **argv) {
   if (rc >= 0) return rc;
   gt_status s;
   size_t budget = (size_t)a.budget_mib << 20;
-  printf("bench_offload: GPT C=%d NH=%d, AdamW, fp32, %d threads; size: B=1 T=%d under a device budget of %d MiB; "
-         "speed: B=%d T=%d; offload window %d, prefetch %d\n",
-         a.channels, a.heads, a.threads, a.size_seq, a.budget_mib, a.batch, a.seq, a.window, a.window - 1);
+  printf(
+      "bench_offload: GPT C=%d NH=%d, AdamW, fp32, %d threads; size: B=1 T=%d under a device budget of %d MiB; "
+      "speed: B=%d T=%d; offload window %d, prefetch %d\n",
+      a.channels, a.heads, a.threads, a.size_seq, a.budget_mib, a.batch, a.seq, a.window, a.window - 1);
 
   int l_no = 0, l_off = 0;
   size_t p_no = largest(&a, 0, budget, &l_no);
@@ -251,9 +269,10 @@ int main(int argc, char **argv) {
   /* The better of the two ways to update is what offloading costs. */
   double best = m_layer < m_off ? m_layer : m_off;
   double speed_ratio = m_no / best;
-  printf("speed: %d layers, %zu parameters: %.2f ms a step without offloading; offloaded %.2f ms updating after "
-         "backward, %.2f ms updating layer by layer; ratio %.3f\n",
-         a.speed_layers, no[0].params, 1e3 * m_no, 1e3 * m_off, 1e3 * m_layer, speed_ratio);
+  printf(
+      "speed: %d layers, %zu parameters: %.2f ms a step without offloading; offloaded %.2f ms updating after "
+      "backward, %.2f ms updating layer by layer; ratio %.3f\n",
+      a.speed_layers, no[0].params, 1e3 * m_no, 1e3 * m_off, 1e3 * m_layer, speed_ratio);
 
   /* Each round's transfers per step (after the first), at one thread's
    * memcpy speed, against its waits per step; the median of the rounds. */
@@ -271,10 +290,11 @@ int main(int argc, char **argv) {
     }
   }
   double hidden = bench_median(hid, 3);
-  printf("copies: %.1f MiB a step (steps after the first), %.2f ms at %.1f GB/s (one thread); compute waited %.2f ms "
-         "a step, %.2f of them for gradients (middle round); hidden %.3f, %.3f, %.3f in the three rounds, median "
-         "%.3f\n",
-         moved / (1 << 20), 1e3 * copy_s, bw / 1e9, 1e3 * wait_s, 1e3 * wait_g, hid[0], hid[1], hid[2], hidden);
+  printf(
+      "copies: %.1f MiB a step (steps after the first), %.2f ms at %.1f GB/s (one thread); compute waited %.2f ms "
+      "a step, %.2f of them for gradients (middle round); hidden %.3f, %.3f, %.3f in the three rounds, median "
+      "%.3f\n",
+      moved / (1 << 20), 1e3 * copy_s, bw / 1e9, 1e3 * wait_s, 1e3 * wait_g, hid[0], hid[1], hid[2], hidden);
 
   double adam_vs_torch = 0, adam_of_bw = 0;
   if (a.adam_params_m > 0) {
@@ -285,9 +305,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "bench_offload: CPU AdamW: %s\n", gt_last_error());
       return 1;
     }
-    printf("cpu adamw: %d M parameters: %.1f ms; torch.optim.AdamW(foreach) %.1f ms; memcpy %.1f GB/s; "
-           "x%.2f torch, %.2f of the bandwidth bound\n",
-           a.adam_params_m, 1e3 * gs, 1e3 * ts, gbps, adam_vs_torch, adam_of_bw);
+    printf(
+        "cpu adamw: %d M parameters: %.1f ms; torch.optim.AdamW(foreach) %.1f ms; memcpy %.1f GB/s; "
+        "x%.2f torch, %.2f of the bandwidth bound\n",
+        a.adam_params_m, 1e3 * gs, 1e3 * ts, gbps, adam_vs_torch, adam_of_bw);
   }
   if (a.disk_layers > 0) {
     disk_result d;
@@ -297,14 +318,16 @@ int main(int argc, char **argv) {
       return 1;
     }
     double bound = d.io_s > d.memory_s ? d.io_s : d.memory_s;
-    printf("disk tier: %zu parameters, %.0f MiB of AdamW state in %s: a step %.1f ms in memory, %.1f ms on disk "
-           "(x%.2f); the state's bytes alone %.1f ms through the file; on disk at %.2f of max(update, I/O), "
-           "%.2f of their sum\n",
-           d.params, 8.0 * (double)d.params / (1 << 20), a.disk_dir, 1e3 * d.memory_s, 1e3 * d.disk_s,
-           d.disk_s / d.memory_s, 1e3 * d.io_s, bound / d.disk_s, (d.memory_s + d.io_s) / d.disk_s);
+    printf(
+        "disk tier: %zu parameters, %.0f MiB of AdamW state in %s: a step %.1f ms in memory, %.1f ms on disk "
+        "(x%.2f); the state's bytes alone %.1f ms through the file; on disk at %.2f of max(update, I/O), "
+        "%.2f of their sum\n",
+        d.params, 8.0 * (double)d.params / (1 << 20), a.disk_dir, 1e3 * d.memory_s, 1e3 * d.disk_s,
+        d.disk_s / d.memory_s, 1e3 * d.io_s, bound / d.disk_s, (d.memory_s + d.io_s) / d.disk_s);
   }
-  printf("offload_size_ratio=%.2f offload_speed_ratio=%.3f copy_hidden=%.3f cpu_adam_vs_torch=%.2f "
-         "cpu_adam_of_bw=%.2f\n",
-         size_ratio, speed_ratio, hidden, adam_vs_torch, adam_of_bw);
+  printf(
+      "offload_size_ratio=%.2f offload_speed_ratio=%.3f copy_hidden=%.3f cpu_adam_vs_torch=%.2f "
+      "cpu_adam_of_bw=%.2f\n",
+      size_ratio, speed_ratio, hidden, adam_vs_torch, adam_of_bw);
   return 0;
 }

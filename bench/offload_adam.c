@@ -94,8 +94,8 @@ static gt_status time_gt_adam(size_t n, int threads, double *sec) {
   if (!p || !g || !m || !v) {
     s = gt_errorf(GT_ENOMEM, "cannot allocate 4 x %zu MiB of AdamW state; try a smaller --params", (n * 4) >> 20);
   } else {
-    gt_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                       .weight_decay = 0.01f, .grad_scale = 1.0f};
+    gt_adamw_args a = {
+        .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .grad_scale = 1.0f};
     double t[STEPS];
     for (int i = 0; i < WARMUP + STEPS && s == GT_OK; i++) {
       a.step = i + 1;
@@ -117,8 +117,8 @@ static gt_status time_gt_adam(size_t n, int threads, double *sec) {
  * torch); NAN when it cannot run. */
 static double time_torch_adam(size_t n, int threads) {
   char cmd[1024], line[256];
-  snprintf(cmd, sizeof cmd, "%s %s/cpu_adam_torch.py %zu %d %d %d", bench_python(), GIANT_BENCH_DIR, n, threads,
-           WARMUP, STEPS);
+  snprintf(cmd, sizeof cmd, "%s %s/cpu_adam_torch.py %zu %d %d %d", bench_python(), GIANT_BENCH_DIR, n, threads, WARMUP,
+           STEPS);
   FILE *f = popen(cmd, "r");
   if (!f) {
     printf("torch baseline: not measured (cannot start %s)\n", bench_python());

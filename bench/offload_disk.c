@@ -60,8 +60,10 @@ static gt_status time_io(const char *dir, size_t bytes, double *seconds) {
     double t0 = now();
     for (size_t off = 0; off < bytes && s == GT_OK; off += piece) {
       size_t len = bytes - off < piece ? bytes - off : piece;
-      if (pread(fd, buf, len, (off_t)off) != (ssize_t)len) s = gt_errorf(GT_EIO, "reading %s", dir);
-      else if (pwrite(fd, buf, len, (off_t)off) != (ssize_t)len) s = gt_errorf(GT_EIO, "writing %s", dir);
+      if (pread(fd, buf, len, (off_t)off) != (ssize_t)len)
+        s = gt_errorf(GT_EIO, "reading %s", dir);
+      else if (pwrite(fd, buf, len, (off_t)off) != (ssize_t)len)
+        s = gt_errorf(GT_EIO, "writing %s", dir);
     }
     double dt = now() - t0;
     if (round >= WARMUP && (best == 0 || dt < best)) best = dt;
@@ -81,8 +83,8 @@ gt_status bench_offload_disk(const char *dir, int layers, int C, int threads, di
   float *start = NULL, *a = NULL, *b = NULL;
   gt_status s = gt_model_create(be, &(gt_model_config){.B_max = 1, .T_max = 16, .seed = 3, .offload_window = 1}, &m);
   if (s == GT_OK)
-    s = gpt_add_layers(m, &(gpt_config){.vocab_size = 256, .T_max = 16, .C = C, .NH = 8, .L = layers,
-                                        .tie_weights = true});
+    s = gpt_add_layers(
+        m, &(gpt_config){.vocab_size = 256, .T_max = 16, .C = C, .NH = 8, .L = layers, .tie_weights = true});
   if (s == GT_OK) s = gt_model_build(m);
   size_t n = s == GT_OK ? gt_model_buffer_floats(m) : 0;
   if (s == GT_OK) {

@@ -6,9 +6,9 @@
 
 typedef struct disk_result {
   size_t params;
-  double memory_s;  /* an AdamW step, state in memory (median) */
-  double disk_s;    /* the same, state in a file in dir */
-  double io_s;      /* reading and writing the state once, one thread, pread/pwrite, as the step does */
+  double memory_s; /* an AdamW step, state in memory (median) */
+  double disk_s;   /* the same, state in a file in dir */
+  double io_s;     /* reading and writing the state once, one thread, pread/pwrite, as the step does */
 } disk_result;
 
 /* An offloaded GPT of `layers` blocks of width C, its gradients set, the

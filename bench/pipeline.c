@@ -42,8 +42,13 @@ static int rank_main(int rank, int world, void *arg) {
   cfg *c = arg;
   bench_rank r; /* the planner cuts the stages: the cut the cost model assumes */
   bench_rank_setup(&r, rank, world,
-                   &(bench_rank_config){.layout = "pp=2", .threads = 1, .gpt = gpt_of(c), .B = c->B,
-                                        .micro_batches = c->m, .schedule = c->kind, .cut_stages = true});
+                   &(bench_rank_config){.layout = "pp=2",
+                                        .threads = 1,
+                                        .gpt = gpt_of(c),
+                                        .B = c->B,
+                                        .micro_batches = c->m,
+                                        .schedule = c->kind,
+                                        .cut_stages = true});
   int32_t *tok = bench_tokens((size_t)c->B * c->T + 1, c->V, 0);
   gt_batch *b = calloc((size_t)c->m, sizeof *b);
   for (int k = 0; k < c->m; k++) b[k] = (gt_batch){.B = c->B, .T = c->T, .inputs = tok, .targets = tok + 1};
@@ -82,8 +87,13 @@ static int calibrate(int rank, int world, void *arg) {
   int nl;
   CHECK_OK(gt_planner_layers_from_model(r.m, c->B, c->T, &layers, &nl));
   double flops = 3.0 * gt_model_flops(r.m, c->B, c->T);
-  gt_planner_hw hw = {.world = 2, .peak_flops = flops / one, .p2p_bandwidth = 2e9, .p2p_latency = 50e-6,
-                      .ar_bandwidth = 2e9, .ar_latency = 50e-6, .dp_overlap = 0.5};
+  gt_planner_hw hw = {.world = 2,
+                      .peak_flops = flops / one,
+                      .p2p_bandwidth = 2e9,
+                      .p2p_latency = 50e-6,
+                      .ar_bandwidth = 2e9,
+                      .ar_latency = 50e-6,
+                      .dp_overlap = 0.5};
   gt_planner_job job = {.layers = layers, .nlayers = nl, .micro_batches = c->m, .schedule = c->kind, .chunks = 1};
   gt_planner_result est;
   CHECK_OK(gt_planner_estimate(&hw, &job, (gt_grid_layout){1, 1, 2}, NULL, &est));
@@ -98,9 +108,9 @@ int main(int argc, char **argv) {
   cfg *c = harness_shared(sizeof *c);
   *c = (cfg){.L = 4, .C = 128, .NH = 4, .T = 64, .B = 2, .V = 4096, .steps = 3};
   gt_opt_spec specs[] = {
-      {"--layers", GT_OPT_INT, &c->L, 2, 1000}, {"--channels", GT_OPT_INT, &c->C, 1, 65536},
-      {"--heads", GT_OPT_INT, &c->NH, 1, 1024}, {"--seq", GT_OPT_INT, &c->T, 1, 65536},
-      {"--batch", GT_OPT_INT, &c->B, 1, 65536}, {"--vocab", GT_OPT_INT, &c->V, 2, 1 << 22},
+      {"--layers", GT_OPT_INT, &c->L, 2, 1000},    {"--channels", GT_OPT_INT, &c->C, 1, 65536},
+      {"--heads", GT_OPT_INT, &c->NH, 1, 1024},    {"--seq", GT_OPT_INT, &c->T, 1, 65536},
+      {"--batch", GT_OPT_INT, &c->B, 1, 65536},    {"--vocab", GT_OPT_INT, &c->V, 2, 1 << 22},
       {"--steps", GT_OPT_INT, &c->steps, 1, 1000},
   };
   int rc = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
@@ -108,9 +118,10 @@ int main(int argc, char **argv) {
                         "--steps N]\n",
                         NULL);
   if (rc >= 0) return rc;
-  printf("config: pp=2 (2 processes x 1 thread, loopback), GPT L=%d C=%d NH=%d T=%d V=%d, micro-batch %d rows, "
-         "%d steps per point\n",
-         c->L, c->C, c->NH, c->T, c->V, c->B, c->steps);
+  printf(
+      "config: pp=2 (2 processes x 1 thread, loopback), GPT L=%d C=%d NH=%d T=%d V=%d, micro-batch %d rows, "
+      "%d steps per point\n",
+      c->L, c->C, c->NH, c->T, c->V, c->B, c->steps);
   printf("%-6s %4s %10s %10s %12s %12s\n", "sched", "m", "bubble", "theory", "step ms", "predicted ms");
   double last = 0;
   const int ms[3] = {4, 8, 16};

@@ -82,7 +82,8 @@ static pid_t worker_pid(pid_t agent, int rank) {
   char cmd[512];
   snprintf(cmd, sizeof cmd,
            "for p in $(pgrep -P %ld); do tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx GT_RANK=%d && "
-           "echo $p; done | head -1", (long)agent, rank);
+           "echo $p; done | head -1",
+           (long)agent, rank);
   FILE *p = popen(cmd, "r");
   long pid = 0;
   if (p && fscanf(p, "%ld", &pid) != 1) pid = 0;
@@ -227,9 +228,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   const char *build = GIANT_BUILD_DIR;
-  printf("bench_reshape --runs %d --seed %u: examples/gpt, 4 ranks dp=4 + ZeRO-1 on one machine, L=4 C=128 T=64,\n"
-         "global batch 16, a checkpoint every %d steps, %d steps; worker %d SIGKILLed at a random moment of a step\n"
-         "drawn from %d..%d\n", runs, seed, CKPT_EVERY, STEPS, VICTIM, KILL_MIN, KILL_MAX);
+  printf(
+      "bench_reshape --runs %d --seed %u: examples/gpt, 4 ranks dp=4 + ZeRO-1 on one machine, L=4 C=128 T=64,\n"
+      "global batch 16, a checkpoint every %d steps, %d steps; worker %d SIGKILLed at a random moment of a step\n"
+      "drawn from %d..%d\n",
+      runs, seed, CKPT_EVERY, STEPS, VICTIM, KILL_MIN, KILL_MAX);
   fflush(stdout);
   double rec[MAX_RUNS], over[MAX_RUNS];
   int most_lost = 0, nover = 0, rc = 0;
@@ -241,9 +244,11 @@ int main(int argc, char **argv) {
       break;
     }
     int lost = a.last_before + 1 - a.first_after, bound = a.rolled_back ? CKPT_EVERY : 1;
-    printf("run %d: killed after step %d: next step %.0f ms after the kill (last step before %d, first after %d), "
-           "%d step(s) lost%s\n", k + 1, a.last_before, a.recover_ms, a.last_before, a.first_after, lost,
-           a.rolled_back ? ", rolled back in-process to the newest checkpoint" : ", the state from the peers");
+    printf(
+        "run %d: killed after step %d: next step %.0f ms after the kill (last step before %d, first after %d), "
+        "%d step(s) lost%s\n",
+        k + 1, a.last_before, a.recover_ms, a.last_before, a.first_after, lost,
+        a.rolled_back ? ", rolled back in-process to the newest checkpoint" : ", the state from the peers");
     fflush(stdout);
     if (lost > bound) {
       printf("run %d: %d steps lost, more than %d\n", k + 1, lost, bound);
@@ -256,8 +261,10 @@ int main(int argc, char **argv) {
   outcome b = rc == 0 ? run(dir, build, runs, false, &seed) : (outcome){.recover_ms = NAN};
   if (rc == 0 && !b.ok) rc = 1;
   if (rc == 0)
-    printf("full restart from the newest checkpoint: next step %.0f ms after the kill (last step before %d, first "
-           "after %d)\n", b.recover_ms, b.last_before, b.first_after);
+    printf(
+        "full restart from the newest checkpoint: next step %.0f ms after the kill (last step before %d, first "
+        "after %d)\n",
+        b.recover_ms, b.last_before, b.first_after);
   double med = rc == 0 ? median(rec, runs) : NAN, ov = median(over, nover);
   printf("redundancy: %.4f of the step time (median)\n", ov);
   printf("reshape_recover_ms=%.0f restart_recover_ms=%.0f vs_restart=%.2f steps_lost=%d redundancy_overhead=%.4f\n",

@@ -26,9 +26,9 @@ static int rank_main(int rank, int world, void *arg) {
   gpt_config gc = {.vocab_size = c->V, .T_max = c->T, .C = c->C, .NH = c->NH, .L = c->L, .tie_weights = true};
   static const char *layouts[NCONF] = {NULL, "dp=2", "tp=2"};
   bench_rank r;
-  bench_rank_setup(&r, rank, world,
-                   &(bench_rank_config){.layout = layouts[c->conf], .threads = c->conf == BASE ? 2 : 1, .gpt = gc,
-                                        .B = c->B});
+  bench_rank_setup(
+      &r, rank, world,
+      &(bench_rank_config){.layout = layouts[c->conf], .threads = c->conf == BASE ? 2 : 1, .gpt = gc, .B = c->B});
   gt_trainer *tr = r.tr;
   int rows = r.rows;
   int32_t *tok = bench_tokens((size_t)c->B * c->T + 1, c->V, 0);
@@ -60,8 +60,8 @@ int main(int argc, char **argv) {
                         "                     [--rounds R --steps N]\n",
                         NULL);
   if (rc >= 0) return rc;
-  printf("config: GPT L=%d C=%d NH=%d T=%d V=%d, global batch %d, AdamW; %d rounds x %d steps per layout\n", c->L,
-         c->C, c->NH, c->T, c->V, c->B, c->rounds, c->steps);
+  printf("config: GPT L=%d C=%d NH=%d T=%d V=%d, global batch %d, AdamW; %d rounds x %d steps per layout\n", c->L, c->C,
+         c->NH, c->T, c->V, c->B, c->rounds, c->steps);
   for (int r = 0; r < c->rounds; r++) {
     for (int k = 0; k < NCONF; k++) {
       c->conf = k;

@@ -70,7 +70,9 @@ static gt_status giant_setup(giant_run *g, const args *a) {
   GT_TRY(gt_model_create(g->be, &mc, &g->m));
   GT_TRY(gpt_add_layers(g->m, &gc));
   GT_TRY(gt_model_build(g->m));
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 1,
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
+                          .grad_clip = 1.0f,
+                          .grad_accum = 1,
                           .precision = a->precision,
                           .schedule = {.lr_max = 3e-4f, .lr_min = 3e-4f, .warmup = 0, .total = 0}};
   return gt_trainer_create(g->m, &tc, &g->tr);
@@ -82,16 +84,25 @@ static int die(const char *what) {
 }
 
 int main(int argc, char **argv) {
-  args a = {.device = "cpu", .precision_name = "fp32", .L = 4, .C = 256, .NH = 4, .T = 128, .B = 8, .V = 8192,
-            .threads = 2, .rounds = 5, .steps = 5, .check_steps = 3};
+  args a = {.device = "cpu",
+            .precision_name = "fp32",
+            .L = 4,
+            .C = 256,
+            .NH = 4,
+            .T = 128,
+            .B = 8,
+            .V = 8192,
+            .threads = 2,
+            .rounds = 5,
+            .steps = 5,
+            .check_steps = 3};
   gt_opt_spec specs[] = {
-      {"--device", GT_OPT_STR, &a.device, 0, 0},     {"--precision", GT_OPT_STR, &a.precision_name, 0, 0},
-      {"--layers", GT_OPT_INT, &a.L, 1, 1000},       {"--channels", GT_OPT_INT, &a.C, 1, 65536},
-      {"--heads", GT_OPT_INT, &a.NH, 1, 1024},
-      {"--seq", GT_OPT_INT, &a.T, 1, 65536},         {"--batch", GT_OPT_INT, &a.B, 1, 65536},
-      {"--vocab", GT_OPT_INT, &a.V, 2, 1 << 22},     {"--threads", GT_OPT_INT, &a.threads, 1, 1024},
-      {"--rounds", GT_OPT_INT, &a.rounds, 1, 1000},  {"--steps", GT_OPT_INT, &a.steps, 1, 100000},
-      {"--no-torch", GT_OPT_FLAG, &a.no_torch, 0, 0},
+      {"--device", GT_OPT_STR, &a.device, 0, 0},      {"--precision", GT_OPT_STR, &a.precision_name, 0, 0},
+      {"--layers", GT_OPT_INT, &a.L, 1, 1000},        {"--channels", GT_OPT_INT, &a.C, 1, 65536},
+      {"--heads", GT_OPT_INT, &a.NH, 1, 1024},        {"--seq", GT_OPT_INT, &a.T, 1, 65536},
+      {"--batch", GT_OPT_INT, &a.B, 1, 65536},        {"--vocab", GT_OPT_INT, &a.V, 2, 1 << 22},
+      {"--threads", GT_OPT_INT, &a.threads, 1, 1024}, {"--rounds", GT_OPT_INT, &a.rounds, 1, 1000},
+      {"--steps", GT_OPT_INT, &a.steps, 1, 100000},   {"--no-torch", GT_OPT_FLAG, &a.no_torch, 0, 0},
   };
   int rc = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]), usage, NULL);
   if (rc >= 0) return rc;
@@ -123,11 +134,11 @@ int main(int argc, char **argv) {
   double flops = 3.0 * gt_model_flops(g.m, a.B, a.T);
   const char *prec = gt_precision_name(a.precision);
   bool on_cpu = gt_backend_kind(g.be) == GT_DEVICE_CPU;
-  printf("config: GPT L=%d C=%d NH=%d T=%d B=%d V=%d, precision %s%s, AdamW + clip 1.0, device %s", a.L, a.C, a.NH,
-         a.T, a.B, a.V, prec,
-         a.precision == GT_PRECISION_BF16 ? " (bf16 matrix products, fp32 accumulation, master weights, optimizer)"
-                                          : "",
-         gt_backend_name(g.be));
+  printf(
+      "config: GPT L=%d C=%d NH=%d T=%d B=%d V=%d, precision %s%s, AdamW + clip 1.0, device %s", a.L, a.C, a.NH, a.T,
+      a.B, a.V, prec,
+      a.precision == GT_PRECISION_BF16 ? " (bf16 matrix products, fp32 accumulation, master weights, optimizer)" : "",
+      gt_backend_name(g.be));
   if (on_cpu) printf(", %d threads", gt_backend_num_threads(g.be));
   printf("\n");
   /* Chosen at run time from what the processor reports (GT_CPU_KERNELS overrides). */
@@ -200,8 +211,8 @@ int main(int argc, char **argv) {
   printf("giant:   %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s, MFU %.1f%% of the %s gemm peak %.1f GFLOP/s\n", gm,
          BT / (gm / 1e3), flops / (gm / 1e3) / 1e9, 100 * mfu, prec, pk / 1e9);
   if (torch) {
-    printf("pytorch: %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s (%s)\n", tm, BT / (tm / 1e3),
-           flops / (tm / 1e3) / 1e9, bench_torch_setting(torch));
+    printf("pytorch: %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s (%s)\n", tm, BT / (tm / 1e3), flops / (tm / 1e3) / 1e9,
+           bench_torch_setting(torch));
     printf("vs_pytorch=%.3f mfu=%.3f\n", tm / gm, mfu);
   } else {
     printf("vs_pytorch=nan mfu=%.3f\n", mfu);

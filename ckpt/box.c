@@ -32,8 +32,8 @@ ck_box ck_param_box(const gt_param *p) {
 
 /* Floats [a, b) of the block over dims [d, ndim) of `blk`, with the dims
  * before d fixed as in `cur`; `base` is the flat index of the block's start. */
-static gt_status range_rec(const ck_box *blk, ck_box *cur, int d, uint64_t base, uint64_t a, uint64_t b,
-                           ck_box_fn fn, void *ctx) {
+static gt_status range_rec(const ck_box *blk, ck_box *cur, int d, uint64_t base, uint64_t a, uint64_t b, ck_box_fn fn,
+                           void *ctx) {
   if (a >= b) return GT_OK;
   uint64_t inner = 1;
   for (int k = d + 1; k < blk->ndim; k++) inner *= (uint64_t)(blk->hi[k] - blk->lo[k]);

@@ -231,7 +231,7 @@ struct gt_ckpt {
   gt_loader *loader;
   gt_dist *dist; /* NULL: one process */
   gt_backend *be;
-  gt_plan plan;  /* a one-process plan without dist */
+  gt_plan plan;   /* a one-process plan without dist */
   char keys[128]; /* store namespace */
   /* Host snapshot buffers, allocated once: the flat parameter buffer and
    * the optimizer's state over [lo, hi). State kept on disk has no host
@@ -259,20 +259,20 @@ struct gt_ckpt {
   pthread_t thread;
   bool joinable;
   pthread_mutex_t mu;
-  bool busy;        /* under mu: the thread has not finished */
-  gt_status result; /* of the last finished save */
-  char why[1024];   /* its message when it failed */
-  int64_t finished; /* under mu: the step of the last finished save (-1: none) */
-  int skipped;      /* saves skipped because a writer was busy */
+  bool busy;         /* under mu: the thread has not finished */
+  gt_status result;  /* of the last finished save */
+  char why[1024];    /* its message when it failed */
+  int64_t finished;  /* under mu: the step of the last finished save (-1: none) */
+  int skipped;       /* saves skipped because a writer was busy */
   double save_delay; /* GT_FAULT slowsave: seconds each save waits before writing */
   /* On the CPU backend the snapshot copy is the writer thread's first
    * task, done while the next step's forward and backward run (they only
    * read the parameters); the model's first write waits for it
    * (gt_model_add_reader). Elsewhere the copy is made in gt_ckpt_save. */
   bool deferred_copy;
-  bool copying;      /* under mu: the writer has not finished copying the snapshot */
+  bool copying; /* under mu: the writer has not finished copying the snapshot */
   pthread_cond_t copied;
-  double stall_s;    /* under mu: seconds training was held by saves */
+  double stall_s;       /* under mu: seconds training was held by saves */
   atomic_int abandoned; /* gt_ckpt_abandon: stop waiting for other ranks' shards */
 };
 

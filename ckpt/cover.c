@@ -37,8 +37,8 @@ gt_status ck_manifest_check_cover(const ck_manifest *m, const char *what) {
   }
   for (int i = 0; i < m->nslices; i++) {
     const ck_box *b = &m->slices[i].box;
-    k[i] = (slice_key){.tensor = m->slices[i].tensor, .lo = b->ndim ? b->lo[0] : 0, .hi = b->ndim ? b->hi[0] : 1,
-                       .index = i};
+    k[i] = (slice_key){
+        .tensor = m->slices[i].tensor, .lo = b->ndim ? b->lo[0] : 0, .hi = b->ndim ? b->hi[0] : 1, .index = i};
     covered[k[i].tensor] += ck_box_volume(b);
   }
   /* Sorted by tensor and first-dimension start, a slice can only meet the

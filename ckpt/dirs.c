@@ -54,8 +54,10 @@ static gt_status scan(const char *root, bool only_committed, int **steps, int *n
     if (*n == cap) {
       cap = cap ? 2 * cap : 16;
       int *q = realloc(*steps, (size_t)cap * sizeof *q);
-      if (!q) s = gt_errorf(GT_ENOMEM, "out of memory listing %s", root);
-      else *steps = q;
+      if (!q)
+        s = gt_errorf(GT_ENOMEM, "out of memory listing %s", root);
+      else
+        *steps = q;
     }
     if (s == GT_OK) (*steps)[(*n)++] = step;
   }
@@ -100,8 +102,10 @@ gt_status ck_after_commit(const char *root, int step, int keep) {
     char dir[4150];
     ck_step_dir(root, all[i], dir, sizeof dir);
     gt_status r = ck_remove_dir(dir);
-    if (r != GT_OK) gt_warn("checkpoint retention: %s", gt_last_error());
-    else gt_debug("removed %s checkpoint %s", c ? "old" : "uncommitted", dir);
+    if (r != GT_OK)
+      gt_warn("checkpoint retention: %s", gt_last_error());
+    else
+      gt_debug("removed %s checkpoint %s", c ? "old" : "uncommitted", dir);
   }
   free(all);
   return GT_OK;

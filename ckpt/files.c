@@ -57,8 +57,7 @@ gt_status ck_file_open_direct(ck_file *f, const char *dir, const char *name, boo
   GT_TRY(ck_file_open(f, dir, name));
   struct stat st;
   int flags = fcntl(f->fd, F_GETFL);
-  *direct = fstat(f->fd, &st) == 0 && S_ISREG(st.st_mode) && flags >= 0 &&
-            fcntl(f->fd, F_SETFL, flags | O_DIRECT) == 0;
+  *direct = fstat(f->fd, &st) == 0 && S_ISREG(st.st_mode) && flags >= 0 && fcntl(f->fd, F_SETFL, flags | O_DIRECT) == 0;
   return GT_OK;
 }
 
@@ -66,8 +65,10 @@ void ck_file_write(ck_file *f, const void *p, size_t n) {
   const unsigned char *q = p;
   for (size_t done = 0; done < n && !f->err;) {
     ssize_t w = write(f->fd, q + done, n - done);
-    if (w > 0) done += (size_t)w;
-    else if (w == 0 || errno != EINTR) f->err = w == 0 ? EIO : errno;
+    if (w > 0)
+      done += (size_t)w;
+    else if (w == 0 || errno != EINTR)
+      f->err = w == 0 ? EIO : errno;
   }
 }
 
@@ -159,22 +160,27 @@ gt_status ck_read_chunks(ck_shard *f, const ck_manifest *m, const ck_slice *s, u
   int err = 0;
   while (done < want && !err) {
     ssize_t r = pread(f->fd, (char *)buf + done, want - done, (off_t)(s->offset + at + done));
-    if (r > 0) done += (size_t)r;
-    else if (r < 0 && errno != EINTR) err = errno;
-    else if (r == 0) break;
+    if (r > 0)
+      done += (size_t)r;
+    else if (r < 0 && errno != EINTR)
+      err = errno;
+    else if (r == 0)
+      break;
   }
   if (f->bytes_read) *f->bytes_read += done;
   if (err) return gt_errorf(GT_EIO, "reading shard %s (tensor %s): %s", f->path, tensor, strerror(err));
   if (done < want)
     return gt_errorf(GT_EFORMAT, "shard %s is truncated: tensor %s needs bytes %llu..%llu and the file ends first",
-                     f->path, tensor, (unsigned long long)(s->offset + at), (unsigned long long)(s->offset + at + want));
+                     f->path, tensor, (unsigned long long)(s->offset + at),
+                     (unsigned long long)(s->offset + at + want));
   for (uint64_t k = k0; k < k1; k++) {
     uint64_t a, n;
     unsigned char sha[CK_SHA];
     ck_chunk_span(m, s, k, &a, &n);
     ck_sha256((const char *)buf + (a - at), (size_t)n, sha);
     if (memcmp(sha, m->hashes[s->hash + k], CK_SHA))
-      return gt_errorf(GT_EFORMAT, "shard %s: tensor %s, chunk %llu of its slice (bytes %llu..%llu of the file), "
+      return gt_errorf(GT_EFORMAT,
+                       "shard %s: tensor %s, chunk %llu of its slice (bytes %llu..%llu of the file), "
                        "fails its SHA-256 check: the file is corrupt",
                        f->path, tensor, (unsigned long long)k, (unsigned long long)(s->offset + a),
                        (unsigned long long)(s->offset + a + n));

@@ -15,8 +15,12 @@
 gt_status gt_ckpt_describe(const char *path, gt_ckpt_summary *out) {
   ck_manifest m;
   GT_TRY(ck_manifest_read(path, &m));
-  *out = (gt_ckpt_summary){.step = (int)m.step, .tensors = m.ntensors, .slices = m.nslices, .files = m.nfiles,
-                           .blobs = m.nblobs, .layout = {1, 1, 1}};
+  *out = (gt_ckpt_summary){.step = (int)m.step,
+                           .tensors = m.ntensors,
+                           .slices = m.nslices,
+                           .files = m.nfiles,
+                           .blobs = m.nblobs,
+                           .layout = {1, 1, 1}};
   for (int i = 0; i < m.nslices; i++) out->bytes += m.slices[i].length;
   const ck_blob *b = ck_manifest_blob(&m, "giant/trainer");
   if (b) {
@@ -119,7 +123,8 @@ gt_status gt_ckpt_export(const char *path, const char *out_file) {
     if (s == GT_OK) s = ck_manifest_add_blob(&e, name, x, n * sizeof(float));
     free(x);
   }
-  for (int i = 0; i < m.nblobs && s == GT_OK; i++) s = ck_manifest_add_blob(&e, m.blobs[i].name, m.blobs[i].bytes, m.blobs[i].len);
+  for (int i = 0; i < m.nblobs && s == GT_OK; i++)
+    s = ck_manifest_add_blob(&e, m.blobs[i].name, m.blobs[i].bytes, m.blobs[i].len);
   char *d = strdup(out_file), *f = strdup(out_file);
   if (s == GT_OK && (!d || !f)) s = gt_errorf(GT_ENOMEM, "out of memory");
   if (s == GT_OK) s = ck_manifest_write_as(dirname(d), basename(f), &e);

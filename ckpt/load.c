@@ -79,7 +79,8 @@ gt_status ck_fill_box(const char *dir, const ck_manifest *m, int tensor, const c
     GT_TRY(read_part(dir, m, s, want, dst, bytes_read, &got));
   }
   if (got != ck_box_volume(want))
-    return gt_errorf(GT_EFORMAT, "checkpoint %s: tensor %s: its slices cover %llu of the %llu elements this rank "
+    return gt_errorf(GT_EFORMAT,
+                     "checkpoint %s: tensor %s: its slices cover %llu of the %llu elements this rank "
                      "needs (slices overlap or are missing)",
                      dir, m->tensors[tensor].name, (unsigned long long)got, (unsigned long long)ck_box_volume(want));
   return GT_OK;
@@ -95,7 +96,8 @@ static gt_status find_tensor(const char *dir, const ck_manifest *m, const char *
   for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->global_shape[d];
   if (!same) {
     char a[96] = "", b[96] = "";
-    for (int d = 0; d < t->ndim; d++) snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "x" : "", (long long)t->shape[d]);
+    for (int d = 0; d < t->ndim; d++)
+      snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "x" : "", (long long)t->shape[d]);
     for (int d = 0; d < p->ndim; d++)
       snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "x" : "", (long long)p->global_shape[d]);
     return gt_errorf(GT_EFORMAT, "checkpoint %s: tensor %s is %s there and %s in this model", dir, name, a, b);
@@ -120,7 +122,8 @@ static gt_status check_names(gt_ckpt *c, const char *dir, const ck_manifest *m, 
     expected += 1 + c->nstates;
   }
   if (m->ntensors != expected)
-    return gt_errorf(GT_EFORMAT, "checkpoint %s holds %d tensors where this model and optimizer have %d: it is of "
+    return gt_errorf(GT_EFORMAT,
+                     "checkpoint %s holds %d tensors where this model and optimizer have %d: it is of "
                      "another model or optimizer",
                      dir, m->ntensors, expected);
   return GT_OK;
@@ -147,8 +150,8 @@ typedef struct state_dst {
   const char *dir;
   const ck_manifest *m;
   int tensor;
-  float *buf;    /* the rank's state buffer, from float c->lo of the flat buffer; NULL: */
-  int fd;        /* on disk, in this file from byte `at`, through `staging` */
+  float *buf; /* the rank's state buffer, from float c->lo of the flat buffer; NULL: */
+  int fd;     /* on disk, in this file from byte `at`, through `staging` */
   uint64_t at;
   float *staging;
   int64_t shift; /* where the parameter's first float is in it (negative: before it) */
@@ -181,8 +184,13 @@ static gt_status read_state(gt_ckpt *c, const char *dir, const ck_manifest *m, g
     const gt_param *owner = p->mirror_of >= 0 ? gt_model_param(c->m, p->mirror_of) : p;
     ck_box box = ck_param_box(p);
     for (int k = 0; k < c->nstates; k++) {
-      state_dst d = {.dir = dir, .m = m, .bytes_read = bytes_read, .buf = c->state[k], .fd = c->state_fd,
-                     .at = (uint64_t)k * (c->hi - c->lo) * sizeof(float), .staging = c->staging,
+      state_dst d = {.dir = dir,
+                     .m = m,
+                     .bytes_read = bytes_read,
+                     .buf = c->state[k],
+                     .fd = c->state_fd,
+                     .at = (uint64_t)k * (c->hi - c->lo) * sizeof(float),
+                     .staging = c->staging,
                      .shift = (int64_t)p->offset - (int64_t)c->lo};
       ck_state_tensor(kind, k, owner->name, name, sizeof name);
       GT_TRY(find_tensor(dir, m, name, p, &d.tensor));
@@ -240,12 +248,14 @@ static gt_status read_cursor(gt_ckpt *c, const char *dir, const ck_manifest *m, 
       (void)ck_get_u32(&r);
       (void)ck_get_u32(&r);
     }
-    if (r.bad || (version != 1 && version != 2) || B == 0) return gt_errorf(GT_EFORMAT, "checkpoint %s: loader cursor %s is malformed", dir, m->blobs[i].name);
+    if (r.bad || (version != 1 && version != 2) || B == 0)
+      return gt_errorf(GT_EFORMAT, "checkpoint %s: loader cursor %s is malformed", dir, m->blobs[i].name);
     if (*found && next != *row)
       return gt_errorf(GT_EFORMAT, "checkpoint %s: the replicas' data cursors disagree (row %llu and %llu)", dir,
                        (unsigned long long)*row, (unsigned long long)next);
     const gt_loader_config *lc = gt_loader_get_config(c->loader);
-    if (rows != gt_loader_rows_per_epoch(c->loader) || (int)T != lc->T_max || mode != (uint32_t)lc->mode || seed != lc->seed)
+    if (rows != gt_loader_rows_per_epoch(c->loader) || (int)T != lc->T_max || mode != (uint32_t)lc->mode ||
+        seed != lc->seed)
       return gt_errorf(GT_EINVAL,
                        "checkpoint %s was taken reading %s (%llu rows of T_max %u, mode %u, seed %llu); this loader "
                        "reads %s (%llu rows of T_max %d, mode %d, seed %llu): the data stream would not continue",
@@ -328,8 +338,10 @@ gt_status gt_ckpt_load(gt_ckpt *c, const char *path, gt_ckpt_info *info) {
   int fallbacks = 0;
   for (int a = 0; a < n; a++) {
     char dir[4150];
-    if (path) snprintf(dir, sizeof dir, "%s", path);
-    else ck_step_dir(c->root, steps[a], dir, sizeof dir);
+    if (path)
+      snprintf(dir, sizeof dir, "%s", path);
+    else
+      ck_step_dir(c->root, steps[a], dir, sizeof dir);
     ck_manifest m = {0};
     loaded l = {0};
     gt_status s = load_one(c, dir, &m, &l);
@@ -340,17 +352,21 @@ gt_status gt_ckpt_load(gt_ckpt *c, const char *path, gt_ckpt_info *info) {
     }
     bool all_ok;
     gt_status as = agree(c, a, s == GT_OK, &all_ok);
-    if (as == GT_OK && all_ok) s = apply(c, &l);
-    else if (as != GT_OK) s = as;
+    if (as == GT_OK && all_ok)
+      s = apply(c, &l);
+    else if (as != GT_OK)
+      s = as;
     if (s == GT_OK && all_ok) {
       ck_manifest_free(&c->loaded);
       c->loaded = m;
       gt_info("loaded checkpoint %s (step %llu)%s", dir, (unsigned long long)l.tr.step,
               fallbacks ? ", passing over newer ones that failed to load" : "");
       if (info) {
-        *info = (gt_ckpt_info){.step = (int)l.tr.step, .fallbacks = fallbacks,
+        *info = (gt_ckpt_info){.step = (int)l.tr.step,
+                               .fallbacks = fallbacks,
                                .layout = {(int)l.tr.plan[0], (int)l.tr.plan[1], (int)l.tr.plan[2]},
-                               .zero1 = l.tr.plan[3] != 0, .bytes_read = l.bytes_read};
+                               .zero1 = l.tr.plan[3] != 0,
+                               .bytes_read = l.bytes_read};
         snprintf(info->path, sizeof info->path, "%.4095s", dir);
       }
       free(steps);

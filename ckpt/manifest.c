@@ -12,11 +12,11 @@
 #include "ckpt/ckpt_internal.h"
 #include "giant/engine/checkpoint.h"
 
-#define GROW(arr, n, what)                                                        \
-  do {                                                                            \
-    void *q_ = realloc((arr), ((size_t)(n) + 1) * sizeof *(arr));                 \
+#define GROW(arr, n, what)                                                             \
+  do {                                                                                 \
+    void *q_ = realloc((arr), ((size_t)(n) + 1) * sizeof *(arr));                      \
     if (!q_) return gt_errorf(GT_ENOMEM, "out of memory for the manifest's %s", what); \
-    (arr) = q_;                                                                   \
+    (arr) = q_;                                                                        \
   } while (0)
 
 void ck_manifest_free(ck_manifest *m) {
@@ -52,8 +52,8 @@ gt_status ck_manifest_add_tensor(ck_manifest *m, const char *name, int ndim, con
     return GT_OK;
   }
   if (ndim < 1 || ndim > CK_MAXDIM || strlen(name) >= CK_NAME)
-    return gt_errorf(GT_EINVAL, "tensor %s cannot be checkpointed (%d dims; at most %d dims and %d characters)",
-                     name, ndim, CK_MAXDIM, CK_NAME - 1);
+    return gt_errorf(GT_EINVAL, "tensor %s cannot be checkpointed (%d dims; at most %d dims and %d characters)", name,
+                     ndim, CK_MAXDIM, CK_NAME - 1);
   GROW(m->tensors, m->ntensors, "tensors");
   ck_tensor *t = &m->tensors[m->ntensors];
   *t = (ck_tensor){.dtype = CK_DTYPE_F32, .ndim = ndim};
@@ -95,8 +95,10 @@ gt_status ck_manifest_add_slice(ck_manifest *m, const ck_slice *s, const unsigne
   ck_slice *t = &m->slices[m->nslices++];
   *t = *s;
   t->hash = m->nhashes;
-  if (hashes) memcpy(m->hashes[t->hash], hashes, (size_t)n * CK_SHA);
-  else memset(m->hashes[t->hash], 0, (size_t)n * CK_SHA);
+  if (hashes)
+    memcpy(m->hashes[t->hash], hashes, (size_t)n * CK_SHA);
+  else
+    memset(m->hashes[t->hash], 0, (size_t)n * CK_SHA);
   m->nhashes += (size_t)n;
   return GT_OK;
 }
@@ -124,7 +126,8 @@ gt_status ck_manifest_add_blob(ck_manifest *m, const char *name, const void *byt
 }
 
 gt_status ck_manifest_merge(ck_manifest *to, const ck_manifest *from) {
-  int *file = calloc((size_t)from->nfiles + 1, sizeof *file), *tensor = calloc((size_t)from->ntensors + 1, sizeof *tensor);
+  int *file = calloc((size_t)from->nfiles + 1, sizeof *file),
+      *tensor = calloc((size_t)from->ntensors + 1, sizeof *tensor);
   gt_status s = file && tensor ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory merging manifests");
   for (int i = 0; s == GT_OK && i < from->nfiles; i++) s = ck_manifest_add_file(to, from->files[i], &file[i]);
   for (int i = 0; s == GT_OK && i < from->ntensors; i++) {
@@ -132,14 +135,15 @@ gt_status ck_manifest_merge(ck_manifest *to, const ck_manifest *from) {
     s = ck_manifest_add_tensor(to, t->name, t->ndim, t->shape, &tensor[i]);
   }
   if (s == GT_OK && from->nslices && to->chunk != from->chunk)
-    s = gt_errorf(GT_EINVAL, "ranks hash checkpoint slices in chunks of %llu and %llu bytes: give every rank the "
+    s = gt_errorf(GT_EINVAL,
+                  "ranks hash checkpoint slices in chunks of %llu and %llu bytes: give every rank the "
                   "same gt_ckpt_config.chunk_bytes",
                   (unsigned long long)to->chunk, (unsigned long long)from->chunk);
   for (int i = 0; s == GT_OK && i < from->nslices; i++) {
     ck_slice sl = from->slices[i];
     sl.file = file[sl.file];
     sl.tensor = tensor[sl.tensor];
-    s = ck_manifest_add_slice(to, &sl, (const unsigned char (*)[CK_SHA])from->hashes[sl.hash]);
+    s = ck_manifest_add_slice(to, &sl, (const unsigned char(*)[CK_SHA])from->hashes[sl.hash]);
   }
   for (int i = 0; s == GT_OK && i < from->nblobs; i++)
     s = ck_manifest_add_blob(to, from->blobs[i].name, from->blobs[i].bytes, from->blobs[i].len);
@@ -254,7 +258,7 @@ static gt_status decode(ck_rd *r, uint32_t version, const char *what, ck_manifes
     uint64_t chunks = ck_chunks(m, &s);
     const unsigned char *sha = chunks <= (r->len - r->at) / CK_SHA ? ck_get(r, (size_t)chunks * CK_SHA) : NULL;
     if (!sha) BAD("the chunk hashes of a slice of tensor %s are cut short", t->name);
-    GT_TRY(ck_manifest_add_slice(m, &s, (const unsigned char (*)[CK_SHA])sha));
+    GT_TRY(ck_manifest_add_slice(m, &s, (const unsigned char(*)[CK_SHA])sha));
   }
   n = ck_get_u32(r);
   if (r->bad || n > r->len) BAD("the blob table is cut short");
@@ -310,8 +314,7 @@ gt_status ck_manifest_write_as(const char *dir, const char *name, const ck_manif
 static gt_status slurp(const char *path, unsigned char **out, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) {
-    if (errno == ENOENT)
-      return gt_errorf(GT_ENOTFOUND, "%s is missing: the checkpoint was never committed", path);
+    if (errno == ENOENT) return gt_errorf(GT_ENOTFOUND, "%s is missing: the checkpoint was never committed", path);
     return gt_errorf(GT_EIO, "cannot open %s: %s", path, strerror(errno));
   }
   ck_buf b = {0};
@@ -352,8 +355,8 @@ gt_status ck_manifest_read_file(const char *path, ck_manifest *out) {
     s = gt_errorf(GT_EFORMAT, "%s has format version %u; this build reads versions 1 and %u (use a matching giant)",
                   path, version, GT_CKPT_VERSION);
   else if (len < r.at + CK_SHA || body != len - r.at - CK_SHA)
-    s = gt_errorf(GT_EFORMAT, "%s is truncated or has trailing bytes (%zu bytes, header says a %llu-byte body)",
-                  path, len, (unsigned long long)body);
+    s = gt_errorf(GT_EFORMAT, "%s is truncated or has trailing bytes (%zu bytes, header says a %llu-byte body)", path,
+                  len, (unsigned long long)body);
   unsigned char sha[CK_SHA];
   if (s == GT_OK) {
     ck_sha256(p + r.at, (size_t)body, sha);

@@ -80,8 +80,8 @@ gt_status gt_ckpt_mirror_create(gt_trainer *tr, int stride, gt_ckpt_mirror **out
   }
   /* What every rank holds (no floats are read: the space's sizes only). */
   gt_optimizer *opt = gt_trainer_optimizer(tr);
-  pr_space sp = {.tr = tr, .nparams = gt_model_buffer_floats(gt_trainer_model(tr)),
-                 .nstates = gt_optimizer_num_states(opt)};
+  pr_space sp = {
+      .tr = tr, .nparams = gt_model_buffer_floats(gt_trainer_model(tr)), .nstates = gt_optimizer_num_states(opt)};
   gt_optimizer_range(opt, &sp.lo, &sp.hi);
   pr_rank mine = {.has_state = 1};
   pr_rank *all = calloc((size_t)n, sizeof *all);
@@ -103,8 +103,9 @@ gt_status gt_ckpt_mirror_create(gt_trainer *tr, int stride, gt_ckpt_mirror **out
   if (s == GT_OK) {
     m->send = malloc((size_t)(m->mine_floats ? m->mine_floats : 1) * sizeof(float));
     m->copy = malloc((size_t)(m->kept_floats ? m->kept_floats : 1) * sizeof(float));
-    if (!m->send || !m->copy) s = gt_errorf(GT_ENOMEM, "out of memory for a mirror of %llu floats",
-                                            (unsigned long long)(m->mine_floats + m->kept_floats));
+    if (!m->send || !m->copy)
+      s = gt_errorf(GT_ENOMEM, "out of memory for a mirror of %llu floats",
+                    (unsigned long long)(m->mine_floats + m->kept_floats));
   }
   for (int r = 0; all && r < n; r++) {
     pr_list_free(&all[r].hold);
@@ -147,7 +148,8 @@ gt_status gt_ckpt_mirror_update(gt_ckpt_mirror *m) {
   for (uint64_t o = 0; o < most || o == 0; o += PR_CHUNK) {
     uint64_t so = m->mine_floats > o ? (m->mine_floats - o < PR_CHUNK ? m->mine_floats - o : PR_CHUNK) : 0;
     uint64_t ro = m->kept_floats > o ? (m->kept_floats - o < PR_CHUNK ? m->kept_floats - o : PR_CHUNK) : 0;
-    GT_TRY(gt_comm_sendrecv(m->world, m->send + (so ? o : 0), so, m->buddy, m->copy + (ro ? o : 0), ro, m->pred, GT_F32));
+    GT_TRY(
+        gt_comm_sendrecv(m->world, m->send + (so ? o : 0), so, m->buddy, m->copy + (ro ? o : 0), ro, m->pred, GT_F32));
     if (most == 0) break;
   }
   m->step = gt_trainer_step_index(m->tr);
@@ -157,8 +159,12 @@ gt_status gt_ckpt_mirror_update(gt_ckpt_mirror *m) {
 }
 
 void gt_ckpt_mirror_stats(const gt_ckpt_mirror *m, gt_ckpt_mirror_info *out) {
-  *out = (gt_ckpt_mirror_info){.step = m->step, .active = m->world != NULL, .buddy = m->buddy, .floats_sent = m->mine_floats,
-                               .floats_kept = m->kept_floats, .updates = m->updates,
+  *out = (gt_ckpt_mirror_info){.step = m->step,
+                               .active = m->world != NULL,
+                               .buddy = m->buddy,
+                               .floats_sent = m->mine_floats,
+                               .floats_kept = m->kept_floats,
+                               .updates = m->updates,
                                .seconds = m->seconds};
 }
 

@@ -176,7 +176,6 @@ gt_status pr_exchange(gt_comm *world, const pr_rank *me, pr_rank *all) {
   return s;
 }
 
-
 bool pr_same_box(const ck_box *a, const ck_box *b) {
   if (a->ndim != b->ndim) return false;
   for (int d = 0; d < a->ndim; d++)

@@ -57,7 +57,8 @@ static gt_status sources(const pr_rank *all, int n, pr_src **out, int *count) {
   int w = 0;
   for (int i = 0; i < k; i++) {
     bool dup = false;
-    for (int j = w - 1; j >= 0 && !strcmp(v[j].s->name, v[i].s->name) && !dup; j--) dup = pr_same_box(&v[j].s->box, &v[i].s->box);
+    for (int j = w - 1; j >= 0 && !strcmp(v[j].s->name, v[i].s->name) && !dup; j--)
+      dup = pr_same_box(&v[j].s->box, &v[i].s->box);
     if (!dup) v[w++] = v[i];
   }
   *out = v;
@@ -70,8 +71,10 @@ static int first_of(const pr_src *v, int count, const char *name) {
   int a = 0, b = count;
   while (a < b) {
     int mid = (a + b) / 2;
-    if (strcmp(v[mid].s->name, name) < 0) a = mid + 1;
-    else b = mid;
+    if (strcmp(v[mid].s->name, name) < 0)
+      a = mid + 1;
+    else
+      b = mid;
   }
   return a < count && !strcmp(v[a].s->name, name) ? a : count;
 }
@@ -139,8 +142,10 @@ static gt_status coverage(const pr_rank *all, int n, const pr_src *v, int count,
       const pr_slice *w = &all[r].want.s[i];
       uint64_t got = covered(v, count, w), need = ck_box_volume(&w->box);
       if (got > need)
-        return gt_errorf(GT_ESTATE, "tensor %s: the ranks' holdings overlap (%llu floats cover a box of %llu): they "
-                         "were not taken at one layout", w->name, (unsigned long long)got, (unsigned long long)need);
+        return gt_errorf(GT_ESTATE,
+                         "tensor %s: the ranks' holdings overlap (%llu floats cover a box of %llu): they "
+                         "were not taken at one layout",
+                         w->name, (unsigned long long)got, (unsigned long long)need);
       if (got < need && *miss_rank < 0) {
         *miss_rank = r;
         *miss_slice = i;
@@ -153,11 +158,11 @@ static gt_status coverage(const pr_rank *all, int n, const pr_src *v, int count,
 /* ---- moving the floats ---- */
 
 typedef struct mover {
-  int me, src, dst;       /* this round's pair: what `src` sends to `dst` */
+  int me, src, dst; /* this round's pair: what `src` sends to `dst` */
   const pr_space *from, *to;
-  float *buf;             /* the pair's floats, piece after piece */
-  uint64_t at;            /* floats of buf used so far */
-  bool pack;              /* true: fill buf from `from`; false: empty it into `to` */
+  float *buf;  /* the pair's floats, piece after piece */
+  uint64_t at; /* floats of buf used so far */
+  bool pack;   /* true: fill buf from `from`; false: empty it into `to` */
   const pr_slice *have, *want;
   const ck_box *x;
 } mover;
@@ -165,8 +170,10 @@ typedef struct mover {
 /* ck_box_runs over (have, x) when packing, (x, want) when unpacking. */
 static gt_status move_run(void *ctx, uint64_t a, uint64_t b, uint64_t n) {
   mover *m = ctx;
-  if (m->pack) memcpy(m->buf + m->at + b, m->from->buf + m->have->at + a, n * sizeof(float));
-  else memcpy(m->to->buf + m->want->at + b, m->buf + m->at + a, n * sizeof(float));
+  if (m->pack)
+    memcpy(m->buf + m->at + b, m->from->buf + m->have->at + a, n * sizeof(float));
+  else
+    memcpy(m->to->buf + m->want->at + b, m->buf + m->at + a, n * sizeof(float));
   return GT_OK;
 }
 
@@ -192,14 +199,16 @@ static gt_status move_piece(void *ctx, int src, int dst, const pr_slice *have, c
   m->have = have;
   m->want = want;
   m->x = x;
-  if (m->pack) GT_TRY(ck_box_runs(&have->box, x, move_run, m));
-  else GT_TRY(ck_box_runs(x, &want->box, move_run, m));
+  if (m->pack)
+    GT_TRY(ck_box_runs(&have->box, x, move_run, m));
+  else
+    GT_TRY(ck_box_runs(x, &want->box, move_run, m));
   m->at += ck_box_volume(x);
   return GT_OK;
 }
 
-static gt_status run_round(gt_comm *world, const pr_rank *all, int n, const pr_src *v, int count, const tally *t,
-                           int k, const pr_space *from, const pr_space *to, gt_ckpt_peer_stats *st) {
+static gt_status run_round(gt_comm *world, const pr_rank *all, int n, const pr_src *v, int count, const tally *t, int k,
+                           const pr_space *from, const pr_space *to, gt_ckpt_peer_stats *st) {
   int me = world ? gt_comm_rank(world) : 0, dst = (me + k) % n, src = (me - k + n) % n;
   uint64_t out = t->floats[(size_t)me * n + dst], in = t->floats[(size_t)src * n + me], most = 0;
   for (int r = 0; r < n; r++) {
@@ -215,7 +224,8 @@ static gt_status run_round(gt_comm *world, const pr_rank *all, int n, const pr_s
   }
   float *sbuf = malloc((size_t)(out ? out : 1) * sizeof(float));
   float *rbuf = k == 0 ? sbuf : malloc((size_t)(in ? in : 1) * sizeof(float));
-  gt_status s = sbuf && rbuf ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory moving %llu floats", (unsigned long long)(out + in));
+  gt_status s =
+      sbuf && rbuf ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory moving %llu floats", (unsigned long long)(out + in));
   mover m = {.me = me, .src = me, .dst = dst, .from = from, .to = to, .buf = sbuf, .pack = true};
   if (s == GT_OK && out) s = each_piece(all, n, v, count, move_piece, &m);
   for (uint64_t o = 0; s == GT_OK && k > 0 && o < most; o += PR_CHUNK) {
@@ -254,7 +264,8 @@ static gt_status fill_missing(const char *dir, uint64_t step, const pr_rank *min
     /* Floats of another step next to this step's would be a model no run
      * ever had: only a checkpoint of the very step the others hold fills. */
     if (s == GT_OK && (uint64_t)m.step != step)
-      s = gt_errorf(GT_ENOTFOUND, "%llu floats of %s are held by no rank left, and the newest checkpoint (%s) is of "
+      s = gt_errorf(GT_ENOTFOUND,
+                    "%llu floats of %s are held by no rank left, and the newest checkpoint (%s) is of "
                     "step %lld, not of step %llu that the others hold: restart from the checkpoint",
                     (unsigned long long)(need - got), w->name, dir, (long long)m.step, (unsigned long long)step);
     int t = s == GT_OK ? ck_manifest_tensor(&m, w->name) : -1;
@@ -335,9 +346,10 @@ gt_status gt_ckpt_reshard_peers(gt_trainer *from, gt_trainer *to, const gt_ckpt_
   for (int r = 0; s == GT_OK && r < n; r++) {
     if (!all[r].has_state) continue;
     if (holder >= 0 && (all[r].step != all[holder].step || all[r].opt_steps != all[holder].opt_steps))
-      s = gt_errorf(GT_ESTATE, "ranks %d and %d hold the state of different steps (%llu and %llu): the step in flight "
-                    "must be finished or abandoned on every rank first", holder, r,
-                    (unsigned long long)all[holder].step, (unsigned long long)all[r].step);
+      s = gt_errorf(GT_ESTATE,
+                    "ranks %d and %d hold the state of different steps (%llu and %llu): the step in flight "
+                    "must be finished or abandoned on every rank first",
+                    holder, r, (unsigned long long)all[holder].step, (unsigned long long)all[r].step);
     if (holder < 0) holder = r;
   }
   if (s == GT_OK && holder < 0) s = gt_errorf(GT_ENOTFOUND, "no rank holds a trainer's state to move");
@@ -350,9 +362,11 @@ gt_status gt_ckpt_reshard_peers(gt_trainer *from, gt_trainer *to, const gt_ckpt_
   gt_status local = GT_OK;
   if (s == GT_OK && missing && !fallback) {
     const pr_slice *w = &all[miss_rank].want.s[miss_slice];
-    local = gt_errorf(GT_ENOTFOUND, "%llu floats of the state are held by no rank left (the first: %s, wanted by rank "
+    local = gt_errorf(GT_ENOTFOUND,
+                      "%llu floats of the state are held by no rank left (the first: %s, wanted by rank "
                       "%d): they were on the lost rank alone; give a checkpoint to take them from, or keep a copy on "
-                      "a peer (gt_ckpt_mirror)", (unsigned long long)missing, w->name, miss_rank);
+                      "a peer (gt_ckpt_mirror)",
+                      (unsigned long long)missing, w->name, miss_rank);
   } else if (s == GT_OK && missing) {
     local = fill_missing(fallback, all[holder].step, &all[me], v, count, &ts, &st);
   }

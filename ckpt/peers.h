@@ -24,7 +24,7 @@ typedef struct pr_list {
 
 /* A rank's side of the exchange. */
 typedef struct pr_rank {
-  int has_state;          /* it held a trainer before (not a joining rank) */
+  int has_state; /* it held a trainer before (not a joining rank) */
   uint64_t step, opt_steps;
   pr_list hold, want;
 } pr_rank;
@@ -41,16 +41,16 @@ typedef struct pr_space {
 /* A copy of a peer's single-owner state (mirror.c). */
 struct gt_ckpt_mirror {
   gt_trainer *tr;
-  gt_comm *world;     /* NULL or of size 1: nothing to mirror */
-  int buddy, pred;    /* world ranks: who keeps this rank's copy, whose copy this rank keeps */
-  pr_list mine;       /* this rank's slices that no other rank holds (at: in its host space) */
+  gt_comm *world;  /* NULL or of size 1: nothing to mirror */
+  int buddy, pred; /* world ranks: who keeps this rank's copy, whose copy this rank keeps */
+  pr_list mine;    /* this rank's slices that no other rank holds (at: in its host space) */
   uint64_t mine_floats;
-  pr_list kept;       /* the predecessor's (at: in `copy`) */
+  pr_list kept; /* the predecessor's (at: in `copy`) */
   uint64_t kept_floats;
   float *send, *copy;
-  int step;           /* the step index the copy was taken at, -1: none whole */
+  int step; /* the step index the copy was taken at, -1: none whole */
   int updates;
-  double seconds;     /* in updates */
+  double seconds; /* in updates */
 };
 
 /* A round's exchange goes in pieces of at most this many floats, so that

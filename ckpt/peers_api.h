@@ -51,13 +51,13 @@ gt_status gt_ckpt_mirror_create(gt_trainer *tr, int stride, gt_ckpt_mirror **out
  * not used). */
 gt_status gt_ckpt_mirror_update(gt_ckpt_mirror *m);
 typedef struct gt_ckpt_mirror_info {
-  int step;                  /* of the copy kept, -1 when none */
-  bool active;               /* some rank holds state that no other does: updates copy (on every rank) */
-  int buddy;                 /* the world rank that keeps this rank's copy */
-  uint64_t floats_sent;      /* per update */
-  uint64_t floats_kept;      /* the predecessor's copy */
+  int step;             /* of the copy kept, -1 when none */
+  bool active;          /* some rank holds state that no other does: updates copy (on every rank) */
+  int buddy;            /* the world rank that keeps this rank's copy */
+  uint64_t floats_sent; /* per update */
+  uint64_t floats_kept; /* the predecessor's copy */
   int updates;
-  double seconds;            /* spent in updates */
+  double seconds; /* spent in updates */
 } gt_ckpt_mirror_info;
 void gt_ckpt_mirror_stats(const gt_ckpt_mirror *m, gt_ckpt_mirror_info *out);
 void gt_ckpt_mirror_destroy(gt_ckpt_mirror *m);

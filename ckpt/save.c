@@ -96,8 +96,10 @@ gt_status gt_ckpt_create(const gt_ckpt_config *cfg, gt_trainer *tr, gt_loader *l
   for (int k = 0; k < c->nstates && s == GT_OK && c->state_fd < 0; k++)
     s = gt_backend_host_alloc(c->be, (c->hi - c->lo + 1) * sizeof(float), (void **)&c->state[k]);
   if (s != GT_OK) {
-    s = gt_error_context(s, "the checkpoint's snapshot buffers (%zu floats of parameters, %d x %zu of optimizer "
-                         "state)", c->nparams, c->nstates, c->hi - c->lo);
+    s = gt_error_context(s,
+                         "the checkpoint's snapshot buffers (%zu floats of parameters, %d x %zu of optimizer "
+                         "state)",
+                         c->nparams, c->nstates, c->hi - c->lo);
     gt_ckpt_destroy(c);
     return s;
   }
@@ -205,8 +207,10 @@ static gt_status gather(gt_ckpt *c, ck_manifest *all) {
       }
       if (gt_now() >= end) break;
     }
-    if (s != GT_OK) s = gt_error_context(s, "waiting for rank %d's checkpoint shard", r);
-    else gt_store_del(c->cfg.store, key);
+    if (s != GT_OK)
+      s = gt_error_context(s, "waiting for rank %d's checkpoint shard", r);
+    else
+      gt_store_del(c->cfg.store, key);
     ck_manifest part;
     if (s == GT_OK && len > 0 && ((char *)v)[0] == 'K') {
       s = ck_manifest_decode((unsigned char *)v + 1, len - 1, "a rank's checkpoint report", &part);
@@ -243,8 +247,7 @@ static void *save_thread(void *arg) {
   copy_done(c);
   if (c->save_delay > 0) { /* GT_FAULT slowsave: a slow filesystem */
     struct timespec ts = {(time_t)c->save_delay, (long)((c->save_delay - (double)(time_t)c->save_delay) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
+    while (nanosleep(&ts, &ts) != 0) {}
   }
   char dir[4150];
   ck_step_dir(c->root, (int)c->part.step, dir, sizeof dir);
@@ -252,8 +255,10 @@ static void *save_thread(void *arg) {
   if (s == GT_OK) s = ck_mkdir(c->root);
   if (s == GT_OK) s = ck_mkdir(dir);
   if (s == GT_OK) s = write_shard(c, dir);
-  if (c->plan.world > 1 && c->plan.rank != 0) s = report(c, s);
-  else if (s == GT_OK) s = commit(c, dir);
+  if (c->plan.world > 1 && c->plan.rank != 0)
+    s = report(c, s);
+  else if (s == GT_OK)
+    s = commit(c, dir);
   else if (c->plan.world > 1) { /* clear the others' reports */
     char why[1024];
     snprintf(why, sizeof why, "%s", gt_last_error());
@@ -310,8 +315,8 @@ static gt_status busy_anywhere(gt_ckpt *c, bool *busy) {
   pthread_mutex_unlock(&c->mu);
   if (c->dist && c->plan.world > 1) {
     gt_status s = gt_comm_allreduce(gt_grid_world(gt_dist_grid(c->dist)), &flag, 1, GT_F32, GT_COMM_SUM);
-    if (s != GT_OK) return gt_error_context(s, "agreeing whether to skip the checkpoint at step %d",
-                                            gt_trainer_step_index(c->tr));
+    if (s != GT_OK)
+      return gt_error_context(s, "agreeing whether to skip the checkpoint at step %d", gt_trainer_step_index(c->tr));
   }
   *busy = flag > 0;
   return GT_OK;

@@ -72,9 +72,9 @@ static bool writes(const gt_plan *plan, const gt_param *p, const int *slot, int 
 typedef struct add_ctx {
   gt_ckpt *c;
   int tensor, file;
-  int which;         /* the buffer: the parameters (0) or optimizer state which - 1 */
-  int64_t shift;     /* where in it the block's first element is (negative: before it) */
-  uint64_t *offset;  /* in the shard file */
+  int which;        /* the buffer: the parameters (0) or optimizer state which - 1 */
+  int64_t shift;    /* where in it the block's first element is (negative: before it) */
+  uint64_t *offset; /* in the shard file */
 } add_ctx;
 
 static gt_status src_slot(gt_ckpt *c) {
@@ -164,9 +164,10 @@ static gt_status trainer_blob(gt_ckpt *c) {
   ck_put_u64(&b, gt_model_get_config(c->m)->seed);
   const gt_plan *p = &c->plan;
   uint32_t plan[] = {(uint32_t)p->layout.dp, (uint32_t)p->layout.tp, (uint32_t)p->layout.pp, p->zero1,
-                     p->seq_parallel, (uint32_t)p->schedule, (uint32_t)p->chunks, (uint32_t)p->world};
+                     p->seq_parallel,        (uint32_t)p->schedule,  (uint32_t)p->chunks,    (uint32_t)p->world};
   for (size_t i = 0; i < sizeof plan / sizeof *plan; i++) ck_put_u32(&b, plan[i]);
-  gt_status s = b.oom ? gt_errorf(GT_ENOMEM, "out of memory") : ck_manifest_add_blob(&c->part, "giant/trainer", b.p, b.len);
+  gt_status s =
+      b.oom ? gt_errorf(GT_ENOMEM, "out of memory") : ck_manifest_add_blob(&c->part, "giant/trainer", b.p, b.len);
   ck_buf_free(&b);
   return s;
 }
@@ -234,17 +235,21 @@ gt_status ck_snapshot_copy(gt_ckpt *c) {
         b = at + n;
         continue;
       }
-      if (b > a && c->deferred_copy) memcpy(host + a, dev + a, (b - a) * sizeof(float));
-      else if (b > a) GT_TRY(gt_backend_download(be, host + a, dev + a, (b - a) * sizeof(float)));
+      if (b > a && c->deferred_copy)
+        memcpy(host + a, dev + a, (b - a) * sizeof(float));
+      else if (b > a)
+        GT_TRY(gt_backend_download(be, host + a, dev + a, (b - a) * sizeof(float)));
       a = at;
       b = at + n;
     }
   }
   for (int i = 0; i < c->part.nslices; i++) {
     int w = c->src_buf[i];
-    if (base[w]) c->src[i] = (ck_src){.p = base[w] + c->src_at[i]};
+    if (base[w])
+      c->src[i] = (ck_src){.p = base[w] + c->src_at[i]};
     else /* state w - 1 in the snapshot's file, laid out as the state's own */
-      c->src[i] = (ck_src){.fd = c->state_fd, .at = ((uint64_t)(w - 1) * (c->hi - c->lo) + c->src_at[i]) * sizeof(float)};
+      c->src[i] =
+          (ck_src){.fd = c->state_fd, .at = ((uint64_t)(w - 1) * (c->hi - c->lo) + c->src_at[i]) * sizeof(float)};
   }
   return GT_OK;
 }

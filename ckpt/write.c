@@ -47,12 +47,14 @@ static int write_stage(pipe_state *w, const stage *s) {
   size_t done = 0;
   while (done < s->len) {
     ssize_t n = pwrite(w->f->fd, s->p + done, s->len - done, (off_t)(s->at + done));
-    if (n > 0) done += (size_t)n;
+    if (n > 0)
+      done += (size_t)n;
     else if (n < 0 && errno == EINVAL && w->direct) {
       int flags = fcntl(w->f->fd, F_GETFL);
       if (flags < 0 || fcntl(w->f->fd, F_SETFL, flags & ~O_DIRECT) < 0) return errno;
       w->direct = false;
-    } else if (n == 0 || errno != EINTR) return n == 0 ? EIO : errno;
+    } else if (n == 0 || errno != EINTR)
+      return n == 0 ? EIO : errno;
   }
   return 0;
 }

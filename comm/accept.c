@@ -108,8 +108,8 @@ gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double dead
     }
     int fd;
     char peer[64];
-    gt_status a = gt_wire_accept(lfd, now + COLLECT_S < deadline ? now + COLLECT_S : deadline, NULL, &fd, peer,
-                                 sizeof peer);
+    gt_status a =
+        gt_wire_accept(lfd, now + COLLECT_S < deadline ? now + COLLECT_S : deadline, NULL, &fd, peer, sizeof peer);
     if (a == GT_ETIMEDOUT) continue;
     if (a != GT_OK) {
       st = gt_error_context(a, "waiting for %d higher rank(s) to connect", need);
@@ -136,7 +136,11 @@ gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double dead
       break;
     }
     double t0 = gt_now();
-    *p = (pending){.fd = fd, .secret = c->secret, .ctx = ctx, .mu = &mu, .started = t0,
+    *p = (pending){.fd = fd,
+                   .secret = c->secret,
+                   .ctx = ctx,
+                   .mu = &mu,
+                   .started = t0,
                    .deadline = t0 + AUTH_S < deadline ? t0 + AUTH_S : deadline};
     snprintf(p->peer, sizeof p->peer, "%s", peer);
     if (pthread_create(&p->thread, NULL, handshake_main, p) != 0) {
@@ -158,8 +162,8 @@ gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double dead
     close(slot[i]->fd);
     free(slot[i]);
   }
-  if (evicted) gt_warn("group '%s': cut %llu handshake(s) short to make room for others", c->prefix,
-                       (unsigned long long)evicted);
+  if (evicted)
+    gt_warn("group '%s': cut %llu handshake(s) short to make room for others", c->prefix, (unsigned long long)evicted);
   pthread_mutex_destroy(&mu);
   return st;
 }

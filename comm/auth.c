@@ -32,8 +32,8 @@ static gt_status random_bytes(uint8_t *p, size_t n) {
   return GT_OK;
 }
 
-static gt_status mac(const char *secret, const char *label, const char *ctx,
-                     const uint8_t *nc, const uint8_t *ns, uint32_t id, uint8_t out[MAC]) {
+static gt_status mac(const char *secret, const char *label, const char *ctx, const uint8_t *nc, const uint8_t *ns,
+                     uint32_t id, uint8_t out[MAC]) {
   size_t cl = strlen(ctx), ll = strlen(label);
   uint8_t msg[2048];
   if (ll + cl + 2 + 2 * NONCE + 4 > sizeof msg)
@@ -68,8 +68,8 @@ static gt_status open_session(gt_wire_session *s, bool client, const char *secre
   return st;
 }
 
-gt_status gt_wire_auth_client(int fd, const char *secret, const char *context, uint32_t id,
-                              double deadline, gt_wire_session *session) {
+gt_status gt_wire_auth_client(int fd, const char *secret, const char *context, uint32_t id, double deadline,
+                              gt_wire_session *session) {
   uint8_t hello[NONCE + 4], ch[NONCE + MAC], want[MAC], proof[MAC];
   GT_TRY(random_bytes(hello, NONCE));
   for (int i = 0; i < 4; i++) hello[NONCE + i] = (uint8_t)(id >> (8 * i));
@@ -77,21 +77,23 @@ gt_status gt_wire_auth_client(int fd, const char *secret, const char *context, u
   gt_wire_hdr h = {0};
   uint8_t raw[256];
   gt_status st = gt_wire_recv_frame(fd, GT_MSG_CHALLENGE, &h, raw, sizeof raw, deadline, NULL);
-  if (st == GT_EFORMAT && h.type == GT_MSG_REJECT)
-    return gt_errorf(GT_EAUTH, "the server rejected the connection");
+  if (st == GT_EFORMAT && h.type == GT_MSG_REJECT) return gt_errorf(GT_EAUTH, "the server rejected the connection");
   GT_TRY(st);
   if (h.len != sizeof ch) return gt_errorf(GT_EFORMAT, "challenge of %u bytes, expected %zu", h.len, sizeof ch);
   memcpy(ch, raw, sizeof ch);
   GT_TRY(mac(secret, "srv", context, hello, ch, id, want));
   if (CRYPTO_memcmp(want, ch + NONCE, MAC) != 0)
-    return gt_errorf(GT_EAUTH, "the server could not prove it knows the job secret (for '%s'): check GT_JOB_SECRET on every rank", context);
+    return gt_errorf(GT_EAUTH,
+                     "the server could not prove it knows the job secret (for '%s'): check GT_JOB_SECRET on every rank",
+                     context);
   GT_TRY(mac(secret, "cli", context, hello, ch, id, proof));
   GT_TRY(gt_wire_send_frame(fd, GT_MSG_PROOF, 0, proof, sizeof proof, deadline, NULL));
   uint8_t hdr[GT_WIRE_HDR];
   GT_TRY(gt_wire_recv_all(fd, hdr, sizeof hdr, deadline, NULL));
   GT_TRY(gt_wire_hdr_decode(hdr, &h));
   if (h.type == GT_MSG_ACCEPT && h.len == 0) return open_session(session, true, secret, context, hello, ch, id);
-  if (h.type == GT_MSG_REJECT) return gt_errorf(GT_EAUTH, "the server rejected our proof of the job secret: check GT_JOB_SECRET on every rank");
+  if (h.type == GT_MSG_REJECT)
+    return gt_errorf(GT_EAUTH, "the server rejected our proof of the job secret: check GT_JOB_SECRET on every rank");
   return gt_errorf(GT_EFORMAT, "unexpected frame type %u after the handshake", h.type);
 }
 
@@ -104,8 +106,8 @@ static gt_status reject(int fd, double deadline, gt_status code, const char *rea
   return gt_errorf(code, "%s", why);
 }
 
-gt_status gt_wire_auth_server(int fd, const char *secret, const char *context, uint32_t *id,
-                              double deadline, gt_wire_session *session) {
+gt_status gt_wire_auth_server(int fd, const char *secret, const char *context, uint32_t *id, double deadline,
+                              gt_wire_session *session) {
   uint8_t hello[NONCE + 4], ch[NONCE + MAC], want[MAC], proof[MAC];
   gt_wire_hdr h;
   gt_status st = gt_wire_recv_frame(fd, GT_MSG_HELLO, &h, hello, sizeof hello, deadline, NULL);

@@ -76,8 +76,7 @@ static gt_status run(gt_comm *c, plan *p, double deadline) {
   if (p->tx_peer >= 0) gt_comm_delay_send(c, p->tx_peer);
   if (p->tx_peer >= 0) p->tx_seq = c->tx_seq[p->tx_peer]++;
   if (p->rx_peer >= 0) p->rx_seq = c->rx_seq[p->rx_peer]++;
-  return c->transport == GT_COMM_SHM ? gt_comm_run_shm(c, p, deadline)
-                                     : gt_comm_run_tcp(c, p, deadline);
+  return c->transport == GT_COMM_SHM ? gt_comm_run_shm(c, p, deadline) : gt_comm_run_tcp(c, p, deadline);
 }
 
 static gt_status allreduce(gt_comm *c, char *buf, size_t count, gt_dtype t, double deadline) {
@@ -106,8 +105,14 @@ static gt_status allreduce(gt_comm *c, char *buf, size_t count, gt_dtype t, doub
     ptx[n - 1 + s] = (plan_step){buf + chunk_off(count, n, cs) * es, NULL, chunk_len(count, n, cs) * es};
     prx[n - 1 + s] = (plan_step){buf + chunk_off(count, n, cr) * es, NULL, chunk_len(count, n, cr) * es};
   }
-  plan p = {.tx_peer = mod(r + 1, n), .rx_peer = mod(r - 1, n), .ntx = steps, .nrx = steps,
-            .tx = ptx, .rx = prx, .dep = 1, .dtype = t};
+  plan p = {.tx_peer = mod(r + 1, n),
+            .rx_peer = mod(r - 1, n),
+            .ntx = steps,
+            .nrx = steps,
+            .tx = ptx,
+            .rx = prx,
+            .dep = 1,
+            .dtype = t};
   gt_status st = run(c, &p, deadline);
   if (ptx != tx) {
     free(ptx);
@@ -116,8 +121,7 @@ static gt_status allreduce(gt_comm *c, char *buf, size_t count, gt_dtype t, doub
   return st;
 }
 
-static gt_status reduce_scatter(gt_comm *c, const char *send, char *recv, size_t count,
-                                gt_dtype t, double deadline) {
+static gt_status reduce_scatter(gt_comm *c, const char *send, char *recv, size_t count, gt_dtype t, double deadline) {
   int n = c->size, r = c->rank;
   size_t es = gt_dtype_size(t), blk = count * es;
   char *work = malloc(blk * (size_t)n);
@@ -133,8 +137,14 @@ static gt_status reduce_scatter(gt_comm *c, const char *send, char *recv, size_t
     tx[s] = (plan_step){(s == 0 ? (char *)send : work) + (size_t)cs * blk, NULL, blk};
     rx[s] = (plan_step){s == n - 2 ? recv : work + (size_t)cr * blk, send + (size_t)cr * blk, blk};
   }
-  plan p = {.tx_peer = mod(r + 1, n), .rx_peer = mod(r - 1, n), .ntx = n - 1, .nrx = n - 1,
-            .tx = tx, .rx = rx, .dep = 1, .dtype = t};
+  plan p = {.tx_peer = mod(r + 1, n),
+            .rx_peer = mod(r - 1, n),
+            .ntx = n - 1,
+            .nrx = n - 1,
+            .tx = tx,
+            .rx = rx,
+            .dep = 1,
+            .dtype = t};
   gt_status st = run(c, &p, deadline);
   free(work);
   free(tx);
@@ -142,8 +152,7 @@ static gt_status reduce_scatter(gt_comm *c, const char *send, char *recv, size_t
   return st;
 }
 
-static gt_status allgather(gt_comm *c, const char *send, char *recv, size_t count, gt_dtype t,
-                           double deadline) {
+static gt_status allgather(gt_comm *c, const char *send, char *recv, size_t count, gt_dtype t, double deadline) {
   int n = c->size, r = c->rank;
   size_t blk = count * gt_dtype_size(t);
   if (send != recv + (size_t)r * blk) memmove(recv + (size_t)r * blk, send, blk);
@@ -158,21 +167,29 @@ static gt_status allgather(gt_comm *c, const char *send, char *recv, size_t coun
     tx[s] = (plan_step){recv + (size_t)mod(r - s, n) * blk, NULL, blk};
     rx[s] = (plan_step){recv + (size_t)mod(r - s - 1, n) * blk, NULL, blk};
   }
-  plan p = {.tx_peer = mod(r + 1, n), .rx_peer = mod(r - 1, n), .ntx = n - 1, .nrx = n - 1,
-            .tx = tx, .rx = rx, .dep = 1, .dtype = t};
+  plan p = {.tx_peer = mod(r + 1, n),
+            .rx_peer = mod(r - 1, n),
+            .ntx = n - 1,
+            .nrx = n - 1,
+            .tx = tx,
+            .rx = rx,
+            .dep = 1,
+            .dtype = t};
   gt_status st = run(c, &p, deadline);
   free(tx);
   free(rx);
   return st;
 }
 
-static gt_status broadcast(gt_comm *c, char *buf, size_t bytes, int root, gt_dtype t,
-                           double deadline) {
+static gt_status broadcast(gt_comm *c, char *buf, size_t bytes, int root, gt_dtype t, double deadline) {
   int n = c->size, pos = mod(c->rank - root, n);
   plan_step tx = {buf, NULL, bytes}, rx = {buf, NULL, bytes};
   plan p = {.tx_peer = pos < n - 1 ? mod(c->rank + 1, n) : -1,
             .rx_peer = pos > 0 ? mod(c->rank - 1, n) : -1,
-            .tx = &tx, .rx = &rx, .dep = pos > 0 ? 0 : -1, .dtype = t};
+            .tx = &tx,
+            .rx = &rx,
+            .dep = pos > 0 ? 0 : -1,
+            .dtype = t};
   p.ntx = p.tx_peer >= 0;
   p.nrx = p.rx_peer >= 0;
   return run(c, &p, deadline);
@@ -187,13 +204,16 @@ gt_status gt_comm_execute(gt_comm *c, gt_comm_req *q, double deadline) {
       if (n == 2 && c->transport == GT_COMM_SHM) {
         gt_comm_delay_send(c, 1 - c->rank);
         GT_TRY(gt_comm_shm_allreduce2(c, q->buf, q->count, q->dtype, deadline));
-      } else if (n > 1) GT_TRY(allreduce(c, q->buf, q->count, q->dtype, deadline));
+      } else if (n > 1)
+        GT_TRY(allreduce(c, q->buf, q->count, q->dtype, deadline));
       if (q->op == GT_COMM_AVG && n > 1) divide(q->dtype, q->buf, q->count, n);
       return GT_OK;
     case OP_REDUCE_SCATTER:
       if (q->count == 0) return GT_OK;
-      if (n == 1) memmove(q->buf, q->src, q->count * es);
-      else GT_TRY(reduce_scatter(c, q->src, q->buf, q->count, q->dtype, deadline));
+      if (n == 1)
+        memmove(q->buf, q->src, q->count * es);
+      else
+        GT_TRY(reduce_scatter(c, q->src, q->buf, q->count, q->dtype, deadline));
       if (q->op == GT_COMM_AVG && n > 1) divide(q->dtype, q->buf, q->count, n);
       return GT_OK;
     case OP_ALLGATHER:
@@ -214,8 +234,14 @@ gt_status gt_comm_execute(gt_comm *c, gt_comm_req *q, double deadline) {
     }
     case OP_SENDRECV: {
       plan_step tx = {(char *)q->src, NULL, q->count * es}, rx = {q->buf, NULL, q->count2 * es};
-      plan p = {.tx_peer = q->peer, .rx_peer = q->peer2, .ntx = 1, .nrx = 1, .tx = &tx, .rx = &rx,
-                .dep = -1, .dtype = q->dtype};
+      plan p = {.tx_peer = q->peer,
+                .rx_peer = q->peer2,
+                .ntx = 1,
+                .nrx = 1,
+                .tx = &tx,
+                .rx = &rx,
+                .dep = -1,
+                .dtype = q->dtype};
       return run(c, &p, deadline);
     }
     case OP_BARRIER: {
@@ -225,9 +251,9 @@ gt_status gt_comm_execute(gt_comm *c, gt_comm_req *q, double deadline) {
       if (n == 1) return GT_OK;
       if (n == 2 && c->transport == GT_COMM_SHM)
         GT_TRY(gt_comm_shm_allreduce2(c, (char *)&one, 1, GT_F32, deadline));
-      else GT_TRY(allreduce(c, (char *)&one, 1, GT_F32, deadline));
-      if (one != (float)n)
-        return gt_errorf(GT_EFORMAT, "barrier counted %g ranks, expected %d", (double)one, n);
+      else
+        GT_TRY(allreduce(c, (char *)&one, 1, GT_F32, deadline));
+      if (one != (float)n) return gt_errorf(GT_EFORMAT, "barrier counted %g ranks, expected %d", (double)one, n);
       return GT_OK;
     }
   }

@@ -84,9 +84,7 @@ gt_status gt_comm_aborted_status(gt_comm *c) {
   return st;
 }
 
-gt_status gt_comm_error(const gt_comm *comm) {
-  return atomic_load(&comm->aborted) ? comm->fail_status : GT_OK;
-}
+gt_status gt_comm_error(const gt_comm *comm) { return atomic_load(&comm->aborted) ? comm->fail_status : GT_OK; }
 
 int gt_comm_rank(const gt_comm *comm) { return comm->rank; }
 int gt_comm_size(const gt_comm *comm) { return comm->size; }
@@ -97,7 +95,7 @@ const char *gt_comm_transport_name(const gt_comm *comm) {
 
 static const char *op_name(comm_op_kind k) {
   static const char *const names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
-                                      "send", "recv", "barrier", "sendrecv"};
+                                      "send",       "recv",           "barrier",    "sendrecv"};
   return names[k];
 }
 
@@ -116,8 +114,8 @@ static void *progress_main(void *arg) {
       st = c->nccl ? gt_comm_nccl_execute(c, r, gt_now() + c->op_timeout)
                    : gt_comm_execute(c, r, gt_now() + c->op_timeout);
       if (st != GT_OK) {
-        gt_error_context(st, "%s of %zu %s (rank %d of %d, group '%s')", op_name(r->kind),
-                         r->count, gt_dtype_name(r->dtype), c->rank, c->size, c->prefix);
+        gt_error_context(st, "%s of %zu %s (rank %d of %d, group '%s')", op_name(r->kind), r->count,
+                         gt_dtype_name(r->dtype), c->rank, c->size, c->prefix);
         fail(c, st, gt_last_error());
         if (st != GT_EABORTED && c->fail_status == GT_EABORTED) st = GT_EABORTED;
       }
@@ -138,31 +136,28 @@ static void *progress_main(void *arg) {
 static gt_status enqueue(gt_comm *c, gt_comm_req *tmpl, gt_comm_req **out) {
   if (!c || !out) return gt_errorf(GT_EINVAL, "NULL communicator or request");
   if (tmpl->dtype != GT_F32 && tmpl->dtype != GT_BF16)
-    return gt_errorf(GT_EINVAL, "%s: dtype %s is not supported (use f32 or bf16)",
-                     op_name(tmpl->kind), gt_dtype_name(tmpl->dtype));
+    return gt_errorf(GT_EINVAL, "%s: dtype %s is not supported (use f32 or bf16)", op_name(tmpl->kind),
+                     gt_dtype_name(tmpl->dtype));
   if (tmpl->count > ((size_t)1 << 40))
     return gt_errorf(GT_EINVAL, "%s: count %zu is too large", op_name(tmpl->kind), tmpl->count);
   if ((tmpl->kind == OP_SEND || tmpl->kind == OP_RECV) &&
       (tmpl->peer < 0 || tmpl->peer >= c->size || tmpl->peer == c->rank))
-    return gt_errorf(GT_EINVAL, "%s: peer %d is not another rank of this group of %d",
-                     op_name(tmpl->kind), tmpl->peer, c->size);
-  if (tmpl->kind == OP_SENDRECV &&
-      (tmpl->peer < 0 || tmpl->peer >= c->size || tmpl->peer == c->rank || tmpl->peer2 < 0 ||
-       tmpl->peer2 >= c->size || tmpl->peer2 == c->rank))
-    return gt_errorf(GT_EINVAL, "sendrecv: dst %d and src %d must be other ranks of this group of %d",
-                     tmpl->peer, tmpl->peer2, c->size);
+    return gt_errorf(GT_EINVAL, "%s: peer %d is not another rank of this group of %d", op_name(tmpl->kind), tmpl->peer,
+                     c->size);
+  if (tmpl->kind == OP_SENDRECV && (tmpl->peer < 0 || tmpl->peer >= c->size || tmpl->peer == c->rank ||
+                                    tmpl->peer2 < 0 || tmpl->peer2 >= c->size || tmpl->peer2 == c->rank))
+    return gt_errorf(GT_EINVAL, "sendrecv: dst %d and src %d must be other ranks of this group of %d", tmpl->peer,
+                     tmpl->peer2, c->size);
   if (tmpl->count2 > ((size_t)1 << 40))
     return gt_errorf(GT_EINVAL, "sendrecv: receive count %zu is too large", tmpl->count2);
   if (tmpl->kind == OP_SENDRECV && ((tmpl->count && !tmpl->src) || (tmpl->count2 && !tmpl->buf)))
     return gt_errorf(GT_EINVAL, "sendrecv: NULL buffer");
   if (tmpl->kind == OP_BROADCAST && (tmpl->peer < 0 || tmpl->peer >= c->size))
-    return gt_errorf(GT_EINVAL, "broadcast: root %d is not a rank of this group of %d",
-                     tmpl->peer, c->size);
-  if (tmpl->count && ((tmpl->kind == OP_REDUCE_SCATTER || tmpl->kind == OP_ALLGATHER ||
-                       tmpl->kind == OP_SEND) ? !tmpl->src : false))
+    return gt_errorf(GT_EINVAL, "broadcast: root %d is not a rank of this group of %d", tmpl->peer, c->size);
+  if (tmpl->count &&
+      ((tmpl->kind == OP_REDUCE_SCATTER || tmpl->kind == OP_ALLGATHER || tmpl->kind == OP_SEND) ? !tmpl->src : false))
     return gt_errorf(GT_EINVAL, "%s: NULL send buffer", op_name(tmpl->kind));
-  if (tmpl->count && tmpl->kind != OP_SEND && tmpl->kind != OP_BARRIER &&
-      tmpl->kind != OP_SENDRECV && !tmpl->buf)
+  if (tmpl->count && tmpl->kind != OP_SEND && tmpl->kind != OP_BARRIER && tmpl->kind != OP_SENDRECV && !tmpl->buf)
     return gt_errorf(GT_EINVAL, "%s: NULL buffer", op_name(tmpl->kind));
   gt_comm_req *r = malloc(sizeof *r);
   if (!r) return gt_errorf(GT_ENOMEM, "out of memory for a request");
@@ -180,8 +175,10 @@ static gt_status enqueue(gt_comm *c, gt_comm_req *tmpl, gt_comm_req **out) {
     }
   }
   pthread_mutex_lock(&c->mu);
-  if (c->tail) c->tail->next = r;
-  else c->head = r;
+  if (c->tail)
+    c->tail->next = r;
+  else
+    c->head = r;
   c->tail = r;
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
@@ -208,8 +205,8 @@ gt_status gt_comm_wait(gt_comm_req *r, int timeout_ms) {
       pthread_cond_wait(&c->cv, &c->mu);
     } else if (pthread_cond_timedwait(&c->cv, &c->mu, &abs) == ETIMEDOUT && !r->done) {
       pthread_mutex_unlock(&c->mu);
-      return gt_errorf(GT_ETIMEDOUT, "%s (rank %d of %d, group '%s') still running after %d ms",
-                       op_name(r->kind), c->rank, c->size, c->prefix, timeout_ms);
+      return gt_errorf(GT_ETIMEDOUT, "%s (rank %d of %d, group '%s') still running after %d ms", op_name(r->kind),
+                       c->rank, c->size, c->prefix, timeout_ms);
     }
   }
   pthread_mutex_unlock(&c->mu);
@@ -229,48 +226,49 @@ gt_status gt_comm_test(gt_comm_req *r, bool *done) {
 
 /* ---- starting operations ---- */
 
-gt_status gt_comm_allreduce_start(gt_comm *c, void *buf, size_t count, gt_dtype dtype,
-                                  gt_comm_op op, gt_comm_req **req) {
+gt_status gt_comm_allreduce_start(gt_comm *c, void *buf, size_t count, gt_dtype dtype, gt_comm_op op,
+                                  gt_comm_req **req) {
   gt_comm_req t = {.kind = OP_ALLREDUCE, .buf = buf, .count = count, .dtype = dtype, .op = op};
   return enqueue(c, &t, req);
 }
 
-gt_status gt_comm_reduce_scatter_start(gt_comm *c, const void *send, void *recv, size_t count,
-                                       gt_dtype dtype, gt_comm_op op, gt_comm_req **req) {
-  gt_comm_req t = {.kind = OP_REDUCE_SCATTER, .src = send, .buf = recv, .count = count,
-                   .dtype = dtype, .op = op};
+gt_status gt_comm_reduce_scatter_start(gt_comm *c, const void *send, void *recv, size_t count, gt_dtype dtype,
+                                       gt_comm_op op, gt_comm_req **req) {
+  gt_comm_req t = {.kind = OP_REDUCE_SCATTER, .src = send, .buf = recv, .count = count, .dtype = dtype, .op = op};
   return enqueue(c, &t, req);
 }
 
-gt_status gt_comm_allgather_start(gt_comm *c, const void *send, void *recv, size_t count,
-                                  gt_dtype dtype, gt_comm_req **req) {
+gt_status gt_comm_allgather_start(gt_comm *c, const void *send, void *recv, size_t count, gt_dtype dtype,
+                                  gt_comm_req **req) {
   gt_comm_req t = {.kind = OP_ALLGATHER, .src = send, .buf = recv, .count = count, .dtype = dtype};
   return enqueue(c, &t, req);
 }
 
-gt_status gt_comm_broadcast_start(gt_comm *c, void *buf, size_t count, gt_dtype dtype, int root,
-                                  gt_comm_req **req) {
+gt_status gt_comm_broadcast_start(gt_comm *c, void *buf, size_t count, gt_dtype dtype, int root, gt_comm_req **req) {
   gt_comm_req t = {.kind = OP_BROADCAST, .buf = buf, .count = count, .dtype = dtype, .peer = root};
   return enqueue(c, &t, req);
 }
 
-gt_status gt_comm_send_start(gt_comm *c, const void *buf, size_t count, gt_dtype dtype, int peer,
-                             gt_comm_req **req) {
+gt_status gt_comm_send_start(gt_comm *c, const void *buf, size_t count, gt_dtype dtype, int peer, gt_comm_req **req) {
   gt_comm_req t = {.kind = OP_SEND, .src = buf, .count = count, .dtype = dtype, .peer = peer};
   return enqueue(c, &t, req);
 }
 
-gt_status gt_comm_recv_start(gt_comm *c, void *buf, size_t count, gt_dtype dtype, int peer,
-                             gt_comm_req **req) {
+gt_status gt_comm_recv_start(gt_comm *c, void *buf, size_t count, gt_dtype dtype, int peer, gt_comm_req **req) {
   gt_comm_req t = {.kind = OP_RECV, .buf = buf, .count = count, .dtype = dtype, .peer = peer};
   return enqueue(c, &t, req);
 }
 
-gt_status gt_comm_sendrecv_start(gt_comm *c, const void *send, size_t send_count, int dst,
-                                 void *recv, size_t recv_count, int src, gt_dtype dtype,
-                                 gt_comm_req **req) {
-  gt_comm_req t = {.kind = OP_SENDRECV, .src = send, .count = send_count, .peer = dst,
-                   .buf = recv, .count2 = recv_count, .peer2 = src, .dtype = dtype};
+gt_status gt_comm_sendrecv_start(gt_comm *c, const void *send, size_t send_count, int dst, void *recv,
+                                 size_t recv_count, int src, gt_dtype dtype, gt_comm_req **req) {
+  gt_comm_req t = {.kind = OP_SENDRECV,
+                   .src = send,
+                   .count = send_count,
+                   .peer = dst,
+                   .buf = recv,
+                   .count2 = recv_count,
+                   .peer2 = src,
+                   .dtype = dtype};
   return enqueue(c, &t, req);
 }
 
@@ -279,20 +277,19 @@ gt_status gt_comm_barrier_start(gt_comm *c, gt_comm_req **req) {
   return enqueue(c, &t, req);
 }
 
-#define BLOCKING(call)             \
-  gt_comm_req *r_;                 \
-  GT_TRY(call);                    \
+#define BLOCKING(call) \
+  gt_comm_req *r_;     \
+  GT_TRY(call);        \
   return gt_comm_wait(r_, -1)
 
 gt_status gt_comm_allreduce(gt_comm *c, void *buf, size_t count, gt_dtype dtype, gt_comm_op op) {
   BLOCKING(gt_comm_allreduce_start(c, buf, count, dtype, op, &r_));
 }
-gt_status gt_comm_reduce_scatter(gt_comm *c, const void *send, void *recv, size_t count,
-                                 gt_dtype dtype, gt_comm_op op) {
+gt_status gt_comm_reduce_scatter(gt_comm *c, const void *send, void *recv, size_t count, gt_dtype dtype,
+                                 gt_comm_op op) {
   BLOCKING(gt_comm_reduce_scatter_start(c, send, recv, count, dtype, op, &r_));
 }
-gt_status gt_comm_allgather(gt_comm *c, const void *send, void *recv, size_t count,
-                            gt_dtype dtype) {
+gt_status gt_comm_allgather(gt_comm *c, const void *send, void *recv, size_t count, gt_dtype dtype) {
   BLOCKING(gt_comm_allgather_start(c, send, recv, count, dtype, &r_));
 }
 gt_status gt_comm_broadcast(gt_comm *c, void *buf, size_t count, gt_dtype dtype, int root) {
@@ -304,8 +301,8 @@ gt_status gt_comm_send(gt_comm *c, const void *buf, size_t count, gt_dtype dtype
 gt_status gt_comm_recv(gt_comm *c, void *buf, size_t count, gt_dtype dtype, int peer) {
   BLOCKING(gt_comm_recv_start(c, buf, count, dtype, peer, &r_));
 }
-gt_status gt_comm_sendrecv(gt_comm *c, const void *send, size_t send_count, int dst, void *recv,
-                           size_t recv_count, int src, gt_dtype dtype) {
+gt_status gt_comm_sendrecv(gt_comm *c, const void *send, size_t send_count, int dst, void *recv, size_t recv_count,
+                           int src, gt_dtype dtype) {
   BLOCKING(gt_comm_sendrecv_start(c, send, send_count, dst, recv, recv_count, src, dtype, &r_));
 }
 gt_status gt_comm_barrier(gt_comm *c) { BLOCKING(gt_comm_barrier_start(c, &r_)); }
@@ -416,15 +413,16 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
   if (!cfg->prefix || !*cfg->prefix || strlen(cfg->prefix) > 200)
     return gt_errorf(GT_EINVAL, "gt_comm_init: the key prefix must be 1..200 characters");
   if (cfg->size < 1 || cfg->size > 65536 || cfg->rank < 0 || cfg->rank >= cfg->size)
-    return gt_errorf(GT_EINVAL, "gt_comm_init: rank %d of size %d is out of range", cfg->rank,
-                     cfg->size);
+    return gt_errorf(GT_EINVAL, "gt_comm_init: rank %d of size %d is out of range", cfg->rank, cfg->size);
   const char *secret;
   GT_TRY(gt_wire_secret(cfg->secret, &secret));
   gt_comm_transport tr = cfg->transport;
   const char *te = getenv("GT_COMM_TRANSPORT");
   if (tr == GT_COMM_AUTO && te && *te) {
-    if (!strcmp(te, "tcp")) tr = GT_COMM_TCP;
-    else if (!strcmp(te, "shm")) tr = GT_COMM_SHM;
+    if (!strcmp(te, "tcp"))
+      tr = GT_COMM_TCP;
+    else if (!strcmp(te, "shm"))
+      tr = GT_COMM_SHM;
     else if (strcmp(te, "auto"))
       return gt_errorf(GT_EINVAL, "GT_COMM_TRANSPORT=%s: expected tcp, shm or auto", te);
   }
@@ -432,17 +430,19 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
   gt_comm_integrity integrity = cfg->integrity;
   const char *ie = getenv(GT_ENV_COMM_INTEGRITY);
   if (integrity == GT_COMM_INTEGRITY_DEFAULT && ie && *ie) {
-    if (!strcmp(ie, "mac")) integrity = GT_COMM_INTEGRITY_MAC;
-    else if (!strcmp(ie, "headers")) integrity = GT_COMM_INTEGRITY_HEADERS;
-    else return gt_errorf(GT_EINVAL, "GT_COMM_INTEGRITY=%s: expected headers or mac", ie);
+    if (!strcmp(ie, "mac"))
+      integrity = GT_COMM_INTEGRITY_MAC;
+    else if (!strcmp(ie, "headers"))
+      integrity = GT_COMM_INTEGRITY_HEADERS;
+    else
+      return gt_errorf(GT_EINVAL, "GT_COMM_INTEGRITY=%s: expected headers or mac", ie);
   }
 
   gt_comm *c = NULL;
   GT_TRY(gt_comm_alloc(cfg, secret, &c));
   c->payload_mac = integrity == GT_COMM_INTEGRITY_MAC;
   c->cfg.integrity = integrity; /* groups split from this one agree with it */
-  c->op_timeout = (cfg->op_timeout_ms > 0 ? cfg->op_timeout_ms
-                                          : env_int("GT_COMM_TIMEOUT_MS", 300000)) / 1000.0;
+  c->op_timeout = (cfg->op_timeout_ms > 0 ? cfg->op_timeout_ms : env_int("GT_COMM_TIMEOUT_MS", 300000)) / 1000.0;
   c->init_timeout_ms = cfg->init_timeout_ms > 0 ? cfg->init_timeout_ms : 60000;
   double deadline = gt_wire_deadline(c->init_timeout_ms);
   c->cfg.store = NULL;
@@ -469,8 +469,7 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
   }
   if (st == GT_OK) st = gt_comm_start(c);
   if (st != GT_OK) {
-    st = gt_error_context(st, "forming group '%s' (rank %d of %d)", cfg->prefix, cfg->rank,
-                          cfg->size);
+    st = gt_error_context(st, "forming group '%s' (rank %d of %d)", cfg->prefix, cfg->rank, cfg->size);
     gt_comm_destroy(c);
     return st;
   }
@@ -482,7 +481,8 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
 gt_status gt_comm_nccl_init(gt_comm *c, double deadline) {
   (void)c;
   (void)deadline;
-  return gt_errorf(GT_EUNSUPPORTED, "a CUDA backend needs NCCL communicators, and this build has no NCCL: rebuild with CUDA and NCCL");
+  return gt_errorf(GT_EUNSUPPORTED,
+                   "a CUDA backend needs NCCL communicators, and this build has no NCCL: rebuild with CUDA and NCCL");
 }
 gt_status gt_comm_nccl_split(gt_comm *parent, int color, int key, gt_comm **child) {
   (void)parent;
@@ -502,7 +502,10 @@ gt_status gt_comm_nccl_prepare(gt_comm *c, gt_comm_req *r) {
   (void)r;
   return gt_errorf(GT_EUNSUPPORTED, "this build has no NCCL");
 }
-void gt_comm_nccl_release(gt_comm *c, gt_comm_req *r) { (void)c; (void)r; }
+void gt_comm_nccl_release(gt_comm *c, gt_comm_req *r) {
+  (void)c;
+  (void)r;
+}
 void gt_comm_nccl_abort(gt_comm *c) { (void)c; }
 void gt_comm_nccl_destroy(gt_comm *c) { (void)c; }
 #endif

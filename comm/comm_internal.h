@@ -24,15 +24,15 @@ typedef enum {
 struct gt_comm_req {
   gt_comm *comm;
   comm_op_kind kind;
-  void *buf;        /* allreduce, broadcast, recv; recv side otherwise */
-  const void *src;  /* reduce_scatter, allgather, send */
+  void *buf;       /* allreduce, broadcast, recv; recv side otherwise */
+  const void *src; /* reduce_scatter, allgather, send */
   size_t count;
   gt_dtype dtype;
   gt_comm_op op;
-  int peer;         /* root, or the other rank of send / recv; sendrecv: dst */
-  size_t count2;    /* sendrecv: elements received */
-  int peer2;        /* sendrecv: src */
-  void *ready;      /* NCCL: the cudaEvent_t marking the input's producers */
+  int peer;      /* root, or the other rank of send / recv; sendrecv: dst */
+  size_t count2; /* sendrecv: elements received */
+  int peer2;     /* sendrecv: src */
+  void *ready;   /* NCCL: the cudaEvent_t marking the input's producers */
   bool done;
   gt_status status;
   char msg[512];
@@ -67,20 +67,20 @@ struct gt_comm {
   int rank, size;
   char *prefix;
   char *secret;
-  char *host;         /* the address peers reach us at */
+  char *host; /* the address peers reach us at */
   gt_backend *backend;
   gt_comm_transport transport; /* resolved: TCP or SHM (or NCCL below) */
   bool nccl;
   gt_store *store;
-  double op_timeout;  /* seconds */
+  double op_timeout; /* seconds */
   int init_timeout_ms;
   gt_comm_config cfg; /* for split */
 
-  int *fds;           /* socket to each peer, -1 for self */
+  int *fds;                     /* socket to each peer, -1 for self */
   struct gt_wire_session *sess; /* per peer: the keys and frame counts that seal its frames */
-  bool payload_mac;   /* payloads carry a tag too (GT_COMM_INTEGRITY_MAC) */
-  int wake_fd;        /* eventfd: wakes the progress thread's polls */
-  int *pidfds;        /* same-host peers' processes, -1 where unknown */
+  bool payload_mac;             /* payloads carry a tag too (GT_COMM_INTEGRITY_MAC) */
+  int wake_fd;                  /* eventfd: wakes the progress thread's polls */
+  int *pidfds;                  /* same-host peers' processes, -1 where unknown */
   shm_state *shm;
   nccl_state *nc;
 
@@ -91,7 +91,7 @@ struct gt_comm {
   pthread_t thread;
   bool thread_started;
   pthread_mutex_t mu;
-  pthread_cond_t cv;     /* queue changed, or a request finished */
+  pthread_cond_t cv; /* queue changed, or a request finished */
   gt_comm_req *head, *tail;
   bool stop;
   uint32_t *tx_seq, *rx_seq; /* frames sent to / received from each peer */
@@ -156,8 +156,7 @@ void gt_comm_shm_wake(gt_comm *c);
 gt_status gt_comm_aborted_status(gt_comm *c);
 
 /* Store keys under the communicator's prefix. */
-void gt_comm_key(const gt_comm *c, char *out, size_t n, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+void gt_comm_key(const gt_comm *c, char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* NCCL backend (parallel/nccl/), when built with CUDA. */
 gt_status gt_comm_nccl_init(gt_comm *c, double deadline);

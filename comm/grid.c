@@ -21,8 +21,8 @@ gt_status gt_grid_check(const gt_grid_layout *l, int world) {
   if (l->dp < 1 || l->tp < 1 || l->pp < 1)
     return gt_errorf(GT_EINVAL, "grid: dp=%d tp=%d pp=%d must all be >= 1", l->dp, l->tp, l->pp);
   if ((long long)l->dp * l->tp * l->pp != world)
-    return gt_errorf(GT_EINVAL, "grid: dp*tp*pp = %d*%d*%d = %lld does not match the world size %d",
-                     l->dp, l->tp, l->pp, (long long)l->dp * l->tp * l->pp, world);
+    return gt_errorf(GT_EINVAL, "grid: dp*tp*pp = %d*%d*%d = %lld does not match the world size %d", l->dp, l->tp,
+                     l->pp, (long long)l->dp * l->tp * l->pp, world);
   return GT_OK;
 }
 
@@ -33,8 +33,7 @@ int gt_grid_axis_size(const gt_grid_layout *l, gt_grid_axis axis) {
 gt_status gt_grid_coords_of(const gt_grid_layout *l, int rank, gt_grid_coords *c) {
   int world = l->dp * l->tp * l->pp;
   GT_TRY(gt_grid_check(l, world));
-  if (rank < 0 || rank >= world)
-    return gt_errorf(GT_EINVAL, "grid: rank %d outside the world of %d", rank, world);
+  if (rank < 0 || rank >= world) return gt_errorf(GT_EINVAL, "grid: rank %d outside the world of %d", rank, world);
   c->tp = rank % l->tp;
   c->dp = (rank / l->tp) % l->dp;
   c->pp = rank / (l->tp * l->dp);
@@ -45,23 +44,28 @@ int gt_grid_rank_of(const gt_grid_layout *l, const gt_grid_coords *c) {
   return c->tp + l->tp * (c->dp + l->dp * c->pp);
 }
 
-gt_status gt_grid_group(const gt_grid_layout *l, int rank, gt_grid_axis axis, int *ranks,
-                        int *index, int *group) {
+gt_status gt_grid_group(const gt_grid_layout *l, int rank, gt_grid_axis axis, int *ranks, int *index, int *group) {
   gt_grid_coords me;
   GT_TRY(gt_grid_coords_of(l, rank, &me));
   int n = gt_grid_axis_size(l, axis);
   for (int i = 0; i < n; i++) {
     gt_grid_coords c = me;
-    if (axis == GT_GRID_DP) c.dp = i;
-    else if (axis == GT_GRID_TP) c.tp = i;
-    else c.pp = i;
+    if (axis == GT_GRID_DP)
+      c.dp = i;
+    else if (axis == GT_GRID_TP)
+      c.tp = i;
+    else
+      c.pp = i;
     if (ranks) ranks[i] = gt_grid_rank_of(l, &c);
   }
   if (index) *index = axis == GT_GRID_DP ? me.dp : axis == GT_GRID_TP ? me.tp : me.pp;
   if (group) {
-    if (axis == GT_GRID_TP) *group = me.dp + l->dp * me.pp;
-    else if (axis == GT_GRID_DP) *group = me.tp + l->tp * me.pp;
-    else *group = me.tp + l->tp * me.dp;
+    if (axis == GT_GRID_TP)
+      *group = me.dp + l->dp * me.pp;
+    else if (axis == GT_GRID_DP)
+      *group = me.tp + l->tp * me.pp;
+    else
+      *group = me.tp + l->tp * me.dp;
   }
   return GT_OK;
 }
@@ -80,9 +84,7 @@ void gt_grid_abort(gt_grid *g) {
   if (g->world) gt_comm_abort(g->world);
 }
 
-gt_comm *gt_grid_comm(gt_grid *g, gt_grid_axis axis) {
-  return g && axis >= 0 && axis <= 2 ? g->axis[axis] : NULL;
-}
+gt_comm *gt_grid_comm(gt_grid *g, gt_grid_axis axis) { return g && axis >= 0 && axis <= 2 ? g->axis[axis] : NULL; }
 gt_comm *gt_grid_world(gt_grid *g) { return g ? g->world : NULL; }
 const gt_grid_coords *gt_grid_my_coords(const gt_grid *g) { return &g->me; }
 
@@ -120,8 +122,8 @@ gt_status gt_grid_create(const gt_grid_config *cfg, gt_grid **out) {
   }
   if (st != GT_OK) {
     gt_grid_destroy(g);
-    return gt_error_context(st, "building the %dx%dx%d (dp x tp x pp) grid, generation '%s'",
-                            l->dp, l->tp, l->pp, cfg->generation);
+    return gt_error_context(st, "building the %dx%dx%d (dp x tp x pp) grid, generation '%s'", l->dp, l->tp, l->pp,
+                            cfg->generation);
   }
   *out = g;
   return GT_OK;

@@ -30,8 +30,9 @@ static void fetch_hmac(void) { hmac_alg = EVP_MAC_fetch(NULL, "HMAC", NULL); }
 static gt_status payload_key(const uint8_t key[GT_WIRE_KEY], uint8_t out[32]) {
   static const char label[] = "giant payload tags";
   size_t n = 0;
-  if (!EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, key, GT_WIRE_KEY, (const unsigned char *)label,
-                 sizeof label - 1, out, 32, &n) || n != 32)
+  if (!EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, key, GT_WIRE_KEY, (const unsigned char *)label, sizeof label - 1,
+                 out, 32, &n) ||
+      n != 32)
     return gt_errorf(GT_EBACKEND, "HMAC-SHA256 failed in libcrypto");
   return GT_OK;
 }
@@ -45,7 +46,8 @@ gt_status gt_wire_mac_init(gt_wire_mac *m, const uint8_t key[GT_WIRE_KEY]) {
     gt_wire_mac_free(m);
     return gt_errorf(GT_EBACKEND, "HMAC or AES-GCM is not available from libcrypto");
   }
-  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, "SHA256", 0), OSSL_PARAM_construct_end()};
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, "SHA256", 0),
+                         OSSL_PARAM_construct_end()};
   uint8_t pk[32];
   gt_status st = payload_key(key, pk);
   if (st == GT_OK && (!EVP_MAC_init(m->hmac, key, GT_WIRE_KEY, params) ||
@@ -101,7 +103,8 @@ gt_status gt_wire_mac_tag(gt_wire_mac *m, uint8_t tag[GT_WIRE_TAG]) {
   if (m->payload) {
     uint8_t none[16];
     int out = 0;
-    if (!EVP_EncryptFinal_ex(m->gcm, none, &out) || !EVP_CIPHER_CTX_ctrl(m->gcm, EVP_CTRL_GCM_GET_TAG, GT_WIRE_TAG, tag))
+    if (!EVP_EncryptFinal_ex(m->gcm, none, &out) ||
+        !EVP_CIPHER_CTX_ctrl(m->gcm, EVP_CTRL_GCM_GET_TAG, GT_WIRE_TAG, tag))
       return gt_errorf(GT_EBACKEND, "AES-GMAC failed in libcrypto");
     return GT_OK;
   }
@@ -117,8 +120,9 @@ gt_status gt_wire_mac_check(gt_wire_mac *m, const uint8_t tag[GT_WIRE_TAG], cons
   uint8_t want[GT_WIRE_TAG];
   GT_TRY(gt_wire_mac_tag(m, want));
   if (CRYPTO_memcmp(want, tag, GT_WIRE_TAG) != 0) {
-    gt_status s = gt_errorf(GT_EAUTH, "%s failed authentication: it was forged, replayed, reordered or damaged "
-                                      "on the way; refusing it and closing the connection",
+    gt_status s = gt_errorf(GT_EAUTH,
+                            "%s failed authentication: it was forged, replayed, reordered or damaged "
+                            "on the way; refusing it and closing the connection",
                             what);
     gt_err("%s", gt_last_error());
     return s;
@@ -141,12 +145,11 @@ gt_status gt_wire_derive_keys(const char *secret, const char *context, const uin
       st = gt_errorf(GT_EINVAL, "handshake context too long (%zu bytes)", strlen(context));
       break;
     }
-    OSSL_PARAM params[] = {
-        OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, "SHA256", 0),
-        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, (void *)secret, strlen(secret)),
-        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, (void *)nonces, nonce_len),
-        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info, (size_t)n),
-        OSSL_PARAM_construct_end()};
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, "SHA256", 0),
+                           OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, (void *)secret, strlen(secret)),
+                           OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, (void *)nonces, nonce_len),
+                           OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info, (size_t)n),
+                           OSSL_PARAM_construct_end()};
     if (EVP_KDF_derive(k, dir ? server_to_client : client_to_server, GT_WIRE_KEY, params) != 1)
       st = gt_errorf(GT_EBACKEND, "HKDF-SHA256 failed in libcrypto");
   }

@@ -47,7 +47,7 @@ typedef struct chan {
 typedef struct seg {
   _Alignas(64) atomic_uint doorbell;
   _Alignas(64) atomic_int sleepers; /* ranks in (or entering) a futex wait on doorbell */
-  _Alignas(64) atomic_int failed; /* 1 + the rank that failed */
+  _Alignas(64) atomic_int failed;   /* 1 + the rank that failed */
 } seg;
 
 struct shm_state {
@@ -65,9 +65,7 @@ static seg *seg_of(shm_state *s, int r) { return (seg *)s->base[r]; }
 static chan *chan_of(shm_state *s, int owner, int sender) {
   return (chan *)(s->base[owner] + SEG_HDR + (size_t)sender * CHAN_BYTES);
 }
-static char *slot_data(chan *ch, uint64_t i) {
-  return (char *)ch + CHAN_HDR + (size_t)(i % NSLOT) * SLOT;
-}
+static char *slot_data(chan *ch, uint64_t i) { return (char *)ch + CHAN_HDR + (size_t)(i % NSLOT) * SLOT; }
 
 /* The wake-up system call is made only for a rank that sleeps: a waiter
  * counts itself in sleepers before it looks at doorbell again, and a ringer
@@ -113,8 +111,7 @@ static size_t allowed(const plan *p, int rx_step, size_t rx_done, int k, size_t 
 static gt_status check_peer(gt_comm *c, int peer) {
   if (peer < 0 || c->pidfds[peer] < 0) return GT_OK;
   struct pollfd pf = {.fd = c->pidfds[peer], .events = POLLIN};
-  if (poll(&pf, 1, 0) > 0)
-    return gt_errorf(GT_ECONN, "rank %d died (its process exited)", peer);
+  if (poll(&pf, 1, 0) > 0) return gt_errorf(GT_ECONN, "rank %d died (its process exited)", peer);
   return GT_OK;
 }
 
@@ -159,13 +156,17 @@ gt_status gt_comm_run_shm(gt_comm *c, const plan *p, double deadline) {
       if (head == tail) break;
       const plan_step *st = &p->rx[rs];
       slot_hdr h = rxc->hdr[tail % NSLOT];
-      if (h.seq != p->rx_seq || h.step != (uint32_t)rs || h.len > st->len - rd ||
-          (h.len == 0 && st->len != 0) || h.len % es)
-        return gt_errorf(GT_EFORMAT, "unexpected piece from rank %d (seq %u step %u len %u; expected seq %u step %d, %zu bytes left): ranks issued different operations",
+      if (h.seq != p->rx_seq || h.step != (uint32_t)rs || h.len > st->len - rd || (h.len == 0 && st->len != 0) ||
+          h.len % es)
+        return gt_errorf(GT_EFORMAT,
+                         "unexpected piece from rank %d (seq %u step %u len %u; expected seq %u step %d, %zu bytes "
+                         "left): ranks issued different operations",
                          p->rx_peer, h.seq, h.step, h.len, p->rx_seq, rs, st->len - rd);
       const char *src = slot_data(rxc, tail);
-      if (st->src2) gt_comm_reduce(p->dtype, st->ptr + rd, st->src2 + rd, src, h.len / es);
-      else memcpy(st->ptr + rd, src, h.len);
+      if (st->src2)
+        gt_comm_reduce(p->dtype, st->ptr + rd, st->src2 + rd, src, h.len / es);
+      else
+        memcpy(st->ptr + rd, src, h.len);
       atomic_store_explicit(&rxc->tail, tail + 1, memory_order_release);
       ring(rxs);
       rd += h.len;
@@ -181,8 +182,10 @@ gt_status gt_comm_run_shm(gt_comm *c, const plan *p, double deadline) {
     double left = deadline - gt_now();
     if (left <= 0) {
       int who = rs < p->nrx ? p->rx_peer : p->tx_peer;
-      return gt_errorf(GT_ETIMEDOUT, "no progress with rank %d before the operation timeout (%.1f s): it is stopped, hung or far behind",
-                       who, c->op_timeout);
+      return gt_errorf(
+          GT_ETIMEDOUT,
+          "no progress with rank %d before the operation timeout (%.1f s): it is stopped, hung or far behind", who,
+          c->op_timeout);
     }
     wait_bell(me, seen, left);
   }
@@ -211,9 +214,10 @@ static size_t piece_len(size_t total, size_t piece, uint32_t k) {
   return total - o < piece ? total - o : piece;
 }
 
-static gt_status bad_piece(int peer, const char *stream, slot_hdr h, uint32_t seq, uint32_t k,
-                           size_t want) {
-  return gt_errorf(GT_EFORMAT, "unexpected all-reduce piece from rank %d on stream %s (seq %u step %#x len %u; expected seq %u step %#x len %zu): ranks issued different operations",
+static gt_status bad_piece(int peer, const char *stream, slot_hdr h, uint32_t seq, uint32_t k, size_t want) {
+  return gt_errorf(GT_EFORMAT,
+                   "unexpected all-reduce piece from rank %d on stream %s (seq %u step %#x len %u; expected seq %u "
+                   "step %#x len %zu): ranks issued different operations",
                    peer, stream, h.seq, h.step, h.len, seq, k, want);
 }
 
@@ -289,8 +293,10 @@ gt_status gt_comm_shm_allreduce2(gt_comm *c, char *buf, size_t count, gt_dtype t
     GT_TRY(check_peer(c, o));
     double left = deadline - gt_now();
     if (left <= 0)
-      return gt_errorf(GT_ETIMEDOUT, "no progress with rank %d before the operation timeout (%.1f s): it is stopped, hung or far behind",
-                       o, c->op_timeout);
+      return gt_errorf(
+          GT_ETIMEDOUT,
+          "no progress with rank %d before the operation timeout (%.1f s): it is stopped, hung or far behind", o,
+          c->op_timeout);
     wait_bell(me, seen, left);
   }
   return GT_OK;
@@ -364,8 +370,10 @@ char *gt_comm_shm_map_peer(const char *group, const char *name, int rank, int pi
   char *m = NULL;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) ||
       (size_t)st.st_size < bytes) {
-    gt_warn("group '%s': rank %d's shared-memory segment %s is not a private segment of %zu bytes of this user; "
-            "using TCP", group, rank, name, bytes);
+    gt_warn(
+        "group '%s': rank %d's shared-memory segment %s is not a private segment of %zu bytes of this user; "
+        "using TCP",
+        group, rank, name, bytes);
   } else {
     m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED) m = NULL;

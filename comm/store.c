@@ -39,7 +39,6 @@ gt_status gt_store_barrier(gt_store *s, const char *name, int rank, int n, int t
   if (arrived == n) GT_TRY(gt_store_set(s, done_key, "1", 1));
   const char *keys[1] = {done_key};
   gt_status st = gt_store_wait(s, keys, 1, timeout_ms);
-  if (st != GT_OK)
-    return gt_error_context(st, "barrier '%s' (%d of %d ranks arrived)", name, (int)arrived, n);
+  if (st != GT_OK) return gt_error_context(st, "barrier '%s' (%d of %d ranks arrived)", name, (int)arrived, n);
   return GT_OK;
 }

@@ -45,9 +45,7 @@ static int buf_u32(buf *b, uint32_t v) {
   return buf_put(b, x, 4);
 }
 
-static int buf_item(buf *b, const void *p, size_t n) {
-  return buf_u32(b, (uint32_t)n) || buf_put(b, p, n);
-}
+static int buf_item(buf *b, const void *p, size_t n) { return buf_u32(b, (uint32_t)n) || buf_put(b, p, n); }
 
 static gt_status check_key(const char *key) {
   size_t n = key ? strlen(key) : 0;
@@ -101,8 +99,7 @@ static gt_status call(client *c, buf *req, int timeout_ms, uint8_t **rep, size_t
 
 static gt_status start_req(buf *b, uint8_t op, int timeout_ms, uint32_t nitems) {
   uint32_t t = timeout_ms < 0 ? UINT32_MAX / 2 : (uint32_t)timeout_ms;
-  if (buf_put(b, &op, 1) || buf_u32(b, t) || buf_u32(b, nitems))
-    return gt_errorf(GT_ENOMEM, "out of memory");
+  if (buf_put(b, &op, 1) || buf_u32(b, t) || buf_u32(b, nitems)) return gt_errorf(GT_ENOMEM, "out of memory");
   return GT_OK;
 }
 
@@ -193,9 +190,7 @@ static void t_destroy(gt_store *s) {
 
 static const gt_store_ops tcp_ops = {t_set, t_get, t_wait, t_add, t_del, t_destroy};
 
-int gt_store_tcp_port(const gt_store *s) {
-  return s && s->ops == &tcp_ops ? ((client *)s->impl)->port : -1;
-}
+int gt_store_tcp_port(const gt_store *s) { return s && s->ops == &tcp_ops ? ((client *)s->impl)->port : -1; }
 
 gt_status gt_store_tcp_open(const gt_store_tcp_config *cfg, gt_store **out) {
   if (!cfg || !out) return gt_errorf(GT_EINVAL, "gt_store_tcp_open: NULL argument");

@@ -22,8 +22,7 @@ typedef struct gt_store_server gt_store_server;
 
 /* Listens on host:port (NULL host = every address, port 0 = any) and
  * serves from threads of this process. */
-gt_status gt_store_server_start(const char *host, int port, const char *secret,
-                                gt_store_server **out);
+gt_status gt_store_server_start(const char *host, int port, const char *secret, gt_store_server **out);
 int gt_store_server_port(const gt_store_server *s);
 void gt_store_server_stop(gt_store_server *s);
 

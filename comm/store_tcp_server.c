@@ -149,9 +149,7 @@ static int take_key(cur *c, char *key) {
   return 0;
 }
 
-static int wait_until(server *s, struct timespec *abs) {
-  return pthread_cond_timedwait(&s->changed, &s->mu, abs);
-}
+static int wait_until(server *s, struct timespec *abs) { return pthread_cond_timedwait(&s->changed, &s->mu, abs); }
 
 static void deadline_ts(uint32_t ms, struct timespec *ts) {
   clock_gettime(CLOCK_MONOTONIC, ts);
@@ -164,8 +162,7 @@ static void deadline_ts(uint32_t ms, struct timespec *ts) {
 }
 
 /* Serves one request; returns <0 when the request is malformed. */
-static int serve(server *s, conn *c, uint32_t seq, const uint8_t *req, size_t len,
-                 double deadline) {
+static int serve(server *s, conn *c, uint32_t seq, const uint8_t *req, size_t len, double deadline) {
   cur r = {req, len};
   if (r.left < 9) return -1;
   uint8_t op = r.p[0];
@@ -257,8 +254,8 @@ static int serve(server *s, conn *c, uint32_t seq, const uint8_t *req, size_t le
   }
   pthread_mutex_unlock(&s->mu);
   memcpy(rep, &status, 4);
-  gt_status st = gt_wire_send_sealed(c->fd, &c->sess, GT_MSG_STORE_REP, seq, rep, (uint32_t)rep_len, deadline,
-                                     &s->stop);
+  gt_status st =
+      gt_wire_send_sealed(c->fd, &c->sess, GT_MSG_STORE_REP, seq, rep, (uint32_t)rep_len, deadline, &s->stop);
   if (rep != small) free(rep);
   return st == GT_OK ? 0 : 1;
 bad:
@@ -282,8 +279,10 @@ static void note_rejected(server *s, const char *peer, const char *why) {
     s->rejected_why[0] = 0;
   }
   pthread_mutex_unlock(&s->mu);
-  if (n == 1) gt_warn("store: rejected a connection from %s", first);
-  else if (n > 1) gt_warn("store: rejected %lu connections in the last second, the first from %s", n, first);
+  if (n == 1)
+    gt_warn("store: rejected a connection from %s", first);
+  else if (n > 1)
+    gt_warn("store: rejected %lu connections in the last second, the first from %s", n, first);
 }
 
 static void set_state(conn *c, conn_state st) {
@@ -304,8 +303,7 @@ static void *conn_main(void *arg) {
   conn *c = arg;
   server *s = c->srv;
   uint32_t id = 0;
-  gt_status st =
-      gt_wire_auth_server(c->fd, s->secret, STORE_CTX, &id, gt_wire_deadline(AUTH_TIMEOUT_MS), &c->sess);
+  gt_status st = gt_wire_auth_server(c->fd, s->secret, STORE_CTX, &id, gt_wire_deadline(AUTH_TIMEOUT_MS), &c->sess);
   if (st != GT_OK) {
     note_rejected(s, c->peer, gt_last_error());
     shutdown(c->fd, SHUT_RDWR);
@@ -337,8 +335,7 @@ static void serve_conn(conn *c) {
     /* A header whose tag fails is refused (and logged) before its length is believed. */
     if (gt_wire_open_header(&c->sess, raw, &h, from) != GT_OK) break;
     if (h.type != GT_MSG_STORE_REQ || h.len > STORE_MAX_REQ) {
-      gt_warn("store: dropped client %s: malformed request header (type %u, %u bytes)", c->peer,
-              h.type, h.len);
+      gt_warn("store: dropped client %s: malformed request header (type %u, %u bytes)", c->peer, h.type, h.len);
       break;
     }
     if (h.len > cap || !buf) {
@@ -527,6 +524,5 @@ gt_status gt_store_server_start(const char *host, int port, const char *secret, 
   *out = s;
   return GT_OK;
 }
-
 
 int gt_store_server_port(const server *s) { return s->port; }

@@ -27,13 +27,13 @@
 #define SEND_MAX (1u << 20)
 
 typedef struct side {
-  int step;            /* current step */
-  size_t done;         /* bytes of it delivered (rx: reduced/copied) */
+  int step;                        /* current step */
+  size_t done;                     /* bytes of it delivered (rx: reduced/copied) */
   uint8_t hdr[GT_WIRE_SEALED_HDR]; /* the header and its tag */
-  int hdr_done;        /* header bytes moved */
-  size_t fill;         /* rx: bytes in the staging piece */
-  uint8_t tag[GT_WIRE_TAG]; /* payload integrity: the payload's tag */
-  int tag_done;        /* its bytes moved */
+  int hdr_done;                    /* header bytes moved */
+  size_t fill;                     /* rx: bytes in the staging piece */
+  uint8_t tag[GT_WIRE_TAG];        /* payload integrity: the payload's tag */
+  int tag_done;                    /* its bytes moved */
 } side;
 
 static size_t allowed(const plan *p, const side *rx, int k, size_t len) {
@@ -51,12 +51,11 @@ static bool frame_done(const side *x, size_t len, bool mac) {
 
 static gt_status peer_gone(gt_comm *c, int peer, const char *what, int err) {
   if (atomic_load(&c->aborted)) return gt_comm_aborted_status(c);
-  return gt_errorf(GT_ECONN, "%s rank %d: %s (the peer died, exited or its group failed)", what,
-                   peer, err ? strerror(err) : "connection closed");
+  return gt_errorf(GT_ECONN, "%s rank %d: %s (the peer died, exited or its group failed)", what, peer,
+                   err ? strerror(err) : "connection closed");
 }
 
-static gt_status consume(const plan *p, const plan_step *s, size_t off, const char *data,
-                         size_t len) {
+static gt_status consume(const plan *p, const plan_step *s, size_t off, const char *data, size_t len) {
   if (s->src2) {
     size_t es = gt_dtype_size(p->dtype);
     gt_comm_reduce(p->dtype, s->ptr + off, s->src2 + off, data, len / es);
@@ -87,8 +86,7 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
   char *stage = NULL;
   bool reducing = false;
   for (int k = 0; k < p->nrx; k++) reducing |= p->rx[k].src2 != NULL;
-  if (reducing && !(stage = malloc(PIECE)))
-    return gt_errorf(GT_ENOMEM, "out of memory for a receive buffer");
+  if (reducing && !(stage = malloc(PIECE))) return gt_errorf(GT_ENOMEM, "out of memory for a receive buffer");
   gt_status st = p->ntx ? tx_begin(ts, &tx, p, mac) : GT_OK;
   if (st != GT_OK) goto out;
   uint32_t rx_seq = p->rx_seq;
@@ -224,10 +222,12 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
     double now = gt_now();
     if (now >= deadline) {
       if (rx.step < p->nrx)
-        st = gt_errorf(GT_ETIMEDOUT, "no data from rank %d before the operation timeout (%.1f s): it is stopped, hung or far behind",
+        st = gt_errorf(GT_ETIMEDOUT,
+                       "no data from rank %d before the operation timeout (%.1f s): it is stopped, hung or far behind",
                        p->rx_peer, c->op_timeout);
       else
-        st = gt_errorf(GT_ETIMEDOUT, "rank %d took no data before the operation timeout (%.1f s): it is stopped, hung or far behind",
+        st = gt_errorf(GT_ETIMEDOUT,
+                       "rank %d took no data before the operation timeout (%.1f s): it is stopped, hung or far behind",
                        p->tx_peer, c->op_timeout);
       break;
     }
@@ -235,8 +235,10 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
     int np = 0;
     pf[np++] = (struct pollfd){.fd = c->wake_fd, .events = POLLIN};
     if (rx.step < p->nrx) pf[np++] = (struct pollfd){.fd = rfd, .events = POLLIN | POLLRDHUP};
-    if (want_out) pf[np++] = (struct pollfd){.fd = tfd, .events = POLLOUT};
-    else if (tx.step < p->ntx) pf[np++] = (struct pollfd){.fd = tfd, .events = POLLRDHUP};
+    if (want_out)
+      pf[np++] = (struct pollfd){.fd = tfd, .events = POLLOUT};
+    else if (tx.step < p->ntx)
+      pf[np++] = (struct pollfd){.fd = tfd, .events = POLLRDHUP};
     double left = deadline - now;
     int ms = left > 1.0 ? 1000 : (int)(left * 1000) + 1;
     if (poll(pf, (nfds_t)np, ms) < 0 && errno != EINTR) {

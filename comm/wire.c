@@ -45,7 +45,9 @@ gt_status gt_wire_hdr_decode(const uint8_t in[GT_WIRE_HDR], gt_wire_hdr *h) {
   h->seq = get32(in + 8);
   h->len = get32(in + 12);
   if (h->magic != GT_WIRE_MAGIC)
-    return gt_errorf(GT_EFORMAT, "bad frame magic 0x%08x (expected 0x%08x): the peer is not a Giant process of this job, or the stream is out of step",
+    return gt_errorf(GT_EFORMAT,
+                     "bad frame magic 0x%08x (expected 0x%08x): the peer is not a Giant process of this job, or the "
+                     "stream is out of step",
                      h->magic, GT_WIRE_MAGIC);
   if (h->version != GT_WIRE_VERSION)
     return gt_errorf(GT_EFORMAT, "wire protocol version %u, this build speaks %u: run one Giant version across the job",
@@ -55,7 +57,9 @@ gt_status gt_wire_hdr_decode(const uint8_t in[GT_WIRE_HDR], gt_wire_hdr *h) {
 
 gt_status gt_wire_hdr_expect(const gt_wire_hdr *h, uint16_t type, uint32_t seq, uint32_t len) {
   if (h->type != type || h->seq != seq || h->len != len)
-    return gt_errorf(GT_EFORMAT, "unexpected frame (type %u seq %u len %u; expected type %u seq %u len %u): ranks issued different operations or the stream is corrupt",
+    return gt_errorf(GT_EFORMAT,
+                     "unexpected frame (type %u seq %u len %u; expected type %u seq %u len %u): ranks issued different "
+                     "operations or the stream is corrupt",
                      h->type, h->seq, h->len, type, seq, len);
   return GT_OK;
 }
@@ -72,11 +76,9 @@ static int poll_slice(double deadline) {
   return left > 0.05 ? 50 : (int)(left * 1000) + 1;
 }
 
-static gt_status wait_fd(int fd, short ev, double deadline, const atomic_int *abort_flag,
-                         const char *what) {
+static gt_status wait_fd(int fd, short ev, double deadline, const atomic_int *abort_flag, const char *what) {
   for (;;) {
-    if (abort_flag && atomic_load(abort_flag))
-      return gt_errorf(GT_EABORTED, "%s: aborted", what);
+    if (abort_flag && atomic_load(abort_flag)) return gt_errorf(GT_EABORTED, "%s: aborted", what);
     if (gt_now() >= deadline) return gt_errorf(GT_ETIMEDOUT, "%s: timed out", what);
     struct pollfd p = {.fd = fd, .events = ev};
     int r = poll(&p, 1, poll_slice(deadline));
@@ -85,8 +87,7 @@ static gt_status wait_fd(int fd, short ev, double deadline, const atomic_int *ab
   }
 }
 
-gt_status gt_wire_send_all(int fd, const void *buf, size_t len, double deadline,
-                           const atomic_int *abort_flag) {
+gt_status gt_wire_send_all(int fd, const void *buf, size_t len, double deadline, const atomic_int *abort_flag) {
   const char *p = buf;
   while (len > 0) {
     ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
@@ -106,8 +107,7 @@ gt_status gt_wire_send_all(int fd, const void *buf, size_t len, double deadline,
   return GT_OK;
 }
 
-gt_status gt_wire_recv_all(int fd, void *buf, size_t len, double deadline,
-                           const atomic_int *abort_flag) {
+gt_status gt_wire_recv_all(int fd, void *buf, size_t len, double deadline, const atomic_int *abort_flag) {
   char *p = buf;
   while (len > 0) {
     ssize_t n = recv(fd, p, len, 0);
@@ -127,8 +127,8 @@ gt_status gt_wire_recv_all(int fd, void *buf, size_t len, double deadline,
   return GT_OK;
 }
 
-gt_status gt_wire_send_frame(int fd, uint16_t type, uint32_t seq, const void *payload,
-                             uint32_t len, double deadline, const atomic_int *abort_flag) {
+gt_status gt_wire_send_frame(int fd, uint16_t type, uint32_t seq, const void *payload, uint32_t len, double deadline,
+                             const atomic_int *abort_flag) {
   uint8_t h[GT_WIRE_HDR];
   gt_wire_hdr_encode(h, type, seq, len);
   GT_TRY(gt_wire_send_all(fd, h, sizeof h, deadline, abort_flag));
@@ -136,15 +136,13 @@ gt_status gt_wire_send_frame(int fd, uint16_t type, uint32_t seq, const void *pa
   return GT_OK;
 }
 
-gt_status gt_wire_recv_frame(int fd, uint16_t type, gt_wire_hdr *h, void *payload, size_t cap,
-                             double deadline, const atomic_int *abort_flag) {
+gt_status gt_wire_recv_frame(int fd, uint16_t type, gt_wire_hdr *h, void *payload, size_t cap, double deadline,
+                             const atomic_int *abort_flag) {
   uint8_t raw[GT_WIRE_HDR];
   GT_TRY(gt_wire_recv_all(fd, raw, sizeof raw, deadline, abort_flag));
   GT_TRY(gt_wire_hdr_decode(raw, h));
-  if (h->type != type)
-    return gt_errorf(GT_EFORMAT, "unexpected frame type %u (expected %u)", h->type, type);
-  if (h->len > cap)
-    return gt_errorf(GT_EFORMAT, "frame of %u bytes exceeds the %zu this message allows", h->len, cap);
+  if (h->type != type) return gt_errorf(GT_EFORMAT, "unexpected frame type %u (expected %u)", h->type, type);
+  if (h->len > cap) return gt_errorf(GT_EFORMAT, "frame of %u bytes exceeds the %zu this message allows", h->len, cap);
   if (h->len) GT_TRY(gt_wire_recv_all(fd, payload, h->len, deadline, abort_flag));
   return GT_OK;
 }
@@ -176,8 +174,7 @@ static gt_status resolve(const char *host, int port, int passive, struct addrinf
   char ps[16];
   snprintf(ps, sizeof ps, "%d", port);
   int r = getaddrinfo(host, ps, &hints, res);
-  if (r != 0)
-    return gt_errorf(GT_EINVAL, "cannot resolve '%s': %s", host ? host : "*", gai_strerror(r));
+  if (r != 0) return gt_errorf(GT_EINVAL, "cannot resolve '%s': %s", host ? host : "*", gai_strerror(r));
   return GT_OK;
 }
 
@@ -225,8 +222,10 @@ gt_status gt_wire_connect(const char *host, int port, double deadline, int *fd_o
       double left = deadline - gt_now();
       int pr = poll(&p, 1, left <= 0 ? 0 : left > 1.0 ? 1000 : (int)(left * 1000) + 1);
       socklen_t el = sizeof err;
-      if (pr > 0) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
-      else err = ETIMEDOUT;
+      if (pr > 0)
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+      else
+        err = ETIMEDOUT;
     }
     if (err == 0) {
       freeaddrinfo(ai);
@@ -237,8 +236,8 @@ gt_status gt_wire_connect(const char *host, int port, double deadline, int *fd_o
     close(fd);
     if (gt_now() >= deadline) {
       freeaddrinfo(ai);
-      return gt_errorf(GT_ETIMEDOUT, "cannot connect to %s:%d: %s (is the peer up and reachable?)",
-                       host, port, strerror(err));
+      return gt_errorf(GT_ETIMEDOUT, "cannot connect to %s:%d: %s (is the peer up and reachable?)", host, port,
+                       strerror(err));
     }
     struct timespec ts = {0, delay_ms * 1000000L};
     nanosleep(&ts, NULL);
@@ -246,8 +245,8 @@ gt_status gt_wire_connect(const char *host, int port, double deadline, int *fd_o
   }
 }
 
-gt_status gt_wire_accept(int lfd, double deadline, const atomic_int *abort_flag, int *fd_out,
-                         char *peer, size_t peer_len) {
+gt_status gt_wire_accept(int lfd, double deadline, const atomic_int *abort_flag, int *fd_out, char *peer,
+                         size_t peer_len) {
   for (;;) {
     struct sockaddr_in sa;
     socklen_t sl = sizeof sa;
@@ -271,7 +270,8 @@ gt_status gt_wire_accept(int lfd, double deadline, const atomic_int *abort_flag,
 gt_status gt_wire_secret(const char *given, const char **out) {
   const char *s = given ? given : getenv(GT_ENV_JOB_SECRET);
   if (!s || !*s)
-    return gt_errorf(GT_EINVAL, "no job secret: set GT_JOB_SECRET (the same random string on every rank) or pass one in the config");
+    return gt_errorf(
+        GT_EINVAL, "no job secret: set GT_JOB_SECRET (the same random string on every rank) or pass one in the config");
   /* A short secret falls to a guess offline: anyone who sees one handshake
    * can try candidates against its HMAC. */
   if (strlen(s) < GT_WIRE_SECRET_MIN)

@@ -46,23 +46,20 @@ double gt_wire_deadline(int timeout_ms);
 
 /* Blocking transfers on a non-blocking fd, bounded by the deadline, and
  * stopped early when *abort_flag becomes non-zero (may be NULL). */
-gt_status gt_wire_send_all(int fd, const void *buf, size_t len, double deadline,
-                           const atomic_int *abort_flag);
-gt_status gt_wire_recv_all(int fd, void *buf, size_t len, double deadline,
-                           const atomic_int *abort_flag);
-gt_status gt_wire_send_frame(int fd, uint16_t type, uint32_t seq, const void *payload,
-                             uint32_t len, double deadline, const atomic_int *abort_flag);
+gt_status gt_wire_send_all(int fd, const void *buf, size_t len, double deadline, const atomic_int *abort_flag);
+gt_status gt_wire_recv_all(int fd, void *buf, size_t len, double deadline, const atomic_int *abort_flag);
+gt_status gt_wire_send_frame(int fd, uint16_t type, uint32_t seq, const void *payload, uint32_t len, double deadline,
+                             const atomic_int *abort_flag);
 /* Reads a frame whose payload fits in cap; *payload_len gets its length. */
-gt_status gt_wire_recv_frame(int fd, uint16_t type, gt_wire_hdr *h, void *payload, size_t cap,
-                             double deadline, const atomic_int *abort_flag);
+gt_status gt_wire_recv_frame(int fd, uint16_t type, gt_wire_hdr *h, void *payload, size_t cap, double deadline,
+                             const atomic_int *abort_flag);
 
 /* A listening socket on host (NULL = all addresses), port (0 = any). */
 gt_status gt_wire_listen(const char *host, int port, int *fd, int *port_out);
 /* Connects, retrying refused connections until the deadline. */
 gt_status gt_wire_connect(const char *host, int port, double deadline, int *fd);
 /* Accepts one connection before the deadline. */
-gt_status gt_wire_accept(int lfd, double deadline, const atomic_int *abort_flag, int *fd,
-                         char *peer, size_t peer_len);
+gt_status gt_wire_accept(int lfd, double deadline, const atomic_int *abort_flag, int *fd, char *peer, size_t peer_len);
 /* Non-blocking, no Nagle, keepalive and a user timeout so a lost host is
  * noticed; bigger buffers for bulk data. */
 void gt_wire_tune(int fd);
@@ -128,10 +125,10 @@ gt_status gt_wire_recv_sealed_payload(int fd, gt_wire_session *s, void *payload,
  * communicator); `id` is the client's claimed rank, proven with the rest.
  * On success *session (when not NULL) holds this end's keys for sealed
  * frames, counts at 0; the caller closes it. */
-gt_status gt_wire_auth_client(int fd, const char *secret, const char *context, uint32_t id,
-                              double deadline, gt_wire_session *session);
-gt_status gt_wire_auth_server(int fd, const char *secret, const char *context, uint32_t *id,
-                              double deadline, gt_wire_session *session);
+gt_status gt_wire_auth_client(int fd, const char *secret, const char *context, uint32_t id, double deadline,
+                              gt_wire_session *session);
+gt_status gt_wire_auth_server(int fd, const char *secret, const char *context, uint32_t *id, double deadline,
+                              gt_wire_session *session);
 
 /* The job secret: `given`, else $GT_JOB_SECRET, else an error; one
  * shorter than GT_WIRE_SECRET_MIN bytes is refused. */

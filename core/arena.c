@@ -154,12 +154,12 @@ void gt_arena_free(gt_arena *a, void *ptr) {
   pthread_mutex_unlock(&a->mu);
 }
 
-#define ARENA_GETTER(name, field)                \
-  size_t gt_arena_##name(const gt_arena *a) {    \
-    pthread_mutex_lock((pthread_mutex_t *)&a->mu); \
-    size_t v = a->field;                         \
+#define ARENA_GETTER(name, field)                    \
+  size_t gt_arena_##name(const gt_arena *a) {        \
+    pthread_mutex_lock((pthread_mutex_t *)&a->mu);   \
+    size_t v = a->field;                             \
     pthread_mutex_unlock((pthread_mutex_t *)&a->mu); \
-    return v;                                    \
+    return v;                                        \
   }
 ARENA_GETTER(current, current)
 ARENA_GETTER(peak, peak)

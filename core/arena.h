@@ -14,7 +14,6 @@
 
 #include "giant/status.h"
 
-
 struct gt_backend;
 typedef struct gt_arena gt_arena;
 
@@ -33,9 +32,9 @@ void gt_arena_trim(gt_arena *a);
  * what memory estimates add up. */
 size_t gt_arena_block_size(size_t bytes);
 
-size_t gt_arena_current(const gt_arena *a);   /* bytes handed out and not freed */
-size_t gt_arena_peak(const gt_arena *a);      /* max of current since reset */
-size_t gt_arena_reserved(const gt_arena *a);  /* current + cached */
+size_t gt_arena_current(const gt_arena *a);  /* bytes handed out and not freed */
+size_t gt_arena_peak(const gt_arena *a);     /* max of current since reset */
+size_t gt_arena_reserved(const gt_arena *a); /* current + cached */
 void gt_arena_reset_peak(gt_arena *a);
 size_t gt_arena_budget(const gt_arena *a);
 void gt_arena_set_budget(gt_arena *a, size_t budget_bytes);

@@ -28,8 +28,8 @@ size_t gt_attention_bf16_scratch(int B, int T, int C, int NH) {
 
 static gt_status check(gt_backend *be, const char *op, int B, int T, int C, int NH, const void *scratch) {
   if (B < 0 || T < 0 || C < 0 || NH < 1 || C % NH != 0)
-    return gt_errorf(GT_EINVAL, "%s: need B, T, C >= 0 and NH >= 1 dividing C, got B=%d T=%d C=%d NH=%d", op, B,
-                     T, C, NH);
+    return gt_errorf(GT_EINVAL, "%s: need B, T, C >= 0 and NH >= 1 dividing C, got B=%d T=%d C=%d NH=%d", op, B, T, C,
+                     NH);
   if (!gt_backend_has_mixed_precision(be))
     return gt_errorf(GT_EUNSUPPORTED, "%s: backend %s has no bf16 products; train in fp32", op, gt_backend_name(be));
   if (B && T && C && !scratch) return gt_errorf(GT_EINVAL, "%s: no scratch given", op);
@@ -40,9 +40,25 @@ static gt_status check(gt_backend *be, const char *op, int B, int T, int C, int 
 static gt_status heads(gt_backend *be, int NH, gt_transpose ta, gt_transpose tb, int m, int n, int k, float alpha,
                        const uint16_t *a, int lda, int64_t sa, const uint16_t *b, int ldb, int64_t sb, float beta,
                        float *c, int ldc, int64_t sc) {
-  gt_gemm_ex_args g = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
-                       .a = a, .a_type = GT_BF16, .lda = lda, .stride_a = sa, .b = b, .b_type = GT_BF16,
-                       .ldb = ldb, .stride_b = sb, .c = c, .c_type = GT_F32, .ldc = ldc, .stride_c = sc,
+  gt_gemm_ex_args g = {.trans_a = ta,
+                       .trans_b = tb,
+                       .m = m,
+                       .n = n,
+                       .k = k,
+                       .alpha = alpha,
+                       .beta = beta,
+                       .a = a,
+                       .a_type = GT_BF16,
+                       .lda = lda,
+                       .stride_a = sa,
+                       .b = b,
+                       .b_type = GT_BF16,
+                       .ldb = ldb,
+                       .stride_b = sb,
+                       .c = c,
+                       .c_type = GT_F32,
+                       .ldc = ldc,
+                       .stride_c = sc,
                        .batch = NH};
   return gt_op_gemm_ex(be, &g);
 }
@@ -59,8 +75,7 @@ gt_status gt_attention_forward_bf16(gt_backend *be, float *out, float *att, cons
   for (int b = 0; b < B; b++) {
     const uint16_t *q = qkv16 + (int64_t)b * T * C3, *k = q + C;
     /* att = scale * q k^T, every head of sequence b */
-    GT_TRY(heads(be, NH, GT_NO_TRANS, GT_TRANS, T, T, hs, scale, q, C3, hs, k, C3, hs, 0.0f, att + b * NH * TT, T,
-                 TT));
+    GT_TRY(heads(be, NH, GT_NO_TRANS, GT_TRANS, T, T, hs, scale, q, C3, hs, k, C3, hs, 0.0f, att + b * NH * TT, T, TT));
   }
   GT_TRY(gt_op_causal_softmax_forward(be, att, B * NH, T));
   GT_TRY(gt_op_f32_to_bf16(be, att16, att, (size_t)B * NH * TT));
@@ -88,10 +103,8 @@ gt_status gt_attention_backward_bf16(gt_backend *be, float *dqkv, float *datt, c
     int64_t off = (int64_t)b * T * C3;
     const uint16_t *v = qkv16 + off + 2 * C, *dy = dy16 + (int64_t)b * T * C, *p = p16 + b * NH * TT;
     /* datt = dy v^T; dv += att^T dy */
-    GT_TRY(heads(be, NH, GT_NO_TRANS, GT_TRANS, T, T, hs, 1.0f, dy, C, hs, v, C3, hs, 0.0f, datt + b * NH * TT, T,
-                 TT));
-    GT_TRY(heads(be, NH, GT_TRANS, GT_NO_TRANS, T, hs, T, 1.0f, p, T, TT, dy, C, hs, 1.0f, dqkv + off + 2 * C, C3,
-                 hs));
+    GT_TRY(heads(be, NH, GT_NO_TRANS, GT_TRANS, T, T, hs, 1.0f, dy, C, hs, v, C3, hs, 0.0f, datt + b * NH * TT, T, TT));
+    GT_TRY(heads(be, NH, GT_TRANS, GT_NO_TRANS, T, hs, T, 1.0f, p, T, TT, dy, C, hs, 1.0f, dqkv + off + 2 * C, C3, hs));
   }
   GT_TRY(gt_op_causal_softmax_backward(be, datt, att, B * NH, T, scale));
   /* The probabilities are done with: their region takes the score gradient. */

@@ -55,9 +55,12 @@ const char *gt_precision_name(gt_precision p) {
 }
 
 gt_status gt_precision_parse(const char *s, gt_precision *out) {
-  if (s && !strcmp(s, "fp32")) *out = GT_PRECISION_FP32;
-  else if (s && !strcmp(s, "bf16")) *out = GT_PRECISION_BF16;
-  else return gt_errorf(GT_EINVAL, "unknown precision '%s': use fp32 or bf16", s ? s : "(null)");
+  if (s && !strcmp(s, "fp32"))
+    *out = GT_PRECISION_FP32;
+  else if (s && !strcmp(s, "bf16"))
+    *out = GT_PRECISION_BF16;
+  else
+    return gt_errorf(GT_EINVAL, "unknown precision '%s': use fp32 or bf16", s ? s : "(null)");
   return GT_OK;
 }
 
@@ -88,8 +91,9 @@ gt_status gt_backend_create(const gt_backend_config *cfg, gt_backend **out) {
 #ifdef GIANT_HAVE_CUDA
     s = gt_cuda_backend_create(cfg, &be);
 #else
-    return gt_errorf(GT_EUNSUPPORTED, "device cuda requested, but this build of Giant has no CUDA backend; "
-                                      "rebuild with -DGIANT_CUDA=ON on a machine with the CUDA toolkit");
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "device cuda requested, but this build of Giant has no CUDA backend; "
+                     "rebuild with -DGIANT_CUDA=ON on a machine with the CUDA toolkit");
 #endif
   }
   if (s != GT_OK) return s;

@@ -11,8 +11,8 @@
 
 typedef struct gt_adamw_args {
   float lr, beta1, beta2, eps, weight_decay;
-  int step;          /* 1-based, for bias correction */
-  float grad_scale;  /* gradients are multiplied by this first (clipping) */
+  int step;         /* 1-based, for bias correction */
+  float grad_scale; /* gradients are multiplied by this first (clipping) */
 } gt_adamw_args;
 
 typedef struct gt_sgd_args {
@@ -54,8 +54,8 @@ gt_status gt_attention_backward_bf16(gt_backend *be, float *dqkv, float *datt, c
  * with its group's reductions: gather every slice's stats, sum the target
  * logits, then finish. */
 
-gt_status gt_op_embedding_slice_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
-                                        int v0, int V, const float *wpe, int B, int T, int C);
+gt_status gt_op_embedding_slice_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte, int v0,
+                                        int V, const float *wpe, int B, int T, int C);
 
 /* dwte += rows of dout for tokens in the slice; dwpe (may be NULL) += dout
  * summed over b. */
@@ -78,8 +78,8 @@ gt_status gt_op_xent_slice_finish(gt_backend *be, float *losses, float *probs, c
                                   int vocab_total, int N, int V);
 
 /* dlogits = (probs - onehot(target - v0)) * dloss, written; may alias probs. */
-gt_status gt_op_softmax_xent_slice_backward(gt_backend *be, float *dlogits, const float *probs,
-                                            const int32_t *targets, int v0, float dloss, int N, int V);
+gt_status gt_op_softmax_xent_slice_backward(gt_backend *be, float *dlogits, const float *probs, const int32_t *targets,
+                                            int v0, float dloss, int N, int V);
 
 /* AdamW on n parameters with moments m and v (a->step >= 1). */
 gt_status gt_op_adamw_update(gt_backend *be, float *param, const float *grad, float *m, float *v, size_t n,
@@ -93,8 +93,7 @@ gt_status gt_op_adamw_update_bf16(gt_backend *be, float *param, const float *gra
                                   uint16_t *param_bf16, size_t n, const gt_adamw_args *a);
 
 /* SGD; mom may be NULL only without momentum. */
-gt_status gt_op_sgd_update(gt_backend *be, float *param, const float *grad, float *mom, size_t n,
-                           const gt_sgd_args *a);
+gt_status gt_op_sgd_update(gt_backend *be, float *param, const float *grad, float *mom, size_t n, const gt_sgd_args *a);
 
 /* *out = sum x[i]^2 (computed in double, stored as double in device memory). */
 gt_status gt_op_sum_squares(gt_backend *be, double *out, const float *x, size_t n);
@@ -120,6 +119,5 @@ gt_status gt_op_causal_softmax_backward(gt_backend *be, float *datt, const float
 
 /* The CUDA device index; 0 on the CPU. */
 int gt_backend_device(const gt_backend *be);
-
 
 #endif

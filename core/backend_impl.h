@@ -55,7 +55,7 @@ typedef struct gt_backend_ops {
 
   /* One entry per kernel of backend_kernels.h, with the signature of its
    * gt_op_<name>. */
-#define GT_BACKEND_KERNEL_ENTRY(name, params) gt_status (*name) params;
+#define GT_BACKEND_KERNEL_ENTRY(name, params) gt_status(*name) params;
   struct gt_kernel_ops {
     GT_BACKEND_KERNELS(GT_BACKEND_KERNEL_ENTRY)
   } kernels;
@@ -68,14 +68,14 @@ typedef struct gt_backend_ops {
 struct gt_backend {
   const gt_backend_ops *ops;
   gt_device_kind kind;
-  int device;         /* device index (CUDA), 0 on CPU */
-  int num_threads;    /* host threads the kernels use */
-  char name[32];      /* "cpu", "cuda:0" */
-  char kernels[48];   /* the kernels chosen for this machine at creation:
+  int device;                        /* device index (CUDA), 0 on CPU */
+  int num_threads;                   /* host threads the kernels use */
+  char name[32];                     /* "cpu", "cuda:0" */
+  char kernels[48];                  /* the kernels chosen for this machine at creation:
                          "avx2+fma", "avx512+amx", "cublas+cuda" */
-  gt_stream *compute; /* where kernels run */
-  gt_stream *copy;    /* for transfers that overlap compute */
-  double peak_flops;  /* measured by gt_backend_measure_peak, 0 until then */
+  gt_stream *compute;                /* where kernels run */
+  gt_stream *copy;                   /* for transfers that overlap compute */
+  double peak_flops;                 /* measured by gt_backend_measure_peak, 0 until then */
   struct gt_mem_ledger *ledger;      /* device bytes held, and the budget (backend_ledger.c) */
   struct gt_mem_ledger *host_ledger; /* host bytes of gt_backend_host_alloc, and their budget */
   void *impl;

@@ -21,6 +21,9 @@
 #include "giant/backend.h"
 #include "core/backend_engine.h"
 
+/* The list is laid out by hand: clang-format reads its parameter lists as
+ * expressions. */
+/* clang-format off */
 #define GT_BACKEND_KERNELS(X)                                                                                          \
   /* matrix products, and the biases of products done by them */                                                       \
   X(gemm, (gt_backend *be, const gt_gemm_args *g))                                                                     \
@@ -78,5 +81,6 @@
   X(scale, (gt_backend *be, float *x, float s, size_t n))                                                              \
   X(f32_to_bf16, (gt_backend *be, uint16_t *dst, const float *src, size_t n))                                          \
   X(bf16_to_f32, (gt_backend *be, float *dst, const uint16_t *src, size_t n))
+/* clang-format on */
 
 #endif

@@ -27,8 +27,10 @@ static gt_status alloc_checked(gt_backend *be, bool host, size_t bytes, void **p
   if (s == GT_OK && l) {
     s = gt_mem_ledger_add(l, *ptr, bytes);
     if (s != GT_OK) {
-      if (host) be->ops->memory.host_free(be, *ptr);
-      else be->ops->memory.free(be, *ptr);
+      if (host)
+        be->ops->memory.host_free(be, *ptr);
+      else
+        be->ops->memory.free(be, *ptr);
       *ptr = NULL;
     }
   }
@@ -54,8 +56,7 @@ void gt_backend_host_free(gt_backend *be, void *ptr) {
   be->ops->memory.host_free(be, ptr);
 }
 
-gt_status gt_backend_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind,
-                            gt_stream *s) {
+gt_status gt_backend_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind, gt_stream *s) {
   if (!be) return no_backend("memcpy");
   if (kind != GT_COPY_H2D && kind != GT_COPY_D2H && kind != GT_COPY_D2D)
     return gt_errorf(GT_EINVAL, "%s: memcpy: unknown copy kind %d", be->name, (int)kind);

@@ -27,8 +27,8 @@ static gt_status refuse(const gt_backend *be, gt_status code, const char *op, co
       return refuse(be, GT_EUNSUPPORTED, #op, "backend %s does not implement this operation", (be)->name);  \
   } while (0)
 
-#define NEED(be, op, cond, ...)                                  \
-  do {                                                           \
+#define NEED(be, op, cond, ...)                                 \
+  do {                                                          \
     if (!(cond)) return refuse(be, GT_EINVAL, op, __VA_ARGS__); \
   } while (0)
 
@@ -38,8 +38,8 @@ static gt_status refuse(const gt_backend *be, gt_status code, const char *op, co
 /* Each kernel of the list has the signature of its public function, so the
  * table's entries, what the backends define and what callers pass cannot
  * drift apart. */
-#define SAME_AS_PUBLIC(name, params)                                          \
-  _Static_assert(_Generic(&gt_op_##name, gt_status (*) params: 1, default: 0), \
+#define SAME_AS_PUBLIC(name, params)                                            \
+  _Static_assert(_Generic(&gt_op_##name, gt_status(*) params : 1, default : 0), \
                  "backend_kernels.h: " #name " differs from gt_op_" #name);
 GT_BACKEND_KERNELS(SAME_AS_PUBLIC)
 #undef SAME_AS_PUBLIC
@@ -76,20 +76,20 @@ gt_status gt_op_bias_backward(gt_backend *be, float *dbias, const float *dout, i
 
 /* ---- transformer layers ---- */
 
-#define NEED_DIMS3(be, op, a, b, c)                                                                            \
-  NEED(be, op, (a) >= 0 && (b) >= 0 && (c) >= 0, "sizes must not be negative, got " #a "=%d " #b "=%d " #c "=%d", \
-       a, b, c)
+#define NEED_DIMS3(be, op, a, b, c)                                                                                  \
+  NEED(be, op, (a) >= 0 && (b) >= 0 && (c) >= 0, "sizes must not be negative, got " #a "=%d " #b "=%d " #c "=%d", a, \
+       b, c)
 
-gt_status gt_op_embedding_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
-                                  const float *wpe, int B, int T, int C) {
+gt_status gt_op_embedding_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                                  int B, int T, int C) {
   NEED_OP(be, embedding_forward);
   NEED_DIMS3(be, "embedding_forward", B, T, C);
   NEED_PTRS(be, "embedding_forward", B && T, out && tokens && (wte || !C), "out, tokens and wte");
   return be->ops->kernels.embedding_forward(be, out, tokens, wte, wpe, B, T, C);
 }
 
-gt_status gt_op_embedding_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
-                                   const int32_t *tokens, int B, int T, int C) {
+gt_status gt_op_embedding_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                                   int B, int T, int C) {
   NEED_OP(be, embedding_backward);
   NEED_DIMS3(be, "embedding_backward", B, T, C);
   NEED_PTRS(be, "embedding_backward", B && T && C, dwte && dout && tokens, "dwte, dout and tokens");
@@ -114,8 +114,8 @@ gt_status gt_op_layernorm_backward(gt_backend *be, float *dinp, float *dw, float
   return be->ops->kernels.layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 
-gt_status gt_op_linear_forward(gt_backend *be, float *out, const float *inp, const float *w, const float *bias,
-                               int N, int C, int OC) {
+gt_status gt_op_linear_forward(gt_backend *be, float *out, const float *inp, const float *w, const float *bias, int N,
+                               int C, int OC) {
   NEED_OP(be, linear_forward);
   NEED_DIMS3(be, "linear_forward", N, C, OC);
   NEED_PTRS(be, "linear_forward", N && OC, out && ((inp && w) || !C), "out, inp and w");
@@ -156,8 +156,8 @@ gt_status gt_op_residual_backward(gt_backend *be, float *da, float *db, const fl
 
 /* ---- attention ---- */
 
-#define NEED_HEADS(be, op, B, T, C, NH)                                                                   \
-  NEED(be, op, (B) >= 0 && (T) >= 0 && (C) >= 0 && (NH) >= 1 && (C) % (NH) == 0,                       \
+#define NEED_HEADS(be, op, B, T, C, NH)                                          \
+  NEED(be, op, (B) >= 0 && (T) >= 0 && (C) >= 0 && (NH) >= 1 && (C) % (NH) == 0, \
        "need B, T, C >= 0 and NH >= 1 dividing C, got B=%d T=%d C=%d NH=%d", B, T, C, NH)
 
 gt_status gt_op_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
@@ -172,8 +172,7 @@ gt_status gt_op_attention_backward(gt_backend *be, float *dqkv, float *datt, con
                                    const float *att, int B, int T, int C, int NH) {
   NEED_OP(be, attention_backward);
   NEED_HEADS(be, "attention_backward", B, T, C, NH);
-  NEED_PTRS(be, "attention_backward", B && T && C, dqkv && datt && dout && qkv && att,
-            "dqkv, datt, dout, qkv and att");
+  NEED_PTRS(be, "attention_backward", B && T && C, dqkv && datt && dout && qkv && att, "dqkv, datt, dout, qkv and att");
   return be->ops->kernels.attention_backward(be, dqkv, datt, dout, qkv, att, B, T, C, NH);
 }
 
@@ -199,8 +198,7 @@ gt_status gt_op_softmax_xent_forward(gt_backend *be, float *losses, float *probs
                                      const int32_t *targets, int N, int V) {
   NEED_OP(be, softmax_xent_forward);
   NEED_ROWS(be, "softmax_xent_forward", N, V);
-  NEED_PTRS(be, "softmax_xent_forward", N, losses && probs && logits && targets,
-            "losses, probs, logits and targets");
+  NEED_PTRS(be, "softmax_xent_forward", N, losses && probs && logits && targets, "losses, probs, logits and targets");
   return be->ops->kernels.softmax_xent_forward(be, losses, probs, logits, targets, N, V);
 }
 
@@ -217,8 +215,8 @@ gt_status gt_op_softmax_xent_backward(gt_backend *be, float *dlogits, const floa
 #define NEED_SLICE(be, op, v0, V) \
   NEED(be, op, (v0) >= 0 && (V) >= 1, "need a slice with v0 >= 0 and V >= 1, got v0=%d V=%d", v0, V)
 
-gt_status gt_op_embedding_slice_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
-                                        int v0, int V, const float *wpe, int B, int T, int C) {
+gt_status gt_op_embedding_slice_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte, int v0,
+                                        int V, const float *wpe, int B, int T, int C) {
   NEED_OP(be, embedding_slice_forward);
   NEED_SLICE(be, "embedding_slice_forward", v0, V);
   NEED_DIMS3(be, "embedding_slice_forward", B, T, C);
@@ -253,12 +251,12 @@ gt_status gt_op_xent_slice_finish(gt_backend *be, float *losses, float *probs, c
        "need P >= 1 slices and a vocabulary of at least V=%d, got P=%d vocab_total=%d", V, P, vocab_total);
   NEED_PTRS(be, "xent_slice_finish", N, losses && probs && logits && stats_all && tlogit && targets,
             "losses, probs, logits, stats_all, tlogit and targets");
-  return be->ops->kernels.xent_slice_finish(be, losses, probs, logits, stats_all, P, tlogit, targets, vocab_total,
-                                            N, V);
+  return be->ops->kernels.xent_slice_finish(be, losses, probs, logits, stats_all, P, tlogit, targets, vocab_total, N,
+                                            V);
 }
 
-gt_status gt_op_softmax_xent_slice_backward(gt_backend *be, float *dlogits, const float *probs,
-                                            const int32_t *targets, int v0, float dloss, int N, int V) {
+gt_status gt_op_softmax_xent_slice_backward(gt_backend *be, float *dlogits, const float *probs, const int32_t *targets,
+                                            int v0, float dloss, int N, int V) {
   NEED_OP(be, softmax_xent_slice_backward);
   NEED_SLICE(be, "softmax_xent_slice_backward", v0, V);
   NEED(be, "softmax_xent_slice_backward", N >= 0, "need N >= 0, got %d", N);

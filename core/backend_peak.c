@@ -15,23 +15,46 @@
 #define PEAK_MAX_N 16384
 
 /* One n x n x n product of the precision, c = a @ b. */
-static gt_status run_gemm(gt_backend *be, gt_precision p, int n, const void *a, const void *b,
-                          float *c) {
+static gt_status run_gemm(gt_backend *be, gt_precision p, int n, const void *a, const void *b, float *c) {
   if (p == GT_PRECISION_FP32) {
-    gt_gemm_args g = {.trans_a = GT_NO_TRANS, .trans_b = GT_NO_TRANS, .m = n, .n = n, .k = n,
-                      .alpha = 1.0f, .beta = 0.0f, .a = a, .lda = n, .b = b, .ldb = n,
-                      .c = c, .ldc = n, .batch = 1};
+    gt_gemm_args g = {.trans_a = GT_NO_TRANS,
+                      .trans_b = GT_NO_TRANS,
+                      .m = n,
+                      .n = n,
+                      .k = n,
+                      .alpha = 1.0f,
+                      .beta = 0.0f,
+                      .a = a,
+                      .lda = n,
+                      .b = b,
+                      .ldb = n,
+                      .c = c,
+                      .ldc = n,
+                      .batch = 1};
     return gt_op_gemm(be, &g);
   }
-  gt_gemm_ex_args g = {.trans_a = GT_NO_TRANS, .trans_b = GT_NO_TRANS, .m = n, .n = n, .k = n,
-                       .alpha = 1.0f, .beta = 0.0f, .a = a, .a_type = GT_BF16, .lda = n,
-                       .b = b, .b_type = GT_BF16, .ldb = n, .c = c, .c_type = GT_F32, .ldc = n,
+  gt_gemm_ex_args g = {.trans_a = GT_NO_TRANS,
+                       .trans_b = GT_NO_TRANS,
+                       .m = n,
+                       .n = n,
+                       .k = n,
+                       .alpha = 1.0f,
+                       .beta = 0.0f,
+                       .a = a,
+                       .a_type = GT_BF16,
+                       .lda = n,
+                       .b = b,
+                       .b_type = GT_BF16,
+                       .ldb = n,
+                       .c = c,
+                       .c_type = GT_F32,
+                       .ldc = n,
                        .batch = 1};
   return gt_op_gemm_ex(be, &g);
 }
 
-static gt_status time_gemms(gt_backend *be, gt_precision p, int n, double seconds, const void *a,
-                            const void *b, float *c, double *best) {
+static gt_status time_gemms(gt_backend *be, gt_precision p, int n, double seconds, const void *a, const void *b,
+                            float *c, double *best) {
   double flop = 2.0 * n * n * n;
   /* The first product pays for thread start-up, page faults and the
    * library's choice of kernel. */
@@ -53,15 +76,13 @@ static gt_status time_gemms(gt_backend *be, gt_precision p, int n, double second
  * so both precisions multiply the same numbers. */
 static float pattern(size_t i) { return (float)((int)(i % 17) - 8) * 0.0625f; }
 
-gt_status gt_backend_measure_peak_ex(gt_backend *be, gt_precision p, int n, double seconds,
-                                     double *flops) {
+gt_status gt_backend_measure_peak_ex(gt_backend *be, gt_precision p, int n, double seconds, double *flops) {
   if (!be) return gt_errorf(GT_EINVAL, "measure_peak: no backend");
   if (p != GT_PRECISION_FP32 && p != GT_PRECISION_BF16)
     return gt_errorf(GT_EINVAL, "measure_peak: unknown precision %d; use fp32 or bf16", (int)p);
   if (n < 1 || n > PEAK_MAX_N)
     return gt_errorf(GT_EINVAL, "measure_peak: matrix size n=%d must be in [1, %d]", n, PEAK_MAX_N);
-  if (!(seconds >= 0.0))
-    return gt_errorf(GT_EINVAL, "measure_peak: seconds must be >= 0, got %g", seconds);
+  if (!(seconds >= 0.0)) return gt_errorf(GT_EINVAL, "measure_peak: seconds must be >= 0, got %g", seconds);
   if (p == GT_PRECISION_BF16 && !gt_backend_has_mixed_precision(be))
     return gt_errorf(GT_EUNSUPPORTED,
                      "measure_peak: backend %s has no gemm_ex, so it cannot run bf16 products; "
@@ -92,8 +113,7 @@ gt_status gt_backend_measure_peak_ex(gt_backend *be, gt_precision p, int n, doub
   gt_backend_free(be, a);
   free(host);
   if (s != GT_OK)
-    return gt_error_context(s, "measuring the peak %s gemm rate of %s", gt_precision_name(p),
-                            gt_backend_name(be));
+    return gt_error_context(s, "measuring the peak %s gemm rate of %s", gt_precision_name(p), gt_backend_name(be));
   gt_backend_set_peak_flops(be, best);
   if (flops) *flops = best;
   gt_info("%s: peak %s gemm %.1f GFLOP/s (n=%d%s)", gt_backend_name(be), gt_precision_name(p), best / 1e9, n,

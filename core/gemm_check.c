@@ -4,24 +4,21 @@
  * overlap, and gemm_ex's operand types. */
 #include "core/backend_impl.h"
 
-static gt_status check_shape(const gt_backend *be, gt_transpose ta, gt_transpose tb, int m, int n, int k,
-                             const void *a, int lda, const void *b, int ldb, const void *c, int ldc,
-                             int64_t stride_c, int batch) {
+static gt_status check_shape(const gt_backend *be, gt_transpose ta, gt_transpose tb, int m, int n, int k, const void *a,
+                             int lda, const void *b, int ldb, const void *c, int ldc, int64_t stride_c, int batch) {
   if ((ta != GT_NO_TRANS && ta != GT_TRANS) || (tb != GT_NO_TRANS && tb != GT_TRANS))
     return gt_errorf(GT_EINVAL, "%s: gemm: transpose flags must be GT_NO_TRANS or GT_TRANS", be->name);
   if (m < 0 || n < 0 || k < 0 || batch < 1)
-    return gt_errorf(GT_EINVAL, "%s: gemm: need m, n, k >= 0 and batch >= 1, got m=%d n=%d k=%d batch=%d",
-                     be->name, m, n, k, batch);
+    return gt_errorf(GT_EINVAL, "%s: gemm: need m, n, k >= 0 and batch >= 1, got m=%d n=%d k=%d batch=%d", be->name, m,
+                     n, k, batch);
   if (m == 0 || n == 0) return GT_OK;
   if (!c || (k > 0 && (!a || !b))) return gt_errorf(GT_EINVAL, "%s: gemm: a, b and c must not be NULL", be->name);
   /* Row-major: the leading dimension is at least the stored row length. */
   int a_cols = ta == GT_TRANS ? m : k, b_cols = tb == GT_TRANS ? k : n;
   if (k > 0 && (lda < a_cols || lda < 1))
-    return gt_errorf(GT_EINVAL, "%s: gemm: lda=%d is less than the %d columns of A as stored", be->name, lda,
-                     a_cols);
+    return gt_errorf(GT_EINVAL, "%s: gemm: lda=%d is less than the %d columns of A as stored", be->name, lda, a_cols);
   if (k > 0 && (ldb < b_cols || ldb < 1))
-    return gt_errorf(GT_EINVAL, "%s: gemm: ldb=%d is less than the %d columns of B as stored", be->name, ldb,
-                     b_cols);
+    return gt_errorf(GT_EINVAL, "%s: gemm: ldb=%d is less than the %d columns of B as stored", be->name, ldb, b_cols);
   if (ldc < n) return gt_errorf(GT_EINVAL, "%s: gemm: ldc=%d is less than n=%d", be->name, ldc, n);
   if (batch > 1) {
     /* Outputs stacked one after another, or side by side in shared rows
@@ -56,8 +53,7 @@ gt_status gt_gemm_ex_check(const gt_backend *be, const gt_gemm_ex_args *g) {
                      be->name, gt_dtype_name(g->a_type), gt_dtype_name(g->b_type));
   if (g->a_type == GT_F32 && g->c_type == GT_BF16)
     return gt_errorf(GT_EUNSUPPORTED,
-                     "%s: gemm_ex has no f32 x f32 -> bf16 path; write f32 and convert with f32_to_bf16",
-                     be->name);
+                     "%s: gemm_ex has no f32 x f32 -> bf16 path; write f32 and convert with f32_to_bf16", be->name);
   return check_shape(be, g->trans_a, g->trans_b, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, g->c, g->ldc,
                      g->stride_c, g->batch);
 }

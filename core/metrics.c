@@ -50,16 +50,15 @@ gt_status gt_metrics_write(gt_metrics *m, const gt_step_stats *s) {
                   "\"compute_s\":%.6f,\"data_s\":%.6f,\"dp_wait_s\":%.6f,\"pp_wait_s\":%.6f,"
                   "\"pp_wait_prev_s\":%.6f,\"pp_wait_next_s\":%.6f,\"tp_wait_s\":%.6f,\"first_row\":%llu,"
                   "\"rows\":%llu,\"unix_s\":%.3f}\n",
-                  s->step, s->loss, s->lr, s->grad_norm, s->seconds, (long long)s->tokens, s->tokens_per_s,
-                  s->flops, s->mfu, s->micro_batches, s->seq_len, tl->rank, tl->layers, (long long)tl->tokens,
-                  tl->seq_sq, tl->compute_s, tl->data_s, tl->dp_wait_s, tl->pp_wait_s, tl->pp_wait_prev_s,
-                  tl->pp_wait_next_s, tl->tp_wait_s, (unsigned long long)s->first_row,
-                  (unsigned long long)s->rows, unix_now());
+                  s->step, s->loss, s->lr, s->grad_norm, s->seconds, (long long)s->tokens, s->tokens_per_s, s->flops,
+                  s->mfu, s->micro_batches, s->seq_len, tl->rank, tl->layers, (long long)tl->tokens, tl->seq_sq,
+                  tl->compute_s, tl->data_s, tl->dp_wait_s, tl->pp_wait_s, tl->pp_wait_prev_s, tl->pp_wait_next_s,
+                  tl->tp_wait_s, (unsigned long long)s->first_row, (unsigned long long)s->rows, unix_now());
   if (n < 0 || fflush(m->f) != 0) return gt_errorf(GT_EIO, "writing the metrics file failed: %s", strerror(errno));
   return GT_OK;
 }
 
 void gt_metrics_print(FILE *f, const gt_step_stats *s) {
-  fprintf(f, "step %5d | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms | %.0f tok/s | MFU %.1f%%\n", s->step,
-          s->loss, s->lr, s->grad_norm, s->seconds * 1e3, s->tokens_per_s, 100.0 * s->mfu);
+  fprintf(f, "step %5d | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms | %.0f tok/s | MFU %.1f%%\n", s->step, s->loss,
+          s->lr, s->grad_norm, s->seconds * 1e3, s->tokens_per_s, 100.0 * s->mfu);
 }

@@ -26,7 +26,7 @@ gt_bf16 gt_f32_to_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (gt_bf16)((u >> 16) | 0x40); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+  u += 0x7fffu + ((u >> 16) & 1u);                                         /* round to nearest, ties to even */
   return (gt_bf16)(u >> 16);
 }
 
@@ -46,8 +46,7 @@ static void contiguous_strides(gt_tensor *t) {
 }
 
 static gt_status check_shape(int ndim, const int64_t *shape) {
-  if (ndim < 0 || ndim > GT_MAX_DIMS)
-    return gt_errorf(GT_EINVAL, "tensor rank %d is outside 0..%d", ndim, GT_MAX_DIMS);
+  if (ndim < 0 || ndim > GT_MAX_DIMS) return gt_errorf(GT_EINVAL, "tensor rank %d is outside 0..%d", ndim, GT_MAX_DIMS);
   for (int i = 0; i < ndim; i++)
     if (shape[i] < 0) return gt_errorf(GT_EINVAL, "tensor dimension %d is negative (%lld)", i, (long long)shape[i]);
   return GT_OK;
@@ -80,9 +79,7 @@ int64_t gt_tensor_numel(const gt_tensor *t) {
   return n;
 }
 
-size_t gt_tensor_nbytes(const gt_tensor *t) {
-  return (size_t)gt_tensor_numel(t) * gt_dtype_size(t->dtype);
-}
+size_t gt_tensor_nbytes(const gt_tensor *t) { return (size_t)gt_tensor_numel(t) * gt_dtype_size(t->dtype); }
 
 bool gt_tensor_is_contiguous(const gt_tensor *t) {
   int64_t s = 1;
@@ -100,8 +97,7 @@ gt_status gt_tensor_reshape(const gt_tensor *t, int ndim, const int64_t *shape, 
   int64_t n = 1;
   for (int i = 0; i < ndim; i++) n *= shape[i];
   if (n != gt_tensor_numel(t))
-    return gt_errorf(GT_EINVAL, "reshape from %lld to %lld elements", (long long)gt_tensor_numel(t),
-                     (long long)n);
+    return gt_errorf(GT_EINVAL, "reshape from %lld to %lld elements", (long long)gt_tensor_numel(t), (long long)n);
   gt_tensor r = *t;
   set_shape(&r, ndim, shape);
   contiguous_strides(&r);
@@ -110,8 +106,7 @@ gt_status gt_tensor_reshape(const gt_tensor *t, int ndim, const int64_t *shape, 
 }
 
 gt_status gt_tensor_slice(const gt_tensor *t, int dim, int64_t start, int64_t len, gt_tensor *out) {
-  if (dim < 0 || dim >= t->ndim)
-    return gt_errorf(GT_EINVAL, "slice dimension %d of a rank-%d tensor", dim, t->ndim);
+  if (dim < 0 || dim >= t->ndim) return gt_errorf(GT_EINVAL, "slice dimension %d of a rank-%d tensor", dim, t->ndim);
   if (start < 0 || len < 0 || start + len > t->shape[dim])
     return gt_errorf(GT_ERANGE, "slice [%lld, %lld) of dimension %d with size %lld", (long long)start,
                      (long long)(start + len), dim, (long long)t->shape[dim]);

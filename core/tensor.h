@@ -12,17 +12,17 @@
 struct gt_backend;
 
 typedef struct gt_tensor {
-  void *data;                   /* first element, in the backend's memory */
-  struct gt_backend *backend;   /* where data lives; NULL for host memory */
+  void *data;                 /* first element, in the backend's memory */
+  struct gt_backend *backend; /* where data lives; NULL for host memory */
   gt_dtype dtype;
   int ndim;
   int64_t shape[GT_MAX_DIMS];
-  int64_t stride[GT_MAX_DIMS];  /* in elements */
+  int64_t stride[GT_MAX_DIMS]; /* in elements */
 } gt_tensor;
 
 /* A contiguous tensor over `data`. */
-gt_status gt_tensor_init(gt_tensor *t, struct gt_backend *be, void *data, gt_dtype dtype,
-                         int ndim, const int64_t *shape);
+gt_status gt_tensor_init(gt_tensor *t, struct gt_backend *be, void *data, gt_dtype dtype, int ndim,
+                         const int64_t *shape);
 int64_t gt_tensor_numel(const gt_tensor *t);
 size_t gt_tensor_nbytes(const gt_tensor *t);
 bool gt_tensor_is_contiguous(const gt_tensor *t);

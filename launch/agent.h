@@ -19,18 +19,18 @@ typedef struct agent_opts {
   const char *log_dir, *plan, *cacert, *cert, *key;
   const char *user, *password_file; /* etcd authentication: --rdzv-user, --rdzv-password-file */
   char password[256];               /* read from password_file */
-  const char *comm_integrity; /* --comm-integrity headers|mac, given to workers as GT_COMM_INTEGRITY */
-  const char *ckpt_dir; /* checkpoints: given to workers as GT_CKPT_DIR, _EVERY, _KEEP */
+  const char *comm_integrity;       /* --comm-integrity headers|mac, given to workers as GT_COMM_INTEGRITY */
+  const char *ckpt_dir;             /* checkpoints: given to workers as GT_CKPT_DIR, _EVERY, _KEEP */
   int ckpt_every, ckpt_keep;
   int nproc, max_restarts, restart_window_s, ttl_s, rdzv_timeout_s;
   float settle_s, stop_grace_s, monitor_s;
-  float hang_timeout_s;       /* 0: 3x the longest step seen, at least 30 s */
+  float hang_timeout_s; /* 0: 3x the longest step seen, at least 30 s */
   bool standalone, version;
-  bool reshape;               /* a dead worker's siblings reshape in-process (GT_RESHAPE=1) */
+  bool reshape; /* a dead worker's siblings reshape in-process (GT_RESHAPE=1) */
   int min_nodes, max_nodes;
   char node_buf[GT_RDZV_ID_MAX + 1];
-  char **prog_argv;           /* PROGRAM ARGS..., NULL-terminated */
-  char prog_path[PATH_MAX];   /* PROGRAM resolved against PATH */
+  char **prog_argv;         /* PROGRAM ARGS..., NULL-terminated */
+  char prog_path[PATH_MAX]; /* PROGRAM resolved against PATH */
 } agent_opts;
 
 /* Set by the SIGINT/SIGTERM handler: the signal number. */
@@ -48,21 +48,21 @@ typedef struct line_buf {
 } line_buf;
 
 typedef struct worker {
-  pid_t pid;      /* also its process group */
+  pid_t pid; /* also its process group */
   int rank;
-  int fd[3];      /* stdout, stderr, progress pipes; -1 at EOF */
+  int fd[3]; /* stdout, stderr, progress pipes; -1 at EOF */
   line_buf line[2];
   /* Progress: the step counter the worker reports (gt_job_step), when it
    * last advanced, and the longest time between two advances. */
   long long step;
   double step_at, longest_step;
-  double usual_step; /* step intervals, exponentially smoothed (a stopped worker is judged against it) */
+  double usual_step;    /* step intervals, exponentially smoothed (a stopped worker is judged against it) */
   unsigned char rec[8]; /* a partly read progress record */
   int rec_len;
-  int exited;     /* reaped */
-  int released;   /* --reshape: it died and the others went on without it */
-  int status;     /* wait status */
-  FILE *log;      /* <log-dir>/<job>/gen<N>/rank<R>.log, or NULL */
+  int exited;   /* reaped */
+  int released; /* --reshape: it died and the others went on without it */
+  int status;   /* wait status */
+  FILE *log;    /* <log-dir>/<job>/gen<N>/rank<R>.log, or NULL */
 } worker;
 
 typedef struct worker_group {
@@ -143,11 +143,11 @@ void workers_stop(worker_group *g, double grace_s);
 typedef struct monitor monitor;
 
 typedef struct monitor_state {
-  int ended;          /* the thread saw the round end: ev says how */
+  int ended; /* the thread saw the round end: ev says how */
   gt_rdzv_event ev;
-  int finished;       /* this node's finish is recorded in etcd */
-  double etcd_ok_at;  /* last time an etcd call succeeded (gt_now) */
-  char error[400];    /* the last etcd error, "" after a success */
+  int finished;      /* this node's finish is recorded in etcd */
+  double etcd_ok_at; /* last time an etcd call succeeded (gt_now) */
+  char error[400];   /* the last etcd error, "" after a success */
 } monitor_state;
 
 /* Starts the thread on r, which it owns until monitor_stop. */

@@ -53,8 +53,8 @@ static gt_status make_cert(EVP_PKEY *key, const char *cn, X509 *issuer, EVP_PKEY
   uint8_t serial[16];
   BIGNUM *bn = NULL;
   ASN1_INTEGER *sn = NULL;
-  gt_status st = x && RAND_bytes(serial, sizeof serial) == 1 ? GT_OK
-                                                             : gt_errorf(GT_EBACKEND, "standalone etcd: no randomness");
+  gt_status st =
+      x && RAND_bytes(serial, sizeof serial) == 1 ? GT_OK : gt_errorf(GT_EBACKEND, "standalone etcd: no randomness");
   if (st == GT_OK) {
     serial[0] &= 0x7f; /* positive */
     bn = BN_bin2bn(serial, sizeof serial, NULL);

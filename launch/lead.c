@@ -67,8 +67,13 @@ static void print_list(char *buf, size_t len, const char *sep, int n, const int 
  * write was refused (logged). */
 static bool decide_write(struct lead *l, const gt_mitigation_report *rep, const int *next,
                          const gt_rebalance_decision *d, int64_t term, int64_t cur) {
-  gt_mitigation m = {.epoch = cur + 1, .term = term, .step = rep->step, .dp = rep->dp, .step_now_s = d->step_now_s,
-                     .step_new_s = d->step_new_s, .gain_s = d->gain_s};
+  gt_mitigation m = {.epoch = cur + 1,
+                     .term = term,
+                     .step = rep->step,
+                     .dp = rep->dp,
+                     .step_now_s = d->step_now_s,
+                     .step_new_s = d->step_new_s,
+                     .gain_s = d->gain_s};
   memcpy(m.shares, next, (size_t)rep->dp * sizeof *next);
   snprintf(m.by, sizeof m.by, "%s", l->node);
   char from[2048], to[2048], speeds[4096];
@@ -79,7 +84,8 @@ static bool decide_write(struct lead *l, const gt_mitigation_report *rep, const 
     gt_warn("giantrun: leader %s: %s", l->node, gt_last_error());
     return false;
   }
-  gt_info("giantrun: leader %s (term %" PRId64 ") decides at step %" PRId64 ": rows %s -> %s (replica speeds %s "
+  gt_info("giantrun: leader %s (term %" PRId64 ") decides at step %" PRId64
+          ": rows %s -> %s (replica speeds %s "
           "rows/s; predicted step %.6f s -> %.6f s, transition %.6f s over %d steps: gain %.4f s); epoch %" PRId64,
           l->node, term, rep->step, from, to, speeds, d->step_now_s, d->step_new_s, rep->transition_s, HORIZON,
           d->gain_s, m.epoch);
@@ -90,8 +96,14 @@ static bool decide_write(struct lead *l, const gt_mitigation_report *rep, const 
  * they are): false when the write was refused (logged). */
 static bool decide_cut_write(struct lead *l, const gt_mitigation_report *rep, const gt_rebalance_cut *c, int64_t term,
                              int64_t cur) {
-  gt_mitigation m = {.epoch = cur + 1, .term = term, .step = rep->step, .dp = rep->dp, .step_now_s = c->step_now_s,
-                     .step_new_s = c->step_new_s, .gain_s = c->gain_s, .pp = c->pp};
+  gt_mitigation m = {.epoch = cur + 1,
+                     .term = term,
+                     .step = rep->step,
+                     .dp = rep->dp,
+                     .step_now_s = c->step_now_s,
+                     .step_new_s = c->step_new_s,
+                     .gain_s = c->gain_s,
+                     .pp = c->pp};
   memcpy(m.shares, rep->shares, (size_t)rep->dp * sizeof *rep->shares);
   memcpy(m.cut, c->next, (size_t)(c->pp + 1) * sizeof *c->next);
   snprintf(m.by, sizeof m.by, "%s", l->node);
@@ -103,7 +115,8 @@ static bool decide_cut_write(struct lead *l, const gt_mitigation_report *rep, co
     gt_warn("giantrun: leader %s: %s", l->node, gt_last_error());
     return false;
   }
-  gt_info("giantrun: leader %s (term %" PRId64 ") decides at step %" PRId64 ": pipeline cut %s -> %s of %d (stage "
+  gt_info("giantrun: leader %s (term %" PRId64 ") decides at step %" PRId64
+          ": pipeline cut %s -> %s of %d (stage "
           "speeds %s; predicted slowest stage %.6f s -> %.6f s: gain %.4f s over %d steps); epoch %" PRId64,
           l->node, term, rep->step, from, to, c->layers, speeds, c->step_now_s, c->step_new_s, c->gain_s, HORIZON,
           m.epoch);
@@ -201,8 +214,12 @@ gt_status lead_start(lead **out, const agent_opts *o, const char *endpoints) {
   l->seen_step = -1;
   gt_rebalance_damping_init(&l->rows_damping, HORIZON);
   gt_rebalance_damping_init(&l->cut_damping, HORIZON);
-  gt_etcd_config ec = {.endpoints = endpoints, .cacert = o->cacert, .cert = o->cert, .key = o->key,
-                       .user = o->user, .password = o->user ? o->password : NULL};
+  gt_etcd_config ec = {.endpoints = endpoints,
+                       .cacert = o->cacert,
+                       .cert = o->cert,
+                       .key = o->key,
+                       .user = o->user,
+                       .password = o->user ? o->password : NULL};
   gt_leader_config lc = {.etcd = ec, .job_id = o->job_id, .node_id = o->node_id, .ttl_s = o->ttl_s};
   gt_status s = gt_etcd_connect(&ec, &l->cli);
   if (s == GT_OK) s = gt_leader_open(&lc, &l->leader);

@@ -35,7 +35,11 @@ static int fail_status(gt_status st, const char *what) {
 }
 
 typedef enum {
-  ROUND_RESTART, ROUND_DONE, ROUND_FAILED, ROUND_STOPPED, ROUND_ERROR,
+  ROUND_RESTART,
+  ROUND_DONE,
+  ROUND_FAILED,
+  ROUND_STOPPED,
+  ROUND_ERROR,
   ROUND_UNRECORDED /* the workers finished, but etcd never heard of it */
 } round_end;
 
@@ -60,8 +64,8 @@ static round_end report_failure(gt_rdzv *r, const char *why, int fatal, int *cod
 }
 
 /* The round ended (seen by the etcd thread): stop what still runs here. */
-static round_end round_over(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round *rd, worker_group *g,
-                            gt_rdzv_event ev, int finished) {
+static round_end round_over(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round *rd, worker_group *g, gt_rdzv_event ev,
+                            int finished) {
   /* Another node ended the job (only after every node finished). */
   if (ev == GT_RDZV_DONE && !finished)
     gt_warn("giantrun: the job ended (%s) while workers ran here", gt_rdzv_reason(r));
@@ -86,9 +90,9 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
     gt_rdzv_fail(r, "could not start its workers");
     return ROUND_ERROR;
   }
-  gt_info("giantrun: node %s is node %d of %d in gen%ld; ranks %d..%d of %d running%s", o->node_id,
-          rd->node_rank, rd->nnodes, rd->generation, rd->rank_base, rd->rank_base + rd->nproc - 1,
-          rd->world_size, rd->rejoin ? ", joining the running job" : "");
+  gt_info("giantrun: node %s is node %d of %d in gen%ld; ranks %d..%d of %d running%s", o->node_id, rd->node_rank,
+          rd->nnodes, rd->generation, rd->rank_base, rd->rank_base + rd->nproc - 1, rd->world_size,
+          rd->rejoin ? ", joining the running job" : "");
   int interval_ms = (int)(o->monitor_s * 1000);
   int finished = 0, warned = 0, replaced = 0, left = 0;
   double started = gt_now();
@@ -179,8 +183,10 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
     double silent = gt_now() - ms.etcd_ok_at;
     if (finished && silent > FINISH_RECORD_S) {
       /* The work is done; only its record is missing. */
-      gt_warn("giantrun: every worker here exited 0, but etcd has not answered for %.0f s (%s): "
-              "exiting 0 without the job marked done in etcd", silent, ms.error);
+      gt_warn(
+          "giantrun: every worker here exited 0, but etcd has not answered for %.0f s (%s): "
+          "exiting 0 without the job marked done in etcd",
+          silent, ms.error);
       monitor_stop(m);
       workers_stop(&g, o->stop_grace_s);
       *code = 0;
@@ -193,8 +199,10 @@ static round_end run_round(const agent_opts *o, gt_rdzv *r, const gt_rdzv_round 
      * longer be part of the job, and the node rejoins once etcd answers. */
     bool progressing = gt_now() - workers_progress_at(&g, started) <= o->ttl_s;
     if (o->reshape && !finished && silent > o->ttl_s && !progressing) {
-      gt_warn("giantrun: etcd silent for %.0f s, past the lease TTL (%s): the job goes on without this node; its "
-              "workers stop, and it rejoins when etcd answers (--reshape)", silent, ms.error);
+      gt_warn(
+          "giantrun: etcd silent for %.0f s, past the lease TTL (%s): the job goes on without this node; its "
+          "workers stop, and it rejoins when etcd answers (--reshape)",
+          silent, ms.error);
       workers_stop(&g, o->stop_grace_s);
       left = 1;
       continue;
@@ -232,15 +240,26 @@ static int back_off(int restarts) {
 }
 
 static int run_job(const agent_opts *o, const char *endpoints) {
-  gt_rdzv_config cfg = {
-      .endpoints = endpoints, .cacert = o->cacert, .cert = o->cert, .key = o->key,
-      .user = o->user, .password = o->user ? o->password : NULL,
-      .job_id = o->job_id, .node_id = o->node_id, .min_nodes = o->min_nodes,
-      .max_nodes = o->max_nodes, .nproc = o->nproc, .max_restarts = o->max_restarts,
-      .restart_window_s = o->restart_window_s,
-      .ttl_s = o->ttl_s, .settle_ms = (int)(o->settle_s * 1000),
-      .join_timeout_ms = o->rdzv_timeout_s * 1000, .call_timeout_ms = 5000,
-      .poll_ms = (int)(o->monitor_s * 1000), .reshape = o->reshape, .cancel = &agent_stop_signal};
+  gt_rdzv_config cfg = {.endpoints = endpoints,
+                        .cacert = o->cacert,
+                        .cert = o->cert,
+                        .key = o->key,
+                        .user = o->user,
+                        .password = o->user ? o->password : NULL,
+                        .job_id = o->job_id,
+                        .node_id = o->node_id,
+                        .min_nodes = o->min_nodes,
+                        .max_nodes = o->max_nodes,
+                        .nproc = o->nproc,
+                        .max_restarts = o->max_restarts,
+                        .restart_window_s = o->restart_window_s,
+                        .ttl_s = o->ttl_s,
+                        .settle_ms = (int)(o->settle_s * 1000),
+                        .join_timeout_ms = o->rdzv_timeout_s * 1000,
+                        .call_timeout_ms = 5000,
+                        .poll_ms = (int)(o->monitor_s * 1000),
+                        .reshape = o->reshape,
+                        .cancel = &agent_stop_signal};
   gt_rdzv *r;
   gt_status st = gt_rdzv_open(&cfg, &r);
   if (st != GT_OK) return fail_status(st, "rendezvous");
@@ -260,8 +279,8 @@ static int run_job(const agent_opts *o, const char *endpoints) {
     }
     if (ev != GT_RDZV_RUNNING) {
       if (rounds == 0) {
-        fprintf(stderr, "giantrun: job '%s' has already ended in etcd (%s): choose a new --job-id\n",
-                o->job_id, gt_rdzv_reason(r));
+        fprintf(stderr, "giantrun: job '%s' has already ended in etcd (%s): choose a new --job-id\n", o->job_id,
+                gt_rdzv_reason(r));
         code = 1;
       } else if (ev == GT_RDZV_DONE) {
         code = 0;

@@ -189,8 +189,10 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
     if (o->endpoint) return usage_error("--standalone starts its own etcd: drop --rdzv-endpoint%s", "");
     if (o->max_nodes != 1) return usage_error("--standalone runs one node, but --nnodes is '%s'", o->nnodes);
     if (o->cacert || o->cert || o->key)
-      return usage_error("--standalone makes its own certificates for its etcd: drop --rdzv-cacert, --rdzv-cert "
-                         "and --rdzv-key%s", "");
+      return usage_error(
+          "--standalone makes its own certificates for its etcd: drop --rdzv-cacert, --rdzv-cert "
+          "and --rdzv-key%s",
+          "");
   } else if (!o->endpoint) {
     return usage_error("no etcd to meet on%s: give --rdzv-endpoint HOST:PORT, or --standalone for one node", "");
   }
@@ -211,6 +213,7 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
     return usage_error("--comm-integrity '%s': use headers or mac", o->comm_integrity);
   if (o->log_dir && !*o->log_dir) return usage_error("--log-dir is empty%s", "");
   if (o->ckpt_dir && !*o->ckpt_dir) return usage_error("--ckpt-dir is empty%s", "");
-  if (o->plan && strlen(o->plan) >= 128) return usage_error("--plan '%s' is too long (at most 127 characters)", o->plan);
+  if (o->plan && strlen(o->plan) >= 128)
+    return usage_error("--plan '%s' is too long (at most 127 characters)", o->plan);
   return resolve_program(o);
 }

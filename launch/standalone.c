@@ -23,8 +23,7 @@
 
 static gt_status launch_once(standalone_etcd *e, const char *bin) {
   int cport = gt_etcd_local_free_port(), pport = gt_etcd_local_free_port();
-  if (cport <= 0 || pport <= 0 || cport == pport)
-    return gt_errorf(GT_EIO, "standalone etcd: no free loopback port");
+  if (cport <= 0 || pport <= 0 || cport == pport) return gt_errorf(GT_EIO, "standalone etcd: no free loopback port");
   char data[300], logp[300], client[64], peer[64];
   snprintf(data, sizeof data, "%s/data", e->dir);
   snprintf(logp, sizeof logp, "%s/etcd.log", e->dir);
@@ -33,12 +32,22 @@ static gt_status launch_once(standalone_etcd *e, const char *bin) {
   snprintf(peer, sizeof peer, "https://127.0.0.1:%d", pport);
   /* Clients and the peer port alike need a certificate of the private CA.
    * Ctrl-C goes to giantrun, which stops etcd last. */
-  gt_etcd_local_config c = {
-      .name = "giantrun", .data_dir = data, .log_path = logp, .log_truncate = true,
-      .listen_client_urls = client, .listen_peer_urls = peer,
-      .cert_file = e->server_cert, .key_file = e->server_key, .trusted_ca_file = e->ca,
-      .peer_cert_file = e->server_cert, .peer_key_file = e->server_key, .peer_trusted_ca_file = e->ca,
-      .bin = bin, .own_process_group = true, .die_with_parent = true, .ready_timeout_s = START_TIMEOUT_S};
+  gt_etcd_local_config c = {.name = "giantrun",
+                            .data_dir = data,
+                            .log_path = logp,
+                            .log_truncate = true,
+                            .listen_client_urls = client,
+                            .listen_peer_urls = peer,
+                            .cert_file = e->server_cert,
+                            .key_file = e->server_key,
+                            .trusted_ca_file = e->ca,
+                            .peer_cert_file = e->server_cert,
+                            .peer_key_file = e->server_key,
+                            .peer_trusted_ca_file = e->ca,
+                            .bin = bin,
+                            .own_process_group = true,
+                            .die_with_parent = true,
+                            .ready_timeout_s = START_TIMEOUT_S};
   gt_status st = gt_etcd_local_start(&c, &e->srv);
   if (st == GT_OK) {
     snprintf(e->endpoint, sizeof e->endpoint, "%s", client);
@@ -46,8 +55,7 @@ static gt_status launch_once(standalone_etcd *e, const char *bin) {
   }
   if (st == GT_ETIMEDOUT)
     return gt_errorf(GT_ETIMEDOUT, "standalone etcd did not serve within %d s (see %s)", START_TIMEOUT_S, logp);
-  if (e->srv.exited)
-    return gt_errorf(GT_EIO, "standalone etcd exited while starting (see its log %s)", logp);
+  if (e->srv.exited) return gt_errorf(GT_EIO, "standalone etcd exited while starting (see its log %s)", logp);
   return gt_error_context(st, "standalone etcd");
 }
 
@@ -118,7 +126,8 @@ gt_status standalone_start(standalone_etcd *e) {
   memset(e, 0, sizeof *e);
   char bin[PATH_MAX];
   if (gt_etcd_local_find(bin, sizeof bin) != GT_OK)
-    return gt_errorf(GT_ENOTFOUND, "--standalone needs the etcd server: install Debian's etcd-server (or put etcd on PATH)");
+    return gt_errorf(GT_ENOTFOUND,
+                     "--standalone needs the etcd server: install Debian's etcd-server (or put etcd on PATH)");
   /* The private etcd lives and dies with this agent, so its data need
    * not survive a power cut: in memory (/dev/shm) its writes skip the
    * disk's fsync, which a checkpoint being written would otherwise slow
@@ -129,7 +138,8 @@ gt_status standalone_start(standalone_etcd *e) {
   sweep_stale(tmp);
   snprintf(e->dir, sizeof e->dir, "%s/giantrun-etcd-XXXXXX", tmp);
   if (!mkdtemp(e->dir)) {
-    gt_status st = gt_errorf(GT_EIO, "cannot make a directory for the standalone etcd (%s): %s", e->dir, strerror(errno));
+    gt_status st =
+        gt_errorf(GT_EIO, "cannot make a directory for the standalone etcd (%s): %s", e->dir, strerror(errno));
     e->dir[0] = 0;
     return st;
   }

@@ -24,14 +24,32 @@ extern char **environ;
 
 #define LINE_MAX_BYTES 65536
 
-static const char *const our_vars[] = {
-    GT_ENV_RANK "=", GT_ENV_LOCAL_RANK "=", GT_ENV_WORLD_SIZE "=", GT_ENV_LOCAL_WORLD_SIZE "=",
-    GT_ENV_NODE_RANK "=", GT_ENV_NNODES "=", GT_ENV_GENERATION "=", GT_ENV_RESTART_COUNT "=",
-    GT_ENV_JOB_ID "=", GT_ENV_STORE "=", GT_ENV_STORE_CACERT "=", GT_ENV_STORE_CERT "=",
-    GT_ENV_STORE_KEY "=", GT_ENV_STORE_USER "=", GT_ENV_STORE_PASSWORD_FILE "=", GT_ENV_JOB_SECRET "=",
-    GT_ENV_PLAN "=", GT_ENV_COMM_INTEGRITY "=", GT_ENV_PROGRESS_FD "=", GT_ENV_CKPT_DIR "=",
-    GT_ENV_CKPT_EVERY "=", GT_ENV_CKPT_KEEP "=", GT_ENV_COORD "=", GT_ENV_RESHAPE "=", GT_ENV_JOIN "=",
-    NULL};
+static const char *const our_vars[] = {GT_ENV_RANK "=",
+                                       GT_ENV_LOCAL_RANK "=",
+                                       GT_ENV_WORLD_SIZE "=",
+                                       GT_ENV_LOCAL_WORLD_SIZE "=",
+                                       GT_ENV_NODE_RANK "=",
+                                       GT_ENV_NNODES "=",
+                                       GT_ENV_GENERATION "=",
+                                       GT_ENV_RESTART_COUNT "=",
+                                       GT_ENV_JOB_ID "=",
+                                       GT_ENV_STORE "=",
+                                       GT_ENV_STORE_CACERT "=",
+                                       GT_ENV_STORE_CERT "=",
+                                       GT_ENV_STORE_KEY "=",
+                                       GT_ENV_STORE_USER "=",
+                                       GT_ENV_STORE_PASSWORD_FILE "=",
+                                       GT_ENV_JOB_SECRET "=",
+                                       GT_ENV_PLAN "=",
+                                       GT_ENV_COMM_INTEGRITY "=",
+                                       GT_ENV_PROGRESS_FD "=",
+                                       GT_ENV_CKPT_DIR "=",
+                                       GT_ENV_CKPT_EVERY "=",
+                                       GT_ENV_CKPT_KEEP "=",
+                                       GT_ENV_COORD "=",
+                                       GT_ENV_RESHAPE "=",
+                                       GT_ENV_JOIN "=",
+                                       NULL};
 
 static int ours(const char *e) {
   for (int i = 0; our_vars[i]; i++)
@@ -78,8 +96,10 @@ static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, in
   int tls = strstr(o->endpoint, "https://") != NULL;
   size_t k = 0;
   for (const char *s = o->endpoint; *s && k + 1 < sizeof eps;) {
-    if (!strncmp(s, "http://", 7)) s += 7;
-    else if (!strncmp(s, "https://", 8)) s += 8;
+    if (!strncmp(s, "http://", 7))
+      s += 7;
+    else if (!strncmp(s, "https://", 8))
+      s += 8;
     while (*s && *s != ',' && k + 1 < sizeof eps) eps[k++] = *s++;
     if (*s == ',' && k + 1 < sizeof eps) eps[k++] = *s++;
   }
@@ -318,9 +338,12 @@ void workers_pump(worker_group *g, int timeout_ms) {
         worker *w = &g->w[who[k] / 3];
         int s = who[k] % 3;
         ssize_t r = read(w->fd[s], buf, sizeof buf);
-        if (r > 0 && s == 2) progress_take(w, (const unsigned char *)buf, (size_t)r);
-        else if (r > 0) take(w, s, buf, (size_t)r);
-        else if (r == 0 || (errno != EAGAIN && errno != EINTR)) close_stream(w, s);
+        if (r > 0 && s == 2)
+          progress_take(w, (const unsigned char *)buf, (size_t)r);
+        else if (r > 0)
+          take(w, s, buf, (size_t)r);
+        else if (r == 0 || (errno != EAGAIN && errno != EINTR))
+          close_stream(w, s);
       }
     }
   } else if (timeout_ms > 0) {
@@ -354,11 +377,9 @@ int workers_failed(const worker_group *g, char *why, size_t n) {
     if (!w->exited || w->pid == 0 || w->released) continue;
     if (WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0) continue;
     if (WIFSIGNALED(w->status))
-      snprintf(why, n, "worker rank %d (pid %ld) was killed by signal %d", w->rank, (long)w->pid,
-               WTERMSIG(w->status));
+      snprintf(why, n, "worker rank %d (pid %ld) was killed by signal %d", w->rank, (long)w->pid, WTERMSIG(w->status));
     else
-      snprintf(why, n, "worker rank %d (pid %ld) exited with status %d", w->rank, (long)w->pid,
-               WEXITSTATUS(w->status));
+      snprintf(why, n, "worker rank %d (pid %ld) exited with status %d", w->rank, (long)w->pid, WEXITSTATUS(w->status));
     return 1;
   }
   return 0;

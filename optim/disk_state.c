@@ -142,7 +142,8 @@ static gt_status create_file(const char *dir, int *fd) {
   }
   return gt_errorf(e == ENOENT || e == ENOTDIR ? GT_ENOTFOUND : GT_EIO,
                    "optimizer state on disk: cannot create a file in %s: %s; give a directory that exists and is "
-                   "writable", dir, strerror(e));
+                   "writable",
+                   dir, strerror(e));
 }
 
 /* The whole of its size reserved now: a full disk fails here. */
@@ -152,7 +153,8 @@ static gt_status reserve(int fd, const char *dir, size_t bytes, const char *what
   if (!e) return GT_OK;
   return gt_errorf(e == ENOSPC || e == EFBIG || e == EDQUOT ? GT_ENOMEM : GT_EIO,
                    "optimizer state on disk: %s has no room for %s, %zu bytes (%.1f MiB): %s; free space there or "
-                   "give another directory", dir, what, bytes, mib(bytes), strerror(e));
+                   "give another directory",
+                   dir, what, bytes, mib(bytes), strerror(e));
 }
 
 gt_status disk_state_open(gt_backend *be, const char *dir, int nstates, size_t floats, size_t stage_bytes,
@@ -166,8 +168,10 @@ gt_status disk_state_open(gt_backend *be, const char *dir, int nstates, size_t f
   if (chunk > want) chunk = want;
   size_t least = want < MIN_CHUNK ? want : MIN_CHUNK;
   if (chunk < least)
-    return gt_errorf(GT_ENOMEM, "optimizer state on disk: %zu bytes of host memory to stage it are too few: it "
-                     "needs at least %zu", stage_bytes, (size_t)NBUF * (size_t)nstates * least * sizeof(float));
+    return gt_errorf(GT_ENOMEM,
+                     "optimizer state on disk: %zu bytes of host memory to stage it are too few: it "
+                     "needs at least %zu",
+                     stage_bytes, (size_t)NBUF * (size_t)nstates * least * sizeof(float));
   disk_state *d = calloc(1, sizeof *d);
   if (!d || !(d->dir = strdup(dir))) {
     free(d);
@@ -220,8 +224,8 @@ size_t disk_state_chunk(const disk_state *d) { return d->chunk; }
 
 static gt_status check_range(const disk_state *d, int k, size_t at, size_t n) {
   if (k < 0 || k >= d->nstates || at > d->floats || n > d->floats - at)
-    return gt_errorf(GT_EINVAL, "optimizer state on disk: state %d, floats [%zu, %zu) are outside its %d x %zu", k,
-                     at, at + n, d->nstates, d->floats);
+    return gt_errorf(GT_EINVAL, "optimizer state on disk: state %d, floats [%zu, %zu) are outside its %d x %zu", k, at,
+                     at + n, d->nstates, d->floats);
   return GT_OK;
 }
 
@@ -281,8 +285,7 @@ static gt_status copy_file(disk_state *d, int from, int to, const char *what) {
       done += n;
     }
   }
-  if (e)
-    return gt_errorf(GT_EIO, "optimizer state on disk in %s: copying it %s failed: %s", d->dir, what, strerror(e));
+  if (e) return gt_errorf(GT_EIO, "optimizer state on disk in %s: copying it %s failed: %s", d->dir, what, strerror(e));
   return GT_OK;
 }
 
@@ -291,11 +294,10 @@ gt_status disk_state_copy_in(disk_state *d, int fd) { return copy_file(d, fd, d-
 
 gt_status disk_state_stream(disk_state *d, size_t from, size_t to, disk_state_fn fn, void *ctx) {
   if (from > to || to > d->floats)
-    return gt_errorf(GT_EINVAL, "optimizer state on disk: floats [%zu, %zu) are outside its %zu", from, to,
-                     d->floats);
+    return gt_errorf(GT_EINVAL, "optimizer state on disk: floats [%zu, %zu) are outside its %zu", from, to, d->floats);
   size_t nchunks = (to - from + d->chunk - 1) / d->chunk;
   uint64_t read_seq[NBUF] = {0}, last = 0;
-#define CHUNK_AT(i) (from + (size_t)(i) * d->chunk)
+#define CHUNK_AT(i) (from + (size_t)(i)*d->chunk)
 #define CHUNK_N(i) (to - CHUNK_AT(i) < d->chunk ? to - CHUNK_AT(i) : d->chunk)
   for (size_t i = 0; i < nchunks && i < NBUF - 1; i++)
     last = read_seq[i % NBUF] = submit(d, OP_READ, (int)(i % NBUF), CHUNK_AT(i), CHUNK_N(i));
@@ -308,7 +310,8 @@ gt_status disk_state_stream(disk_state *d, size_t from, size_t to, disk_state_fn
     if (s != GT_OK) break;
     last = submit(d, OP_WRITE, b, CHUNK_AT(i), CHUNK_N(i));
     size_t next = i + NBUF - 1;
-    if (next < nchunks) last = read_seq[next % NBUF] = submit(d, OP_READ, (int)(next % NBUF), CHUNK_AT(next), CHUNK_N(next));
+    if (next < nchunks)
+      last = read_seq[next % NBUF] = submit(d, OP_READ, (int)(next % NBUF), CHUNK_AT(next), CHUNK_N(next));
   }
 #undef CHUNK_AT
 #undef CHUNK_N

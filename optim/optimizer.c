@@ -14,7 +14,7 @@
 struct gt_optimizer {
   gt_model *m;
   gt_optim_config cfg;
-  float *state[2]; /* AdamW: m, v. SGD: momentum (state[1] unused). Index 0 = float lo. */
+  float *state[2];  /* AdamW: m, v. SGD: momentum (state[1] unused). Index 0 = float lo. */
   disk_state *disk; /* instead, with cfg.state_dir */
   char *state_dir;  /* cfg.state_dir points here */
   size_t lo, hi;    /* the floats of the flat buffer this optimizer owns */
@@ -22,15 +22,23 @@ struct gt_optimizer {
 };
 
 gt_optim_config gt_optim_defaults(gt_optim_kind kind) {
-  gt_optim_config c = {.kind = kind, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .momentum = 0.9f,
-                       .nesterov = false, .weight_decay = kind == GT_OPTIM_ADAMW ? 0.1f : 0.0f};
+  gt_optim_config c = {.kind = kind,
+                       .beta1 = 0.9f,
+                       .beta2 = 0.95f,
+                       .eps = 1e-8f,
+                       .momentum = 0.9f,
+                       .nesterov = false,
+                       .weight_decay = kind == GT_OPTIM_ADAMW ? 0.1f : 0.0f};
   return c;
 }
 
 gt_status gt_optim_parse(const char *name, gt_optim_kind *kind) {
-  if (!strcmp(name, "adamw")) *kind = GT_OPTIM_ADAMW;
-  else if (!strcmp(name, "sgd")) *kind = GT_OPTIM_SGD;
-  else return gt_errorf(GT_EINVAL, "unknown optimizer '%s': use adamw or sgd", name);
+  if (!strcmp(name, "adamw"))
+    *kind = GT_OPTIM_ADAMW;
+  else if (!strcmp(name, "sgd"))
+    *kind = GT_OPTIM_SGD;
+  else
+    return gt_errorf(GT_EINVAL, "unknown optimizer '%s': use adamw or sgd", name);
   return GT_OK;
 }
 
@@ -50,8 +58,7 @@ gt_status gt_optimizer_create(gt_model *m, const gt_optim_config *cfg, gt_optimi
   return gt_optimizer_create_range(m, cfg, 0, gt_model_buffer_floats(m), out);
 }
 
-gt_status gt_optimizer_create_range(gt_model *m, const gt_optim_config *cfg, size_t lo, size_t hi,
-                                    gt_optimizer **out) {
+gt_status gt_optimizer_create_range(gt_model *m, const gt_optim_config *cfg, size_t lo, size_t hi, gt_optimizer **out) {
   *out = NULL;
   if (lo > hi || hi > gt_model_buffer_floats(m))
     return gt_errorf(GT_EINVAL, "optimizer range [%zu, %zu) is outside the %zu-float parameter buffer", lo, hi,
@@ -65,9 +72,10 @@ gt_status gt_optimizer_create_range(gt_model *m, const gt_optim_config *cfg, siz
   if (cfg->weight_decay < 0) return gt_errorf(GT_EINVAL, "weight decay must be >= 0, got %g", cfg->weight_decay);
   gt_backend *be = gt_model_state_backend(m);
   if (cfg->state_dir && gt_backend_kind(be) != GT_DEVICE_CPU)
-    return gt_errorf(GT_EUNSUPPORTED, "the optimizer state on disk (%s) is updated on the host, and this model's "
-                     "state is on %s: offload the model (gt_model_config.offload_window)", cfg->state_dir,
-                     gt_backend_name(be));
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "the optimizer state on disk (%s) is updated on the host, and this model's "
+                     "state is on %s: offload the model (gt_model_config.offload_window)",
+                     cfg->state_dir, gt_backend_name(be));
   gt_optimizer *o = calloc(1, sizeof *o);
   if (!o) return gt_errorf(GT_ENOMEM, "out of memory creating an optimizer");
   o->m = m;
@@ -152,7 +160,10 @@ gt_status gt_optimizer_copy_state_in(gt_optimizer *o, int fd) {
   return disk_state_copy_in(o->disk, fd);
 }
 
-void gt_optimizer_range(const gt_optimizer *o, size_t *lo, size_t *hi) { *lo = o->lo; *hi = o->hi; }
+void gt_optimizer_range(const gt_optimizer *o, size_t *lo, size_t *hi) {
+  *lo = o->lo;
+  *hi = o->hi;
+}
 const gt_optim_config *gt_optimizer_get_config(const gt_optimizer *o) { return &o->cfg; }
 void gt_optimizer_set_steps(gt_optimizer *o, int steps) { o->steps = steps; }
 
@@ -187,13 +198,18 @@ static gt_status update_param(const update *u, int i, size_t lo, size_t hi, floa
   m0 += a - lo;
   if (m1) m1 += a - lo;
   if (o->cfg.kind == GT_OPTIM_ADAMW) {
-    gt_adamw_args ar = {.lr = lr, .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2, .eps = o->cfg.eps,
-                        .weight_decay = wd, .step = o->steps, .grad_scale = grad_scale};
+    gt_adamw_args ar = {.lr = lr,
+                        .beta1 = o->cfg.beta1,
+                        .beta2 = o->cfg.beta2,
+                        .eps = o->cfg.eps,
+                        .weight_decay = wd,
+                        .step = o->steps,
+                        .grad_scale = grad_scale};
     if (bf16) return gt_op_adamw_update_bf16(be, p + a, g + a, m0, m1, bf16 + a, b - a, &ar);
     return gt_op_adamw_update(be, p + a, g + a, m0, m1, b - a, &ar);
   }
-  gt_sgd_args ar = {.lr = lr, .momentum = o->cfg.momentum, .weight_decay = wd, .nesterov = o->cfg.nesterov,
-                    .grad_scale = grad_scale};
+  gt_sgd_args ar = {
+      .lr = lr, .momentum = o->cfg.momentum, .weight_decay = wd, .nesterov = o->cfg.nesterov, .grad_scale = grad_scale};
   return gt_op_sgd_update(be, p + a, g + a, m0, b - a, &ar);
 }
 
@@ -244,7 +260,12 @@ gt_status gt_optimizer_step_from(gt_optimizer *o, float lr, float grad_scale, co
   uint16_t *bf16 = gt_model_params_bf16(m);
   bool whole = o->lo == 0 && o->hi == gt_model_buffer_floats(m);
   if (!whole || o->cfg.kind != GT_OPTIM_ADAMW) bf16 = NULL;
-  update u = {.o = o, .lr = lr, .grad_scale = grad_scale, .grads = grads, .bf16 = bf16, .first = 0,
+  update u = {.o = o,
+              .lr = lr,
+              .grad_scale = grad_scale,
+              .grads = grads,
+              .bf16 = bf16,
+              .first = 0,
               .last = gt_model_num_params(m)};
   GT_TRY(apply(&u));
   if (bf16) gt_model_bf16_written(m);
@@ -269,7 +290,12 @@ gt_status gt_optimizer_step_layer_from(gt_optimizer *o, int layer, float lr, flo
   uint16_t *bf16 = gt_model_offloaded(m) ? gt_model_params_bf16(m) : NULL;
   bool whole = o->lo == 0 && o->hi == gt_model_buffer_floats(m);
   if (!whole || o->cfg.kind != GT_OPTIM_ADAMW) bf16 = NULL;
-  update u = {.o = o, .lr = lr, .grad_scale = grad_scale, .grads = grads, .bf16 = bf16, .first = l->first_param,
+  update u = {.o = o,
+              .lr = lr,
+              .grad_scale = grad_scale,
+              .grads = grads,
+              .bf16 = bf16,
+              .first = l->first_param,
               .last = l->first_param + l->nparams};
   GT_TRY(apply(&u));
   if (bf16) gt_model_layer_bf16_written(m, layer);

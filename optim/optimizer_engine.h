@@ -10,8 +10,7 @@
 
 /* An optimizer that owns only floats [lo, hi) of the flat buffer (a ZeRO
  * shard): its state is sized hi - lo and a step updates only that range. */
-gt_status gt_optimizer_create_range(gt_model *m, const gt_optim_config *cfg, size_t lo, size_t hi,
-                                    gt_optimizer **out);
+gt_status gt_optimizer_create_range(gt_model *m, const gt_optim_config *cfg, size_t lo, size_t hi, gt_optimizer **out);
 
 /* The same from gradients other than the model's (laid out like them, NULL:
  * the model's): a delayed update applies the gradients it held aside. */

@@ -71,8 +71,8 @@ static double slot_bytes(const gt_planner_layer *x, bool bf16) {
   return bf16 ? (w - mm) * 1.5 + mm / 2 : w;
 }
 
-gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job, gt_grid_layout lay,
-                              const int *first, gt_planner_result *out) {
+gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job, gt_grid_layout lay, const int *first,
+                              gt_planner_result *out) {
   GT_TRY(check_inputs(hw, job));
   GT_TRY(gt_grid_check(&lay, hw->world));
   int pp = lay.pp, tp = lay.tp, dp = lay.dp, v = job->chunks, n = pp * v, L = job->nlayers;
@@ -82,7 +82,10 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
   if (job->micro_batches < dp)
     return gt_errorf(GT_EINVAL, "dp=%d replicas need at least %d micro-batches per step, got %d", dp, dp,
                      job->micro_batches);
-  *out = (gt_planner_result){.layout = lay, .schedule = job->schedule, .chunks = v, .nstages = n,
+  *out = (gt_planner_result){.layout = lay,
+                             .schedule = job->schedule,
+                             .chunks = v,
+                             .nstages = n,
                              .micro_batches = (job->micro_batches + dp - 1) / dp};
   gt_pp_schedule *sched;
   GT_TRY(gt_pp_schedule_build(job->schedule, pp, out->micro_batches, v, &sched));
@@ -139,8 +142,12 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
       vspeed[j] = speed[j % pp];
       vmem[j] = fmax(0, budget[j % pp] - slots) * tp / v;
     }
-    gt_planner_stages spec = {.n = n, .speed = vspeed, .mem_bytes = vmem, .in_flight = vflight,
-                              .state_factor = state_factor, .offloaded = off};
+    gt_planner_stages spec = {.n = n,
+                              .speed = vspeed,
+                              .mem_bytes = vmem,
+                              .in_flight = vflight,
+                              .state_factor = state_factor,
+                              .offloaded = off};
     st = gt_planner_partition(job->layers, L, &spec, cut);
     if (st == GT_ENOMEM) st = GT_OK; /* the closest cut; the shortfall below says by how much */
     if (st != GT_OK) goto end;
@@ -290,11 +297,12 @@ void gt_planner_print(const gt_planner_result *e, const gt_planner_job *job, FIL
   for (int s = 0; s < e->layout.pp; s++)
     fprintf(f, "memory, pipeline rank %d: %.1f MiB%s\n", s, e->mem_bytes[s] / (1 << 20),
             job && job->offload_window > 0 ? " (offloaded: the window and activations)"
-            : job && job->zero1        ? " (ZeRO-1)"
-                                       : "");
+            : job && job->zero1            ? " (ZeRO-1)"
+                                           : "");
   if (job && job->offload_window > 0)
-    fprintf(f, "offloaded, window %d: %.1f MiB a step between host and device, %.4g s of transfers beside "
-               "compute\n",
+    fprintf(f,
+            "offloaded, window %d: %.1f MiB a step between host and device, %.4g s of transfers beside "
+            "compute\n",
             job->offload_window, e->offload_bytes / (1 << 20), e->offload_seconds);
   if (e->mem_shortfall > 0)
     fprintf(f, "does not fit: %.1f MiB over budget on rank %d\n", e->mem_shortfall / (1 << 20), e->short_rank);

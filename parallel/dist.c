@@ -25,8 +25,11 @@ gt_status gt_dist_create(const gt_dist_config *cfg, gt_dist **out) {
   if (!d) return gt_errorf(GT_ENOMEM, "out of memory creating the distributed state");
   d->plan = cfg->plan;
   snprintf(d->generation, sizeof d->generation, "%s", cfg->generation ? cfg->generation : "gen0");
-  gt_grid_config gc = {.store = cfg->store, .generation = cfg->generation, .layout = cfg->plan.layout,
-                       .rank = cfg->plan.rank, .comm = cfg->comm};
+  gt_grid_config gc = {.store = cfg->store,
+                       .generation = cfg->generation,
+                       .layout = cfg->plan.layout,
+                       .rank = cfg->plan.rank,
+                       .comm = cfg->comm};
   gt_status s = gt_grid_create(&gc, &d->grid);
   if (s == GT_OK) s = gt_comm_group_init(gt_grid_comm(d->grid, GT_GRID_TP), &d->tp);
   if (s == GT_OK) s = gt_comm_group_init(gt_grid_comm(d->grid, GT_GRID_DP), &d->dp);

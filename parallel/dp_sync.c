@@ -39,8 +39,8 @@
 #include "giant/engine/model.h"
 
 typedef struct bucket {
-  size_t lo, hi;     /* floats of the flat buffer */
-  int min_layer;     /* lowest declaring layer among its parameters */
+  size_t lo, hi; /* floats of the flat buffer */
+  int min_layer; /* lowest declaring layer among its parameters */
   gt_comm_req *req;
 } bucket;
 
@@ -49,13 +49,13 @@ struct gt_dp_sync {
   gt_comm *dp;
   bool zero1, reduce, overlap;
   bucket *b;
-  int nb, next; /* buckets [0, next) have been started this step */
-  int ended;    /* buckets [0, ended) have ended well */
+  int nb, next;     /* buckets [0, next) have been started this step */
+  int ended;        /* buckets [0, ended) have ended well */
   gt_status failed; /* a bucket that ended badly: nothing more is announced */
   gt_status (*reduced)(void *ctx, int layer);
   void *reduced_ctx;
-  int next_layer;     /* the highest layer not yet announced this step */
-  size_t *layer_lo;   /* per layer: its lowest float (SIZE_MAX: none of its own) */
+  int next_layer;   /* the highest layer not yet announced this step */
+  size_t *layer_lo; /* per layer: its lowest float (SIZE_MAX: none of its own) */
   size_t shard_lo, shard_hi;
   float *shard; /* ZeRO-1: this rank's reduced gradients */
   gt_dp_sync_stats stats;
@@ -165,8 +165,9 @@ gt_status gt_dp_sync_create(gt_model *m, gt_comm *dp, size_t bucket_bytes, bool 
   int P = gt_comm_size(dp), r = gt_comm_rank(dp);
   if (zero1 && n % (size_t)P) {
     free(s);
-    return gt_errorf(GT_EINVAL, "ZeRO-1 needs the parameter buffer (%zu floats) padded to a multiple of dp=%d; "
-                                "set the model's buffer_multiple from the plan",
+    return gt_errorf(GT_EINVAL,
+                     "ZeRO-1 needs the parameter buffer (%zu floats) padded to a multiple of dp=%d; "
+                     "set the model's buffer_multiple from the plan",
                      n, P);
   }
   size_t S = zero1 ? n / (size_t)P : n;
@@ -214,8 +215,7 @@ gt_status gt_dp_sync_finish(gt_dp_sync *s) {
     if (!s->shard) GT_TRY(gt_model_state_alloc(m, (S ? S : 1) * sizeof(float), (void **)&s->shard));
     GT_TRY(gt_comm_reduce_scatter(s->dp, gt_model_grads(m), s->shard, S, GT_F32, GT_COMM_SUM));
     gt_backend *be = gt_model_state_backend(m);
-    GT_TRY(gt_backend_memcpy(be, gt_model_grads(m) + s->shard_lo, s->shard, S * sizeof(float), GT_COPY_D2D,
-                             NULL));
+    GT_TRY(gt_backend_memcpy(be, gt_model_grads(m) + s->shard_lo, s->shard, S * sizeof(float), GT_COPY_D2D, NULL));
     s->stats.wait_seconds = gt_now() - t0;
     return GT_OK;
   }

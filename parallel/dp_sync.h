@@ -8,7 +8,6 @@
 #include "giant/model.h"
 #include "giant/status.h"
 
-
 /* Sums gradients over the data-parallel group: each replica's loss carries
  * its share of the step's tokens, so the sum is the step's average, even
  * when replicas hold uneven shares. The gradient buffer is cut into
@@ -21,7 +20,7 @@ typedef struct gt_dp_sync gt_dp_sync;
 
 typedef struct gt_dp_sync_stats {
   int buckets;
-  double wait_seconds;   /* time finish() spent waiting after backward ended */
+  double wait_seconds; /* time finish() spent waiting after backward ended */
 } gt_dp_sync_stats;
 
 gt_status gt_dp_sync_create(gt_model *m, gt_comm *dp, size_t bucket_bytes, bool zero1, gt_dp_sync **out);

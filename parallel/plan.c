@@ -99,8 +99,7 @@ static const char *describe(const int f[3], const gt_plan_source src[3], char *b
 gt_status gt_plan_resolve(const gt_plan_config *cfg, gt_plan *out) {
   memset(out, 0, sizeof *out);
   int W = cfg->world;
-  if (cfg->rank < 0 || cfg->rank >= W)
-    return gt_errorf(GT_EINVAL, "rank %d is outside the world of %d", cfg->rank, W);
+  if (cfg->rank < 0 || cfg->rank >= W) return gt_errorf(GT_EINVAL, "rank %d is outside the world of %d", cfg->rank, W);
   if (cfg->schedule != GT_PP_INTERLEAVED && cfg->chunks > 1)
     return gt_errorf(GT_EINVAL, "%d chunks per pipeline rank need the interleaved schedule", cfg->chunks);
   out->chunks = cfg->schedule == GT_PP_INTERLEAVED ? (cfg->chunks > 0 ? cfg->chunks : 2) : 1;
@@ -116,16 +115,18 @@ gt_status gt_plan_resolve(const gt_plan_config *cfg, gt_plan *out) {
   char buf[160];
   if (!f[0]) {
     long long tp_pp = (long long)f[1] * f[2]; /* factors up to 2^20 each */
-    if (pl) f[0] = planned[0];
+    if (pl)
+      f[0] = planned[0];
     else if (W % tp_pp)
       return gt_errorf(GT_EINVAL, "plan '%s': tp*pp = %lld does not divide the world size %d", text ? text : "auto",
                        tp_pp, W);
-    else f[0] = (int)(W / tp_pp);
+    else
+      f[0] = (int)(W / tp_pp);
   }
   for (int k = 0; pl && k < 3; k++)
     if (src[k] != GT_FROM_PLANNER && planned[k] != f[k] && planned[k])
-      return gt_errorf(GT_EINVAL, "the planner's layout dp=%d,tp=%d,pp=%d changes %s, which the %s fixed at %d",
-                       pl->dp, pl->tp, pl->pp, factor_name[k], gt_plan_source_name(src[k]), f[k]);
+      return gt_errorf(GT_EINVAL, "the planner's layout dp=%d,tp=%d,pp=%d changes %s, which the %s fixed at %d", pl->dp,
+                       pl->tp, pl->pp, factor_name[k], gt_plan_source_name(src[k]), f[k]);
   if ((long long)f[0] * f[1] * f[2] != W)
     return gt_errorf(GT_EINVAL, "plan '%s': the layout %s makes %lld ranks, but the world has %d%s",
                      text ? text : "auto", describe(f, src, buf, sizeof buf), (long long)f[0] * f[1] * f[2], W,
@@ -151,18 +152,20 @@ gt_status gt_plan_resolve(const gt_plan_config *cfg, gt_plan *out) {
   /* Micro-batches and offloading: flag, else annotation, else off. */
   out->micro_batches = cfg->micro_batches > 0 ? cfg->micro_batches : a ? a->micro_batches : 0;
   out->from_micro_batches = cfg->micro_batches > 0 ? GT_FROM_FLAG
-                            : out->micro_batches    ? GT_FROM_ANNOTATION
-                                                    : GT_FROM_PLANNER;
+                            : out->micro_batches   ? GT_FROM_ANNOTATION
+                                                   : GT_FROM_PLANNER;
   out->offload_window = cfg->offload_window ? (cfg->offload_window > 0 ? cfg->offload_window : 0)
-                                            : a ? a->offload_window : 0;
+                        : a                 ? a->offload_window
+                                            : 0;
   out->from_offload = cfg->offload_window ? GT_FROM_FLAG : out->offload_window ? GT_FROM_ANNOTATION : GT_FROM_PLANNER;
   return gt_grid_coords_of(&out->layout, cfg->rank, &out->me);
 }
 
 gt_status gt_plan_check_model(const gt_plan *p, const gt_model *m) {
   if (p->layout.pp > 1 && gt_model_num_pipeline_stages(m) != p->layout.pp * p->chunks)
-    return gt_errorf(GT_EINVAL, "plan has pp=%d with %d chunks, but the model was built for %d stages; "
-                                "set its parallel context from the plan before adding layers",
+    return gt_errorf(GT_EINVAL,
+                     "plan has pp=%d with %d chunks, but the model was built for %d stages; "
+                     "set its parallel context from the plan before adding layers",
                      p->layout.pp, p->chunks, gt_model_num_pipeline_stages(m));
   /* Stage annotations at pp=1 are fine: every stage runs on this rank. */
   if (p->layout.tp > 1) {
@@ -185,10 +188,12 @@ gt_status gt_plan_cut_stages(const gt_plan *p, gt_model *m, int B, int T, const 
   GT_TRY(gt_planner_layers_from_model(m, B, T, &layers, &n));
   double speed[GT_PLANNER_MAX_STAGES], inflight[GT_PLANNER_MAX_STAGES];
   int first[GT_PLANNER_MAX_STAGES + 1];
-  gt_status s = S <= GT_PLANNER_MAX_STAGES ? GT_OK : gt_errorf(GT_EINVAL, "at most %d pipeline stages", GT_PLANNER_MAX_STAGES);
+  gt_status s =
+      S <= GT_PLANNER_MAX_STAGES ? GT_OK : gt_errorf(GT_EINVAL, "at most %d pipeline stages", GT_PLANNER_MAX_STAGES);
   for (int v = 0; v < S && s == GT_OK; v++) {
     speed[v] = stage_speed ? stage_speed[v % P] : 1.0;
-    if (!(speed[v] > 0)) s = gt_errorf(GT_EINVAL, "pipeline rank %d has speed %g; speeds must be positive", v % P, speed[v]);
+    if (!(speed[v] > 0))
+      s = gt_errorf(GT_EINVAL, "pipeline rank %d has speed %g; speeds must be positive", v % P, speed[v]);
     inflight[v] = P - v % P; /* what 1F1B keeps on that rank */
   }
   gt_planner_stages st = {.n = S, .speed = speed, .in_flight = inflight};

@@ -12,7 +12,8 @@
 static const char *shape_str(const int64_t *s, int n, char *buf, size_t len) {
   int off = 0;
   buf[0] = 0;
-  for (int i = 0; i < n && (size_t)off < len; i++) off += snprintf(buf + off, len - (size_t)off, "%s%lld", i ? "x" : "", (long long)s[i]);
+  for (int i = 0; i < n && (size_t)off < len; i++)
+    off += snprintf(buf + off, len - (size_t)off, "%s%lld", i ? "x" : "", (long long)s[i]);
   return buf;
 }
 
@@ -29,17 +30,24 @@ static void print_decisions(const gt_plan *p, const gt_model *m, FILE *f) {
     why[0] = 0;
     if (src[k] == GT_FROM_ANNOTATION && k == 0) snprintf(why, sizeof why, " (replicate(%d) around the model)", a.dp);
     if (src[k] == GT_FROM_ANNOTATION && k == 1) {
-      if (a.tp) snprintf(why, sizeof why, " (split(%d) from '%s')", a.tp, a.tp_at);
-      else snprintf(why, sizeof why, " (replicate(%d) from '%s')", a.region_ways, a.region_at);
+      if (a.tp)
+        snprintf(why, sizeof why, " (split(%d) from '%s')", a.tp, a.tp_at);
+      else
+        snprintf(why, sizeof why, " (replicate(%d) from '%s')", a.region_ways, a.region_at);
     }
-    if (src[k] == GT_FROM_ANNOTATION && k == 2) snprintf(why, sizeof why, " (%d stage scopes from '%s')", a.stages, a.stage_at);
+    if (src[k] == GT_FROM_ANNOTATION && k == 2)
+      snprintf(why, sizeof why, " (%d stage scopes from '%s')", a.stages, a.stage_at);
     if (src[k] == GT_FROM_PLANNER && p->automatic) snprintf(why, sizeof why, " (auto)");
     fprintf(f, "decide %s=%d from %s%s\n", name[k], val[k], gt_plan_source_name(src[k]), why);
   }
   why[0] = 0;
-  if (p->from_micro_batches == GT_FROM_ANNOTATION) snprintf(why, sizeof why, " (pipeline(%d) from '%s')", a.micro_batches, a.pipeline_at);
-  if (p->micro_batches) fprintf(f, "decide micro-batches=%d from %s%s\n", p->micro_batches, gt_plan_source_name(p->from_micro_batches), why);
-  else fprintf(f, "decide micro-batches=default from planner\n");
+  if (p->from_micro_batches == GT_FROM_ANNOTATION)
+    snprintf(why, sizeof why, " (pipeline(%d) from '%s')", a.micro_batches, a.pipeline_at);
+  if (p->micro_batches)
+    fprintf(f, "decide micro-batches=%d from %s%s\n", p->micro_batches, gt_plan_source_name(p->from_micro_batches),
+            why);
+  else
+    fprintf(f, "decide micro-batches=default from planner\n");
   /* The stage cut: the stage scopes when they make exactly the stages, else
    * the planner's (by cost, or even). */
   int S = gt_model_num_pipeline_stages(m);
@@ -53,21 +61,25 @@ static void print_decisions(const gt_plan *p, const gt_model *m, FILE *f) {
     }
     bool ann = gt_model_stages_annotated(m);
     why[0] = 0;
-    if (ann) snprintf(why, sizeof why, " (stage scopes from '%s')", a.stage_at);
-    else if (a.stages) snprintf(why, sizeof why, " (the %d stage scopes do not make the %d stages)", a.stages, S);
+    if (ann)
+      snprintf(why, sizeof why, " (stage scopes from '%s')", a.stage_at);
+    else if (a.stages)
+      snprintf(why, sizeof why, " (the %d stage scopes do not make the %d stages)", a.stages, S);
     fprintf(f, "decide stages=%s from %s%s\n", cut, ann ? "annotation" : "planner", why);
   }
   why[0] = 0;
-  if (p->from_offload == GT_FROM_ANNOTATION) snprintf(why, sizeof why, " (offload(%d) from '%s')", a.offload_window, a.offload_at);
-  if (p->offload_window) fprintf(f, "decide offload=%d from %s%s\n", p->offload_window, gt_plan_source_name(p->from_offload), why);
-  else fprintf(f, "decide offload=off from %s\n", gt_plan_source_name(p->from_offload));
+  if (p->from_offload == GT_FROM_ANNOTATION)
+    snprintf(why, sizeof why, " (offload(%d) from '%s')", a.offload_window, a.offload_at);
+  if (p->offload_window)
+    fprintf(f, "decide offload=%d from %s%s\n", p->offload_window, gt_plan_source_name(p->from_offload), why);
+  else
+    fprintf(f, "decide offload=off from %s\n", gt_plan_source_name(p->from_offload));
   if (a.regions)
-    fprintf(f, "decide replicate=%s..%s over %d ranks from annotation%s\n", a.region_at, a.region_end,
-            p->layout.tp, a.regions > 1 ? " (and the other regions)" : "");
+    fprintf(f, "decide replicate=%s..%s over %d ranks from annotation%s\n", a.region_at, a.region_end, p->layout.tp,
+            a.regions > 1 ? " (and the other regions)" : "");
 }
 
 void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
-
   fprintf(f, "plan: world %d = dp %d x tp %d x pp %d%s; rank %d is dp %d, tp %d, pp %d\n", p->world, p->layout.dp,
           p->layout.tp, p->layout.pp, p->automatic ? " (auto)" : "", p->rank, p->me.dp, p->me.tp, p->me.pp);
   fprintf(f, "      ZeRO-1 %s, sequence parallel %s, gradient buckets %zu KiB\n", p->zero1 ? "on" : "off",
@@ -81,8 +93,10 @@ void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
   for (int i = 0; i < gt_model_num_layers(m); i++) {
     gt_layer *l = gt_model_layer(m, i);
     char split[16];
-    if (gt_model_layer_replicas(m, i) > 1) snprintf(split, sizeof split, "rows/%d", gt_model_layer_replicas(m, i));
-    else snprintf(split, sizeof split, "%d-way", l->tp ? l->tp->size : 1);
+    if (gt_model_layer_replicas(m, i) > 1)
+      snprintf(split, sizeof split, "rows/%d", gt_model_layer_replicas(m, i));
+    else
+      snprintf(split, sizeof split, "%d-way", l->tp ? l->tp->size : 1);
     if (l->nparams == 0) fprintf(f, "%-4d %-16s %-12s %-6d %-6s\n", i, l->name, l->type->name, l->stage, split);
     for (int k = 0; k < l->nparams; k++) {
       const gt_param *q = gt_layer_param_info(l, k);
@@ -93,7 +107,8 @@ void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
         snprintf(local, sizeof local, "- (pipeline rank %d)", l->stage % p->layout.pp);
       else if (q->split_dim >= 0)
         snprintf(local, sizeof local, "%s (part %d/%d)", a, q->split_rank + 1, q->split_parts);
-      else snprintf(local, sizeof local, "%s", a);
+      else
+        snprintf(local, sizeof local, "%s", a);
       const char *nm = strchr(q->name, '.') ? strchr(q->name, '.') + 1 : q->name;
       char idx[16] = "", stage[16] = "";
       if (k == 0) {
@@ -119,8 +134,8 @@ void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
   else
     fprintf(f, "optimizer state: all of it (replicated over dp)\n");
   if (gt_model_offloaded(m))
-    fprintf(f, "offloaded: parameters, gradients and optimizer state live in host memory; the device holds the "
-               "weights of %d layers at a time (docs/offload.md)\n",
+    fprintf(f,
+            "offloaded: parameters, gradients and optimizer state live in host memory; the device holds the "
+            "weights of %d layers at a time (docs/offload.md)\n",
             gt_model_offload_stats(m).window);
 }
-

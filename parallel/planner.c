@@ -139,13 +139,13 @@ gt_status gt_planner_partition(const gt_planner_layer *layers, int L, const gt_p
     int worst = 0;
     for (int s = 1; s < n; s++)
       if (stage_cost(&c, s, first[s], first[s + 1]) > stage_cost(&c, worst, first[worst], first[worst + 1])) worst = s;
-    status = gt_errorf(GT_ENOMEM,
-                       "%d layers do not fit in %d pipeline stages: the closest cut still needs %.1f MiB more on "
-                       "stage %d (layers %d-%d, %.1f MiB of a %.1f MiB budget); add memory, stages or tensor "
-                       "parallelism",
-                       L, n, over / (1 << 20), worst, first[worst], first[worst + 1] - 1,
-                       stage_mem(&c, worst, first[worst], first[worst + 1]) / (1 << 20),
-                       st->mem_bytes[worst] / (1 << 20));
+    status =
+        gt_errorf(GT_ENOMEM,
+                  "%d layers do not fit in %d pipeline stages: the closest cut still needs %.1f MiB more on "
+                  "stage %d (layers %d-%d, %.1f MiB of a %.1f MiB budget); add memory, stages or tensor "
+                  "parallelism",
+                  L, n, over / (1 << 20), worst, first[worst], first[worst + 1] - 1,
+                  stage_mem(&c, worst, first[worst], first[worst + 1]) / (1 << 20), st->mem_bytes[worst] / (1 << 20));
   }
   free(F);
   free(best);
@@ -157,8 +157,8 @@ gt_status gt_planner_batch_split(int rows, int n, const double *speed, int *shar
   if (n < 1 || !share) return gt_errorf(GT_EINVAL, "batch split needs at least one replica (got %d)", n);
   if (rows < n)
     return gt_errorf(GT_EINVAL,
-                     "cannot split %d rows over %d replicas with at least one each: use a batch of >= %d rows", rows,
-                     n, n);
+                     "cannot split %d rows over %d replicas with at least one each: use a batch of >= %d rows", rows, n,
+                     n);
   double sum = 0;
   for (int i = 0; i < n; i++) {
     double s = speed ? speed[i] : 1;

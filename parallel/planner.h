@@ -30,7 +30,6 @@
 #include "giant/engine/pipeline.h"
 #include "giant/group.h"
 
-
 #define GT_PLANNER_MAX_STAGES 256 /* pipeline ranks x chunks */
 
 typedef struct gt_planner_layer {
@@ -41,9 +40,9 @@ typedef struct gt_planner_layer {
    * the ones read only by matrix products (gt_param_spec.matmul_only),
    * which a window holds in bf16 alone under bf16. fp32 bytes. */
   double window_bytes, matmul_bytes;
-  double act_bytes;   /* activations saved for backward, one micro-batch */
-  double out_bytes;   /* output handed to the next layer, one micro-batch */
-  int tp_allreduces;  /* all-reduces over the tensor-parallel group per forward (as many in backward) */
+  double act_bytes;          /* activations saved for backward, one micro-batch */
+  double out_bytes;          /* output handed to the next layer, one micro-batch */
+  int tp_allreduces;         /* all-reduces over the tensor-parallel group per forward (as many in backward) */
   double tp_allreduce_bytes; /* bytes of each */
 } gt_planner_layer;
 
@@ -84,19 +83,19 @@ gt_status gt_planner_batch_split(int rows, int n, const double *speed, int *shar
 
 typedef struct gt_planner_hw {
   int world;
-  const double *speed;     /* per world rank, relative FLOP/s; NULL: all 1 */
-  const double *mem_bytes; /* per world rank budget; NULL: unlimited */
-  double peak_flops;       /* FLOP/s of a rank of speed 1 */
+  const double *speed;               /* per world rank, relative FLOP/s; NULL: all 1 */
+  const double *mem_bytes;           /* per world rank budget; NULL: unlimited */
+  double peak_flops;                 /* FLOP/s of a rank of speed 1 */
   double p2p_bandwidth, p2p_latency; /* bytes/s, seconds: between pipeline stages */
   double ar_bandwidth, ar_latency;   /* bytes/s per link, seconds per hop: all-reduces */
-  double dp_overlap;       /* share of the gradient all-reduce hidden behind backward, 0..1 */
-  double copy_bandwidth;   /* bytes/s between host and device memory; needed when offloading */
+  double dp_overlap;                 /* share of the gradient all-reduce hidden behind backward, 0..1 */
+  double copy_bandwidth;             /* bytes/s between host and device memory; needed when offloading */
 } gt_planner_hw;
 
 typedef struct gt_planner_job {
   const gt_planner_layer *layers;
   int nlayers;
-  int micro_batches;     /* the global batch, in micro-batches; each replica runs ceil(this / dp) */
+  int micro_batches; /* the global batch, in micro-batches; each replica runs ceil(this / dp) */
   gt_pp_kind schedule;
   int chunks;            /* virtual stages per rank (interleaved), else 1 */
   bool zero1;            /* optimizer state sharded over data parallelism */
@@ -119,21 +118,21 @@ typedef struct gt_planner_result {
   gt_grid_layout layout;
   gt_pp_kind schedule;
   int chunks;
-  int micro_batches;   /* per replica */
-  int nstages;         /* pp * chunks */
-  int first[GT_PLANNER_MAX_STAGES + 1]; /* virtual stage j: layers [first[j], first[j+1]), on rank j % pp */
+  int micro_batches;                           /* per replica */
+  int nstages;                                 /* pp * chunks */
+  int first[GT_PLANNER_MAX_STAGES + 1];        /* virtual stage j: layers [first[j], first[j+1]), on rank j % pp */
   double stage_seconds[GT_PLANNER_MAX_STAGES]; /* forward + backward of one micro-batch */
-  double step_seconds;     /* pipeline + exposed data-parallel all-reduce */
-  double pipeline_seconds; /* simulated makespan */
-  double dp_seconds;       /* the slowest stage's gradient all-reduce */
-  double bubble;           /* simulated idle share of the pipeline */
+  double step_seconds;                         /* pipeline + exposed data-parallel all-reduce */
+  double pipeline_seconds;                     /* simulated makespan */
+  double dp_seconds;                           /* the slowest stage's gradient all-reduce */
+  double bubble;                               /* simulated idle share of the pipeline */
   double mem_bytes[GT_PLANNER_MAX_STAGES];     /* per pipeline rank */
-  double mem_shortfall;    /* largest need - budget over world ranks; <= 0: fits */
+  double mem_shortfall;                        /* largest need - budget over world ranks; <= 0: fits */
   /* Offloaded: bytes a step moves between host and device on the busiest
    * pipeline rank, and the time they take at copy_bandwidth (overlapped
    * with compute; a stage's time is the longer of the two). */
   double offload_bytes, offload_seconds;
-  int short_rank;          /* the world rank of that shortfall */
+  int short_rank; /* the world rank of that shortfall */
 } gt_planner_result;
 
 /* Predicts one layout. first: the cut into pp * chunks virtual stages, or

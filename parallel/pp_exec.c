@@ -32,11 +32,11 @@ struct gt_pp_exec {
   gt_pp_schedule *sched;
   int P, r, V, M, S;
   gt_comm *fwd, *bwd, *tied;
-  gt_acts **acts;     /* [M * V] */
-  float **in;         /* [M * V]: the activation each forward received */
-  float *grad;        /* the output gradient a backward received */
-  size_t in_floats;   /* room for the widest activation between stages */
-  gt_comm_req **sends;  /* forward sends in flight (their buffers outlive the step's forwards) */
+  gt_acts **acts;      /* [M * V] */
+  float **in;          /* [M * V]: the activation each forward received */
+  float *grad;         /* the output gradient a backward received */
+  size_t in_floats;    /* room for the widest activation between stages */
+  gt_comm_req **sends; /* forward sends in flight (their buffers outlive the step's forwards) */
   int nsends;
   gt_comm_req **held_req; /* backward sends whose activations wait for them */
   int *held_slot, nheld;
@@ -187,8 +187,10 @@ static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *b
     double t0 = gt_now();
     GT_TRY(gt_model_forward_stage(e->m, a, b, vs, in, &out, vs == e->S - 1 ? &loss : NULL));
     e->busy_seconds += gt_now() - t0;
-    if (vs == e->S - 1) *loss_sum += weights[mb] * loss;
-    else GT_TRY(send_later(e, e->fwd, out, boundary(e, vs, b), next));
+    if (vs == e->S - 1)
+      *loss_sum += weights[mb] * loss;
+    else
+      GT_TRY(send_later(e, e->fwd, out, boundary(e, vs, b), next));
     return GT_OK;
   }
   const float *dout = NULL, *din = NULL;

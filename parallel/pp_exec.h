@@ -9,7 +9,6 @@
 #include "giant/model.h"
 #include "giant/status.h"
 
-
 /* Runs one step's micro-batches through this rank's pipeline stages in the
  * order of the plan's schedule: activations go to the next stage and
  * gradients to the previous one over point-to-point transfers (one

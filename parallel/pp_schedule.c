@@ -12,22 +12,19 @@ gt_status gt_pp_parse(const char *name, gt_pp_kind *kind) {
       *kind = (gt_pp_kind)k;
       return GT_OK;
     }
-  return gt_errorf(GT_EINVAL, "unknown pipeline schedule '%s': use gpipe, 1f1b or interleaved",
-                   name ? name : "(null)");
+  return gt_errorf(GT_EINVAL, "unknown pipeline schedule '%s': use gpipe, 1f1b or interleaved", name ? name : "(null)");
 }
 
 const char *gt_pp_name(gt_pp_kind kind) {
   switch (kind) {
-  case GT_PP_GPIPE: return "gpipe";
-  case GT_PP_1F1B: return "1f1b";
-  case GT_PP_INTERLEAVED: return "interleaved";
+    case GT_PP_GPIPE: return "gpipe";
+    case GT_PP_1F1B: return "1f1b";
+    case GT_PP_INTERLEAVED: return "interleaved";
   }
   return "?";
 }
 
-int gt_pp_virtual_stage(const gt_pp_schedule *s, int rank, int chunk) {
-  return rank + chunk * s->stages;
-}
+int gt_pp_virtual_stage(const gt_pp_schedule *s, int rank, int chunk) { return rank + chunk * s->stages; }
 
 static void put(gt_pp_step *list, int *n, gt_pp_op op, int mb, int chunk) {
   list[(*n)++] = (gt_pp_step){.op = op, .micro_batch = mb, .chunk = chunk};
@@ -82,27 +79,23 @@ static void build_interleaved(int p, int m, int v, int r, gt_pp_step *list) {
   }
 }
 
-gt_status gt_pp_schedule_build(gt_pp_kind kind, int stages, int micro_batches, int chunks,
-                               gt_pp_schedule **out) {
+gt_status gt_pp_schedule_build(gt_pp_kind kind, int stages, int micro_batches, int chunks, gt_pp_schedule **out) {
   *out = NULL;
   if (kind != GT_PP_GPIPE && kind != GT_PP_1F1B && kind != GT_PP_INTERLEAVED)
     return gt_errorf(GT_EINVAL, "unknown pipeline schedule kind %d", (int)kind);
   if (stages < 1 || micro_batches < 1 || chunks < 1)
-    return gt_errorf(GT_EINVAL,
-                     "pipeline schedule needs stages, micro-batches and chunks >= 1 (got %d, %d, %d)",
+    return gt_errorf(GT_EINVAL, "pipeline schedule needs stages, micro-batches and chunks >= 1 (got %d, %d, %d)",
                      stages, micro_batches, chunks);
   if (chunks > 1 && kind != GT_PP_INTERLEAVED)
-    return gt_errorf(GT_EINVAL, "%d chunks per rank needs the interleaved schedule, not %s", chunks,
-                     gt_pp_name(kind));
+    return gt_errorf(GT_EINVAL, "%d chunks per rank needs the interleaved schedule, not %s", chunks, gt_pp_name(kind));
   if (kind == GT_PP_INTERLEAVED && micro_batches % stages != 0)
     return gt_errorf(GT_EINVAL,
                      "the interleaved schedule needs micro-batches (%d) to be a multiple of the "
                      "pipeline stages (%d): use %d or %d micro-batches",
-                     micro_batches, stages, micro_batches / stages * stages,
-                     (micro_batches / stages + 1) * stages);
+                     micro_batches, stages, micro_batches / stages * stages, (micro_batches / stages + 1) * stages);
   if ((long long)micro_batches * chunks > (1 << 24) || (long long)stages * chunks > (1 << 24))
-    return gt_errorf(GT_EINVAL, "pipeline schedule too large (%d stages, %d micro-batches, %d chunks)",
-                     stages, micro_batches, chunks);
+    return gt_errorf(GT_EINVAL, "pipeline schedule too large (%d stages, %d micro-batches, %d chunks)", stages,
+                     micro_batches, chunks);
   gt_pp_schedule *s = calloc(1, sizeof *s);
   if (!s) return gt_errorf(GT_ENOMEM, "out of host memory for a pipeline schedule");
   *s = (gt_pp_schedule){.kind = kind, .stages = stages, .micro_batches = micro_batches, .chunks = chunks};
@@ -114,9 +107,12 @@ gt_status gt_pp_schedule_build(gt_pp_kind kind, int stages, int micro_batches, i
     s->steps[r] = malloc((size_t)n * sizeof **s->steps);
     if (!s->steps[r]) goto oom;
     s->nsteps[r] = n;
-    if (kind == GT_PP_GPIPE) build_gpipe(micro_batches, s->steps[r]);
-    else if (kind == GT_PP_1F1B || chunks == 1) build_1f1b(stages, micro_batches, r, s->steps[r]);
-    else build_interleaved(stages, micro_batches, chunks, r, s->steps[r]);
+    if (kind == GT_PP_GPIPE)
+      build_gpipe(micro_batches, s->steps[r]);
+    else if (kind == GT_PP_1F1B || chunks == 1)
+      build_1f1b(stages, micro_batches, r, s->steps[r]);
+    else
+      build_interleaved(stages, micro_batches, chunks, r, s->steps[r]);
   }
   *out = s;
   return GT_OK;
@@ -143,16 +139,16 @@ gt_status gt_pp_schedule_check(const gt_pp_schedule *s) {
   gt_status st = GT_OK;
   for (int r = 0; r < p && st == GT_OK; r++) {
     if (s->nsteps[r] != 2 * m * v) {
-      st = gt_errorf(GT_EINVAL, "pipeline rank %d has %d steps, expected %d (2 x %d micro-batches x %d chunks)",
-                     r, s->nsteps[r], 2 * m * v, m, v);
+      st = gt_errorf(GT_EINVAL, "pipeline rank %d has %d steps, expected %d (2 x %d micro-batches x %d chunks)", r,
+                     s->nsteps[r], 2 * m * v, m, v);
       break;
     }
     for (int i = 0; i < s->nsteps[r]; i++) {
       gt_pp_step t = s->steps[r][i];
       if (t.micro_batch < 0 || t.micro_batch >= m || t.chunk < 0 || t.chunk >= v ||
           (t.op != GT_PP_FORWARD && t.op != GT_PP_BACKWARD)) {
-        st = gt_errorf(GT_EINVAL, "pipeline rank %d step %d is out of range (op %d, micro-batch %d, chunk %d)",
-                       r, i, (int)t.op, t.micro_batch, t.chunk);
+        st = gt_errorf(GT_EINVAL, "pipeline rank %d step %d is out of range (op %d, micro-batch %d, chunk %d)", r, i,
+                       (int)t.op, t.micro_batch, t.chunk);
         break;
       }
       unsigned char *x = &seen[((size_t)t.micro_batch * v + t.chunk) * p + r];

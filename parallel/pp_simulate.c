@@ -26,10 +26,9 @@ gt_status gt_pp_simulate(const gt_pp_schedule *s, const gt_pp_costs *c, gt_pp_si
   int p = s->stages, m = s->micro_batches, V = p * s->chunks;
   for (int i = 0; i < V; i++)
     if (bad_time(c->fwd[i]) || bad_time(c->bwd[i]) || (c->act_bytes && bad_time(c->act_bytes[i])))
-      return gt_errorf(GT_EINVAL, "pipeline stage %d has a negative or non-finite time or size (%g, %g)", i,
-                       c->fwd[i], c->bwd[i]);
-  if (bad_time(c->p2p_seconds))
-    return gt_errorf(GT_EINVAL, "p2p time must be finite and >= 0, got %g", c->p2p_seconds);
+      return gt_errorf(GT_EINVAL, "pipeline stage %d has a negative or non-finite time or size (%g, %g)", i, c->fwd[i],
+                       c->bwd[i]);
+  if (bad_time(c->p2p_seconds)) return gt_errorf(GT_EINVAL, "p2p time must be finite and >= 0, got %g", c->p2p_seconds);
   for (int r = 0; r < p; r++)
     for (int i = 0; i < s->nsteps[r]; i++) {
       gt_pp_step t = s->steps[r][i];

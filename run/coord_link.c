@@ -48,8 +48,7 @@ static void *link_main(void *arg) {
       until.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&l->mu);
-    while (!l->stop && !l->pending && pthread_cond_timedwait(&l->cv, &l->mu, &until) == 0) {
-    }
+    while (!l->stop && !l->pending && pthread_cond_timedwait(&l->cv, &l->mu, &until) == 0) {}
     bool stop = l->stop, send = l->pending && rep;
     if (send) {
       *rep = l->report;
@@ -140,7 +139,10 @@ gt_status run_coord_link_start(gt_job *job, run_coord_link **out, int64_t *epoch
   *out = NULL;
   return gt_errorf(GT_EUNSUPPORTED, "this build has no etcd, so no leader to decide --rebalance");
 }
-void run_coord_link_publish(run_coord_link *l, const gt_mitigation_report *r) { (void)l; (void)r; }
+void run_coord_link_publish(run_coord_link *l, const gt_mitigation_report *r) {
+  (void)l;
+  (void)r;
+}
 bool run_coord_link_latest(run_coord_link *l, gt_mitigation *m) {
   (void)l;
   (void)m;

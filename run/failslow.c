@@ -15,10 +15,17 @@ gt_status run_failslow_start(const gt_run_options *o, gt_dist *dist, const gt_mo
   *out = NULL;
   if (!o->failslow) return GT_OK;
   if (!dist) return gt_errorf(GT_EINVAL, "--failslow needs a job of 2 or more ranks (run under giantrun)");
-  gt_failslow_config c = {.theta = o->failslow_theta, .k = o->failslow_k, .warmup = o->failslow_warmup,
-                          .window = o->failslow_window, .every = o->failslow_every,
-                          .probe_rounds = o->failslow_probe_rounds, .probe_bytes = o->failslow_probe_bytes, .metrics_path = metrics,
-                          .etcd = gt_job_etcd(job), .job_id = job->job_id, .record_ranks = record_ranks};
+  gt_failslow_config c = {.theta = o->failslow_theta,
+                          .k = o->failslow_k,
+                          .warmup = o->failslow_warmup,
+                          .window = o->failslow_window,
+                          .every = o->failslow_every,
+                          .probe_rounds = o->failslow_probe_rounds,
+                          .probe_bytes = o->failslow_probe_bytes,
+                          .metrics_path = metrics,
+                          .etcd = gt_job_etcd(job),
+                          .job_id = job->job_id,
+                          .record_ranks = record_ranks};
   return gt_failslow_create(dist, m, &c, out);
 }
 

@@ -46,17 +46,25 @@ static void record(run_reshape *r, gt_job *job, const gt_failslow_verdict *v, gt
   if (!etcd) return;
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
-  gt_health_record h = {.rank = r->members[v->rank], .state = GT_HEALTH_EXCLUDED, .kind = kind, .peer = -1,
-                        .ratio = v->ratio, .observed_ms = step * 1e3, .predicted_ms = predicted * 1e3,
-                        .step = v->step, .time = (double)now.tv_sec + now.tv_nsec * 1e-9};
+  gt_health_record h = {.rank = r->members[v->rank],
+                        .state = GT_HEALTH_EXCLUDED,
+                        .kind = kind,
+                        .peer = -1,
+                        .ratio = v->ratio,
+                        .observed_ms = step * 1e3,
+                        .predicted_ms = predicted * 1e3,
+                        .step = v->step,
+                        .time = (double)now.tv_sec + now.tv_nsec * 1e-9};
   if (gt_health_put(etcd, job->job_id, &h) != GT_OK)
     gt_warn("ladder: could not record rank %d's exclusion in etcd: %s", v->rank, gt_last_error());
 }
 
 /* The rung --ladder forces, when the job can take it. */
 static void force(const run_ladder_caps *caps, const bool *can, gt_ladder_decision *d) {
-  if (caps->forced > GT_LADDER_NONE && can[caps->forced]) d->rung = caps->forced;
-  else if (caps->forced == GT_LADDER_NONE && caps->forced_set) d->rung = GT_LADDER_NONE;
+  if (caps->forced > GT_LADDER_NONE && can[caps->forced])
+    d->rung = caps->forced;
+  else if (caps->forced == GT_LADDER_NONE && caps->forced_set)
+    d->rung = GT_LADDER_NONE;
 }
 
 /* A rank slow in its compute: the whole ladder. */
@@ -66,7 +74,10 @@ static bool consider_compute(run_reshape *r, gt_job *job, const gt_plan *plan, c
     const gt_failslow_verdict *v = &rep->verdicts[k];
     if (!v->flagged || v->kind != GT_FAILSLOW_COMPUTE || !(v->ratio > 1)) continue;
     double step = slowest_step(rep);
-    gt_ladder_input in = {.dp = plan->layout.dp, .pp = plan->layout.pp, .step_s = step, .slowdown = v->ratio,
+    gt_ladder_input in = {.dp = plan->layout.dp,
+                          .pp = plan->layout.pp,
+                          .step_s = step,
+                          .slowdown = v->ratio,
                           .horizon = horizon,
                           .can = {true, caps->rows, caps->recut, caps->exclude && plan->layout.dp > 1, caps->restart},
                           .cost_s = {0, 0, RUN_COST_RECUT_S, RUN_COST_EXCLUDE_S, RUN_COST_RESTART_S},
@@ -100,8 +111,12 @@ static void consider_link(run_reshape *r, gt_job *job, const gt_plan *plan, cons
    * replica sit side by side on a node. */
   int per_replica = plan->layout.tp * plan->layout.pp, replicas = (n + per_replica - 1) / per_replica;
   double step = slowest_step(rep);
-  gt_ladder_link_input in = {.dp = plan->layout.dp, .replicas = replicas, .step_s = step, .wait_s = rep->wait_s,
-                             .wait_base_s = rep->wait_base_s, .horizon = horizon,
+  gt_ladder_link_input in = {.dp = plan->layout.dp,
+                             .replicas = replicas,
+                             .step_s = step,
+                             .wait_s = rep->wait_s,
+                             .wait_base_s = rep->wait_base_s,
+                             .horizon = horizon,
                              .can = {true, false, false, caps->exclude && replicas < plan->layout.dp, caps->restart},
                              .cost_s = {0, 0, 0, RUN_COST_EXCLUDE_S, RUN_COST_RESTART_S}};
   gt_ladder_decision d;
@@ -109,9 +124,8 @@ static void consider_link(run_reshape *r, gt_job *job, const gt_plan *plan, cons
   force(caps, in.can, &d);
   if (lead) {
     char what[96];
-    snprintf(what, sizeof what, "the link of rank%s %d%s is slow (waits %.1f ms, normally %.1f ms)",
-             n > 1 ? "s" : "", ranks[0], n > 1 ? " and the others behind it" : "", rep->wait_s * 1e3,
-             rep->wait_base_s * 1e3);
+    snprintf(what, sizeof what, "the link of rank%s %d%s is slow (waits %.1f ms, normally %.1f ms)", n > 1 ? "s" : "",
+             ranks[0], n > 1 ? " and the others behind it" : "", rep->wait_s * 1e3, rep->wait_base_s * 1e3);
     log_decision(r->name, what, step, &d, in.cost_s, horizon, caps);
   }
   out->rung = d.rung;
@@ -130,7 +144,8 @@ void run_ladder_decide(run_reshape *r, gt_job *job, const gt_plan *plan, const g
   *out = (run_ladder_action){.rung = GT_LADDER_NONE};
   int horizon = steps_left < RUN_LADDER_HORIZON ? steps_left : RUN_LADDER_HORIZON;
   if (!rep->gathered || horizon < 1) return;
-  if (!consider_compute(r, job, plan, rep, caps, horizon, lead, out)) consider_link(r, job, plan, rep, caps, horizon, lead, out);
+  if (!consider_compute(r, job, plan, rep, caps, horizon, lead, out))
+    consider_link(r, job, plan, rep, caps, horizon, lead, out);
 }
 
 gt_status run_ladder_parse(const char *text, run_ladder_caps *caps) {

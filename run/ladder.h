@@ -34,8 +34,8 @@ typedef struct run_ladder_caps {
 } run_ladder_caps;
 
 typedef struct run_ladder_action {
-  gt_ladder_rung rung;        /* GT_LADDER_NONE: nothing to do this step */
-  int ranks[GT_MEMBERS_MAX];  /* S3: the ranks (of the current layout) that leave */
+  gt_ladder_rung rung;       /* GT_LADDER_NONE: nothing to do this step */
+  int ranks[GT_MEMBERS_MAX]; /* S3: the ranks (of the current layout) that leave */
   int n;
 } run_ladder_action;
 

@@ -14,10 +14,25 @@
 #include "ladder.h"
 
 void gt_run_options_init(gt_run_options *o) {
-  *o = (gt_run_options){.data = "data/fortunes.tok", .device = "cpu", .precision = "fp32", .optimizer = "adamw",
-                        .steps = 300, .batch = 8, .seq = 128, .warmup = 20, .print_every = 10, .lr = 1e-3f,
-                        .bucket_kib = 4096, .schedule = "1f1b", .min_lr = 1e-4f, .clip = 1.0f, .weight_decay = -1,
-                        .seed = 1, .skip_nonfinite = 3, .failslow_clock = "auto", .ladder = "auto"};
+  *o = (gt_run_options){.data = "data/fortunes.tok",
+                        .device = "cpu",
+                        .precision = "fp32",
+                        .optimizer = "adamw",
+                        .steps = 300,
+                        .batch = 8,
+                        .seq = 128,
+                        .warmup = 20,
+                        .print_every = 10,
+                        .lr = 1e-3f,
+                        .bucket_kib = 4096,
+                        .schedule = "1f1b",
+                        .min_lr = 1e-4f,
+                        .clip = 1.0f,
+                        .weight_decay = -1,
+                        .seed = 1,
+                        .skip_nonfinite = 3,
+                        .failslow_clock = "auto",
+                        .ladder = "auto"};
 }
 
 static const char *run_usage =
@@ -223,11 +238,14 @@ static gt_status from_env_and_check(gt_run_options *o) {
     return gt_errorf(GT_EINVAL, "--rebalance-local says who decides --rebalance: give --rebalance too");
   if (o->offload_optimizer && strcmp(o->offload_optimizer, "host") != 0 &&
       !(!strncmp(o->offload_optimizer, "disk:", 5) && o->offload_optimizer[5]))
-    return gt_errorf(GT_EINVAL, "--offload-optimizer takes disk:DIR (the state in a file in DIR) or host (in memory, "
-                                "the default), not '%s'", o->offload_optimizer);
+    return gt_errorf(GT_EINVAL,
+                     "--offload-optimizer takes disk:DIR (the state in a file in DIR) or host (in memory, "
+                     "the default), not '%s'",
+                     o->offload_optimizer);
   if (o->delayed_update && o->reshape)
-    return gt_errorf(GT_EINVAL, "--delayed-update holds a step's gradients for the next, and a reshape rebuilds the "
-                                "trainer from its peers' state without them: leave out --reshape or --delayed-update");
+    return gt_errorf(GT_EINVAL,
+                     "--delayed-update holds a step's gradients for the next, and a reshape rebuilds the "
+                     "trainer from its peers' state without them: leave out --reshape or --delayed-update");
   return GT_OK;
 }
 

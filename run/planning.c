@@ -14,8 +14,13 @@
 #include <time.h>
 
 gt_planner_hw run_planner_hw(int world, double peak_flops) {
-  gt_planner_hw hw = {.world = world, .peak_flops = peak_flops, .p2p_bandwidth = 2e9, .p2p_latency = 50e-6,
-                      .ar_bandwidth = 2e9, .ar_latency = 50e-6, .dp_overlap = 0.4,
+  gt_planner_hw hw = {.world = world,
+                      .peak_flops = peak_flops,
+                      .p2p_bandwidth = 2e9,
+                      .p2p_latency = 50e-6,
+                      .ar_bandwidth = 2e9,
+                      .ar_latency = 50e-6,
+                      .dp_overlap = 0.4,
                       .copy_bandwidth = 16e9};
   return hw;
 }
@@ -64,9 +69,15 @@ gt_status run_choose_layout(gt_backend *be, const gt_run_model *model, int B, in
   }
   gt_planner_hw hw = run_planner_hw(world, peak_flops);
   hw.mem_bytes = budget;
-  gt_planner_job job = {.layers = layers, .nlayers = nl, .micro_batches = micro_batches, .schedule = schedule,
-                        .chunks = schedule == GT_PP_INTERLEAVED ? chunks : 1, .zero1 = zero1, .tp_allowed = tp,
-                        .ntp_allowed = tp_sizes(model, world, tp), .offload_window = offload_window,
+  gt_planner_job job = {.layers = layers,
+                        .nlayers = nl,
+                        .micro_batches = micro_batches,
+                        .schedule = schedule,
+                        .chunks = schedule == GT_PP_INTERLEAVED ? chunks : 1,
+                        .zero1 = zero1,
+                        .tp_allowed = tp,
+                        .ntp_allowed = tp_sizes(model, world, tp),
+                        .offload_window = offload_window,
                         .precision = precision};
   if (fixed) job.fixed = *fixed;
   /* A tensor-parallel size the flags or annotations fixed is taken as it
@@ -98,9 +109,15 @@ gt_status run_print_prediction(gt_backend *be, const gt_run_model *model, const 
     first[v + 1] = hi + 1;
   }
   gt_planner_hw hw = run_planner_hw(plan->world, peak_flops);
-  gt_planner_job job = {.layers = layers, .nlayers = nl, .micro_batches = micro_batches, .schedule = plan->schedule,
-                        .chunks = plan->chunks, .zero1 = plan->zero1, .tp_allowed = tp,
-                        .ntp_allowed = tp_sizes(model, plan->world, tp), .offload_window = offload_window,
+  gt_planner_job job = {.layers = layers,
+                        .nlayers = nl,
+                        .micro_batches = micro_batches,
+                        .schedule = plan->schedule,
+                        .chunks = plan->chunks,
+                        .zero1 = plan->zero1,
+                        .tp_allowed = tp,
+                        .ntp_allowed = tp_sizes(model, plan->world, tp),
+                        .offload_window = offload_window,
                         .precision = precision};
   gt_planner_result r;
   if (s == GT_OK) s = gt_planner_estimate(&hw, &job, plan->layout, first, &r);
@@ -143,8 +160,9 @@ gt_status run_print_memory(gt_backend *be, const gt_model *m, int optim_states, 
   char budget[64] = "no budget";
   if (dm.limit) snprintf(budget, sizeof budget, "budget %.1f MiB", mib((double)dm.limit));
   fprintf(f, "device memory, this rank (one micro-batch in flight; %s):\n", budget);
-  fprintf(f, "  weights %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, bf16 copy %.1f MiB, offload slots "
-             "%.1f MiB, activations %.1f MiB, scratch %.1f MiB: %.1f MiB\n",
+  fprintf(f,
+          "  weights %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, bf16 copy %.1f MiB, offload slots "
+          "%.1f MiB, activations %.1f MiB, scratch %.1f MiB: %.1f MiB\n",
           mib((double)e.weights), mib((double)e.grads), mib((double)e.optimizer), mib((double)e.bf16_copy),
           mib((double)e.slots), mib((double)e.activations), mib((double)e.scratch), mib((double)e.total));
   if (dm.limit && e.total > dm.limit)
@@ -162,8 +180,9 @@ gt_status run_print_memory(gt_backend *be, const gt_model *m, int optim_states, 
   /* Under bf16 the host also keeps a bf16 twin of the weights, which the
    * window's matrices come from. */
   double twin = gt_model_get_precision(m) == GT_PRECISION_BF16 ? state / 2 : 0;
-  fprintf(f, "  offloaded: master weights, gradients and optimizer state in host memory (%.1f MiB); the device "
-             "holds %d of %d layers' weights, prefetching %d ahead, in slots of %.1f MiB%s\n",
+  fprintf(f,
+          "  offloaded: master weights, gradients and optimizer state in host memory (%.1f MiB); the device "
+          "holds %d of %d layers' weights, prefetching %d ahead, in slots of %.1f MiB%s\n",
           mib(state * (2 + optim_states) + twin), os.window, local, os.prefetch, mib((double)os.slot_bytes),
           twin > 0 ? " (matrices in bf16, the rest in fp32)" : "");
   /* A step refetches every layer after the update; a window narrower than

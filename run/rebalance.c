@@ -49,12 +49,12 @@ struct run_rebalance {
   gt_backend *be;
   int *shares, *next, cap;
   double *speed;
-  int *proposed;           /* the shares the last decisions proposed */
-  gt_step_telemetry *ring; /* WINDOW steps x world ranks, oldest first */
-  void *dev;               /* the gather's buffer, on the device the communicators use */
-  int filled, agreed;      /* steps in the ring; decisions in a row that proposed `proposed` */
+  int *proposed;                     /* the shares the last decisions proposed */
+  gt_step_telemetry *ring;           /* WINDOW steps x world ranks, oldest first */
+  void *dev;                         /* the gather's buffer, on the device the communicators use */
+  int filled, agreed;                /* steps in the ring; decisions in a row that proposed `proposed` */
   gt_rebalance_damping rows_damping; /* of the rows' switches decided here */
-  bool urgent;             /* the monitor flagged or cleared a rank: act on the next change proposed */
+  bool urgent;                       /* the monitor flagged or cleared a rank: act on the next change proposed */
   /* Under a leader (led): rank 0's link to it, the epoch of the decision
    * the shares come from, the step of the last report, and the broadcast's
    * buffer on the device: apply?, epoch, the shares. */
@@ -198,7 +198,9 @@ static gt_status switch_to(run_rebalance *r, gt_trainer *tr, int step, bool lead
 /* No leader: every rank decides alike on its window. */
 static gt_status decide_here(run_rebalance *r, gt_trainer *tr, int step, bool lead) {
   int dp = r->plan.layout.dp;
-  gt_rebalance_config cfg = {.cap = r->cap, .transition_s = transition_cost(r), .horizon = HORIZON,
+  gt_rebalance_config cfg = {.cap = r->cap,
+                             .transition_s = transition_cost(r),
+                             .horizon = HORIZON,
                              .min_gain = gt_rebalance_damping_gain(&r->rows_damping, step, MIN_GAIN)};
   gt_rebalance_decision d;
   GT_TRY(gt_rebalance_decide(&cfg, &r->plan, r->ring, WINDOW, r->shares, r->next, r->speed, &d));
@@ -208,7 +210,8 @@ static gt_status decide_here(run_rebalance *r, gt_trainer *tr, int step, bool le
   gt_rebalance_damping_note(&r->rows_damping, step);
   char why[1024] = "replica speeds";
   size_t at = strlen(why);
-  for (int i = 0; i < dp && at < sizeof why; i++) at += (size_t)snprintf(why + at, sizeof why - at, " %.1f", r->speed[i]);
+  for (int i = 0; i < dp && at < sizeof why; i++)
+    at += (size_t)snprintf(why + at, sizeof why - at, " %.1f", r->speed[i]);
   if (at < sizeof why)
     snprintf(why + at, sizeof why - at, " rows/s; predicted compute %.4f s -> %.4f s a step", d.step_now_s,
              d.step_new_s);
@@ -245,7 +248,9 @@ static gt_status decide_cut(run_rebalance *r, gt_trainer *tr, int step, bool lea
   gt_status s = run_recut_inputs_of(&r->plan, gt_trainer_model(tr), r->cut_B, r->cut_T, r->ring, WINDOW, in);
   double slowest = 0;
   for (int k = 0; s == GT_OK && k < in->pp; k++) slowest = in->stage_s[k] > slowest ? in->stage_s[k] : slowest;
-  gt_rebalance_config cfg = {.cap = 1, .transition_s = 2 * slowest, .horizon = HORIZON,
+  gt_rebalance_config cfg = {.cap = 1,
+                             .transition_s = 2 * slowest,
+                             .horizon = HORIZON,
                              .min_gain = gt_rebalance_damping_gain(&r->cut_damping, step, MIN_GAIN)};
   if (s == GT_OK) s = gt_rebalance_choose_cut(&cfg, in->pp, in->now, in->stage_s, in->flops, in->layers, &c);
   free(in);
@@ -265,7 +270,10 @@ static gt_status decide_cut(run_rebalance *r, gt_trainer *tr, int step, bool lea
   return GT_OK;
 }
 
-void run_rebalance_enable_recut(run_rebalance *r, int B, int T) { r->cut_B = B; r->cut_T = T; }
+void run_rebalance_enable_recut(run_rebalance *r, int B, int T) {
+  r->cut_B = B;
+  r->cut_T = T;
+}
 
 bool run_rebalance_recut_enabled(const run_rebalance *r) { return r && r->cut_B > 0; }
 
@@ -282,15 +290,20 @@ static gt_status publish(run_rebalance *r, gt_trainer *tr, int step) {
   if (!r->link || (step - r->published < PUBLISH && !r->urgent)) return GT_OK;
   gt_mitigation_report *rep = calloc(1, sizeof *rep);
   if (!rep) return gt_errorf(GT_ENOMEM, "out of memory for a rebalancing report");
-  *rep = (gt_mitigation_report){.step = step, .epoch = r->epoch, .dp = r->plan.layout.dp, .cap = r->cap,
-                                .urgent = r->urgent, .transition_s = transition_cost(r)};
+  *rep = (gt_mitigation_report){.step = step,
+                                .epoch = r->epoch,
+                                .dp = r->plan.layout.dp,
+                                .cap = r->cap,
+                                .urgent = r->urgent,
+                                .transition_s = transition_cost(r)};
   memcpy(rep->shares, r->shares, (size_t)rep->dp * sizeof *r->shares);
   gt_status s = gt_rebalance_speeds(&r->plan, r->ring, WINDOW, rep->speed, rep->micro);
   run_recut_inputs *in = r->cut_B && s == GT_OK ? malloc(sizeof *in) : NULL;
   if (r->cut_B && s == GT_OK && !in) s = gt_errorf(GT_ENOMEM, "out of memory for a rebalancing report");
   if (in) { /* and what the pipeline cut is decided on */
     s = run_recut_inputs_of(&r->plan, gt_trainer_model(tr), r->cut_B, r->cut_T, r->ring, WINDOW, in);
-    if (s == GT_OK && in->layers > GT_MITIGATION_MAX_LAYERS) s = gt_errorf(GT_EUNSUPPORTED, "too many layers to report");
+    if (s == GT_OK && in->layers > GT_MITIGATION_MAX_LAYERS)
+      s = gt_errorf(GT_EUNSUPPORTED, "too many layers to report");
     if (s == GT_OK) {
       rep->pp = in->pp;
       rep->layers = in->layers;
@@ -339,8 +352,10 @@ static gt_status apply_led(run_rebalance *r, gt_trainer *tr, int step, bool lead
       note[2 + dp] = m->pp > 1;
       for (int s = 0; m->pp > 1 && s <= P; s++) note[3 + dp + s] = (float)m->cut[s];
     } else {
-      gt_warn("rebalance: the leader's epoch %lld does not fit this job (dp=%d, %d rows, at most %d a replica; "
-              "pp=%d): ignored", (long long)m->epoch, dp, offset_of(r->shares, dp), r->cap, P);
+      gt_warn(
+          "rebalance: the leader's epoch %lld does not fit this job (dp=%d, %d rows, at most %d a replica; "
+          "pp=%d): ignored",
+          (long long)m->epoch, dp, offset_of(r->shares, dp), r->cap, P);
       r->epoch = m->epoch;
     }
   }
@@ -349,8 +364,9 @@ static gt_status apply_led(run_rebalance *r, gt_trainer *tr, int step, bool lead
   if (s == GT_OK) s = gt_backend_download(r->be, note, r->note, n * sizeof *note);
   if (s == GT_OK && note[0] == 1) {
     char why[256] = "";
-    if (m) snprintf(why, sizeof why, "the leader's epoch %lld, term %lld, by %s", (long long)m->epoch,
-                    (long long)m->term, m->by);
+    if (m)
+      snprintf(why, sizeof why, "the leader's epoch %lld, term %lld, by %s", (long long)m->epoch, (long long)m->term,
+               m->by);
     bool rows = false;
     for (int i = 0; i < dp; i++) {
       r->next[i] = (int)note[2 + i];
@@ -372,16 +388,18 @@ static gt_status apply_led(run_rebalance *r, gt_trainer *tr, int step, bool lead
 gt_status run_rebalance_after_step(run_rebalance *r, gt_trainer *tr, const gt_step_stats *st,
                                    const gt_failslow_report *fs_report, bool urge, bool lead) {
   size_t world = (size_t)r->plan.world;
-  if (st->step < WARMUP) return GT_OK; /* every rank skips the same steps: the gathers stay matched */
+  if (st->step < WARMUP) return GT_OK;                  /* every rank skips the same steps: the gathers stay matched */
   if (r->led) GT_TRY(apply_led(r, tr, st->step, lead)); /* every step, on every rank */
-  if (fs_report && !fs_report->gathered) return GT_OK; /* the monitor gathers on the same steps everywhere */
+  if (fs_report && !fs_report->gathered) return GT_OK;  /* the monitor gathers on the same steps everywhere */
   if (r->filled == WINDOW) {
     memmove(r->ring, r->ring + world, (WINDOW - 1) * world * sizeof *r->ring);
     r->filled--;
   }
   gt_step_telemetry *slot = r->ring + (size_t)r->filled * world;
-  if (fs_report) memcpy(slot, fs_report->telemetry, world * sizeof *slot);
-  else GT_TRY(gather(r, &st->telemetry, slot));
+  if (fs_report)
+    memcpy(slot, fs_report->telemetry, world * sizeof *slot);
+  else
+    GT_TRY(gather(r, &st->telemetry, slot));
   if (urge || cleared_now(fs_report)) r->urgent = true;
   if (++r->filled < WINDOW) return GT_OK;
   if (r->cut_B && !r->led) GT_TRY(decide_cut(r, tr, st->step, lead));

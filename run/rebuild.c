@@ -29,8 +29,10 @@ gt_status run_build_model(const gt_run *r, const gt_model_config *mc, const gt_m
   gt_status s = gt_model_create(r->be, mc, &m);
   if (s == GT_OK) s = gt_model_set_parallel(m, mp);
   if (s == GT_OK) s = r->model.add_layers(m, r->model.user);
-  if (s == GT_OK && first) s = gt_model_set_stage_cut(m, first, plan->layout.pp);
-  else if (s == GT_OK) s = gt_plan_cut_stages(plan, m, rows, r->o.seq, speeds);
+  if (s == GT_OK && first)
+    s = gt_model_set_stage_cut(m, first, plan->layout.pp);
+  else if (s == GT_OK)
+    s = gt_plan_cut_stages(plan, m, rows, r->o.seq, speeds);
   if (s == GT_OK) s = gt_model_build(m);
   if (s == GT_OK) s = gt_plan_check_model(plan, m);
   if (s == GT_OK) s = gt_model_check_rows(m, rows);
@@ -99,8 +101,9 @@ static gt_status agree_on_state(gt_dist *nd, gt_status s, const char *fallback, 
   if (count[0] == 0) return GT_OK;
   /* Lost state: a checkpoint to roll back to, or a restart. */
   if (!fallback[0])
-    return s == GT_ENOTFOUND ? s
-                             : gt_errorf(GT_ENOTFOUND, "state that no rank left holds, and no checkpoint to roll back to");
+    return s == GT_ENOTFOUND
+               ? s
+               : gt_errorf(GT_ENOTFOUND, "state that no rank left holds, and no checkpoint to roll back to");
   *roll_back = true;
   return GT_OK;
 }
@@ -127,9 +130,14 @@ gt_status run_reshape_now(gt_run *r, bool planned) {
   char layout[64];
   GT_TRY(reshape_layout(r, world, layout, sizeof layout));
   gt_plan np;
-  gt_plan_config pc = {.world = world, .rank = rank, .layout = layout, .zero1 = r->o.zero1,
-                       .seq_parallel = r->o.seq_parallel, .bucket_bytes = (size_t)r->o.bucket_kib << 10,
-                       .schedule = r->schedule, .chunks = r->o.chunks};
+  gt_plan_config pc = {.world = world,
+                       .rank = rank,
+                       .layout = layout,
+                       .zero1 = r->o.zero1,
+                       .seq_parallel = r->o.seq_parallel,
+                       .bucket_bytes = (size_t)r->o.bucket_kib << 10,
+                       .schedule = r->schedule,
+                       .chunks = r->o.chunks};
   GT_TRY(gt_plan_resolve(&pc, &np));
   /* The same global batch: the rows of a step stay total x --accum. With
    * fewer replicas, more micro-batches of fewer rows each, where the rows
@@ -173,7 +181,9 @@ gt_status run_reshape_now(gt_run *r, bool planned) {
   if (world > 1) {
     /* A rank lost while the group forms is noticed within the init
      * timeout; then the next epoch is tried. */
-    gt_dist_config dc = {.plan = np, .store = r->job->store, .generation = r->reshaped_gen,
+    gt_dist_config dc = {.plan = np,
+                         .store = r->job->store,
+                         .generation = r->reshaped_gen,
                          .comm = {.backend = r->be, .secret = r->job->secret, .init_timeout_ms = 30000}};
     s = gt_dist_create(&dc, &nd);
   }
@@ -254,13 +264,14 @@ gt_status run_reshape_now(gt_run *r, bool planned) {
              r->o.program, info.path, info.step, rp.step - info.step);
     rp.step = info.step;
   }
-  printf("%s: reshaped in %.0f ms (pid %d): rank %d of %d in membership epoch %d, %s, step %d, %d rows of %d x %d "
-         "micro-batches; %llu floats from peers, %llu kept, %llu from a checkpoint (membership %.0f ms, "
-         "communicators and step %.0f ms, model %.0f ms, moving the state %.0f ms)\n",
-         r->o.program, (gt_now() - t0) * 1e3, (int)getpid(), rp.rank, rp.world, rsh->epoch, layout, rp.step, rows,
-         micro_rows, accum, (unsigned long long)ps.floats_received, (unsigned long long)ps.floats_kept,
-         (unsigned long long)ps.floats_from_ckpt, (t_agreed - t0) * 1e3, (t_dist - t_agreed) * 1e3,
-         (t_built - t_dist) * 1e3, (t_moved - t_built) * 1e3);
+  printf(
+      "%s: reshaped in %.0f ms (pid %d): rank %d of %d in membership epoch %d, %s, step %d, %d rows of %d x %d "
+      "micro-batches; %llu floats from peers, %llu kept, %llu from a checkpoint (membership %.0f ms, "
+      "communicators and step %.0f ms, model %.0f ms, moving the state %.0f ms)\n",
+      r->o.program, (gt_now() - t0) * 1e3, (int)getpid(), rp.rank, rp.world, rsh->epoch, layout, rp.step, rows,
+      micro_rows, accum, (unsigned long long)ps.floats_received, (unsigned long long)ps.floats_kept,
+      (unsigned long long)ps.floats_from_ckpt, (t_agreed - t0) * 1e3, (t_dist - t_agreed) * 1e3,
+      (t_built - t_dist) * 1e3, (t_moved - t_built) * 1e3);
   GT_TRY(run_mirror_start(rsh, r->tr, r->job, rp.rank == 0));
   run_watch_resume(rsh, nd ? gt_dist_grid(nd) : NULL);
   fflush(stdout);

@@ -13,9 +13,9 @@
 
 typedef struct run_recut_inputs {
   int pp, layers;
-  int now[GT_REBALANCE_MAX_STAGES + 1];  /* the model's cut: stage s holds layers [now[s], now[s+1]) */
+  int now[GT_REBALANCE_MAX_STAGES + 1];    /* the model's cut: stage s holds layers [now[s], now[s+1]) */
   double stage_s[GT_REBALANCE_MAX_STAGES]; /* each stage's slowest rank's compute, median over the steps */
-  double flops[RUN_RECUT_MAX_LAYERS];    /* each layer's forward FLOPs, B rows of T tokens */
+  double flops[RUN_RECUT_MAX_LAYERS];      /* each layer's forward FLOPs, B rows of T tokens */
 } run_recut_inputs;
 
 /* The model's cut: now[s] the first layer of stage s, now[pp] its layers. */

@@ -58,8 +58,8 @@ gt_status run_reshape_members(run_reshape *r, gt_job *job, int *world, int *rank
   return GT_OK;
 }
 
-gt_status run_reshape_decide(run_reshape *r, gt_comm *world, gt_trainer *tr, gt_loader *loader,
-                             uint64_t rows_per_step, run_resume_point *out) {
+gt_status run_reshape_decide(run_reshape *r, gt_comm *world, gt_trainer *tr, gt_loader *loader, uint64_t rows_per_step,
+                             run_resume_point *out) {
   /* A joining rank holds nothing: step -1, passed over below. */
   rank_state mine = {.step = tr ? gt_trainer_step_index(tr) : -1, .pending = tr && gt_trainer_step_pending(tr)};
   int rs = 0;
@@ -76,8 +76,10 @@ gt_status run_reshape_decide(run_reshape *r, gt_comm *world, gt_trainer *tr, gt_
   rank_state *all = calloc((size_t)n, sizeof *all);
   if (!all) return gt_errorf(GT_ENOMEM, "out of memory");
   gt_status s = GT_OK;
-  if (world) s = gt_comm_allgather(world, &mine, all, sizeof mine / sizeof(float), GT_F32);
-  else all[0] = mine;
+  if (world)
+    s = gt_comm_allgather(world, &mine, all, sizeof mine / sizeof(float), GT_F32);
+  else
+    all[0] = mine;
   int64_t hi = -1;
   for (int i = 0; i < n && s == GT_OK; i++) hi = all[i].step > hi ? all[i].step : hi;
   uint64_t row = 0;
@@ -86,12 +88,14 @@ gt_status run_reshape_decide(run_reshape *r, gt_comm *world, gt_trainer *tr, gt_
     if (a->step < 0) continue; /* joining */
     bool ok = a->step == hi || (a->step == hi - 1 && a->pending);
     if (!ok)
-      s = gt_errorf(GT_ESTATE, "rank %d is at step %lld%s and another at %lld: the step in flight cannot be "
-                    "resolved in place", r->members[i], (long long)a->step, a->pending ? " (pending)" : "",
-                    (long long)hi);
+      s = gt_errorf(GT_ESTATE,
+                    "rank %d is at step %lld%s and another at %lld: the step in flight cannot be "
+                    "resolved in place",
+                    r->members[i], (long long)a->step, a->pending ? " (pending)" : "", (long long)hi);
     uint64_t at = a->row + (uint64_t)(hi - a->row_step) * rows_per_step;
     if (s == GT_OK && !first && at != row)
-      s = gt_errorf(GT_ESTATE, "ranks disagree on the data stream's position at step %lld (rows %" PRIu64 " and %" PRIu64 ")",
+      s = gt_errorf(GT_ESTATE,
+                    "ranks disagree on the data stream's position at step %lld (rows %" PRIu64 " and %" PRIu64 ")",
                     (long long)hi, row, at);
     row = at;
     first = 0;
@@ -99,8 +103,8 @@ gt_status run_reshape_decide(run_reshape *r, gt_comm *world, gt_trainer *tr, gt_
   if (s == GT_OK && hi < 0) s = gt_errorf(GT_ESTATE, "no rank of the new membership holds a trainer's state");
   free(all);
   GT_TRY(s);
-  *out = (run_resume_point){.world = n, .rank = me, .step = (int)hi, .row = row,
-                            .apply_pending = mine.pending && mine.step == hi - 1};
+  *out = (run_resume_point){
+      .world = n, .rank = me, .step = (int)hi, .row = row, .apply_pending = mine.pending && mine.step == hi - 1};
   return GT_OK;
 }
 
@@ -208,8 +212,8 @@ gt_status run_reshape_join(run_reshape *r, gt_job *job) {
     if (s != GT_OK && s != GT_ETIMEDOUT) return s;
   }
   GT_TRY(gt_members_request_join(job->store, r->gen_rank));
-  printf("%s: rank %d (pid %d) asks to join the running job (membership epoch %d)\n", r->name, r->gen_rank, (int)getpid(),
-         epoch);
+  printf("%s: rank %d (pid %d) asks to join the running job (membership epoch %d)\n", r->name, r->gen_rank,
+         (int)getpid(), epoch);
   fflush(stdout);
   for (;;) {
     int ms = (int)((deadline - gt_now()) * 1000);
@@ -276,4 +280,3 @@ gt_status run_reshape_check_joins(run_reshape *r, gt_job *job, gt_comm *world, b
   *grow = flag > 0;
   return GT_OK;
 }
-

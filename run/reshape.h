@@ -23,21 +23,21 @@
 #define RUN_RESHAPE_RETRIES 3
 
 typedef struct run_reshape {
-  const char *name;         /* the program, in log lines */
-  int gen_world, gen_rank;  /* this worker in its generation (epoch 0) */
-  int epoch;                /* the membership epoch the ranks train in */
+  const char *name;        /* the program, in log lines */
+  int gen_world, gen_rank; /* this worker in its generation (epoch 0) */
+  int epoch;               /* the membership epoch the ranks train in */
   int members[GT_MEMBERS_MAX], n;
-  int timeout_ms;           /* waiting for a new epoch, and for the others' states */
+  int timeout_ms; /* waiting for a new epoch, and for the others' states */
   /* Redundancy: a copy of this rank's single-owner state on a peer,
    * taken every `every` steps, chosen so that it costs at most
    * RUN_MIRROR_BUDGET of a step. */
   gt_ckpt_mirror *mirror;
   int every, taken;
-  int fixed_every;          /* --mirror-every: > 0 fixes `every` */
-  double update_s, step_s;  /* sums over the calibration updates */
-  int64_t joins_seen;       /* rank 0: join requests taken so far */
-  double joins_retry_at;    /* rank 0: after a failed look, the next one not before this (gt_now) */
-  gt_fault_plan faults;     /* GT_FAULT's holdjoin, played where joins are looked for */
+  int fixed_every;         /* --mirror-every: > 0 fixes `every` */
+  double update_s, step_s; /* sums over the calibration updates */
+  int64_t joins_seen;      /* rank 0: join requests taken so far */
+  double joins_retry_at;   /* rank 0: after a failed look, the next one not before this (gt_now) */
+  gt_fault_plan faults;    /* GT_FAULT's holdjoin, played where joins are looked for */
   /* A cut-off peer (a partitioned node) breaks no connection: the watcher
    * aborts `grid`'s communicators once the epoch without it stands
    * (giant/members.h), so the step blocked on it fails at once. */
@@ -60,10 +60,10 @@ typedef struct run_reshape {
 
 /* Where training goes on after the agreement. */
 typedef struct run_resume_point {
-  int world, rank;     /* in the new epoch */
-  int step;            /* the step every member is at, once the pending one is resolved */
-  uint64_t row;        /* the data stream's next row */
-  bool apply_pending;  /* this rank applies its pending step (gt_trainer_resolve_step) */
+  int world, rank;    /* in the new epoch */
+  int step;           /* the step every member is at, once the pending one is resolved */
+  uint64_t row;       /* the data stream's next row */
+  bool apply_pending; /* this rank applies its pending step (gt_trainer_resolve_step) */
 } run_resume_point;
 
 void run_reshape_init(run_reshape *r, const gt_job *job, const char *name);
@@ -104,7 +104,7 @@ gt_status run_reshape_members(run_reshape *r, gt_job *job, int *world, int *rank
 /* Then, over the new world's communicator (NULL: alone), decides with the
  * others where training goes on: each rank's step and data position are
  * all-gathered. rows_per_step: rows of the whole job per step. */
-gt_status run_reshape_decide(run_reshape *r, gt_comm *world, gt_trainer *tr, gt_loader *loader,
-                             uint64_t rows_per_step, run_resume_point *out);
+gt_status run_reshape_decide(run_reshape *r, gt_comm *world, gt_trainer *tr, gt_loader *loader, uint64_t rows_per_step,
+                             run_resume_point *out);
 
 #endif

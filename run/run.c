@@ -19,11 +19,15 @@
 void run_report(const gt_run *r, const char *what, gt_status s) {
   fprintf(stderr, "%s: %s: %s (%s)\n", r->o.program, what, gt_last_error(), gt_status_name(s));
   if (s == GT_ENOMEM && strstr(gt_last_error(), "device memory budget"))
-    fprintf(stderr, "%s: --offload W keeps the master weights, gradients and optimizer state in host memory "
-                    "and only W layers' weights on the device\n", r->o.program);
+    fprintf(stderr,
+            "%s: --offload W keeps the master weights, gradients and optimizer state in host memory "
+            "and only W layers' weights on the device\n",
+            r->o.program);
   if (s == GT_ENOMEM && strstr(gt_last_error(), "host memory budget"))
-    fprintf(stderr, "%s: --offload-optimizer disk:DIR keeps the optimizer state in a file in DIR, streamed "
-                    "through a little host memory\n", r->o.program);
+    fprintf(stderr,
+            "%s: --offload-optimizer disk:DIR keeps the optimizer state in a file in DIR, streamed "
+            "through a little host memory\n",
+            r->o.program);
 }
 
 gt_status run_fail(gt_run *r, int code, const char *what, gt_status s) {

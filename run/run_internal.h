@@ -46,13 +46,13 @@ struct gt_run {
   gt_ckpt *ckpt;
   run_ckpt_args ckpt_args;
   run_rebalance *rb;
-  int *shares;           /* every replica's rows of each micro-batch */
-  int cap;               /* the most one replica may take: its activations' rows */
-  int launch_cap;        /* cap at launch, which a reshape keeps within */
+  int *shares;    /* every replica's rows of each micro-batch */
+  int cap;        /* the most one replica may take: its activations' rows */
+  int launch_cap; /* cap at launch, which a reshape keeps within */
   gt_failslow *failslow;
   run_ladder_caps ladder; /* --ladder, parsed once; what the job can do is filled at each decision */
-  run_reshape rsh;       /* --reshape: the membership, and the copies on a peer */
-  char metrics[4096];    /* this rank's metrics file, "" for none */
+  run_reshape rsh;        /* --reshape: the membership, and the copies on a peer */
+  char metrics[4096];     /* this rank's metrics file, "" for none */
   char reshaped_gen[96];
 };
 

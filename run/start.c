@@ -89,10 +89,17 @@ static gt_status choose_plan(gt_run *r, const gt_annotations *ann) {
   gt_job *job = r->job;
   const gt_run_options *a = &r->o;
   const char *layout = a->plan ? a->plan : (job->plan[0] ? job->plan : "auto");
-  gt_plan_config pc = {.world = job->world_size, .rank = job->rank, .layout = layout, .zero1 = a->zero1,
-                       .seq_parallel = a->seq_parallel, .bucket_bytes = (size_t)a->bucket_kib << 10,
-                       .schedule = r->schedule, .chunks = a->chunks, .annotations = ann,
-                       .micro_batches = a->accum, .offload_window = a->offload};
+  gt_plan_config pc = {.world = job->world_size,
+                       .rank = job->rank,
+                       .layout = layout,
+                       .zero1 = a->zero1,
+                       .seq_parallel = a->seq_parallel,
+                       .bucket_bytes = (size_t)a->bucket_kib << 10,
+                       .schedule = r->schedule,
+                       .chunks = a->chunks,
+                       .annotations = ann,
+                       .micro_batches = a->accum,
+                       .offload_window = a->offload};
   gt_grid_layout fixed, chosen_layout;
   if (gt_plan_preview(&pc, &fixed) != GT_OK) return GT_EINVAL;
   /* The planner fills what is open, where the fixed factors leave room for
@@ -145,8 +152,9 @@ static gt_status share_rows(gt_run *r, bool rebalance, const gt_annotations *ann
                   plan->layout.dp);
   if (s == GT_OK) s = gt_planner_batch_split(r->total, plan->layout.dp, replica_speed, r->shares);
   if (s == GT_OK && rebalance && plan->layout.dp > 1 && plan->layout.tp > 1 && ann->regions)
-    s = gt_errorf(GT_EINVAL, "--rebalance moves rows between replicas, and the replicated region '%s'..'%s' needs "
-                             "rows that divide by tp=%d: leave out one or the other",
+    s = gt_errorf(GT_EINVAL,
+                  "--rebalance moves rows between replicas, and the replicated region '%s'..'%s' needs "
+                  "rows that divide by tp=%d: leave out one or the other",
                   ann->region_at, ann->region_end, plan->layout.tp);
   *rows = s == GT_OK ? r->shares[plan->me.dp] : 0;
   *offset = 0;
@@ -189,8 +197,8 @@ static gt_status print_plan(gt_run *r, int rows) {
   GT_TRY(gt_model_set_precision(r->m, r->precision));
   if (!r->lead) return GT_OK;
   gt_plan_print(&r->plan, r->m, stdout);
-  GT_TRY(run_print_prediction(r->be, &r->model, &r->plan, r->m, rows, r->o.seq, r->o.accum * r->plan.layout.dp,
-                              r->peak, r->o.offload, r->precision, stdout));
+  GT_TRY(run_print_prediction(r->be, &r->model, &r->plan, r->m, rows, r->o.seq, r->o.accum * r->plan.layout.dp, r->peak,
+                              r->o.offload, r->precision, stdout));
   return run_print_memory(r->be, r->m, r->kind == GT_OPTIM_ADAMW ? 2 : 1, r->o.accum, stdout);
 }
 
@@ -231,8 +239,7 @@ static gt_status start_reshape(gt_run *r) {
   gt_status s;
   run_reshape_init(&r->rsh, r->job, r->o.program);
   r->rsh.fixed_every = r->o.mirror_every;
-  printf("%s: rank %d of %d (pid %d), --reshape on\n", r->o.program, r->job->rank, r->job->world_size,
-         (int)getpid());
+  printf("%s: rank %d of %d (pid %d), --reshape on\n", r->o.program, r->job->rank, r->job->world_size, (int)getpid());
   fflush(stdout);
   if (r->dist && (s = run_mirror_start(&r->rsh, r->tr, r->job, r->lead)) != GT_OK)
     return run_fail(r, GT_RUN_EXIT_FAILED, "starting redundancy", s);
@@ -253,7 +260,9 @@ static gt_status start_reshape(gt_run *r) {
 
 gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
   if (!r || !r->job || !r->be) return gt_errorf(GT_ESTATE, "gt_run_start needs a run that gt_run_open opened");
-  if (!model || !model->add_layers) return run_fail(r, GT_RUN_EXIT_USAGE, "starting", gt_errorf(GT_EINVAL, "gt_run_start: the model has no add_layers"));
+  if (!model || !model->add_layers)
+    return run_fail(r, GT_RUN_EXIT_USAGE, "starting",
+                    gt_errorf(GT_EINVAL, "gt_run_start: the model has no add_layers"));
   r->model = *model;
   const gt_run_options *a = &r->o;
   gt_status s;
@@ -269,14 +278,19 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
     return run_fail(r, GT_RUN_EXIT_USAGE, "planning", s);
   if (r->lead && a->speeds) printf("speeds %s: this replica takes %d of every %d rows\n", a->speeds, rows, r->total);
   if (r->job->world_size > 1 && !r->joining) {
-    gt_dist_config dc = {.plan = r->plan, .store = r->job->store, .generation = r->job->generation_name,
+    gt_dist_config dc = {.plan = r->plan,
+                         .store = r->job->store,
+                         .generation = r->job->generation_name,
                          .comm = {.backend = r->be, .secret = r->job->secret}};
     if ((s = gt_dist_create(&dc, &r->dist)) != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "connecting the ranks", s);
   }
   /* Layers are declared first, so the planner can cut pipeline stages by
    * their costs before any memory is allocated. */
-  r->mc = (gt_model_config){.B_max = cap, .T_max = a->seq, .seed = a->seed,
-                            .offload_window = a->offload ? a->offload : -1, .offload_prefetch = a->offload_prefetch};
+  r->mc = (gt_model_config){.B_max = cap,
+                            .T_max = a->seq,
+                            .seed = a->seed,
+                            .offload_window = a->offload ? a->offload : -1,
+                            .offload_prefetch = a->offload_prefetch};
   r->mp = r->dist ? gt_dist_model_parallel(r->dist) : (gt_model_parallel){0};
   if (!r->joining && (s = run_build_model(r, &r->mc, &r->mp, &r->plan, rows, speeds, NULL, &r->m)) != GT_OK)
     /* GT_EINVAL: the model does not fit the plan, and a restart would fail alike. */
@@ -284,8 +298,13 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
   /* Each data-parallel replica reads its own share; tensor-parallel ranks of
    * one replica read the same one. The loader is opened for `cap` rows and
    * then given its share; every id in the file must be one the model takes. */
-  gt_loader_config lc = {.path = a->data, .source = r->source, .B = cap, .T_max = a->seq, .shard = r->plan.me.dp,
-                         .nshards = r->plan.layout.dp, .mode = a->documents ? GT_LOADER_DOCUMENTS : GT_LOADER_FIXED};
+  gt_loader_config lc = {.path = a->data,
+                         .source = r->source,
+                         .B = cap,
+                         .T_max = a->seq,
+                         .shard = r->plan.me.dp,
+                         .nshards = r->plan.layout.dp,
+                         .mode = a->documents ? GT_LOADER_DOCUMENTS : GT_LOADER_FIXED};
   uint32_t vocab = r->m ? (uint32_t)gt_model_vocab_size(r->m) : 0;
   if ((s = gt_loader_open(&lc, vocab, &r->loader)) != GT_OK ||
       (s = gt_loader_reshare(r->loader, rows, offset, r->total)) != GT_OK)
@@ -299,26 +318,34 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
   if (!a->metrics || !metrics_per_rank(a->metrics, r->job->rank, r->metrics, sizeof r->metrics))
     snprintf(r->metrics, sizeof r->metrics, "%s", r->lead && a->metrics ? a->metrics : "");
   const char *metrics = r->metrics[0] ? r->metrics : NULL;
-  r->tc = (gt_trainer_config){.optim = gt_optim_defaults(r->kind), .grad_clip = a->clip, .grad_accum = a->accum,
-                              .metrics_path = metrics,
-                              .print_every = r->lead ? a->print_every : 0,
-                              .schedule = {.lr_max = a->lr, .lr_min = a->min_lr, .warmup = a->warmup, .total = a->steps},
-                              .dist = r->dist, .no_overlap = a->no_overlap, .precision = r->precision,
-                              .commit_vote = a->reshape, .skip_nonfinite = a->skip_nonfinite,
-                              .update_per_layer = a->update_per_layer, .delayed_update = a->delayed_update};
+  r->tc =
+      (gt_trainer_config){.optim = gt_optim_defaults(r->kind),
+                          .grad_clip = a->clip,
+                          .grad_accum = a->accum,
+                          .metrics_path = metrics,
+                          .print_every = r->lead ? a->print_every : 0,
+                          .schedule = {.lr_max = a->lr, .lr_min = a->min_lr, .warmup = a->warmup, .total = a->steps},
+                          .dist = r->dist,
+                          .no_overlap = a->no_overlap,
+                          .precision = r->precision,
+                          .commit_vote = a->reshape,
+                          .skip_nonfinite = a->skip_nonfinite,
+                          .update_per_layer = a->update_per_layer,
+                          .delayed_update = a->delayed_update};
   if (a->weight_decay >= 0) r->tc.optim.weight_decay = a->weight_decay;
   r->tc.optim.state_dir = r->state_dir;
   r->tc.compute_wall_time = wall_clock(r);
   if (!r->joining && (s = gt_trainer_create(r->m, &r->tc, &r->tr)) != GT_OK)
     return run_fail(r, GT_RUN_EXIT_FAILED, "creating the trainer", s);
   if (r->lead && r->m)
-    printf("%s: %zu parameters in %d layers, T=%d, B=%d x %d micro-batches per replica, %s (%s kernels), %s, %d "
-           "threads, peak %.1f GFLOP/s; world %d = dp %d x tp %d x pp %d%s%s%s\n",
-           r->o.program, gt_model_param_count_whole(r->m), gt_model_num_layers(r->m), a->seq, rows, a->accum,
-           gt_backend_name(r->be), gt_backend_kernels(r->be), gt_precision_name(r->precision),
-           gt_backend_num_threads(r->be), gt_backend_peak_flops(r->be) / 1e9, r->plan.world, r->plan.layout.dp,
-           r->plan.layout.tp, r->plan.layout.pp, r->plan.zero1 ? ", ZeRO-1" : "",
-           r->plan.seq_parallel ? ", sequence parallel" : "", gt_model_offloaded(r->m) ? ", offloaded" : "");
+    printf(
+        "%s: %zu parameters in %d layers, T=%d, B=%d x %d micro-batches per replica, %s (%s kernels), %s, %d "
+        "threads, peak %.1f GFLOP/s; world %d = dp %d x tp %d x pp %d%s%s%s\n",
+        r->o.program, gt_model_param_count_whole(r->m), gt_model_num_layers(r->m), a->seq, rows, a->accum,
+        gt_backend_name(r->be), gt_backend_kernels(r->be), gt_precision_name(r->precision),
+        gt_backend_num_threads(r->be), gt_backend_peak_flops(r->be) / 1e9, r->plan.world, r->plan.layout.dp,
+        r->plan.layout.tp, r->plan.layout.pp, r->plan.zero1 ? ", ZeRO-1" : "",
+        r->plan.seq_parallel ? ", sequence parallel" : "", gt_model_offloaded(r->m) ? ", offloaded" : "");
   r->ckpt_args = (run_ckpt_args){.dir = a->ckpt_dir, .every = a->ckpt_every, .keep = a->ckpt_keep};
   if (!r->joining && (s = run_ckpt_start(&r->ckpt_args, r->job, r->tr, r->loader, &r->ckpt)) != GT_OK)
     return run_fail(r, GT_RUN_EXIT_FAILED, "resuming from a checkpoint", s);
@@ -327,7 +354,8 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
     return run_fail(r, GT_RUN_EXIT_USAGE, "starting fail-slow detection", s);
   if (a->rebalance && !rebalance && r->lead) printf("--rebalance: one replica and one stage, nothing to move\n");
   r->cap = r->launch_cap = cap;
-  if (!r->joining && (s = start_rebalance(r, rows)) != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "setting up --rebalance", s);
+  if (!r->joining && (s = start_rebalance(r, rows)) != GT_OK)
+    return run_fail(r, GT_RUN_EXIT_FAILED, "setting up --rebalance", s);
   r->started = true;
   if (a->reshape) GT_TRY(start_reshape(r));
   return GT_OK;

@@ -33,8 +33,10 @@ static bool leave_if_excluded(gt_run *r, const int *excluded, int nexcl, int ste
   *s = gt_members_remove_set(r->job->store, r->rsh.gen_world, gen, nexcl, &epoch);
   printf("%s: excluded after step %d (pid %d): membership epoch %d goes on without rank %d\n", r->o.program, step,
          (int)getpid(), epoch, r->rsh.gen_rank);
-  if (*s != GT_OK) run_fail(r, GT_RUN_EXIT_FAILED, "leaving the job", *s);
-  else r->rc = GT_RUN_EXIT_OK;
+  if (*s != GT_OK)
+    run_fail(r, GT_RUN_EXIT_FAILED, "leaving the job", *s);
+  else
+    r->rc = GT_RUN_EXIT_OK;
   return true;
 }
 
@@ -77,8 +79,10 @@ static gt_status restart_now(gt_run *r) {
   if (s == GT_OK) s = gt_ckpt_wait(r->ckpt);
   if (s != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "saving before the ladder's restart", s);
   if (r->lead)
-    printf("%s: ladder: restart: checkpoint of step %d committed; every worker exits %d for giantrun to restart the "
-           "job from it\n", r->o.program, step, GT_RUN_EXIT_RESTART);
+    printf(
+        "%s: ladder: restart: checkpoint of step %d committed; every worker exits %d for giantrun to restart the "
+        "job from it\n",
+        r->o.program, step, GT_RUN_EXIT_RESTART);
   fflush(stdout);
   gt_job_done(r->job);
   r->rc = GT_RUN_EXIT_RESTART;
@@ -155,8 +159,10 @@ gt_status gt_run_train(gt_run *r) {
   run_failslow_summary(r->failslow, r->lead);
   /* A run that resumed where training ends (a restart after the last
    * step's checkpoint) took no step: it has no loss to show. */
-  if (r->lead && start < a->steps) printf("loss %.6f -> %.6f over steps %d..%d\n", first.loss, st.loss, start, a->steps);
-  else if (r->lead) printf("no steps left: resumed at step %d of %d\n", start, a->steps);
+  if (r->lead && start < a->steps)
+    printf("loss %.6f -> %.6f over steps %d..%d\n", first.loss, st.loss, start, a->steps);
+  else if (r->lead)
+    printf("no steps left: resumed at step %d of %d\n", start, a->steps);
   r->trained = true;
   r->rc = GT_RUN_EXIT_OK;
   return GT_OK;

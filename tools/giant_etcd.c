@@ -83,8 +83,7 @@ static void print_bytes(const void *p, size_t n) { fwrite(p, 1, n, stdout); }
 
 static int cmd_get(gt_etcd_client *c, char **args, int n, const opts *o) {
   if (n != 1) return bad_usage("get takes one KEY%s", "");
-  gt_etcd_get_opts g = {.prefix = o->prefix, .limit = o->limit, .revision = o->rev,
-                        .keys_only = o->keys_only};
+  gt_etcd_get_opts g = {.prefix = o->prefix, .limit = o->limit, .revision = o->rev, .keys_only = o->keys_only};
   gt_etcd_kvs r;
   if (gt_etcd_get(c, args[0], &g, &r) != GT_OK) return failed();
   for (size_t i = 0; i < r.n; i++) {
@@ -161,8 +160,10 @@ static int cmd_health(gt_etcd_client *c, char **args, int n) {
   snprintf(key, sizeof key, "/giant/%s/leader", args[0]);
   gt_etcd_kvs r;
   if (gt_etcd_get(c, key, NULL, &r) != GT_OK) return failed();
-  if (r.n) printf("leader: %s (term %lld)\n", (const char *)r.kvs[0].value, (long long)r.kvs[0].create_revision);
-  else printf("leader: none\n");
+  if (r.n)
+    printf("leader: %s (term %lld)\n", (const char *)r.kvs[0].value, (long long)r.kvs[0].create_revision);
+  else
+    printf("leader: none\n");
   gt_etcd_kvs_free(&r);
   gt_mitigation *m = malloc(sizeof *m);
   int found = 0;
@@ -171,8 +172,10 @@ static int cmd_health(gt_etcd_client *c, char **args, int n) {
     return 1;
   }
   gt_status ms = gt_mitigation_get(c, args[0], m, &found);
-  if (ms == GT_OK && found) gt_mitigation_print(m, stdout);
-  else if (ms == GT_OK) printf("mitigation: none\n");
+  if (ms == GT_OK && found)
+    gt_mitigation_print(m, stdout);
+  else if (ms == GT_OK)
+    printf("mitigation: none\n");
   free(m);
   if (ms != GT_OK) return failed();
   enum { MAX_RANKS = 65536 };
@@ -229,17 +232,39 @@ static int cmd_lease(gt_etcd_client *c, char **args, int n, const opts *o) {
 }
 
 int main(int argc, char **argv) {
-  enum { O_ENDPOINTS = 256, O_CACERT, O_CERT, O_KEY, O_USER, O_PASSWORD, O_TIMEOUT, O_PREFIX,
-         O_LIMIT, O_REV, O_KEYS_ONLY, O_LEASE, O_COUNT, O_FOR, O_HELP };
-  static const struct option longopts[] = {
-      {"endpoints", required_argument, 0, O_ENDPOINTS}, {"cacert", required_argument, 0, O_CACERT},
-      {"cert", required_argument, 0, O_CERT},           {"key", required_argument, 0, O_KEY},
-      {"user", required_argument, 0, O_USER},           {"password", required_argument, 0, O_PASSWORD},
-      {"timeout", required_argument, 0, O_TIMEOUT},     {"prefix", no_argument, 0, O_PREFIX},
-      {"limit", required_argument, 0, O_LIMIT},         {"rev", required_argument, 0, O_REV},
-      {"keys-only", no_argument, 0, O_KEYS_ONLY},       {"lease", required_argument, 0, O_LEASE},
-      {"count", required_argument, 0, O_COUNT},         {"for", required_argument, 0, O_FOR},
-      {"help", no_argument, 0, O_HELP},                 {0, 0, 0, 0}};
+  enum {
+    O_ENDPOINTS = 256,
+    O_CACERT,
+    O_CERT,
+    O_KEY,
+    O_USER,
+    O_PASSWORD,
+    O_TIMEOUT,
+    O_PREFIX,
+    O_LIMIT,
+    O_REV,
+    O_KEYS_ONLY,
+    O_LEASE,
+    O_COUNT,
+    O_FOR,
+    O_HELP
+  };
+  static const struct option longopts[] = {{"endpoints", required_argument, 0, O_ENDPOINTS},
+                                           {"cacert", required_argument, 0, O_CACERT},
+                                           {"cert", required_argument, 0, O_CERT},
+                                           {"key", required_argument, 0, O_KEY},
+                                           {"user", required_argument, 0, O_USER},
+                                           {"password", required_argument, 0, O_PASSWORD},
+                                           {"timeout", required_argument, 0, O_TIMEOUT},
+                                           {"prefix", no_argument, 0, O_PREFIX},
+                                           {"limit", required_argument, 0, O_LIMIT},
+                                           {"rev", required_argument, 0, O_REV},
+                                           {"keys-only", no_argument, 0, O_KEYS_ONLY},
+                                           {"lease", required_argument, 0, O_LEASE},
+                                           {"count", required_argument, 0, O_COUNT},
+                                           {"for", required_argument, 0, O_FOR},
+                                           {"help", no_argument, 0, O_HELP},
+                                           {0, 0, 0, 0}};
   gt_etcd_config cfg = {0};
   cfg.endpoints = getenv("GIANT_ETCD_ENDPOINTS");
   if (!cfg.endpoints || !*cfg.endpoints) cfg.endpoints = "127.0.0.1:2379";
@@ -251,47 +276,43 @@ int main(int argc, char **argv) {
   while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
     /* GNU getopt permutes: flags may come before or after the command. */
     switch (ch) {
-    case O_ENDPOINTS: cfg.endpoints = optarg; break;
-    case O_CACERT: cfg.cacert = optarg; break;
-    case O_CERT: cfg.cert = optarg; break;
-    case O_KEY: cfg.key = optarg; break;
-    case O_USER: user = optarg; break;
-    case O_PASSWORD: cfg.password = optarg; break;
-    case O_TIMEOUT:
-      if (parse_i64(optarg, 10, &v) != 0 || v <= 0 || v > 3600000)
-        return bad_usage("--timeout must be milliseconds from 1 to 3600000, got '%s'", optarg);
-      cfg.timeout_ms = (int)v;
-      break;
-    case O_PREFIX: o.prefix = 1; break;
-    case O_KEYS_ONLY: o.keys_only = 1; break;
-    case O_LIMIT:
-      if (parse_i64(optarg, 10, &o.limit) != 0 || o.limit < 0)
-        return bad_usage("--limit must be a non-negative integer, got '%s'", optarg);
-      break;
-    case O_REV:
-      if (parse_i64(optarg, 10, &o.rev) != 0 || o.rev < 0)
-        return bad_usage("--rev must be a non-negative revision, got '%s'", optarg);
-      break;
-    case O_LEASE:
-      if (parse_i64(optarg, 16, &o.lease) != 0)
-        return bad_usage("--lease must be a hexadecimal lease id, got '%s'", optarg);
-      break;
-    case O_COUNT:
-      if (parse_i64(optarg, 10, &o.count) != 0 || o.count <= 0)
-        return bad_usage("--count must be a positive integer, got '%s'", optarg);
-      break;
-    case O_FOR:
-      if (parse_i64(optarg, 10, &o.for_s) != 0 || o.for_s <= 0)
-        return bad_usage("--for must be a positive number of seconds, got '%s'", optarg);
-      break;
-    case O_HELP:
-    case 'h':
-      fputs(usage, stdout);
-      return 0;
-    case ':':
-      return bad_usage("flag '%s' needs a value", argv[optind - 1]);
-    default:
-      return bad_usage("unknown flag '%s'", argv[optind - 1]);
+      case O_ENDPOINTS: cfg.endpoints = optarg; break;
+      case O_CACERT: cfg.cacert = optarg; break;
+      case O_CERT: cfg.cert = optarg; break;
+      case O_KEY: cfg.key = optarg; break;
+      case O_USER: user = optarg; break;
+      case O_PASSWORD: cfg.password = optarg; break;
+      case O_TIMEOUT:
+        if (parse_i64(optarg, 10, &v) != 0 || v <= 0 || v > 3600000)
+          return bad_usage("--timeout must be milliseconds from 1 to 3600000, got '%s'", optarg);
+        cfg.timeout_ms = (int)v;
+        break;
+      case O_PREFIX: o.prefix = 1; break;
+      case O_KEYS_ONLY: o.keys_only = 1; break;
+      case O_LIMIT:
+        if (parse_i64(optarg, 10, &o.limit) != 0 || o.limit < 0)
+          return bad_usage("--limit must be a non-negative integer, got '%s'", optarg);
+        break;
+      case O_REV:
+        if (parse_i64(optarg, 10, &o.rev) != 0 || o.rev < 0)
+          return bad_usage("--rev must be a non-negative revision, got '%s'", optarg);
+        break;
+      case O_LEASE:
+        if (parse_i64(optarg, 16, &o.lease) != 0)
+          return bad_usage("--lease must be a hexadecimal lease id, got '%s'", optarg);
+        break;
+      case O_COUNT:
+        if (parse_i64(optarg, 10, &o.count) != 0 || o.count <= 0)
+          return bad_usage("--count must be a positive integer, got '%s'", optarg);
+        break;
+      case O_FOR:
+        if (parse_i64(optarg, 10, &o.for_s) != 0 || o.for_s <= 0)
+          return bad_usage("--for must be a positive number of seconds, got '%s'", optarg);
+        break;
+      case O_HELP:
+      case 'h': fputs(usage, stdout); return 0;
+      case ':': return bad_usage("flag '%s' needs a value", argv[optind - 1]);
+      default: return bad_usage("unknown flag '%s'", argv[optind - 1]);
     }
   }
   char **words = argv + optind;
@@ -308,8 +329,8 @@ int main(int argc, char **argv) {
     if (!cfg.password) return bad_usage("--user %s needs --password (or NAME:PASSWORD)", user);
   }
   const char *cmd = words[0];
-  if (strcmp(cmd, "get") && strcmp(cmd, "put") && strcmp(cmd, "del") && strcmp(cmd, "watch") &&
-      strcmp(cmd, "lease") && strcmp(cmd, "health"))
+  if (strcmp(cmd, "get") && strcmp(cmd, "put") && strcmp(cmd, "del") && strcmp(cmd, "watch") && strcmp(cmd, "lease") &&
+      strcmp(cmd, "health"))
     return bad_usage("unknown command '%s' (get, put, del, watch, lease, health)", cmd);
 
   struct sigaction sa;
@@ -325,12 +346,18 @@ int main(int argc, char **argv) {
     return st == GT_EINVAL ? 2 : 1; /* bad flags vs. a server that failed */
   }
   int rc;
-  if (strcmp(cmd, "get") == 0) rc = cmd_get(c, words + 1, nw - 1, &o);
-  else if (strcmp(cmd, "put") == 0) rc = cmd_put(c, words + 1, nw - 1, &o);
-  else if (strcmp(cmd, "del") == 0) rc = cmd_del(c, words + 1, nw - 1, &o);
-  else if (strcmp(cmd, "watch") == 0) rc = cmd_watch(c, words + 1, nw - 1, &o);
-  else if (strcmp(cmd, "health") == 0) rc = cmd_health(c, words + 1, nw - 1);
-  else rc = cmd_lease(c, words + 1, nw - 1, &o);
+  if (strcmp(cmd, "get") == 0)
+    rc = cmd_get(c, words + 1, nw - 1, &o);
+  else if (strcmp(cmd, "put") == 0)
+    rc = cmd_put(c, words + 1, nw - 1, &o);
+  else if (strcmp(cmd, "del") == 0)
+    rc = cmd_del(c, words + 1, nw - 1, &o);
+  else if (strcmp(cmd, "watch") == 0)
+    rc = cmd_watch(c, words + 1, nw - 1, &o);
+  else if (strcmp(cmd, "health") == 0)
+    rc = cmd_health(c, words + 1, nw - 1);
+  else
+    rc = cmd_lease(c, words + 1, nw - 1, &o);
   gt_etcd_close(c);
   return rc;
 }

@@ -40,8 +40,8 @@ static int usage(FILE *f, int rc) {
 
 int main(int argc, char **argv) {
   gt_text_options opts = {.records = GT_RECORDS_FORTUNE};
-  const char *records = NULL;    /* --records, as given */
-  const char *sep_flag = NULL;   /* --doc-sep or --no-doc-sep, as given */
+  const char *records = NULL;  /* --records, as given */
+  const char *sep_flag = NULL; /* --doc-sep or --no-doc-sep, as given */
   const char *sep = "%";
   int i = 1;
   for (; i < argc && argv[i][0] == '-' && argv[i][1] != '\0'; i++) {
@@ -55,8 +55,10 @@ int main(int argc, char **argv) {
       }
       records = argv[++i];
       if (gt_text_records_parse(records, &opts.records) != GT_OK || opts.records == GT_RECORDS_SEPARATOR) {
-        fprintf(stderr, "giant-tokenize: --records: unknown mode '%s': use fortune, paragraph, file or line "
-                        "(or --doc-sep LINE for a separator line of your own)\n", records);
+        fprintf(stderr,
+                "giant-tokenize: --records: unknown mode '%s': use fortune, paragraph, file or line "
+                "(or --doc-sep LINE for a separator line of your own)\n",
+                records);
         return 2;
       }
     } else if (strcmp(argv[i], "--doc-sep") == 0) {
@@ -81,8 +83,10 @@ int main(int argc, char **argv) {
     }
   }
   if (sep_flag && opts.records != GT_RECORDS_FORTUNE) {
-    fprintf(stderr, "giant-tokenize: %s changes the fortune reader's separator line; it does not go with "
-                    "--records %s\n", sep_flag, records);
+    fprintf(stderr,
+            "giant-tokenize: %s changes the fortune reader's separator line; it does not go with "
+            "--records %s\n",
+            sep_flag, records);
     return 2;
   }
   if (argc - i < 2) {
@@ -103,10 +107,8 @@ int main(int argc, char **argv) {
   }
   struct stat st;
   long long bytes = stat(out, &st) == 0 ? (long long)st.st_size : -1;
-  printf("giant-tokenize: wrote %s: %llu tokens (%lld bytes) in %.3f s\n", out,
-         (unsigned long long)n, bytes, gt_now() - t0);
-  if (n < 2)
-    fprintf(stderr, "giant-tokenize: warning: %s holds fewer than 2 tokens; it cannot be trained on\n",
-            out);
+  printf("giant-tokenize: wrote %s: %llu tokens (%lld bytes) in %.3f s\n", out, (unsigned long long)n, bytes,
+         gt_now() - t0);
+  if (n < 2) fprintf(stderr, "giant-tokenize: warning: %s holds fewer than 2 tokens; it cannot be trained on\n", out);
   return 0;
 }

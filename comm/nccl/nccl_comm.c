@@ -64,8 +64,8 @@ struct nccl_state {
 };
 
 static gt_status nccl_err(ncclResult_t r, const char *what) {
-  return gt_errorf(r == ncclRemoteError || r == ncclSystemError ? GT_ECONN : GT_EBACKEND,
-                   "%s: NCCL error %d (%s)", what, (int)r, ncclGetErrorString(r));
+  return gt_errorf(r == ncclRemoteError || r == ncclSystemError ? GT_ECONN : GT_EBACKEND, "%s: NCCL error %d (%s)",
+                   what, (int)r, ncclGetErrorString(r));
 }
 
 static gt_status cuda_err(cudaError_t e, const char *what) {
@@ -78,8 +78,7 @@ static void nap(void) {
 }
 
 /* Waits for a non-blocking NCCL call on comm to settle. */
-static gt_status settle(gt_comm *c, ncclComm_t comm, ncclResult_t r, double deadline,
-                        const char *what) {
+static gt_status settle(gt_comm *c, ncclComm_t comm, ncclResult_t r, double deadline, const char *what) {
   if (r != ncclSuccess && r != ncclInProgress) return nccl_err(r, what);
   for (;;) {
     ncclResult_t state = ncclSuccess;
@@ -96,8 +95,10 @@ static gt_status settle(gt_comm *c, ncclComm_t comm, ncclResult_t r, double dead
 static void nccl_teardown(nccl_state *s, bool abort) {
   if (!s) return;
   if (s->comm) {
-    if (abort) ncclCommAbort(s->comm);
-    else ncclCommDestroy(s->comm);
+    if (abort)
+      ncclCommAbort(s->comm);
+    else
+      ncclCommDestroy(s->comm);
     s->comm = NULL;
   }
   if (s->scratch) cudaFree(s->scratch);
@@ -147,8 +148,7 @@ gt_status gt_comm_nccl_init(gt_comm *c, double deadline) {
   gt_status st = GT_OK;
   if (c->rank == 0) {
     ncclResult_t r = ncclGetUniqueId(&id);
-    st = r == ncclSuccess ? gt_store_set(c->store, key, &id, sizeof id)
-                          : nccl_err(r, "ncclGetUniqueId");
+    st = r == ncclSuccess ? gt_store_set(c->store, key, &id, sizeof id) : nccl_err(r, "ncclGetUniqueId");
   } else {
     void *v = NULL;
     size_t len = 0;
@@ -228,9 +228,12 @@ gt_status gt_comm_nccl_split(gt_comm *p, int color, int key, gt_comm **out) {
 }
 
 static gt_status dtype_of(gt_dtype t, ncclDataType_t *d) {
-  if (t == GT_F32) *d = ncclFloat32;
-  else if (t == GT_BF16) *d = ncclBfloat16;
-  else return gt_errorf(GT_EINVAL, "NCCL: dtype %s not supported", gt_dtype_name(t));
+  if (t == GT_F32)
+    *d = ncclFloat32;
+  else if (t == GT_BF16)
+    *d = ncclBfloat16;
+  else
+    return gt_errorf(GT_EINVAL, "NCCL: dtype %s not supported", gt_dtype_name(t));
   return GT_OK;
 }
 
@@ -281,7 +284,8 @@ gt_status gt_comm_nccl_prepare(gt_comm *c, gt_comm_req *r) {
       r->ready = ev;
     } else {
       event_give(s, ev);
-      st = cuda_err(e, "recording the compute stream's progress before an NCCL operation (an earlier kernel may have failed)");
+      st = cuda_err(
+          e, "recording the compute stream's progress before an NCCL operation (an earlier kernel may have failed)");
     }
   }
   if (prev >= 0 && prev != s->device) cudaSetDevice(prev);
@@ -306,8 +310,10 @@ static gt_status finish(gt_comm *c, double deadline) {
     if (state != ncclSuccess && state != ncclInProgress) return nccl_err(state, "NCCL operation");
     if (atomic_load(&c->aborted)) return gt_comm_aborted_status(c);
     if (gt_now() > deadline)
-      return gt_errorf(GT_ETIMEDOUT, "NCCL operation did not finish before the operation timeout (%.1f s): a peer is stopped, hung or far behind",
-                       c->op_timeout);
+      return gt_errorf(
+          GT_ETIMEDOUT,
+          "NCCL operation did not finish before the operation timeout (%.1f s): a peer is stopped, hung or far behind",
+          c->op_timeout);
     nap();
   }
 }
@@ -360,18 +366,12 @@ static ncclResult_t issue(nccl_state *s, const gt_comm_req *q, ncclDataType_t dt
   ncclRedOp_t op = q->op == GT_COMM_AVG ? ncclAvg : ncclSum;
   ncclResult_t r = ncclSuccess;
   switch (q->kind) {
-    case OP_ALLREDUCE:
-      return ncclAllReduce(in, out, n, dt, op, s->comm, s->stream);
-    case OP_REDUCE_SCATTER:
-      return ncclReduceScatter(in, out, n, dt, op, s->comm, s->stream);
-    case OP_ALLGATHER:
-      return ncclAllGather(in, out, n, dt, s->comm, s->stream);
-    case OP_BROADCAST:
-      return ncclBroadcast(in, out, n, dt, q->peer, s->comm, s->stream);
-    case OP_SEND:
-      return n ? ncclSend(in, n, dt, q->peer, s->comm, s->stream) : ncclSuccess;
-    case OP_RECV:
-      return n2 ? ncclRecv(out, n2, dt, q->peer, s->comm, s->stream) : ncclSuccess;
+    case OP_ALLREDUCE: return ncclAllReduce(in, out, n, dt, op, s->comm, s->stream);
+    case OP_REDUCE_SCATTER: return ncclReduceScatter(in, out, n, dt, op, s->comm, s->stream);
+    case OP_ALLGATHER: return ncclAllGather(in, out, n, dt, s->comm, s->stream);
+    case OP_BROADCAST: return ncclBroadcast(in, out, n, dt, q->peer, s->comm, s->stream);
+    case OP_SEND: return n ? ncclSend(in, n, dt, q->peer, s->comm, s->stream) : ncclSuccess;
+    case OP_RECV: return n2 ? ncclRecv(out, n2, dt, q->peer, s->comm, s->stream) : ncclSuccess;
     case OP_SENDRECV:
       /* One group: NCCL runs both halves together, as we do on the host. */
       r = ncclGroupStart();
@@ -379,8 +379,7 @@ static ncclResult_t issue(nccl_state *s, const gt_comm_req *q, ncclDataType_t dt
       if ((r == ncclSuccess || r == ncclInProgress) && n2) r = ncclRecv(out, n2, dt, q->peer2, s->comm, s->stream);
       if (r == ncclSuccess || r == ncclInProgress) r = ncclGroupEnd();
       return r;
-    case OP_BARRIER:
-      return ncclAllReduce(s->scratch, s->scratch, 1, ncclFloat32, ncclSum, s->comm, s->stream);
+    case OP_BARRIER: return ncclAllReduce(s->scratch, s->scratch, 1, ncclFloat32, ncclSum, s->comm, s->stream);
   }
   return ncclInvalidArgument;
 }
@@ -455,8 +454,7 @@ gt_status gt_comm_nccl_execute(gt_comm *c, gt_comm_req *q, double deadline) {
     st = wait_ready(s, q);
     if (st == GT_OK)
       st = settle(c, s->comm, issue(s, q, dt, gt_stage_input(q), q->buf, gt_stage_sent(q), gt_stage_received(q)),
-                  deadline,
-                  "issuing the NCCL operation");
+                  deadline, "issuing the NCCL operation");
     if (st == GT_OK) st = finish(c, deadline);
   }
   if (st != GT_OK && s->comm) {

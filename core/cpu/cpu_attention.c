@@ -34,8 +34,8 @@ static void causal_softmax(float *a, int T, int r0, int r1) {
   }
 }
 
-gt_status GT_CPU_KERNEL(attention_forward)(gt_backend *be, float *out, float *att, const float *qkv, int B,
-                                           int T, int C, int NH) {
+gt_status GT_CPU_KERNEL(attention_forward)(gt_backend *be, float *out, float *att, const float *qkv, int B, int T,
+                                           int C, int NH) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   int nt = gt_cpu_threads(be);
   int hs = C / NH, C3 = 3 * C, BH = B * NH;
@@ -51,8 +51,8 @@ gt_status GT_CPU_KERNEL(attention_forward)(gt_backend *be, float *out, float *at
     for (int r0 = 0; r0 < T; r0 += rb) {
       int r1 = r0 + rb < T ? r0 + rb : T, rows = r1 - r0;
       float *ar = a + (int64_t)r0 * T;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hs, scale, q + (int64_t)r0 * C3,
-                  C3, k, C3, 0.0f, ar, T);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hs, scale, q + (int64_t)r0 * C3, C3, k, C3, 0.0f,
+                  ar, T);
       causal_softmax(a, T, r0, r1);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, r1, 1.0f, ar, T, v, C3, 0.0f,
                   y + (int64_t)r0 * C, C);
@@ -63,8 +63,7 @@ gt_status GT_CPU_KERNEL(attention_forward)(gt_backend *be, float *out, float *at
 
 /* In place: datt becomes the gradient of the pre-softmax scores, times
  * the score scale, zero above the diagonal. */
-static void causal_softmax_backward(float *da, const float *a, int T, int r0, int r1,
-                                    float scale) {
+static void causal_softmax_backward(float *da, const float *a, int T, int r0, int r1, float scale) {
   for (int t = r0; t < r1; t++) {
     float *d = da + (int64_t)t * T;
     const float *p = a + (int64_t)t * T;
@@ -75,8 +74,7 @@ static void causal_softmax_backward(float *da, const float *a, int T, int r0, in
 }
 
 gt_status GT_CPU_KERNEL(attention_backward)(gt_backend *be, float *dqkv, float *datt, const float *dout,
-                                            const float *qkv, const float *att, int B, int T, int C,
-                                            int NH) {
+                                            const float *qkv, const float *att, int B, int T, int C, int NH) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   int nt = gt_cpu_threads(be);
   int hs = C / NH, C3 = 3 * C, BH = B * NH;
@@ -96,16 +94,14 @@ gt_status GT_CPU_KERNEL(attention_backward)(gt_backend *be, float *dqkv, float *
       const float *ar = a + (int64_t)r0 * T, *dyr = dy + (int64_t)r0 * C;
       float *dar = da + (int64_t)r0 * T;
       /* datt = dy v^T; dv += att^T dy */
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hs, 1.0f, dyr, C, v, C3, 0.0f,
-                  dar, T);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, rows, 1.0f, ar, T, dyr, C, 1.0f,
-                  dv, C3);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hs, 1.0f, dyr, C, v, C3, 0.0f, dar, T);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, rows, 1.0f, ar, T, dyr, C, 1.0f, dv, C3);
       causal_softmax_backward(da, a, T, r0, r1, scale);
       /* dq += dpre k; dk += dpre^T q (the scale is already in dpre) */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, r1, 1.0f, dar, T, k, C3, 1.0f,
                   dq + (int64_t)r0 * C3, C3);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, rows, 1.0f, dar, T,
-                  q + (int64_t)r0 * C3, C3, 1.0f, dk, C3);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, rows, 1.0f, dar, T, q + (int64_t)r0 * C3, C3, 1.0f,
+                  dk, C3);
     }
   }
   return GT_OK;

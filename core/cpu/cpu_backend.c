@@ -61,8 +61,9 @@ static gt_status choose_bf16_kernel(gt_cpu_impl *impl) {
   impl->amx = false;
 #endif
   if (want && !strcmp(want, "amx") && !impl->amx)
-    return gt_errorf(GT_EUNSUPPORTED, "GT_CPU_BF16=amx, but this CPU or kernel offers no AMX bf16 tiles; "
-                                      "unset it to use the portable path");
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "GT_CPU_BF16=amx, but this CPU or kernel offers no AMX bf16 tiles; "
+                     "unset it to use the portable path");
   return GT_OK;
 }
 

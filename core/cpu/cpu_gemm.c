@@ -21,8 +21,8 @@ static void gemm_one(const gt_gemm_args *g, int64_t i) {
     return;
   }
   cblas_sgemm(CblasRowMajor, g->trans_a == GT_TRANS ? CblasTrans : CblasNoTrans,
-              g->trans_b == GT_TRANS ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, g->alpha,
-              g->a + i * g->stride_a, g->lda, g->b + i * g->stride_b, g->ldb, g->beta, c, g->ldc);
+              g->trans_b == GT_TRANS ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, g->alpha, g->a + i * g->stride_a,
+              g->lda, g->b + i * g->stride_b, g->ldb, g->beta, c, g->ldc);
 }
 
 /* gt_op_gemm has checked the arguments. */

@@ -56,7 +56,8 @@ bool gt_cpu_amx_available(void) {
   int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
   if (s < 0) {
     /* AVX-512 too: this file is compiled for x86-64-v4 in a portable build. */
-    s = cpu_has_amx_bf16() && __builtin_cpu_supports("x86-64-v4") && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    s = cpu_has_amx_bf16() && __builtin_cpu_supports("x86-64-v4") &&
+        syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
     __atomic_store_n(&state, s, __ATOMIC_RELEASE);
   }
   return s == 1;
@@ -92,8 +93,7 @@ static void pack_a_tile(uint16_t *tile, const uint16_t *a, int lda, bool trans, 
     return;
   }
   for (int r = 0; r < TM; r++)
-    for (int c = 0; c < TK; c++)
-      tile[r * TK + c] = i0 + r < m && p0 + c < k ? elem(a, lda, trans, i0 + r, p0 + c) : 0;
+    for (int c = 0; c < TK; c++) tile[r * TK + c] = i0 + r < m && p0 + c < k ? elem(a, lda, trans, i0 + r, p0 + c) : 0;
 }
 
 /* Tile (nt, kt) of B: row q holds k-pair (2q, 2q+1) of 16 columns,
@@ -129,8 +129,8 @@ static void pack_b_tile(uint16_t *tile, const uint16_t *b, int ldb, bool trans, 
 }
 
 /* A (m x k after op) into tiles [mt][kt], B (k x n after op) into [nt][kt]. */
-static void pack(uint16_t *ap, uint16_t *bp, const gt_gemm_ex_args *g, const uint16_t *a, const uint16_t *b,
-                 int mtiles, int ntiles, int ktiles, int nt) {
+static void pack(uint16_t *ap, uint16_t *bp, const gt_gemm_ex_args *g, const uint16_t *a, const uint16_t *b, int mtiles,
+                 int ntiles, int ktiles, int nt) {
   int na = ap ? mtiles * ktiles : 0, total = na + ntiles * ktiles;
   bool ta = g->trans_a == GT_TRANS, tb = g->trans_b == GT_TRANS;
 #pragma omp parallel for num_threads(nt) schedule(static) if ((int64_t)total * TILE >= GT_CPU_PAR_MIN)
@@ -157,9 +157,9 @@ static void load_config(void) {
  * tiles exactly) the matrix itself, 16 rows of 32 k read with its stride. */
 typedef struct a_src {
   const uint16_t *base;
-  size_t row_bytes;  /* tile row stride */
-  size_t next_k;     /* elements from one k-tile to the next */
-  size_t next_rows;  /* elements from 16 rows to the next 16 */
+  size_t row_bytes; /* tile row stride */
+  size_t next_k;    /* elements from one k-tile to the next */
+  size_t next_rows; /* elements from 16 rows to the next 16 */
 } a_src;
 
 /* The 32x32 block of C whose A tiles start at a0: tiles 0-3 accumulate,

@@ -44,9 +44,20 @@ static gt_status gemm_ex_scratch(gt_backend *be, size_t floats, float **out) {
 
 /* gt_op_gemm_ex has checked the arguments. */
 gt_status GT_CPU_KERNEL(gemm_ex)(gt_backend *be, const gt_gemm_ex_args *g) {
-  gt_gemm_args f = {.trans_a = g->trans_a, .trans_b = g->trans_b, .m = g->m, .n = g->n, .k = g->k,
-                    .alpha = g->alpha, .beta = g->beta, .lda = g->lda, .stride_a = g->stride_a, .ldb = g->ldb,
-                    .stride_b = g->stride_b, .ldc = g->ldc, .stride_c = g->stride_c, .batch = g->batch};
+  gt_gemm_args f = {.trans_a = g->trans_a,
+                    .trans_b = g->trans_b,
+                    .m = g->m,
+                    .n = g->n,
+                    .k = g->k,
+                    .alpha = g->alpha,
+                    .beta = g->beta,
+                    .lda = g->lda,
+                    .stride_a = g->stride_a,
+                    .ldb = g->ldb,
+                    .stride_b = g->stride_b,
+                    .ldc = g->ldc,
+                    .stride_c = g->stride_c,
+                    .batch = g->batch};
   if (g->a_type == GT_F32) {
     f.a = g->a;
     f.b = g->b;

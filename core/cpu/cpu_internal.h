@@ -13,9 +13,9 @@
 
 /* be->impl of a CPU backend. */
 typedef struct gt_cpu_impl {
-  float *scratch;    /* gemm_ex: bf16 operands widened to fp32, or packed into AMX tiles */
+  float *scratch;     /* gemm_ex: bf16 operands widened to fp32, or packed into AMX tiles */
   size_t scratch_cap; /* floats */
-  bool amx;          /* bf16 products on AMX tiles */
+  bool amx;           /* bf16 products on AMX tiles */
 } gt_cpu_impl;
 
 gt_status gt_cpu_backend_create(const gt_backend_config *cfg, gt_backend **out);
@@ -28,8 +28,7 @@ gt_status gt_cpu_isa_choose(const gt_backend_ops **ops, char *name, size_t name_
 /* memory (cpu_backend.c); streams and events (cpu_stream.c) */
 gt_status gt_cpu_alloc(gt_backend *be, size_t bytes, void **ptr);
 void gt_cpu_free(gt_backend *be, void *ptr);
-gt_status gt_cpu_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind,
-                        gt_stream *s);
+gt_status gt_cpu_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind, gt_stream *s);
 gt_status gt_cpu_memset(gt_backend *be, void *dst, int value, size_t bytes, gt_stream *s);
 gt_status gt_cpu_stream_create(gt_backend *be, gt_stream **s);
 /* The compute stream: work queued on it runs in the calling thread. */

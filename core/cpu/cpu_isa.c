@@ -19,8 +19,8 @@
 #include "core/cpu/cpu_internal.h"
 
 typedef struct cpu_level {
-  const char *key;   /* what GT_CPU_KERNELS calls it */
-  const char *name;  /* what logs show: the instruction sets the kernels use */
+  const char *key;  /* what GT_CPU_KERNELS calls it */
+  const char *name; /* what logs show: the instruction sets the kernels use */
   const gt_backend_ops *ops;
   bool (*supported)(void);
 } cpu_level;
@@ -81,8 +81,7 @@ gt_status gt_cpu_isa_choose(const gt_backend_ops **ops, char *name, size_t name_
     if (want && strcmp(want, l->key)) continue;
     if (!l->supported()) {
       if (want || NLEVELS == 1)
-        return gt_errorf(GT_EUNSUPPORTED,
-                         "cpu: the %s kernels need instructions this CPU lacks; %s", l->name,
+        return gt_errorf(GT_EUNSUPPORTED, "cpu: the %s kernels need instructions this CPU lacks; %s", l->name,
                          want ? "unset GT_CPU_KERNELS to choose from what it has"
                               : "this build was tuned for another CPU (GIANT_NATIVE or GIANT_MARCH): "
                                 "rebuild without them for a portable build");

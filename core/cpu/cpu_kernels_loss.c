@@ -16,8 +16,8 @@ static gt_status check_targets(const char *op, const int32_t *targets, int N, in
   return GT_OK;
 }
 
-gt_status GT_CPU_KERNEL(softmax_xent_forward)(gt_backend *be, float *losses, float *probs,
-                                              const float *logits, const int32_t *targets, int N, int V) {
+gt_status GT_CPU_KERNEL(softmax_xent_forward)(gt_backend *be, float *losses, float *probs, const float *logits,
+                                              const int32_t *targets, int N, int V) {
   GT_TRY(check_targets("softmax_xent_forward", targets, N, V));
   int nt = gt_cpu_threads(be);
 #pragma omp parallel for num_threads(nt) schedule(static) if ((int64_t)N * V >= GT_CPU_PAR_MIN)

@@ -15,13 +15,13 @@
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 
-gt_status GT_CPU_KERNEL(embedding_forward)(gt_backend *be, float *out, const int32_t *tokens,
-                                           const float *wte, const float *wpe, int B, int T, int C) {
+gt_status GT_CPU_KERNEL(embedding_forward)(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
+                                           const float *wpe, int B, int T, int C) {
   int64_t N = (int64_t)B * T;
   for (int64_t i = 0; i < N; i++)
     if (tokens[i] < 0)
-      return gt_errorf(GT_ERANGE, "embedding_forward: token id %d at position %lld is negative",
-                       tokens[i], (long long)i);
+      return gt_errorf(GT_ERANGE, "embedding_forward: token id %d at position %lld is negative", tokens[i],
+                       (long long)i);
   int nt = gt_cpu_threads(be);
 #pragma omp parallel for num_threads(nt) schedule(static) if (N * C >= GT_CPU_PAR_MIN)
   for (int64_t i = 0; i < N; i++) {
@@ -42,8 +42,8 @@ gt_status GT_CPU_KERNEL(embedding_backward)(gt_backend *be, float *dwte, float *
   int64_t N = (int64_t)B * T;
   for (int64_t i = 0; i < N; i++)
     if (tokens[i] < 0)
-      return gt_errorf(GT_ERANGE, "embedding_backward: token id %d at position %lld is negative",
-                       tokens[i], (long long)i);
+      return gt_errorf(GT_ERANGE, "embedding_backward: token id %d at position %lld is negative", tokens[i],
+                       (long long)i);
   int nt = gt_cpu_threads(be);
   /* Repeated tokens add into the same row: split channels, not rows. */
 #pragma omp parallel num_threads(nt) if (N * C >= GT_CPU_PAR_MIN)
@@ -63,8 +63,8 @@ gt_status GT_CPU_KERNEL(embedding_backward)(gt_backend *be, float *dwte, float *
   return GT_OK;
 }
 
-gt_status GT_CPU_KERNEL(layernorm_forward)(gt_backend *be, float *out, float *mean, float *rstd,
-                                           const float *inp, const float *w, const float *b, int N, int C) {
+gt_status GT_CPU_KERNEL(layernorm_forward)(gt_backend *be, float *out, float *mean, float *rstd, const float *inp,
+                                           const float *w, const float *b, int N, int C) {
   int nt = gt_cpu_threads(be);
 #pragma omp parallel for num_threads(nt) schedule(static) if ((int64_t)N * C >= GT_CPU_PAR_MIN)
   for (int i = 0; i < N; i++) {
@@ -80,9 +80,9 @@ gt_status GT_CPU_KERNEL(layernorm_forward)(gt_backend *be, float *out, float *me
   return GT_OK;
 }
 
-gt_status GT_CPU_KERNEL(layernorm_backward)(gt_backend *be, float *dinp, float *dw, float *db,
-                                            const float *dout, const float *inp, const float *w,
-                                            const float *mean, const float *rstd, int N, int C) {
+gt_status GT_CPU_KERNEL(layernorm_backward)(gt_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                            const float *inp, const float *w, const float *mean, const float *rstd,
+                                            int N, int C) {
   int nt = gt_cpu_threads(be);
 #pragma omp parallel num_threads(nt) if ((int64_t)N * C >= GT_CPU_PAR_MIN)
   {
@@ -114,8 +114,8 @@ gt_status GT_CPU_KERNEL(layernorm_backward)(gt_backend *be, float *dinp, float *
   return GT_OK;
 }
 
-gt_status GT_CPU_KERNEL(linear_forward)(gt_backend *be, float *out, const float *inp, const float *w,
-                                        const float *bias, int N, int C, int OC) {
+gt_status GT_CPU_KERNEL(linear_forward)(gt_backend *be, float *out, const float *inp, const float *w, const float *bias,
+                                        int N, int C, int OC) {
   if (N == 0 || OC == 0) return GT_OK;
   int nt = gt_cpu_threads(be);
   if (bias) {
@@ -127,22 +127,17 @@ gt_status GT_CPU_KERNEL(linear_forward)(gt_backend *be, float *out, const float 
     if (!bias) memset(out, 0, (size_t)N * OC * sizeof(float));
     return GT_OK;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C,
-              bias ? 1.0f : 0.0f, out, OC);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC);
   return GT_OK;
 }
 
-gt_status GT_CPU_KERNEL(linear_backward)(gt_backend *be, float *dinp, float *dw, float *dbias,
-                                         const float *dout, const float *inp, const float *w, int N, int C,
-                                         int OC) {
+gt_status GT_CPU_KERNEL(linear_backward)(gt_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
+                                         const float *inp, const float *w, int N, int C, int OC) {
   if (N == 0 || OC == 0) return GT_OK;
   (void)gt_cpu_threads(be); /* sizes OpenBLAS's team */
   if (C > 0) {
-    if (dinp)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f,
-                  dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dw, C);
+    if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
   }
   return dbias ? GT_CPU_KERNEL(bias_backward)(be, dbias, dout, N, OC) : GT_OK;
 }
@@ -161,8 +156,7 @@ gt_status GT_CPU_KERNEL(gelu_forward)(gt_backend *be, float *out, const float *i
   return GT_OK;
 }
 
-gt_status GT_CPU_KERNEL(gelu_backward)(gt_backend *be, float *dinp, const float *inp, const float *dout,
-                                       size_t n) {
+gt_status GT_CPU_KERNEL(gelu_backward)(gt_backend *be, float *dinp, const float *inp, const float *dout, size_t n) {
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
 #pragma omp parallel for simd num_threads(nt) schedule(simd : static) if (len >= GT_CPU_PAR_MIN)
@@ -176,8 +170,7 @@ gt_status GT_CPU_KERNEL(gelu_backward)(gt_backend *be, float *dinp, const float 
   return GT_OK;
 }
 
-gt_status GT_CPU_KERNEL(residual_forward)(gt_backend *be, float *out, const float *a, const float *b,
-                                          size_t n) {
+gt_status GT_CPU_KERNEL(residual_forward)(gt_backend *be, float *out, const float *a, const float *b, size_t n) {
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
 #pragma omp parallel for simd num_threads(nt) schedule(simd : static) if (len >= GT_CPU_PAR_MIN)
@@ -185,8 +178,7 @@ gt_status GT_CPU_KERNEL(residual_forward)(gt_backend *be, float *out, const floa
   return GT_OK;
 }
 
-gt_status GT_CPU_KERNEL(residual_backward)(gt_backend *be, float *da, float *db, const float *dout,
-                                           size_t n) {
+gt_status GT_CPU_KERNEL(residual_backward)(gt_backend *be, float *da, float *db, const float *dout, size_t n) {
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
   /* Either side may be NULL: a branch without a gradient. */

@@ -38,8 +38,8 @@ static inline float adamw_elem(adamw_k k, float p, float grad, float *m, float *
   return p * k.decay - k.step_size * mi / denom;
 }
 
-gt_status GT_CPU_KERNEL(adamw_update)(gt_backend *be, float *param, const float *grad, float *m, float *v,
-                                      size_t n, const gt_adamw_args *a) {
+gt_status GT_CPU_KERNEL(adamw_update)(gt_backend *be, float *param, const float *grad, float *m, float *v, size_t n,
+                                      const gt_adamw_args *a) {
   int nt = gt_cpu_threads(be);
   int64_t len = (int64_t)n;
   adamw_k k = adamw_factors(a);

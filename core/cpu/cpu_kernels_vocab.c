@@ -69,8 +69,8 @@ gt_status GT_CPU_KERNEL(xent_slice_stats)(gt_backend *be, float *stats, float *t
 }
 
 gt_status GT_CPU_KERNEL(xent_slice_finish)(gt_backend *be, float *losses, float *probs, const float *logits,
-                                           const float *stats_all, int P, const float *tlogit,
-                                           const int32_t *targets, int vocab_total, int N, int V) {
+                                           const float *stats_all, int P, const float *tlogit, const int32_t *targets,
+                                           int vocab_total, int N, int V) {
   for (int i = 0; i < N; i++)
     if (targets[i] >= vocab_total)
       return gt_errorf(GT_ERANGE, "target id %d at row %d is >= the vocabulary %d", targets[i], i, vocab_total);

@@ -37,7 +37,7 @@ typedef struct op {
 struct gt_stream {
   bool async; /* false: the compute stream, run inline */
   pthread_mutex_t mu;
-  pthread_cond_t cv;   /* signalled when work is queued, done, or stop */
+  pthread_cond_t cv; /* signalled when work is queued, done, or stop */
   pthread_t thread;
   bool started, stop;
   op *head, *tail;
@@ -64,9 +64,12 @@ static void *serve(void *arg) {
     if (!s->head) break; /* stopping, and nothing left */
     op *o = s->head;
     pthread_mutex_unlock(&s->mu);
-    if (o->kind == OP_COPY) memmove(o->dst, o->src, o->bytes);
-    else if (o->kind == OP_SET) memset(o->dst, o->value, o->bytes);
-    else if (o->on != s) wait_done(o->on, o->until);
+    if (o->kind == OP_COPY)
+      memmove(o->dst, o->src, o->bytes);
+    else if (o->kind == OP_SET)
+      memset(o->dst, o->value, o->bytes);
+    else if (o->on != s)
+      wait_done(o->on, o->until);
     pthread_mutex_lock(&s->mu);
     s->head = o->next;
     if (!s->head) s->tail = NULL;
@@ -89,8 +92,10 @@ static gt_status enqueue(gt_stream *s, op *o) {
     }
     s->started = true;
   }
-  if (s->tail) s->tail->next = o;
-  else s->head = o;
+  if (s->tail)
+    s->tail->next = o;
+  else
+    s->head = o;
   s->tail = o;
   s->queued++;
   pthread_cond_broadcast(&s->cv);
@@ -106,8 +111,7 @@ static gt_status queue_op(gt_stream *s, const op *proto) {
   return enqueue(s, o);
 }
 
-gt_status gt_cpu_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind,
-                        gt_stream *s) {
+gt_status gt_cpu_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind, gt_stream *s) {
   (void)be;
   (void)kind;
   if (!bytes) return GT_OK;

@@ -43,14 +43,13 @@ __global__ void causal_softmax_backward_kernel(float *datt, const float *att, in
   float dot = 0.0f;
   for (int j = threadIdx.x; j <= t; j += blockDim.x) dot += p[j] * d[j];
   dot = gt_block_sum(dot);
-  for (int j = threadIdx.x; j < T; j += blockDim.x)
-    d[j] = j <= t ? p[j] * (d[j] - dot) * scale : 0.0f;
+  for (int j = threadIdx.x; j < T; j += blockDim.x) d[j] = j <= t ? p[j] * (d[j] - dot) * scale : 0.0f;
 }
 
 static unsigned row_threads(int T) { return T <= 64 ? 32 : T <= 512 ? 128 : 256; }
 
-gt_status gt_cuda_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B,
-                                    int T, int C, int NH) {
+gt_status gt_cuda_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
+                                    int NH) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
   int hs = C / NH;
@@ -59,24 +58,22 @@ gt_status gt_cuda_attention_forward(gt_backend *be, float *out, float *att, cons
   for (int b = 0; b < B; b++) {
     const float *q = qkv + b * T * C3, *k = q + C;
     /* att = scale * q k^T for every head of sequence b */
-    GT_TRY(gt_cuda_gemm_rm(be, GT_NO_TRANS, GT_TRANS, T, T, hs, scale, q, (int)C3, hs, k, (int)C3,
-                           hs, 0.0f, att + b * NH * TT, T, TT, NH));
+    GT_TRY(gt_cuda_gemm_rm(be, GT_NO_TRANS, GT_TRANS, T, T, hs, scale, q, (int)C3, hs, k, (int)C3, hs, 0.0f,
+                           att + b * NH * TT, T, TT, NH));
   }
-  causal_softmax_kernel<<<(unsigned)((int64_t)B * NH * T), row_threads(T), 0, gt_cuda_stream(be)>>>(
-      att, T);
+  causal_softmax_kernel<<<(unsigned)((int64_t)B * NH * T), row_threads(T), 0, gt_cuda_stream(be)>>>(att, T);
   GT_TRY(gt_cuda_launched(be, "causal_softmax"));
   for (int b = 0; b < B; b++) {
     const float *v = qkv + b * T * C3 + 2 * C;
     /* out = att v */
-    GT_TRY(gt_cuda_gemm_rm(be, GT_NO_TRANS, GT_NO_TRANS, T, hs, T, 1.0f, att + b * NH * TT, T, TT,
-                           v, (int)C3, hs, 0.0f, out + (int64_t)b * T * C, C, hs, NH));
+    GT_TRY(gt_cuda_gemm_rm(be, GT_NO_TRANS, GT_NO_TRANS, T, hs, T, 1.0f, att + b * NH * TT, T, TT, v, (int)C3, hs, 0.0f,
+                           out + (int64_t)b * T * C, C, hs, NH));
   }
   return GT_OK;
 }
 
-gt_status gt_cuda_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout,
-                                     const float *qkv, const float *att, int B, int T, int C,
-                                     int NH) {
+gt_status gt_cuda_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
+                                     const float *att, int B, int T, int C, int NH) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
   int hs = C / NH;
@@ -87,23 +84,21 @@ gt_status gt_cuda_attention_backward(gt_backend *be, float *dqkv, float *datt, c
     const float *v = qkv + off + 2 * C, *dy = dout + (int64_t)b * T * C, *a = att + b * NH * TT;
     float *dv = dqkv + off + 2 * C, *da = datt + b * NH * TT;
     /* datt = dy v^T; dv += att^T dy */
-    GT_TRY(gt_cuda_gemm_rm(be, GT_NO_TRANS, GT_TRANS, T, T, hs, 1.0f, dy, C, hs, v, (int)C3, hs,
-                           0.0f, da, T, TT, NH));
-    GT_TRY(gt_cuda_gemm_rm(be, GT_TRANS, GT_NO_TRANS, T, hs, T, 1.0f, a, T, TT, dy, C, hs, 1.0f, dv,
-                           (int)C3, hs, NH));
+    GT_TRY(gt_cuda_gemm_rm(be, GT_NO_TRANS, GT_TRANS, T, T, hs, 1.0f, dy, C, hs, v, (int)C3, hs, 0.0f, da, T, TT, NH));
+    GT_TRY(gt_cuda_gemm_rm(be, GT_TRANS, GT_NO_TRANS, T, hs, T, 1.0f, a, T, TT, dy, C, hs, 1.0f, dv, (int)C3, hs, NH));
   }
-  causal_softmax_backward_kernel<<<(unsigned)((int64_t)B * NH * T), row_threads(T), 0,
-                                   gt_cuda_stream(be)>>>(datt, att, T, scale);
+  causal_softmax_backward_kernel<<<(unsigned)((int64_t)B * NH * T), row_threads(T), 0, gt_cuda_stream(be)>>>(datt, att,
+                                                                                                             T, scale);
   GT_TRY(gt_cuda_launched(be, "causal_softmax_backward"));
   for (int b = 0; b < B; b++) {
     int64_t off = b * T * C3;
     const float *q = qkv + off, *k = q + C, *da = datt + b * NH * TT;
     float *dq = dqkv + off, *dk = dq + C;
     /* dq += dpre k; dk += dpre^T q (the scale is already in dpre) */
-    GT_TRY(gt_cuda_gemm_rm(be, GT_NO_TRANS, GT_NO_TRANS, T, hs, T, 1.0f, da, T, TT, k, (int)C3, hs,
-                           1.0f, dq, (int)C3, hs, NH));
-    GT_TRY(gt_cuda_gemm_rm(be, GT_TRANS, GT_NO_TRANS, T, hs, T, 1.0f, da, T, TT, q, (int)C3, hs,
-                           1.0f, dk, (int)C3, hs, NH));
+    GT_TRY(gt_cuda_gemm_rm(be, GT_NO_TRANS, GT_NO_TRANS, T, hs, T, 1.0f, da, T, TT, k, (int)C3, hs, 1.0f, dq, (int)C3,
+                           hs, NH));
+    GT_TRY(gt_cuda_gemm_rm(be, GT_TRANS, GT_NO_TRANS, T, hs, T, 1.0f, da, T, TT, q, (int)C3, hs, 1.0f, dk, (int)C3, hs,
+                           NH));
   }
   return GT_OK;
 }
@@ -117,11 +112,10 @@ gt_status gt_cuda_causal_softmax_forward(gt_backend *be, float *att, int BH, int
   return gt_cuda_launched(be, "causal_softmax");
 }
 
-gt_status gt_cuda_causal_softmax_backward(gt_backend *be, float *datt, const float *att, int BH, int T,
-                                          float scale) {
+gt_status gt_cuda_causal_softmax_backward(gt_backend *be, float *datt, const float *att, int BH, int T, float scale) {
   if (BH == 0 || T == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
-  causal_softmax_backward_kernel<<<(unsigned)((int64_t)BH * T), row_threads(T), 0, gt_cuda_stream(be)>>>(
-      datt, att, T, scale);
+  causal_softmax_backward_kernel<<<(unsigned)((int64_t)BH * T), row_threads(T), 0, gt_cuda_stream(be)>>>(datt, att, T,
+                                                                                                         scale);
   return gt_cuda_launched(be, "causal_softmax_backward");
 }

@@ -16,8 +16,7 @@ static cublasOperation_t op_of(gt_transpose t) { return t == GT_TRANS ? CUBLAS_O
 /* k == 0: C = beta*C, and beta == 0 ignores what C held (BLAS convention),
  * done here rather than trusting every library version with empty sums. */
 template <typename T>
-__global__ void scale_c_kernel(T *c, int m, int n, int ldc, int64_t stride_c, int batch,
-                               float beta) {
+__global__ void scale_c_kernel(T *c, int m, int n, int ldc, int64_t stride_c, int batch, float beta) {
   int64_t per = (int64_t)m * n, total = per * batch;
   for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
        idx += (int64_t)gridDim.x * blockDim.x) {
@@ -28,20 +27,18 @@ __global__ void scale_c_kernel(T *c, int m, int n, int ldc, int64_t stride_c, in
 }
 
 template <typename T>
-static gt_status scale_c(gt_backend *be, T *c, int m, int n, int ldc, int64_t stride_c, int batch,
-                         float beta) {
+static gt_status scale_c(gt_backend *be, T *c, int m, int n, int ldc, int64_t stride_c, int batch, float beta) {
   size_t total = (size_t)m * n * batch;
-  scale_c_kernel<T>
-      <<<gt_cuda_blocks(total, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(
-          c, m, n, ldc, stride_c, batch, beta);
+  scale_c_kernel<T><<<gt_cuda_blocks(total, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(
+      c, m, n, ldc, stride_c, batch, beta);
   return gt_cuda_launched(be, "gemm_scale_c");
 }
 
 /* Its callers are gt_op_gemm and gt_op_gemm_ex, which have checked the
  * arguments, and kernels whose own checked sizes make valid products. */
-gt_status gt_cuda_gemm_rm(gt_backend *be, gt_transpose ta, gt_transpose tb, int m, int n, int k,
-                          float alpha, const float *a, int lda, int64_t sa, const float *b, int ldb,
-                          int64_t sb, float beta, float *c, int ldc, int64_t sc, int batch) {
+gt_status gt_cuda_gemm_rm(gt_backend *be, gt_transpose ta, gt_transpose tb, int m, int n, int k, float alpha,
+                          const float *a, int lda, int64_t sa, const float *b, int ldb, int64_t sb, float beta,
+                          float *c, int ldc, int64_t sc, int batch) {
   if (m == 0 || n == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
   if (k == 0) return scale_c(be, c, m, n, ldc, sc, batch, beta);
@@ -50,15 +47,14 @@ gt_status gt_cuda_gemm_rm(gt_backend *be, gt_transpose ta, gt_transpose tb, int 
   if (batch == 1)
     st = cublasSgemm(h, op_of(tb), op_of(ta), n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc);
   else
-    st = cublasSgemmStridedBatched(h, op_of(tb), op_of(ta), n, m, k, &alpha, b, ldb, sb, a, lda, sa,
-                                   &beta, c, ldc, sc, batch);
+    st = cublasSgemmStridedBatched(h, op_of(tb), op_of(ta), n, m, k, &alpha, b, ldb, sb, a, lda, sa, &beta, c, ldc, sc,
+                                   batch);
   return gt_cuda_blas_check(be, st, batch == 1 ? "cublasSgemm" : "cublasSgemmStridedBatched");
 }
 
 gt_status gt_cuda_gemm(gt_backend *be, const gt_gemm_args *g) {
-  return gt_cuda_gemm_rm(be, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, g->a, g->lda,
-                         g->stride_a, g->b, g->ldb, g->stride_b, g->beta, g->c, g->ldc, g->stride_c,
-                         g->batch);
+  return gt_cuda_gemm_rm(be, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, g->a, g->lda, g->stride_a, g->b,
+                         g->ldb, g->stride_b, g->beta, g->c, g->ldc, g->stride_c, g->batch);
 }
 
 /* gt_gemm_ex_check has admitted only f32 and bf16. */
@@ -72,9 +68,9 @@ gt_status gt_cuda_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g) {
    * as on the CPU: cuBLAS documents no promise that GemmEx picks the kernel
    * Sgemm picks for the same fp32 problem. */
   if (g->a_type == GT_F32)
-    return gt_cuda_gemm_rm(be, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha,
-                           (const float *)g->a, g->lda, g->stride_a, (const float *)g->b, g->ldb,
-                           g->stride_b, g->beta, (float *)g->c, g->ldc, g->stride_c, g->batch);
+    return gt_cuda_gemm_rm(be, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, (const float *)g->a, g->lda,
+                           g->stride_a, (const float *)g->b, g->ldb, g->stride_b, g->beta, (float *)g->c, g->ldc,
+                           g->stride_c, g->batch);
   GT_TRY(gt_cuda_enter(be));
   if (g->k == 0) {
     if (g->c_type == GT_BF16)
@@ -86,13 +82,11 @@ gt_status gt_cuda_gemm_ex(gt_backend *be, const gt_gemm_ex_args *g) {
    * beta) whatever C's storage. */
   cublasStatus_t st;
   if (g->batch == 1)
-    st = cublasGemmEx(h, op_of(g->trans_b), op_of(g->trans_a), g->n, g->m, g->k, &g->alpha, g->b,
-                      bt, g->ldb, g->a, at, g->lda, &g->beta, g->c, ct, g->ldc, CUBLAS_COMPUTE_32F,
-                      CUBLAS_GEMM_DEFAULT);
+    st = cublasGemmEx(h, op_of(g->trans_b), op_of(g->trans_a), g->n, g->m, g->k, &g->alpha, g->b, bt, g->ldb, g->a, at,
+                      g->lda, &g->beta, g->c, ct, g->ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   else
-    st = cublasGemmStridedBatchedEx(h, op_of(g->trans_b), op_of(g->trans_a), g->n, g->m, g->k,
-                                    &g->alpha, g->b, bt, g->ldb, g->stride_b, g->a, at, g->lda,
-                                    g->stride_a, &g->beta, g->c, ct, g->ldc, g->stride_c, g->batch,
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    st = cublasGemmStridedBatchedEx(h, op_of(g->trans_b), op_of(g->trans_a), g->n, g->m, g->k, &g->alpha, g->b, bt,
+                                    g->ldb, g->stride_b, g->a, at, g->lda, g->stride_a, &g->beta, g->c, ct, g->ldc,
+                                    g->stride_c, g->batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   return gt_cuda_blas_check(be, st, g->batch == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx");
 }

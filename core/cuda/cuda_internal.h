@@ -33,7 +33,7 @@ typedef struct gt_cuda {
   /* First position of an out-of-range token or target (GT_CUDA_NO_ERROR
    * when none), written by check_ids_kernel and read back after it. */
   unsigned long long *err;
-  bool check_ids; /* GT_CUDA_CHECK_IDS=1: see gt_cuda_check_ids */
+  bool check_ids;               /* GT_CUDA_CHECK_IDS=1: see gt_cuda_check_ids */
   unsigned long long *err_host; /* pinned */
   /* Scratch for multi-pass reductions. It only grows, and kernels that use
    * it run in order on the compute stream, so one buffer serves them all. */
@@ -73,8 +73,8 @@ gt_status gt_cuda_scratch(gt_backend *be, size_t bytes, void **ptr);
  * uploaded (core/model/acts.c). Without it the kernels skip an id out of
  * their range instead of indexing with it, so a bad id gives wrong numbers,
  * never a stray write. */
-gt_status gt_cuda_check_ids(gt_backend *be, const int32_t *ids, int64_t n, int64_t lo, int64_t hi,
-                            int64_t *bad_row, int32_t *bad_val);
+gt_status gt_cuda_check_ids(gt_backend *be, const int32_t *ids, int64_t n, int64_t lo, int64_t hi, int64_t *bad_row,
+                            int32_t *bad_val);
 
 static inline cudaStream_t gt_cuda_stream(gt_backend *be) { return be->compute->s; }
 static inline gt_cuda *gt_cuda_of(gt_backend *be) { return (gt_cuda *)be->impl; }
@@ -85,17 +85,16 @@ static inline unsigned gt_cuda_blocks(size_t n, unsigned threads) {
 }
 
 /* Row-major GEMM on the compute stream (see gt_gemm_args). */
-gt_status gt_cuda_gemm_rm(gt_backend *be, gt_transpose ta, gt_transpose tb, int m, int n, int k,
-                          float alpha, const float *a, int lda, int64_t sa, const float *b, int ldb,
-                          int64_t sb, float beta, float *c, int ldc, int64_t sc, int batch);
+gt_status gt_cuda_gemm_rm(gt_backend *be, gt_transpose ta, gt_transpose tb, int m, int n, int k, float alpha,
+                          const float *a, int lda, int64_t sa, const float *b, int ldb, int64_t sb, float beta,
+                          float *c, int ldc, int64_t sc, int batch);
 
 /* memory, streams, events (cuda_memory.cu); destroy (cuda_backend.cu) */
 gt_status gt_cuda_alloc(gt_backend *be, size_t bytes, void **ptr);
 void gt_cuda_free(gt_backend *be, void *ptr);
 gt_status gt_cuda_host_alloc(gt_backend *be, size_t bytes, void **ptr);
 void gt_cuda_host_free(gt_backend *be, void *ptr);
-gt_status gt_cuda_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes,
-                         gt_copy_kind kind, gt_stream *s);
+gt_status gt_cuda_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind, gt_stream *s);
 gt_status gt_cuda_memset(gt_backend *be, void *dst, int value, size_t bytes, gt_stream *s);
 gt_status gt_cuda_stream_create(gt_backend *be, gt_stream **s);
 void gt_cuda_stream_destroy(gt_backend *be, gt_stream *s);

@@ -12,8 +12,8 @@
 
 #define XENT_THREADS 512
 
-__global__ void softmax_xent_forward_kernel(float *losses, float *probs, const float *logits,
-                                            const int32_t *targets, int V) {
+__global__ void softmax_xent_forward_kernel(float *losses, float *probs, const float *logits, const int32_t *targets,
+                                            int V) {
   int64_t i = blockIdx.x;
   /* probs may alias logits: every element is read and written by one
    * thread only, and x[tgt] is read before the reductions' barriers, so
@@ -32,8 +32,8 @@ __global__ void softmax_xent_forward_kernel(float *losses, float *probs, const f
   if (threadIdx.x == 0 && losses) losses[i] = tgt >= 0 ? logf(sum) - (x_tgt - mx) : 0.0f;
 }
 
-__global__ void softmax_xent_backward_kernel(float *dlogits, const float *probs,
-                                             const int32_t *targets, float dloss, int V) {
+__global__ void softmax_xent_backward_kernel(float *dlogits, const float *probs, const int32_t *targets, float dloss,
+                                             int V) {
   int64_t i = blockIdx.x;
   const float *p = probs + i * V;
   float *d = dlogits + i * V;
@@ -46,8 +46,7 @@ __global__ void softmax_xent_backward_kernel(float *dlogits, const float *probs,
 
 /* A target the kernel would index past the row with; the sizes were
  * checked by the gt_op_* wrapper. */
-static gt_status check_targets(gt_backend *be, const char *op, const int32_t *targets, int N,
-                               int V) {
+static gt_status check_targets(gt_backend *be, const char *op, const int32_t *targets, int N, int V) {
   int64_t row;
   int32_t val;
   /* Negative targets are ignored rows, not errors. */
@@ -60,22 +59,20 @@ static gt_status check_targets(gt_backend *be, const char *op, const int32_t *ta
   return GT_OK;
 }
 
-gt_status gt_cuda_softmax_xent_forward(gt_backend *be, float *losses, float *probs,
-                                       const float *logits, const int32_t *targets, int N, int V) {
+gt_status gt_cuda_softmax_xent_forward(gt_backend *be, float *losses, float *probs, const float *logits,
+                                       const int32_t *targets, int N, int V) {
   GT_TRY(gt_cuda_enter(be));
   GT_TRY(check_targets(be, "softmax_xent_forward", targets, N, V));
   if (N == 0) return GT_OK;
-  softmax_xent_forward_kernel<<<N, XENT_THREADS, 0, gt_cuda_stream(be)>>>(losses, probs, logits,
-                                                                          targets, V);
+  softmax_xent_forward_kernel<<<N, XENT_THREADS, 0, gt_cuda_stream(be)>>>(losses, probs, logits, targets, V);
   return gt_cuda_launched(be, "softmax_xent_forward");
 }
 
-gt_status gt_cuda_softmax_xent_backward(gt_backend *be, float *dlogits, const float *probs,
-                                        const int32_t *targets, float dloss, int N, int V) {
+gt_status gt_cuda_softmax_xent_backward(gt_backend *be, float *dlogits, const float *probs, const int32_t *targets,
+                                        float dloss, int N, int V) {
   GT_TRY(gt_cuda_enter(be));
   GT_TRY(check_targets(be, "softmax_xent_backward", targets, N, V));
   if (N == 0) return GT_OK;
-  softmax_xent_backward_kernel<<<N, XENT_THREADS, 0, gt_cuda_stream(be)>>>(dlogits, probs, targets,
-                                                                           dloss, V);
+  softmax_xent_backward_kernel<<<N, XENT_THREADS, 0, gt_cuda_stream(be)>>>(dlogits, probs, targets, dloss, V);
   return gt_cuda_launched(be, "softmax_xent_backward");
 }

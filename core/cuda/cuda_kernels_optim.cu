@@ -50,27 +50,25 @@ __device__ __forceinline__ uint16_t bf16_round(float f) {
 }
 
 __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n, adamw_k k) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
     param[i] = adamw_elem(k, param[i], grad[i], &m[i], &v[i]);
 }
 
-__global__ void adamw_bf16_kernel(float *param, const float *grad, float *m, float *v, uint16_t *param_bf16,
-                                  size_t n, adamw_k k) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
+__global__ void adamw_bf16_kernel(float *param, const float *grad, float *m, float *v, uint16_t *param_bf16, size_t n,
+                                  adamw_k k) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     float p = adamw_elem(k, param[i], grad[i], &m[i], &v[i]);
     param[i] = p;
     param_bf16[i] = bf16_round(p);
   }
 }
 
-gt_status gt_cuda_adamw_update(gt_backend *be, float *param, const float *grad, float *m, float *v,
-                               size_t n, const gt_adamw_args *a) {
+gt_status gt_cuda_adamw_update(gt_backend *be, float *param, const float *grad, float *m, float *v, size_t n,
+                               const gt_adamw_args *a) {
   if (n == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
-  adamw_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(
-      param, grad, m, v, n, adamw_factors(a));
+  adamw_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(param, grad, m, v, n,
+                                                                                               adamw_factors(a));
   return gt_cuda_launched(be, "adamw");
 }
 
@@ -85,10 +83,9 @@ gt_status gt_cuda_adamw_update_bf16(gt_backend *be, float *param, const float *g
 
 /* SGD as torch.optim.SGD without dampening; a zeroed momentum buffer makes
  * the first step's buffer the gradient, as PyTorch's does. */
-__global__ void sgd_kernel(float *param, const float *grad, float *mom, size_t n, float lr,
-                           float mu, float wd, float gs, bool nesterov) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
+__global__ void sgd_kernel(float *param, const float *grad, float *mom, size_t n, float lr, float mu, float wd,
+                           float gs, bool nesterov) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     if (mu == 0.0f) {
       param[i] -= lr * (grad[i] * gs + wd * param[i]);
     } else {
@@ -111,8 +108,7 @@ gt_status gt_cuda_sgd_update(gt_backend *be, float *param, const float *grad, fl
 
 __global__ void sum_squares_partial_kernel(double *partial, const float *x, size_t n) {
   double s = 0.0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     double xi = x[i];
     s += xi * xi;
   }
@@ -142,44 +138,37 @@ gt_status gt_cuda_sum_squares(gt_backend *be, double *out, const float *x, size_
 }
 
 __global__ void scale_kernel(float *x, float s, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    x[i] *= s;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= s;
 }
 
 gt_status gt_cuda_scale(gt_backend *be, float *x, float s, size_t n) {
   if (n == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
-  scale_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(x, s,
-                                                                                               n);
+  scale_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(x, s, n);
   return gt_cuda_launched(be, "scale");
 }
 
 /* bf16_round: the rounding adamw_update_bf16 writes too. */
 __global__ void f32_to_bf16_kernel(uint16_t *dst, const float *src, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
     dst[i] = bf16_round(src[i]);
 }
 
 __global__ void bf16_to_f32_kernel(float *dst, const uint16_t *src, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
     dst[i] = __uint_as_float((uint32_t)src[i] << 16);
 }
 
 gt_status gt_cuda_f32_to_bf16(gt_backend *be, uint16_t *dst, const float *src, size_t n) {
   if (n == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
-  f32_to_bf16_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0,
-                       gt_cuda_stream(be)>>>(dst, src, n);
+  f32_to_bf16_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(dst, src, n);
   return gt_cuda_launched(be, "f32_to_bf16");
 }
 
 gt_status gt_cuda_bf16_to_f32(gt_backend *be, float *dst, const uint16_t *src, size_t n) {
   if (n == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
-  bf16_to_f32_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0,
-                       gt_cuda_stream(be)>>>(dst, src, n);
+  bf16_to_f32_kernel<<<gt_cuda_blocks(n, GT_CUDA_THREADS), GT_CUDA_THREADS, 0, gt_cuda_stream(be)>>>(dst, src, n);
   return gt_cuda_launched(be, "bf16_to_f32");
 }

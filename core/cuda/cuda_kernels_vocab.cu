@@ -9,7 +9,7 @@
 #define SLICE_THREADS 256
 
 __global__ void embedding_slice_forward_kernel(float *out, const int32_t *tokens, const float *wte, int v0, int V,
-                                            const float *wpe, int T, int C, int64_t n) {
+                                               const float *wpe, int T, int C, int64_t n) {
   for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
     int64_t i = k / C;
     int c = (int)(k % C);
@@ -22,7 +22,7 @@ __global__ void embedding_slice_forward_kernel(float *out, const int32_t *tokens
 
 /* One thread per channel walks every token in order: deterministic sums. */
 __global__ void embedding_slice_backward_kernel(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                                             int v0, int V, int64_t N, int T, int C) {
+                                                int v0, int V, int64_t N, int T, int C) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   for (int64_t i = 0; i < N; i++) {
@@ -34,7 +34,7 @@ __global__ void embedding_slice_backward_kernel(float *dwte, float *dwpe, const 
 }
 
 __global__ void xent_slice_stats_kernel(float *stats, float *tlogit, const float *logits, const int32_t *targets,
-                                     int v0, int N, int V) {
+                                        int v0, int N, int V) {
   int64_t i = blockIdx.x;
   const float *x = logits + i * V;
   float mx, sum;
@@ -48,7 +48,7 @@ __global__ void xent_slice_stats_kernel(float *stats, float *tlogit, const float
 }
 
 __global__ void xent_slice_finish_kernel(float *losses, float *probs, const float *logits, const float *stats_all,
-                                      int P, const float *tlogit, const int32_t *targets, int N, int V) {
+                                         int P, const float *tlogit, const int32_t *targets, int N, int V) {
   int64_t i = blockIdx.x;
   float M = -INFINITY;
   for (int r = 0; r < P; r++) M = fmaxf(M, stats_all[(int64_t)r * 2 * N + i]);
@@ -63,7 +63,7 @@ __global__ void xent_slice_finish_kernel(float *losses, float *probs, const floa
 }
 
 __global__ void softmax_xent_slice_backward_kernel(float *dlogits, const float *probs, const int32_t *targets, int v0,
-                                                float dloss, int V) {
+                                                   float dloss, int V) {
   int64_t i = blockIdx.x;
   const float *p = probs + i * V;
   float *d = dlogits + i * V;
@@ -74,8 +74,7 @@ __global__ void softmax_xent_slice_backward_kernel(float *dlogits, const float *
 
 /* lo == 0 checks token ids (negative is the error); otherwise targets, where
  * a negative id is an ignored row and hi is the whole vocabulary. */
-static gt_status check_tokens(gt_backend *be, const char *op, const int32_t *ids, int64_t n, int64_t lo,
-                              int64_t hi) {
+static gt_status check_tokens(gt_backend *be, const char *op, const int32_t *ids, int64_t n, int64_t lo, int64_t hi) {
   int64_t row;
   int32_t val;
   GT_TRY(gt_cuda_check_ids(be, ids, n, lo, hi, &row, &val));
@@ -91,7 +90,7 @@ static gt_status check_tokens(gt_backend *be, const char *op, const int32_t *ids
 }
 
 gt_status gt_cuda_embedding_slice_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte, int v0,
-                                       int V, const float *wpe, int B, int T, int C) {
+                                          int V, const float *wpe, int B, int T, int C) {
   GT_TRY(gt_cuda_enter(be));
   int64_t n = (int64_t)B * T * C;
   GT_TRY(check_tokens(be, "embedding_slice_forward", tokens, (int64_t)B * T, 0, INT64_MAX));
@@ -102,7 +101,7 @@ gt_status gt_cuda_embedding_slice_forward(gt_backend *be, float *out, const int3
 }
 
 gt_status gt_cuda_embedding_slice_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
-                                        const int32_t *tokens, int v0, int V, int B, int T, int C) {
+                                           const int32_t *tokens, int v0, int V, int B, int T, int C) {
   GT_TRY(gt_cuda_enter(be));
   if (C == 0 || B * T == 0) return GT_OK;
   embedding_slice_backward_kernel<<<(C + SLICE_THREADS - 1) / SLICE_THREADS, SLICE_THREADS, 0, gt_cuda_stream(be)>>>(
@@ -111,7 +110,7 @@ gt_status gt_cuda_embedding_slice_backward(gt_backend *be, float *dwte, float *d
 }
 
 gt_status gt_cuda_xent_slice_stats(gt_backend *be, float *stats, float *tlogit, const float *logits,
-                                const int32_t *targets, int v0, int N, int V) {
+                                   const int32_t *targets, int v0, int N, int V) {
   GT_TRY(gt_cuda_enter(be));
   if (N == 0) return GT_OK;
   xent_slice_stats_kernel<<<N, SLICE_THREADS, 0, gt_cuda_stream(be)>>>(stats, tlogit, logits, targets, v0, N, V);
@@ -119,21 +118,21 @@ gt_status gt_cuda_xent_slice_stats(gt_backend *be, float *stats, float *tlogit, 
 }
 
 gt_status gt_cuda_xent_slice_finish(gt_backend *be, float *losses, float *probs, const float *logits,
-                                 const float *stats_all, int P, const float *tlogit, const int32_t *targets,
-                                 int vocab_total, int N, int V) {
+                                    const float *stats_all, int P, const float *tlogit, const int32_t *targets,
+                                    int vocab_total, int N, int V) {
   GT_TRY(gt_cuda_enter(be));
   GT_TRY(check_tokens(be, "xent_slice_finish", targets, N, INT32_MIN, vocab_total));
   if (N == 0) return GT_OK;
   xent_slice_finish_kernel<<<N, SLICE_THREADS, 0, gt_cuda_stream(be)>>>(losses, probs, logits, stats_all, P, tlogit,
-                                                                  targets, N, V);
+                                                                        targets, N, V);
   return gt_cuda_launched(be, "xent_slice_finish");
 }
 
 gt_status gt_cuda_softmax_xent_slice_backward(gt_backend *be, float *dlogits, const float *probs,
-                                           const int32_t *targets, int v0, float dloss, int N, int V) {
+                                              const int32_t *targets, int v0, float dloss, int N, int V) {
   GT_TRY(gt_cuda_enter(be));
   if (N == 0) return GT_OK;
-  softmax_xent_slice_backward_kernel<<<N, SLICE_THREADS, 0, gt_cuda_stream(be)>>>(dlogits, probs, targets, v0,
-                                                                                  dloss, V);
+  softmax_xent_slice_backward_kernel<<<N, SLICE_THREADS, 0, gt_cuda_stream(be)>>>(dlogits, probs, targets, v0, dloss,
+                                                                                  V);
   return gt_cuda_launched(be, "softmax_xent_slice_backward");
 }

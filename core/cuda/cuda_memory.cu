@@ -71,27 +71,17 @@ void gt_cuda_host_free(gt_backend *be, void *ptr) {
 
 static cudaStream_t stream_of(gt_backend *be, gt_stream *s) { return (s ? s : be->compute)->s; }
 
-gt_status gt_cuda_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes,
-                         gt_copy_kind kind, gt_stream *s) {
+gt_status gt_cuda_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind, gt_stream *s) {
   cudaMemcpyKind k;
   switch (kind) {
-    case GT_COPY_H2D:
-      k = cudaMemcpyHostToDevice;
-      break;
-    case GT_COPY_D2H:
-      k = cudaMemcpyDeviceToHost;
-      break;
-    case GT_COPY_D2D:
-      k = cudaMemcpyDeviceToDevice;
-      break;
-    default: /* gt_backend_memcpy admits only the three kinds */
-      k = cudaMemcpyDefault;
-      break;
+    case GT_COPY_H2D: k = cudaMemcpyHostToDevice; break;
+    case GT_COPY_D2H: k = cudaMemcpyDeviceToHost; break;
+    case GT_COPY_D2D: k = cudaMemcpyDeviceToDevice; break;
+    default: /* gt_backend_memcpy admits only the three kinds */ k = cudaMemcpyDefault; break;
   }
   if (bytes == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
-  return gt_cuda_check(be, cudaMemcpyAsync(dst, src, bytes, k, stream_of(be, s)),
-                       "cudaMemcpyAsync");
+  return gt_cuda_check(be, cudaMemcpyAsync(dst, src, bytes, k, stream_of(be, s)), "cudaMemcpyAsync");
 }
 
 gt_status gt_cuda_memset(gt_backend *be, void *dst, int value, size_t bytes, gt_stream *s) {
@@ -107,8 +97,8 @@ gt_status gt_cuda_stream_create(gt_backend *be, gt_stream **s) {
   GT_TRY(gt_cuda_enter(be));
   gt_stream *st = (gt_stream *)calloc(1, sizeof *st);
   if (!st) return gt_errorf(GT_ENOMEM, "%s: out of host memory creating a stream", be->name);
-  gt_status r = gt_cuda_check(be, cudaStreamCreateWithFlags(&st->s, cudaStreamNonBlocking),
-                              "cudaStreamCreateWithFlags");
+  gt_status r =
+      gt_cuda_check(be, cudaStreamCreateWithFlags(&st->s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   if (r != GT_OK) {
     free(st);
     return r;
@@ -134,8 +124,7 @@ gt_status gt_cuda_event_create(gt_backend *be, gt_event **e) {
   GT_TRY(gt_cuda_enter(be));
   gt_event *ev = (gt_event *)calloc(1, sizeof *ev);
   if (!ev) return gt_errorf(GT_ENOMEM, "%s: out of host memory creating an event", be->name);
-  gt_status r = gt_cuda_check(be, cudaEventCreateWithFlags(&ev->e, cudaEventDisableTiming),
-                              "cudaEventCreateWithFlags");
+  gt_status r = gt_cuda_check(be, cudaEventCreateWithFlags(&ev->e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
   if (r != GT_OK) {
     free(ev);
     return r;
@@ -158,15 +147,13 @@ gt_status gt_cuda_event_record(gt_backend *be, gt_event *e, gt_stream *s) {
 }
 
 gt_status gt_cuda_stream_wait_event(gt_backend *be, gt_stream *s, gt_event *e) {
-  if (!e->recorded)
-    return gt_errorf(GT_ESTATE, "%s: waiting on an event that was never recorded", be->name);
+  if (!e->recorded) return gt_errorf(GT_ESTATE, "%s: waiting on an event that was never recorded", be->name);
   GT_TRY(gt_cuda_enter(be));
   return gt_cuda_check(be, cudaStreamWaitEvent(stream_of(be, s), e->e, 0), "cudaStreamWaitEvent");
 }
 
 gt_status gt_cuda_event_sync(gt_backend *be, gt_event *e) {
-  if (!e->recorded)
-    return gt_errorf(GT_ESTATE, "%s: waiting on an event that was never recorded", be->name);
+  if (!e->recorded) return gt_errorf(GT_ESTATE, "%s: waiting on an event that was never recorded", be->name);
   GT_TRY(gt_cuda_enter(be));
   return gt_cuda_check(be, cudaEventSynchronize(e->e), "cudaEventSynchronize");
 }

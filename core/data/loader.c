@@ -28,7 +28,7 @@ struct gt_loader {
    * batches are read with pread, which reports a file truncated under the
    * loader as a short read where a mapping would raise SIGBUS. */
   int fd;
-  bool file_failed; /* a read found the file changed under the loader: its input, not a retry, is at fault */
+  bool file_failed;     /* a read found the file changed under the loader: its input, not a retry, is at fault */
   uint32_t vocab_limit; /* ids at or above it are refused (0: none but the data's own vocabulary) */
   unsigned char *map;
   size_t map_len;
@@ -96,21 +96,17 @@ static gt_status check_config(const gt_loader_config *c) {
     return gt_errorf(GT_EINVAL, "loader: no data file path given");
   }
   if (c->B <= 0) return gt_errorf(GT_EINVAL, "loader: batch size B must be positive, got %d", c->B);
-  if (c->T_max <= 0)
-    return gt_errorf(GT_EINVAL, "loader: sequence length T_max must be positive, got %d", c->T_max);
+  if (c->T_max <= 0) return gt_errorf(GT_EINVAL, "loader: sequence length T_max must be positive, got %d", c->T_max);
   if ((uint64_t)c->B * (uint64_t)c->T_max > (1ull << 36))
-    return gt_errorf(GT_EINVAL, "loader: B*T_max = %d*%d tokens per micro-batch is too large", c->B,
-                     c->T_max);
-  if (c->nshards <= 0)
-    return gt_errorf(GT_EINVAL, "loader: shard count must be positive, got %d", c->nshards);
+    return gt_errorf(GT_EINVAL, "loader: B*T_max = %d*%d tokens per micro-batch is too large", c->B, c->T_max);
+  if (c->nshards <= 0) return gt_errorf(GT_EINVAL, "loader: shard count must be positive, got %d", c->nshards);
   if (c->shard < 0 || c->shard >= c->nshards)
     return gt_errorf(GT_EINVAL, "loader: shard %d is out of range 0..%d", c->shard, c->nshards - 1);
   if (c->total && (c->offset < 0 || c->total < c->B || c->offset > c->total - c->B))
     return gt_errorf(GT_EINVAL, "loader: a share of %d rows at offset %d does not fit in a group micro-batch of %d",
                      c->B, c->offset, c->total);
   if (c->mode != GT_LOADER_FIXED && c->mode != GT_LOADER_DOCUMENTS)
-    return gt_errorf(GT_EINVAL, "loader: unknown mode %d (use GT_LOADER_FIXED or GT_LOADER_DOCUMENTS)",
-                     (int)c->mode);
+    return gt_errorf(GT_EINVAL, "loader: unknown mode %d (use GT_LOADER_FIXED or GT_LOADER_DOCUMENTS)", (int)c->mode);
   return GT_OK;
 }
 
@@ -118,8 +114,7 @@ static gt_status map_file(gt_loader *l) {
   const char *p = l->path;
   int fd = open(p, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    if (errno == ENOENT)
-      return gt_errorf(GT_ENOTFOUND, "data file %s not found (make one with giant-tokenize)", p);
+    if (errno == ENOENT) return gt_errorf(GT_ENOTFOUND, "data file %s not found (make one with giant-tokenize)", p);
     return gt_errorf(GT_EIO, "cannot open data file %s: %s", p, strerror(errno));
   }
   struct stat st;
@@ -131,8 +126,7 @@ static gt_status map_file(gt_loader *l) {
   ssize_t got = pread(fd, head, sizeof head, 0);
   if (got < 0 || (got < (ssize_t)sizeof head && st.st_size >= (off_t)sizeof head)) {
     close(fd);
-    return gt_errorf(GT_EIO, "reading data file %s: %s", p,
-                     got < 0 ? strerror(errno) : "it shrank while being opened");
+    return gt_errorf(GT_EIO, "reading data file %s: %s", p, got < 0 ? strerror(errno) : "it shrank while being opened");
   }
   gt_status s = gt_tokfile_parse_header(head, (uint64_t)st.st_size, p, &l->h);
   if (s != GT_OK) {
@@ -190,8 +184,7 @@ static gt_status find_documents(gt_loader *l) {
       l->doc_start = malloc((n ? n : 1) * sizeof *l->doc_start);
       l->doc_len = malloc((n ? n : 1) * sizeof *l->doc_len);
       if (!l->doc_start || !l->doc_len)
-        return gt_errorf(GT_ENOMEM, "%s: out of memory indexing %llu documents", l->path,
-                         (unsigned long long)n);
+        return gt_errorf(GT_ENOMEM, "%s: out of memory indexing %llu documents", l->path, (unsigned long long)n);
       n = 0;
     }
     for (uint64_t a = 0; a < h->count;) {
@@ -223,17 +216,21 @@ static gt_status open_rows(gt_loader *l, uint32_t vocab_limit) {
     /* The rows as a file of FIXED rows would hold them: rows * T_max + 1 ids. */
     const gt_loader_source *src = l->cfg.source;
     l->nrows = src->rows;
-    l->h = (gt_tokfile_header){.version = 1, .width = 4, .count = src->rows * (uint64_t)l->cfg.T_max + 1,
-                               .vocab_size = src->vocab_size, .doc_sep = GT_TOKFILE_NO_SEP};
+    l->h = (gt_tokfile_header){.version = 1,
+                               .width = 4,
+                               .count = src->rows * (uint64_t)l->cfg.T_max + 1,
+                               .vocab_size = src->vocab_size,
+                               .doc_sep = GT_TOKFILE_NO_SEP};
   } else {
     GT_TRY(map_file(l));
     GT_TRY(check_tokens(l, vocab_limit));
-    if (l->cfg.mode == GT_LOADER_DOCUMENTS) GT_TRY(find_documents(l));
-    else l->nrows = (l->h.count - 1) / (uint64_t)l->cfg.T_max;
+    if (l->cfg.mode == GT_LOADER_DOCUMENTS)
+      GT_TRY(find_documents(l));
+    else
+      l->nrows = (l->h.count - 1) / (uint64_t)l->cfg.T_max;
     if (l->nrows == 0)
-      return gt_errorf(GT_EINVAL, "%s: holds %llu tokens, fewer than T_max+1 = %llu for one row",
-                       l->path, (unsigned long long)l->h.count,
-                       (unsigned long long)l->cfg.T_max + 1);
+      return gt_errorf(GT_EINVAL, "%s: holds %llu tokens, fewer than T_max+1 = %llu for one row", l->path,
+                       (unsigned long long)l->h.count, (unsigned long long)l->cfg.T_max + 1);
   }
   size_t bt = (size_t)l->cfg.B * (size_t)l->cfg.T_max;
   l->raw = malloc(((size_t)l->cfg.T_max + 1) * (l->h.width ? l->h.width : 4));
@@ -298,17 +295,15 @@ const gt_tokfile_header *gt_loader_header(const gt_loader *l) { return &l->h; }
 uint64_t gt_loader_position(const gt_loader *l) { return l->pos; }
 uint64_t gt_loader_rows_per_epoch(const gt_loader *l) { return l->nrows; }
 const gt_loader_config *gt_loader_get_config(const gt_loader *l) { return &l->cfg; }
-uint64_t gt_loader_next_row(const gt_loader *l) {
-  return l->base + l->pos * (uint64_t)l->cfg.total;
-}
+uint64_t gt_loader_next_row(const gt_loader *l) { return l->base + l->pos * (uint64_t)l->cfg.total; }
 
 gt_status gt_loader_reshare(gt_loader *l, int B, int offset, int total) {
   if (B < 1 || B > l->B_cap)
     return gt_errorf(GT_EINVAL, "loader: a share of %d rows is outside 1..%d, the B the loader was opened with", B,
                      l->B_cap);
   if (offset < 0 || total < B || offset > total - B)
-    return gt_errorf(GT_EINVAL, "loader: a share of %d rows at offset %d does not fit in a group micro-batch of %d",
-                     B, offset, total);
+    return gt_errorf(GT_EINVAL, "loader: a share of %d rows at offset %d does not fit in a group micro-batch of %d", B,
+                     offset, total);
   uint64_t row = gt_loader_next_row(l);
   l->cfg.B = B;
   l->cfg.offset = offset;
@@ -317,7 +312,8 @@ gt_status gt_loader_reshare(gt_loader *l, int B, int offset, int total) {
 }
 
 gt_status gt_loader_restart_at(gt_loader *l, uint64_t row) {
-  if (row > UINT64_MAX / 2) return gt_errorf(GT_ERANGE, "loader: restart row %llu is too large", (unsigned long long)row);
+  if (row > UINT64_MAX / 2)
+    return gt_errorf(GT_ERANGE, "loader: restart row %llu is too large", (unsigned long long)row);
   l->base = row;
   return gt_loader_seek(l, 0);
 }
@@ -325,8 +321,7 @@ gt_status gt_loader_restart_at(gt_loader *l, uint64_t row) {
 gt_status gt_loader_seek(gt_loader *l, uint64_t index) {
   uint64_t per = (uint64_t)l->cfg.total;
   if (index > (UINT64_MAX / 2 - per) / per) /* base is at most half */
-    return gt_errorf(GT_ERANGE, "loader: micro-batch index %llu is too large",
-                     (unsigned long long)index);
+    return gt_errorf(GT_ERANGE, "loader: micro-batch index %llu is too large", (unsigned long long)index);
   l->pos = index;
   return GT_OK;
 }
@@ -340,8 +335,8 @@ static gt_status read_row(gt_loader *l, uint64_t first, int n) {
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       l->file_failed = true;
-      return gt_errorf(GT_EIO, "reading data file %s at byte offset %llu: %s", l->path,
-                       (unsigned long long)off + got, strerror(errno));
+      return gt_errorf(GT_EIO, "reading data file %s at byte offset %llu: %s", l->path, (unsigned long long)off + got,
+                       strerror(errno));
     }
     if (r == 0) {
       l->file_failed = true;
@@ -356,10 +351,10 @@ static gt_status read_row(gt_loader *l, uint64_t first, int n) {
   }
   for (int t = 0; t < n; t++) {
     const unsigned char *p = l->raw + (size_t)t * w;
-    l->row[t] = (int32_t)(w == 1   ? p[0]
-                          : w == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8
-                                   : (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                                         (uint32_t)p[3] << 24);
+    l->row[t] =
+        (int32_t)(w == 1   ? p[0]
+                  : w == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8
+                           : (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
   }
   return GT_OK;
 }
@@ -371,7 +366,8 @@ static gt_status read_source_row(gt_loader *l, uint64_t w, int n) {
   gt_status s = src->read(src->user, w, l->row, n);
   if (s != GT_OK) return gt_error_context(s, "%s: row %llu", l->path, (unsigned long long)w);
   for (int t = 0; t < n; t++)
-    if (l->row[t] < 0 || (uint32_t)l->row[t] >= src->vocab_size || (l->vocab_limit && (uint32_t)l->row[t] >= l->vocab_limit)) {
+    if (l->row[t] < 0 || (uint32_t)l->row[t] >= src->vocab_size ||
+        (l->vocab_limit && (uint32_t)l->row[t] >= l->vocab_limit)) {
       l->file_failed = true; /* the input's fault: it would give the same row again */
       return gt_errorf(GT_ERANGE, "%s: row %llu, token %d: id %d is outside the vocabulary [0, %u)", l->path,
                        (unsigned long long)w, t, l->row[t],
@@ -382,8 +378,10 @@ static gt_status read_source_row(gt_loader *l, uint64_t w, int n) {
 
 static gt_status fill_fixed(gt_loader *l, int r, uint64_t w) {
   int T = l->cfg.T_max;
-  if (l->cfg.source) GT_TRY(read_source_row(l, w, T + 1));
-  else GT_TRY(read_row(l, w * (uint64_t)T, T + 1));
+  if (l->cfg.source)
+    GT_TRY(read_source_row(l, w, T + 1));
+  else
+    GT_TRY(read_row(l, w * (uint64_t)T, T + 1));
   int32_t *in = l->inputs + (size_t)r * T, *tg = l->targets + (size_t)r * T;
   memcpy(in, l->row, (size_t)T * sizeof *in);
   memcpy(tg, l->row + 1, (size_t)T * sizeof *tg);

@@ -9,8 +9,7 @@
 
 /* Reads and checks the 64-byte header at the start of `bytes` (`size` is the
  * whole file's size, checked against the count). `name` is used in errors. */
-gt_status gt_tokfile_parse_header(const unsigned char *bytes, uint64_t size, const char *name,
-                                  gt_tokfile_header *out);
+gt_status gt_tokfile_parse_header(const unsigned char *bytes, uint64_t size, const char *name, gt_tokfile_header *out);
 
 /* Whether a read found the file unlike what was opened (truncated, or
  * unreadable): a bad input that a retry would meet again. */

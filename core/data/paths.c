@@ -18,9 +18,9 @@
 
 /* How one run reads its files. */
 typedef struct reading {
-  const char *sep;  /* the line that ends a record: NULL none, "" an empty line */
-  bool each_line;   /* every line a record */
-  bool skip_index;  /* leave out a directory's fortune index files */
+  const char *sep; /* the line that ends a record: NULL none, "" an empty line */
+  bool each_line;  /* every line a record */
+  bool skip_index; /* leave out a directory's fortune index files */
 } reading;
 
 typedef struct job {
@@ -47,9 +47,7 @@ static bool ends_with(const char *s, const char *suffix) {
   return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-static int by_name(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static gt_status add_dir(job *j, const char *dir) {
   DIR *d = opendir(dir);
@@ -96,8 +94,8 @@ static gt_status add_all(job *j, const char *const *inputs, int ninputs) {
     const char *in = inputs[i];
     struct stat st;
     if (!in || stat(in, &st) != 0)
-      return gt_errorf(in && errno == ENOENT ? GT_ENOTFOUND : GT_EIO, "input %s: %s",
-                       in ? in : "(null)", in ? strerror(errno) : "no path");
+      return gt_errorf(in && errno == ENOENT ? GT_ENOTFOUND : GT_EIO, "input %s: %s", in ? in : "(null)",
+                       in ? strerror(errno) : "no path");
     GT_TRY(S_ISDIR(st.st_mode) ? add_dir(j, in) : add_file(j, in, &st));
   }
   if (j->nfiles == 0)
@@ -107,8 +105,7 @@ static gt_status add_all(job *j, const char *const *inputs, int ninputs) {
   return GT_OK;
 }
 
-static gt_status tokenize(const char *const *inputs, int ninputs, reading r, const char *out_path,
-                          uint64_t *ntokens) {
+static gt_status tokenize(const char *const *inputs, int ninputs, reading r, const char *out_path, uint64_t *ntokens) {
   if (!inputs || ninputs <= 0) return gt_errorf(GT_EINVAL, "no inputs to tokenize");
   if (r.sep && strchr(r.sep, '\n'))
     return gt_errorf(GT_EINVAL, "the document separator line must not contain a newline");
@@ -137,17 +134,12 @@ static gt_status tokenize(const char *const *inputs, int ninputs, reading r, con
 }
 
 static const char *const record_names[] = {
-    [GT_RECORDS_FILE] = "file",
-    [GT_RECORDS_LINE] = "line",
-    [GT_RECORDS_PARAGRAPH] = "paragraph",
-    [GT_RECORDS_SEPARATOR] = "separator",
-    [GT_RECORDS_FORTUNE] = "fortune",
+    [GT_RECORDS_FILE] = "file",           [GT_RECORDS_LINE] = "line",       [GT_RECORDS_PARAGRAPH] = "paragraph",
+    [GT_RECORDS_SEPARATOR] = "separator", [GT_RECORDS_FORTUNE] = "fortune",
 };
 enum { NRECORDS = sizeof record_names / sizeof record_names[0] };
 
-const char *gt_text_records_name(gt_text_records r) {
-  return (unsigned)r < NRECORDS ? record_names[r] : "unknown";
-}
+const char *gt_text_records_name(gt_text_records r) { return (unsigned)r < NRECORDS ? record_names[r] : "unknown"; }
 
 gt_status gt_text_records_parse(const char *name, gt_text_records *out) {
   for (int i = 0; name && i < NRECORDS; i++)
@@ -159,35 +151,29 @@ gt_status gt_text_records_parse(const char *name, gt_text_records *out) {
                    name ? name : "(null)");
 }
 
-gt_status gt_tokenize_text(const char *const *inputs, int ninputs, const gt_text_options *opts,
-                           const char *out_path, uint64_t *ntokens) {
+gt_status gt_tokenize_text(const char *const *inputs, int ninputs, const gt_text_options *opts, const char *out_path,
+                           uint64_t *ntokens) {
   gt_text_options o = opts ? *opts : (gt_text_options){.records = GT_RECORDS_FILE};
   reading r = {0};
   switch (o.records) {
-  case GT_RECORDS_FILE:
-    break;
-  case GT_RECORDS_LINE:
-    r.each_line = true;
-    break;
-  case GT_RECORDS_PARAGRAPH:
-    r.sep = "";
-    break;
-  case GT_RECORDS_SEPARATOR:
-    if (!o.separator)
-      return gt_errorf(GT_EINVAL, "records cut by a separator line need the line (gt_text_options.separator)");
-    r.sep = o.separator;
-    break;
-  case GT_RECORDS_FORTUNE:
-    r.sep = "%";
-    r.skip_index = true;
-    break;
-  default:
-    return gt_errorf(GT_EINVAL, "unknown kind of record %d", (int)o.records);
+    case GT_RECORDS_FILE: break;
+    case GT_RECORDS_LINE: r.each_line = true; break;
+    case GT_RECORDS_PARAGRAPH: r.sep = ""; break;
+    case GT_RECORDS_SEPARATOR:
+      if (!o.separator)
+        return gt_errorf(GT_EINVAL, "records cut by a separator line need the line (gt_text_options.separator)");
+      r.sep = o.separator;
+      break;
+    case GT_RECORDS_FORTUNE:
+      r.sep = "%";
+      r.skip_index = true;
+      break;
+    default: return gt_errorf(GT_EINVAL, "unknown kind of record %d", (int)o.records);
   }
   return tokenize(inputs, ninputs, r, out_path, ntokens);
 }
 
-gt_status gt_tokenize_paths(const char *const *inputs, int ninputs, const char *separator_line,
-                            const char *out_path, uint64_t *ntokens) {
+gt_status gt_tokenize_paths(const char *const *inputs, int ninputs, const char *separator_line, const char *out_path,
+                            uint64_t *ntokens) {
   return tokenize(inputs, ninputs, (reading){.sep = separator_line, .skip_index = true}, out_path, ntokens);
 }

@@ -14,8 +14,7 @@
  * path, abort removes it. Both free the writer. */
 typedef struct gt_tokfile_writer gt_tokfile_writer;
 
-gt_status gt_tokfile_writer_open(const char *path, uint32_t vocab_size, uint32_t doc_sep,
-                                 gt_tokfile_writer **out);
+gt_status gt_tokfile_writer_open(const char *path, uint32_t vocab_size, uint32_t doc_sep, gt_tokfile_writer **out);
 
 /* Fails with GT_EINVAL (writing nothing) if a token is >= vocab_size. */
 gt_status gt_tokfile_writer_append(gt_tokfile_writer *w, const uint32_t *tokens, size_t n);
@@ -29,20 +28,16 @@ void gt_tokfile_writer_abort(gt_tokfile_writer *w);
 /* Tokenizes a text file byte by byte. If `separator_line` is non-NULL, a
  * line consisting of exactly that text (e.g. "%" in fortune files) ends a
  * document: it is replaced by GT_BYTE_DOC_SEP. Writes a token file. */
-gt_status gt_tokenize_bytes(const char *text_path, const char *separator_line, const char *out_path,
-                            uint64_t *ntokens);
+gt_status gt_tokenize_bytes(const char *text_path, const char *separator_line, const char *out_path, uint64_t *ntokens);
 
 /* Appends one text file's byte tokens to `w` (as gt_tokenize_bytes does,
  * the file ending a document). `w` must have vocabulary GT_BYTE_VOCAB. */
-gt_status gt_tokenize_bytes_into(gt_tokfile_writer *w, const char *text_path,
-                                 const char *separator_line);
-
+gt_status gt_tokenize_bytes_into(gt_tokfile_writer *w, const char *text_path, const char *separator_line);
 
 /* Appends the byte tokens of the text file at path to w, each record ended
  * by GT_BYTE_DOC_SEP, the file's end ending one too. With each_line every
  * line is a record; otherwise a line reading exactly separator_line ends
  * one ("" : an empty line; NULL: none, the file is one record). */
-gt_status gt_text_tokenize_file(gt_tokfile_writer *w, const char *path, const char *separator_line,
-                                bool each_line);
+gt_status gt_text_tokenize_file(gt_tokfile_writer *w, const char *path, const char *separator_line, bool each_line);
 
 #endif

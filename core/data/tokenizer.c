@@ -116,13 +116,11 @@ gt_status gt_text_tokenize_file(gt_tokfile_writer *w, const char *text_path, con
     return gt_errorf(GT_EINVAL, "the document separator line must not contain a newline");
   struct stat st;
   if (stat(text_path, &st) != 0)
-    return gt_errorf(errno == ENOENT ? GT_ENOTFOUND : GT_EIO, "cannot read text file %s: %s",
-                     text_path, strerror(errno));
-  if (S_ISDIR(st.st_mode))
-    return gt_errorf(GT_EINVAL, "%s is a directory, not a text file", text_path);
+    return gt_errorf(errno == ENOENT ? GT_ENOTFOUND : GT_EIO, "cannot read text file %s: %s", text_path,
+                     strerror(errno));
+  if (S_ISDIR(st.st_mode)) return gt_errorf(GT_EINVAL, "%s is a directory, not a text file", text_path);
   FILE *fp = fopen(text_path, "rb");
-  if (!fp)
-    return gt_errorf(GT_EIO, "cannot open text file %s: %s", text_path, strerror(errno));
+  if (!fp) return gt_errorf(GT_EIO, "cannot open text file %s: %s", text_path, strerror(errno));
   tk *t = calloc(1, sizeof *t);
   if (!t) {
     fclose(fp);
@@ -139,8 +137,7 @@ gt_status gt_text_tokenize_file(gt_tokfile_writer *w, const char *text_path, con
   return s;
 }
 
-gt_status gt_tokenize_bytes_into(gt_tokfile_writer *w, const char *text_path,
-                                 const char *separator_line) {
+gt_status gt_tokenize_bytes_into(gt_tokfile_writer *w, const char *text_path, const char *separator_line) {
   return gt_text_tokenize_file(w, text_path, separator_line, false);
 }
 

@@ -43,14 +43,12 @@ static uint32_t width_for(uint32_t vocab_size) {
   return 4;
 }
 
-gt_status gt_tokfile_writer_open(const char *path, uint32_t vocab_size, uint32_t doc_sep,
-                                 gt_tokfile_writer **out) {
+gt_status gt_tokfile_writer_open(const char *path, uint32_t vocab_size, uint32_t doc_sep, gt_tokfile_writer **out) {
   *out = NULL;
   if (!path || !*path) return gt_errorf(GT_EINVAL, "token file path is empty");
   if (vocab_size == 0) return gt_errorf(GT_EINVAL, "vocabulary size must be positive");
   if (doc_sep != GT_TOKFILE_NO_SEP && doc_sep >= vocab_size)
-    return gt_errorf(GT_EINVAL, "document separator id %u is >= the vocabulary %u", doc_sep,
-                     vocab_size);
+    return gt_errorf(GT_EINVAL, "document separator id %u is >= the vocabulary %u", doc_sep, vocab_size);
   gt_tokfile_writer *w = calloc(1, sizeof *w);
   size_t n = strlen(path);
   if (w) {
@@ -69,8 +67,8 @@ gt_status gt_tokfile_writer_open(const char *path, uint32_t vocab_size, uint32_t
   w->width = width_for(vocab_size);
   int fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    gt_status s = gt_errorf(GT_EIO, "cannot create %s: %s (check the directory exists and is writable)",
-                            w->tmp, strerror(errno));
+    gt_status s =
+        gt_errorf(GT_EIO, "cannot create %s: %s (check the directory exists and is writable)", w->tmp, strerror(errno));
     free(w->tmp);
     w->tmp = NULL; /* nothing to remove */
     gt_tokfile_writer_abort(w);
@@ -103,8 +101,8 @@ static gt_status flush_buf(gt_tokfile_writer *w) {
 gt_status gt_tokfile_writer_append(gt_tokfile_writer *w, const uint32_t *tokens, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (tokens[i] >= w->vocab_size)
-      return gt_errorf(GT_EINVAL, "token id %u at position %llu is >= the vocabulary %u",
-                       tokens[i], (unsigned long long)(w->count + i), w->vocab_size);
+      return gt_errorf(GT_EINVAL, "token id %u at position %llu is >= the vocabulary %u", tokens[i],
+                       (unsigned long long)(w->count + i), w->vocab_size);
   for (size_t i = 0; i < n; i++) {
     if (w->used + w->width > WBUF_BYTES) GT_TRY(flush_buf(w));
     put_le(w->buf + w->used, tokens[i], (int)w->width);
@@ -132,8 +130,12 @@ static void sync_parent_dir(const char *path) {
   if (!dir) return;
   char *slash = strrchr(dir, '/');
   const char *d = ".";
-  if (slash == dir) d = "/";
-  else if (slash) { *slash = '\0'; d = dir; }
+  if (slash == dir)
+    d = "/";
+  else if (slash) {
+    *slash = '\0';
+    d = dir;
+  }
   int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
     (void)fsync(fd);
@@ -177,8 +179,8 @@ void gt_tokfile_writer_abort(gt_tokfile_writer *w) {
   free(w);
 }
 
-gt_status gt_tokfile_write(const char *path, const uint32_t *tokens, uint64_t count,
-                           uint32_t vocab_size, uint32_t doc_sep) {
+gt_status gt_tokfile_write(const char *path, const uint32_t *tokens, uint64_t count, uint32_t vocab_size,
+                           uint32_t doc_sep) {
   gt_tokfile_writer *w;
   GT_TRY(gt_tokfile_writer_open(path, vocab_size, doc_sep, &w));
   gt_status s = GT_OK;
@@ -193,8 +195,7 @@ gt_status gt_tokfile_write(const char *path, const uint32_t *tokens, uint64_t co
   return gt_tokfile_writer_commit(w);
 }
 
-gt_status gt_tokfile_parse_header(const unsigned char *b, uint64_t size, const char *name,
-                                  gt_tokfile_header *out) {
+gt_status gt_tokfile_parse_header(const unsigned char *b, uint64_t size, const char *name, gt_tokfile_header *out) {
   if (size < GT_TOKFILE_HEADER_BYTES)
     return gt_errorf(GT_EFORMAT,
                      "%s: truncated header: the file is %llu bytes, shorter than the %u-byte "
@@ -217,20 +218,16 @@ gt_status gt_tokfile_parse_header(const unsigned char *b, uint64_t size, const c
                      "re-tokenize with this build's giant-tokenize",
                      name, h.version, GT_TOKFILE_VERSION);
   if (h.width != 1 && h.width != 2 && h.width != 4)
-    return gt_errorf(GT_EFORMAT, "%s: bad token width %u at offset 12 (must be 1, 2 or 4)", name,
-                     h.width);
-  if (h.vocab_size == 0)
-    return gt_errorf(GT_EFORMAT, "%s: vocabulary size at offset 24 is 0", name);
+    return gt_errorf(GT_EFORMAT, "%s: bad token width %u at offset 12 (must be 1, 2 or 4)", name, h.width);
+  if (h.vocab_size == 0) return gt_errorf(GT_EFORMAT, "%s: vocabulary size at offset 24 is 0", name);
   if (h.width < 4 && h.vocab_size > (1ull << (8 * h.width)))
-    return gt_errorf(GT_EFORMAT, "%s: vocabulary size %u at offset 24 does not fit width %u", name,
-                     h.vocab_size, h.width);
+    return gt_errorf(GT_EFORMAT, "%s: vocabulary size %u at offset 24 does not fit width %u", name, h.vocab_size,
+                     h.width);
   if (h.doc_sep != GT_TOKFILE_NO_SEP && h.doc_sep >= h.vocab_size)
-    return gt_errorf(GT_EFORMAT,
-                     "%s: document separator id %u at offset 28 is >= the vocabulary %u", name,
-                     h.doc_sep, h.vocab_size);
+    return gt_errorf(GT_EFORMAT, "%s: document separator id %u at offset 28 is >= the vocabulary %u", name, h.doc_sep,
+                     h.vocab_size);
   for (int i = 32; i < (int)GT_TOKFILE_HEADER_BYTES; i++)
-    if (b[i] != 0)
-      return gt_errorf(GT_EFORMAT, "%s: reserved header byte at offset %d is not zero", name, i);
+    if (b[i] != 0) return gt_errorf(GT_EFORMAT, "%s: reserved header byte at offset %d is not zero", name, i);
   uint64_t body = size - GT_TOKFILE_HEADER_BYTES;
   if (h.count > body / h.width || h.count * h.width != body) {
     if (h.count > body / h.width)

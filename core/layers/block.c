@@ -30,7 +30,7 @@
 enum { LN1W, LN1B, QKVW, QKVB, PROJW, PROJB, LN2W, LN2B, FC1W, FC1B, FC2W, FC2B, NPARAMS };
 
 typedef struct block_cfg {
-  int C, NH, H;  /* the whole block */
+  int C, NH, H;    /* the whole block */
   int Cl, NHl, Hl; /* this rank's share: attention width, heads, MLP width */
 } block_cfg;
 
@@ -71,11 +71,9 @@ static gt_status block_build(gt_layer *self, const void *config) {
   const gt_block_config *u = config;
   if (!u) return gt_errorf(GT_EINVAL, "a configuration is required");
   if (u->C <= 0 || u->NH <= 0) return gt_errorf(GT_EINVAL, "block needs C and NH > 0, got %d and %d", u->C, u->NH);
-  if (u->C % u->NH)
-    return gt_errorf(GT_EINVAL, "block: C=%d is not divisible by the head count NH=%d", u->C, u->NH);
+  if (u->C % u->NH) return gt_errorf(GT_EINVAL, "block: C=%d is not divisible by the head count NH=%d", u->C, u->NH);
   int p = gt_layer_tp_size(self), H = u->mlp_hidden > 0 ? u->mlp_hidden : 4 * u->C;
-  if (u->NH % p)
-    return gt_errorf(GT_EINVAL, "tensor parallelism tp=%d does not divide the head count NH=%d", p, u->NH);
+  if (u->NH % p) return gt_errorf(GT_EINVAL, "tensor parallelism tp=%d does not divide the head count NH=%d", p, u->NH);
   if (H % p) return gt_errorf(GT_EINVAL, "tensor parallelism tp=%d does not divide the MLP width %d", p, H);
   block_cfg c = {.C = u->C, .NH = u->NH, .H = H, .Cl = u->C / p, .NHl = u->NH / p, .Hl = H / p};
   GT_TRY(gt_layer_keep_config(self, &c, sizeof c));
@@ -123,8 +121,7 @@ static gt_status tp_sum(gt_layer *self, float *buf, size_t n) {
   return self->tp ? self->tp->allreduce_sum(self->tp, buf, n) : GT_OK;
 }
 
-static gt_status block_forward_sp(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out,
-                                  float *acts);
+static gt_status block_forward_sp(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out, float *acts);
 static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
                                    float *din, float *acts);
 
@@ -153,8 +150,8 @@ static gt_status block_forward(gt_layer *self, const gt_layer_ctx *ctx, const fl
   return gt_op_residual_forward(be, out, a.res2, tmp, NC);
 }
 
-static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
-                                float *din, float *acts) {
+static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout, float *din,
+                                float *acts) {
   if (gt_layer_seq_parallel(self)) return block_backward_sp(self, ctx, in, dout, din, acts);
   const block_cfg *c = self->state;
   gt_backend *be = ctx->be;
@@ -192,8 +189,7 @@ static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const f
 
 /* ---- sequence parallelism ---- */
 
-static gt_status block_forward_sp(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out,
-                                  float *acts) {
+static gt_status block_forward_sp(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out, float *acts) {
   const block_cfg *c = self->state;
   gt_backend *be = ctx->be;
   gt_group *g = self->tp;
@@ -246,8 +242,8 @@ static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, cons
   GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(FC1B), dfch, a.ln2, FC1W, N, C, Hl));
   GT_TRY(gt_layer_grads_final(self, FC1W, 4)); /* fc1, fc2: two thirds of the block's weights */
   GT_TRY(g->reduce_scatter_sum(g, dln, dsh, RC));
-  GT_TRY(gt_layernorm_backward_shard(self, ctx, dres2, G(LN2W), G(LN2B), dsh, a.res2, P(LN2W), a.ln2_mean,
-                                     a.ln2_rstd, rows, C, lntmp));
+  GT_TRY(gt_layernorm_backward_shard(self, ctx, dres2, G(LN2W), G(LN2B), dsh, a.res2, P(LN2W), a.ln2_mean, a.ln2_rstd,
+                                     rows, C, lntmp));
 
   /* Attention branch. */
   GT_TRY(gt_op_residual_backward(be, din, NULL, dres2, RC));
@@ -261,8 +257,8 @@ static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, cons
   GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(QKVB), dqkv, a.ln1, QKVW, N, C, 3 * Cl));
   GT_TRY(gt_layer_grads_final(self, QKVW, 2));
   GT_TRY(g->reduce_scatter_sum(g, dln, dsh, RC));
-  return gt_layernorm_backward_shard(self, ctx, din, G(LN1W), G(LN1B), dsh, in, P(LN1W), a.ln1_mean, a.ln1_rstd,
-                                     rows, C, lntmp);
+  return gt_layernorm_backward_shard(self, ctx, din, G(LN1W), G(LN1B), dsh, in, P(LN1W), a.ln1_mean, a.ln1_rstd, rows,
+                                     C, lntmp);
 }
 
 /* This rank's share of the work. */

@@ -19,17 +19,22 @@ static gt_status emb_build(gt_layer *self, const void *config) {
                      c->vocab_size, c->C, c->T_max);
   int p = gt_layer_tp_size(self);
   if (c->vocab_size % p)
-    return gt_errorf(GT_EINVAL, "tensor parallelism tp=%d does not divide the vocabulary size %d", p,
-                     c->vocab_size);
+    return gt_errorf(GT_EINVAL, "tensor parallelism tp=%d does not divide the vocabulary size %d", p, c->vocab_size);
   self->in_dim = 0;
   self->out_dim = c->C;
   self->vocab = c->vocab_size;
-  gt_param_spec wte = {.name = "wte", .ndim = 2, .shape = {c->vocab_size, c->C}, .init = GT_INIT_NORMAL,
-                       .std = 0.02f, .decay = true, .split = true, .split_dim = 0};
+  gt_param_spec wte = {.name = "wte",
+                       .ndim = 2,
+                       .shape = {c->vocab_size, c->C},
+                       .init = GT_INIT_NORMAL,
+                       .std = 0.02f,
+                       .decay = true,
+                       .split = true,
+                       .split_dim = 0};
   GT_TRY(gt_layer_declare_param(self, &wte, NULL));
   if (c->positional) {
-    gt_param_spec wpe = {.name = "wpe", .ndim = 2, .shape = {c->T_max, c->C}, .init = GT_INIT_NORMAL,
-                         .std = 0.01f, .decay = true};
+    gt_param_spec wpe = {
+        .name = "wpe", .ndim = 2, .shape = {c->T_max, c->C}, .init = GT_INIT_NORMAL, .std = 0.01f, .decay = true};
     GT_TRY(gt_layer_declare_param(self, &wpe, NULL));
   }
   return GT_OK;
@@ -42,8 +47,7 @@ static size_t emb_acts(const gt_layer *self, int B, int T) {
   return 0;
 }
 
-static gt_status emb_forward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out,
-                             float *acts) {
+static gt_status emb_forward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out, float *acts) {
   (void)in;
   (void)acts;
   const gt_embedding_config *c = self->state;
@@ -64,8 +68,8 @@ static gt_status emb_forward(gt_layer *self, const gt_layer_ctx *ctx, const floa
   return self->tp->allreduce_sum(self->tp, out, NC);
 }
 
-static gt_status emb_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
-                              float *din, float *acts) {
+static gt_status emb_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout, float *din,
+                              float *acts) {
   (void)in;
   (void)din;
   (void)acts;
@@ -82,8 +86,8 @@ static gt_status emb_backward(gt_layer *self, const gt_layer_ctx *ctx, const flo
     GT_TRY(self->tp->allgather(self->tp, dout, ctx->scratch, (size_t)rows * c->C));
     dout = ctx->scratch;
   }
-  return gt_op_embedding_slice_backward(be, gt_layer_grad(self, WTE), dwpe, dout, ctx->tokens, v0, V, ctx->B,
-                                        ctx->T, c->C);
+  return gt_op_embedding_slice_backward(be, gt_layer_grad(self, WTE), dwpe, dout, ctx->tokens, v0, V, ctx->B, ctx->T,
+                                        c->C);
 }
 
 /* Sequence shards: the whole (N, C) output before it is scattered. */

@@ -32,8 +32,9 @@ static inline gt_status gt_layer_rows(const gt_layer *self, const gt_layer_ctx *
     return GT_OK;
   }
   if (N % self->tp->size)
-    return gt_errorf(GT_EINVAL, "sequence parallelism needs B*T (%d) divisible by tp=%d; change the batch or "
-                                "sequence length",
+    return gt_errorf(GT_EINVAL,
+                     "sequence parallelism needs B*T (%d) divisible by tp=%d; change the batch or "
+                     "sequence length",
                      N, self->tp->size);
   *rows = N / self->tp->size;
   return GT_OK;
@@ -43,13 +44,11 @@ static inline gt_status gt_layer_rows(const gt_layer *self, const gt_layer_ctx *
  * one shard are partial sums, completed over the tensor-parallel group
  * before they are added, so the replicated LayerNorm stays identical on
  * every rank. tmp holds 2*C floats. */
-static inline gt_status gt_layernorm_backward_shard(gt_layer *self, const gt_layer_ctx *ctx, float *din,
-                                                    float *dw, float *db, const float *dout, const float *inp,
-                                                    const float *w, const float *mean, const float *rstd,
-                                                    int rows, int C, float *tmp) {
+static inline gt_status gt_layernorm_backward_shard(gt_layer *self, const gt_layer_ctx *ctx, float *din, float *dw,
+                                                    float *db, const float *dout, const float *inp, const float *w,
+                                                    const float *mean, const float *rstd, int rows, int C, float *tmp) {
   gt_backend *be = ctx->be;
-  if (!gt_layer_seq_parallel(self))
-    return gt_op_layernorm_backward(be, din, dw, db, dout, inp, w, mean, rstd, rows, C);
+  if (!gt_layer_seq_parallel(self)) return gt_op_layernorm_backward(be, din, dw, db, dout, inp, w, mean, rstd, rows, C);
   GT_TRY(GT_ZERO(be, tmp, 2 * (size_t)C));
   GT_TRY(gt_op_layernorm_backward(be, din, tmp, tmp + C, dout, inp, w, mean, rstd, rows, C));
   GT_TRY(self->tp->allreduce_sum(self->tp, tmp, 2 * (size_t)C));

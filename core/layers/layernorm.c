@@ -26,12 +26,12 @@ static gt_status ln_forward(gt_layer *self, const gt_layer_ctx *ctx, const float
   const gt_layernorm_config *c = self->state;
   int N = 0;
   GT_TRY(gt_layer_rows(self, ctx, &N));
-  return gt_op_layernorm_forward(ctx->be, out, acts, acts + N, in, gt_layer_param(self, W),
-                                 gt_layer_param(self, B_), N, c->C);
+  return gt_op_layernorm_forward(ctx->be, out, acts, acts + N, in, gt_layer_param(self, W), gt_layer_param(self, B_), N,
+                                 c->C);
 }
 
-static gt_status ln_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
-                             float *din, float *acts) {
+static gt_status ln_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout, float *din,
+                             float *acts) {
   const gt_layernorm_config *c = self->state;
   int N = 0;
   GT_TRY(gt_layer_rows(self, ctx, &N));

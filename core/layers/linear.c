@@ -13,8 +13,13 @@ static gt_status lin_build(gt_layer *self, const void *config) {
     return gt_errorf(GT_EINVAL, "linear needs in and out > 0, got %d and %d", c->in, c->out);
   self->in_dim = c->in;
   self->out_dim = c->out;
-  gt_param_spec w = {.name = "w", .ndim = 2, .shape = {c->out, c->in}, .init = GT_INIT_NORMAL,
-                     .std = 0.02f, .decay = true, .matmul_only = true};
+  gt_param_spec w = {.name = "w",
+                     .ndim = 2,
+                     .shape = {c->out, c->in},
+                     .init = GT_INIT_NORMAL,
+                     .std = 0.02f,
+                     .decay = true,
+                     .matmul_only = true};
   GT_TRY(gt_layer_declare_param(self, &w, NULL));
   if (c->bias) {
     gt_param_spec b = {.name = "b", .ndim = 1, .shape = {c->out}, .init = GT_INIT_ZEROS};
@@ -37,8 +42,8 @@ static gt_status lin_forward(gt_layer *self, const gt_layer_ctx *ctx, const floa
                                  c->in, c->out);
 }
 
-static gt_status lin_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
-                              float *din, float *acts) {
+static gt_status lin_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout, float *din,
+                              float *acts) {
   (void)acts;
   const gt_linear_config *c = self->state;
   return gt_layer_linear_backward(self, ctx, din, c->bias ? gt_layer_grad(self, B_) : NULL, dout, in, W,

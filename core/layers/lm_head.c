@@ -22,8 +22,7 @@ static gt_status head_build(gt_layer *self, const void *config) {
     return gt_errorf(GT_EINVAL, "lm_head needs C and vocab_size > 0, got %d and %d", c->C, c->vocab_size);
   int p = gt_layer_tp_size(self);
   if (c->vocab_size % p)
-    return gt_errorf(GT_EINVAL, "tensor parallelism tp=%d does not divide the vocabulary size %d", p,
-                     c->vocab_size);
+    return gt_errorf(GT_EINVAL, "tensor parallelism tp=%d does not divide the vocabulary size %d", p, c->vocab_size);
   self->in_dim = c->C;
   self->out_dim = 1;
   self->is_loss = true;
@@ -40,8 +39,15 @@ static gt_status head_build(gt_layer *self, const void *config) {
                        (long long)w->global_shape[1], w->split_parts);
     return GT_OK;
   }
-  gt_param_spec w = {.name = "w", .ndim = 2, .shape = {c->vocab_size, c->C}, .init = GT_INIT_NORMAL,
-                     .std = 0.02f, .decay = true, .split = true, .split_dim = 0, .matmul_only = true};
+  gt_param_spec w = {.name = "w",
+                     .ndim = 2,
+                     .shape = {c->vocab_size, c->C},
+                     .init = GT_INIT_NORMAL,
+                     .std = 0.02f,
+                     .decay = true,
+                     .split = true,
+                     .split_dim = 0,
+                     .matmul_only = true};
   return gt_layer_declare_param(self, &w, NULL);
 }
 
@@ -63,7 +69,7 @@ static size_t head_scratch(const gt_layer *self, int B, int T) {
   size_t N = (size_t)B * (size_t)T;
   size_t stats = self->tp ? N * (2 + 2 * (size_t)self->tp->size + 1) : 0;
   size_t din = gt_layer_seq_parallel(self) ? N * (size_t)c->C : 0; /* whole input gradient before scattering */
-  size_t row = self->tp ? (size_t)c->vocab_size : 0;                 /* one gathered row, for sampling */
+  size_t row = self->tp ? (size_t)c->vocab_size : 0;               /* one gathered row, for sampling */
   size_t most = stats > din ? stats : din;
   return most > row ? most : row;
 }
@@ -88,8 +94,8 @@ static gt_status head_forward(gt_layer *self, const gt_layer_ctx *ctx, const flo
   return gt_op_xent_slice_finish(be, out, acts, acts, all, g->size, tlogit, ctx->targets, c->vocab_size, N, V);
 }
 
-static gt_status head_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout,
-                               float *din, float *acts) {
+static gt_status head_backward(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout, float *din,
+                               float *acts) {
   (void)dout;
   const gt_lm_head_config *c = self->state;
   int N = ctx->B * ctx->T, V = local_vocab(self);
@@ -97,15 +103,13 @@ static gt_status head_backward(gt_layer *self, const gt_layer_ctx *ctx, const fl
   if (!self->tp) {
     GT_TRY(gt_op_softmax_xent_backward(be, acts, acts, ctx->targets, ctx->loss_scale, N, V));
   } else {
-    GT_TRY(gt_op_softmax_xent_slice_backward(be, acts, acts, ctx->targets, self->tp->rank * V, ctx->loss_scale,
-                                             N, V));
+    GT_TRY(gt_op_softmax_xent_slice_backward(be, acts, acts, ctx->targets, self->tp->rank * V, ctx->loss_scale, N, V));
   }
   if (gt_layer_seq_parallel(self)) {
     /* The input gradient is a partial sum over ranks; sum and scatter it. */
     int rows = N / self->tp->size;
     GT_TRY(GT_ZERO(be, ctx->scratch, (size_t)N * c->C));
-    GT_TRY(gt_layer_linear_backward(self, ctx, ctx->scratch, NULL, acts, acts + (size_t)N * (size_t)V, 0, N, c->C,
-                                    V));
+    GT_TRY(gt_layer_linear_backward(self, ctx, ctx->scratch, NULL, acts, acts + (size_t)N * (size_t)V, 0, N, c->C, V));
     return din ? self->tp->reduce_scatter_sum(self->tp, ctx->scratch, din, (size_t)rows * c->C) : GT_OK;
   }
   GT_TRY(gt_layer_linear_backward(self, ctx, din, NULL, acts, in, 0, N, c->C, V));

@@ -22,7 +22,8 @@ static gt_status each_request(const gt_model *m, gt_acts *a, gt_status (*take)(v
     size_t n = l->type->acts_floats(l, m->cfg.B_max, m->cfg.T_max);
     if (n) GT_TRY(take(ctx, n * sizeof(float), a ? (void **)&a->saved[i] : NULL));
   }
-  for (int k = 0; k < 2; k++) GT_TRY(take(ctx, BT * (size_t)m->max_dim * sizeof(float), a ? (void **)&a->dbuf[k] : NULL));
+  for (int k = 0; k < 2; k++)
+    GT_TRY(take(ctx, BT * (size_t)m->max_dim * sizeof(float), a ? (void **)&a->dbuf[k] : NULL));
   if (m->nregions && gt_model_region_ways(m) > 1)
     GT_TRY(take(ctx, BT * (size_t)m->max_dim * sizeof(float), a ? (void **)&a->rbuf : NULL));
   GT_TRY(take(ctx, BT * sizeof(int32_t), a ? (void **)&a->tokens : NULL));
@@ -102,18 +103,17 @@ static gt_status check_batch(const gt_model *m, const gt_batch *b, int64_t *vali
   if (b->B > m->cfg.B_max)
     return gt_errorf(GT_EINVAL, "batch of %d rows is larger than the model's B_max %d", b->B, m->cfg.B_max);
   if (b->T > m->cfg.T_max)
-    return gt_errorf(GT_EINVAL, "sequence of %d tokens is longer than the model's T_max %d", b->T,
-                     m->cfg.T_max);
+    return gt_errorf(GT_EINVAL, "sequence of %d tokens is longer than the model's T_max %d", b->T, m->cfg.T_max);
   size_t n = (size_t)b->B * (size_t)b->T;
   int vin = m->vocab_in, vout = m->vocab_out;
   *valid = 0;
   for (size_t i = 0; i < n; i++) {
     if (b->inputs[i] < 0 || b->inputs[i] >= vin)
-      return gt_errorf(GT_ERANGE, "token id %d at position %zu is outside the vocabulary [0, %d)",
-                       b->inputs[i], i, vin);
+      return gt_errorf(GT_ERANGE, "token id %d at position %zu is outside the vocabulary [0, %d)", b->inputs[i], i,
+                       vin);
     if (b->targets && (b->targets[i] < -1 || b->targets[i] >= vout))
-      return gt_errorf(GT_ERANGE, "target id %d at position %zu is outside the vocabulary [0, %d)",
-                       b->targets[i], i, vout);
+      return gt_errorf(GT_ERANGE, "target id %d at position %zu is outside the vocabulary [0, %d)", b->targets[i], i,
+                       vout);
     if (b->targets) *valid += b->targets[i] >= 0;
   }
   return GT_OK;
@@ -148,13 +148,14 @@ static gt_status load_batch(gt_model *m, gt_acts *a, const gt_batch *batch) {
 typedef struct region_io {
   const struct gt_region *g; /* NULL: layer i is in no region */
   gt_layer_ctx ctx;
-  size_t row0;               /* the first row of this rank's share */
+  size_t row0; /* the first row of this rank's share */
 } region_io;
 
 gt_status gt_model_check_rows(const gt_model *m, int B) {
   int R = gt_model_region_ways(m);
   if (!m->nregions || R < 2 || B % R == 0) return GT_OK;
-  return gt_errorf(GT_EINVAL, "a micro-batch of %d rows does not divide among the %d ranks of the replicated region "
+  return gt_errorf(GT_EINVAL,
+                   "a micro-batch of %d rows does not divide among the %d ranks of the replicated region "
                    "'%s'..'%s': use a multiple of %d rows",
                    B, R, m->layers[m->regions[0].lo]->name, m->layers[m->regions[0].hi]->name, R);
 }
@@ -183,8 +184,9 @@ static gt_status region_gather(gt_model *m, const gt_acts *a, const region_io *r
                                int dim) {
   gt_group *tp = m->par.tp;
   gt_status s = tp->allgather(tp, share, whole, (size_t)r->ctx.B * (size_t)a->T * (size_t)dim);
-  return s == GT_OK ? s : gt_error_context(s, "gathering the rows of the replicated region '%s'..'%s'",
-                                           m->layers[r->g->lo]->name, m->layers[r->g->hi]->name);
+  return s == GT_OK ? s
+                    : gt_error_context(s, "gathering the rows of the replicated region '%s'..'%s'",
+                                       m->layers[r->g->lo]->name, m->layers[r->g->hi]->name);
 }
 
 gt_status gt_model_sum_region_grads(gt_model *m, size_t lo, size_t hi) {
@@ -295,8 +297,9 @@ static gt_status backward_layers(gt_model *m, gt_acts *a, int lo, int hi, const 
 static gt_status whole_model(const gt_model *m) {
   if (!m->built) return gt_errorf(GT_ESTATE, "the model is not built yet (call gt_model_build)");
   if (m->pp_stages > 1)
-    return gt_errorf(GT_ESTATE, "the model is cut into %d pipeline stages: run it stage by stage "
-                                "(gt_model_forward_stage) or through the trainer",
+    return gt_errorf(GT_ESTATE,
+                     "the model is cut into %d pipeline stages: run it stage by stage "
+                     "(gt_model_forward_stage) or through the trainer",
                      m->pp_stages);
   return GT_OK;
 }
@@ -318,8 +321,7 @@ gt_status gt_model_backward(gt_model *m, gt_acts *a, float loss_scale) {
 static gt_status local_stage(const gt_model *m, int stage, int *lo, int *hi) {
   if (!m->built) return gt_errorf(GT_ESTATE, "the model is not built yet (call gt_model_build)");
   GT_TRY(gt_model_stage_layers(m, stage, lo, hi));
-  if (!m->layers[*lo]->local)
-    return gt_errorf(GT_EINVAL, "pipeline stage %d is not held by this rank", stage);
+  if (!m->layers[*lo]->local) return gt_errorf(GT_EINVAL, "pipeline stage %d is not held by this rank", stage);
   return GT_OK;
 }
 

@@ -48,8 +48,8 @@ gt_status gt_model_scope_begin(gt_model *m, gt_scope_kind kind, int count) {
     m->recs = r;
     m->cap_recs = cap;
   }
-  m->recs[m->nrecs] = (gt_scope_rec){.kind = kind, .arg = count, .first = m->nlayers, .last = m->nlayers - 1,
-                                     .depth = m->nopen};
+  m->recs[m->nrecs] =
+      (gt_scope_rec){.kind = kind, .arg = count, .first = m->nlayers, .last = m->nlayers - 1, .depth = m->nopen};
   m->open[m->nopen++] = m->nrecs++;
   if (kind == GT_SCOPE_STAGE) m->stages++;
   return GT_OK;
@@ -118,10 +118,13 @@ gt_status gt_model_annotations(const gt_model *m, gt_annotations *out) {
           const gt_scope_rec *o = &m->recs[j];
           if (j == i || o->first > o->last) continue;
           if (o->kind == GT_SCOPE_REPLICATE && !whole(m, o) && inside(o, r))
-            return gt_errorf(GT_EINVAL, "replicate(%d) around '%s'..'%s' lies inside another replicated region: "
-                             "regions cannot nest", r->arg, first, lname(m, r->last));
+            return gt_errorf(GT_EINVAL,
+                             "replicate(%d) around '%s'..'%s' lies inside another replicated region: "
+                             "regions cannot nest",
+                             r->arg, first, lname(m, r->last));
           if (o->kind == GT_SCOPE_SPLIT && o->first <= r->last && o->last >= r->first)
-            return gt_errorf(GT_EINVAL, "layer '%s' is split inside the replicated region '%s'..'%s': a region's "
+            return gt_errorf(GT_EINVAL,
+                             "layer '%s' is split inside the replicated region '%s'..'%s': a region's "
                              "layers are whole on each rank (move the split scope out of it)",
                              lname(m, o->first > r->first ? o->first : r->first), first, lname(m, r->last));
         }
@@ -129,37 +132,43 @@ gt_status gt_model_annotations(const gt_model *m, gt_annotations *out) {
           return gt_errorf(GT_EINVAL, "the replicated region '%s'..'%s' holds the loss layer: end it before '%s'",
                            first, lname(m, r->last), lname(m, r->last));
         if (region0 && r->arg && region0->arg && r->arg != region0->arg)
-          return gt_errorf(GT_EINVAL, "replicate(%d) around '%s' conflicts with replicate(%d) around '%s': every "
-                           "region spans the same tensor-parallel group", r->arg, first, region0->arg,
-                           lname(m, region0->first));
+          return gt_errorf(GT_EINVAL,
+                           "replicate(%d) around '%s' conflicts with replicate(%d) around '%s': every "
+                           "region spans the same tensor-parallel group",
+                           r->arg, first, region0->arg, lname(m, region0->first));
         if (!region0 || (!region0->arg && r->arg)) region0 = r;
         out->regions++;
         break;
       case GT_SCOPE_SPLIT:
         out->any_split = true;
         if (split0 && r->arg && split0->arg && r->arg != split0->arg)
-          return gt_errorf(GT_EINVAL, "split(%d) around '%s' conflicts with split(%d) around '%s': a model has one "
-                           "tensor-parallel size", r->arg, first, split0->arg, lname(m, split0->first));
+          return gt_errorf(GT_EINVAL,
+                           "split(%d) around '%s' conflicts with split(%d) around '%s': a model has one "
+                           "tensor-parallel size",
+                           r->arg, first, split0->arg, lname(m, split0->first));
         if (!split0 || (!split0->arg && r->arg)) split0 = r;
         break;
       case GT_SCOPE_STAGE:
         if (r->arg != nstage)
-          return gt_errorf(GT_EINVAL, "stage(%d) around '%s' should be stage(%d): stages are numbered 0, 1, 2, ... "
-                           "in the order of the layers", r->arg, first, nstage);
+          return gt_errorf(GT_EINVAL,
+                           "stage(%d) around '%s' should be stage(%d): stages are numbered 0, 1, 2, ... "
+                           "in the order of the layers",
+                           r->arg, first, nstage);
         if (nstage == 0) name_into(out->stage_at, first);
         nstage++;
         break;
       case GT_SCOPE_PIPELINE:
-        if (pipe)
-          return gt_errorf(GT_EINVAL, "a second pipeline scope around '%s': a model has at most one", first);
+        if (pipe) return gt_errorf(GT_EINVAL, "a second pipeline scope around '%s': a model has at most one", first);
         pipe = r;
         out->micro_batches = r->arg;
         name_into(out->pipeline_at, first);
         break;
       case GT_SCOPE_OFFLOAD:
         if (!whole(m, r))
-          return gt_errorf(GT_EINVAL, "offload(%d) around '%s'..'%s' must enclose the whole model: a model is "
-                           "offloaded all or nothing", r->arg, first, lname(m, r->last));
+          return gt_errorf(GT_EINVAL,
+                           "offload(%d) around '%s'..'%s' must enclose the whole model: a model is "
+                           "offloaded all or nothing",
+                           r->arg, first, lname(m, r->last));
         out->offload_window = r->arg;
         name_into(out->offload_at, first);
         break;
@@ -174,11 +183,13 @@ gt_status gt_model_annotations(const gt_model *m, gt_annotations *out) {
     name_into(out->region_at, lname(m, region0->first));
     name_into(out->region_end, lname(m, region0->last));
     if (out->tp && out->region_ways && out->tp != out->region_ways)
-      return gt_errorf(GT_EINVAL, "replicate(%d) around '%s'..'%s' spans the ranks of the split around it, but "
-                       "split(%d) around '%s' makes %d of them", out->region_ways, out->region_at, out->region_end,
-                       out->tp, out->tp_at, out->tp);
+      return gt_errorf(GT_EINVAL,
+                       "replicate(%d) around '%s'..'%s' spans the ranks of the split around it, but "
+                       "split(%d) around '%s' makes %d of them",
+                       out->region_ways, out->region_at, out->region_end, out->tp, out->tp_at, out->tp);
     if (!out->any_split && out->region_ways > 1)
-      return gt_errorf(GT_EINVAL, "replicate(%d) around '%s'..'%s' shares rows among the ranks of a split, but no "
+      return gt_errorf(GT_EINVAL,
+                       "replicate(%d) around '%s'..'%s' shares rows among the ranks of a split, but no "
                        "layer is split: put the other layers in a split scope, or replicate the whole model",
                        out->region_ways, out->region_at, out->region_end);
   }
@@ -189,15 +200,18 @@ gt_status gt_model_annotations(const gt_model *m, gt_annotations *out) {
       for (int j = 0; j < m->nrecs && !in; j++)
         in = m->recs[j].kind == GT_SCOPE_STAGE && m->recs[j].first <= i && i <= m->recs[j].last;
       if (!in)
-        return gt_errorf(GT_EINVAL, "layer '%s' is outside every stage scope: with stage annotations, the stages "
-                         "cover every layer", lname(m, i));
+        return gt_errorf(GT_EINVAL,
+                         "layer '%s' is outside every stage scope: with stage annotations, the stages "
+                         "cover every layer",
+                         lname(m, i));
     }
     for (int j = 0; pipe && j < m->nrecs; j++) {
       const gt_scope_rec *r = &m->recs[j];
       if (r->kind == GT_SCOPE_STAGE && !inside(pipe, r))
-        return gt_errorf(GT_EINVAL, "stage(%d) around '%s' lies outside the pipeline scope (from '%s' to '%s'): the "
-                         "pipeline holds every stage", r->arg, lname(m, r->first), lname(m, pipe->first),
-                         lname(m, pipe->last));
+        return gt_errorf(GT_EINVAL,
+                         "stage(%d) around '%s' lies outside the pipeline scope (from '%s' to '%s'): the "
+                         "pipeline holds every stage",
+                         r->arg, lname(m, r->first), lname(m, pipe->first), lname(m, pipe->last));
     }
   }
   return GT_OK;
@@ -255,12 +269,15 @@ gt_status gt_model_check_regions(const gt_model *m) {
   for (int k = 0; k < m->nregions; k++) {
     const struct gt_region *g = &m->regions[k];
     if (m->layers[g->lo]->stage != m->layers[g->hi]->stage)
-      return gt_errorf(GT_EINVAL, "the replicated region '%s'..'%s' crosses the cut between pipeline stages %d and "
+      return gt_errorf(GT_EINVAL,
+                       "the replicated region '%s'..'%s' crosses the cut between pipeline stages %d and "
                        "%d: cut the stages at its edges (stage scopes) or shorten it",
                        lname(m, g->lo), lname(m, g->hi), m->layers[g->lo]->stage, m->layers[g->hi]->stage);
     if (gt_model_region_ways(m) > 1 && m->cfg.offload_window > 0)
-      return gt_errorf(GT_EUNSUPPORTED, "the replicated region '%s'..'%s' cannot run offloaded yet: leave out the "
-                       "offload window, or the region", lname(m, g->lo), lname(m, g->hi));
+      return gt_errorf(GT_EUNSUPPORTED,
+                       "the replicated region '%s'..'%s' cannot run offloaded yet: leave out the "
+                       "offload window, or the region",
+                       lname(m, g->lo), lname(m, g->hi));
   }
   for (int i = 0; i < m->nparams; i++) {
     const gt_param *p = &m->params[i];
@@ -268,7 +285,8 @@ gt_status gt_model_check_regions(const gt_model *m) {
     if (own < 0) continue;
     const struct gt_region *a = gt_model_region_of(m, p->layer), *b = gt_model_region_of(m, own);
     if (a != b)
-      return gt_errorf(GT_EINVAL, "layer '%s' ties '%s' to layer '%s' across the edge of a replicated region: tie "
+      return gt_errorf(GT_EINVAL,
+                       "layer '%s' ties '%s' to layer '%s' across the edge of a replicated region: tie "
                        "parameters within a region or outside all of them (untie them)",
                        lname(m, p->layer), p->name, lname(m, own));
   }

@@ -14,8 +14,8 @@ gt_status gt_model_create(gt_backend *be, const gt_model_config *cfg, gt_model *
   *out = NULL;
   if (!be || !cfg) return gt_errorf(GT_EINVAL, "gt_model_create needs a backend and a config");
   if (cfg->B_max <= 0 || cfg->T_max <= 0)
-    return gt_errorf(GT_EINVAL, "model B_max and T_max must be positive (got B_max=%d, T_max=%d)",
-                     cfg->B_max, cfg->T_max);
+    return gt_errorf(GT_EINVAL, "model B_max and T_max must be positive (got B_max=%d, T_max=%d)", cfg->B_max,
+                     cfg->T_max);
   gt_model *m = calloc(1, sizeof *m);
   if (!m) return gt_errorf(GT_ENOMEM, "out of memory creating a model");
   m->be = be;
@@ -50,21 +50,19 @@ void gt_model_destroy(gt_model *m) {
   free(m);
 }
 
-gt_status gt_model_add(gt_model *m, const gt_layer_type *type, const char *name, const void *config,
-                       gt_layer **out) {
+gt_status gt_model_add(gt_model *m, const gt_layer_type *type, const char *name, const void *config, gt_layer **out) {
   if (out) *out = NULL;
   if (m->built) return gt_errorf(GT_ESTATE, "layer '%s' added after gt_model_build", name);
   if (!type || !type->build || !type->forward || !type->backward || !type->acts_floats)
     return gt_errorf(GT_EINVAL, "layer '%s': its type must define build, forward, backward and acts_floats",
                      name ? name : "?");
   if (!name || !*name || strlen(name) >= sizeof(((gt_layer *)0)->name))
-    return gt_errorf(GT_EINVAL, "a layer needs a name of 1 to %zu characters",
-                     sizeof(((gt_layer *)0)->name) - 1);
+    return gt_errorf(GT_EINVAL, "a layer needs a name of 1 to %zu characters", sizeof(((gt_layer *)0)->name) - 1);
   if (gt_model_find_layer(m, name)) return gt_errorf(GT_EEXIST, "two layers are named '%s'", name);
   gt_layer *prev = m->nlayers ? m->layers[m->nlayers - 1] : NULL;
   if (prev && prev->is_loss)
-    return gt_errorf(GT_EINVAL, "layer '%s' added after the loss layer '%s'; the loss layer must be last",
-                     name, prev->name);
+    return gt_errorf(GT_EINVAL, "layer '%s' added after the loss layer '%s'; the loss layer must be last", name,
+                     prev->name);
   if (m->nlayers == m->cap_layers) {
     int cap = m->cap_layers ? 2 * m->cap_layers : 16;
     gt_layer **l = realloc(m->layers, (size_t)cap * sizeof *l);
@@ -194,8 +192,7 @@ gt_status gt_layer_declare_param(gt_layer *self, const gt_param_spec *spec, int 
   }
   for (int i = 0; i < spec->ndim; i++) {
     if (spec->shape[i] <= 0)
-      return gt_errorf(GT_EINVAL, "parameter %s has dimension %d of size %lld", p.name, i,
-                       (long long)spec->shape[i]);
+      return gt_errorf(GT_EINVAL, "parameter %s has dimension %d of size %lld", p.name, i, (long long)spec->shape[i]);
     p.global_shape[i] = spec->shape[i];
     p.shape[i] = i == p.split_dim ? spec->shape[i] / parts : spec->shape[i];
     p.numel *= (size_t)p.shape[i];
@@ -214,19 +211,19 @@ gt_status gt_layer_declare_param(gt_layer *self, const gt_param_spec *spec, int 
   return GT_OK;
 }
 
-gt_status gt_layer_tie_param(gt_layer *self, const char *local_name, const char *layer_name,
-                             const char *param, int *index) {
+gt_status gt_layer_tie_param(gt_layer *self, const char *local_name, const char *layer_name, const char *param,
+                             int *index) {
   gt_model *m = self->model;
   gt_layer *src = gt_model_find_layer(m, layer_name);
   if (!src)
-    return gt_errorf(GT_ENOTFOUND, "cannot tie to layer '%s': no such layer before '%s'", layer_name,
-                     self->name);
+    return gt_errorf(GT_ENOTFOUND, "cannot tie to layer '%s': no such layer before '%s'", layer_name, self->name);
   char full[128];
   snprintf(full, sizeof full, "%s.%s", layer_name, param);
   int target = -1;
   for (int i = src->first_param; i < src->first_param + src->nparams; i++)
     if (!strcmp(m->params[i].name, full)) target = i;
-  if (target < 0) return gt_errorf(GT_ENOTFOUND, "cannot tie to '%s': layer '%s' has no such parameter", full, layer_name);
+  if (target < 0)
+    return gt_errorf(GT_ENOTFOUND, "cannot tie to '%s': layer '%s' has no such parameter", full, layer_name);
   gt_param p = m->params[target];
   snprintf(p.name, sizeof p.name, "%s.%s", self->name, local_name);
   p.layer = self->index;
@@ -263,9 +260,7 @@ gt_status gt_layer_grads_final(const gt_layer *self, int first, int n) {
                      first + n, self->nparams);
   return self->model->off ? gt_offload_grads_final(self->model, self->index, first, n) : GT_OK;
 }
-const gt_param *gt_layer_param_info(const gt_layer *self, int i) {
-  return &self->model->params[self->first_param + i];
-}
+const gt_param *gt_layer_param_info(const gt_layer *self, int i) { return &self->model->params[self->first_param + i]; }
 
 bool gt_param_in_norm(const gt_param *p) { return p->tied_to < 0 && p->local && p->mirror_of < 0 && p->numel > 0; }
 
@@ -326,8 +321,8 @@ static gt_status assign_stages(gt_model *m) {
   if (m->par.pp_rank < 0 || m->par.pp_rank >= P)
     return gt_errorf(GT_EINVAL, "pipeline rank %d is outside 0..%d", m->par.pp_rank, P - 1);
   if (S > m->nlayers)
-    return gt_errorf(GT_EINVAL, "the pipeline needs %d stages (pp=%d x %d chunks) but the model has only %d layers",
-                     S, P, V, m->nlayers);
+    return gt_errorf(GT_EINVAL, "the pipeline needs %d stages (pp=%d x %d chunks) but the model has only %d layers", S,
+                     P, V, m->nlayers);
   bool annotated = m->stages == S && S > 1;
   m->stages_used = annotated;
   if (!annotated && m->cut && m->ncut != S)
@@ -447,13 +442,14 @@ gt_status gt_model_build(gt_model *m) {
   GT_TRY(gt_model_state_alloc(m, bytes, (void **)&m->param_buf));
   GT_TRY(gt_model_state_alloc(m, bytes, (void **)&m->grad_buf));
   GT_TRY(gt_offload_create(m));
-  GT_TRY(gt_arena_alloc(m->arena, (m->scratch_floats ? m->scratch_floats : 1) * sizeof(float),
-                        (void **)&m->scratch));
+  GT_TRY(gt_arena_alloc(m->arena, (m->scratch_floats ? m->scratch_floats : 1) * sizeof(float), (void **)&m->scratch));
   m->host_losses = malloc((size_t)B * (size_t)T * sizeof(float));
   if (!m->host_losses) return gt_errorf(GT_ENOMEM, "out of host memory for the loss buffer");
   m->built = true;
-  if (m->cfg.no_init) GT_TRY(gt_backend_memset(gt_model_state_backend(m), m->param_buf, 0, m->nfloats * sizeof(float), NULL));
-  else GT_TRY(init_params(m));
+  if (m->cfg.no_init)
+    GT_TRY(gt_backend_memset(gt_model_state_backend(m), m->param_buf, 0, m->nfloats * sizeof(float), NULL));
+  else
+    GT_TRY(init_params(m));
   return gt_model_zero_grads(m);
 }
 
@@ -480,8 +476,10 @@ gt_status gt_model_state_alloc(gt_model *m, size_t bytes, void **ptr) {
 }
 
 void gt_model_state_free(gt_model *m, void *ptr) {
-  if (!gt_model_offloaded(m)) gt_arena_free(m->arena, ptr);
-  else gt_backend_host_free(m->be, ptr);
+  if (!gt_model_offloaded(m))
+    gt_arena_free(m->arena, ptr);
+  else
+    gt_backend_host_free(m->be, ptr);
 }
 
 static gt_status check_n(const gt_model *m, size_t n) {

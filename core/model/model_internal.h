@@ -29,41 +29,41 @@ struct gt_model {
   gt_param *params;
   int nparams, cap_params;
   bool built;
-  size_t nfloats;       /* floats in the parameter buffer (tied params once) */
-  size_t ntrainable;    /* sum of untied parameters' sizes */
-  float *param_buf;     /* device */
-  float *grad_buf;      /* device */
-  float *scratch;       /* device, shared by layers one at a time */
+  size_t nfloats;    /* floats in the parameter buffer (tied params once) */
+  size_t ntrainable; /* sum of untied parameters' sizes */
+  float *param_buf;  /* device */
+  float *grad_buf;   /* device */
+  float *scratch;    /* device, shared by layers one at a time */
   size_t scratch_floats;
-  int max_dim;          /* widest per-token activation between layers */
-  int vocab_in;         /* token ids the first layer accepts */
-  int vocab_out;        /* targets the loss layer accepts */
-  float *host_losses;   /* B_max*T_max, to reduce the per-token losses */
+  int max_dim;        /* widest per-token activation between layers */
+  int vocab_in;       /* token ids the first layer accepts */
+  int vocab_out;      /* targets the loss layer accepts */
+  float *host_losses; /* B_max*T_max, to reduce the per-token losses */
   gt_model_parallel par;
   /* annotation scopes (annotate.c), in the order they were opened */
   gt_scope_rec *recs;
   int nrecs, cap_recs;
   int open[GT_MODEL_MAX_SCOPE_DEPTH]; /* the scopes open now, outermost first */
   int nopen;
-  int stages;           /* stage scopes opened so far */
-  bool stages_used;     /* build cut the stages where the stage scopes say */
+  int stages;       /* stage scopes opened so far */
+  bool stages_used; /* build cut the stages where the stage scopes say */
   /* replicated regions of a split layout (annotate.c): layers [lo, hi]
    * each rank of the tensor-parallel group runs on its share of the rows */
   struct gt_region {
     int lo, hi;
-  } *regions;
+  } * regions;
   int nregions;
-  int pp_stages;        /* stages the pipeline cuts the model into (1: none) */
-  int *cut;             /* from gt_model_set_stage_cut: ncut + 1 entries, or NULL */
+  int pp_stages; /* stages the pipeline cuts the model into (1: none) */
+  int *cut;      /* from gt_model_set_stage_cut: ncut + 1 entries, or NULL */
   int ncut;
   /* called after each layer's backward (data-parallel gradient sync) */
   gt_status (*grad_hook)(void *ctx, int layer);
   void *grad_hook_ctx;
   /* mixed precision (precision.c) */
   gt_precision precision;
-  uint16_t *param_bf16;   /* device, nfloats: the bf16 twin of param_buf, or NULL */
-  bool bf16_stale;        /* param_buf changed since param_bf16 was made */
-  uint16_t *mp_scratch;   /* device: operands rounded to bf16 */
+  uint16_t *param_bf16; /* device, nfloats: the bf16 twin of param_buf, or NULL */
+  bool bf16_stale;      /* param_buf changed since param_bf16 was made */
+  uint16_t *mp_scratch; /* device: operands rounded to bf16 */
   size_t mp_scratch_bytes;
   /* readers of the buffers outside the training thread (readers.c) */
   struct {
@@ -78,10 +78,10 @@ struct gt_model {
 
 struct gt_acts {
   gt_model *m;
-  float **out;          /* per local layer: (B_max,T_max,out_dim) */
-  float **saved;        /* per layer: its saved activations */
-  float *dbuf[2];       /* ping-pong gradient buffers between layers */
-  float *rbuf;          /* replicated regions: a rank's rows at a region's edge, before the gather */
+  float **out;               /* per local layer: (B_max,T_max,out_dim) */
+  float **saved;             /* per layer: its saved activations */
+  float *dbuf[2];            /* ping-pong gradient buffers between layers */
+  float *rbuf;               /* replicated regions: a rank's rows at a region's edge, before the gather */
   int32_t *tokens, *targets; /* device copies of the batch */
   int B, T;
   int64_t ntargets;

@@ -78,7 +78,7 @@ struct gt_offload {
   size_t *layer_mirror;   /* per layer, bf16: floats of the fp32 part, mirrored in bf16 after it */
   size_t *param_grad_off; /* per parameter: floats to its gradient in its layer's gradient slot */
   size_t *layer_floats;   /* per layer: floats of its gradient footprint */
-  uint16_t *host16;        /* bf16: the host's bf16 twin of the parameter buffer, or NULL */
+  uint16_t *host16;       /* bf16: the host's bf16 twin of the parameter buffer, or NULL */
   /* gt_model_sum_grad_squares_next: where the next backward sums each
    * counted parameter's squares (NULL: not asked), the lowest layer using
    * each storage (its gradient is final once that layer's is back), and
@@ -86,14 +86,14 @@ struct gt_offload {
   double *sumsq;
   int *last_user;
   bool *summed;
-  uint64_t *bf16_version;  /* per parameter (its storage owner): param_version the twin was made from */
+  uint64_t *bf16_version; /* per parameter (its storage owner): param_version the twin was made from */
   float *g32[2];          /* gradient slots */
   int g_layer[2];         /* layer whose gradients a slot holds, -1 when free */
   gt_event *g_done[2];    /* its copy to the host is done */
   bool g_pending[2];
   int g_next;
-  bool *g_sent;           /* per parameter: its gradient went to the host during its layer's backward */
-  bool *grad_zero;        /* per parameter (its storage owner): host gradient is zero */
+  bool *g_sent;    /* per parameter: its gradient went to the host during its layer's backward */
+  bool *grad_zero; /* per parameter (its storage owner): host gradient is zero */
   uint64_t tick;
   uint64_t *param_version;   /* per parameter (its storage owner): bumped when it may have changed */
   uint64_t *fetched_version; /* per parameter: its storage's version when its layer's slot was filled */

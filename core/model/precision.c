@@ -138,19 +138,32 @@ gt_status gt_layer_linear_forward(gt_layer *self, const gt_layer_ctx *ctx, float
   GT_TRY(mp_scratch(self->model, (size_t)N * (size_t)C, &in16));
   GT_TRY(gt_op_f32_to_bf16(be, in16, in, (size_t)N * (size_t)C));
   /* out (N,OC) = in (N,C) @ W^T, W stored (OC,C). */
-  gt_gemm_ex_args g = {.trans_a = GT_NO_TRANS, .trans_b = GT_TRANS, .m = N, .n = OC, .k = C, .alpha = 1.0f,
-                       .beta = 0.0f, .a = in16, .a_type = GT_BF16, .lda = C, .b = gt_layer_param_bf16(self, w),
-                       .b_type = GT_BF16, .ldb = C, .c = out, .c_type = GT_F32, .ldc = OC, .batch = 1};
+  gt_gemm_ex_args g = {.trans_a = GT_NO_TRANS,
+                       .trans_b = GT_TRANS,
+                       .m = N,
+                       .n = OC,
+                       .k = C,
+                       .alpha = 1.0f,
+                       .beta = 0.0f,
+                       .a = in16,
+                       .a_type = GT_BF16,
+                       .lda = C,
+                       .b = gt_layer_param_bf16(self, w),
+                       .b_type = GT_BF16,
+                       .ldb = C,
+                       .c = out,
+                       .c_type = GT_F32,
+                       .ldc = OC,
+                       .batch = 1};
   GT_TRY(gt_op_gemm_ex(be, &g));
   return bias ? gt_op_bias_add(be, out, bias, N, OC) : GT_OK;
 }
 
-gt_status gt_layer_linear_backward(gt_layer *self, const gt_layer_ctx *ctx, float *din, float *dbias,
-                                   const float *dout, const float *in, int w, int N, int C, int OC) {
+gt_status gt_layer_linear_backward(gt_layer *self, const gt_layer_ctx *ctx, float *din, float *dbias, const float *dout,
+                                   const float *in, int w, int N, int C, int OC) {
   gt_backend *be = ctx->be;
   if (ctx->precision != GT_PRECISION_BF16)
-    return gt_op_linear_backward(be, din, gt_layer_grad(self, w), dbias, dout, in, gt_layer_param(self, w), N,
-                                 C, OC);
+    return gt_op_linear_backward(be, din, gt_layer_grad(self, w), dbias, dout, in, gt_layer_param(self, w), N, C, OC);
   GT_TRY(check_dims(self, N, C, OC));
   if (N == 0 || OC == 0) return GT_OK;
   size_t nin = (size_t)N * (size_t)C, nout = (size_t)N * (size_t)OC;
@@ -164,16 +177,43 @@ gt_status gt_layer_linear_backward(gt_layer *self, const gt_layer_ctx *ctx, floa
   if (C > 0) {
     /* din (N,C) += dout (N,OC) @ W (OC,C). */
     if (din) {
-      gt_gemm_ex_args g = {.trans_a = GT_NO_TRANS, .trans_b = GT_NO_TRANS, .m = N, .n = C, .k = OC,
-                           .alpha = 1.0f, .beta = 1.0f, .a = dout16, .a_type = GT_BF16, .lda = OC,
-                           .b = gt_layer_param_bf16(self, w), .b_type = GT_BF16, .ldb = C, .c = din,
-                           .c_type = GT_F32, .ldc = C, .batch = 1};
+      gt_gemm_ex_args g = {.trans_a = GT_NO_TRANS,
+                           .trans_b = GT_NO_TRANS,
+                           .m = N,
+                           .n = C,
+                           .k = OC,
+                           .alpha = 1.0f,
+                           .beta = 1.0f,
+                           .a = dout16,
+                           .a_type = GT_BF16,
+                           .lda = OC,
+                           .b = gt_layer_param_bf16(self, w),
+                           .b_type = GT_BF16,
+                           .ldb = C,
+                           .c = din,
+                           .c_type = GT_F32,
+                           .ldc = C,
+                           .batch = 1};
       GT_TRY(gt_op_gemm_ex(be, &g));
     }
     /* dW (OC,C) += dout^T (OC,N) @ in (N,C), into the fp32 gradient. */
-    gt_gemm_ex_args g = {.trans_a = GT_TRANS, .trans_b = GT_NO_TRANS, .m = OC, .n = C, .k = N, .alpha = 1.0f,
-                         .beta = 1.0f, .a = dout16, .a_type = GT_BF16, .lda = OC, .b = in16, .b_type = GT_BF16,
-                         .ldb = C, .c = gt_layer_grad(self, w), .c_type = GT_F32, .ldc = C, .batch = 1};
+    gt_gemm_ex_args g = {.trans_a = GT_TRANS,
+                         .trans_b = GT_NO_TRANS,
+                         .m = OC,
+                         .n = C,
+                         .k = N,
+                         .alpha = 1.0f,
+                         .beta = 1.0f,
+                         .a = dout16,
+                         .a_type = GT_BF16,
+                         .lda = OC,
+                         .b = in16,
+                         .b_type = GT_BF16,
+                         .ldb = C,
+                         .c = gt_layer_grad(self, w),
+                         .c_type = GT_F32,
+                         .ldc = C,
+                         .batch = 1};
     GT_TRY(gt_op_gemm_ex(be, &g));
   }
   return dbias ? gt_op_bias_backward(be, dbias, dout, N, OC) : GT_OK;
@@ -181,8 +221,8 @@ gt_status gt_layer_linear_backward(gt_layer *self, const gt_layer_ctx *ctx, floa
 
 /* Attention in the model's precision: the backend's fp32 kernels, or under
  * bf16 the same attention with its products on bf16 operands. */
-gt_status gt_layer_attention_forward(gt_layer *self, const gt_layer_ctx *ctx, float *out, float *att,
-                                     const float *qkv, int B, int T, int C, int NH) {
+gt_status gt_layer_attention_forward(gt_layer *self, const gt_layer_ctx *ctx, float *out, float *att, const float *qkv,
+                                     int B, int T, int C, int NH) {
   gt_backend *be = ctx->be;
   if (ctx->precision != GT_PRECISION_BF16) return gt_op_attention_forward(be, out, att, qkv, B, T, C, NH);
   uint16_t *ws = NULL;
@@ -194,8 +234,7 @@ gt_status gt_layer_attention_backward(gt_layer *self, const gt_layer_ctx *ctx, f
                                       const float *dout, const float *qkv, const float *att, int B, int T, int C,
                                       int NH) {
   gt_backend *be = ctx->be;
-  if (ctx->precision != GT_PRECISION_BF16)
-    return gt_op_attention_backward(be, dqkv, datt, dout, qkv, att, B, T, C, NH);
+  if (ctx->precision != GT_PRECISION_BF16) return gt_op_attention_backward(be, dqkv, datt, dout, qkv, att, B, T, C, NH);
   uint16_t *ws = NULL;
   GT_TRY(mp_scratch(self->model, gt_attention_bf16_scratch(B, T, C, NH) / sizeof(uint16_t), &ws));
   return gt_attention_backward_bf16(be, dqkv, datt, dout, qkv, att, B, T, C, NH, ws);

@@ -6,8 +6,8 @@
 #include "giant/giant.h"
 
 typedef struct residual_mlp_config {
-  int C;       /* features in and out */
-  int hidden;  /* width of the hidden layer */
+  int C;      /* features in and out */
+  int hidden; /* width of the hidden layer */
 } residual_mlp_config;
 
 extern const gt_layer_type residual_mlp_layer;

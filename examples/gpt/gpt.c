@@ -36,8 +36,9 @@ gt_status gpt_add_layers(gt_model *m, const gpt_config *c) {
   const gpt_annotations *a = &c->ann;
   int n = c->L + 3;
   if (a->replicate_embed && c->tie_weights)
-    return gt_errorf(GT_EINVAL, "a replicated embedding (annotation 'embed') cannot share its weights with the split "
-                                "head: untie them (--untied)");
+    return gt_errorf(GT_EINVAL,
+                     "a replicated embedding (annotation 'embed') cannot share its weights with the split "
+                     "head: untie them (--untied)");
   if (a->stages > n)
     return gt_errorf(GT_EINVAL, "stages=%d: the model has %d layers, and each stage needs one", a->stages, n);
   GT_TRY(gt_model_scope_begin(m, GT_SCOPE_REPLICATE, a->replicate));
@@ -90,8 +91,10 @@ gt_status gpt_parse_annotations(const char *text, gpt_annotations *out) {
       char *end = NULL;
       long v = eq ? strtol(eq + 1, &end, 10) : -1;
       if (k < 0)
-        return gt_errorf(GT_EINVAL, "annotations '%s': unknown '%.*s' (use replicate=, split=, stages=, "
-                                    "pipeline=, offload= and embed)", text, (int)len, p);
+        return gt_errorf(GT_EINVAL,
+                         "annotations '%s': unknown '%.*s' (use replicate=, split=, stages=, "
+                         "pipeline=, offload= and embed)",
+                         text, (int)len, p);
       if (end != p + len || v < 0 || v > 1 << 20)
         return gt_errorf(GT_EINVAL, "annotations '%s': '%.*s' needs a count of 0 or more", text, (int)len, p);
       *vals[k] = (int)v;

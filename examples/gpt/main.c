@@ -59,7 +59,8 @@ static gt_status ensure_data(const gt_run_options *o, void *user) {
   char *slash = strrchr(dir, '/');
   if (slash) {
     *slash = '\0';
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return gt_errorf(GT_EIO, "cannot create %s: %s", dir, strerror(errno));
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+      return gt_errorf(GT_EIO, "cannot create %s: %s", dir, strerror(errno));
   }
   uint64_t n = 0;
   const char *inputs[1] = {g->corpus};
@@ -133,19 +134,31 @@ static gt_status configure(const gt_run_options *o, gpt_args *g, int *data_vocab
   GT_TRY(gt_loader_open(&lc, 0, &peek));
   *data_vocab = (int)gt_loader_header(peek)->vocab_size;
   gt_loader_close(peek);
-  g->gc = (gpt_config){.vocab_size = (*data_vocab + 63) / 64 * 64, .T_max = o->seq, .C = g->channels,
-                       .NH = g->heads, .L = g->layers, .tie_weights = !g->untied};
+  g->gc = (gpt_config){.vocab_size = (*data_vocab + 63) / 64 * 64,
+                       .T_max = o->seq,
+                       .C = g->channels,
+                       .NH = g->heads,
+                       .L = g->layers,
+                       .tie_weights = !g->untied};
   return gpt_parse_annotations(g->annotate, &g->gc.ann);
 }
 
 int main(int argc, char **argv) {
-  gpt_args g = {.corpus = "/usr/share/games/fortunes", .layers = 4, .channels = 128, .heads = 4, .sample = 300,
+  gpt_args g = {.corpus = "/usr/share/games/fortunes",
+                .layers = 4,
+                .channels = 128,
+                .heads = 4,
+                .sample = 300,
                 .temperature = 0.8f};
   gt_opt_spec specs[] = {
-      {"--corpus", GT_OPT_STR, &g.corpus, 0, 0},        {"--annotate", GT_OPT_STR, &g.annotate, 0, 0},
-      {"--layers", GT_OPT_INT, &g.layers, 0, 1e4},      {"--channels", GT_OPT_INT, &g.channels, 1, 1e6},
-      {"--heads", GT_OPT_INT, &g.heads, 1, 1e4},        {"--sample", GT_OPT_INT, &g.sample, 0, 1e7},
-      {"--temperature", GT_OPT_FLOAT, &g.temperature, 1e-3, 100}, {"--untied", GT_OPT_FLAG, &g.untied, 0, 0},
+      {"--corpus", GT_OPT_STR, &g.corpus, 0, 0},
+      {"--annotate", GT_OPT_STR, &g.annotate, 0, 0},
+      {"--layers", GT_OPT_INT, &g.layers, 0, 1e4},
+      {"--channels", GT_OPT_INT, &g.channels, 1, 1e6},
+      {"--heads", GT_OPT_INT, &g.heads, 1, 1e4},
+      {"--sample", GT_OPT_INT, &g.sample, 0, 1e7},
+      {"--temperature", GT_OPT_FLOAT, &g.temperature, 1e-3, 100},
+      {"--untied", GT_OPT_FLAG, &g.untied, 0, 0},
   };
   gt_run_options o;
   gt_run_options_init(&o);

@@ -115,8 +115,8 @@ typedef struct gt_gemm_ex_args {
 
 typedef struct gt_backend_config {
   gt_device_kind kind;
-  int device;       /* CUDA device; -1 = from GT_LOCAL_RANK */
-  int num_threads;  /* CPU threads; 0 = OMP_NUM_THREADS or all cores */
+  int device;      /* CUDA device; -1 = from GT_LOCAL_RANK */
+  int num_threads; /* CPU threads; 0 = OMP_NUM_THREADS or all cores */
   /* Device memory this backend may hold, in bytes; 0 = no budget. An
    * allocation that would cross it fails with GT_ENOMEM, naming what was
    * asked for, what is in use and the budget. The CPU backend enforces it
@@ -167,8 +167,7 @@ gt_status gt_backend_host_alloc(gt_backend *be, size_t bytes, void **ptr);
 void gt_backend_host_free(gt_backend *be, void *ptr);
 /* Queued on stream s (NULL: the compute stream); dst and src may be NULL
  * only when bytes is 0. */
-gt_status gt_backend_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind,
-                            gt_stream *s);
+gt_status gt_backend_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind, gt_stream *s);
 gt_status gt_backend_memset(gt_backend *be, void *dst, int value, size_t bytes, gt_stream *s);
 /* Synchronous copies on the compute stream. */
 gt_status gt_backend_upload(gt_backend *be, void *dst, const void *src, size_t bytes);
@@ -192,11 +191,11 @@ gt_status gt_op_bias_backward(gt_backend *be, float *dbias, const float *dout, i
 /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; wpe may be NULL. A negative
  * token is GT_ERANGE (the vocabulary is not known here: the model checks
  * ids against it on the host). */
-gt_status gt_op_embedding_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
-                                  const float *wpe, int B, int T, int C);
+gt_status gt_op_embedding_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                                  int B, int T, int C);
 /* dwte += rows of dout by token; dwpe (may be NULL) += dout summed over b. */
-gt_status gt_op_embedding_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
-                                   const int32_t *tokens, int B, int T, int C);
+gt_status gt_op_embedding_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                                   int B, int T, int C);
 /* Per row of C: out = (x - mean) * rstd * w + b; saves mean and rstd (N). */
 gt_status gt_op_layernorm_forward(gt_backend *be, float *out, float *mean, float *rstd, const float *inp,
                                   const float *w, const float *b, int N, int C);
@@ -204,8 +203,8 @@ gt_status gt_op_layernorm_backward(gt_backend *be, float *dinp, float *dw, float
                                    const float *inp, const float *w, const float *mean, const float *rstd, int N,
                                    int C);
 /* out (N,OC) = inp (N,C) @ w^T + bias, w is (OC,C) as in PyTorch; bias may be NULL. */
-gt_status gt_op_linear_forward(gt_backend *be, float *out, const float *inp, const float *w, const float *bias,
-                               int N, int C, int OC);
+gt_status gt_op_linear_forward(gt_backend *be, float *out, const float *inp, const float *w, const float *bias, int N,
+                               int C, int OC);
 /* dinp may be NULL (first layer), dbias may be NULL (no bias). */
 gt_status gt_op_linear_backward(gt_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
                                 const float *inp, const float *w, int N, int C, int OC);

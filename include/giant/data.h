@@ -43,8 +43,8 @@ typedef struct gt_tokfile_header {
 } gt_tokfile_header;
 
 /* Writes a token file atomically (to path.tmp, then renamed). */
-gt_status gt_tokfile_write(const char *path, const uint32_t *tokens, uint64_t count,
-                           uint32_t vocab_size, uint32_t doc_sep);
+gt_status gt_tokfile_write(const char *path, const uint32_t *tokens, uint64_t count, uint32_t vocab_size,
+                           uint32_t doc_sep);
 
 /* ---- the text reader: files and directories, cut into records ----
  *
@@ -84,16 +84,16 @@ gt_status gt_text_records_parse(const char *name, gt_text_records *out);
  * records as `opts` says (NULL: GT_RECORDS_FILE). Fails (GT_EINVAL) for a
  * bad option and when no input file is found, leaving any old output
  * whole. */
-gt_status gt_tokenize_text(const char *const *inputs, int ninputs, const gt_text_options *opts,
-                           const char *out_path, uint64_t *ntokens);
+gt_status gt_tokenize_text(const char *const *inputs, int ninputs, const gt_text_options *opts, const char *out_path,
+                           uint64_t *ntokens);
 
 /* The text reader for fortune-style corpora, as it was before the record
  * options: a directory's fortune index files (".dat", ".u8") are always
  * left out, and a line reading exactly `separator_line` ends a record
  * (NULL: none, each file is one). With "%" it is gt_tokenize_text's
  * GT_RECORDS_FORTUNE, byte for byte. */
-gt_status gt_tokenize_paths(const char *const *inputs, int ninputs, const char *separator_line,
-                            const char *out_path, uint64_t *ntokens);
+gt_status gt_tokenize_paths(const char *const *inputs, int ninputs, const char *separator_line, const char *out_path,
+                            uint64_t *ntokens);
 
 /* Turns byte-level tokens back into text (separator shown as "\n%\n",
  * negative ids (padding) skipped, ids above 256 shown as '?'). Writes whole
@@ -145,12 +145,12 @@ typedef struct gt_loader_config {
 } gt_loader_config;
 
 typedef struct gt_batch {
-  int B, T;          /* this micro-batch's shape, T <= T_max */
-  int32_t *inputs;   /* B*T, row-major, host memory owned by the loader */
-  int32_t *targets;  /* B*T, next token, or -1 for padding */
-  int64_t ntargets;  /* targets that are not -1 */
-  uint64_t epoch;    /* how many times the data has wrapped */
-  uint64_t row;      /* the global sample index of the first row (the rest follow) */
+  int B, T;         /* this micro-batch's shape, T <= T_max */
+  int32_t *inputs;  /* B*T, row-major, host memory owned by the loader */
+  int32_t *targets; /* B*T, next token, or -1 for padding */
+  int64_t ntargets; /* targets that are not -1 */
+  uint64_t epoch;   /* how many times the data has wrapped */
+  uint64_t row;     /* the global sample index of the first row (the rest follow) */
 } gt_batch;
 
 /* Opens and validates the file (magic, version, width, size, every id <

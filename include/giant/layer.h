@@ -38,12 +38,12 @@ typedef enum gt_init_kind {
 } gt_init_kind;
 
 typedef struct gt_param_spec {
-  const char *name;   /* local to the layer, e.g. "w"; the model prefixes the layer name */
+  const char *name; /* local to the layer, e.g. "w"; the model prefixes the layer name */
   int ndim;
-  int64_t shape[4];   /* the whole parameter's shape, as one process holds it */
+  int64_t shape[4]; /* the whole parameter's shape, as one process holds it */
   gt_init_kind init;
-  float std;          /* for GT_INIT_NORMAL */
-  bool decay;         /* weight decay applies (matrices yes, biases and norms no) */
+  float std;  /* for GT_INIT_NORMAL */
+  bool decay; /* weight decay applies (matrices yes, biases and norms no) */
   /* Tensor parallelism: when split and the layer is split across a group of
    * size p, rank r holds part r of p equal parts along split_dim. Otherwise
    * every rank of the group holds all of it. */
@@ -57,34 +57,34 @@ typedef struct gt_param_spec {
 } gt_param_spec;
 
 typedef struct gt_param {
-  char name[96];      /* "<layer>.<local>" */
+  char name[96]; /* "<layer>.<local>" */
   int ndim;
-  int64_t shape[4];   /* what this rank holds */
-  int64_t global_shape[4]; /* the whole parameter */
-  int split_dim;      /* -1: held whole; else cut along this dimension */
+  int64_t shape[4];            /* what this rank holds */
+  int64_t global_shape[4];     /* the whole parameter */
+  int split_dim;               /* -1: held whole; else cut along this dimension */
   int split_rank, split_parts; /* this rank holds part split_rank of split_parts */
-  size_t numel;       /* elements this rank holds */
-  bool local;         /* its layer runs on this rank (pipeline stages) */
-  int mirror_of;      /* a local copy of a tied parameter whose owner lives on another
+  size_t numel;                /* elements this rank holds */
+  bool local;                  /* its layer runs on this rank (pipeline stages) */
+  int mirror_of;               /* a local copy of a tied parameter whose owner lives on another
                          pipeline stage: the owner's index, else -1 */
-  size_t offset;      /* in floats, into the model's parameter (and gradient) buffer */
+  size_t offset;               /* in floats, into the model's parameter (and gradient) buffer */
   gt_init_kind init;
   float std;
   bool decay;
-  int layer;          /* index of the declaring layer */
-  int tied_to;        /* index of the parameter whose storage this one shares, or -1 */
-  bool matmul_only;   /* gt_param_spec.matmul_only, as this layer reads it */
+  int layer;        /* index of the declaring layer */
+  int tied_to;      /* index of the parameter whose storage this one shares, or -1 */
+  bool matmul_only; /* gt_param_spec.matmul_only, as this layer reads it */
 } gt_param;
 
 /* What a layer sees when it runs on one micro-batch. */
 typedef struct gt_layer_ctx {
   gt_backend *be;
-  int B, T;                 /* this micro-batch; T <= the model's T_max */
-  const int32_t *tokens;    /* (B,T) token ids, device memory */
-  const int32_t *targets;   /* (B,T) next-token targets, -1 = ignore, device memory */
-  float loss_scale;         /* d(step loss)/d(per-token loss), for loss layers */
-  float *scratch;           /* device scratch of the largest scratch_floats() of any layer */
-  gt_precision precision;   /* of the model's matrix products (gt_model_set_precision) */
+  int B, T;               /* this micro-batch; T <= the model's T_max */
+  const int32_t *tokens;  /* (B,T) token ids, device memory */
+  const int32_t *targets; /* (B,T) next-token targets, -1 = ignore, device memory */
+  float loss_scale;       /* d(step loss)/d(per-token loss), for loss layers */
+  float *scratch;         /* device scratch of the largest scratch_floats() of any layer */
+  gt_precision precision; /* of the model's matrix products (gt_model_set_precision) */
 } gt_layer_ctx;
 
 /* Annotation scopes, in the manner of Whale: opened and closed around the
@@ -111,19 +111,17 @@ typedef struct gt_layer_type {
   /* in: (B,T,in_dim) floats, or NULL when in_dim == 0 (the layer reads
    * ctx->tokens). out: (B,T,out_dim). For a loss layer out is the per-token
    * loss (B,T). */
-  gt_status (*forward)(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out,
-                       float *acts);
+  gt_status (*forward)(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out, float *acts);
   /* Accumulates into din (NULL for the first layer) and the parameter
    * gradients. dout is NULL for a loss layer, which uses ctx->loss_scale. */
-  gt_status (*backward)(gt_layer *self, const gt_layer_ctx *ctx, const float *in,
-                        const float *dout, float *din, float *acts);
+  gt_status (*backward)(gt_layer *self, const gt_layer_ctx *ctx, const float *in, const float *dout, float *din,
+                        float *acts);
   /* Forward FLOPs for one micro-batch (matrix products, 2 per multiply-add);
    * a training step costs three times this. NULL counts as zero. */
   double (*flops)(const gt_layer *self, int B, int T);
   /* Optional, for loss layers: copy the next-token distribution at (b,t)
    * from acts to host memory (V floats), after a forward. */
-  gt_status (*probs)(gt_layer *self, const gt_layer_ctx *ctx, float *acts, int b, int t,
-                     float *host_out);
+  gt_status (*probs)(gt_layer *self, const gt_layer_ctx *ctx, float *acts, int b, int t, float *host_out);
   void (*destroy)(gt_layer *self);
   /* Under sequence parallelism, split layers pass activations between them
    * as sequence shards: each tensor-parallel rank holds rows [r*N/p,
@@ -146,7 +144,7 @@ struct gt_layer {
   int first_param; /* this layer's parameters are model params [first, first+n) */
   int nparams;
   gt_model *model;
-  void *state;     /* the layer type's own data (its config) */
+  void *state; /* the layer type's own data (its config) */
 };
 
 /* During build: declare a parameter; *index receives its position among the
@@ -154,8 +152,8 @@ struct gt_layer {
 gt_status gt_layer_declare_param(gt_layer *self, const gt_param_spec *spec, int *index);
 /* During build: share another layer's parameter instead of declaring a new
  * one (weight tying). `layer_name` and `param` name it ("wte", "w"). */
-gt_status gt_layer_tie_param(gt_layer *self, const char *local_name, const char *layer_name,
-                             const char *param, int *index);
+gt_status gt_layer_tie_param(gt_layer *self, const char *local_name, const char *layer_name, const char *param,
+                             int *index);
 /* During build: this layer reads its parameter i only as a matrix
  * product's weight (gt_param_spec.matmul_only), for a tied parameter whose
  * owner reads it otherwise (an embedding table shared with the LM head). */
@@ -178,13 +176,13 @@ gt_status gt_layer_linear_forward(gt_layer *self, const gt_layer_ctx *ctx, float
 /* Accumulates din (may be NULL) += dout @ W, the gradient of W += dout^T @
  * in, and dbias (may be NULL) += column sums of dout. Under bf16 both
  * products take bf16 operands and accumulate in fp32 into fp32 gradients. */
-gt_status gt_layer_linear_backward(gt_layer *self, const gt_layer_ctx *ctx, float *din, float *dbias,
-                                   const float *dout, const float *in, int w, int N, int C, int OC);
+gt_status gt_layer_linear_backward(gt_layer *self, const gt_layer_ctx *ctx, float *din, float *dbias, const float *dout,
+                                   const float *in, int w, int N, int C, int OC);
 /* Causal self-attention in the model's precision: the backend's
  * attention_forward/backward, or under bf16 gt_attention_forward_bf16 and
  * its backward (bf16 operands for the four products, fp32 softmax). */
-gt_status gt_layer_attention_forward(gt_layer *self, const gt_layer_ctx *ctx, float *out, float *att,
-                                     const float *qkv, int B, int T, int C, int NH);
+gt_status gt_layer_attention_forward(gt_layer *self, const gt_layer_ctx *ctx, float *out, float *att, const float *qkv,
+                                     int B, int T, int C, int NH);
 gt_status gt_layer_attention_backward(gt_layer *self, const gt_layer_ctx *ctx, float *dqkv, float *datt,
                                       const float *dout, const float *qkv, const float *att, int B, int T, int C,
                                       int NH);

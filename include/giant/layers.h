@@ -17,8 +17,8 @@ extern const gt_layer_type gt_embedding_layer; /* params: "wte" (V,C), "wpe" (T_
  *   x = x + proj(attn(ln1(x)));  x = x + fc2(gelu(fc1(ln2(x)))) */
 typedef struct gt_block_config {
   int C, NH;
-  int mlp_hidden;      /* 0 = 4*C */
-  int n_layers_total;  /* for GPT-2's 1/sqrt(2L) scaling of residual projections; 0 = none */
+  int mlp_hidden;     /* 0 = 4*C */
+  int n_layers_total; /* for GPT-2's 1/sqrt(2L) scaling of residual projections; 0 = none */
 } gt_block_config;
 extern const gt_layer_type gt_block_layer;
 

@@ -16,35 +16,35 @@ GT_API_BEGIN
  * predictor and fail-slow detection (giant/predictor.h). Fixed size, so that
  * ranks can exchange it as it is. Times are this rank's own. */
 typedef struct gt_step_telemetry {
-  int rank;          /* the trainer's: the rank as launched (GT_RANK), which a reshape does not renumber;
+  int rank;              /* the trainer's: the rank as launched (GT_RANK), which a reshape does not renumber;
                         gt_failslow_step's gather: the rank in the world it gathers over */
-  int layers;        /* layers this rank holds (its pipeline stages') */
-  int micro_batches; /* micro-batches this rank ran */
-  int64_t tokens;    /* this rank's B*T summed over its micro-batches */
-  double seq_sq;     /* attention work: B*T*T summed over micro-batches (padded rows cost T too) */
-  double compute_s;  /* forward and backward less the waits below (tensor-parallel ones are in it) */
-  double data_s;     /* waiting for the loader */
-  double dp_wait_s;  /* blocked in data-parallel reductions: token counts, and gradients after backward */
-  double pp_wait_s;  /* blocked on pipeline sends and receives */
+  int layers;            /* layers this rank holds (its pipeline stages') */
+  int micro_batches;     /* micro-batches this rank ran */
+  int64_t tokens;        /* this rank's B*T summed over its micro-batches */
+  double seq_sq;         /* attention work: B*T*T summed over micro-batches (padded rows cost T too) */
+  double compute_s;      /* forward and backward less the waits below (tensor-parallel ones are in it) */
+  double data_s;         /* waiting for the loader */
+  double dp_wait_s;      /* blocked in data-parallel reductions: token counts, and gradients after backward */
+  double pp_wait_s;      /* blocked on pipeline sends and receives */
   double pp_wait_prev_s; /* ... of which receiving from the previous pipeline rank (activations) */
   double pp_wait_next_s; /* ... and from the next pipeline rank (gradients) */
-  double tp_wait_s;  /* in tensor-parallel collectives, wall time (on the CPU backend their blocking is not
+  double tp_wait_s;      /* in tensor-parallel collectives, wall time (on the CPU backend their blocking is not
                         in compute_s, its copying is) */
-  double step_s;     /* the whole step's wall time (gt_step_stats.seconds) */
+  double step_s;         /* the whole step's wall time (gt_step_stats.seconds) */
 } gt_step_telemetry;
 
 typedef struct gt_step_stats {
-  int step;              /* 0-based */
-  float loss;            /* mean over the step's micro-batches */
+  int step;   /* 0-based */
+  float loss; /* mean over the step's micro-batches */
   float lr;
-  double grad_norm;      /* before clipping */
-  double seconds;        /* wall time of the step */
-  int64_t tokens;        /* tokens processed (B*T summed over micro-batches) */
+  double grad_norm; /* before clipping */
+  double seconds;   /* wall time of the step */
+  int64_t tokens;   /* tokens processed (B*T summed over micro-batches) */
   double tokens_per_s;
-  double flops;          /* model FLOPs of the step (3x forward) */
-  double mfu;            /* flops / seconds / measured peak; 0 if no peak */
+  double flops; /* model FLOPs of the step (3x forward) */
+  double mfu;   /* flops / seconds / measured peak; 0 if no peak */
   int micro_batches;
-  int seq_len;           /* T of the last micro-batch */
+  int seq_len; /* T of the last micro-batch */
   /* The samples the step trained, all replicas together: global sample
    * indices [first_row, first_row + rows) of the data stream (0, 0 when
    * the step had no loader). A resumed or reshaped job's steps go on

@@ -20,8 +20,8 @@ GT_API_BEGIN
 typedef struct gt_acts gt_acts;
 
 typedef struct gt_model_config {
-  int B_max, T_max;  /* the largest micro-batch the model will run */
-  uint64_t seed;     /* initialisation */
+  int B_max, T_max;    /* the largest micro-batch the model will run */
+  uint64_t seed;       /* initialisation */
   size_t budget_bytes; /* device memory budget for the model's arena; 0 = none */
   /* Leave the parameters at zero instead of initialising them from the
    * seed: for a model whose state comes from elsewhere at once (moved from
@@ -52,8 +52,7 @@ gt_status gt_model_scope_end(gt_model *m);
 /* Appends a layer. Fails with a message naming both layers when its input
  * width does not match the previous layer's output width, or when a layer is
  * added after the loss layer. */
-gt_status gt_model_add(gt_model *m, const gt_layer_type *type, const char *name, const void *config,
-                       gt_layer **out);
+gt_status gt_model_add(gt_model *m, const gt_layer_type *type, const char *name, const void *config, gt_layer **out);
 /* Allocates and initialises parameters and gradients; after this no layer
  * can be added. The model must end in a loss layer. */
 gt_status gt_model_build(gt_model *m);

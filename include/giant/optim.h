@@ -15,10 +15,10 @@ typedef enum gt_optim_kind { GT_OPTIM_ADAMW = 0, GT_OPTIM_SGD = 1 } gt_optim_kin
 
 typedef struct gt_optim_config {
   gt_optim_kind kind;
-  float beta1, beta2, eps;  /* AdamW */
-  float momentum;           /* SGD */
-  bool nesterov;            /* SGD */
-  float weight_decay;       /* applied to parameters declared with decay */
+  float beta1, beta2, eps; /* AdamW */
+  float momentum;          /* SGD */
+  bool nesterov;           /* SGD */
+  float weight_decay;      /* applied to parameters declared with decay */
   /* The disk tier (docs/offload.md): a directory in which the state is
    * kept, in a file of its own that nothing else sees; an update streams
    * it through `state_stage_bytes` of host memory (0: 64 MiB, or half of

@@ -23,7 +23,7 @@ typedef struct gt_opt_spec {
   const char *name; /* "--steps" */
   gt_opt_kind kind;
   void *dst;
-  double min, max;  /* for GT_OPT_INT and GT_OPT_FLOAT */
+  double min, max; /* for GT_OPT_INT and GT_OPT_FLOAT */
 } gt_opt_spec;
 
 /* Parses argv[1..]. Accepts "--flag value" and "--flag=value". Returns -1 when

@@ -7,13 +7,13 @@
 #define GIANT_PROTOCOL_H
 
 /* Where the worker is in the job. */
-#define GT_ENV_RANK "GT_RANK"                 /* its rank as launched: a reshape does not renumber it */
-#define GT_ENV_LOCAL_RANK "GT_LOCAL_RANK"     /* on its node */
-#define GT_ENV_WORLD_SIZE "GT_WORLD_SIZE"     /* ranks at launch; its presence means "under a launcher" */
+#define GT_ENV_RANK "GT_RANK"             /* its rank as launched: a reshape does not renumber it */
+#define GT_ENV_LOCAL_RANK "GT_LOCAL_RANK" /* on its node */
+#define GT_ENV_WORLD_SIZE "GT_WORLD_SIZE" /* ranks at launch; its presence means "under a launcher" */
 #define GT_ENV_LOCAL_WORLD_SIZE "GT_LOCAL_WORLD_SIZE"
 #define GT_ENV_NODE_RANK "GT_NODE_RANK"
 #define GT_ENV_NNODES "GT_NNODES"
-#define GT_ENV_GENERATION "GT_GENERATION"     /* the rendezvous round it was started in */
+#define GT_ENV_GENERATION "GT_GENERATION" /* the rendezvous round it was started in */
 #define GT_ENV_RESTART_COUNT "GT_RESTART_COUNT"
 #define GT_ENV_JOB_ID "GT_JOB_ID"
 /* How it reaches the others: the store (etcd://HOST:PORT[,...]/PREFIX or
@@ -27,7 +27,7 @@
 #define GT_ENV_STORE_PASSWORD_FILE "GT_STORE_PASSWORD_FILE"
 #define GT_ENV_JOB_SECRET "GT_JOB_SECRET"
 #define GT_ENV_COMM_INTEGRITY "GT_COMM_INTEGRITY" /* headers or mac */
-#define GT_ENV_PLAN "GT_PLAN"                 /* --plan */
+#define GT_ENV_PLAN "GT_PLAN"                     /* --plan */
 /* What the agent watches and asks: the pipe the worker reports its steps
  * on (gt_job_step), checkpoints (--ckpt-dir, --ckpt-every, --ckpt-keep),
  * whether agents lead mitigation (the value GT_COORD_LEADER), whether a
@@ -44,11 +44,12 @@
 
 /* Exit statuses of a worker, as giantrun reads them. */
 #define GT_RUN_EXIT_OK 0
-#define GT_RUN_EXIT_FAILED 1    /* a failure a restart may mend */
-#define GT_RUN_EXIT_USAGE 2     /* bad flags or configuration: never restarted */
-#define GT_RUN_EXIT_INPUT 65    /* bad input data (EX_DATAERR): never restarted, with or without --reshape */
-#define GT_RUN_EXIT_DIVERGED 70 /* training diverged (non-finite past --skip-nonfinite): every rank sees the same
+#define GT_RUN_EXIT_FAILED 1 /* a failure a restart may mend */
+#define GT_RUN_EXIT_USAGE 2  /* bad flags or configuration: never restarted */
+#define GT_RUN_EXIT_INPUT 65 /* bad input data (EX_DATAERR): never restarted, with or without --reshape */
+#define GT_RUN_EXIT_DIVERGED \
+  70                           /* training diverged (non-finite past --skip-nonfinite): every rank sees the same
                                    reduced loss and norm, so no restart or reshape mends it; never restarted */
-#define GT_RUN_EXIT_RESTART 75  /* the in-process reshape failed: restart every worker from the newest checkpoint */
+#define GT_RUN_EXIT_RESTART 75 /* the in-process reshape failed: restart every worker from the newest checkpoint */
 
 #endif

@@ -51,10 +51,10 @@ GT_API_BEGIN
 
 /* The run's flags, each with its default (gt_run_options_init). */
 typedef struct gt_run_options {
-  const char *program;  /* in log lines ("gpt: reshaped in ..."): argv[0]'s base name */
+  const char *program; /* in log lines ("gpt: reshaped in ..."): argv[0]'s base name */
   /* data */
-  const char *data;     /* --data: the token file */
-  bool documents;       /* --documents: micro-batches cut at document boundaries */
+  const char *data; /* --data: the token file */
+  bool documents;   /* --documents: micro-batches cut at document boundaries */
   /* training */
   int steps, batch, global_batch, seq, accum, warmup, skip_nonfinite;
   const char *optimizer, *precision;
@@ -64,7 +64,7 @@ typedef struct gt_run_options {
   const char *plan, *schedule, *speeds;
   int chunks, bucket_kib, mem_mib, mirror_every;
   bool zero1, seq_parallel, print_plan, no_overlap, rebalance, rebalance_local, reshape;
-  const char *ladder;   /* --ladder: auto (the cheapest rung), or none, rows, recut, exclude, restart */
+  const char *ladder; /* --ladder: auto (the cheapest rung), or none, rows, recut, exclude, restart */
   /* the device and offloading */
   const char *device, *offload_optimizer;
   int threads, device_mem_mib, host_mem_mib, offload, offload_prefetch;

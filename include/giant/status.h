@@ -27,21 +27,21 @@ GT_API_BEGIN
 
 typedef enum gt_status {
   GT_OK = 0,
-  GT_EINVAL = -1,       /* bad argument, flag or configuration */
-  GT_ENOMEM = -2,       /* out of host or device memory, or over a budget */
-  GT_EIO = -3,          /* a read, write or system call failed */
-  GT_EFORMAT = -4,      /* malformed file, checkpoint or network message */
-  GT_ETIMEDOUT = -5,    /* a wait ran out of time */
-  GT_EABORTED = -6,     /* the operation's handle was aborted */
-  GT_ECONN = -7,        /* a peer or server is unreachable or went away */
-  GT_EAUTH = -8,        /* authentication or authorisation failed */
-  GT_ENOTFOUND = -9,    /* a named thing (file, key, layer) does not exist */
-  GT_EEXIST = -10,      /* it exists already */
-  GT_EUNSUPPORTED = -11,/* valid, but not implemented for this case */
-  GT_EBACKEND = -12,    /* the device or a library below us failed */
-  GT_ESTATE = -13,      /* called in the wrong state (order of calls) */
-  GT_ERANGE = -14,      /* a value out of its allowed range */
-  GT_ECANCELED = -15,   /* cancelled on request */
+  GT_EINVAL = -1,        /* bad argument, flag or configuration */
+  GT_ENOMEM = -2,        /* out of host or device memory, or over a budget */
+  GT_EIO = -3,           /* a read, write or system call failed */
+  GT_EFORMAT = -4,       /* malformed file, checkpoint or network message */
+  GT_ETIMEDOUT = -5,     /* a wait ran out of time */
+  GT_EABORTED = -6,      /* the operation's handle was aborted */
+  GT_ECONN = -7,         /* a peer or server is unreachable or went away */
+  GT_EAUTH = -8,         /* authentication or authorisation failed */
+  GT_ENOTFOUND = -9,     /* a named thing (file, key, layer) does not exist */
+  GT_EEXIST = -10,       /* it exists already */
+  GT_EUNSUPPORTED = -11, /* valid, but not implemented for this case */
+  GT_EBACKEND = -12,     /* the device or a library below us failed */
+  GT_ESTATE = -13,       /* called in the wrong state (order of calls) */
+  GT_ERANGE = -14,       /* a value out of its allowed range */
+  GT_ECANCELED = -15,    /* cancelled on request */
 } gt_status;
 
 /* "GT_EINVAL" and so on. */
@@ -52,19 +52,17 @@ const char *gt_last_error(void);
 
 /* Records a message for this thread and returns `code`, so a failure path
  * reads: return gt_errorf(GT_EINVAL, "B must be positive, got %d", B); */
-gt_status gt_errorf(gt_status code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+gt_status gt_errorf(gt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 gt_status gt_verrorf(gt_status code, const char *fmt, va_list ap);
 
 /* Prefixes the current message with context ("loading data/x.tok: ...")
  * and returns `code` unchanged. */
-gt_status gt_error_context(gt_status code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+gt_status gt_error_context(gt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Propagate a failure to the caller. */
-#define GT_TRY(expr)                      \
-  do {                                    \
-    gt_status gt_try_s_ = (expr);         \
+#define GT_TRY(expr)                          \
+  do {                                        \
+    gt_status gt_try_s_ = (expr);             \
     if (gt_try_s_ != GT_OK) return gt_try_s_; \
   } while (0)
 

@@ -59,15 +59,24 @@ static gt_status set_key(const char *fault, gt_fault *f, const char *key, const 
   bool integer = strcmp(key, "factor") != 0 && strcmp(key, "delay_ms") != 0 && strcmp(key, "seconds") != 0 &&
                  strcmp(key, "ms") != 0;
   GT_TRY(parse_number(fault, key, val, integer, &v));
-  if (strcmp(key, "rank") == 0) f->rank = (int)v;
-  else if (strcmp(key, "peer") == 0) f->peer = (int)v;
-  else if (strcmp(key, "from") == 0) f->from = (int)v;
-  else if (strcmp(key, "until") == 0) f->until = (int)v;
-  else if (strcmp(key, "at") == 0) f->at = (int)v;
-  else if (strcmp(key, "factor") == 0) f->factor = v;
-  else if (strcmp(key, "delay_ms") == 0) f->delay_ms = v;
-  else if (strcmp(key, "ms") == 0) f->step_ms = v;
-  else f->seconds = v;
+  if (strcmp(key, "rank") == 0)
+    f->rank = (int)v;
+  else if (strcmp(key, "peer") == 0)
+    f->peer = (int)v;
+  else if (strcmp(key, "from") == 0)
+    f->from = (int)v;
+  else if (strcmp(key, "until") == 0)
+    f->until = (int)v;
+  else if (strcmp(key, "at") == 0)
+    f->at = (int)v;
+  else if (strcmp(key, "factor") == 0)
+    f->factor = v;
+  else if (strcmp(key, "delay_ms") == 0)
+    f->delay_ms = v;
+  else if (strcmp(key, "ms") == 0)
+    f->step_ms = v;
+  else
+    f->seconds = v;
   return GT_OK;
 }
 
@@ -99,14 +108,15 @@ static gt_status parse_fault(char *text, gt_fault *f) {
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
     if (strcmp(text, kinds[i].name) == 0) k = &kinds[i];
   if (!k)
-    return gt_errorf(GT_EINVAL, "GT_FAULT '%s': unknown fault kind '%s' (want slow, slowlink, stall, crash, nan, nangrad, slowsave, crashreshape, stallreshape, holdjoin or pace)",
+    return gt_errorf(GT_EINVAL,
+                     "GT_FAULT '%s': unknown fault kind '%s' (want slow, slowlink, stall, crash, nan, nangrad, "
+                     "slowsave, crashreshape, stallreshape, holdjoin or pace)",
                      fault, text);
   *f = (gt_fault){.kind = k->kind, .until = -1};
   char seen[128] = " ";
   for (char *save = NULL, *kv = colon ? strtok_r(colon + 1, ",", &save) : NULL; kv; kv = strtok_r(NULL, ",", &save)) {
     char *eq = strchr(kv, '=');
-    if (!eq || eq == kv || !eq[1])
-      return gt_errorf(GT_EINVAL, "GT_FAULT '%s': '%s' is not key=value", fault, kv);
+    if (!eq || eq == kv || !eq[1]) return gt_errorf(GT_EINVAL, "GT_FAULT '%s': '%s' is not key=value", fault, kv);
     *eq = '\0';
     if (!has_word(k->keys, kv, strlen(kv)))
       return gt_errorf(GT_EINVAL, "GT_FAULT '%s': unknown key '%s' for %s (keys:%s)", fault, kv, k->name, k->keys);

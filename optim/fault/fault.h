@@ -26,13 +26,13 @@
 #ifdef GIANT_FAULTS
 
 typedef enum gt_fault_kind {
-  GT_FAULT_SLOW,     /* rank computes factor times slower from step `from` (to `until`, if given) */
-  GT_FAULT_SLOWLINK, /* sends from rank to peer delayed by delay_ms, steps [from, until) (gt_fault_apply_links) */
-  GT_FAULT_STALL,    /* rank stops for `seconds` once, at step `at` */
-  GT_FAULT_CRASH,    /* rank kills itself (SIGKILL) at step `at` */
-  GT_FAULT_NAN,      /* rank's loss becomes NaN at step `at` */
-  GT_FAULT_NANGRAD,  /* rank's gradients get a NaN at step `at`, once (a transient fault) */
-  GT_FAULT_SLOWSAVE, /* rank's checkpoint writer waits `seconds` before writing each save */
+  GT_FAULT_SLOW,          /* rank computes factor times slower from step `from` (to `until`, if given) */
+  GT_FAULT_SLOWLINK,      /* sends from rank to peer delayed by delay_ms, steps [from, until) (gt_fault_apply_links) */
+  GT_FAULT_STALL,         /* rank stops for `seconds` once, at step `at` */
+  GT_FAULT_CRASH,         /* rank kills itself (SIGKILL) at step `at` */
+  GT_FAULT_NAN,           /* rank's loss becomes NaN at step `at` */
+  GT_FAULT_NANGRAD,       /* rank's gradients get a NaN at step `at`, once (a transient fault) */
+  GT_FAULT_SLOWSAVE,      /* rank's checkpoint writer waits `seconds` before writing each save */
   GT_FAULT_CRASH_RESHAPE, /* rank kills itself (SIGKILL) in the middle of its next reshape */
   GT_FAULT_STALL_RESHAPE, /* rank stops for `seconds` in the middle of each reshape */
   GT_FAULT_HOLDJOIN,      /* rank waits up to `seconds`, once, for a lost rank to ask to join (gt_fault_join_hold) */
@@ -56,7 +56,7 @@ typedef struct gt_fault {
 typedef struct gt_fault_plan {
   int n;
   gt_fault f[GT_FAULT_MAX];
-  int rank;              /* the rank this process plays */
+  int rank;                   /* the rank this process plays */
   bool stalled[GT_FAULT_MAX]; /* stall, nangrad, holdjoin: played (they play once) */
   gt_grid *grid;              /* where slowlink plays (gt_fault_apply_links) */
   bool link_on[GT_FAULT_MAX]; /* slowlink: its delay is in place */

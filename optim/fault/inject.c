@@ -16,8 +16,7 @@ static bool mine(const gt_fault_plan *p, const gt_fault *f) { return f->rank < 0
 static void sleep_seconds(double s) {
   if (!(s > 0)) return;
   struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - floor(s)) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0) {
-  }
+  while (nanosleep(&ts, &ts) != 0) {}
 }
 
 bool gt_fault_active(const gt_fault_plan *p) {
@@ -61,49 +60,49 @@ double gt_fault_step(gt_fault_plan *p, int step, double compute_seconds, float *
     const gt_fault *f = &p->f[i];
     if (!mine(p, f)) continue;
     switch (f->kind) {
-    case GT_FAULT_SLOW:
-      /* In proportion to this step's own compute: the factor holds at any
+      case GT_FAULT_SLOW:
+        /* In proportion to this step's own compute: the factor holds at any
        * model size and on any device. */
-      if (step >= f->from && (f->until < 0 || step < f->until)) slept += (f->factor - 1) * compute_seconds;
-      break;
-    case GT_FAULT_STALL:
-      if (step == f->at && !p->stalled[i]) {
-        p->stalled[i] = true;
-        gt_warn("GT_FAULT: rank %d stalls for %.1f s at step %d", p->rank, f->seconds, step);
-        slept += f->seconds;
+        if (step >= f->from && (f->until < 0 || step < f->until)) slept += (f->factor - 1) * compute_seconds;
+        break;
+      case GT_FAULT_STALL:
+        if (step == f->at && !p->stalled[i]) {
+          p->stalled[i] = true;
+          gt_warn("GT_FAULT: rank %d stalls for %.1f s at step %d", p->rank, f->seconds, step);
+          slept += f->seconds;
+        }
+        break;
+      case GT_FAULT_CRASH:
+        if (step == f->at) {
+          gt_warn("GT_FAULT: rank %d crashes at step %d", p->rank, step);
+          raise(SIGKILL);
+        }
+        break;
+      case GT_FAULT_NAN:
+        if (step == f->at) *loss = NAN;
+        break;
+      case GT_FAULT_SLOWLINK: {
+        /* The communicators play it; this only switches it on and off. */
+        bool on = step >= f->from && (f->until < 0 || step < f->until);
+        if (p->grid && f->rank == p->rank && on != p->link_on[i] &&
+            gt_grid_set_send_delay(p->grid, f->peer, on ? f->delay_ms : 0) == GT_OK) {
+          p->link_on[i] = on;
+          gt_warn("GT_FAULT: sends from rank %d to rank %d %s at step %d", f->rank, f->peer,
+                  on ? "delayed" : "no longer delayed", step);
+        }
+        break;
       }
-      break;
-    case GT_FAULT_CRASH:
-      if (step == f->at) {
-        gt_warn("GT_FAULT: rank %d crashes at step %d", p->rank, step);
-        raise(SIGKILL);
-      }
-      break;
-    case GT_FAULT_NAN:
-      if (step == f->at) *loss = NAN;
-      break;
-    case GT_FAULT_SLOWLINK: {
-      /* The communicators play it; this only switches it on and off. */
-      bool on = step >= f->from && (f->until < 0 || step < f->until);
-      if (p->grid && f->rank == p->rank && on != p->link_on[i] &&
-          gt_grid_set_send_delay(p->grid, f->peer, on ? f->delay_ms : 0) == GT_OK) {
-        p->link_on[i] = on;
-        gt_warn("GT_FAULT: sends from rank %d to rank %d %s at step %d", f->rank, f->peer,
-                on ? "delayed" : "no longer delayed", step);
-      }
-      break;
-    }
-    case GT_FAULT_SLOWSAVE: break; /* played by the checkpoint writer */
-    case GT_FAULT_NANGRAD: break;  /* played by the trainer (gt_fault_nangrad) */
-    case GT_FAULT_CRASH_RESHAPE:
-    case GT_FAULT_STALL_RESHAPE: break; /* played at gt_fault_reshape_point */
-    case GT_FAULT_HOLDJOIN: break;      /* played where joins are looked for (gt_fault_join_hold) */
-    case GT_FAULT_PACE:
-      /* A floor, not a factor: a job of N steps lasts at least N * step_ms
+      case GT_FAULT_SLOWSAVE: break; /* played by the checkpoint writer */
+      case GT_FAULT_NANGRAD: break;  /* played by the trainer (gt_fault_nangrad) */
+      case GT_FAULT_CRASH_RESHAPE:
+      case GT_FAULT_STALL_RESHAPE: break; /* played at gt_fault_reshape_point */
+      case GT_FAULT_HOLDJOIN: break;      /* played where joins are looked for (gt_fault_join_hold) */
+      case GT_FAULT_PACE:
+        /* A floor, not a factor: a job of N steps lasts at least N * step_ms
        * on any machine, so that a test can act on it before it ends. */
-      if (step >= f->from && (f->until < 0 || step < f->until) && f->step_ms / 1e3 > floor_s)
-        floor_s = f->step_ms / 1e3;
-      break;
+        if (step >= f->from && (f->until < 0 || step < f->until) && f->step_ms / 1e3 > floor_s)
+          floor_s = f->step_ms / 1e3;
+        break;
     }
   }
   if (compute_seconds + slept < floor_s) slept = floor_s - compute_seconds;
@@ -117,7 +116,8 @@ gt_status gt_fault_apply_links(gt_fault_plan *p, gt_grid *grid) {
     const gt_fault *f = &p->f[i];
     if (f->kind != GT_FAULT_SLOWLINK || f->rank != p->rank) continue;
     if (!grid) {
-      gt_warn("GT_FAULT: slowlink from rank %d to %d needs a job of several ranks; this one runs alone", f->rank, f->peer);
+      gt_warn("GT_FAULT: slowlink from rank %d to %d needs a job of several ranks; this one runs alone", f->rank,
+              f->peer);
       continue;
     }
     /* Checked now (a peer outside the world, NCCL), played from `from`. */

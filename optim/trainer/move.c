@@ -31,16 +31,18 @@ static gt_status check(gt_trainer *from, gt_trainer *to) {
   if (gt_trainer_dist(from) != gt_trainer_dist(to))
     return gt_errorf(GT_EINVAL, "moving training state: both trainers must use the same gt_dist");
   if (gt_model_num_params(a) != gt_model_num_params(b))
-    return gt_errorf(GT_EINVAL, "moving training state: the models have %d and %d parameters",
-                     gt_model_num_params(a), gt_model_num_params(b));
+    return gt_errorf(GT_EINVAL, "moving training state: the models have %d and %d parameters", gt_model_num_params(a),
+                     gt_model_num_params(b));
   size_t lo, hi;
   gt_optimizer *oa = gt_trainer_optimizer(from), *ob = gt_trainer_optimizer(to);
   gt_optimizer_range(oa, &lo, &hi);
   bool whole = lo == 0 && hi == gt_model_buffer_floats(a);
   gt_optimizer_range(ob, &lo, &hi);
   whole = whole && lo == 0 && hi == gt_model_buffer_floats(b);
-  if (!whole) return gt_errorf(GT_EUNSUPPORTED, "re-cutting pipeline stages with ZeRO-1 is not supported: its "
-                               "optimizer shards are ranges of a stage's buffer");
+  if (!whole)
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "re-cutting pipeline stages with ZeRO-1 is not supported: its "
+                     "optimizer shards are ranges of a stage's buffer");
   if (gt_model_offloaded(a) != gt_model_offloaded(b))
     return gt_errorf(GT_EINVAL, "moving training state: one model is offloaded and the other not");
   if (gt_optimizer_num_states(oa) != gt_optimizer_num_states(ob))
@@ -52,8 +54,10 @@ static gt_status check(gt_trainer *from, gt_trainer *to) {
                        p->name, q->name);
     bool tied = p->tied_to >= 0 || p->mirror_of >= 0 || q->tied_to >= 0 || q->mirror_of >= 0;
     if (tied && stage_of(a, p) != stage_of(b, q))
-      return gt_errorf(GT_EUNSUPPORTED, "re-cutting pipeline stages: layer %s, which holds the tied parameter %s, "
-                       "would change stage", gt_model_layer(a, p->layer)->name, p->name);
+      return gt_errorf(GT_EUNSUPPORTED,
+                       "re-cutting pipeline stages: layer %s, which holds the tied parameter %s, "
+                       "would change stage",
+                       gt_model_layer(a, p->layer)->name, p->name);
   }
   return GT_OK;
 }
@@ -68,8 +72,8 @@ static float *slot(gt_trainer *t, int k, const gt_param *p) {
 
 /* State k of a parameter when either optimizer keeps its state on disk: it
  * goes through host memory (tmp, the parameter's size). */
-static gt_status move_staged(gt_trainer *from, gt_trainer *to, int k, const gt_param *p, const gt_param *q,
-                             int me, int s0, int s1, gt_comm *pp, float *tmp) {
+static gt_status move_staged(gt_trainer *from, gt_trainer *to, int k, const gt_param *p, const gt_param *q, int me,
+                             int s0, int s1, gt_comm *pp, float *tmp) {
   gt_optimizer *oa = gt_trainer_optimizer(from), *ob = gt_trainer_optimizer(to);
   gt_status s = GT_OK;
   if (s0 == s1 && p->local) {
@@ -104,7 +108,8 @@ static gt_status move_all(gt_trainer *from, gt_trainer *to, float *tmp) {
     int s0 = stage_of(a, p), s1 = stage_of(b, q);
     for (int k = 0; k < nbuf; k++) {
       size_t bytes = p->numel * sizeof(float);
-      if (k && tmp) GT_TRY(move_staged(from, to, k - 1, p, q, me, s0, s1, pp, tmp));
+      if (k && tmp)
+        GT_TRY(move_staged(from, to, k - 1, p, q, me, s0, s1, pp, tmp));
       else if (s0 == s1 && p->local)
         GT_TRY(gt_backend_memcpy(be, slot(to, k, q), slot(from, k, p), bytes, GT_COPY_D2D, NULL));
       else if (s0 != s1 && me == s0 && (s = gt_comm_send(pp, slot(from, k, p), p->numel, GT_F32, s1)) != GT_OK)

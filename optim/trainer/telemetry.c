@@ -33,8 +33,8 @@ void gt_telemetry_add_batch(gt_step_telemetry *tel, const gt_batch *b) {
   tel->seq_sq += (double)b->B * b->T * b->T; /* the kernels run every row to T */
 }
 
-void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp_exec *pipe, double t0,
-                                bool wall_time, int rank) {
+void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp_exec *pipe, double t0, bool wall_time,
+                                int rank) {
   if (pipe) {
     double run, busy;
     gt_pp_exec_timing(pipe, &run, &busy);

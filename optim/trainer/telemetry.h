@@ -21,8 +21,8 @@ void gt_telemetry_add_batch(gt_step_telemetry *tel, const gt_batch *b);
  * gt_telemetry_begin), the rank (as launched) and the layers it holds. The
  * trainer then plays GT_FAULT's faults for the step (gt_fault_step) and adds
  * their sleeps to the compute time, since they stand for a slow device. */
-void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp_exec *pipe, double t0,
-                                bool wall_time, int rank);
+void gt_telemetry_after_compute(gt_step_telemetry *tel, gt_model *m, const gt_pp_exec *pipe, double t0, bool wall_time,
+                                int rank);
 /* After the gradient reduction: the time it blocked. */
 void gt_telemetry_after_reduce(gt_step_telemetry *tel, gt_dp_sync *sync);
 

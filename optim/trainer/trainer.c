@@ -34,13 +34,13 @@ struct gt_trainer {
   gt_optimizer *opt;
   gt_acts *acts;
   gt_metrics *metrics;
-  gt_dist *dist;      /* NULL: one process */
-  gt_dp_sync *sync;   /* NULL: no data parallelism */
-  gt_pp_exec *pipe;   /* NULL: no pipeline parallelism */
-  gt_batch *held;     /* pipelining a loader's batches: copies of one step's */
-  float *counts;      /* device floats: token counts, the loss, reduced over replicas */
+  gt_dist *dist;    /* NULL: one process */
+  gt_dp_sync *sync; /* NULL: no data parallelism */
+  gt_pp_exec *pipe; /* NULL: no pipeline parallelism */
+  gt_batch *held;   /* pipelining a loader's batches: copies of one step's */
+  float *counts;    /* device floats: token counts, the loss, reduced over replicas */
   int step;
-  int share[3];       /* B, offset, total the loader takes from the next step; B = 0: no change */
+  int share[3];         /* B, offset, total the loader takes from the next step; B = 0: no change */
   int rank;             /* as launched (GT_RANK): the telemetry's, and the one GT_FAULT names */
   gt_fault_plan faults; /* GT_FAULT: none unless set (and a build with fault points) */
   /* The commit vote (gt_trainer_config.commit_vote): a step whose vote
@@ -52,8 +52,8 @@ struct gt_trainer {
   uint64_t step_row;   /* the loader's next row when step row_step began */
   bool nonfinite;      /* the last run_step failed on a non-finite loss or norm: */
   double bad_loss, bad_norm;
-  int skipped_in_row;  /* steps skipped in a row (skip_nonfinite) */
-  int row_step;        /* -1: no step began */
+  int skipped_in_row; /* steps skipped in a row (skip_nonfinite) */
+  int row_step;       /* -1: no step began */
   /* update_per_layer (layer_update.c): the thread, whether the model's
    * gradient hook hands layers to it now (the last micro-batch's
    * backward), and how many were done when backward ended */
@@ -122,9 +122,12 @@ static bool tied_across_stages(gt_model *m, int layer) {
  * after its last micro-batch's backward. */
 static void begin_pipelined_update(gt_trainer *t) {
   if (!t->layer_update) return;
-  if (t->cfg.update_per_layer) gt_layer_update_begin(t->layer_update, gt_lr_at(&t->cfg.schedule, t->step), 1.0f, NULL);
-  else if (t->have_held) gt_layer_update_begin(t->layer_update, t->held_lr, t->held_clip, t->held_grads);
-  else return;
+  if (t->cfg.update_per_layer)
+    gt_layer_update_begin(t->layer_update, gt_lr_at(&t->cfg.schedule, t->step), 1.0f, NULL);
+  else if (t->have_held)
+    gt_layer_update_begin(t->layer_update, t->held_lr, t->held_clip, t->held_grads);
+  else
+    return;
   t->have_held = false;
   t->update_live = true;
   for (int i = 0; t->hook_calls && i < gt_model_num_layers(t->m); i++) {
@@ -142,8 +145,10 @@ static gt_status check_offloading(gt_model *m, const gt_trainer_config *cfg) {
   if (cfg->update_per_layer && cfg->delayed_update)
     return gt_errorf(GT_EINVAL, "update_per_layer and delayed_update are two ways of updating: choose one");
   if (!gt_model_offloaded(m))
-    return gt_errorf(GT_EINVAL, "%s updates an offloaded model's layers on the host: offload the model "
-                                "(offload_window > 0)", what);
+    return gt_errorf(GT_EINVAL,
+                     "%s updates an offloaded model's layers on the host: offload the model "
+                     "(offload_window > 0)",
+                     what);
   /* With data parallelism the layers go to the update thread as their
    * buckets are averaged (gt_dp_sync_on_reduced); the held gradients of the
    * delayed update are the averaged ones, the same on every replica. With
@@ -158,14 +163,16 @@ static gt_status check_offloading(gt_model *m, const gt_trainer_config *cfg) {
    * step. */
   for (int i = 0; plan && i < gt_model_num_layers(m); i++)
     if (gt_model_layer_replicas(m, i) > 1)
-      return gt_errorf(GT_EUNSUPPORTED, "%s needs each layer's gradients final when its backward ends, and layer "
-                                        "'%s' is in a replicated region, whose gradients are summed over the "
-                                        "tensor-parallel group after backward: leave it off here", what,
-                       gt_model_layer(m, i)->name);
+      return gt_errorf(GT_EUNSUPPORTED,
+                       "%s needs each layer's gradients final when its backward ends, and layer "
+                       "'%s' is in a replicated region, whose gradients are summed over the "
+                       "tensor-parallel group after backward: leave it off here",
+                       what, gt_model_layer(m, i)->name);
   if (cfg->delayed_update) return GT_OK;
   if (cfg->grad_clip > 0 || cfg->skip_nonfinite > 0)
-    return gt_errorf(GT_EINVAL, "update_per_layer updates layers before the gradient norm is known: it needs "
-                                "grad_clip = 0 (got %g) and skip_nonfinite = 0 (got %d)",
+    return gt_errorf(GT_EINVAL,
+                     "update_per_layer updates layers before the gradient norm is known: it needs "
+                     "grad_clip = 0 (got %g) and skip_nonfinite = 0 (got %d)",
                      cfg->grad_clip, cfg->skip_nonfinite);
   return GT_OK;
 }
@@ -183,9 +190,12 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   GT_TRY(gt_fault_check_env()); /* GT_FAULT on a build that cannot play it: fail before anything */
   /* grad_accum 0: the model's pipeline(m) annotation, else 1. */
   gt_trainer_config given = *cfg;
-  if (given.grad_accum == 0) given.grad_accum = gt_model_pipeline_micro_batches(m) > 0 ? gt_model_pipeline_micro_batches(m) : 1;
+  if (given.grad_accum == 0)
+    given.grad_accum = gt_model_pipeline_micro_batches(m) > 0 ? gt_model_pipeline_micro_batches(m) : 1;
   cfg = &given;
-  if (cfg->grad_accum < 1) return gt_errorf(GT_EINVAL, "grad_accum must be >= 1 (or 0: the model's pipeline annotation), got %d", cfg->grad_accum);
+  if (cfg->grad_accum < 1)
+    return gt_errorf(GT_EINVAL, "grad_accum must be >= 1 (or 0: the model's pipeline annotation), got %d",
+                     cfg->grad_accum);
   if (!(cfg->schedule.lr_max >= 0) || !(cfg->schedule.lr_min >= 0))
     return gt_errorf(GT_EINVAL, "learning rates must be >= 0 (got max %g, min %g)", cfg->schedule.lr_max,
                      cfg->schedule.lr_min);
@@ -218,8 +228,10 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   if (s == GT_OK) s = gt_model_set_precision(m, cfg->precision);
   bool by_layer = cfg->update_per_layer || cfg->delayed_update;
   if (s == GT_OK && by_layer) s = gt_layer_update_create(t->opt, gt_model_num_layers(m), &t->layer_update);
-  if (s == GT_OK && by_layer && t->sync) s = gt_dp_sync_on_reduced(t->sync, on_layer_grads, t);
-  else if (s == GT_OK && by_layer) s = gt_model_set_grad_hook(m, on_layer_grads, t);
+  if (s == GT_OK && by_layer && t->sync)
+    s = gt_dp_sync_on_reduced(t->sync, on_layer_grads, t);
+  else if (s == GT_OK && by_layer)
+    s = gt_model_set_grad_hook(m, on_layer_grads, t);
   if (s == GT_OK && by_layer && t->pipe && !t->sync) {
     int L = gt_model_num_layers(m);
     t->hook_calls = calloc((size_t)L, sizeof *t->hook_calls);
@@ -257,8 +269,10 @@ void gt_trainer_destroy(gt_trainer *t) {
   if (!t) return;
   if (t->layer_update) {
     gt_layer_update_destroy(t->layer_update);
-    if (t->sync) gt_dp_sync_on_reduced(t->sync, NULL, NULL);
-    else gt_model_set_grad_hook(t->m, NULL, NULL);
+    if (t->sync)
+      gt_dp_sync_on_reduced(t->sync, NULL, NULL);
+    else
+      gt_model_set_grad_hook(t->m, NULL, NULL);
   }
   if (t->held_grads) gt_model_state_free(t->m, t->held_grads);
   if (t->sumsq) gt_model_state_free(t->m, t->sumsq);
@@ -335,8 +349,10 @@ static gt_status micro_weights(gt_trainer *t, const int64_t *valid, int n, doubl
 static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *batches, int i, double *loss_sum,
                              gt_step_stats *st) {
   gt_batch b;
-  if (batches) b = batches[i];
-  else GT_TRY(gt_telemetry_load(loader, &b, &st->telemetry));
+  if (batches)
+    b = batches[i];
+  else
+    GT_TRY(gt_telemetry_load(loader, &b, &st->telemetry));
   gt_telemetry_add_batch(&st->telemetry, &b);
   float loss = 0;
   GT_TRY(gt_model_forward(t->m, t->acts, &b, &loss));
@@ -479,8 +495,10 @@ static gt_status apply_update(gt_trainer *t, float lr, float clip, bool gather) 
 static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batches, gt_step_stats *out) {
   t->nonfinite = false; /* set again once the loss and the norm are known */
   if (t->pending)
-    return gt_errorf(GT_ESTATE, "step %d is pending after a failed commit vote: resolve it first "
-                     "(gt_trainer_resolve_step)", t->step);
+    return gt_errorf(GT_ESTATE,
+                     "step %d is pending after a failed commit vote: resolve it first "
+                     "(gt_trainer_resolve_step)",
+                     t->step);
   gt_step_stats st = {.step = t->step, .micro_batches = t->cfg.grad_accum};
   if (loader) {
     t->step_row = st.first_row = gt_loader_next_row(loader);
@@ -594,8 +612,8 @@ gt_status gt_trainer_set_rows(gt_trainer *t, int B, int offset, int total) {
     return gt_errorf(GT_EINVAL, "a share of %d rows is outside 1..%d, the B_max the model's activations hold", B,
                      B_max);
   if (offset < 0 || total < B || offset > total - B)
-    return gt_errorf(GT_EINVAL, "a share of %d rows at offset %d does not fit in a group micro-batch of %d", B,
-                     offset, total);
+    return gt_errorf(GT_EINVAL, "a share of %d rows at offset %d does not fit in a group micro-batch of %d", B, offset,
+                     total);
   GT_TRY(gt_model_check_rows(t->m, B));
   t->share[0] = B;
   t->share[1] = offset;
@@ -613,20 +631,24 @@ gt_status gt_trainer_step(gt_trainer *t, gt_loader *loader, gt_step_stats *stats
   if (!t->nonfinite || t->cfg.skip_nonfinite <= 0 || !loader) return s;
   /* Not finite: nothing changed. Once more on the same samples. */
   uint64_t row = t->step_row;
-  gt_warn("step %d: loss %g, gradient norm %g: not finite; the step changed nothing and runs again on the same "
-          "samples (rows from %llu)", t->step, t->bad_loss, t->bad_norm, (unsigned long long)row);
+  gt_warn(
+      "step %d: loss %g, gradient norm %g: not finite; the step changed nothing and runs again on the same "
+      "samples (rows from %llu)",
+      t->step, t->bad_loss, t->bad_norm, (unsigned long long)row);
   GT_TRY(gt_loader_restart_at(loader, row));
   s = run_step(t, loader, NULL, stats);
   if (s == GT_OK) t->skipped_in_row = 0;
   if (!t->nonfinite) return s;
   uint64_t end = gt_loader_next_row(loader);
   if (++t->skipped_in_row > t->cfg.skip_nonfinite)
-    return gt_errorf(GT_ERANGE, "step %d: loss or gradient norm not finite in %d steps in a row, each run twice: "
+    return gt_errorf(GT_ERANGE,
+                     "step %d: loss or gradient norm not finite in %d steps in a row, each run twice: "
                      "training diverged; lower the learning rate or enable gradient clipping",
                      t->step, t->skipped_in_row);
-  gt_warn("step %d: not finite again on the same samples: rows %llu..%llu are skipped (%d of at most %d steps in "
-          "a row)", t->step, (unsigned long long)row, (unsigned long long)end, t->skipped_in_row,
-          t->cfg.skip_nonfinite);
+  gt_warn(
+      "step %d: not finite again on the same samples: rows %llu..%llu are skipped (%d of at most %d steps in "
+      "a row)",
+      t->step, (unsigned long long)row, (unsigned long long)end, t->skipped_in_row, t->cfg.skip_nonfinite);
   if (stats) {
     memset(stats, 0, sizeof *stats);
     *stats = (gt_step_stats){.step = t->step, .loss = NAN, .first_row = row, .rows = end - row, .skipped = true};

@@ -64,7 +64,8 @@ static gt_status parse(const char *line, size_t len, gt_health_record *r) {
   GT_TRY(coord_number(line, len, "step", &step));
   GT_TRY(coord_number(line, len, "time", &r->time));
   if (peer < -1 || peer > 1 << 24 || peer != (int)peer) return gt_errorf(GT_EFORMAT, "peer=%g is not a rank", peer);
-  if (step < 0 || step > 9e15 || step != (double)(int64_t)step) return gt_errorf(GT_EFORMAT, "step=%g is not a step", step);
+  if (step < 0 || step > 9e15 || step != (double)(int64_t)step)
+    return gt_errorf(GT_EFORMAT, "step=%g is not a step", step);
   r->peer = (int)peer;
   r->step = (int64_t)step;
   return coord_node(line, len, "by", r->by, sizeof r->by);
@@ -82,8 +83,10 @@ gt_status gt_health_parse(const char *line, size_t len, int rank, gt_health_reco
 
 static gt_status health_key(const char *job, int rank, char *key, size_t len) {
   if (!job || !gt_rdzv_valid_id(job)) return gt_errorf(GT_EINVAL, "'%s' is not a valid job id", job ? job : "");
-  if (rank >= 0) snprintf(key, len, "/giant/%s/health/%d", job, rank);
-  else snprintf(key, len, "/giant/%s/health/", job);
+  if (rank >= 0)
+    snprintf(key, len, "/giant/%s/health/%d", job, rank);
+  else
+    snprintf(key, len, "/giant/%s/health/", job);
   return GT_OK;
 }
 
@@ -117,8 +120,10 @@ gt_status gt_health_list(gt_etcd_client *c, const char *job_id, gt_health_record
       break;
     }
     s = gt_health_parse((const char *)kvs.kvs[i].value, kvs.kvs[i].value_len, (int)rank, &out[*n]);
-    if (s != GT_OK) s = gt_error_context(s, "key %s", kvs.kvs[i].key);
-    else (*n)++;
+    if (s != GT_OK)
+      s = gt_error_context(s, "key %s", kvs.kvs[i].key);
+    else
+      (*n)++;
   }
   gt_etcd_kvs_free(&kvs);
   if (s == GT_OK) qsort(out, (size_t)*n, sizeof *out, by_rank);

@@ -31,7 +31,7 @@ struct gt_leader {
   int ttl_s;
   int64_t lease;
   gt_etcd_keepalive *ka;
-  atomic_bool lost;    /* the lease's keepalive gave up */
+  atomic_bool lost; /* the lease's keepalive gave up */
   atomic_bool leading;
   _Atomic int64_t term; /* the create revision of the key this node holds */
   atomic_bool stop;
@@ -123,7 +123,8 @@ static void *campaign_thread(void *arg) {
       gt_warn("leader campaign of %s: %s; trying again in %.1f s", l->node, gt_last_error(), backoff);
       if (w) gt_etcd_watch_cancel(w);
       w = NULL;
-      for (double t0 = gt_now(); gt_now() - t0 < backoff && !atomic_load(&l->stop);) nanosleep(&(struct timespec){0, 50 * 1000 * 1000L}, NULL);
+      for (double t0 = gt_now(); gt_now() - t0 < backoff && !atomic_load(&l->stop);)
+        nanosleep(&(struct timespec){0, 50 * 1000 * 1000L}, NULL);
       backoff = backoff * 2 < 2 ? backoff * 2 : 2;
     } else {
       backoff = 0.1;
@@ -184,8 +185,8 @@ gt_status gt_leader_wait(gt_leader *l, int timeout_ms) {
   while (!gt_leader_is_leader(l) && rc == 0) rc = pthread_cond_timedwait(&l->changed, &l->mu, &until);
   bool leading = gt_leader_is_leader(l);
   pthread_mutex_unlock(&l->mu);
-  return leading ? GT_OK : gt_errorf(GT_ETIMEDOUT, "%s did not become leader of %s within %d ms", l->node, l->key,
-                                     timeout_ms);
+  return leading ? GT_OK
+                 : gt_errorf(GT_ETIMEDOUT, "%s did not become leader of %s within %d ms", l->node, l->key, timeout_ms);
 }
 
 gt_status gt_leader_current(gt_leader *l, char *node, size_t node_len, int64_t *term) {

@@ -82,8 +82,10 @@ gt_status coord_parse_line(const char *line, size_t len, size_t max, const char 
   void *tmp = calloc(1, size);
   if (!tmp) return gt_errorf(GT_ENOMEM, "out of memory");
   gt_status s = parse(line, len, tmp);
-  if (s == GT_OK) memcpy(out, tmp, size);
-  else s = gt_error_context(s, "%s", what);
+  if (s == GT_OK)
+    memcpy(out, tmp, size);
+  else
+    s = gt_error_context(s, "%s", what);
   free(tmp);
   return s;
 }

@@ -57,8 +57,8 @@ gt_status gt_mitigation_report_format(const gt_mitigation_report *r, char *line,
   GT_TRY(put_list(line, len, &at, "speeds", r->dp, NULL, r->speed));
   if (r->pp < 2) return GT_OK;
   if (r->pp > GT_REBALANCE_MAX_STAGES || r->layers < r->pp || r->layers > GT_MITIGATION_MAX_LAYERS)
-    return gt_errorf(GT_EINVAL, "mitigation report: pp=%d with %d layers is outside 2..%d stages, %d layers",
-                     r->pp, r->layers, GT_REBALANCE_MAX_STAGES, GT_MITIGATION_MAX_LAYERS);
+    return gt_errorf(GT_EINVAL, "mitigation report: pp=%d with %d layers is outside 2..%d stages, %d layers", r->pp,
+                     r->layers, GT_REBALANCE_MAX_STAGES, GT_MITIGATION_MAX_LAYERS);
   int w2 = snprintf(line + at, len - at, " pp=%d layers=%d", r->pp, r->layers);
   if (w2 < 0 || (size_t)w2 >= len - at) return gt_errorf(GT_EINVAL, "mitigation report does not fit in %zu bytes", len);
   at += (size_t)w2;
@@ -129,8 +129,8 @@ gt_status gt_mitigation_format(const gt_mitigation *m, char *line, size_t len) {
   if (w < 0 || (size_t)w >= len) return gt_errorf(GT_EINVAL, "mitigation record does not fit in %zu bytes", len);
   size_t at = (size_t)w;
   GT_TRY(put_list(line, len, &at, "shares", m->dp, m->shares, NULL));
-  w = snprintf(line + at, len - at, " step_now_s=%.6g step_new_s=%.6g gain_s=%.6g by=%s", m->step_now_s,
-               m->step_new_s, m->gain_s, m->by[0] ? m->by : "-");
+  w = snprintf(line + at, len - at, " step_now_s=%.6g step_new_s=%.6g gain_s=%.6g by=%s", m->step_now_s, m->step_new_s,
+               m->gain_s, m->by[0] ? m->by : "-");
   if (w < 0 || (size_t)w >= len - at) return gt_errorf(GT_EINVAL, "mitigation record does not fit in %zu bytes", len);
   at += (size_t)w;
   if (m->pp < 2) return GT_OK;

@@ -8,9 +8,9 @@
 #include <string.h>
 
 typedef struct rank_state {
-  int over;      /* consecutive steps above log(1 + theta) */
-  int since;     /* steps since flagged */
-  double cusum;  /* in sigmas */
+  int over;     /* consecutive steps above log(1 + theta) */
+  int since;    /* steps since flagged */
+  double cusum; /* in sigmas */
   bool flagged;
 } rank_state;
 
@@ -190,8 +190,10 @@ static bool judge(gt_detector *d, int r, int step, double z, double z_peers, boo
    * of it holds the count rather than ending the run. */
   double three[3] = {z, recent[(d->steps + w - 1) % w], recent[(d->steps + w - 2) % w]};
   double zm = s->flagged ? z : median(d->sorted, three, 3);
-  if (zm > log1p(c->theta)) s->over++;
-  else if (!(s->over > 0 && zm > log1p(c->theta / 2))) s->over = 0;
+  if (zm > log1p(c->theta))
+    s->over++;
+  else if (!(s->over > 0 && zm > log1p(c->theta / 2)))
+    s->over = 0;
   s->cusum = fmax(0, s->cusum + z / sig - c->cusum_drift);
   if (!s->flagged && s->over >= c->k && s->cusum > c->cusum_limit && peers) {
     s->flagged = true;
@@ -222,8 +224,7 @@ gt_status gt_detector_step(gt_detector *d, int step, const gt_step_telemetry *te
   *nevents = 0;
   for (int r = 0; r < n; r++) {
     if (tel[r].rank != r)
-      return gt_errorf(GT_EINVAL, "detector: telemetry entry %d is rank %d's; pass them in rank order", r,
-                       tel[r].rank);
+      return gt_errorf(GT_EINVAL, "detector: telemetry entry %d is rank %d's; pass them in rank order", r, tel[r].rank);
     double pred = gt_predictor_own(d->pred, &tel[r]);
     d->e[r] = log(fmax(tel[r].compute_s, 1e-9) / fmax(pred, 1e-9));
   }

@@ -34,7 +34,6 @@
 #include "giant/metrics.h"
 #include "giant/model.h"
 
-
 typedef enum gt_failslow_kind {
   GT_FAILSLOW_COMPUTE = 1, /* the rank's own computation is slow */
   GT_FAILSLOW_LINK = 2,    /* the link between rank and peer is slow */
@@ -43,25 +42,25 @@ typedef enum gt_failslow_kind {
 typedef struct gt_failslow_verdict {
   int rank;
   gt_failslow_kind kind;
-  int peer;      /* link: the other end (rank < peer: a ping-pong cannot tell the direction), or -1: every
+  int peer;     /* link: the other end (rank < peer: a ping-pong cannot tell the direction), or -1: every
                     link of the rank (its node's own); compute: -1 */
-  bool flagged;  /* true: found slow; false: recovered */
-  double ratio;  /* compute: observed / predicted, job-wide factor removed; link: round trip / median pair's */
-  int onset;     /* flagged: the first step of the evidence */
-  int step;      /* the step of the verdict */
+  bool flagged; /* true: found slow; false: recovered */
+  double ratio; /* compute: observed / predicted, job-wide factor removed; link: round trip / median pair's */
+  int onset;    /* flagged: the first step of the evidence */
+  int step;     /* the step of the verdict */
 } gt_failslow_verdict;
 
 typedef struct gt_failslow_config {
-  double theta;        /* slowdown that counts, as a fraction; 0: 0.25 (compute verdicts of two ranks: 0.4) */
-  int k;               /* consecutive steps (compute) or probes (link) to flag; 0: 5 */
-  int warmup;          /* gathered steps before any verdict; 0: 10 */
-  int window;          /* gathered steps of history (noise, wait baseline); 0: 50 */
-  int every;           /* gather every `every` steps; 0: 1 */
-  int probe_rounds;    /* round trips per pair and probe; 0: 3 */
-  int probe_bytes;     /* what each probe transfer carries, each way: a link short of bandwidth shows
+  double theta;             /* slowdown that counts, as a fraction; 0: 0.25 (compute verdicts of two ranks: 0.4) */
+  int k;                    /* consecutive steps (compute) or probes (link) to flag; 0: 5 */
+  int warmup;               /* gathered steps before any verdict; 0: 10 */
+  int window;               /* gathered steps of history (noise, wait baseline); 0: 50 */
+  int every;                /* gather every `every` steps; 0: 1 */
+  int probe_rounds;         /* round trips per pair and probe; 0: 3 */
+  int probe_bytes;          /* what each probe transfer carries, each way: a link short of bandwidth shows
                           only under a payload; 0: 16 KiB */
   const char *metrics_path; /* rank 0 appends a JSON line per gathered step here; NULL: none */
-  bool quiet;          /* no log lines */
+  bool quiet;               /* no log lines */
   /* Health records (rank 0): an etcd client (gt_job_etcd) and the job id;
    * NULL client: none. */
   gt_etcd_client *etcd;
@@ -75,19 +74,19 @@ typedef struct gt_failslow_config {
 
 typedef struct gt_failslow_report {
   int step;
-  bool gathered;  /* false on steps between gathers: nothing else is set */
+  bool gathered; /* false on steps between gathers: nothing else is set */
   int nranks;
   const gt_step_telemetry *telemetry; /* every rank's, in rank order (valid until the next call) */
   /* Each rank's compute under its fit, before this step was learnt. The
    * fits learn speeds relative to the job (gt_detector_config's
    * relative_fits), so seconds are predicted * job_factor. */
   const double *predicted;
-  double job_factor;  /* exp(median over ranks of log(observed / predicted)): what all ranks shared */
-  double ape;         /* mean over ranks not flagged of |1 - predicted * job_factor / observed| */
-  double ape_raw;     /* the same with the job factor forecast from the steps before (a moving average) */
-  double gather_s;    /* the all-gather's time on this rank */
-  bool probed;        /* a link probe ran this step */
-  double probe_s;     /* its time */
+  double job_factor; /* exp(median over ranks of log(observed / predicted)): what all ranks shared */
+  double ape;        /* mean over ranks not flagged of |1 - predicted * job_factor / observed| */
+  double ape_raw;    /* the same with the job factor forecast from the steps before (a moving average) */
+  double gather_s;   /* the all-gather's time on this rank */
+  bool probed;       /* a link probe ran this step */
+  double probe_s;    /* its time */
   /* The job-wide communication wait (the median rank's step less its
    * compute and loading), this step and over the history of normal steps:
    * what a slow link adds to each step is their difference. */

@@ -124,8 +124,10 @@ static int endpoints(gt_failslow *fs, double *ratio) {
     int nw = 0, no = 0, p = 0;
     for (int i = 0; i < n; i++)
       for (int j = i + 1; j < n; j++, p++) {
-        if (i == r || j == r) with[nw++] = l->rtt[p];
-        else rest[no++] = l->rtt[p];
+        if (i == r || j == r)
+          with[nw++] = l->rtt[p];
+        else
+          rest[no++] = l->rtt[p];
       }
     double mine = gt_failslow_median(tmp, with, nw), others = gt_failslow_median(tmp, rest, no);
     double x = mine / fmax(others, 1e-7);

@@ -36,8 +36,7 @@ static gt_status shared_prior(gt_failslow *fs, const gt_model *m, const gt_plan 
   if (fs->rank == 0) {
     int pp = plan->layout.pp > 0 ? plan->layout.pp : 1;
     int layers = (gt_model_num_layers(m) + pp - 1) / pp;
-    GT_TRY(gt_predictor_prior_from_model(m, layers > 0 ? layers : 1,
-                                         gt_backend_peak_flops(gt_model_backend(m)), out));
+    GT_TRY(gt_predictor_prior_from_model(m, layers > 0 ? layers : 1, gt_backend_peak_flops(gt_model_backend(m)), out));
     v[0] = (float)out->a;
     v[1] = (float)out->b;
     v[2] = (float)out->c;
@@ -54,11 +53,13 @@ gt_status gt_failslow_create(gt_dist *dist, const gt_model *m, const gt_failslow
   const gt_failslow_config *c = cfg;
   if (c->theta < 0 || c->k < 0 || c->warmup < 0 || c->window < 0 || c->every < 0 || c->probe_rounds < 0 ||
       c->probe_bytes < 0 || c->probe_bytes > (64 << 20))
-    return gt_errorf(GT_EINVAL, "fail-slow: theta, k, warmup, window, every and probe rounds must be >= 0, probe "
+    return gt_errorf(GT_EINVAL,
+                     "fail-slow: theta, k, warmup, window, every and probe rounds must be >= 0, probe "
                      "bytes in 0..64 MiB (0: default)");
   gt_comm *world = gt_grid_world(gt_dist_grid(dist));
   if (gt_comm_size(world) < 2)
-    return gt_errorf(GT_EINVAL, "fail-slow detection needs 2 or more ranks to tell one rank from the job (this job has %d)",
+    return gt_errorf(GT_EINVAL,
+                     "fail-slow detection needs 2 or more ranks to tell one rank from the job (this job has %d)",
                      gt_comm_size(world));
   gt_failslow *fs = calloc(1, sizeof *fs);
   if (!fs) return gt_errorf(GT_ENOMEM, "out of memory creating the fail-slow monitor");
@@ -107,8 +108,12 @@ gt_status gt_failslow_create(gt_dist *dist, const gt_model *m, const gt_failslow
   }
   free(stage);
   if (s == GT_OK) {
-    gt_detector_config dc = {.nranks = fs->n, .theta = compute_theta, .k = k->k, .warmup = k->warmup,
-                             .window = k->window, .relative_fits = true};
+    gt_detector_config dc = {.nranks = fs->n,
+                             .theta = compute_theta,
+                             .k = k->k,
+                             .warmup = k->warmup,
+                             .window = k->window,
+                             .relative_fits = true};
     s = gt_detector_create(&dc, fs->pred, &fs->det);
   }
   if (s == GT_OK) s = gt_failslow_link_init(fs);
@@ -145,7 +150,8 @@ bool gt_failslow_flagged(const gt_failslow *fs, int rank, gt_failslow_kind kind,
   if (kind == GT_FAILSLOW_COMPUTE) return gt_detector_flagged(fs->det, rank);
   const link_watch *l = &fs->link;
   if (peer < 0) return rank >= 0 && rank < fs->n && l->flagged[rank] != 0; /* every link of rank */
-  return l->flagged_a >= 0 && ((l->flagged_a == rank && l->flagged_b == peer) || (l->flagged_a == peer && l->flagged_b == rank));
+  return l->flagged_a >= 0 &&
+         ((l->flagged_a == rank && l->flagged_b == peer) || (l->flagged_a == peer && l->flagged_b == rank));
 }
 
 /* How far off the predictor was this step. The fits learn each rank's
@@ -197,9 +203,13 @@ gt_status gt_failslow_step(gt_failslow *fs, const gt_step_stats *stats, gt_fails
     const gt_detector_event *ev = &fs->events[i];
     /* The detector counts gathered steps; verdicts speak of training steps. */
     int every = fs->cfg.every, base = stats->step - fs->gathered * every;
-    fs->verdicts[fs->nverdicts++] = (gt_failslow_verdict){
-        .rank = ev->rank, .kind = GT_FAILSLOW_COMPUTE, .peer = -1, .flagged = ev->flagged, .ratio = ev->ratio,
-        .onset = base + ev->onset * every, .step = stats->step};
+    fs->verdicts[fs->nverdicts++] = (gt_failslow_verdict){.rank = ev->rank,
+                                                          .kind = GT_FAILSLOW_COMPUTE,
+                                                          .peer = -1,
+                                                          .flagged = ev->flagged,
+                                                          .ratio = ev->ratio,
+                                                          .onset = base + ev->onset * every,
+                                                          .step = stats->step};
   }
   out->verdicts = fs->verdicts;
   out->nverdicts = fs->nverdicts;

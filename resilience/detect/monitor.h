@@ -16,15 +16,15 @@ typedef struct link_watch {
   double *history; /* ring of job-wide waits of untriggered steps, `window` long */
   int nhist, hist_at;
   double *scratch, *vals; /* max(window, npairs, nranks) doubles each */
-  float *rtt;      /* per pair (i < j, in order): this probe's round trip, seconds */
+  float *rtt;             /* per pair (i < j, in order): this probe's round trip, seconds */
   int npairs;
-  int high;        /* consecutive steps with the waits up */
-  int onset;       /* first of them */
+  int high;                         /* consecutive steps with the waits up */
+  int onset;                        /* first of them */
   int suspect_a, suspect_b, streak; /* the pair that stood out in the last `streak` probes
                                         (b -1: the ranks behind one link, a the first) */
-  int quiet;       /* flagged: consecutive probes or steps it did not stand out */
+  int quiet;                        /* flagged: consecutive probes or steps it did not stand out */
   int flagged_a, flagged_b;         /* -1: no link flagged */
-  float *payload;  /* what a probe transfer carries (probe_bytes) */
+  float *payload;                   /* what a probe transfer carries (probe_bytes) */
   size_t payload_n;
   unsigned char *behind, *flagged; /* per rank: behind the slow link in this probe; and as flagged */
 } link_watch;

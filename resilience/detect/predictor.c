@@ -50,8 +50,10 @@ gt_status gt_predictor_create(const gt_predictor_config *cfg, gt_predictor **out
   const gt_predictor_prior *pr = &cfg->prior;
   if (cfg->nranks < 1) return gt_errorf(GT_EINVAL, "predictor: nranks must be >= 1, got %d", cfg->nranks);
   if (!(pr->a >= 0 && pr->b >= 0 && pr->c >= 0) || pr->a + pr->b + pr->c <= 0)
-    return gt_errorf(GT_EINVAL, "predictor: the prior (a %g, b %g, c %g) must be >= 0 and not all 0; take it "
-                     "from gt_predictor_prior_from_model", pr->a, pr->b, pr->c);
+    return gt_errorf(GT_EINVAL,
+                     "predictor: the prior (a %g, b %g, c %g) must be >= 0 and not all 0; take it "
+                     "from gt_predictor_prior_from_model",
+                     pr->a, pr->b, pr->c);
   if (cfg->prior_trust != 0 && !(cfg->prior_trust > 1))
     return gt_errorf(GT_EINVAL, "predictor: prior_trust is a factor > 1, got %g", cfg->prior_trust);
   if (cfg->clip < 0) return gt_errorf(GT_EINVAL, "predictor: clip must be >= 0, got %g", cfg->clip);
@@ -100,8 +102,10 @@ gt_status gt_predictor_prior_from_model(const gt_model *m, int layers, double pe
   double f1 = gt_model_flops(m, 1, 1), f2 = gt_model_flops(m, 1, 2);
   double beta = (f2 - 2 * f1) / 2, alpha = f1 - beta;
   if (!(alpha > 0) || beta < 0)
-    return gt_errorf(GT_EINVAL, "predictor: the model's FLOP counts (%g at T=1, %g at T=2) are not a*T + b*T^2; "
-                     "build the model first", f1, f2);
+    return gt_errorf(GT_EINVAL,
+                     "predictor: the model's FLOP counts (%g at T=1, %g at T=2) are not a*T + b*T^2; "
+                     "build the model first",
+                     f1, f2);
   *out = (gt_predictor_prior){.a = 3 * alpha / peak_flops, .b = 3 * beta / (peak_flops * layers), .c = 0};
   return GT_OK;
 }

@@ -25,61 +25,56 @@ int et_is_auth_error(grpc_status_code code, const char *details) {
   return details && strstr(details, "revision of auth store is old") != NULL;
 }
 
-gt_status et_status(gt_etcd_client *c, int ep, grpc_status_code code, const char *details,
-                    const char *what) {
+gt_status et_status(gt_etcd_client *c, int ep, grpc_status_code code, const char *details, const char *what) {
   const char *at = c->eps[ep];
   const char *d = details && *details ? details : "no details";
   switch (code) {
-  case GRPC_STATUS_OK:
-    return GT_OK;
-  case GRPC_STATUS_UNAVAILABLE:
-    return gt_errorf(GT_ECONN, "%s: etcd at %s is unavailable (%s); check that it runs, the "
-                     "endpoint, and the TLS settings", what, at, d);
-  case GRPC_STATUS_DEADLINE_EXCEEDED:
-    return gt_errorf(GT_ETIMEDOUT, "%s: etcd at %s did not answer within %d ms (%s)", what, at,
-                     atomic_load(&c->timeout_ms), d);
-  case GRPC_STATUS_UNAUTHENTICATED:
-  case GRPC_STATUS_PERMISSION_DENIED:
-    return gt_errorf(GT_EAUTH, "%s: etcd at %s refused access (%s); check --user/--password "
-                     "and the user's roles", what, at, d);
-  case GRPC_STATUS_INVALID_ARGUMENT:
-    if (strstr(d, "authentication failed") || strstr(d, "user name is empty") ||
-        strstr(d, "auth"))
-      return gt_errorf(GT_EAUTH, "%s: etcd at %s: %s; check the user and password (the "
-                       "server has authentication on)", what, at, d);
-    return gt_errorf(GT_EINVAL, "%s: etcd at %s rejected the request: %s", what, at, d);
-  case GRPC_STATUS_NOT_FOUND:
-    return gt_errorf(GT_ENOTFOUND, "%s: %s", what, d);
-  case GRPC_STATUS_OUT_OF_RANGE:
-    return gt_errorf(GT_ERANGE, "%s: %s", what, d);
-  case GRPC_STATUS_CANCELLED:
-    return gt_errorf(GT_ECANCELED, "%s: cancelled (%s)", what, d);
-  case GRPC_STATUS_FAILED_PRECONDITION:
-    if (strstr(d, "auth"))
-      return gt_errorf(GT_EAUTH, "%s: etcd at %s: %s", what, at, d);
-    return gt_errorf(GT_ESTATE, "%s: etcd at %s: %s", what, at, d);
-  default:
-    return gt_errorf(GT_EBACKEND, "%s: etcd at %s failed with gRPC status %d (%s)", what, at,
-                     (int)code, d);
+    case GRPC_STATUS_OK: return GT_OK;
+    case GRPC_STATUS_UNAVAILABLE:
+      return gt_errorf(GT_ECONN,
+                       "%s: etcd at %s is unavailable (%s); check that it runs, the "
+                       "endpoint, and the TLS settings",
+                       what, at, d);
+    case GRPC_STATUS_DEADLINE_EXCEEDED:
+      return gt_errorf(GT_ETIMEDOUT, "%s: etcd at %s did not answer within %d ms (%s)", what, at,
+                       atomic_load(&c->timeout_ms), d);
+    case GRPC_STATUS_UNAUTHENTICATED:
+    case GRPC_STATUS_PERMISSION_DENIED:
+      return gt_errorf(GT_EAUTH,
+                       "%s: etcd at %s refused access (%s); check --user/--password "
+                       "and the user's roles",
+                       what, at, d);
+    case GRPC_STATUS_INVALID_ARGUMENT:
+      if (strstr(d, "authentication failed") || strstr(d, "user name is empty") || strstr(d, "auth"))
+        return gt_errorf(GT_EAUTH,
+                         "%s: etcd at %s: %s; check the user and password (the "
+                         "server has authentication on)",
+                         what, at, d);
+      return gt_errorf(GT_EINVAL, "%s: etcd at %s rejected the request: %s", what, at, d);
+    case GRPC_STATUS_NOT_FOUND: return gt_errorf(GT_ENOTFOUND, "%s: %s", what, d);
+    case GRPC_STATUS_OUT_OF_RANGE: return gt_errorf(GT_ERANGE, "%s: %s", what, d);
+    case GRPC_STATUS_CANCELLED: return gt_errorf(GT_ECANCELED, "%s: cancelled (%s)", what, d);
+    case GRPC_STATUS_FAILED_PRECONDITION:
+      if (strstr(d, "auth")) return gt_errorf(GT_EAUTH, "%s: etcd at %s: %s", what, at, d);
+      return gt_errorf(GT_ESTATE, "%s: etcd at %s: %s", what, at, d);
+    default: return gt_errorf(GT_EBACKEND, "%s: etcd at %s failed with gRPC status %d (%s)", what, at, (int)code, d);
   }
 }
 
 static gpr_timespec abs_deadline(double t) {
   double left = t - gt_now();
   if (left < 0) left = 0;
-  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                      gpr_time_from_micros((int64_t)(left * 1e6), GPR_TIMESPAN));
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_micros((int64_t)(left * 1e6), GPR_TIMESPAN));
 }
 
 /* One attempt on one endpoint. Returns the call's status code; *resp gets
  * the response bytes on OK, *details the status text (malloc'ed). */
-static grpc_status_code attempt(gt_etcd_client *c, int ep, const char *method,
-                                const grpc_slice *req, const char *token, double deadline,
-                                grpc_slice *resp, char **details) {
+static grpc_status_code attempt(gt_etcd_client *c, int ep, const char *method, const grpc_slice *req, const char *token,
+                                double deadline, grpc_slice *resp, char **details) {
   grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
   grpc_slice mslice = grpc_slice_from_static_string(method);
-  grpc_call *call = grpc_channel_create_call(c->chans[ep], NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-                                             mslice, NULL, abs_deadline(deadline), NULL);
+  grpc_call *call = grpc_channel_create_call(c->chans[ep], NULL, GRPC_PROPAGATE_DEFAULTS, cq, mslice, NULL,
+                                             abs_deadline(deadline), NULL);
   grpc_metadata md;
   memset(&md, 0, sizeof md);
   if (token) {
@@ -129,9 +124,7 @@ static grpc_status_code attempt(gt_etcd_client *c, int ep, const char *method,
   }
   grpc_call_unref(call);
   grpc_completion_queue_shutdown(cq);
-  while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
-         GRPC_QUEUE_SHUTDOWN) {
-  }
+  while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {}
   grpc_completion_queue_destroy(cq);
 
   *resp = grpc_empty_slice();
@@ -171,8 +164,8 @@ static int never_sent(const char *details) {
 }
 
 static gt_status unary(gt_etcd_client *c, const char *method, const ProtobufCMessage *req,
-                       const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
-                       const char *what, int with_auth) {
+                       const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, const char *what,
+                       int with_auth) {
   *resp = NULL;
   int timeout = atomic_load(&c->timeout_ms);
   double deadline = gt_now() + timeout / 1000.0;
@@ -192,19 +185,18 @@ static gt_status unary(gt_etcd_client *c, const char *method, const ProtobufCMes
     grpc_status_code code = attempt(c, ep, method, &req_slice, token, deadline, &out, &details);
     free(token);
     if (code == GRPC_STATUS_OK) {
-      *resp = protobuf_c_message_unpack(resp_desc, NULL, GRPC_SLICE_LENGTH(out),
-                                        GRPC_SLICE_START_PTR(out));
+      *resp = protobuf_c_message_unpack(resp_desc, NULL, GRPC_SLICE_LENGTH(out), GRPC_SLICE_START_PTR(out));
       grpc_slice_unref(out);
       free(details);
       st = *resp ? GT_OK
-                 : gt_errorf(GT_EFORMAT, "%s: etcd at %s sent a malformed %s", what, c->eps[ep],
-                             resp_desc->name);
+                 : gt_errorf(GT_EFORMAT, "%s: etcd at %s sent a malformed %s", what, c->eps[ep], resp_desc->name);
       break;
     }
     grpc_slice_unref(out);
     if (code == GRPC_STATUS_UNAVAILABLE && !idempotent && !never_sent(details)) {
       /* Sending it again could apply a compare-and-swap twice. */
-      st = gt_errorf(GT_ECONN, "%s: the connection to etcd at %s broke during the call (%s); it "
+      st = gt_errorf(GT_ECONN,
+                     "%s: the connection to etcd at %s broke during the call (%s); it "
                      "may or may not have been applied: re-read before retrying",
                      what, c->eps[ep], details ? details : "");
       free(details);
@@ -242,8 +234,7 @@ static gt_status unary(gt_etcd_client *c, const char *method, const ProtobufCMes
 }
 
 gt_status et_unary(gt_etcd_client *c, const char *method, const ProtobufCMessage *req,
-                   const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
-                   const char *what) {
+                   const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, const char *what) {
   return unary(c, method, req, resp_desc, resp, what, 1);
 }
 
@@ -259,8 +250,7 @@ gt_status et_reauth(gt_etcd_client *c, unsigned gen) {
   ProtobufCMessage *m = NULL;
   char what[300];
   snprintf(what, sizeof what, "authenticating etcd user '%s'", c->user);
-  gt_status st = unary(c, ET_AUTHENTICATE, &req.base, &etcdserverpb__authenticate_response__descriptor,
-                       &m, what, 0);
+  gt_status st = unary(c, ET_AUTHENTICATE, &req.base, &etcdserverpb__authenticate_response__descriptor, &m, what, 0);
   if (st != GT_OK) return st;
   Etcdserverpb__AuthenticateResponse *r = (Etcdserverpb__AuthenticateResponse *)m;
   char *t = strdup(r->token ? r->token : "");

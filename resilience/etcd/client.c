@@ -17,8 +17,7 @@
 void et_sleep(double seconds) {
   if (seconds <= 0) return;
   struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 static gt_status read_file(const char *what, const char *path, char **out) {
@@ -57,16 +56,14 @@ static gt_status read_pem(const char *what, const char *path, const char *marker
   if (!strstr(*out, "-----BEGIN ") || !strstr(*out, marker)) {
     free(*out);
     *out = NULL;
-    return gt_errorf(GT_EFORMAT, "%s file '%s' is not PEM (no '-----BEGIN ...%s' line)", what,
-                     path, marker);
+    return gt_errorf(GT_EFORMAT, "%s file '%s' is not PEM (no '-----BEGIN ...%s' line)", what, path, marker);
   }
   return GT_OK;
 }
 
 /* gRPC's own log lines go to our log at debug level. */
 static void grpc_log_to_gt(gpr_log_func_args *a) {
-  gt_log(GT_LOG_DEBUG, "grpc %s:%d: %s",
-         a->file, a->line, a->message);
+  gt_log(GT_LOG_DEBUG, "grpc %s:%d: %s", a->file, a->line, a->message);
 }
 
 static void init_once(void) { gpr_set_log_function(grpc_log_to_gt); }
@@ -95,8 +92,10 @@ static gt_status parse_endpoint(const char *s, size_t n, char **out, int *tls) {
   long port = 0;
   if (ok) {
     for (const char *p = colon + 1; p < s + n; p++) {
-      if (*p < '0' || *p > '9') ok = 0;
-      else port = port * 10 + (*p - '0');
+      if (*p < '0' || *p > '9')
+        ok = 0;
+      else
+        port = port * 10 + (*p - '0');
       if (port > 65535) ok = 0;
     }
     if (port == 0) ok = 0;
@@ -155,8 +154,7 @@ gt_status gt_etcd_connect(const gt_etcd_config *cfg, gt_etcd_client **out) {
     return gt_errorf(GT_EINVAL, "no etcd endpoints given (e.g. 127.0.0.1:2379)");
   if (!cfg->cert != !cfg->key)
     return gt_errorf(GT_EINVAL, "a client certificate needs both a certificate and a key file");
-  if (cfg->user && !cfg->password)
-    return gt_errorf(GT_EINVAL, "etcd user '%s' given without a password", cfg->user);
+  if (cfg->user && !cfg->password) return gt_errorf(GT_EINVAL, "etcd user '%s' given without a password", cfg->user);
   if (cfg->timeout_ms < 0 || cfg->keepalive_ms < 0)
     return gt_errorf(GT_EINVAL, "etcd timeout and keepalive must be positive milliseconds");
 
@@ -263,6 +261,4 @@ void gt_etcd_set_timeout(gt_etcd_client *c, int timeout_ms) {
   if (c && timeout_ms > 0) atomic_store(&c->timeout_ms, timeout_ms);
 }
 
-const char *gt_etcd_endpoint(const gt_etcd_client *c) {
-  return c->eps[atomic_load((atomic_int *)&c->cur) % c->nep];
-}
+const char *gt_etcd_endpoint(const gt_etcd_client *c) { return c->eps[atomic_load((atomic_int *)&c->cur) % c->nep]; }

@@ -25,12 +25,12 @@
 
 struct gt_etcd_client {
   int nep;
-  char **eps;            /* "host:port" */
-  grpc_channel **chans;  /* one per endpoint */
-  atomic_int cur;        /* endpoint tried first */
+  char **eps;           /* "host:port" */
+  grpc_channel **chans; /* one per endpoint */
+  atomic_int cur;       /* endpoint tried first */
   atomic_int timeout_ms;
   char *user, *password;
-  pthread_mutex_t mu;    /* guards token, token_gen */
+  pthread_mutex_t mu; /* guards token, token_gen */
   char *token;
   unsigned token_gen;
   /* gRPC core moves connections (reconnects included) only while a thread
@@ -44,12 +44,10 @@ struct gt_etcd_client {
  * On success *resp is the unpacked response (free with
  * protobuf_c_message_free_unpacked). `what` names the call in errors. */
 gt_status et_unary(gt_etcd_client *c, const char *method, const ProtobufCMessage *req,
-                   const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
-                   const char *what);
+                   const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, const char *what);
 
 /* Turns a finished call's status into a gt_status with a message. */
-gt_status et_status(gt_etcd_client *c, int ep, grpc_status_code code, const char *details,
-                    const char *what);
+gt_status et_status(gt_etcd_client *c, int ep, grpc_status_code code, const char *details, const char *what);
 /* Re-authenticates unless another thread did since token generation gen. */
 gt_status et_reauth(gt_etcd_client *c, unsigned gen);
 /* Copies the token (NULL without auth) and its generation. Free the copy. */
@@ -68,7 +66,7 @@ typedef struct et_stream {
   grpc_byte_buffer *recv;
   grpc_status_code code;
   grpc_slice details;
-  int pending;      /* batches not yet completed */
+  int pending; /* batches not yet completed */
   int reading, writing, ended, got_md;
   char tag_start, tag_read, tag_write, tag_status;
 } et_stream;
@@ -81,8 +79,7 @@ gt_status et_stream_write(et_stream *s, const ProtobufCMessage *msg);
  * ET_EV_READ with *msg unpacked (NULL if malformed; reading restarts
  * automatically), ET_EV_WRITE when a write finished, ET_EV_END once the
  * call ended (s->code, s->details), ET_EV_NONE at the deadline. */
-et_ev et_stream_poll(et_stream *s, double deadline, const ProtobufCMessageDescriptor *desc,
-                     ProtobufCMessage **msg);
+et_ev et_stream_poll(et_stream *s, double deadline, const ProtobufCMessageDescriptor *desc, ProtobufCMessage **msg);
 /* Cancels if needed, waits for every batch, frees everything. */
 void et_stream_close(et_stream *s);
 /* The ended call's status as a gt_status with a message. */

@@ -98,8 +98,7 @@ static gt_status copy_range(const Etcdserverpb__RangeResponse *r, int keys_only,
   return GT_OK;
 }
 
-gt_status gt_etcd_get(gt_etcd_client *c, const char *key, const gt_etcd_get_opts *opts,
-                      gt_etcd_kvs *out) {
+gt_status gt_etcd_get(gt_etcd_client *c, const char *key, const gt_etcd_get_opts *opts, gt_etcd_kvs *out) {
   GT_TRY(check_key(key, "etcd get"));
   if (!c || !out) return gt_errorf(GT_EINVAL, "etcd get: NULL client or result");
   gt_etcd_get_opts o = {0};
@@ -124,8 +123,7 @@ gt_status gt_etcd_get(gt_etcd_client *c, const char *key, const gt_etcd_get_opts
   return st;
 }
 
-gt_status gt_etcd_get_value(gt_etcd_client *c, const char *key, void **val, size_t *len,
-                            int64_t *mod_revision) {
+gt_status gt_etcd_get_value(gt_etcd_client *c, const char *key, void **val, size_t *len, int64_t *mod_revision) {
   if (!val || !len) return gt_errorf(GT_EINVAL, "etcd get: NULL value or length");
   gt_etcd_kvs r;
   GT_TRY(gt_etcd_get(c, key, NULL, &r));
@@ -141,8 +139,8 @@ gt_status gt_etcd_get_value(gt_etcd_client *c, const char *key, void **val, size
   return GT_OK;
 }
 
-gt_status gt_etcd_put(gt_etcd_client *c, const char *key, const void *val, size_t len,
-                      int64_t lease, gt_etcd_kv *prev, int64_t *revision) {
+gt_status gt_etcd_put(gt_etcd_client *c, const char *key, const void *val, size_t len, int64_t lease, gt_etcd_kv *prev,
+                      int64_t *revision) {
   GT_TRY(check_key(key, "etcd put"));
   if (!c || (!val && len)) return gt_errorf(GT_EINVAL, "etcd put '%s': NULL client or value", key);
   if (prev) memset(prev, 0, sizeof *prev);
@@ -172,8 +170,7 @@ gt_status gt_etcd_del(gt_etcd_client *c, const char *key, int prefix, int64_t *d
   ProtobufCMessage *m = NULL;
   char what[300];
   snprintf(what, sizeof what, "etcd delete '%.200s'", key);
-  gt_status st = et_unary(c, ET_KV_DELETE, &req.base, &etcdserverpb__delete_range_response__descriptor,
-                          &m, what);
+  gt_status st = et_unary(c, ET_KV_DELETE, &req.base, &etcdserverpb__delete_range_response__descriptor, &m, what);
   free(req.range_end.data);
   if (st != GT_OK) return st;
   if (deleted) *deleted = ((Etcdserverpb__DeleteRangeResponse *)m)->deleted;
@@ -199,30 +196,29 @@ static gt_status build_op(const gt_etcd_op *o, size_t i, txn_build *b) {
   b->opp[i] = r;
   ProtobufCBinaryData key = bytes_of(o->key, strlen(o->key));
   switch (o->type) {
-  case GT_ETCD_OP_GET:
-    etcdserverpb__range_request__init(&b->ranges[i]);
-    b->ranges[i].key = key;
-    if (o->prefix) GT_TRY(et_prefix_end(o->key, &b->ranges[i].range_end));
-    r->request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE;
-    r->request_range = &b->ranges[i];
-    return GT_OK;
-  case GT_ETCD_OP_PUT:
-    if (!o->value && o->value_len)
-      return gt_errorf(GT_EINVAL, "etcd txn: put of '%s' has a NULL value", o->key);
-    etcdserverpb__put_request__init(&b->puts[i]);
-    b->puts[i].key = key;
-    b->puts[i].value = bytes_of(o->value, o->value_len);
-    b->puts[i].lease = o->lease;
-    r->request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
-    r->request_put = &b->puts[i];
-    return GT_OK;
-  case GT_ETCD_OP_DEL:
-    etcdserverpb__delete_range_request__init(&b->dels[i]);
-    b->dels[i].key = key;
-    if (o->prefix) GT_TRY(et_prefix_end(o->key, &b->dels[i].range_end));
-    r->request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE;
-    r->request_delete_range = &b->dels[i];
-    return GT_OK;
+    case GT_ETCD_OP_GET:
+      etcdserverpb__range_request__init(&b->ranges[i]);
+      b->ranges[i].key = key;
+      if (o->prefix) GT_TRY(et_prefix_end(o->key, &b->ranges[i].range_end));
+      r->request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE;
+      r->request_range = &b->ranges[i];
+      return GT_OK;
+    case GT_ETCD_OP_PUT:
+      if (!o->value && o->value_len) return gt_errorf(GT_EINVAL, "etcd txn: put of '%s' has a NULL value", o->key);
+      etcdserverpb__put_request__init(&b->puts[i]);
+      b->puts[i].key = key;
+      b->puts[i].value = bytes_of(o->value, o->value_len);
+      b->puts[i].lease = o->lease;
+      r->request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
+      r->request_put = &b->puts[i];
+      return GT_OK;
+    case GT_ETCD_OP_DEL:
+      etcdserverpb__delete_range_request__init(&b->dels[i]);
+      b->dels[i].key = key;
+      if (o->prefix) GT_TRY(et_prefix_end(o->key, &b->dels[i].range_end));
+      r->request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE;
+      r->request_delete_range = &b->dels[i];
+      return GT_OK;
   }
   return gt_errorf(GT_EINVAL, "etcd txn: operation %zu has unknown type %d", i, (int)o->type);
 }
@@ -234,35 +230,34 @@ static gt_status build_cmp(const gt_etcd_cmp *c, size_t i, txn_build *b) {
   b->cmpp[i] = m;
   m->key = bytes_of(c->key, strlen(c->key));
   switch (c->op) {
-  case GT_ETCD_EQUAL: m->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL; break;
-  case GT_ETCD_GREATER: m->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__GREATER; break;
-  case GT_ETCD_LESS: m->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__LESS; break;
-  case GT_ETCD_NOT_EQUAL: m->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__NOT_EQUAL; break;
-  default: return gt_errorf(GT_EINVAL, "etcd txn: compare %zu has unknown operator %d", i, (int)c->op);
+    case GT_ETCD_EQUAL: m->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL; break;
+    case GT_ETCD_GREATER: m->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__GREATER; break;
+    case GT_ETCD_LESS: m->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__LESS; break;
+    case GT_ETCD_NOT_EQUAL: m->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__NOT_EQUAL; break;
+    default: return gt_errorf(GT_EINVAL, "etcd txn: compare %zu has unknown operator %d", i, (int)c->op);
   }
   switch (c->target) {
-  case GT_ETCD_CMP_VALUE:
-    if (!c->value && c->value_len)
-      return gt_errorf(GT_EINVAL, "etcd txn: compare %zu has a NULL value", i);
-    m->target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__VALUE;
-    m->target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_VALUE;
-    m->value = bytes_of(c->value, c->value_len);
-    return GT_OK;
-  case GT_ETCD_CMP_VERSION:
-    m->target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__VERSION;
-    m->target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_VERSION;
-    m->version = c->number;
-    return GT_OK;
-  case GT_ETCD_CMP_CREATE_REVISION:
-    m->target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__CREATE;
-    m->target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_CREATE_REVISION;
-    m->create_revision = c->number;
-    return GT_OK;
-  case GT_ETCD_CMP_MOD_REVISION:
-    m->target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__MOD;
-    m->target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_MOD_REVISION;
-    m->mod_revision = c->number;
-    return GT_OK;
+    case GT_ETCD_CMP_VALUE:
+      if (!c->value && c->value_len) return gt_errorf(GT_EINVAL, "etcd txn: compare %zu has a NULL value", i);
+      m->target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__VALUE;
+      m->target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_VALUE;
+      m->value = bytes_of(c->value, c->value_len);
+      return GT_OK;
+    case GT_ETCD_CMP_VERSION:
+      m->target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__VERSION;
+      m->target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_VERSION;
+      m->version = c->number;
+      return GT_OK;
+    case GT_ETCD_CMP_CREATE_REVISION:
+      m->target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__CREATE;
+      m->target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_CREATE_REVISION;
+      m->create_revision = c->number;
+      return GT_OK;
+    case GT_ETCD_CMP_MOD_REVISION:
+      m->target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__MOD;
+      m->target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_MOD_REVISION;
+      m->mod_revision = c->number;
+      return GT_OK;
   }
   return gt_errorf(GT_EINVAL, "etcd txn: compare %zu has unknown target %d", i, (int)c->target);
 }
@@ -293,17 +288,15 @@ static gt_status copy_txn(const Etcdserverpb__TxnResponse *r, gt_etcd_txn_result
   return GT_OK;
 }
 
-gt_status gt_etcd_txn(gt_etcd_client *c, const gt_etcd_cmp *cmps, size_t ncmp,
-                      const gt_etcd_op *success, size_t nsuccess, const gt_etcd_op *failure,
-                      size_t nfailure, gt_etcd_txn_result *res) {
+gt_status gt_etcd_txn(gt_etcd_client *c, const gt_etcd_cmp *cmps, size_t ncmp, const gt_etcd_op *success,
+                      size_t nsuccess, const gt_etcd_op *failure, size_t nfailure, gt_etcd_txn_result *res) {
   if (res) memset(res, 0, sizeof *res);
   if (!c || (ncmp && !cmps) || (nsuccess && !success) || (nfailure && !failure))
     return gt_errorf(GT_EINVAL, "etcd txn: NULL client or operation array");
   size_t nops = nsuccess + nfailure, nc = ncmp ? ncmp : 1, no = nops ? nops : 1;
   txn_build b = {
-      calloc(nc, sizeof *b.cmp), calloc(nc, sizeof *b.cmpp), calloc(no, sizeof *b.ops),
-      calloc(no, sizeof *b.opp), calloc(no, sizeof *b.ranges), calloc(no, sizeof *b.puts),
-      calloc(no, sizeof *b.dels),
+      calloc(nc, sizeof *b.cmp),    calloc(nc, sizeof *b.cmpp), calloc(no, sizeof *b.ops),  calloc(no, sizeof *b.opp),
+      calloc(no, sizeof *b.ranges), calloc(no, sizeof *b.puts), calloc(no, sizeof *b.dels),
   };
   gt_status st = GT_OK;
   if (!b.cmp || !b.cmpp || !b.ops || !b.opp || !b.ranges || !b.puts || !b.dels)
@@ -324,8 +317,10 @@ gt_status gt_etcd_txn(gt_etcd_client *c, const gt_etcd_cmp *cmps, size_t ncmp,
     if (st == GT_OK) {
       gt_etcd_txn_result tmp = {0};
       st = copy_txn((Etcdserverpb__TxnResponse *)m, &tmp);
-      if (st == GT_OK && res) *res = tmp;
-      else gt_etcd_txn_result_free(&tmp);
+      if (st == GT_OK && res)
+        *res = tmp;
+      else
+        gt_etcd_txn_result_free(&tmp);
       protobuf_c_message_free_unpacked(m, NULL);
     }
   }
@@ -343,8 +338,7 @@ gt_status gt_etcd_txn(gt_etcd_client *c, const gt_etcd_cmp *cmps, size_t ncmp,
   return st;
 }
 
-gt_status gt_etcd_create(gt_etcd_client *c, const char *key, const void *val, size_t len,
-                         int64_t lease, int *created) {
+gt_status gt_etcd_create(gt_etcd_client *c, const char *key, const void *val, size_t len, int64_t lease, int *created) {
   GT_TRY(check_key(key, "etcd create"));
   gt_etcd_cmp cmp = {.key = key, .target = GT_ETCD_CMP_CREATE_REVISION, .op = GT_ETCD_EQUAL};
   gt_etcd_op put = {.type = GT_ETCD_OP_PUT, .key = key, .value = val, .value_len = len, .lease = lease};
@@ -355,14 +349,13 @@ gt_status gt_etcd_create(gt_etcd_client *c, const char *key, const void *val, si
   return GT_OK;
 }
 
-gt_status gt_etcd_cas(gt_etcd_client *c, const char *key, const void *expect, size_t expect_len,
-                      const void *val, size_t len, int *swapped) {
+gt_status gt_etcd_cas(gt_etcd_client *c, const char *key, const void *expect, size_t expect_len, const void *val,
+                      size_t len, int *swapped) {
   GT_TRY(check_key(key, "etcd compare-and-swap"));
   /* A value compare on an absent key is false, as documented. */
   gt_etcd_cmp cmps[2] = {
       {.key = key, .target = GT_ETCD_CMP_CREATE_REVISION, .op = GT_ETCD_GREATER, .number = 0},
-      {.key = key, .target = GT_ETCD_CMP_VALUE, .op = GT_ETCD_EQUAL, .value = expect,
-       .value_len = expect_len},
+      {.key = key, .target = GT_ETCD_CMP_VALUE, .op = GT_ETCD_EQUAL, .value = expect, .value_len = expect_len},
   };
   gt_etcd_op put = {.type = GT_ETCD_OP_PUT, .key = key, .value = val, .value_len = len};
   gt_etcd_txn_result r;

@@ -10,13 +10,13 @@
 
 gt_status gt_etcd_lease_grant(gt_etcd_client *c, int64_t ttl_s, int64_t *id) {
   if (!c || !id) return gt_errorf(GT_EINVAL, "etcd lease grant: NULL client or id");
-  if (ttl_s <= 0) return gt_errorf(GT_EINVAL, "etcd lease grant: TTL must be positive seconds, got %lld",
-                                  (long long)ttl_s);
+  if (ttl_s <= 0)
+    return gt_errorf(GT_EINVAL, "etcd lease grant: TTL must be positive seconds, got %lld", (long long)ttl_s);
   Etcdserverpb__LeaseGrantRequest req = ETCDSERVERPB__LEASE_GRANT_REQUEST__INIT;
   req.ttl = ttl_s;
   ProtobufCMessage *m = NULL;
-  GT_TRY(et_unary(c, ET_LEASE_GRANT, &req.base, &etcdserverpb__lease_grant_response__descriptor, &m,
-                  "etcd lease grant"));
+  GT_TRY(
+      et_unary(c, ET_LEASE_GRANT, &req.base, &etcdserverpb__lease_grant_response__descriptor, &m, "etcd lease grant"));
   Etcdserverpb__LeaseGrantResponse *r = (Etcdserverpb__LeaseGrantResponse *)m;
   gt_status st = GT_OK;
   if (r->error && *r->error)
@@ -34,8 +34,7 @@ gt_status gt_etcd_lease_revoke(gt_etcd_client *c, int64_t id) {
   ProtobufCMessage *m = NULL;
   char what[64];
   snprintf(what, sizeof what, "etcd lease revoke %llx", (unsigned long long)id);
-  GT_TRY(et_unary(c, ET_LEASE_REVOKE, &req.base, &etcdserverpb__lease_revoke_response__descriptor, &m,
-                  what));
+  GT_TRY(et_unary(c, ET_LEASE_REVOKE, &req.base, &etcdserverpb__lease_revoke_response__descriptor, &m, what));
   protobuf_c_message_free_unpacked(m, NULL);
   return GT_OK;
 }
@@ -47,15 +46,13 @@ gt_status gt_etcd_lease_ttl(gt_etcd_client *c, int64_t id, int64_t *ttl_s, int64
   ProtobufCMessage *m = NULL;
   char what[64];
   snprintf(what, sizeof what, "etcd lease ttl %llx", (unsigned long long)id);
-  GT_TRY(et_unary(c, ET_LEASE_TTL, &req.base, &etcdserverpb__lease_time_to_live_response__descriptor,
-                  &m, what));
+  GT_TRY(et_unary(c, ET_LEASE_TTL, &req.base, &etcdserverpb__lease_time_to_live_response__descriptor, &m, what));
   Etcdserverpb__LeaseTimeToLiveResponse *r = (Etcdserverpb__LeaseTimeToLiveResponse *)m;
   /* etcd answers an unknown lease with TTL -1 rather than an error. */
   int64_t ttl = r->ttl, granted = r->grantedttl;
   protobuf_c_message_free_unpacked(m, NULL);
   if (ttl < 0)
-    return gt_errorf(GT_ENOTFOUND, "etcd lease %llx does not exist (expired or revoked)",
-                     (unsigned long long)id);
+    return gt_errorf(GT_ENOTFOUND, "etcd lease %llx does not exist (expired or revoked)", (unsigned long long)id);
   if (ttl_s) *ttl_s = ttl;
   if (granted_s) *granted_s = granted;
   return GT_OK;
@@ -150,8 +147,8 @@ static void *keepalive_main(void *arg) {
   return NULL;
 }
 
-gt_status gt_etcd_keepalive_start(gt_etcd_client *c, int64_t id, gt_etcd_lease_lost_cb on_lost,
-                                  void *arg, gt_etcd_keepalive **out) {
+gt_status gt_etcd_keepalive_start(gt_etcd_client *c, int64_t id, gt_etcd_lease_lost_cb on_lost, void *arg,
+                                  gt_etcd_keepalive **out) {
   if (!c || !out) return gt_errorf(GT_EINVAL, "etcd keepalive: NULL client or handle");
   *out = NULL;
   int64_t ttl = 0;

@@ -291,8 +291,8 @@ gt_status gt_etcd_local_start(const gt_etcd_local_config *c, gt_etcd_local *srv)
   int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (c->log_truncate ? O_TRUNC : 0);
   int fd = open(c->log_path, flags, 0644);
   if (fd < 0) {
-    gt_status st = gt_errorf(GT_EIO, "etcd server %s: cannot write its log %s: %s", c->name, c->log_path,
-                             strerror(errno));
+    gt_status st =
+        gt_errorf(GT_EIO, "etcd server %s: cannot write its log %s: %s", c->name, c->log_path, strerror(errno));
     free_args(&args);
     return st;
   }
@@ -326,8 +326,10 @@ gt_status gt_etcd_local_start(const gt_etcd_local_config *c, gt_etcd_local *srv)
     dup2(fd, 2);
     int nul = open("/dev/null", O_RDONLY);
     if (nul >= 0) dup2(nul, 0);
-    if (c->netns) execvp("ip", args.v);
-    else execve(bin, args.v, environ);
+    if (c->netns)
+      execvp("ip", args.v);
+    else
+      execve(bin, args.v, environ);
     dprintf(2, "cannot run %s: %s\n", c->netns ? "ip netns exec" : bin, strerror(errno));
     _exit(127);
   }

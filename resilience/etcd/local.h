@@ -31,7 +31,6 @@
 #include "giant/engine/etcd.h"
 #include "giant/status.h"
 
-
 typedef struct gt_etcd_local_config {
   const char *name;     /* --name; required */
   const char *data_dir; /* --data-dir; required */
@@ -116,6 +115,5 @@ gt_status gt_etcd_local_wait_serving(const gt_etcd_config *cfg, double timeout_s
 /* Copies the last cap - 1 bytes (at most) of the log at path into out,
  * NUL-terminated; returns their count (0 when it cannot be read). */
 size_t gt_etcd_local_log_tail(const char *path, char *out, size_t cap);
-
 
 #endif

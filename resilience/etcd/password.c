@@ -24,8 +24,10 @@ gt_status gt_etcd_read_password(const char *path, char *out, size_t cap) {
   if (s == GT_OK) {
     do n = read(fd, out, cap);
     while (n < 0 && errno == EINTR);
-    if (n < 0) s = gt_errorf(GT_EIO, "cannot read the etcd password file %s: %s", path, strerror(errno));
-    else if ((size_t)n >= cap) s = gt_errorf(GT_EINVAL, "the etcd password file %s is longer than %zu bytes", path, cap - 1);
+    if (n < 0)
+      s = gt_errorf(GT_EIO, "cannot read the etcd password file %s: %s", path, strerror(errno));
+    else if ((size_t)n >= cap)
+      s = gt_errorf(GT_EINVAL, "the etcd password file %s is longer than %zu bytes", path, cap - 1);
   }
   close(fd);
   if (s != GT_OK) {

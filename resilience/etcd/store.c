@@ -100,9 +100,7 @@ static gt_status wait_key(etcd_store *s, const char *k, void **val, size_t *len,
   return st;
 }
 
-static double deadline_of(int timeout_ms) {
-  return gt_now() + (timeout_ms < 0 ? 1e9 : timeout_ms / 1000.0);
-}
+static double deadline_of(int timeout_ms) { return gt_now() + (timeout_ms < 0 ? 1e9 : timeout_ms / 1000.0); }
 
 static gt_status st_get(gt_store *gs, const char *key, void **val, size_t *len, int timeout_ms) {
   etcd_store *s = gs->impl;
@@ -153,7 +151,8 @@ static gt_status st_add(gt_store *gs, const char *key, int64_t delta, int64_t *r
     if (st != GT_OK) break;
     char buf[32];
     int n = snprintf(buf, sizeof buf, "%" PRId64, cur + delta);
-    gt_etcd_cmp cmp = {.key = k, .op = GT_ETCD_EQUAL,
+    gt_etcd_cmp cmp = {.key = k,
+                       .op = GT_ETCD_EQUAL,
                        .target = mod ? GT_ETCD_CMP_MOD_REVISION : GT_ETCD_CMP_CREATE_REVISION,
                        .number = mod};
     gt_etcd_op put = {.type = GT_ETCD_OP_PUT, .key = k, .value = buf, .value_len = (size_t)n};

@@ -13,8 +13,7 @@
 static gpr_timespec until(double t) {
   double left = t - gt_now();
   if (left < 0) left = 0;
-  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                      gpr_time_from_micros((int64_t)(left * 1e6), GPR_TIMESPAN));
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_micros((int64_t)(left * 1e6), GPR_TIMESPAN));
 }
 
 static int start_read(et_stream *s) {
@@ -43,9 +42,9 @@ gt_status et_stream_open(et_stream *s, gt_etcd_client *c, const char *method) {
   grpc_metadata_array_init(&s->md_in);
   grpc_metadata_array_init(&s->trailers);
   s->cq = grpc_completion_queue_create_for_next(NULL);
-  s->call = grpc_channel_create_call(c->chans[s->ep], NULL, GRPC_PROPAGATE_DEFAULTS, s->cq,
-                                     grpc_slice_from_static_string(method), NULL,
-                                     gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  s->call =
+      grpc_channel_create_call(c->chans[s->ep], NULL, GRPC_PROPAGATE_DEFAULTS, s->cq,
+                               grpc_slice_from_static_string(method), NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
   unsigned gen;
   char *token = et_token(c, &gen);
   grpc_metadata md;
@@ -77,8 +76,7 @@ gt_status et_stream_open(et_stream *s, gt_etcd_client *c, const char *method) {
   }
   if (e != GRPC_CALL_OK) {
     et_stream_close(s);
-    return gt_errorf(GT_EBACKEND, "gRPC refused to start a stream to %s (error %d)",
-                     c->eps[s->ep], (int)e);
+    return gt_errorf(GT_EBACKEND, "gRPC refused to start a stream to %s (error %d)", c->eps[s->ep], (int)e);
   }
   return GT_OK;
 }
@@ -103,8 +101,7 @@ gt_status et_stream_write(et_stream *s, const ProtobufCMessage *msg) {
   return GT_OK;
 }
 
-et_ev et_stream_poll(et_stream *s, double deadline, const ProtobufCMessageDescriptor *desc,
-                     ProtobufCMessage **msg) {
+et_ev et_stream_poll(et_stream *s, double deadline, const ProtobufCMessageDescriptor *desc, ProtobufCMessage **msg) {
   if (msg) *msg = NULL;
   for (;;) {
     if (s->ended && s->pending == 0) return ET_EV_END;
@@ -139,8 +136,10 @@ et_ev et_stream_poll(et_stream *s, double deadline, const ProtobufCMessageDescri
       }
       grpc_byte_buffer_destroy(bb);
       if (start_read(s) != 0) grpc_call_cancel(s->call, NULL);
-      if (msg) *msg = m;
-      else if (m) protobuf_c_message_free_unpacked(m, NULL);
+      if (msg)
+        *msg = m;
+      else if (m)
+        protobuf_c_message_free_unpacked(m, NULL);
       return ET_EV_READ;
     }
     /* tag_start: nothing to do. */
@@ -163,9 +162,7 @@ void et_stream_close(et_stream *s) {
   s->recv = NULL;
   if (s->cq) {
     grpc_completion_queue_shutdown(s->cq);
-    while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
-           GRPC_QUEUE_SHUTDOWN) {
-    }
+    while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {}
     grpc_completion_queue_destroy(s->cq);
     s->cq = NULL;
   }
@@ -181,7 +178,6 @@ gt_status et_stream_status(et_stream *s, const char *what) {
   if (n >= sizeof buf) n = sizeof buf - 1;
   memcpy(buf, GRPC_SLICE_START_PTR(s->details), n);
   buf[n] = 0;
-  if (s->code == GRPC_STATUS_OK)
-    return gt_errorf(GT_ECONN, "%s: etcd at %s closed the stream", what, s->c->eps[s->ep]);
+  if (s->code == GRPC_STATUS_OK) return gt_errorf(GT_ECONN, "%s: etcd at %s closed the stream", what, s->c->eps[s->ep]);
   return et_status(s->c, s->ep, s->code, buf, what);
 }

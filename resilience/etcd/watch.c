@@ -27,12 +27,12 @@ struct gt_etcd_watch {
   _Atomic int64_t last_rev;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int created;      /* the first stream was accepted (under mu) */
-  gt_status status; /* GT_OK while running (under mu) */
-  char error[512];  /* why it ended, for the starter (under mu) */
+  int created;            /* the first stream was accepted (under mu) */
+  gt_status status;       /* GT_OK while running (under mu) */
+  char error[512];        /* why it ended, for the starter (under mu) */
   gt_status retry_status; /* why the last stream broke (under mu) */
   qnode *head, *tail;
-  grpc_call *live;  /* the stream's call while one is open (under mu): cancel ends it at once */
+  grpc_call *live; /* the stream's call while one is open (under mu): cancel ends it at once */
 };
 
 static void finish(gt_etcd_watch *w, gt_status st) {
@@ -60,8 +60,10 @@ static void deliver(gt_etcd_watch *w, gt_etcd_event *ev) {
   n->ev = *ev;
   n->next = NULL;
   pthread_mutex_lock(&w->mu);
-  if (w->tail) w->tail->next = n;
-  else w->head = n;
+  if (w->tail)
+    w->tail->next = n;
+  else
+    w->head = n;
   w->tail = n;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
@@ -78,8 +80,7 @@ static void deliver_end(gt_etcd_watch *w, gt_etcd_event_type type, int64_t rev) 
 /* Handles one response; returns 1 when the watch is over. */
 static int on_response(gt_etcd_watch *w, const Etcdserverpb__WatchResponse *r) {
   if (r->created) {
-    if (atomic_load(&w->next_rev) == 0 && r->header)
-      atomic_store(&w->next_rev, r->header->revision + 1);
+    if (atomic_load(&w->next_rev) == 0 && r->header) atomic_store(&w->next_rev, r->header->revision + 1);
     pthread_mutex_lock(&w->mu);
     w->created = 1;
     pthread_cond_broadcast(&w->cv);
@@ -112,7 +113,8 @@ static int on_response(gt_etcd_watch *w, const Etcdserverpb__WatchResponse *r) {
   atomic_store(&w->next_rev, top);
   if (r->canceled) {
     if (r->compact_revision > 0) {
-      gt_errorf(GT_ERANGE, "etcd watch on '%s': revision %lld was compacted (oldest kept: %lld); "
+      gt_errorf(GT_ERANGE,
+                "etcd watch on '%s': revision %lld was compacted (oldest kept: %lld); "
                 "events were lost, re-read the state and watch again",
                 w->key, (long long)atomic_load(&w->next_rev), (long long)r->compact_revision);
       finish(w, GT_ERANGE);
@@ -160,9 +162,9 @@ static int run_stream(gt_etcd_watch *w) {
         unsigned gen;
         free(et_token(w->c, &gen));
         et_reauth(w->c, gen);
-      } else if (s.code != GRPC_STATUS_UNAVAILABLE && s.code != GRPC_STATUS_CANCELLED &&
-                 s.code != GRPC_STATUS_OK && s.code != GRPC_STATUS_DEADLINE_EXCEEDED &&
-                 s.code != GRPC_STATUS_INTERNAL && s.code != GRPC_STATUS_UNKNOWN) {
+      } else if (s.code != GRPC_STATUS_UNAVAILABLE && s.code != GRPC_STATUS_CANCELLED && s.code != GRPC_STATUS_OK &&
+                 s.code != GRPC_STATUS_DEADLINE_EXCEEDED && s.code != GRPC_STATUS_INTERNAL &&
+                 s.code != GRPC_STATUS_UNKNOWN) {
         /* Permission denied, bad key: retrying would not help. */
         finish(w, et_stream_status(&s, "etcd watch"));
         deliver_end(w, GT_ETCD_EVENT_ERROR, 0);
@@ -199,8 +201,7 @@ static void *watch_main(void *arg) {
     int ep = atomic_load(&w->c->cur);
     atomic_compare_exchange_strong(&w->c->cur, &ep, (ep + 1) % w->c->nep);
     if (gt_now() - t0 > 1.0) backoff = 0.02;
-    for (double until = gt_now() + backoff; gt_now() < until && !atomic_load(&w->stop);)
-      et_sleep(0.01);
+    for (double until = gt_now() + backoff; gt_now() < until && !atomic_load(&w->stop);) et_sleep(0.01);
     backoff = backoff * 2 < 0.5 ? backoff * 2 : 0.5;
   }
   return NULL;
@@ -215,14 +216,13 @@ static struct timespec abs_time(double seconds_from_now) {
   return ts;
 }
 
-gt_status gt_etcd_watch_start(gt_etcd_client *c, const char *key, const gt_etcd_watch_opts *opts,
-                              gt_etcd_watch_cb cb, void *arg, gt_etcd_watch **out) {
+gt_status gt_etcd_watch_start(gt_etcd_client *c, const char *key, const gt_etcd_watch_opts *opts, gt_etcd_watch_cb cb,
+                              void *arg, gt_etcd_watch **out) {
   if (!c || !key || !out) return gt_errorf(GT_EINVAL, "etcd watch: NULL client, key or handle");
   *out = NULL;
   gt_etcd_watch_opts o = {0};
   if (opts) o = *opts;
-  if (o.start_revision < 0)
-    return gt_errorf(GT_EINVAL, "etcd watch '%s': start revision must not be negative", key);
+  if (o.start_revision < 0) return gt_errorf(GT_EINVAL, "etcd watch '%s': start revision must not be negative", key);
   gt_etcd_watch *w = calloc(1, sizeof *w);
   if (!w || !(w->key = strdup(key))) {
     free(w);

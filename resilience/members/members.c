@@ -37,7 +37,8 @@ static gt_status parse(const char *text, size_t len, int world, int epoch, int *
 }
 
 gt_status gt_members_get(gt_store *s, int world, int epoch, int *ranks, int *n, int timeout_ms) {
-  if (world < 1 || world > GT_MEMBERS_MAX) return gt_errorf(GT_EINVAL, "world size %d outside 1..%d", world, GT_MEMBERS_MAX);
+  if (world < 1 || world > GT_MEMBERS_MAX)
+    return gt_errorf(GT_EINVAL, "world size %d outside 1..%d", world, GT_MEMBERS_MAX);
   if (epoch == 0) {
     for (int i = 0; i < world; i++) ranks[i] = i;
     *n = world;
@@ -117,12 +118,16 @@ static gt_status change(gt_store *s, int world, const int *set, int nset, bool a
   return st;
 }
 
-gt_status gt_members_remove(gt_store *s, int world, int rank, int *epoch) { return change(s, world, &rank, 1, false, epoch); }
+gt_status gt_members_remove(gt_store *s, int world, int rank, int *epoch) {
+  return change(s, world, &rank, 1, false, epoch);
+}
 gt_status gt_members_remove_set(gt_store *s, int world, const int *ranks, int n, int *epoch) {
   if (n < 1) return gt_errorf(GT_EINVAL, "gt_members_remove_set: no ranks given");
   return change(s, world, ranks, n, false, epoch);
 }
-gt_status gt_members_add(gt_store *s, int world, int rank, int *epoch) { return change(s, world, &rank, 1, true, epoch); }
+gt_status gt_members_add(gt_store *s, int world, int rank, int *epoch) {
+  return change(s, world, &rank, 1, true, epoch);
+}
 gt_status gt_members_add_set(gt_store *s, int world, const int *ranks, int n, int *epoch) {
   if (n < 1) return gt_errorf(GT_EINVAL, "gt_members_add_set: no ranks given");
   return change(s, world, ranks, n, true, epoch);

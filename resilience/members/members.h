@@ -21,7 +21,6 @@
 #include "giant/status.h"
 #include "giant/engine/store.h"
 
-
 #define GT_MEMBERS_MAX 4096
 
 /* The ranks of epoch `epoch` (0: 0 .. world - 1), waiting up to

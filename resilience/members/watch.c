@@ -23,17 +23,17 @@ struct gt_members_watch {
   int world, grace_ms;
   gt_members_newer_fn fn;
   void *arg;
-  int armed;        /* the epoch trained in, or -1 */
-  int fired;        /* fn ran for this armed epoch */
-  double newer_at;  /* when an epoch that lost a rank was first seen, 0: not yet */
+  int armed;       /* the epoch trained in, or -1 */
+  int fired;       /* fn ran for this armed epoch */
+  double newer_at; /* when an epoch that lost a rank was first seen, 0: not yet */
   /* The newest epoch seen that lost no rank of the armed one (epochs that
    * only add ranks are joins, which the training loop takes in at a step
    * boundary), and its ranks. */
   int watching;
   int *cur, ncur;
-  bool joins_on;      /* read the count of join requests */
-  int64_t joins;      /* the count last read, -1: none */
-  double joins_next;  /* the next read not before this (gt_now) */
+  bool joins_on;     /* read the count of join requests */
+  int64_t joins;     /* the count last read, -1: none */
+  double joins_next; /* the next read not before this (gt_now) */
   bool stop;
 };
 
@@ -82,8 +82,10 @@ static void *watch_main(void *arg) {
         continue;
       }
       w->fired = 1;
-      gt_warn("membership epoch %d, without a rank of epoch %d, stands for %d ms while this rank trains in epoch %d: "
-              "its communicators are aborted, so that it reshapes", w->watching + 1, armed, w->grace_ms, armed);
+      gt_warn(
+          "membership epoch %d, without a rank of epoch %d, stands for %d ms while this rank trains in epoch %d: "
+          "its communicators are aborted, so that it reshapes",
+          w->watching + 1, armed, w->grace_ms, armed);
       w->fn(w->arg, w->watching + 1);
       continue;
     }
@@ -93,10 +95,11 @@ static void *watch_main(void *arg) {
     gt_status loaded = reload ? gt_members_get(w->store, w->world, armed, w->cur, &w->ncur, WATCH_POLL_MS) : GT_OK;
     if (reload) watching = armed;
     int n = 0;
-    gt_status st = loaded == GT_OK ? gt_members_get(w->store, w->world, watching + 1, ranks, &n, WATCH_POLL_MS) : loaded;
+    gt_status st =
+        loaded == GT_OK ? gt_members_get(w->store, w->world, watching + 1, ranks, &n, WATCH_POLL_MS) : loaded;
     pthread_mutex_lock(&w->mu);
     if (w->armed != armed) continue; /* re-armed meanwhile: start over */
-    if (loaded != GT_OK) { /* the armed epoch's ranks unread (etcd away): again */
+    if (loaded != GT_OK) {           /* the armed epoch's ranks unread (etcd away): again */
       wait_ms(w, WATCH_POLL_MS);
       continue;
     }
@@ -121,12 +124,14 @@ gt_status gt_members_watch_start(gt_store *s, int world, int grace_ms, gt_member
                                  gt_members_watch **out) {
   *out = NULL;
   if (!s || !fn || world < 1 || world > GT_MEMBERS_MAX || grace_ms < 0)
-    return gt_errorf(GT_EINVAL, "gt_members_watch_start: need a store, a callback, a world size in 1..%d and a "
-                     "grace >= 0 ms", GT_MEMBERS_MAX);
+    return gt_errorf(GT_EINVAL,
+                     "gt_members_watch_start: need a store, a callback, a world size in 1..%d and a "
+                     "grace >= 0 ms",
+                     GT_MEMBERS_MAX);
   gt_members_watch *w = calloc(1, sizeof *w);
   if (!w) return gt_errorf(GT_ENOMEM, "out of memory");
-  *w = (gt_members_watch){.store = s, .world = world, .grace_ms = grace_ms, .fn = fn, .arg = arg, .armed = -1,
-                          .joins = -1};
+  *w = (gt_members_watch){
+      .store = s, .world = world, .grace_ms = grace_ms, .fn = fn, .arg = arg, .armed = -1, .joins = -1};
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
   if (pthread_create(&w->thread, NULL, watch_main, w) != 0) {

@@ -16,4 +16,3 @@ gt_status gt_mitigation_decide_cut(const gt_mitigation_report *r, int horizon, d
   gt_rebalance_config cfg = {.cap = 1, .transition_s = 2 * r->transition_s, .horizon = horizon, .min_gain = min_gain};
   return gt_rebalance_choose_cut(&cfg, r->pp, r->cut, r->stage_s, r->layer_flops, r->layers, c);
 }
-

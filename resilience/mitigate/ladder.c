@@ -20,7 +20,7 @@ const char *gt_ladder_rung_name(gt_ladder_rung r) {
 
 /* Sharing n parts by speed, one at 1/f: the step, relative to t. */
 static double shared(int n, double f, double min_share) {
-  double ideal = n / (n - 1 + 1 / f); /* every part done at the same moment */
+  double ideal = n / (n - 1 + 1 / f);        /* every part done at the same moment */
   double slow = (1.0 / (n - 1 + 1 / f)) / f; /* the slow part's fraction of the work */
   if (min_share > 0 && slow < min_share / n) {
     /* It keeps min_share of an even share: the others split the rest. */
@@ -49,8 +49,10 @@ gt_status gt_ladder_decide_link(const gt_ladder_link_input *in, gt_ladder_decisi
   *out = (gt_ladder_decision){.rung = GT_LADDER_NONE};
   if (!(in->step_s > 0) || in->dp < 1 || in->replicas < 1 || in->horizon < 1 || !(in->wait_s >= 0) ||
       !(in->wait_base_s >= 0))
-    return gt_errorf(GT_EINVAL, "ladder: step %g s, waits %g and %g s, dp %d, %d replica(s), horizon %d: want "
-                     "positive values", in->step_s, in->wait_s, in->wait_base_s, in->dp, in->replicas, in->horizon);
+    return gt_errorf(GT_EINVAL,
+                     "ladder: step %g s, waits %g and %g s, dp %d, %d replica(s), horizon %d: want "
+                     "positive values",
+                     in->step_s, in->wait_s, in->wait_base_s, in->dp, in->replicas, in->horizon);
   out->step_s[0] = in->step_s;
   if (in->replicas < in->dp) {
     double fast = fmax(in->step_s - fmax(in->wait_s - in->wait_base_s, 0), 1e-9);
@@ -65,8 +67,10 @@ gt_status gt_ladder_decide_link(const gt_ladder_link_input *in, gt_ladder_decisi
 gt_status gt_ladder_decide(const gt_ladder_input *in, gt_ladder_decision *out) {
   *out = (gt_ladder_decision){.rung = GT_LADDER_NONE};
   if (!(in->step_s > 0) || !(in->slowdown >= 1) || in->dp < 1 || in->pp < 1 || in->horizon < 1)
-    return gt_errorf(GT_EINVAL, "ladder: step %g s, slowdown %g, dp %d, pp %d, horizon %d: want positive values, "
-                     "slowdown >= 1", in->step_s, in->slowdown, in->dp, in->pp, in->horizon);
+    return gt_errorf(GT_EINVAL,
+                     "ladder: step %g s, slowdown %g, dp %d, pp %d, horizon %d: want positive values, "
+                     "slowdown >= 1",
+                     in->step_s, in->slowdown, in->dp, in->pp, in->horizon);
   double f = in->slowdown, t = in->step_s / f;
   out->step_s[0] = in->step_s;
   if (in->can[1] && in->dp > 1) out->step_s[1] = t * shared(in->dp, f, in->min_share);

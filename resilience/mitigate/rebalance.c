@@ -58,9 +58,9 @@ static void split(int total, int dp, int cap, const double *speed, const int *mi
 static gt_status check_config(const gt_rebalance_config *cfg) {
   if (!cfg) return gt_errorf(GT_EINVAL, "rebalance: wants a config");
   if (cfg->cap < 1 || cfg->horizon < 1 || !(cfg->transition_s >= 0) || !(cfg->min_gain >= 0 && cfg->min_gain < 1))
-    return gt_errorf(GT_EINVAL,
-                     "rebalance: cap (%d) and horizon (%d) must be >= 1, transition_s (%g) >= 0, min_gain (%g) in [0, 1)",
-                     cfg->cap, cfg->horizon, cfg->transition_s, cfg->min_gain);
+    return gt_errorf(
+        GT_EINVAL, "rebalance: cap (%d) and horizon (%d) must be >= 1, transition_s (%g) >= 0, min_gain (%g) in [0, 1)",
+        cfg->cap, cfg->horizon, cfg->transition_s, cfg->min_gain);
   return GT_OK;
 }
 
@@ -103,8 +103,8 @@ gt_status gt_rebalance_choose(const gt_rebalance_config *cfg, int dp, const doub
     if (shares[i] < 1 || shares[i] > cfg->cap)
       return gt_errorf(GT_EINVAL, "rebalance: replica %d holds %d rows, outside 1..%d", i, shares[i], cfg->cap);
     if (!(speed[i] > 0) || !isfinite(speed[i]) || micro[i] < 1)
-      return gt_errorf(GT_EINVAL, "rebalance: replica %d has speed %g rows/s and %d micro-batches; both must be > 0",
-                       i, speed[i], micro[i]);
+      return gt_errorf(GT_EINVAL, "rebalance: replica %d has speed %g rows/s and %d micro-batches; both must be > 0", i,
+                       speed[i], micro[i]);
     total += shares[i];
   }
   split(total, dp, cfg->cap, speed, micro, new_shares);

@@ -18,7 +18,6 @@
 #include "giant/engine/coord.h"
 #include "giant/engine/plan.h"
 
-
 typedef struct gt_rebalance_config {
   int cap;             /* the most rows one replica may take (the B_max its activations hold) */
   double transition_s; /* what switching costs, in seconds (>= 0) */
@@ -52,8 +51,7 @@ gt_status gt_rebalance_decide(const gt_rebalance_config *cfg, const gt_plan *pla
  * gt_rebalance_speeds measures every replica's rows per second (speed) and
  * micro-batches a step (micro), dp entries each; gt_rebalance_choose
  * decides from them alone. */
-gt_status gt_rebalance_speeds(const gt_plan *plan, const gt_step_telemetry *tel, int nsteps, double *speed,
-                              int *micro);
+gt_status gt_rebalance_speeds(const gt_plan *plan, const gt_step_telemetry *tel, int nsteps, double *speed, int *micro);
 gt_status gt_rebalance_choose(const gt_rebalance_config *cfg, int dp, const double *speed, const int *micro,
                               const int *shares, int *new_shares, gt_rebalance_decision *out);
 

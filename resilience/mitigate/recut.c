@@ -21,15 +21,18 @@ gt_status gt_rebalance_choose_cut(const gt_rebalance_config *cfg, int pp, const 
   memset(out, 0, sizeof *out);
   if (!cfg || !now || !stage_s || !layer_flops || pp < 2 || pp > GT_REBALANCE_MAX_STAGES || nlayers < pp ||
       cfg->horizon < 1 || !(cfg->transition_s >= 0) || !(cfg->min_gain >= 0 && cfg->min_gain < 1))
-    return gt_errorf(GT_EINVAL, "pipeline cut: wants 2..%d stages, as many layers at least, their FLOPs, the "
+    return gt_errorf(GT_EINVAL,
+                     "pipeline cut: wants 2..%d stages, as many layers at least, their FLOPs, the "
                      "stages' times and a config (horizon >= 1, transition_s >= 0, min_gain in [0, 1))",
                      GT_REBALANCE_MAX_STAGES);
   if (now[0] != 0 || now[pp] != nlayers)
     return gt_errorf(GT_EINVAL, "pipeline cut: the cut must start at layer 0 and end at %d", nlayers);
   for (int s = 0; s < pp; s++)
     if (now[s + 1] <= now[s] || !(stage_s[s] > 0) || !isfinite(stage_s[s]))
-      return gt_errorf(GT_EINVAL, "pipeline cut: stage %d holds layers %d..%d in %g s; each stage holds a layer "
-                       "and takes a positive time", s, now[s], now[s + 1], stage_s[s]);
+      return gt_errorf(GT_EINVAL,
+                       "pipeline cut: stage %d holds layers %d..%d in %g s; each stage holds a layer "
+                       "and takes a positive time",
+                       s, now[s], now[s + 1], stage_s[s]);
   out->pp = pp;
   out->layers = nlayers;
   memcpy(out->now, now, (size_t)(pp + 1) * sizeof *now);

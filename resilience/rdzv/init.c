@@ -24,17 +24,17 @@ typedef struct job_impl {
 static gt_status env_long(const char *name, int required, long dflt, long lo, long hi, long *out) {
   const char *v = getenv(name);
   if (!v) {
-    if (required) return gt_errorf(GT_EINVAL, "%s is not set: start workers with giantrun, or unset GT_WORLD_SIZE to run as a job of one", name);
+    if (required)
+      return gt_errorf(
+          GT_EINVAL, "%s is not set: start workers with giantrun, or unset GT_WORLD_SIZE to run as a job of one", name);
     *out = dflt;
     return GT_OK;
   }
   char *end;
   errno = 0;
   long x = strtol(v, &end, 10);
-  if (errno || end == v || *end)
-    return gt_errorf(GT_EINVAL, "%s='%s' is not an integer", name, v);
-  if (x < lo || x > hi)
-    return gt_errorf(GT_EINVAL, "%s=%ld is out of range [%ld, %ld]", name, x, lo, hi);
+  if (errno || end == v || *end) return gt_errorf(GT_EINVAL, "%s='%s' is not an integer", name, v);
+  if (x < lo || x > hi) return gt_errorf(GT_EINVAL, "%s=%ld is out of range [%ld, %ld]", name, x, lo, hi);
   *out = x;
   return GT_OK;
 }
@@ -110,8 +110,8 @@ static gt_status open_tcp_store(job_impl *j, const char *url) {
   if (*end || end == colon + 1 || port < 1 || port > 65535) goto bad;
   memcpy(host, hp, (size_t)(colon - hp));
   host[colon - hp] = 0;
-  gt_store_tcp_config cfg = {.host = host, .port = (int)port, .is_host = j->pub.rank == 0,
-                             .secret = j->pub.secret, .timeout_ms = 60000};
+  gt_store_tcp_config cfg = {
+      .host = host, .port = (int)port, .is_host = j->pub.rank == 0, .secret = j->pub.secret, .timeout_ms = 60000};
   return gt_store_tcp_open(&cfg, &j->pub.store);
 bad:
   return gt_errorf(GT_EINVAL, "GT_STORE='%s' is malformed: expected tcp://HOST:PORT", url);
@@ -125,8 +125,7 @@ static gt_status init_alone(job_impl *j) {
   unsigned char raw[32];
   if (RAND_bytes(raw, sizeof raw) != 1) return gt_errorf(GT_EBACKEND, "OpenSSL RAND_bytes failed");
   for (size_t i = 0; i < sizeof raw; i++) snprintf(p->secret + 2 * i, 3, "%02x", raw[i]);
-  gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = 0, .is_host = true, .secret = p->secret,
-                             .timeout_ms = 5000};
+  gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = 0, .is_host = true, .secret = p->secret, .timeout_ms = 5000};
   return gt_store_tcp_open(&cfg, &p->store);
 }
 
@@ -170,11 +169,13 @@ static gt_status init_env(job_impl *j) {
   fflush(stdout);
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *url = getenv(GT_ENV_STORE);
-  if (!url || !*url) return gt_errorf(GT_EINVAL, "GT_STORE is not set: start workers with giantrun (it sets etcd://...)");
+  if (!url || !*url)
+    return gt_errorf(GT_EINVAL, "GT_STORE is not set: start workers with giantrun (it sets etcd://...)");
   if (strncmp(url, "etcd://", 7) == 0) return open_etcd_store(j, url, 0);
   if (strncmp(url, "etcds://", 8) == 0) return open_etcd_store(j, url, 1);
   if (strncmp(url, "tcp://", 6) == 0) return open_tcp_store(j, url);
-  return gt_errorf(GT_EINVAL, "GT_STORE='%s' has an unknown scheme: expected etcd://HOST:PORT/PREFIX or tcp://HOST:PORT", url);
+  return gt_errorf(GT_EINVAL,
+                   "GT_STORE='%s' has an unknown scheme: expected etcd://HOST:PORT/PREFIX or tcp://HOST:PORT", url);
 }
 
 gt_status gt_init(gt_job **out) {
@@ -184,8 +185,7 @@ gt_status gt_init(gt_job **out) {
   if (!j) return gt_errorf(GT_ENOMEM, "out of memory");
   j->progress_fd = -1;
   gt_status st = getenv(GT_ENV_WORLD_SIZE) ? init_env(j) : init_alone(j);
-  if (st == GT_OK)
-    snprintf(j->pub.generation_name, sizeof j->pub.generation_name, "gen%ld", j->pub.generation);
+  if (st == GT_OK) snprintf(j->pub.generation_name, sizeof j->pub.generation_name, "gen%ld", j->pub.generation);
   if (st != GT_OK) {
     gt_job_destroy(&j->pub);
     return st;

@@ -40,12 +40,12 @@ struct gt_rdzv {
 
 /* What one transaction of reads saw under the root and generation gen. */
 typedef struct rdzv_snap {
-  long gen;              /* from `current` */
+  long gen; /* from `current` */
   int restarts;
-  char current[64];      /* its raw value, for compare-and-swap */
-  int done;              /* 1 ok, -1 failed, 0 running */
+  char current[64]; /* its raw value, for compare-and-swap */
+  int done;         /* 1 ok, -1 failed, 0 running */
   char done_val[400];
-  const char *failures;  /* `failures`: unix times of recent failures, or "" */
+  const char *failures;   /* `failures`: unix times of recent failures, or "" */
   gt_etcd_txn_result res; /* [0] current [1] done [2] closed [3] nodes [4] barrier [5] finished
                              [6] failures */
 } rdzv_snap;
@@ -60,8 +60,7 @@ const gt_etcd_kvs *rdzv_snap_finished(const rdzv_snap *s);
 int rdzv_kvs_has(const gt_etcd_kvs *kvs, const char *prefix, const char *id);
 
 /* "<root><suffix>" */
-void rdzv_key(const gt_rdzv *r, char *buf, size_t n, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+void rdzv_key(const gt_rdzv *r, char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Grants a fresh lease when the current one was lost. */
 gt_status rdzv_ensure_lease(gt_rdzv *r);
 /* Moves the job from the generation s saw to the next one, counting a

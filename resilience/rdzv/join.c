@@ -10,9 +10,7 @@
 #include "giant/engine/etcd.h"
 #include "resilience/rdzv/rdzv.h"
 
-static int cmp_str(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* Keeps the job lease (which holds the secret) alive from this agent too. */
 static gt_status keep_job_lease(gt_rdzv *r, int64_t lease) {
@@ -82,8 +80,7 @@ static gt_status close_round(gt_rdzv *r, const rdzv_snap *s) {
   if (!ids) return gt_errorf(GT_ENOMEM, "out of memory");
   size_t n = 0;
   for (size_t i = 0; i < nodes->n; i++)
-    if (strlen(nodes->kvs[i].key) > pl && gt_rdzv_valid_id(nodes->kvs[i].key + pl))
-      ids[n++] = nodes->kvs[i].key + pl;
+    if (strlen(nodes->kvs[i].key) > pl && gt_rdzv_valid_id(nodes->kvs[i].key + pl)) ids[n++] = nodes->kvs[i].key + pl;
   qsort(ids, n, sizeof *ids, cmp_str);
   if (n > (size_t)r->cfg.max_nodes) n = (size_t)r->cfg.max_nodes;
   size_t cap = n * (GT_RDZV_ID_MAX + 16) + 1;
@@ -108,7 +105,10 @@ static gt_status close_round(gt_rdzv *r, const rdzv_snap *s) {
     rdzv_key(r, kc, sizeof kc, "current");
     rdzv_key(r, kcl, sizeof kcl, "gen%ld/closed", s->gen);
     gt_etcd_cmp cmps[2] = {
-        {.key = kc, .target = GT_ETCD_CMP_VALUE, .op = GT_ETCD_EQUAL, .value = s->current,
+        {.key = kc,
+         .target = GT_ETCD_CMP_VALUE,
+         .op = GT_ETCD_EQUAL,
+         .value = s->current,
          .value_len = strlen(s->current)},
         {.key = kcl, .target = GT_ETCD_CMP_CREATE_REVISION, .op = GT_ETCD_EQUAL, .number = 0},
     };
@@ -170,8 +170,7 @@ static gt_status fill_round(gt_rdzv *r, const rdzv_snap *s, gt_rdzv_round *out) 
   size_t len = kvs.n ? kvs.kvs[0].value_len : 0;
   if (len < 16 || len >= sizeof out->secret) {
     gt_etcd_kvs_free(&kvs);
-    return gt_errorf(GT_EFORMAT, "the job secret in etcd has %zu bytes; expected 16..%zu", len,
-                     sizeof out->secret - 1);
+    return gt_errorf(GT_EFORMAT, "the job secret in etcd has %zu bytes; expected 16..%zu", len, sizeof out->secret - 1);
   }
   memcpy(out->secret, kvs.kvs[0].value, len);
   out->secret[len] = 0;
@@ -211,8 +210,8 @@ static gt_status rejoin_step(gt_rdzv *r, const rdzv_snap *s, double *busy_since,
   }
   r->gen = s->gen; /* the round whose membership changes */
   GT_TRY(gt_rdzv_members_lost(r, base, nproc));
-  gt_info("rendezvous: node %s rejoins the running gen%ld: its ranks %d..%d ask to join", r->cfg.node_id, s->gen,
-          base, base + nproc - 1);
+  gt_info("rendezvous: node %s rejoins the running gen%ld: its ranks %d..%d ask to join", r->cfg.node_id, s->gen, base,
+          base + nproc - 1);
   *out = STEP_REJOINED;
   return GT_OK;
 }
@@ -268,10 +267,11 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
     if (rdzv_cancelled(r)) return gt_errorf(GT_ECANCELED, "rendezvous cancelled");
     if (rdzv_now() > deadline) {
       if (etcd_error[0])
-        return gt_errorf(GT_ETIMEDOUT, "rendezvous of job %s did not complete in %d s; etcd failed: %s",
-                         r->cfg.job_id, r->cfg.join_timeout_ms / 1000, etcd_error);
+        return gt_errorf(GT_ETIMEDOUT, "rendezvous of job %s did not complete in %d s; etcd failed: %s", r->cfg.job_id,
+                         r->cfg.join_timeout_ms / 1000, etcd_error);
       return gt_errorf(GT_ETIMEDOUT,
-                       "rendezvous of job %s did not complete in %d s (need %d node(s)): start the other agents, or raise --rdzv-timeout",
+                       "rendezvous of job %s did not complete in %d s (need %d node(s)): start the other agents, or "
+                       "raise --rdzv-timeout",
                        r->cfg.job_id, r->cfg.join_timeout_ms / 1000, r->cfg.min_nodes);
     }
     rdzv_snap s;
@@ -310,8 +310,10 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
          * rejoins that round rather than start a new one. */
         st = rejoin_step(r, &s, &busy_since, &next);
         if (st == GT_OK && next == STEP_WAIT && busy_since > 0 && rdzv_now() - busy_since > r->cfg.ttl_s + 2.0)
-          st = gt_errorf(GT_EEXIST, "node id '%s' is held by another agent of job %s: give every agent its own "
-                         "--node-id", r->cfg.node_id, r->cfg.job_id);
+          st = gt_errorf(GT_EEXIST,
+                         "node id '%s' is held by another agent of job %s: give every agent its own "
+                         "--node-id",
+                         r->cfg.node_id, r->cfg.job_id);
         if (st == GT_OK && next == STEP_REJOINED) rejoined = registered = gen;
       } else if (registered != gen && closed->n > 0 && closed_lists(&closed->kvs[0], r->cfg.node_id)) {
         /* A round that lists this node, which this agent never joined: it
@@ -319,8 +321,8 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
          * workers and their store died with it, so the job starts a new
          * generation rather than rejoin a dead one. Not a failure. */
         char why[300];
-        snprintf(why, sizeof why, "node %s was started again; gen%ld belonged to its previous agent",
-                 r->cfg.node_id, gen);
+        snprintf(why, sizeof why, "node %s was started again; gen%ld belonged to its previous agent", r->cfg.node_id,
+                 gen);
         gt_info("rendezvous: %s", why);
         st = rdzv_advance(r, &s, 0, why);
         next = STEP_AGAIN;
@@ -341,8 +343,8 @@ gt_status gt_rdzv_join(gt_rdzv *r, gt_rdzv_round *round, gt_rdzv_event *ev) {
         }
       } else if (closed->n > 0) {
         if (!r->members) {
-          st = rdzv_parse_members((const char *)closed->kvs[0].value, closed->kvs[0].value_len,
-                                  &r->members, &r->nmembers);
+          st = rdzv_parse_members((const char *)closed->kvs[0].value, closed->kvs[0].value_len, &r->members,
+                                  &r->nmembers);
           barrier_started = rdzv_now();
         }
         int in = 0;

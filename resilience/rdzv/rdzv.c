@@ -22,8 +22,7 @@ double rdzv_now(void) {
 
 void rdzv_nap_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 int rdzv_cancelled(const gt_rdzv *r) { return r->cfg.cancel && *r->cfg.cancel; }
@@ -32,8 +31,8 @@ int gt_rdzv_valid_id(const char *s) {
   if (!s || !*s || strlen(s) > GT_RDZV_ID_MAX) return 0;
   for (const char *p = s; *p; p++) {
     char c = *p;
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-          c == '_' || c == '-'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+          c == '-'))
       return 0;
   }
   return 1;
@@ -74,16 +73,15 @@ static gt_status check_config(const gt_rdzv_config *c) {
   if (!c->endpoints || !*c->endpoints)
     return gt_errorf(GT_EINVAL, "no etcd endpoint: give --rdzv-endpoint HOST:PORT (or --standalone)");
   if (!gt_rdzv_valid_id(c->job_id))
-    return gt_errorf(GT_EINVAL, "bad job id '%s': use 1 to %d of [A-Za-z0-9._-]",
-                     c->job_id ? c->job_id : "(none)", GT_RDZV_ID_MAX);
+    return gt_errorf(GT_EINVAL, "bad job id '%s': use 1 to %d of [A-Za-z0-9._-]", c->job_id ? c->job_id : "(none)",
+                     GT_RDZV_ID_MAX);
   if (!gt_rdzv_valid_id(c->node_id))
-    return gt_errorf(GT_EINVAL, "bad node id '%s': use 1 to %d of [A-Za-z0-9._-]",
-                     c->node_id ? c->node_id : "(none)", GT_RDZV_ID_MAX);
+    return gt_errorf(GT_EINVAL, "bad node id '%s': use 1 to %d of [A-Za-z0-9._-]", c->node_id ? c->node_id : "(none)",
+                     GT_RDZV_ID_MAX);
   if (c->min_nodes < 1 || c->max_nodes < c->min_nodes || c->max_nodes > GT_RDZV_MAX_NODES)
-    return gt_errorf(GT_EINVAL, "bad node counts MIN=%d MAX=%d: need 1 <= MIN <= MAX <= %d",
-                     c->min_nodes, c->max_nodes, GT_RDZV_MAX_NODES);
-  if (c->nproc < 1 || c->nproc > 4096)
-    return gt_errorf(GT_EINVAL, "bad workers per node %d: need 1..4096", c->nproc);
+    return gt_errorf(GT_EINVAL, "bad node counts MIN=%d MAX=%d: need 1 <= MIN <= MAX <= %d", c->min_nodes, c->max_nodes,
+                     GT_RDZV_MAX_NODES);
+  if (c->nproc < 1 || c->nproc > 4096) return gt_errorf(GT_EINVAL, "bad workers per node %d: need 1..4096", c->nproc);
   if (c->max_restarts < 0) return gt_errorf(GT_EINVAL, "max restarts must be >= 0, got %d", c->max_restarts);
   if (c->restart_window_s < 0)
     return gt_errorf(GT_EINVAL, "restart window must be >= 0 seconds, got %d", c->restart_window_s);
@@ -96,8 +94,7 @@ static gt_status check_config(const gt_rdzv_config *c) {
 static gt_status grant(gt_rdzv *r) {
   gt_status st = gt_etcd_lease_grant(r->cli, r->cfg.ttl_s, &r->lease);
   if (st != GT_OK)
-    return gt_error_context(st, "cannot reach etcd at %s (check --rdzv-endpoint and the TLS files)",
-                            r->cfg.endpoints);
+    return gt_error_context(st, "cannot reach etcd at %s (check --rdzv-endpoint and the TLS files)", r->cfg.endpoints);
   st = gt_etcd_keepalive_start(r->cli, r->lease, NULL, NULL, &r->ka);
   if (st != GT_OK) {
     gt_etcd_lease_revoke(r->cli, r->lease);
@@ -142,8 +139,13 @@ gt_status gt_rdzv_open(const gt_rdzv_config *cfg, gt_rdzv **out) {
   if (r->cfg.poll_ms <= 0) r->cfg.poll_ms = 100;
   snprintf(r->root, sizeof r->root, "/giant/%s/", r->job);
   r->gen = -1;
-  gt_etcd_config ec = {.endpoints = r->endpoints, .cacert = r->cacert, .cert = r->cert, .key = r->key,
-                       .user = r->user, .password = r->password, .timeout_ms = r->cfg.call_timeout_ms};
+  gt_etcd_config ec = {.endpoints = r->endpoints,
+                       .cacert = r->cacert,
+                       .cert = r->cert,
+                       .key = r->key,
+                       .user = r->user,
+                       .password = r->password,
+                       .timeout_ms = r->cfg.call_timeout_ms};
   gt_status st = gt_etcd_connect(&ec, &r->cli);
   if (st != GT_OK) {
     free_handle(r);
@@ -188,7 +190,8 @@ const char *gt_rdzv_reason(const gt_rdzv *r) { return r ? r->reason : ""; }
 
 static gt_status parse_current(const char *v, size_t len, long *gen, int *restarts) {
   char buf[64];
-  if (len >= sizeof buf) return gt_errorf(GT_EFORMAT, "etcd key 'current' holds %zu bytes, expected '<gen> <restarts>'", len);
+  if (len >= sizeof buf)
+    return gt_errorf(GT_EFORMAT, "etcd key 'current' holds %zu bytes, expected '<gen> <restarts>'", len);
   memcpy(buf, v, len);
   buf[len] = 0;
   char *end;
@@ -202,7 +205,9 @@ static gt_status parse_current(const char *v, size_t len, long *gen, int *restar
   *restarts = (int)rs;
   return GT_OK;
 bad:
-  return gt_errorf(GT_EFORMAT, "etcd key 'current' holds '%s', expected '<gen> <restarts>': another program wrote under this job id?", buf);
+  return gt_errorf(
+      GT_EFORMAT,
+      "etcd key 'current' holds '%s', expected '<gen> <restarts>': another program wrote under this job id?", buf);
 }
 
 gt_status rdzv_snap_read(gt_rdzv *r, long gen, rdzv_snap *s) {
@@ -216,9 +221,12 @@ gt_status rdzv_snap_read(gt_rdzv *r, long gen, rdzv_snap *s) {
   rdzv_key(r, kf, sizeof kf, "gen%ld/finished/", gen);
   rdzv_key(r, kw, sizeof kw, "failures");
   gt_etcd_op ops[7] = {
-      {.type = GT_ETCD_OP_GET, .key = kc}, {.type = GT_ETCD_OP_GET, .key = kd},
-      {.type = GT_ETCD_OP_GET, .key = kcl}, {.type = GT_ETCD_OP_GET, .key = kn, .prefix = 1},
-      {.type = GT_ETCD_OP_GET, .key = kb, .prefix = 1}, {.type = GT_ETCD_OP_GET, .key = kf, .prefix = 1},
+      {.type = GT_ETCD_OP_GET, .key = kc},
+      {.type = GT_ETCD_OP_GET, .key = kd},
+      {.type = GT_ETCD_OP_GET, .key = kcl},
+      {.type = GT_ETCD_OP_GET, .key = kn, .prefix = 1},
+      {.type = GT_ETCD_OP_GET, .key = kb, .prefix = 1},
+      {.type = GT_ETCD_OP_GET, .key = kf, .prefix = 1},
       {.type = GT_ETCD_OP_GET, .key = kw},
   };
   for (;;) {
@@ -274,7 +282,9 @@ gt_status rdzv_parse_members(const char *text, size_t len, rdzv_member **out, in
   int lines = 0;
   for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
   if (lines < 1 || lines > GT_RDZV_MAX_NODES)
-    return gt_errorf(GT_EFORMAT, "a closed round's member list names %d nodes; expected 1..%d (one \"<node> <nproc>\" line each)", lines, GT_RDZV_MAX_NODES);
+    return gt_errorf(GT_EFORMAT,
+                     "a closed round's member list names %d nodes; expected 1..%d (one \"<node> <nproc>\" line each)",
+                     lines, GT_RDZV_MAX_NODES);
   rdzv_member *m = calloc((size_t)lines, sizeof *m);
   if (!m) return gt_errorf(GT_ENOMEM, "out of memory");
   size_t pos = 0;
@@ -356,15 +366,18 @@ gt_status rdzv_advance(gt_rdzv *r, const rdzv_snap *s, int counts, const char *w
     return gt_errorf(GT_ENOMEM, "out of memory");
   if (counts && counted > r->cfg.max_restarts) {
     free(fails);
-    snprintf(done, sizeof done, "failed: %s (%d failure(s)%s, more than --max-restarts %d allows)", why,
-             counted, window ? " within --restart-window" : "", r->cfg.max_restarts);
+    snprintf(done, sizeof done, "failed: %s (%d failure(s)%s, more than --max-restarts %d allows)", why, counted,
+             window ? " within --restart-window" : "", r->cfg.max_restarts);
     int ended;
     GT_TRY(rdzv_end_job(r, s, done, &ended));
     if (ended) snprintf(r->reason, sizeof r->reason, "%s", why);
     return GT_OK;
   }
-  gt_etcd_cmp cmp = {.key = kc, .target = GT_ETCD_CMP_VALUE, .op = GT_ETCD_EQUAL,
-                     .value = s->current, .value_len = strlen(s->current)};
+  gt_etcd_cmp cmp = {.key = kc,
+                     .target = GT_ETCD_CMP_VALUE,
+                     .op = GT_ETCD_EQUAL,
+                     .value = s->current,
+                     .value_len = strlen(s->current)};
   snprintf(next, sizeof next, "%ld %d", s->gen + 1, restarts);
   gt_etcd_op ops[3] = {
       {.type = GT_ETCD_OP_PUT, .key = kc, .value = next, .value_len = strlen(next)},
@@ -387,7 +400,10 @@ gt_status rdzv_end_job(gt_rdzv *r, const rdzv_snap *s, const char *done, int *en
   /* The first end wins; a failure only ends the generation it saw. */
   gt_etcd_cmp cmps[2] = {
       {.key = kd, .target = GT_ETCD_CMP_CREATE_REVISION, .op = GT_ETCD_EQUAL, .number = 0},
-      {.key = kc, .target = GT_ETCD_CMP_VALUE, .op = GT_ETCD_EQUAL, .value = s ? s->current : "",
+      {.key = kc,
+       .target = GT_ETCD_CMP_VALUE,
+       .op = GT_ETCD_EQUAL,
+       .value = s ? s->current : "",
        .value_len = s ? strlen(s->current) : 0},
   };
   gt_etcd_op put = {.type = GT_ETCD_OP_PUT, .key = kd, .value = done, .value_len = strlen(done)};
@@ -452,7 +468,7 @@ gt_status gt_rdzv_members_lost(gt_rdzv *r, int first, int count) {
   if (st == GT_OK) st = gt_members_remove_set(s, world, ranks, count, &epoch);
   free(ranks);
   gt_store_destroy(s);
-  if (st == GT_OK) gt_info("giantrun: gen%ld membership epoch %d is without ranks %d..%d", r->gen, epoch, first,
-                           first + count - 1);
+  if (st == GT_OK)
+    gt_info("giantrun: gen%ld membership epoch %d is without ranks %d..%d", r->gen, epoch, first, first + count - 1);
   return st;
 }

@@ -51,8 +51,7 @@
 #include "giant/status.h"
 #include "giant/engine/store.h"
 
-
-#define GT_RDZV_ID_MAX 100     /* longest job or node id */
+#define GT_RDZV_ID_MAX 100 /* longest job or node id */
 #define GT_RDZV_MAX_NODES 1024
 
 typedef struct gt_rdzv gt_rdzv;
@@ -64,14 +63,14 @@ typedef struct gt_rdzv_config {
   const char *job_id;              /* [A-Za-z0-9._-], at most GT_RDZV_ID_MAX */
   const char *node_id;             /* same alphabet; unique per agent */
   int min_nodes, max_nodes;
-  int nproc;                       /* workers on this node */
-  int max_restarts;                /* failures the job survives */
-  int restart_window_s;            /* ... within this many seconds; 0 = ever */
-  int ttl_s;                       /* lease TTL: silent this long = gone; 0 = 10 */
-  int settle_ms;                   /* wait for more than MIN; 0 = none, <0 = 5000 */
-  int join_timeout_ms;             /* one rendezvous at most this; 0 = 600000 */
-  int call_timeout_ms;             /* each etcd call; 0 = 5000 */
-  int poll_ms;                     /* period of the waits; 0 = 100 */
+  int nproc;            /* workers on this node */
+  int max_restarts;     /* failures the job survives */
+  int restart_window_s; /* ... within this many seconds; 0 = ever */
+  int ttl_s;            /* lease TTL: silent this long = gone; 0 = 10 */
+  int settle_ms;        /* wait for more than MIN; 0 = none, <0 = 5000 */
+  int join_timeout_ms;  /* one rendezvous at most this; 0 = 600000 */
+  int call_timeout_ms;  /* each etcd call; 0 = 5000 */
+  int poll_ms;          /* period of the waits; 0 = 100 */
   /* A member node that leaves the running round (its lease lapsed: the
    * node died or is cut off) is released instead of starting a new round:
    * its ranks leave the round's membership (giant/members.h) and the
@@ -86,12 +85,12 @@ typedef struct gt_rdzv_config {
 
 typedef struct gt_rdzv_round {
   long generation;
-  int restarts;       /* failures the job has had so far */
+  int restarts; /* failures the job has had so far */
   int nnodes, node_rank;
-  int nproc;          /* this node's workers */
-  int rank_base;      /* global rank of this node's first worker */
+  int nproc;     /* this node's workers */
+  int rank_base; /* global rank of this node's first worker */
   int world_size;
-  char secret[72];    /* hex */
+  char secret[72];                        /* hex */
   char store_prefix[GT_RDZV_ID_MAX + 48]; /* "/giant/<job>/gen<N>/store/" */
   /* cfg.reshape: this node left the running round (its agent died and a
    * new one started, or it was cut off) and takes its ranks again while

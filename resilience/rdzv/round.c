@@ -35,8 +35,10 @@ static gt_status release(gt_rdzv *r, int i) {
   for (int k = 0; k < i; k++) base += r->members[k].nproc;
   GT_TRY(gt_rdzv_members_lost(r, base, r->members[i].nproc));
   r->members[i].released = 1;
-  gt_warn("giantrun: node %s left gen%ld (its lease lapsed): ranks %d..%d leave, the others reshape without "
-          "them", r->members[i].id, r->gen, base, base + r->members[i].nproc - 1);
+  gt_warn(
+      "giantrun: node %s left gen%ld (its lease lapsed): ranks %d..%d leave, the others reshape without "
+      "them",
+      r->members[i].id, r->gen, base, base + r->members[i].nproc - 1);
   return GT_OK;
 }
 
@@ -180,8 +182,10 @@ static int changed(gt_rdzv *r) {
   while (gt_etcd_watch_next(r->watch, &ev, 0) == GT_OK) {
     const char *k = ev.kv.key ? ev.kv.key : "";
     int store = strlen(k) > rl && !strncmp(k + rl, "gen", 3) && strstr(k + rl, "/store/");
-    if (ev.type != GT_ETCD_EVENT_PUT && ev.type != GT_ETCD_EVENT_DELETE) relevant = 1;
-    else if (!store) relevant = 1;
+    if (ev.type != GT_ETCD_EVENT_PUT && ev.type != GT_ETCD_EVENT_DELETE)
+      relevant = 1;
+    else if (!store)
+      relevant = 1;
     gt_etcd_event_free(&ev);
   }
   return relevant;

@@ -109,7 +109,8 @@ static void only_public_symbols(void **state) {
     snprintf(strays_list + used, sizeof strays_list - used, " %s", name);
   }
   assert_int_equal(pclose(p), 0);
-  if (strays) fail_msg("%d of %d exported symbols are not declared in include/giant/:%s", strays, exported, strays_list);
+  if (strays)
+    fail_msg("%d of %d exported symbols are not declared in include/giant/:%s", strays, exported, strays_list);
   /* nm read the library, and it holds an API's worth of functions. */
   assert_true(exported > 100);
   assert_true(exported < 4000);

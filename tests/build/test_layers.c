@@ -127,8 +127,8 @@ static void internal_headers(void **state) {
       run_result r;
       int rc = try_include(&layers[i], internal, &r);
       if (rc == 0 || !strstr(r.output, "No such file"))
-        run_fail(&r, "layer %s reaches into layer %s's internal %s, its output above", layers[i].name,
-                 layers[j].name, internal);
+        run_fail(&r, "layer %s reaches into layer %s's internal %s, its output above", layers[i].name, layers[j].name,
+                 internal);
       probes++;
     }
   }
@@ -150,8 +150,7 @@ static void list_folder(const char *sub, const char *prefix) {
   while ((e = readdir(d)) && nheaders < MAX_HEADERS) {
     size_t len = strlen(e->d_name);
     /* giant.h and engine.h are the umbrellas over every layer, in none of them. */
-    if (len < 3 || strcmp(e->d_name + len - 2, ".h") || !strcmp(e->d_name, "giant.h") ||
-        !strcmp(e->d_name, "engine.h"))
+    if (len < 3 || strcmp(e->d_name + len - 2, ".h") || !strcmp(e->d_name, "giant.h") || !strcmp(e->d_name, "engine.h"))
       continue;
     snprintf(headers[nheaders++], sizeof headers[0], "%s%.*s", prefix, (int)(len - 2), e->d_name);
   }

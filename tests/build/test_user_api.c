@@ -50,8 +50,8 @@ static void check_compiles(const char *path, const char *dir) {
   char inc_user[1100], inc_dir[1100];
   snprintf(inc_user, sizeof inc_user, "-I%s", user_include);
   snprintf(inc_dir, sizeof inc_dir, "-I%s", dir);
-  char *argv[] = {(char *)cc, "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
-                  inc_user, inc_dir, (char *)path, NULL};
+  char *argv[] = {(char *)cc,      "-std=c11", "-D_GNU_SOURCE", "-Wall",      "-Wextra", "-Werror",
+                  "-fsyntax-only", inc_user,   inc_dir,         (char *)path, NULL};
   run_result *r = malloc(sizeof *r);
   assert_non_null(r);
   run_cmd(argv, NULL, 120, r);

@@ -43,14 +43,14 @@ static const char *tail(const chaos_job *j) {
   return n > 2500 ? j->out + n - 2500 : j->out;
 }
 
-#define REQUIRE(j, cond, ...)                                       \
-  do {                                                              \
-    if (!(cond)) {                                                  \
-      failf(r, __VA_ARGS__);                                        \
-      size_t used_ = strlen(r->why);                                \
+#define REQUIRE(j, cond, ...)                                                                   \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
+      failf(r, __VA_ARGS__);                                                                    \
+      size_t used_ = strlen(r->why);                                                            \
       snprintf(r->why + used_, sizeof r->why - used_, "\n--- job output (tail):\n%s", tail(j)); \
-      return;                                                       \
-    }                                                               \
+      return;                                                                                   \
+    }                                                                                           \
   } while (0)
 
 /* Every "PROGRAM: reshaped in X ms ... rank R of W in membership epoch E"
@@ -107,8 +107,8 @@ static void check_job(chaos_job *j, chaos_result *r, const int *want, double tol
   float ref = chaos_reference_loss(j->env, &j->cfg, why, sizeof why);
   REQUIRE(j, !isnan(ref), "%s", why);
   double rel = fabs((double)loss - ref) / fabs((double)ref);
-  REQUIRE(j, rel <= tol, "final loss %.7f, one process without faults %.7f: relative difference %.2e > %.0e", loss,
-          ref, rel, tol);
+  REQUIRE(j, rel <= tol, "final loss %.7f, one process without faults %.7f: relative difference %.2e > %.0e", loss, ref,
+          rel, tol);
   int lost = 0;
   REQUIRE(j, chaos_ledger(j, &lost, why, sizeof why) == 0, "sample ledger: %s", why);
   REQUIRE(j, lost <= max_lost, "%d step runs lost, at most %d expected", lost, max_lost);
@@ -180,8 +180,7 @@ static void case_kill_agent(chaos_env *env, chaos_result *r) {
   int code = chaos_job_wait_node(&j, NODE, GONE_S);
   /* Its workers die with it (PR_SET_PDEATHSIG): nothing of it is left. */
   int left = -1;
-  for (double end = now_s() + GONE_S; (left = chaos_node_processes(env, NODE)) != 0 && now_s() < end;)
-    usleep(50000);
+  for (double end = now_s() + GONE_S; (left = chaos_node_processes(env, NODE)) != 0 && now_s() < end;) usleep(50000);
   int after = at >= 0 ? chaos_job_wait_step(&j, at + 2, RECOVER_S) : -1;
   r->recover_ms = after >= 0 ? (now_s() - t_fault) * 1e3 : -1;
   chaos_job_wait(&j, SHORT_JOB_S);
@@ -208,7 +207,7 @@ static void case_slow_rank(chaos_env *env, chaos_result *r) {
   chaos_job_cfg c = base("slow-rank", STEPS);
   c.fault = "slow:rank=4,factor=3,from=15";
   c.model_flags = "--layers 4 --channels 64 --seq 64"; /* compute enough to time against the links */
-  c.gpt_flags = "--failslow --failslow-clock cpu"; /* the emulated nodes share this machine's cores */
+  c.gpt_flags = "--failslow --failslow-clock cpu";     /* the emulated nodes share this machine's cores */
   chaos_job j;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
   chaos_job_wait(&j, 400); /* 80 steps of a larger model, one rank x3 for a few: ~10 s, ~25 s loaded */
@@ -266,8 +265,8 @@ static void case_slow_link(chaos_env *env, chaos_result *r) {
     if (e) left_at = atoi(e + strlen(line));
   }
   double ms;
-  int n = reshaped(j.out, WORLD - CHAOS_NPROC, &ms), pairs = count_of(j.out, "fail-slow: link ") -
-                                                                count_of(j.out, "fail-slow: link of rank ");
+  int n = reshaped(j.out, WORLD - CHAOS_NPROC, &ms),
+      pairs = count_of(j.out, "fail-slow: link ") - count_of(j.out, "fail-slow: link of rank ");
   /* Compute verdicts: on the ranks behind the link (the fault taken for
    * the wrong kind), and any the ladder acted on. A rank of the four left,
    * on steps of 3 ms (it holds one row of six), was seen
@@ -294,8 +293,8 @@ static void case_slow_link(chaos_env *env, chaos_result *r) {
            "node %d's link limited to %d Mbit/s at step %d: %d of its %d ranks flagged behind a slow link at step "
            "%d (%d pair and %d compute verdicts, %d on its ranks, %d acted on); left out after step %d (%s); %d "
            "ranks reshaped without them",
-           NODE, RATE_KBIT / 1000, at, flagged, CHAOS_NPROC, step, pairs, compute, compute_node, acted, left_at,
-           ladder, n);
+           NODE, RATE_KBIT / 1000, at, flagged, CHAOS_NPROC, step, pairs, compute, compute_node, acted, left_at, ladder,
+           n);
   /* The first compute verdict's line, which the tail of the output may
    * not hold. */
   char verdict[400] = "";
@@ -362,8 +361,8 @@ static void case_partition(chaos_env *env, chaos_result *r) {
            NODE, at, cut_s, n, ms, stopped ? "stopped" : "did NOT stop",
            rejoined ? "rejoined the running gen0" : "did NOT rejoin gen0", back, restarts);
   if (alone > at + 2) {
-    failf(r, "node %d's ranks reached step %d while cut off at step %d: they trained on their own\n%s", NODE, alone,
-          at, tail(&j));
+    failf(r, "node %d's ranks reached step %d while cut off at step %d: they trained on their own\n%s", NODE, alone, at,
+          tail(&j));
   } else if (n != WORLD - CHAOS_NPROC || !stopped || !rejoined || back != WORLD || restarts != 1) {
     failf(r, "%s\n%s", r->summary, tail(&j));
   } else {
@@ -426,8 +425,10 @@ static void case_nan(chaos_env *env, chaos_result *r) {
     again++;
   double ms;
   int n = reshaped(j.out, WORLD - 1, &ms);
-  snprintf(r->summary, sizeof r->summary, "a NaN in rank 2's gradients at step %d: %d of %d ranks ran the step again "
-           "on the same samples; %d reshaped", AT, again, WORLD, n);
+  snprintf(r->summary, sizeof r->summary,
+           "a NaN in rank 2's gradients at step %d: %d of %d ranks ran the step again "
+           "on the same samples; %d reshaped",
+           AT, again, WORLD, n);
   r->recover_ms = -1;
   if (again != WORLD || n != 0) {
     failf(r, "%s\n%s", r->summary, tail(&j));
@@ -468,9 +469,10 @@ static void case_crash_loop(chaos_env *env, chaos_result *r) {
     restarts = atoi(p + strlen("giantrun: restart ")) > restarts ? atoi(p + strlen("giantrun: restart ")) : restarts;
   bool named = j.out && strstr(j.out, "the job failed") && strstr(j.out, "worker rank 1") &&
                strstr(j.out, "exited with status 1") && strstr(j.out, "more than --max-restarts 3 allows");
-  snprintf(r->summary, sizeof r->summary, "rank 1 exits 1 at every start: %d restart(s) (--max-restarts 3), agents "
-           "exited %d %d %d in %.1f s%s", restarts, j.code[0], j.code[1], j.code[2], j.t_end - j.t0,
-           named ? ", the failure named" : "");
+  snprintf(r->summary, sizeof r->summary,
+           "rank 1 exits 1 at every start: %d restart(s) (--max-restarts 3), agents "
+           "exited %d %d %d in %.1f s%s",
+           restarts, j.code[0], j.code[1], j.code[2], j.t_end - j.t0, named ? ", the failure named" : "");
   r->job_s = j.t_end - j.t0;
   bool all_failed = true;
   for (int i = 0; i < c.nodes; i++) all_failed &= j.code[i] == 1;
@@ -502,9 +504,10 @@ static void case_bad_data(chaos_env *env, chaos_result *r) {
   for (int i = 0; i < c.nodes; i++) all_failed &= j.code[i] == 1;
   bool named = j.out && strstr(j.out, "bad input data") && strstr(j.out, "truncated or replaced while in use");
   int alone = count_of(j.out, "restarted alone");
-  snprintf(r->summary, sizeof r->summary, "data truncated after step %d: agents exited %d %d %d %.1f s later%s; "
-           "%d worker(s) restarted alone", at, j.code[0], j.code[1], j.code[2], j.t_end - t_fault,
-           named ? ", the error named" : "", alone);
+  snprintf(r->summary, sizeof r->summary,
+           "data truncated after step %d: agents exited %d %d %d %.1f s later%s; "
+           "%d worker(s) restarted alone",
+           at, j.code[0], j.code[1], j.code[2], j.t_end - t_fault, named ? ", the error named" : "", alone);
   judge_failed_job(&j, r, all_failed && named && !alone);
 }
 
@@ -527,11 +530,12 @@ static void case_corrupt_ckpt(chaos_env *env, chaos_result *r) {
   REQUIRE(&j, j.code[0] == 0 && j.code[1] == 0 && j.code[2] == 0, "the first job failed");
   chaos_job_free(&j);
   /* Flip bytes in the middle of every shard of the newest (step 20). */
-  int flipped = chaos_sh("set -e; n=0; for f in %s/step-%08d/*; do case \"$f\" in *manifest*) continue;; esac; "
-                         "s=$(stat -c %%s \"$f\"); [ \"$s\" -gt 64 ] || continue; "
-                         "printf '\\377\\377\\377\\377' | dd of=\"$f\" bs=1 seek=$((s / 2)) conv=notrunc "
-                         "status=none; n=$((n+1)); done; [ $n -gt 0 ]",
-                         ckdir, FIRST);
+  int flipped = chaos_sh(
+      "set -e; n=0; for f in %s/step-%08d/*; do case \"$f\" in *manifest*) continue;; esac; "
+      "s=$(stat -c %%s \"$f\"); [ \"$s\" -gt 64 ] || continue; "
+      "printf '\\377\\377\\377\\377' | dd of=\"$f\" bs=1 seek=$((s / 2)) conv=notrunc "
+      "status=none; n=$((n+1)); done; [ $n -gt 0 ]",
+      ckdir, FIRST);
   REQUIRE(&j, flipped == 0, "found no shard to corrupt under %s/step-%08d", ckdir, FIRST);
   c.steps = STEPS;
   REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the second job");
@@ -574,11 +578,15 @@ static void case_full_disk(chaos_env *env, chaos_result *r) {
     chaos_job_wait(&j, SHORT_JOB_S);
     bool logged = j.out && strstr(j.out, "not saved") && strstr(j.out, "training goes on");
     bool whole = chaos_sh("%s verify %s/ck >/dev/null 2>&1", env->giant_ckpt, mnt) == 0;
-    snprintf(r->summary, sizeof r->summary, "checkpoints every %d steps onto a 512 KiB filesystem: %s; the newest "
-             "committed one %s", EVERY, logged ? "the saves that did not fit failed with a clear log" :
-             "NO clear log of a failed save", whole ? "verifies" : "does NOT verify");
-    if (!logged || !whole) failf(r, "%s\n%s", r->summary, tail(&j));
-    else check_job(&j, r, ALL_OK, CROSS_LAYOUT_TOL, 0);
+    snprintf(r->summary, sizeof r->summary,
+             "checkpoints every %d steps onto a 512 KiB filesystem: %s; the newest "
+             "committed one %s",
+             EVERY, logged ? "the saves that did not fit failed with a clear log" : "NO clear log of a failed save",
+             whole ? "verifies" : "does NOT verify");
+    if (!logged || !whole)
+      failf(r, "%s\n%s", r->summary, tail(&j));
+    else
+      check_job(&j, r, ALL_OK, CROSS_LAYOUT_TOL, 0);
     chaos_job_free(&j);
   } else {
     failf(r, "cannot start the job");
@@ -604,10 +612,14 @@ static void case_etcd_member(chaos_env *env, chaos_result *r) {
   double ms;
   int n = reshaped(j.out, WORLD - 1, &ms) + reshaped(j.out, WORLD - CHAOS_NPROC, &ms);
   int restarts = count_of(j.out, "giantrun: leaving gen");
-  snprintf(r->summary, sizeof r->summary, "etcd member 0 (every client's first endpoint) killed at step %d: %d "
-           "reshape(s), %d restart(s)", at, n, restarts);
-  if (at < 0 || n != 0 || restarts != 0) failf(r, "%s\n%s", r->summary, tail(&j));
-  else check_job(&j, r, ALL_OK, LONG_RUN_TOL, 0);
+  snprintf(r->summary, sizeof r->summary,
+           "etcd member 0 (every client's first endpoint) killed at step %d: %d "
+           "reshape(s), %d restart(s)",
+           at, n, restarts);
+  if (at < 0 || n != 0 || restarts != 0)
+    failf(r, "%s\n%s", r->summary, tail(&j));
+  else
+    check_job(&j, r, ALL_OK, LONG_RUN_TOL, 0);
   chaos_job_free(&j);
 }
 
@@ -631,15 +643,16 @@ static void case_etcd_quorum(chaos_env *env, chaos_result *r) {
    * none at all. */
   int during = at >= 0 ? chaos_job_wait_step(&j, at + 10, OUT_S - 2) : -1;
   while (now_s() - t_fault < OUT_S) usleep(100000);
-  bool serving = chaos_etcd_restart(&env->etcd, &env->net, 1) == 0 && chaos_etcd_restart(&env->etcd, &env->net, 2) == 0 &&
-                 chaos_etcd_serving(&env->etcd, CHAOS_ETCD_UP_S);
+  bool serving = chaos_etcd_restart(&env->etcd, &env->net, 1) == 0 &&
+                 chaos_etcd_restart(&env->etcd, &env->net, 2) == 0 && chaos_etcd_serving(&env->etcd, CHAOS_ETCD_UP_S);
   chaos_job_wait(&j, 600); /* 3000 steps and the outage: ~30 s, ~60 s loaded: 10x */
   double ms;
   int n = reshaped(j.out, WORLD - 1, &ms) + reshaped(j.out, WORLD - CHAOS_NPROC, &ms);
   int restarts = count_of(j.out, "giantrun: leaving gen"), left = count_of(j.out, "the job goes on without this node");
-  snprintf(r->summary, sizeof r->summary, "etcd quorum lost for %d s from step %d: training reached step %d while it "
-           "was away; %d reshape(s), %d restart(s), %d node(s) left; etcd %s afterwards", OUT_S, at, during, n,
-           restarts, left, serving ? "served" : "did NOT serve");
+  snprintf(r->summary, sizeof r->summary,
+           "etcd quorum lost for %d s from step %d: training reached step %d while it "
+           "was away; %d reshape(s), %d restart(s), %d node(s) left; etcd %s afterwards",
+           OUT_S, at, during, n, restarts, left, serving ? "served" : "did NOT serve");
   r->recover_ms = -1;
   if (at < 0 || during < 0 || n != 0 || restarts != 0 || left != 0 || !serving)
     failf(r, "%s\n%s", r->summary, tail(&j));
@@ -655,8 +668,8 @@ const chaos_case chaos_cases[] = {
      case_kill_agent},
     {"slow-rank", "a rank slowed x3 (GT_FAULT slow)", "detected within 10 steps; left out (S3)", CHAOS_NODES, true,
      case_slow_rank},
-    {"slow-link", "a node's link limited to 20 Mbit/s (tc tbf)",
-     "detected as a link fault of its ranks; left out (S3)", CHAOS_NODES, false, case_slow_link},
+    {"slow-link", "a node's link limited to 20 Mbit/s (tc tbf)", "detected as a link fault of its ranks; left out (S3)",
+     CHAOS_NODES, false, case_slow_link},
     {"partition", "a node's link down until the others go on without it (8 s at least), then up",
      "the others go on; it rejoins when healed", CHAOS_NODES, true, case_partition},
     {"sigstop", "SIGSTOP a worker for 30 s, then SIGCONT", "found stopped and killed; the others reshape; it rejoins",
@@ -674,8 +687,7 @@ const chaos_case chaos_cases[] = {
      case_full_disk},
     {"etcd-member", "one etcd member of three killed", "no effect on training", CHAOS_NODES, false, case_etcd_member},
     {"etcd-quorum", "etcd's quorum lost for 10 s (two members killed, then restarted)",
-     "training goes on; no node leaves; one job",
-     CHAOS_NODES, false, case_etcd_quorum},
+     "training goes on; no node leaves; one job", CHAOS_NODES, false, case_etcd_quorum},
 };
 const int chaos_ncases = (int)(sizeof chaos_cases / sizeof *chaos_cases);
 

@@ -10,12 +10,12 @@
 
 typedef struct chaos_result {
   bool passed;
-  char why[4096];     /* what failed, with the job's output */
-  char summary[512];  /* one line of what was measured */
-  double recover_ms;  /* the fault to the job's next kept step; -1: none to time */
-  int steps_lost;     /* step runs thrown away (the ledger's count) */
-  double job_s;       /* wall time of the job */
-  double kept_s;      /* of it, the steps kept (the workers' step times) */
+  char why[4096];        /* what failed, with the job's output */
+  char summary[512];     /* one line of what was measured */
+  double recover_ms;     /* the fault to the job's next kept step; -1: none to time */
+  int steps_lost;        /* step runs thrown away (the ledger's count) */
+  double job_s;          /* wall time of the job */
+  double kept_s;         /* of it, the steps kept (the workers' step times) */
   int faults, recovered; /* random mode */
 } chaos_result;
 

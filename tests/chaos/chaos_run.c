@@ -23,8 +23,9 @@
 #include "chaos/cases.h"
 
 static int usage(FILE *f, int rc) {
-  fprintf(f, "usage: chaos_run [--program gpt|custom_layer] [--case NAME]... [--quick] [--repeat N] [--list]\n"
-             "       chaos_run [--program gpt|custom_layer] --random [--seed S] [--minutes M] [--per-minute F]\n");
+  fprintf(f,
+          "usage: chaos_run [--program gpt|custom_layer] [--case NAME]... [--quick] [--repeat N] [--list]\n"
+          "       chaos_run [--program gpt|custom_layer] --random [--seed S] [--minutes M] [--per-minute F]\n");
   return rc;
 }
 
@@ -80,8 +81,8 @@ int main(int argc, char **argv) {
       quick = true;
     } else if (!strcmp(argv[i], "--list")) {
       for (int k = 0; k < chaos_ncases; k++)
-        printf("%-14s %s%s -> %s\n", chaos_cases[k].name, chaos_cases[k].quick ? "[quick] " : "",
-               chaos_cases[k].fault, chaos_cases[k].expect);
+        printf("%-14s %s%s -> %s\n", chaos_cases[k].name, chaos_cases[k].quick ? "[quick] " : "", chaos_cases[k].fault,
+               chaos_cases[k].expect);
       return 0;
     } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       return usage(stdout, 0);
@@ -93,7 +94,8 @@ int main(int argc, char **argv) {
 #ifndef GIANT_FAULTS
   /* Every case plays GT_FAULT's faults (a crash, a slowdown, a pace that
    * makes a job outlast its fault), which such a build refuses. */
-  printf("chaos: skipped: this build has no fault points (configure with -DGIANT_FAULTS=ON; tests/chaos/chaos.sh does)\n");
+  printf(
+      "chaos: skipped: this build has no fault points (configure with -DGIANT_FAULTS=ON; tests/chaos/chaos.sh does)\n");
   return 77;
 #endif
   int swept = chaos_sweep();
@@ -112,8 +114,8 @@ int main(int argc, char **argv) {
     int left = chaos_env_leftovers(&copy);
     printf("%s\n", r.summary);
     if (!r.passed) printf("why: %s\n", faults < 0 ? "the job could not start" : r.why);
-    printf("chaos_random faults=%d recovered=%d steps_lost=%d ettr=%.3f max_recover_ms=%.0f leftovers=%d\n",
-           r.faults, r.recovered, r.steps_lost, r.job_s > 0 ? r.kept_s / r.job_s : 0, r.recover_ms, left);
+    printf("chaos_random faults=%d recovered=%d steps_lost=%d ettr=%.3f max_recover_ms=%.0f leftovers=%d\n", r.faults,
+           r.recovered, r.steps_lost, r.job_s > 0 ? r.kept_s / r.job_s : 0, r.recover_ms, left);
     return r.passed && !left ? 0 : 1;
   }
   if (npick == 0)
@@ -130,8 +132,10 @@ int main(int argc, char **argv) {
         return 77;
       }
       chaos_result r = {.recover_ms = -1};
-      if (o == 0) pick[k]->run(&env, &r);
-      else snprintf(r.why, sizeof r.why, "cannot make the emulated nodes or start etcd");
+      if (o == 0)
+        pick[k]->run(&env, &r);
+      else
+        snprintf(r.why, sizeof r.why, "cannot make the emulated nodes or start etcd");
       chaos_env copy = env;
       chaos_env_close(&env);
       bool left = chaos_env_leftovers(&copy);
@@ -141,8 +145,8 @@ int main(int argc, char **argv) {
       job_s += r.job_s;
       kept_s += r.kept_s;
       if (r.recover_ms > max_recover) max_recover = r.recover_ms;
-      printf("chaos: %-12s run %d/%d: %s (%.1f s, recovered in %.0f ms, %d step run(s) lost%s)\n  %s\n",
-             pick[k]->name, rep + 1, repeat, r.passed ? "passed" : "FAILED", r.job_s, r.recover_ms, r.steps_lost,
+      printf("chaos: %-12s run %d/%d: %s (%.1f s, recovered in %.0f ms, %d step run(s) lost%s)\n  %s\n", pick[k]->name,
+             rep + 1, repeat, r.passed ? "passed" : "FAILED", r.job_s, r.recover_ms, r.steps_lost,
              left ? ", LEFT SOMETHING BEHIND" : "", r.summary);
       if (!r.passed) printf("  why: %s\n", r.why);
       fflush(stdout);

@@ -21,11 +21,16 @@ static int start_member(chaos_etcd *e, const chaos_net *net, int i, const char *
    * in ~1 ms, tens of ms on loaded cores, and the election timeout is
    * 10 heartbeats (2.5 s, 2.5x etcd's default), > 25x that. A member
    * serves only with a quorum: chaos_etcd_serving waits for the cluster. */
-  static const char *const flags[] = {"--heartbeat-interval=250", "--election-timeout=2500", "--log-level=warn",
-                                      NULL};
-  gt_etcd_local_config c = {.name = name, .data_dir = data, .log_path = log, .listen_client_urls = client,
-                            .listen_peer_urls = peer, .initial_cluster = e->initial,
-                            .initial_cluster_token = e->token, .initial_cluster_state = state, .extra_args = flags,
+  static const char *const flags[] = {"--heartbeat-interval=250", "--election-timeout=2500", "--log-level=warn", NULL};
+  gt_etcd_local_config c = {.name = name,
+                            .data_dir = data,
+                            .log_path = log,
+                            .listen_client_urls = client,
+                            .listen_peer_urls = peer,
+                            .initial_cluster = e->initial,
+                            .initial_cluster_token = e->token,
+                            .initial_cluster_state = state,
+                            .extra_args = flags,
                             .netns = net->ns[e->ns[i]]};
   gt_etcd_local srv;
   if (gt_etcd_local_start(&c, &srv) != GT_OK) {
@@ -66,8 +71,8 @@ int chaos_etcd_start(chaos_etcd *e, const chaos_net *net, int first, const char 
       return -1;
     }
   if (!chaos_etcd_serving(e, CHAOS_ETCD_UP_S)) {
-    fprintf(stderr, "chaos: the etcd cluster did not serve within %.0f s (logs in %s/etcd-m*.log)\n",
-            CHAOS_ETCD_UP_S, dir);
+    fprintf(stderr, "chaos: the etcd cluster did not serve within %.0f s (logs in %s/etcd-m*.log)\n", CHAOS_ETCD_UP_S,
+            dir);
     chaos_etcd_stop(e);
     return -1;
   }

@@ -22,10 +22,10 @@
 typedef struct chaos_etcd {
   int n;
   gt_etcd_local member[CHAOS_ETCD_MEMBERS]; /* .pid 0: not running */
-  int ns[CHAOS_ETCD_MEMBERS];     /* the member's node index in the chaos_net */
-  char dir[200];                  /* <dir>/etcd-m<i>/ data, <dir>/etcd-m<i>.log */
-  char endpoints[256];            /* "IP:2379,IP:2379,IP:2379": for clients */
-  char initial[512];              /* the --initial-cluster value */
+  int ns[CHAOS_ETCD_MEMBERS];               /* the member's node index in the chaos_net */
+  char dir[200];                            /* <dir>/etcd-m<i>/ data, <dir>/etcd-m<i>.log */
+  char endpoints[256];                      /* "IP:2379,IP:2379,IP:2379": for clients */
+  char initial[512];                        /* the --initial-cluster value */
   char token[32];
 } chaos_etcd;
 

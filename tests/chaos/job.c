@@ -108,8 +108,8 @@ static int gpt_args(const chaos_env *env, const chaos_job_cfg *c, char *steps, c
   static char batch[16];
   snprintf(batch, sizeof batch, "%d", chaos_global_batch(c));
   snprintf(steps, 16, "%d", c->steps);
-  const char *fixed[] = {"--data", env->data, "--steps", steps, "--layers", "1", "--channels", "32", "--seq", "16",
-                         "--global-batch", batch, "--print-every", "1"};
+  const char *fixed[] = {"--data", env->data, "--steps",        steps, "--layers",      "1", "--channels", "32",
+                         "--seq",  "16",      "--global-batch", batch, "--print-every", "1"};
   for (size_t k = 0; k < sizeof fixed / sizeof *fixed; k++) argv[at++] = (char *)fixed[k];
   const char *gpt_only[] = {"--corpus", env->text, "--heads", "4", "--sample", "0"};
   for (size_t k = 0; !strcmp(env->prog_name, "gpt") && k < sizeof gpt_only / sizeof *gpt_only; k++)
@@ -142,8 +142,10 @@ int chaos_job_start_node(chaos_job *j, int i) {
   snprintf(fault, sizeof fault, "GT_FAULT=%s", c->fault ? c->fault : "");
   snprintf(nnodes, sizeof nnodes, "%d", c->nodes);
   snprintf(nproc, sizeof nproc, "%d", c->nproc);
-  if (c->plan) snprintf(plan, sizeof plan, "%s", c->plan);
-  else snprintf(plan, sizeof plan, "dp=%d", c->nodes * c->nproc);
+  if (c->plan)
+    snprintf(plan, sizeof plan, "%s", c->plan);
+  else
+    snprintf(plan, sizeof plan, "dp=%d", c->nodes * c->nproc);
   snprintf(metrics, sizeof metrics, "%s", j->metrics);
   snprintf(agent_flags, sizeof agent_flags, "%s", c->agent_flags ? c->agent_flags : "");
   snprintf(gpt_flags, sizeof gpt_flags, "--metrics %s %s", metrics, c->gpt_flags ? c->gpt_flags : "");
@@ -160,10 +162,36 @@ int chaos_job_start_node(chaos_job *j, int i) {
    *   is no bound that can fail.
    * --stop-grace 3: a worker told to stop ends its step and exits in tens
    *   of ms on loaded cores: 3 s is > 30x before it is killed instead. */
-  const char *head[] = {"ip", "netns", "exec", env->net.ns[i], "env", host, "GT_COMM_TRANSPORT=tcp",
-                        "OMP_NUM_THREADS=1", fault, env->giantrun, "--nnodes", nnodes, "--nproc-per-node", nproc,
-                        "--rdzv-endpoint", endpoint, "--job-id", j->id, "--node-id", node, "--rdzv-ttl", "4",
-                        "--rdzv-settle", "1", "--stop-grace", "3", "--max-restarts", "3", "--plan", plan};
+  const char *head[] = {"ip",
+                        "netns",
+                        "exec",
+                        env->net.ns[i],
+                        "env",
+                        host,
+                        "GT_COMM_TRANSPORT=tcp",
+                        "OMP_NUM_THREADS=1",
+                        fault,
+                        env->giantrun,
+                        "--nnodes",
+                        nnodes,
+                        "--nproc-per-node",
+                        nproc,
+                        "--rdzv-endpoint",
+                        endpoint,
+                        "--job-id",
+                        j->id,
+                        "--node-id",
+                        node,
+                        "--rdzv-ttl",
+                        "4",
+                        "--rdzv-settle",
+                        "1",
+                        "--stop-grace",
+                        "3",
+                        "--max-restarts",
+                        "3",
+                        "--plan",
+                        plan};
   for (size_t k = 0; k < sizeof head / sizeof *head; k++) argv[n++] = (char *)head[k];
   if (!c->no_reshape) argv[n++] = "--reshape";
   n = split(agent_flags, argv, n, MAX_ARGS);
@@ -351,8 +379,8 @@ int chaos_ledger(const chaos_job *j, int *lost, char *why, size_t n) {
         continue; /* past what is checked (a stopped job's last steps) */
       } else if (first != (unsigned long long)s * G || rows != (unsigned long long)G) {
         rc = -1;
-        snprintf(why, n, "%s: step %d trained rows %llu..%llu, the ledger wants %d..%d", p, s, first,
-                 first + rows, s * G, (s + 1) * G);
+        snprintf(why, n, "%s: step %d trained rows %llu..%llu, the ledger wants %d..%d", p, s, first, first + rows,
+                 s * G, (s + 1) * G);
       } else {
         runs[s]++;
       }
@@ -480,8 +508,10 @@ double chaos_kept_seconds(const chaos_job *j) {
     size_t m = 0;
     for (int r = 0; r < world; r++) {
       double a = since[(size_t)r * steps + s], o = own[(size_t)r * steps + s];
-      if (!isnan(a) && !(isnan(pace) || a > 5 * pace)) v[m++] = a;
-      else if (!isnan(o)) v[m++] = o + between;
+      if (!isnan(a) && !(isnan(pace) || a > 5 * pace))
+        v[m++] = a;
+      else if (!isnan(o))
+        v[m++] = o + between;
     }
     if (m) kept += median_of(v, m);
   }

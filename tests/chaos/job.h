@@ -18,9 +18,9 @@
 #include "chaos/netns.h"
 
 typedef struct chaos_env {
-  chaos_net net;           /* the job's nodes, then the etcd members' namespaces */
+  chaos_net net; /* the job's nodes, then the etcd members' namespaces */
   int nodes;
-  chaos_etcd etcd;         /* three members, on the same bridge */
+  chaos_etcd etcd; /* three members, on the same bridge */
   /* The program trained: examples/gpt, or the one $GT_CHAOS_PROGRAM names
    * (custom_layer); both train through Giant's run API. */
   char prog[512], prog_name[32], giantrun[512], giant_ckpt[512];
@@ -40,8 +40,8 @@ bool chaos_env_leftovers(const chaos_env *env);
 #define CHAOS_GLOBAL_BATCH 12 /* unless chaos_job_cfg.global_batch says */
 
 typedef struct chaos_job_cfg {
-  const char *name;        /* the job id's stem: [A-Za-z0-9-] */
-  int nodes, nproc;        /* agents, and workers on each */
+  const char *name; /* the job id's stem: [A-Za-z0-9-] */
+  int nodes, nproc; /* agents, and workers on each */
   int steps;
   const char *plan;        /* the launch layout, e.g. "dp=3,tp=2"; NULL: dp over every worker */
   const char *fault;       /* GT_FAULT for every worker, or NULL */
@@ -51,22 +51,22 @@ typedef struct chaos_job_cfg {
   /* giantrun runs `sh -c WRAP sh PROG ARGS...` instead of the program itself: a
    * shell wrapper that decides per rank ($GT_RANK) what to run. */
   const char *wrap;
-  bool no_reshape;         /* without giantrun --reshape */
-  int global_batch;        /* 0: CHAOS_GLOBAL_BATCH */
+  bool no_reshape;  /* without giantrun --reshape */
+  int global_batch; /* 0: CHAOS_GLOBAL_BATCH */
 } chaos_job_cfg;
 
 typedef struct chaos_job {
   chaos_env *env;
   chaos_job_cfg cfg;
   char id[64];
-  char metrics[160];      /* the workers' metrics files: <dir>/<id>-m%r.jsonl */
+  char metrics[160]; /* the workers' metrics files: <dir>/<id>-m%r.jsonl */
   char log[CHAOS_MAX_NODES][160];
   pid_t agent[CHAOS_MAX_NODES];
   int code[CHAOS_MAX_NODES]; /* exit status, 128+N for signal N, -1 not ended (killed at the bound) */
-  int ledger_from;        /* the ledger checks steps from this one (a job that resumed a checkpoint) */
-  int ledger_to;          /* ... up to this one, excluded (0: cfg.steps; a job stopped before its end) */
-  double t0, t_end;       /* start, and the last agent's end (chaos_job_wait) */
-  char *out;              /* every agent's output, after chaos_job_wait */
+  int ledger_from;           /* the ledger checks steps from this one (a job that resumed a checkpoint) */
+  int ledger_to;             /* ... up to this one, excluded (0: cfg.steps; a job stopped before its end) */
+  double t0, t_end;          /* start, and the last agent's end (chaos_job_wait) */
+  char *out;                 /* every agent's output, after chaos_job_wait */
 } chaos_job;
 
 int chaos_global_batch(const chaos_job_cfg *c);

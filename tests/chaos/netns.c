@@ -37,8 +37,8 @@ int chaos_net_create(chaos_net *net, int n) {
   snprintf(net->bridge, sizeof net->bridge, "gb%d", id);
   int a = 100 + pid % 100, b = (pid / 100) % 250;
   snprintf(net->host_ip, sizeof net->host_ip, "10.%d.%d.1", a, b);
-  if (chaos_sh("ip link add %s type bridge && ip addr add %s/24 dev %s && ip link set %s up", net->bridge,
-               net->host_ip, net->bridge, net->bridge) != 0) {
+  if (chaos_sh("ip link add %s type bridge && ip addr add %s/24 dev %s && ip link set %s up", net->bridge, net->host_ip,
+               net->bridge, net->bridge) != 0) {
     fprintf(stderr, "chaos: cannot make bridge %s\n", net->bridge);
     chaos_net_destroy(net);
     return -1;
@@ -74,16 +74,19 @@ int chaos_net_create(chaos_net *net, int n) {
 
 int chaos_net_limit(chaos_net *net, int i, int rate_kbit) {
   if (rate_kbit <= 0)
-    return chaos_sh("tc qdisc del dev %s root 2>/dev/null; ip netns exec %s tc qdisc del dev eth0 root 2>/dev/null; "
-                    "true", net->veth[i], net->ns[i]);
+    return chaos_sh(
+        "tc qdisc del dev %s root 2>/dev/null; ip netns exec %s tc qdisc del dev eth0 root 2>/dev/null; "
+        "true",
+        net->veth[i], net->ns[i]);
   /* The bucket holds 10 ms of the rate (tbf wants at least a timer tick's
    * worth): a burst much larger would let a probe's payload through at
    * the line's speed. */
   long burst = (long)rate_kbit * 1000 / 8 / 100;
   if (burst < 4096) burst = 4096;
-  return chaos_sh("tc qdisc replace dev %s root tbf rate %dkbit burst %ld latency 200ms && ip netns exec %s tc "
-                  "qdisc replace dev eth0 root tbf rate %dkbit burst %ld latency 200ms",
-                  net->veth[i], rate_kbit, burst, net->ns[i], rate_kbit, burst);
+  return chaos_sh(
+      "tc qdisc replace dev %s root tbf rate %dkbit burst %ld latency 200ms && ip netns exec %s tc "
+      "qdisc replace dev eth0 root tbf rate %dkbit burst %ld latency 200ms",
+      net->veth[i], rate_kbit, burst, net->ns[i], rate_kbit, burst);
 }
 
 void chaos_net_destroy(chaos_net *net) {

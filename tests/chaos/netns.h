@@ -12,12 +12,12 @@
 
 typedef struct chaos_net {
   int n;
-  char tag[16];                    /* from the pid: in every name below */
-  char bridge[16];                 /* in the root namespace, addressed host_ip */
-  char host_ip[32];                /* 10.A.B.1: the root namespace on the bridge (etcd listens here) */
-  char ns[CHAOS_MAX_NODES][32];    /* node i's namespace */
-  char ip[CHAOS_MAX_NODES][32];    /* node i's address: 10.A.B.(11 + i) */
-  char veth[CHAOS_MAX_NODES][16];  /* node i's link's end on the bridge (a partition sets it down) */
+  char tag[16];                   /* from the pid: in every name below */
+  char bridge[16];                /* in the root namespace, addressed host_ip */
+  char host_ip[32];               /* 10.A.B.1: the root namespace on the bridge (etcd listens here) */
+  char ns[CHAOS_MAX_NODES][32];   /* node i's namespace */
+  char ip[CHAOS_MAX_NODES][32];   /* node i's address: 10.A.B.(11 + i) */
+  char veth[CHAOS_MAX_NODES][16]; /* node i's link's end on the bridge (a partition sets it down) */
 } chaos_net;
 
 /* Why the suite cannot run here ("" when it can): not root, no `ip`. */

@@ -53,45 +53,46 @@ static double play(chaos_job *j, chaos_env *env, fault_kind k, unsigned *seed, c
   int world = j->cfg.nodes * j->cfg.nproc, step = job_step(j);
   double t0 = now_s(), rec = -1;
   switch (k) {
-  case F_KILL_WORKER:
-  case F_STOP_WORKER: {
-    pid_t pid = -1;
-    int rank = -1;
-    for (int tries = 0; tries < 4 * world && pid <= 0; tries++) pid = chaos_worker_pid(j, rank = rand_r(seed) % world);
-    if (pid <= 0) {
-      snprintf(what, n, "no worker to %s", fault_names[k]);
-      return -1;
+    case F_KILL_WORKER:
+    case F_STOP_WORKER: {
+      pid_t pid = -1;
+      int rank = -1;
+      for (int tries = 0; tries < 4 * world && pid <= 0; tries++)
+        pid = chaos_worker_pid(j, rank = rand_r(seed) % world);
+      if (pid <= 0) {
+        snprintf(what, n, "no worker to %s", fault_names[k]);
+        return -1;
+      }
+      kill(pid, k == F_KILL_WORKER ? SIGKILL : SIGSTOP);
+      snprintf(what, n, "%s rank %d (pid %d) at step %d", k == F_KILL_WORKER ? "SIGKILL" : "SIGSTOP for 30 s", rank,
+               (int)pid, step);
+      rec = wait_progress(j, step, t0);
+      if (k == F_STOP_WORKER) {
+        while (now_s() - t0 < 30) usleep(100000);
+        kill(pid, SIGCONT);
+      }
+      break;
     }
-    kill(pid, k == F_KILL_WORKER ? SIGKILL : SIGSTOP);
-    snprintf(what, n, "%s rank %d (pid %d) at step %d", k == F_KILL_WORKER ? "SIGKILL" : "SIGSTOP for 30 s", rank,
-             (int)pid, step);
-    rec = wait_progress(j, step, t0);
-    if (k == F_STOP_WORKER) {
-      while (now_s() - t0 < 30) usleep(100000);
-      kill(pid, SIGCONT);
+    case F_KILL_AGENT: {
+      int node = 1 + rand_r(seed) % (j->cfg.nodes - 1); /* not node 0, whose output the report reads last */
+      kill(j->agent[node], SIGKILL);
+      chaos_job_wait_node(j, node, 10);
+      snprintf(what, n, "SIGKILL node %d's agent at step %d; a new agent on it 10 s later", node, step);
+      rec = wait_progress(j, step, t0);
+      while (now_s() - t0 < 10) usleep(100000);
+      chaos_job_start_node(j, node); /* the node is replaced: it rejoins */
+      break;
     }
-    break;
-  }
-  case F_KILL_AGENT: {
-    int node = 1 + rand_r(seed) % (j->cfg.nodes - 1); /* not node 0, whose output the report reads last */
-    kill(j->agent[node], SIGKILL);
-    chaos_job_wait_node(j, node, 10);
-    snprintf(what, n, "SIGKILL node %d's agent at step %d; a new agent on it 10 s later", node, step);
-    rec = wait_progress(j, step, t0);
-    while (now_s() - t0 < 10) usleep(100000);
-    chaos_job_start_node(j, node); /* the node is replaced: it rejoins */
-    break;
-  }
-  case F_PARTITION: {
-    int node = 1 + rand_r(seed) % (j->cfg.nodes - 1);
-    chaos_sh("ip link set %s down", env->net.veth[node]);
-    snprintf(what, n, "node %d cut off for 20 s at step %d", node, step);
-    rec = wait_progress(j, step, t0);
-    while (now_s() - t0 < 20) usleep(100000);
-    chaos_sh("ip link set %s up", env->net.veth[node]);
-    break;
-  }
-  default: break;
+    case F_PARTITION: {
+      int node = 1 + rand_r(seed) % (j->cfg.nodes - 1);
+      chaos_sh("ip link set %s down", env->net.veth[node]);
+      snprintf(what, n, "node %d cut off for 20 s at step %d", node, step);
+      rec = wait_progress(j, step, t0);
+      while (now_s() - t0 < 20) usleep(100000);
+      chaos_sh("ip link set %s up", env->net.veth[node]);
+      break;
+    }
+    default: break;
   }
   return rec;
 }
@@ -101,8 +102,13 @@ int chaos_random(chaos_env *env, unsigned seed, double minutes, double per_minut
   /* No line a step: through the agents' pipes it would be a cost of the
    * test, not of training. */
   snprintf(flags, sizeof flags, "--ckpt-dir %s/random-ckpt --ckpt-every 50 --print-every 0", env->dir);
-  chaos_job_cfg c = {.name = "random", .nodes = RANDOM_NODES, .nproc = RANDOM_NPROC, .steps = 100000000,
-                     .gpt_flags = flags, .global_batch = 16, .agent_flags = "--hang-timeout 10 --max-restarts 100"};
+  chaos_job_cfg c = {.name = "random",
+                     .nodes = RANDOM_NODES,
+                     .nproc = RANDOM_NPROC,
+                     .steps = 100000000,
+                     .gpt_flags = flags,
+                     .global_batch = 16,
+                     .agent_flags = "--hang-timeout 10 --max-restarts 100"};
   chaos_job j;
   *r = (chaos_result){.recover_ms = -1};
   if (chaos_job_start(&j, env, &c) != 0) {
@@ -138,7 +144,7 @@ int chaos_random(chaos_env *env, unsigned seed, double minutes, double per_minut
   double wall = now_s() - j.t0;
   for (int i = 0; i < c.nodes; i++)
     if (j.code[i] == -2) kill(j.agent[i], SIGTERM);
-  chaos_job_wait(&j, 60); /* the agents stop their workers (--stop-grace 3 s at most) and end: 60 s is > 10x */
+  chaos_job_wait(&j, 60);     /* the agents stop their workers (--stop-grace 3 s at most) and end: 60 s is > 10x */
   j.ledger_to = last + 1 - 2; /* the last steps may have been cut short by the stop */
   char why[1024];
   int lost = 0;
@@ -156,8 +162,9 @@ int chaos_random(chaos_env *env, unsigned seed, double minutes, double per_minut
            "process(es) left",
            faults, recovered, j.ledger_to, wall, lost, r->kept_s / wall, ledger ? "whole" : "BROKEN", procs);
   r->passed = recovered == faults && ledger && procs == 0;
-  if (!r->passed) snprintf(r->why, sizeof r->why, "%s\n%s\n--- job output (tail):\n%s", r->summary, ledger ? "" : why,
-                           j.out && strlen(j.out) > 3000 ? j.out + strlen(j.out) - 3000 : (j.out ? j.out : ""));
+  if (!r->passed)
+    snprintf(r->why, sizeof r->why, "%s\n%s\n--- job output (tail):\n%s", r->summary, ledger ? "" : why,
+             j.out && strlen(j.out) > 3000 ? j.out + strlen(j.out) - 3000 : (j.out ? j.out : ""));
   chaos_job_free(&j);
   return faults;
 }

@@ -88,8 +88,11 @@ static void build(const cr_cfg *cfg, gt_backend *be, gt_dist *dist, const gt_pla
   if (stage_speed) CHECK_OK(gt_plan_cut_stages(plan, *m, rows, CR_T, stage_speed));
   CHECK_OK(gt_model_build(*m));
   if (dist) CHECK_OK(gt_plan_check_model(plan, *m));
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = CR_ACCUM,
-                          .dist = dist, .schedule = {3e-3f, 3e-4f, 3, CR_STEPS}};
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
+                          .grad_clip = 1.0f,
+                          .grad_accum = CR_ACCUM,
+                          .dist = dist,
+                          .schedule = {3e-3f, 3e-4f, 3, CR_STEPS}};
   CHECK_OK(gt_trainer_create(*m, &tc, tr));
 }
 
@@ -137,8 +140,12 @@ static void live_free(cr_live *l) {
 
 static gt_loader *open_data(const cr_cfg *cfg, const gt_plan *plan, int rows) {
   gt_loader *data;
-  gt_loader_config lc = {.path = cfg->data, .B = cfg->share0 ? CR_ROWS : rows, .T_max = CR_T, .shard = plan->me.dp,
-                         .nshards = plan->layout.dp, .seed = 7};
+  gt_loader_config lc = {.path = cfg->data,
+                         .B = cfg->share0 ? CR_ROWS : rows,
+                         .T_max = CR_T,
+                         .shard = plan->me.dp,
+                         .nshards = plan->layout.dp,
+                         .seed = 7};
   CHECK_OK(gt_loader_open(&lc, CR_V, &data));
   return data;
 }
@@ -154,9 +161,11 @@ static bool live_change(const cr_cfg *cfg, gt_backend *be, gt_store *store, int 
   CHECK(gt_loader_next_row(l->data) == row);
   cr_live n = {0};
   int rank2 = rank - (lost >= 0 && rank > lost), world2 = world - (lost >= 0);
-  train_rank_dist_on(store, &(gt_plan_config){.world = world2, .rank = rank2, .layout = cfg->live_layout,
-                                              .schedule = GT_PP_1F1B, .zero1 = cfg->live_zero1},
-                     "live1", &n.plan, &n.dist);
+  train_rank_dist_on(
+      store,
+      &(gt_plan_config){
+          .world = world2, .rank = rank2, .layout = cfg->live_layout, .schedule = GT_PP_1F1B, .zero1 = cfg->live_zero1},
+      "live1", &n.plan, &n.dist);
   n.rows = CR_ROWS / n.plan.layout.dp;
   build(cfg, be, n.dist, &n.plan, n.rows, NULL, &n.m, &n.tr);
   if (rank == empty) { /* a restarted rank: nothing of its own */
@@ -195,9 +204,10 @@ int cr_rank(int rank, int world, void *arg) {
   gt_store *store;
   gt_dist *dist;
   gt_plan plan;
-  train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = cfg->layout, .schedule = GT_PP_1F1B,
-                                    .zero1 = cfg->zero1},
-                  "gen0", &store, &plan, &dist);
+  train_rank_dist(
+      &(gt_plan_config){
+          .world = world, .rank = rank, .layout = cfg->layout, .schedule = GT_PP_1F1B, .zero1 = cfg->zero1},
+      "gen0", &store, &plan, &dist);
   int rows = CR_ROWS / plan.layout.dp;
   gt_model *m;
   gt_trainer *tr;
@@ -207,7 +217,11 @@ int cr_rank(int rank, int world, void *arg) {
   gt_ckpt *ck;
   /* The ranks' reports of a save reach rank 0 within a small step of each
    * other (milliseconds): 60 s. */
-  gt_ckpt_config kc = {.dir = cfg->dir, .store = store, .timeout_ms = 60000, .keep = cfg->keep, .busy = cfg->busy,
+  gt_ckpt_config kc = {.dir = cfg->dir,
+                       .store = store,
+                       .timeout_ms = 60000,
+                       .keep = cfg->keep,
+                       .busy = cfg->busy,
                        .chunk_bytes = cfg->chunk_bytes};
   CHECK_OK(gt_ckpt_create(&kc, tr, data, &ck));
   int s0 = cfg->s0;
@@ -218,9 +232,12 @@ int cr_rank(int rank, int world, void *arg) {
       *cfg->load_status = ls;
       snprintf(cfg->load_error, 1024, "%s", ls == GT_OK ? "" : gt_last_error());
     }
-    if (cfg->load_status && ls != GT_OK) s0 = cfg->s1; /* stop here */
-    else if (cfg->load_if_any && ls == GT_ENOTFOUND) s0 = 0;
-    else CHECK_OK(ls);
+    if (cfg->load_status && ls != GT_OK)
+      s0 = cfg->s1; /* stop here */
+    else if (cfg->load_if_any && ls == GT_ENOTFOUND)
+      s0 = 0;
+    else
+      CHECK_OK(ls);
     if (ls == GT_OK && s0 > 0) CHECK(info.step == s0 && gt_trainer_step_index(tr) == s0);
     if (ls == GT_OK && s0 < 0) s0 = info.step;
     if (ls == GT_OK) capture(tr, &plan, &cfg->loaded);
@@ -251,11 +268,15 @@ int cr_rank(int rank, int world, void *arg) {
     if (cfg->share0 && s == cfg->share_at) {
       int B = plan.me.dp ? CR_ROWS - cfg->share0 : cfg->share0, off = plan.me.dp ? cfg->share0 : 0;
       /* The trainer reshares the loader it steps; a recording step takes its batches itself. */
-      if (cfg->rows) CHECK_OK(gt_loader_reshare(data, B, off, CR_ROWS));
-      else CHECK_OK(gt_trainer_set_rows(tr, B, off, CR_ROWS));
+      if (cfg->rows)
+        CHECK_OK(gt_loader_reshare(data, B, off, CR_ROWS));
+      else
+        CHECK_OK(gt_trainer_set_rows(tr, B, off, CR_ROWS));
     }
-    if (cfg->rows) CHECK_OK(step_recording(tr, data, cfg, s, &plan, &st));
-    else CHECK_OK(gt_trainer_step(tr, data, &st));
+    if (cfg->rows)
+      CHECK_OK(step_recording(tr, data, cfg, s, &plan, &st));
+    else
+      CHECK_OK(gt_trainer_step(tr, data, &st));
     if (mirror) CHECK_OK(gt_ckpt_mirror_update(mirror));
     /* The step's telemetry counts its tensor-parallel collectives apart:
      * some time in them with tp > 1, none without, never more than the step. */
@@ -289,8 +310,10 @@ int cr_rank(int rank, int world, void *arg) {
   }
   if (cfg->after_steps) cfg->after_steps(cfg->dir);
   gt_status ws = gt_ckpt_wait(ck);
-  if (cfg->save_status) *cfg->save_status = ws;
-  else CHECK_OK(ws);
+  if (cfg->save_status)
+    *cfg->save_status = ws;
+  else
+    CHECK_OK(ws);
   if (cfg->skipped) {
     gt_ckpt_stats stats;
     gt_ckpt_get_stats(ck, &stats);
@@ -313,8 +336,9 @@ void cr_run(int world, cr_cfg *cfg) {
   /* A run takes 0.1-1 s on busy cores (a few small steps and saves on up to
    * eight ranks): 240 s is > 200x. */
   int bad = harness_run(world, cr_rank, cfg, 240, codes);
-  if (bad) fail_msg("%s%s: %d rank(s) failed (rank 0's code %d)", cfg->layout ? cfg->layout : "one process",
-                    cfg->zero1 ? " + ZeRO-1" : "", bad, codes[0]);
+  if (bad)
+    fail_msg("%s%s: %d rank(s) failed (rank 0's code %d)", cfg->layout ? cfg->layout : "one process",
+             cfg->zero1 ? " + ZeRO-1" : "", bad, codes[0]);
 }
 
 void cr_free_data(char *data) {

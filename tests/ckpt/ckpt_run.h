@@ -22,26 +22,26 @@ typedef struct cr_state {
 typedef struct cr_cfg {
   const char *layout; /* NULL: one process */
   bool zero1;
-  const char *data;   /* token file */
-  const char *dir;    /* checkpoint root */
-  int s0, s1;         /* run steps [s0, s1); s0 > 0 loads the newest checkpoint first, which must be at s0 */
-  int save_at;        /* save once this many steps are done (0: never); right after the load if it is at that step */
+  const char *data; /* token file */
+  const char *dir;  /* checkpoint root */
+  int s0, s1;       /* run steps [s0, s1); s0 > 0 loads the newest checkpoint first, which must be at s0 */
+  int save_at;      /* save once this many steps are done (0: never); right after the load if it is at that step */
   cr_state saved, loaded, final; /* filled when their p is set */
-  int C;              /* model width (0: CR_C) */
-  int save_every;     /* also save whenever the steps done are a multiple of this (0: never) */
-  int keep;           /* checkpoints kept */
+  int C;                         /* model width (0: CR_C) */
+  int save_every;                /* also save whenever the steps done are a multiple of this (0: never) */
+  int keep;                      /* checkpoints kept */
   gt_ckpt_busy busy;
-  int kill_at;        /* every rank SIGKILLs itself when this many steps are done (0: never) */
-  bool load_if_any;   /* s0 < 0: load the newest checkpoint if there is one, and go on from its step */
+  int kill_at;           /* every rank SIGKILLs itself when this many steps are done (0: never) */
+  bool load_if_any;      /* s0 < 0: load the newest checkpoint if there is one, and go on from its step */
   const char *load_path; /* load this step directory instead of the newest */
   /* When set (shared memory): the load's status and message go here, and
    * the run stops after the load instead of failing the rank. */
   int *load_status;
   char *load_error;
-  int *loaded_step;   /* shared: the step of the checkpoint loaded */
-  int *save_status;   /* shared: how the last save ended, instead of failing the rank */
-  int *skipped;       /* shared, one per rank: the saves each rank skipped (NULL: not recorded) */
-  int wait_at;        /* each rank waits for its own writer before the save decision at this step (0: never) */
+  int *loaded_step; /* shared: the step of the checkpoint loaded */
+  int *save_status; /* shared: how the last save ended, instead of failing the rank */
+  int *skipped;     /* shared, one per rank: the saves each rank skipped (NULL: not recorded) */
+  int wait_at;      /* each rank waits for its own writer before the save decision at this step (0: never) */
   /* Called in the rank before each step's save decision, and after the
    * last step before waiting for the save in flight (NULL: none). */
   void (*before_save)(const char *dir, int steps_done);
@@ -54,13 +54,13 @@ typedef struct cr_cfg {
    * of the CR_ROWS rows of every micro-batch and replica 1 the rest; the
    * model holds CR_ROWS rows so that any share fits. */
   int share_at, share0;
-  uint64_t chunk_bytes;           /* gt_ckpt_config.chunk_bytes (0: the default) */
+  uint64_t chunk_bytes; /* gt_ckpt_config.chunk_bytes (0: the default) */
   /* Before step recut_at (> 0), the pipeline is cut again for these stage
    * speeds and training goes on in a new model and trainer that the state
    * moved into (gt_trainer_move_state). */
   int recut_at;
   const double *recut_speed;
-  int *moved; /* shared: the layers that changed stage */
+  int *moved;                     /* shared: the layers that changed stage */
   int offload_window;             /* gt_model_config.offload_window of every model built (0: not offloaded) */
   unsigned long long *bytes_read; /* shared, one per rank: the shard bytes the load read (NULL: not recorded) */
   /* When live_at steps are done (> 0), the layout changes in-process: the
@@ -72,9 +72,9 @@ typedef struct cr_cfg {
   int live_at, live_lost, live_empty;
   const char *live_layout, *live_fallback;
   bool live_zero1;
-  bool live_mirror;   /* keep copies of single-owner state on a peer, updated every step (gt_ckpt_mirror) */
-  int *live_status;   /* shared: rank 0's status of the move; the run stops after it when not GT_OK */
-  char *live_error;   /* shared, 1024 bytes: its message */
+  bool live_mirror;               /* keep copies of single-owner state on a peer, updated every step (gt_ckpt_mirror) */
+  int *live_status;               /* shared: rank 0's status of the move; the run stops after it when not GT_OK */
+  char *live_error;               /* shared, 1024 bytes: its message */
   gt_ckpt_peer_stats *live_stats; /* shared, one per old rank (NULL: not recorded) */
 } cr_cfg;
 

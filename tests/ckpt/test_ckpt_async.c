@@ -49,8 +49,7 @@ static void fifo_path(const char *dir, char *out, size_t cap) {
 static void *drain(void *arg) {
   int fd = open(arg, O_RDONLY);
   char buf[65536];
-  while (fd >= 0 && read(fd, buf, sizeof buf) > 0) {
-  }
+  while (fd >= 0 && read(fd, buf, sizeof buf) > 0) {}
   if (fd >= 0) close(fd);
   free(arg);
   return NULL;
@@ -90,8 +89,14 @@ static void policy_case(gt_ckpt_busy busy, const int *want, int nwant) {
   held = busy == GT_CKPT_BUSY_SKIP ? 1 : 2;
   int *save_status = harness_shared(sizeof(int));
   cr_state final = cr_state_new(NULL), loaded = cr_state_new(NULL);
-  cr_cfg cfg = {.data = data, .dir = dir, .s1 = 6, .save_every = 1, .busy = busy, .save_status = save_status,
-                .final = final, .before_save = busy == GT_CKPT_BUSY_SKIP ? hold : wait_policy_hook,
+  cr_cfg cfg = {.data = data,
+                .dir = dir,
+                .s1 = 6,
+                .save_every = 1,
+                .busy = busy,
+                .save_status = save_status,
+                .final = final,
+                .before_save = busy == GT_CKPT_BUSY_SKIP ? hold : wait_policy_hook,
                 .after_steps = busy == GT_CKPT_BUSY_SKIP ? skip_policy_after : NULL};
   cr_run(1, &cfg);
   int steps[8], n;
@@ -137,15 +142,25 @@ static void test_skip_agreed(void **state) {
   held = 1;
   drain_claimed = harness_shared(sizeof(int));
   int *skipped = harness_shared(2 * sizeof(int)), *save_status = harness_shared(sizeof(int));
-  cr_cfg cfg = {.layout = "dp=2", .data = data, .dir = dir, .s1 = 8, .save_every = 1, .busy = GT_CKPT_BUSY_SKIP,
-                .save_status = save_status, .skipped = skipped, .before_save = hold_rank0, .wait_at = 5};
+  cr_cfg cfg = {.layout = "dp=2",
+                .data = data,
+                .dir = dir,
+                .s1 = 8,
+                .save_every = 1,
+                .busy = GT_CKPT_BUSY_SKIP,
+                .save_status = save_status,
+                .skipped = skipped,
+                .before_save = hold_rank0,
+                .wait_at = 5};
   double t0 = mono_seconds();
   cr_run(2, &cfg);
   double took = mono_seconds() - t0;
   int steps[8], n;
   assert_int_equal(gt_ckpt_list(dir, steps, 8, &n), GT_OK);
-  print_message("rank 0's writer held over steps 1..4: rank 0 skipped %d saves, rank 1 %d; %d committed, the newest "
-                "at step %d; %.1f s\n", skipped[0], skipped[1], n, n ? steps[0] : -1, took);
+  print_message(
+      "rank 0's writer held over steps 1..4: rank 0 skipped %d saves, rank 1 %d; %d committed, the newest "
+      "at step %d; %.1f s\n",
+      skipped[0], skipped[1], n, n ? steps[0] : -1, took);
   /* Steps 2, 3 and 4, and some of 6 to 8 when step 5's is slow; both ranks alike. */
   assert_int_equal(skipped[0], skipped[1]);
   assert_true(skipped[0] >= 3 && skipped[0] <= 6);

@@ -65,8 +65,14 @@ static char *make_source(const char *name) {
 static report *try_load(const char *dir, const char *path, int C) {
   report *r = new_report();
   r->loaded_step = -1;
-  cr_cfg cfg = {.data = data, .dir = dir, .s0 = -1, .load_path = path, .C = C, .load_status = &r->load_status,
-                .load_error = r->error, .loaded_step = &r->loaded_step};
+  cr_cfg cfg = {.data = data,
+                .dir = dir,
+                .s0 = -1,
+                .load_path = path,
+                .C = C,
+                .load_status = &r->load_status,
+                .load_error = r->error,
+                .loaded_step = &r->loaded_step};
   cr_run(1, &cfg);
   print_message("load %s: %s: %s\n", path ? path : dir, gt_status_name(r->load_status), r->error);
   return r;
@@ -252,10 +258,10 @@ static void test_kill_during_save(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_truncated_shard),      cmocka_unit_test(test_flipped_bit),
-      cmocka_unit_test(test_missing_manifest),     cmocka_unit_test(test_manifest_of_another_model),
-      cmocka_unit_test(test_unknown_version),      cmocka_unit_test(test_unwritable_directory),
-      cmocka_unit_test(test_full_disk),            cmocka_unit_test(test_kill_during_save),
+      cmocka_unit_test(test_truncated_shard),  cmocka_unit_test(test_flipped_bit),
+      cmocka_unit_test(test_missing_manifest), cmocka_unit_test(test_manifest_of_another_model),
+      cmocka_unit_test(test_unknown_version),  cmocka_unit_test(test_unwritable_directory),
+      cmocka_unit_test(test_full_disk),        cmocka_unit_test(test_kill_during_save),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

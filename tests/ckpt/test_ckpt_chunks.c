@@ -85,7 +85,7 @@ static void test_reads_only_the_chunks_needed(void **state) {
   assert_int_equal(bytes, 32); /* chunk 1 only */
   assert_int_equal(read_row(&m, 0, row, &bytes), GT_OK);
   assert_memory_equal(row, data, sizeof row);
-  assert_int_equal(bytes, 64); /* chunk 0 only */
+  assert_int_equal(bytes, 64);                           /* chunk 0 only */
   assert_int_equal(read_row(&m, 2, row, &bytes), GT_OK); /* bytes 48..72: across the boundary */
   assert_memory_equal(row, data + 12, sizeof row);
   assert_int_equal(bytes, 96);
@@ -206,9 +206,8 @@ static void test_slice_from_a_file(void **state) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_reads_only_the_chunks_needed),
-                                     cmocka_unit_test(test_version1_still_loads),
-                                     cmocka_unit_test(test_bad_chunk_size_refused),
-                                     cmocka_unit_test(test_slice_from_a_file)};
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_reads_only_the_chunks_needed), cmocka_unit_test(test_version1_still_loads),
+      cmocka_unit_test(test_bad_chunk_size_refused), cmocka_unit_test(test_slice_from_a_file)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

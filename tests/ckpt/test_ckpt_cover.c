@@ -31,7 +31,9 @@ static gt_status write_and_read(const char *dir, const box2 *boxes, int n) {
   assert_int_equal(ck_manifest_add_file(&m, "shard-00000.bin", &f), GT_OK);
   uint64_t off = 0;
   for (int i = 0; i < n; i++) {
-    ck_slice s = {.tensor = t, .file = f, .offset = off,
+    ck_slice s = {.tensor = t,
+                  .file = f,
+                  .offset = off,
                   .box = {.ndim = 2, .lo = {boxes[i].r0, boxes[i].c0}, .hi = {boxes[i].r1, boxes[i].c1}}};
     s.length = ck_box_volume(&s.box) * sizeof(float);
     off += s.length;
@@ -97,8 +99,8 @@ static void test_wrapping_shape_refused(void **state) {
   assert_int_equal(ck_manifest_add_tensor(&m, "param/w", 2, shape, &t), GT_OK);
   assert_int_equal(ck_manifest_add_file(&m, "shard-00000.bin", &f), GT_OK);
   for (int i = 0; i < 2; i++) {
-    ck_slice s = {.tensor = t, .file = f, .offset = 8u * i,
-                  .box = {.ndim = 2, .lo = {0, 2 * i}, .hi = {rows, 2 * i + 2}}};
+    ck_slice s = {
+        .tensor = t, .file = f, .offset = 8u * i, .box = {.ndim = 2, .lo = {0, 2 * i}, .hi = {rows, 2 * i + 2}}};
     s.length = ck_box_volume(&s.box) * sizeof(float);
     assert_int_equal(s.length, 8); /* wrapped */
     assert_int_equal(ck_manifest_add_slice(&m, &s, NULL), GT_OK);
@@ -113,7 +115,6 @@ static void test_wrapping_shape_refused(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_tiling_accepted),
                                      cmocka_unit_test(test_overlap_hiding_a_gap_refused),
-                                     cmocka_unit_test(test_gap_refused),
-                                     cmocka_unit_test(test_wrapping_shape_refused)};
+                                     cmocka_unit_test(test_gap_refused), cmocka_unit_test(test_wrapping_shape_refused)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -46,9 +46,9 @@ static int teardown(void **state) {
   return scratch_remove(dir);
 }
 
-#define GPT_ARGS                                                                                          \
-  "--corpus", text, "--data", data, "--steps", "24", "--layers", "1", "--channels", "32", "--heads", "4", \
-      "--seq", "16", "--global-batch", "8", "--sample", "0", "--print-every", "0"
+#define GPT_ARGS                                                                                                   \
+  "--corpus", text, "--data", data, "--steps", "24", "--layers", "1", "--channels", "32", "--heads", "4", "--seq", \
+      "16", "--global-batch", "8", "--sample", "0", "--print-every", "0"
 
 /* The final loss of a "loss A -> B over steps S..E" line at or after p. */
 static float final_loss(const char *p, int *from, const char *all) {
@@ -81,10 +81,37 @@ static float reference_loss(void) {
 static void start_agent(agent *a, const char *node, const char *wrapper, const char *ck, int round) {
   char log[256];
   snprintf(log, sizeof log, "%s/agent-%s-%d.log", dir, node, round);
-  const char *args[] = {"--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-endpoint", fx.endpoint,
-                        "--job-id", "elastic", "--node-id", node, "--rdzv-ttl", LIVE_TTL, "--rdzv-settle", "8",
-                        "--max-restarts", "3", "--stop-grace", "2", "--rdzv-timeout", "60", "--hang-timeout", "300",
-                        "--plan", "auto", "--ckpt-dir", ck, "--ckpt-every", "4", wrapper, GPT_ARGS, NULL};
+  const char *args[] = {"--nnodes",
+                        "1:2",
+                        "--nproc-per-node",
+                        "2",
+                        "--rdzv-endpoint",
+                        fx.endpoint,
+                        "--job-id",
+                        "elastic",
+                        "--node-id",
+                        node,
+                        "--rdzv-ttl",
+                        LIVE_TTL,
+                        "--rdzv-settle",
+                        "8",
+                        "--max-restarts",
+                        "3",
+                        "--stop-grace",
+                        "2",
+                        "--rdzv-timeout",
+                        "60",
+                        "--hang-timeout",
+                        "300",
+                        "--plan",
+                        "auto",
+                        "--ckpt-dir",
+                        ck,
+                        "--ckpt-every",
+                        "4",
+                        wrapper,
+                        GPT_ARGS,
+                        NULL};
   assert_int_equal(agent_start(a, log, args), 0);
 }
 
@@ -190,10 +217,11 @@ static void test_shrink_and_grow_resume_resharded(void **state) {
   int world[3], l[3][3], step[2], from[2][3], lost[2];
   for (int g = 0; g < 3; g++) layout_of(log, g, &world[g], l[g]);
   for (int k = 0; k < 2; k++) resume_of(log, ck, k, &step[k], from[k], &lost[k]);
-  print_message("world %d at dp=%d,tp=%d,pp=%d -> world %d at dp=%d,tp=%d,pp=%d (step %d, %d lost) -> world %d at "
-                "dp=%d,tp=%d,pp=%d (step %d, %d lost)\n",
-                world[0], l[0][0], l[0][1], l[0][2], world[1], l[1][0], l[1][1], l[1][2], step[0], lost[0], world[2],
-                l[2][0], l[2][1], l[2][2], step[1], lost[1]);
+  print_message(
+      "world %d at dp=%d,tp=%d,pp=%d -> world %d at dp=%d,tp=%d,pp=%d (step %d, %d lost) -> world %d at "
+      "dp=%d,tp=%d,pp=%d (step %d, %d lost)\n",
+      world[0], l[0][0], l[0][1], l[0][2], world[1], l[1][0], l[1][1], l[1][2], step[0], lost[0], world[2], l[2][0],
+      l[2][1], l[2][2], step[1], lost[1]);
   assert_int_equal(world[0], 4);
   assert_int_equal(world[1], 2);
   assert_int_equal(world[2], 4);

@@ -42,9 +42,9 @@ static int teardown(void **state) {
 }
 
 static void run_gpt(const char *steps, const char *metrics, const char *flag_dir, char *const env[], run_result *r) {
-  char *argv[40] = {gpt, "--corpus", text, "--data", data, "--steps", (char *)steps, "--layers", "1",
-                    "--channels", "32", "--heads", "4", "--seq", "16", "--batch", "4", "--sample", "0",
-                    "--print-every", "0", "--metrics", (char *)metrics};
+  char *argv[40] = {gpt, "--corpus",   text, "--data",        data, "--steps",   (char *)steps,  "--layers",
+                    "1", "--channels", "32", "--heads",       "4",  "--seq",     "16",           "--batch",
+                    "4", "--sample",   "0",  "--print-every", "0",  "--metrics", (char *)metrics};
   int n = 23;
   if (flag_dir) {
     argv[n++] = "--ckpt-dir";
@@ -118,10 +118,44 @@ static const char *run_restarted(const char *name, const char *body, run_result 
   fprintf(f, "#!/bin/sh\n%s", body);
   fclose(f);
   chmod(wrapper, 0755);
-  char *argv[] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "dp=2", "--max-restarts", "1",
-                  "--stop-grace", "10", "--ckpt-dir", ck, "--ckpt-every", every, "--ckpt-keep", "2", wrapper,
-                  "--corpus", text, "--data", data, "--steps", "30", "--layers", "1", "--channels", "32", "--heads",
-                  "4", "--seq", "16", "--batch", "4", "--sample", "0", "--print-every", "0", NULL};
+  char *argv[] = {giantrun,
+                  "--standalone",
+                  "--nproc-per-node",
+                  "2",
+                  "--plan",
+                  "dp=2",
+                  "--max-restarts",
+                  "1",
+                  "--stop-grace",
+                  "10",
+                  "--ckpt-dir",
+                  ck,
+                  "--ckpt-every",
+                  every,
+                  "--ckpt-keep",
+                  "2",
+                  wrapper,
+                  "--corpus",
+                  text,
+                  "--data",
+                  data,
+                  "--steps",
+                  "30",
+                  "--layers",
+                  "1",
+                  "--channels",
+                  "32",
+                  "--heads",
+                  "4",
+                  "--seq",
+                  "16",
+                  "--batch",
+                  "4",
+                  "--sample",
+                  "0",
+                  "--print-every",
+                  "0",
+                  NULL};
   /* 4-8 s on busy cores (a standalone etcd, two generations of 30 small
    * steps, a back-off and the slow saves the tests ask for): 240 s is
    * > 30x. --stop-grace 10: what a stopped rank does on its way out (the
@@ -179,9 +213,10 @@ static void test_giantrun_restart_resumes(void **state) {
   }
   int progress = loaded + lost, begun = progress - progress % EVERY;
   int in_flight = loaded == begun ? 0 : progress - begun; /* the newest save's steps uncommitted */
-  print_message("rank 1 killed at step %d or just after: progress %d, newest save begun at %d, loaded %d (newest "
-                "commit logged %d, commits seen at most %d steps late); %d step(s) lost <= %d + %d\n",
-                kill_at, progress, begun, loaded, newest, worst, lost, EVERY, in_flight);
+  print_message(
+      "rank 1 killed at step %d or just after: progress %d, newest save begun at %d, loaded %d (newest "
+      "commit logged %d, commits seen at most %d steps late); %d step(s) lost <= %d + %d\n",
+      kill_at, progress, begun, loaded, newest, worst, lost, EVERY, in_flight);
   /* A commit that ended while rank 0 waited in the stalled step is not
    * logged before the kill; the one loaded is there all the same. */
   assert_true(newest <= loaded && loaded >= EVERY);
@@ -227,8 +262,10 @@ static void test_giantrun_stop_commits_in_flight(void **state) {
   static run_result r;
   int loaded, lost;
   const char *p = run_restarted("stopped", body, &r, &loaded, &lost);
-  print_message("rank 1 died at step 10 with rank 0's save of step 8 in flight: the restart loaded step %d, "
-                "%d step(s) lost\n", loaded, lost);
+  print_message(
+      "rank 1 died at step 10 with rank 0's save of step 8 in flight: the restart loaded step %d, "
+      "%d step(s) lost\n",
+      loaded, lost);
   if (loaded != 8 || lost != 2) fail_msg("loaded step %d, lost %d:\n%.*s", loaded, lost, (int)(p - r.output), r.output);
 }
 

@@ -32,8 +32,14 @@ static void through_checkpoint(const char *dir, const char *to, bool zero1, int 
                                cr_state *final) {
   *loaded = cr_state_new(cr_fx.layout);
   *final = cr_state_new(cr_fx.layout);
-  cr_cfg cfg = {.layout = to, .zero1 = zero1, .data = cr_fx.data, .dir = dir, .s0 = LIVE, .s1 = END,
-                .loaded = *loaded, .final = *final};
+  cr_cfg cfg = {.layout = to,
+                .zero1 = zero1,
+                .data = cr_fx.data,
+                .dir = dir,
+                .s0 = LIVE,
+                .s1 = END,
+                .loaded = *loaded,
+                .final = *final};
   cr_run(world, &cfg);
 }
 
@@ -60,8 +66,17 @@ static void test_lost_rank_dp2_tp2_to_pp3(void **state) {
   char *dir = cr_fixture_dir("peers");
   cr_state loaded = cr_state_new(cr_fx.layout), final = cr_state_new(cr_fx.layout);
   gt_ckpt_peer_stats *st = shared_stats();
-  cr_cfg cfg = {.layout = "dp=2,tp=2", .data = cr_fx.data, .dir = dir, .s1 = END, .save_at = LIVE, .live_at = LIVE,
-                .live_lost = 1 + 1, .live_layout = "pp=3", .loaded = loaded, .final = final, .live_stats = st};
+  cr_cfg cfg = {.layout = "dp=2,tp=2",
+                .data = cr_fx.data,
+                .dir = dir,
+                .s1 = END,
+                .save_at = LIVE,
+                .live_at = LIVE,
+                .live_lost = 1 + 1,
+                .live_layout = "pp=3",
+                .loaded = loaded,
+                .final = final,
+                .live_stats = st};
   cr_run(4, &cfg);
   uint64_t sent = 0, received = 0;
   for (int r = 0; r < 4; r++) {
@@ -83,8 +98,17 @@ static void test_empty_rank_dp2_pp2_to_dp2_tp2(void **state) {
   char *dir = cr_fixture_dir("peers");
   cr_state loaded = cr_state_new(cr_fx.layout), final = cr_state_new(cr_fx.layout);
   gt_ckpt_peer_stats *st = shared_stats();
-  cr_cfg cfg = {.layout = "dp=2,pp=2", .data = cr_fx.data, .dir = dir, .s1 = END, .save_at = LIVE, .live_at = LIVE,
-                .live_empty = 3 + 1, .live_layout = "dp=2,tp=2", .loaded = loaded, .final = final, .live_stats = st};
+  cr_cfg cfg = {.layout = "dp=2,pp=2",
+                .data = cr_fx.data,
+                .dir = dir,
+                .s1 = END,
+                .save_at = LIVE,
+                .live_at = LIVE,
+                .live_empty = 3 + 1,
+                .live_layout = "dp=2,tp=2",
+                .loaded = loaded,
+                .final = final,
+                .live_stats = st};
   cr_run(4, &cfg);
   /* The empty rank kept nothing: everything it holds came from its peers. */
   assert_int_equal(st[3].floats_kept, 0);
@@ -106,8 +130,16 @@ static void test_lost_zero1_shard(void **state) {
   int *status = harness_shared(sizeof *status);
   char *error = harness_shared(1024);
   char *scratch = cr_fixture_dir("peers");
-  cr_cfg lost = {.layout = "dp=4", .zero1 = true, .data = cr_fx.data, .dir = scratch, .s1 = END, .live_at = LIVE,
-                 .live_lost = 1 + 1, .live_layout = "pp=3", .live_status = status, .live_error = error};
+  cr_cfg lost = {.layout = "dp=4",
+                 .zero1 = true,
+                 .data = cr_fx.data,
+                 .dir = scratch,
+                 .s1 = END,
+                 .live_at = LIVE,
+                 .live_lost = 1 + 1,
+                 .live_layout = "pp=3",
+                 .live_status = status,
+                 .live_error = error};
   cr_run(4, &lost);
   print_message("without a checkpoint: %s\n", error);
   assert_int_equal(*status, GT_ENOTFOUND);
@@ -118,8 +150,17 @@ static void test_lost_zero1_shard(void **state) {
   snprintf(step, sizeof step, "%s/step-%08d", dir, LIVE);
   cr_state loaded = cr_state_new(cr_fx.layout), final = cr_state_new(cr_fx.layout);
   gt_ckpt_peer_stats *st = shared_stats();
-  cr_cfg cfg = {.layout = "dp=4", .zero1 = true, .data = cr_fx.data, .dir = scratch, .s1 = END, .live_at = LIVE,
-                .live_lost = 1 + 1, .live_layout = "pp=3", .live_fallback = step, .loaded = loaded, .final = final,
+  cr_cfg cfg = {.layout = "dp=4",
+                .zero1 = true,
+                .data = cr_fx.data,
+                .dir = scratch,
+                .s1 = END,
+                .live_at = LIVE,
+                .live_lost = 1 + 1,
+                .live_layout = "pp=3",
+                .live_fallback = step,
+                .loaded = loaded,
+                .final = final,
                 .live_stats = st};
   cr_run(4, &cfg);
   uint64_t from_ckpt = 0;
@@ -143,8 +184,17 @@ static void test_lost_zero1_shard_from_mirror(void **state) {
   cr_run(4, &save);
   cr_state loaded = cr_state_new(cr_fx.layout), final = cr_state_new(cr_fx.layout);
   gt_ckpt_peer_stats *st = shared_stats();
-  cr_cfg cfg = {.layout = "dp=4", .zero1 = true, .data = cr_fx.data, .dir = scratch, .s1 = END, .live_at = LIVE,
-                .live_lost = 1 + 1, .live_layout = "pp=3", .live_mirror = true, .loaded = loaded, .final = final,
+  cr_cfg cfg = {.layout = "dp=4",
+                .zero1 = true,
+                .data = cr_fx.data,
+                .dir = scratch,
+                .s1 = END,
+                .live_at = LIVE,
+                .live_lost = 1 + 1,
+                .live_layout = "pp=3",
+                .live_mirror = true,
+                .loaded = loaded,
+                .final = final,
                 .live_stats = st};
   cr_run(4, &cfg);
   /* Rank 1's copy lives on rank 3 (two on): the lost shard comes from there. */
@@ -154,8 +204,8 @@ static void test_lost_zero1_shard_from_mirror(void **state) {
     assert_int_equal(st[r].floats_from_ckpt, 0);
   }
   assert_true(st[3].floats_mirrored > 0);
-  same_as_checkpoint("dp=4 + ZeRO-1 without rank 1, its shard from a peer's copy -> pp=3", &loaded, &final, dir,
-                     "pp=3", 3);
+  same_as_checkpoint("dp=4 + ZeRO-1 without rank 1, its shard from a peer's copy -> pp=3", &loaded, &final, dir, "pp=3",
+                     3);
   cr_rmtree(dir);
   cr_rmtree(scratch);
   free(dir);

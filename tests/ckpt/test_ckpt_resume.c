@@ -50,8 +50,15 @@ static source *get_source(int i) {
   s->dir = cr_fixture_dir("ck");
   s->saved = cr_state_new(cr_fx.layout);
   s->final = cr_state_new(cr_fx.layout);
-  cr_cfg cfg = {.layout = s->layout, .zero1 = s->zero1, .data = cr_fx.data, .dir = s->dir, .s1 = CR_STEPS,
-                .save_at = SAVE, .saved = s->saved, .final = s->final, .chunk_bytes = s->chunk};
+  cr_cfg cfg = {.layout = s->layout,
+                .zero1 = s->zero1,
+                .data = cr_fx.data,
+                .dir = s->dir,
+                .s1 = CR_STEPS,
+                .save_at = SAVE,
+                .saved = s->saved,
+                .final = s->final,
+                .chunk_bytes = s->chunk};
   cr_run(s->world, &cfg);
   return s;
 }
@@ -59,8 +66,14 @@ static source *get_source(int i) {
 static void resume_case(int i) {
   source *s = get_source(i);
   cr_state loaded = cr_state_new(cr_fx.layout), final = cr_state_new(cr_fx.layout);
-  cr_cfg cfg = {.layout = s->layout, .zero1 = s->zero1, .data = cr_fx.data, .dir = s->dir, .s0 = SAVE, .s1 = CR_STEPS,
-                .loaded = loaded, .final = final};
+  cr_cfg cfg = {.layout = s->layout,
+                .zero1 = s->zero1,
+                .data = cr_fx.data,
+                .dir = s->dir,
+                .s0 = SAVE,
+                .s1 = CR_STEPS,
+                .loaded = loaded,
+                .final = final};
   cr_run(s->world, &cfg);
   char what[96];
   snprintf(what, sizeof what, "%s%s resumed at step %d", s->layout, s->zero1 ? " + ZeRO-1" : "", SAVE);
@@ -73,35 +86,65 @@ static void resume_case(int i) {
                 final.p->losses[SAVE], final.p->losses[CR_STEPS - 1]);
 }
 
-static void test_resume_dp2_tp2(void **state) { (void)state; resume_case(0); }
-static void test_resume_dp2_pp2_1f1b(void **state) { (void)state; resume_case(1); }
-static void test_resume_dp2_tp2_zero1(void **state) { (void)state; resume_case(2); }
+static void test_resume_dp2_tp2(void **state) {
+  (void)state;
+  resume_case(0);
+}
+static void test_resume_dp2_pp2_1f1b(void **state) {
+  (void)state;
+  resume_case(1);
+}
+static void test_resume_dp2_tp2_zero1(void **state) {
+  (void)state;
+  resume_case(2);
+}
 
 /* Loads source i's checkpoint at another layout: exactly its state, then
  * its losses within the cross-layout tolerance. */
 static void reshard_case(int i, const char *to, bool zero1, int world) {
   source *s = get_source(i);
   cr_state loaded = cr_state_new(cr_fx.layout), final = cr_state_new(cr_fx.layout);
-  cr_cfg cfg = {.layout = to, .zero1 = zero1, .data = cr_fx.data, .dir = s->dir, .s0 = SAVE, .s1 = CR_STEPS,
-                .loaded = loaded, .final = final};
+  cr_cfg cfg = {.layout = to,
+                .zero1 = zero1,
+                .data = cr_fx.data,
+                .dir = s->dir,
+                .s0 = SAVE,
+                .s1 = CR_STEPS,
+                .loaded = loaded,
+                .final = final};
   cr_run(world, &cfg);
   char what[96];
   snprintf(what, sizeof what, "%s -> %s%s", s->layout, to ? to : "one process", zero1 ? " + ZeRO-1" : "");
   cr_fixture_same_state(what, &s->saved, &loaded);
   double worst = 0;
   for (int k = SAVE; k < CR_STEPS; k++) {
-    double d = fabs((double)final.p->losses[k] - s->final.p->losses[k]) / fabs((double)s->final.p->losses[k]);
+    double d = fabs((double) final.p->losses[k] - s->final.p->losses[k]) / fabs((double)s->final.p->losses[k]);
     worst = d > worst ? d : worst;
   }
   print_message("%s: losses of steps %d..%d within %.2e of the source's\n", what, SAVE, CR_STEPS - 1, worst);
   assert_true(worst <= 1e-5);
 }
 
-static void test_reshard_dp2_tp2_to_tp4(void **state) { (void)state; reshard_case(0, "tp=4", false, 4); }
-static void test_reshard_dp2_tp2_to_dp4_zero1(void **state) { (void)state; reshard_case(0, "dp=4", true, 4); }
-static void test_reshard_dp2_tp2_to_pp2(void **state) { (void)state; reshard_case(0, "pp=2", false, 2); }
-static void test_reshard_dp2_tp2_to_one_process(void **state) { (void)state; reshard_case(0, NULL, false, 1); }
-static void test_reshard_pp4_to_dp2_tp2(void **state) { (void)state; reshard_case(3, "dp=2,tp=2", false, 4); }
+static void test_reshard_dp2_tp2_to_tp4(void **state) {
+  (void)state;
+  reshard_case(0, "tp=4", false, 4);
+}
+static void test_reshard_dp2_tp2_to_dp4_zero1(void **state) {
+  (void)state;
+  reshard_case(0, "dp=4", true, 4);
+}
+static void test_reshard_dp2_tp2_to_pp2(void **state) {
+  (void)state;
+  reshard_case(0, "pp=2", false, 2);
+}
+static void test_reshard_dp2_tp2_to_one_process(void **state) {
+  (void)state;
+  reshard_case(0, NULL, false, 1);
+}
+static void test_reshard_pp4_to_dp2_tp2(void **state) {
+  (void)state;
+  reshard_case(3, "dp=2,tp=2", false, 4);
+}
 
 /* A rank reads only the chunks that hold its part. One process saved P
  * bytes of parameters and 2P of AdamW moments, as one slice per tensor in
@@ -119,8 +162,14 @@ static void test_reshard_reads_only_needed_chunks(void **state) {
   unsigned long long P = (unsigned long long)st.st_size / 3, chunk = s->chunk;
   unsigned long long *bytes = harness_shared(4 * sizeof *bytes);
   cr_state loaded = cr_state_new(cr_fx.layout);
-  cr_cfg cfg = {.layout = "dp=4", .zero1 = true, .data = cr_fx.data, .dir = s->dir, .s0 = SAVE, .s1 = SAVE,
-                .loaded = loaded, .bytes_read = bytes};
+  cr_cfg cfg = {.layout = "dp=4",
+                .zero1 = true,
+                .data = cr_fx.data,
+                .dir = s->dir,
+                .s0 = SAVE,
+                .s1 = SAVE,
+                .loaded = loaded,
+                .bytes_read = bytes};
   cr_run(4, &cfg);
   cr_fixture_same_state("one process -> dp=4 + ZeRO-1", &s->saved, &loaded);
   unsigned long long sum = 0;

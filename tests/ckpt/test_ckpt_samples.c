@@ -29,8 +29,15 @@ typedef struct record {
 /* Runs until every rank kills itself at kill_at (or to the end when 0);
  * returns the newest committed step, from which the recording is kept. */
 static int run_until(record *rec, const char *data, const char *dir, const char *layout, int world, int kill_at) {
-  cr_cfg cfg = {.layout = layout, .data = data, .dir = dir, .s0 = -1, .load_if_any = true,
-                .s1 = kill_at ? STEPS + 8 : STEPS, .save_every = 3, .kill_at = kill_at, .rows = rec->rows,
+  cr_cfg cfg = {.layout = layout,
+                .data = data,
+                .dir = dir,
+                .s0 = -1,
+                .load_if_any = true,
+                .s1 = kill_at ? STEPS + 8 : STEPS,
+                .save_every = 3,
+                .kill_at = kill_at,
+                .rows = rec->rows,
                 .nrows = rec->nrows};
   int codes[HARNESS_MAX];
   harness_run(world, cr_rank, &cfg, 240, codes); /* as cr_run's bound */
@@ -91,8 +98,15 @@ static void test_reshare_exactly_once(void **state) {
   char *data = cr_make_data(), dir[4200];
   snprintf(dir, sizeof dir, "%s.ck", data);
   record *rec = harness_shared(sizeof *rec);
-  cr_cfg a = {.layout = "dp=2", .data = data, .dir = dir, .s1 = 9, .save_every = 3, .rows = rec->rows,
-              .nrows = rec->nrows, .share_at = 4, .share0 = 3};
+  cr_cfg a = {.layout = "dp=2",
+              .data = data,
+              .dir = dir,
+              .s1 = 9,
+              .save_every = 3,
+              .rows = rec->rows,
+              .nrows = rec->nrows,
+              .share_at = 4,
+              .share0 = 3};
   cr_run(2, &a);
   cr_cfg b = a;
   b.s0 = 9;
@@ -110,12 +124,18 @@ static void test_uneven_shares_match_one_process(void **state) {
   char *data = cr_make_data();
   cr_cfg one = {.data = data, .dir = "/nonexistent-unused", .s1 = CR_STEPS, .final = cr_state_new(NULL)};
   cr_run(1, &one);
-  cr_cfg two = {.layout = "dp=2", .data = data, .dir = "/nonexistent-unused", .s1 = CR_STEPS,
-                .final = cr_state_new(one.final.p), .share_at = 5, .share0 = 3};
+  cr_cfg two = {.layout = "dp=2",
+                .data = data,
+                .dir = "/nonexistent-unused",
+                .s1 = CR_STEPS,
+                .final = cr_state_new(one.final.p),
+                .share_at = 5,
+                .share0 = 3};
   cr_run(2, &two);
   train_diff d = train_result_compare(one.final.p, two.final.p, CR_STEPS, CR_C);
-  print_message("dp=2, rows 2:2 then 3:1: loss %.4f -> %.4f, max relative difference: loss %.2e, parameters %.2e (%s)\n",
-                two.final.p->losses[0], two.final.p->losses[CR_STEPS - 1], d.loss, d.param, d.worst);
+  print_message(
+      "dp=2, rows 2:2 then 3:1: loss %.4f -> %.4f, max relative difference: loss %.2e, parameters %.2e (%s)\n",
+      two.final.p->losses[0], two.final.p->losses[CR_STEPS - 1], d.loss, d.param, d.worst);
   assert_true(d.loss <= 1e-5);
   assert_true(d.param <= 1e-5);
   *strrchr(data, '/') = 0;

@@ -38,8 +38,8 @@ static void test_write_after_save_waits_for_the_copy(void **state) {
   assert_int_equal(gpt_add_layers(m, &gc), GT_OK);
   assert_int_equal(gt_model_build(m), GT_OK);
   gt_trainer *tr;
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_accum = 1,
-                          .schedule = {1e-3f, 1e-4f, 1, 10}};
+  gt_trainer_config tc = {
+      .optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_accum = 1, .schedule = {1e-3f, 1e-4f, 1, 10}};
   assert_int_equal(gt_trainer_create(m, &tc, &tr), GT_OK);
   gt_ckpt *ck;
   assert_int_equal(gt_ckpt_create(&(gt_ckpt_config){.dir = dir}, tr, NULL, &ck), GT_OK);

@@ -71,9 +71,18 @@ static void recut_case(const char *plan, int world, int window) {
   cr_rmtree(dir);
 }
 
-static void test_recut_pp2(void **state) { (void)state; recut_case("pp=2", 2, 0); }
-static void test_recut_dp2_pp2(void **state) { (void)state; recut_case("dp=2,pp=2", 4, 0); }
-static void test_recut_pp2_offloaded(void **state) { (void)state; recut_case("pp=2", 2, 1); }
+static void test_recut_pp2(void **state) {
+  (void)state;
+  recut_case("pp=2", 2, 0);
+}
+static void test_recut_dp2_pp2(void **state) {
+  (void)state;
+  recut_case("dp=2,pp=2", 4, 0);
+}
+static void test_recut_pp2_offloaded(void **state) {
+  (void)state;
+  recut_case("pp=2", 2, 1);
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_recut_pp2), cmocka_unit_test(test_recut_dp2_pp2),

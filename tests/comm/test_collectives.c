@@ -27,8 +27,7 @@ static void check_allreduce(gt_comm *c, size_t count, int r, int n) {
   CHECK(x);
   for (size_t i = 0; i < count; i++) x[i] = val(r, i);
   CHECK_OK(gt_comm_allreduce(c, x, count, GT_F32, GT_COMM_SUM));
-  for (size_t i = 0; i < count; i++)
-    CHECK(x[i] == (float)n * (float)(int)(i % 1000) + 3.0f * (float)(n * (n - 1) / 2));
+  for (size_t i = 0; i < count; i++) CHECK(x[i] == (float)n * (float)(int)(i % 1000) + 3.0f * (float)(n * (n - 1) / 2));
   /* Average: contributions n*k + 2r sum to n^2 k + n(n-1), exact over n. */
   for (size_t i = 0; i < count; i++) x[i] = (float)n * (float)(int)(i % 5) + 2.0f * (float)r;
   CHECK_OK(gt_comm_allreduce(c, x, count, GT_F32, GT_COMM_AVG));
@@ -158,8 +157,7 @@ static void check_async(gt_comm *c, int r, int n) {
   CHECK(done);
   for (int k = 0; k < K - 1; k++) CHECK_OK(gt_comm_wait(req[k], 30000));
   for (int k = 0; k < K; k++) {
-    for (size_t i = 0; i < N; i++)
-      CHECK(x[k][i] == (float)(n * k + n * (n - 1) / 2) + (float)n * (float)(int)(i % 10));
+    for (size_t i = 0; i < N; i++) CHECK(x[k][i] == (float)(n * k + n * (n - 1) / 2) + (float)n * (float)(int)(i % 10));
     free(x[k]);
   }
 }
@@ -212,14 +210,38 @@ static void run(int n, gt_comm_transport t, bool big) {
   assert_int_equal(bad, 0);
 }
 
-static void tcp_2(void **s) { (void)s; run(2, GT_COMM_TCP, true); }
-static void tcp_3(void **s) { (void)s; run(3, GT_COMM_TCP, false); }
-static void tcp_4(void **s) { (void)s; run(4, GT_COMM_TCP, true); }
-static void tcp_8(void **s) { (void)s; run(8, GT_COMM_TCP, false); }
-static void shm_2(void **s) { (void)s; run(2, GT_COMM_SHM, true); }
-static void shm_3(void **s) { (void)s; run(3, GT_COMM_SHM, false); }
-static void shm_4(void **s) { (void)s; run(4, GT_COMM_SHM, true); }
-static void shm_8(void **s) { (void)s; run(8, GT_COMM_SHM, false); }
+static void tcp_2(void **s) {
+  (void)s;
+  run(2, GT_COMM_TCP, true);
+}
+static void tcp_3(void **s) {
+  (void)s;
+  run(3, GT_COMM_TCP, false);
+}
+static void tcp_4(void **s) {
+  (void)s;
+  run(4, GT_COMM_TCP, true);
+}
+static void tcp_8(void **s) {
+  (void)s;
+  run(8, GT_COMM_TCP, false);
+}
+static void shm_2(void **s) {
+  (void)s;
+  run(2, GT_COMM_SHM, true);
+}
+static void shm_3(void **s) {
+  (void)s;
+  run(3, GT_COMM_SHM, false);
+}
+static void shm_4(void **s) {
+  (void)s;
+  run(4, GT_COMM_SHM, true);
+}
+static void shm_8(void **s) {
+  (void)s;
+  run(8, GT_COMM_SHM, false);
+}
 
 static int one_rank(int r, int n, void *arg) {
   (void)arg;

@@ -21,7 +21,7 @@
 #include "giant/engine/store.h"
 
 typedef struct shared {
-  double victim_time;   /* when the victim killed or stopped itself */
+  double victim_time; /* when the victim killed or stopped itself */
   double fail_time[HARNESS_MAX];
   int fail_status[HARNESS_MAX];
   char fail_msg[HARNESS_MAX][256];
@@ -29,7 +29,7 @@ typedef struct shared {
 
 typedef struct fcfg {
   gt_comm_transport transport;
-  int sig;           /* SIGKILL or SIGSTOP */
+  int sig; /* SIGKILL or SIGSTOP */
   int op_timeout_ms;
   shared *sh;
 } fcfg;
@@ -121,8 +121,8 @@ static void run_victim(int n, gt_comm_transport t, int sig, int op_timeout_ms, d
     if (codes[r] != RANK_OK) print_error("rank %d exited with %d\n", r, codes[r]);
     assert_int_equal(codes[r], RANK_OK); /* no hang, no SIGPIPE */
     double dt = sh->fail_time[r] - sh->victim_time;
-    print_message("rank %d failed %.3f s after the victim (%s): %s\n", r, dt,
-                  gt_status_name(sh->fail_status[r]), sh->fail_msg[r]);
+    print_message("rank %d failed %.3f s after the victim (%s): %s\n", r, dt, gt_status_name(sh->fail_status[r]),
+                  sh->fail_msg[r]);
     assert_true(sh->fail_time[r] > 0);
     assert_true(dt >= 0 && dt < limit_s);
     assert_true(sh->fail_status[r] == GT_ECONN || sh->fail_status[r] == GT_ETIMEDOUT);
@@ -130,10 +130,22 @@ static void run_victim(int n, gt_comm_transport t, int sig, int op_timeout_ms, d
   }
 }
 
-static void kill_tcp(void **s) { (void)s; run_victim(4, GT_COMM_TCP, SIGKILL, OP_TIMEOUT_MS, KILL_SEEN_S); }
-static void kill_shm(void **s) { (void)s; run_victim(4, GT_COMM_SHM, SIGKILL, OP_TIMEOUT_MS, KILL_SEEN_S); }
-static void kill_tcp_2(void **s) { (void)s; run_victim(2, GT_COMM_TCP, SIGKILL, OP_TIMEOUT_MS, KILL_SEEN_S); }
-static void kill_shm_3(void **s) { (void)s; run_victim(3, GT_COMM_SHM, SIGKILL, OP_TIMEOUT_MS, KILL_SEEN_S); }
+static void kill_tcp(void **s) {
+  (void)s;
+  run_victim(4, GT_COMM_TCP, SIGKILL, OP_TIMEOUT_MS, KILL_SEEN_S);
+}
+static void kill_shm(void **s) {
+  (void)s;
+  run_victim(4, GT_COMM_SHM, SIGKILL, OP_TIMEOUT_MS, KILL_SEEN_S);
+}
+static void kill_tcp_2(void **s) {
+  (void)s;
+  run_victim(2, GT_COMM_TCP, SIGKILL, OP_TIMEOUT_MS, KILL_SEEN_S);
+}
+static void kill_shm_3(void **s) {
+  (void)s;
+  run_victim(3, GT_COMM_SHM, SIGKILL, OP_TIMEOUT_MS, KILL_SEEN_S);
+}
 /* A stopped peer is caught by the operation timeout (STOP_TIMEOUT_MS). */
 static void stop_tcp(void **s) {
   (void)s;
@@ -153,18 +165,14 @@ static gt_status bad_proof(int fd, const char *ctx) {
   (void)ctx;
   uint8_t hello[36] = {1, 2, 3};
   hello[32] = 2; /* claims rank 2 */
-  if (gt_wire_send_frame(fd, GT_MSG_HELLO, 0, hello, sizeof hello, gt_wire_deadline(WIRE_MS), NULL))
-    return GT_EIO;
+  if (gt_wire_send_frame(fd, GT_MSG_HELLO, 0, hello, sizeof hello, gt_wire_deadline(WIRE_MS), NULL)) return GT_EIO;
   gt_wire_hdr h;
   uint8_t ch[64];
-  if (gt_wire_recv_frame(fd, GT_MSG_CHALLENGE, &h, ch, sizeof ch, gt_wire_deadline(WIRE_MS), NULL))
-    return GT_EIO;
+  if (gt_wire_recv_frame(fd, GT_MSG_CHALLENGE, &h, ch, sizeof ch, gt_wire_deadline(WIRE_MS), NULL)) return GT_EIO;
   uint8_t proof[32] = {0};
-  if (gt_wire_send_frame(fd, GT_MSG_PROOF, 0, proof, sizeof proof, gt_wire_deadline(WIRE_MS), NULL))
-    return GT_EIO;
+  if (gt_wire_send_frame(fd, GT_MSG_PROOF, 0, proof, sizeof proof, gt_wire_deadline(WIRE_MS), NULL)) return GT_EIO;
   char why[256];
-  if (gt_wire_recv_frame(fd, GT_MSG_REJECT, &h, why, sizeof why, gt_wire_deadline(WIRE_MS), NULL))
-    return GT_EIO;
+  if (gt_wire_recv_frame(fd, GT_MSG_REJECT, &h, why, sizeof why, gt_wire_deadline(WIRE_MS), NULL)) return GT_EIO;
   return GT_EAUTH;
 }
 
@@ -493,10 +501,18 @@ static int bad_address_main(int r, int n, void *arg) {
     char prefix[32], key[96];
     snprintf(prefix, sizeof prefix, "badaddr%d", k);
     snprintf(key, sizeof key, "comm/%s/addr/0", prefix);
-    if (k < 5) CHECK_OK(gt_store_set(s, key, cases[k].bytes, cases[k].len));
-    else CHECK_OK(gt_store_set(s, key, longest, sizeof longest));
-    gt_comm_config cfg = {.store = s, .prefix = prefix, .rank = 1, .size = 2, .secret = HARNESS_SECRET,
-                          .host = "127.0.0.1", .transport = GT_COMM_TCP, .init_timeout_ms = OP_TIMEOUT_MS,
+    if (k < 5)
+      CHECK_OK(gt_store_set(s, key, cases[k].bytes, cases[k].len));
+    else
+      CHECK_OK(gt_store_set(s, key, longest, sizeof longest));
+    gt_comm_config cfg = {.store = s,
+                          .prefix = prefix,
+                          .rank = 1,
+                          .size = 2,
+                          .secret = HARNESS_SECRET,
+                          .host = "127.0.0.1",
+                          .transport = GT_COMM_TCP,
+                          .init_timeout_ms = OP_TIMEOUT_MS,
                           .op_timeout_ms = OP_TIMEOUT_MS}; /* it fails before any wait */
     gt_comm *c = NULL;
     gt_status st = gt_comm_init(&cfg, &c);
@@ -518,13 +534,11 @@ static void bad_address(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(kill_tcp),     cmocka_unit_test(kill_shm),
-      cmocka_unit_test(kill_tcp_2),   cmocka_unit_test(kill_shm_3),
-      cmocka_unit_test(stop_tcp),     cmocka_unit_test(stop_shm),
-      cmocka_unit_test(strangers_refused),  cmocka_unit_test(silent_strangers),
-      cmocka_unit_test(mismatch_tcp), cmocka_unit_test(mismatch_shm),
-      cmocka_unit_test(abort_tcp),    cmocka_unit_test(abort_shm),
-      cmocka_unit_test(abort_split_tcp),    cmocka_unit_test(bad_address),
+      cmocka_unit_test(kill_tcp),          cmocka_unit_test(kill_shm),         cmocka_unit_test(kill_tcp_2),
+      cmocka_unit_test(kill_shm_3),        cmocka_unit_test(stop_tcp),         cmocka_unit_test(stop_shm),
+      cmocka_unit_test(strangers_refused), cmocka_unit_test(silent_strangers), cmocka_unit_test(mismatch_tcp),
+      cmocka_unit_test(mismatch_shm),      cmocka_unit_test(abort_tcp),        cmocka_unit_test(abort_shm),
+      cmocka_unit_test(abort_split_tcp),   cmocka_unit_test(bad_address),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

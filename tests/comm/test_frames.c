@@ -42,7 +42,7 @@ enum { N = 4096, OPS = 4, ATTACK_FRAME = 3, WAIT_MS = 20000 };
 typedef enum { FORGE_HEADER, FORGE_PAYLOAD, REPLAY, TRUNCATE } attack;
 
 typedef struct shared {
-  int status[2];       /* of the first operation that failed, GT_OK if none */
+  int status[2]; /* of the first operation that failed, GT_OK if none */
   char msg[2][512];
   int first_bad_op[2]; /* the operation that failed, or OPS */
   int later_status[2]; /* of an operation after the failure */
@@ -222,9 +222,15 @@ static int rank_main(int r, int n, void *arg) {
     CHECK(pthread_create(&proxy, NULL, proxy_main, &m) == 0);
     s = &wrapped;
   }
-  gt_comm_config cc = {.store = s, .prefix = cfg->mac ? "frames-mac" : "frames", .rank = r, .size = n,
-                       .secret = HARNESS_SECRET, .host = "127.0.0.1", .transport = GT_COMM_TCP,
-                       .init_timeout_ms = WAIT_MS, .op_timeout_ms = WAIT_MS,
+  gt_comm_config cc = {.store = s,
+                       .prefix = cfg->mac ? "frames-mac" : "frames",
+                       .rank = r,
+                       .size = n,
+                       .secret = HARNESS_SECRET,
+                       .host = "127.0.0.1",
+                       .transport = GT_COMM_TCP,
+                       .init_timeout_ms = WAIT_MS,
+                       .op_timeout_ms = WAIT_MS,
                        .integrity = cfg->mac ? GT_COMM_INTEGRITY_MAC : GT_COMM_INTEGRITY_HEADERS};
   gt_comm *c;
   CHECK_OK(gt_comm_init(&cc, &c));
@@ -262,7 +268,8 @@ static shared *run_attack(attack kind, bool mac, char **log) {
   snprintf(path, sizeof path, "/tmp/giant-frames-%d.log", (int)getpid());
   acfg cfg = {.kind = kind, .mac = mac, .log0 = path, .sh = sh};
   int codes[2];
-  if (harness_run(2, rank_main, &cfg, 120, codes)) /* a fraction of a second */ fail_msg("a rank failed (codes %d %d)", codes[0], codes[1]);
+  if (harness_run(2, rank_main, &cfg, 120, codes)) /* a fraction of a second */
+    fail_msg("a rank failed (codes %d %d)", codes[0], codes[1]);
   FILE *f = fopen(path, "r");
   assert_non_null(f);
   static char text[1 << 16];
@@ -347,7 +354,7 @@ static void test_sealed_store_frames(void **state) {
   for (int i = 0; i < 64; i++) nonces[i] = (uint8_t)(i * 7);
   assert_int_equal(gt_wire_derive_keys(HARNESS_SECRET, "giant-store", nonces, 64, 0, c2s, s2c), GT_OK);
   assert_int_equal(gt_wire_derive_keys(HARNESS_SECRET, "giant-store", nonces, 64, 0, c2s2, s2c2), GT_OK);
-  assert_memory_equal(c2s, c2s2, GT_WIRE_KEY); /* both ends derive the same keys */
+  assert_memory_equal(c2s, c2s2, GT_WIRE_KEY);    /* both ends derive the same keys */
   assert_memory_not_equal(c2s, s2c, GT_WIRE_KEY); /* one per direction */
   assert_int_equal(gt_wire_derive_keys(HARNESS_SECRET, "comm:x:headers", nonces, 64, 0, c2s2, s2c2), GT_OK);
   assert_memory_not_equal(c2s, c2s2, GT_WIRE_KEY); /* and per purpose */
@@ -391,10 +398,8 @@ static void test_sealed_store_frames(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sealed_store_frames),
-      cmocka_unit_test(test_forged_header_is_refused),
-      cmocka_unit_test(test_replayed_frame_is_refused),
-      cmocka_unit_test(test_truncated_frame_fails_the_group),
+      cmocka_unit_test(test_sealed_store_frames),       cmocka_unit_test(test_forged_header_is_refused),
+      cmocka_unit_test(test_replayed_frame_is_refused), cmocka_unit_test(test_truncated_frame_fails_the_group),
       cmocka_unit_test(test_payload_integrity),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

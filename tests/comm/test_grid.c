@@ -99,9 +99,11 @@ static int grid_main(int r, int n, void *arg) {
     char gen[32];
     snprintf(gen, sizeof gen, "gen%d", i);
     cfg.generation = gen;
-    cfg.comm = (gt_comm_config){.secret = HARNESS_SECRET, .host = "127.0.0.1",
+    cfg.comm = (gt_comm_config){.secret = HARNESS_SECRET,
+                                .host = "127.0.0.1",
                                 .transport = i % 2 ? GT_COMM_TCP : GT_COMM_AUTO,
-                                .init_timeout_ms = 30000, .op_timeout_ms = 30000}; /* none may time out */
+                                .init_timeout_ms = 30000,
+                                .op_timeout_ms = 30000}; /* none may time out */
     gt_grid *g = NULL;
     CHECK_OK(gt_grid_create(&cfg, &g));
     const gt_grid_coords *me = gt_grid_my_coords(g);

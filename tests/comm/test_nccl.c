@@ -41,8 +41,14 @@ static void open_rank(int r, int n, const char *prefix, gt_backend **be, gt_stor
   gt_backend_config bc = {.kind = GT_DEVICE_CUDA, .device = r};
   CHECK_OK(gt_backend_create(&bc, be));
   *s = harness_store();
-  gt_comm_config cfg = {.store = *s, .prefix = prefix, .rank = r, .size = n, .backend = *be,
-                        .secret = HARNESS_SECRET, .init_timeout_ms = 60000, .op_timeout_ms = 60000};
+  gt_comm_config cfg = {.store = *s,
+                        .prefix = prefix,
+                        .rank = r,
+                        .size = n,
+                        .backend = *be,
+                        .secret = HARNESS_SECRET,
+                        .init_timeout_ms = 60000,
+                        .op_timeout_ms = 60000};
   CHECK_OK(gt_comm_init(&cfg, c));
 }
 
@@ -117,8 +123,7 @@ static int rank_main(int r, int n, void *arg) {
     CHECK_OK(gt_comm_allgather(c, d, out, count, GT_F32));
     dev_download(g, out, (size_t)n * count);
     for (int q = 0; q < n; q++)
-      for (size_t i = 0; i < count; i++)
-        CHECK(g[(size_t)q * count + i] == (float)(q * 1000) + (float)(int)(i % 100));
+      for (size_t i = 0; i < count; i++) CHECK(g[(size_t)q * count + i] == (float)(q * 1000) + (float)(int)(i % 100));
     /* reduce-scatter of the gathered buffer: block r summed n times */
     CHECK_OK(gt_comm_reduce_scatter(c, out, d, count, GT_F32, GT_COMM_SUM));
     dev_download(g, d, count);
@@ -137,8 +142,10 @@ static int rank_main(int r, int n, void *arg) {
   if (n >= 2 && r < 2) {
     float v[3] = {1, 2, 3}, w[3] = {0};
     float *d = dev_upload(v, 3);
-    if (r == 0) CHECK_OK(gt_comm_send(c, d, 3, GT_F32, 1));
-    else CHECK_OK(gt_comm_recv(c, d, 3, GT_F32, 0));
+    if (r == 0)
+      CHECK_OK(gt_comm_send(c, d, 3, GT_F32, 1));
+    else
+      CHECK_OK(gt_comm_recv(c, d, 3, GT_F32, 0));
     dev_download(w, d, 3);
     CHECK(w[0] == 1 && w[1] == 2 && w[2] == 3);
     cudaFree(d);

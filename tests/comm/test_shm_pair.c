@@ -122,8 +122,8 @@ static int pair_main(int r, int n, void *arg) {
   CHECK(strcmp(gt_comm_transport_name(c), "shm") == 0);
   /* 65536 floats and 131072 bf16 fill a 256 KiB piece; each half is cut
    * into pieces, so try halves just under, at and over one and two. */
-  const size_t sizes[] = {1, 2, 3, 5, 1000, 131071, 131072, 131073, 262143, 262144, 262145,
-                          524289, 1u << 20, (3u << 20) + 7};
+  const size_t sizes[] = {1,      2,      3,      5,      1000,   131071,   131072,
+                          131073, 262143, 262144, 262145, 524289, 1u << 20, (3u << 20) + 7};
   for (size_t j = 0; j < sizeof sizes / sizeof *sizes; j++) {
     check_f32(c, sizes[j], r);
     check_bf16(c, sizes[j], r);
@@ -207,15 +207,17 @@ static void run_victim(int sig, int op_timeout_ms, double limit_s) {
   assert_int_equal(codes[1], sig == SIGKILL ? RANK_KILLED_BY(SIGKILL) : RANK_STOPPED);
   assert_int_equal(codes[0], RANK_OK);
   double dt = sh->fail_time - sh->victim_time;
-  print_message("rank 0 failed %.3f s after the victim (%s): %s\n", dt,
-                gt_status_name(sh->fail_status), sh->fail_msg);
+  print_message("rank 0 failed %.3f s after the victim (%s): %s\n", dt, gt_status_name(sh->fail_status), sh->fail_msg);
   assert_true(sh->victim_time > 0 && sh->fail_time > 0);
   assert_true(dt >= 0 && dt < limit_s);
   assert_true(sh->fail_status == GT_ECONN || sh->fail_status == GT_ETIMEDOUT);
   assert_true(strlen(sh->fail_msg) > 20);
 }
 
-static void killed(void **st) { (void)st; run_victim(SIGKILL, OP_TIMEOUT_MS, KILL_SEEN_S); }
+static void killed(void **st) {
+  (void)st;
+  run_victim(SIGKILL, OP_TIMEOUT_MS, KILL_SEEN_S);
+}
 static void stopped(void **st) {
   (void)st;
   run_victim(SIGSTOP, STOP_TIMEOUT_MS, STOP_TIMEOUT_MS / 1000.0 + TIMEOUT_SLACK_S);
@@ -232,8 +234,10 @@ static int mismatch_main(int r, int n, void *arg) {
   CHECK(x);
   double t0 = gt_now();
   gt_status st;
-  if (r == 0 || what == 0) st = gt_comm_allreduce(c, x, r == 0 ? N : N / 2, GT_F32, GT_COMM_SUM);
-  else st = gt_comm_allgather(c, x, x, N / 2, GT_F32);
+  if (r == 0 || what == 0)
+    st = gt_comm_allreduce(c, x, r == 0 ? N : N / 2, GT_F32, GT_COMM_SUM);
+  else
+    st = gt_comm_allgather(c, x, x, N / 2, GT_F32);
   CHECK(st == GT_EFORMAT || st == GT_ECONN);
   /* Milliseconds on loaded cores: 5 s is > 100x, and a timeout would not
    * give the statuses above. */
@@ -290,9 +294,8 @@ static void segment_names(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(results),       cmocka_unit_test(killed),
-      cmocka_unit_test(stopped),       cmocka_unit_test(mismatch_size),
-      cmocka_unit_test(mismatch_op),   cmocka_unit_test(segment_names),
+      cmocka_unit_test(results),       cmocka_unit_test(killed),      cmocka_unit_test(stopped),
+      cmocka_unit_test(mismatch_size), cmocka_unit_test(mismatch_op), cmocka_unit_test(segment_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

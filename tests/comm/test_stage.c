@@ -165,8 +165,14 @@ static void collective(comm_op_kind kind, bool host_in, bool host_out) {
       }
 }
 
-static void test_allreduce(void **state) { (void)state; collective(OP_ALLREDUCE, true, true); }
-static void test_broadcast(void **state) { (void)state; collective(OP_BROADCAST, true, true); }
+static void test_allreduce(void **state) {
+  (void)state;
+  collective(OP_ALLREDUCE, true, true);
+}
+static void test_broadcast(void **state) {
+  (void)state;
+  collective(OP_BROADCAST, true, true);
+}
 
 static void test_reduce_scatter(void **state) {
   (void)state;

@@ -30,8 +30,8 @@
 #define EXPIRY_SLACK_S 1.8
 
 static gt_store *host_store(void) {
-  gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = 0, .is_host = true,
-                             .secret = HARNESS_SECRET, .timeout_ms = STORE_MS};
+  gt_store_tcp_config cfg = {
+      .host = "127.0.0.1", .port = 0, .is_host = true, .secret = HARNESS_SECRET, .timeout_ms = STORE_MS};
   gt_store *s = NULL;
   assert_int_equal(gt_store_tcp_open(&cfg, &s), GT_OK);
   return s;
@@ -126,7 +126,8 @@ static void test_strangers_refused(void **state) {
   /* Refused with a reason, then closed. */
   gt_wire_hdr h;
   char why[512];
-  assert_int_equal(gt_wire_recv_frame(fd, GT_MSG_REJECT, &h, why, sizeof why - 1, gt_wire_deadline(WIRE_MS), NULL), GT_OK);
+  assert_int_equal(gt_wire_recv_frame(fd, GT_MSG_REJECT, &h, why, sizeof why - 1, gt_wire_deadline(WIRE_MS), NULL),
+                   GT_OK);
   why[h.len] = 0;
   assert_non_null(strstr(why, "magic"));
   char b[1];
@@ -138,7 +139,8 @@ static void test_strangers_refused(void **state) {
   assert_int_equal(gt_store_tcp_open(&bad, &t), GT_EAUTH);
   /* And the server refuses a client that cannot prove the secret. */
   assert_int_equal(gt_wire_connect("127.0.0.1", port, gt_wire_deadline(WIRE_MS), &fd), GT_OK);
-  assert_int_not_equal(gt_wire_auth_client(fd, "the-wrong-secret", "giant-store", 0, gt_wire_deadline(WIRE_MS), NULL), GT_OK);
+  assert_int_not_equal(gt_wire_auth_client(fd, "the-wrong-secret", "giant-store", 0, gt_wire_deadline(WIRE_MS), NULL),
+                       GT_OK);
   close(fd);
   /* The store still serves its real clients. */
   assert_int_equal(gt_store_set(s, "k", "ok", 2), GT_OK);
@@ -167,8 +169,8 @@ static void test_strangers_refused(void **state) {
 static void test_server_gone(void **state) {
   (void)state;
   gt_store *s = host_store();
-  gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = gt_store_tcp_port(s),
-                             .secret = HARNESS_SECRET, .timeout_ms = WIRE_MS};
+  gt_store_tcp_config cfg = {
+      .host = "127.0.0.1", .port = gt_store_tcp_port(s), .secret = HARNESS_SECRET, .timeout_ms = WIRE_MS};
   gt_store *c = NULL;
   assert_int_equal(gt_store_tcp_open(&cfg, &c), GT_OK);
   gt_store_destroy(s);
@@ -206,8 +208,8 @@ typedef struct flood {
  * handshake's 5 s). All stay open until the test closes them. */
 static void *flood_main(void *arg) {
   flood *f = arg;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f->port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in a = {
+      .sin_family = AF_INET, .sin_port = htons((uint16_t)f->port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   for (int i = 0; i < FLOOD; i++) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
@@ -217,7 +219,8 @@ static void *flood_main(void *arg) {
     if (fd >= 0 && i % 2 == 0) {
       char junk[64];
       for (int k = 0; k < 64; k++) junk[k] = (char)(i * 31 + k * 7);
-      if (send(fd, junk, sizeof junk, MSG_NOSIGNAL) < 0) { /* refused already: fine */ }
+      if (send(fd, junk, sizeof junk, MSG_NOSIGNAL) < 0) { /* refused already: fine */
+      }
     }
     f->fds[i] = fd;
     atomic_store(&f->opened, i + 1);
@@ -236,8 +239,8 @@ static void test_flood(void **state) {
   }
   if (rl.rlim_cur < FLOOD + 1024) skip(); /* cannot hold the flood's sockets here */
   gt_store *s = host_store();
-  gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = gt_store_tcp_port(s), .secret = HARNESS_SECRET,
-                             .timeout_ms = STORE_MS};
+  gt_store_tcp_config cfg = {
+      .host = "127.0.0.1", .port = gt_store_tcp_port(s), .secret = HARNESS_SECRET, .timeout_ms = STORE_MS};
   gt_store *cl[CLIENTS];
   for (int i = 0; i < CLIENTS; i++) assert_int_equal(gt_store_tcp_open(&cfg, &cl[i]), GT_OK);
   int tasks0 = entries("/proc/self/task"), fds0 = entries("/proc/self/fd");
@@ -270,9 +273,10 @@ static void test_flood(void **state) {
     if (n > most_tasks) most_tasks = n;
   }
   pthread_join(t, NULL);
-  print_message("flood of %d strangers: %d opened; real clients' slowest set+get %.1f ms over %d rounds; threads "
-                "%d before, at most %d during\n",
-                FLOOD, atomic_load(&f->opened), 1e3 * worst, rounds, tasks0, most_tasks);
+  print_message(
+      "flood of %d strangers: %d opened; real clients' slowest set+get %.1f ms over %d rounds; threads "
+      "%d before, at most %d during\n",
+      FLOOD, atomic_load(&f->opened), 1e3 * worst, rounds, tasks0, most_tasks);
   assert_int_equal(atomic_load(&f->opened), FLOOD);
   assert_true(worst < 1.0);
   /* Handshakes at most 64 at once, and at most as many evicted ones'

@@ -9,9 +9,9 @@
 
 #include "giant/status.h"
 
-#define OK(expr)                                                                          \
-  do {                                                                                    \
-    gt_status ok_s_ = (expr);                                                             \
+#define OK(expr)                                                                               \
+  do {                                                                                         \
+    gt_status ok_s_ = (expr);                                                                  \
     if (ok_s_ != GT_OK) fail_msg("%s: %s: %s", #expr, gt_status_name(ok_s_), gt_last_error()); \
   } while (0)
 
@@ -47,12 +47,12 @@ static inline void expect_error(gt_status got, gt_status want, const char *words
       return 77;                                            \
     }                                                       \
   } while (0)
-#define SKIP_CASE_WITHOUT_FAULTS()                          \
-  do {                                                      \
-    if (!GT_TEST_FAULTS) {                                  \
-      print_message("%s: skipped\n", GT_TEST_NO_FAULTS);    \
-      skip();                                               \
-    }                                                       \
+#define SKIP_CASE_WITHOUT_FAULTS()                       \
+  do {                                                   \
+    if (!GT_TEST_FAULTS) {                               \
+      print_message("%s: skipped\n", GT_TEST_NO_FAULTS); \
+      skip();                                            \
+    }                                                    \
   } while (0)
 
 #endif

@@ -36,8 +36,7 @@ int scratch_corpus(const char *tag, char dir[64], char text[128], char data[128]
   return fclose(f) == 0 ? 0 : -1;
 }
 
-int giantrun_scratch(const char *tag, char giantrun[512], char gpt[512], char dir[64], char text[128],
-                     char data[128]) {
+int giantrun_scratch(const char *tag, char giantrun[512], char gpt[512], char dir[64], char text[128], char data[128]) {
   build_path("launch/giantrun", giantrun, 512);
   build_path("examples/gpt", gpt, 512);
   if (access("/usr/bin/etcd", X_OK) != 0 && system("command -v etcd >/dev/null 2>&1") != 0) {

@@ -5,7 +5,7 @@
 #include <stddef.h>
 
 typedef struct run_result {
-  int exit_code;      /* exit status, 128+signal if killed by a signal, -1 on timeout */
+  int exit_code;        /* exit status, 128+signal if killed by a signal, -1 on timeout */
   char output[1 << 20]; /* stdout and stderr together (the first MiB) */
   double seconds;
 } run_result;
@@ -45,8 +45,7 @@ int scratch_corpus(const char *tag, char dir[64], char text[128], char data[128]
 /* For tests that run examples/gpt under giantrun: their paths into
  * giantrun and gpt (512 bytes each) and a scratch corpus as above. Exits
  * 77 (skipped) when there is no etcd for giantrun --standalone. */
-int giantrun_scratch(const char *tag, char giantrun[512], char gpt[512], char dir[64], char text[128],
-                     char data[128]);
+int giantrun_scratch(const char *tag, char giantrun[512], char gpt[512], char dir[64], char text[128], char data[128]);
 /* rm -rf dir; 0 on success. */
 int scratch_remove(const char *dir);
 

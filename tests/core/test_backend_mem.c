@@ -24,8 +24,7 @@
 
 static gt_backend *cpu(size_t limit) {
   gt_backend *be = NULL;
-  OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 2, .device_mem_limit = limit},
-                       &be));
+  OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 2, .device_mem_limit = limit}, &be));
   return be;
 }
 
@@ -164,8 +163,10 @@ static gt_status take(race_arg *r, void **p) {
   return r->arena ? gt_arena_alloc(r->arena, 65536, p) : gt_backend_alloc(r->be, 65536, p);
 }
 static void give(race_arg *r, void *p) {
-  if (r->arena) gt_arena_free(r->arena, p);
-  else gt_backend_free(r->be, p);
+  if (r->arena)
+    gt_arena_free(r->arena, p);
+  else
+    gt_backend_free(r->be, p);
 }
 
 static void *race(void *p) {
@@ -196,8 +197,7 @@ static void test_host_budget(void **state) {
   (void)state;
   size_t MiB = 1 << 20;
   gt_backend *be;
-  OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1, .host_mem_limit = 4 * MiB},
-                       &be));
+  OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1, .host_mem_limit = 4 * MiB}, &be));
   void *a, *b, *d;
   OK(gt_backend_host_alloc(be, 3 * MiB, &a));
   assert_int_equal(gt_backend_host_alloc(be, 2 * MiB, &b), GT_ENOMEM);

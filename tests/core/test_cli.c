@@ -81,8 +81,9 @@ static void test_short_run_learns(void **state) {
   for (int i = 0; i < 400; i++) fprintf(f, "the quick brown fox jumps over the lazy dog %d\n%%\n", i % 10);
   fclose(f);
   run_result r;
-  run_cmd((char *[]){gpt, "--corpus", text, "--data", data, "--steps", "40", "--layers", "1", "--channels", "32",
-                     "--seq", "32", "--lr", "3e-3", "--warmup", "5", "--sample", "40", "--metrics", metrics, NULL},
+  run_cmd((char *[]){gpt, "--corpus",   text, "--data",    data,    "--steps", "40",   "--layers",
+                     "1", "--channels", "32", "--seq",     "32",    "--lr",    "3e-3", "--warmup",
+                     "5", "--sample",   "40", "--metrics", metrics, NULL},
           NULL, 120, &r); /* 40 small steps: 1-2 s on busy cores */
   if (r.exit_code != 0) run_fail(&r, "exit %d, its output above", r.exit_code);
   float first, last;
@@ -115,9 +116,10 @@ static void test_bf16_run_learns(void **state) {
   float loss[2][2];
   for (int k = 0; k < 2; k++) {
     run_result r;
-    run_cmd((char *[]){gpt, "--corpus", text, "--data", data, "--steps", "30", "--layers", "1", "--channels", "32",
-                       "--seq", "32", "--lr", "3e-3", "--warmup", "5", "--sample", "0", "--precision",
-                       k ? "bf16" : "fp32", NULL},
+    run_cmd((char *[]){gpt,        "--corpus", text,         "--data",   data,    "--steps",     "30",
+                       "--layers", "1",        "--channels", "32",       "--seq", "32",          "--lr",
+                       "3e-3",     "--warmup", "5",          "--sample", "0",     "--precision", k ? "bf16" : "fp32",
+                       NULL},
             NULL, 120, &r); /* 30 small steps: 1-2 s on busy cores */
     if (r.exit_code != 0) run_fail(&r, "exit %d, its output above", r.exit_code);
     assert_non_null(strstr(r.output, k ? ", bf16," : ", fp32,"));

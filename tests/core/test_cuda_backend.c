@@ -196,17 +196,14 @@ static void test_streams_and_events(void **state) {
 }
 
 /* C = op(A) op(B) in double from bf16-rounded inputs, row-major, batched. */
-static void ref_gemm(double *c, const float *a, const float *b, int m, int n, int k, int ta, int tb,
-                     int batch) {
+static void ref_gemm(double *c, const float *a, const float *b, int m, int n, int k, int ta, int tb, int batch) {
   for (int i = 0; i < batch; i++)
     for (int r = 0; r < m; r++)
       for (int j = 0; j < n; j++) {
         double s = 0;
         for (int p = 0; p < k; p++) {
-          double av = ta ? a[(size_t)i * m * k + (size_t)p * m + r]
-                         : a[(size_t)i * m * k + (size_t)r * k + p];
-          double bv = tb ? b[(size_t)i * k * n + (size_t)j * k + p]
-                         : b[(size_t)i * k * n + (size_t)p * n + j];
+          double av = ta ? a[(size_t)i * m * k + (size_t)p * m + r] : a[(size_t)i * m * k + (size_t)r * k + p];
+          double bv = tb ? b[(size_t)i * k * n + (size_t)j * k + p] : b[(size_t)i * k * n + (size_t)p * n + j];
           s += av * bv;
         }
         c[(size_t)i * m * n + (size_t)r * n + j] = s;
@@ -255,8 +252,8 @@ static void check_gemm_ex(int m, int n, int k, int ta, int tb, int batch) {
   /* Exact products of bf16 values, summed in fp32: error grows with k. */
   for (size_t i = 0; i < nc; i++)
     if (fabs(got[i] - want[i]) > 1e-5 * k + 1e-6)
-      fail_msg("gemm_ex bf16->f32 m=%d n=%d k=%d ta=%d tb=%d batch=%d: [%zu] got %.7g want %.7g", m,
-               n, k, ta, tb, batch, i, got[i], want[i]);
+      fail_msg("gemm_ex bf16->f32 m=%d n=%d k=%d ta=%d tb=%d batch=%d: [%zu] got %.7g want %.7g", m, n, k, ta, tb,
+               batch, i, got[i], want[i]);
 
   /* bf16 output: the fp32 result rounded once, so within one bf16 step. */
   g.c_type = GT_BF16;
@@ -288,8 +285,7 @@ static void test_gemm_ex(void **state) {
 
   /* fp32 through gemm_ex is plain fp32 (no TF32): matches gemm closely. */
   enum { M = 33, N = 47, K = 129 };
-  float *a = xmalloc(M * K * sizeof *a), *b = xmalloc(K * N * sizeof *b),
-        *c = xmalloc(M * N * sizeof *c);
+  float *a = xmalloc(M * K * sizeof *a), *b = xmalloc(K * N * sizeof *b), *c = xmalloc(M * N * sizeof *c);
   for (int i = 0; i < M * K; i++) a[i] = uniform();
   for (int i = 0; i < K * N; i++) b[i] = uniform();
   double *want = xmalloc(M * N * sizeof *want);
@@ -367,8 +363,7 @@ static void test_bad_ids_change_nothing(void **state) {
   }
   for (int i = 0; i < N * C; i++) dout[i] = uniform();
   int32_t *dtok = dput(tokens, sizeof tokens);
-  float *dwte = dput(dwte0, sizeof dwte0), *ddout = dput(dout, sizeof dout),
-        *dwe = dput(wte, sizeof wte);
+  float *dwte = dput(dwte0, sizeof dwte0), *ddout = dput(dout, sizeof dout), *dwe = dput(wte, sizeof wte);
   assert_int_equal(gt_op_embedding_backward(be, dwte, NULL, ddout, dtok, 2, 3, C), GT_ERANGE);
   assert_non_null(strstr(gt_last_error(), "token id -4 at position 3"));
   assert_int_equal(gt_op_embedding_forward(be, ddout, dtok, dwe, NULL, 2, 3, C), GT_ERANGE);
@@ -485,8 +480,8 @@ int main(void) {
     gt_backend *none = NULL;
     gt_status s = create_cuda(0, &none);
     if (s == GT_OK || none || !gt_last_error()[0]) {
-      fprintf(stderr, "test_cuda_backend: creating cuda:0 without a device gave %s, '%s'\n",
-              gt_status_name(s), gt_last_error());
+      fprintf(stderr, "test_cuda_backend: creating cuda:0 without a device gave %s, '%s'\n", gt_status_name(s),
+              gt_last_error());
       return 1;
     }
     printf("skipping the CUDA backend tests: %s\n", why);
@@ -498,9 +493,9 @@ int main(void) {
     return 1;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_device_selection), cmocka_unit_test(test_arena_steady_state),
-      cmocka_unit_test(test_out_of_memory),    cmocka_unit_test(test_streams_and_events),
-      cmocka_unit_test(test_gemm_ex),          cmocka_unit_test(test_bad_ids_change_nothing),
+      cmocka_unit_test(test_device_selection),  cmocka_unit_test(test_arena_steady_state),
+      cmocka_unit_test(test_out_of_memory),     cmocka_unit_test(test_streams_and_events),
+      cmocka_unit_test(test_gemm_ex),           cmocka_unit_test(test_bad_ids_change_nothing),
       cmocka_unit_test(test_bad_ids_unchecked), cmocka_unit_test(test_copy_stream_large),
   };
   int failed = cmocka_run_group_tests_name("cuda_backend", tests, NULL, NULL);

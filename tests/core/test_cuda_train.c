@@ -72,8 +72,10 @@ static void train(gt_backend *be, gt_precision p, float *losses, float **init, s
     assert_non_null(*init);
     OK(gt_model_get_params(m, *init, *n_init));
   }
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f,
-                          .grad_accum = 1, .precision = p,
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
+                          .grad_clip = 1.0f,
+                          .grad_accum = 1,
+                          .precision = p,
                           .schedule = {.lr_max = 1e-2f, .lr_min = 1e-3f, .warmup = 2, .total = STEPS}};
   gt_trainer *t;
   OK(gt_trainer_create(m, &tc, &t));
@@ -101,8 +103,8 @@ static double compare(const char *what, const float *a, const float *b, double t
       at = s;
     }
   }
-  print_message("%s: loss %.5f -> %.5f, worst relative difference %.2e at step %d (tolerance %.0e)\n",
-                what, b[0], b[STEPS - 1], worst, at, tol);
+  print_message("%s: loss %.5f -> %.5f, worst relative difference %.2e at step %d (tolerance %.0e)\n", what, b[0],
+                b[STEPS - 1], worst, at, tol);
   if (!(worst <= tol)) {
     for (int s = 0; s < STEPS; s++) print_message("  step %2d: %.7f vs %.7f\n", s, a[s], b[s]);
     fail_msg("%s: loss curves differ by %.2e relative at step %d, more than %.0e", what, worst, at, tol);

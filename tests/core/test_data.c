@@ -43,8 +43,8 @@ static void put_le(unsigned char *p, uint64_t v, int n) {
 }
 
 /* A raw token file, for crafting broken ones. */
-static size_t raw_file(unsigned char *buf, uint32_t version, uint32_t width, uint64_t count,
-                       uint32_t vocab, uint32_t sep, const uint32_t *tok, uint64_t ntok) {
+static size_t raw_file(unsigned char *buf, uint32_t version, uint32_t width, uint64_t count, uint32_t vocab,
+                       uint32_t sep, const uint32_t *tok, uint64_t ntok) {
   memset(buf, 0, GT_TOKFILE_HEADER_BYTES);
   memcpy(buf, "GIANTTOK", 8);
   put_le(buf + 8, version, 4);
@@ -57,8 +57,7 @@ static size_t raw_file(unsigned char *buf, uint32_t version, uint32_t width, uin
 }
 
 static gt_loader_config cfg_of(const char *path, int B, int T, gt_loader_mode mode, uint64_t seed) {
-  gt_loader_config c = {.path = path, .B = B, .T_max = T, .mode = mode, .shard = 0, .nshards = 1,
-                        .seed = seed};
+  gt_loader_config c = {.path = path, .B = B, .T_max = T, .mode = mode, .shard = 0, .nshards = 1, .seed = seed};
   return c;
 }
 
@@ -467,8 +466,8 @@ static void test_tokenizer(void **state) {
   write_bytes(txt, text, strlen(text));
   uint64_t n = 0;
   assert_int_equal(gt_tokenize_bytes(txt, "%", out, &n), GT_OK);
-  const uint32_t want[] = {'a', 'b', '\n', 'c', 'd', S_, 'x', 'y', S_, '\n', 'z', ' ', '%', '\n',
-                           '%', '%', '\n', 'l', 'a', 's', 't', S_};
+  const uint32_t want[] = {'a', 'b', '\n', 'c', 'd', S_,   'x', 'y', S_,  '\n', 'z',
+                           ' ', '%', '\n', '%', '%', '\n', 'l', 'a', 's', 't',  S_};
   assert_int_equal(n, sizeof want / sizeof *want);
   expect_tokens(out, want, (int)n);
 
@@ -598,8 +597,10 @@ static void test_text_records(void **state) {
   for (int r = GT_RECORDS_FILE; r <= GT_RECORDS_FORTUNE; r++) {
     if (r == GT_RECORDS_SEPARATOR) continue;
     expect_records("", (gt_text_records)r, NULL, 0);
-    if (r == GT_RECORDS_FILE || r == GT_RECORDS_FORTUNE) expect_records("\n\n\n", (gt_text_records)r, two_newlines, 3);
-    else expect_records("\n\n\n", (gt_text_records)r, NULL, 0);
+    if (r == GT_RECORDS_FILE || r == GT_RECORDS_FORTUNE)
+      expect_records("\n\n\n", (gt_text_records)r, two_newlines, 3);
+    else
+      expect_records("\n\n\n", (gt_text_records)r, NULL, 0);
   }
   /* A separator line of one's own. (path_in's buffers are reused: copies.) */
   char txt[256], out[256];
@@ -700,13 +701,12 @@ static void test_text_records_bad(void **state) {
 
 /* ---- bad input ---- */
 
-static void expect_open_error(const char *p, gt_loader_mode mode, uint32_t limit, gt_status want,
-                              const char *words1, const char *words2) {
+static void expect_open_error(const char *p, gt_loader_mode mode, uint32_t limit, gt_status want, const char *words1,
+                              const char *words2) {
   gt_loader_config c = cfg_of(p, 2, 4, mode, 0);
   gt_loader *l = (gt_loader *)&c;
   gt_status s = gt_loader_open(&c, limit, &l);
-  if (s != want) fail_msg("%s: got %s (%s), want %s", p, gt_status_name(s), gt_last_error(),
-                          gt_status_name(want));
+  if (s != want) fail_msg("%s: got %s (%s), want %s", p, gt_status_name(s), gt_last_error(), gt_status_name(want));
   assert_null(l);
   if (!strstr(gt_last_error(), words1) || (words2 && !strstr(gt_last_error(), words2)))
     fail_msg("message \"%s\" lacks \"%s\" / \"%s\"", gt_last_error(), words1, words2 ? words2 : "");
@@ -759,8 +759,8 @@ static void test_bad_files(void **state) {
   tok[5] = 300; /* beyond the file's own vocabulary */
   n = raw_file(buf, 1, 2, 100, 257, 256, tok, 100);
   write_bytes(p, buf, n);
-  expect_open_error(p, GT_LOADER_FIXED, 0, GT_EFORMAT,
-                    "token id 300 at position 5 is >= the file's vocabulary 257", "offset 74");
+  expect_open_error(p, GT_LOADER_FIXED, 0, GT_EFORMAT, "token id 300 at position 5 is >= the file's vocabulary 257",
+                    "offset 74");
   tok[5] = 5;
   tok[1234] = 300; /* fine for the file, too big for the model */
   assert_int_equal(gt_tokfile_write(p, tok, 2000, 70000, GT_TOKFILE_NO_SEP), GT_OK);
@@ -814,8 +814,11 @@ static void test_bad_config(void **state) {
       {1 << 30, 1 << 30, 0, 1, 0, p, "too large"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    gt_loader_config c = {.path = cases[i].path, .B = cases[i].B, .T_max = cases[i].T,
-                          .mode = (gt_loader_mode)cases[i].mode, .shard = cases[i].shard,
+    gt_loader_config c = {.path = cases[i].path,
+                          .B = cases[i].B,
+                          .T_max = cases[i].T,
+                          .mode = (gt_loader_mode)cases[i].mode,
+                          .shard = cases[i].shard,
                           .nshards = cases[i].nshards};
     gt_loader *l;
     assert_int_equal(gt_loader_open(&c, 0, &l), GT_EINVAL);
@@ -917,8 +920,8 @@ static void test_cli(void **state) {
   assert_int_equal(run_tool(log, (const char *[]){"--records", "fortune", out, corpus, NULL}), 0);
   expect_tokens(out, want, 12);
   assert_int_equal(run_tool(log, (const char *[]){"--records", "file", out, corpus, NULL}), 0);
-  const uint32_t want_file[] = {'A', '1', '\n', '%', '\n', 'A', '2', S_, 1, 2, S_, 'A', '1', '\n', '%', '\n',
-                                'A', '2', S_, 'B', '1', '\n', '%', '\n', 'B', '2', S_};
+  const uint32_t want_file[] = {'A', '1',  '\n', '%', '\n', 'A', '2', S_,   1,   2,    S_,  'A', '1', '\n',
+                                '%', '\n', 'A',  '2', S_,   'B', '1', '\n', '%', '\n', 'B', '2', S_};
   expect_tokens(out, want_file, 27);
   assert_int_equal(run_tool(log, (const char *[]){"--records", "line", out, path_in("corpus/b"), NULL}), 0);
   const uint32_t want_line[] = {'B', '1', S_, '%', S_, 'B', '2', S_};
@@ -927,8 +930,8 @@ static void test_cli(void **state) {
   assert_int_equal(run_tool(log, (const char *[]){"--records", "paragraph", out, path_in("para.txt"), NULL}), 0);
   const uint32_t want_para[] = {'P', '1', '\n', 'P', '1', 'b', S_, 'P', '2', S_};
   expect_tokens(out, want_para, 10);
-  assert_int_equal(run_tool(log, (const char *[]){"--records", "fortune", "--doc-sep", "B2", out, path_in("corpus/b"),
-                                                  NULL}), 0);
+  assert_int_equal(
+      run_tool(log, (const char *[]){"--records", "fortune", "--doc-sep", "B2", out, path_in("corpus/b"), NULL}), 0);
   expect_tokens(out, want3, 5);
 
   /* Bad values are usage errors that say what is wanted, and write nothing. */

@@ -56,8 +56,9 @@ static void test_example(void **state) {
   run_result *r = malloc(sizeof *r);
   assert_non_null(r);
   /* Tiny steps: the run lasts a second or two, on busy cores too. */
-  run_cmd((char *[]){gpt, "--corpus", text, "--data", data, "--steps", "5", "--warmup", "1", "--layers", "1", "--channels", "32",
-                     "--seq", "32", "--batch", "2", "--sample", "0", "--print-every", "1", "--metrics", metrics, NULL},
+  run_cmd((char *[]){gpt, "--corpus", text, "--data",        data, "--steps",   "5",     "--warmup",
+                     "1", "--layers", "1",  "--channels",    "32", "--seq",     "32",    "--batch",
+                     "2", "--sample", "0",  "--print-every", "1",  "--metrics", metrics, NULL},
           (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=crash:rank=0,at=1", NULL}, 120, r);
   if (GT_TEST_FAULTS) {
     if (r->exit_code != 128 + SIGKILL || !strstr(r->output, "GT_FAULT: rank 0 crashes at step 1"))
@@ -95,9 +96,32 @@ static void test_giantrun(void **state) {
   snprintf(tok, sizeof tok, "%s/giantrun.tok", dir);
   run_result *r = malloc(sizeof *r);
   assert_non_null(r);
-  run_cmd((char *[]){giantrun, "--standalone", "--nproc-per-node", "1", "--max-restarts", "1", gpt, "--corpus", text,
-                     "--data", tok, "--steps", "5", "--warmup", "1", "--layers", "1", "--channels", "32", "--seq",
-                     "32", "--batch", "2", "--sample", "0", NULL},
+  run_cmd((char *[]){giantrun,
+                     "--standalone",
+                     "--nproc-per-node",
+                     "1",
+                     "--max-restarts",
+                     "1",
+                     gpt,
+                     "--corpus",
+                     text,
+                     "--data",
+                     tok,
+                     "--steps",
+                     "5",
+                     "--warmup",
+                     "1",
+                     "--layers",
+                     "1",
+                     "--channels",
+                     "32",
+                     "--seq",
+                     "32",
+                     "--batch",
+                     "2",
+                     "--sample",
+                     "0",
+                     NULL},
           (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=crash:rank=0,at=1", NULL}, 240, r);
   if (r->exit_code <= 0) run_fail(r, "giantrun: exit %d, wanted a failed job, its output above", r->exit_code);
   if (GT_TEST_FAULTS) {
@@ -121,7 +145,8 @@ static void test_trainer(void **state) {
   OK(gt_model_create(be, &(gt_model_config){.B_max = 2, .T_max = 8, .seed = 1}, &m));
   OK(gpt_add_layers(m, &(gpt_config){.vocab_size = 16, .T_max = 8, .C = 16, .NH = 2, .L = 1, .tie_weights = true}));
   OK(gt_model_build(m));
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_accum = 1,
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
+                          .grad_accum = 1,
                           .schedule = {.lr_max = 1e-3f, .lr_min = 1e-4f, .warmup = 1, .total = 10}};
   gt_trainer *t = NULL;
   setenv("GT_FAULT", "crash:rank=0,at=1", 1);

@@ -32,10 +32,11 @@ static void test_installed_library_builds_a_program(void **state) {
   snprintf(src, sizeof src, "%s/main.c", prefix);
   snprintf(exe, sizeof exe, "%s/main", prefix);
   FILE *f = fopen(src, "w");
-  fputs("#include <giant/giant.h>\n#include <stdio.h>\n"
-        "int main(void) { gt_backend *be; if (gt_backend_create(NULL, &be) != GT_OK) return 1;\n"
-        "  printf(\"%s %s\\n\", gt_backend_name(be), gt_status_name(GT_ERANGE)); gt_backend_destroy(be); return 0; }\n",
-        f);
+  fputs(
+      "#include <giant/giant.h>\n#include <stdio.h>\n"
+      "int main(void) { gt_backend *be; if (gt_backend_create(NULL, &be) != GT_OK) return 1;\n"
+      "  printf(\"%s %s\\n\", gt_backend_name(be), gt_status_name(GT_ERANGE)); gt_backend_destroy(be); return 0; }\n",
+      f);
   fclose(f);
   snprintf(pcdir, sizeof pcdir, "%s/lib/pkgconfig", prefix);
   if (access(pcdir, F_OK) != 0) snprintf(pcdir, sizeof pcdir, "%s/lib/x86_64-linux-gnu/pkgconfig", prefix);

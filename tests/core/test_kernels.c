@@ -79,8 +79,8 @@ void kt_check(const char *what, const float *got, const double *want, size_t n, 
     if (isnan(want[i])) continue;
     double err = fabs((double)got[i] - want[i]);
     if (!(err <= tol * (fabs(want[i]) + floor)))
-      fail_msg("%s[%zu]: got %.9g, want %.9g (error %.3g, allowed %.3g)", what, i, (double)got[i],
-               want[i], err, tol * (fabs(want[i]) + floor));
+      fail_msg("%s[%zu]: got %.9g, want %.9g (error %.3g, allowed %.3g)", what, i, (double)got[i], want[i], err,
+               tol * (fabs(want[i]) + floor));
   }
 }
 
@@ -156,21 +156,36 @@ int main(int argc, char **argv) {
     }
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_gemm_shapes),     cmocka_unit_test(test_gemm_batched),
-      cmocka_unit_test(test_gemm_edges),      cmocka_unit_test(test_embedding),
-      cmocka_unit_test(test_layernorm),       cmocka_unit_test(test_linear),
-      cmocka_unit_test(test_gelu),            cmocka_unit_test(test_residual),
-      cmocka_unit_test(test_attention),       cmocka_unit_test(test_attention_errors),
-      cmocka_unit_test(test_softmax_xent),    cmocka_unit_test(test_softmax_xent_errors),
-      cmocka_unit_test(test_adamw),           cmocka_unit_test(test_sgd),
-      cmocka_unit_test(test_sum_squares),     cmocka_unit_test(test_scale),
-      cmocka_unit_test(test_bf16),            cmocka_unit_test(test_nn_errors),
-      cmocka_unit_test(test_determinism),     cmocka_unit_test(test_measure_peak),
-      cmocka_unit_test(test_embedding_slice), cmocka_unit_test(test_xent_slice),
-      cmocka_unit_test(test_op_checks),       cmocka_unit_test(test_adamw_bf16),
-      cmocka_unit_test(test_gemm_ex),         cmocka_unit_test(test_gemm_ex_f32_is_gemm),
-      cmocka_unit_test(test_gemm_ex_errors),  cmocka_unit_test(test_bias),
-      cmocka_unit_test(test_causal_softmax),  cmocka_unit_test(test_attention_bf16),
+      cmocka_unit_test(test_gemm_shapes),
+      cmocka_unit_test(test_gemm_batched),
+      cmocka_unit_test(test_gemm_edges),
+      cmocka_unit_test(test_embedding),
+      cmocka_unit_test(test_layernorm),
+      cmocka_unit_test(test_linear),
+      cmocka_unit_test(test_gelu),
+      cmocka_unit_test(test_residual),
+      cmocka_unit_test(test_attention),
+      cmocka_unit_test(test_attention_errors),
+      cmocka_unit_test(test_softmax_xent),
+      cmocka_unit_test(test_softmax_xent_errors),
+      cmocka_unit_test(test_adamw),
+      cmocka_unit_test(test_sgd),
+      cmocka_unit_test(test_sum_squares),
+      cmocka_unit_test(test_scale),
+      cmocka_unit_test(test_bf16),
+      cmocka_unit_test(test_nn_errors),
+      cmocka_unit_test(test_determinism),
+      cmocka_unit_test(test_measure_peak),
+      cmocka_unit_test(test_embedding_slice),
+      cmocka_unit_test(test_xent_slice),
+      cmocka_unit_test(test_op_checks),
+      cmocka_unit_test(test_adamw_bf16),
+      cmocka_unit_test(test_gemm_ex),
+      cmocka_unit_test(test_gemm_ex_f32_is_gemm),
+      cmocka_unit_test(test_gemm_ex_errors),
+      cmocka_unit_test(test_bias),
+      cmocka_unit_test(test_causal_softmax),
+      cmocka_unit_test(test_attention_bf16),
   };
   int failed = cmocka_run_group_tests_name(dev, tests, NULL, NULL);
   gt_backend_destroy(kt_ref);

@@ -21,9 +21,9 @@
 extern gt_backend *kt_be;  /* the backend under test */
 extern gt_backend *kt_ref; /* the CPU backend when kt_be is another, else NULL */
 
-#define KT_OK(expr)                                                                   \
-  do {                                                                                \
-    gt_status kt_s_ = (expr);                                                         \
+#define KT_OK(expr)                                                                            \
+  do {                                                                                         \
+    gt_status kt_s_ = (expr);                                                                  \
     if (kt_s_ != GT_OK) fail_msg("%s: %s: %s", #expr, gt_status_name(kt_s_), gt_last_error()); \
   } while (0)
 
@@ -32,7 +32,7 @@ void kt_seed(uint64_t seed);
 float kt_uniform(void); /* in [-1, 1) */
 int kt_randint(int n);  /* in [0, n) */
 void kt_fill(float *x, size_t n, float scale);
-float *kt_randn_alloc(size_t n, float scale); /* malloc'd, filled */
+float *kt_randn_alloc(size_t n, float scale);   /* malloc'd, filled */
 double *kt_to_double(const float *x, size_t n); /* malloc'd copy */
 void *kt_xmalloc(size_t bytes);
 

@@ -5,12 +5,9 @@
 
 #include "tests/core/test_kernels.h"
 
-static double gelu_ref(double x) {
-  return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+static double gelu_ref(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
-static void gelu_run(gt_backend *be, const float *x, const float *dout, float *out, float *dx,
-                     size_t n) {
+static void gelu_run(gt_backend *be, const float *x, const float *dout, float *out, float *dx, size_t n) {
   float *dx_in = kt_dput(be, x, n * 4), *dy = kt_dput(be, dout, n * 4);
   float *dout_d = kt_dput(be, NULL, n * 4), *g = kt_dput(be, dx, n * 4);
   KT_OK(gt_op_gelu_forward(be, dout_d, dx_in, n));
@@ -66,8 +63,8 @@ void test_gelu(void **state) {
   check_gelu(20011); /* threaded */
 }
 
-static void residual_run(gt_backend *be, const float *a, const float *b, const float *dout,
-                         float *out, float *da, float *db, size_t n) {
+static void residual_run(gt_backend *be, const float *a, const float *b, const float *dout, float *out, float *da,
+                         float *db, size_t n) {
   float *d_a = kt_dput(be, a, n * 4), *d_b = kt_dput(be, b, n * 4), *dy = kt_dput(be, dout, n * 4);
   float *o = kt_dput(be, NULL, n * 4), *ga = kt_dput(be, da, n * 4), *gb = kt_dput(be, db, n * 4);
   KT_OK(gt_op_residual_forward(be, o, d_a, d_b, n));

@@ -36,8 +36,7 @@ static void attn_forward_ref(const attn_ref *r, double *out, double *att) {
           for (int i = 0; i < hs; i++) o[i] += p[j] * v[i];
         }
         if (att)
-          for (int j = 0; j < T; j++)
-            att[(((size_t)b * NH + h) * T + t) * T + j] = j <= t ? p[j] : 0.0;
+          for (int j = 0; j < T; j++) att[(((size_t)b * NH + h) * T + t) * T + j] = j <= t ? p[j] : 0.0;
       }
   free(p);
 }
@@ -52,8 +51,8 @@ static double attn_loss(void *p) {
   return L;
 }
 
-static void attn_run(gt_backend *be, int B, int T, int C, int NH, const float *qkv,
-                     const float *dout, float *out, float *att, float *dqkv) {
+static void attn_run(gt_backend *be, int B, int T, int C, int NH, const float *qkv, const float *dout, float *out,
+                     float *att, float *dqkv) {
   size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
   float *dq_in = kt_dput(be, qkv, nq * 4), *dy = kt_dput(be, dout, no * 4);
   float *o = kt_dput(be, NULL, no * 4), *a = kt_dput(be, NULL, na * 4), *g = kt_dput(be, dqkv, nq * 4);
@@ -122,12 +121,12 @@ static void check_attention(int B, int T, int C, int NH, size_t every) {
 void test_attention(void **state) {
   (void)state;
   kt_seed(30);
-  check_attention(1, 1, 4, 1, 1);   /* one token */
-  check_attention(2, 5, 6, 3, 1);   /* head size 2 */
-  check_attention(1, 7, 9, 3, 1);   /* odd head size */
+  check_attention(1, 1, 4, 1, 1); /* one token */
+  check_attention(2, 5, 6, 3, 1); /* head size 2 */
+  check_attention(1, 7, 9, 3, 1); /* odd head size */
   check_attention(2, 16, 32, 2, 3);
-  check_attention(1, 33, 12, 1, 5); /* one head */
-  check_attention(3, 20, 24, 4, 7); /* more pairs than threads */
+  check_attention(1, 33, 12, 1, 5);  /* one head */
+  check_attention(3, 20, 24, 4, 7);  /* more pairs than threads */
   check_attention(1, 150, 8, 2, 13); /* several row blocks */
 }
 

@@ -28,8 +28,7 @@ static void softmax_run(gt_backend *be, const float *s, const float *d, float *a
 
 static void check_softmax(int BH, int T) {
   size_t n = (size_t)BH * T * T;
-  float *s = kt_randn_alloc(n, 3.0f), *d = kt_randn_alloc(n, 1.0f), *att = kt_xmalloc(n * 4),
-        *dd = kt_xmalloc(n * 4);
+  float *s = kt_randn_alloc(n, 3.0f), *d = kt_randn_alloc(n, 1.0f), *att = kt_xmalloc(n * 4), *dd = kt_xmalloc(n * 4);
   const float scale = 0.125f;
   softmax_run(kt_be, s, d, att, dd, BH, T, scale);
   double *wa = kt_xmalloc(n * 8), *wd = kt_xmalloc(n * 8);
@@ -111,10 +110,10 @@ static void check_attention_bf16(shape s) {
   double scale = 1.0 / sqrt(hs);
   double *wo = kt_xmalloc(no * 8), *wa = kt_xmalloc(na * 8), *wg = kt_to_double(g0, nq);
   double *p = kt_xmalloc((size_t)T * 8), *datt = kt_xmalloc((size_t)T * 8), *ds = kt_xmalloc((size_t)T * T * 8);
-#define Q(b, t, h, i) r16(qkv[((size_t)(b) * T + (t)) * C3 + (h) * hs + (i)])
-#define K(b, t, h, i) r16(qkv[((size_t)(b) * T + (t)) * C3 + C + (h) * hs + (i)])
-#define V(b, t, h, i) r16(qkv[((size_t)(b) * T + (t)) * C3 + 2 * C + (h) * hs + (i)])
-#define DY(b, t, h, i) r16(dout[((size_t)(b) * T + (t)) * C + (h) * hs + (i)])
+#define Q(b, t, h, i) r16(qkv[((size_t)(b)*T + (t)) * C3 + (h)*hs + (i)])
+#define K(b, t, h, i) r16(qkv[((size_t)(b)*T + (t)) * C3 + C + (h)*hs + (i)])
+#define V(b, t, h, i) r16(qkv[((size_t)(b)*T + (t)) * C3 + 2 * C + (h)*hs + (i)])
+#define DY(b, t, h, i) r16(dout[((size_t)(b)*T + (t)) * C + (h)*hs + (i)])
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
       const float *A = att + ((size_t)b * NH + h) * T * T; /* the kernel's probabilities feed backward */
@@ -147,8 +146,8 @@ static void check_attention_bf16(shape s) {
         for (int i = 0; i < hs; i++) {
           double dq = 0, dk = 0, dv = 0;
           for (int j = 0; j < T; j++) {
-            dq += ds[(size_t)t * T + j] * K(b, j, h, i);    /* row t of dscores */
-            dk += ds[(size_t)j * T + t] * Q(b, j, h, i);    /* column t */
+            dq += ds[(size_t)t * T + j] * K(b, j, h, i); /* row t of dscores */
+            dk += ds[(size_t)j * T + t] * Q(b, j, h, i); /* column t */
             dv += r16(A[(size_t)j * T + t]) * DY(b, j, h, i);
           }
           size_t at = ((size_t)b * T + t) * C3 + h * hs + i;

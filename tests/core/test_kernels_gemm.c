@@ -16,8 +16,8 @@ static double at(const float *x, int ld, int trans, int i, int j) {
   return trans ? x[(size_t)j * ld + i] : x[(size_t)i * ld + j];
 }
 
-static void run_gemm(gt_backend *be, const gemm_case *c, const gt_gemm_args *g0, const float *a,
-                     size_t na, const float *b, size_t nb, float *cbuf, size_t nc) {
+static void run_gemm(gt_backend *be, const gemm_case *c, const gt_gemm_args *g0, const float *a, size_t na,
+                     const float *b, size_t nb, float *cbuf, size_t nc) {
   gt_gemm_args g = *g0;
   float *da = kt_dput(be, a, na * sizeof *a), *db = kt_dput(be, b, nb * sizeof *b);
   float *dc = kt_dput(be, cbuf, nc * sizeof *cbuf);
@@ -47,16 +47,24 @@ static void check_gemm(const gemm_case *c) {
     for (int i = 0; i < c->m; i++)
       for (int j = 0; j < c->n; j++) {
         double s = 0;
-        for (int p = 0; p < c->k; p++)
-          s += at(a + e * sa, lda, c->ta, i, p) * at(b + e * sb, ldb, c->tb, p, j);
+        for (int p = 0; p < c->k; p++) s += at(a + e * sa, lda, c->ta, i, p) * at(b + e * sb, ldb, c->tb, p, j);
         double *w = &want[e * sc + (int64_t)i * ldc + j];
         *w = c->alpha * s + (c->beta == 0.0f ? 0.0 : c->beta * *w);
       }
   gt_gemm_args g = {.trans_a = c->ta ? GT_TRANS : GT_NO_TRANS,
                     .trans_b = c->tb ? GT_TRANS : GT_NO_TRANS,
-                    .m = c->m, .n = c->n, .k = c->k, .alpha = c->alpha, .beta = c->beta,
-                    .lda = lda, .ldb = ldb, .ldc = ldc,
-                    .stride_a = sa, .stride_b = sb, .stride_c = sc, .batch = c->batch};
+                    .m = c->m,
+                    .n = c->n,
+                    .k = c->k,
+                    .alpha = c->alpha,
+                    .beta = c->beta,
+                    .lda = lda,
+                    .ldb = ldb,
+                    .ldc = ldc,
+                    .stride_a = sa,
+                    .stride_b = sb,
+                    .stride_c = sc,
+                    .batch = c->batch};
   memcpy(got, c0, nc * sizeof *got);
   run_gemm(kt_be, c, &g, a, na, b, nb, got, nc);
   /* The whole buffer: padding and gaps must come back untouched. */
@@ -112,8 +120,7 @@ void test_gemm_edges(void **state) {
   float *c = kt_xmalloc(6 * sizeof *c), zeros[6] = {0};
   for (int i = 0; i < 6; i++) c[i] = NAN;
   float *dc = kt_dput(kt_be, c, 6 * sizeof *c);
-  gt_gemm_args g = {.m = 2, .n = 3, .k = 0, .alpha = 1, .beta = 0, .lda = 1, .ldb = 3, .ldc = 3,
-                    .c = dc, .batch = 1};
+  gt_gemm_args g = {.m = 2, .n = 3, .k = 0, .alpha = 1, .beta = 0, .lda = 1, .ldb = 3, .ldc = 3, .c = dc, .batch = 1};
   KT_OK(gt_op_gemm(kt_be, &g));
   kt_dget(kt_be, c, dc, 6 * sizeof *c);
   kt_check_exact("gemm k=0 beta=0", c, zeros, 6);
@@ -122,8 +129,8 @@ void test_gemm_edges(void **state) {
   KT_OK(gt_op_gemm(kt_be, &g));
   /* Bad arguments are refused with a reason. */
   float *da = kt_dput(kt_be, NULL, 64 * sizeof(float));
-  gt_gemm_args bad = {.m = 4, .n = 4, .k = 4, .alpha = 1, .a = da, .lda = 3, .b = da, .ldb = 4,
-                      .c = dc, .ldc = 4, .batch = 1};
+  gt_gemm_args bad = {
+      .m = 4, .n = 4, .k = 4, .alpha = 1, .a = da, .lda = 3, .b = da, .ldb = 4, .c = dc, .ldc = 4, .batch = 1};
   assert_int_equal(gt_op_gemm(kt_be, &bad), GT_EINVAL);
   if (gt_backend_kind(kt_be) == GT_DEVICE_CPU) assert_non_null(strstr(gt_last_error(), "lda"));
   bad.lda = 4;

@@ -34,8 +34,8 @@ static double xent_loss(void *p) { return xent_forward_ref(p, NULL, NULL); }
 
 /* Forward then backward; with alias the probabilities overwrite the logits
  * and the gradient overwrites the probabilities. */
-static void xent_run(gt_backend *be, int N, int V, const float *logits, const int32_t *tgt,
-                     float dloss, int alias, float *losses, float *probs, float *dlogits) {
+static void xent_run(gt_backend *be, int N, int V, const float *logits, const int32_t *tgt, float dloss, int alias,
+                     float *losses, float *probs, float *dlogits) {
   size_t n = (size_t)N * V;
   float *dx = kt_dput(be, logits, n * 4), *dl = kt_dput(be, NULL, N * 4);
   int32_t *dt = kt_dput(be, tgt, N * 4);

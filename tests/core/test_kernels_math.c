@@ -69,10 +69,9 @@ void test_bf16(void **state) {
     uint32_t in;
     uint16_t out;
   } known[] = {
-      {0x3F800000u, 0x3F80}, {0x3F808000u, 0x3F80}, {0x3F818000u, 0x3F82},
-      {0x3F80C000u, 0x3F81}, {0x3F807FFFu, 0x3F80}, {0xBF808001u, 0xBF81},
-      {0x7F800000u, 0x7F80}, {0xFF800000u, 0xFF80}, {0x7F7FFFFFu, 0x7F80},
-      {0x00000001u, 0x0000}, {0x80000000u, 0x8000}, {0x00008000u, 0x0000},
+      {0x3F800000u, 0x3F80}, {0x3F808000u, 0x3F80}, {0x3F818000u, 0x3F82}, {0x3F80C000u, 0x3F81},
+      {0x3F807FFFu, 0x3F80}, {0xBF808001u, 0xBF81}, {0x7F800000u, 0x7F80}, {0xFF800000u, 0xFF80},
+      {0x7F7FFFFFu, 0x7F80}, {0x00000001u, 0x0000}, {0x80000000u, 0x8000}, {0x00008000u, 0x0000},
   };
   enum { NK = sizeof known / sizeof *known, NR = 4099 };
   size_t n = NK + 2 + NR;
@@ -142,8 +141,7 @@ void test_determinism(void **state) {
     KT_OK(gt_op_attention_forward(be, out, att, d_qkv, B, T, C, NH));
     KT_OK(gt_op_attention_backward(be, g, datt, d_dy, d_qkv, att, B, T, C, NH));
     KT_OK(gt_op_layernorm_forward(be, out, mean, rstd, d_dy, d_w, d_w, N, C));
-    KT_OK(gt_op_layernorm_backward(be, g + nq, g + nq + no, g + nq + no + C, d_dy, d_dy, d_w,
-                                   mean, rstd, N, C));
+    KT_OK(gt_op_layernorm_backward(be, g + nq, g + nq + no, g + nq + no + C, d_dy, d_dy, d_w, mean, rstd, N, C));
     kt_dget(be, rep ? now : first, g, (nq + no + 2 * C) * 4);
     if (rep) kt_check_exact("repeated backward", now, first, nq + no + 2 * C);
   }

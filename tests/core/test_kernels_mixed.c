@@ -30,8 +30,8 @@ static uint16_t *bf16_rand(size_t n) {
 
 /* Runs gemm_ex on `be`; c (host) is the old C in and the result out, as
  * floats whatever c_type is (bf16 results are widened back). */
-static void run(gt_backend *be, const gt_gemm_ex_args *g0, const uint16_t *a, size_t na, const uint16_t *b,
-                size_t nb, float *c, size_t nc) {
+static void run(gt_backend *be, const gt_gemm_ex_args *g0, const uint16_t *a, size_t na, const uint16_t *b, size_t nb,
+                float *c, size_t nc) {
   gt_gemm_ex_args g = *g0;
   void *da = kt_dput(be, a, na * 2), *db = kt_dput(be, b, nb * 2), *dc;
   if (g.c_type == GT_BF16) {
@@ -77,23 +77,37 @@ static void check_case(const mcase *c) {
         double *w = &want[e * sc + (int64_t)i * ldc + j];
         *w = c->alpha * s + (c->beta == 0.0f ? 0.0 : c->beta * *w);
       }
-  gt_gemm_ex_args g = {.trans_a = c->ta ? GT_TRANS : GT_NO_TRANS, .trans_b = c->tb ? GT_TRANS : GT_NO_TRANS,
-                       .m = c->m, .n = c->n, .k = c->k, .alpha = c->alpha, .beta = c->beta,
-                       .a_type = GT_BF16, .lda = lda, .stride_a = sa, .b_type = GT_BF16, .ldb = ldb,
-                       .stride_b = sb, .c_type = c->c_type, .ldc = ldc, .stride_c = sc, .batch = c->batch};
+  gt_gemm_ex_args g = {.trans_a = c->ta ? GT_TRANS : GT_NO_TRANS,
+                       .trans_b = c->tb ? GT_TRANS : GT_NO_TRANS,
+                       .m = c->m,
+                       .n = c->n,
+                       .k = c->k,
+                       .alpha = c->alpha,
+                       .beta = c->beta,
+                       .a_type = GT_BF16,
+                       .lda = lda,
+                       .stride_a = sa,
+                       .b_type = GT_BF16,
+                       .ldb = ldb,
+                       .stride_b = sb,
+                       .c_type = c->c_type,
+                       .ldc = ldc,
+                       .stride_c = sc,
+                       .batch = c->batch};
   memcpy(got, c0, nc * 4);
   run(kt_be, &g, a, na, b, nb, got, nc);
   /* fp32 results: accumulation error only. bf16 results: one rounding to 8
    * significant bits (relative 2^-8) on top. Padding and gaps must come back
    * untouched either way (their want is the old value). */
-  kt_check(c->c_type == GT_BF16 ? "gemm_ex C (bf16)" : "gemm_ex C", got, want, nc,
-           c->c_type == GT_BF16 ? 4e-3 : 2e-5);
+  kt_check(c->c_type == GT_BF16 ? "gemm_ex C (bf16)" : "gemm_ex C", got, want, nc, c->c_type == GT_BF16 ? 4e-3 : 2e-5);
   if (kt_ref) {
     float *ref = kt_xmalloc(nc * 4);
     memcpy(ref, c0, nc * 4);
     run(kt_ref, &g, a, na, b, nb, ref, nc);
-    if (c->c_type == GT_F32) kt_check_backend("gemm_ex C", got, ref, nc);
-    else kt_check_f("gemm_ex C (bf16, vs cpu)", got, ref, nc, 8e-3); /* either side may round the other way */
+    if (c->c_type == GT_F32)
+      kt_check_backend("gemm_ex C", got, ref, nc);
+    else
+      kt_check_f("gemm_ex C (bf16, vs cpu)", got, ref, nc, 8e-3); /* either side may round the other way */
     free(ref);
   }
   free(a);
@@ -139,14 +153,37 @@ void test_gemm_ex_f32_is_gemm(void **state) {
   float *want = kt_xmalloc((size_t)m * n * 4);
   float *da = kt_dput(kt_be, a, (size_t)m * k * 4), *db = kt_dput(kt_be, b, (size_t)k * n * 4);
   float *dc = kt_dput(kt_be, c, (size_t)m * n * 4);
-  gt_gemm_args g = {.m = m, .n = n, .k = k, .alpha = 1.5f, .beta = 0.5f, .a = da, .lda = k, .b = db, .ldb = n,
-                    .c = dc, .ldc = n, .batch = 1};
+  gt_gemm_args g = {.m = m,
+                    .n = n,
+                    .k = k,
+                    .alpha = 1.5f,
+                    .beta = 0.5f,
+                    .a = da,
+                    .lda = k,
+                    .b = db,
+                    .ldb = n,
+                    .c = dc,
+                    .ldc = n,
+                    .batch = 1};
   KT_OK(gt_op_gemm(kt_be, &g));
   kt_dget(kt_be, want, dc, (size_t)m * n * 4);
   kt_dfree(kt_be, dc);
   dc = kt_dput(kt_be, c, (size_t)m * n * 4);
-  gt_gemm_ex_args x = {.m = m, .n = n, .k = k, .alpha = 1.5f, .beta = 0.5f, .a = da, .a_type = GT_F32, .lda = k,
-                       .b = db, .b_type = GT_F32, .ldb = n, .c = dc, .c_type = GT_F32, .ldc = n, .batch = 1};
+  gt_gemm_ex_args x = {.m = m,
+                       .n = n,
+                       .k = k,
+                       .alpha = 1.5f,
+                       .beta = 0.5f,
+                       .a = da,
+                       .a_type = GT_F32,
+                       .lda = k,
+                       .b = db,
+                       .b_type = GT_F32,
+                       .ldb = n,
+                       .c = dc,
+                       .c_type = GT_F32,
+                       .ldc = n,
+                       .batch = 1};
   KT_OK(gt_op_gemm_ex(kt_be, &x));
   kt_dget(kt_be, got, dc, (size_t)m * n * 4);
   kt_check_exact("gemm_ex f32", got, want, (size_t)m * n);
@@ -164,8 +201,19 @@ void test_gemm_ex_errors(void **state) {
   (void)state;
   uint16_t *d16 = kt_dput(kt_be, NULL, 64 * 2);
   float *d32 = kt_dput(kt_be, NULL, 64 * 4);
-  gt_gemm_ex_args base = {.m = 4, .n = 4, .k = 4, .alpha = 1.0f, .a = d16, .a_type = GT_BF16, .lda = 4,
-                          .b = d16, .b_type = GT_BF16, .ldb = 4, .c = d32, .c_type = GT_F32, .ldc = 4,
+  gt_gemm_ex_args base = {.m = 4,
+                          .n = 4,
+                          .k = 4,
+                          .alpha = 1.0f,
+                          .a = d16,
+                          .a_type = GT_BF16,
+                          .lda = 4,
+                          .b = d16,
+                          .b_type = GT_BF16,
+                          .ldb = 4,
+                          .c = d32,
+                          .c_type = GT_F32,
+                          .ldc = 4,
                           .batch = 1};
   gt_gemm_ex_args g = base;
   /* mixed operand types */

@@ -29,8 +29,8 @@ typedef struct {
   float *out, *dwte, *dwpe;
 } emb_out;
 
-static void emb_run(gt_backend *be, int B, int T, int C, int V, const int32_t *tok,
-                    const float *wte, const float *wpe, const float *dout, emb_out *o) {
+static void emb_run(gt_backend *be, int B, int T, int C, int V, const int32_t *tok, const float *wte, const float *wpe,
+                    const float *dout, emb_out *o) {
   size_t N = (size_t)B * T;
   int32_t *dtok = kt_dput(be, tok, N * sizeof *tok);
   float *dwte_w = kt_dput(be, wte, (size_t)V * C * 4), *dwpe_w = wpe ? kt_dput(be, wpe, (size_t)T * C * 4) : NULL;
@@ -67,12 +67,10 @@ static void check_embedding(int B, int T, int C, int V, int with_wpe) {
 
   float *want = kt_xmalloc(N * C * 4);
   for (size_t i = 0; i < N; i++)
-    for (int c = 0; c < C; c++)
-      want[i * C + c] = wte[(size_t)tok[i] * C + c] + (wpe ? wpe[(i % T) * C + c] : 0.0f);
+    for (int c = 0; c < C; c++) want[i * C + c] = wte[(size_t)tok[i] * C + c] + (wpe ? wpe[(i % T) * C + c] : 0.0f);
   kt_check_exact("embedding out", o.out, want, N * C);
 
-  emb_ref r = {B, T, C, tok, kt_to_double(wte, nte), wpe ? kt_to_double(wpe, npe) : NULL,
-               kt_to_double(W, N * C)};
+  emb_ref r = {B, T, C, tok, kt_to_double(wte, nte), wpe ? kt_to_double(wpe, npe) : NULL, kt_to_double(W, N * C)};
   double *fd = kt_xmalloc(nte * sizeof *fd);
   kt_fd(emb_loss, &r, r.wte, nte, 1, fd);
   double *w = kt_plus(gte0, fd, nte);
@@ -163,8 +161,8 @@ typedef struct {
   float *out, *mean, *rstd, *dx, *dw, *db;
 } ln_out;
 
-static void ln_run(gt_backend *be, int N, int C, const float *x, const float *w, const float *b,
-                   const float *dout, ln_out *o) {
+static void ln_run(gt_backend *be, int N, int C, const float *x, const float *w, const float *b, const float *dout,
+                   ln_out *o) {
   size_t n = (size_t)N * C;
   float *dx_in = kt_dput(be, x, n * 4), *dw_in = kt_dput(be, w, C * 4), *db_in = kt_dput(be, b, C * 4);
   float *out = kt_dput(be, NULL, n * 4), *mean = kt_dput(be, NULL, N * 4), *rstd = kt_dput(be, NULL, N * 4);
@@ -292,8 +290,8 @@ typedef struct {
   float *out, *dx, *dw, *db;
 } lin_out;
 
-static void lin_run(gt_backend *be, int N, int C, int OC, const float *x, const float *w,
-                    const float *bias, const float *dout, int want_dx, lin_out *o) {
+static void lin_run(gt_backend *be, int N, int C, int OC, const float *x, const float *w, const float *bias,
+                    const float *dout, int want_dx, lin_out *o) {
   size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
   float *dx_in = kt_dput(be, x, nx * 4), *dw_in = kt_dput(be, w, nw * 4);
   float *db_in = bias ? kt_dput(be, bias, OC * 4) : NULL;
@@ -331,8 +329,13 @@ static void check_linear(int N, int C, int OC, int with_bias, int want_dx, size_
   memcpy(o.db, gb0, OC * 4);
   lin_run(kt_be, N, C, OC, x, w, with_bias ? bias : NULL, W, want_dx, &o);
 
-  lin_ref r = {N, C, OC, kt_to_double(x, nx), kt_to_double(w, nw),
-               with_bias ? kt_to_double(bias, OC) : NULL, kt_to_double(W, ny)};
+  lin_ref r = {N,
+               C,
+               OC,
+               kt_to_double(x, nx),
+               kt_to_double(w, nw),
+               with_bias ? kt_to_double(bias, OC) : NULL,
+               kt_to_double(W, ny)};
   double *out = kt_xmalloc(ny * 8);
   for (int i = 0; i < N; i++)
     for (int oc = 0; oc < OC; oc++) {

@@ -12,8 +12,7 @@ typedef struct {
   float *g;
 } opt_dev;
 
-static void adamw_ref(double *p, double *m, double *v, const float *g, size_t n,
-                      const gt_adamw_args *a) {
+static void adamw_ref(double *p, double *m, double *v, const float *g, size_t n, const gt_adamw_args *a) {
   double bc1 = 1 - pow(a->beta1, a->step), bc2 = 1 - pow(a->beta2, a->step);
   for (size_t i = 0; i < n; i++) {
     double gi = (double)g[i] * a->grad_scale;
@@ -24,10 +23,9 @@ static void adamw_ref(double *p, double *m, double *v, const float *g, size_t n,
   }
 }
 
-static void adamw_steps(gt_backend *be, float *p, float *m, float *v, float **grads, int steps,
-                        size_t n, const gt_adamw_args *a0) {
-  opt_dev d = {kt_dput(be, p, n * 4), kt_dput(be, NULL, n * 4), kt_dput(be, NULL, n * 4),
-               kt_dput(be, NULL, n * 4)};
+static void adamw_steps(gt_backend *be, float *p, float *m, float *v, float **grads, int steps, size_t n,
+                        const gt_adamw_args *a0) {
+  opt_dev d = {kt_dput(be, p, n * 4), kt_dput(be, NULL, n * 4), kt_dput(be, NULL, n * 4), kt_dput(be, NULL, n * 4)};
   for (int s = 1; s <= steps; s++) {
     gt_adamw_args a = *a0;
     a.step = s;
@@ -45,8 +43,8 @@ static void adamw_steps(gt_backend *be, float *p, float *m, float *v, float **gr
 
 static void check_adamw(size_t n) {
   enum { STEPS = 3 };
-  gt_adamw_args a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                     .weight_decay = 0.1f, .grad_scale = 0.5f};
+  gt_adamw_args a = {
+      .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 0.5f};
   float *p0 = kt_randn_alloc(n, 1), *grads[STEPS];
   for (int s = 0; s < STEPS; s++) grads[s] = kt_randn_alloc(n, 2);
   float *p = kt_xmalloc(n * 4), *m = kt_xmalloc(n * 4), *v = kt_xmalloc(n * 4);
@@ -86,8 +84,7 @@ void test_adamw(void **state) {
   check_adamw(37);
   check_adamw(20011);
   float *buf = kt_dput(kt_be, NULL, 16);
-  gt_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .step = 0,
-                     .grad_scale = 1};
+  gt_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .step = 0, .grad_scale = 1};
   assert_int_equal(gt_op_adamw_update(kt_be, buf, buf, buf, buf, 4, &a), GT_EINVAL);
   kt_dfree(kt_be, buf);
 }
@@ -127,8 +124,8 @@ static void expect_same_bf16(const char *what, const uint16_t *got, const uint16
  * backend's own f32_to_bf16 of the new parameters. */
 static void check_adamw_bf16(size_t n) {
   enum { STEPS = 5 };
-  gt_adamw_args a = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                     .weight_decay = 0.1f, .grad_scale = 0.37f};
+  gt_adamw_args a = {
+      .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 0.37f};
   float *p0 = kt_randn_alloc(n, 1), *grads[STEPS];
   for (int s = 0; s < STEPS; s++) grads[s] = kt_randn_alloc(n, 3);
   size_t fb = n * sizeof(float), hb = n * sizeof(uint16_t);
@@ -161,8 +158,10 @@ static void check_adamw_bf16(size_t n) {
     snprintf(what, sizeof what, "adamw_update_bf16 %s vs adamw_update (n=%zu)", names[k], n);
     kt_check_exact(what, got, other, n);
     snprintf(what, sizeof what, "adamw_update_bf16 %s vs the exact reference (n=%zu)", names[k], n);
-    if (kt_ref) kt_check_backend(what, got, ref[k], n);
-    else kt_check_exact(what, got, ref[k], n);
+    if (kt_ref)
+      kt_check_backend(what, got, ref[k], n);
+    else
+      kt_check_exact(what, got, ref[k], n);
   }
   if (!kt_ref) expect_same_bf16("adamw_update_bf16 copy vs the exact reference", got16, r16, n);
   float *all[] = {dp, dm, dv, ep, em, ev, dg};
@@ -208,8 +207,7 @@ static void sgd_ref(double *p, double *buf, const float *g, size_t n, const gt_s
   }
 }
 
-static void sgd_steps(gt_backend *be, float *p, float *mom, float **grads, int steps, size_t n,
-                      const gt_sgd_args *a) {
+static void sgd_steps(gt_backend *be, float *p, float *mom, float **grads, int steps, size_t n, const gt_sgd_args *a) {
   float *dp = kt_dput(be, p, n * 4), *dg = kt_dput(be, NULL, n * 4);
   float *dm = a->momentum != 0.0f ? kt_dput(be, NULL, n * 4) : NULL;
   for (int s = 0; s < steps; s++) {
@@ -257,8 +255,7 @@ void test_sgd(void **state) {
   kt_seed(51);
   gt_sgd_args plain = {.lr = 0.1f, .momentum = 0, .weight_decay = 0.01f, .grad_scale = 0.5f};
   gt_sgd_args heavy = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0, .grad_scale = 1};
-  gt_sgd_args nest = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true,
-                      .grad_scale = 0.25f};
+  gt_sgd_args nest = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true, .grad_scale = 0.25f};
   size_t sizes[] = {1, 37, 20011};
   for (int i = 0; i < 3; i++) {
     check_sgd(sizes[i], &plain);

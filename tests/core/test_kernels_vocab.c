@@ -20,20 +20,23 @@ static void test_embedding_slice_case(int B, int T, int C, int V) {
   float *want = kt_xmalloc((size_t)N * C * sizeof(float)), *got = calloc((size_t)N * C, sizeof(float));
   float *part = kt_xmalloc((size_t)N * C * sizeof(float));
   int32_t *dtok = kt_dput(kt_be, tok, (size_t)N * sizeof *tok);
-  float *dwte = kt_dput(kt_be, wte, (size_t)V * C * sizeof(float)), *dwpe = kt_dput(kt_be, wpe, (size_t)T * C * sizeof(float));
-  float *dout_d = kt_dput(kt_be, dout, (size_t)N * C * sizeof(float)), *dres = kt_dput(kt_be, NULL, (size_t)N * C * sizeof(float));
+  float *dwte = kt_dput(kt_be, wte, (size_t)V * C * sizeof(float)),
+        *dwpe = kt_dput(kt_be, wpe, (size_t)T * C * sizeof(float));
+  float *dout_d = kt_dput(kt_be, dout, (size_t)N * C * sizeof(float)),
+        *dres = kt_dput(kt_be, NULL, (size_t)N * C * sizeof(float));
   KT_OK(gt_op_embedding_forward(kt_be, dres, dtok, dwte, dwpe, B, T, C));
   kt_dget(kt_be, want, dres, (size_t)N * C * sizeof(float));
   /* Forward: every rank's part, position table on rank 0, summed. */
   for (int r = 0; r < P; r++) {
-    KT_OK(gt_op_embedding_slice_forward(kt_be, dres, dtok, dwte + (size_t)r * Vp * C, r * Vp, Vp,
-                                        r == 0 ? dwpe : NULL, B, T, C));
+    KT_OK(gt_op_embedding_slice_forward(kt_be, dres, dtok, dwte + (size_t)r * Vp * C, r * Vp, Vp, r == 0 ? dwpe : NULL,
+                                        B, T, C));
     kt_dget(kt_be, part, dres, (size_t)N * C * sizeof(float));
     for (int i = 0; i < N * C; i++) got[i] += part[i];
   }
   kt_check_f("embedding_slice_forward", got, want, (size_t)N * C, 1e-6);
   /* Backward: each rank's rows of the table gradient, from the whole dout. */
-  float *gw = kt_dput(kt_be, NULL, (size_t)V * C * sizeof(float)), *gp = kt_dput(kt_be, NULL, (size_t)T * C * sizeof(float));
+  float *gw = kt_dput(kt_be, NULL, (size_t)V * C * sizeof(float)),
+        *gp = kt_dput(kt_be, NULL, (size_t)T * C * sizeof(float));
   KT_OK(gt_op_embedding_backward(kt_be, gw, gp, dout_d, dtok, B, T, C));
   float *want_w = kt_xmalloc((size_t)V * C * sizeof(float)), *got_w = kt_xmalloc((size_t)V * C * sizeof(float));
   kt_dget(kt_be, want_w, gw, (size_t)V * C * sizeof(float));
@@ -75,7 +78,8 @@ static void test_xent_slice_case(int N, int V) {
   int32_t *tg = kt_xmalloc((size_t)N * sizeof *tg);
   for (int i = 0; i < N; i++) tg[i] = i % 4 == 3 ? -1 : kt_randint(V);
   /* The whole-vocabulary reference. */
-  float *dl = kt_dput(kt_be, logits, (size_t)N * V * sizeof(float)), *dloss = kt_dput(kt_be, NULL, (size_t)N * sizeof(float));
+  float *dl = kt_dput(kt_be, logits, (size_t)N * V * sizeof(float)),
+        *dloss = kt_dput(kt_be, NULL, (size_t)N * sizeof(float));
   int32_t *dtg = kt_dput(kt_be, tg, (size_t)N * sizeof *tg);
   KT_OK(gt_op_softmax_xent_forward(kt_be, dloss, dl, dl, dtg, N, V));
   float *want_loss = kt_xmalloc((size_t)N * sizeof(float)), *want_p = kt_xmalloc((size_t)N * V * sizeof(float));
@@ -87,16 +91,19 @@ static void test_xent_slice_case(int N, int V) {
   /* Each rank's columns, as a rank holds them: contiguous (N, Vp). */
   float *stats_all = kt_xmalloc((size_t)P * 2 * N * sizeof(float)), *tsum = calloc((size_t)N, sizeof(float));
   float *cols = kt_xmalloc((size_t)N * Vp * sizeof(float)), *tl = kt_xmalloc((size_t)N * sizeof(float));
-  float *dcols[3], *dstats = kt_dput(kt_be, NULL, (size_t)2 * N * sizeof(float)), *dtl = kt_dput(kt_be, NULL, (size_t)N * sizeof(float));
+  float *dcols[3], *dstats = kt_dput(kt_be, NULL, (size_t)2 * N * sizeof(float)),
+                   *dtl = kt_dput(kt_be, NULL, (size_t)N * sizeof(float));
   for (int r = 0; r < P; r++) {
-    for (int i = 0; i < N; i++) memcpy(cols + (size_t)i * Vp, logits + (size_t)i * V + (size_t)r * Vp, (size_t)Vp * sizeof(float));
+    for (int i = 0; i < N; i++)
+      memcpy(cols + (size_t)i * Vp, logits + (size_t)i * V + (size_t)r * Vp, (size_t)Vp * sizeof(float));
     dcols[r] = kt_dput(kt_be, cols, (size_t)N * Vp * sizeof(float));
     KT_OK(gt_op_xent_slice_stats(kt_be, dstats, dtl, dcols[r], dtg, r * Vp, N, Vp));
     kt_dget(kt_be, stats_all + (size_t)r * 2 * N, dstats, (size_t)2 * N * sizeof(float));
     kt_dget(kt_be, tl, dtl, (size_t)N * sizeof(float));
     for (int i = 0; i < N; i++) tsum[i] += tl[i]; /* the all-reduce */
   }
-  float *dall = kt_dput(kt_be, stats_all, (size_t)P * 2 * N * sizeof(float)), *dts = kt_dput(kt_be, tsum, (size_t)N * sizeof(float));
+  float *dall = kt_dput(kt_be, stats_all, (size_t)P * 2 * N * sizeof(float)),
+        *dts = kt_dput(kt_be, tsum, (size_t)N * sizeof(float));
   float *got_p = kt_xmalloc((size_t)N * V * sizeof(float)), *got_d = kt_xmalloc((size_t)N * V * sizeof(float));
   float *got_loss = kt_xmalloc((size_t)N * sizeof(float));
   for (int r = 0; r < P; r++) {
@@ -104,10 +111,12 @@ static void test_xent_slice_case(int N, int V) {
     kt_dget(kt_be, got_loss, dloss, (size_t)N * sizeof(float));
     kt_check_f("xent_slice_finish loss", got_loss, want_loss, (size_t)N, 1e-5);
     kt_dget(kt_be, cols, dcols[r], (size_t)N * Vp * sizeof(float));
-    for (int i = 0; i < N; i++) memcpy(got_p + (size_t)i * V + (size_t)r * Vp, cols + (size_t)i * Vp, (size_t)Vp * sizeof(float));
+    for (int i = 0; i < N; i++)
+      memcpy(got_p + (size_t)i * V + (size_t)r * Vp, cols + (size_t)i * Vp, (size_t)Vp * sizeof(float));
     KT_OK(gt_op_softmax_xent_slice_backward(kt_be, dcols[r], dcols[r], dtg, r * Vp, 0.25f, N, Vp));
     kt_dget(kt_be, cols, dcols[r], (size_t)N * Vp * sizeof(float));
-    for (int i = 0; i < N; i++) memcpy(got_d + (size_t)i * V + (size_t)r * Vp, cols + (size_t)i * Vp, (size_t)Vp * sizeof(float));
+    for (int i = 0; i < N; i++)
+      memcpy(got_d + (size_t)i * V + (size_t)r * Vp, cols + (size_t)i * Vp, (size_t)Vp * sizeof(float));
   }
   kt_check_f("xent_slice_finish probabilities", got_p, want_p, (size_t)N * V, 1e-5);
   kt_check_f("softmax_xent_slice_backward", got_d, want_d, (size_t)N * V, 1e-5);

@@ -53,7 +53,10 @@ static gt_model *make_model(gt_precision p) {
 
 static gt_trainer *make_trainer(gt_model *m, gt_precision p, gt_optim_config oc, float lr, float clip) {
   gt_trainer *t;
-  gt_trainer_config tc = {.optim = oc, .grad_clip = clip, .grad_accum = 1, .precision = p,
+  gt_trainer_config tc = {.optim = oc,
+                          .grad_clip = clip,
+                          .grad_accum = 1,
+                          .precision = p,
                           .schedule = {.lr_max = lr, .lr_min = lr, .warmup = 0, .total = 0}};
   OK(gt_trainer_create(m, &tc, &t));
   return t;
@@ -252,8 +255,8 @@ static void test_training_curve_matches_fp32(void **state) {
     double d = fabs(loss[1][s] - loss[0][s]) / loss[0][s];
     if (d > worst) worst = d;
   }
-  printf("loss %.4f -> %.4f (fp32), %.4f -> %.4f (bf16); largest relative gap %.2e\n", loss[0][0],
-         loss[0][STEPS - 1], loss[1][0], loss[1][STEPS - 1], worst);
+  printf("loss %.4f -> %.4f (fp32), %.4f -> %.4f (bf16); largest relative gap %.2e\n", loss[0][0], loss[0][STEPS - 1],
+         loss[1][0], loss[1][STEPS - 1], worst);
   assert_true(worst < 2e-2);
   assert_true(worst > 0); /* the two runs did differ */
   assert_true(loss[1][STEPS - 1] < 0.75f * loss[1][0]);
@@ -325,8 +328,10 @@ static void test_cpu_bf16_kernel_choice(void **state) {
   setenv("GT_CPU_BF16", "widen", 1);
   OK(gt_backend_create(&c, &b));
   gt_backend_destroy(b);
-  if (saved) setenv("GT_CPU_BF16", saved, 1);
-  else unsetenv("GT_CPU_BF16");
+  if (saved)
+    setenv("GT_CPU_BF16", saved, 1);
+  else
+    unsetenv("GT_CPU_BF16");
   free(saved);
 }
 

@@ -18,7 +18,6 @@
 
 static gt_backend *be;
 
-
 static int setup(void **state) {
   (void)state;
   gt_backend_config c = {.kind = GT_DEVICE_CPU, .num_threads = 2};

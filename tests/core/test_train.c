@@ -22,7 +22,6 @@
 
 static gt_backend *be;
 
-
 static int setup(void **state) {
   (void)state;
   gt_backend_config c = {.kind = GT_DEVICE_CPU, .num_threads = 2};
@@ -50,7 +49,9 @@ static run make_run(int V, int T, int C, int NH, int L, int B, int accum, gt_opt
   gpt_config gc = {.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = L, .tie_weights = true};
   OK(gpt_add_layers(r.m, &gc));
   OK(gt_model_build(r.m));
-  gt_trainer_config tc = {.optim = gt_optim_defaults(kind), .grad_clip = 1.0f, .grad_accum = accum,
+  gt_trainer_config tc = {.optim = gt_optim_defaults(kind),
+                          .grad_clip = 1.0f,
+                          .grad_accum = accum,
                           .metrics_path = metrics,
                           .schedule = {.lr_max = lr, .lr_min = lr / 10, .warmup = 2, .total = 50}};
   OK(gt_trainer_create(r.m, &tc, &r.t));
@@ -110,8 +111,8 @@ static void overfit(gt_optim_kind kind, float lr, int steps) {
     OK(gt_trainer_step_batches(r.t, &b, 1, &st));
     if (s == 0) first = st.loss;
   }
-  print_message("%s: loss %.4f -> %.4f after %d steps\n", kind == GT_OPTIM_ADAMW ? "adamw" : "sgd", first,
-                st.loss, steps);
+  print_message("%s: loss %.4f -> %.4f after %d steps\n", kind == GT_OPTIM_ADAMW ? "adamw" : "sgd", first, st.loss,
+                steps);
   assert_true(st.loss < 0.05f);
   free_run(&r);
 }
@@ -200,8 +201,8 @@ static void test_clipping_scales_the_update(void **state) {
   OK(gt_model_build(m));
   gt_optim_config oc = gt_optim_defaults(GT_OPTIM_SGD);
   oc.momentum = 0;
-  gt_trainer_config tc = {.optim = oc, .grad_clip = 0.01f, .grad_accum = 1,
-                          .schedule = {.lr_max = 0.5f, .lr_min = 0.5f}};
+  gt_trainer_config tc = {
+      .optim = oc, .grad_clip = 0.01f, .grad_accum = 1, .schedule = {.lr_max = 0.5f, .lr_min = 0.5f}};
   gt_trainer *t;
   OK(gt_trainer_create(m, &tc, &t));
   size_t n = gt_model_buffer_floats(m);

@@ -22,9 +22,9 @@
  * still tells a deadline kept from one ignored for ETCD_CALL_MS. */
 #define ETCD_LATE_S 2.0
 
-#define ETCD_OK(expr)                                                        \
-  do {                                                                       \
-    gt_status s_ = (expr);                                                   \
+#define ETCD_OK(expr)                                                                      \
+  do {                                                                                     \
+    gt_status s_ = (expr);                                                                 \
     if (s_ != GT_OK) fail_msg("%s -> %s: %s", #expr, gt_status_name(s_), gt_last_error()); \
   } while (0)
 

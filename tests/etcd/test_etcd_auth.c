@@ -29,8 +29,7 @@ static int ctl(const char *a, const char *b, const char *c, const char *d) {
 }
 
 static gt_etcd_client *connect_as(const char *user, const char *password, gt_status *st) {
-  gt_etcd_config cfg = {.endpoints = fx.endpoint, .user = user, .password = password,
-                        .timeout_ms = ETCD_CALL_MS};
+  gt_etcd_config cfg = {.endpoints = fx.endpoint, .user = user, .password = password, .timeout_ms = ETCD_CALL_MS};
   gt_etcd_client *c = NULL;
   *st = gt_etcd_connect(&cfg, &c);
   return c;

@@ -80,8 +80,7 @@ static void test_cli(void **state) {
   gt_etcd_close(c);
   assert_int_equal(run(out, sizeof out, "%s watch cli/w --rev %lld --count 2", ep, (long long)rev), 0);
   char want[256];
-  snprintf(want, sizeof want, "PUT\t%lld\tcli/w\t1\nDELETE\t%lld\tcli/w\t\n", (long long)rev,
-           (long long)rev + 1);
+  snprintf(want, sizeof want, "PUT\t%lld\tcli/w\t1\nDELETE\t%lld\tcli/w\t\n", (long long)rev, (long long)rev + 1);
   assert_string_equal(out, want);
 }
 
@@ -89,9 +88,22 @@ static void test_cli_errors(void **state) {
   (void)state;
   char out[4096];
   const char *bad[] = {
-      "", "--bogus get x", "get", "put k", "frob x", "--timeout=0 get x", "--timeout abc get x",
-      "--endpoints= get x", "--endpoints=nohost get x", "--user u get x", "lease grant -5",
-      "lease grant x", "lease ttl zz", "get x --limit -1", "watch x --count 0", "get --endpoints",
+      "",
+      "--bogus get x",
+      "get",
+      "put k",
+      "frob x",
+      "--timeout=0 get x",
+      "--timeout abc get x",
+      "--endpoints= get x",
+      "--endpoints=nohost get x",
+      "--user u get x",
+      "lease grant -5",
+      "lease grant x",
+      "lease ttl zz",
+      "get x --limit -1",
+      "watch x --count 0",
+      "get --endpoints",
       "--cert /tmp/x get k",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -128,8 +128,7 @@ static void test_unreachable_streams(void **state) {
   double t0 = gt_now();
   gt_status st = gt_etcd_watch_start(c, "fault/w", NULL, NULL, NULL, &w);
   double dt = gt_now() - t0;
-  fprintf(stderr, "watch on a stopped server: %s after %.2f s: %s\n", gt_status_name(st), dt,
-          gt_last_error());
+  fprintf(stderr, "watch on a stopped server: %s after %.2f s: %s\n", gt_status_name(st), dt, gt_last_error());
   assert_true(st == GT_ETIMEDOUT || st == GT_ECONN);
   assert_null(w);
   assert_true(dt < 0.5 + ETCD_LATE_S); /* 0.50 s measured */

@@ -176,8 +176,7 @@ static void test_create_cas(void **state) {
 static void test_bad_input(void **state) {
   (void)state;
   gt_etcd_client *c = NULL;
-  const char *bad[] = {"", "127.0.0.1", "127.0.0.1:", ":2379", "127.0.0.1:99999", "127.0.0.1:12ab",
-                       "127.0.0.1:2379,,"};
+  const char *bad[] = {"", "127.0.0.1", "127.0.0.1:", ":2379", "127.0.0.1:99999", "127.0.0.1:12ab", "127.0.0.1:2379,,"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     gt_etcd_config cfg = {.endpoints = bad[i]};
     assert_int_equal(gt_etcd_connect(&cfg, &c), GT_EINVAL);
@@ -229,12 +228,9 @@ int main(void) {
     return 77;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_put_get),
-      cmocka_unit_test(test_prefix_limit_keys_only_delete),
-      cmocka_unit_test(test_txn),
-      cmocka_unit_test(test_create_cas),
-      cmocka_unit_test(test_bad_input),
-      cmocka_unit_test(test_unreachable_and_failover),
+      cmocka_unit_test(test_put_get),   cmocka_unit_test(test_prefix_limit_keys_only_delete),
+      cmocka_unit_test(test_txn),       cmocka_unit_test(test_create_cas),
+      cmocka_unit_test(test_bad_input), cmocka_unit_test(test_unreachable_and_failover),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -76,13 +76,19 @@ static void test_command_line(void **state) {
   const char *bin = in_dir("fake-etcd");
   write_file(bin, "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\n", 0755);
   static const char *const extra[] = {"--auth-token-ttl=2", "--quota-backend-bytes=1000000", NULL};
-  gt_etcd_local_config c = {.name = "n1", .data_dir = "/d", .log_path = in_dir("args.log"),
+  gt_etcd_local_config c = {.name = "n1",
+                            .data_dir = "/d",
+                            .log_path = in_dir("args.log"),
                             .listen_client_urls = "http://127.0.0.1:1,http://10.0.0.1:1",
                             .advertise_client_urls = "http://127.0.0.1:1",
                             .listen_peer_urls = "https://127.0.0.1:2",
-                            .cert_file = "/c.pem", .key_file = "/k.pem", .trusted_ca_file = "/ca.pem",
-                            .peer_cert_file = "/pc.pem", .peer_key_file = "/pk.pem",
-                            .extra_args = extra, .bin = bin};
+                            .cert_file = "/c.pem",
+                            .key_file = "/k.pem",
+                            .trusted_ca_file = "/ca.pem",
+                            .peer_cert_file = "/pc.pem",
+                            .peer_key_file = "/pk.pem",
+                            .extra_args = extra,
+                            .bin = bin};
   gt_etcd_local srv;
   ETCD_OK(gt_etcd_local_start(&c, &srv)); /* no ready wait: returns once started */
   assert_true(srv.pid > 0);
@@ -107,12 +113,19 @@ static void test_command_line(void **state) {
                       "--quota-backend-bytes=1000000\n");
 
   /* A member of a cluster: its peers, token and state; the log emptied. */
-  gt_etcd_local_config m = {.name = "m1", .data_dir = "/d1", .log_path = c.log_path, .log_truncate = true,
-                            .listen_client_urls = "http://10.0.0.2:2379", .listen_peer_urls = "http://10.0.0.2:2380",
+  gt_etcd_local_config m = {.name = "m1",
+                            .data_dir = "/d1",
+                            .log_path = c.log_path,
+                            .log_truncate = true,
+                            .listen_client_urls = "http://10.0.0.2:2379",
+                            .listen_peer_urls = "http://10.0.0.2:2380",
                             .initial_cluster = "m0=http://10.0.0.1:2380,m1=http://10.0.0.2:2380",
-                            .initial_cluster_token = "tok", .initial_cluster_state = "existing",
-                            .peer_cert_file = "/pc.pem", .peer_key_file = "/pk.pem",
-                            .peer_trusted_ca_file = "/pca.pem", .bin = bin};
+                            .initial_cluster_token = "tok",
+                            .initial_cluster_state = "existing",
+                            .peer_cert_file = "/pc.pem",
+                            .peer_key_file = "/pk.pem",
+                            .peer_trusted_ca_file = "/pca.pem",
+                            .bin = bin};
   ETCD_OK(gt_etcd_local_start(&m, &srv));
   assert_int_equal(waitpid(srv.pid, &status, 0), srv.pid);
   assert_string_equal(slurp(m.log_path),
@@ -134,8 +147,11 @@ static void test_command_line(void **state) {
 static void test_bad_config(void **state) {
   (void)state;
   gt_etcd_local srv = {.pid = 123};
-  gt_etcd_local_config ok = {.name = "x", .data_dir = in_dir("d"), .log_path = in_dir("x.log"),
-                             .listen_client_urls = "http://127.0.0.1:1", .listen_peer_urls = "http://127.0.0.1:2"};
+  gt_etcd_local_config ok = {.name = "x",
+                             .data_dir = in_dir("d"),
+                             .log_path = in_dir("x.log"),
+                             .listen_client_urls = "http://127.0.0.1:1",
+                             .listen_peer_urls = "http://127.0.0.1:2"};
   gt_etcd_local_config c = ok;
   c.name = NULL;
   assert_int_equal(gt_etcd_local_start(&c, &srv), GT_EINVAL);
@@ -159,7 +175,7 @@ static void test_bad_config(void **state) {
   assert_false(srv.exited);
   assert_int_equal(gt_etcd_local_start(NULL, &srv), GT_EINVAL);
   assert_int_equal(gt_etcd_local_signal(&srv, SIGTERM), GT_EINVAL); /* not running */
-  gt_etcd_local_stop(&srv, 1); /* a no-op */
+  gt_etcd_local_stop(&srv, 1);                                      /* a no-op */
 }
 
 /* ---- a real etcd ---- */
@@ -167,8 +183,12 @@ static void test_bad_config(void **state) {
 static gt_etcd_local_config loopback(const char *name, char *client, char *peer, double ready_s) {
   snprintf(client, 64, "http://127.0.0.1:%d", gt_etcd_local_free_port());
   snprintf(peer, 64, "http://127.0.0.1:%d", gt_etcd_local_free_port());
-  gt_etcd_local_config c = {.name = name, .data_dir = in_dir("data"), .log_path = in_dir("etcd.log"),
-                            .listen_client_urls = client, .listen_peer_urls = peer, .die_with_parent = true,
+  gt_etcd_local_config c = {.name = name,
+                            .data_dir = in_dir("data"),
+                            .log_path = in_dir("etcd.log"),
+                            .listen_client_urls = client,
+                            .listen_peer_urls = peer,
+                            .die_with_parent = true,
                             .ready_timeout_s = ready_s};
   return c;
 }

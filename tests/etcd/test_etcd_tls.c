@@ -35,17 +35,22 @@ static int make_certs(void) {
   snprintf(cli_key, sizeof cli_key, "%s/client.key", dir);
   const char *ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
   if (sh("cd %s && openssl req -x509 %s -keyout ca.key -out ca.pem -days 2 -subj /CN=giant-test-ca "
-         ">/dev/null 2>&1", dir, ec) ||
+         ">/dev/null 2>&1",
+         dir, ec) ||
       sh("cd %s && openssl req -x509 %s -keyout other-ca.key -out other-ca.pem -days 2 "
-         "-subj /CN=giant-other-ca >/dev/null 2>&1", dir, ec) ||
+         "-subj /CN=giant-other-ca >/dev/null 2>&1",
+         dir, ec) ||
       sh("cd %s && printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' "
-         "> server.ext && printf 'extendedKeyUsage=clientAuth\\n' > client.ext", dir) ||
+         "> server.ext && printf 'extendedKeyUsage=clientAuth\\n' > client.ext",
+         dir) ||
       sh("cd %s && openssl req %s -keyout server.key -out server.csr -subj /CN=127.0.0.1 >/dev/null 2>&1 "
          "&& openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
-         "-extfile server.ext -out server.pem >/dev/null 2>&1", dir, ec) ||
+         "-extfile server.ext -out server.pem >/dev/null 2>&1",
+         dir, ec) ||
       sh("cd %s && openssl req %s -keyout client.key -out client.csr -subj /CN=giant-client >/dev/null 2>&1 "
          "&& openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
-         "-extfile client.ext -out client.pem >/dev/null 2>&1", dir, ec))
+         "-extfile client.ext -out client.pem >/dev/null 2>&1",
+         dir, ec))
     return -1;
   return 0;
 }
@@ -66,8 +71,8 @@ static int teardown(void **state) {
 
 static void test_tls_roundtrip(void **state) {
   (void)state;
-  gt_etcd_config cfg = {.endpoints = fx.endpoint, .cacert = ca, .cert = cli_cert, .key = cli_key,
-                        .timeout_ms = ETCD_CALL_MS};
+  gt_etcd_config cfg = {
+      .endpoints = fx.endpoint, .cacert = ca, .cert = cli_cert, .key = cli_key, .timeout_ms = ETCD_CALL_MS};
   gt_etcd_client *c;
   ETCD_OK(gt_etcd_connect(&cfg, &c));
   ETCD_OK(gt_etcd_put(c, "tls/k", "secret", 6, 0, NULL, NULL));
@@ -113,8 +118,7 @@ static void expect_refused(gt_etcd_config cfg, const char *what) {
 
 static void test_refusals(void **state) {
   (void)state;
-  expect_refused((gt_etcd_config){.endpoints = fx.endpoint, .cacert = other_ca, .cert = cli_cert,
-                                  .key = cli_key},
+  expect_refused((gt_etcd_config){.endpoints = fx.endpoint, .cacert = other_ca, .cert = cli_cert, .key = cli_key},
                  "wrong CA");
   expect_refused((gt_etcd_config){.endpoints = fx.endpoint, .cacert = ca}, "no client certificate");
   expect_refused((gt_etcd_config){.endpoints = fx.endpoint}, "plaintext to a TLS server");

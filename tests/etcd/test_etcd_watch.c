@@ -202,8 +202,8 @@ static void test_resume_across_restart(void **state) {
   assert_int_equal(kv.n, 400);
   gt_etcd_kvs_free(&kv);
   gt_etcd_watch *h;
-  ETCD_OK(gt_etcd_watch_start(cli, "rs/", &(gt_etcd_watch_opts){.prefix = 1, .start_revision = wr.first_rev},
-                              NULL, NULL, &h));
+  ETCD_OK(gt_etcd_watch_start(cli, "rs/", &(gt_etcd_watch_opts){.prefix = 1, .start_revision = wr.first_rev}, NULL,
+                              NULL, &h));
   int nh = 0;
   for (;;) {
     gt_etcd_event ev;

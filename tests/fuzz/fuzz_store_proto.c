@@ -168,13 +168,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   }
   bool stuck = false;
-  if (data[0] & 1) (void)gt_wire_send_all(fd, data + 1, size - 1, gt_now() + REPLY_S, NULL);
-  else stuck = send_requests(fd, &sess, data + 1, size - 1);
+  if (data[0] & 1)
+    (void)gt_wire_send_all(fd, data + 1, size - 1, gt_now() + REPLY_S, NULL);
+  else
+    stuck = send_requests(fd, &sess, data + 1, size - 1);
   if (!stuck) stuck = !drain(fd);
   gt_wire_session_close(&sess);
   close(fd);
   if (stuck) stuck_inputs++;
-  if (stuck_inputs == MAX_STUCK || inputs % RESTART_EVERY == 0) restart_server();
-  else if (inputs % CHECK_EVERY == 0) check_alive();
+  if (stuck_inputs == MAX_STUCK || inputs % RESTART_EVERY == 0)
+    restart_server();
+  else if (inputs % CHECK_EVERY == 0)
+    check_alive();
   return 0;
 }

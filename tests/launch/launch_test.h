@@ -87,8 +87,8 @@ static inline int wait_gen(const char *dir, int gen, int world, double timeout_s
 /* Starts nodes x and y with the same flags and worker arguments, and waits
  * for both workers of generation 0; fails with both logs when they do not
  * start within timeout_s. */
-static inline void start_two(agent a[2], const char *dir, const char *const *flags,
-                             const char *const *w, double timeout_s) {
+static inline void start_two(agent a[2], const char *dir, const char *const *flags, const char *const *w,
+                             double timeout_s) {
   assert_int_equal(node_start(&a[0], dir, "x", flags, w), 0);
   assert_int_equal(node_start(&a[1], dir, "y", flags, w), 0);
   if (!wait_gen(dir, 0, 2, timeout_s)) {

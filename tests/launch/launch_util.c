@@ -67,8 +67,7 @@ int agent_start(agent *a, const char *log, const char *const *args) {
   return 0;
 }
 
-int node_start(agent *a, const char *dir, const char *node, const char *const *flags,
-               const char *const *wargs) {
+int node_start(agent *a, const char *dir, const char *node, const char *const *flags, const char *const *wargs) {
   char log[512];
   snprintf(log, sizeof log, "%s/agent-%s.log", dir, node);
   const char *args[64];

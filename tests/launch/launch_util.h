@@ -9,8 +9,8 @@
 
 typedef struct agent {
   pid_t pid;
-  int code;       /* exit status, 128+signal, -1 while running or on timeout */
-  char log[512];  /* its stdout and stderr */
+  int code;      /* exit status, 128+signal, -1 while running or on timeout */
+  char log[512]; /* its stdout and stderr */
 } agent;
 
 /* "$GT_BUILD_DIR/launch/giantrun" and the test worker. */
@@ -21,8 +21,7 @@ const char *worker_bin(void);
 int agent_start(agent *a, const char *log, const char *const *args);
 /* Starts `giantrun FLAGS... --node-id NODE launch_worker WARGS...` with its
  * output in dir/agent-NODE.log (flags and wargs NULL-terminated). */
-int node_start(agent *a, const char *dir, const char *node, const char *const *flags,
-               const char *const *wargs);
+int node_start(agent *a, const char *dir, const char *node, const char *const *flags, const char *const *wargs);
 /* Waits up to timeout_s; on timeout kills it (SIGKILL) and returns -1. */
 int agent_wait(agent *a, double timeout_s);
 /* 1 when every file exists within timeout_s. */

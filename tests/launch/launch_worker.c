@@ -74,15 +74,24 @@ int main(int argc, char **argv) {
     char *end;
     double v = strtod(eq + 1, &end);
     if (!matches(end, job->generation, job->rank)) continue;
-    if (!strncmp(argv[i], "sleep=", 6)) sleep_s = v;
-    else if (!strncmp(argv[i], "exit=", 5)) code = (int)v;
-    else if (!strncmp(argv[i], "child=", 6)) child = (int)v;
-    else if (!strncmp(argv[i], "allreduce=", 10)) allreduce = (int)v;
-    else if (!strncmp(argv[i], "steps=", 6)) steps = (int)v;
-    else if (!strncmp(argv[i], "steptime=", 9)) steptime = v;
-    else if (!strncmp(argv[i], "stop=", 5)) stop = (int)v;
-    else if (!strncmp(argv[i], "gate=", 5)) gate = (int)v;
-    else if (!strncmp(argv[i], "spam=", 5)) spam = (int)v;
+    if (!strncmp(argv[i], "sleep=", 6))
+      sleep_s = v;
+    else if (!strncmp(argv[i], "exit=", 5))
+      code = (int)v;
+    else if (!strncmp(argv[i], "child=", 6))
+      child = (int)v;
+    else if (!strncmp(argv[i], "allreduce=", 10))
+      allreduce = (int)v;
+    else if (!strncmp(argv[i], "steps=", 6))
+      steps = (int)v;
+    else if (!strncmp(argv[i], "steptime=", 9))
+      steptime = v;
+    else if (!strncmp(argv[i], "stop=", 5))
+      stop = (int)v;
+    else if (!strncmp(argv[i], "gate=", 5))
+      gate = (int)v;
+    else if (!strncmp(argv[i], "spam=", 5))
+      spam = (int)v;
   }
   /* Every rank reaches the store: the barrier proves they share one. The
    * ranks of a generation start within 0.1-0.5 s of each other on busy
@@ -97,9 +106,14 @@ int main(int argc, char **argv) {
   if (allreduce) {
     char prefix[64];
     snprintf(prefix, sizeof prefix, "%s/world", job->generation_name);
-    gt_comm_config cc = {.store = job->store, .prefix = prefix, .rank = job->rank,
-                         .size = job->world_size, .secret = job->secret, .transport = GT_COMM_TCP,
-                         .init_timeout_ms = 30000, .op_timeout_ms = 30000}; /* as the barrier's */
+    gt_comm_config cc = {.store = job->store,
+                         .prefix = prefix,
+                         .rank = job->rank,
+                         .size = job->world_size,
+                         .secret = job->secret,
+                         .transport = GT_COMM_TCP,
+                         .init_timeout_ms = 30000,
+                         .op_timeout_ms = 30000}; /* as the barrier's */
     gt_comm *comm;
     if (gt_comm_init(&cc, &comm) != GT_OK) {
       fprintf(stderr, "launch_worker: communicator: %s\n", gt_last_error());
@@ -128,15 +142,14 @@ int main(int argc, char **argv) {
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
   if (f) {
-    static const char *const vars[] = {"GT_RANK", "GT_LOCAL_RANK", "GT_WORLD_SIZE", "GT_LOCAL_WORLD_SIZE",
-                                       "GT_NODE_RANK", "GT_NNODES", "GT_GENERATION", "GT_RESTART_COUNT",
-                                       "GT_JOB_ID", "GT_STORE", "GT_STORE_CACERT", "GT_STORE_CERT",
-                                       "GT_STORE_KEY", "GT_JOB_SECRET", "GT_PLAN", NULL};
+    static const char *const vars[] = {"GT_RANK",      "GT_LOCAL_RANK", "GT_WORLD_SIZE",   "GT_LOCAL_WORLD_SIZE",
+                                       "GT_NODE_RANK", "GT_NNODES",     "GT_GENERATION",   "GT_RESTART_COUNT",
+                                       "GT_JOB_ID",    "GT_STORE",      "GT_STORE_CACERT", "GT_STORE_CERT",
+                                       "GT_STORE_KEY", "GT_JOB_SECRET", "GT_PLAN",         NULL};
     for (int i = 0; vars[i]; i++) fprintf(f, "%s=%s\n", vars[i], getenv(vars[i]) ? getenv(vars[i]) : "");
-    fprintf(f, "pid=%ld\nppid=%ld\npgid=%ld\nstarted=%.6f\nallreduce=%g\n", (long)getpid(),
-            (long)getppid(), (long)getpgrp(), started, sum);
-    fprintf(f, "job.rank=%d\njob.world=%d\njob.generation=%s\n", job->rank, job->world_size,
-            job->generation_name);
+    fprintf(f, "pid=%ld\nppid=%ld\npgid=%ld\nstarted=%.6f\nallreduce=%g\n", (long)getpid(), (long)getppid(),
+            (long)getpgrp(), started, sum);
+    fprintf(f, "job.rank=%d\njob.world=%d\njob.generation=%s\n", job->rank, job->world_size, job->generation_name);
     fclose(f);
     rename(tmp, path);
   }

@@ -53,8 +53,8 @@ static void run(agent *a, const char *job, const char *user, const char *pwfile)
   setenv("LW_DIR", out, 1);
   /* A node alone meets itself in 0.1-0.3 s on busy cores: a rendezvous
    * timeout of 30 s is > 100x. */
-  const char *args[32] = {"--nnodes", "1", "--nproc-per-node", "2", "--rdzv-endpoint", fx.endpoint, "--job-id", job,
-                          "--rdzv-settle", "0", "--rdzv-timeout", "30"};
+  const char *args[32] = {"--nnodes", "1", "--nproc-per-node", "2", "--rdzv-endpoint", fx.endpoint,
+                          "--job-id", job, "--rdzv-settle",    "0", "--rdzv-timeout",  "30"};
   int n = 12;
   if (user) {
     args[n++] = "--rdzv-user";

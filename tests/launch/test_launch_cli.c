@@ -40,8 +40,8 @@ static run giantrun(double timeout_s, const char *const *args) {
 static void expect(const char *const *args, int code, const char *message, double within_s) {
   run r = giantrun(within_s + 5, args);
   if (r.code != code || !strstr(r.out, message) || r.seconds > within_s)
-    fail_msg("expected exit %d with '%s' within %.0f s; got %d after %.1f s:\n%s", code, message,
-             within_s, r.code, r.seconds, r.out);
+    fail_msg("expected exit %d with '%s' within %.0f s; got %d after %.1f s:\n%s", code, message, within_s, r.code,
+             r.seconds, r.out);
   free(r.out);
 }
 
@@ -68,20 +68,19 @@ static void test_usage_errors(void **state) {
   expect((const char *[]){"--standalone", "/nonexistent/prog", NULL}, 2, "cannot run '/nonexistent/prog'", 5);
   expect((const char *[]){"--standalone", "giant-no-such-program", NULL}, 2, "not found on PATH", 5);
   expect((const char *[]){w, NULL}, 2, "give --rdzv-endpoint", 5);
-  expect((const char *[]){"--standalone", "--rdzv-endpoint", "127.0.0.1:2379", w, NULL}, 2,
-         "drop --rdzv-endpoint", 5);
+  expect((const char *[]){"--standalone", "--rdzv-endpoint", "127.0.0.1:2379", w, NULL}, 2, "drop --rdzv-endpoint", 5);
   expect((const char *[]){"--standalone", "--nnodes", "2", w, NULL}, 2, "--standalone runs one node", 5);
   expect((const char *[]){"--standalone", "--rdzv-cacert", "/etc/hostname", w, NULL}, 2,
          "--standalone makes its own certificates", 5);
   expect((const char *[]){"--standalone", "--comm-integrity", "crc", w, NULL}, 2,
          "--comm-integrity 'crc': use headers or mac", 5);
   expect((const char *[]){"--standalone", "--job-id", "a/b", w, NULL}, 2, "--job-id 'a/b'", 5);
-  expect((const char *[]){"--rdzv-endpoint", "127.0.0.1:2379", "--rdzv-backend", "c10d", w, NULL}, 2,
-         "not supported", 5);
+  expect((const char *[]){"--rdzv-endpoint", "127.0.0.1:2379", "--rdzv-backend", "c10d", w, NULL}, 2, "not supported",
+         5);
   expect((const char *[]){"--rdzv-endpoint", "127.0.0.1:2379", "--rdzv-cert", "/etc/hostname", w, NULL}, 2,
          "both --rdzv-cert and --rdzv-key", 5);
-  expect((const char *[]){"--rdzv-endpoint", "127.0.0.1:2379", "--rdzv-cacert", "/nonexistent.pem", w, NULL},
-         2, "cannot read TLS file", 5);
+  expect((const char *[]){"--rdzv-endpoint", "127.0.0.1:2379", "--rdzv-cacert", "/nonexistent.pem", w, NULL}, 2,
+         "cannot read TLS file", 5);
   expect((const char *[]){"--help", NULL}, 0, "usage: giantrun [options] PROGRAM", 5);
   expect((const char *[]){"--version", NULL}, 0, "giantrun (Giant) ", 5);
 }
@@ -131,12 +130,11 @@ static void test_wrong_tls_ca(void **state) {
   etcd_fixture_opts o = {.cert_file = cert, .key_file = key, .trusted_ca_file = ca};
   assert_int_equal(etcd_fixture_start(&fx, &o), 0);
   /* Refused for the 5 s of the agent's etcd call timeout, as above. */
-  expect((const char *[]){"--rdzv-endpoint", fx.endpoint, "--rdzv-cacert", other, "--rdzv-cert", ccert,
-                          "--rdzv-key", ckey, "--job-id", "tls", worker_bin(), NULL},
+  expect((const char *[]){"--rdzv-endpoint", fx.endpoint, "--rdzv-cacert", other, "--rdzv-cert", ccert, "--rdzv-key",
+                          ckey, "--job-id", "tls", worker_bin(), NULL},
          1, "cannot reach etcd", 30);
   /* The right CA but no client certificate: refused too. */
-  expect((const char *[]){"--rdzv-endpoint", fx.endpoint, "--rdzv-cacert", ca, "--job-id", "tls",
-                          worker_bin(), NULL},
+  expect((const char *[]){"--rdzv-endpoint", fx.endpoint, "--rdzv-cacert", ca, "--job-id", "tls", worker_bin(), NULL},
          1, "cannot reach etcd", 30);
   /* Both right: the job runs, and its worker reaches the store over TLS
    * with GT_STORE_CACERT, GT_STORE_CERT and GT_STORE_KEY. The job takes
@@ -145,8 +143,8 @@ static void test_wrong_tls_ca(void **state) {
   snprintf(out, sizeof out, "%s/tls-out", dir);
   assert_int_equal(mkdir(out, 0700), 0);
   setenv("LW_DIR", out, 1);
-  expect((const char *[]){"--rdzv-endpoint", fx.url, "--rdzv-cacert", ca, "--rdzv-cert", ccert,
-                          "--rdzv-key", ckey, "--job-id", "tls", worker_bin(), NULL},
+  expect((const char *[]){"--rdzv-endpoint", fx.url, "--rdzv-cacert", ca, "--rdzv-cert", ccert, "--rdzv-key", ckey,
+                          "--job-id", "tls", worker_bin(), NULL},
          0, "[rank 0] worker rank 0 of 1 in gen0 up", 30);
   env_path(path, sizeof path, out, 0, 0);
   assert_int_equal(env_get(path, "GT_STORE", v, sizeof v), 0);
@@ -180,8 +178,8 @@ static void test_standalone_end_to_end(void **state) {
   setenv("LW_DIR", out, 1);
   /* 2.2 s on busy cores (an etcd and its certificates made, a job of two
    * workers, all removed): 60 s is > 25x. */
-  run r = giantrun(60, (const char *[]){"--standalone", "--nproc-per-node", "2", "--plan", "dp=2",
-                                        worker_bin(), "sleep=0.2", NULL});
+  run r = giantrun(
+      60, (const char *[]){"--standalone", "--nproc-per-node", "2", "--plan", "dp=2", worker_bin(), "sleep=0.2", NULL});
   if (r.code != 0) fail_msg("standalone job exited %d:\n%s", r.code, r.out);
   free(r.out);
   char secret[2][128], v[512];
@@ -221,9 +219,10 @@ static void test_standalone_sigint(void **state) {
   setenv("TMPDIR", tmp, 1);
   setenv("LW_DIR", out, 1);
   agent a;
-  assert_int_equal(agent_start(&a, log, (const char *[]){"--standalone", "--nproc-per-node", "2",
-                                                          worker_bin(), "sleep=60", "child=1", NULL}),
-                   0);
+  assert_int_equal(
+      agent_start(&a, log,
+                  (const char *[]){"--standalone", "--nproc-per-node", "2", worker_bin(), "sleep=60", "child=1", NULL}),
+      0);
   if (!wait_gen(out, 0, 2, 40)) { /* 0.7 s on busy cores */
     dump_log(&a);
     fail_msg("standalone workers did not start");
@@ -316,9 +315,9 @@ static void test_standalone_keeps_its_secret(void **state) {
   assert_true(s1 == GT_ECONN || s1 == GT_ETIMEDOUT);
   assert_true(s2 == GT_ECONN || s2 == GT_ETIMEDOUT);
   got[0] = 0;
-  assert_int_equal(read_secret((gt_etcd_config){.endpoints = endpoint, .cacert = ca, .cert = cert, .key = key}, got,
-                               sizeof got),
-                   GT_OK);
+  assert_int_equal(
+      read_secret((gt_etcd_config){.endpoints = endpoint, .cacert = ca, .cert = cert, .key = key}, got, sizeof got),
+      GT_OK);
   assert_string_equal(got, secret);
   kill(a.pid, SIGINT);
   assert_int_equal(agent_wait(&a, 20), 128 + SIGINT);

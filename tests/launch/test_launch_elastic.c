@@ -37,10 +37,31 @@ static void start_node(agent *a, const char *job, const char *node, const char *
                        const char *sleep0) {
   char log[512];
   snprintf(log, sizeof log, "%s/agent-%s.log", dir, node);
-  const char *args[] = {"--nnodes", nnodes, "--nproc-per-node", nproc, "--rdzv-endpoint", fx.endpoint,
-                        "--job-id", job, "--node-id", node, "--rdzv-ttl", LIVE_TTL, "--rdzv-settle", SETTLE_ARG,
-                        "--max-restarts", "3", "--stop-grace", "2", "--rdzv-timeout", "60",
-                        worker_bin(), sleep0, "sleep=1", "allreduce=1", NULL};
+  const char *args[] = {"--nnodes",
+                        nnodes,
+                        "--nproc-per-node",
+                        nproc,
+                        "--rdzv-endpoint",
+                        fx.endpoint,
+                        "--job-id",
+                        job,
+                        "--node-id",
+                        node,
+                        "--rdzv-ttl",
+                        LIVE_TTL,
+                        "--rdzv-settle",
+                        SETTLE_ARG,
+                        "--max-restarts",
+                        "3",
+                        "--stop-grace",
+                        "2",
+                        "--rdzv-timeout",
+                        "60",
+                        worker_bin(),
+                        sleep0,
+                        "sleep=1",
+                        "allreduce=1",
+                        NULL};
   assert_int_equal(agent_start(a, log, args), 0);
 }
 
@@ -58,8 +79,7 @@ static size_t count_keys(const char *prefix) {
   return n;
 }
 
-static void check_world(int gen, int world, int nproc, int nnodes, int restarts, const char *job,
-                        const char *secret) {
+static void check_world(int gen, int world, int nproc, int nnodes, int restarts, const char *job, const char *secret) {
   char expect_store[256], v[512];
   snprintf(expect_store, sizeof expect_store, "etcd://%s/giant/%s/gen%d/store/", fx.endpoint, job, gen);
   for (int r = 0; r < world; r++) {
@@ -89,8 +109,7 @@ static void check_world(int gen, int world, int nproc, int nnodes, int restarts,
 /* The node ranks follow the sorted node ids: node i's workers are children
  * of agent i (after removing the dead ones). */
 static void check_parents(int gen, int world, int nproc, const agent *const *agents) {
-  for (int r = 0; r < world; r++)
-    assert_int_equal(env_long(dir, gen, r, "ppid"), agents[r / nproc]->pid);
+  for (int r = 0; r < world; r++) assert_int_equal(env_long(dir, gen, r, "ppid"), agents[r / nproc]->pid);
 }
 
 static void test_kill_agent_reforms(void **state) {
@@ -133,8 +152,8 @@ static void test_kill_agent_reforms(void **state) {
     if (s > up) up = s;
   }
   double took = up - killed_at;
-  fprintf(stderr, "re-formed as 2 nodes, workers running again %.2f s after SIGKILL (TTL %s s, settle %d s)\n",
-          took, LIVE_TTL, SETTLE_S);
+  fprintf(stderr, "re-formed as 2 nodes, workers running again %.2f s after SIGKILL (TTL %s s, settle %d s)\n", took,
+          LIVE_TTL, SETTLE_S);
   assert_true(took > 0 && took < reform_s);
   check_world(1, 4, 2, 2, 1, "kill", secret);
   const agent *order1[] = {&a[0], &a[2]};

@@ -27,8 +27,9 @@ static void test_hung_worker_is_failed(void **state) {
    * must pass before the stopped worker is failed, so the test waits it
    * out; 2 s is 40x the 50 ms between rank 0's steps, which on busy cores
    * come at most a few tens of ms late (rank 0 is never taken for hung). */
-  const char *flags[] = {"--nproc-per-node", "2", "--rdzv-endpoint", fx.endpoint, "--job-id", "hang",
-                         "--hang-timeout", "2", "--max-restarts", "1", "--stop-grace", "60", NULL};
+  const char *flags[] = {
+      "--nproc-per-node", "2", "--rdzv-endpoint", fx.endpoint, "--job-id", "hang", "--hang-timeout", "2",
+      "--max-restarts",   "1", "--stop-grace",    "60",        NULL};
   /* In gen0, rank 1 takes five steps and stops (SIGSTOP), as a worker
    * blocked in a collective or paging would; rank 0 keeps stepping (for
    * 50 s, far longer than the test waits for the restart). */

@@ -11,10 +11,10 @@
 
 static etcd_fixture fx;
 
-static const char *const vars[] = {"GT_RANK", "GT_LOCAL_RANK", "GT_WORLD_SIZE", "GT_LOCAL_WORLD_SIZE",
-                                   "GT_NODE_RANK", "GT_NNODES", "GT_GENERATION", "GT_RESTART_COUNT",
-                                   "GT_JOB_ID", "GT_STORE", "GT_STORE_CACERT", "GT_STORE_CERT",
-                                   "GT_STORE_KEY", "GT_JOB_SECRET", "GT_PLAN", NULL};
+static const char *const vars[] = {"GT_RANK",      "GT_LOCAL_RANK", "GT_WORLD_SIZE",   "GT_LOCAL_WORLD_SIZE",
+                                   "GT_NODE_RANK", "GT_NNODES",     "GT_GENERATION",   "GT_RESTART_COUNT",
+                                   "GT_JOB_ID",    "GT_STORE",      "GT_STORE_CACERT", "GT_STORE_CERT",
+                                   "GT_STORE_KEY", "GT_JOB_SECRET", "GT_PLAN",         NULL};
 
 static void clear_env(void) {
   for (int i = 0; vars[i]; i++) unsetenv(vars[i]);
@@ -153,14 +153,15 @@ static void test_malformed(void **state) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     good_env();
-    if (cases[i].value) setenv(cases[i].var, cases[i].value, 1);
-    else unsetenv(cases[i].var);
+    if (cases[i].value)
+      setenv(cases[i].var, cases[i].value, 1);
+    else
+      unsetenv(cases[i].var);
     gt_job *job = (gt_job *)1;
     gt_status st = gt_init(&job);
     if (st != GT_EINVAL || !strstr(gt_last_error(), cases[i].message))
       fail_msg("%s=%s: got %s '%s', expected GT_EINVAL with '%s'", cases[i].var,
-               cases[i].value ? cases[i].value : "(unset)", gt_status_name(st), gt_last_error(),
-               cases[i].message);
+               cases[i].value ? cases[i].value : "(unset)", gt_status_name(st), gt_last_error(), cases[i].message);
     assert_null(job);
   }
 }

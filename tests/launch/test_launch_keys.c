@@ -43,8 +43,8 @@ static void open_gate(void) {
 /* Runs a job of two nodes whose workers wait at the gate until the test has
  * looked at the running job's keys, then follow w. */
 static void run_job(const char *job, const char *const *w, int code) {
-  const char *flags[] = {"--nnodes", "2", "--rdzv-endpoint", fx.endpoint, "--job-id", job,
-                         "--rdzv-ttl", LIVE_TTL, "--stop-grace", "2", NULL};
+  const char *flags[] = {"--nnodes",   "2",      "--rdzv-endpoint", fx.endpoint, "--job-id", job,
+                         "--rdzv-ttl", LIVE_TTL, "--stop-grace",    "2",         NULL};
   const char *args[8] = {"gate=1"};
   for (int i = 0; w[i] && i < 6; i++) args[i + 1] = w[i];
   agent a[2];
@@ -113,8 +113,8 @@ static void test_stopped_job_leaves_current(void **state) {
   (void)state;
   assert_int_equal(temp_dir(dir, sizeof dir, "launch-keys-stop"), 0);
   setenv("LW_DIR", dir, 1);
-  const char *flags[] = {"--nnodes", "2", "--rdzv-endpoint", fx.endpoint, "--job-id", "keys-stop",
-                         "--rdzv-ttl", LIVE_TTL, "--stop-grace", "2", NULL};
+  const char *flags[] = {"--nnodes",   "2",      "--rdzv-endpoint", fx.endpoint, "--job-id", "keys-stop",
+                         "--rdzv-ttl", LIVE_TTL, "--stop-grace",    "2",         NULL};
   const char *w[] = {"sleep=60", NULL};
   agent a[2];
   start_two(a, dir, flags, w, START_S);

@@ -19,8 +19,8 @@ static void test_etcd_outage_at_the_end(void **state) {
   (void)state;
   assert_int_equal(temp_dir(dir, sizeof dir, "launch-outage"), 0);
   setenv("LW_DIR", dir, 1);
-  const char *flags[] = {"--nnodes", "2", "--rdzv-endpoint", fx.endpoint, "--job-id", "outage",
-                         "--rdzv-ttl", LIVE_TTL, "--stop-grace", "2", NULL};
+  const char *flags[] = {"--nnodes",   "2",      "--rdzv-endpoint", fx.endpoint, "--job-id", "outage",
+                         "--rdzv-ttl", LIVE_TTL, "--stop-grace",    "2",         NULL};
   char spam[32];
   snprintf(spam, sizeof spam, "spam=%d", SPAM_LINES);
   const char *w[] = {"gate=1", spam, NULL};

@@ -17,8 +17,8 @@ static void test_usage_error_stops_the_job(void **state) {
   (void)state;
   assert_int_equal(temp_dir(dir, sizeof dir, "launch-usage"), 0);
   setenv("LW_DIR", dir, 1);
-  const char *flags[] = {"--nnodes", "2", "--rdzv-endpoint", fx.endpoint, "--job-id", "usage",
-                         "--max-restarts", "5", "--stop-grace", "2", NULL};
+  const char *flags[] = {"--nnodes",       "2", "--rdzv-endpoint", fx.endpoint, "--job-id", "usage",
+                         "--max-restarts", "5", "--stop-grace",    "2",         NULL};
   /* Rank 1 exits 2, as a program does on a bad flag; rank 0 would run on. */
   const char *w[] = {"sleep=30", "exit=2@r1", "sleep=0@r1", NULL};
   agent a[2];
@@ -71,8 +71,8 @@ static void test_restart_window(void **state) {
    * than that gap on any machine; one of 120 s is > 20x the gap (4 s, the
    * back-off of at most 1 s, and a start of 0.2-0.4 s). */
   const char *w[] = {"exit=1@g0", "exit=1@g1", "sleep=4@g1", NULL};
-  const char *in3[] = {"--rdzv-endpoint", fx.endpoint, "--job-id", "window3", "--max-restarts", "1",
-                       "--restart-window", "3", NULL};
+  const char *in3[] = {"--rdzv-endpoint",  fx.endpoint, "--job-id", "window3", "--max-restarts", "1",
+                       "--restart-window", "3",         NULL};
   agent a;
   assert_int_equal(node_start(&a, dir, "x", in3, w), 0);
   expect_exit(&a, 0, RUN_S); /* the first failure left the 3 s window */
@@ -81,8 +81,8 @@ static void test_restart_window(void **state) {
   rm_rf(dir);
   assert_int_equal(temp_dir(dir, sizeof dir, "launch-window"), 0);
   setenv("LW_DIR", dir, 1);
-  const char *in120[] = {"--rdzv-endpoint", fx.endpoint, "--job-id", "window120", "--max-restarts", "1",
-                         "--restart-window", "120", NULL};
+  const char *in120[] = {"--rdzv-endpoint",  fx.endpoint, "--job-id", "window120", "--max-restarts", "1",
+                         "--restart-window", "120",       NULL};
   assert_int_equal(node_start(&a, dir, "x", in120, w), 0);
   expect_exit(&a, 1, RUN_S); /* both failures fall in a 120 s window */
   assert_false(exists(2, 0));

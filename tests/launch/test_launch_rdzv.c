@@ -35,9 +35,17 @@ static int teardown(void **state) {
  * A round of threads in one process joins in 10-100 ms on busy cores: a
  * join timeout of 20 s is > 200x. */
 static gt_rdzv_config config(const char *job, const char *node, int min, int max, int nproc) {
-  gt_rdzv_config c = {.endpoints = fx.endpoint, .job_id = job, .node_id = node, .min_nodes = min,
-                      .max_nodes = max, .nproc = nproc, .max_restarts = 1, .ttl_s = 30,
-                      .settle_ms = 0, .join_timeout_ms = 20000, .poll_ms = 20};
+  gt_rdzv_config c = {.endpoints = fx.endpoint,
+                      .job_id = job,
+                      .node_id = node,
+                      .min_nodes = min,
+                      .max_nodes = max,
+                      .nproc = nproc,
+                      .max_restarts = 1,
+                      .ttl_s = 30,
+                      .settle_ms = 0,
+                      .join_timeout_ms = 20000,
+                      .poll_ms = 20};
   return c;
 }
 

@@ -21,8 +21,9 @@ static void test_relaunch_after_all_agents_killed(void **state) {
    * dead agents' registrations are still live when the new ones come, and
    * new agents that waited them out would not be up within the wait below
    * (RELAUNCH_S). */
-  const char *flags[] = {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", fx.endpoint,
-                         "--job-id", "relaunch", "--rdzv-ttl", "120", "--stop-grace", "2", NULL};
+  const char *flags[] = {"--nnodes", "2",        "--nproc-per-node", "1",   "--rdzv-endpoint", fx.endpoint,
+                         "--job-id", "relaunch", "--rdzv-ttl",       "120", "--stop-grace",    "2",
+                         NULL};
   /* The workers form a communicator: ranks that read a dead generation's
    * addresses would never get past it. */
   const char *w[] = {"allreduce=1", "sleep=120", NULL};

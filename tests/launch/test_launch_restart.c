@@ -51,10 +51,10 @@ static void start_node(agent *a, const char *job, const char *node, const char *
   char log[512], logdir[300];
   snprintf(log, sizeof log, "%s/agent-%s.log", dir, node);
   snprintf(logdir, sizeof logdir, "%s/logs", dir);
-  const char *args[40] = {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", fx.endpoint,
-                          "--job-id", job, "--node-id", node, "--rdzv-ttl", ttl,
-                          "--max-restarts", restarts, "--stop-grace", "2", "--rdzv-timeout", "60",
-                          "--log-dir", logdir, worker_bin()};
+  const char *args[40] = {"--nnodes",       "2",      "--nproc-per-node", "1",  "--rdzv-endpoint", fx.endpoint,
+                          "--job-id",       job,      "--node-id",        node, "--rdzv-ttl",      ttl,
+                          "--max-restarts", restarts, "--stop-grace",     "2",  "--rdzv-timeout",  "60",
+                          "--log-dir",      logdir,   worker_bin()};
   int n = 0;
   while (args[n]) n++;
   for (int i = 0; wargs[i] && n < 39; i++) args[n++] = wargs[i];
@@ -224,9 +224,10 @@ static void test_rendezvous_timeout_and_ended_job(void **state) {
   /* Two nodes wanted, one comes: a clear message once --rdzv-timeout ends. */
   agent a;
   double t0 = mono_now();
-  assert_int_equal(agent_start(&a, log, (const char *[]){"--nnodes", "2", "--rdzv-endpoint", fx.endpoint,
-                                                          "--job-id", "tmo", "--rdzv-timeout", "2",
-                                                          worker_bin(), NULL}), 0);
+  assert_int_equal(agent_start(&a, log,
+                               (const char *[]){"--nnodes", "2", "--rdzv-endpoint", fx.endpoint, "--job-id", "tmo",
+                                                "--rdzv-timeout", "2", worker_bin(), NULL}),
+                   0);
   /* The 2 s of --rdzv-timeout plus the agent's start (0.1-0.3 s) and
    * exit: 30 s is > 10x, and far below the default's 600 s. */
   expect_exit(&a, 1, 60);
@@ -255,12 +256,9 @@ int main(void) {
     return 77;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_worker_failure_restarts),
-      cmocka_unit_test(test_max_restarts_honoured),
-      cmocka_unit_test(test_sigterm_stops_cleanly),
-      cmocka_unit_test(test_sigkill_leaves_nothing),
-      cmocka_unit_test(test_duplicate_node_id),
-      cmocka_unit_test(test_rendezvous_timeout_and_ended_job),
+      cmocka_unit_test(test_worker_failure_restarts), cmocka_unit_test(test_max_restarts_honoured),
+      cmocka_unit_test(test_sigterm_stops_cleanly),   cmocka_unit_test(test_sigkill_leaves_nothing),
+      cmocka_unit_test(test_duplicate_node_id),       cmocka_unit_test(test_rendezvous_timeout_and_ended_job),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

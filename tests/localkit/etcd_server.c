@@ -35,12 +35,18 @@ static int launch(etcd_fixture *fx) {
     snprintf(listen_c, sizeof listen_c, "%s", fx->url);
   snprintf(peer, sizeof peer, "http://127.0.0.1:%d", fx->peer_port);
   /* A crashed test must not leave etcd running: it dies with its parent. */
-  gt_etcd_local_config c = {
-      .name = "fixture", .data_dir = data, .log_path = logp,
-      .listen_client_urls = listen_c, .advertise_client_urls = fx->url, .listen_peer_urls = peer,
-      .cert_file = fx->opts.cert_file, .key_file = fx->opts.key_file,
-      .trusted_ca_file = fx->opts.cert_file ? fx->opts.trusted_ca_file : NULL,
-      .extra_args = fx->opts.extra_args, .die_with_parent = true, .ready_timeout_s = ETCD_FIXTURE_START_S};
+  gt_etcd_local_config c = {.name = "fixture",
+                            .data_dir = data,
+                            .log_path = logp,
+                            .listen_client_urls = listen_c,
+                            .advertise_client_urls = fx->url,
+                            .listen_peer_urls = peer,
+                            .cert_file = fx->opts.cert_file,
+                            .key_file = fx->opts.key_file,
+                            .trusted_ca_file = fx->opts.cert_file ? fx->opts.trusted_ca_file : NULL,
+                            .extra_args = fx->opts.extra_args,
+                            .die_with_parent = true,
+                            .ready_timeout_s = ETCD_FIXTURE_START_S};
   if (gt_etcd_local_start(&c, &fx->srv) == GT_OK) return 0;
   if (fx->srv.exited)
     fprintf(stderr, "etcd_fixture: etcd exited during start (status %d)\n", fx->srv.exit_status);
@@ -76,8 +82,7 @@ int etcd_fixture_start(etcd_fixture *fx, const etcd_fixture_opts *opts) {
       return -1;
     }
     snprintf(fx->endpoint, sizeof fx->endpoint, "127.0.0.1:%d", fx->client_port);
-    snprintf(fx->url, sizeof fx->url, "%s://127.0.0.1:%d", fx->opts.cert_file ? "https" : "http",
-             fx->client_port);
+    snprintf(fx->url, sizeof fx->url, "%s://127.0.0.1:%d", fx->opts.cert_file ? "https" : "http", fx->client_port);
     if (launch(fx) == 0) return 0;
   }
   return -1;

@@ -33,11 +33,11 @@ typedef struct etcd_fixture_opts {
 } etcd_fixture_opts;
 
 typedef struct etcd_fixture {
-  gt_etcd_local srv;     /* srv.pid: 0 while stopped */
+  gt_etcd_local srv; /* srv.pid: 0 while stopped */
   int client_port, peer_port;
-  char dir[256];         /* temp dir: data in dir/data, log in dir/etcd.log */
-  char endpoint[64];     /* "127.0.0.1:PORT" */
-  char url[80];          /* "http://127.0.0.1:PORT" or "https://..." */
+  char dir[256];     /* temp dir: data in dir/data, log in dir/etcd.log */
+  char endpoint[64]; /* "127.0.0.1:PORT" */
+  char url[80];      /* "http://127.0.0.1:PORT" or "https://..." */
   etcd_fixture_opts opts;
 } etcd_fixture;
 

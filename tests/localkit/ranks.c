@@ -53,18 +53,22 @@ int harness_cuda_devices(int most) {
 }
 
 gt_store *harness_store(void) {
-  gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = store_port, .secret = HARNESS_SECRET,
-                             .timeout_ms = 10000};
+  gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = store_port, .secret = HARNESS_SECRET, .timeout_ms = 10000};
   gt_store *s = NULL;
   CHECK_OK(gt_store_tcp_open(&cfg, &s));
   return s;
 }
 
-gt_comm *harness_comm(gt_store *s, const char *prefix, int rank, int n, gt_comm_transport t,
-                      int op_timeout_ms) {
-  gt_comm_config cfg = {.store = s, .prefix = prefix, .rank = rank, .size = n,
-                        .secret = HARNESS_SECRET, .host = "127.0.0.1", .transport = t,
-                        .init_timeout_ms = 20000, .op_timeout_ms = op_timeout_ms};
+gt_comm *harness_comm(gt_store *s, const char *prefix, int rank, int n, gt_comm_transport t, int op_timeout_ms) {
+  gt_comm_config cfg = {.store = s,
+                        .prefix = prefix,
+                        .rank = rank,
+                        .size = n,
+                        .secret = HARNESS_SECRET,
+                        .host = "127.0.0.1",
+                        .transport = t,
+                        .init_timeout_ms = 20000,
+                        .op_timeout_ms = op_timeout_ms};
   gt_comm *c = NULL;
   CHECK_OK(gt_comm_init(&cfg, &c));
   return c;
@@ -82,16 +86,17 @@ static pid_t start_store(int *ctl) {
   if (pid == 0) {
     close(port_pipe[0]);
     close(ctl_pipe[1]);
-    gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = 0, .is_host = true,
-                               .secret = HARNESS_SECRET, .timeout_ms = 5000};
+    gt_store_tcp_config cfg = {
+        .host = "127.0.0.1", .port = 0, .is_host = true, .secret = HARNESS_SECRET, .timeout_ms = 5000};
     gt_store *server = NULL;
     int port = -1;
-    if (gt_store_tcp_open(&cfg, &server) == GT_OK) port = gt_store_tcp_port(server);
-    else fprintf(stderr, "harness: cannot start the store: %s\n", gt_last_error());
+    if (gt_store_tcp_open(&cfg, &server) == GT_OK)
+      port = gt_store_tcp_port(server);
+    else
+      fprintf(stderr, "harness: cannot start the store: %s\n", gt_last_error());
     if (write(port_pipe[1], &port, sizeof port) != sizeof port) _exit(1);
     char b;
-    while (read(ctl_pipe[0], &b, 1) > 0) {
-    }
+    while (read(ctl_pipe[0], &b, 1) > 0) {}
     gt_store_destroy(server);
     _exit(0);
   }
@@ -128,8 +133,7 @@ int harness_run(int n, harness_fn fn, void *arg, double timeout_s, int *codes) {
       harness_rank = r;
       gt_log_set_rank(r);
       int code = fn(r, n, arg);
-      if (__lsan_do_recoverable_leak_check && __lsan_do_recoverable_leak_check() && code == RANK_OK)
-        code = RANK_FAIL;
+      if (__lsan_do_recoverable_leak_check && __lsan_do_recoverable_leak_check() && code == RANK_OK) code = RANK_FAIL;
       fflush(stdout);
       fflush(stderr);
       _exit(code);

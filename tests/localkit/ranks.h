@@ -25,14 +25,14 @@ enum { RANK_OK = 0, RANK_FAIL = 1 };
 extern int harness_rank;
 
 /* Checks inside a rank: on failure print where and why, and exit. */
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      fprintf(stderr, "rank %d: %s:%d: check failed: %s [last error: %s]\n",        \
-              harness_rank, __FILE__, __LINE__, #cond, gt_last_error());             \
-      fflush(stderr);                                                                \
-      _exit(RANK_FAIL);                                                              \
-    }                                                                                \
+#define CHECK(cond)                                                                                                   \
+  do {                                                                                                                \
+    if (!(cond)) {                                                                                                    \
+      fprintf(stderr, "rank %d: %s:%d: check failed: %s [last error: %s]\n", harness_rank, __FILE__, __LINE__, #cond, \
+              gt_last_error());                                                                                       \
+      fflush(stderr);                                                                                                 \
+      _exit(RANK_FAIL);                                                                                               \
+    }                                                                                                                 \
   } while (0)
 #define CHECK_OK(expr) CHECK((expr) == GT_OK)
 
@@ -46,8 +46,7 @@ int harness_run(int n, harness_fn fn, void *arg, double timeout_s, int *codes);
 /* In a rank: a client of the parent's store. */
 gt_store *harness_store(void);
 /* In a rank: a communicator of all n ranks under prefix. */
-gt_comm *harness_comm(gt_store *s, const char *prefix, int rank, int n, gt_comm_transport t,
-                      int op_timeout_ms);
+gt_comm *harness_comm(gt_store *s, const char *prefix, int rank, int n, gt_comm_transport t, int op_timeout_ms);
 /* Memory shared by the parent and every rank (created before forking). */
 void *harness_shared(size_t bytes);
 

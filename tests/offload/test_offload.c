@@ -73,11 +73,11 @@ typedef struct run_cfg {
   const char *layout; /* NULL: one process */
   bool zero1;
   gt_precision precision;
-  int window;         /* 0: no offloading; ALL: every layer */
-  bool no_clip;       /* grad_clip 0 */
-  bool per_layer;     /* update_per_layer */
+  int window;          /* 0: no offloading; ALL: every layer */
+  bool no_clip;        /* grad_clip 0 */
+  bool per_layer;      /* update_per_layer */
   size_t bucket_bytes; /* dp: 0, the plan's default */
-  int *early;         /* per_layer: layers updated before backward ended, summed over steps (shared) */
+  int *early;          /* per_layer: layers updated before backward ended, summed over steps (shared) */
   result *out;
 } run_cfg;
 
@@ -113,8 +113,11 @@ static int train(int rank, int world, void *arg) {
   CHECK_OK(gt_model_build(m));
   if (dist) CHECK_OK(gt_plan_check_model(&plan, m));
   CHECK(gt_model_offloaded(m) == (cfg->window > 0));
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = cfg->no_clip ? 0.0f : 1.0f,
-                          .grad_accum = M, .dist = dist, .precision = cfg->precision,
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
+                          .grad_clip = cfg->no_clip ? 0.0f : 1.0f,
+                          .grad_accum = M,
+                          .dist = dist,
+                          .precision = cfg->precision,
                           .schedule = (gt_lr_schedule){3e-3f, 3e-4f, 2, STEPS},
                           .update_per_layer = cfg->per_layer};
   gt_trainer *tr;
@@ -163,8 +166,9 @@ static result *run(const char *layout, bool zero1, gt_precision prec, int window
   if (layout) world = 2;
   int codes[2];
   int bad = harness_run(world, train, &cfg, RUN_TIMEOUT_S, codes);
-  if (bad) fail_msg("%s%s %s window %d: %d rank(s) failed", layout ? layout : "one process", zero1 ? " + ZeRO-1" : "",
-                    gt_precision_name(prec), window, bad);
+  if (bad)
+    fail_msg("%s%s %s window %d: %d rank(s) failed", layout ? layout : "one process", zero1 ? " + ZeRO-1" : "",
+             gt_precision_name(prec), window, bad);
   return r;
 }
 
@@ -202,7 +206,10 @@ static void case_layout(const char *layout, bool zero1) {
   }
 }
 
-static void test_one_process(void **state) { (void)state; case_layout(NULL, false); }
+static void test_one_process(void **state) {
+  (void)state;
+  case_layout(NULL, false);
+}
 
 /* The update layer by layer while backward goes on (no clipping): the same
  * bits as the update after backward without offloading. How many layers
@@ -231,14 +238,21 @@ static void test_update_per_layer(void **state) {
       for (int w = 0; w < 3; w++) {
         result *r = train_result_new(ref);
         *early = 0;
-        run_cfg cfg = {.layout = layout, .precision = prec, .no_clip = true, .window = windows[w], .per_layer = true,
-                       .early = early, .out = r, .bucket_bytes = 16 << 10};
+        run_cfg cfg = {.layout = layout,
+                       .precision = prec,
+                       .no_clip = true,
+                       .window = windows[w],
+                       .per_layer = true,
+                       .early = early,
+                       .out = r,
+                       .bucket_bytes = 16 << 10};
         if (harness_run(world, train, &cfg, RUN_TIMEOUT_S, codes))
           fail_msg("update per layer, %s, window %d: failed", layout ? layout : "one process", windows[w]);
-        print_message("update per layer %-11s %s window %-3d loss %.4f -> %.4f; %d of %d layer updates done "
-                      "before backward ended\n",
-                      layout ? layout : "one process", gt_precision_name(prec), windows[w], r->losses[0],
-                      r->losses[STEPS - 1], *early, STEPS * (L + 3));
+        print_message(
+            "update per layer %-11s %s window %-3d loss %.4f -> %.4f; %d of %d layer updates done "
+            "before backward ended\n",
+            layout ? layout : "one process", gt_precision_name(prec), windows[w], r->losses[0], r->losses[STEPS - 1],
+            *early, STEPS * (L + 3));
         assert_memory_equal(r->losses, ref->losses, sizeof r->losses);
         assert_memory_equal(r->params, ref->params, ref->nparams * sizeof(float));
       }
@@ -271,17 +285,21 @@ static int train_delayed(int rank, int world, void *arg) {
   CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
   gt_backend_set_peak_flops(be, 1e9);
   gt_model *m;
-  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = ROWS, .T_max = T, .seed = 42,
-                                                   .offload_window = cfg->window},
+  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = ROWS, .T_max = T, .seed = 42, .offload_window = cfg->window},
                            &m));
-  CHECK_OK(gpt_add_layers(m, &(gpt_config){.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = L, .tie_weights = true}));
+  CHECK_OK(
+      gpt_add_layers(m, &(gpt_config){.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = L, .tie_weights = true}));
   CHECK_OK(gt_model_build(m));
   size_t n = gt_model_buffer_floats(m);
   CHECK(n <= sizeof cfg->params_out / sizeof(float));
   int32_t in[ROWS * T], tg[ROWS * T];
   if (!cfg->reference) {
-    gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 1,
-                            .precision = cfg->precision, .schedule = delayed_lr, .delayed_update = true};
+    gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
+                            .grad_clip = 1.0f,
+                            .grad_accum = 1,
+                            .precision = cfg->precision,
+                            .schedule = delayed_lr,
+                            .delayed_update = true};
     gt_trainer *tr;
     CHECK_OK(gt_trainer_create(m, &tc, &tr));
     for (int s = 0; s < STEPS; s++) {
@@ -378,8 +396,11 @@ static void test_update_per_layer_refused(void **state) {
     OK(gpt_add_layers(m, &(gpt_config){.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = 1, .tie_weights = true}));
     OK(gt_model_build(m));
     gt_trainer *tr = NULL;
-    gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_accum = 1,
-                            .schedule = {1e-3f, 1e-3f, 0, 1}, .update_per_layer = true, .grad_clip = k ? 1.0f : 0};
+    gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
+                            .grad_accum = 1,
+                            .schedule = {1e-3f, 1e-3f, 0, 1},
+                            .update_per_layer = true,
+                            .grad_clip = k ? 1.0f : 0};
     expect_error(gt_trainer_create(m, &tc, &tr), GT_EINVAL, k ? "needs grad_clip = 0" : "offload the model");
     assert_null(tr);
     /* The delayed update takes clipping, but not without offloading, nor
@@ -392,10 +413,22 @@ static void test_update_per_layer_refused(void **state) {
   }
   gt_backend_destroy(be);
 }
-static void test_dp2(void **state) { (void)state; case_layout("dp=2", false); }
-static void test_dp2_zero1(void **state) { (void)state; case_layout("dp=2", true); }
-static void test_tp2(void **state) { (void)state; case_layout("tp=2", false); }
-static void test_pp2(void **state) { (void)state; case_layout("pp=2", false); }
+static void test_dp2(void **state) {
+  (void)state;
+  case_layout("dp=2", false);
+}
+static void test_dp2_zero1(void **state) {
+  (void)state;
+  case_layout("dp=2", true);
+}
+static void test_tp2(void **state) {
+  (void)state;
+  case_layout("tp=2", false);
+}
+static void test_pp2(void **state) {
+  (void)state;
+  case_layout("pp=2", false);
+}
 
 /* ---- the device budget ---- */
 
@@ -423,7 +456,9 @@ static int train_budget(int rank, int world, void *arg) {
   gt_trainer *tr = NULL;
   gt_model_config mc = {.B_max = BB, .T_max = BT, .seed = 7, .offload_window = cfg->window};
   gpt_config gc = {.vocab_size = BV, .T_max = BT, .C = BC, .NH = BNH, .L = BL, .tie_weights = true};
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 1,
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
+                          .grad_clip = 1.0f,
+                          .grad_accum = 1,
                           .schedule = (gt_lr_schedule){3e-3f, 3e-4f, 0, 5}};
   gt_status s = gt_model_create(be, &mc, &m);
   if (s == GT_OK) s = gpt_add_layers(m, &gc);
@@ -498,10 +533,15 @@ int main(int argc, char **argv) {
     return cmocka_run_group_tests(cuda_tests, NULL, NULL);
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_one_process), cmocka_unit_test(test_update_per_layer),
-      cmocka_unit_test(test_update_per_layer_refused), cmocka_unit_test(test_delayed_update),
-      cmocka_unit_test(test_dp2), cmocka_unit_test(test_dp2_zero1),
-      cmocka_unit_test(test_tp2),         cmocka_unit_test(test_pp2), cmocka_unit_test(test_budget),
+      cmocka_unit_test(test_one_process),
+      cmocka_unit_test(test_update_per_layer),
+      cmocka_unit_test(test_update_per_layer_refused),
+      cmocka_unit_test(test_delayed_update),
+      cmocka_unit_test(test_dp2),
+      cmocka_unit_test(test_dp2_zero1),
+      cmocka_unit_test(test_tp2),
+      cmocka_unit_test(test_pp2),
+      cmocka_unit_test(test_budget),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -84,8 +84,11 @@ static void run(gt_optim_kind optim, gt_precision prec, int window, run_out *out
   gpt_config gc = {.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = L, .tie_weights = true};
   OK(gpt_add_layers(m, &gc));
   OK(gt_model_build(m));
-  gt_trainer_config tc = {.optim = gt_optim_defaults(optim), .grad_clip = 1.0f, .grad_accum = 1,
-                          .precision = prec, .schedule = (gt_lr_schedule){3e-3f, 3e-4f, 1, STEPS}};
+  gt_trainer_config tc = {.optim = gt_optim_defaults(optim),
+                          .grad_clip = 1.0f,
+                          .grad_accum = 1,
+                          .precision = prec,
+                          .schedule = (gt_lr_schedule){3e-3f, 3e-4f, 1, STEPS}};
   gt_trainer *tr;
   OK(gt_trainer_create(m, &tc, &tr));
   int32_t in[ROWS * T], tg[ROWS * T];
@@ -148,11 +151,12 @@ static void test_window_in_compute_precision(void **state) {
   run_out f32 = {0}, b16 = {0};
   run(GT_OPTIM_ADAMW, GT_PRECISION_FP32, ALL, &f32);
   run(GT_OPTIM_ADAMW, GT_PRECISION_BF16, ALL, &b16);
-  print_message("window of every layer: weights %zu bytes fp32, %zu bf16 (%.3f); slot %zu / %zu; "
-                "fetched %llu / %llu bytes; device peak %zu / %zu\n",
-                f32.os.weight_bytes, b16.os.weight_bytes, (double)b16.os.weight_bytes / (double)f32.os.weight_bytes,
-                f32.os.slot_bytes, b16.os.slot_bytes, (unsigned long long)f32.os.bytes_in,
-                (unsigned long long)b16.os.bytes_in, f32.peak, b16.peak);
+  print_message(
+      "window of every layer: weights %zu bytes fp32, %zu bf16 (%.3f); slot %zu / %zu; "
+      "fetched %llu / %llu bytes; device peak %zu / %zu\n",
+      f32.os.weight_bytes, b16.os.weight_bytes, (double)b16.os.weight_bytes / (double)f32.os.weight_bytes,
+      f32.os.slot_bytes, b16.os.slot_bytes, (unsigned long long)f32.os.bytes_in, (unsigned long long)b16.os.bytes_in,
+      f32.peak, b16.peak);
   run_out *r[2] = {&f32, &b16};
   for (int k = 0; k < 2; k++) {
     /* A window of every layer fetches each layer once a step (after the

@@ -82,11 +82,12 @@ static void same_losses(const run_result *plain, const run_result *off, int step
 static void test_same_losses(void **state) {
   (void)state;
   run_result plain, off;
-  run_ok((char *[]){gpt, "--data", data, "--steps", "12", "--layers", "3", "--channels", "32", "--seq", "32",
-                    "--accum", "2", "--sample", "0", "--print-every", "1", "--threads", "1", NULL},
+  run_ok((char *[]){gpt,  "--data",  data, "--steps",  "12", "--layers",      "3", "--channels", "32", "--seq",
+                    "32", "--accum", "2",  "--sample", "0",  "--print-every", "1", "--threads",  "1",  NULL},
          &plain);
-  run_ok((char *[]){gpt, "--data", data, "--steps", "12", "--layers", "3", "--channels", "32", "--seq", "32",
-                    "--accum", "2", "--sample", "0", "--print-every", "1", "--threads", "1", "--offload", "2", NULL},
+  run_ok((char *[]){gpt,  "--data",    data, "--steps",   "12", "--layers", "3", "--channels",
+                    "32", "--seq",     "32", "--accum",   "2",  "--sample", "0", "--print-every",
+                    "1",  "--threads", "1",  "--offload", "2",  NULL},
          &off);
   assert_non_null(strstr(off.output, ", offloaded"));
   assert_null(strstr(plain.output, ", offloaded"));
@@ -96,14 +97,14 @@ static void test_same_losses(void **state) {
 static void test_budget(void **state) {
   (void)state;
   run_result r;
-  char *const big[] = {gpt, "--data", data, "--steps", "3", "--layers", "8", "--channels", "128", "--seq", "16",
-                       "--batch", "1", "--sample", "0", "--threads", "1", "--device-mem-mib", "8", NULL};
+  char *const big[] = {gpt,  "--data",  data, "--steps",  "3", "--layers",  "8", "--channels",       "128", "--seq",
+                       "16", "--batch", "1",  "--sample", "0", "--threads", "1", "--device-mem-mib", "8",   NULL};
   run_cmd(big, NULL, RUN_TIMEOUT_S, &r);
   if (r.exit_code != 1 || !strstr(r.output, "device memory budget exceeded") || !strstr(r.output, "--offload W"))
     run_fail(&r, "exit %d (wanted 1 with the budget's message), its output above", r.exit_code);
-  char *const off[] = {gpt, "--data", data, "--steps", "3", "--layers", "8", "--channels", "128", "--seq", "16",
-                       "--batch", "1", "--sample", "0", "--threads", "1", "--device-mem-mib", "8", "--offload", "1",
-                       NULL};
+  char *const off[] = {gpt,  "--data",  data, "--steps",  "3", "--layers",  "8", "--channels",       "128", "--seq",
+                       "16", "--batch", "1",  "--sample", "0", "--threads", "1", "--device-mem-mib", "8",   "--offload",
+                       "1",  NULL};
   run_ok(off, &r);
   assert_non_null(strstr(r.output, ", offloaded"));
   assert_non_null(strstr(r.output, "\nloss "));
@@ -116,8 +117,9 @@ static void test_disk_tier(void **state) {
   (void)state;
   char disk[128];
   snprintf(disk, sizeof disk, "disk:%s", tmpdir);
-#define DISK_MODEL gpt, "--data", data, "--steps", "4", "--layers", "8", "--channels", "128", "--seq", "16", \
-                   "--batch", "1", "--sample", "0", "--threads", "1", "--print-every", "1", "--offload", "1"
+#define DISK_MODEL                                                                                          \
+  gpt, "--data", data, "--steps", "4", "--layers", "8", "--channels", "128", "--seq", "16", "--batch", "1", \
+      "--sample", "0", "--threads", "1", "--print-every", "1", "--offload", "1"
   run_result plain, r;
   run_ok((char *[]){DISK_MODEL, NULL}, &plain);
   /* About 1.6 M parameters: 13 MB of weights and gradients, 13 MB of moments. */
@@ -155,8 +157,9 @@ static void test_print_plan(void **state) {
   assert_non_null(strstr(r.output, "transfers a step:"));
   /* Each tensor says where it lives; the planner counts the window. */
   assert_non_null(strstr(r.output, "[host; device in a window slot]"));
-  assert_non_null(strstr(r.output, "offloaded: parameters, gradients and optimizer state live in host memory; the "
-                                   "device holds the weights of 2 layers at a time"));
+  assert_non_null(strstr(r.output,
+                         "offloaded: parameters, gradients and optimizer state live in host memory; the "
+                         "device holds the weights of 2 layers at a time"));
   assert_non_null(strstr(r.output, "(offloaded: the window and activations)"));
   assert_non_null(strstr(r.output, "offloaded, window 2:"));
   double slots = 0, total = 0;
@@ -201,11 +204,8 @@ static void test_bad_flags(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_same_losses),
-      cmocka_unit_test(test_budget),
-      cmocka_unit_test(test_disk_tier),
-      cmocka_unit_test(test_print_plan),
-      cmocka_unit_test(test_bad_flags),
+      cmocka_unit_test(test_same_losses), cmocka_unit_test(test_budget),    cmocka_unit_test(test_disk_tier),
+      cmocka_unit_test(test_print_plan),  cmocka_unit_test(test_bad_flags),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

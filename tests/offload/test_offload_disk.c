@@ -57,10 +57,10 @@ typedef struct run_cfg {
   const char *layout; /* NULL: one process */
   bool zero1, per_layer, on_disk;
   gt_precision precision;
-  size_t host_limit;  /* 0: none */
-  const char *ckpt;   /* save at the end here, then load it into a trainer with the state elsewhere */
-  const char *mid;    /* save at step MID here, as training goes on (the copy made during the next step), */
-  bool resume;        /* or resume from it there and train steps MID..STEPS */
+  size_t host_limit; /* 0: none */
+  const char *ckpt;  /* save at the end here, then load it into a trainer with the state elsewhere */
+  const char *mid;   /* save at step MID here, as training goes on (the copy made during the next step), */
+  bool resume;       /* or resume from it there and train steps MID..STEPS */
   /* out (shared) */
   gt_status status;
   char message[600];
@@ -106,25 +106,30 @@ static int train(int rank, int world, void *arg) {
   gt_store *store;
   gt_dist *dist;
   gt_plan plan;
-  train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = cfg->layout, .zero1 = cfg->zero1},
-                  "gen0", &store, &plan, &dist);
+  train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = cfg->layout, .zero1 = cfg->zero1}, "gen0",
+                  &store, &plan, &dist);
   int rows = ROWS / plan.layout.dp, row0 = plan.me.dp * rows;
   gt_model *m;
-  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = rows, .T_max = T, .seed = 42, .offload_window = WINDOW},
-                           &m));
+  CHECK_OK(
+      gt_model_create(be, &(gt_model_config){.B_max = rows, .T_max = T, .seed = 42, .offload_window = WINDOW}, &m));
   if (dist) {
     gt_model_parallel mp = gt_dist_model_parallel(dist);
     CHECK_OK(gt_model_set_parallel(m, &mp));
   }
-  CHECK_OK(gpt_add_layers(m, &(gpt_config){.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = L, .tie_weights = true}));
+  CHECK_OK(
+      gpt_add_layers(m, &(gpt_config){.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = L, .tie_weights = true}));
   CHECK_OK(gt_model_build(m));
   if (rank == 0) {
     cfg->weights_bytes = gt_backend_host_mem(be).in_use;
     cfg->state_bytes = 2 * gt_model_buffer_floats(m) * sizeof(float);
   }
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = cfg->per_layer ? 0.0f : 1.0f,
-                          .grad_accum = M, .dist = dist, .precision = cfg->precision,
-                          .schedule = (gt_lr_schedule){3e-3f, 3e-4f, 2, STEPS}, .update_per_layer = cfg->per_layer};
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
+                          .grad_clip = cfg->per_layer ? 0.0f : 1.0f,
+                          .grad_accum = M,
+                          .dist = dist,
+                          .precision = cfg->precision,
+                          .schedule = (gt_lr_schedule){3e-3f, 3e-4f, 2, STEPS},
+                          .update_per_layer = cfg->per_layer};
   tc.optim.state_dir = cfg->on_disk ? tmpdir : NULL;
   tc.optim.state_stage_bytes = STAGE_BYTES;
   gt_trainer *tr = NULL;
@@ -207,8 +212,8 @@ static void case_disk(const char *layout, bool zero1, bool per_layer, gt_precisi
   size_t budget = ref->weights_bytes + ref->state_bytes / 2;
   run_cfg c = {.layout = layout, .zero1 = zero1, .per_layer = per_layer, .precision = prec, .host_limit = budget};
   run_cfg *in_memory = run(c, layout_of->p);
-  print_message("%-12s %s: state in memory under a %zu-byte host budget: %s\n", what, gt_precision_name(prec),
-                budget, in_memory->message);
+  print_message("%-12s %s: state in memory under a %zu-byte host budget: %s\n", what, gt_precision_name(prec), budget,
+                in_memory->message);
   assert_int_equal(in_memory->status, GT_ENOMEM);
   assert_non_null(strstr(in_memory->message, "host memory budget exceeded"));
   assert_non_null(strstr(in_memory->message, "keep the optimizer state on disk"));
@@ -229,8 +234,14 @@ static void test_one_process(void **state) {
   case_disk(NULL, false, false, GT_PRECISION_BF16);
 }
 
-static void test_per_layer(void **state) { (void)state; case_disk(NULL, false, true, GT_PRECISION_FP32); }
-static void test_dp2_zero1(void **state) { (void)state; case_disk("dp=2", true, false, GT_PRECISION_FP32); }
+static void test_per_layer(void **state) {
+  (void)state;
+  case_disk(NULL, false, true, GT_PRECISION_FP32);
+}
+static void test_dp2_zero1(void **state) {
+  (void)state;
+  case_disk("dp=2", true, false, GT_PRECISION_FP32);
+}
 
 /* Saved from disk, loaded into memory; saved from memory, loaded onto disk. */
 static void test_checkpoint(void **state) {
@@ -260,10 +271,13 @@ static void test_checkpoint_under_budget(void **state) {
   if (saved->status != GT_OK) fail_msg("saving state on disk under a %zu-byte budget: %s", budget, saved->message);
   c.resume = true;
   run_cfg *resumed = run(c, ref->p);
-  if (resumed->status != GT_OK) fail_msg("resuming state on disk under a %zu-byte budget: %s", budget, resumed->message);
-  print_message("state on disk (%zu bytes of moments), host budget %zu: peak %zu saving at step %d, %zu resuming; "
-                "loss at step %d %.6f, uninterrupted %.6f\n", ref->state_bytes, budget, saved->host_peak, MID,
-                resumed->host_peak, STEPS - 1, resumed->p->losses[STEPS - 1], ref->p->losses[STEPS - 1]);
+  if (resumed->status != GT_OK)
+    fail_msg("resuming state on disk under a %zu-byte budget: %s", budget, resumed->message);
+  print_message(
+      "state on disk (%zu bytes of moments), host budget %zu: peak %zu saving at step %d, %zu resuming; "
+      "loss at step %d %.6f, uninterrupted %.6f\n",
+      ref->state_bytes, budget, saved->host_peak, MID, resumed->host_peak, STEPS - 1, resumed->p->losses[STEPS - 1],
+      ref->p->losses[STEPS - 1]);
   assert_true(saved->host_peak <= budget && resumed->host_peak <= budget);
   same(saved, ref);
   assert_memory_equal(resumed->p->losses + MID, ref->p->losses + MID, (STEPS - MID) * sizeof(float));
@@ -367,9 +381,9 @@ static int teardown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_bad_directories), cmocka_unit_test(test_one_process), cmocka_unit_test(test_per_layer),
-      cmocka_unit_test(test_dp2_zero1),       cmocka_unit_test(test_checkpoint),
-      cmocka_unit_test(test_checkpoint_under_budget),
+      cmocka_unit_test(test_bad_directories), cmocka_unit_test(test_one_process),
+      cmocka_unit_test(test_per_layer),       cmocka_unit_test(test_dp2_zero1),
+      cmocka_unit_test(test_checkpoint),      cmocka_unit_test(test_checkpoint_under_budget),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -60,9 +60,9 @@ typedef struct run_cfg {
   const char *layout; /* NULL: one process */
   int window;         /* 0: not offloaded; else WINDOW */
   bool delayed, per_layer, no_clip, zero1;
-  int accum;          /* micro-batches a step; 0: 1 */
-  ckpt_mode mode;     /* what happens after step SAVE_AT (LOAD: start there from the checkpoint) */
-  const char *dir;    /* checkpoints */
+  int accum;            /* micro-batches a step; 0: 1 */
+  ckpt_mode mode;       /* what happens after step SAVE_AT (LOAD: start there from the checkpoint) */
+  const char *dir;      /* checkpoints */
   train_result *out[2]; /* per dp replica: its parameters in the single-process layout */
 } run_cfg;
 
@@ -76,9 +76,10 @@ static int train(int rank, int world, void *arg) {
   gt_store *store;
   gt_dist *dist;
   gt_plan plan;
-  train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = cfg->layout, .schedule = GT_PP_1F1B,
-                                    .zero1 = cfg->zero1},
-                  "gen0", &store, &plan, &dist);
+  train_rank_dist(
+      &(gt_plan_config){
+          .world = world, .rank = rank, .layout = cfg->layout, .schedule = GT_PP_1F1B, .zero1 = cfg->zero1},
+      "gen0", &store, &plan, &dist);
   int M = cfg->accum ? cfg->accum : 1;
   int rows = ROWS / plan.layout.dp, row0 = plan.me.dp * rows;
   gt_model *m;
@@ -88,12 +89,17 @@ static int train(int rank, int world, void *arg) {
     gt_model_parallel mp = gt_dist_model_parallel(dist);
     CHECK_OK(gt_model_set_parallel(m, &mp));
   }
-  CHECK_OK(gpt_add_layers(m, &(gpt_config){.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = L, .tie_weights = true}));
+  CHECK_OK(
+      gpt_add_layers(m, &(gpt_config){.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = L, .tie_weights = true}));
   CHECK_OK(gt_model_build(m));
   if (dist) CHECK_OK(gt_plan_check_model(&plan, m));
   /* The update layer by layer begins before the norm is known: no clipping. */
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = cfg->no_clip ? 0.0f : 1.0f,
-                          .grad_accum = M, .dist = dist, .schedule = lr, .delayed_update = cfg->delayed,
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
+                          .grad_clip = cfg->no_clip ? 0.0f : 1.0f,
+                          .grad_accum = M,
+                          .dist = dist,
+                          .schedule = lr,
+                          .delayed_update = cfg->delayed,
                           .update_per_layer = cfg->per_layer};
   gt_trainer *tr;
   CHECK_OK(gt_trainer_create(m, &tc, &tr));
@@ -165,8 +171,8 @@ static void test_delayed_data_parallel(void **state) {
   run(&(run_cfg){.layout = "dp=2", .window = WINDOW, .delayed = true, .out = {r0, r1}});
   run(&(run_cfg){.layout = "dp=2", .window = WINDOW, .delayed = false, .out = {plain, train_result_new(one)}});
   double d_one = max_diff(r0, one), d_plain = max_diff(r0, plain);
-  print_message("dp=2 delayed: replicas agree; against one process %.3g; against dp=2 without the delay %.3g\n",
-                d_one, d_plain);
+  print_message("dp=2 delayed: replicas agree; against one process %.3g; against dp=2 without the delay %.3g\n", d_one,
+                d_plain);
   assert_memory_equal(r0->params, r1->params, r0->nparams * sizeof(float));
   /* AdamW's steps are ~3e-3 each; a different summation order moves a
    * parameter by a few 1e-6 over 12 steps (5e-6 measured; 1.5e-5 at tp=2,
@@ -199,9 +205,10 @@ static void test_per_layer_tensor_parallel(void **state) {
     train_result *r = train_result_new(one);
     run(&(run_cfg){.layout = "tp=2", .window = windows[w], .per_layer = true, .no_clip = true, .out = {r}});
     if (memcmp(r->params, ref->params, ref->nparams * sizeof(float)))
-      fail_msg("tp=2, the update layer by layer, window %d: parameters differ by %.3g from the update after "
-               "backward without offloading",
-               windows[w], max_diff(r, ref));
+      fail_msg(
+          "tp=2, the update layer by layer, window %d: parameters differ by %.3g from the update after "
+          "backward without offloading",
+          windows[w], max_diff(r, ref));
   }
 }
 
@@ -217,31 +224,31 @@ static void test_per_layer_pipeline(void **state) {
   static const int windows[] = {1, WINDOW, 64};
   for (int w = 0; w < 3; w++) {
     train_result *r = train_result_new(one);
-    run(&(run_cfg){.layout = "pp=2", .window = windows[w], .per_layer = true, .no_clip = true, .accum = 2,
-                   .out = {r}});
+    run(&(run_cfg){.layout = "pp=2", .window = windows[w], .per_layer = true, .no_clip = true, .accum = 2, .out = {r}});
     if (memcmp(r->params, ref->params, ref->nparams * sizeof(float)))
-      fail_msg("pp=2, the update layer by layer, window %d: parameters differ by %.3g from the update after "
-               "backward without offloading",
-               windows[w], max_diff(r, ref));
+      fail_msg(
+          "pp=2, the update layer by layer, window %d: parameters differ by %.3g from the update after "
+          "backward without offloading",
+          windows[w], max_diff(r, ref));
   }
   /* With data parallelism too, where the layers go once averaged, after
    * the stages have summed the tied table. */
   train_result *ref4[2] = {train_result_new(one), train_result_new(one)};
   run(&(run_cfg){.layout = "dp=2,pp=2", .no_clip = true, .accum = 2, .out = {ref4[0], ref4[1]}});
   train_result *r4[2] = {train_result_new(one), train_result_new(one)};
-  run(&(run_cfg){.layout = "dp=2,pp=2", .window = WINDOW, .per_layer = true, .no_clip = true, .accum = 2,
-                 .out = {r4[0], r4[1]}});
+  run(&(run_cfg){
+      .layout = "dp=2,pp=2", .window = WINDOW, .per_layer = true, .no_clip = true, .accum = 2, .out = {r4[0], r4[1]}});
   for (int d = 0; d < 2; d++)
     if (memcmp(r4[d]->params, ref4[d]->params, ref4[d]->nparams * sizeof(float)))
-      fail_msg("dp=2,pp=2, replica %d: parameters differ by %.3g from the update after backward without offloading",
-               d, max_diff(r4[d], ref4[d]));
+      fail_msg("dp=2,pp=2, replica %d: parameters differ by %.3g from the update after backward without offloading", d,
+               max_diff(r4[d], ref4[d]));
 }
 
 static void expect_same(train_result *const *r, train_result *const *ref, const char *what) {
   for (int d = 0; d < 2; d++)
     if (memcmp(r[d]->params, ref[d]->params, ref[d]->nparams * sizeof(float)))
-      fail_msg("%s, replica %d: parameters differ by %.3g from ZeRO-1 updating after backward without offloading",
-               what, d, max_diff(r[d], ref[d]));
+      fail_msg("%s, replica %d: parameters differ by %.3g from ZeRO-1 updating after backward without offloading", what,
+               d, max_diff(r[d], ref[d]));
 }
 
 static void test_zero1(void **state) {
@@ -254,8 +261,13 @@ static void test_zero1(void **state) {
     run(&(run_cfg){.layout = layouts[k], .zero1 = true, .no_clip = true, .accum = 2, .out = {ref[0], ref[1]}});
     for (int w = 1; w <= WINDOW; w++) {
       train_result *r[2] = {train_result_new(one), train_result_new(one)};
-      run(&(run_cfg){.layout = layouts[k], .zero1 = true, .window = w, .per_layer = true, .no_clip = true,
-                     .accum = 2, .out = {r[0], r[1]}});
+      run(&(run_cfg){.layout = layouts[k],
+                     .zero1 = true,
+                     .window = w,
+                     .per_layer = true,
+                     .no_clip = true,
+                     .accum = 2,
+                     .out = {r[0], r[1]}});
       char what[96];
       snprintf(what, sizeof what, "%s ZeRO-1, the update layer by layer, window %d", layouts[k], w);
       expect_same(r, ref, what);
@@ -306,9 +318,10 @@ static void test_checkpoint(void **state) {
   run(&(run_cfg){.window = WINDOW, .delayed = true, .mode = LOAD, .dir = dir, .out = {loaded}});
   run(&(run_cfg){.window = WINDOW, .delayed = true, .mode = FLUSH, .out = {flushed}});
   run(&(run_cfg){.window = WINDOW, .delayed = true, .mode = PLAIN, .out = {plain}});
-  print_message("delayed, saved at step %d: resumed run differs by %.3g, the flushed run by %.3g, a run that never "
-                "saved by %.3g\n",
-                SAVE_AT, max_diff(loaded, saved), max_diff(flushed, saved), max_diff(plain, saved));
+  print_message(
+      "delayed, saved at step %d: resumed run differs by %.3g, the flushed run by %.3g, a run that never "
+      "saved by %.3g\n",
+      SAVE_AT, max_diff(loaded, saved), max_diff(flushed, saved), max_diff(plain, saved));
   assert_memory_equal(loaded->params, saved->params, saved->nparams * sizeof(float));
   assert_memory_equal(flushed->params, saved->params, saved->nparams * sizeof(float));
   /* The save applied the update held at step 4 a step early. */

@@ -41,9 +41,9 @@ typedef struct run_cfg {
   const char *annotate; /* the GPT example's annotation list */
   bool zero1;
   train_result *out;
-  int micro_batches;    /* out: what the trainer took from pipeline(m) */
-  int layout[3];        /* out: dp, tp, pp of the plan */
-  bool offloaded;       /* out: the model was offloaded */
+  int micro_batches; /* out: what the trainer took from pipeline(m) */
+  int layout[3];     /* out: dp, tp, pp of the plan */
+  bool offloaded;    /* out: the model was offloaded */
 } run_cfg;
 
 static int train(int rank, int world, void *arg) {
@@ -64,8 +64,12 @@ static int train(int rank, int world, void *arg) {
   gt_store *store;
   gt_dist *dist;
   gt_plan plan;
-  train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = world > 1 ? "auto" : NULL,
-                                    .zero1 = cfg->zero1, .bucket_bytes = 8192, .annotations = &ann},
+  train_rank_dist(&(gt_plan_config){.world = world,
+                                    .rank = rank,
+                                    .layout = world > 1 ? "auto" : NULL,
+                                    .zero1 = cfg->zero1,
+                                    .bucket_bytes = 8192,
+                                    .annotations = &ann},
                   "gen0", &store, &plan, &dist);
   int rows = ROWS / plan.layout.dp, row0 = plan.me.dp * rows;
   gt_model *m;
@@ -79,8 +83,11 @@ static int train(int rank, int world, void *arg) {
   CHECK_OK(gt_model_build(m));
   CHECK(plan.layout.pp == 1 || gt_model_stages_annotated(m));
   if (dist) CHECK_OK(gt_plan_check_model(&plan, m));
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_clip = 1.0f, .grad_accum = 0,
-                          .dist = dist, .schedule = (gt_lr_schedule){1e-3f, 1e-4f, 2, STEPS}};
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
+                          .grad_clip = 1.0f,
+                          .grad_accum = 0,
+                          .dist = dist,
+                          .schedule = (gt_lr_schedule){1e-3f, 1e-4f, 2, STEPS}};
   gt_trainer *tr;
   CHECK_OK(gt_trainer_create(m, &tc, &tr));
   int32_t in[M][ROWS * T], tg[M][ROWS * T];
@@ -142,10 +149,11 @@ static void annotated_case(const char *annotate, bool zero1, int world, int dp, 
   int bad = harness_run(world, train, cfg, 240, codes);
   if (bad) fail_msg("%s: %d rank(s) failed", annotate, bad);
   train_diff d = train_result_compare(reference, cfg->out, STEPS, C);
-  print_message("%-36s dp=%d,tp=%d,pp=%d%s loss %.4f -> %.4f, max relative difference: loss %.2e, parameters %.2e "
-                "(%s)\n",
-                annotate, cfg->layout[0], cfg->layout[1], cfg->layout[2], zero1 ? " + ZeRO-1" : "",
-                cfg->out->losses[0], cfg->out->losses[STEPS - 1], d.loss, d.param, d.worst);
+  print_message(
+      "%-36s dp=%d,tp=%d,pp=%d%s loss %.4f -> %.4f, max relative difference: loss %.2e, parameters %.2e "
+      "(%s)\n",
+      annotate, cfg->layout[0], cfg->layout[1], cfg->layout[2], zero1 ? " + ZeRO-1" : "", cfg->out->losses[0],
+      cfg->out->losses[STEPS - 1], d.loss, d.param, d.worst);
   assert_true(cfg->layout[0] == dp && cfg->layout[1] == tp && cfg->layout[2] == pp);
   assert_int_equal(cfg->micro_batches, M);
   assert_true(cfg->offloaded == offloaded);

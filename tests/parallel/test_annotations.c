@@ -58,13 +58,15 @@ static gt_status plan_and_print(const char *annotate, const char *layout, int wo
   pc.annotations = &ann;
   GT_TRY(gt_plan_resolve(&pc, plan));
   group = (gt_group){.rank = 0, .size = plan->layout.tp};
-  gt_model_parallel mp = {.tp = plan->layout.tp > 1 ? &group : NULL, .pp_rank = 0, .pp_size = plan->layout.pp,
-                          .pp_chunks = plan->chunks};
+  gt_model_parallel mp = {
+      .tp = plan->layout.tp > 1 ? &group : NULL, .pp_rank = 0, .pp_size = plan->layout.pp, .pp_chunks = plan->chunks};
   gpt_config gc = gpt_with(annotate);
   gt_model *m;
-  GT_TRY(gt_model_create(be, &(gt_model_config){.B_max = 4, .T_max = T, .seed = 1,
-                                                .offload_window = plan->offload_window ? plan->offload_window : -1},
-                         &m));
+  GT_TRY(gt_model_create(
+      be,
+      &(gt_model_config){
+          .B_max = 4, .T_max = T, .seed = 1, .offload_window = plan->offload_window ? plan->offload_window : -1},
+      &m));
   gt_status s = gt_model_set_parallel(m, &mp);
   if (s == GT_OK) s = gpt_add_layers(m, &gc);
   if (s == GT_OK) s = gt_plan_cut_stages(plan, m, 4, T, NULL);
@@ -135,7 +137,7 @@ static void test_each_annotation_decides_its_field(void **state) {
   has(t, "decide tp=2 from annotation (split(2) from 'h1')");
   has(t, "decide replicate=embed..h0 over 2 ranks from annotation");
   has(t, "wte                    64x24                64x24"); /* the region's embedding, whole */
-  has(t, "0    embed            embedding    0      rows/2"); /* on half the rows */
+  has(t, "0    embed            embedding    0      rows/2");  /* on half the rows */
   has(t, "2    h1               block        0      2-way");
   free(t);
   t = NULL;
@@ -231,7 +233,7 @@ static void test_explicit_stages_override_the_planner(void **state) {
 /* ---- conflicts ---- */
 
 typedef struct scope_op {
-  char op;     /* 'b' begin, 'e' end, 'l' a block layer, 'E' the embedding, 'H' the head */
+  char op; /* 'b' begin, 'e' end, 'l' a block layer, 'E' the embedding, 'H' the head */
   gt_scope_kind kind;
   int count;
 } scope_op;
@@ -251,7 +253,8 @@ static gt_status script_with(const scope_op *ops, int n, const gt_model_parallel
       case 'e': s = gt_model_scope_end(m); break;
       case 'E': s = gt_model_add(m, &gt_embedding_layer, "embed", &(gt_embedding_config){V, C, T, true}, NULL); break;
       case 'H':
-        s = gt_model_add(m, &gt_lm_head_layer, "lm_head", &(gt_lm_head_config){C, V, ops[i].count ? "embed" : NULL}, NULL);
+        s = gt_model_add(m, &gt_lm_head_layer, "lm_head", &(gt_lm_head_config){C, V, ops[i].count ? "embed" : NULL},
+                         NULL);
         break;
       default:
         snprintf(name, sizeof name, "h%d", blocks++);
@@ -268,11 +271,16 @@ static gt_status script(const scope_op *ops, int n, const gt_model_parallel *mp)
   return script_with(ops, n, mp, 0, NULL);
 }
 
-#define B_(k, n) {'b', GT_SCOPE_##k, n}
-#define END {'e', 0, 0}
-#define EMB {'E', 0, 0}
-#define BLK {'l', 0, 0}
-#define HEAD {'H', 0, 0}
+#define B_(k, n) \
+  { 'b', GT_SCOPE_##k, n }
+#define END \
+  { 'e', 0, 0 }
+#define EMB \
+  { 'E', 0, 0 }
+#define BLK \
+  { 'l', 0, 0 }
+#define HEAD \
+  { 'H', 0, 0 }
 #define RUN(ops, mp) script(ops, (int)(sizeof ops / sizeof ops[0]), mp)
 
 static void test_every_conflict_is_refused_with_its_layer(void **state) {
@@ -300,8 +308,8 @@ static void test_every_conflict_is_refused_with_its_layer(void **state) {
   expect_error(RUN(split_in, NULL), GT_EINVAL, "layer 'h0' is split inside the replicated region 'embed'..'h0'");
   const scope_op loss_in[] = {EMB, B_(SPLIT, 0), BLK, END, B_(REPLICATE, 0), BLK, HEAD, END};
   expect_error(RUN(loss_in, NULL), GT_EINVAL, "region 'h1'..'lm_head' holds the loss layer");
-  const scope_op ways[] = {B_(REPLICATE, 2), EMB, END, B_(SPLIT, 0), BLK, END, B_(REPLICATE, 4), BLK, END,
-                           B_(SPLIT, 0), HEAD, END};
+  const scope_op ways[] = {B_(REPLICATE, 2), EMB, END, B_(SPLIT, 0), BLK,  END,
+                           B_(REPLICATE, 4), BLK, END, B_(SPLIT, 0), HEAD, END};
   expect_error(RUN(ways, NULL), GT_EINVAL, "replicate(4) around 'h1' conflicts with replicate(2) around 'embed'");
   const scope_op splits[] = {B_(SPLIT, 2), EMB, BLK, END, B_(SPLIT, 4), BLK, HEAD, END};
   expect_error(RUN(splits, NULL), GT_EINVAL,
@@ -310,10 +318,12 @@ static void test_every_conflict_is_refused_with_its_layer(void **state) {
   expect_error(RUN(region_split, NULL), GT_EINVAL,
                "replicate(2) around 'embed'..'embed' spans the ranks of the split around it, but split(4) around 'h0'");
   const scope_op no_split[] = {B_(REPLICATE, 2), EMB, END, BLK, HEAD};
-  expect_error(RUN(no_split, NULL), GT_EINVAL, "around 'embed'..'embed' shares rows among the ranks of a split, but "
-                                               "no layer is split");
+  expect_error(RUN(no_split, NULL), GT_EINVAL,
+               "around 'embed'..'embed' shares rows among the ranks of a split, but "
+               "no layer is split");
   const scope_op order[] = {B_(STAGE, 0), EMB, END, B_(STAGE, 2), BLK, HEAD, END};
-  expect_error(RUN(order, NULL), GT_EINVAL, "stage(2) around 'h0' should be stage(1): stages are numbered 0, 1, 2, ...");
+  expect_error(RUN(order, NULL), GT_EINVAL,
+               "stage(2) around 'h0' should be stage(1): stages are numbered 0, 1, 2, ...");
   const scope_op cover[] = {B_(STAGE, 0), EMB, BLK, END, HEAD};
   expect_error(RUN(cover, NULL), GT_EINVAL, "layer 'lm_head' is outside every stage scope");
   const scope_op pipe[] = {B_(STAGE, 0), EMB, END, B_(PIPELINE, 2), B_(STAGE, 1), BLK, HEAD, END, END};
@@ -327,9 +337,11 @@ static void test_every_conflict_is_refused_with_its_layer(void **state) {
   gt_annotations ann;
   gt_plan p;
   OK(annotations_of("stages=3", &ann));
-  expect_error(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .annotations = &ann,
-                                                 .schedule = GT_PP_INTERLEAVED, .chunks = 2}, &p),
-               GT_EINVAL, "the 3 stage scopes (from layer 'embed') do not make 2 chunks per pipeline rank");
+  expect_error(
+      gt_plan_resolve(
+          &(gt_plan_config){.world = 4, .rank = 0, .annotations = &ann, .schedule = GT_PP_INTERLEAVED, .chunks = 2},
+          &p),
+      GT_EINVAL, "the 3 stage scopes (from layer 'embed') do not make 2 chunks per pipeline rank");
   OK(annotations_of("replicate=2,split=4", &ann));
   expect_error(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .annotations = &ann}, &p), GT_EINVAL,
                "the layout dp=2 (annotation), tp=4 (annotation), pp=1 (planner) makes 8 ranks, but the world has 4");
@@ -358,11 +370,12 @@ static void test_every_conflict_is_refused_with_its_layer(void **state) {
   group = (gt_group){.rank = 0, .size = 3};
   gt_model_parallel tp3 = {.tp = &group};
   const scope_op heads[] = {EMB, B_(SPLIT, 3), BLK, END, HEAD};
-  expect_error(RUN(heads, &tp3), GT_EINVAL, "layer 'h0' (block): tensor parallelism tp=3 does not divide the head count");
+  expect_error(RUN(heads, &tp3), GT_EINVAL,
+               "layer 'h0' (block): tensor parallelism tp=3 does not divide the head count");
   group = (gt_group){.rank = 0, .size = 2};
   gt_model_parallel tp2pp2 = {.tp = &group, .pp_size = 2, .pp_chunks = 1};
-  const scope_op cross[] = {B_(STAGE, 0), B_(REPLICATE, 0), EMB, END, END, B_(STAGE, 1), B_(REPLICATE, 0), BLK, END,
-                            B_(SPLIT, 0), HEAD, END, END};
+  const scope_op cross[] = {B_(STAGE, 0), B_(REPLICATE, 0), EMB,  END, END, B_(STAGE, 1), B_(REPLICATE, 0), BLK,
+                            END,          B_(SPLIT, 0),     HEAD, END, END};
   OK(RUN(cross, &tp2pp2)); /* each region inside a stage */
   const scope_op crossing[] = {B_(REPLICATE, 0), EMB, BLK, END, B_(SPLIT, 0), BLK, BLK, HEAD, END};
   /* a cut between embed and h0, inside the region */
@@ -370,8 +383,9 @@ static void test_every_conflict_is_refused_with_its_layer(void **state) {
                GT_EINVAL, "the replicated region 'embed'..'h0' crosses the cut between pipeline stages 0 and 1");
   const scope_op tie[] = {B_(REPLICATE, 0), EMB, END, B_(SPLIT, 0), BLK, {'H', 0, 1}, END};
   gt_model_parallel one = {0};
-  expect_error(RUN(tie, &one), GT_EINVAL, "layer 'lm_head' ties 'lm_head.w' to layer 'embed' across the edge of a "
-                                          "replicated region");
+  expect_error(RUN(tie, &one), GT_EINVAL,
+               "layer 'lm_head' ties 'lm_head.w' to layer 'embed' across the edge of a "
+               "replicated region");
   gt_model_parallel tp2 = {.tp = &group};
   const scope_op offloaded[] = {B_(REPLICATE, 0), EMB, END, B_(SPLIT, 0), HEAD, END};
   expect_error(script_with(offloaded, 6, &tp2, 1, NULL), GT_EUNSUPPORTED,

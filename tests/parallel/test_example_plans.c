@@ -42,13 +42,13 @@ static void run_example(int nproc, const char *plan, const char *extra, int want
     argv[n++] = agent_flag[0];
     argv[n++] = agent_flag[1];
   }
-  char *tail[] = {gpt, "--corpus", text, "--data", data, "--steps", "8", "--layers", "2", "--channels", "32",
-                  "--heads", "4", "--seq", "16", "--batch", "4", "--sample", "0", "--print-every", "0"};
+  char *tail[] = {gpt, "--corpus",   text, "--data",        data, "--steps", "8",  "--layers",
+                  "2", "--channels", "32", "--heads",       "4",  "--seq",   "16", "--batch",
+                  "4", "--sample",   "0",  "--print-every", "0"};
   for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++) argv[n++] = tail[i];
   char flags[256];
   snprintf(flags, sizeof flags, "%s", extra ? extra : "");
-  for (char *save = NULL, *w = strtok_r(flags, " ", &save); w && n < 38; w = strtok_r(NULL, " ", &save))
-    argv[n++] = w;
+  for (char *save = NULL, *w = strtok_r(flags, " ", &save); w && n < 38; w = strtok_r(NULL, " ", &save)) argv[n++] = w;
   argv[n] = NULL;
   /* A standalone etcd and a few small steps on up to four workers: 1-3 s
    * on busy cores; 120 s is > 40x. */
@@ -125,18 +125,17 @@ static void test_annotations_drive_the_example(void **state) {
    * ways, laid out by the annotations alone, sees one process's batches. */
   float one = run_plan(1, "auto", "--untied", 0, NULL);
   close_to(run_plan(4, "auto", "--untied --annotate embed,split=4", 0, NULL), one);
-  run_example(4, "auto", "--untied --annotate embed,split=4 --print-plan", 0,
-              (const char *[]){"decide dp=1 from planner (auto)", "decide tp=4 from annotation (split(4) from 'h1')",
-                               "decide pp=1 from planner", "decide replicate=embed..h0 over 4 ranks from annotation",
-                               NULL},
-              &r);
+  run_example(
+      4, "auto", "--untied --annotate embed,split=4 --print-plan", 0,
+      (const char *[]){"decide dp=1 from planner (auto)", "decide tp=4 from annotation (split(4) from 'h1')",
+                       "decide pp=1 from planner", "decide replicate=embed..h0 over 4 ranks from annotation", NULL},
+      &r);
   /* A flag beats an annotation; the planner fills the rest. */
   run_example(4, "tp=2", "--annotate split=4 --print-plan", 0,
               (const char *[]){"decide tp=2 from flag", "decide dp=2 from planner", NULL}, &r);
-  run_example(4, "auto", "--annotate replicate=2 --print-plan", 0,
-              (const char *[]){"decide dp=2 from annotation (replicate(2) around the model)", "from planner (auto)",
-                               NULL},
-              &r);
+  run_example(
+      4, "auto", "--annotate replicate=2 --print-plan", 0,
+      (const char *[]){"decide dp=2 from annotation (replicate(2) around the model)", "from planner (auto)", NULL}, &r);
   run_example(2, "auto", "--annotate stages=2,pipeline=4 --print-plan", 0,
               (const char *[]){"decide pp=2 from annotation (2 stage scopes from 'embed')",
                                "decide micro-batches=4 from annotation (pipeline(4) from 'embed')",

@@ -35,7 +35,7 @@ enum { V = 64, T = 16, C = 32, NH = 4, L = 2, B = 4, STEPS = 20 };
 typedef train_result result;
 
 typedef struct run_cfg {
-  const char *layout; /* NULL: one process, no distribution */
+  const char *layout;  /* NULL: one process, no distribution */
   const char *layout2; /* rebuild at this layout after half the steps (NULL: no rebuild) */
   bool zero1, seq_parallel, sgd;
   gt_precision precision;
@@ -58,8 +58,8 @@ static void batch_for(int step, int32_t *in, int32_t *tg) {
 /* One stage of training: a plan, a grid, a model and a trainer, built, run
  * for steps [s0, s1), written back, and torn down. `whole` carries the
  * parameters in the single-process layout between stages. */
-static void train_stage(int rank, int world, const run_cfg *cfg, const char *layout, const char *gen, int s0,
-                        int s1, bool load) {
+static void train_stage(int rank, int world, const run_cfg *cfg, const char *layout, const char *gen, int s0, int s1,
+                        bool load) {
   result *out = cfg->out;
   gt_backend *be;
   gt_backend_config bc = {.kind = GT_DEVICE_CPU, .num_threads = 1};
@@ -68,8 +68,12 @@ static void train_stage(int rank, int world, const run_cfg *cfg, const char *lay
   gt_store *store;
   gt_dist *dist;
   gt_plan plan;
-  train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = layout, .zero1 = cfg->zero1,
-                                    .seq_parallel = cfg->seq_parallel, .bucket_bytes = 8192},
+  train_rank_dist(&(gt_plan_config){.world = world,
+                                    .rank = rank,
+                                    .layout = layout,
+                                    .zero1 = cfg->zero1,
+                                    .seq_parallel = cfg->seq_parallel,
+                                    .bucket_bytes = 8192},
                   gen, &store, &plan, &dist);
   int dp = plan.layout.dp, rows = B / dp, row0 = plan.me.dp * rows;
   if (cfg->share0) { /* uneven shares over two replicas, as the planner sizes them for unequal speeds */
@@ -105,10 +109,13 @@ static void train_stage(int rank, int world, const run_cfg *cfg, const char *lay
   gt_optim_config oc = gt_optim_defaults(cfg->sgd ? GT_OPTIM_SGD : GT_OPTIM_ADAMW);
   if (cfg->sgd) oc.momentum = 0; /* stateless, so parameters alone carry training across a rebuild */
   float lr = cfg->sgd ? 0.2f : 3e-3f;
-  gt_trainer_config tc = {.optim = oc, .grad_clip = 1.0f, .grad_accum = 1,
-                          .schedule = cfg->sgd ? (gt_lr_schedule){lr, lr, 0, 0}
-                                               : (gt_lr_schedule){lr, lr / 10, 3, STEPS},
-                          .dist = dist, .precision = cfg->precision};
+  gt_trainer_config tc = {
+      .optim = oc,
+      .grad_clip = 1.0f,
+      .grad_accum = 1,
+      .schedule = cfg->sgd ? (gt_lr_schedule){lr, lr, 0, 0} : (gt_lr_schedule){lr, lr / 10, 3, STEPS},
+      .dist = dist,
+      .precision = cfg->precision};
   gt_trainer *tr;
   CHECK_OK(gt_trainer_create(m, &tc, &tr));
   int32_t in[B * T], tg[B * T];
@@ -173,8 +180,9 @@ static result *run_layout(const char *layout, bool zero1, bool sp) {
   run_cfg cfg = {.layout = layout, .zero1 = zero1, .seq_parallel = sp, .out = r};
   int codes[4];
   int bad = harness_run(4, train, &cfg, 240, codes);
-  if (bad) fail_msg("layout %s%s: %d rank(s) failed (codes %d %d %d %d)", layout, zero1 ? " + ZeRO-1" : "", bad,
-                    codes[0], codes[1], codes[2], codes[3]);
+  if (bad)
+    fail_msg("layout %s%s: %d rank(s) failed (codes %d %d %d %d)", layout, zero1 ? " + ZeRO-1" : "", bad, codes[0],
+             codes[1], codes[2], codes[3]);
   return r;
 }
 
@@ -194,15 +202,42 @@ static void layout_case(const char *layout, bool zero1, bool sp) {
   compare(what, run_layout(layout, zero1, sp));
 }
 
-static void test_dp4(void **state) { (void)state; layout_case("dp=4", false, false); }
-static void test_dp4_zero1(void **state) { (void)state; layout_case("dp=4", true, false); }
-static void test_tp4(void **state) { (void)state; layout_case("tp=4", false, false); }
-static void test_tp4_zero1(void **state) { (void)state; layout_case("tp=4", true, false); }
-static void test_dp2_tp2(void **state) { (void)state; layout_case("dp=2,tp=2", false, false); }
-static void test_dp2_tp2_zero1(void **state) { (void)state; layout_case("dp=2,tp=2", true, false); }
-static void test_tp4_sp(void **state) { (void)state; layout_case("tp=4", false, true); }
-static void test_dp2_tp2_sp(void **state) { (void)state; layout_case("dp=2,tp=2", false, true); }
-static void test_dp2_tp2_zero1_sp(void **state) { (void)state; layout_case("dp=2,tp=2", true, true); }
+static void test_dp4(void **state) {
+  (void)state;
+  layout_case("dp=4", false, false);
+}
+static void test_dp4_zero1(void **state) {
+  (void)state;
+  layout_case("dp=4", true, false);
+}
+static void test_tp4(void **state) {
+  (void)state;
+  layout_case("tp=4", false, false);
+}
+static void test_tp4_zero1(void **state) {
+  (void)state;
+  layout_case("tp=4", true, false);
+}
+static void test_dp2_tp2(void **state) {
+  (void)state;
+  layout_case("dp=2,tp=2", false, false);
+}
+static void test_dp2_tp2_zero1(void **state) {
+  (void)state;
+  layout_case("dp=2,tp=2", true, false);
+}
+static void test_tp4_sp(void **state) {
+  (void)state;
+  layout_case("tp=4", false, true);
+}
+static void test_dp2_tp2_sp(void **state) {
+  (void)state;
+  layout_case("dp=2,tp=2", false, true);
+}
+static void test_dp2_tp2_zero1_sp(void **state) {
+  (void)state;
+  layout_case("dp=2,tp=2", true, true);
+}
 
 /* A grid, plan and model torn down and rebuilt at another layout inside the
  * same processes (as a reshape does) carry training on: 10 steps at dp=4
@@ -239,16 +274,16 @@ static void test_uneven_replica_shares(void **state) {
 static void test_dp2_tp2_zero1_sp_bf16(void **state) {
   (void)state;
   result *r = train_result_new(reference_bf16);
-  run_cfg cfg = {.layout = "dp=2,tp=2", .zero1 = true, .seq_parallel = true, .precision = GT_PRECISION_BF16,
-                 .out = r};
+  run_cfg cfg = {.layout = "dp=2,tp=2", .zero1 = true, .seq_parallel = true, .precision = GT_PRECISION_BF16, .out = r};
   int codes[4];
   if (harness_run(4, train, &cfg, 240, codes)) fail_msg("bf16 dp=2,tp=2: a rank failed");
   train_diff d = train_result_compare(reference_bf16, r, STEPS, C);
   train_diff gap = train_result_compare(reference, reference_bf16, STEPS, C);
-  print_message("%-24s loss %.4f -> %.4f, max relative difference: loss %.2e, parameters %.2e (%s); "
-                "bf16 vs fp32: loss %.2e, parameters %.2e\n",
-                "dp=2,tp=2 + ZeRO-1 + SP, bf16", r->losses[0], r->losses[STEPS - 1], d.loss, d.param, d.worst,
-                gap.loss, gap.param);
+  print_message(
+      "%-24s loss %.4f -> %.4f, max relative difference: loss %.2e, parameters %.2e (%s); "
+      "bf16 vs fp32: loss %.2e, parameters %.2e\n",
+      "dp=2,tp=2 + ZeRO-1 + SP, bf16", r->losses[0], r->losses[STEPS - 1], d.loss, d.param, d.worst, gap.loss,
+      gap.param);
   assert_true(d.loss <= 1e-3);
   assert_true(d.param <= 1e-2);
   assert_true(gap.param > 10 * d.param);
@@ -263,9 +298,15 @@ static void test_same_layout_twice_is_bit_identical(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_dp4),       cmocka_unit_test(test_dp4_zero1),    cmocka_unit_test(test_tp4),
-      cmocka_unit_test(test_tp4_zero1), cmocka_unit_test(test_dp2_tp2),      cmocka_unit_test(test_dp2_tp2_zero1),
-      cmocka_unit_test(test_tp4_sp),    cmocka_unit_test(test_dp2_tp2_sp),   cmocka_unit_test(test_dp2_tp2_zero1_sp),
+      cmocka_unit_test(test_dp4),
+      cmocka_unit_test(test_dp4_zero1),
+      cmocka_unit_test(test_tp4),
+      cmocka_unit_test(test_tp4_zero1),
+      cmocka_unit_test(test_dp2_tp2),
+      cmocka_unit_test(test_dp2_tp2_zero1),
+      cmocka_unit_test(test_tp4_sp),
+      cmocka_unit_test(test_dp2_tp2_sp),
+      cmocka_unit_test(test_dp2_tp2_zero1_sp),
       cmocka_unit_test(test_dp2_tp2_zero1_sp_bf16),
       cmocka_unit_test(test_rebuild_at_another_layout_inside_the_processes),
       cmocka_unit_test(test_uneven_replica_shares),

@@ -38,7 +38,7 @@ typedef train_result result;
 typedef struct run_cfg {
   const char *layout; /* NULL: one process */
   gt_pp_kind schedule;
-  bool adamw;         /* else SGD with momentum */
+  bool adamw;          /* else SGD with momentum */
   const double *speed; /* per pipeline rank: the planner cuts the stages; NULL: the even cut */
   bool zero1, seq_parallel;
   result *out;
@@ -55,8 +55,12 @@ static int train(int rank, int world, void *arg) {
   gt_store *store;
   gt_dist *dist;
   gt_plan plan;
-  train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = cfg->layout, .schedule = cfg->schedule,
-                                    .zero1 = cfg->zero1, .seq_parallel = cfg->seq_parallel},
+  train_rank_dist(&(gt_plan_config){.world = world,
+                                    .rank = rank,
+                                    .layout = cfg->layout,
+                                    .schedule = cfg->schedule,
+                                    .zero1 = cfg->zero1,
+                                    .seq_parallel = cfg->seq_parallel},
                   "gen0", &store, &plan, &dist);
   int rows = ROWS / plan.layout.dp, row0 = plan.me.dp * rows;
   gt_model *m;
@@ -70,10 +74,12 @@ static int train(int rank, int world, void *arg) {
   if (cfg->speed) CHECK_OK(gt_plan_cut_stages(&plan, m, rows, T, cfg->speed));
   CHECK_OK(gt_model_build(m));
   if (dist) CHECK_OK(gt_plan_check_model(&plan, m));
-  gt_trainer_config tc = {.optim = gt_optim_defaults(cfg->adamw ? GT_OPTIM_ADAMW : GT_OPTIM_SGD), .grad_clip = 1.0f,
-                          .grad_accum = M, .dist = dist,
-                          .schedule = cfg->adamw ? (gt_lr_schedule){3e-3f, 3e-4f, 2, STEPS}
-                                                 : (gt_lr_schedule){0.03f, 0.003f, 2, STEPS}};
+  gt_trainer_config tc = {
+      .optim = gt_optim_defaults(cfg->adamw ? GT_OPTIM_ADAMW : GT_OPTIM_SGD),
+      .grad_clip = 1.0f,
+      .grad_accum = M,
+      .dist = dist,
+      .schedule = cfg->adamw ? (gt_lr_schedule){3e-3f, 3e-4f, 2, STEPS} : (gt_lr_schedule){0.03f, 0.003f, 2, STEPS}};
   gt_trainer *tr;
   CHECK_OK(gt_trainer_create(m, &tc, &tr));
   int32_t in[M][ROWS * T], tg[M][ROWS * T];
@@ -129,8 +135,8 @@ static void run_case_cut(int world, const char *layout, gt_pp_kind kind, bool ad
   if (bad) fail_msg("%s %s: %d rank(s) failed", layout, gt_pp_name(kind), bad);
   train_diff d = train_result_compare(reference, r, STEPS, C);
   print_message("%-16s %-12s %-6s loss %.4f -> %.4f, max relative difference: loss %.2e, parameters %.2e (%s)\n",
-                layout, gt_pp_name(kind), adamw ? "adamw" : "sgd", r->losses[0], r->losses[STEPS - 1], d.loss,
-                d.param, d.worst);
+                layout, gt_pp_name(kind), adamw ? "adamw" : "sgd", r->losses[0], r->losses[STEPS - 1], d.loss, d.param,
+                d.worst);
   assert_true(d.loss <= 1e-5);
   assert_true(d.param <= 1e-5);
 }
@@ -203,12 +209,14 @@ static int measure(int rank, int world, void *arg) {
   gt_backend_set_peak_flops(be, 1e9);
   gt_store *store = harness_store();
   gt_plan plan;
-  CHECK_OK(gt_plan_resolve(&(gt_plan_config){.world = world, .rank = rank, .layout = "pp=2", .schedule = cfg->kind},
-                           &plan));
+  CHECK_OK(
+      gt_plan_resolve(&(gt_plan_config){.world = world, .rank = rank, .layout = "pp=2", .schedule = cfg->kind}, &plan));
   gt_dist *dist;
-  gt_dist_config dc = {.plan = plan, .store = store, .generation = "mem",
-                       .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1",
-                                .op_timeout_ms = 20000}}; /* as train_result.c's */
+  gt_dist_config dc = {
+      .plan = plan,
+      .store = store,
+      .generation = "mem",
+      .comm = {.secret = HARNESS_SECRET, .host = "127.0.0.1", .op_timeout_ms = 20000}}; /* as train_result.c's */
   CHECK_OK(gt_dist_create(&dc, &dist));
   gt_model *m;
   CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = ROWS, .T_max = T, .seed = 42}, &m));
@@ -218,10 +226,10 @@ static int measure(int rank, int world, void *arg) {
   CHECK_OK(gpt_add_layers(m, &gc));
   CHECK_OK(gt_model_build(m));
   gt_trainer *tr;
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_SGD), .grad_accum = cfg->m, .dist = dist,
-                          .schedule = {0.01f, 0.01f, 0, 0}};
+  gt_trainer_config tc = {
+      .optim = gt_optim_defaults(GT_OPTIM_SGD), .grad_accum = cfg->m, .dist = dist, .schedule = {0.01f, 0.01f, 0, 0}};
   CHECK_OK(gt_trainer_create(m, &tc, &tr));
-  int32_t (*in)[ROWS * T] = calloc((size_t)cfg->m, sizeof *in), (*tg)[ROWS * T] = calloc((size_t)cfg->m, sizeof *tg);
+  int32_t(*in)[ROWS * T] = calloc((size_t)cfg->m, sizeof *in), (*tg)[ROWS * T] = calloc((size_t)cfg->m, sizeof *tg);
   gt_batch *b = calloc((size_t)cfg->m, sizeof *b);
   for (int k = 0; k < cfg->m; k++) {
     batch_for(0, k, in[k], tg[k]);

@@ -21,7 +21,6 @@
 
 static gt_backend *be;
 
-
 static void test_layouts_parse_and_factor_the_world(void **state) {
   (void)state;
   gt_grid_layout l;
@@ -41,8 +40,8 @@ static void test_layouts_parse_and_factor_the_world(void **state) {
   gt_plan p;
   expect_error(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=2,tp=4"}, &p), GT_EINVAL,
                "dp=2,tp=4");
-  expect_error(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "tp=65536,pp=65536"}, &p),
-               GT_EINVAL, "tp*pp = 4294967296");
+  expect_error(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "tp=65536,pp=65536"}, &p), GT_EINVAL,
+               "tp*pp = 4294967296");
   expect_error(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=1048576,tp=1048576,pp=2"}, &p),
                GT_EINVAL, "makes 2199023255552 ranks");
   expect_error(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=4", .seq_parallel = true}, &p),
@@ -93,7 +92,7 @@ static void test_model_constraints_are_named(void **state) {
   assert_int_equal(w->shape[0], 32);
   assert_int_equal(w->global_shape[0], 64);
   assert_int_equal(gt_param_global_index(w, 0), 32 * 24);
-  assert_int_equal(q->shape[1], 12); /* (3, C/2, C): its heads' q, k and v rows */
+  assert_int_equal(q->shape[1], 12);                                      /* (3, C/2, C): its heads' q, k and v rows */
   assert_int_equal(gt_param_global_index(q, 12 * 24), 24 * 24 + 12 * 24); /* k block, second half */
   /* A plan with tp=2 over a model with no split layer is rejected. */
   gt_model *plain;

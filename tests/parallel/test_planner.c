@@ -55,8 +55,8 @@ static void test_partition_cases(void **state) {
                           first));
   expect_cut(first, (int[]){0, 1, 4}, 2);
   /* Nothing fits: the closest cut (2 + 2) is over by 340 bytes on stage 0. */
-  expect_error(gt_planner_partition(ls, 4, &(gt_planner_stages){.n = 2, .in_flight = flight,
-                                                                 .mem_bytes = (double[]){500, 500}}, first),
+  expect_error(gt_planner_partition(
+                   ls, 4, &(gt_planner_stages){.n = 2, .in_flight = flight, .mem_bytes = (double[]){500, 500}}, first),
                GT_ENOMEM, "on stage 0 (layers 0-1");
   expect_cut(first, (int[]){0, 2, 4}, 2);
   /* Stages may be uneven, never empty: 3 layers on 3 stages, one heavy. */
@@ -109,8 +109,8 @@ static void test_partition_matches_brute_force(void **state) {
     }
     double want = brute(ls, L, n, speed, mem, flight, 0, 0);
     int first[5];
-    gt_status st = gt_planner_partition(ls, L, &(gt_planner_stages){.n = n, .speed = speed, .mem_bytes = mem,
-                                                                    .in_flight = flight}, first);
+    gt_status st = gt_planner_partition(
+        ls, L, &(gt_planner_stages){.n = n, .speed = speed, .mem_bytes = mem, .in_flight = flight}, first);
     if (!isfinite(want)) {
       assert_int_equal(st, GT_ENOMEM);
       infeasible++;
@@ -167,10 +167,14 @@ static gt_planner_job job4;
 static int setup(void **state) {
   (void)state;
   for (int i = 0; i < 4; i++)
-    four[i] = (gt_planner_layer){.flops = 1e9, .param_bytes = MIB, .act_bytes = 0.5 * MIB, .out_bytes = 1024,
-                                 .tp_allreduces = 2, .tp_allreduce_bytes = MIB};
-  hw2 = (gt_planner_hw){.world = 2, .peak_flops = 1e9, .p2p_bandwidth = 1e30, .ar_bandwidth = 4 * MIB,
-                        .dp_overlap = 0.5};
+    four[i] = (gt_planner_layer){.flops = 1e9,
+                                 .param_bytes = MIB,
+                                 .act_bytes = 0.5 * MIB,
+                                 .out_bytes = 1024,
+                                 .tp_allreduces = 2,
+                                 .tp_allreduce_bytes = MIB};
+  hw2 =
+      (gt_planner_hw){.world = 2, .peak_flops = 1e9, .p2p_bandwidth = 1e30, .ar_bandwidth = 4 * MIB, .dp_overlap = 0.5};
   job4 = (gt_planner_job){.layers = four, .nlayers = 4, .micro_batches = 4, .schedule = GT_PP_1F1B, .chunks = 1};
   return 0;
 }
@@ -442,14 +446,10 @@ static void test_bad_input(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_partition_cases),
-      cmocka_unit_test(test_partition_matches_brute_force),
-      cmocka_unit_test(test_batch_split),
-      cmocka_unit_test_setup(test_estimate_by_hand, setup),
-      cmocka_unit_test_setup(test_choose, setup),
-      cmocka_unit_test_setup(test_offload, setup),
-      cmocka_unit_test(test_layers_from_gpt),
-      cmocka_unit_test_setup(test_bad_input, setup),
+      cmocka_unit_test(test_partition_cases),     cmocka_unit_test(test_partition_matches_brute_force),
+      cmocka_unit_test(test_batch_split),         cmocka_unit_test_setup(test_estimate_by_hand, setup),
+      cmocka_unit_test_setup(test_choose, setup), cmocka_unit_test_setup(test_offload, setup),
+      cmocka_unit_test(test_layers_from_gpt),     cmocka_unit_test_setup(test_bad_input, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

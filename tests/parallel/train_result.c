@@ -92,8 +92,7 @@ void train_result_write(train_result *r, const gt_model *m, const float *p, int 
   train_result_write_range(r, m, p, 0, gt_model_buffer_floats(m), tp_rank);
 }
 
-void train_result_write_range(train_result *r, const gt_model *m, const float *p, size_t lo, size_t hi,
-                              int tp_rank) {
+void train_result_write_range(train_result *r, const gt_model *m, const float *p, size_t lo, size_t hi, int tp_rank) {
   for (int i = 0; i < gt_model_num_params(m); i++) {
     const gt_param *q = gt_model_param(m, i);
     if (q->tied_to >= 0 || !q->local || q->mirror_of >= 0 || (q->split_dim < 0 && tp_rank != 0)) continue;

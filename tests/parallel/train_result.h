@@ -20,8 +20,8 @@
 typedef struct train_result {
   float losses[TR_MAX_STEPS];
   double norms[TR_MAX_STEPS];
-  size_t nparams;                   /* floats of the single-process buffer */
-  char names[TR_MAX_PARAMS][96];    /* the single-process parameter layout */
+  size_t nparams;                /* floats of the single-process buffer */
+  char names[TR_MAX_PARAMS][96]; /* the single-process parameter layout */
   size_t offsets[TR_MAX_PARAMS];
   int count;
   float params[];
@@ -54,8 +54,7 @@ void train_result_set_layout(train_result *r, const gt_model *m);
 void train_result_write(train_result *r, const gt_model *m, const float *p, int tp_rank);
 /* The same for floats [lo, hi) of the flat buffer only (a ZeRO-1 shard of
  * optimizer state, at p[lo..hi)). */
-void train_result_write_range(train_result *r, const gt_model *m, const float *p, size_t lo, size_t hi,
-                              int tp_rank);
+void train_result_write_range(train_result *r, const gt_model *m, const float *p, size_t lo, size_t hi, int tp_rank);
 
 /* A trainer's parameters into p and its optimizer's two states (AdamW's
  * moments: the part this rank holds, all of it without ZeRO-1) into m and

@@ -16,8 +16,10 @@ int main(int argc, char **argv) {
   }
   gt_leader *l;
   /* An etcd request takes ~1 ms, ~50 ms on loaded cores: 5 s is 100x. */
-  gt_leader_config cfg = {.etcd = {.endpoints = argv[1], .timeout_ms = 5000}, .job_id = argv[2],
-                          .node_id = argv[3], .ttl_s = atoi(argv[4])};
+  gt_leader_config cfg = {.etcd = {.endpoints = argv[1], .timeout_ms = 5000},
+                          .job_id = argv[2],
+                          .node_id = argv[3],
+                          .ttl_s = atoi(argv[4])};
   if (gt_leader_open(&cfg, &l) != GT_OK) {
     fprintf(stderr, "coord_campaigner: %s\n", gt_last_error());
     return 1;

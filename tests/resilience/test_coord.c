@@ -15,8 +15,14 @@
 #include "resilience/coord/records.h"
 
 static gt_health_record sample(int rank) {
-  gt_health_record r = {.rank = rank, .state = GT_HEALTH_SLOW, .kind = GT_HEALTH_LINK, .peer = rank + 1,
-                        .ratio = 2.0625, .observed_ms = 412.5, .predicted_ms = 200.25, .step = 57,
+  gt_health_record r = {.rank = rank,
+                        .state = GT_HEALTH_SLOW,
+                        .kind = GT_HEALTH_LINK,
+                        .peer = rank + 1,
+                        .ratio = 2.0625,
+                        .observed_ms = 412.5,
+                        .predicted_ms = 200.25,
+                        .step = 57,
                         .time = 1795000000.125};
   snprintf(r.by, sizeof r.by, "node-%d", rank % 2);
   return r;
@@ -120,8 +126,8 @@ static void test_health_records(void **state) {
 
 static gt_leader *open_leader(const char *job, const char *node, int ttl) {
   gt_leader *l = NULL;
-  gt_leader_config cfg = {.etcd = {.endpoints = fx.endpoint, .timeout_ms = ETCD_TIMEOUT_MS},
-                          .job_id = job, .node_id = node, .ttl_s = ttl};
+  gt_leader_config cfg = {
+      .etcd = {.endpoints = fx.endpoint, .timeout_ms = ETCD_TIMEOUT_MS}, .job_id = job, .node_id = node, .ttl_s = ttl};
   OK(gt_leader_open(&cfg, &l));
   return l;
 }
@@ -207,10 +213,8 @@ static void test_leader_bad_config(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_health_line),
-      cmocka_unit_test(test_health_records),
-      cmocka_unit_test(test_leader_bad_config),
-      cmocka_unit_test(test_leader_resign),
+      cmocka_unit_test(test_health_line),       cmocka_unit_test(test_health_records),
+      cmocka_unit_test(test_leader_bad_config), cmocka_unit_test(test_leader_resign),
       cmocka_unit_test(test_leader_dies),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -19,8 +19,15 @@
 
 /* Replica 1 computes at half replica 0's speed, at even shares of 16. */
 static gt_mitigation_report slow_report(void) {
-  gt_mitigation_report r = {.step = 30, .epoch = 0, .dp = 2, .cap = 16, .urgent = 0, .transition_s = 0.0625,
-                            .shares = {8, 8}, .micro = {1, 1}, .speed = {40, 20}};
+  gt_mitigation_report r = {.step = 30,
+                            .epoch = 0,
+                            .dp = 2,
+                            .cap = 16,
+                            .urgent = 0,
+                            .transition_s = 0.0625,
+                            .shares = {8, 8},
+                            .micro = {1, 1},
+                            .speed = {40, 20}};
   return r;
 }
 
@@ -37,8 +44,15 @@ static void test_lines(void **state) {
   NEAR(rb.speed[1], 20, 1e-9);
   NEAR(rb.transition_s, 0.0625, 1e-9);
 
-  gt_mitigation m = {.epoch = 3, .term = 57, .step = 40, .dp = 2, .shares = {11, 5}, .step_now_s = 0.4,
-                     .step_new_s = 0.275, .gain_s = 6.1875, .by = "node-a"},
+  gt_mitigation m = {.epoch = 3,
+                     .term = 57,
+                     .step = 40,
+                     .dp = 2,
+                     .shares = {11, 5},
+                     .step_now_s = 0.4,
+                     .step_new_s = 0.275,
+                     .gain_s = 6.1875,
+                     .by = "node-a"},
                 mb;
   OK(gt_mitigation_format(&m, line, sizeof line));
   OK(gt_mitigation_parse(line, strlen(line), &mb));
@@ -127,8 +141,7 @@ static void test_pipeline_cut(void **state) {
   assert_false(c.change);
   assert_int_equal(c.next[1], 3);
 
-  gt_mitigation m = {.epoch = 4, .term = 9, .step = 50, .dp = 1, .shares = {8}, .by = "x", .pp = 2,
-                     .cut = {0, 4, 6}},
+  gt_mitigation m = {.epoch = 4, .term = 9, .step = 50, .dp = 1, .shares = {8}, .by = "x", .pp = 2, .cut = {0, 4, 6}},
                 mb;
   OK(gt_mitigation_format(&m, line, sizeof line));
   OK(gt_mitigation_parse(line, strlen(line), &mb));
@@ -139,7 +152,8 @@ static void test_pipeline_cut(void **state) {
   OK(gt_mitigation_format(&m, line, sizeof line));
   OK(gt_mitigation_parse(line, strlen(line), &mb));
   assert_int_equal(mb.pp, 0);
-  const char *empty_stage = "epoch=1 term=1 step=1 dp=1 shares=4 step_now_s=1 step_new_s=1 gain_s=1 by=a pp=2 cut=0,3,3";
+  const char *empty_stage =
+      "epoch=1 term=1 step=1 dp=1 shares=4 step_now_s=1 step_new_s=1 gain_s=1 by=a pp=2 cut=0,3,3";
   expect_error(gt_mitigation_parse(empty_stage, strlen(empty_stage), &mb), GT_EFORMAT, "stage 1 holds no layer");
 }
 
@@ -154,14 +168,22 @@ static void test_failover_refuses_the_deposed(void **state) {
   const int ttl = 3;
   long long dead_term = 0;
   pid_t pid = start_campaigner("mjob", "node-a", ttl, &dead_term);
-  gt_mitigation m = {.epoch = 1, .step = 30, .dp = 2, .shares = {11, 5}, .step_now_s = 0.4, .step_new_s = 0.275,
-                     .gain_s = 6.1875, .by = "node-a"};
+  gt_mitigation m = {.epoch = 1,
+                     .step = 30,
+                     .dp = 2,
+                     .shares = {11, 5},
+                     .step_now_s = 0.4,
+                     .step_new_s = 0.275,
+                     .gain_s = 6.1875,
+                     .by = "node-a"};
   m.term = dead_term;
   OK(gt_mitigation_put(cli, "mjob", dead_term, &m));
 
   gt_leader *b = NULL;
-  gt_leader_config cfg = {.etcd = {.endpoints = fx.endpoint, .timeout_ms = ETCD_TIMEOUT_MS}, .job_id = "mjob",
-                          .node_id = "node-b", .ttl_s = ttl};
+  gt_leader_config cfg = {.etcd = {.endpoints = fx.endpoint, .timeout_ms = ETCD_TIMEOUT_MS},
+                          .job_id = "mjob",
+                          .node_id = "node-b",
+                          .ttl_s = ttl};
   OK(gt_leader_open(&cfg, &b));
   assert_int_equal(gt_leader_term(b), 0);
   double t0 = gt_now();
@@ -201,8 +223,16 @@ static void test_failover_refuses_the_deposed(void **state) {
   assert_int_equal(got.shares[1], 6);
 
   /* The status: leader and term, the decision, the health table. */
-  gt_health_record h = {.rank = 1, .state = GT_HEALTH_SLOW, .kind = GT_HEALTH_COMPUTE, .peer = -1, .ratio = 2.0,
-                        .observed_ms = 80, .predicted_ms = 40, .step = 41, .time = 1795000000, .by = "rank-0"};
+  gt_health_record h = {.rank = 1,
+                        .state = GT_HEALTH_SLOW,
+                        .kind = GT_HEALTH_COMPUTE,
+                        .peer = -1,
+                        .ratio = 2.0,
+                        .observed_ms = 80,
+                        .predicted_ms = 40,
+                        .step = 41,
+                        .time = 1795000000,
+                        .by = "rank-0"};
   OK(gt_health_put(cli, "mjob", &h));
   char tool[512], want[160];
   build_path("tools/giant-etcd", tool, sizeof tool);

@@ -96,10 +96,43 @@ static bool try_job(int k) {
   snprintf(metrics, sizeof metrics, "%s/m%d.jsonl", dir, k);
   snprintf(steps, sizeof steps, "%d", STEPS);
   snprintf(job, sizeof job, "exclude%d", k);
-  char *argv[] = {giantrun, "--rdzv-endpoint", fx.endpoint, "--job-id", job, "--nproc-per-node", "4",
-                  "--plan", "dp=4", "--reshape", gpt, "--corpus", text, "--data", data, "--steps", steps,
-                  "--layers", "4", "--channels", "64", "--heads", "4", "--seq", "64", "--global-batch", "16",
-                  "--sample", "0", "--print-every", "0", "--failslow", "--failslow-clock", "cpu", "--metrics", metrics, NULL};
+  char *argv[] = {giantrun,
+                  "--rdzv-endpoint",
+                  fx.endpoint,
+                  "--job-id",
+                  job,
+                  "--nproc-per-node",
+                  "4",
+                  "--plan",
+                  "dp=4",
+                  "--reshape",
+                  gpt,
+                  "--corpus",
+                  text,
+                  "--data",
+                  data,
+                  "--steps",
+                  steps,
+                  "--layers",
+                  "4",
+                  "--channels",
+                  "64",
+                  "--heads",
+                  "4",
+                  "--seq",
+                  "64",
+                  "--global-batch",
+                  "16",
+                  "--sample",
+                  "0",
+                  "--print-every",
+                  "0",
+                  "--failslow",
+                  "--failslow-clock",
+                  "cpu",
+                  "--metrics",
+                  metrics,
+                  NULL};
   /* 100 small steps on four ranks, rank 2 x4 for ~6 of them: ~5 s, ~8 s
    * beside busy loops, a minute at worst under ASan; 280 s only bounds a
    * hang (three of them fit under ctest's TIMEOUT, 900 s, so that the
@@ -150,8 +183,10 @@ static bool try_job(int k) {
    * after it left.) */
   double clean = median_slowest(metrics, 5, ONSET), during = median_slowest(metrics, ONSET, left_at),
          after = median_slowest(metrics, left_at + 5, STEPS);
-  print_message("the slowest rank's compute: %.1f ms before the fault, %.1f ms while rank %d was slow, %.1f ms after "
-                "it left\n", clean * 1e3, during * 1e3, SLOW, after * 1e3);
+  print_message(
+      "the slowest rank's compute: %.1f ms before the fault, %.1f ms while rank %d was slow, %.1f ms after "
+      "it left\n",
+      clean * 1e3, during * 1e3, SLOW, after * 1e3);
   assert_true(during > clean);
   assert_true(after - clean < 0.5 * (during - clean));
   return true;

@@ -27,7 +27,7 @@
 typedef struct replay {
   gt_detector_event ev[MAX_EVENTS];
   int nev;
-  double mape;     /* own prediction before learning the step, steps >= 1 */
+  double mape; /* own prediction before learning the step, steps >= 1 */
   double mape_peer;
 } replay;
 
@@ -130,8 +130,8 @@ static replay replay_trace(const char *name, const replay_opts *o) {
   }
   out.mape = err / nerr;
   out.mape_peer = err_peer / nerr;
-  printf("  %s: %d ranks x %d steps, %d verdicts, predictor MAPE %.3f (own fit), %.3f (peers' fits)\n", name,
-         t.ranks, t.steps, out.nev, out.mape, out.mape_peer);
+  printf("  %s: %d ranks x %d steps, %d verdicts, predictor MAPE %.3f (own fit), %.3f (peers' fits)\n", name, t.ranks,
+         t.steps, out.nev, out.mape, out.mape_peer);
   gt_detector_destroy(d);
   gt_predictor_destroy(p);
   trace_free(&t);
@@ -215,9 +215,18 @@ static void expect_one_flag(const char *name, int rank) {
   }
 }
 
-static void test_slow_1_5(void **state) { (void)state; expect_one_flag("slow1.5_dp4_rank2", 2); }
-static void test_slow_2(void **state) { (void)state; expect_one_flag("slow2_dp4_rank1", 1); }
-static void test_slow_4(void **state) { (void)state; expect_one_flag("slow4_dp4_rank3", 3); }
+static void test_slow_1_5(void **state) {
+  (void)state;
+  expect_one_flag("slow1.5_dp4_rank2", 2);
+}
+static void test_slow_2(void **state) {
+  (void)state;
+  expect_one_flag("slow2_dp4_rank1", 1);
+}
+static void test_slow_4(void **state) {
+  (void)state;
+  expect_one_flag("slow4_dp4_rank3", 3);
+}
 
 /* Every rank slowed x2 at once from step 40: the job is slower, no rank is. */
 static void test_job_wide(void **state) {
@@ -295,13 +304,15 @@ static void test_pair(void **state) {
   for (int relative = 0; relative < 2; relative++) {
     replay clean = replay_trace("clean_dp4", &(replay_opts){.pair = true, .relative_fits = relative});
     assert_int_equal(clean.nev, 0);
-    replay slow = replay_trace("clean_dp4", &(replay_opts){.pair = true, .sh = one, .nsh = 1, .relative_fits = relative});
+    replay slow =
+        replay_trace("clean_dp4", &(replay_opts){.pair = true, .sh = one, .nsh = 1, .relative_fits = relative});
     assert_true(slow.nev >= 1);
     assert_true(slow.ev[0].flagged);
     assert_int_equal(slow.ev[0].rank, 1);
     assert_in_range(slow.ev[0].step, 100, 109);
     for (int i = 1; i < slow.nev; i++) assert_int_equal(slow.ev[i].rank, 1);
-    replay job = replay_trace("clean_dp4", &(replay_opts){.pair = true, .sh = both, .nsh = 2, .relative_fits = relative});
+    replay job =
+        replay_trace("clean_dp4", &(replay_opts){.pair = true, .sh = both, .nsh = 2, .relative_fits = relative});
     assert_int_equal(job.nev, 0);
     /* A real slow run: rank 1 of slow2_dp4_rank1 ran x2 from step 40. */
     replay real = replay_trace("slow2_dp4_rank1", &(replay_opts){.pair = true, .relative_fits = relative});
@@ -333,8 +344,13 @@ static int uneven_verdicts(bool relative, double slow, gt_detector_event *first)
       double u = (double)(seed >> 11) / 9007199254740992.0; /* [0, 1) */
       double noise = 1 + 0.1 * (u - 0.5);
       double ms = (rows == 2 ? 4.0 : 2.8) * noise * (r == 3 && s >= 100 ? slow : 1);
-      w[r] = (gt_step_telemetry){.rank = r, .layers = LAYERS, .micro_batches = 1, .tokens = (int64_t)rows * T,
-                                 .seq_sq = (double)rows * T * T, .compute_s = ms * 1e-3, .step_s = 5e-3};
+      w[r] = (gt_step_telemetry){.rank = r,
+                                 .layers = LAYERS,
+                                 .micro_batches = 1,
+                                 .tokens = (int64_t)rows * T,
+                                 .seq_sq = (double)rows * T * T,
+                                 .compute_s = ms * 1e-3,
+                                 .step_s = 5e-3};
     }
     gt_detector_event ev[RANKS];
     int k;

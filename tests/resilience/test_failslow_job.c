@@ -163,10 +163,44 @@ static void run_job(const char *job, const char *plan, const char *steps, const 
   char env_fault[256], metrics[128];
   snprintf(env_fault, sizeof env_fault, "GT_FAULT=%s", fault);
   snprintf(metrics, sizeof metrics, "%s/%s.jsonl", dir, job);
-  char *argv[] = {giantrun, "--rdzv-endpoint", fx.endpoint, "--job-id", (char *)job, "--nproc-per-node", "4",
-                  "--plan", (char *)plan, gpt, "--corpus", text, "--data", data, "--steps", (char *)steps,
-                  "--layers", "2", "--channels", "64", "--heads", "4", "--seq", "64", "--batch", "8",
-                  "--accum", "2", "--sample", "0", "--print-every", "0", "--failslow", "--failslow-clock", "cpu", "--metrics", metrics, NULL};
+  char *argv[] = {giantrun,
+                  "--rdzv-endpoint",
+                  fx.endpoint,
+                  "--job-id",
+                  (char *)job,
+                  "--nproc-per-node",
+                  "4",
+                  "--plan",
+                  (char *)plan,
+                  gpt,
+                  "--corpus",
+                  text,
+                  "--data",
+                  data,
+                  "--steps",
+                  (char *)steps,
+                  "--layers",
+                  "2",
+                  "--channels",
+                  "64",
+                  "--heads",
+                  "4",
+                  "--seq",
+                  "64",
+                  "--batch",
+                  "8",
+                  "--accum",
+                  "2",
+                  "--sample",
+                  "0",
+                  "--print-every",
+                  "0",
+                  "--failslow",
+                  "--failslow-clock",
+                  "cpu",
+                  "--metrics",
+                  metrics,
+                  NULL};
   /* A job of a few hundred tiny steps on four ranks: seconds, a minute at
    * worst on loaded cores under ASan; 500 s only bounds a hang. */
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", env_fault, NULL}, 500, r);
@@ -212,8 +246,10 @@ static void expect_confirmed(const char *plan, const verdict *v, const run_resul
 static int link_verdicts(const char *plan, const verdict *v, int n, const run_result *r, verdict *links) {
   int k = 0;
   for (int i = 0; i < n; i++) {
-    if (v[i].link) links[k++] = v[i];
-    else if (v[i].flagged) expect_confirmed(plan, &v[i], r);
+    if (v[i].link)
+      links[k++] = v[i];
+    else if (v[i].flagged)
+      expect_confirmed(plan, &v[i], r);
   }
   return k;
 }
@@ -249,8 +285,10 @@ static void expect_phases(const char *job, const char *plan, const int ranks[3])
   static const double factor[3] = {1.5, 2, 4};
   static const int from[3] = {30, 110, 190};
   char fault[256];
-  snprintf(fault, sizeof fault, "slow:rank=%d,factor=1.5,from=30,until=80;slow:rank=%d,factor=2,from=110,until=160;"
-           "slow:rank=%d,factor=4,from=190,until=240", ranks[0], ranks[1], ranks[2]);
+  snprintf(fault, sizeof fault,
+           "slow:rank=%d,factor=1.5,from=30,until=80;slow:rank=%d,factor=2,from=110,until=160;"
+           "slow:rank=%d,factor=4,from=190,until=240",
+           ranks[0], ranks[1], ranks[2]);
   static run_result r;
   run_job(job, plan, "300", fault, &r);
   enum { MAXV = 32 };
@@ -280,10 +318,14 @@ static void expect_phases(const char *job, const char *plan, const int ranks[3])
     int fi = -1, ci = -1, mid[MAXV], nmid = 0;
     for (int j = 0; j < n && ci < 0; j++) {
       if (v[j].link || v[j].rank != ranks[i]) continue;
-      if (v[j].flagged && fi < 0 && v[j].step < from[i] + 50) fi = j;
-      else if (!v[j].flagged && fi >= 0 && v[j].step <= from[i]) fi = -1; /* cleared before the fault */
-      else if (fi >= 0 && v[j].step <= from[i] + 50) mid[nmid++] = j;    /* while the fault played */
-      else if (!v[j].flagged && fi >= 0) ci = j;
+      if (v[j].flagged && fi < 0 && v[j].step < from[i] + 50)
+        fi = j;
+      else if (!v[j].flagged && fi >= 0 && v[j].step <= from[i])
+        fi = -1; /* cleared before the fault */
+      else if (fi >= 0 && v[j].step <= from[i] + 50)
+        mid[nmid++] = j; /* while the fault played */
+      else if (!v[j].flagged && fi >= 0)
+        ci = j;
     }
     /* A clear while the fault played, and the flag after it: beside the
      * hog a x1.5 rank was cleared 10 steps after its flag, its stage peer
@@ -299,21 +341,25 @@ static void expect_phases(const char *job, const char *plan, const int ranks[3])
         continue;
       }
       double still = raw_slowdown(ranks[i], w->step - 9, w->step);
-      print_message("%s: phase %d: rank %d cleared at step %d while its fault played; its compute over steps "
-                    "%d..%d: x%.2f\n", plan, i, ranks[i], w->step, w->step - 9, w->step, still);
+      print_message(
+          "%s: phase %d: rank %d cleared at step %d while its fault played; its compute over steps "
+          "%d..%d: x%.2f\n",
+          plan, i, ranks[i], w->step, w->step - 9, w->step, still);
       if (!(still <= 1 + THETA))
         run_fail(&r, "%s: phase %d: rank %d cleared at step %d while the reference saw it x%.2f, its output above",
                  plan, i, ranks[i], w->step, still);
     }
     double seen = raw_slowdown(ranks[i], from[i], from[i] + 19);
-    print_message("%s: x%.1f on rank %d from step %d, seen x%.2f by the reference over 20 steps: flagged at step %d "
-                  "(x%.2f from %d), cleared at step %d\n", plan, factor[i], ranks[i], from[i], seen,
-                  fi >= 0 ? v[fi].step : -1, fi >= 0 ? v[fi].ratio : 0, fi >= 0 ? v[fi].onset : -1,
-                  ci >= 0 ? v[ci].step : -1);
+    print_message(
+        "%s: x%.1f on rank %d from step %d, seen x%.2f by the reference over 20 steps: flagged at step %d "
+        "(x%.2f from %d), cleared at step %d\n",
+        plan, factor[i], ranks[i], from[i], seen, fi >= 0 ? v[fi].step : -1, fi >= 0 ? v[fi].ratio : 0,
+        fi >= 0 ? v[fi].onset : -1, ci >= 0 ? v[ci].step : -1);
     if ((fi < 0 || v[fi].step > from[i] + 20) && seen >= 1 + 1.5 * THETA)
-      fail_msg("%s: phase %d: the reference saw rank %d x%.2f over the fault's first 20 steps, clearly over the bar, "
-               "and it was not flagged as compute within 20 steps of %d:\n%s", plan, i, ranks[i], seen, from[i],
-               r.output);
+      fail_msg(
+          "%s: phase %d: the reference saw rank %d x%.2f over the fault's first 20 steps, clearly over the bar, "
+          "and it was not flagged as compute within 20 steps of %d:\n%s",
+          plan, i, ranks[i], seen, from[i], r.output);
     if (fi < 0) continue;
     accounted[fi] = true;
     if (v[fi].step < from[i] || (v[fi].onset < from[i] && v[fi].ratio <= 1 + (factor[i] - 1) / 4)) {
@@ -338,8 +384,8 @@ static void expect_phases(const char *job, const char *plan, const int ranks[3])
      * left to clear. */
     if (nmid > 0 && !v[mid[nmid - 1]].flagged && ci < 0) continue;
     if (ci < 0 || v[ci].step <= from[i] + 50)
-      run_fail(&r, "%s: phase %d: want rank %d cleared after its recovery at %d, its output above", plan, i,
-               ranks[i], from[i] + 50);
+      run_fail(&r, "%s: phase %d: want rank %d cleared after its recovery at %d, its output above", plan, i, ranks[i],
+               from[i] + 50);
     accounted[ci] = true;
     if (v[ci].step <= clear_by) continue;
     /* Cleared after the next phase began: honest only if the rank really
@@ -351,9 +397,10 @@ static void expect_phases(const char *job, const char *plan, const int ranks[3])
     print_message("%s: phase %d: cleared at step %d, after step %d; the raw compute over steps %d..%d: x%.2f\n", plan,
                   i, v[ci].step, clear_by, from[i] + 50, v[ci].step - 1, after);
     if (!(after > 1 + THETA / 2))
-      fail_msg("%s: phase %d: rank %d cleared at step %d, after the next phase began at %d, though the reference saw "
-               "it back to speed (x%.2f) once its fault ended at %d:\n%s", plan, i, ranks[i], v[ci].step, clear_by,
-               after, from[i] + 50, r.output);
+      fail_msg(
+          "%s: phase %d: rank %d cleared at step %d, after the next phase began at %d, though the reference saw "
+          "it back to speed (x%.2f) once its fault ended at %d:\n%s",
+          plan, i, ranks[i], v[ci].step, clear_by, after, from[i] + 50, r.output);
   }
   /* Any other verdict is a clean run's: no link, a compute one confirmed. */
   for (int j = 0; j < n; j++) {
@@ -396,8 +443,8 @@ enum { LINK_WITHIN = 30, LINK_AT = 90 };
  * two ends, and rank 0 records it on etcd. */
 static void expect_link(const char *job, const char *plan, int a, int b, int delay_ms) {
   char fault[256];
-  snprintf(fault, sizeof fault, "slow:rank=all,factor=2,from=30;slowlink:rank=%d,peer=%d,delay_ms=%d,from=%d", a,
-           b, delay_ms, LINK_AT);
+  snprintf(fault, sizeof fault, "slow:rank=all,factor=2,from=30;slowlink:rank=%d,peer=%d,delay_ms=%d,from=%d", a, b,
+           delay_ms, LINK_AT);
   static run_result r;
   run_job(job, plan, LINK_STEPS, fault, &r);
   verdict all[16], v[16];
@@ -408,8 +455,8 @@ static void expect_link(const char *job, const char *plan, int a, int b, int del
   print_message("%s: link %d->%d slowed at step %d: flagged %d-%d at step %d, round trip x%.1f the median pair's\n",
                 plan, a, b, LINK_AT, v[0].rank, v[0].peer, v[0].step, v[0].ratio);
   if (v[0].rank != lo || v[0].peer != hi || v[0].step < LINK_AT || v[0].step > LINK_AT + LINK_WITHIN)
-    run_fail(&r, "%s: want link %d-%d flagged within %d steps of step %d, its output above", plan, lo, hi,
-             LINK_WITHIN, LINK_AT);
+    run_fail(&r, "%s: want link %d-%d flagged within %d steps of step %d, its output above", plan, lo, hi, LINK_WITHIN,
+             LINK_AT);
   gt_etcd_client *cli = NULL;
   assert_int_equal(gt_etcd_connect(&(gt_etcd_config){.endpoints = fx.endpoint, .timeout_ms = 5000}, &cli), GT_OK);
   gt_health_record rec[8];
@@ -459,8 +506,10 @@ static void test_node_link_dp4(void **state) {
   int n = link_verdicts("dp=4", all, parse_verdicts(r.output, all, 16), &r, v);
   if (n != 1 || !v[0].flagged || v[0].peer != -1 || v[0].rank != 3)
     run_fail(&r, "want one link verdict, the link of rank 3 to every peer, got %d, its output above", n);
-  print_message("dp=4: rank 3's sends slowed at step %d: its link flagged at step %d, round trips x%.1f the other "
-                "pairs'\n", LINK_AT, v[0].step, v[0].ratio);
+  print_message(
+      "dp=4: rank 3's sends slowed at step %d: its link flagged at step %d, round trips x%.1f the other "
+      "pairs'\n",
+      LINK_AT, v[0].step, v[0].ratio);
   if (v[0].step < LINK_AT || v[0].step > LINK_AT + LINK_WITHIN)
     run_fail(&r, "want it flagged within %d steps of step %d, its output above", LINK_WITHIN, LINK_AT);
 }
@@ -471,8 +520,10 @@ static void test_node_link_dp4(void **state) {
  * sharing the cores move: ctest runs it alone). */
 int main(int argc, char **argv) {
   const struct CMUnitTest compute[] = {
-      cmocka_unit_test(test_clean_dp4),       cmocka_unit_test(test_clean_dp2_pp2),
-      cmocka_unit_test(test_slow_phases_dp4), cmocka_unit_test(test_slow_phases_dp2_pp2),
+      cmocka_unit_test(test_clean_dp4),
+      cmocka_unit_test(test_clean_dp2_pp2),
+      cmocka_unit_test(test_slow_phases_dp4),
+      cmocka_unit_test(test_slow_phases_dp2_pp2),
   };
   const struct CMUnitTest links[] = {
       cmocka_unit_test(test_link_dp4),

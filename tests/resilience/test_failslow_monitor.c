@@ -65,8 +65,14 @@ static gt_step_telemetry telemetry(int r, int s, bool link) {
   if (!link && r == SLOW && s >= FROM) c *= FACTOR;
   if (link && r == LATE_SLOW && s >= LATE_FROM) c *= FACTOR;
   if (link && s >= LINK_FROM && s < LINK_UNTIL) wait = LINK_WAIT_S;
-  return (gt_step_telemetry){.rank = r, .layers = 2, .micro_batches = 1, .tokens = 128, .seq_sq = 128.0 * 64,
-                             .compute_s = c, .step_s = c + wait, .dp_wait_s = wait};
+  return (gt_step_telemetry){.rank = r,
+                             .layers = 2,
+                             .micro_batches = 1,
+                             .tokens = 128,
+                             .seq_sq = 128.0 * 64,
+                             .compute_s = c,
+                             .step_s = c + wait,
+                             .dp_wait_s = wait};
 }
 
 static int rank_main(int rank, int n, void *arg) {
@@ -128,8 +134,10 @@ static const seen *run_job(const etcd_fixture *fx, const char *id, const int *na
   for (int i = 0; i < s0->n; i++) {
     const gt_failslow_verdict *v = &s0->v[i];
     char what[48];
-    if (v->kind == GT_FAILSLOW_LINK) snprintf(what, sizeof what, "link %d-%d", v->rank, v->peer);
-    else snprintf(what, sizeof what, "compute of rank %d", v->rank);
+    if (v->kind == GT_FAILSLOW_LINK)
+      snprintf(what, sizeof what, "link %d-%d", v->rank, v->peer);
+    else
+      snprintf(what, sizeof what, "compute of rank %d", v->rank);
     print_message("%s: %s %s at step %d (onset %d), ratio %.2f\n", id, what, v->flagged ? "flagged" : "cleared",
                   v->step, v->onset, v->ratio);
   }

@@ -93,8 +93,8 @@ static void test_contention_on_one_of_two(void **state) {
       dup2(fd, 2);
     }
     setenv("OMP_NUM_THREADS", "1", 1);
-    execl(giantrun, giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "dp=2", "--reshape", "--ckpt-dir",
-          ck, "--ckpt-every", "50", wrap, gpt, "--corpus", text, "--data", data, "--steps", steps, "--layers", "2",
+    execl(giantrun, giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "dp=2", "--reshape", "--ckpt-dir", ck,
+          "--ckpt-every", "50", wrap, gpt, "--corpus", text, "--data", data, "--steps", steps, "--layers", "2",
           "--channels", "64", "--heads", "4", "--seq", "64", "--batch", "4", "--sample", "0", "--print-every", "0",
           "--failslow", "--failslow-clock", "wall", "--metrics", metrics, (char *)NULL);
     _exit(127);
@@ -116,8 +116,10 @@ static void test_contention_on_one_of_two(void **state) {
    * exclusion: ~20 s, ~120 s loaded; 600 s. */
   end = now_s() + 600;
   while (!exited && now_s() < end) {
-    if (waitpid(job, &st, WNOHANG) == job) exited = true;
-    else usleep(50000);
+    if (waitpid(job, &st, WNOHANG) == job)
+      exited = true;
+    else
+      usleep(50000);
   }
   stop_hogs();
   if (!exited) {

@@ -25,9 +25,10 @@
 static void test_parse_list(void **state) {
   (void)state;
   gt_fault_plan p;
-  OK(gt_fault_parse("slow:rank=2,factor=3,from=40; slowlink:rank=1,peer=2,delay_ms=20;"
-                    "stall:rank=3,at=50,seconds=20 ;crash:rank=1,at=30 ; nan:rank=0,at=10 ",
-                    &p));
+  OK(
+      gt_fault_parse("slow:rank=2,factor=3,from=40; slowlink:rank=1,peer=2,delay_ms=20;"
+                     "stall:rank=3,at=50,seconds=20 ;crash:rank=1,at=30 ; nan:rank=0,at=10 ",
+                     &p));
   assert_int_equal(p.n, 5);
   assert_int_equal(p.f[0].kind, GT_FAULT_SLOW);
   assert_int_equal(p.f[0].rank, 2);
@@ -96,7 +97,7 @@ static void test_play(void **state) {
    * loaded machine can only make it truer */
   assert_true(gt_now() - t0 >= 0.02);
   NEAR(gt_fault_step(&p, 3, 0.005, &loss), 0.01, 1e-12); /* the stall plays once */
-  NEAR(gt_fault_step(&p, 4, 0.01, &loss), 0, 0);        /* until is exclusive */
+  NEAR(gt_fault_step(&p, 4, 0.01, &loss), 0, 0);         /* until is exclusive */
   gt_fault_step(&p, 5, 0.01, &loss);
   assert_true(loss == 1); /* nan is rank 0's */
   p.rank = 0;
@@ -158,7 +159,8 @@ static void test_trainer(void **state) {
   OK(gt_model_create(be, &(gt_model_config){.B_max = 2, .T_max = 8, .seed = 1}, &m));
   OK(gpt_add_layers(m, &(gpt_config){.vocab_size = 16, .T_max = 8, .C = 16, .NH = 2, .L = 1, .tie_weights = true}));
   OK(gt_model_build(m));
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_accum = 1,
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
+                          .grad_accum = 1,
                           .schedule = {.lr_max = 1e-3f, .lr_min = 1e-4f, .warmup = 1, .total = 10}};
   gt_trainer *t;
   /* GT_FAULT is read once per process: read again after each change here. */

@@ -8,8 +8,8 @@
 #include "giant/engine/ladder.h"
 
 static gt_ladder_input base(int dp, int pp, double f) {
-  gt_ladder_input in = {.dp = dp, .pp = pp, .step_s = 1.0, .slowdown = f, .horizon = 100,
-                        .cost_s = {0, 0.01, 0.1, 1.0, 10.0}};
+  gt_ladder_input in = {
+      .dp = dp, .pp = pp, .step_s = 1.0, .slowdown = f, .horizon = 100, .cost_s = {0, 0.01, 0.1, 1.0, 10.0}};
   for (int r = 0; r < 5; r++) in.can[r] = true;
   return in;
 }
@@ -101,8 +101,13 @@ static void test_bad_input(void **state) {
 /* A node's link: 130 ms steps of which 125 ms wait on it (5 ms normally),
  * two of six replicas behind it. */
 static gt_ladder_link_input link_base(void) {
-  gt_ladder_link_input in = {.dp = 6, .replicas = 2, .step_s = 0.130, .wait_s = 0.125, .wait_base_s = 0.005,
-                             .horizon = 100, .cost_s = {0, 0, 0, 0.5, 30}};
+  gt_ladder_link_input in = {.dp = 6,
+                             .replicas = 2,
+                             .step_s = 0.130,
+                             .wait_s = 0.125,
+                             .wait_base_s = 0.005,
+                             .horizon = 100,
+                             .cost_s = {0, 0, 0, 0.5, 30}};
   for (int r = 0; r < 5; r++) in.can[r] = true;
   return in;
 }

@@ -43,9 +43,10 @@ static int setup(void **state) {
   snprintf(wrap, sizeof wrap, "%s/slow-gen0.sh", dir);
   FILE *f = fopen(wrap, "w");
   if (!f) return -1;
-  fprintf(f, "#!/bin/sh\nif [ \"$GT_GENERATION\" = 0 ]; then\n"
-             "  GT_FAULT='slow:rank=1,factor=3,from=20'; export GT_FAULT; exec \"$@\"\n"
-             "fi\nexec \"$@\" --ladder auto\n");
+  fprintf(f,
+          "#!/bin/sh\nif [ \"$GT_GENERATION\" = 0 ]; then\n"
+          "  GT_FAULT='slow:rank=1,factor=3,from=20'; export GT_FAULT; exec \"$@\"\n"
+          "fi\nexec \"$@\" --ladder auto\n");
   fclose(f);
   return chmod(wrap, 0755);
 }
@@ -76,11 +77,45 @@ static void run_case(const char *plan, const char *ladder, const char *const *ex
   char steps[16], ck[128];
   snprintf(steps, sizeof steps, "%d", STEPS);
   snprintf(ck, sizeof ck, "%s/ck-%s", dir, ladder);
-  char *argv[64] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", (char *)plan, "--max-restarts", "1",
-                    wrap, gpt, "--corpus", text, "--data", data, "--steps", steps, "--layers", "4", "--channels",
-                    "64", "--heads", "4", "--seq", "32", "--batch", "4", "--accum", "2", "--sample", "0",
-                    "--print-every", "0", "--failslow", "--failslow-clock", "cpu", "--failslow-theta", "1",
-                    "--ladder", (char *)ladder};
+  char *argv[64] = {giantrun,
+                    "--standalone",
+                    "--nproc-per-node",
+                    "2",
+                    "--plan",
+                    (char *)plan,
+                    "--max-restarts",
+                    "1",
+                    wrap,
+                    gpt,
+                    "--corpus",
+                    text,
+                    "--data",
+                    data,
+                    "--steps",
+                    steps,
+                    "--layers",
+                    "4",
+                    "--channels",
+                    "64",
+                    "--heads",
+                    "4",
+                    "--seq",
+                    "32",
+                    "--batch",
+                    "4",
+                    "--accum",
+                    "2",
+                    "--sample",
+                    "0",
+                    "--print-every",
+                    "0",
+                    "--failslow",
+                    "--failslow-clock",
+                    "cpu",
+                    "--failslow-theta",
+                    "1",
+                    "--ladder",
+                    (char *)ladder};
   int k = 0;
   while (argv[k]) k++;
   for (int i = 0; extra[i]; i++) argv[k++] = !strcmp(extra[i], "CK") ? ck : (char *)extra[i];
@@ -160,10 +195,39 @@ static void test_rebalance_after_reshape(void **state) {
   (void)state;
   char steps[16];
   snprintf(steps, sizeof steps, "%d", STEPS);
-  char *argv[] = {giantrun, "--standalone", "--nproc-per-node", "3", "--plan", "dp=3", "--reshape", gpt, "--corpus",
-                  text, "--data", data, "--steps", steps, "--layers", "4", "--channels", "64", "--heads", "4", "--seq",
-                  "32", "--global-batch", "12", "--accum", "2", "--sample", "0", "--print-every", "0", "--rebalance",
-                  "--rebalance-local", NULL};
+  char *argv[] = {giantrun,
+                  "--standalone",
+                  "--nproc-per-node",
+                  "3",
+                  "--plan",
+                  "dp=3",
+                  "--reshape",
+                  gpt,
+                  "--corpus",
+                  text,
+                  "--data",
+                  data,
+                  "--steps",
+                  steps,
+                  "--layers",
+                  "4",
+                  "--channels",
+                  "64",
+                  "--heads",
+                  "4",
+                  "--seq",
+                  "32",
+                  "--global-batch",
+                  "12",
+                  "--accum",
+                  "2",
+                  "--sample",
+                  "0",
+                  "--print-every",
+                  "0",
+                  "--rebalance",
+                  "--rebalance-local",
+                  NULL};
   /* 80 small steps, a reshape, rows moved: ~10 s, ~60 s under ASan on
    * loaded cores; 600 s. */
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=crash:rank=2,at=10;slow:rank=1,factor=3,from=25", NULL}, 600,

@@ -57,7 +57,7 @@ static int teardown(void **state) {
   return scratch_remove(dir);
 }
 
-#define GPT_ARGS                                                                                            \
+#define GPT_ARGS                                                                                                \
   gpt, "--corpus", text, "--data", data, "--steps", "60", "--layers", "2", "--channels", "128", "--heads", "4", \
       "--seq", "128", "--batch", "8", "--sample", "0", "--print-every", "0"
 
@@ -86,9 +86,27 @@ static float clean_loss(void) {
 static void start(agent *a, const char *job, const char *node) {
   char log[256];
   snprintf(log, sizeof log, "%s/%s-%s.log", dir, job, node);
-  const char *args[] = {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", fx.endpoint, "--job-id", job,
-                        "--node-id", node, "--rdzv-ttl", "5", "--rdzv-settle", "0", "--rdzv-timeout", "60",
-                        "--plan", "dp=2", GPT_ARGS, "--rebalance", NULL};
+  const char *args[] = {"--nnodes",
+                        "2",
+                        "--nproc-per-node",
+                        "1",
+                        "--rdzv-endpoint",
+                        fx.endpoint,
+                        "--job-id",
+                        job,
+                        "--node-id",
+                        node,
+                        "--rdzv-ttl",
+                        "5",
+                        "--rdzv-settle",
+                        "0",
+                        "--rdzv-timeout",
+                        "60",
+                        "--plan",
+                        "dp=2",
+                        GPT_ARGS,
+                        "--rebalance",
+                        NULL};
   assert_int_equal(agent_start(a, log, args), 0);
 }
 
@@ -104,8 +122,9 @@ static int last_decision(const char *log, decision *d) {
   int n = 0;
   for (const char *p = log; (p = strstr(p, "giantrun: leader ")); p++) {
     decision x;
-    if (sscanf(p, "giantrun: leader %63s (term %lld) decides at step %d: rows %d,%d -> %d,%d (replica speeds %*f %*f "
-                  "rows/s; predicted step %lf s -> %lf s, transition %lf s over 50 steps: gain %lf s); epoch %lld",
+    if (sscanf(p,
+               "giantrun: leader %63s (term %lld) decides at step %d: rows %d,%d -> %d,%d (replica speeds %*f %*f "
+               "rows/s; predicted step %lf s -> %lf s, transition %lf s over 50 steps: gain %lf s); epoch %lld",
                x.node, &x.term, &x.step, &x.from[0], &x.from[1], &x.to[0], &x.to[1], &x.now, &x.next, &x.transition,
                &x.gain, &x.epoch) == 12) {
       *d = x;
@@ -153,7 +172,8 @@ static bool attempt(int k, float clean) {
   long long epoch = 0, term = 0;
   char by[64] = "";
   for (const char *p = w; (p = strstr(p, "rebalance after step ")); p++, moves++)
-    if (sscanf(p, "rebalance after step %d: rows %*d,%*d -> %d,%d of 16 (the leader's epoch %lld, term %lld, by %63[^)]",
+    if (sscanf(p,
+               "rebalance after step %d: rows %*d,%*d -> %d,%d of 16 (the leader's epoch %lld, term %lld, by %63[^)]",
                &step, &to[0], &to[1], &epoch, &term, by) != 6)
       text_fail("the worker's log", w, "malformed rebalance line (the log above)");
   assert_true(moves >= 1 && moves <= nd[0] + nd[1]); /* a decision at the last steps may come too late */
@@ -181,10 +201,11 @@ static bool attempt(int k, float clean) {
   /* The loss is the clean run's whatever the shares. */
   float loss = final_loss(w);
   double gap = fabs((double)loss - clean) / clean;
-  print_message("try %d: leader %s (term %lld) decided at step %d: rows %d,%d -> %d,%d, predicted %.4f s -> %.4f s, "
-                "gain %.3f s; %d move(s), rows %d,%d at the end (step %d, epoch %lld); loss %.6f vs clean %.6f (%.1e)\n",
-                k, dd->node, dd->term, dd->step, dd->from[0], dd->from[1], dd->to[0], dd->to[1], dd->now, dd->next,
-                dd->gain, moves, to[0], to[1], step, epoch, loss, clean, gap);
+  print_message(
+      "try %d: leader %s (term %lld) decided at step %d: rows %d,%d -> %d,%d, predicted %.4f s -> %.4f s, "
+      "gain %.3f s; %d move(s), rows %d,%d at the end (step %d, epoch %lld); loss %.6f vs clean %.6f (%.1e)\n",
+      k, dd->node, dd->term, dd->step, dd->from[0], dd->from[1], dd->to[0], dd->to[1], dd->now, dd->next, dd->gain,
+      moves, to[0], to[1], step, epoch, loss, clean, gap);
   assert_true(gap <= 1e-4);
   free(log[0]);
   free(log[1]);
@@ -210,7 +231,7 @@ static void test_leader_rebalances(void **state) {
  * cut, and the loss is that of the same faulty run without --rebalance
  * (within 1e-5: the gradient norm's sum over stages is associated
  * differently at another cut). */
-#define PP_ARGS                                                                                               \
+#define PP_ARGS                                                                                                \
   gpt, "--corpus", text, "--data", data, "--steps", "60", "--layers", "4", "--channels", "64", "--heads", "4", \
       "--seq", "64", "--batch", "8", "--accum", "4", "--sample", "0", "--print-every", "0"
 
@@ -220,8 +241,7 @@ static void test_leader_recuts(void **state) {
   run_result *kept = malloc(sizeof *kept);
   assert_non_null(kept);
   char *argv[] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "pp=2", PP_ARGS, NULL};
-  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=slow:rank=1,factor=3,from=10", NULL}, JOB_TIMEOUT_S,
-          kept);
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=slow:rank=1,factor=3,from=10", NULL}, JOB_TIMEOUT_S, kept);
   if (kept->exit_code != 0) run_fail(kept, "faulty run: exit %d, its output above", kept->exit_code);
   float kept_loss = final_loss(kept->output);
   free(kept);
@@ -232,9 +252,27 @@ static void test_leader_recuts(void **state) {
   for (int i = 0; i < 2; i++) { /* the agents' bounds are start()'s */
     char log[256];
     snprintf(log, sizeof log, "%s/leadpp-%s.log", dir, nodes[i]);
-    const char *args[] = {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", fx.endpoint, "--job-id",
-                          "leadpp", "--node-id", nodes[i], "--rdzv-ttl", "5", "--rdzv-settle", "0", "--rdzv-timeout",
-                          "60", "--plan", "pp=2", PP_ARGS, "--rebalance", NULL};
+    const char *args[] = {"--nnodes",
+                          "2",
+                          "--nproc-per-node",
+                          "1",
+                          "--rdzv-endpoint",
+                          fx.endpoint,
+                          "--job-id",
+                          "leadpp",
+                          "--node-id",
+                          nodes[i],
+                          "--rdzv-ttl",
+                          "5",
+                          "--rdzv-settle",
+                          "0",
+                          "--rdzv-timeout",
+                          "60",
+                          "--plan",
+                          "pp=2",
+                          PP_ARGS,
+                          "--rebalance",
+                          NULL};
     assert_int_equal(agent_start(&a[i], log, args), 0);
   }
   expect_exit(&a[0], 0, JOB_TIMEOUT_S);
@@ -260,14 +298,16 @@ static void test_leader_recuts(void **state) {
   const char *re = strstr(w, "re-cut after step ");
   int step, a0, a1, b0, b1, total;
   long long wepoch;
-  if (!re || sscanf(re, "re-cut after step %d: first layers of the stages %d,%d -> %d,%d of %d (the leader's epoch %lld",
-                    &step, &a0, &a1, &b0, &b1, &total, &wepoch) != 7)
+  if (!re ||
+      sscanf(re, "re-cut after step %d: first layers of the stages %d,%d -> %d,%d of %d (the leader's epoch %lld",
+             &step, &a0, &a1, &b0, &b1, &total, &wepoch) != 7)
     text_fail("the worker's log", w, "no re-cut line from the leader's decision (the log above)");
   float loss = final_loss(w);
   double gap = fabs((double)loss - kept_loss) / kept_loss;
-  print_message("pp=2, stage 1 x3 from step 10: the leader decided at step %d, cut %d,%d -> %d,%d of %d (epoch %lld); "
-                "the ranks re-cut after step %d; loss %.6f vs %.6f without (%.1e)\n", dstep, n0, n1, f0, f1, layers,
-                epoch, step, loss, kept_loss, gap);
+  print_message(
+      "pp=2, stage 1 x3 from step 10: the leader decided at step %d, cut %d,%d -> %d,%d of %d (epoch %lld); "
+      "the ranks re-cut after step %d; loss %.6f vs %.6f without (%.1e)\n",
+      dstep, n0, n1, f0, f1, layers, epoch, step, loss, kept_loss, gap);
   assert_true(f1 > n1 && f0 == 0 && dstep >= 10);
   assert_int_equal(b1, f1);
   assert_true(wepoch >= epoch);
@@ -306,9 +346,29 @@ static void test_failover(void **state) {
   for (int i = 0; i < 2; i++) {
     char log[256];
     snprintf(log, sizeof log, "%s/fail-%s.log", dir, nodes[i]);
-    const char *args[] = {"--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-endpoint", fx.endpoint, "--job-id",
-                          "fjob", "--node-id", nodes[i], "--rdzv-ttl", ttl_s, "--rdzv-settle", "1", "--max-restarts",
-                          "3", "--stop-grace", "2", "--rdzv-timeout", "60", worker_bin(), "sleep=20", NULL};
+    const char *args[] = {"--nnodes",
+                          "1:2",
+                          "--nproc-per-node",
+                          "1",
+                          "--rdzv-endpoint",
+                          fx.endpoint,
+                          "--job-id",
+                          "fjob",
+                          "--node-id",
+                          nodes[i],
+                          "--rdzv-ttl",
+                          ttl_s,
+                          "--rdzv-settle",
+                          "1",
+                          "--max-restarts",
+                          "3",
+                          "--stop-grace",
+                          "2",
+                          "--rdzv-timeout",
+                          "60",
+                          worker_bin(),
+                          "sleep=20",
+                          NULL};
     assert_int_equal(agent_start(&a[i], log, args), 0);
   }
   int leader = -1;

@@ -45,9 +45,12 @@ static void run_open(run *r, int skip_nonfinite, const char *fault) {
   OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &r->be));
   gt_backend_set_peak_flops(r->be, 1e9);
   OK(gt_model_create(r->be, &(gt_model_config){.B_max = B, .T_max = T, .seed = 1}, &r->m));
-  OK(gpt_add_layers(r->m, &(gpt_config){.vocab_size = VOCAB, .T_max = T, .C = 16, .NH = 2, .L = 1, .tie_weights = true}));
+  OK(gpt_add_layers(r->m,
+                    &(gpt_config){.vocab_size = VOCAB, .T_max = T, .C = 16, .NH = 2, .L = 1, .tie_weights = true}));
   OK(gt_model_build(r->m));
-  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW), .grad_accum = 2, .grad_clip = 1.0f,
+  gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
+                          .grad_accum = 2,
+                          .grad_clip = 1.0f,
                           .skip_nonfinite = skip_nonfinite,
                           .schedule = {.lr_max = 1e-2f, .lr_min = 1e-3f, .warmup = 1, .total = STEPS}};
   if (fault) setenv("GT_FAULT", fault, 1);

@@ -14,8 +14,8 @@
 
 /* Rank r's step of B rows of length T over 5 layers. */
 static gt_step_telemetry work(int rank, int T, double seconds) {
-  return (gt_step_telemetry){.rank = rank, .layers = 5, .micro_batches = 1, .tokens = 16 * T,
-                             .seq_sq = 16.0 * T * T, .compute_s = seconds};
+  return (gt_step_telemetry){
+      .rank = rank, .layers = 5, .micro_batches = 1, .tokens = 16 * T, .seq_sq = 16.0 * T * T, .compute_s = seconds};
 }
 
 /* The cost a rank "really" has: a per token, b per seq_sq*layer, c per step. */

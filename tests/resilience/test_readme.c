@@ -65,7 +65,8 @@ static void test_readme_model_survives_a_killed_worker(void **state) {
   extract_program(g_argv[2], src);
   int k = snprintf(cmd, sizeof cmd, "%s -std=c11 -Wall -Wextra -Werror -I%s -o %s %s -L%s -lgiant -Wl,-rpath,%s",
                    g_argv[1], g_argv[3], prog, src, g_argv[4], g_argv[4]);
-  for (int i = 5; i < g_argc && k < (int)sizeof cmd; i++) k += snprintf(cmd + k, sizeof cmd - (size_t)k, " %s", g_argv[i]);
+  for (int i = 5; i < g_argc && k < (int)sizeof cmd; i++)
+    k += snprintf(cmd + k, sizeof cmd - (size_t)k, " %s", g_argv[i]);
   run_result *r = malloc(sizeof *r);
   assert_non_null(r);
   /* A compile of one file: seconds; 300 s. */
@@ -75,9 +76,29 @@ static void test_readme_model_survives_a_killed_worker(void **state) {
   uint64_t ntok = 0;
   const char *inputs[1] = {text};
   assert_int_equal(gt_tokenize_paths(inputs, 1, "%", tok, &ntok), GT_OK);
-  char *argv[] = {giantrun, "--standalone", "--nproc-per-node", "3", "--reshape", "--ckpt-dir", dir,
-                  "--ckpt-every", "4", prog, "--data", tok, "--steps", "16", "--seq", "16", "--batch", "2",
-                  "--plan", "dp=3", "--print-every", "1", NULL};
+  char *argv[] = {giantrun,
+                  "--standalone",
+                  "--nproc-per-node",
+                  "3",
+                  "--reshape",
+                  "--ckpt-dir",
+                  dir,
+                  "--ckpt-every",
+                  "4",
+                  prog,
+                  "--data",
+                  tok,
+                  "--steps",
+                  "16",
+                  "--seq",
+                  "16",
+                  "--batch",
+                  "2",
+                  "--plan",
+                  "dp=3",
+                  "--print-every",
+                  "1",
+                  NULL};
   /* 16 tiny steps on three ranks and one reshape: ~2 s, ~15 s on loaded
    * cores under ASan; 300 s is > 20x. */
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=crash:rank=1,at=6", NULL}, 300, r);

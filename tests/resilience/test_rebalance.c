@@ -31,7 +31,9 @@ static void synth(const gt_plan *p, const double *speed, const int *share, doubl
       OK(gt_grid_coords_of(&p->layout, r, &c));
       int rows = share[c.dp];
       double wobble = noise * sin(1.7 * s + 2.3 * r);
-      tel[s][r] = (gt_step_telemetry){.rank = r, .micro_batches = 1, .tokens = (int64_t)rows * T,
+      tel[s][r] = (gt_step_telemetry){.rank = r,
+                                      .micro_batches = 1,
+                                      .tokens = (int64_t)rows * T,
                                       .seq_sq = (double)rows * T * T,
                                       .compute_s = rows / speed[r] * (1 + wobble)};
     }
@@ -242,7 +244,9 @@ static int switches(int steps, int period, double low, bool damped, int *first) 
   *first = -1;
   for (int step = 0; step < steps; step++) {
     double speed[] = {100, (step / period) % 2 ? 100 : low};
-    gt_rebalance_config cfg = {.cap = 16, .transition_s = 0.01, .horizon = HORIZON,
+    gt_rebalance_config cfg = {.cap = 16,
+                               .transition_s = 0.01,
+                               .horizon = HORIZON,
                                .min_gain = damped ? gt_rebalance_damping_gain(&d, step, 0.07) : 0.07};
     gt_rebalance_decision dec;
     OK(gt_rebalance_choose(&cfg, 2, speed, micro, shares, next, &dec));

@@ -49,11 +49,11 @@ static int teardown(void **state) {
 }
 
 typedef struct run {
-  float first, last;     /* losses */
+  float first, last;       /* losses */
   double step_s[MAXSTEPS]; /* the lead's step times */
-  int moves;             /* rebalances */
-  int settled;           /* the step after which replica 1 first held at most 6 rows (-1: never) */
-  int share[2];          /* the shares after the last */
+  int moves;               /* rebalances */
+  int settled;             /* the step after which replica 1 first held at most 6 rows (-1: never) */
+  int share[2];            /* the shares after the last */
 } run;
 
 static int cmp_double(const void *a, const void *b) {
@@ -76,9 +76,35 @@ static void run_gpt(const char *tag, const char *fault, bool rebalance, run *out
   snprintf(metrics, sizeof metrics, "%s/%s.jsonl", dir, tag);
   snprintf(steps, sizeof steps, "%d", STEPS);
   snprintf(env, sizeof env, "GT_FAULT=%s", fault ? fault : "");
-  char *argv[40] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "dp=2", gpt, "--corpus", text,
-                    "--data", data, "--steps", steps, "--layers", "2", "--channels", "128", "--heads", "4",
-                    "--seq", "128", "--batch", "8", "--sample", "0", "--print-every", "0", "--metrics", metrics};
+  char *argv[40] = {giantrun,
+                    "--standalone",
+                    "--nproc-per-node",
+                    "2",
+                    "--plan",
+                    "dp=2",
+                    gpt,
+                    "--corpus",
+                    text,
+                    "--data",
+                    data,
+                    "--steps",
+                    steps,
+                    "--layers",
+                    "2",
+                    "--channels",
+                    "128",
+                    "--heads",
+                    "4",
+                    "--seq",
+                    "128",
+                    "--batch",
+                    "8",
+                    "--sample",
+                    "0",
+                    "--print-every",
+                    "0",
+                    "--metrics",
+                    metrics};
   int n = 29;
   if (rebalance) {
     argv[n++] = "--rebalance";
@@ -141,12 +167,12 @@ static bool attempt(int k, const run *clean, run *moved) {
   if (moved->settled >= FROM) t_slow = median_steps(moved, FROM + 1, moved->settled + 1);
   if (moved->settled >= FROM) t_after = median_steps(moved, moved->settled + 2, STEPS);
   bool ok = moved_ok;
-  print_message("try %d: %d move(s), rows %d,%d at the end, at most 6 on rank 1 after step %d; %.1f ms a step "
-                "before the fault, %.1f ms after it, %.1f ms once moved: %.0f%% of the ideal's (%.1f ms) steps/s; rows%s; "
-                "loss %.5f vs clean %.5f (%.1e)\n",
-                k, moved->moves, moved->share[0], moved->share[1], moved->settled, 1e3 * t_clean, 1e3 * t_slow,
-                1e3 * t_after, 100 * ideal / t_after, 1e3 * ideal, ok ? "" : " (not within the bounds)", moved->last,
-                clean->last, loss_gap);
+  print_message(
+      "try %d: %d move(s), rows %d,%d at the end, at most 6 on rank 1 after step %d; %.1f ms a step "
+      "before the fault, %.1f ms after it, %.1f ms once moved: %.0f%% of the ideal's (%.1f ms) steps/s; rows%s; "
+      "loss %.5f vs clean %.5f (%.1e)\n",
+      k, moved->moves, moved->share[0], moved->share[1], moved->settled, 1e3 * t_clean, 1e3 * t_slow, 1e3 * t_after,
+      100 * ideal / t_after, 1e3 * ideal, ok ? "" : " (not within the bounds)", moved->last, clean->last, loss_gap);
   return ok;
 }
 
@@ -167,9 +193,35 @@ static void test_rows_leave_the_slow_replica(void **state) {
 /* The pipeline case: the lead's output, its final loss and the median
  * step time over [lo, hi) from its printed steps. */
 static void run_pp(const char *tag, bool rebalance, run_result *r, float *loss) {
-  char *argv[40] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", "pp=2", gpt, "--corpus", text,
-                    "--data", data, "--steps", "60", "--layers", "4", "--channels", "64", "--heads", "4",
-                    "--seq", "64", "--batch", "8", "--accum", "4", "--sample", "0", "--print-every", "0"};
+  char *argv[40] = {giantrun,
+                    "--standalone",
+                    "--nproc-per-node",
+                    "2",
+                    "--plan",
+                    "pp=2",
+                    gpt,
+                    "--corpus",
+                    text,
+                    "--data",
+                    data,
+                    "--steps",
+                    "60",
+                    "--layers",
+                    "4",
+                    "--channels",
+                    "64",
+                    "--heads",
+                    "4",
+                    "--seq",
+                    "64",
+                    "--batch",
+                    "8",
+                    "--accum",
+                    "4",
+                    "--sample",
+                    "0",
+                    "--print-every",
+                    "0"};
   int n = 29;
   if (rebalance) {
     argv[n++] = "--rebalance";
@@ -202,9 +254,10 @@ static bool attempt_pp(int k, float kept_loss) {
   /* The first re-cut gives stage 1 fewer layers; the new cut holds (a
    * second may follow as the speeds settle), no flapping. */
   bool ok = step >= 10 && b0 == 0 && b1 > a1 && b1 < layers && recuts <= 2;
-  print_message("try %d: pp=2, stage 1 x3 from step 10: re-cut after step %d, stage 1 from layer %d to layer %d of "
-                "%d, %d re-cut(s)%s; loss %.6f vs %.6f without (%.1e)\n", k, step, a1, b1, layers, recuts,
-                ok ? "" : " (not within the bounds)", recut_loss, kept_loss, gap);
+  print_message(
+      "try %d: pp=2, stage 1 x3 from step 10: re-cut after step %d, stage 1 from layer %d to layer %d of "
+      "%d, %d re-cut(s)%s; loss %.6f vs %.6f without (%.1e)\n",
+      k, step, a1, b1, layers, recuts, ok ? "" : " (not within the bounds)", recut_loss, kept_loss, gap);
   if (!ok && k == 2) print_message("%s", recut.output);
   return ok;
 }

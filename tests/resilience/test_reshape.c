@@ -71,17 +71,17 @@ static void run_job(int n, const char *plan, bool zero1, int steps, int every, c
   snprintf(st, sizeof st, "%d", steps);
   snprintf(ev, sizeof ev, "%d", every);
   snprintf(fenv, sizeof fenv, "GT_FAULT=%s", fault ? fault : "");
-  char *argv[64] = {giantrun, "--standalone", "--nproc-per-node", np, "--plan", (char *)plan, "--ckpt-dir",
-                    (char *)ck, "--ckpt-every", ev};
+  char *argv[64] = {giantrun,     "--standalone", "--nproc-per-node", np, "--plan", (char *)plan,
+                    "--ckpt-dir", (char *)ck,     "--ckpt-every",     ev};
   int k = 10;
   if (reshape) argv[k++] = "--reshape";
   if (rejoin) { /* the dead worker alone restarts and joins */
     argv[k++] = "--max-restarts";
     argv[k++] = "1";
   }
-  char *rest[] = {gpt, "--corpus", text, "--data", data, "--steps", st, "--layers", "2", "--channels", "32",
-                  "--heads", "4", "--seq", "16", "--global-batch", gb, "--accum", ac, "--sample", "0",
-                  "--print-every", "1", NULL};
+  char *rest[] = {gpt, "--corpus",   text, "--data",   data, "--steps",       st,   "--layers",
+                  "2", "--channels", "32", "--heads",  "4",  "--seq",         "16", "--global-batch",
+                  gb,  "--accum",    ac,   "--sample", "0",  "--print-every", "1",  NULL};
   for (int i = 0; rest[i]; i++) argv[k++] = rest[i];
   if (zero1) argv[k++] = "--zero1";
   if (reshape) { /* so that a ZeRO-1 shard's loss loses nothing */
@@ -161,7 +161,7 @@ static void reshape_case(const char *plan, bool zero1, bool rejoin, int second) 
   assert_true(bs.accum >= launch_shape.accum);
   if (second >= 0) assert_non_null(strstr(res.output, "trying the next membership epoch"));
   assert_true(resumed == kill_at || resumed == kill_at + 1); /* at most the step in flight is lost */
-  if (rejoin) { /* ... and the restarted worker joined them */
+  if (rejoin) {                                              /* ... and the restarted worker joined them */
     const char *l2 = reshape_line(res.output, 1, layout4, &joined, &world4, &bs4);
     if (!l2) run_fail(&res, "no second reshape, its output above");
     assert_int_equal(world4, 4);
@@ -207,15 +207,36 @@ static void reshape_case(const char *plan, bool zero1, bool rejoin, int second) 
   assert_non_null(strstr(line, ", 0 from a checkpoint"));
 }
 
-static void test_reshape_dp4(void **state) { (void)state; reshape_case("dp=4", false, false, -1); }
-static void test_reshape_dp2_pp2(void **state) { (void)state; reshape_case("dp=2,pp=2", false, false, -1); }
-static void test_reshape_dp2_tp2(void **state) { (void)state; reshape_case("dp=2,tp=2", false, false, -1); }
-static void test_reshape_dp4_zero1(void **state) { (void)state; reshape_case("dp=4", true, false, -1); }
+static void test_reshape_dp4(void **state) {
+  (void)state;
+  reshape_case("dp=4", false, false, -1);
+}
+static void test_reshape_dp2_pp2(void **state) {
+  (void)state;
+  reshape_case("dp=2,pp=2", false, false, -1);
+}
+static void test_reshape_dp2_tp2(void **state) {
+  (void)state;
+  reshape_case("dp=2,tp=2", false, false, -1);
+}
+static void test_reshape_dp4_zero1(void **state) {
+  (void)state;
+  reshape_case("dp=4", true, false, -1);
+}
 /* The dead worker restarted alone joins the running job: 4 -> 3 -> 4. */
-static void test_reshape_dp2_tp2_rejoin(void **state) { (void)state; reshape_case("dp=2,tp=2", false, true, -1); }
-static void test_reshape_dp4_zero1_rejoin(void **state) { (void)state; reshape_case("dp=4", true, true, -1); }
+static void test_reshape_dp2_tp2_rejoin(void **state) {
+  (void)state;
+  reshape_case("dp=2,tp=2", false, true, -1);
+}
+static void test_reshape_dp4_zero1_rejoin(void **state) {
+  (void)state;
+  reshape_case("dp=4", true, true, -1);
+}
 /* A second worker killed in the middle of the reshape: 4 -> 2, consistently. */
-static void test_reshape_kill_during_reshape(void **state) { (void)state; reshape_case("dp=4", false, false, 3); }
+static void test_reshape_kill_during_reshape(void **state) {
+  (void)state;
+  reshape_case("dp=4", false, false, 3);
+}
 
 /* Killed after the job's last look for joins (every 5 steps; none after
  * step 19 of 24): the restarted worker asks to join a job that then

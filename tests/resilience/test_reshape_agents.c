@@ -45,9 +45,9 @@ static int teardown(void **state) {
   return scratch_remove(dir);
 }
 
-#define GPT_ARGS                                                                                          \
-  "--corpus", text, "--data", data, "--steps", "24", "--layers", "1", "--channels", "32", "--heads", "4", \
-      "--seq", "16", "--global-batch", "8", "--sample", "0", "--print-every", "0"
+#define GPT_ARGS                                                                                                   \
+  "--corpus", text, "--data", data, "--steps", "24", "--layers", "1", "--channels", "32", "--heads", "4", "--seq", \
+      "16", "--global-batch", "8", "--sample", "0", "--print-every", "0"
 
 /* The last loss line's: what the last run that trained to the end saw. */
 static float last_loss(const char *log, int *from) {
@@ -95,10 +95,37 @@ static float reference_loss(void) {
 static void start_agent(agent *a, const char *node, const char *wrapper, const char *ck) {
   char log[256];
   snprintf(log, sizeof log, "%s/agent-%s.log", dir, node);
-  const char *args[] = {"--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-endpoint", fx.endpoint,
-                        "--job-id", "reshape-agents", "--node-id", node, "--rdzv-ttl", "5", "--rdzv-settle", "12",
-                        "--max-restarts", "3", "--stop-grace", "2", "--rdzv-timeout", "60", "--hang-timeout", "300",
-                        "--reshape", "--plan", "auto", "--ckpt-dir", ck, "--ckpt-every", "4", wrapper, GPT_ARGS,
+  const char *args[] = {"--nnodes",
+                        "1:2",
+                        "--nproc-per-node",
+                        "2",
+                        "--rdzv-endpoint",
+                        fx.endpoint,
+                        "--job-id",
+                        "reshape-agents",
+                        "--node-id",
+                        node,
+                        "--rdzv-ttl",
+                        "5",
+                        "--rdzv-settle",
+                        "12",
+                        "--max-restarts",
+                        "3",
+                        "--stop-grace",
+                        "2",
+                        "--rdzv-timeout",
+                        "60",
+                        "--hang-timeout",
+                        "300",
+                        "--reshape",
+                        "--plan",
+                        "auto",
+                        "--ckpt-dir",
+                        ck,
+                        "--ckpt-every",
+                        "4",
+                        wrapper,
+                        GPT_ARGS,
                         NULL};
   assert_int_equal(agent_start(a, log, args), 0);
 }
@@ -138,7 +165,7 @@ static void test_leader_killed_during_reshape(void **state) {
   agent *leader = log_has(&x, "x leads /giant/reshape-agents/leader", 1) ? &x : &y, *other = leader == &x ? &y : &x;
   assert_true(log_has(leader, "leads /giant/reshape-agents/leader", 1));
   double t_kill = mono_now();
-  kill(leader->pid, SIGKILL); /* its node, workers and all, is gone */
+  kill(leader->pid, SIGKILL);                              /* its node, workers and all, is gone */
   assert_int_equal(agent_wait(leader, 10), 128 + SIGKILL); /* reaped in ms: SIGKILL is not caught */
   /* What follows waits out fixed times: the rest of the 30 s stall, the
    * communicators' 30 s init timeout on the dead node's ranks, the 12 s
@@ -173,11 +200,11 @@ static void test_leader_killed_during_reshape(void **state) {
   }
   int from = -1;
   float loss = last_loss(log, &from);
-  print_message("leader %s killed during the reshape; %s went on%s, %s at step %d; final loss %.6f, one process "
-                "uninterrupted %.6f (relative difference %.2e)\n",
-                leader == &x ? "x" : "y", node, first || again ? " and leads" : "",
-                resumed ? "its last run resumed" : "its last loss from", from, loss, ref,
-                fabs((double)loss - ref) / ref);
+  print_message(
+      "leader %s killed during the reshape; %s went on%s, %s at step %d; final loss %.6f, one process "
+      "uninterrupted %.6f (relative difference %.2e)\n",
+      leader == &x ? "x" : "y", node, first || again ? " and leads" : "",
+      resumed ? "its last run resumed" : "its last loss from", from, loss, ref, fabs((double)loss - ref) / ref);
   assert_true(first != NULL);
   if (fabsf(loss - ref) > 1e-5f * fabsf(ref)) {
     dump_log(leader);

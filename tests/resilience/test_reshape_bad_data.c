@@ -84,12 +84,8 @@ static const char *prepare(damage d, const char *path) {
     case MISSING: /* examples/gpt makes a missing file from --corpus: that is missing too */
       unlink(path);
       return strrchr(path, '/') + 1;
-    case TRUNCATED_IN_USE:
-      write_tokens(path, 200000);
-      return "truncated or replaced while in use";
-    case DIVERGING:
-      write_tokens(path, 20000);
-      return "loss nan";
+    case TRUNCATED_IN_USE: write_tokens(path, 200000); return "truncated or replaced while in use";
+    case DIVERGING: write_tokens(path, 20000); return "loss nan";
   }
   return NULL;
 }
@@ -110,11 +106,42 @@ static void play(const char *program, damage d) {
   bool gpt = strstr(program, "gpt") != NULL;
   for (int i = 0; i < 2; i++) {
     snprintf(log, sizeof log, "%s/%s-agent%d.log", dir, job, i);
-    const char *args[64] = {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", fx.endpoint, "--job-id", job,
-                            "--node-id", i ? "y" : "x", "--rdzv-ttl", LIVE_TTL, "--max-restarts", "3",
-                            "--stop-grace", "2", "--reshape", "--ckpt-dir", ck, "--ckpt-every", "50", prog,
-                            "--data", path, "--steps", "100000", "--seq", "16", "--batch", "2", "--print-every",
-                            "1", "--channels", "32", "--plan", "dp=2"};
+    const char *args[64] = {"--nnodes",
+                            "2",
+                            "--nproc-per-node",
+                            "1",
+                            "--rdzv-endpoint",
+                            fx.endpoint,
+                            "--job-id",
+                            job,
+                            "--node-id",
+                            i ? "y" : "x",
+                            "--rdzv-ttl",
+                            LIVE_TTL,
+                            "--max-restarts",
+                            "3",
+                            "--stop-grace",
+                            "2",
+                            "--reshape",
+                            "--ckpt-dir",
+                            ck,
+                            "--ckpt-every",
+                            "50",
+                            prog,
+                            "--data",
+                            path,
+                            "--steps",
+                            "100000",
+                            "--seq",
+                            "16",
+                            "--batch",
+                            "2",
+                            "--print-every",
+                            "1",
+                            "--channels",
+                            "32",
+                            "--plan",
+                            "dp=2"};
     int n = 0;
     while (args[n]) n++;
     char corpus[128];

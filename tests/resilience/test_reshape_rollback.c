@@ -35,9 +35,9 @@ static int teardown(void **state) {
   return scratch_remove(dir);
 }
 
-#define GPT_ARGS                                                                                                \
-  "--corpus", text, "--data", data, "--steps", "24", "--layers", "2", "--channels", "32", "--heads", "4",      \
-      "--seq", "16", "--global-batch", "12", "--accum", "2", "--sample", "0", "--print-every", "1", "--zero1"
+#define GPT_ARGS                                                                                                   \
+  "--corpus", text, "--data", data, "--steps", "24", "--layers", "2", "--channels", "32", "--heads", "4", "--seq", \
+      "16", "--global-batch", "12", "--accum", "2", "--sample", "0", "--print-every", "1", "--zero1"
 
 static float final_loss(const run_result *r) {
   float a, b = NAN;
@@ -59,8 +59,22 @@ static void test_lost_shard_rolls_back_in_process(void **state) {
   float want = final_loss(ref);
   char ck[128];
   snprintf(ck, sizeof ck, "%s/ck", dir);
-  char *argv[] = {giantrun, "--standalone", "--nproc-per-node", "4", "--plan", "dp=4", "--reshape",
-                  "--ckpt-dir", ck, "--ckpt-every", "4", gpt, GPT_ARGS, "--mirror-every", "1000", NULL};
+  char *argv[] = {giantrun,
+                  "--standalone",
+                  "--nproc-per-node",
+                  "4",
+                  "--plan",
+                  "dp=4",
+                  "--reshape",
+                  "--ckpt-dir",
+                  ck,
+                  "--ckpt-every",
+                  "4",
+                  gpt,
+                  GPT_ARGS,
+                  "--mirror-every",
+                  "1000",
+                  NULL};
   /* 24 steps on four ranks with one reshape and a load: ~3 s, ~20 s under
    * ASan on loaded cores; 300 s is > 15x. */
   run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", "GT_FAULT=crash:rank=1,at=10", NULL}, 300, r);
@@ -70,7 +84,8 @@ static void test_lost_shard_rolls_back_in_process(void **state) {
   int step = -1, lost = -1;
   const char *st = strstr(back, "(step ");
   if (!st || sscanf(st, "(step %d), %d step(s) lost", &step, &lost) != 2) run_fail(r, "unreadable roll-back line");
-  if (step != 8 || lost < 1 || lost > 4) run_fail(r, "rolled back to step %d losing %d, expected step 8, 1..4 lost", step, lost);
+  if (step != 8 || lost < 1 || lost > 4)
+    run_fail(r, "rolled back to step %d losing %d, expected step 8, 1..4 lost", step, lost);
   if (strstr(r->output, "restart 1:")) run_fail(r, "the job restarted; it should have rolled back in-process");
   float got = final_loss(r);
   print_message("rolled back to step %d (%d lost); final loss %.6f, uninterrupted %.6f\n", step, lost, got, want);

@@ -34,8 +34,8 @@ void trace_load(const char *name, trace *t) {
     gt_step_telemetry *w = &t->tel[n];
     int step;
     long long tokens;
-    if (sscanf(line, "%d,%d,%d,%d,%lld,%lf,%lf,%lf,%lf,%lf", &step, &w->rank, &w->layers, &w->micro_batches,
-               &tokens, &w->seq_sq, &w->compute_s, &w->data_s, &w->dp_wait_s, &w->pp_wait_s) != 10 ||
+    if (sscanf(line, "%d,%d,%d,%d,%lld,%lf,%lf,%lf,%lf,%lf", &step, &w->rank, &w->layers, &w->micro_batches, &tokens,
+               &w->seq_sq, &w->compute_s, &w->data_s, &w->dp_wait_s, &w->pp_wait_s) != 10 ||
         step != n / t->ranks || w->rank != n % t->ranks)
       fail_msg("%s:%d: not step %d of rank %d", path, lines, n / t->ranks, n % t->ranks);
     w->tokens = tokens;

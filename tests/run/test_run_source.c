@@ -47,8 +47,8 @@ static gt_status add_layers(gt_model *m, void *user) {
                       &(gt_embedding_config){.vocab_size = V, .C = 32, .T_max = T, .positional = true}, NULL));
   GT_TRY(gt_model_add(m, &gt_block_layer, "h0", &(gt_block_config){.C = 32, .NH = 2, .n_layers_total = 1}, NULL));
   GT_TRY(gt_model_add(m, &gt_layernorm_layer, "ln_f", &(gt_layernorm_config){.C = 32}, NULL));
-  return gt_model_add(m, &gt_lm_head_layer, "lm_head", &(gt_lm_head_config){.C = 32, .vocab_size = V, .tie_to = "embed"},
-                      NULL);
+  return gt_model_add(m, &gt_lm_head_layer, "lm_head",
+                      &(gt_lm_head_config){.C = 32, .vocab_size = V, .tie_to = "embed"}, NULL);
 }
 
 /* Row i: the file's FIXED row i, T + 1 tokens from i * T; `bad`: the row
@@ -71,8 +71,8 @@ static char last_error[1024];
 static int train(const char *metrics, const gt_loader_source *src, int *exit_status, float *loss) {
   char steps[16];
   snprintf(steps, sizeof steps, "%d", STEPS);
-  char *argv[] = {"test_run_source", "--data", tok_path, "--steps", steps, "--seq", "16", "--batch", "4",
-                  "--print-every", "0", "--metrics", (char *)metrics, "--warmup", "5", NULL};
+  char *argv[] = {"test_run_source", "--data", tok_path,    "--steps",       steps,      "--seq", "16", "--batch", "4",
+                  "--print-every",   "0",      "--metrics", (char *)metrics, "--warmup", "5",     NULL};
   gt_run_options o;
   gt_run_options_init(&o);
   assert_int_equal(gt_run_parse(sizeof argv / sizeof *argv - 1, argv, NULL, NULL, 0, &o), -1);

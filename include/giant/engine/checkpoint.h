@@ -30,15 +30,15 @@ typedef enum gt_ckpt_busy {
 } gt_ckpt_busy;
 
 typedef struct gt_ckpt_config {
-  const char *dir;   /* root directory; created if missing */
-  int keep;          /* committed checkpoints to keep (0 = all); the newest is never deleted */
+  const char *dir; /* root directory; created if missing */
+  int keep;        /* committed checkpoints to keep (0 = all); the newest is never deleted */
   gt_ckpt_busy busy;
-  bool sync;         /* every save waits for its write and commit (for benchmarks and tools) */
+  bool sync; /* every save waits for its write and commit (for benchmarks and tools) */
   /* Distributed: the job's store, through which ranks report their shards
    * durable (NULL with one process). The trainer's gt_dist gives the world,
    * the rank and the key namespace. */
   gt_store *store;
-  int timeout_ms;    /* how long rank 0 waits for the other ranks' shards (0: 300 s) */
+  int timeout_ms; /* how long rank 0 waits for the other ranks' shards (0: 300 s) */
   /* Bytes of a slice under one SHA-256 (0: GT_CKPT_CHUNK_DEFAULT, 4 MiB): a
    * load reads and checks whole chunks, so smaller chunks read less around
    * what a rank needs and cost 32 bytes of manifest each. A multiple of 64,
@@ -74,8 +74,8 @@ gt_status gt_ckpt_save(gt_ckpt *c);
 gt_status gt_ckpt_wait(gt_ckpt *c);
 
 typedef struct gt_ckpt_info {
-  int step;            /* the trainer's step index in it */
-  char path[4096];     /* its directory */
+  int step;              /* the trainer's step index in it */
+  char path[4096];       /* its directory */
   gt_grid_layout layout; /* the layout it was taken at */
   bool zero1;
   int fallbacks;       /* newer committed checkpoints that failed to load and were passed over */

@@ -56,7 +56,7 @@ typedef enum gt_comm_op {
 typedef enum gt_comm_transport {
   GT_COMM_AUTO = 0, /* shared memory when all ranks share a host, else TCP */
   GT_COMM_TCP = 1,
-  GT_COMM_SHM = 2,  /* fails with GT_EUNSUPPORTED when ranks span hosts */
+  GT_COMM_SHM = 2, /* fails with GT_EUNSUPPORTED when ranks span hosts */
 } gt_comm_transport;
 
 /* What a TCP frame's tag covers (docs/security.md). Every frame after the
@@ -72,17 +72,17 @@ typedef enum gt_comm_integrity {
 } gt_comm_integrity;
 
 typedef struct gt_comm_config {
-  gt_store *store;       /* bootstrap store, shared by the group */
-  const char *prefix;    /* key namespace, unique per communicator and
+  gt_store *store;             /* bootstrap store, shared by the group */
+  const char *prefix;          /* key namespace, unique per communicator and
                             generation, e.g. "gen3/dp/0" */
-  int rank, size;        /* this rank's index in the group, group size */
-  gt_backend *backend;   /* NULL or CPU: host buffers; CUDA: device (NCCL) */
-  const char *secret;    /* job secret, at least 16 bytes; NULL = $GT_JOB_SECRET */
-  const char *host;      /* address peers reach us at; NULL = $GT_COMM_HOST,
+  int rank, size;              /* this rank's index in the group, group size */
+  gt_backend *backend;         /* NULL or CPU: host buffers; CUDA: device (NCCL) */
+  const char *secret;          /* job secret, at least 16 bytes; NULL = $GT_JOB_SECRET */
+  const char *host;            /* address peers reach us at; NULL = $GT_COMM_HOST,
                             else 127.0.0.1 (set it when ranks span hosts) */
   gt_comm_transport transport; /* $GT_COMM_TRANSPORT=tcp|shm overrides AUTO */
-  int init_timeout_ms;   /* forming the group; 0 = 60 s */
-  int op_timeout_ms;     /* one operation, once it runs; 0 = $GT_COMM_TIMEOUT_MS
+  int init_timeout_ms;         /* forming the group; 0 = 60 s */
+  int op_timeout_ms;           /* one operation, once it runs; 0 = $GT_COMM_TIMEOUT_MS
                             or 300 s. A stopped peer is caught by this. */
   gt_comm_integrity integrity; /* TCP frames: DEFAULT = $GT_COMM_INTEGRITY (headers|mac),
                                   else HEADERS; every rank of a group uses the same */
@@ -119,29 +119,24 @@ gt_status gt_comm_error(const gt_comm *comm);
 /* Asynchronous operations. `count` is in elements of dtype (GT_F32 or
  * GT_BF16; bf16 is reduced in fp32 and rounded at each step). Buffers must
  * stay untouched until the request finishes. */
-gt_status gt_comm_allreduce_start(gt_comm *comm, void *buf, size_t count, gt_dtype dtype,
-                                  gt_comm_op op, gt_comm_req **req);
+gt_status gt_comm_allreduce_start(gt_comm *comm, void *buf, size_t count, gt_dtype dtype, gt_comm_op op,
+                                  gt_comm_req **req);
 /* send holds size*count elements; rank r receives the reduction of block r. */
-gt_status gt_comm_reduce_scatter_start(gt_comm *comm, const void *send, void *recv,
-                                       size_t count, gt_dtype dtype, gt_comm_op op,
-                                       gt_comm_req **req);
+gt_status gt_comm_reduce_scatter_start(gt_comm *comm, const void *send, void *recv, size_t count, gt_dtype dtype,
+                                       gt_comm_op op, gt_comm_req **req);
 /* recv holds size*count elements; block r is rank r's send. send may be
  * recv + rank*count (in place). */
-gt_status gt_comm_allgather_start(gt_comm *comm, const void *send, void *recv, size_t count,
-                                  gt_dtype dtype, gt_comm_req **req);
-gt_status gt_comm_broadcast_start(gt_comm *comm, void *buf, size_t count, gt_dtype dtype,
-                                  int root, gt_comm_req **req);
-gt_status gt_comm_send_start(gt_comm *comm, const void *buf, size_t count, gt_dtype dtype,
-                             int peer, gt_comm_req **req);
-gt_status gt_comm_recv_start(gt_comm *comm, void *buf, size_t count, gt_dtype dtype, int peer,
-                             gt_comm_req **req);
+gt_status gt_comm_allgather_start(gt_comm *comm, const void *send, void *recv, size_t count, gt_dtype dtype,
+                                  gt_comm_req **req);
+gt_status gt_comm_broadcast_start(gt_comm *comm, void *buf, size_t count, gt_dtype dtype, int root, gt_comm_req **req);
+gt_status gt_comm_send_start(gt_comm *comm, const void *buf, size_t count, gt_dtype dtype, int peer, gt_comm_req **req);
+gt_status gt_comm_recv_start(gt_comm *comm, void *buf, size_t count, gt_dtype dtype, int peer, gt_comm_req **req);
 /* Sends to dst and receives from src at the same time (dst may equal src),
  * so neighbours that exchange data both ways (pipeline stages, ring
  * shifts) cannot block each other the way a send queued before a recv
  * can once a message outgrows the transport's buffers. */
-gt_status gt_comm_sendrecv_start(gt_comm *comm, const void *send, size_t send_count, int dst,
-                                 void *recv, size_t recv_count, int src, gt_dtype dtype,
-                                 gt_comm_req **req);
+gt_status gt_comm_sendrecv_start(gt_comm *comm, const void *send, size_t send_count, int dst, void *recv,
+                                 size_t recv_count, int src, gt_dtype dtype, gt_comm_req **req);
 gt_status gt_comm_barrier_start(gt_comm *comm, gt_comm_req **req);
 
 /* Waits up to timeout_ms (< 0: until the operation ends, which its own
@@ -153,17 +148,15 @@ gt_status gt_comm_wait(gt_comm_req *req, int timeout_ms);
 gt_status gt_comm_test(gt_comm_req *req, bool *done);
 
 /* Blocking forms: start, then wait until done. */
-gt_status gt_comm_allreduce(gt_comm *comm, void *buf, size_t count, gt_dtype dtype,
-                            gt_comm_op op);
-gt_status gt_comm_reduce_scatter(gt_comm *comm, const void *send, void *recv, size_t count,
-                                 gt_dtype dtype, gt_comm_op op);
-gt_status gt_comm_allgather(gt_comm *comm, const void *send, void *recv, size_t count,
-                            gt_dtype dtype);
+gt_status gt_comm_allreduce(gt_comm *comm, void *buf, size_t count, gt_dtype dtype, gt_comm_op op);
+gt_status gt_comm_reduce_scatter(gt_comm *comm, const void *send, void *recv, size_t count, gt_dtype dtype,
+                                 gt_comm_op op);
+gt_status gt_comm_allgather(gt_comm *comm, const void *send, void *recv, size_t count, gt_dtype dtype);
 gt_status gt_comm_broadcast(gt_comm *comm, void *buf, size_t count, gt_dtype dtype, int root);
 gt_status gt_comm_send(gt_comm *comm, const void *buf, size_t count, gt_dtype dtype, int peer);
 gt_status gt_comm_recv(gt_comm *comm, void *buf, size_t count, gt_dtype dtype, int peer);
-gt_status gt_comm_sendrecv(gt_comm *comm, const void *send, size_t send_count, int dst,
-                           void *recv, size_t recv_count, int src, gt_dtype dtype);
+gt_status gt_comm_sendrecv(gt_comm *comm, const void *send, size_t send_count, int dst, void *recv, size_t recv_count,
+                           int src, gt_dtype dtype);
 gt_status gt_comm_barrier(gt_comm *comm);
 
 /* gt_group over a communicator (host buffers): what layers reduce over. */

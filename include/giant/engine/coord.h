@@ -67,9 +67,9 @@ void gt_leader_close(gt_leader *l);
 /* ---- health records ---- */
 
 typedef enum gt_health_state {
-  GT_HEALTH_OK = 0,  /* as fast as its workload explains */
-  GT_HEALTH_SLOW,    /* fail-slow: alive, slower than predicted */
-  GT_HEALTH_STOPPED, /* no progress: hung or gone */
+  GT_HEALTH_OK = 0,   /* as fast as its workload explains */
+  GT_HEALTH_SLOW,     /* fail-slow: alive, slower than predicted */
+  GT_HEALTH_STOPPED,  /* no progress: hung or gone */
   GT_HEALTH_EXCLUDED, /* the job reshaped without it (the ladder's S3, docs/resilience.md) */
 } gt_health_state;
 
@@ -83,12 +83,12 @@ typedef struct gt_health_record {
   int rank;
   gt_health_state state;
   gt_health_kind kind;
-  int peer;            /* with GT_HEALTH_LINK; -1 otherwise */
-  double ratio;        /* observed / predicted step time */
+  int peer;     /* with GT_HEALTH_LINK; -1 otherwise */
+  double ratio; /* observed / predicted step time */
   double observed_ms, predicted_ms;
-  int64_t step;        /* the step the evidence ends at */
-  double time;         /* seconds since the epoch, when it was recorded */
-  char by[64];         /* who recorded it (a node id) */
+  int64_t step; /* the step the evidence ends at */
+  double time;  /* seconds since the epoch, when it was recorded */
+  char by[64];  /* who recorded it (a node id) */
 } gt_health_record;
 
 /* The record as its one line of text (at most GT_HEALTH_LINE_MAX bytes). */
@@ -110,20 +110,20 @@ void gt_health_print(const gt_health_record *r, int n, FILE *f);
 #define GT_MITIGATION_LINE_MAX 32768
 
 typedef struct gt_mitigation_report {
-  int64_t step;        /* the last step the speeds cover */
-  int64_t epoch;       /* the decision the current shares come from; 0: none yet */
-  int dp;              /* data-parallel replicas (1..GT_MITIGATION_MAX_DP) */
-  int cap;             /* the most rows one replica may take */
-  int urgent;          /* 1: the fail-slow monitor flagged or cleared a rank since the last report */
-  double transition_s; /* what switching shares costs, in seconds */
-  int shares[GT_MITIGATION_MAX_DP]; /* rows of every group micro-batch, each replica's */
-  int micro[GT_MITIGATION_MAX_DP];  /* micro-batches a step */
+  int64_t step;                       /* the last step the speeds cover */
+  int64_t epoch;                      /* the decision the current shares come from; 0: none yet */
+  int dp;                             /* data-parallel replicas (1..GT_MITIGATION_MAX_DP) */
+  int cap;                            /* the most rows one replica may take */
+  int urgent;                         /* 1: the fail-slow monitor flagged or cleared a rank since the last report */
+  double transition_s;                /* what switching shares costs, in seconds */
+  int shares[GT_MITIGATION_MAX_DP];   /* rows of every group micro-batch, each replica's */
+  int micro[GT_MITIGATION_MAX_DP];    /* micro-batches a step */
   double speed[GT_MITIGATION_MAX_DP]; /* rows per second (gt_rebalance_speeds) */
   /* Pipelines (pp > 1; 0 or 1: none): what gt_rebalance_choose_cut needs. */
   int pp, layers;
-  int cut[GT_MITIGATION_MAX_STAGES + 1];          /* the cut now: stage s holds layers [cut[s], cut[s+1]) */
-  double stage_s[GT_MITIGATION_MAX_STAGES];       /* each stage's compute a step */
-  double layer_flops[GT_MITIGATION_MAX_LAYERS];  /* each layer's forward FLOPs a micro-batch */
+  int cut[GT_MITIGATION_MAX_STAGES + 1];        /* the cut now: stage s holds layers [cut[s], cut[s+1]) */
+  double stage_s[GT_MITIGATION_MAX_STAGES];     /* each stage's compute a step */
+  double layer_flops[GT_MITIGATION_MAX_LAYERS]; /* each layer's forward FLOPs a micro-batch */
 } gt_mitigation_report;
 
 typedef struct gt_mitigation {
@@ -133,8 +133,8 @@ typedef struct gt_mitigation {
   int dp;
   int shares[GT_MITIGATION_MAX_DP];
   double step_now_s, step_new_s, gain_s; /* gt_rebalance_decision's */
-  char by[128];  /* the leader's node id */
-  int pp;        /* > 1: the pipeline cut to take, cut[0..pp] (gt_rebalance_cut's next) */
+  char by[128];                          /* the leader's node id */
+  int pp;                                /* > 1: the pipeline cut to take, cut[0..pp] (gt_rebalance_cut's next) */
   int cut[GT_MITIGATION_MAX_STAGES + 1];
 } gt_mitigation;
 

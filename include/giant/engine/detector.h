@@ -58,10 +58,10 @@ typedef struct gt_detector_config {
 
 typedef struct gt_detector_event {
   int rank;
-  int step;       /* the step of the verdict */
-  int onset;      /* flagged: the first step of the run above theta */
-  bool flagged;   /* true: flagged slow; false: cleared */
-  double ratio;   /* observed / predicted, job-wide factor removed, at the verdict */
+  int step;     /* the step of the verdict */
+  int onset;    /* flagged: the first step of the run above theta */
+  bool flagged; /* true: flagged slow; false: cleared */
+  double ratio; /* observed / predicted, job-wide factor removed, at the verdict */
 } gt_detector_event;
 
 typedef struct gt_detector gt_detector;

@@ -69,9 +69,9 @@ const char *gt_etcd_endpoint(const gt_etcd_client *c);
 /* ---- key-value ---------------------------------------------------------- */
 
 typedef struct gt_etcd_kv {
-  char *key;       /* NUL-terminated copy */
+  char *key; /* NUL-terminated copy */
   size_t key_len;
-  uint8_t *value;  /* NUL-terminated one byte past value_len; NULL if keys_only */
+  uint8_t *value; /* NUL-terminated one byte past value_len; NULL if keys_only */
   size_t value_len;
   int64_t create_revision, mod_revision, version, lease;
 } gt_etcd_kv;
@@ -94,20 +94,18 @@ typedef struct gt_etcd_get_opts {
 } gt_etcd_get_opts;
 
 /* Reads key (or a prefix); opts may be NULL. An absent key gives n == 0. */
-gt_status gt_etcd_get(gt_etcd_client *c, const char *key, const gt_etcd_get_opts *opts,
-                      gt_etcd_kvs *out);
+gt_status gt_etcd_get(gt_etcd_client *c, const char *key, const gt_etcd_get_opts *opts, gt_etcd_kvs *out);
 /* Reads one key's value; GT_ENOTFOUND when absent. *val is malloc'ed and
  * NUL-terminated one byte past *len. mod_revision may be NULL. */
-gt_status gt_etcd_get_value(gt_etcd_client *c, const char *key, void **val, size_t *len,
-                            int64_t *mod_revision);
+gt_status gt_etcd_get_value(gt_etcd_client *c, const char *key, void **val, size_t *len, int64_t *mod_revision);
 void gt_etcd_kvs_free(gt_etcd_kvs *kvs);
 void gt_etcd_kv_free(gt_etcd_kv *kv);
 
 /* Writes key. lease 0 = none. When prev is not NULL it receives the old
  * pair (prev->key == NULL when there was none); free with gt_etcd_kv_free.
  * revision (may be NULL) receives the store revision of the write. */
-gt_status gt_etcd_put(gt_etcd_client *c, const char *key, const void *val, size_t len,
-                      int64_t lease, gt_etcd_kv *prev, int64_t *revision);
+gt_status gt_etcd_put(gt_etcd_client *c, const char *key, const void *val, size_t len, int64_t lease, gt_etcd_kv *prev,
+                      int64_t *revision);
 /* Deletes key, or every key under it with prefix != 0. deleted may be NULL. */
 gt_status gt_etcd_del(gt_etcd_client *c, const char *key, int prefix, int64_t *deleted);
 
@@ -131,8 +129,8 @@ typedef struct gt_etcd_cmp {
   const char *key;
   gt_etcd_cmp_target target;
   gt_etcd_cmp_op op;
-  int64_t number;     /* for version and revisions */
-  const void *value;  /* for GT_ETCD_CMP_VALUE */
+  int64_t number;    /* for version and revisions */
+  const void *value; /* for GT_ETCD_CMP_VALUE */
   size_t value_len;
 } gt_etcd_cmp;
 
@@ -148,26 +146,24 @@ typedef struct gt_etcd_op {
 } gt_etcd_op;
 
 typedef struct gt_etcd_txn_result {
-  int succeeded;       /* every compare held, so the success ops ran */
+  int succeeded; /* every compare held, so the success ops ran */
   int64_t revision;
-  size_t n;            /* one result per op that ran */
-  gt_etcd_kvs *results;/* GET: the pairs; DEL: count = keys deleted; PUT: empty */
+  size_t n;             /* one result per op that ran */
+  gt_etcd_kvs *results; /* GET: the pairs; DEL: count = keys deleted; PUT: empty */
 } gt_etcd_txn_result;
 
 /* If every compare holds, runs the success ops, else the failure ops, all
  * atomically. res may be NULL; else free it with gt_etcd_txn_result_free. */
-gt_status gt_etcd_txn(gt_etcd_client *c, const gt_etcd_cmp *cmps, size_t ncmp,
-                      const gt_etcd_op *success, size_t nsuccess,
-                      const gt_etcd_op *failure, size_t nfailure, gt_etcd_txn_result *res);
+gt_status gt_etcd_txn(gt_etcd_client *c, const gt_etcd_cmp *cmps, size_t ncmp, const gt_etcd_op *success,
+                      size_t nsuccess, const gt_etcd_op *failure, size_t nfailure, gt_etcd_txn_result *res);
 void gt_etcd_txn_result_free(gt_etcd_txn_result *res);
 
 /* Puts key only if it does not exist; *created says whether it did. */
-gt_status gt_etcd_create(gt_etcd_client *c, const char *key, const void *val, size_t len,
-                         int64_t lease, int *created);
+gt_status gt_etcd_create(gt_etcd_client *c, const char *key, const void *val, size_t len, int64_t lease, int *created);
 /* Replaces key's value only if it equals expect; *swapped says whether it
  * did. An absent key never matches. */
-gt_status gt_etcd_cas(gt_etcd_client *c, const char *key, const void *expect, size_t expect_len,
-                      const void *val, size_t len, int *swapped);
+gt_status gt_etcd_cas(gt_etcd_client *c, const char *key, const void *expect, size_t expect_len, const void *val,
+                      size_t len, int *swapped);
 
 /* ---- leases --------------------------------------------------------------- */
 
@@ -186,8 +182,8 @@ typedef void (*gt_etcd_lease_lost_cb)(void *arg, int64_t id);
 /* Keeps a lease alive from a background thread (a renewal every third of
  * its TTL on a bidirectional stream, reconnecting and failing over as
  * needed). on_lost may be NULL; gt_etcd_keepalive_lost can be polled. */
-gt_status gt_etcd_keepalive_start(gt_etcd_client *c, int64_t id, gt_etcd_lease_lost_cb on_lost,
-                                  void *arg, gt_etcd_keepalive **out);
+gt_status gt_etcd_keepalive_start(gt_etcd_client *c, int64_t id, gt_etcd_lease_lost_cb on_lost, void *arg,
+                                  gt_etcd_keepalive **out);
 /* 1 once the lease is lost. */
 int gt_etcd_keepalive_lost(gt_etcd_keepalive *ka);
 /* Seconds of TTL the server reported at the last renewal. */
@@ -228,8 +224,8 @@ typedef struct gt_etcd_watch_opts {
  * watch, so every change after the call is reported. A broken stream is
  * re-created from the last reported revision + 1: no event is lost or
  * repeated. */
-gt_status gt_etcd_watch_start(gt_etcd_client *c, const char *key, const gt_etcd_watch_opts *opts,
-                              gt_etcd_watch_cb cb, void *arg, gt_etcd_watch **out);
+gt_status gt_etcd_watch_start(gt_etcd_client *c, const char *key, const gt_etcd_watch_opts *opts, gt_etcd_watch_cb cb,
+                              void *arg, gt_etcd_watch **out);
 /* Takes the next queued event (queue mode), waiting up to timeout_ms.
  * GT_ETIMEDOUT if none came. Free ev with gt_etcd_event_free. */
 gt_status gt_etcd_watch_next(gt_etcd_watch *w, gt_etcd_event *ev, int timeout_ms);

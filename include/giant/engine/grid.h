@@ -31,8 +31,7 @@ int gt_grid_rank_of(const gt_grid_layout *l, const gt_grid_coords *c);
 /* The world ranks of `rank`'s group along `axis`, in group order, into
  * ranks[] (room for the axis size); *index = rank's place in it and *group
  * = which group of that axis it is (0 .. world/axis_size - 1). */
-gt_status gt_grid_group(const gt_grid_layout *l, int rank, gt_grid_axis axis, int *ranks,
-                        int *index, int *group);
+gt_status gt_grid_group(const gt_grid_layout *l, int rank, gt_grid_axis axis, int *ranks, int *index, int *group);
 int gt_grid_axis_size(const gt_grid_layout *l, gt_grid_axis axis);
 
 typedef struct gt_grid gt_grid;
@@ -41,8 +40,8 @@ typedef struct gt_grid_config {
   gt_store *store;
   const char *generation; /* namespaces every key ("gen7"); unique per build */
   gt_grid_layout layout;
-  int rank;               /* world rank */
-  gt_comm_config comm;    /* template: backend, secret, host, transport,
+  int rank;            /* world rank */
+  gt_comm_config comm; /* template: backend, secret, host, transport,
                              timeouts (store, prefix, rank, size ignored) */
 } gt_grid_config;
 

@@ -36,9 +36,9 @@ typedef struct gt_job {
   long generation;
   char generation_name[32]; /* "gen<N>": a key namespace for gt_dist_config.generation */
   char job_id[128];
-  char plan[128];           /* GT_PLAN or "" */
-  gt_store *store;          /* connected: etcd under the generation's prefix, or a private TCP store */
-  char secret[128];         /* GT_JOB_SECRET */
+  char plan[128];   /* GT_PLAN or "" */
+  gt_store *store;  /* connected: etcd under the generation's prefix, or a private TCP store */
+  char secret[128]; /* GT_JOB_SECRET */
 } gt_job;
 
 /* Reads the environment and connects the store. Malformed or inconsistent

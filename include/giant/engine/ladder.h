@@ -25,13 +25,13 @@ typedef enum gt_ladder_rung {
 } gt_ladder_rung;
 
 typedef struct gt_ladder_input {
-  int dp, pp;            /* the layout now: replicas, and pipeline stages */
-  double step_s;         /* the step time now, with the slow rank (measured) */
-  double slowdown;       /* the slow rank's compute over its prediction (> 1) */
-  int horizon;           /* steps the decision is judged over (the steps left, capped) */
-  bool can[5];           /* which rungs this job has (can[0], doing nothing, always) */
-  double cost_s[5];      /* each rung's transition cost in seconds (measured where known) */
-  double min_share;      /* S1: the smallest fraction of the rows a replica may keep (0: none) */
+  int dp, pp;       /* the layout now: replicas, and pipeline stages */
+  double step_s;    /* the step time now, with the slow rank (measured) */
+  double slowdown;  /* the slow rank's compute over its prediction (> 1) */
+  int horizon;      /* steps the decision is judged over (the steps left, capped) */
+  bool can[5];      /* which rungs this job has (can[0], doing nothing, always) */
+  double cost_s[5]; /* each rung's transition cost in seconds (measured where known) */
+  double min_share; /* S1: the smallest fraction of the rows a replica may keep (0: none) */
 } gt_ladder_input;
 
 typedef struct gt_ladder_decision {
@@ -49,11 +49,11 @@ gt_status gt_ladder_decide(const gt_ladder_input *in, gt_ladder_decision *out);
  * the wait, the work of those replicas spread over the others,
  *   (step_s - (wait_s - wait_base_s)) * dp / (dp - replicas). */
 typedef struct gt_ladder_link_input {
-  int dp, replicas;     /* replicas: those the ranks behind the link belong to (< dp) */
-  double step_s;        /* the step time now (measured) */
+  int dp, replicas; /* replicas: those the ranks behind the link belong to (< dp) */
+  double step_s;    /* the step time now (measured) */
   double wait_s, wait_base_s;
   int horizon;
-  bool can[5];          /* only can[3] and can[4] are looked at */
+  bool can[5]; /* only can[3] and can[4] are looked at */
   double cost_s[5];
 } gt_ladder_link_input;
 

@@ -13,7 +13,7 @@ GT_API_BEGIN
  * NULL or size 1 = no tensor parallelism. */
 typedef struct gt_model_parallel {
   gt_group *tp;
-  bool seq_parallel;     /* sequence parallelism in split layers (needs tp > 1) */
+  bool seq_parallel;      /* sequence parallelism in split layers (needs tp > 1) */
   size_t buffer_multiple; /* pad the flat buffers to a multiple of this many
                              floats (so data-parallel shards are equal); 0 = none */
   /* Pipeline parallelism: the model is cut into pp_size * pp_chunks stages
@@ -40,15 +40,15 @@ typedef struct gt_annotations {
 } gt_annotations;
 
 typedef struct gt_offload_stats {
-  int window, prefetch;        /* as run: clipped to the layers this rank holds */
-  size_t slot_bytes;           /* one weight slot, in the compute precision */
-  size_t weight_bytes;         /* every local layer's weights once, as fetched */
-  uint64_t fetches;            /* layers' weights copied to the device */
+  int window, prefetch;         /* as run: clipped to the layers this rank holds */
+  size_t slot_bytes;            /* one weight slot, in the compute precision */
+  size_t weight_bytes;          /* every local layer's weights once, as fetched */
+  uint64_t fetches;             /* layers' weights copied to the device */
   uint64_t bytes_in, bytes_out; /* host to device, device to host */
   /* Seconds the host waited for transfers (weights not yet fetched,
    * gradients not yet back): the copy time compute did not hide. */
   double wait_seconds;
-  double wait_grad_seconds;    /* the part of it that waited for gradients going back */
+  double wait_grad_seconds; /* the part of it that waited for gradients going back */
 } gt_offload_stats;
 
 gt_status gt_model_set_parallel(gt_model *m, const gt_model_parallel *p);

@@ -47,15 +47,14 @@ typedef struct gt_pp_step {
 
 typedef struct gt_pp_schedule {
   gt_pp_kind kind;
-  int stages;        /* p: pipeline ranks */
-  int micro_batches; /* m */
-  int chunks;        /* v: virtual stages per rank */
-  int *nsteps;       /* per rank: 2 * m * v */
+  int stages;         /* p: pipeline ranks */
+  int micro_batches;  /* m */
+  int chunks;         /* v: virtual stages per rank */
+  int *nsteps;        /* per rank: 2 * m * v */
   gt_pp_step **steps; /* per rank, in execution order */
 } gt_pp_schedule;
 
-gt_status gt_pp_schedule_build(gt_pp_kind kind, int stages, int micro_batches, int chunks,
-                               gt_pp_schedule **out);
+gt_status gt_pp_schedule_build(gt_pp_kind kind, int stages, int micro_batches, int chunks, gt_pp_schedule **out);
 void gt_pp_schedule_free(gt_pp_schedule *s);
 /* "gpipe", "1f1b", "interleaved". */
 gt_status gt_pp_parse(const char *name, gt_pp_kind *kind);
@@ -75,18 +74,18 @@ gt_status gt_pp_schedule_check(const gt_pp_schedule *s);
 
 typedef struct gt_pp_sim_result {
   int stages;
-  double makespan;     /* from the first step's start to the last step's end */
-  double bubble;       /* 1 - sum(busy) / (stages * makespan): idle share */
-  double *busy;        /* per rank: seconds spent in steps */
-  int *peak_in_flight; /* per rank: most forwards (micro-batch, chunk) whose
+  double makespan;        /* from the first step's start to the last step's end */
+  double bubble;          /* 1 - sum(busy) / (stages * makespan): idle share */
+  double *busy;           /* per rank: seconds spent in steps */
+  int *peak_in_flight;    /* per rank: most forwards (micro-batch, chunk) whose
                           backward has not run yet, the activation driver */
   double *peak_act_bytes; /* per rank, when act_bytes was given, else 0 */
 } gt_pp_sim_result;
 
 typedef struct gt_pp_costs {
-  const double *fwd, *bwd;  /* seconds per virtual stage (stages*chunks entries) */
-  double p2p_seconds;       /* added when a step waits for another rank's output */
-  const double *act_bytes;  /* optional: activations one micro-batch keeps per virtual stage */
+  const double *fwd, *bwd; /* seconds per virtual stage (stages*chunks entries) */
+  double p2p_seconds;      /* added when a step waits for another rank's output */
+  const double *act_bytes; /* optional: activations one micro-batch keeps per virtual stage */
 } gt_pp_costs;
 
 /* Runs the schedule on a clock: each rank executes its steps in order, a

@@ -45,7 +45,7 @@ gt_status gt_plan_parse(const char *text, int world, gt_grid_layout *out, bool *
 
 typedef struct gt_plan_config {
   int world, rank;
-  const char *layout;  /* NULL: $GT_PLAN, else "auto" */
+  const char *layout; /* NULL: $GT_PLAN, else "auto" */
   bool zero1, seq_parallel;
   size_t bucket_bytes; /* 0: 4 MiB */
   gt_pp_kind schedule; /* GT_PP_GPIPE (0), GT_PP_1F1B or GT_PP_INTERLEAVED */
@@ -56,8 +56,8 @@ typedef struct gt_plan_config {
   /* The planner's layout for what the text and the annotations leave open
    * (gt_plan_preview says which), or NULL: tp = pp = 1, dp fills the world. */
   const gt_grid_layout *planner;
-  int micro_batches;   /* a flag's micro-batches per step, or 0: not given */
-  int offload_window;  /* a flag's offload window: > 0 on, < 0 off, 0: not given */
+  int micro_batches;  /* a flag's micro-batches per step, or 0: not given */
+  int offload_window; /* a flag's offload window: > 0 on, < 0 off, 0: not given */
 } gt_plan_config;
 
 /* Decides each factor of the layout, flag first, then annotation, then

@@ -22,7 +22,7 @@ typedef struct gt_trainer_config {
    * parallel group (bucketed, overlapping backward), optionally ZeRO-1; the
    * loss and gradient norm reduced over every group. NULL = one process. */
   struct gt_dist *dist;
-  bool no_overlap;          /* hold gradient reduction back until backward ends */
+  bool no_overlap; /* hold gradient reduction back until backward ends */
   /* Matrix products in fp32 (the default) or mixed bf16 with fp32 master
    * weights, accumulation and optimizer state (giant/backend.h). */
   gt_precision precision;
