@@ -70,13 +70,14 @@ static int last_step(const char *path) {
   return last;
 }
 
-static void test_contention_on_one_of_two(void **state) {
-  (void)state;
+/* One run of the job, contention put on rank 1's core at step ONSET; its
+ * output into r, the step the contention began at into *onset. */
+static void run_contended(int attempt, run_result *r, int *onset_out) {
   char wrap[160], metrics[128], out[128], ck[128];
   snprintf(wrap, sizeof wrap, "%s/pin.sh", dir);
-  snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
-  snprintf(out, sizeof out, "%s/out.txt", dir);
-  snprintf(ck, sizeof ck, "%s/ck", dir);
+  snprintf(metrics, sizeof metrics, "%s/m%d.jsonl", dir, attempt);
+  snprintf(out, sizeof out, "%s/out%d.txt", dir, attempt);
+  snprintf(ck, sizeof ck, "%s/ck%d", dir, attempt);
   FILE *f = fopen(wrap, "w");
   assert_non_null(f);
   fprintf(f, "#!/bin/sh\nexec taskset -c \"$GT_LOCAL_RANK\" \"$@\"\n");
@@ -126,8 +127,6 @@ static void test_contention_on_one_of_two(void **state) {
     kill(job, SIGKILL);
     waitpid(job, &st, 0);
   }
-  run_result *r = calloc(1, sizeof *r);
-  assert_non_null(r);
   FILE *o = fopen(out, "r");
   if (o) {
     size_t n = fread(r->output, 1, sizeof r->output - 1, o);
@@ -135,17 +134,46 @@ static void test_contention_on_one_of_two(void **state) {
     fclose(o);
   }
   r->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  if (onset < ONSET) run_fail(r, "the job did not reach step %d (exit %d)", ONSET, r->exit_code);
-  if (r->exit_code != 0) run_fail(r, "giantrun: exit %d, its output above", r->exit_code);
-  if (!strstr(r->output, "compute timed by the wall clock")) run_fail(r, "compute not timed by the wall clock");
-  const char *flag = strstr(r->output, "fail-slow: rank 1 compute x");
-  if (!flag) run_fail(r, "rank 1 was never flagged slow");
-  if (strstr(r->output, "fail-slow: rank 0 compute x")) run_fail(r, "rank 0 was flagged slow");
-  const char *at = strstr(flag, "(flagged at step ");
-  int step = at ? atoi(at + strlen("(flagged at step ")) : -1;
-  print_message("contention from step %d; rank 1 flagged at step %d\n", onset, step);
-  if (step < onset || step > onset + 10) run_fail(r, "rank 1 flagged at step %d, contention from step %d", step, onset);
-  if (!strstr(r->output, "[rank 1] gpt: excluded after step")) run_fail(r, "rank 1 was not left out");
+  *onset_out = onset;
+}
+
+/* The ladder prices a flagged rank once, at the flag, by the slowdown the
+ * evidence shows then. On two cores that other tests share, a rank can
+ * run x1.4 slow for a few steps before the contention: the detector then
+ * dates the evidence from before it, flags as the contention begins, and
+ * the slowdown at the flag is that mix (x1.5 in one CI run, where in a job
+ * of two leaving a rank out pays only past x2). Such a run tests the
+ * machine's noise, not the contention, so it is run again, at most twice. */
+static void test_contention_on_one_of_two(void **state) {
+  (void)state;
+  run_result *r = calloc(1, sizeof *r);
+  assert_non_null(r);
+  for (int attempt = 0;; attempt++) {
+    int onset = -1;
+    memset(r, 0, sizeof *r);
+    run_contended(attempt, r, &onset);
+    if (onset < ONSET) run_fail(r, "the job did not reach step %d (exit %d)", ONSET, r->exit_code);
+    if (r->exit_code != 0) run_fail(r, "giantrun: exit %d, its output above", r->exit_code);
+    if (!strstr(r->output, "compute timed by the wall clock")) run_fail(r, "compute not timed by the wall clock");
+    const char *flag = strstr(r->output, "fail-slow: rank 1 compute x");
+    if (!flag) run_fail(r, "rank 1 was never flagged slow");
+    if (strstr(r->output, "fail-slow: rank 0 compute x")) run_fail(r, "rank 0 was flagged slow");
+    const char *at = strstr(flag, "(flagged at step ");
+    const char *from = strstr(flag, " from step ");
+    int step = at ? atoi(at + strlen("(flagged at step ")) : -1;
+    int evidence = from ? atoi(from + strlen(" from step ")) : -1;
+    print_message("contention from step %d; rank 1 flagged at step %d, its evidence from step %d\n", onset, step,
+                  evidence);
+    if (step < onset || step > onset + 10)
+      run_fail(r, "rank 1 flagged at step %d, contention from step %d", step, onset);
+    bool excluded = strstr(r->output, "[rank 1] gpt: excluded after step") != NULL;
+    if (!excluded && evidence < onset && attempt < 2) {
+      print_message("attempt %d: the evidence began before the contention (noise on this machine): again\n", attempt);
+      continue;
+    }
+    if (!excluded) run_fail(r, "rank 1 was not left out");
+    break;
+  }
   free(r);
 }
 
