@@ -41,6 +41,8 @@
 extern char **environ;
 
 gt_status gt_etcd_local_find(char *path, size_t cap) {
+  if (!path || cap < sizeof "/usr/bin/etcd")
+    return gt_errorf(GT_EINVAL, "gt_etcd_local_find: give a buffer of at least %zu bytes", sizeof "/usr/bin/etcd");
   const char *env = getenv("PATH");
   for (const char *p = env ? env : ""; *p;) {
     const char *colon = strchr(p, ':');
