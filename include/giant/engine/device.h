@@ -1,4 +1,4 @@
-/* A backend's streams and events, its device index, and its measured peak
+/* A backend's streams and events, and its measured peak
  * speed: for engines that overlap copies with compute or report MFU. The
  * backend itself, its memory and its kernels are the user's API
  * (giant/backend.h). */
