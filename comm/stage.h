@@ -8,7 +8,7 @@
  * Piece k covers elements [k m, (k + 1) m) of what a rank sends (its block,
  * for the collectives) and of what it receives point to point, m elements
  * a piece. The peers must cut an operation alike: every rank of a group
- * stages a large operation or none does (giant/comm.h), and a
+ * stages a large operation or none does (giant/engine/comm.h), and a
  * point-to-point piece has the same size whichever of send, recv or
  * sendrecv either side called. The input goes through the staging when it
  * is host memory, and for a reduce-scatter always (a piece is a strided

@@ -1,5 +1,5 @@
 /* The job's leader on this node. Every agent campaigns for its job's
- * leadership (giant/coord.h) for as long as it runs; the one that leads
+ * leadership (giant/engine/coord.h) for as long as it runs; the one that leads
  * decides the workers' fail-slow mitigation. Its thread reads the report
  * worker rank 0 publishes (the replicas' measured speeds and shares), runs
  * the rebalancing decision on it (predicted step before and after, the

@@ -1,5 +1,5 @@
 /* The planner's cost model: one layout's predicted step time and memory
- * (see giant/planner.h for the formulas), the search over layouts, and the
+ * (see parallel/planner.h for the formulas), the search over layouts, and the
  * printed plan. */
 #include <math.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* The pipeline executor: one step's micro-batches through this rank's
- * stages, in the order of the plan's schedule (giant/pipeline.h).
+ * stages, in the order of the plan's schedule (giant/engine/pipeline.h).
  */
 #ifndef GIANT_PP_EXEC_H
 #define GIANT_PP_EXEC_H

@@ -1,5 +1,5 @@
 /* --rebalance under a leader: worker rank 0's link to the job's
- * coordinator on etcd (giant/coord.h). A thread of its own makes every
+ * coordinator on etcd (giant/engine/coord.h). A thread of its own makes every
  * etcd call, so that a step never waits on etcd: it publishes the latest
  * report handed to it and keeps the latest decision it read. */
 #ifndef GIANT_RUN_COORD_LINK_H

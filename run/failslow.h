@@ -1,4 +1,4 @@
-/* A run's fail-slow detection (giant/failslow.h): --failslow turns it on,
+/* A run's fail-slow detection (resilience/detect/failslow.h): --failslow turns it on,
  * --failslow-theta, -k, -warmup, -window, -every, -probe-rounds and
  * -probe-bytes tune it (defaults in docs/failslow.md). */
 #ifndef GIANT_RUN_FAILSLOW_H

@@ -1,4 +1,4 @@
-/* The mitigation ladder in a run (giant/ladder.h): when the fail-slow
+/* The mitigation ladder in a run (giant/engine/ladder.h): when the fail-slow
  * monitor flags a rank slow in its compute, the rung this job can take
  * that predicts the least time over the steps left (S1 rows, S2 re-cut,
  * S3 exclude, S4 restart), or the one --ladder names; the ranks behind a

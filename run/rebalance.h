@@ -1,5 +1,5 @@
 /* --rebalance: data-parallel replicas trade rows of every micro-batch by
- * their measured speed while training (giant/rebalance.h decides,
+ * their measured speed while training (resilience/mitigate/rebalance.h decides,
  * gt_trainer_set_rows applies). docs/failslow.md, "Mitigation:
  * rebalancing". */
 #ifndef GIANT_RUN_REBALANCE_H

@@ -1,5 +1,5 @@
 /* --rebalance at pipeline layouts: what the stage cut by measured speed
- * is decided on (giant/rebalance.h, gt_rebalance_choose_cut).
+ * is decided on (resilience/mitigate/rebalance.h, gt_rebalance_choose_cut).
  * docs/failslow.md, "Re-cutting pipeline stages". */
 #ifndef GIANT_RUN_RECUT_H
 #define GIANT_RUN_RECUT_H

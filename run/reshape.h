@@ -40,7 +40,7 @@ typedef struct run_reshape {
   gt_fault_plan faults;    /* GT_FAULT's holdjoin, played where joins are looked for */
   /* A cut-off peer (a partitioned node) breaks no connection: the watcher
    * aborts `grid`'s communicators once the epoch without it stands
-   * (giant/members.h), so the step blocked on it fails at once. */
+   * (resilience/members/members.h), so the step blocked on it fails at once. */
   gt_members_watch *watch;
   gt_grid *grid;
   /* The last reshape could not gather the state (floats held by no rank

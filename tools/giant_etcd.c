@@ -152,7 +152,7 @@ static int cmd_watch(gt_etcd_client *c, char **args, int n, const opts *o) {
 }
 
 /* The job's leader, its latest mitigation and the health table
- * (giant/coord.h). */
+ * (giant/engine/coord.h). */
 static int cmd_health(gt_etcd_client *c, char **args, int n) {
   if (n != 1) return bad_usage("health takes one JOB id%s", "");
   if (!gt_rdzv_valid_id(args[0])) return bad_usage("'%s' is not a job id ([A-Za-z0-9._-])", args[0]);

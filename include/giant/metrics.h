@@ -13,7 +13,7 @@
 GT_API_BEGIN
 
 /* What one rank did in a step and how long it took, for the iteration-time
- * predictor and fail-slow detection (giant/predictor.h). Fixed size, so that
+ * predictor and fail-slow detection (giant/engine/predictor.h). Fixed size, so that
  * ranks can exchange it as it is. Times are this rank's own. */
 typedef struct gt_step_telemetry {
   int rank;              /* the trainer's: the rank as launched (GT_RANK), which a reshape does not renumber;

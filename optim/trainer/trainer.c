@@ -1,5 +1,5 @@
 /* The training loop: micro-batches, gradient accumulation, the reductions
- * a distributed step needs (giant/plan.h), clipping, the update, metrics. */
+ * a distributed step needs (giant/engine/plan.h), clipping, the update, metrics. */
 #include "giant/engine/trainer.h"
 
 #include <math.h>

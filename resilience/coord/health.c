@@ -1,4 +1,4 @@
-/* Health records on etcd (see giant/coord.h): one line of text per rank,
+/* Health records on etcd (see giant/engine/coord.h): one line of text per rank,
  * so that any etcd client shows them as they are. */
 #include <errno.h>
 #include <inttypes.h>

@@ -1,4 +1,4 @@
-/* Leader election on etcd (see giant/coord.h).
+/* Leader election on etcd (see giant/engine/coord.h).
  *
  * One thread per campaigner does everything that talks to etcd: it holds a
  * lease (granting a new one when the old is lost), tries to create the

@@ -1,4 +1,4 @@
-/* Mitigation records on etcd (see giant/coord.h): the workers' report of
+/* Mitigation records on etcd (see giant/engine/coord.h): the workers' report of
  * replica speeds and the leader's decision, one line of text each, and the
  * decision's write guarded by the leader's term. */
 #include <inttypes.h>

@@ -1,7 +1,7 @@
 /* Fail-slow monitoring of a running job: every rank, after every step (or
  * every `every` steps), gathers all ranks' gt_step_telemetry with one small
  * all-gather over the world communicator, feeds the predictor and the
- * detector (giant/predictor.h, giant/detector.h), and returns the step's
+ * detector (giant/engine/predictor.h, giant/engine/detector.h), and returns the step's
  * verdicts with every rank's telemetry.
  *
  * Two kinds of verdict:
@@ -22,7 +22,7 @@
  * receives alike, so no agreement round is needed. World rank 0 alone
  * reports them: a log line per verdict, a JSON line per step in the
  * metrics file, and, when the job has an etcd, a health record per verdict
- * (giant/coord.h). docs/failslow.md has the knobs and their defaults. */
+ * (giant/engine/coord.h). docs/failslow.md has the knobs and their defaults. */
 #ifndef GIANT_FAILSLOW_H
 #define GIANT_FAILSLOW_H
 

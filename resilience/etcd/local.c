@@ -1,4 +1,4 @@
-/* An etcd server run by this process (giant/etcd_local.h): the one starter
+/* An etcd server run by this process (resilience/etcd/local.h): the one starter
  * of giantrun --standalone, tests/localkit and the chaos suite.
  *
  * Waiting for a server to serve is waiting on two events: its log growing

@@ -1,4 +1,4 @@
-/* Membership epochs in the generation's store (giant/members.h). */
+/* Membership epochs in the generation's store (resilience/members/members.h). */
 #include "resilience/members/members.h"
 
 #include <stdbool.h>

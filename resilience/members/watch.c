@@ -1,4 +1,4 @@
-/* The watcher of newer membership epochs (giant/members.h). */
+/* The watcher of newer membership epochs (resilience/members/members.h). */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* The mitigation ladder (giant/ladder.h). The model is the simplest that
+/* The mitigation ladder (giant/engine/ladder.h). The model is the simplest that
  * tells the rungs apart: the step is as long as its slowest part.
  *   now:      step_s, the slow rank's part taking slowdown f times its share;
  *   t = step_s / f, the step if every rank were fast;

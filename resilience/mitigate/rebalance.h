@@ -3,7 +3,7 @@
  * Replicas that compute at different speeds (a slow device, a throttled
  * node) make every step wait for the slowest. Giving each replica rows of
  * every group micro-batch in proportion to its speed makes them finish
- * together; every token still weighs the same (giant/trainer.h,
+ * together; every token still weighs the same (giant/engine/trainer.h,
  * gt_trainer_set_rows). This is the decision only: a pure function of the
  * plan, every rank's telemetry of recent steps, the current shares and the
  * switch's cost, so that every rank, given the same data, decides the
@@ -47,7 +47,7 @@ gt_status gt_rebalance_decide(const gt_rebalance_config *cfg, const gt_plan *pla
                               gt_rebalance_decision *out);
 
 /* The two halves of gt_rebalance_decide, for a decision taken elsewhere
- * than where the telemetry is (a job's leader, giant/coord.h):
+ * than where the telemetry is (a job's leader, giant/engine/coord.h):
  * gt_rebalance_speeds measures every replica's rows per second (speed) and
  * micro-batches a step (micro), dp entries each; gt_rebalance_choose
  * decides from them alone. */

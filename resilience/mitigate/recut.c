@@ -1,4 +1,4 @@
-/* The pipeline cut by measured speed (giant/rebalance.h): each stage's
+/* The pipeline cut by measured speed (resilience/mitigate/rebalance.h): each stage's
  * speed is the FLOPs of the layers it holds over its compute time, and the
  * planner cuts the layers again for those speeds. A pure function, so that
  * the ranks alike, or a job's leader from their report, decide the same. */

@@ -1,4 +1,4 @@
-/* gt_init: the worker side of the launch contract (see giant/init.h). */
+/* gt_init: the worker side of the launch contract (see giant/engine/init.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>

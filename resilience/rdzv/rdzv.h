@@ -73,7 +73,7 @@ typedef struct gt_rdzv_config {
   int poll_ms;          /* period of the waits; 0 = 100 */
   /* A member node that leaves the running round (its lease lapsed: the
    * node died or is cut off) is released instead of starting a new round:
-   * its ranks leave the round's membership (giant/members.h) and the
+   * its ranks leave the round's membership (resilience/members/members.h) and the
    * others reshape in-process without them (giantrun --reshape). When the
    * node comes back (a new agent, or the link healed), it rejoins that
    * round (gt_rdzv_round.rejoin) rather than start a new one. */
@@ -123,7 +123,7 @@ gt_status gt_rdzv_fail(gt_rdzv *r, const char *why);
 gt_status gt_rdzv_abort(gt_rdzv *r, const char *why);
 /* A worker of the current round (generation rank `rank`) died and the
  * others reshape without it: publishes a membership epoch without it in
- * the round's store (giant/members.h). */
+ * the round's store (resilience/members/members.h). */
 gt_status gt_rdzv_member_lost(gt_rdzv *r, int rank);
 /* The same for ranks first .. first + count - 1 at once, in one epoch (a
  * node's ranks, when the node is lost). */

@@ -2,7 +2,7 @@
  * namespace of its own on the suite's bridge (tests/chaos/netns.h), so
  * that the coordinator has no single point of failure and a member can be
  * killed, stopped or cut off like a node. The members are libgiant's local
- * etcd servers (giant/etcd_local.h). Data and logs live under a directory
+ * etcd servers (resilience/etcd/local.h). Data and logs live under a directory
  * of the caller's; chaos_etcd_stop kills and reaps every member. */
 #ifndef GIANT_TESTS_CHAOS_ETCD_CLUSTER_H
 #define GIANT_TESTS_CHAOS_ETCD_CLUSTER_H

@@ -1,4 +1,4 @@
-/* The starter of local etcd servers (giant/etcd_local.h), the one that
+/* The starter of local etcd servers (resilience/etcd/local.h), the one that
  * giantrun --standalone, tests/localkit and the chaos suite share: the
  * command line it builds (read back from a stand-in program), a real etcd
  * started, answering, stopped with SIGSTOP, stopped and started again on

@@ -1,5 +1,5 @@
 /* Starts and stops a real etcd on loopback (see etcd_server.h), through
- * libgiant's starter of local etcd servers (giant/etcd_local.h). */
+ * libgiant's starter of local etcd servers (resilience/etcd/local.h). */
 #include "localkit/etcd_server.h"
 
 #include <fcntl.h>

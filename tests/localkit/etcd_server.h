@@ -8,7 +8,7 @@
  *   etcd_fixture_restart(&fx);     same ports and data, e.g. mid-stream
  *   etcd_fixture_destroy(&fx);     stop (SIGTERM, then SIGKILL) and rm -rf
  *
- * The server is libgiant's local etcd (giant/etcd_local.h). Every wait is
+ * The server is libgiant's local etcd (resilience/etcd/local.h). Every wait is
  * bounded (ETCD_FIXTURE_START_S seconds to serve). The server's log is in
  * fx.dir/etcd.log. Not thread-safe; one fixture per
  * server. */

@@ -1,4 +1,4 @@
-/* Mitigation records (giant/coord.h): the workers' report and the
+/* Mitigation records (giant/engine/coord.h): the workers' report and the
  * leader's decision survive a round trip as lines and refuse garbage; the
  * decision is gt_rebalance_choose's on the report; a decision is written
  * only under the term that leads, so when a leader is killed the next one

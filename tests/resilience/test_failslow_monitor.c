@@ -1,4 +1,4 @@
-/* The fail-slow monitor (giant/failslow.h) in a job of four forked ranks,
+/* The fail-slow monitor (resilience/detect/failslow.h) in a job of four forked ranks,
  * fed synthetic step telemetry: every rank computes 10 ms a step (with a
  * little jitter) and world rank 2 three times that from step FROM on.
  * Checked: every rank reaches the same verdicts, the slow rank is flagged

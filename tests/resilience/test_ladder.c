@@ -1,4 +1,4 @@
-/* The mitigation ladder (giant/ladder.h) on numbers worked out by hand. */
+/* The mitigation ladder (giant/engine/ladder.h) on numbers worked out by hand. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

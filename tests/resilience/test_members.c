@@ -1,4 +1,4 @@
-/* Membership epochs on a real etcd (giant/members.h): ranks leave and
+/* Membership epochs on a real etcd (resilience/members/members.h): ranks leave and
  * come back in numbered epochs, join requests are taken once, and the
  * watcher tells a lost rank's epoch from a join's, and reads the count of
  * join requests off the caller's path: with etcd frozen, asking it costs

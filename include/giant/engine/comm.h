@@ -1,6 +1,6 @@
 /* Communicators: collectives and point-to-point transfers between ranks.
- * (The store that bootstraps them is giant/store.h; the process grid built
- * from them, giant/grid.h.)
+ * (The store that bootstraps them is giant/engine/store.h; the process grid built
+ * from them, giant/engine/grid.h.)
  *
  * A communicator (gt_comm) joins `size` ranks that found each other through
  * a gt_store under a key prefix. Every operation is asynchronous: a

@@ -17,7 +17,7 @@
  * JOB prints them as a table.
  *
  * Mitigation. Worker rank 0 of a job whose agents lead publishes what the
- * rebalancing decision needs (giant/rebalance.h), a gt_mitigation_report at
+ * rebalancing decision needs (resilience/mitigate/rebalance.h), a gt_mitigation_report at
  * /giant/<job>/mitigation/report; the leader decides and writes a
  * gt_mitigation at /giant/<job>/mitigation/decision, in a transaction that
  * holds only while its leader key is still the one of its term, so a

@@ -1,7 +1,7 @@
 /* Fail-slow detection: which rank is slower than its workload explains.
  *
  * Each step, every rank's measured compute time is compared with what the
- * predictor (giant/predictor.h) says its workload should have cost:
+ * predictor (giant/engine/predictor.h) says its workload should have cost:
  * e_r = log(observed / predicted). What all ranks share (longer batches the
  * predictor missed, a machine-wide slowdown) is taken out by subtracting the
  * median over ranks, z_r = e_r - median(e), so a job that slows as a whole

@@ -53,7 +53,7 @@ gt_status gt_job_step(gt_job *job, long long step);
  * its wait to exit is no stall. Later gt_job_step calls are no-ops. */
 void gt_job_done(gt_job *job);
 /* The job's etcd client when its store is on etcd (GT_STORE=etcd://...),
- * for health records (giant/coord.h); NULL with a TCP store or alone. The
+ * for health records (giant/engine/coord.h); NULL with a TCP store or alone. The
  * job owns it. */
 gt_etcd_client *gt_job_etcd(gt_job *job);
 /* Closes the store and frees the job. NULL is a no-op. */

@@ -9,7 +9,7 @@
 GT_API_BEGIN
 
 /* Parallel context, set before layers are added (by the plan; see
- * giant/plan.h). tp: the group tensor-parallel layers are split across;
+ * giant/engine/plan.h). tp: the group tensor-parallel layers are split across;
  * NULL or size 1 = no tensor parallelism. */
 typedef struct gt_model_parallel {
   gt_group *tp;

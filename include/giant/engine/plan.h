@@ -5,7 +5,7 @@
  * size and the model's annotations: which layers each rank holds, how each
  * is split, which slice of every parameter and of the optimizer state each
  * rank owns. Every rank computes the same plan from the same inputs.
- * (The running state built from a plan is giant/dist.h.)
+ * (The running state built from a plan is giant/engine/dist.h.)
  */
 #ifndef GIANT_PLAN_H
 #define GIANT_PLAN_H

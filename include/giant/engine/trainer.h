@@ -18,7 +18,7 @@ typedef struct gt_trainer_config {
   int grad_accum;           /* micro-batches per step, >= 1; 0: the model's pipeline(m) annotation, else 1 */
   const char *metrics_path; /* JSON lines; NULL = none */
   int print_every;          /* print a line every N steps; 0 = never */
-  /* Distributed training (giant/plan.h): gradients averaged over the data-
+  /* Distributed training (giant/engine/plan.h): gradients averaged over the data-
    * parallel group (bucketed, overlapping backward), optionally ZeRO-1; the
    * loss and gradient norm reduced over every group. NULL = one process. */
   struct gt_dist *dist;
