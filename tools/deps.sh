@@ -18,6 +18,15 @@ giant_install_deps() {
   $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q $missing
 }
 
+# For the benchmarks' peers alone (the build and the tests need none of
+# them): PyTorch (Debian's, for the system python3) and OpenMPI, whose
+# MPI_Allreduce bench_comm runs beside Giant's shared memory.
+GIANT_BENCH_PACKAGES="python3-torch libopenmpi-dev openmpi-bin"
+
+giant_install_bench_deps() {
+  giant_install_deps "$GIANT_BENCH_PACKAGES"
+}
+
 # For tools/format.sh (and CI's style check): the clang-format whose output
 # .clang-format is checked against.
 GIANT_STYLE_PACKAGES="clang-format-14"
