@@ -16,8 +16,14 @@ typedef struct worker {
   char setting[96];
 } worker;
 
+/* PyTorch's CPU thread settings worth trying: its default (intra-op pool
+ * and BLAS both at N threads), one pool in BLAS (torch at 1 thread), and
+ * torch's own pool with a single-threaded BLAS. */
+#define BENCH_TORCH_MAX 3
+
 struct bench_torch {
-  worker w;
+  worker w[BENCH_TORCH_MAX];
+  int n;
 };
 
 gt_status bench_torch_export(gt_model *m, const int32_t *tokens, size_t ntokens, const char *dir) {
@@ -88,8 +94,8 @@ static gt_status spawn(worker *w, const char *dir, const bench_torch_shape *s, i
     return gt_errorf(GT_EUNSUPPORTED, "the pytorch worker cannot run: %s", line);
   }
   if (!strcmp(device, "cpu"))
-    snprintf(w->setting, sizeof w->setting, "%s, torch.set_num_threads(%d), OPENBLAS_NUM_THREADS=%d", precision,
-             torch_threads, blas_threads);
+    snprintf(w->setting, sizeof w->setting, "%s, torch.set_num_threads(%d), OPENBLAS_NUM_THREADS=%d%s", precision,
+             torch_threads, blas_threads, torch_threads == blas_threads ? " (torch's default)" : "");
   else
     snprintf(w->setting, sizeof w->setting, "%s on %s", precision, device);
   return GT_OK;
@@ -134,47 +140,54 @@ gt_status bench_torch_start(const char *dir, const bench_torch_shape *shape, int
   *out = NULL;
   bench_torch *t = calloc(1, sizeof *t);
   if (!t) return gt_errorf(GT_ENOMEM, "out of memory");
-  worker own = {0};
-  gt_status s = spawn(&t->w, dir, shape, 1, threads, device, precision);
-  if (s != GT_OK) {
-    free(t);
-    return s;
-  }
-  /* On the CPU, torch's own pool as a contender; keep whichever is faster. */
-  if (!strcmp(device, "cpu") && threads > 1 && spawn(&own, dir, shape, threads, 1, device, precision) == GT_OK) {
-    double a, b;
-    GT_TRY(ask(&t->w, "time", 2, &a, 1));
-    GT_TRY(ask(&own, "time", 2, &b, 1));
-    GT_TRY(ask(&t->w, "time", 2, &a, 1));
-    GT_TRY(ask(&own, "time", 2, &b, 1));
-    printf("pytorch thread settings: one pool (BLAS threads) %.1f ms/step, torch pool %.1f ms/step\n", a, b);
-    if (b < a) {
-      worker tmp = t->w;
-      t->w = own;
-      own = tmp;
+  /* {torch intra-op threads, OpenBLAS threads}; on a GPU, or with one
+   * thread, there is only one setting. */
+  int settings[BENCH_TORCH_MAX][2] = {{threads, threads}, {1, threads}, {threads, 1}};
+  int n = !strcmp(device, "cpu") && threads > 1 ? BENCH_TORCH_MAX : 1;
+  for (int i = 0; i < n; i++) {
+    gt_status s = spawn(&t->w[t->n], dir, shape, settings[i][0], settings[i][1], device, precision);
+    if (s != GT_OK) {
+      bench_torch_stop(t);
+      return s;
     }
-    worker_stop(&own);
-    GT_TRY(ask(&t->w, "reset", 0, NULL, 0));
+    t->n++;
   }
   *out = t;
   return GT_OK;
 }
 
-gt_status bench_torch_losses(bench_torch *t, int n, float *losses) {
+int bench_torch_settings(const bench_torch *t) { return t->n; }
+
+gt_status bench_torch_losses(bench_torch *t, int i, int n, float *losses) {
   double v[16];
   if (n > 16) return gt_errorf(GT_EINVAL, "at most 16 loss steps");
-  GT_TRY(ask(&t->w, "losses", n, v, n));
-  for (int i = 0; i < n; i++) losses[i] = (float)v[i];
+  GT_TRY(ask(&t->w[i], "losses", n, v, n));
+  for (int k = 0; k < n; k++) losses[k] = (float)v[k];
   return GT_OK;
 }
 
-gt_status bench_torch_time(bench_torch *t, int n, double *ms) { return ask(&t->w, "time", n, ms, 1); }
+gt_status bench_torch_time(bench_torch *t, int i, int n, double *ms, int *busy) {
+  bench_cpu_times before, after;
+  bench_cpu_times_read(t->w[i].pid, &before);
+  GT_TRY(ask(&t->w[i], "time", n, ms, 1));
+  bench_cpu_times_read(t->w[i].pid, &after);
+  *busy = bench_cpu_times_busy(&before, &after);
+  return GT_OK;
+}
 
-const char *bench_torch_setting(const bench_torch *t) { return t->w.setting; }
+gt_status bench_torch_threads(bench_torch *t, int i, int *openblas, int *intra) {
+  double v[2];
+  GT_TRY(ask(&t->w[i], "threads", 0, v, 2));
+  *openblas = (int)v[0];
+  *intra = (int)v[1];
+  return GT_OK;
+}
+
+const char *bench_torch_setting(const bench_torch *t, int i) { return t->w[i].setting; }
 
 void bench_torch_stop(bench_torch *t) {
   if (!t) return;
-  worker_stop(&t->w);
+  for (int i = 0; i < t->n; i++) worker_stop(&t->w[i]);
   free(t);
 }
 

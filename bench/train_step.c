@@ -17,7 +17,15 @@
  * (the tied output matrix included, the embedding lookup not), plus the
  * attention term 12*L*T*C per token (QK^T and AV over the full T x T).
  *
- * The last line is machine-readable: vs_pytorch=<ratio> mfu=<fraction>. */
+ * The peer runs on the CPU under each of its thread settings (torch's
+ * default, one pool in BLAS, torch's own pool: bench_torch.h), each timed
+ * every round over the same steps as Giant; the best median is its figure.
+ * The threads each side actually kept busy are printed beside what it was
+ * told.
+ *
+ * The last line is machine-readable:
+ * vs_pytorch=<ratio> mfu=<fraction> cpu=<model name>/<ISA flags>
+ * kernels=<the level Giant chose>. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +33,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench_cpu.h"
 #include "bench_stats.h"
 #include "bench_torch.h"
 #include "giant/options.h"
@@ -156,7 +165,9 @@ int main(int argc, char **argv) {
       printf("pytorch: not available (%s); Giant alone\n", gt_last_error());
       torch = NULL;
     }
-    /* Loss agreement over the first steps, from identical weights. */
+    /* Loss agreement over the first steps, from identical weights, for
+     * each of the peer's thread settings (a setting changes only the
+     * summation order). */
     if (torch) {
       float gl[8], tl[8];
       for (int i = 0; i < a.check_steps; i++) {
@@ -164,7 +175,6 @@ int main(int argc, char **argv) {
         if (gt_trainer_step_batches(g.tr, &batch, 1, &st) != GT_OK) return die("step");
         gl[i] = st.loss;
       }
-      if (bench_torch_losses(torch, a.check_steps, tl) != GT_OK) return die("pytorch losses");
       /* fp32: the same arithmetic up to summation order. bf16: Giant
        * rounds only the operands of its products to bf16, while autocast
        * also stores the products' outputs in bf16, so the losses differ by
@@ -172,13 +182,19 @@ int main(int argc, char **argv) {
        * holds them and still catches a wrong model or step. */
       double tol = a.precision == GT_PRECISION_BF16 ? 2e-2 : 1e-4;
       double worst = 0;
-      for (int i = 0; i < a.check_steps; i++) {
-        double rel = fabs((double)gl[i] - tl[i]) / fabs((double)tl[i]);
-        if (rel > worst) worst = rel;
-        printf("check step %d: giant loss %.6f, pytorch loss %.6f\n", i, gl[i], tl[i]);
+      for (int k = 0; k < bench_torch_settings(torch); k++) {
+        if (bench_torch_losses(torch, k, a.check_steps, tl) != GT_OK) return die("pytorch losses");
+        for (int i = 0; i < a.check_steps; i++) {
+          double rel = fabs((double)gl[i] - tl[i]) / fabs((double)tl[i]);
+          if (rel > worst) worst = rel;
+          if (k == 0) printf("check step %d: giant loss %.6f, pytorch loss %.6f\n", i, gl[i], tl[i]);
+        }
       }
-      printf("losses over %d steps from identical weights (%s): max relative difference %.2e (%s %.0e)\n",
-             a.check_steps, prec, worst, worst <= tol ? "agree within" : "DISAGREE beyond", tol);
+      printf(
+          "losses over %d steps from identical weights (%s, %d pytorch setting(s)): max relative difference %.2e "
+          "(%s %.0e)\n",
+          a.check_steps, prec, bench_torch_settings(torch), worst, worst <= tol ? "agree within" : "DISAGREE beyond",
+          tol);
       if (worst > tol) rc = 3;
     }
     char cmd[600];
@@ -189,34 +205,65 @@ int main(int argc, char **argv) {
   /* A GPU reaches its peak only on large products; n=1024 would leave it
    * mostly idle and overstate MFU. */
   int peak_n = on_cpu ? 1024 : 8192;
+  int nt = torch ? bench_torch_settings(torch) : 0;
   double *peak = calloc((size_t)a.rounds, sizeof(double)), *gms = calloc((size_t)a.rounds, sizeof(double));
-  double *tms = calloc((size_t)a.rounds, sizeof(double));
+  double *tms = calloc((size_t)a.rounds * (size_t)(nt ? nt : 1), sizeof(double));
+  int gbusy = 0, tbusy[8] = {0};
   /* Warm-up: first touches of memory and thread start-up. */
   for (int i = 0; i < 2; i++)
     if (gt_trainer_step_batches(g.tr, &batch, 1, NULL) != GT_OK) return die("step");
+  /* Every round times Giant and each of the peer's settings over the same
+   * number of steps, so the peer's best is chosen from as many steps as
+   * Giant gets. */
   for (int r = 0; r < a.rounds; r++) {
     if (gt_backend_measure_peak_ex(g.be, a.precision, peak_n, 0.5, &peak[r]) != GT_OK) return die("peak");
+    bench_cpu_times before, after;
+    bench_cpu_times_read(0, &before);
     double t0 = gt_now();
     for (int i = 0; i < a.steps; i++)
       if (gt_trainer_step_batches(g.tr, &batch, 1, NULL) != GT_OK) return die("step");
     gms[r] = (gt_now() - t0) / a.steps * 1e3;
-    if (torch && bench_torch_time(torch, a.steps, &tms[r]) != GT_OK) return die("pytorch timing");
+    bench_cpu_times_read(0, &after);
+    gbusy = bench_cpu_times_busy(&before, &after);
     printf("round %d: %s gemm peak %.1f GFLOP/s | giant %.1f ms/step", r, prec, peak[r] / 1e9, gms[r]);
-    if (torch) printf(" | pytorch %.1f ms/step", tms[r]);
+    for (int k = 0; k < nt; k++) {
+      if (bench_torch_time(torch, k, a.steps, &tms[k * a.rounds + r], &tbusy[k]) != GT_OK) return die("pytorch timing");
+      printf(" | pytorch[%d] %.1f", k, tms[k * a.rounds + r]);
+    }
     printf("\n");
   }
-  double pk = bench_median(peak, a.rounds), gm = bench_median(gms, a.rounds),
-         tm = torch ? bench_median(tms, a.rounds) : 0;
+  double pk = bench_median(peak, a.rounds), gm = bench_median(gms, a.rounds), tm = 0;
   double mfu = flops / (gm / 1e3) / pk;
   printf("giant:   %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s, MFU %.1f%% of the %s gemm peak %.1f GFLOP/s\n", gm,
          BT / (gm / 1e3), flops / (gm / 1e3) / 1e9, 100 * mfu, prec, pk / 1e9);
-  if (torch) {
-    printf("pytorch: %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s (%s)\n", tm, BT / (tm / 1e3), flops / (tm / 1e3) / 1e9,
-           bench_torch_setting(torch));
-    printf("vs_pytorch=%.3f mfu=%.3f\n", tm / gm, mfu);
-  } else {
-    printf("vs_pytorch=nan mfu=%.3f\n", mfu);
+  /* What the threads did, not only what they were told: OpenBLAS's own
+   * count, and how many threads of each process were busy in the last
+   * round. */
+  if (on_cpu)
+    printf("giant threads: openblas_get_num_threads()=%d, %d busy during the steps\n", bench_openblas_threads(), gbusy);
+  int best = 0;
+  for (int k = 0; k < nt; k++) {
+    double med = bench_median(&tms[k * a.rounds], a.rounds);
+    int ob = -1, intra = -1;
+    if (on_cpu && bench_torch_threads(torch, k, &ob, &intra) != GT_OK) return die("pytorch threads");
+    printf("pytorch[%d]: median %.1f ms/step (%s)", k, med, bench_torch_setting(torch, k));
+    if (on_cpu) printf("; openblas_get_num_threads()=%d, torch.get_num_threads()=%d, %d busy", ob, intra, tbusy[k]);
+    printf("\n");
+    if (k == 0 || med < tm) {
+      tm = med;
+      best = k;
+    }
   }
+  if (torch) {
+    printf("pytorch: %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s (best of %d settings: %s)\n", tm, BT / (tm / 1e3),
+           flops / (tm / 1e3) / 1e9, nt, bench_torch_setting(torch, best));
+  }
+  char cpu[256];
+  bench_cpu_features(cpu, sizeof cpu);
+  if (torch)
+    printf("vs_pytorch=%.3f mfu=%.3f cpu=%s kernels=%s\n", tm / gm, mfu, cpu, gt_backend_kernels(g.be));
+  else
+    printf("vs_pytorch=nan mfu=%.3f cpu=%s kernels=%s\n", mfu, cpu, gt_backend_kernels(g.be));
   bench_torch_stop(torch);
   free(peak);
   free(gms);

@@ -10,8 +10,11 @@ exits), then answers commands on stdin, one line each:
   losses N  -> the losses of N training steps, space separated
   time N    -> mean milliseconds per step over N steps
   reset     -> reload the weights and a fresh optimizer
+  threads 0 -> "OPENBLAS INTRA": openblas_get_num_threads() of the BLAS torch
+               loaded (-1 if it is not OpenBLAS) and torch.get_num_threads()
 """
 import contextlib
+import ctypes
 import math
 import os
 import sys
@@ -109,6 +112,23 @@ def step():
     return loss.item()
 
 
+def openblas_threads():
+    # The BLAS torch's matrix products go through, as loaded in this process
+    # (Debian's torch links the system libblas, an alternative that may be
+    # OpenBLAS); -1 when it is not OpenBLAS. An OpenMP build of OpenBLAS
+    # (Debian's default) follows OpenMP's thread count, which
+    # torch.set_num_threads sets, whatever OPENBLAS_NUM_THREADS says: this
+    # is the count its products actually use.
+    with open("/proc/self/maps") as maps:
+        libs = {line.split()[-1] for line in maps if "blas" in line.split()[-1]}
+    for lib in sorted(libs):
+        try:
+            return ctypes.CDLL(lib).openblas_get_num_threads()
+        except (OSError, AttributeError):
+            continue
+    return -1
+
+
 print("ready", flush=True)
 for line in sys.stdin:
     cmd, n = line.split()
@@ -124,6 +144,8 @@ for line in sys.stdin:
         if DEVICE_TYPE == "cuda":
             torch.cuda.synchronize()
         print(f"{(time.perf_counter() - t0) / n * 1e3:.3f}", flush=True)
+    elif cmd == "threads":
+        print(f"{openblas_threads()} {torch.get_num_threads()}", flush=True)
     elif cmd == "reset":
         params = load_params()
         opt = optimizer(params)
