@@ -100,8 +100,7 @@ static void test_example_resumes_exactly(void **state) {
 
 static void skip_without_etcd(void) {
   if (access("/usr/bin/etcd", X_OK) != 0 && system("command -v etcd >/dev/null 2>&1") != 0) {
-    print_message("skipped: etcd not found\n");
-    skip();
+    SKIP_CASE("etcd not found");
   }
 }
 
@@ -275,5 +274,5 @@ int main(void) {
       cmocka_unit_test(test_giantrun_restart_resumes),
       cmocka_unit_test(test_giantrun_stop_commits_in_flight),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return gt_test_exit(cmocka_run_group_tests(tests, setup, teardown));
 }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/gt_skip.h"
 #include "localkit/ranks.h"
 #include "core/backend_engine.h"
 #include "giant/engine/comm.h"
@@ -249,7 +250,7 @@ static int order_main(int r, int n, void *arg) {
 
 static void test_nccl_waits_for_compute(void **state) {
   (void)state;
-  if (probe_devices() < 1) skip();
+  if (probe_devices() < 1) SKIP_CASE("no CUDA device");
   int codes[HARNESS_MAX];
   assert_int_equal(harness_run(1, order_main, NULL, 120, codes), 0);
 }
@@ -257,7 +258,7 @@ static void test_nccl_waits_for_compute(void **state) {
 static void test_nccl_collectives(void **state) {
   (void)state;
   int n = probe_devices();
-  if (n < 1) skip();
+  if (n < 1) SKIP_CASE("no CUDA device");
   int codes[HARNESS_MAX];
   assert_int_equal(harness_run(n, rank_main, NULL, 120, codes), 0);
 }
@@ -267,5 +268,5 @@ int main(void) {
   if (n < 1) return 77;
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_nccl_collectives),
                                      cmocka_unit_test(test_nccl_waits_for_compute)};
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return gt_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

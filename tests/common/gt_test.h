@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/gt_skip.h"
 #include "giant/status.h"
 
 #define OK(expr)                                                                               \
@@ -33,7 +34,8 @@ static inline void expect_error(gt_status got, gt_status want, const char *words
  * fails at its start. A program all of whose cases play faults starts
  * main() with SKIP_PROGRAM_WITHOUT_FAULTS(): it exits 77, which ctest
  * reports as skipped. A case among others that need none calls
- * SKIP_CASE_WITHOUT_FAULTS() before it sets GT_FAULT: CMocka skips it. */
+ * SKIP_CASE_WITHOUT_FAULTS() before it sets GT_FAULT: CMocka skips it, and
+ * main returns gt_test_exit(...) (common/gt_skip.h). */
 #ifdef GIANT_FAULTS
 #define GT_TEST_FAULTS 1
 #else
@@ -47,12 +49,9 @@ static inline void expect_error(gt_status got, gt_status want, const char *words
       return 77;                                            \
     }                                                       \
   } while (0)
-#define SKIP_CASE_WITHOUT_FAULTS()                       \
-  do {                                                   \
-    if (!GT_TEST_FAULTS) {                               \
-      print_message("%s: skipped\n", GT_TEST_NO_FAULTS); \
-      skip();                                            \
-    }                                                    \
+#define SKIP_CASE_WITHOUT_FAULTS()                           \
+  do {                                                       \
+    if (!GT_TEST_FAULTS) SKIP_CASE("%s", GT_TEST_NO_FAULTS); \
   } while (0)
 
 #endif

@@ -423,5 +423,5 @@ static void test_failover(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_leader_rebalances), cmocka_unit_test(test_leader_recuts),
                                      cmocka_unit_test(test_failover)};
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return gt_test_exit(cmocka_run_group_tests(tests, setup, teardown));
 }
