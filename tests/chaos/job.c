@@ -28,6 +28,13 @@ static void nap_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
+const char *chaos_env_unsupported(void) {
+  const char *why = chaos_unsupported();
+  if (*why) return why;
+  if (system("command -v etcd >/dev/null 2>&1") != 0) return "no etcd on PATH";
+  return "";
+}
+
 int chaos_env_open(chaos_env *env, int nodes) {
   memset(env, 0, sizeof *env);
   const char *prog = getenv("GT_CHAOS_PROGRAM");
@@ -42,13 +49,9 @@ int chaos_env_open(chaos_env *env, int nodes) {
   build_path(rel, env->prog, sizeof env->prog);
   build_path("launch/giantrun", env->giantrun, sizeof env->giantrun);
   build_path("tools/giant-ckpt", env->giant_ckpt, sizeof env->giant_ckpt);
-  const char *why = chaos_unsupported();
+  const char *why = chaos_env_unsupported();
   if (*why) {
     snprintf(env->skip, sizeof env->skip, "%s", why);
-    return 1;
-  }
-  if (system("command -v etcd >/dev/null 2>&1") != 0) {
-    snprintf(env->skip, sizeof env->skip, "no etcd on PATH");
     return 1;
   }
   if (nodes < 1 || nodes + CHAOS_ETCD_MEMBERS > CHAOS_MAX_NODES) {

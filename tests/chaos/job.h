@@ -29,6 +29,9 @@ typedef struct chaos_env {
   bool net_up, etcd_up;
 } chaos_env;
 
+/* Why the emulated nodes cannot be made here (not root, no `ip`, no etcd),
+ * or "" when they can. */
+const char *chaos_env_unsupported(void);
 /* Makes the scratch corpus and its token file, `nodes` emulated nodes and a three-member etcd
  * cluster in namespaces of its own on their bridge. 0: ready; 1: cannot run here (env->skip says why: not root, no
  * `ip`, no etcd); -1: failed (on stderr), with everything made removed. */
