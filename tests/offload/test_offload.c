@@ -19,8 +19,8 @@
  * `test_offload cuda` runs the same checks on CUDA devices, a rank on each
  * (the copy stream and events of the CUDA backend, pinned host memory, and
  * NCCL reducing host buffers through its staging): one process and the
- * budget on one device, the parallel layouts where there are two; skipped
- * (77) without a device. There the offloaded update runs on the host and
+ * budget on one device; `test_offload cuda2` the parallel layouts, on two.
+ * Each is skipped (77) without its devices. There the offloaded update runs on the host and
  * the reference's on the device, whose kernels fuse multiply-adds: the
  * first loss must be the same bits, the rest the same to rounding. */
 #include <math.h>
@@ -174,10 +174,8 @@ static result *run(const char *layout, bool zero1, gt_precision prec, int window
 
 /* Offloaded runs at windows 1, 2 and all against the same layout without. */
 static void case_layout(const char *layout, bool zero1) {
-  if (layout && device_kind == GT_DEVICE_CUDA && cuda_devices < 2) {
-    print_message("skipped %s: one CUDA device, and a rank needs its own\n", layout);
-    skip();
-  }
+  if (layout && device_kind == GT_DEVICE_CUDA && cuda_devices < 2)
+    SKIP_CASE("%s: one CUDA device, and a rank needs its own", layout);
   for (int pi = 0; pi < 2; pi++) {
     gt_precision prec = pi ? GT_PRECISION_BF16 : GT_PRECISION_FP32;
     result *ref = run(NULL, false, prec, 0, NULL); /* the single-process layout */
@@ -523,14 +521,27 @@ static void test_budget(void **state) {
 }
 
 int main(int argc, char **argv) {
+  /* The CUDA runs, apart by the devices they need, so that a machine with
+   * one shows the one-device cases passed and only the layouts skipped. */
   if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
     if ((cuda_devices = harness_cuda_devices(2)) < 1) return 77;
     device_kind = GT_DEVICE_CUDA;
+    const struct CMUnitTest cuda_tests[] = {cmocka_unit_test(test_one_process), cmocka_unit_test(test_budget)};
+    return gt_test_exit(cmocka_run_group_tests(cuda_tests, NULL, NULL));
+  }
+  if (argc > 1 && strcmp(argv[1], "cuda2") == 0) {
+    if ((cuda_devices = harness_cuda_devices(2)) < 2) {
+      printf("skipped: %d CUDA device(s), and the layouts need two\n", cuda_devices);
+      return 77;
+    }
+    device_kind = GT_DEVICE_CUDA;
     const struct CMUnitTest cuda_tests[] = {
-        cmocka_unit_test(test_one_process), cmocka_unit_test(test_budget), cmocka_unit_test(test_dp2),
-        cmocka_unit_test(test_dp2_zero1),   cmocka_unit_test(test_tp2),    cmocka_unit_test(test_pp2),
+        cmocka_unit_test(test_dp2),
+        cmocka_unit_test(test_dp2_zero1),
+        cmocka_unit_test(test_tp2),
+        cmocka_unit_test(test_pp2),
     };
-    return cmocka_run_group_tests(cuda_tests, NULL, NULL);
+    return gt_test_exit(cmocka_run_group_tests(cuda_tests, NULL, NULL));
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_process),
