@@ -9,11 +9,18 @@
  *   stall      what an asynchronous save holds training up: the save call
  *              and the next step's wait for the snapshot copy
  *              (gt_ckpt_stats.stall_s)
+ *              (each the median of --saves saves)
  *   write      checkpoint bytes over the sync save's time less its
  *              snapshot (the stall), against the disk's rate
  *   load       reading the newest checkpoint back (hashes checked)
- *   torch      torch.save + fsync of the same state per rank, concurrently,
- *              where python3-torch is installed (else n/a)
+ *   torch      torch.save + fsync, both ranks at once, of the tensors each
+ *              rank's shard holds (by name and size, read from the
+ *              checkpoint's manifest: each replica writes its share, so
+ *              both sides write one copy of the state in all), where
+ *              python3-torch is installed (else n/a); a python peer per
+ *              rank that stays up, told when to save, so its start-up is
+ *              not timed; per save the slower rank, the median of --saves
+ *              saves as on Giant's side
  *   overhead   the throughput lost training N steps saving every 50,
  *              against N steps not saving (N = --steps)
  * Last line: ckpt_stall_ms=<a> sync_save_ms=<b> stall_ratio=<a/b>
@@ -24,8 +31,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_peer.h"
 #include "bench_rank.h"
-#include "bench_torch.h"
+#include "bench_stats.h"
+#include "ckpt/ckpt_internal.h"
 #include "localkit/ranks.h"
 #include "giant/ckpt.h"
 #include "giant/engine/dist.h"
@@ -42,8 +51,11 @@ typedef struct cfg {
   char dir[512];
   /* results, rank 0's */
   double disk_mbps, disk_buffered, disk_direct, sync_ms, stall_ms, load_ms, bytes, train_plain_s, train_saving_s;
-  double torch_ms[2];
-  int torch_rc;
+  double sync_rep[100], stall_rep[100]; /* rank 0's, one per save */
+  double torch_rep[2][100];             /* each rank's torch.save + fsync, one per save */
+  double torch_bytes[2], shard_bytes[2];
+  bool torch_ok[2];
+  char torch_why[256];
   size_t floats; /* a rank's parameters and moments */
 } cfg;
 
@@ -81,6 +93,37 @@ static double disk_rate(const char *dir, double bytes, double *buffered, double 
   return *buffered > *direct ? *buffered : *direct;
 }
 
+/* The tensors rank's shard of the checkpoint in step_dir holds, one line
+ * 'name floats' each, for the torch peer to save the same: a tensor whose
+ * slices are split between the shards (ZeRO-1's moments) counts this
+ * shard's part. Returns the shard's bytes. */
+static double write_torch_spec(const char *step_dir, int rank, const char *spec) {
+  ck_manifest m;
+  CHECK_OK(ck_manifest_read(step_dir, &m));
+  char shard[64];
+  snprintf(shard, sizeof shard, "shard-%05d.bin", rank);
+  int file = -1;
+  for (int i = 0; i < m.nfiles; i++)
+    if (!strcmp(m.files[i], shard)) file = i;
+  CHECK(file >= 0);
+  uint64_t *floats = calloc((size_t)m.ntensors + 1, sizeof *floats);
+  CHECK(floats != NULL);
+  double bytes = 0;
+  for (int i = 0; i < m.nslices; i++)
+    if (m.slices[i].file == file) {
+      floats[m.slices[i].tensor] += m.slices[i].length / sizeof(float);
+      bytes += (double)m.slices[i].length;
+    }
+  FILE *f = fopen(spec, "w");
+  CHECK(f != NULL);
+  for (int t = 0; t < m.ntensors; t++)
+    if (floats[t]) fprintf(f, "%s %llu\n", m.tensors[t].name, (unsigned long long)floats[t]);
+  CHECK(fclose(f) == 0);
+  free(floats);
+  ck_manifest_free(&m);
+  return bytes;
+}
+
 static void train(gt_trainer *tr, gt_batch *b, int steps, gt_ckpt *every50) {
   for (int s = 0; s < steps; s++) {
     CHECK_OK(gt_trainer_step_batches(tr, b, 1, NULL));
@@ -105,7 +148,6 @@ static int rank_main(int rank, int world, void *arg) {
       gt_ckpt_create(&(gt_ckpt_config){.dir = sync_dir, .keep = 0, .sync = true, .store = r.store}, r.tr, NULL, &sync));
   CHECK_OK(gt_ckpt_create(&(gt_ckpt_config){.dir = async_dir, .keep = 1, .store = r.store}, r.tr, NULL, &async));
   gt_comm *world_comm = gt_grid_world(gt_dist_grid(r.dist));
-  double sync_t = 0, stall_t = 0;
   int sync_step = 0;
   for (int k = 0; k < c->saves; k++) {
     CHECK_OK(gt_trainer_step_batches(r.tr, &b, 1, NULL)); /* a new step: a new checkpoint */
@@ -114,7 +156,7 @@ static int rank_main(int rank, int world, void *arg) {
     sync_step = gt_trainer_step_index(r.tr);
     CHECK_OK(gt_ckpt_save(sync));
     CHECK_OK(gt_comm_barrier(world_comm)); /* committed on rank 0 */
-    sync_t += now() - t0;
+    if (rank == 0) c->sync_rep[k] = now() - t0;
     /* The stall: the save call, and the wait of the next step's update
      * for the snapshot copy (the writer makes it while the step computes). */
     gt_ckpt_stats s0, s1;
@@ -122,17 +164,17 @@ static int rank_main(int rank, int world, void *arg) {
     CHECK_OK(gt_ckpt_save(async));
     CHECK_OK(gt_trainer_step_batches(r.tr, &b, 1, NULL));
     gt_ckpt_get_stats(async, &s1);
-    stall_t += s1.stall_s - s0.stall_s;
+    if (rank == 0) c->stall_rep[k] = s1.stall_s - s0.stall_s;
     CHECK_OK(gt_ckpt_wait(async));
   }
+  char step_dir[700];
+  snprintf(step_dir, sizeof step_dir, "%s/step-%08d", sync_dir, sync_step);
   if (rank == 0) {
-    char step_dir[700];
     gt_ckpt_summary sum;
-    snprintf(step_dir, sizeof step_dir, "%s/step-%08d", sync_dir, sync_step);
     CHECK_OK(gt_ckpt_describe(step_dir, &sum));
     c->bytes = (double)sum.bytes;
-    c->sync_ms = sync_t / c->saves * 1e3;
-    c->stall_ms = stall_t / c->saves * 1e3;
+    c->sync_ms = bench_median(c->sync_rep, c->saves) * 1e3;
+    c->stall_ms = bench_median(c->stall_rep, c->saves) * 1e3;
     c->disk_mbps = disk_rate(c->dir, c->bytes, &c->disk_buffered, &c->disk_direct);
     c->floats = gt_model_buffer_floats(r.m);
   }
@@ -141,13 +183,23 @@ static int rank_main(int rank, int world, void *arg) {
   CHECK_OK(gt_ckpt_load(sync, NULL, NULL));
   CHECK_OK(gt_comm_barrier(world_comm));
   if (rank == 0) c->load_ms = (now() - t0) * 1e3;
-  /* The peer: each rank torch.saves a state of its own size at the same time. */
-  char cmd[1400];
-  snprintf(cmd, sizeof cmd, "%s %s/ckpt_torch.py %s/torch-%d.pt %zu > %s/torch-%d.txt 2>/dev/null", bench_python(),
-           GIANT_BENCH_DIR, c->dir, rank, gt_model_buffer_floats(r.m), c->dir, rank);
+  /* The peer: each rank torch.saves what its shard holds, both at once. */
+  char pt[600], spec[600];
+  snprintf(pt, sizeof pt, "%s/torch-%d.pt", c->dir, rank);
+  snprintf(spec, sizeof spec, "%s/torch-%d.spec", c->dir, rank);
+  c->shard_bytes[rank] = write_torch_spec(step_dir, rank, spec);
+  bench_peer *peer = NULL;
+  gt_status ps = bench_peer_start("ckpt_torch.py", (const char *[]){pt, spec, NULL}, NULL, &peer);
+  c->torch_ok[rank] = ps == GT_OK;
+  if (ps != GT_OK && rank == 0) snprintf(c->torch_why, sizeof c->torch_why, "%s", gt_last_error());
   CHECK_OK(gt_comm_barrier(world_comm));
-  int rc = system(cmd);
-  if (rank == 0) c->torch_rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  for (int k = 0; c->torch_ok[0] && c->torch_ok[1] && k < c->saves; k++) {
+    char line[256];
+    CHECK_OK(gt_comm_barrier(world_comm));
+    CHECK_OK(bench_peer_ask(peer, "save", line, sizeof line));
+    CHECK(sscanf(line, "ms=%lf bytes=%lf", &c->torch_rep[rank][k], &c->torch_bytes[rank]) == 2);
+  }
+  bench_peer_stop(peer);
   CHECK_OK(gt_comm_barrier(world_comm));
   /* Throughput with and without a save every 50 steps, alternating halves
    * so both see the same machine. */
@@ -172,19 +224,14 @@ static int rank_main(int rank, int world, void *arg) {
   return RANK_OK;
 }
 
-static double torch_ms(const cfg *c) {
-  double worst = 0;
-  for (int r = 0; r < 2; r++) {
-    char path[600];
-    snprintf(path, sizeof path, "%s/torch-%d.txt", c->dir, r);
-    FILE *f = fopen(path, "r");
-    double ms = -1;
-    if (!f || fscanf(f, "ms=%lf", &ms) != 1) ms = -1;
-    if (f) fclose(f);
-    if (ms < 0) return -1;
-    worst = ms > worst ? ms : worst;
-  }
-  return worst;
+/* Per save, the slower rank (Giant's save is done when both are); the
+ * median over the saves, as Giant's. -1 when torch did not run. */
+static double torch_ms(cfg *c) {
+  if (!c->torch_ok[0] || !c->torch_ok[1]) return -1;
+  double rep[100];
+  for (int k = 0; k < c->saves; k++)
+    rep[k] = c->torch_rep[0][k] > c->torch_rep[1][k] ? c->torch_rep[0][k] : c->torch_rep[1][k];
+  return bench_median(rep, c->saves);
 }
 
 int main(int argc, char **argv) {
@@ -216,8 +263,9 @@ int main(int argc, char **argv) {
   }
   printf(
       "config: dp=2 (2 processes x 1 thread, loopback), GPT L=%d C=%d NH=%d T=%d V=%d, B=%d per rank, AdamW; "
-      "%d saves each way, %d steps with and without a save every 50; checkpoints in %s\n",
-      c->L, c->C, c->NH, c->T, c->V, c->B, c->saves, c->steps, c->dir);
+      "%d saves each way (sync, async, torch.save), each figure of theirs the median over the %d; %d steps with and "
+      "without a save every 50; checkpoints in %s\n",
+      c->L, c->C, c->NH, c->T, c->V, c->B, c->saves, c->saves, c->steps, c->dir);
   int codes[2];
   if (harness_run(2, rank_main, c, 3600, codes)) {
     fprintf(stderr, "bench_ckpt: a rank failed (codes %d %d)\n", codes[0], codes[1]);
@@ -225,15 +273,22 @@ int main(int argc, char **argv) {
   }
   double write_mbps = c->bytes / ((c->sync_ms - c->stall_ms) / 1e3) / 1e6, t = torch_ms(c);
   double overhead = 1.0 - c->train_plain_s / c->train_saving_s;
-  printf("checkpoint: %.1f MB (%zu floats of parameters per rank, and two moments)\n", c->bytes / 1e6, c->floats);
+  printf(
+      "checkpoint: %.1f MB written in all, %.1f + %.1f MB by the two ranks (one copy of the %zu floats of "
+      "parameters and two moments, each replica writing its share)\n",
+      c->bytes / 1e6, c->shard_bytes[0] / 1e6, c->shard_bytes[1] / 1e6, c->floats);
   printf("disk: %.0f MB/s sequential write with fsync (%.0f through the page cache, %.0f with O_DIRECT)\n",
          c->disk_mbps, c->disk_buffered, c->disk_direct);
   printf("sync save: %.1f ms (%.0f MB/s, %.2f of the disk's rate); async stall: %.1f ms; load: %.1f ms\n", c->sync_ms,
          write_mbps, write_mbps / c->disk_mbps, c->stall_ms, c->load_ms);
   if (t > 0)
-    printf("torch.save + fsync, both ranks at once: %.1f ms\n", t);
+    printf(
+        "torch.save + fsync of each rank's shard tensors, both ranks at once: %.1f ms (the slower rank, median of "
+        "%d); %.1f MB written in all (%.1f + %.1f MB), %.3f of Giant's bytes\n",
+        t, c->saves, (c->torch_bytes[0] + c->torch_bytes[1]) / 1e6, c->torch_bytes[0] / 1e6, c->torch_bytes[1] / 1e6,
+        (c->torch_bytes[0] + c->torch_bytes[1]) / c->bytes);
   else
-    printf("torch.save: not measured (%s)\n", c->torch_rc == 3 ? "python3-torch is not installed" : "python3 failed");
+    printf("torch.save: not measured (%s)\n", c->torch_why[0] ? c->torch_why : "rank 1's peer did not start");
   printf("%d steps: %.2f s without saving, %.2f s saving every 50 steps\n", c->steps, c->train_plain_s,
          c->train_saving_s);
   char vs[32];
