@@ -1,5 +1,6 @@
-/* bench_offload_adam: Giant's CPU AdamW, memcpy and PyTorch's AdamW, one
- * after the other in one process so they see the same machine. */
+/* bench_offload_adam: Giant's CPU AdamW, memcpy, the update's own stream
+ * and PyTorch's AdamW, round by round in one run so they see the same
+ * machine. */
 #include "offload_adam.h"
 
 #include <math.h>
@@ -9,14 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 
+#include "bench_peer.h"
 #include "bench_stats.h"
-#include "bench_torch.h"
 #include "core/backend_engine.h"
 
-enum { WARMUP = 2, STEPS = 7 };
+enum { WARMUP = 2, MAX_ROUNDS = 1000, KINDS = 4 };
 
 static double now(void) {
   struct timespec ts;
@@ -47,107 +47,147 @@ static void copy_parallel(char *dst, const char *src, size_t bytes, int threads)
   }
 }
 
-/* A buffer of 4 n floats (what AdamW streams), at most 1 GiB, so it stays
- * far beyond any cache. */
-static gt_status measure_memcpy(size_t n, int threads, double *gbps) {
+/* Everything a round touches. */
+typedef struct adam_run {
+  gt_backend *be;
+  int nt;
+  size_t n, nf;         /* parameters; floats of each memcpy buffer */
+  float *p, *g, *m, *v; /* the update's state, also the stream's */
+  float *src, *dst;     /* memcpy's */
+  bench_peer *torch;    /* NULL: not measured */
+  gt_adamw_args a;
+} adam_run;
+
+static gt_status run_gt(adam_run *r, double *sec) {
+  r->a.step++;
+  double t0 = now();
+  GT_TRY(gt_op_adamw_update(r->be, r->p, r->g, r->m, r->v, r->n, &r->a));
+  *sec = now() - t0;
+  return GT_OK;
+}
+
+static gt_status run_memcpy(adam_run *r, double *sec) {
+  double t0 = now();
+  copy_parallel((char *)r->dst, (const char *)r->src, r->nf * sizeof(float), r->nt);
+  *sec = now() - t0;
+  return GT_OK;
+}
+
+/* The update's traffic without its arithmetic: reads p, g, m, v and
+ * writes p, m, v, each store to a line just read as the update's are (so
+ * no read for ownership, which memcpy's stores may pay), split over the
+ * threads as the kernel splits it. A few multiply-adds an element keep it
+ * bound by memory; the values stay where AdamW runs on them (v positive,
+ * no denormals), since the update runs on the same buffers. */
+static gt_status run_stream(adam_run *r, double *sec) {
+  float *p = r->p, *m = r->m, *v = r->v;
+  const float *g = r->g;
+  double t0 = now();
+#pragma omp parallel for simd num_threads(r->nt) schedule(simd : static)
+  for (size_t i = 0; i < r->n; i++) {
+    float gi = g[i], mi = 0.5f * (m[i] + gi), vi = 0.5f * (v[i] + gi * gi);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= 1e-6f * (mi - vi);
+  }
+  *sec = now() - t0;
+  return GT_OK;
+}
+
+static gt_status run_torch(adam_run *r, double *sec) {
+  char line[256];
+  GT_TRY(bench_peer_ask(r->torch, "step", line, sizeof line));
+  if (sscanf(line, "s=%lf", sec) != 1) return gt_errorf(GT_EFORMAT, "the torch peer answered '%s'", line);
+  return GT_OK;
+}
+
+static void nap_ms(long ms) {
+  struct timespec ts = {0, ms * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Each round runs each kind once, starting one further along each round,
+ * so no kind always follows the same other; a short pause between them
+ * lets the last one's idle threads (OpenMP's, torch's) stop spinning. */
+static gt_status rounds_run(adam_run *r, int rounds, double t[KINDS][MAX_ROUNDS]) {
+  gt_status (*kind[KINDS])(adam_run *, double *) = {run_gt, run_memcpy, run_stream, run_torch};
+  for (int i = 0; i < WARMUP + rounds; i++)
+    for (int j = 0; j < KINDS; j++) {
+      int k = (i + j) % KINDS;
+      double sec = NAN;
+      if (k == 3 && !r->torch) continue;
+      GT_TRY(kind[k](r, &sec));
+      if (i >= WARMUP) t[k][i - WARMUP] = sec;
+      nap_ms(10);
+    }
+  return GT_OK;
+}
+
+static void run_free(adam_run *r) {
+  bench_peer_stop(r->torch);
+  free(r->p);
+  free(r->g);
+  free(r->m);
+  free(r->v);
+  free(r->src);
+  free(r->dst);
+  gt_backend_destroy(r->be);
+}
+
+gt_status bench_offload_adam(size_t n, int threads, int rounds, bench_adam_result *out) {
+  if (n == 0) return gt_errorf(GT_EINVAL, "bench_offload_adam: n must be at least 1");
+  if (threads < 0) return gt_errorf(GT_EINVAL, "bench_offload_adam: threads must be >= 0, got %d", threads);
+  if (rounds < 1 || rounds > MAX_ROUNDS)
+    return gt_errorf(GT_EINVAL, "bench_offload_adam: rounds must be in 1..%d, got %d", MAX_ROUNDS, rounds);
+  adam_run r = {
+      .n = n,
+      .a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .grad_scale = 1.0f}};
+  GT_TRY(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = threads}, &r.be));
+  r.nt = gt_backend_num_threads(r.be);
+  printf("giant cpu backend: %d threads, kernels %s\n", r.nt, gt_backend_kernels(r.be));
+  /* memcpy over 4 n floats (what AdamW streams), at most 1 GiB, so it
+   * stays far beyond any cache. */
   size_t bytes = 4 * n * sizeof(float);
   if (bytes > ((size_t)1 << 30)) bytes = (size_t)1 << 30;
   if (bytes < ((size_t)64 << 20)) bytes = (size_t)64 << 20;
-  size_t nf = bytes / sizeof(float);
-  float *src = host_floats(nf, 1.0f, threads), *dst = host_floats(nf, 0.0f, threads);
-  if (!src || !dst) {
-    free(src);
-    free(dst);
-    return gt_errorf(GT_ENOMEM, "cannot allocate 2 x %zu MiB for the memcpy measurement", bytes >> 20);
+  r.nf = bytes / sizeof(float);
+  r.p = host_floats(n, 0.5f, r.nt);
+  r.g = host_floats(n, 1e-3f, r.nt);
+  r.m = host_floats(n, 0.0f, r.nt);
+  r.v = host_floats(n, 0.0f, r.nt);
+  r.src = host_floats(r.nf, 1.0f, r.nt);
+  r.dst = host_floats(r.nf, 0.0f, r.nt);
+  if (!r.p || !r.g || !r.m || !r.v || !r.src || !r.dst) {
+    run_free(&r);
+    return gt_errorf(GT_ENOMEM,
+                     "cannot allocate 4 x %zu MiB of AdamW state and 2 x %zu MiB to copy; try a smaller --params",
+                     (n * 4) >> 20, bytes >> 20);
   }
-  double t[STEPS];
-  for (int i = 0; i < WARMUP + STEPS; i++) {
-    double t0 = now();
-    copy_parallel((char *)dst, (const char *)src, nf * sizeof(float), threads);
-    if (i >= WARMUP) t[i - WARMUP] = now() - t0;
+  char ns[32], ts[16];
+  snprintf(ns, sizeof ns, "%zu", n);
+  snprintf(ts, sizeof ts, "%d", r.nt);
+  fflush(stdout); /* the peer's configuration lines come after ours */
+  if (bench_peer_start("cpu_adam_torch.py", (const char *[]){ns, ts, NULL}, stdout, &r.torch) != GT_OK) {
+    printf("torch baseline: not measured (%s)\n", gt_last_error());
+    r.torch = NULL;
   }
-  *gbps = 2.0 * (double)(nf * sizeof(float)) / bench_median(t, STEPS) / 1e9;
-  /* For reading the figures only: memcpy's stores may cost a read of the
-   * line first, which AdamW's (to p, m, v, just read) do not, so a stream
-   * that reads and writes the same buffer can go faster than memcpy. */
-  for (int i = 0; i < WARMUP + STEPS; i++) {
-    double t0 = now();
-#pragma omp parallel for simd num_threads(threads) schedule(simd : static)
-    for (size_t j = 0; j < nf; j++) dst[j] += src[j];
-    if (i >= WARMUP) t[i - WARMUP] = now() - t0;
+  double t[KINDS][MAX_ROUNDS];
+  gt_status s = rounds_run(&r, rounds, t);
+  if (s == GT_OK) {
+    *out = (bench_adam_result){.threads = r.nt,
+                               .gt_s = bench_median(t[0], rounds),
+                               .memcpy_gbps = 2.0 * (double)bytes / bench_median(t[1], rounds) / 1e9,
+                               .stream_gbps = 28.0 * (double)n / bench_median(t[2], rounds) / 1e9,
+                               .torch_s = r.torch ? bench_median(t[3], rounds) : NAN};
+    out->vs_torch = out->torch_s / out->gt_s;
+    out->of_bw = 28.0 * (double)n / (out->stream_gbps * 1e9) / out->gt_s;
+    printf(
+        "%d rounds after %d of warm-up, each running once Giant's update, memcpy, the stream%s; medians over the "
+        "rounds\n",
+        rounds, WARMUP, r.torch ? " and torch's step" : "");
+    printf("memcpy %.2f GB/s (read + written); the update's stream (reads p, g, m, v, writes p, m, v) %.2f GB/s\n",
+           out->memcpy_gbps, out->stream_gbps);
   }
-  printf("memcpy %.2f GB/s (read + written); x[i] += y[i] %.2f GB/s (12 bytes an element)\n", *gbps,
-         3.0 * (double)(nf * sizeof(float)) / bench_median(t, STEPS) / 1e9);
-  free(src);
-  free(dst);
-  return GT_OK;
-}
-
-static gt_status time_gt_adam(size_t n, int threads, double *sec) {
-  gt_backend *be = NULL;
-  GT_TRY(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = threads}, &be));
-  int nt = gt_backend_num_threads(be);
-  printf("giant cpu backend: %d threads, kernels %s\n", nt, gt_backend_kernels(be));
-  float *p = host_floats(n, 0.5f, nt), *g = host_floats(n, 1e-3f, nt);
-  float *m = host_floats(n, 0.0f, nt), *v = host_floats(n, 0.0f, nt);
-  gt_status s = GT_OK;
-  if (!p || !g || !m || !v) {
-    s = gt_errorf(GT_ENOMEM, "cannot allocate 4 x %zu MiB of AdamW state; try a smaller --params", (n * 4) >> 20);
-  } else {
-    gt_adamw_args a = {
-        .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .grad_scale = 1.0f};
-    double t[STEPS];
-    for (int i = 0; i < WARMUP + STEPS && s == GT_OK; i++) {
-      a.step = i + 1;
-      double t0 = now();
-      s = gt_op_adamw_update(be, p, g, m, v, n, &a);
-      if (i >= WARMUP) t[i - WARMUP] = now() - t0;
-    }
-    if (s == GT_OK) *sec = bench_median(t, STEPS);
-  }
-  free(p);
-  free(g);
-  free(m);
-  free(v);
-  gt_backend_destroy(be);
+  run_free(&r);
   return s;
-}
-
-/* bench/cpu_adam_torch.py in a python3 subprocess (it exits 3 without
- * torch); NAN when it cannot run. */
-static double time_torch_adam(size_t n, int threads) {
-  char cmd[1024], line[256];
-  snprintf(cmd, sizeof cmd, "%s %s/cpu_adam_torch.py %zu %d %d %d", bench_python(), GIANT_BENCH_DIR, n, threads, WARMUP,
-           STEPS);
-  FILE *f = popen(cmd, "r");
-  if (!f) {
-    printf("torch baseline: not measured (cannot start %s)\n", bench_python());
-    return NAN;
-  }
-  double sec = NAN;
-  while (fgets(line, sizeof line, f)) {
-    if (sscanf(line, "torch_adamw_s=%lf", &sec) == 1) continue;
-    fputs(line, stdout); /* the worker's configuration line */
-  }
-  int rc = pclose(f);
-  if (!(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) || !(sec > 0)) {
-    bool missing = WIFEXITED(rc) && WEXITSTATUS(rc) == 3;
-    printf("torch baseline: not measured (%s)\n", missing ? "python3-torch is not installed" : "python3 failed");
-    return NAN;
-  }
-  return sec;
-}
-
-gt_status bench_offload_adam(size_t n, int threads, double *gt_adam_s, double *torch_s, double *memcpy_gbps,
-                             double *cpu_adam_vs_torch, double *cpu_adam_of_bw) {
-  if (n == 0) return gt_errorf(GT_EINVAL, "bench_offload_adam: n must be at least 1");
-  if (threads < 0) return gt_errorf(GT_EINVAL, "bench_offload_adam: threads must be >= 0, got %d", threads);
-  GT_TRY(time_gt_adam(n, threads, gt_adam_s));
-  if (threads == 0) threads = omp_get_num_procs();
-  GT_TRY(measure_memcpy(n, threads, memcpy_gbps));
-  double bound_s = 28.0 * (double)n / (*memcpy_gbps * 1e9);
-  *cpu_adam_of_bw = bound_s / *gt_adam_s;
-  *torch_s = time_torch_adam(n, threads);
-  *cpu_adam_vs_torch = *torch_s / *gt_adam_s;
-  return GT_OK;
 }

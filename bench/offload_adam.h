@@ -1,7 +1,7 @@
 /* The host-side optimizer of CPU offloading, measured: Giant's CPU AdamW
  * against torch.optim.AdamW(foreach=True) on the same number of parameters
- * and threads, and against the machine's memory bandwidth, measured in the
- * same run. */
+ * and threads, and against the memory bandwidth, all in the same rounds
+ * of one run so that a bandwidth that moves moves for all of them. */
 #ifndef GIANT_BENCH_OFFLOAD_ADAM_H
 #define GIANT_BENCH_OFFLOAD_ADAM_H
 
@@ -9,17 +9,26 @@
 
 #include "giant/giant.h"
 
-/* Times gt_op_adamw_update on a CPU backend of `threads` threads (0: all
- * cores) over n fp32 parameters in host memory: the median step after a
- * warm-up, in seconds (*gt_adam_s). *memcpy_gbps is a multi-threaded
- * memcpy's rate, bytes read plus bytes written per second (1e9), with the
- * same threads. An AdamW step moves at least 28 bytes a parameter (reads
- * p, g, m, v; writes p, m, v), so *cpu_adam_of_bw = (28 n / bandwidth) /
- * *gt_adam_s, 1 at the bandwidth bound. *torch_s is PyTorch's median step
- * with the same threads, and *cpu_adam_vs_torch = *torch_s / *gt_adam_s;
- * both are NAN, with the reason printed, when python3 with torch cannot
- * run (not an error). Prints the backend's kernels. */
-gt_status bench_offload_adam(size_t n, int threads, double *gt_adam_s, double *torch_s, double *memcpy_gbps,
-                             double *cpu_adam_vs_torch, double *cpu_adam_of_bw);
+typedef struct bench_adam_result {
+  int threads;        /* the backend's, used by every measurement */
+  double gt_s;        /* gt_op_adamw_update's step, seconds */
+  double torch_s;     /* torch.optim.AdamW(foreach=True)'s step; NAN when it cannot run */
+  double memcpy_gbps; /* a multi-threaded memcpy: bytes read plus written per second (1e9) */
+  double stream_gbps; /* the update's own traffic: reads p, g, m, v, writes p, m, v (28 bytes a parameter) */
+  double vs_torch;    /* torch_s / gt_s */
+  double of_bw;       /* (28 n / stream_gbps) / gt_s: 1 at the update's bandwidth bound */
+} bench_adam_result;
+
+/* Over n fp32 parameters in host memory, with a CPU backend of `threads`
+ * threads (0: all cores) and the same threads for everything else: each
+ * of `rounds` rounds (after 2 of warm-up) runs once, in an order that
+ * turns from round to round, Giant's update, the memcpy, the stream
+ * (the update's loads and stores with simple arithmetic, on the same
+ * buffers and split over threads as the update) and, in a python3 peer
+ * kept up for the whole run, torch's step. Every figure is the median
+ * over the rounds. torch_s and vs_torch are NAN, with the reason
+ * printed, when python3 with torch cannot run (not an error). Prints the
+ * backend's kernels and the peer's configuration. */
+gt_status bench_offload_adam(size_t n, int threads, int rounds, bench_adam_result *out);
 
 #endif
