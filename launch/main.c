@@ -231,11 +231,15 @@ static int back_off(int restarts) {
   unsigned seed = (unsigned)getpid() ^ (unsigned)(gt_now() * 1e6);
   d *= 0.5 + 0.5 * (rand_r(&seed) / ((double)RAND_MAX + 1));
   gt_info("giantrun: restart %d: waiting %.1f s before starting workers again", restarts, d);
-  for (double end = gt_now() + d; gt_now() < end;) {
+  double t0 = gt_now();
+  for (double end = t0 + d; gt_now() < end;) {
     if (agent_stop_signal) return 0;
     struct timespec ts = {0, 20 * 1000000L};
     nanosleep(&ts, NULL);
   }
+  /* The wait as taken (naps overshoot), to the millisecond: a restart's
+   * time can then be told apart from the back-off it chose to wait. */
+  gt_info("giantrun: restart %d: back-off waited %.3f s", restarts, gt_now() - t0);
   return 1;
 }
 
