@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -39,7 +40,14 @@ static int reap(bench_peer *p) {
   return code;
 }
 
+extern char **environ;
+
 gt_status bench_peer_start(const char *script, const char *const *args, FILE *echo, bench_peer **out) {
+  return bench_peer_start_env(script, args, NULL, echo, out);
+}
+
+gt_status bench_peer_start_env(const char *script, const char *const *args, const char *const *env, FILE *echo,
+                               bench_peer **out) {
   *out = NULL;
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", GIANT_BENCH_DIR, script);
@@ -52,11 +60,32 @@ gt_status bench_peer_start(const char *script, const char *const *args, FILE *ec
     argv[argc] = args[argc - 2];
   }
   argv[argc] = NULL;
+  /* The environment too: this process's, less the names env sets, then env. */
+  int nenv = 0, nover = 0;
+  while (environ[nenv]) nenv++;
+  while (env && env[nover]) nover++;
+  const char **envp = calloc((size_t)(nenv + nover + 1), sizeof *envp);
+  if (!envp) return gt_errorf(GT_ENOMEM, "out of memory");
+  int k = 0;
+  for (int i = 0; i < nenv; i++) {
+    bool replaced = false;
+    for (int j = 0; j < nover && !replaced; j++) {
+      size_t len = strcspn(env[j], "=");
+      replaced = !strncmp(environ[i], env[j], len) && environ[i][len] == '=';
+    }
+    if (!replaced) envp[k++] = environ[i];
+  }
+  for (int j = 0; j < nover; j++) envp[k++] = env[j];
+  envp[k] = NULL;
   int in[2], outp[2];
-  if (pipe(in)) return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
+  if (pipe(in)) {
+    free(envp);
+    return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
+  }
   if (pipe(outp)) {
     close(in[0]);
     close(in[1]);
+    free(envp);
     return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
   }
   /* Not inherited by other children of this process (dup2 clears it). */
@@ -69,9 +98,10 @@ gt_status bench_peer_start(const char *script, const char *const *args, FILE *ec
   if (pid == 0) {
     dup2(in[0], 0);
     dup2(outp[1], 1);
-    execvp(argv[0], (char *const *)argv);
+    execvpe(argv[0], (char *const *)argv, (char *const *)envp);
     _exit(127);
   }
+  free(envp);
   close(in[0]);
   close(outp[1]);
   if (pid < 0) {
@@ -110,6 +140,8 @@ gt_status bench_peer_ask(bench_peer *p, const char *cmd, char *line, size_t cap)
   line[strcspn(line, "\n")] = '\0';
   return GT_OK;
 }
+
+pid_t bench_peer_pid(const bench_peer *p) { return p->pid; }
 
 void bench_peer_stop(bench_peer *p) {
   if (p) reap(p);

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "giant/giant.h"
 
@@ -20,9 +21,15 @@ typedef struct bench_peer bench_peer;
  * dropped). Fails with GT_EUNSUPPORTED, saying why, when python3 or torch
  * is missing or the script ends first. */
 gt_status bench_peer_start(const char *script, const char *const *args, FILE *echo, bench_peer **out);
+/* The same, with the variables env ("NAME=VALUE", NULL-terminated) added to
+ * the script's environment (thread counts, for one). */
+gt_status bench_peer_start_env(const char *script, const char *const *args, const char *const *env, FILE *echo,
+                               bench_peer **out);
 /* Sends the line cmd and reads the answer's line into line[cap], without
  * its newline. */
 gt_status bench_peer_ask(bench_peer *p, const char *cmd, char *line, size_t cap);
+/* The peer's process id (for its threads' CPU times). */
+pid_t bench_peer_pid(const bench_peer *p);
 /* Closes its stdin and waits for it (a few seconds at most, then kills it). */
 void bench_peer_stop(bench_peer *p);
 

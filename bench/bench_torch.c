@@ -1,24 +1,18 @@
-/* The PyTorch subprocess: export, spawn, talk over pipes. */
+/* The PyTorch peer of bench_train_step: export, one bench_peer per thread setting. */
 #include "bench_torch.h"
+#include "bench_peer.h"
 #include "giant/engine/model.h"
 
-#include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct worker {
-  pid_t pid;
-  FILE *to, *from;
+  bench_peer *peer;
   char setting[96];
 } worker;
 
-/* PyTorch's CPU thread settings worth trying: its default (intra-op pool
- * and BLAS both at N threads), one pool in BLAS (torch at 1 thread), and
- * torch's own pool with a single-threaded BLAS. */
 #define BENCH_TORCH_MAX 3
 
 struct bench_torch {
@@ -54,45 +48,17 @@ gt_status bench_torch_export(gt_model *m, const int32_t *tokens, size_t ntokens,
   return GT_OK;
 }
 
-static void worker_stop(worker *w);
-
 static gt_status spawn(worker *w, const char *dir, const bench_torch_shape *s, int torch_threads, int blas_threads,
                        const char *device, const char *precision) {
-  int in[2], out[2];
-  if (pipe(in) || pipe(out)) return gt_errorf(GT_EIO, "pipe: %s", strerror(errno));
-  pid_t pid = fork();
-  if (pid < 0) return gt_errorf(GT_EIO, "fork: %s", strerror(errno));
-  if (pid == 0) {
-    dup2(in[0], 0);
-    dup2(out[1], 1);
-    close(in[1]);
-    close(out[0]);
-    char blas[16], tt[16], shape[128];
-    snprintf(blas, sizeof blas, "%d", blas_threads);
-    snprintf(tt, sizeof tt, "%d", torch_threads);
-    snprintf(shape, sizeof shape, "%d,%d,%d,%d,%d,%d", s->B, s->T, s->V, s->C, s->NH, s->L);
-    setenv("OPENBLAS_NUM_THREADS", blas, 1);
-    setenv("OMP_NUM_THREADS", tt, 1);
-    const char *py = bench_python();
-    execlp(py, py, GIANT_BENCH_DIR "/train_step_torch.py", dir, shape, tt, device, precision, (char *)NULL);
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
-  w->pid = pid;
-  w->to = fdopen(in[1], "w");
-  w->from = fdopen(out[0], "r");
-  char line[256];
-  if (!fgets(line, sizeof line, w->from)) {
-    worker_stop(w);
-    return gt_errorf(GT_EUNSUPPORTED, "python3 with torch did not start (is python3-torch installed?)");
-  }
-  if (strncmp(line, "ready", 5) != 0) {
-    /* The worker says why it cannot run, e.g. "unavailable: ..." */
-    line[strcspn(line, "\n")] = '\0';
-    worker_stop(w);
-    return gt_errorf(GT_EUNSUPPORTED, "the pytorch worker cannot run: %s", line);
-  }
+  char blas[48], omp[48], tt[16], shape[128];
+  snprintf(blas, sizeof blas, "OPENBLAS_NUM_THREADS=%d", blas_threads);
+  snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%d", torch_threads);
+  snprintf(tt, sizeof tt, "%d", torch_threads);
+  snprintf(shape, sizeof shape, "%d,%d,%d,%d,%d,%d", s->B, s->T, s->V, s->C, s->NH, s->L);
+  const char *args[] = {dir, shape, tt, device, precision, NULL};
+  const char *env[] = {blas, omp, NULL};
+  /* Lines before "ready" say why the script cannot run ("unavailable: ..."). */
+  GT_TRY(bench_peer_start_env("train_step_torch.py", args, env, stdout, &w->peer));
   if (!strcmp(device, "cpu"))
     snprintf(w->setting, sizeof w->setting, "%s, torch.set_num_threads(%d), OPENBLAS_NUM_THREADS=%d%s", precision,
              torch_threads, blas_threads, torch_threads == blas_threads ? " (torch's default)" : "");
@@ -101,30 +67,10 @@ static gt_status spawn(worker *w, const char *dir, const bench_torch_shape *s, i
   return GT_OK;
 }
 
-static void worker_stop(worker *w) {
-  if (w->to) fclose(w->to); /* EOF ends the worker's loop */
-  if (w->from) fclose(w->from);
-  if (w->pid > 0) {
-    for (int i = 0; i < 50; i++) {
-      if (waitpid(w->pid, NULL, WNOHANG) == w->pid) {
-        w->pid = 0;
-        break;
-      }
-      usleep(100000);
-    }
-    if (w->pid > 0) {
-      kill(w->pid, SIGKILL);
-      waitpid(w->pid, NULL, 0);
-    }
-  }
-  memset(w, 0, sizeof *w);
-}
-
 static gt_status ask(worker *w, const char *cmd, int n, double *vals, int nvals) {
-  fprintf(w->to, "%s %d\n", cmd, n);
-  fflush(w->to);
-  char line[4096];
-  if (!fgets(line, sizeof line, w->from)) return gt_errorf(GT_EIO, "the pytorch worker exited");
+  char line[4096], text[64];
+  snprintf(text, sizeof text, "%s %d", cmd, n);
+  GT_TRY(bench_peer_ask(w->peer, text, line, sizeof line));
   char *p = line;
   for (int i = 0; i < nvals; i++) {
     char *end;
@@ -168,9 +114,9 @@ gt_status bench_torch_losses(bench_torch *t, int i, int n, float *losses) {
 
 gt_status bench_torch_time(bench_torch *t, int i, int n, double *ms, int *busy) {
   bench_cpu_times before, after;
-  bench_cpu_times_read(t->w[i].pid, &before);
+  bench_cpu_times_read(bench_peer_pid(t->w[i].peer), &before);
   GT_TRY(ask(&t->w[i], "time", n, ms, 1));
-  bench_cpu_times_read(t->w[i].pid, &after);
+  bench_cpu_times_read(bench_peer_pid(t->w[i].peer), &after);
   *busy = bench_cpu_times_busy(&before, &after);
   return GT_OK;
 }
@@ -187,7 +133,7 @@ const char *bench_torch_setting(const bench_torch *t, int i) { return t->w[i].se
 
 void bench_torch_stop(bench_torch *t) {
   if (!t) return;
-  for (int i = 0; i < t->n; i++) worker_stop(&t->w[i]);
+  for (int i = 0; i < t->n; i++) bench_peer_stop(t->w[i].peer);
   free(t);
 }
 
