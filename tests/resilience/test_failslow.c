@@ -9,10 +9,13 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "common/gt_test.h"
+#include "common/run_cmd.h"
 #include "examples/gpt/gpt.h"
 #include "giant/giant.h"
 #include "trace.h"
@@ -23,6 +26,15 @@
 #include "giant/group.h"
 
 #define MAX_EVENTS 64
+
+/* Set when the program runs as the negative control
+ * (test_checks_have_teeth): every replay's detector then counts half the
+ * slowdown its default does, twice as sensitive. */
+static bool sensitive;
+
+/* The detector's theta for a replay of `ranks` ranks: 0, its default
+ * (0.25; 0.4 for two ranks), or half of that default under `sensitive`. */
+static double replay_theta(int ranks) { return sensitive ? (ranks == 2 ? 0.4 : 0.25) / 2 : 0; }
 
 typedef struct replay {
   gt_detector_event ev[MAX_EVENTS];
@@ -107,8 +119,10 @@ static replay replay_trace(const char *name, const replay_opts *o) {
   int *stages = stages_of(o->layout, t.ranks);
   OK(gt_predictor_create(&(gt_predictor_config){.nranks = t.ranks, .prior = prior_for(&t), .groups = stages}, &p));
   free(stages);
-  /* the documented defaults, the fits as asked */
-  OK(gt_detector_create(&(gt_detector_config){.nranks = t.ranks, .relative_fits = o->relative_fits}, p, &d));
+  /* the documented defaults (but for the negative control's theta), the fits as asked */
+  OK(gt_detector_create(
+      &(gt_detector_config){.nranks = t.ranks, .theta = replay_theta(t.ranks), .relative_fits = o->relative_fits}, p,
+      &d));
   replay out = {0};
   double err = 0, err_peer = 0;
   int nerr = 0;
@@ -397,22 +411,58 @@ static void test_bad_input(void **state) {
   gt_predictor_destroy(p);
 }
 
-int main(void) {
+/* The tests that replay the recorded traces. */
+#define REPLAY_TESTS                                                                                   \
+  cmocka_unit_test(test_clean), cmocka_unit_test(test_slow_1_5), cmocka_unit_test(test_slow_2),        \
+      cmocka_unit_test(test_slow_4), cmocka_unit_test(test_job_wide), cmocka_unit_test(test_recovery), \
+      cmocka_unit_test(test_recovery_pipeline), cmocka_unit_test(test_job_wide_pipeline),              \
+      cmocka_unit_test(test_phases_pipeline), cmocka_unit_test(test_stage_peer_after_slow_phase),      \
+      cmocka_unit_test(test_peers_quick_spell), cmocka_unit_test(test_pair)
+enum { NREPLAY = 12 };
+
+/* The negative control: checks that a detector twice as sensitive also
+ * passed would not tell a good detector from a jumpy one. This program is
+ * run again as `test_failslow sensitive` (the replays alone, theta halved),
+ * and some of their checks must fail there: CMocka's exit status is the
+ * number of tests that failed, 1 to NREPLAY, each named in its summary
+ * (a crash or a timeout is not a failed check). With theta halved the
+ * clean traces raise false alarms: test_clean, test_peers_quick_spell and
+ * test_pair fail. */
+static void test_checks_have_teeth(void **state) {
+  (void)state;
+  static char self[512];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  assert_true(n > 0);
+  self[n] = '\0';
+  static run_result r;
+  /* The replays take a second or two; 120 s only bounds a hang. */
+  run_cmd((char *[]){self, "sensitive", NULL}, NULL, 120, &r);
+  /* The summary at the end names each failed test once. */
+  const char *summary = strstr(r.output, "test(s), listed below:");
+  int failed = 0;
+  for (const char *p = summary ? strstr(summary, "[  FAILED  ] test_") : NULL; p;
+       p = strstr(p + 1, "[  FAILED  ] test_")) {
+    printf("  theta halved: %.*s\n", (int)strcspn(p, "\n"), p);
+    failed++;
+  }
+  printf("  theta halved: %d of %d replay tests failed (exit %d)\n", failed, NREPLAY, r.exit_code);
+  if (r.exit_code < 1 || r.exit_code > NREPLAY || failed != r.exit_code)
+    run_fail(&r, "the replays' checks all held with the detector twice as sensitive (exit %d, %d FAILED lines)",
+             r.exit_code, failed);
+}
+
+int main(int argc, char **argv) {
+  const struct CMUnitTest replays[] = {REPLAY_TESTS};
+  _Static_assert(sizeof replays / sizeof replays[0] == NREPLAY, "NREPLAY counts the replay tests");
+  if (argc == 2 && !strcmp(argv[1], "sensitive")) {
+    sensitive = true;
+    return cmocka_run_group_tests(replays, NULL, NULL);
+  }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_clean),
-      cmocka_unit_test(test_slow_1_5),
-      cmocka_unit_test(test_slow_2),
-      cmocka_unit_test(test_slow_4),
-      cmocka_unit_test(test_job_wide),
-      cmocka_unit_test(test_recovery),
-      cmocka_unit_test(test_recovery_pipeline),
-      cmocka_unit_test(test_job_wide_pipeline),
-      cmocka_unit_test(test_phases_pipeline),
-      cmocka_unit_test(test_stage_peer_after_slow_phase),
-      cmocka_unit_test(test_peers_quick_spell),
-      cmocka_unit_test(test_pair),
+      REPLAY_TESTS,
       cmocka_unit_test(test_uneven_rows),
       cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_checks_have_teeth),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
