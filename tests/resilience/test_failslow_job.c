@@ -11,7 +11,9 @@
  *     beside a CPU hog), wherever the naive reference saw it clearly over
  *     the detector's bar, and each verdict cleared after the fault ends,
  *     before the next phase; any other verdict confirmed by the reference,
- *     as in the clean runs;
+ *     as in the clean runs; and the reference must see the x2 and x4
+ *     faults on their ranks, at about their factor (the faults reached
+ *     the workers);
  *   - links: at dp=4 and at dp=2,pp=2, every rank slowed x2 at once,
  *     then a slow link: no compute alarm (but where the reference
  *     confirms a rank really was slower, as in the clean runs), the link
@@ -354,6 +356,22 @@ static void expect_phases(const char *job, const char *plan, const int ranks[3])
         "(x%.2f from %d), cleared at step %d\n",
         plan, factor[i], ranks[i], from[i], seen, fi >= 0 ? v[fi].step : -1, fi >= 0 ? v[fi].ratio : 0,
         fi >= 0 ? v[fi].onset : -1, ci >= 0 ? v[ci].step : -1);
+    /* The fault reached the rank: without this a run whose faults never
+     * played would pass (the reference sees nothing, so no verdict is
+     * due). Its sleep is in proportion to the step's own compute, so over
+     * the phase's 50 steps the reference sees the x2 and x4 faults at
+     * about their factor: at least half their excess (the share of a x1.5
+     * fault the reference kept beside a CPU hog), at most twice the
+     * factor. The x1.5 phase, seen at x1.2 beside the hog, is too close to
+     * the noise to tell from a fault that did not play. */
+    if (factor[i] >= 2) {
+      double played = raw_slowdown(ranks[i], from[i], from[i] + 49);
+      print_message("%s: phase %d: the reference saw rank %d x%.2f over the fault's 50 steps (x%.0f played)\n", plan, i,
+                    ranks[i], played, factor[i]);
+      if (!(played >= 1 + (factor[i] - 1) / 2 && played <= 2 * factor[i]))
+        run_fail(&r, "%s: phase %d: GT_FAULT played x%.0f on rank %d over steps %d..%d, the reference saw x%.2f", plan,
+                 i, factor[i], ranks[i], from[i], from[i] + 49, played);
+    }
     if ((fi < 0 || v[fi].step > from[i] + 20) && seen >= 1 + 1.5 * THETA)
       fail_msg(
           "%s: phase %d: the reference saw rank %d x%.2f over the fault's first 20 steps, clearly over the bar, "
