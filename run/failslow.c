@@ -46,6 +46,10 @@ gt_status run_failslow_after_step(gt_failslow *fs, const gt_step_stats *st, gt_f
 
 void run_failslow_summary(gt_failslow *fs, bool lead) {
   if (!fs || !lead || ape_steps == 0) return;
-  printf("fail-slow: predictor MAPE %.4f with the job-wide factor removed, %.4f raw, over %d clean steps\n",
-         ape_sum / ape_steps, ape_raw_sum / ape_steps, ape_steps);
+  /* ape_raw is the forecast's error; ape, scaled by the step's own job
+   * factor, only the ranks' spread around it (docs/failslow.md). */
+  printf(
+      "fail-slow: predictor MAPE %.4f (the job factor forecast from the steps before), spread %.4f (the step's own "
+      "job factor applied), over %d clean steps\n",
+      ape_raw_sum / ape_steps, ape_sum / ape_steps, ape_steps);
 }
