@@ -2,17 +2,27 @@
  *
  * examples/gpt on four ranks (giantrun --standalone, dp=4, one thread
  * each) with --failslow, rank 2 slowed x2 from step 30 (GT_FAULT). From
- * rank 0's metrics file: the detection delay (steps from onset to the
- * verdict), false alarms over the clean phase (verdicts before step 30, or
- * on another rank), the predictor's MAPE over the clean phase (steps 10 to
- * 29: the mean over ranks of |1 - predicted x job factor / observed|, the
- * step's job-wide factor applied; the raw figure, without it, is printed
- * too), throughput before (steps 10-29) and during (40 on), and the
- * telemetry all-gather's share of a step: rank 0's time in it as the
- * monitor reports it (which is mostly waiting for the last rank to end its
- * step, a skew the next collective would wait out anyway), and its own
- * cost, timed apart on four forked ranks already in step (the median of
- * 2000 all-gathers of the record), against the run's median step.
+ * the metrics files (every rank's, --metrics with %r): the detection delay
+ * (steps from onset to the verdict), false alarms over the clean phase
+ * (verdicts before step 30, or on another rank), the predictor's MAPE over
+ * the clean phase (steps 10 to 29: the mean over ranks of |1 - predicted x
+ * job factor / observed|, the job factor forecast from the steps before,
+ * the monitor's ape_raw: a forecast's error; the same with the step's own
+ * job factor applied, ape, is printed as the spread among ranks, which
+ * is not a forecast), the job's throughput before (steps 10-29) and
+ * during (40 on), and the telemetry all-gather's share of a step: rank 0's
+ * time in it as the monitor reports it (which is mostly waiting for the
+ * last rank to end its step, a skew the next collective would wait out
+ * anyway), and its own cost, timed apart on four forked ranks already in
+ * step (the median of 2000 all-gathers of the record), against the run's
+ * median step.
+ *
+ * The job's throughput over steps a..b is every rank's tokens of those
+ * steps (rank_tokens summed over ranks: the global batch) over the wall
+ * time from the end of step a-1 to the end of step b (a step ends when its
+ * last rank writes its line, unix_s): not the step lines' tokens_per_s
+ * averaged over steps (the job's tokens over one rank's step, a mean of
+ * rates that also leaves out the time between steps).
  *
  * The same run is made again with --rebalance (data-parallel shares moved
  * away from the slow rank, as giantrun's leading agent decides); where the
@@ -20,10 +30,9 @@
  * is printed.
  * Last line: failslow_detect_steps=<d> false_alarms=<n> mape=<m>
  *            mitigated_ratio=<r> vs_no_mitigation=<x>
- * r: throughput during the slowdown with --rebalance over the ideal for
- * the capacity left (the same run's throughput before, times
- * (3 + 1/2) / 4: three ranks at full speed and one at half); x: throughput
- * during with --rebalance / without. */
+ * r: the job's throughput during the slowdown with --rebalance over the
+ * ideal for the capacity actually left in that run (capacity_ideal below);
+ * x: the job's throughput during with --rebalance / without. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -38,14 +47,26 @@
 #include "giant/engine/comm.h"
 #include "giant/engine/store.h"
 
-enum { ONSET = 30, STEPS = 120, SLOW_RANK = 2 };
+enum { ONSET = 30, STEPS = 120, SLOW_RANK = 2, RANKS = 4, DURING = ONSET + 10 };
+
+/* One rank's step, from its metrics line. */
+typedef struct rank_step {
+  bool seen;
+  double tokens, rows; /* this rank's share of the step: rank_tokens, and rows (rank_tokens / seq_len) */
+  double busy_s;       /* its step's wall time less its waits on other ranks and on the loader */
+  double end_s;        /* when it wrote the line, unix_s */
+} rank_step;
 
 typedef struct outcome {
   int exit_code;
   int detect_step; /* first flag of SLOW_RANK at or after ONSET; -1: none */
   int false_alarms;
-  double mape, mape_raw, tps_before, tps_during, gather_share, step_median;
+  double mape, spread, gather_share, step_median;
+  double tps_before, tps_during;          /* the job's tokens per second of wall time */
+  double speed[RANKS];                    /* rows per busy second during the slowdown */
+  double jitter, ideal_step_s, ideal_tps; /* capacity_ideal's */
   double step_s[STEPS];
+  rank_step st[STEPS][RANKS];
   char reason[1024];
 } outcome;
 
@@ -56,28 +77,114 @@ static double json_num(const char *line, const char *key) {
   return p ? strtod(p + strlen(k), NULL) : NAN;
 }
 
-/* Rank 0's metrics: step lines and the monitor's lines. */
-static void read_metrics(const char *path, outcome *o) {
+/* The end of step s: its last rank's line. NAN unless every rank wrote it. */
+static double step_end(const outcome *o, int s) {
+  double end = -INFINITY;
+  for (int r = 0; r < RANKS; r++) {
+    if (s < 0 || s >= STEPS || !o->st[s][r].seen) return NAN;
+    end = fmax(end, o->st[s][r].end_s);
+  }
+  return end;
+}
+
+/* The job's tokens per second over steps a..b (see the top). */
+static double job_tps(const outcome *o, int a, int b) {
+  double tokens = 0;
+  for (int s = a; s <= b; s++)
+    for (int r = 0; r < RANKS; r++) tokens += o->st[s][r].tokens;
+  return tokens / (step_end(o, b) - step_end(o, a - 1));
+}
+
+/* What a phase (steps a..b) shows of the ranks' speeds. Each rank's speed
+ * is its rows over its busy wall time (its step less its waits on the
+ * others and on the loader; the fault's sleep counts, as a slow device's
+ * time would). */
+typedef struct phase {
+  double speed[RANKS]; /* rows per busy second */
+  double rows, tokens; /* the global batch, per step */
+  double balanced_s;   /* each rank's busy time were the rows split in proportion to the speeds */
+  double busiest_s;    /* the busiest rank's busy time, per step */
+  double rest_s;       /* the step's wall time less its busiest rank's busy time, per step */
+} phase;
+
+static phase phase_of(const outcome *o, int a, int b) {
+  phase p = {0};
+  double rows[RANKS] = {0}, busy[RANKS] = {0}, speeds = 0;
+  int n = b - a + 1;
+  for (int s = a; s <= b; s++) {
+    double most = 0;
+    for (int r = 0; r < RANKS; r++) {
+      const rank_step *x = &o->st[s][r];
+      rows[r] += x->rows;
+      busy[r] += x->busy_s;
+      p.rows += x->rows / n;
+      p.tokens += x->tokens / n;
+      most = fmax(most, x->busy_s);
+    }
+    p.busiest_s += most / n;
+  }
+  for (int r = 0; r < RANKS; r++) speeds += p.speed[r] = rows[r] / busy[r];
+  p.balanced_s = p.rows / speeds;
+  p.rest_s = (step_end(o, b) - step_end(o, a - 1)) / n - p.busiest_s;
+  return p;
+}
+
+/* The ideal for the capacity actually left during the slowdown: measured,
+ * not assumed. The four ranks share two cores, so a rank's speed is what
+ * its core gave it, and the slowed rank, asleep, lends its core to the
+ * others (with a core each, the capacity left would be (3 + 1/2) / 4 of
+ * the clean job's). Split in proportion to the ranks' speeds during the
+ * slowdown, the global batch keeps every rank busy `balanced_s` a step.
+ * No split does better than the noise allows: in the clean phase (an even
+ * split, ranks alike) a step's busiest rank was `jitter` times the
+ * balance, and the ideal keeps that factor. The rest of the step (the
+ * gradients' reduction once the last rank is done, the update's tail, the
+ * exchanges between steps) is taken as it was measured during the
+ * slowdown. The ideal is the global batch's tokens over that step. */
+static void capacity_ideal(outcome *o) {
+  phase before = phase_of(o, 10, ONSET - 1), during = phase_of(o, DURING, STEPS - 1);
+  memcpy(o->speed, during.speed, sizeof o->speed);
+  o->jitter = before.busiest_s / before.balanced_s;
+  o->ideal_step_s = o->jitter * during.balanced_s + during.rest_s;
+  o->ideal_tps = during.tokens / o->ideal_step_s;
+}
+
+/* Every rank's step lines. */
+static void read_steps(const char *dir, bool rebalance, outcome *o) {
+  static char line[1 << 16];
+  for (int r = 0; r < RANKS; r++) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/m%d.%d.jsonl", dir, rebalance, r);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+      if (strncmp(line, "{\"step\":", 8)) continue;
+      int s = (int)json_num(line, "step");
+      if (s < 0 || s >= STEPS) continue;
+      double tokens = json_num(line, "rank_tokens"), waits = 0;
+      const char *wait_keys[] = {"data_s", "dp_wait_s", "pp_wait_s", "tp_wait_s"};
+      for (int k = 0; k < 4; k++) waits += json_num(line, wait_keys[k]);
+      o->st[s][r] = (rank_step){.seen = true,
+                                .tokens = tokens,
+                                .rows = tokens / json_num(line, "seq_len"),
+                                .busy_s = json_num(line, "step_time_s") - waits,
+                                .end_s = json_num(line, "unix_s")};
+      if (r == 0 && s >= 10 && s < ONSET) o->step_s[s - 10] = json_num(line, "step_time_s");
+    }
+    if (f) fclose(f);
+  }
+  o->tps_before = job_tps(o, 10, ONSET - 1);
+  o->tps_during = job_tps(o, DURING, STEPS - 1);
+  capacity_ideal(o);
+}
+
+/* Rank 0's metrics: the monitor's lines. */
+static void read_monitor(const char *path, outcome *o) {
   FILE *f = fopen(path, "r");
   if (!f) return;
   static char line[1 << 16];
-  double tb = 0, td = 0, ape = 0, raw = 0, gather[STEPS];
-  int nb = 0, nd = 0, na = 0, ng = 0, ns = 0;
+  double ape = 0, raw = 0, gather[STEPS];
+  int na = 0, ng = 0;
   while (fgets(line, sizeof line, f)) {
-    if (!strncmp(line, "{\"step\":", 8)) {
-      int s = (int)json_num(line, "step");
-      double tps = json_num(line, "tokens_per_s");
-      if (s >= 10 && s < ONSET) {
-        tb += tps;
-        nb++;
-      }
-      if (s >= ONSET + 10) {
-        td += tps;
-        nd++;
-      }
-      if (s >= 10 && s < ONSET) o->step_s[ns++] = json_num(line, "step_time_s");
-      continue;
-    }
     if (strncmp(line, "{\"failslow_step\":", 17)) continue;
     int s = (int)json_num(line, "failslow_step");
     if (s >= 10 && s < ONSET) {
@@ -97,11 +204,10 @@ static void read_metrics(const char *path, outcome *o) {
     }
   }
   fclose(f);
-  o->tps_before = nb ? tb / nb : NAN;
-  o->tps_during = nd ? td / nd : NAN;
-  o->mape = na ? ape / na : NAN;
-  o->mape_raw = na ? raw / na : NAN;
-  if (ng && ns) {
+  o->mape = na ? raw / na : NAN;
+  o->spread = na ? ape / na : NAN;
+  int ns = ONSET - 10;
+  if (ng) {
     bench_sort(gather, ng);
     bench_sort(o->step_s, ns);
     o->step_median = o->step_s[ns / 2];
@@ -135,7 +241,8 @@ static int gather_rank(int rank, int n, void *arg) {
 static outcome run(const char *dir, const char *build, bool rebalance) {
   outcome o = {.detect_step = -1, .gather_share = NAN};
   char metrics[512], log[512], cmd[4096];
-  snprintf(metrics, sizeof metrics, "%s/m%d.jsonl", dir, rebalance);
+  /* Every rank's own file (giantrun's %r); rank 0's holds the monitor's lines too. */
+  snprintf(metrics, sizeof metrics, "%s/m%d.%%r.jsonl", dir, rebalance);
   snprintf(log, sizeof log, "%s/log%d.txt", dir, rebalance);
   snprintf(
       cmd, sizeof cmd,
@@ -159,7 +266,9 @@ static outcome run(const char *dir, const char *build, bool rebalance) {
     if (!o.reason[0]) snprintf(o.reason, sizeof o.reason, "exit %d, see %s", o.exit_code, log);
     return o;
   }
-  read_metrics(metrics, &o);
+  snprintf(metrics, sizeof metrics, "%s/m%d.0.jsonl", dir, rebalance);
+  read_steps(dir, rebalance, &o); /* first: the monitor's figures use its clean steps */
+  read_monitor(metrics, &o);
   return o;
 }
 
@@ -172,8 +281,13 @@ int main(void) {
   const char *build = GIANT_BUILD_DIR;
   printf(
       "bench_failslow: examples/gpt, 4 ranks dp=4 on one machine, L=2 C=64 T=64 B=8x2, --failslow defaults;\n"
-      "rank %d slowed x2 from step %d, %d steps\n",
-      SLOW_RANK, ONSET, STEPS);
+      "rank %d slowed x2 from step %d, %d steps; before: steps 10-%d, during: steps %d-%d.\n"
+      "Throughput: the job's, every rank's tokens over the wall time of the steps. The ideal for the capacity left:\n"
+      "each rank's rows per second of its busy wall time (its step less its waits; the ranks share the cores,\n"
+      "and the slowed rank's sleep lends its core to the others), the global batch split in proportion to these,\n"
+      "times the clean phase's busiest rank over its balance (the noise no split avoids), plus the rest of a step\n"
+      "(its wall time less its busiest rank's busy time) as measured during.\n",
+      SLOW_RANK, ONSET, STEPS, ONSET - 1, DURING, STEPS - 1);
   outcome a = run(dir, build, false);
   if (a.exit_code != 0) {
     printf("the run failed: %s\n", a.reason);
@@ -182,10 +296,15 @@ int main(void) {
   int delay = a.detect_step >= 0 ? a.detect_step - ONSET : -1;
   printf("detection: rank %d flagged at step %d, %d steps after onset; %d false alarm(s)\n", SLOW_RANK, a.detect_step,
          delay, a.false_alarms);
-  printf("predictor MAPE over steps 10-%d: %.4f with the step's job-wide factor applied, %.4f raw\n", ONSET - 1, a.mape,
-         a.mape_raw);
-  printf("throughput: %.0f tokens/s before, %.0f during (x%.2f)\n", a.tps_before, a.tps_during,
-         a.tps_during / a.tps_before);
+  printf(
+      "predictor MAPE over steps 10-%d: %.4f (the job factor forecast from the steps before); spread among ranks "
+      "%.4f (the same with the step's own job factor applied: not a forecast)\n",
+      ONSET - 1, a.mape, a.spread);
+  printf(
+      "job throughput: %.0f tokens/s before, %.0f during (x%.2f) = %.3f of the ideal for the capacity left; rank "
+      "speeds during %.0f %.0f %.0f %.0f rows/s\n",
+      a.tps_before, a.tps_during, a.tps_during / a.tps_before, a.tps_during / a.ideal_tps, a.speed[0], a.speed[1],
+      a.speed[2], a.speed[3]);
   printf("telemetry all-gather, as rank 0 waits in it: %.2f%% of a step (medians; mostly the ranks' skew)\n",
          100 * a.gather_share);
   double *shared = harness_shared(sizeof *shared), g = NAN;
@@ -200,13 +319,18 @@ int main(void) {
   if (b.exit_code != 0) {
     printf("with --rebalance: not measured (%s)\n", b.reason);
   } else {
-    double capacity = (3 + 1.0 / 2) / 4; /* four replicas, one at half speed */
-    r = b.tps_during / (b.tps_before * capacity);
+    r = b.tps_during / b.ideal_tps;
     x = b.tps_during / a.tps_during;
     printf(
-        "with --rebalance: %.0f tokens/s before, %.0f during = %.3f of the ideal for the capacity left "
-        "(%.0f tokens/s)\n",
-        b.tps_before, b.tps_during, r, b.tps_before * capacity);
+        "with --rebalance: %.0f tokens/s before, %.0f during (x%.3f the run without); rank speeds during %.0f %.0f "
+        "%.0f %.0f rows/s\n",
+        b.tps_before, b.tps_during, x, b.speed[0], b.speed[1], b.speed[2], b.speed[3]);
+    /* For comparison only: the ideal if every rank had a core of its own,
+     * three at full speed and one at half. */
+    printf(
+        "  = %.3f of the ideal for the capacity left (%.0f tokens/s: a %.1f ms step, noise x%.3f); with a core a "
+        "rank that ideal would be %.0f tokens/s\n",
+        r, b.ideal_tps, 1e3 * b.ideal_step_s, b.jitter, b.tps_before * (3 + 1.0 / 2) / 4);
   }
   char rm[128];
   snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
