@@ -114,10 +114,45 @@ gt_status GT_CPU_KERNEL(layernorm_backward)(gt_backend *be, float *dinp, float *
   return GT_OK;
 }
 
+/* Products with at most this many output rows run as one single-threaded
+ * sgemm per thread over a share of the rows, inside one parallel region
+ * that also does the bias: one fork and join instead of two or three, and
+ * no waits between OpenBLAS's threads, at the price of each thread packing
+ * the shared operand itself (2 threads, AMD EPYC AVX2, the GPT block's
+ * products at N=1024, C=256..1024: forward up to 10% faster, backward even
+ * within the noise; the LM head's 8192-row weight gradient was slower
+ * split). Each element's sum runs over k in the same order either way. */
+#define ROW_SPLIT_MAX 2048
+
+static bool row_split(int nt, int m) { return nt > 1 && m <= ROW_SPLIT_MAX && m >= 64 * nt; }
+
+/* Rows [r0, r1) of C (m x n) = alpha op(A) op(B) + beta C, row-major. */
+static void sgemm_rows(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int64_t r0, int64_t r1, int n, int k,
+                       const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+  if (r0 >= r1) return;
+  const float *ar = ta == CblasNoTrans ? a + r0 * lda : a + r0;
+  cblas_sgemm(CblasRowMajor, ta, tb, (int)(r1 - r0), n, k, 1.0f, ar, lda, b, ldb, beta, c + r0 * ldc, ldc);
+}
+
+/* Rows [r0, r1) of out start from the bias, or are overwritten by sgemm. */
+static void bias_rows(float *out, const float *bias, int64_t r0, int64_t r1, int OC) {
+  for (int64_t i = r0; bias && i < r1; i++) memcpy(out + i * OC, bias, (size_t)OC * sizeof(float));
+}
+
 gt_status GT_CPU_KERNEL(linear_forward)(gt_backend *be, float *out, const float *inp, const float *w, const float *bias,
                                         int N, int C, int OC) {
   if (N == 0 || OC == 0) return GT_OK;
   int nt = gt_cpu_threads(be);
+  if (C > 0 && row_split(nt, N)) {
+#pragma omp parallel num_threads(nt)
+    {
+      int64_t r0, r1;
+      gt_cpu_share(N, 16, &r0, &r1);
+      bias_rows(out, bias, r0, r1, OC);
+      sgemm_rows(CblasNoTrans, CblasTrans, r0, r1, OC, C, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC);
+    }
+    return GT_OK;
+  }
   if (bias) {
     /* Start from the bias and let sgemm add into it (beta = 1). */
 #pragma omp parallel for num_threads(nt) schedule(static) if ((int64_t)N * OC >= GT_CPU_PAR_MIN)
@@ -134,12 +169,35 @@ gt_status GT_CPU_KERNEL(linear_forward)(gt_backend *be, float *out, const float 
 gt_status GT_CPU_KERNEL(linear_backward)(gt_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
                                          const float *inp, const float *w, int N, int C, int OC) {
   if (N == 0 || OC == 0) return GT_OK;
-  (void)gt_cpu_threads(be); /* sizes OpenBLAS's team */
-  if (C > 0) {
-    if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+  int nt = gt_cpu_threads(be); /* also sizes OpenBLAS's team */
+  bool split_din = C > 0 && dinp && row_split(nt, N), split_dw = C > 0 && row_split(nt, OC);
+  if (split_din || split_dw) {
+    /* One region: each thread its rows of dinp, then its rows of dw and
+     * the same channels of dbias, summed over rows in order as
+     * bias_backward sums them. */
+#pragma omp parallel num_threads(nt)
+    {
+      int64_t r0, r1;
+      if (split_din) {
+        gt_cpu_share(N, 16, &r0, &r1);
+        sgemm_rows(CblasNoTrans, CblasNoTrans, r0, r1, C, OC, dout, OC, w, C, 1.0f, dinp, C);
+      }
+      if (split_dw) {
+        gt_cpu_share(OC, 16, &r0, &r1);
+        sgemm_rows(CblasTrans, CblasNoTrans, r0, r1, C, N, dout, OC, inp, C, 1.0f, dw, C);
+        for (int i = 0; dbias && i < N && r0 < r1; i++) {
+          const float *d = dout + (int64_t)i * OC;
+          for (int64_t c = r0; c < r1; c++) dbias[c] += d[c];
+        }
+      }
+    }
   }
-  return dbias ? GT_CPU_KERNEL(bias_backward)(be, dbias, dout, N, OC) : GT_OK;
+  if (C > 0) {
+    if (dinp && !split_din)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
+    if (!split_dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+  }
+  return dbias && !split_dw ? GT_CPU_KERNEL(bias_backward)(be, dbias, dout, N, OC) : GT_OK;
 }
 
 /* 0.5 x (1 + tanh u) = x * sigmoid(2u): one exp and one division per
