@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/cpu/cpu_internal.h"
+#include "core/cpu/cpu_parallel.h"
 
 typedef enum { OP_COPY, OP_SET, OP_WAIT } op_kind;
 
@@ -111,22 +112,54 @@ static gt_status queue_op(gt_stream *s, const op *proto) {
   return enqueue(s, o);
 }
 
+/* On the compute stream a large copy or fill is split over the backend's
+ * threads: one core does not reach the memory's bandwidth, and a step
+ * clears its gradients (tens of MB) and zeroes buffers this way. Below
+ * this size waking the pool costs more than it saves. */
+#define GT_CPU_PAR_BYTES ((size_t)1 << 20)
+
+static bool split_ok(gt_backend *be, size_t bytes) {
+  return bytes >= GT_CPU_PAR_BYTES && be->num_threads > 1 && !omp_in_parallel();
+}
+
 gt_status gt_cpu_memcpy(gt_backend *be, void *dst, const void *src, size_t bytes, gt_copy_kind kind, gt_stream *s) {
-  (void)be;
   (void)kind;
   if (!bytes) return GT_OK;
   if (!s->async) {
-    memmove(dst, src, bytes);
+    const char *from = src;
+    char *to = dst;
+    /* Overlapping ranges keep memmove's order; disjoint ones split. */
+    if (!split_ok(be, bytes) || (to < from + bytes && from < to + bytes)) {
+      memmove(dst, src, bytes);
+      return GT_OK;
+    }
+    int n = gt_cpu_threads(be);
+#pragma omp parallel num_threads(n)
+    {
+      int64_t lo, hi;
+      gt_cpu_share((int64_t)bytes, 64, &lo, &hi);
+      if (hi > lo) memcpy(to + lo, from + lo, (size_t)(hi - lo));
+    }
     return GT_OK;
   }
   return queue_op(s, &(op){.kind = OP_COPY, .dst = dst, .src = src, .bytes = bytes});
 }
 
 gt_status gt_cpu_memset(gt_backend *be, void *dst, int value, size_t bytes, gt_stream *s) {
-  (void)be;
   if (!bytes) return GT_OK;
   if (!s->async) {
-    memset(dst, value, bytes);
+    if (!split_ok(be, bytes)) {
+      memset(dst, value, bytes);
+      return GT_OK;
+    }
+    int n = gt_cpu_threads(be);
+    char *to = dst;
+#pragma omp parallel num_threads(n)
+    {
+      int64_t lo, hi;
+      gt_cpu_share((int64_t)bytes, 64, &lo, &hi);
+      if (hi > lo) memset(to + lo, value, (size_t)(hi - lo));
+    }
     return GT_OK;
   }
   return queue_op(s, &(op){.kind = OP_SET, .dst = dst, .value = value, .bytes = bytes});
