@@ -7,14 +7,33 @@
  *   busbw = algbw * (n-1)/n    (all-gather, reduce-scatter; bytes = the
  *                               whole gathered / scattered buffer)
  * next to this machine's memcpy bandwidth measured in the same run, and to
- * torch.distributed's Gloo all-reduce on the same sizes (bench/comm_gloo.py
- * in a python3 subprocess) when torch is installed.
+ * two peers' all-reduce on the same sizes and the same fp32 sum, each on
+ * the transport it is compared with:
+ *   - torch.distributed's Gloo, over TCP on loopback (bench/comm_gloo.py in
+ *     a python3 subprocess), when torch is installed;
+ *   - OpenMPI's MPI_Allreduce, in place, over its shared-memory transport
+ *     (bench/comm_mpi.c under mpirun, in each of mpi_settings, the best
+ *     kept), when CMake found MPI; its sums are checked exactly.
+ * And, for the 64 MiB two-rank all-reduce, the copy limit (copy_limit.h):
+ * an all-reduce of B bytes between two ranks must pass 2B bytes between
+ * them at least (each rank receives the other's B/2 of inputs for the half
+ * it sums and B/2 of sums for the other half), so its limit is the time a
+ * producer and a consumer process take to move 2B bytes through one shared
+ * segment, piece by piece, each process with a B-byte private buffer. That
+ * moves, reads and writes as many bytes as the all-reduce does, without
+ * the additions; of_copy_limit is the all-reduce's throughput over the
+ * limit's (B / that time), so 1 means the all-reduce runs as fast as
+ * copying alone.
  *
  * Each figure is the best of a few rounds' mean time (see ROUNDS), for
- * Giant and Gloo alike. TCP runs twice: with frame headers sealed (the
+ * Giant, Gloo and MPI alike. TCP runs twice: with frame headers sealed (the
  * default) and with payload integrity (GT_COMM_INTEGRITY_MAC). The last line
- * is machine-readable:
- *   allreduce_64MiB_2ranks_GBps=<x> vs_gloo=<ratio> tcp_mac_vs_headers=<ratio>
+ * is machine-readable, every ratio at 64 MiB on two ranks:
+ *   allreduce_64MiB_2ranks_GBps=<x> vs_gloo=<r> tcp_vs_gloo=<t> shm_vs_mpi=<s>
+ *     of_copy_limit=<c> tcp_mac_vs_headers=<m>
+ * x is Giant's faster transport, r that against Gloo; t is Giant over TCP
+ * against Gloo (both TCP on loopback); s is Giant's shared memory against
+ * MPI's; m is TCP with payload integrity over headers alone.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -26,6 +45,7 @@
 #include <unistd.h>
 
 #include "bench_torch.h"
+#include "copy_limit.h"
 #include "giant/engine/comm.h"
 #include "giant/log.h"
 #include "giant/engine/store.h"
@@ -242,6 +262,65 @@ static int run_gloo(int n, double *us) {
   return rc == 0 && got ? 0 : -1;
 }
 
+/* OpenMPI's shared-memory transport (pml ob1, btl vader: single copy by
+ * CMA for large messages) in its default, which polls, and set for a shared
+ * machine (unbound ranks that yield while they wait); tuned's default
+ * choice of algorithm in both. --oversubscribe lets 4 ranks run on fewer
+ * cores. */
+static const char *const mpi_settings[] = {
+    "--mca pml ob1 --mca btl self,vader",
+    "--mca pml ob1 --mca btl self,vader --bind-to none --mca mpi_yield_when_idle 1",
+};
+#define NMPI (int)(sizeof mpi_settings / sizeof mpi_settings[0])
+
+/* MPI: runs bench_comm_mpi under mpirun in every setting and keeps, per
+ * size, the best (which[i]: that setting). 0, or -1 with why filled. */
+static int run_mpi(int n, double *us, int *which, char *why, size_t whylen) {
+#ifndef GIANT_BENCH_MPI
+  (void)n;
+  (void)us;
+  (void)which;
+  snprintf(why, whylen, "CMake found no MPI (find_package(MPI COMPONENTS C)) when this was built");
+  return -1;
+#else
+  int got = 0;
+  for (int m = 0; m < NMPI; m++) {
+    char cmd[4096];
+    int k = snprintf(cmd, sizeof cmd, "%s --allow-run-as-root --oversubscribe -np %d %s %s --rounds %d %s --sizes ",
+                     GIANT_BENCH_MPIEXEC, n, mpi_settings[m], GIANT_BENCH_MPI, ROUNDS, quick ? "--quick" : "");
+    for (int i = 0; i < nsizes && k < (int)sizeof cmd - 32; i++)
+      k += snprintf(cmd + k, sizeof cmd - (size_t)k, "%s%zu", i ? "," : "", sizes[i]);
+    snprintf(cmd + k, sizeof cmd - (size_t)k, " 2>&1");
+    FILE *f = popen(cmd, "r");
+    if (!f) continue;
+    char line[512], last[256] = "";
+    while (fgets(line, sizeof line, f)) {
+      size_t b;
+      double t;
+      int ok;
+      if (sscanf(line, "mpi allreduce bytes=%zu us=%lf ok=%d", &b, &t, &ok) != 3) {
+        line[strcspn(line, "\n")] = 0;
+        if (*line) snprintf(last, sizeof last, "%.200s", line);
+        continue;
+      }
+      if (!ok) {
+        snprintf(why, whylen, "MPI_Allreduce of %zu bytes gave a wrong sum (%s)", b, mpi_settings[m]);
+        pclose(f);
+        return -1;
+      }
+      for (int i = 0; i < nsizes; i++)
+        if (sizes[i] == b && (us[i] <= 0 || t < us[i])) {
+          us[i] = t;
+          which[i] = m;
+          got++;
+        }
+    }
+    if (pclose(f) != 0) snprintf(why, whylen, "mpirun failed (%s): %s", mpi_settings[m], last);
+  }
+  return got ? 0 : -1;
+#endif
+}
+
 static size_t parse_size(const char *s) {
   char *end;
   double v = strtod(s, &end);
@@ -263,18 +342,22 @@ static size_t parse_size(const char *s) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: bench_comm [--max-size SIZE (e.g. 64M, default 256M)] [--quick] [--no-gloo] [--ranks 2|4]\n");
+  fprintf(stderr,
+          "usage: bench_comm [--max-size SIZE (e.g. 64M, default 256M)] [--quick] [--no-gloo] [--no-mpi] "
+          "[--ranks 2|4]\n");
 }
 
 int main(int argc, char **argv) {
   size_t max_size = 256u << 20;
-  bool gloo = true;
+  bool gloo = true, mpi = true;
   int only_ranks = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick"))
       quick = true;
     else if (!strcmp(argv[i], "--no-gloo"))
       gloo = false;
+    else if (!strcmp(argv[i], "--no-mpi"))
+      mpi = false;
     else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) {
       only_ranks = atoi(argv[++i]);
       if (only_ranks != 2 && only_ranks != 4) {
@@ -312,7 +395,7 @@ int main(int argc, char **argv) {
   printf("# algbw = bytes/time; busbw = algbw*2(n-1)/n (allreduce), algbw*(n-1)/n (others)\n");
   printf("%-14s %5s %-8s %12s %12s %10s %10s %9s\n", "op", "ranks", "alg", "bytes", "time_us", "algbw_GBs", "busbw_GBs",
          "vs_memcpy");
-  double headline = 0, headline_gloo = 0, tcp64 = 0, tcp_mac64 = 0;
+  double headline = 0, headline_gloo = 0, tcp64 = 0, tcp_mac64 = 0, shm64 = 0, mpi64 = 0, limit64 = 0;
   const int ranks[2] = {2, 4};
   const gt_comm_transport tr[NTRANSPORTS] = {GT_COMM_TCP, GT_COMM_SHM, GT_COMM_TCP};
   const char *const *trn = transport_names;
@@ -329,6 +412,16 @@ int main(int argc, char **argv) {
         return 1;
       }
     }
+    /* The copy limit of the headline, right after the ranks it bounds. */
+    size_t piece = 0;
+    double lim = n == 2 && max_size >= (64u << 20) ? bench_copy_limit(128u << 20, 64u << 20, ROUNDS, &piece) : -1;
+    if (lim > 0) {
+      limit64 = (64u << 20) / lim / 1e9;
+      printf(
+          "# copy limit, 64 MiB all-reduce of 2 ranks: 128 MiB through a shared segment in %.1f us (%zu KiB "
+          "pieces), %.3f GB/s of all-reduce\n",
+          lim * 1e6, piece >> 10, limit64);
+    }
     for (int op = 0; op < NOPS; op++) {
       for (int k = 0; k < nsizes; k++) {
         for (int ti = 0; ti < NTRANSPORTS; ti++) {
@@ -341,6 +434,7 @@ int main(int argc, char **argv) {
           bool head = op == OP_AR && n == 2 && sizes[k] == (64u << 20);
           if (head && ti != T_TCP_MAC && alg > headline) headline = alg;
           if (head && ti == T_TCP) tcp64 = alg;
+          if (head && ti == T_SHM) shm64 = alg;
           if (head && ti == T_TCP_MAC) tcp_mac64 = alg;
         }
       }
@@ -365,16 +459,41 @@ int main(int argc, char **argv) {
         gloo = false;
       }
     }
+    if (mpi) {
+      double mus[MAX_SIZES] = {0};
+      int which[MAX_SIZES] = {0};
+      char why[512] = "no result";
+      fflush(stdout);
+      if (run_mpi(n, mus, which, why, sizeof why) == 0) {
+        for (int m = 0; m < NMPI; m++) printf("# mpi setting %d: mpirun %s\n", m, mpi_settings[m]);
+        for (int k = 0; k < nsizes; k++) {
+          if (mus[k] <= 0) continue;
+          double alg = sizes[k] / (mus[k] * 1e-6) / 1e9, shm = 0;
+          if (res->us[T_SHM][OP_AR][k] > 0) shm = sizes[k] / (res->us[T_SHM][OP_AR][k] * 1e-6) / 1e9;
+          printf("%-14s %5d %-8s %12zu %12.1f %10.3f %10.3f %9.2f  giant_shm/mpi=%.2f setting=%d\n", "allreduce", n,
+                 "mpi", sizes[k], mus[k], alg, alg * 2.0 * (n - 1) / n, alg * 2.0 * (n - 1) / n / mc, shm / alg,
+                 which[k]);
+          if (n == 2 && sizes[k] == (64u << 20)) mpi64 = alg;
+        }
+      } else {
+        printf("# mpi baseline unavailable: %s\n", why);
+        mpi = false;
+      }
+    }
     munmap(res, sizeof *res);
   }
   /* What payload integrity costs: TCP's 64 MiB all-reduce with every
    * payload's tag against headers alone, in the same run. */
   char mac[64] = "n/a";
   if (tcp64 > 0 && tcp_mac64 > 0) snprintf(mac, sizeof mac, "%.2f", tcp_mac64 / tcp64);
-  if (headline_gloo > 0)
-    printf("allreduce_64MiB_2ranks_GBps=%.3f vs_gloo=%.2f tcp_mac_vs_headers=%s\n", headline, headline / headline_gloo,
-           mac);
-  else
-    printf("allreduce_64MiB_2ranks_GBps=%.3f vs_gloo=n/a tcp_mac_vs_headers=%s\n", headline, mac);
+  char vs[64] = "n/a", tg[64] = "n/a", sm[64] = "n/a", cl[64] = "n/a";
+  if (headline_gloo > 0) snprintf(vs, sizeof vs, "%.2f", headline / headline_gloo);
+  if (headline_gloo > 0 && tcp64 > 0) snprintf(tg, sizeof tg, "%.2f", tcp64 / headline_gloo);
+  if (mpi64 > 0 && shm64 > 0) snprintf(sm, sizeof sm, "%.2f", shm64 / mpi64);
+  if (limit64 > 0 && shm64 > 0) snprintf(cl, sizeof cl, "%.2f", shm64 / limit64);
+  printf(
+      "allreduce_64MiB_2ranks_GBps=%.3f vs_gloo=%s tcp_vs_gloo=%s shm_vs_mpi=%s of_copy_limit=%s "
+      "tcp_mac_vs_headers=%s\n",
+      headline, vs, tg, sm, cl, mac);
   return 0;
 }
