@@ -48,7 +48,7 @@ void gt_comm_reduce2(gt_dtype t, void *dst, void *dst2, const void *b, size_t n)
     size_t m = n - o < blk ? n - o : blk;
     char *d = (char *)dst + o * es, *d2 = (char *)dst2 + o * es;
     gt_comm_reduce(t, d2, d, (const char *)b + o * es, m);
-    memcpy(d, d2, m * es);
+    gt_comm_copy(d, d2, m * es);
   }
 }
 

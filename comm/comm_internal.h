@@ -120,6 +120,12 @@ gt_status gt_comm_run_shm(gt_comm *c, const plan *p, double deadline);
  * reduces one half of buf and receives the other half reduced. */
 gt_status gt_comm_shm_allreduce2(gt_comm *c, char *buf, size_t count, gt_dtype t, double deadline);
 
+/* memcpy for the shared-memory transport, without glibc's rep movsb and its
+ * slow case on AMD (copy.c). The _nt form streams its stores past the
+ * caches: for destinations no one reads soon. */
+void gt_comm_copy(void *dst, const void *src, size_t n);
+void gt_comm_copy_nt(void *dst, const void *src, size_t n);
+
 /* Sleeps the send delay set for peer (gt_comm_set_send_delay), if any. */
 void gt_comm_delay_send(gt_comm *c, int peer);
 

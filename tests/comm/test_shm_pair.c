@@ -121,9 +121,11 @@ static int pair_main(int r, int n, void *arg) {
   gt_comm *c = harness_comm(s, "pair", r, n, GT_COMM_SHM, OP_TIMEOUT_MS);
   CHECK(strcmp(gt_comm_transport_name(c), "shm") == 0);
   /* 65536 floats and 131072 bf16 fill a 256 KiB piece; each half is cut
-   * into pieces, so try halves just under, at and over one and two. */
-  const size_t sizes[] = {1,      2,      3,      5,      1000,   131071,   131072,
-                          131073, 262143, 262144, 262145, 524289, 1u << 20, (3u << 20) + 7};
+   * into pieces, so try halves just under, at and over one and two. From
+   * 16 MiB the sums received are streamed into the buffer: the last size
+   * takes that path (in both types) with halves that end mid-vector. */
+  const size_t sizes[] = {1,      2,      3,      5,      1000,     131071,         131072,         131073,
+                          262143, 262144, 262145, 524289, 1u << 20, (3u << 20) + 7, (8u << 20) + 13};
   for (size_t j = 0; j < sizeof sizes / sizeof *sizes; j++) {
     check_f32(c, sizes[j], r);
     check_bf16(c, sizes[j], r);
