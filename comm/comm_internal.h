@@ -96,6 +96,7 @@ struct gt_comm {
   bool stop;
   uint32_t *tx_seq, *rx_seq; /* frames sent to / received from each peer */
   atomic_llong *delay_ns;    /* per peer: each transfer that sends to it first sleeps this long */
+  int *sndbuf;               /* per peer on this host: its socket's SO_SNDBUF now; 0 for other hosts (tcp.c) */
   uint32_t split_seq;
   /* The communicators split from this one (gt_comm_split), which an abort
    * reaches too; guarded by gt_comm_family_mu. */

@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,6 +27,18 @@
 
 #define PIECE (512u << 10)
 #define SEND_MAX (1u << 20)
+/* The send buffer for a peer on this host while a plan moves steps of
+ * NEAR_BIG bytes or more, and the one gt_wire_tune gives every socket.
+ * Over loopback the kernel queues what we send straight into the peer's
+ * receive queue, so a big send buffer lets us run megabytes ahead and the
+ * peer then copies data that has left the caches; 64 KiB (128 KiB as the
+ * kernel counts it) keeps what is in flight in cache. Alternated in the
+ * same ranks: 2.4x on a 64 MiB two-rank all-reduce, 1.5x at 4 MiB, but
+ * 0.9x at 1 MiB (steps of 512 KiB), hence the threshold. Peers on other
+ * hosts keep the big buffer, which a real network's latency needs. */
+#define NEAR_SNDBUF (64 << 10)
+#define NEAR_BIG ((size_t)1 << 20)
+#define FAR_SNDBUF (4 << 20)
 
 typedef struct side {
   int step;                        /* current step */
@@ -65,6 +79,26 @@ static gt_status consume(const plan *p, const plan_step *s, size_t off, const ch
   return GT_OK;
 }
 
+/* Sizes the send buffer to peer for this plan (see NEAR_SNDBUF). */
+static void size_sndbuf(gt_comm *c, const plan *p, int fd) {
+  if (fd < 0 || c->sndbuf[p->tx_peer] <= 0) return;
+  size_t big = 0;
+  for (int k = 0; k < p->ntx; k++) big = p->tx[k].len > big ? p->tx[k].len : big;
+  int want = big >= NEAR_BIG ? NEAR_SNDBUF : FAR_SNDBUF;
+  if (want != c->sndbuf[p->tx_peer] && setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof want) == 0)
+    c->sndbuf[p->tx_peer] = want;
+}
+
+/* Whether the connection's two ends are on this host: loopback, or the
+ * same address at both ends. */
+static bool same_host(int fd) {
+  struct sockaddr_in a = {0}, b = {0};
+  socklen_t la = sizeof a, lb = sizeof b;
+  if (getsockname(fd, (struct sockaddr *)&a, &la) || getpeername(fd, (struct sockaddr *)&b, &lb)) return false;
+  if (a.sin_family != AF_INET || b.sin_family != AF_INET) return false;
+  return a.sin_addr.s_addr == b.sin_addr.s_addr || (ntohl(b.sin_addr.s_addr) >> 24) == 127;
+}
+
 /* The next frame to send: its sealed header, and the start of its payload's tag. */
 static gt_status tx_begin(gt_wire_session *ss, side *tx, const plan *p, bool mac) {
   size_t len = p->tx[tx->step].len;
@@ -81,6 +115,7 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
   gt_wire_session *ts = p->tx_peer >= 0 ? &c->sess[p->tx_peer] : NULL;
   gt_wire_session *rs = p->rx_peer >= 0 ? &c->sess[p->rx_peer] : NULL;
   bool mac = c->payload_mac;
+  size_sndbuf(c, p, tfd);
   char from[96];
   snprintf(from, sizeof from, "rank %d of group '%s'", p->rx_peer, c->prefix);
   char *stage = NULL;
@@ -315,5 +350,7 @@ gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline) {
   /* Take every higher rank in; refuse anything else and keep going. */
   if (st == GT_OK) st = gt_comm_accept_peers(c, lfd, ctx, deadline);
   close(lfd);
+  for (int j = 0; st == GT_OK && j < c->size; j++)
+    if (c->fds[j] >= 0 && same_host(c->fds[j])) c->sndbuf[j] = FAR_SNDBUF;
   return st;
 }
