@@ -349,6 +349,7 @@ void gt_comm_destroy(gt_comm *c) {
   free(c->tx_seq);
   free(c->rx_seq);
   free(c->delay_ns);
+  free(c->sndbuf);
   free(c->prefix);
   free(c->secret);
   free(c->host);
@@ -384,13 +385,15 @@ gt_status gt_comm_alloc(const gt_comm_config *cfg, const char *secret, gt_comm *
   c->tx_seq = calloc((size_t)c->size, sizeof(uint32_t));
   c->rx_seq = calloc((size_t)c->size, sizeof(uint32_t));
   c->delay_ns = calloc((size_t)c->size, sizeof *c->delay_ns);
+  c->sndbuf = calloc((size_t)c->size, sizeof *c->sndbuf);
   pthread_mutex_init(&c->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&c->cv, &ca);
   pthread_condattr_destroy(&ca);
-  if (!c->prefix || !c->secret || !c->fds || !c->sess || !c->pidfds || !c->tx_seq || !c->rx_seq || !c->delay_ns) {
+  if (!c->prefix || !c->secret || !c->fds || !c->sess || !c->pidfds || !c->tx_seq || !c->rx_seq || !c->delay_ns ||
+      !c->sndbuf) {
     gt_comm_destroy(c);
     return gt_errorf(GT_ENOMEM, "out of memory");
   }
@@ -462,6 +465,15 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
     if (!(c->host = strdup(host))) st = gt_errorf(GT_ENOMEM, "out of memory");
     if (st == GT_OK) st = gt_comm_mesh_connect(c, host, deadline);
     c->transport = GT_COMM_TCP;
+    /* On one host, shared memory is chosen without measuring: it moves
+     * each byte with one copy into a slot and one out (or a sum straight
+     * out of it), in user space and with no system call per piece, where
+     * loopback TCP makes the same two copies in the kernel plus the
+     * protocol's work and a call per send and receive. So it does less
+     * work for every operation and size (bench_comm measures both); a
+     * timing at creation would cost every group's start tens of ms and, on
+     * a loaded host where one round can run 3x slower than the next, pick
+     * TCP by chance and make runs differ. */
     if (st == GT_OK && tr != GT_COMM_TCP && c->size > 1) {
       st = gt_comm_shm_setup(c, deadline);
       if (st == GT_EUNSUPPORTED && tr == GT_COMM_AUTO) st = GT_OK;
