@@ -414,13 +414,15 @@ int main(int argc, char **argv) {
     }
     /* The copy limit of the headline, right after the ranks it bounds. */
     size_t piece = 0;
-    double lim = n == 2 && max_size >= (64u << 20) ? bench_copy_limit(128u << 20, 64u << 20, ROUNDS, &piece) : -1;
+    bool stream = false;
+    double lim =
+        n == 2 && max_size >= (64u << 20) ? bench_copy_limit(128u << 20, 64u << 20, ROUNDS, &piece, &stream) : -1;
     if (lim > 0) {
       limit64 = (64u << 20) / lim / 1e9;
       printf(
           "# copy limit, 64 MiB all-reduce of 2 ranks: 128 MiB through a shared segment in %.1f us (%zu KiB "
-          "pieces), %.3f GB/s of all-reduce\n",
-          lim * 1e6, piece >> 10, limit64);
+          "pieces, copied out %s), %.3f GB/s of all-reduce\n",
+          lim * 1e6, piece >> 10, stream ? "with streaming stores" : "by memcpy", limit64);
     }
     for (int op = 0; op < NOPS; op++) {
       for (int k = 0; k < nsizes; k++) {

@@ -9,14 +9,17 @@
 #ifndef GIANT_BENCH_COPY_LIMIT_H
 #define GIANT_BENCH_COPY_LIMIT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Seconds to move `move` bytes from producer to consumer, each process
  * with a private buffer of `buf` bytes that the pieces walk through (and
  * wrap around): the best of `rounds` rounds at each of a few piece sizes
- * (4 slots each), so the limit is this machine's, not one setting's.
- * *piece (may be NULL) gets the piece size of the best. Negative when the
+ * (4 slots each), the consumer copying out with memcpy or with streaming
+ * stores (which skip reading the lines they overwrite, as the all-reduce's
+ * do), so the limit is this machine's, not one setting's. *piece and
+ * *stream (may be NULL) get the best's setting. Negative when the
  * consumer cannot be started or stops answering. */
-double bench_copy_limit(size_t move, size_t buf, int rounds, size_t *piece);
+double bench_copy_limit(size_t move, size_t buf, int rounds, size_t *piece, bool *stream);
 
 #endif
