@@ -31,12 +31,15 @@
  * NEAR_BIG bytes or more, and the one gt_wire_tune gives every socket.
  * Over loopback the kernel queues what we send straight into the peer's
  * receive queue, so a big send buffer lets us run megabytes ahead and the
- * peer then copies data that has left the caches; 64 KiB (128 KiB as the
+ * peer then copies data that has left the caches; 256 KiB (512 KiB as the
  * kernel counts it) keeps what is in flight in cache. Alternated in the
- * same ranks: 2.4x on a 64 MiB two-rank all-reduce, 1.5x at 4 MiB, but
- * 0.9x at 1 MiB (steps of 512 KiB), hence the threshold. Peers on other
- * hosts keep the big buffer, which a real network's latency needs. */
-#define NEAR_SNDBUF (64 << 10)
+ * same ranks on two cores, two-rank all-reduce: on a heavily loaded
+ * machine 1.6x at 64 MiB and 1.8x at 4 MiB over 4 MiB buffers; lightly
+ * loaded, 1.1-1.2x over 64 KiB at 4 to 64 MiB, and 1 MiB slower again.
+ * Any small buffer cost 10% at 1 MiB (steps of 512 KiB), hence the
+ * threshold. Peers on other hosts keep the big buffer, which a real
+ * network's latency needs. */
+#define NEAR_SNDBUF (256 << 10)
 #define NEAR_BIG ((size_t)1 << 20)
 #define FAR_SNDBUF (4 << 20)
 
