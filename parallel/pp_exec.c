@@ -1,15 +1,17 @@
 /* The pipeline executor: walks this rank's list of schedule steps, moving
  * activations forward and gradients backward between stages.
  *
- * Two communicators over the pipeline group, one per direction, each with
- * its own progress thread: sends are started and left in flight (the
- * schedules are deadlock-free when sends do not wait for their receivers),
- * receives block, and a transfer queued in one direction never waits
- * behind one in the other. A (micro-batch, chunk)'s activations and
- * received input are taken from the model's arena at its forward and given
- * back after its backward, so the memory a schedule holds is what it keeps
- * in flight: with 1F1B at most the stage count, with GPipe every
- * micro-batch. */
+ * One communicator per link and direction, each with its own progress
+ * thread, on which this rank only sends or only receives (pp_links.h):
+ * sends are started and left in flight (the schedules are deadlock-free
+ * when sends do not wait for their receivers), and each direction's
+ * receives are posted two schedule steps ahead, so the data of the next
+ * transfer lands while this step computes and the wait at a step is only
+ * for data its peer has not produced yet. A (micro-batch, chunk)'s
+ * activations and received input are taken from the model's arena at its
+ * forward (the input when its receive is posted) and given back after its
+ * backward, so the memory a schedule holds is what it keeps in flight:
+ * with 1F1B at most the stage count, with GPipe every micro-batch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,18 +27,27 @@
 #include "giant/engine/model.h"
 #include "giant/engine/pipeline.h"
 #include "parallel/dist_engine.h"
+#include "parallel/pp_links.h"
+
+/* Receives posted per direction, the one a step waits for included. */
+#define PP_AHEAD 2
 
 struct gt_pp_exec {
   gt_dist *d;
   gt_model *m;
   gt_pp_schedule *sched;
   int P, r, V, M, S;
-  gt_comm *fwd, *bwd, *tied;
-  gt_acts **acts;      /* [M * V] */
-  float **in;          /* [M * V]: the activation each forward received */
-  float *grad;         /* the output gradient a backward received */
-  size_t in_floats;    /* room for the widest activation between stages */
-  gt_comm_req **sends; /* forward sends in flight (their buffers outlive the step's forwards) */
+  gt_pp_links links;
+  gt_comm *tied;
+  gt_acts **acts;           /* [M * V] */
+  float **in;               /* [M * V]: the activation each forward received */
+  float *grad[PP_AHEAD];    /* the output gradients backwards receive, in turn */
+  gt_comm_req **rreq;       /* [steps]: each step's posted receive */
+  int next_post[2];         /* by direction: the first step whose receive is not posted yet */
+  int ahead[2];             /* ... receives posted and not yet waited for */
+  int bwd_posts, bwd_waits; /* backward receives posted and waited for this run: their grad buffers */
+  size_t in_floats;         /* room for the widest activation between stages */
+  gt_comm_req **sends;      /* forward sends in flight (their buffers outlive the step's forwards) */
   int nsends;
   gt_comm_req **held_req; /* backward sends whose activations wait for them */
   int *held_slot, nheld;
@@ -86,21 +97,92 @@ static gt_status reap(gt_pp_exec *e, bool all) {
   return first;
 }
 
+/* The direction a step receives in, or -1: a forward's input from the
+ * previous stage, a backward's output gradient from the next. */
+static int recv_dir(const gt_pp_exec *e, const gt_pp_step *st) {
+  int vs = gt_pp_virtual_stage(e->sched, e->r, st->chunk);
+  if (st->op == GT_PP_FORWARD) return vs > 0 ? GT_PP_DIR_FWD : -1;
+  return vs < e->S - 1 ? GT_PP_DIR_BWD : -1;
+}
+
+/* Posts receives in direction dir until PP_AHEAD are waiting or the
+ * schedule has no more. In schedule order, as the peer sends them. */
+static gt_status post_receives(gt_pp_exec *e, int dir, const gt_batch *batches) {
+  const gt_pp_step *steps = e->sched->steps[e->r];
+  int n = e->sched->nsteps[e->r];
+  while (e->ahead[dir] < PP_AHEAD) {
+    int i = e->next_post[dir];
+    while (i < n && recv_dir(e, &steps[i]) != dir) i++;
+    e->next_post[dir] = i + 1;
+    if (i >= n) return GT_OK;
+    if (!e->links.recv[dir])
+      return gt_errorf(GT_ESTATE, "the schedule receives at step %d on stage rank %d, which has no link to receive on",
+                       i, e->r);
+    const gt_pp_step *st = &steps[i];
+    int vs = gt_pp_virtual_stage(e->sched, e->r, st->chunk), slot = st->micro_batch * e->V + st->chunk;
+    const gt_batch *b = &batches[st->micro_batch];
+    float *buf;
+    size_t count;
+    if (dir == GT_PP_DIR_FWD) {
+      if (e->in[slot])
+        return gt_errorf(GT_ESTATE, "schedule runs the forward of micro-batch %d twice", st->micro_batch);
+      GT_TRY(gt_arena_alloc(gt_model_arena(e->m), e->in_floats * sizeof(float), (void **)&e->in[slot]));
+      buf = e->in[slot];
+      count = boundary(e, vs - 1, b);
+    } else {
+      /* The buffer of the receive PP_AHEAD posts back: its backward ran. */
+      buf = e->grad[e->bwd_posts++ % PP_AHEAD];
+      count = boundary(e, vs, b);
+    }
+    GT_TRY(gt_comm_recv_start(e->links.recv[dir], buf, count, GT_F32, GT_PP_LINK_SENDER, &e->rreq[i]));
+    e->ahead[dir]++;
+  }
+  return GT_OK;
+}
+
+/* Waits for step i's posted receive; the time goes to the peer's waits. */
+static gt_status wait_receive(gt_pp_exec *e, int i, int dir) {
+  double w0 = gt_now();
+  gt_status s = gt_comm_wait(e->rreq[i], -1);
+  e->rreq[i] = NULL;
+  e->ahead[dir]--;
+  *(dir == GT_PP_DIR_FWD ? &e->wait_prev : &e->wait_next) += gt_now() - w0;
+  return s;
+}
+
+/* A run given up with receives still posted: their peers may never send,
+ * so the links are aborted (here and at the peers, which fail at once
+ * rather than at their timeout) and the requests collected. */
+static void cancel_receives(gt_pp_exec *e) {
+  int n = e->sched ? e->sched->nsteps[e->r] : 0;
+  bool pending = false;
+  for (int i = 0; i < n; i++) pending = pending || e->rreq[i];
+  if (!pending) return;
+  gt_pp_links_abort(&e->links);
+  for (int i = 0; i < n; i++) {
+    if (e->rreq[i]) gt_comm_wait(e->rreq[i], -1);
+    e->rreq[i] = NULL;
+  }
+  e->ahead[0] = e->ahead[1] = 0;
+}
+
 void gt_pp_exec_destroy(gt_pp_exec *e) {
   if (!e) return;
   for (int i = 0; i < e->nsends; i++) gt_comm_wait(e->sends[i], -1);
   if (e->held_req) reap(e, true);
+  if (e->rreq) cancel_receives(e);
   gt_arena *ar = gt_model_arena(e->m);
   for (int i = 0; e->acts && i < e->M * e->V; i++) release(e, i);
-  if (e->grad) gt_arena_free(ar, e->grad);
+  for (int k = 0; k < PP_AHEAD; k++)
+    if (e->grad[k]) gt_arena_free(ar, e->grad[k]);
   if (e->scalar) gt_arena_free(ar, e->scalar);
-  gt_comm_destroy(e->fwd);
-  gt_comm_destroy(e->bwd);
+  gt_pp_links_destroy(&e->links);
   gt_comm_destroy(e->tied);
   gt_pp_schedule_free(e->sched);
   free(e->acts);
   free(e->in);
   free(e->sends);
+  free(e->rreq);
   free(e->held_req);
   free(e->held_slot);
   free(e);
@@ -126,12 +208,11 @@ gt_status gt_pp_exec_create(gt_dist *d, gt_model *m, int micro_batches, gt_pp_ex
   gt_comm *pp = gt_grid_comm(gt_dist_grid(d), GT_GRID_PP), *world = gt_grid_world(gt_dist_grid(d));
   /* Keys unique to this generation and this pipeline group. */
   int group = plan->me.dp * plan->layout.tp + plan->me.tp, inst = gt_dist_next_instance(d);
-  char fwd[160], bwd[160], tied[160];
-  snprintf(fwd, sizeof fwd, "%s/pp-fwd/%d/%d", gt_dist_generation(d), inst, group);
-  snprintf(bwd, sizeof bwd, "%s/pp-bwd/%d/%d", gt_dist_generation(d), inst, group);
+  char links[160], tied[160];
+  snprintf(links, sizeof links, "%s/pp-link/%d/%d", gt_dist_generation(d), inst, group);
   snprintf(tied, sizeof tied, "%s/pp-tied/%d", gt_dist_generation(d), inst);
-  if (s == GT_OK) s = gt_comm_split(pp, 0, e->r, fwd, &e->fwd);
-  if (s == GT_OK) s = gt_comm_split(pp, 0, e->r, bwd, &e->bwd);
+  /* Interleaved chunks make a ring: the last rank feeds the first's next chunk. */
+  if (s == GT_OK) s = gt_pp_links_create(pp, e->r, e->P, e->V > 1, links, &e->links);
   bool end = e->r == 0 || e->r == e->P - 1;
   if (s == GT_OK) s = gt_comm_split(world, end ? group : -1, e->r, tied, &e->tied);
   const gt_model_config *mc = gt_model_get_config(m);
@@ -143,13 +224,15 @@ gt_status gt_pp_exec_create(gt_dist *d, gt_model *m, int micro_batches, gt_pp_ex
   e->acts = calloc((size_t)(e->M * e->V), sizeof *e->acts);
   e->in = calloc((size_t)(e->M * e->V), sizeof *e->in);
   e->sends = calloc((size_t)(2 * e->M * e->V + 1), sizeof *e->sends);
+  e->rreq = e->sched ? calloc((size_t)e->sched->nsteps[e->r] + 1, sizeof *e->rreq) : NULL;
   e->held_req = calloc((size_t)(e->M * e->V + 1), sizeof *e->held_req);
   e->held_slot = calloc((size_t)(e->M * e->V + 1), sizeof *e->held_slot);
-  if (s == GT_OK && (!e->acts || !e->in || !e->sends || !e->held_req || !e->held_slot))
+  if (s == GT_OK && (!e->acts || !e->in || !e->sends || !e->rreq || !e->held_req || !e->held_slot))
     s = gt_errorf(GT_ENOMEM, "out of memory");
   gt_arena *ar = gt_model_arena(m);
   e->in_floats = BT * widest;
-  if (s == GT_OK) s = gt_arena_alloc(ar, BT * widest * sizeof(float), (void **)&e->grad);
+  for (int k = 0; k < PP_AHEAD && s == GT_OK; k++)
+    s = gt_arena_alloc(ar, BT * widest * sizeof(float), (void **)&e->grad[k]);
   if (s == GT_OK) s = gt_arena_alloc(ar, sizeof(float), (void **)&e->scalar);
   if (s != GT_OK) {
     gt_pp_exec_destroy(e);
@@ -159,27 +242,22 @@ gt_status gt_pp_exec_create(gt_dist *d, gt_model *m, int micro_batches, gt_pp_ex
   return GT_OK;
 }
 
-static gt_status send_later(gt_pp_exec *e, gt_comm *c, const float *buf, size_t n, int peer) {
-  return gt_comm_send_start(c, buf, n, GT_F32, peer, &e->sends[e->nsends++]);
+static gt_status send_later(gt_pp_exec *e, const float *buf, size_t n) {
+  return gt_comm_send_start(e->links.send[GT_PP_DIR_FWD], buf, n, GT_F32, GT_PP_LINK_RECEIVER, &e->sends[e->nsends++]);
 }
 
-static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *batches, const double *weights,
-                          double *loss_sum) {
+/* Step i of this rank's schedule; its receive, if any, was posted ahead. */
+static gt_status run_step(gt_pp_exec *e, int i, const gt_batch *batches, const double *weights, double *loss_sum) {
+  const gt_pp_step *st = &e->sched->steps[e->r][i];
   int mb = st->micro_batch, vs = gt_pp_virtual_stage(e->sched, e->r, st->chunk), slot = mb * e->V + st->chunk;
   const gt_batch *b = &batches[mb];
-  int prev = (e->r + e->P - 1) % e->P, next = (e->r + 1) % e->P;
-  if (st->op == GT_PP_FORWARD) {
-    GT_TRY(gt_acts_create(e->m, &e->acts[slot]));
-    if (vs > 0) GT_TRY(gt_arena_alloc(gt_model_arena(e->m), e->in_floats * sizeof(float), (void **)&e->in[slot]));
-  }
+  if (st->op == GT_PP_FORWARD) GT_TRY(gt_acts_create(e->m, &e->acts[slot]));
   gt_acts *a = e->acts[slot];
   if (!a) return gt_errorf(GT_ESTATE, "schedule runs the backward of micro-batch %d before its forward", mb);
   if (st->op == GT_PP_FORWARD) {
     const float *in = NULL;
     if (vs > 0) {
-      double w0 = gt_now();
-      GT_TRY(gt_comm_recv(e->fwd, e->in[slot], boundary(e, vs - 1, b), GT_F32, prev));
-      e->wait_prev += gt_now() - w0;
+      GT_TRY(wait_receive(e, i, GT_PP_DIR_FWD));
       in = e->in[slot];
     }
     const float *out = NULL;
@@ -190,15 +268,13 @@ static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *b
     if (vs == e->S - 1)
       *loss_sum += weights[mb] * loss;
     else
-      GT_TRY(send_later(e, e->fwd, out, boundary(e, vs, b), next));
+      GT_TRY(send_later(e, out, boundary(e, vs, b)));
     return GT_OK;
   }
   const float *dout = NULL, *din = NULL;
   if (vs < e->S - 1) {
-    double w0 = gt_now();
-    GT_TRY(gt_comm_recv(e->bwd, e->grad, boundary(e, vs, b), GT_F32, next));
-    e->wait_next += gt_now() - w0;
-    dout = e->grad;
+    GT_TRY(wait_receive(e, i, GT_PP_DIR_BWD));
+    dout = e->grad[e->bwd_waits++ % PP_AHEAD];
   }
   int64_t valid = gt_acts_targets(a);
   float scale = valid ? (float)(weights[mb] / (double)valid) : 0.0f;
@@ -210,7 +286,8 @@ static gt_status run_step(gt_pp_exec *e, const gt_pp_step *st, const gt_batch *b
     return GT_OK;
   }
   /* din lives in these activations: they go back once the send is done. */
-  GT_TRY(gt_comm_send_start(e->bwd, din, boundary(e, vs - 1, b), GT_F32, prev, &e->held_req[e->nheld]));
+  GT_TRY(gt_comm_send_start(e->links.send[GT_PP_DIR_BWD], din, boundary(e, vs - 1, b), GT_F32, GT_PP_LINK_RECEIVER,
+                            &e->held_req[e->nheld]));
   e->held_slot[e->nheld++] = slot;
   return GT_OK;
 }
@@ -220,11 +297,16 @@ gt_status gt_pp_exec_run(gt_pp_exec *e, const gt_batch *batches, const double *w
   gt_status s = GT_OK;
   e->nsends = 0;
   e->busy_seconds = e->wait_prev = e->wait_next = 0;
+  e->next_post[0] = e->next_post[1] = e->ahead[0] = e->ahead[1] = e->bwd_posts = e->bwd_waits = 0;
+  /* What a failed run left behind: a run that succeeds gives every slot back. */
+  for (int i = 0; i < e->M * e->V; i++) release(e, i);
   for (int i = 0; i < e->sched->nsteps[e->r] && s == GT_OK; i++) {
     s = reap(e, false);
-    if (s == GT_OK) s = run_step(e, &e->sched->steps[e->r][i], batches, weights, &loss_sum);
+    for (int dir = 0; dir < 2 && s == GT_OK; dir++) s = post_receives(e, dir, batches);
+    if (s == GT_OK) s = run_step(e, i, batches, weights, &loss_sum);
     if (s != GT_OK) gt_error_context(s, "pipeline step %d on stage rank %d", i, e->r);
   }
+  if (s != GT_OK) cancel_receives(e);
   gt_status r = reap(e, true);
   if (s == GT_OK) s = r;
   for (int i = 0; i < e->nsends; i++) {
