@@ -53,6 +53,7 @@ struct gt_pp_exec {
   int *held_slot, nheld;
   float *scalar;
   double run_seconds, busy_seconds; /* the last run */
+  double busy_fwd;                  /* ... of busy_seconds, in forwards */
   double wait_prev, wait_next;      /* ... blocked receiving from the previous and the next pipeline rank */
 };
 
@@ -264,6 +265,7 @@ static gt_status run_step(gt_pp_exec *e, int i, const gt_batch *batches, const d
     float loss = 0;
     double t0 = gt_now();
     GT_TRY(gt_model_forward_stage(e->m, a, b, vs, in, &out, vs == e->S - 1 ? &loss : NULL));
+    e->busy_fwd += gt_now() - t0;
     e->busy_seconds += gt_now() - t0;
     if (vs == e->S - 1)
       *loss_sum += weights[mb] * loss;
@@ -296,7 +298,7 @@ gt_status gt_pp_exec_run(gt_pp_exec *e, const gt_batch *batches, const double *w
   double loss_sum = 0, start = gt_now();
   gt_status s = GT_OK;
   e->nsends = 0;
-  e->busy_seconds = e->wait_prev = e->wait_next = 0;
+  e->busy_seconds = e->busy_fwd = e->wait_prev = e->wait_next = 0;
   e->next_post[0] = e->next_post[1] = e->ahead[0] = e->ahead[1] = e->bwd_posts = e->bwd_waits = 0;
   /* What a failed run left behind: a run that succeeds gives every slot back. */
   for (int i = 0; i < e->M * e->V; i++) release(e, i);
@@ -348,4 +350,9 @@ void gt_pp_exec_peer_waits(const gt_pp_exec *e, double *prev_seconds, double *ne
 void gt_pp_exec_timing(const gt_pp_exec *e, double *run_seconds, double *busy_seconds) {
   *run_seconds = e->run_seconds;
   *busy_seconds = e->busy_seconds;
+}
+
+void gt_pp_exec_busy_split(const gt_pp_exec *e, double *forward_seconds, double *backward_seconds) {
+  *forward_seconds = e->busy_fwd;
+  *backward_seconds = e->busy_seconds - e->busy_fwd;
 }

@@ -30,6 +30,9 @@ gt_status gt_pp_exec_sync_tied(gt_pp_exec *e);
 /* Timing of the last run on this rank: its whole length, and the time spent
  * computing (forward and backward of its stages); the rest went waiting. */
 void gt_pp_exec_timing(const gt_pp_exec *e, double *run_seconds, double *busy_seconds);
+/* The last run's busy time split into its forwards and its backwards: the
+ * stage times a simulation of the schedule (gt_pp_simulate) takes. */
+void gt_pp_exec_busy_split(const gt_pp_exec *e, double *forward_seconds, double *backward_seconds);
 /* Of the last run, the time blocked receiving from each pipeline peer: the
  * previous pipeline rank's activations, the next one's gradients. */
 void gt_pp_exec_peer_waits(const gt_pp_exec *e, double *prev_seconds, double *next_seconds);
