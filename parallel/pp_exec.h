@@ -12,8 +12,9 @@
 /* Runs one step's micro-batches through this rank's pipeline stages in the
  * order of the plan's schedule: activations go to the next stage and
  * gradients to the previous one over point-to-point transfers (one
- * communicator each way, so a blocked transfer in one direction never holds
- * up the other). Gradients accumulate in the model. */
+ * communicator per link and direction, so a blocked transfer in one
+ * direction never holds up the other, and receives posted ahead never hold
+ * up sends: pp_links.h). Gradients accumulate in the model. */
 typedef struct gt_pp_exec gt_pp_exec;
 
 /* Collective over the world (it builds the communicators it needs). */
