@@ -218,8 +218,13 @@ gt_status gt_pp_exec_create(gt_dist *d, gt_model *m, int micro_batches, gt_pp_ex
   if (s == GT_OK) s = gt_comm_split(world, end ? group : -1, e->r, tied, &e->tied);
   const gt_model_config *mc = gt_model_get_config(m);
   size_t BT = (size_t)mc->B_max * (size_t)mc->T_max, widest = 1;
-  for (int i = 0; i < gt_model_num_layers(m); i++) {
-    size_t w = (size_t)gt_model_layer(m, i)->out_dim;
+  /* Only a stage's last layer crosses to the next stage: its width, not a
+   * wider layer inside a stage (an LM head's vocabulary), sizes the input
+   * and gradient buffers, PP_AHEAD of which are posted ahead. */
+  for (int vs = 0; s == GT_OK && vs < e->S - 1; vs++) {
+    int lo, hi;
+    gt_model_stage_layers(m, vs, &lo, &hi);
+    size_t w = (size_t)gt_model_layer(m, hi)->out_dim;
     widest = w > widest ? w : widest;
   }
   e->acts = calloc((size_t)(e->M * e->V), sizeof *e->acts);
