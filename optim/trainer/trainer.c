@@ -78,7 +78,8 @@ struct gt_trainer {
 };
 
 /* A loader reuses its buffers on every call, and a pipeline needs all of a
- * step's micro-batches at once: keep copies. */
+ * step's micro-batches at once, as does data parallelism, which weighs them
+ * by one reduction of all their token counts: keep copies. */
 static gt_status hold_batches(gt_trainer *t) {
   const gt_model_config *mc = gt_model_get_config(t->m);
   size_t n = (size_t)mc->B_max * (size_t)mc->T_max;
@@ -223,7 +224,7 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   if (cfg->grad_accum > 64) s = gt_errorf(GT_EINVAL, "at most 64 micro-batches a step, got %d", cfg->grad_accum);
   if (s == GT_OK && t->dist) s = gt_arena_alloc(gt_model_arena(m), 64 * sizeof(float), (void **)&t->counts);
   if (s == GT_OK && plan && plan->layout.pp > 1) s = gt_pp_exec_create(t->dist, m, cfg->grad_accum, &t->pipe);
-  if (s == GT_OK && t->pipe) s = hold_batches(t);
+  if (s == GT_OK && (t->pipe || (t->sync && cfg->grad_accum > 1))) s = hold_batches(t);
   if (s == GT_OK && !t->pipe) s = gt_acts_create(m, &t->acts); /* a pipeline keeps its own per micro-batch */
   if (s == GT_OK) s = gt_model_set_precision(m, cfg->precision);
   bool by_layer = cfg->update_per_layer || cfg->delayed_update;
@@ -322,6 +323,7 @@ gt_pp_exec *gt_trainer_pp_exec(gt_trainer *t) { return t->pipe; }
 
 static int64_t valid_targets(const gt_batch *b) {
   int64_t valid = 0;
+  if (!b->targets) return 0;
   for (int64_t k = 0; k < (int64_t)b->B * b->T; k++) valid += b->targets[k] >= 0;
   return valid;
 }
@@ -345,9 +347,29 @@ static gt_status micro_weights(gt_trainer *t, const int64_t *valid, int n, doubl
   return GT_OK;
 }
 
-/* Runs micro-batch i, from `batches` or the loader. */
-static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *batches, int i, double *loss_sum,
-                             gt_step_stats *st) {
+/* The step's micro-batches from the loader into the held copies. */
+static gt_status load_held(gt_trainer *t, gt_loader *loader, gt_step_stats *st) {
+  for (int i = 0; i < t->cfg.grad_accum; i++) {
+    gt_batch b;
+    GT_TRY(gt_telemetry_load(loader, &b, &st->telemetry));
+    size_t n = (size_t)b.B * (size_t)b.T;
+    memcpy(t->held[i].inputs, b.inputs, n * sizeof(int32_t));
+    memcpy(t->held[i].targets, b.targets, n * sizeof(int32_t));
+    t->held[i].B = b.B;
+    t->held[i].T = b.T;
+    t->held[i].ntargets = b.ntargets;
+    t->held[i].epoch = b.epoch;
+    t->held[i].row = b.row;
+  }
+  return GT_OK;
+}
+
+/* Runs micro-batch i, from `batches` or the loader. weights: the step's,
+ * from one reduction of every micro-batch's token count (data
+ * parallelism), or NULL: this micro-batch's own, which needs no other's
+ * count (one process). */
+static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *batches, const double *weights, int i,
+                             double *loss_sum, gt_step_stats *st) {
   gt_batch b;
   if (batches)
     b = batches[i];
@@ -357,9 +379,11 @@ static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *b
   float loss = 0;
   GT_TRY(gt_model_forward(t->m, t->acts, &b, &loss));
   int64_t valid = gt_acts_targets(t->acts);
-  double weight, w0 = gt_now();
-  GT_TRY(micro_weights(t, &valid, 1, &weight)); /* blocks until every replica's forward is done */
-  st->telemetry.dp_wait_s += gt_now() - w0;
+  double weight;
+  if (weights)
+    weight = weights[i];
+  else
+    GT_TRY(micro_weights(t, &valid, 1, &weight));
   float scale = valid ? (float)(weight / (double)valid) : 0.0f; /* d(step loss)/d(token loss) */
   if (t->sync) GT_TRY(gt_dp_sync_begin(t->sync, i == t->cfg.grad_accum - 1, !t->cfg.no_overlap));
   bool last = i == t->cfg.grad_accum - 1;
@@ -390,21 +414,36 @@ static gt_status micro_batch(gt_trainer *t, gt_loader *loader, const gt_batch *b
   return GT_OK;
 }
 
+/* Not pipelined: the step's micro-batches one after the other. With data
+ * parallelism their weights come first, from one all-reduce of all their
+ * token counts, so the loader's batches are held (one needs no copy). */
+static gt_status local_batches(gt_trainer *t, gt_loader *loader, const gt_batch *batches, double *loss_sum,
+                               gt_step_stats *st) {
+  int n = t->cfg.grad_accum;
+  double weights[64];
+  gt_batch one;
+  if (t->sync) {
+    if (!batches && n == 1) {
+      GT_TRY(gt_telemetry_load(loader, &one, &st->telemetry));
+      batches = &one;
+    } else if (!batches) {
+      GT_TRY(load_held(t, loader, st));
+      batches = t->held;
+    }
+    int64_t valid[64];
+    for (int i = 0; i < n; i++) valid[i] = valid_targets(&batches[i]);
+    double w0 = gt_now();
+    GT_TRY(micro_weights(t, valid, n, weights)); /* blocks until every replica has its batches */
+    st->telemetry.dp_wait_s += gt_now() - w0;
+  }
+  for (int i = 0; i < n; i++) GT_TRY(micro_batch(t, loader, batches, t->sync ? weights : NULL, i, loss_sum, st));
+  return GT_OK;
+}
+
 /* Pipelined: every micro-batch of the step goes through the schedule. */
 static gt_status pipeline_batches(gt_trainer *t, gt_loader *loader, const gt_batch *batches, gt_step_stats *st) {
   if (!batches) {
-    for (int i = 0; i < t->cfg.grad_accum; i++) {
-      gt_batch b;
-      GT_TRY(gt_telemetry_load(loader, &b, &st->telemetry));
-      size_t n = (size_t)b.B * (size_t)b.T;
-      memcpy(t->held[i].inputs, b.inputs, n * sizeof(int32_t));
-      memcpy(t->held[i].targets, b.targets, n * sizeof(int32_t));
-      t->held[i].B = b.B;
-      t->held[i].T = b.T;
-      t->held[i].ntargets = b.ntargets;
-      t->held[i].epoch = b.epoch;
-      t->held[i].row = b.row;
-    }
+    GT_TRY(load_held(t, loader, st));
     batches = t->held;
   }
   if (t->sync) GT_TRY(gt_dp_sync_begin(t->sync, false, false)); /* buckets go after the whole schedule */
@@ -519,7 +558,7 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
   if (t->pipe) {
     GT_TRY(pipeline_batches(t, loader, batches, &st));
   } else {
-    for (int i = 0; i < t->cfg.grad_accum; i++) GT_TRY(micro_batch(t, loader, batches, i, &loss_sum, &st));
+    GT_TRY(local_batches(t, loader, batches, &loss_sum, &st));
     st.loss = (float)loss_sum;
   }
   if (loader) st.rows = gt_loader_next_row(loader) - st.first_row;
