@@ -152,6 +152,29 @@ static gt_status reduce_scatter(gt_comm *c, const char *send, char *recv, size_t
   return st;
 }
 
+/* A chain along the ring ending at root: root + 1 sends its own, each next
+ * rank receives, adds its own and passes the sum on, piece by piece as it
+ * arrives (dep 0), and root adds its own last. */
+static gt_status reduce(gt_comm *c, const char *send, char *recv, size_t count, gt_dtype t, int root, double deadline) {
+  int n = c->size, pos = mod(c->rank - root - 1, n);
+  size_t bytes = count * gt_dtype_size(t);
+  char *work = pos > 0 && pos < n - 1 ? malloc(bytes) : NULL;
+  if (pos > 0 && pos < n - 1 && !work) return gt_errorf(GT_ENOMEM, "out of memory for a reduce of %zu bytes", bytes);
+  char *sum = pos == n - 1 ? recv : work; /* where this rank's partial sum goes */
+  plan_step tx = {pos == 0 ? (char *)send : work, NULL, bytes}, rx = {sum, send, bytes};
+  plan p = {.tx_peer = pos < n - 1 ? mod(c->rank + 1, n) : -1,
+            .rx_peer = pos > 0 ? mod(c->rank - 1, n) : -1,
+            .tx = &tx,
+            .rx = &rx,
+            .dep = pos > 0 ? 0 : -1,
+            .dtype = t};
+  p.ntx = p.tx_peer >= 0;
+  p.nrx = p.rx_peer >= 0;
+  gt_status st = run(c, &p, deadline);
+  free(work);
+  return st;
+}
+
 static gt_status allgather(gt_comm *c, const char *send, char *recv, size_t count, gt_dtype t, double deadline) {
   int n = c->size, r = c->rank;
   size_t blk = count * gt_dtype_size(t);
@@ -215,6 +238,15 @@ gt_status gt_comm_execute(gt_comm *c, gt_comm_req *q, double deadline) {
       else
         GT_TRY(reduce_scatter(c, q->src, q->buf, q->count, q->dtype, deadline));
       if (q->op == GT_COMM_AVG && n > 1) divide(q->dtype, q->buf, q->count, n);
+      return GT_OK;
+    case OP_REDUCE:
+      if (q->count == 0) return GT_OK;
+      if (n == 1) {
+        if (q->buf != q->src) memmove(q->buf, q->src, q->count * es);
+      } else {
+        GT_TRY(reduce(c, q->src, q->buf, q->count, q->dtype, q->peer, deadline));
+      }
+      if (q->op == GT_COMM_AVG && n > 1 && c->rank == q->peer) divide(q->dtype, q->buf, q->count, n);
       return GT_OK;
     case OP_ALLGATHER:
       if (q->count == 0) return GT_OK;

@@ -94,8 +94,8 @@ const char *gt_comm_transport_name(const gt_comm *comm) {
 }
 
 static const char *op_name(comm_op_kind k) {
-  static const char *const names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
-                                      "send",       "recv",           "barrier",    "sendrecv"};
+  static const char *const names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast", "send",
+                                      "recv",       "barrier",        "sendrecv",   "reduce"};
   return names[k];
 }
 
@@ -152,12 +152,16 @@ static gt_status enqueue(gt_comm *c, gt_comm_req *tmpl, gt_comm_req **out) {
     return gt_errorf(GT_EINVAL, "sendrecv: receive count %zu is too large", tmpl->count2);
   if (tmpl->kind == OP_SENDRECV && ((tmpl->count && !tmpl->src) || (tmpl->count2 && !tmpl->buf)))
     return gt_errorf(GT_EINVAL, "sendrecv: NULL buffer");
-  if (tmpl->kind == OP_BROADCAST && (tmpl->peer < 0 || tmpl->peer >= c->size))
-    return gt_errorf(GT_EINVAL, "broadcast: root %d is not a rank of this group of %d", tmpl->peer, c->size);
-  if (tmpl->count &&
-      ((tmpl->kind == OP_REDUCE_SCATTER || tmpl->kind == OP_ALLGATHER || tmpl->kind == OP_SEND) ? !tmpl->src : false))
+  if ((tmpl->kind == OP_BROADCAST || tmpl->kind == OP_REDUCE) && (tmpl->peer < 0 || tmpl->peer >= c->size))
+    return gt_errorf(GT_EINVAL, "%s: root %d is not a rank of this group of %d", op_name(tmpl->kind), tmpl->peer,
+                     c->size);
+  if (tmpl->count && ((tmpl->kind == OP_REDUCE_SCATTER || tmpl->kind == OP_ALLGATHER || tmpl->kind == OP_SEND ||
+                       tmpl->kind == OP_REDUCE)
+                          ? !tmpl->src
+                          : false))
     return gt_errorf(GT_EINVAL, "%s: NULL send buffer", op_name(tmpl->kind));
-  if (tmpl->count && tmpl->kind != OP_SEND && tmpl->kind != OP_BARRIER && tmpl->kind != OP_SENDRECV && !tmpl->buf)
+  if (tmpl->count && tmpl->kind != OP_SEND && tmpl->kind != OP_BARRIER && tmpl->kind != OP_SENDRECV &&
+      (tmpl->kind != OP_REDUCE || tmpl->peer == c->rank) && !tmpl->buf)
     return gt_errorf(GT_EINVAL, "%s: NULL buffer", op_name(tmpl->kind));
   gt_comm_req *r = malloc(sizeof *r);
   if (!r) return gt_errorf(GT_ENOMEM, "out of memory for a request");
@@ -238,6 +242,12 @@ gt_status gt_comm_reduce_scatter_start(gt_comm *c, const void *send, void *recv,
   return enqueue(c, &t, req);
 }
 
+gt_status gt_comm_reduce_to_start(gt_comm *c, const void *send, void *recv, size_t count, gt_dtype dtype, gt_comm_op op,
+                                  int root, gt_comm_req **req) {
+  gt_comm_req t = {.kind = OP_REDUCE, .src = send, .buf = recv, .count = count, .dtype = dtype, .op = op, .peer = root};
+  return enqueue(c, &t, req);
+}
+
 gt_status gt_comm_allgather_start(gt_comm *c, const void *send, void *recv, size_t count, gt_dtype dtype,
                                   gt_comm_req **req) {
   gt_comm_req t = {.kind = OP_ALLGATHER, .src = send, .buf = recv, .count = count, .dtype = dtype};
@@ -288,6 +298,10 @@ gt_status gt_comm_allreduce(gt_comm *c, void *buf, size_t count, gt_dtype dtype,
 gt_status gt_comm_reduce_scatter(gt_comm *c, const void *send, void *recv, size_t count, gt_dtype dtype,
                                  gt_comm_op op) {
   BLOCKING(gt_comm_reduce_scatter_start(c, send, recv, count, dtype, op, &r_));
+}
+gt_status gt_comm_reduce_to(gt_comm *c, const void *send, void *recv, size_t count, gt_dtype dtype, gt_comm_op op,
+                            int root) {
+  BLOCKING(gt_comm_reduce_to_start(c, send, recv, count, dtype, op, root, &r_));
 }
 gt_status gt_comm_allgather(gt_comm *c, const void *send, void *recv, size_t count, gt_dtype dtype) {
   BLOCKING(gt_comm_allgather_start(c, send, recv, count, dtype, &r_));

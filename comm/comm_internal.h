@@ -19,17 +19,18 @@ typedef enum {
   OP_RECV,
   OP_BARRIER,
   OP_SENDRECV,
+  OP_REDUCE,
 } comm_op_kind;
 
 struct gt_comm_req {
   gt_comm *comm;
   comm_op_kind kind;
   void *buf;       /* allreduce, broadcast, recv; recv side otherwise */
-  const void *src; /* reduce_scatter, allgather, send */
+  const void *src; /* reduce_scatter, allgather, send, reduce */
   size_t count;
   gt_dtype dtype;
   gt_comm_op op;
-  int peer;      /* root, or the other rank of send / recv; sendrecv: dst */
+  int peer;      /* root (broadcast, reduce), or the other rank of send / recv; sendrecv: dst */
   size_t count2; /* sendrecv: elements received */
   int peer2;     /* sendrecv: src */
   void *ready;   /* NCCL: the cudaEvent_t marking the input's producers */

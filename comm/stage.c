@@ -18,9 +18,9 @@ const void *gt_stage_input(const gt_comm_req *q) { return gt_stage_in_place(q) ?
 void gt_stage_extent(const gt_comm_req *q, size_t e, int size, size_t *in_bytes, size_t *out_bytes) {
   size_t rows = (size_t)size;
   *in_bytes = gt_stage_sent(q) * e * (q->kind == OP_REDUCE_SCATTER ? rows : 1);
-  *out_bytes = gt_stage_in_place(q) || q->kind == OP_REDUCE_SCATTER ? q->count * e
-               : q->kind == OP_ALLGATHER                            ? q->count * rows * e
-                                                                    : gt_stage_received(q) * e;
+  *out_bytes = gt_stage_in_place(q) || q->kind == OP_REDUCE_SCATTER || q->kind == OP_REDUCE ? q->count * e
+               : q->kind == OP_ALLGATHER                                                    ? q->count * rows * e
+                                                                                            : gt_stage_received(q) * e;
 }
 
 static bool point_to_point(comm_op_kind k) { return k == OP_SEND || k == OP_RECV || k == OP_SENDRECV; }
@@ -69,7 +69,9 @@ void gt_stage_piece_at(const gt_stage_plan *p, size_t k, gt_stage_piece *out) {
   if (p->via_in && n && (p->kind != OP_BROADCAST || root))
     out->in = (gt_stage_copy){
         .dst = 0, .dpitch = n * e, .src = o * e, .spitch = p->count * e, .width = n * e, .rows = p->in_rows};
-  size_t got = p->kind == OP_RECV || p->kind == OP_SENDRECV ? n2 : p->kind == OP_SEND || root ? 0 : n;
+  /* A reduce's output is root's alone. */
+  bool nothing = p->kind == OP_SEND || root || (p->kind == OP_REDUCE && p->root != p->rank);
+  size_t got = p->kind == OP_RECV || p->kind == OP_SENDRECV ? n2 : nothing ? 0 : n;
   size_t at = p->in_place ? 0 : p->at_out;
   out->to = p->via_out ? (gt_stage_at){true, at} : (gt_stage_at){false, o * e};
   if (p->via_out && got)

@@ -369,6 +369,7 @@ static ncclResult_t issue(nccl_state *s, const gt_comm_req *q, ncclDataType_t dt
     case OP_ALLREDUCE: return ncclAllReduce(in, out, n, dt, op, s->comm, s->stream);
     case OP_REDUCE_SCATTER: return ncclReduceScatter(in, out, n, dt, op, s->comm, s->stream);
     case OP_ALLGATHER: return ncclAllGather(in, out, n, dt, s->comm, s->stream);
+    case OP_REDUCE: return ncclReduce(in, out, n, dt, op, q->peer, s->comm, s->stream);
     case OP_BROADCAST: return ncclBroadcast(in, out, n, dt, q->peer, s->comm, s->stream);
     case OP_SEND: return n ? ncclSend(in, n, dt, q->peer, s->comm, s->stream) : ncclSuccess;
     case OP_RECV: return n2 ? ncclRecv(out, n2, dt, q->peer, s->comm, s->stream) : ncclSuccess;

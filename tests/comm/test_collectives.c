@@ -1,6 +1,6 @@
 /* Collectives between forked ranks on loopback, over TCP and over shared
  * memory, checked exactly: integer-valued floats make every sum exact, in
- * any order. Sizes 0, 1, odd, not divisible by the rank count, larger than
+ * any order (a reduce is checked bit for bit against a reduce-scatter). Sizes 0, 1, odd, not divisible by the rank count, larger than
  * a pipeline piece, and 64 MiB on 2 and 4 ranks. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -72,6 +72,34 @@ static void check_reduce_scatter(gt_comm *c, size_t count, int r, int n) {
   }
   free(in);
   free(out);
+}
+
+/* Reduce to each root in turn: the bits the reduce-scatter gives root as
+ * its block (values that round, so that a sum in another order would show),
+ * in place too, with no output on the other ranks; an average. */
+static void check_reduce(gt_comm *c, size_t count, int r, int n) {
+  float *in = malloc((size_t)n * count * sizeof *in + 4), *rs = malloc(count * sizeof *rs + 4);
+  float *y = malloc(count * sizeof *y + 4);
+  CHECK(in && rs && y);
+  for (size_t i = 0; i < (size_t)n * count; i++)
+    in[i] = 1.0f + (float)(int)((i * 7919 + (size_t)r * 104729) % 1000) / 977.0f;
+  CHECK_OK(gt_comm_reduce_scatter(c, in, rs, count, GT_F32, GT_COMM_SUM));
+  for (int root = 0; root < n; root++) {
+    const float *block = in + (size_t)root * count;
+    CHECK_OK(gt_comm_reduce_to(c, block, r == root ? y : NULL, count, GT_F32, GT_COMM_SUM, root));
+    if (r == root) CHECK(memcmp(y, rs, count * sizeof *y) == 0);
+    memcpy(y, block, count * sizeof *y);
+    CHECK_OK(gt_comm_reduce_to(c, y, y, count, GT_F32, GT_COMM_SUM, root));
+    if (r == root) CHECK(memcmp(y, rs, count * sizeof *y) == 0);
+    if (r != root) CHECK(memcmp(y, block, count * sizeof *y) == 0); /* others' buffers untouched */
+  }
+  for (size_t i = 0; i < count; i++) y[i] = (float)n * (float)(int)(i % 5) + 2.0f * (float)r;
+  CHECK_OK(gt_comm_reduce_to(c, y, y, count, GT_F32, GT_COMM_AVG, n - 1));
+  if (r == n - 1)
+    for (size_t i = 0; i < count; i++) CHECK(y[i] == (float)n * (float)(int)(i % 5) + (float)(n - 1));
+  free(in);
+  free(rs);
+  free(y);
 }
 
 static void check_allgather(gt_comm *c, size_t count, int r, int n) {
@@ -173,6 +201,7 @@ static int rank_main(int r, int n, void *arg) {
   for (size_t j = 0; j < sizeof sizes / sizeof *sizes; j++) {
     check_allreduce(c, sizes[j], r, n);
     check_reduce_scatter(c, sizes[j], r, n);
+    check_reduce(c, sizes[j], r, n);
     check_allgather(c, sizes[j], r, n);
     check_broadcast(c, sizes[j], r, n);
   }
@@ -252,6 +281,9 @@ static int one_rank(int r, int n, void *arg) {
   CHECK(x[0] == 1 && x[1] == 2 && x[2] == 3);
   CHECK_OK(gt_comm_reduce_scatter(c, x, y, 3, GT_F32, GT_COMM_SUM));
   CHECK(y[0] == 1 && y[2] == 3);
+  CHECK_OK(gt_comm_reduce_to(c, x, y, 3, GT_F32, GT_COMM_SUM, 0));
+  CHECK(y[0] == 1 && y[1] == 2 && y[2] == 3);
+  CHECK(gt_comm_reduce_to(c, x, y, 3, GT_F32, GT_COMM_SUM, 1) == GT_EINVAL);
   CHECK_OK(gt_comm_allgather(c, x, y, 3, GT_F32));
   CHECK(y[1] == 2);
   CHECK_OK(gt_comm_broadcast(c, x, 3, GT_F32, 0));

@@ -53,11 +53,12 @@ static void transport(rank_io *x, int P, const gt_stage_piece *pc) {
   size_t n = pc[0].n;
   float *tmp = calloc((size_t)P * n + 1, sizeof *tmp);
   assert_non_null(tmp);
-  if (kind == OP_ALLREDUCE || kind == OP_BROADCAST) {
+  if (kind == OP_ALLREDUCE || kind == OP_BROADCAST || kind == OP_REDUCE) {
     for (size_t i = 0; i < n; i++)
       for (int r = 0; r < P; r++)
-        if (kind == OP_ALLREDUCE || r == x[0].q.peer) tmp[i] += read_at(&x[r], &pc[r].from)[i];
-    for (int r = 0; r < P; r++) memcpy(write_at(&x[r], &pc[r].to), tmp, n * sizeof *tmp);
+        if (kind != OP_BROADCAST || r == x[0].q.peer) tmp[i] += read_at(&x[r], &pc[r].from)[i];
+    for (int r = 0; r < P; r++)
+      if (kind != OP_REDUCE || r == x[0].q.peer) memcpy(write_at(&x[r], &pc[r].to), tmp, n * sizeof *tmp);
   } else if (kind == OP_REDUCE_SCATTER) {
     for (int r = 0; r < P; r++)
       for (size_t i = 0; i < n; i++)
@@ -146,8 +147,10 @@ static void collective(comm_op_kind kind, bool host_in, bool host_out) {
         for (int r = 0; r < P; r++) {
           for (size_t i = 0; i < (kind == OP_ALLGATHER ? N : n); i++) {
             float want = 0;
-            if (kind == OP_ALLREDUCE)
+            if (kind == OP_ALLREDUCE || (kind == OP_REDUCE && r == P - 1))
               for (int q = 0; q < P; q++) want += value(q, i);
+            else if (kind == OP_REDUCE)
+              want = -1.0f; /* the output is root's alone */
             else if (kind == OP_BROADCAST)
               want = value(P - 1, i);
             else if (kind == OP_REDUCE_SCATTER)
@@ -168,6 +171,12 @@ static void collective(comm_op_kind kind, bool host_in, bool host_out) {
 static void test_allreduce(void **state) {
   (void)state;
   collective(OP_ALLREDUCE, true, true);
+}
+static void test_reduce(void **state) {
+  (void)state;
+  collective(OP_REDUCE, true, true);
+  collective(OP_REDUCE, false, true);
+  collective(OP_REDUCE, true, false);
 }
 static void test_broadcast(void **state) {
   (void)state;
@@ -289,7 +298,8 @@ static void test_plan_figures(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_plan_figures),   cmocka_unit_test(test_allreduce), cmocka_unit_test(test_broadcast),
-      cmocka_unit_test(test_reduce_scatter), cmocka_unit_test(test_allgather), cmocka_unit_test(test_point_to_point),
+      cmocka_unit_test(test_reduce_scatter), cmocka_unit_test(test_reduce),    cmocka_unit_test(test_allgather),
+      cmocka_unit_test(test_point_to_point),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

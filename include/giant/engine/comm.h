@@ -124,6 +124,14 @@ gt_status gt_comm_allreduce_start(gt_comm *comm, void *buf, size_t count, gt_dty
 /* send holds size*count elements; rank r receives the reduction of block r. */
 gt_status gt_comm_reduce_scatter_start(gt_comm *comm, const void *send, void *recv, size_t count, gt_dtype dtype,
                                        gt_comm_op op, gt_comm_req **req);
+/* Root's recv receives the reduction of every rank's send (count
+ * elements; recv may be send; other ranks' recv is not touched and may be
+ * NULL). Summed along the ring from root + 1 to root, each rank adding its
+ * own to what it received: the order a reduce-scatter sums root's block
+ * in, so that reducing a buffer's pieces to their owners gives the bits a
+ * reduce-scatter of the whole buffer gives. */
+gt_status gt_comm_reduce_to_start(gt_comm *comm, const void *send, void *recv, size_t count, gt_dtype dtype,
+                                  gt_comm_op op, int root, gt_comm_req **req);
 /* recv holds size*count elements; block r is rank r's send. send may be
  * recv + rank*count (in place). */
 gt_status gt_comm_allgather_start(gt_comm *comm, const void *send, void *recv, size_t count, gt_dtype dtype,
@@ -151,6 +159,8 @@ gt_status gt_comm_test(gt_comm_req *req, bool *done);
 gt_status gt_comm_allreduce(gt_comm *comm, void *buf, size_t count, gt_dtype dtype, gt_comm_op op);
 gt_status gt_comm_reduce_scatter(gt_comm *comm, const void *send, void *recv, size_t count, gt_dtype dtype,
                                  gt_comm_op op);
+gt_status gt_comm_reduce_to(gt_comm *comm, const void *send, void *recv, size_t count, gt_dtype dtype, gt_comm_op op,
+                            int root);
 gt_status gt_comm_allgather(gt_comm *comm, const void *send, void *recv, size_t count, gt_dtype dtype);
 gt_status gt_comm_broadcast(gt_comm *comm, void *buf, size_t count, gt_dtype dtype, int root);
 gt_status gt_comm_send(gt_comm *comm, const void *buf, size_t count, gt_dtype dtype, int peer);
