@@ -20,14 +20,19 @@
  * the rest and announces the layers left. Everything happens on the
  * caller's thread.
  *
- * ZeRO-1 reduce-scatters the whole buffer after backward, each rank
- * keeping its shard's sum: half the bytes of an all-reduce, but nothing is
- * final before backward ends. When layers are to be announced (an update
- * layer by layer), ZeRO-1 reduces by buckets as above instead, overlapped
- * with backward: twice the bytes, every rank gets every sum, and each
- * updates the part of each layer its shard holds. The sums are the same
- * either way at dp = 2 (one addition); at more replicas a float may be
- * summed in another order. */
+ * ZeRO-1 reduces each bucket to the rank whose shard holds it, in place,
+ * as soon as the bucket is final, so that it overlaps backward as the
+ * all-reduce does: a reduce-scatter cut bucket by bucket (buckets are cut
+ * at the shards' edges too, so each has one owner), with its bytes, half
+ * an all-reduce's. A reduce sums along the ring in the order a reduce-
+ * scatter of the whole buffer sums the owner's block (gt_comm_reduce_to_start),
+ * so the shard gets the same bits as from one reduce-scatter after
+ * backward; the floats outside the shard keep this rank's own gradients,
+ * which nothing reads. When layers are to be announced (an update layer by
+ * layer), ZeRO-1 all-reduces the buckets instead: twice the bytes, every
+ * rank gets every sum, and each updates the part of each layer its shard
+ * holds. The sums are the same either way at dp = 2 (one addition); at
+ * more replicas a float may be summed in another order. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,12 +62,20 @@ struct gt_dp_sync {
   int next_layer;   /* the highest layer not yet announced this step */
   size_t *layer_lo; /* per layer: its lowest float (SIZE_MAX: none of its own) */
   size_t shard_lo, shard_hi;
-  float *shard; /* ZeRO-1: this rank's reduced gradients */
   gt_dp_sync_stats stats;
 };
 
+/* ZeRO-1 by reduces to each bucket's owner, not by all-reduces: unless
+ * layers are announced as they are reduced. */
+static bool scatters(const gt_dp_sync *s) { return s->zero1 && !s->reduced; }
+
 static gt_status start_bucket(gt_dp_sync *s, bucket *b) {
-  return gt_comm_allreduce_start(s->dp, gt_model_grads(s->m) + b->lo, b->hi - b->lo, GT_F32, GT_COMM_SUM, &b->req);
+  float *g = gt_model_grads(s->m) + b->lo;
+  if (scatters(s)) {
+    int owner = (int)(b->lo / (s->shard_hi - s->shard_lo)); /* buckets are cut at the shards' edges */
+    return gt_comm_reduce_to_start(s->dp, g, g, b->hi - b->lo, GT_F32, GT_COMM_SUM, owner, &b->req);
+  }
+  return gt_comm_allreduce_start(s->dp, g, b->hi - b->lo, GT_F32, GT_COMM_SUM, &b->req);
 }
 
 /* Bucket i has ended with st: layers wholly above the final floats are
@@ -93,26 +106,16 @@ static gt_status poll_buckets(gt_dp_sync *s) {
   return GT_OK;
 }
 
-/* ZeRO-1 by one reduce-scatter after backward, not by buckets: unless
- * layers are announced as they are reduced. */
-static bool scatters(const gt_dp_sync *s) { return s->zero1 && !s->reduced; }
-
 /* The model calls this after each layer's backward. */
 static gt_status on_layer_done(void *ctx, int layer) {
   gt_dp_sync *s = ctx;
-  if (!s->reduce || !s->overlap || scatters(s)) return GT_OK;
+  if (!s->reduce || !s->overlap) return GT_OK;
   while (s->next < s->nb && s->b[s->next].min_layer >= layer) GT_TRY(start_bucket(s, &s->b[s->next++]));
   return s->reduced ? poll_buckets(s) : GT_OK;
 }
 
 gt_status gt_dp_sync_on_reduced(gt_dp_sync *s, gt_status (*fn)(void *ctx, int layer), void *ctx) {
   gt_model *m = s->m;
-  /* ZeRO-1 reduces by buckets while layers are announced; the reduce-
-   * scatter's buffer comes back when it is needed again (finish). */
-  if (fn && s->shard) {
-    gt_model_state_free(m, s->shard);
-    s->shard = NULL;
-  }
   int nl = gt_model_num_layers(m);
   if (fn && !s->layer_lo) {
     if (!(s->layer_lo = malloc((size_t)(nl ? nl : 1) * sizeof *s->layer_lo)))
@@ -129,10 +132,23 @@ gt_status gt_dp_sync_on_reduced(gt_dp_sync *s, gt_status (*fn)(void *ctx, int la
   return GT_OK;
 }
 
+/* ZeRO-1: buckets cut again where a shard ends, so each has one owner. */
+static void cut_at_shards(gt_dp_sync *s) {
+  size_t S = s->shard_hi - s->shard_lo;
+  for (int i = 0; S && i < s->nb; i++) {
+    size_t edge = (s->b[i].hi - 1) / S * S; /* the start of the shard holding the bucket's last float */
+    if (edge <= s->b[i].lo) continue;
+    memmove(&s->b[i + 1], &s->b[i], (size_t)(s->nb - i) * sizeof *s->b);
+    s->nb++;
+    s->b[i].lo = edge; /* the upper part, first in backward order */
+    s->b[i + 1].hi = edge;
+  }
+}
+
 static gt_status make_buckets(gt_dp_sync *s, size_t bucket_floats) {
   gt_model *m = s->m;
   int np = gt_model_num_params(m);
-  s->b = calloc((size_t)np + 1, sizeof *s->b);
+  s->b = calloc((size_t)np + (size_t)gt_comm_size(s->dp), sizeof *s->b);
   if (!s->b) return gt_errorf(GT_ENOMEM, "out of memory for gradient buckets");
   size_t end = gt_model_buffer_floats(m);
   bucket cur = {.hi = end, .min_layer = 1 << 30};
@@ -151,6 +167,7 @@ static gt_status make_buckets(gt_dp_sync *s, size_t bucket_floats) {
     if (cur.min_layer == 1 << 30) cur.min_layer = 0;
     s->b[s->nb++] = cur;
   }
+  if (s->zero1) cut_at_shards(s);
   return GT_OK;
 }
 
@@ -174,7 +191,6 @@ gt_status gt_dp_sync_create(gt_model *m, gt_comm *dp, size_t bucket_bytes, bool 
   s->shard_lo = zero1 ? S * (size_t)r : 0;
   s->shard_hi = zero1 ? s->shard_lo + S : n;
   gt_status st = make_buckets(s, bucket_bytes / sizeof(float) ? bucket_bytes / sizeof(float) : 1);
-  if (st == GT_OK && zero1) st = gt_model_state_alloc(m, (S ? S : 1) * sizeof(float), (void **)&s->shard);
   if (st == GT_OK) st = gt_model_set_grad_hook(m, on_layer_done, s);
   if (st != GT_OK) {
     gt_dp_sync_destroy(s);
@@ -189,7 +205,6 @@ void gt_dp_sync_destroy(gt_dp_sync *s) {
   for (int i = 0; i < s->next; i++)
     if (s->b[i].req) gt_comm_wait(s->b[i].req, -1);
   gt_model_set_grad_hook(s->m, NULL, NULL);
-  if (s->shard) gt_model_state_free(s->m, s->shard);
   free(s->layer_lo);
   free(s->b);
   free(s);
@@ -206,19 +221,8 @@ gt_status gt_dp_sync_begin(gt_dp_sync *s, bool reduce, bool overlap) {
 }
 
 gt_status gt_dp_sync_finish(gt_dp_sync *s) {
-  gt_model *m = s->m;
   double t0 = gt_now();
   s->stats.buckets = s->nb;
-  if (scatters(s)) {
-    /* Reduce-scatter the whole buffer; each rank keeps its shard's average. */
-    size_t S = s->shard_hi - s->shard_lo;
-    if (!s->shard) GT_TRY(gt_model_state_alloc(m, (S ? S : 1) * sizeof(float), (void **)&s->shard));
-    GT_TRY(gt_comm_reduce_scatter(s->dp, gt_model_grads(m), s->shard, S, GT_F32, GT_COMM_SUM));
-    gt_backend *be = gt_model_state_backend(m);
-    GT_TRY(gt_backend_memcpy(be, gt_model_grads(m) + s->shard_lo, s->shard, S * sizeof(float), GT_COPY_D2D, NULL));
-    s->stats.wait_seconds = gt_now() - t0;
-    return GT_OK;
-  }
   gt_status first = GT_OK;
   while (s->next < s->nb) {
     gt_status st = start_bucket(s, &s->b[s->next++]);

@@ -14,8 +14,10 @@
  * buckets of about bucket_bytes, in backward order; a bucket's
  * all-reduce starts as soon as the backward of the lowest layer it covers
  * has run, so communication overlaps the rest of backward. With ZeRO-1 the
- * gradients are reduce-scattered instead: each rank keeps the average of its
- * shard only, updates that shard, and the parameters are all-gathered. */
+ * gradients are reduce-scattered instead, bucket by bucket as they end, each
+ * bucket reduced to the rank whose shard holds it: each rank keeps the
+ * average of its shard only, updates that shard, and the parameters are
+ * all-gathered. */
 typedef struct gt_dp_sync gt_dp_sync;
 
 typedef struct gt_dp_sync_stats {
@@ -29,17 +31,18 @@ void gt_dp_sync_destroy(gt_dp_sync *s);
  * micro-batch (the others only accumulate). overlap = false holds every
  * bucket back to finish() (for measuring what overlap buys). */
 gt_status gt_dp_sync_begin(gt_dp_sync *s, bool reduce, bool overlap);
-/* After the last backward: waits for every bucket (or, with ZeRO-1, reduce-
- * scatters). The gradients are then averaged (in this rank's shard). */
+/* After the last backward: starts the buckets held back and waits for
+ * every bucket. The gradients are then averaged (with ZeRO-1, in this
+ * rank's shard). */
 gt_status gt_dp_sync_finish(gt_dp_sync *s);
 /* Calls fn(ctx, layer) on the caller's thread, on the step's last micro-
  * batch, once each layer's gradients are averaged, from the top layer
  * down: as buckets end during backward (seen whenever backward hands a
  * layer over) and, for the rest, in finish(). A layer is announced once,
  * after its own backward; fn's failure fails the step. With ZeRO-1 the
- * buckets are then all-reduced, not reduce-scattered after backward, so
- * that every rank has its shard's part of each layer as the layer's
- * buckets end. fn NULL: none. */
+ * buckets are then all-reduced, not reduced to their owners, so that every
+ * rank has its shard's part of each layer as the layer's buckets end. fn
+ * NULL: none. */
 gt_status gt_dp_sync_on_reduced(gt_dp_sync *s, gt_status (*fn)(void *ctx, int layer), void *ctx);
 /* ZeRO-1: all-gathers every rank's updated parameter shard. */
 gt_status gt_dp_sync_gather_params(gt_dp_sync *s);
