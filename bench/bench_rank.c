@@ -24,6 +24,7 @@ void bench_rank_setup(bench_rank *r, int rank, int world, const bench_rank_confi
                                                .rank = rank,
                                                .layout = c->layout,
                                                .bucket_bytes = c->bucket_bytes,
+                                               .zero1 = c->zero1,
                                                .schedule = c->schedule},
                              &r->plan));
     gt_dist_config dc = {.plan = r->plan,

@@ -23,6 +23,7 @@ typedef struct bench_rank_config {
   gt_pp_kind schedule; /* with pp > 1 */
   bool cut_stages;     /* let the planner cut the pipeline stages */
   size_t bucket_bytes; /* 0: the plan's default */
+  bool zero1;          /* ZeRO-1 over the data-parallel replicas */
 } bench_rank_config;
 
 typedef struct bench_rank {

@@ -10,6 +10,8 @@
  * (With overlap on, the communication also slows the backward it shares
  * the two cores with, which the step times show.)
  * and the step times with overlap on and off, measured in the same run.
+ * With --zero1 the gradients are reduce-scattered (each bucket reduced to
+ * the rank whose shard holds it) instead of all-reduced.
  * Last line: dp_overlap_hidden=<fraction> speedup=<off/on step time>. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@
 
 typedef struct cfg {
   int L, C, NH, T, B, V, rounds, steps, bucket_kib;
+  bool zero1;
   double results[2][3]; /* [overlap off, on] x {step s, exposed s, samples} */
 } cfg;
 
@@ -31,10 +34,13 @@ static int rank_main(int rank, int world, void *arg) {
   cfg *c = arg;
   gpt_config gc = {.vocab_size = c->V, .T_max = c->T, .C = c->C, .NH = c->NH, .L = c->L, .tie_weights = true};
   bench_rank r;
-  bench_rank_setup(
-      &r, rank, world,
-      &(bench_rank_config){
-          .layout = "dp=2", .threads = 1, .gpt = gc, .B = 2 * c->B, .bucket_bytes = (size_t)c->bucket_kib << 10});
+  bench_rank_setup(&r, rank, world,
+                   &(bench_rank_config){.layout = "dp=2",
+                                        .threads = 1,
+                                        .gpt = gc,
+                                        .B = 2 * c->B,
+                                        .bucket_bytes = (size_t)c->bucket_kib << 10,
+                                        .zero1 = c->zero1});
   gt_trainer *tr = r.tr;
   int32_t *tok = bench_tokens((size_t)c->B * c->T + 1, c->V, 97u * (unsigned)rank);
   gt_batch b = {.B = c->B, .T = c->T, .inputs = tok, .targets = tok + 1};
@@ -73,16 +79,18 @@ int main(int argc, char **argv) {
       {"--rounds", GT_OPT_INT, &c->rounds, 1, 1000},
       {"--steps", GT_OPT_INT, &c->steps, 1, 1000},
       {"--bucket-kib", GT_OPT_INT, &c->bucket_kib, 1, 1 << 20},
+      {"--zero1", GT_OPT_FLAG, &c->zero1, 0, 0},
   };
   int rc = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
                         "usage: bench_dp_overlap [--layers L --channels C --heads NH --seq T --batch B --vocab V]\n"
-                        "                        [--rounds R --steps N --bucket-kib K]\n",
+                        "                        [--rounds R --steps N --bucket-kib K --zero1]\n",
                         NULL);
   if (rc >= 0) return rc;
   printf(
       "config: dp=2 (2 processes x 1 thread, loopback), GPT L=%d C=%d NH=%d T=%d V=%d, B=%d per rank, "
-      "AdamW, buckets %d KiB, %d rounds x %d steps per mode\n",
-      c->L, c->C, c->NH, c->T, c->V, c->B, c->bucket_kib, c->rounds, c->steps);
+      "AdamW, buckets %d KiB, %s, %d rounds x %d steps per mode\n",
+      c->L, c->C, c->NH, c->T, c->V, c->B, c->bucket_kib, c->zero1 ? "ZeRO-1 (bucketed reduce-scatter)" : "all-reduce",
+      c->rounds, c->steps);
   int codes[2];
   if (harness_run(2, rank_main, c, 1800, codes)) {
     fprintf(stderr, "bench_dp_overlap: a rank failed (codes %d %d)\n", codes[0], codes[1]);
