@@ -141,6 +141,12 @@ gt_status bench_peer_ask(bench_peer *p, const char *cmd, char *line, size_t cap)
   return GT_OK;
 }
 
+gt_status bench_peer_read(bench_peer *p, char *line, size_t cap) {
+  if (!fgets(line, (int)cap, p->from)) return gt_errorf(GT_EIO, "the python peer exited mid-answer");
+  line[strcspn(line, "\n")] = '\0';
+  return GT_OK;
+}
+
 pid_t bench_peer_pid(const bench_peer *p) { return p->pid; }
 
 void bench_peer_stop(bench_peer *p) {

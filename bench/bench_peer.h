@@ -28,6 +28,8 @@ gt_status bench_peer_start_env(const char *script, const char *const *args, cons
 /* Sends the line cmd and reads the answer's line into line[cap], without
  * its newline. */
 gt_status bench_peer_ask(bench_peer *p, const char *cmd, char *line, size_t cap);
+/* Reads the next line of an answer that spans several, without its newline. */
+gt_status bench_peer_read(bench_peer *p, char *line, size_t cap);
 /* The peer's process id (for its threads' CPU times). */
 pid_t bench_peer_pid(const bench_peer *p);
 /* Closes its stdin and waits for it (a few seconds at most, then kills it). */

@@ -1,7 +1,7 @@
-"""Giant's GPT in PyTorch, for the benchmarks' PyTorch peers that run more
-than one process (bench/scaling_ddp.py): the architecture of
-bench/train_step_torch.py (GPT-2 blocks, tied embedding, AdamW decaying
-matrices only), with the batch's rows taken from the input, loaded from
+"""Giant's GPT in PyTorch, for the benchmarks' PyTorch peers
+(bench/train_step_torch.py, bench/scaling_ddp.py): GPT-2 blocks, tied
+embedding, AdamW decaying matrices only, with the batch's rows taken from
+the input, loaded from
 the parameter buffer and token stream a benchmark exported
 (bench_torch_export: DIR/params.txt, params.bin, tokens.bin).
 """

@@ -5,7 +5,7 @@ Started by bench_train_step as:
 DEVICE is cpu, cuda or cuda:N; PRECISION is fp32 or bf16 (torch.autocast to bfloat16
 around forward and loss, with fp32 weights, gradients and AdamW state: the
 usual PyTorch mixed precision). Loads DIR/params.txt + params.bin (Giant's
-parameter buffer) and tokens.bin, prints "ready" (or "unavailable: WHY" and
+parameter buffer) and tokens.bin (the model: gpt_torch.py), prints "ready" (or "unavailable: WHY" and
 exits), then answers commands on stdin, one line each:
   losses N  -> the losses of N training steps, space separated
   time N    -> mean milliseconds per step over N steps
@@ -15,19 +15,18 @@ exits), then answers commands on stdin, one line each:
 """
 import contextlib
 import ctypes
-import math
 import os
 import sys
 import time
 
-import numpy as np
 import torch
-import torch.nn.functional as F
+
+import gpt_torch as gpt
 
 DIR, SHAPE, THREADS = sys.argv[1], sys.argv[2], int(sys.argv[3])
 DEVICE = sys.argv[4] if len(sys.argv) > 4 else "cpu"
 PRECISION = sys.argv[5] if len(sys.argv) > 5 else "fp32"
-B, T, V, C, NH, L = (int(x) for x in SHAPE.split(","))
+SHAPE_ = gpt.Shape(SHAPE)
 DEVICE_TYPE = DEVICE.split(":")[0]
 if DEVICE_TYPE not in ("cpu", "cuda") or PRECISION not in ("fp32", "bf16"):
     print(f"unavailable: device {DEVICE!r} / precision {PRECISION!r} not supported; use cpu|cuda and fp32|bf16",
@@ -49,55 +48,19 @@ def autocast():
 
 
 def load_params():
-    flat = np.fromfile(f"{DIR}/params.bin", dtype=np.float32)
-    params = {}
-    for line in open(f"{DIR}/params.txt"):
-        name, off, numel, tied, *shape = line.split()
-        if int(tied) >= 0:
-            continue  # shares storage with an earlier parameter
-        off, numel = int(off), int(numel)
-        t = torch.from_numpy(flat[off:off + numel].copy()).reshape([int(s) for s in shape])
-        if name.endswith("qkv.w") or name.endswith("qkv.b"):
-            t = t.reshape(3 * C, -1).squeeze(-1)  # Giant keeps q, k, v as (3, C, ...)
-        params[name] = t.to(DEVICE).requires_grad_(True)
-    return params
-
-
-def block(x, p, i):
-    g = lambda k: p[f"h{i}.{k}"]
-    h = F.layer_norm(x, (C,), g("ln1.w"), g("ln1.b"), 1e-5)
-    q, k, v = F.linear(h, g("qkv.w"), g("qkv.b")).split(C, dim=2)
-    hs = C // NH
-    q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in (q, k, v))
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-    att = att.masked_fill(MASK[:, :, :T, :T] == 0, float("-inf"))
-    y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(B, T, C)
-    x = x + F.linear(y, g("proj.w"), g("proj.b"))
-    h = F.layer_norm(x, (C,), g("ln2.w"), g("ln2.b"), 1e-5)
-    h = F.gelu(F.linear(h, g("fc1.w"), g("fc1.b")), approximate="tanh")
-    return x + F.linear(h, g("fc2.w"), g("fc2.b"))
+    return {n: t.requires_grad_(True) for n, t in gpt.load_params(DIR, SHAPE_, DEVICE).items()}
 
 
 def forward(p, idx, targets):
-    x = p["embed.wte"][idx] + p["embed.wpe"][:T]
-    for i in range(L):
-        x = block(x, p, i)
-    x = F.layer_norm(x, (C,), p["ln_f.w"], p["ln_f.b"], 1e-5)
-    logits = x @ p["embed.wte"].t()
-    return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+    return gpt.forward(p, idx, targets, SHAPE_, MASK)
 
 
 def optimizer(p):
-    # Giant decays matrices (and embeddings), not biases or norms.
-    decay = [t for n, t in p.items() if t.dim() == 2]
-    rest = [t for n, t in p.items() if t.dim() != 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                             lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+    return gpt.optimizer(p.items())
 
 
-MASK = torch.tril(torch.ones(T, T, device=DEVICE)).view(1, 1, T, T)
-tokens = torch.from_numpy(np.fromfile(f"{DIR}/tokens.bin", dtype=np.int32).astype(np.int64)).to(DEVICE)
-idx, targets = tokens[:B * T].view(B, T), tokens[1:B * T + 1].view(B, T)
+MASK = gpt.causal_mask(SHAPE_, DEVICE)
+idx, targets = gpt.load_tokens(DIR, SHAPE_, DEVICE)
 params = load_params()
 opt = optimizer(params)
 
