@@ -152,6 +152,23 @@ static gt_status reduce_scatter(gt_comm *c, const char *send, char *recv, size_t
   return st;
 }
 
+/* One link of a chain along the ring: the rank at position pos (0: the
+ * chain's start) receives rx from the one before it, unless it starts the
+ * chain, and sends tx to the one after it, unless it ends it (pos n - 1);
+ * each piece goes on as soon as it has arrived (dep 0). */
+static plan chain(const gt_comm *c, int pos, plan_step *tx, plan_step *rx, gt_dtype t) {
+  int n = c->size;
+  plan p = {.tx_peer = pos < n - 1 ? mod(c->rank + 1, n) : -1,
+            .rx_peer = pos > 0 ? mod(c->rank - 1, n) : -1,
+            .tx = tx,
+            .rx = rx,
+            .dep = pos > 0 ? 0 : -1,
+            .dtype = t};
+  p.ntx = p.tx_peer >= 0;
+  p.nrx = p.rx_peer >= 0;
+  return p;
+}
+
 /* A chain along the ring ending at root: root + 1 sends its own, each next
  * rank receives, adds its own and passes the sum on, piece by piece as it
  * arrives (dep 0), and root adds its own last. */
@@ -162,14 +179,7 @@ static gt_status reduce(gt_comm *c, const char *send, char *recv, size_t count, 
   if (pos > 0 && pos < n - 1 && !work) return gt_errorf(GT_ENOMEM, "out of memory for a reduce of %zu bytes", bytes);
   char *sum = pos == n - 1 ? recv : work; /* where this rank's partial sum goes */
   plan_step tx = {pos == 0 ? (char *)send : work, NULL, bytes}, rx = {sum, send, bytes};
-  plan p = {.tx_peer = pos < n - 1 ? mod(c->rank + 1, n) : -1,
-            .rx_peer = pos > 0 ? mod(c->rank - 1, n) : -1,
-            .tx = &tx,
-            .rx = &rx,
-            .dep = pos > 0 ? 0 : -1,
-            .dtype = t};
-  p.ntx = p.tx_peer >= 0;
-  p.nrx = p.rx_peer >= 0;
+  plan p = chain(c, pos, &tx, &rx, t);
   gt_status st = run(c, &p, deadline);
   free(work);
   return st;
@@ -207,14 +217,7 @@ static gt_status allgather(gt_comm *c, const char *send, char *recv, size_t coun
 static gt_status broadcast(gt_comm *c, char *buf, size_t bytes, int root, gt_dtype t, double deadline) {
   int n = c->size, pos = mod(c->rank - root, n);
   plan_step tx = {buf, NULL, bytes}, rx = {buf, NULL, bytes};
-  plan p = {.tx_peer = pos < n - 1 ? mod(c->rank + 1, n) : -1,
-            .rx_peer = pos > 0 ? mod(c->rank - 1, n) : -1,
-            .tx = &tx,
-            .rx = &rx,
-            .dep = pos > 0 ? 0 : -1,
-            .dtype = t};
-  p.ntx = p.tx_peer >= 0;
-  p.nrx = p.rx_peer >= 0;
+  plan p = chain(c, pos, &tx, &rx, t);
   return run(c, &p, deadline);
 }
 
