@@ -98,13 +98,19 @@ static pid_t worker_pid(pid_t agent, int rank) {
   return (pid_t)pid;
 }
 
-static double overhead_of(const char *log) {
+/* The first line of the log that holds `what` into line ("" if none). */
+static void log_line(const char *log, const char *what, char *line, size_t cap) {
   char cmd[1024];
-  snprintf(cmd, sizeof cmd, "grep -a 'redundancy: a copy takes' '%s' | head -1", log);
+  snprintf(cmd, sizeof cmd, "grep -a '%s' '%s' | head -1", what, log);
   FILE *p = popen(cmd, "r");
-  char line[1024] = "";
-  if (p && !fgets(line, sizeof line, p)) line[0] = 0;
+  line[0] = '\0';
+  if (p && !fgets(line, (int)cap, p)) line[0] = '\0';
   if (p) pclose(p);
+}
+
+static double overhead_of(const char *log) {
+  char line[1024];
+  log_line(log, "redundancy: a copy takes", line, sizeof line);
   double ms, pct, step;
   int every;
   const char *q = strstr(line, "a copy takes");
@@ -116,12 +122,8 @@ static double overhead_of(const char *log) {
 /* The back-off giantrun waited before restarting the workers, as it logs
  * it; NAN when it logged none. */
 static double backoff_of(const char *log) {
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "grep -a 'back-off waited' '%s' | head -1", log);
-  FILE *p = popen(cmd, "r");
-  char line[1024] = "";
-  if (p && !fgets(line, sizeof line, p)) line[0] = 0;
-  if (p) pclose(p);
+  char line[1024];
+  log_line(log, "back-off waited", line, sizeof line);
   double s;
   const char *q = strstr(line, "back-off waited");
   return q && sscanf(q, "back-off waited %lf s", &s) == 1 ? s * 1e3 : NAN;
