@@ -6,16 +6,20 @@
  * until its handshake times out (AUTH_S) or a newer connection needs the
  * slot, never the group's formation. A real rank proves the secret in
  * milliseconds, so evicting the oldest handshake when the slots are full
- * evicts a stranger. The loop collects finished handshakes every
- * COLLECT_S; a connection whose handshake fails, or that claims a rank
+ * evicts a stranger. A finished handshake rings the loop's bell (an
+ * eventfd), so the group forms as soon as its last peer has proved itself
+ * rather than at the loop's next turn; a connection whose handshake fails, or that claims a rank
  * that is not an expected peer (lower, out of range, or already here), is
  * refused with a warning and closed. */
 #include <openssl/crypto.h>
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,7 +30,7 @@
 
 #define MAX_PENDING 64
 #define AUTH_S 5.0
-#define COLLECT_S 0.05
+#define POLL_S 1.0 /* the longest the loop sleeps before it looks at the deadline again */
 
 typedef struct pending {
   int fd;
@@ -40,6 +44,7 @@ typedef struct pending {
   const char *secret, *ctx;
   double started, deadline;
   pthread_mutex_t *mu;
+  int bell; /* rung when the handshake ends */
 } pending;
 
 static void *handshake_main(void *arg) {
@@ -52,6 +57,9 @@ static void *handshake_main(void *arg) {
   p->done = true;
   if (st != GT_OK) snprintf(p->why, sizeof p->why, "%s", gt_last_error());
   pthread_mutex_unlock(p->mu);
+  uint64_t one = 1;
+  if (write(p->bell, &one, sizeof one) < 0) { /* a full counter still wakes the loop */
+  }
   OPENSSL_thread_stop(); /* this thread's OpenSSL state, as in the store's */
   return NULL;
 }
@@ -98,6 +106,8 @@ gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double dead
   int n = 0;
   uint64_t evicted = 0;
   gt_status st = GT_OK;
+  int bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (bell < 0) return gt_errorf(GT_EIO, "eventfd: %s", strerror(errno));
   while (need > 0) {
     collect(c, slot, &n, &mu, &need); /* finished handshakes first */
     if (need == 0) break;
@@ -106,11 +116,24 @@ gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double dead
       st = gt_errorf(GT_ETIMEDOUT, "waiting for %d higher rank(s) to connect: timed out", need);
       break;
     }
+    /* A new connection, or a handshake's end. */
+    struct pollfd pf[2] = {{.fd = lfd, .events = POLLIN}, {.fd = bell, .events = POLLIN}};
+    double wait = deadline - now < POLL_S ? deadline - now : POLL_S;
+    int k = poll(pf, 2, (int)(wait * 1000) + 1);
+    if (k < 0 && errno != EINTR) {
+      st = gt_errorf(GT_EIO, "waiting for %d higher rank(s) to connect: poll: %s", need, strerror(errno));
+      break;
+    }
+    if (k > 0 && pf[1].revents) {
+      uint64_t rings;
+      if (read(bell, &rings, sizeof rings) < 0) { /* drained already */
+      }
+    }
+    if (k <= 0 || !pf[0].revents) continue;
     int fd;
     char peer[64];
-    gt_status a =
-        gt_wire_accept(lfd, now + COLLECT_S < deadline ? now + COLLECT_S : deadline, NULL, &fd, peer, sizeof peer);
-    if (a == GT_ETIMEDOUT) continue;
+    gt_status a = gt_wire_accept(lfd, gt_now(), NULL, &fd, peer, sizeof peer);
+    if (a == GT_ETIMEDOUT) continue; /* the connection left before it was taken */
     if (a != GT_OK) {
       st = gt_error_context(a, "waiting for %d higher rank(s) to connect", need);
       break;
@@ -140,6 +163,7 @@ gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double dead
                    .secret = c->secret,
                    .ctx = ctx,
                    .mu = &mu,
+                   .bell = bell,
                    .started = t0,
                    .deadline = t0 + AUTH_S < deadline ? t0 + AUTH_S : deadline};
     snprintf(p->peer, sizeof p->peer, "%s", peer);
@@ -164,6 +188,7 @@ gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double dead
   }
   if (evicted)
     gt_warn("group '%s': cut %llu handshake(s) short to make room for others", c->prefix, (unsigned long long)evicted);
+  close(bell);
   pthread_mutex_destroy(&mu);
   return st;
 }
