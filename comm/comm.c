@@ -444,6 +444,9 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
       return gt_errorf(GT_EINVAL, "GT_COMM_TRANSPORT=%s: expected tcp, shm or auto", te);
   }
 
+  if (tr != GT_COMM_AUTO && tr != GT_COMM_TCP && tr != GT_COMM_SHM)
+    return gt_errorf(GT_EINVAL, "gt_comm_init: transport %d is none of auto, tcp and shm", (int)tr);
+
   gt_comm_integrity integrity = cfg->integrity;
   const char *ie = getenv(GT_ENV_COMM_INTEGRITY);
   if (integrity == GT_COMM_INTEGRITY_DEFAULT && ie && *ie) {
@@ -459,6 +462,7 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
   GT_TRY(gt_comm_alloc(cfg, secret, &c));
   c->payload_mac = integrity == GT_COMM_INTEGRITY_MAC;
   c->cfg.integrity = integrity; /* groups split from this one agree with it */
+  c->cfg.transport = tr;        /* and with this, which the handshake checks */
   c->op_timeout = (cfg->op_timeout_ms > 0 ? cfg->op_timeout_ms : env_int("GT_COMM_TIMEOUT_MS", 300000)) / 1000.0;
   c->init_timeout_ms = cfg->init_timeout_ms > 0 ? cfg->init_timeout_ms : 60000;
   double deadline = gt_wire_deadline(c->init_timeout_ms);
@@ -488,12 +492,16 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
      * timing at creation would cost every group's start tens of ms and, on
      * a loaded host where one round can run 3x slower than the next, pick
      * TCP by chance and make runs differ. */
+    /* Shared memory is negotiated over the TCP mesh, so the progress
+     * thread runs first; the transport switches before the group is
+     * handed out, so no operation of the caller's sees it change. */
+    if (st == GT_OK) st = gt_comm_start(c);
     if (st == GT_OK && tr != GT_COMM_TCP && c->size > 1) {
-      st = gt_comm_shm_setup(c, deadline);
+      st = gt_comm_shm_setup(c);
       if (st == GT_EUNSUPPORTED && tr == GT_COMM_AUTO) st = GT_OK;
     }
   }
-  if (st == GT_OK) st = gt_comm_start(c);
+  if (st == GT_OK && !c->thread_started) st = gt_comm_start(c);
   if (st != GT_OK) {
     st = gt_error_context(st, "forming group '%s' (rank %d of %d)", cfg->prefix, cfg->rank, cfg->size);
     gt_comm_destroy(c);

@@ -98,7 +98,6 @@ struct gt_comm {
   uint32_t *tx_seq, *rx_seq; /* frames sent to / received from each peer */
   atomic_llong *delay_ns;    /* per peer: each transfer that sends to it first sleeps this long */
   int *sndbuf;               /* per peer on this host: its socket's SO_SNDBUF now; 0 for other hosts (tcp.c) */
-  uint32_t split_seq;
   /* The communicators split from this one (gt_comm_split), which an abort
    * reaches too; guarded by gt_comm_family_mu. */
   gt_comm *parent, *children, *next_sibling;
@@ -145,9 +144,9 @@ gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline);
 /* Takes the group's higher ranks in on listening socket lfd (accept.c):
  * handshakes run concurrently, so silent strangers cannot stall it. */
 gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double deadline);
-gt_status gt_comm_shm_setup(gt_comm *c, double deadline);
+gt_status gt_comm_shm_setup(gt_comm *c);
 void gt_comm_shm_destroy(gt_comm *c);
-/* A peer's segment name as read from the store: whether it is exactly the
+/* A peer's segment name as the peer sent it: whether it is exactly the
  * one gt_comm_shm_setup makes for that rank and pid ("/giant-PID-RANK-
  * XXXXXXXX"), nothing else (no path, no other process's segment). */
 bool gt_comm_shm_name_ok(const char *name, int rank, int pid);

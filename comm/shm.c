@@ -331,31 +331,35 @@ static void host_id(char *out, size_t n) {
   snprintf(out, n, "%s|%s|%s|%s", boot, pidns, ipcns, host);
 }
 
-static gt_status get_all(gt_comm *c, const char *what, char **vals, double deadline) {
-  for (int j = 0; j < c->size; j++) {
-    char key[320];
-    gt_comm_key(c, key, sizeof key, "%s/%d", what, j);
-    void *v;
-    size_t len;
-    int ms = (int)((deadline - gt_now()) * 1000);
-    gt_status st = gt_store_get(c->store, key, &v, &len, ms > 0 ? ms : 0);
-    if (st != GT_OK) {
-      for (int i = 0; i < j; i++) free(vals[i]);
-      return st;
-    }
-    vals[j] = v;
+/* One string from every rank, over the mesh the group has just formed
+ * (its progress thread runs, on TCP): three rounds of the store would
+ * cost each group's start tens of ms on an etcd store, one all-gather
+ * well under one. */
+#define REC 512
+static gt_status exchange(gt_comm *c, const char *mine, char **vals) {
+  char *all = calloc((size_t)c->size, REC), rec[REC] = {0};
+  if (!all) return gt_errorf(GT_ENOMEM, "out of memory");
+  snprintf(rec, sizeof rec, "%s", mine);
+  gt_status st = gt_comm_allgather(c, rec, all, REC / sizeof(float), GT_F32); /* bytes, moved as 4-byte words */
+  for (int j = 0; st == GT_OK && j < c->size; j++) {
+    char *r = all + (size_t)j * REC;
+    if (!memchr(r, 0, REC)) st = gt_errorf(GT_EFORMAT, "rank %d's shared-memory record is not a string", j);
+    if (st == GT_OK && !(vals[j] = strdup(r))) st = gt_errorf(GT_ENOMEM, "out of memory");
   }
-  return GT_OK;
+  if (st != GT_OK)
+    for (int j = 0; j < c->size; j++) {
+      free(vals[j]);
+      vals[j] = NULL;
+    }
+  free(all);
+  return st;
 }
 
 static void free_all(char **vals, int n) {
-  for (int i = 0; i < n; i++) free(vals[i]);
-}
-
-static gt_status put(gt_comm *c, const char *what, const char *val) {
-  char key[320];
-  gt_comm_key(c, key, sizeof key, "%s/%d", what, c->rank);
-  return gt_store_set(c->store, key, val, strlen(val));
+  for (int i = 0; i < n; i++) {
+    free(vals[i]);
+    vals[i] = NULL;
+  }
 }
 
 bool gt_comm_shm_name_ok(const char *name, int rank, int pid) {
@@ -391,15 +395,14 @@ char *gt_comm_shm_map_peer(const char *group, const char *name, int rank, int pi
   return m;
 }
 
-gt_status gt_comm_shm_setup(gt_comm *c, double deadline) {
+gt_status gt_comm_shm_setup(gt_comm *c) {
   int n = c->size;
   char id[400], mine[480];
   host_id(id, sizeof id);
   snprintf(mine, sizeof mine, "%d %s", (int)getpid(), id);
-  GT_TRY(put(c, "host", mine));
   char **vals = calloc((size_t)n, sizeof *vals);
   if (!vals) return gt_errorf(GT_ENOMEM, "out of memory");
-  gt_status st = get_all(c, "host", vals, deadline);
+  gt_status st = exchange(c, mine, vals);
   if (st != GT_OK) {
     free(vals);
     return st;
@@ -451,8 +454,7 @@ gt_status gt_comm_shm_setup(gt_comm *c, double deadline) {
     if (fd >= 0) shm_unlink(s->name);
     s->unlinked = true;
   }
-  st = put(c, "shm", why ? "-" : s->name);
-  if (st == GT_OK) st = get_all(c, "shm", vals, deadline);
+  st = exchange(c, why ? "-" : s->name, vals);
   bool ok = st == GT_OK && !why;
   for (int j = 0; st == GT_OK && j < n; j++) {
     if (j == c->rank) continue;
@@ -468,8 +470,7 @@ gt_status gt_comm_shm_setup(gt_comm *c, double deadline) {
   if (st == GT_OK) free_all(vals, n);
   /* Every rank learns whether every rank mapped every segment, so all
    * choose the same transport; then each unlinks its own name. */
-  if (st == GT_OK) st = put(c, "shmok", ok ? "1" : "0");
-  if (st == GT_OK) st = get_all(c, "shmok", vals, deadline);
+  if (st == GT_OK) st = exchange(c, ok ? "1" : "0", vals);
   if (st == GT_OK) {
     for (int j = 0; j < n; j++) ok &= vals[j][0] == '1';
     free_all(vals, n);

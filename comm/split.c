@@ -1,6 +1,7 @@
 /* Splitting a communicator by color, as MPI_Comm_split and ncclCommSplit
  * do: the ranks of one color form a new group ordered by (key, rank). The
- * colors travel through the store under the parent's prefix. */
+ * colors travel over the parent; the new group forms through the store
+ * under the prefix given. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,36 +22,17 @@ gt_status gt_comm_split(gt_comm *c, int color, int key, const char *prefix, gt_c
     *out = child;
     return GT_OK;
   }
-  uint32_t seq = c->split_seq++;
-  char k[320], v[64];
-  gt_comm_key(c, k, sizeof k, "split/%u/%d", seq, c->rank);
-  int vl = snprintf(v, sizeof v, "%d %d", color, key);
-  GT_TRY(gt_store_set(c->store, k, v, (size_t)vl));
+  /* The colors travel over the parent itself: one all-gather, where the
+   * store would take a write and a read per rank. */
   int n = c->size, size = 0, rank = -1;
-  int *colors = malloc(sizeof(int) * (size_t)n), *keys = malloc(sizeof(int) * (size_t)n);
-  if (!colors || !keys) {
-    free(colors);
-    free(keys);
-    return gt_errorf(GT_ENOMEM, "out of memory");
-  }
-  gt_status st = GT_OK;
-  double deadline = gt_now() + c->init_timeout_ms / 1000.0;
-  for (int j = 0; st == GT_OK && j < n; j++) {
-    gt_comm_key(c, k, sizeof k, "split/%u/%d", seq, j);
-    void *val;
-    size_t len;
-    int ms = (int)((deadline - gt_now()) * 1000);
-    st = gt_store_get(c->store, k, &val, &len, ms > 0 ? ms : 0);
-    if (st != GT_OK) break;
-    if (sscanf(val, "%d %d", &colors[j], &keys[j]) != 2)
-      st = gt_errorf(GT_EFORMAT, "malformed split entry '%s' of rank %d", (char *)val, j);
-    free(val);
-  }
+  int32_t mine[2] = {color, key}, *all = malloc(sizeof(int32_t) * 2 * (size_t)n);
+  if (!all) return gt_errorf(GT_ENOMEM, "out of memory");
+  gt_status st = gt_comm_allgather(c, mine, all, 2, GT_F32); /* ints, moved as 4-byte words */
   if (st == GT_OK && color >= 0) {
     for (int j = 0; j < n; j++) {
-      if (colors[j] != color) continue;
+      if (all[2 * j] != color) continue;
       size++;
-      if (keys[j] < key || (keys[j] == key && j < c->rank)) rank++;
+      if (all[2 * j + 1] < key || (all[2 * j + 1] == key && j < c->rank)) rank++;
     }
     rank++; /* ranks that sort before us, counted from -1 */
     gt_comm_config cfg = c->cfg;
@@ -68,7 +50,6 @@ gt_status gt_comm_split(gt_comm *c, int color, int key, const char *prefix, gt_c
     st = gt_comm_init(&cfg, out);
     if (st == GT_OK) gt_comm_adopt(c, *out);
   }
-  free(colors);
-  free(keys);
+  free(all);
   return st == GT_OK ? st : gt_error_context(st, "splitting group '%s'", c->prefix);
 }

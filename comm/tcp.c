@@ -327,9 +327,12 @@ gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline) {
   int lfd = -1, port = 0;
   GT_TRY(gt_wire_listen(host, 0, &lfd, &port));
   char key[320], val[128], ctx[256];
-  /* The integrity mode is in the context: ranks that disagree on it fail
-   * the handshake rather than misread each other's frames. */
-  snprintf(ctx, sizeof ctx, "comm:%s:%s", c->prefix, c->payload_mac ? "mac" : "headers");
+  /* The integrity mode and the transport asked for are in the context:
+   * ranks that disagree on them fail the handshake rather than misread
+   * each other's frames (shared memory is negotiated over this mesh). */
+  static const char *const transport[] = {[GT_COMM_AUTO] = "auto", [GT_COMM_TCP] = "tcp", [GT_COMM_SHM] = "shm"};
+  snprintf(ctx, sizeof ctx, "comm:%s:%s:%s", c->prefix, c->payload_mac ? "mac" : "headers",
+           transport[c->cfg.transport]);
   gt_comm_key(c, key, sizeof key, "addr/%d", c->rank);
   int vl = snprintf(val, sizeof val, "%s %d", host, port);
   gt_status st = gt_store_set(c->store, key, val, (size_t)vl);

@@ -211,8 +211,9 @@ static int stranger_main(int r, int n, void *arg) {
     close(fd);
     /* 4. the right secret, but a rank that is not a peer of rank 0 */
     CHECK_OK(gt_wire_connect(host, port, gt_wire_deadline(WIRE_MS), &fd));
-    const char *integrity = getenv("GT_COMM_INTEGRITY"); /* it is part of the group's handshake context */
-    const char *door = integrity && !strcmp(integrity, "mac") ? "comm:door:mac" : "comm:door:headers";
+    /* The integrity mode and the transport (TCP, below) are part of the group's handshake context. */
+    const char *integrity = getenv("GT_COMM_INTEGRITY");
+    const char *door = integrity && !strcmp(integrity, "mac") ? "comm:door:mac:tcp" : "comm:door:headers:tcp";
     CHECK_OK(gt_wire_auth_client(fd, HARNESS_SECRET, door, 0, gt_wire_deadline(WIRE_MS), NULL));
     close(fd);
     CHECK_OK(gt_store_set(s, "rogue/done", "1", 1));
