@@ -31,9 +31,13 @@
  * is machine-readable, every ratio at 64 MiB on two ranks:
  *   allreduce_64MiB_2ranks_GBps=<x> vs_gloo=<r> tcp_vs_gloo=<t> shm_vs_mpi=<s>
  *     of_copy_limit=<c> tcp_mac_vs_headers=<m>
+ *     hier_vs_flat=<h>
  * x is Giant's faster transport, r that against Gloo; t is Giant over TCP
  * against Gloo (both TCP on loopback); s is Giant's shared memory against
- * MPI's; m is TCP with payload integrity over headers alone.
+ * MPI's; m is TCP with payload integrity over headers alone; h is the flat
+ * TCP ring's time over the two-level all-reduce's on 2 emulated hosts of
+ * 2 ranks each, their links held to 10 Gbit/s (comm_hier.h; as root only,
+ * else n/a).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -45,6 +49,7 @@
 #include <unistd.h>
 
 #include "bench_torch.h"
+#include "comm_hier.h"
 #include "copy_limit.h"
 #include "giant/engine/comm.h"
 #include "giant/log.h"
@@ -488,6 +493,27 @@ int main(int argc, char **argv) {
    * payload's tag against headers alone, in the same run. */
   char mac[64] = "n/a";
   if (tcp64 > 0 && tcp_mac64 > 0) snprintf(mac, sizeof mac, "%.2f", tcp_mac64 / tcp64);
+  /* Across hosts: 2 emulated hosts x 2 ranks, two levels against the flat
+   * TCP ring (comm_hier.h); needs root. A veth pair moves bytes as fast as
+   * memory, so the hosts' links are also held to 10 Gbit/s (a token
+   * bucket), as a cluster's Ethernet would be: the headline. */
+  char hv[64] = "n/a";
+  const int links[2] = {0, 10000};
+  for (int l = 0; l < 2; l++) {
+    char hwhy[256] = "";
+    double hier_s = 0, flat_s = 0;
+    fflush(stdout);
+    if (bench_comm_hier((size_t)64 << 20, quick ? 3 : 9, links[l], &hier_s, &flat_s, hwhy, sizeof hwhy) == 0) {
+      printf(
+          "# allreduce 64 MiB, 2 emulated hosts x 2 ranks (network namespaces, veth on a bridge, %s): two levels "
+          "(shm + tcp between leaders) %.1f ms, flat tcp ring %.1f ms (medians): x%.2f\n",
+          links[l] ? "links held to 10 Gbit/s" : "links unlimited", hier_s * 1e3, flat_s * 1e3, flat_s / hier_s);
+      if (links[l]) snprintf(hv, sizeof hv, "%.2f", flat_s / hier_s);
+    } else {
+      printf("# allreduce across emulated hosts not measured: %s\n", hwhy);
+      break;
+    }
+  }
   char vs[64] = "n/a", tg[64] = "n/a", sm[64] = "n/a", cl[64] = "n/a";
   if (headline_gloo > 0) snprintf(vs, sizeof vs, "%.2f", headline / headline_gloo);
   if (headline_gloo > 0 && tcp64 > 0) snprintf(tg, sizeof tg, "%.2f", tcp64 / headline_gloo);
@@ -495,7 +521,7 @@ int main(int argc, char **argv) {
   if (limit64 > 0 && shm64 > 0) snprintf(cl, sizeof cl, "%.2f", shm64 / limit64);
   printf(
       "allreduce_64MiB_2ranks_GBps=%.3f vs_gloo=%s tcp_vs_gloo=%s shm_vs_mpi=%s of_copy_limit=%s "
-      "tcp_mac_vs_headers=%s\n",
-      headline, vs, tg, sm, cl, mac);
+      "tcp_mac_vs_headers=%s hier_vs_flat=%s\n",
+      headline, vs, tg, sm, cl, mac, hv);
   return 0;
 }

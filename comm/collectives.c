@@ -230,6 +230,8 @@ gt_status gt_comm_execute(gt_comm *c, gt_comm_req *q, double deadline) {
       if (n == 2 && c->transport == GT_COMM_SHM) {
         gt_comm_delay_send(c, 1 - c->rank);
         GT_TRY(gt_comm_shm_allreduce2(c, q->buf, q->count, q->dtype, deadline));
+      } else if (c->hier) {
+        GT_TRY(gt_comm_hier_allreduce(c, q->buf, q->count, q->dtype));
       } else if (n > 1)
         GT_TRY(allreduce(c, q->buf, q->count, q->dtype, deadline));
       if (q->op == GT_COMM_AVG && n > 1) divide(q->dtype, q->buf, q->count, n);

@@ -90,7 +90,7 @@ int gt_comm_rank(const gt_comm *comm) { return comm->rank; }
 int gt_comm_size(const gt_comm *comm) { return comm->size; }
 
 const char *gt_comm_transport_name(const gt_comm *comm) {
-  return comm->nccl ? "nccl" : comm->transport == GT_COMM_SHM ? "shm" : "tcp";
+  return comm->nccl ? "nccl" : comm->transport == GT_COMM_SHM ? "shm" : comm->hier ? "tcp+shm" : "tcp";
 }
 
 static const char *op_name(comm_op_kind k) {
@@ -339,8 +339,10 @@ void gt_comm_destroy(gt_comm *c) {
     pthread_mutex_lock(&c->mu);
     bool pending = c->head != NULL;
     pthread_mutex_unlock(&c->mu);
-    /* Operations nobody waited for would otherwise run (or time out) first. */
+    /* Operations nobody waited for would otherwise run (or time out) first;
+     * the abort reaches the node and leader groups an all-reduce may wait in. */
     if (pending) fail(c, GT_EABORTED, "the communicator was destroyed with operations pending");
+    if (pending) gt_comm_hier_abort(c);
     pthread_mutex_lock(&c->mu);
     c->stop = true;
     pthread_cond_broadcast(&c->cv);
@@ -348,6 +350,8 @@ void gt_comm_destroy(gt_comm *c) {
     pthread_join(c->thread, NULL);
   }
   if (c->nccl) gt_comm_nccl_destroy(c);
+  gt_comm_hier_destroy(c); /* after the join: the progress thread used them */
+  free(c->host_of);
   gt_comm_shm_destroy(c);
   for (int i = 0; c->fds && i < c->size; i++)
     if (c->fds[i] >= 0) close(c->fds[i]);
@@ -498,7 +502,8 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
     if (st == GT_OK) st = gt_comm_start(c);
     if (st == GT_OK && tr != GT_COMM_TCP && c->size > 1) {
       st = gt_comm_shm_setup(c);
-      if (st == GT_EUNSUPPORTED && tr == GT_COMM_AUTO) st = GT_OK;
+      if (st == GT_EUNSUPPORTED && tr == GT_COMM_AUTO)
+        st = c->host_of ? gt_comm_hier_setup(c, c->host_of, c->nhosts) : GT_OK;
     }
   }
   if (st == GT_OK && !c->thread_started) st = gt_comm_start(c);

@@ -63,6 +63,7 @@ typedef struct plan {
 
 typedef struct shm_state shm_state;
 typedef struct nccl_state nccl_state;
+typedef struct gt_comm_hier gt_comm_hier;
 
 struct gt_comm {
   int rank, size;
@@ -84,6 +85,9 @@ struct gt_comm {
   int *pidfds;                  /* same-host peers' processes, -1 where unknown */
   shm_state *shm;
   nccl_state *nc;
+  gt_comm_hier *hier; /* all-reduce in two levels across hosts (hier.c); NULL if flat */
+  int *host_of;       /* each rank's host, numbered from 0 in rank order, once shm setup saw them differ */
+  int nhosts;
 
   atomic_int aborted; /* set by gt_comm_abort or by a failure */
   gt_status fail_status;
@@ -144,7 +148,15 @@ gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline);
 /* Takes the group's higher ranks in on listening socket lfd (accept.c):
  * handshakes run concurrently, so silent strangers cannot stall it. */
 gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double deadline);
+/* Shared memory when every rank is on this host; otherwise GT_EUNSUPPORTED,
+ * with each rank's host left in c->host_of for gt_comm_hier_setup. */
 gt_status gt_comm_shm_setup(gt_comm *c);
+/* The node and leader groups, where nhosts hosts hold the group's ranks
+ * and some host holds more than one; GT_OK and flat otherwise. */
+gt_status gt_comm_hier_setup(gt_comm *c, const int *host_of, int nhosts);
+gt_status gt_comm_hier_allreduce(gt_comm *c, void *buf, size_t count, gt_dtype t);
+void gt_comm_hier_abort(gt_comm *c);
+void gt_comm_hier_destroy(gt_comm *c);
 void gt_comm_shm_destroy(gt_comm *c);
 /* A peer's segment name as the peer sent it: whether it is exactly the
  * one gt_comm_shm_setup makes for that rank and pid ("/giant-PID-RANK-

@@ -313,9 +313,12 @@ gt_status gt_comm_shm_allreduce2(gt_comm *c, char *buf, size_t count, gt_dtype t
 
 /* ---- setup ---- */
 
-/* Ranks share memory and pids only within one boot, ipc and pid namespace. */
+/* Ranks share memory and pids only within one boot, ipc and pid
+ * namespace. A network namespace of its own makes a node of its own too
+ * (a container, or an emulated node): such a rank is on another host as
+ * far as the group's transport is concerned. */
 static void host_id(char *out, size_t n) {
-  char boot[64] = "?", pidns[64] = "?", ipcns[64] = "?", host[128] = "?";
+  char boot[64] = "?", pidns[64] = "?", ipcns[64] = "?", netns[64] = "?", host[128] = "?";
   FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
   if (f) {
     if (!fgets(boot, sizeof boot, f)) boot[0] = '?';
@@ -326,9 +329,11 @@ static void host_id(char *out, size_t n) {
   pidns[k > 0 ? k : 0] = 0;
   k = readlink("/proc/self/ns/ipc", ipcns, sizeof ipcns - 1);
   ipcns[k > 0 ? k : 0] = 0;
+  k = readlink("/proc/self/ns/net", netns, sizeof netns - 1);
+  netns[k > 0 ? k : 0] = 0;
   gethostname(host, sizeof host - 1);
   host[sizeof host - 1] = 0;
-  snprintf(out, n, "%s|%s|%s|%s", boot, pidns, ipcns, host);
+  snprintf(out, n, "%s|%s|%s|%s|%s", boot, pidns, ipcns, netns, host);
 }
 
 /* One string from every rank, over the mesh the group has just formed
@@ -413,6 +418,18 @@ gt_status gt_comm_shm_setup(gt_comm *c) {
     char *sp = strchr(vals[j], ' ');
     pids[j] = atoi(vals[j]);
     same = sp && strcmp(sp + 1, id) == 0 && pids[j] > 0;
+  }
+  if (!same && pids && (c->host_of = calloc((size_t)n, sizeof *c->host_of))) {
+    /* Hosts numbered in the order of their lowest rank: the same on every rank. */
+    for (int j = 0; j < n; j++) {
+      const char *hj = strchr(vals[j], ' ');
+      c->host_of[j] = -1;
+      for (int i = 0; i < j && c->host_of[j] < 0; i++) {
+        const char *hi = strchr(vals[i], ' ');
+        if (hj && hi && !strcmp(hi, hj)) c->host_of[j] = c->host_of[i];
+      }
+      if (c->host_of[j] < 0) c->host_of[j] = c->nhosts++;
+    }
   }
   free_all(vals, n);
   if (!same) {

@@ -9,7 +9,7 @@
 
 #include <sys/types.h>
 
-#include "chaos/netns.h"
+#include "localkit/netns.h"
 #include "resilience/etcd/local.h"
 
 #define CHAOS_ETCD_MEMBERS 3

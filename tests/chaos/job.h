@@ -15,7 +15,7 @@
 #include <sys/types.h>
 
 #include "chaos/etcd_cluster.h"
-#include "chaos/netns.h"
+#include "localkit/netns.h"
 
 typedef struct chaos_env {
   chaos_net net; /* the job's nodes, then the etcd members' namespaces */

@@ -1,10 +1,10 @@
-/* Emulated nodes for the chaos tests: each node a network namespace with
+/* Emulated nodes, for the chaos tests and the benchmarks across hosts: each node a network namespace with
  * its own address on a bridge of the test's own, joined by a veth pair.
  * Everything is named after the test's pid, so that runs side by side do
  * not meet, and chaos_net_destroy removes it all (namespaces, links),
  * also after a failed case. Needs root (CAP_NET_ADMIN) and `ip`. */
-#ifndef GIANT_TESTS_CHAOS_NETNS_H
-#define GIANT_TESTS_CHAOS_NETNS_H
+#ifndef GIANT_LOCALKIT_NETNS_H
+#define GIANT_LOCALKIT_NETNS_H
 
 #include <stdbool.h>
 

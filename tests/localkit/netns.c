@@ -1,5 +1,5 @@
 /* See netns.h. */
-#include "chaos/netns.h"
+#include "localkit/netns.h"
 
 #include <dirent.h>
 #include <signal.h>
