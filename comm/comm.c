@@ -478,6 +478,15 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
   gt_status st = GT_OK;
   if (cfg->backend && gt_backend_kind(cfg->backend) == GT_DEVICE_CUDA) {
     c->nccl = true;
+    /* NCCL listens on ports of its own choosing and has no setting for a
+     * range: say so once rather than let a firewall's drops look like a hang. */
+    static atomic_int warned;
+    const char *ports = getenv(GT_ENV_COMM_PORTS);
+    if (ports && *ports && !atomic_exchange(&warned, 1))
+      gt_warn(
+          "GT_COMM_PORTS=%s: NCCL's groups listen outside the range, on ports NCCL picks (it has no "
+          "setting for a range); a firewall must let the job's hosts reach each other on any port for them",
+          ports);
     st = gt_comm_nccl_init(c, deadline);
   } else {
     c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/ports.h"
 #include "giant/log.h"
 #include "giant/protocol.h"
 
@@ -179,30 +180,11 @@ static gt_status resolve(const char *host, int port, int passive, struct addrinf
 }
 
 gt_status gt_wire_listen(const char *host, int port, int *fd_out, int *port_out) {
-  if (port < 0 || port > 65535) return gt_errorf(GT_EINVAL, "port %d out of range 0..65535", port);
-  struct addrinfo *ai;
-  GT_TRY(resolve(host, port, 1, &ai));
-  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    freeaddrinfo(ai);
-    return gt_errorf(GT_EIO, "socket: %s", strerror(errno));
-  }
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 128) < 0) {
-    int e = errno;
-    freeaddrinfo(ai);
-    close(fd);
-    return gt_errorf(GT_EIO, "cannot listen on %s:%d: %s", host ? host : "*", port, strerror(e));
-  }
-  freeaddrinfo(ai);
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  struct sockaddr_in sa;
-  socklen_t sl = sizeof sa;
-  getsockname(fd, (struct sockaddr *)&sa, &sl);
-  *fd_out = fd;
-  if (port_out) *port_out = ntohs(sa.sin_port);
-  return GT_OK;
+  /* "Any port" means any of GT_COMM_PORTS when the job keeps to a range. */
+  gt_port_range r = {0, 0};
+  if (port == 0) GT_TRY(gt_ports_from_env(&r));
+  if (r.lo) return gt_ports_listen(host, &r, gt_ports_first(), fd_out, port_out);
+  return gt_ports_listen_at(host, port, fd_out, port_out);
 }
 
 gt_status gt_wire_connect(const char *host, int port, double deadline, int *fd_out) {

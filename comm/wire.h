@@ -54,7 +54,8 @@ gt_status gt_wire_send_frame(int fd, uint16_t type, uint32_t seq, const void *pa
 gt_status gt_wire_recv_frame(int fd, uint16_t type, gt_wire_hdr *h, void *payload, size_t cap, double deadline,
                              const atomic_int *abort_flag);
 
-/* A listening socket on host (NULL = all addresses), port (0 = any). */
+/* A listening socket on host (NULL = all addresses), port (0 = any, or
+ * any of $GT_COMM_PORTS when set: ports.h). */
 gt_status gt_wire_listen(const char *host, int port, int *fd, int *port_out);
 /* Connects, retrying refused connections until the deadline. */
 gt_status gt_wire_connect(const char *host, int port, double deadline, int *fd);

@@ -27,6 +27,7 @@
 #define GT_ENV_STORE_PASSWORD_FILE "GT_STORE_PASSWORD_FILE"
 #define GT_ENV_JOB_SECRET "GT_JOB_SECRET"
 #define GT_ENV_COMM_INTEGRITY "GT_COMM_INTEGRITY" /* headers or mac */
+#define GT_ENV_COMM_PORTS "GT_COMM_PORTS"         /* A-B: every listening port inside it */
 #define GT_ENV_PLAN "GT_PLAN"                     /* --plan */
 /* What the agent watches and asks: the pipe the worker reports its steps
  * on (gt_job_step), checkpoints (--ckpt-dir, --ckpt-every, --ckpt-keep),
