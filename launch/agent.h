@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "comm/ports.h"
 #include "resilience/etcd/local.h"
 #include "resilience/rdzv/rdzv.h"
 #include "giant/protocol.h"
@@ -28,6 +29,10 @@ typedef struct agent_opts {
   bool standalone, version;
   bool reshape; /* a dead worker's siblings reshape in-process (GT_RESHAPE=1) */
   int min_nodes, max_nodes;
+  /* --comm-ports A-B, given to workers as GT_COMM_PORTS, and parsed ({0, 0}
+   * without) */
+  const char *comm_ports;
+  gt_port_range ports;
   char node_buf[GT_RDZV_ID_MAX + 1];
   char **prog_argv;         /* PROGRAM ARGS..., NULL-terminated */
   char prog_path[PATH_MAX]; /* PROGRAM resolved against PATH */
@@ -188,7 +193,8 @@ typedef struct standalone_etcd {
  * certificates and keys into e->dir, each mode 0600, their paths into e. */
 gt_status standalone_make_certs(standalone_etcd *e);
 
-gt_status standalone_start(standalone_etcd *e);
+/* Starts etcd on two free loopback ports, of `ports` when it is a range. */
+gt_status standalone_start(standalone_etcd *e, const gt_port_range *ports);
 /* Stops etcd (SIGTERM, SIGKILL after 5 s) and removes its directory. */
 void standalone_stop(standalone_etcd *e);
 

@@ -328,7 +328,7 @@ int main(int argc, char **argv) {
   char endpoints[1024];
   standalone_etcd etcd = {0};
   if (o.standalone) {
-    gt_status st = standalone_start(&etcd);
+    gt_status st = standalone_start(&etcd, &o.ports);
     if (st != GT_OK) return fail_status(st, "standalone");
     snprintf(endpoints, sizeof endpoints, "%s", etcd.endpoint);
     o.endpoint = endpoints;

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm/ports.h"
 #include "giant/engine/etcd.h"
 #include "giant/options.h"
 #include "giant/protocol.h"
@@ -48,6 +49,10 @@ static const char usage[] =
     "  --rdzv-user NAME           authenticate to etcd as this user (etcd RBAC)\n"
     "  --rdzv-password-file FILE  its password, the file's one line (mode 0600; workers\n"
     "                             are given the path, GT_STORE_PASSWORD_FILE, not the password)\n"
+    "  --comm-ports A-B           every port the job listens on is one of A..B, say a\n"
+    "                             firewall's range: the workers' groups while they form\n"
+    "                             (GT_COMM_PORTS), the --standalone etcd; at least one port\n"
+    "                             per worker, two more with --standalone (docs/launching.md)\n"
     "  --comm-integrity MODE      headers (default): every TCP frame's header is authenticated;\n"
     "                             mac: every payload too (GT_COMM_INTEGRITY; docs/security.md)\n"
     "  --rdzv-ttl S               lease TTL: a node silent S seconds is out (default 10)\n"
@@ -90,6 +95,34 @@ static int parse_nnodes(agent_opts *o) {
   o->min_nodes = (int)lo;
   o->max_nodes = (int)hi;
   return -1;
+}
+
+/* --comm-ports (or GT_COMM_PORTS as giantrun found it): a range every
+ * listener of this node fits in at once. A worker holds one listener at a
+ * time: a group's mesh listens while the group forms and closes it once
+ * its peers are in (comm/tcp.c), and a worker forms its groups one after
+ * another, at start and again at a reshape. The standalone etcd holds two
+ * (clients, peers) for the job's life. So the node needs nproc ports, two
+ * more with --standalone, however many groups the plan makes; less is
+ * refused here. Ports other programs hold can still run a worker out at
+ * run time, which fails naming the range. */
+static int parse_ports(agent_opts *o) {
+  const char *what = "--comm-ports";
+  if (!o->comm_ports && getenv(GT_ENV_COMM_PORTS) && *getenv(GT_ENV_COMM_PORTS)) {
+    o->comm_ports = getenv(GT_ENV_COMM_PORTS); /* the workers get it as they would have */
+    what = GT_ENV_COMM_PORTS;
+  }
+  if (!o->comm_ports) return -1;
+  if (gt_ports_parse(o->comm_ports, what, &o->ports) != GT_OK) return usage_error("%s", gt_last_error());
+  int have = gt_ports_count(&o->ports), need = o->nproc + (o->standalone ? 2 : 0);
+  if (have >= need) return -1;
+  char msg[512];
+  snprintf(msg, sizeof msg,
+           "%s %s holds %d port%s, but this node needs at least %d: one for each of its %d worker%s "
+           "(--nproc-per-node), which listens while it forms its groups%s; widen the range",
+           what, o->comm_ports, have, have == 1 ? "" : "s", need, o->nproc, o->nproc == 1 ? "" : "s",
+           o->standalone ? ", and 2 for the --standalone etcd" : "");
+  return usage_error("%s", msg);
 }
 
 /* The program as execve will run it: a path with a slash, or found on PATH. */
@@ -158,6 +191,7 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
       {"--rdzv-timeout", GT_OPT_INT, &o->rdzv_timeout_s, 1, 86400},
       {"--monitor-interval", GT_OPT_FLOAT, &o->monitor_s, 0.01, 60},
       {"--stop-grace", GT_OPT_FLOAT, &o->stop_grace_s, 0, 600},
+      {"--comm-ports", GT_OPT_STR, &o->comm_ports, 0, 0},
       {"--version", GT_OPT_FLAG, &o->version, 0, 0},
   };
   int rest = argc;
@@ -215,5 +249,6 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
   if (o->ckpt_dir && !*o->ckpt_dir) return usage_error("--ckpt-dir is empty%s", "");
   if (o->plan && strlen(o->plan) >= 128)
     return usage_error("--plan '%s' is too long (at most 127 characters)", o->plan);
+  if ((r = parse_ports(o)) >= 0) return r;
   return resolve_program(o);
 }

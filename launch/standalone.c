@@ -1,7 +1,8 @@
-/* --standalone: a private etcd on free loopback ports with a temporary data
- * directory, gone when giantrun exits. It speaks only TLS and asks every
- * client for a certificate of its own private CA (certs.c): other local
- * users cannot read the job's secret from it.
+/* --standalone: a private etcd on free loopback ports (of --comm-ports when
+ * given) with a temporary data directory, gone when giantrun exits. It
+ * speaks only TLS and asks every client for a certificate of its own
+ * private CA (certs.c): other local users cannot read the job's secret
+ * from it.
  *
  * A giantrun killed outright (SIGKILL, the OOM killer) cannot remove its
  * directory; its etcd dies with it (PR_SET_PDEATHSIG). So each directory
@@ -21,9 +22,28 @@
 
 #define START_TIMEOUT_S 20
 
-static gt_status launch_once(standalone_etcd *e, const char *bin) {
-  int cport = gt_etcd_local_free_port(), pport = gt_etcd_local_free_port();
-  if (cport <= 0 || pport <= 0 || cport == pport) return gt_errorf(GT_EIO, "standalone etcd: no free loopback port");
+/* Two free loopback ports for etcd's clients and peers. In a range, the
+ * top two, which workers (starting from the bottom, one each: ports.h)
+ * reach last; both are held while the second is found, so they differ. */
+static gt_status free_ports(const gt_port_range *r, int *cport, int *pport) {
+  if (!r->lo) {
+    *cport = gt_etcd_local_free_port();
+    *pport = gt_etcd_local_free_port();
+    if (*cport <= 0 || *pport <= 0 || *cport == *pport)
+      return gt_errorf(GT_EIO, "standalone etcd: no free loopback port");
+    return GT_OK;
+  }
+  int n = gt_ports_count(r), fd[2] = {-1, -1};
+  gt_status st = gt_ports_listen("127.0.0.1", r, (unsigned)(n - 2), &fd[0], cport);
+  if (st == GT_OK) st = gt_ports_listen("127.0.0.1", r, (unsigned)(n - 1), &fd[1], pport);
+  for (int i = 0; i < 2; i++)
+    if (fd[i] >= 0) close(fd[i]);
+  return st == GT_OK ? st : gt_error_context(st, "standalone etcd");
+}
+
+static gt_status launch_once(standalone_etcd *e, const char *bin, const gt_port_range *ports) {
+  int cport = 0, pport = 0;
+  GT_TRY(free_ports(ports, &cport, &pport));
   char data[300], logp[300], client[64], peer[64];
   snprintf(data, sizeof data, "%s/data", e->dir);
   snprintf(logp, sizeof logp, "%s/etcd.log", e->dir);
@@ -122,7 +142,7 @@ static void sweep_stale(const char *tmp) {
   closedir(d);
 }
 
-gt_status standalone_start(standalone_etcd *e) {
+gt_status standalone_start(standalone_etcd *e, const gt_port_range *ports) {
   memset(e, 0, sizeof *e);
   char bin[PATH_MAX];
   if (gt_etcd_local_find(bin, sizeof bin) != GT_OK)
@@ -151,7 +171,7 @@ gt_status standalone_start(standalone_etcd *e) {
   }
   /* A port found free may be taken before etcd binds it: try new ports. */
   for (int attempt = 0; attempt < 3; attempt++) {
-    st = launch_once(e, bin);
+    st = launch_once(e, bin, ports);
     if (st == GT_OK || st == GT_ETIMEDOUT) break;
   }
   if (st != GT_OK) {

@@ -42,6 +42,7 @@ static const char *const our_vars[] = {GT_ENV_RANK "=",
                                        GT_ENV_JOB_SECRET "=",
                                        GT_ENV_PLAN "=",
                                        GT_ENV_COMM_INTEGRITY "=",
+                                       GT_ENV_COMM_PORTS "=",
                                        GT_ENV_PROGRESS_FD "=",
                                        GT_ENV_CKPT_DIR "=",
                                        GT_ENV_CKPT_EVERY "=",
@@ -125,6 +126,7 @@ static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, in
   if (o->password_file) bad |= env_add(e, GT_ENV_STORE_PASSWORD_FILE "=%s", o->password_file);
   if (o->plan) bad |= env_add(e, GT_ENV_PLAN "=%s", o->plan);
   if (o->comm_integrity) bad |= env_add(e, GT_ENV_COMM_INTEGRITY "=%s", o->comm_integrity);
+  if (o->comm_ports) bad |= env_add(e, GT_ENV_COMM_PORTS "=%d-%d", o->ports.lo, o->ports.hi);
   if (o->reshape) bad |= env_add(e, GT_ENV_RESHAPE "=1");
   bad |= env_add(e, GT_ENV_PROGRESS_FD "=%d", progress_fd);
   bad |= env_add(e, GT_ENV_COORD "=" GT_COORD_LEADER); /* the agents campaign: a leader decides mitigation */
