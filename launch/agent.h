@@ -15,6 +15,16 @@
 #include "giant/protocol.h"
 #include "giant/status.h"
 
+/* What giantrun took from Slurm (slurm.c). */
+typedef struct slurm_info {
+  bool active;                          /* SLURM_JOB_ID is set */
+  bool etcd;                            /* no --rdzv-endpoint: the nodes meet on the first node's private etcd */
+  int nnodes;                           /* nodes of the step */
+  int node_id;                          /* SLURM_NODEID */
+  char first_host[256], node_name[256]; /* of the expanded node list */
+  char nnodes_buf[16], job_buf[GT_RDZV_ID_MAX + 1];
+} slurm_info;
+
 typedef struct agent_opts {
   const char *nnodes, *endpoint, *backend, *job_id, *node_id;
   const char *log_dir, *plan, *cacert, *cert, *key;
@@ -36,6 +46,7 @@ typedef struct agent_opts {
   char node_buf[GT_RDZV_ID_MAX + 1];
   char **prog_argv;         /* PROGRAM ARGS..., NULL-terminated */
   char prog_path[PATH_MAX]; /* PROGRAM resolved against PATH */
+  slurm_info slurm;
 } agent_opts;
 
 /* Set by the SIGINT/SIGTERM handler: the signal number. */
@@ -183,7 +194,8 @@ void lead_stop(lead *l);
 typedef struct standalone_etcd {
   gt_etcd_local srv;
   char dir[256];
-  char endpoint[64]; /* https://127.0.0.1:PORT */
+  char ip[48];       /* etcd listens there: 127.0.0.1 for --standalone */
+  char endpoint[80]; /* https://IP:PORT */
   /* Made at start in dir (certs.c): the CA, etcd's certificate and key, and
    * the client certificate and key the agent and its workers use. */
   char ca[300], server_cert[300], server_key[300], client_cert[300], client_key[300];
@@ -193,9 +205,38 @@ typedef struct standalone_etcd {
  * certificates and keys into e->dir, each mode 0600, their paths into e. */
 gt_status standalone_make_certs(standalone_etcd *e);
 
-/* Starts etcd on two free loopback ports, of `ports` when it is a range. */
-gt_status standalone_start(standalone_etcd *e, const gt_port_range *ports);
+/* Starts etcd listening on ip (NULL: 127.0.0.1), which its certificate
+ * names, on two free ports, of `ports` when it is a range. */
+gt_status standalone_start(standalone_etcd *e, const char *ip, const gt_port_range *ports);
 /* Stops etcd (SIGTERM, SIGKILL after 5 s) and removes its directory. */
 void standalone_stop(standalone_etcd *e);
+
+/* ---- Slurm (slurm.c) ------------------------------------------------------ */
+
+/* Inside a Slurm allocation (SLURM_JOB_ID set), fills what the flags left
+ * unset (o->nnodes, node_id, job_id NULL; o->nproc 0) from Slurm's
+ * variables, and prints one line saying what it took. Returns -1 to go
+ * on, else the exit status (2: a bad variable, message printed). */
+int slurm_defaults(agent_opts *o);
+
+/* The allocation's private etcd (o->slurm.etcd): run by node 0, met by the
+ * others through the submit directory. */
+typedef struct slurm_etcd {
+  standalone_etcd etcd; /* node 0's */
+  char endpoint[80];
+  char ca[PATH_MAX], cert[PATH_MAX], key[PATH_MAX];
+  char shared[PATH_MAX]; /* node 0: the directory it published in */
+  char local[PATH_MAX];  /* other nodes: their copy of the credentials */
+  char joined[PATH_MAX]; /* other nodes: node 0's directory, where they say they left */
+} slurm_etcd;
+
+/* Starts (node 0) or finds (the others, waiting up to --rdzv-timeout) the
+ * etcd, and points o's endpoint and TLS files at it; sets GT_COMM_HOST,
+ * unless set, to this node's address towards it. */
+gt_status slurm_etcd_start(slurm_etcd *se, agent_opts *o);
+/* The others say they left; node 0 waits for them (bounded: a lease TTL
+ * and 10 s), stops its etcd and removes the directories. Safe on a zeroed
+ * se. */
+void slurm_etcd_stop(slurm_etcd *se, const agent_opts *o);
 
 #endif

@@ -1,5 +1,6 @@
 /* The standalone etcd's certificates: a private CA made at start, a server
- * certificate for 127.0.0.1 (also used between etcd's own ports) and one
+ * certificate for 127.0.0.1 and etcd's address (the first node's under
+ * Slurm; also used between etcd's own ports) and one
  * client certificate for the agent and its workers, all signed by it.
  * Keys are ECDSA P-256; files are created 0600 (never opened for anyone
  * else, even for a moment) in the standalone directory, which is 0700 and
@@ -87,12 +88,15 @@ gt_status standalone_make_certs(standalone_etcd *e) {
   const int ca_nids[] = {NID_basic_constraints, NID_key_usage, NID_subject_key_identifier};
   const char *const ca_vals[] = {"critical,CA:TRUE,pathlen:0", "critical,keyCertSign,cRLSign", "hash"};
   const int srv_nids[] = {NID_basic_constraints, NID_key_usage, NID_ext_key_usage, NID_subject_alt_name};
+  char san[128];
+  snprintf(san, sizeof san, "IP:127.0.0.1,DNS:localhost%s%s", strcmp(e->ip, "127.0.0.1") ? ",IP:" : "",
+           strcmp(e->ip, "127.0.0.1") ? e->ip : "");
   const char *const srv_vals[] = {"critical,CA:FALSE", "critical,digitalSignature,keyEncipherment",
-                                  "serverAuth,clientAuth", "IP:127.0.0.1,DNS:localhost"};
+                                  "serverAuth,clientAuth", san};
   const int cli_nids[] = {NID_basic_constraints, NID_key_usage, NID_ext_key_usage};
   const char *const cli_vals[] = {"critical,CA:FALSE", "critical,digitalSignature", "clientAuth"};
   if (st == GT_OK) st = make_cert(ca_key, "giantrun standalone CA", NULL, NULL, ca_nids, ca_vals, 3, &ca);
-  if (st == GT_OK) st = make_cert(srv_key, "127.0.0.1", ca, ca_key, srv_nids, srv_vals, 4, &srv);
+  if (st == GT_OK) st = make_cert(srv_key, e->ip, ca, ca_key, srv_nids, srv_vals, 4, &srv);
   if (st == GT_OK) st = make_cert(cli_key, "giantrun", ca, ca_key, cli_nids, cli_vals, 3, &cli);
   /* The CA's key is not written: nothing else will ever be signed. */
   if (st == GT_OK) st = write_pem(e->dir, "ca.pem", NULL, ca, e->ca, sizeof e->ca);

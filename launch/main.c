@@ -327,8 +327,13 @@ int main(int argc, char **argv) {
   if (ks != GT_OK) return fail_status(ks, "starting");
   char endpoints[1024];
   standalone_etcd etcd = {0};
-  if (o.standalone) {
-    gt_status st = standalone_start(&etcd, &o.ports);
+  slurm_etcd setcd = {0};
+  if (o.slurm.etcd) {
+    gt_status st = slurm_etcd_start(&setcd, &o);
+    if (st != GT_OK) return fail_status(st, "Slurm");
+    snprintf(endpoints, sizeof endpoints, "%s", o.endpoint);
+  } else if (o.standalone) {
+    gt_status st = standalone_start(&etcd, NULL, &o.ports);
     if (st != GT_OK) return fail_status(st, "standalone");
     snprintf(endpoints, sizeof endpoints, "%s", etcd.endpoint);
     o.endpoint = endpoints;
@@ -340,5 +345,6 @@ int main(int argc, char **argv) {
   }
   int code = agent_stop_signal ? 128 + agent_stop_signal : run_job(&o, endpoints);
   if (o.standalone) standalone_stop(&etcd);
+  if (o.slurm.etcd) slurm_etcd_stop(&setcd, &o);
   return code;
 }

@@ -61,6 +61,10 @@ static const char usage[] =
     "  --monitor-interval S       how often workers and etcd are checked (default 0.1)\n"
     "  --stop-grace S             SIGTERM to SIGKILL when stopping workers (default 5)\n"
     "  --help, --version\n"
+    "Inside a Slurm allocation (one giantrun per node: srun --ntasks-per-node=1 giantrun ...)\n"
+    "--nnodes, --node-id, --job-id and --nproc-per-node default to Slurm's (GT_NPROC_PER_NODE,\n"
+    "else the node's GPUs, else 1), and without --rdzv-endpoint the first node runs the\n"
+    "job's etcd (docs/launching.md).\n"
     "torchrun's spellings with underscores (--nproc_per_node ...) work too.\n"
     "\n"
     "Workers get GT_RANK, GT_LOCAL_RANK, GT_WORLD_SIZE, GT_LOCAL_WORLD_SIZE,\n"
@@ -145,11 +149,8 @@ static int resolve_program(agent_opts *o) {
 }
 
 int agent_parse(int argc, char **argv, agent_opts *o) {
-  memset(o, 0, sizeof *o);
-  o->nnodes = "1";
-  o->nproc = 1;
+  memset(o, 0, sizeof *o); /* nnodes, job_id NULL and nproc 0 until given: Slurm may fill them */
   o->backend = "etcd";
-  o->job_id = "default";
   o->ttl_s = 10;
   o->rdzv_timeout_s = 600;
   o->settle_s = 5;
@@ -203,6 +204,10 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
   }
   if (rest >= argc) return usage_error("no PROGRAM given%s: giantrun [options] PROGRAM [ARGS...]", "");
   o->prog_argv = argv + rest;
+  if ((r = slurm_defaults(o)) >= 0) return r;
+  if (!o->nnodes) o->nnodes = "1";
+  if (!o->nproc) o->nproc = 1;
+  if (!o->job_id) o->job_id = "default";
   if ((r = parse_nnodes(o)) >= 0) return r;
   if (strcmp(o->backend, "etcd") != 0)
     return usage_error("--rdzv-backend '%s' is not supported: the backend is etcd", o->backend);
@@ -227,7 +232,7 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
           "--standalone makes its own certificates for its etcd: drop --rdzv-cacert, --rdzv-cert "
           "and --rdzv-key%s",
           "");
-  } else if (!o->endpoint) {
+  } else if (!o->endpoint && !o->slurm.etcd) {
     return usage_error("no etcd to meet on%s: give --rdzv-endpoint HOST:PORT, or --standalone for one node", "");
   }
   if ((o->cert == NULL) != (o->key == NULL))

@@ -22,11 +22,11 @@
 
 #define START_TIMEOUT_S 20
 
-/* Two free loopback ports for etcd's clients and peers. In a range, the
+/* Two free ports of ip for etcd's clients and peers. In a range, the
  * top two, which workers (starting from the bottom, one each: ports.h)
  * reach last; both are held while the second is found, so they differ. */
-static gt_status free_ports(const gt_port_range *r, int *cport, int *pport) {
-  if (!r->lo) {
+static gt_status free_ports(const char *ip, const gt_port_range *r, int *cport, int *pport) {
+  if (!r || !r->lo) {
     *cport = gt_etcd_local_free_port();
     *pport = gt_etcd_local_free_port();
     if (*cport <= 0 || *pport <= 0 || *cport == *pport)
@@ -34,22 +34,23 @@ static gt_status free_ports(const gt_port_range *r, int *cport, int *pport) {
     return GT_OK;
   }
   int n = gt_ports_count(r), fd[2] = {-1, -1};
-  gt_status st = gt_ports_listen("127.0.0.1", r, (unsigned)(n - 2), &fd[0], cport);
-  if (st == GT_OK) st = gt_ports_listen("127.0.0.1", r, (unsigned)(n - 1), &fd[1], pport);
+  gt_status st = gt_ports_listen(ip, r, (unsigned)(n - 2), &fd[0], cport);
+  if (st == GT_OK) st = gt_ports_listen(ip, r, (unsigned)(n - 1), &fd[1], pport);
   for (int i = 0; i < 2; i++)
     if (fd[i] >= 0) close(fd[i]);
   return st == GT_OK ? st : gt_error_context(st, "standalone etcd");
 }
 
-static gt_status launch_once(standalone_etcd *e, const char *bin, const gt_port_range *ports) {
+static gt_status launch_once(standalone_etcd *e, const char *bin, const char *ip, const gt_port_range *ports) {
   int cport = 0, pport = 0;
-  GT_TRY(free_ports(ports, &cport, &pport));
-  char data[300], logp[300], client[64], peer[64];
+  GT_TRY(free_ports(ip, ports, &cport, &pport));
+  char data[300], logp[300], client[80], peer[80];
   snprintf(data, sizeof data, "%s/data", e->dir);
   snprintf(logp, sizeof logp, "%s/etcd.log", e->dir);
   gt_etcd_local_remove(data); /* a failed try's data names its ports */
-  snprintf(client, sizeof client, "https://127.0.0.1:%d", cport);
-  snprintf(peer, sizeof peer, "https://127.0.0.1:%d", pport);
+  bool v6 = strchr(ip, ':') != NULL;
+  snprintf(client, sizeof client, "https://%s%s%s:%d", v6 ? "[" : "", ip, v6 ? "]" : "", cport);
+  snprintf(peer, sizeof peer, "https://%s%s%s:%d", v6 ? "[" : "", ip, v6 ? "]" : "", pport);
   /* Clients and the peer port alike need a certificate of the private CA.
    * Ctrl-C goes to giantrun, which stops etcd last. */
   gt_etcd_local_config c = {.name = "giantrun",
@@ -142,8 +143,10 @@ static void sweep_stale(const char *tmp) {
   closedir(d);
 }
 
-gt_status standalone_start(standalone_etcd *e, const gt_port_range *ports) {
+gt_status standalone_start(standalone_etcd *e, const char *ip, const gt_port_range *ports) {
   memset(e, 0, sizeof *e);
+  if (!ip) ip = "127.0.0.1";
+  snprintf(e->ip, sizeof e->ip, "%s", ip);
   char bin[PATH_MAX];
   if (gt_etcd_local_find(bin, sizeof bin) != GT_OK)
     return gt_errorf(GT_ENOTFOUND,
@@ -171,7 +174,7 @@ gt_status standalone_start(standalone_etcd *e, const gt_port_range *ports) {
   }
   /* A port found free may be taken before etcd binds it: try new ports. */
   for (int attempt = 0; attempt < 3; attempt++) {
-    st = launch_once(e, bin, ports);
+    st = launch_once(e, bin, ip, ports);
     if (st == GT_OK || st == GT_ETIMEDOUT) break;
   }
   if (st != GT_OK) {

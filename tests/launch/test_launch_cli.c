@@ -1,6 +1,7 @@
 /* giantrun's command line: bad input gets a clear message and a non-zero
  * exit in bounded time; --standalone runs a job end to end with a private
- * etcd and leaves nothing behind, also when interrupted. */
+ * etcd and leaves nothing behind, also when interrupted; inside a Slurm
+ * allocation, bad Slurm variables are refused and good ones fill the flags. */
 #include <dirent.h>
 #include <stdbool.h>
 #include <sys/stat.h>
@@ -93,6 +94,74 @@ static void test_unreachable_etcd(void **state) {
    * busy cores. 30 s is 25 s more, > 50x what the start and exit take. */
   expect((const char *[]){"--rdzv-endpoint", "127.0.0.1:1", "--job-id", "j", worker_bin(), NULL}, 1,
          "cannot reach etcd at 127.0.0.1:1", 30);
+}
+
+/* A fake scontrol on PATH that prints `out` for `show hostnames`. */
+static void fake_scontrol(const char *out) {
+  char bin[512], path[600];
+  snprintf(bin, sizeof bin, "%s/bin", dir);
+  mkdir(bin, 0700);
+  snprintf(path, sizeof path, "%s/scontrol", bin);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "#!/bin/sh\nprintf '%s'\n", out);
+  fclose(f);
+  assert_int_equal(chmod(path, 0700), 0);
+}
+
+static void slurm_env(const char *nnodes, const char *node, const char *step) {
+  setenv("SLURM_JOB_ID", "42", 1);
+  setenv("SLURM_NNODES", nnodes, 1);
+  setenv("SLURM_NODEID", node, 1);
+  setenv("SLURM_JOB_NODELIST", "n[1-3]", 1);
+  if (step)
+    setenv("SLURM_STEP_ID", step, 1);
+  else
+    unsetenv("SLURM_STEP_ID");
+}
+
+/* Inside a Slurm allocation: bad variables, a node list that scontrol
+ * cannot expand or that does not match, and one giantrun for many nodes
+ * get exit 2 and a message; good ones fill the flags left unset. */
+static void test_slurm_variables(void **state) {
+  (void)state;
+  const char *w = worker_bin();
+  char *old_path = strdup(getenv("PATH"));
+  char path[1200];
+  snprintf(path, sizeof path, "%s/bin:%s", dir, old_path);
+  setenv("PATH", path, 1);
+  fake_scontrol("n1\\n  n2 \\n\\nn3\\n");
+  slurm_env("x3", "0", "0");
+  expect((const char *[]){w, NULL}, 2, "SLURM_NNODES is 'x3', not a whole number in 1..1024", 5);
+  slurm_env("3", "3", "0");
+  expect((const char *[]){w, NULL}, 2, "SLURM_NODEID is '3', not a whole number in 0..2", 5);
+  slurm_env("3", "1", NULL);
+  expect((const char *[]){w, NULL}, 2, "srun --ntasks-per-node=1", 5);
+  slurm_env("3", "1", "0");
+  setenv("SLURM_STEP_TASKS_PER_NODE", "2(x3)", 1);
+  expect((const char *[]){w, NULL}, 2, "run one per node", 5);
+  unsetenv("SLURM_STEP_TASKS_PER_NODE");
+  setenv("GT_NPROC_PER_NODE", "0", 1);
+  expect((const char *[]){w, NULL}, 2, "GT_NPROC_PER_NODE is '0'", 5);
+  unsetenv("GT_NPROC_PER_NODE");
+  fake_scontrol("n1\\nn2\\n");
+  expect((const char *[]){w, NULL}, 2, "names 2, not 3 nodes", 5);
+  fake_scontrol("n1\\nn/2\\nn3\\n");
+  expect((const char *[]){w, NULL}, 2, "gave 'n/2', which is not a hostname", 5);
+  setenv("PATH", dir, 1); /* no scontrol at all */
+  expect((const char *[]){w, NULL}, 2, "scontrol is not on PATH", 5);
+  setenv("PATH", path, 1);
+  /* Good variables: the flags left unset come from Slurm, the ones given
+   * win; etcd is given (port 1: refused), so the agent then gives up. */
+  fake_scontrol("n1\\n  n2 \\n\\nn3\\n");
+  setenv("SLURM_GPUS_ON_NODE", "4", 1);
+  expect((const char *[]){"--rdzv-endpoint", "127.0.0.1:1", "--nnodes", "2:3", w, NULL}, 1,
+         "Slurm job 42, node 1 of 3: --node-id n2 --job-id slurm-42.0 --nproc-per-node 4 (SLURM_GPUS_ON_NODE)", 30);
+  unsetenv("SLURM_GPUS_ON_NODE");
+  const char *vars[] = {"SLURM_JOB_ID", "SLURM_NNODES", "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_STEP_ID"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+  setenv("PATH", old_path, 1);
+  free(old_path);
 }
 
 static int sh(const char *cmd) {
@@ -397,6 +466,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_usage_errors),
       cmocka_unit_test(test_unreachable_etcd),
+      cmocka_unit_test(test_slurm_variables),
       cmocka_unit_test(test_wrong_tls_ca),
       cmocka_unit_test(test_standalone_end_to_end),
       cmocka_unit_test(test_standalone_sigint),
