@@ -18,6 +18,10 @@ giant_install_deps() {
   $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q $missing
 }
 
+# For the Slurm test (tests/launch/test_launch_slurm.sh) and
+# tools/slurm_cluster.sh, which runs a Slurm cluster on emulated nodes.
+GIANT_SLURM_PACKAGES="slurmctld slurmd slurm-client munge"
+
 # For the benchmarks' peers alone (the build and the tests need none of
 # them): PyTorch (Debian's, for the system python3) and OpenMPI, whose
 # MPI_Allreduce bench_comm runs beside Giant's shared memory.
