@@ -136,7 +136,8 @@ gt_status gt_ports_listen(const char *host, const gt_port_range *r, unsigned fir
     else
       snprintf(why, sizeof why, "%d of %d in use, %d below 1024, which only root may bind", in_use, n, denied);
     return gt_errorf(GT_EIO,
-                     "no free port on %s in --comm-ports %d-%d (" GT_ENV_COMM_PORTS "): %s; widen the range, or "
+                     "no free port on %s in --comm-ports %d-%d (" GT_ENV_COMM_PORTS
+                     "): %s; widen the range, or "
                      "free its ports",
                      shown, r->lo, r->hi, why);
   }

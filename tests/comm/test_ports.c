@@ -74,8 +74,9 @@ static void test_parse(void **state) {
   OK(gt_ports_parse("29500", "--comm-ports", &r)); /* one port */
   assert_int_equal(r.lo, 29500);
   assert_int_equal(r.hi, 29500);
-  static const char *const bad[] = {"", "x", "0-5", "41000-", "-5", "1-65536", "41000-41001x", " 41000-41001",
-                                    "+5-6", "5--6", "41000 - 41001", "99999999999999999999-1"};
+  static const char *const bad[] = {"",     "x",       "0-5",           "41000-",
+                                    "-5",   "1-65536", "41000-41001x",  " 41000-41001",
+                                    "+5-6", "5--6",    "41000 - 41001", "99999999999999999999-1"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     expect_error(gt_ports_parse(bad[i], "--comm-ports", &r), GT_EINVAL, "want A-B, two ports in 1..65535");
     assert_int_equal(gt_ports_count(&r), 0);

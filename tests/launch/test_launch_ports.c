@@ -165,7 +165,7 @@ typedef struct seen {
   long lpid[256];
   int lport[256];
   int pairs, pairs_out, gpt_pairs; /* connections of the job to itself; with no end in range; gpt to gpt */
-  char why[2048];                 /* what was outside */
+  char why[2048];                  /* what was outside */
 } seen;
 
 static void note(seen *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -204,8 +204,8 @@ static void count_pairs(const jsock *s, int n, seen *v) {
       v->gpt_pairs += !strcmp(s[i].comm, "gpt") && !strcmp(s[j].comm, "gpt");
       if (in_range(s[i].lport) || in_range(s[j].lport)) continue;
       v->pairs_out++;
-      note(v, "  %s (pid %ld) port %d <-> %s (pid %ld) port %d\n", s[i].comm, s[i].pid, s[i].lport, s[j].comm,
-           s[j].pid, s[j].lport);
+      note(v, "  %s (pid %ld) port %d <-> %s (pid %ld) port %d\n", s[i].comm, s[i].pid, s[i].lport, s[j].comm, s[j].pid,
+           s[j].lport);
     }
 }
 
@@ -252,9 +252,9 @@ static void run_job(bool ranged, seen *v) {
     args[n++] = "--comm-ports";
     args[n++] = range;
   }
-  const char *tail[] = {gpt,  "--corpus",   text, "--data",  data, "--steps", "1000000", "--layers", "2",
-                        "--channels", "32", "--heads", "4",  "--seq",   "16",      "--batch", "4",
-                        "--sample",   "0",  "--print-every", "10"};
+  const char *tail[] = {gpt, "--corpus",   text, "--data",        data, "--steps", "1000000", "--layers",
+                        "2", "--channels", "32", "--heads",       "4",  "--seq",   "16",      "--batch",
+                        "4", "--sample",   "0",  "--print-every", "10"};
   for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++) args[n++] = tail[i];
   args[n] = NULL;
   agent a;
@@ -286,10 +286,11 @@ static void run_job(bool ranged, seen *v) {
     fail_msg("the job did not stop on SIGINT");
   }
   unsetenv("TMPDIR");
-  print_message("%s: %d listeners seen (%d of workers, %d outside %d-%d), %d connections within the job (%d "
-                "between workers, %d with no end in the range)\n",
-                ranged ? "--comm-ports" : "no range", v->listen, v->gpt_listen, v->listen_out, lo, hi, v->pairs,
-                v->gpt_pairs, v->pairs_out);
+  print_message(
+      "%s: %d listeners seen (%d of workers, %d outside %d-%d), %d connections within the job (%d "
+      "between workers, %d with no end in the range)\n",
+      ranged ? "--comm-ports" : "no range", v->listen, v->gpt_listen, v->listen_out, lo, hi, v->pairs, v->gpt_pairs,
+      v->pairs_out);
 }
 
 static void test_every_listener_in_range(void **state) {
@@ -298,7 +299,7 @@ static void test_every_listener_in_range(void **state) {
   seen v;
   run_job(true, &v);
   if (v.listen_out || v.pairs_out) fail_msg("sockets outside --comm-ports %d-%d:\n%s", lo, hi, v.why);
-  assert_true(v.listen >= 2); /* etcd's two, at least */
+  assert_true(v.listen >= 2);    /* etcd's two, at least */
   assert_true(v.gpt_pairs >= 1); /* the workers' groups, whose listeners are gone by now */
 }
 
@@ -324,8 +325,7 @@ static void expect(const char *const *args, int code, const char *words) {
   double took = mono_now() - t0;
   char *out = slurp(log);
   if (got != code || !out || !strstr(out, words) || took > 5)
-    fail_msg("expected exit %d with '%s' within 5 s; got %d after %.1f s:\n%s", code, words, got, took,
-             out ? out : "");
+    fail_msg("expected exit %d with '%s' within 5 s; got %d after %.1f s:\n%s", code, words, got, took, out ? out : "");
   free(out);
 }
 
@@ -337,8 +337,8 @@ static void test_too_small_range_refused(void **state) {
          "(--nproc-per-node), which listens while it forms its groups, and 2 for the --standalone etcd; widen the "
          "range");
   /* Checked before etcd is asked: port 1 would take 5 s to give up. */
-  expect((const char *[]){"--rdzv-endpoint", "127.0.0.1:1", "--nproc-per-node", "3", "--comm-ports", "41000-41001",
-                          w, NULL},
+  expect((const char *[]){"--rdzv-endpoint", "127.0.0.1:1", "--nproc-per-node", "3", "--comm-ports", "41000-41001", w,
+                          NULL},
          2, "holds 2 ports, but this node needs at least 3: one for each of its 3 workers");
   expect((const char *[]){"--standalone", "--comm-ports", "41010-41000", w, NULL}, 2,
          "--comm-ports '41010-41000': the first port is greater than the last");
