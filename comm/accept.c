@@ -10,7 +10,10 @@
  * eventfd), so the group forms as soon as its last peer has proved itself
  * rather than at the loop's next turn; a connection whose handshake fails, or that claims a rank
  * that is not an expected peer (lower, out of range, or already here), is
- * refused with a warning and closed. */
+ * refused with a warning and closed. A peer that proves the secret but
+ * protects its frames otherwise (GT_EINVAL from the handshake) is a rank
+ * of the job started with other settings: that fails the group at once,
+ * as it fails on the peer's side. */
 #include <openssl/crypto.h>
 #include <errno.h>
 #include <poll.h>
@@ -42,6 +45,7 @@ typedef struct pending {
   gt_wire_session sess; /* the keys of an accepted peer's frames */
   char why[256];
   const char *secret, *ctx;
+  gt_wire_mode mode;
   double started, deadline;
   pthread_mutex_t *mu;
   int bell; /* rung when the handshake ends */
@@ -50,7 +54,7 @@ typedef struct pending {
 static void *handshake_main(void *arg) {
   pending *p = arg;
   uint32_t id = 0;
-  gt_status st = gt_wire_auth_server(p->fd, p->secret, p->ctx, &id, p->deadline, &p->sess);
+  gt_status st = gt_wire_auth_server(p->fd, p->secret, p->ctx, p->mode, &id, p->deadline, &p->sess);
   pthread_mutex_lock(p->mu);
   p->st = st;
   p->id = id;
@@ -64,16 +68,20 @@ static void *handshake_main(void *arg) {
   return NULL;
 }
 
-/* Joins a finished handshake: the fd becomes rank id's, or is closed. */
-static void settle(gt_comm *c, pending *p, int *need) {
+/* Joins a finished handshake: the fd becomes rank id's, or is closed.
+ * Returns GT_EINVAL for a peer of other settings, which ends the group. */
+static gt_status settle(gt_comm *c, pending *p, int *need) {
   pthread_join(p->thread, NULL);
   gt_status a = p->st;
+  gt_status fatal = GT_OK;
+  if (a == GT_EINVAL) fatal = gt_errorf(GT_EINVAL, "rank %u at %s: %s", p->id, p->peer, p->why);
   if (a == GT_OK && ((int)p->id <= c->rank || (int)p->id >= c->size || c->fds[p->id] >= 0)) {
     a = GT_EAUTH;
     snprintf(p->why, sizeof p->why, "it claims rank %u, which is not an expected peer", p->id);
   }
   if (a != GT_OK) {
-    if (!p->evicted) gt_warn("group '%s': refused a connection from %s: %s", c->prefix, p->peer, p->why);
+    if (!p->evicted && fatal == GT_OK)
+      gt_warn("group '%s': refused a connection from %s: %s", c->prefix, p->peer, p->why);
     if (p->st == GT_OK) gt_wire_session_close(&p->sess);
     close(p->fd);
   } else {
@@ -82,10 +90,13 @@ static void settle(gt_comm *c, pending *p, int *need) {
     (*need)--;
   }
   free(p);
+  return fatal;
 }
 
-/* Settles every finished handshake among slot[0..*n), keeping the rest. */
-static void collect(gt_comm *c, pending **slot, int *n, pthread_mutex_t *mu, int *need) {
+/* Settles every finished handshake among slot[0..*n), keeping the rest;
+ * the first GT_EINVAL of settle, if any. */
+static gt_status collect(gt_comm *c, pending **slot, int *n, pthread_mutex_t *mu, int *need) {
+  gt_status st = GT_OK;
   for (int i = 0; i < *n;) {
     pthread_mutex_lock(mu);
     bool done = slot[i]->done;
@@ -94,12 +105,14 @@ static void collect(gt_comm *c, pending **slot, int *n, pthread_mutex_t *mu, int
       i++;
       continue;
     }
-    settle(c, slot[i], need);
+    gt_status f = settle(c, slot[i], need);
+    if (st == GT_OK) st = f;
     slot[i] = slot[--*n];
   }
+  return st;
 }
 
-gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double deadline) {
+gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, gt_wire_mode mode, double deadline) {
   int need = c->size - 1 - c->rank;
   pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
   pending *slot[MAX_PENDING];
@@ -109,7 +122,7 @@ gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double dead
   int bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (bell < 0) return gt_errorf(GT_EIO, "eventfd: %s", strerror(errno));
   while (need > 0) {
-    collect(c, slot, &n, &mu, &need); /* finished handshakes first */
+    if ((st = collect(c, slot, &n, &mu, &need)) != GT_OK) break; /* finished handshakes first */
     if (need == 0) break;
     double now = gt_now();
     if (now >= deadline) {
@@ -150,7 +163,13 @@ gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double dead
         evicted++;
       }
       /* Every slot taken by an evicted handshake still leaving: wait. */
-      for (collect(c, slot, &n, &mu, &need); n == MAX_PENDING; collect(c, slot, &n, &mu, &need)) usleep(1000);
+      for (st = collect(c, slot, &n, &mu, &need); st == GT_OK && n == MAX_PENDING;
+           st = collect(c, slot, &n, &mu, &need))
+        usleep(1000);
+      if (st != GT_OK) {
+        close(fd);
+        break;
+      }
     }
     pending *p = calloc(1, sizeof *p);
     if (!p) {
@@ -162,6 +181,7 @@ gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double dead
     *p = (pending){.fd = fd,
                    .secret = c->secret,
                    .ctx = ctx,
+                   .mode = mode,
                    .mu = &mu,
                    .bell = bell,
                    .started = t0,

@@ -462,11 +462,23 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
       return gt_errorf(GT_EINVAL, "GT_COMM_INTEGRITY=%s: expected headers or mac", ie);
   }
 
+  gt_comm_encrypt encrypt = cfg->encrypt;
+  if ((int)encrypt < GT_COMM_ENCRYPT_DEFAULT || encrypt > GT_COMM_ENCRYPT_ON)
+    return gt_errorf(GT_EINVAL, "gt_comm_init: encrypt is %d: use GT_COMM_ENCRYPT_DEFAULT, _OFF or _ON", (int)encrypt);
+  const char *ee = getenv(GT_ENV_COMM_ENCRYPT);
+  if (encrypt == GT_COMM_ENCRYPT_DEFAULT) {
+    if (ee && *ee && strcmp(ee, "0") && strcmp(ee, "1"))
+      return gt_errorf(GT_EINVAL, "GT_COMM_ENCRYPT=%s: expected 1 (encrypt TCP payloads) or 0", ee);
+    encrypt = ee && !strcmp(ee, "1") ? GT_COMM_ENCRYPT_ON : GT_COMM_ENCRYPT_OFF;
+  }
+
   gt_comm *c = NULL;
   GT_TRY(gt_comm_alloc(cfg, secret, &c));
   c->payload_mac = integrity == GT_COMM_INTEGRITY_MAC;
-  c->cfg.integrity = integrity; /* groups split from this one agree with it */
-  c->cfg.transport = tr;        /* and with this, which the handshake checks */
+  c->encrypt = encrypt == GT_COMM_ENCRYPT_ON;
+  c->cfg.integrity = integrity; /* groups split from this one agree with them */
+  c->cfg.encrypt = encrypt;
+  c->cfg.transport = tr; /* and with this, which the handshake checks */
   c->op_timeout = (cfg->op_timeout_ms > 0 ? cfg->op_timeout_ms : env_int("GT_COMM_TIMEOUT_MS", 300000)) / 1000.0;
   c->init_timeout_ms = cfg->init_timeout_ms > 0 ? cfg->init_timeout_ms : 60000;
   double deadline = gt_wire_deadline(c->init_timeout_ms);
@@ -487,6 +499,12 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
           "GT_COMM_PORTS=%s: NCCL's groups listen outside the range, on ports NCCL picks (it has no "
           "setting for a range); a firewall must let the job's hosts reach each other on any port for them",
           ports);
+    /* Nor does NCCL encrypt: a job that asked for it is told where it ends. */
+    static atomic_int warned_encrypt;
+    if (c->encrypt && !atomic_exchange(&warned_encrypt, 1))
+      gt_warn(
+          "GT_COMM_ENCRYPT encrypts Giant's TCP frames; these groups run on NCCL, which does not encrypt "
+          "its traffic between hosts (docs/security.md)");
     st = gt_comm_nccl_init(c, deadline);
   } else {
     c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
+#include "comm/wire.h"
 #include "giant/engine/comm.h"
 #include "giant/engine/store.h"
 
@@ -81,6 +82,7 @@ struct gt_comm {
   int *fds;                     /* socket to each peer, -1 for self */
   struct gt_wire_session *sess; /* per peer: the keys and frame counts that seal its frames */
   bool payload_mac;             /* payloads carry a tag too (GT_COMM_INTEGRITY_MAC) */
+  bool encrypt;                 /* payloads are encrypted (GT_COMM_ENCRYPT_ON); their tag is GCM's */
   int wake_fd;                  /* eventfd: wakes the progress thread's polls */
   int *pidfds;                  /* same-host peers' processes, -1 where unknown */
   shm_state *shm;
@@ -147,7 +149,7 @@ void gt_comm_reduce2(gt_dtype t, void *dst, void *dst2, const void *b, size_t n)
 gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline);
 /* Takes the group's higher ranks in on listening socket lfd (accept.c):
  * handshakes run concurrently, so silent strangers cannot stall it. */
-gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, double deadline);
+gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, gt_wire_mode mode, double deadline);
 /* Shared memory when every rank is on this host; otherwise GT_EUNSUPPORTED,
  * with each rank's host left in c->host_of for gt_comm_hier_setup. */
 gt_status gt_comm_shm_setup(gt_comm *c);

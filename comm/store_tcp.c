@@ -219,7 +219,7 @@ gt_status gt_store_tcp_open(const gt_store_tcp_config *cfg, gt_store **out) {
   double deadline = gt_wire_deadline(tmo);
   gt_status st = gt_wire_connect(host, port, deadline, &c->fd);
   if (st == GT_OK) {
-    st = gt_wire_auth_client(c->fd, secret, STORE_CTX, 0, deadline, &c->sess);
+    st = gt_wire_auth_client(c->fd, secret, STORE_CTX, GT_WIRE_MAC, 0, deadline, &c->sess);
     if (st != GT_OK) close(c->fd);
   }
   if (st != GT_OK) {

@@ -303,7 +303,8 @@ static void *conn_main(void *arg) {
   conn *c = arg;
   server *s = c->srv;
   uint32_t id = 0;
-  gt_status st = gt_wire_auth_server(c->fd, s->secret, STORE_CTX, &id, gt_wire_deadline(AUTH_TIMEOUT_MS), &c->sess);
+  gt_status st =
+      gt_wire_auth_server(c->fd, s->secret, STORE_CTX, GT_WIRE_MAC, &id, gt_wire_deadline(AUTH_TIMEOUT_MS), &c->sess);
   if (st != GT_OK) {
     note_rejected(s, c->peer, gt_last_error());
     shutdown(c->fd, SHUT_RDWR);

@@ -7,7 +7,11 @@
  * the piece is complete, so the kernel keeps receiving while we reduce.
  * Every step's bytes are preceded by a header that the receiver checks
  * (its tag, then type, per-peer sequence, length) and, with payload
- * integrity on, followed by the payload's tag (wire.h, sealed frames). */
+ * integrity or encryption on, followed by the payload's tag (wire.h,
+ * sealed frames). Encryption streams too: the sender encrypts the next
+ * piece it may send into a staging piece of its own (the user's buffer is
+ * never written), and the receiver decrypts each read where it landed,
+ * before the bytes are reduced, copied on or forwarded. */
 #include <ctype.h>
 #include <errno.h>
 #include <poll.h>
@@ -27,6 +31,9 @@
 
 #define PIECE (512u << 10)
 #define SEND_MAX (1u << 20)
+/* The bytes encrypted at a time into the send side's staging piece: small
+ * enough to stay in cache between the cipher and send's copy. */
+#define SEAL_PIECE (256u << 10)
 /* The send buffer for a peer on this host while a plan moves steps of
  * NEAR_BIG bytes or more, and the one gt_wire_tune gives every socket.
  * Over loopback the kernel queues what we send straight into the peer's
@@ -49,7 +56,8 @@ typedef struct side {
   uint8_t hdr[GT_WIRE_SEALED_HDR]; /* the header and its tag */
   int hdr_done;                    /* header bytes moved */
   size_t fill;                     /* rx: bytes in the staging piece */
-  uint8_t tag[GT_WIRE_TAG];        /* payload integrity: the payload's tag */
+  size_t ct_from, ct_to;           /* tx, encrypting: the step's bytes in the staging piece */
+  uint8_t tag[GT_WIRE_TAG];        /* payload integrity or encryption: the payload's tag */
   int tag_done;                    /* its bytes moved */
 } side;
 
@@ -61,9 +69,9 @@ static size_t allowed(const plan *p, const side *rx, int k, size_t len) {
   return 0;
 }
 
-/* Header, payload and (with payload integrity) the payload's tag all moved. */
-static bool frame_done(const side *x, size_t len, bool mac) {
-  return x->hdr_done == GT_WIRE_SEALED_HDR && x->done == len && (!mac || x->tag_done == GT_WIRE_TAG);
+/* Header, payload and (with payload integrity or encryption) the payload's tag all moved. */
+static bool frame_done(const side *x, size_t len, bool tagged) {
+  return x->hdr_done == GT_WIRE_SEALED_HDR && x->done == len && (!tagged || x->tag_done == GT_WIRE_TAG);
 }
 
 static gt_status peer_gone(gt_comm *c, int peer, const char *what, int err) {
@@ -102,10 +110,15 @@ static bool same_host(int fd) {
   return a.sin_addr.s_addr == b.sin_addr.s_addr || (ntohl(b.sin_addr.s_addr) >> 24) == 127;
 }
 
-/* The next frame to send: its sealed header, and the start of its payload's tag. */
-static gt_status tx_begin(gt_wire_session *ss, side *tx, const plan *p, bool mac) {
+/* The next frame to send: its sealed header, and the start of its payload's
+ * tag or encryption. */
+static gt_status tx_begin(gt_wire_session *ss, side *tx, const plan *p, bool mac, bool enc) {
   size_t len = p->tx[tx->step].len;
   GT_TRY(gt_wire_seal_header(ss, tx->hdr, GT_MSG_DATA, p->tx_seq, (uint32_t)len));
+  if (enc) {
+    GT_TRY(gt_wire_crypt_start(&ss->tx, true, ss->tx_count));
+    return len ? GT_OK : gt_wire_crypt_tag(&ss->tx, tx->tag);
+  }
   if (!mac) return GT_OK;
   GT_TRY(gt_wire_mac_start(&ss->tx, 'P', ss->tx_count));
   return len ? GT_OK : gt_wire_mac_tag(&ss->tx, tx->tag);
@@ -117,7 +130,7 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
   int rfd = p->rx_peer >= 0 ? c->fds[p->rx_peer] : -1;
   gt_wire_session *ts = p->tx_peer >= 0 ? &c->sess[p->tx_peer] : NULL;
   gt_wire_session *rs = p->rx_peer >= 0 ? &c->sess[p->rx_peer] : NULL;
-  bool mac = c->payload_mac;
+  bool enc = c->encrypt, mac = c->payload_mac && !enc, tagged = mac || enc;
   size_sndbuf(c, p, tfd);
   char from[96];
   snprintf(from, sizeof from, "rank %d of group '%s'", p->rx_peer, c->prefix);
@@ -125,7 +138,12 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
   bool reducing = false;
   for (int k = 0; k < p->nrx; k++) reducing |= p->rx[k].src2 != NULL;
   if (reducing && !(stage = malloc(PIECE))) return gt_errorf(GT_ENOMEM, "out of memory for a receive buffer");
-  gt_status st = p->ntx ? tx_begin(ts, &tx, p, mac) : GT_OK;
+  char *seal = NULL; /* encrypting: the ciphertext being sent */
+  if (enc && p->ntx && !(seal = malloc(SEAL_PIECE))) {
+    free(stage);
+    return gt_errorf(GT_ENOMEM, "out of memory for a send buffer");
+  }
+  gt_status st = p->ntx ? tx_begin(ts, &tx, p, mac, enc) : GT_OK;
   if (st != GT_OK) goto out;
   uint32_t rx_seq = p->rx_seq;
   while (tx.step < p->ntx || rx.step < p->nrx) {
@@ -137,10 +155,10 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
     /* ---- send: sealed header, payload, payload tag ---- */
     while (tx.step < p->ntx) {
       const plan_step *s = &p->tx[tx.step];
-      if (frame_done(&tx, s->len, mac)) {
+      if (frame_done(&tx, s->len, tagged)) {
         ts->tx_count++;
         tx = (side){.step = tx.step + 1};
-        if (tx.step < p->ntx && (st = tx_begin(ts, &tx, p, mac)) != GT_OK) goto out;
+        if (tx.step < p->ntx && (st = tx_begin(ts, &tx, p, mac, enc)) != GT_OK) goto out;
         progress = true;
         continue;
       }
@@ -152,9 +170,21 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
         n = GT_WIRE_SEALED_HDR - (size_t)tx.hdr_done;
       } else if (phase == 1) {
         size_t a = allowed(p, &rx, tx.step, s->len);
-        if (a <= tx.done) break;
-        src = s->ptr + tx.done;
-        n = a - tx.done;
+        if (enc && tx.done == tx.ct_to) { /* the staged ciphertext is sent: the next piece */
+          if (a <= tx.done) break;
+          size_t k = a - tx.done < SEAL_PIECE ? a - tx.done : SEAL_PIECE;
+          if ((st = gt_wire_crypt(&ts->tx, seal, s->ptr + tx.done, k)) != GT_OK) goto out;
+          tx.ct_from = tx.done;
+          tx.ct_to = tx.done + k;
+        }
+        if (enc) {
+          src = seal + (tx.done - tx.ct_from);
+          n = tx.ct_to - tx.done;
+        } else {
+          if (a <= tx.done) break;
+          src = s->ptr + tx.done;
+          n = a - tx.done;
+        }
         if (n > SEND_MAX) n = SEND_MAX;
       } else {
         src = (const char *)tx.tag + tx.tag_done;
@@ -177,6 +207,7 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
         if (mac && (st = gt_wire_mac_add(&ts->tx, src, (size_t)w)) != GT_OK) goto out;
         tx.done += (size_t)w;
         if (mac && tx.done == s->len && (st = gt_wire_mac_tag(&ts->tx, tx.tag)) != GT_OK) goto out;
+        if (enc && tx.done == s->len && (st = gt_wire_crypt_tag(&ts->tx, tx.tag)) != GT_OK) goto out;
       } else {
         tx.tag_done += (int)w;
       }
@@ -184,7 +215,7 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
     /* ---- receive: header checked before its length is believed ---- */
     while (rx.step < p->nrx) {
       const plan_step *s = &p->rx[rx.step];
-      if (frame_done(&rx, s->len, mac)) {
+      if (frame_done(&rx, s->len, tagged)) {
         rs->rx_count++;
         rx = (side){.step = rx.step + 1};
         progress = true;
@@ -229,12 +260,15 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
             goto out;
           }
           if (mac && (st = gt_wire_mac_start(&rs->rx, 'P', rs->rx_count)) != GT_OK) goto out;
+          if (enc && (st = gt_wire_crypt_start(&rs->rx, false, rs->rx_count)) != GT_OK) goto out;
         }
       } else if (phase == 1) {
         /* Reduced as it comes (the kernel keeps receiving meanwhile): a bad
          * payload tag fails the operation after the fact, and the buffer of
-         * a failed operation holds nothing to use. */
+         * a failed operation holds nothing to use. Decrypted where it
+         * landed, the staging piece or the user's buffer. */
         if (mac && (st = gt_wire_mac_add(&rs->rx, dst, (size_t)got)) != GT_OK) goto out;
+        if (enc && (st = gt_wire_crypt(&rs->rx, dst, dst, (size_t)got)) != GT_OK) goto out;
         if (s->src2) {
           rx.fill += (size_t)got;
           size_t piece = s->len - rx.done < PIECE ? s->len - rx.done : PIECE;
@@ -248,7 +282,9 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
         }
       } else {
         rx.tag_done += (int)got;
-        if (rx.tag_done == GT_WIRE_TAG) {
+        if (rx.tag_done == GT_WIRE_TAG && enc) {
+          if ((st = gt_wire_crypt_check(&rs->rx, rx.tag, rs->rx_count, from)) != GT_OK) goto out;
+        } else if (rx.tag_done == GT_WIRE_TAG) {
           char what[160];
           snprintf(what, sizeof what, "the payload of frame %llu from %s", (unsigned long long)rs->rx_count, from);
           if ((st = gt_wire_mac_check(&rs->rx, rx.tag, what)) != GT_OK) goto out;
@@ -294,6 +330,7 @@ gt_status gt_comm_run_tcp(gt_comm *c, const plan *p, double deadline) {
   }
 out:
   free(stage);
+  free(seal);
   return st;
 }
 
@@ -327,12 +364,13 @@ gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline) {
   int lfd = -1, port = 0;
   GT_TRY(gt_wire_listen(host, 0, &lfd, &port));
   char key[320], val[128], ctx[256];
-  /* The integrity mode and the transport asked for are in the context:
-   * ranks that disagree on them fail the handshake rather than misread
-   * each other's frames (shared memory is negotiated over this mesh). */
+  /* The transport asked for is in the context, and each end's payload
+   * mode in the handshake, which names both when they differ: ranks that
+   * disagree on either fail the handshake rather than misread each other's
+   * frames (shared memory is negotiated over this mesh). */
+  gt_wire_mode mode = c->encrypt ? GT_WIRE_ENCRYPT : c->payload_mac ? GT_WIRE_MAC : GT_WIRE_HEADERS;
   static const char *const transport[] = {[GT_COMM_AUTO] = "auto", [GT_COMM_TCP] = "tcp", [GT_COMM_SHM] = "shm"};
-  snprintf(ctx, sizeof ctx, "comm:%s:%s:%s", c->prefix, c->payload_mac ? "mac" : "headers",
-           transport[c->cfg.transport]);
+  snprintf(ctx, sizeof ctx, "comm:%s:%s", c->prefix, transport[c->cfg.transport]);
   gt_comm_key(c, key, sizeof key, "addr/%d", c->rank);
   int vl = snprintf(val, sizeof val, "%s %d", host, port);
   gt_status st = gt_store_set(c->store, key, val, (size_t)vl);
@@ -350,11 +388,12 @@ gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline) {
     free(v);
     if (st != GT_OK) break;
     st = gt_wire_connect(h, p, deadline, &c->fds[j]);
-    if (st == GT_OK) st = gt_wire_auth_client(c->fds[j], c->secret, ctx, (uint32_t)c->rank, deadline, &c->sess[j]);
+    if (st == GT_OK)
+      st = gt_wire_auth_client(c->fds[j], c->secret, ctx, mode, (uint32_t)c->rank, deadline, &c->sess[j]);
     if (st != GT_OK) st = gt_error_context(st, "connecting to rank %d at %s:%d", j, h, p);
   }
   /* Take every higher rank in; refuse anything else and keep going. */
-  if (st == GT_OK) st = gt_comm_accept_peers(c, lfd, ctx, deadline);
+  if (st == GT_OK) st = gt_comm_accept_peers(c, lfd, ctx, mode, deadline);
   close(lfd);
   for (int j = 0; st == GT_OK && j < c->size; j++)
     if (c->fds[j] >= 0 && same_host(c->fds[j])) c->sndbuf[j] = FAR_SNDBUF;

@@ -28,6 +28,7 @@
 #define GT_ENV_JOB_SECRET "GT_JOB_SECRET"
 #define GT_ENV_COMM_INTEGRITY "GT_COMM_INTEGRITY" /* headers or mac */
 #define GT_ENV_COMM_PORTS "GT_COMM_PORTS"         /* A-B: every listening port inside it */
+#define GT_ENV_COMM_ENCRYPT "GT_COMM_ENCRYPT"     /* 1: TCP payloads encrypted (--comm-encrypt) */
 #define GT_ENV_PLAN "GT_PLAN"                     /* --plan */
 /* What the agent watches and asks: the pipe the worker reports its steps
  * on (gt_job_step), checkpoints (--ckpt-dir, --ckpt-every, --ckpt-keep),

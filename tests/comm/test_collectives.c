@@ -1,7 +1,8 @@
 /* Collectives between forked ranks on loopback, over TCP and over shared
  * memory, checked exactly: integer-valued floats make every sum exact, in
  * any order (a reduce is checked bit for bit against a reduce-scatter). Sizes 0, 1, odd, not divisible by the rank count, larger than
- * a pipeline piece, and 64 MiB on 2 and 4 ranks. */
+ * a pipeline piece, and 64 MiB on 2 and 4 ranks; over TCP with encrypted
+ * payloads too, which must change nothing. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 typedef struct cfg {
   gt_comm_transport transport;
   bool big; /* add a 64 MiB case */
+  bool enc; /* TCP payloads encrypted */
 } cfg;
 
 static float val(int rank, size_t i) { return (float)(int)(i % 1000) + 3.0f * (float)rank; }
@@ -192,6 +194,7 @@ static void check_async(gt_comm *c, int r, int n) {
 
 static int rank_main(int r, int n, void *arg) {
   const cfg *k = arg;
+  if (k->enc) setenv("GT_COMM_ENCRYPT", "1", 1); /* this rank's process only */
   gt_store *s = harness_store();
   gt_comm *c = harness_comm(s, "coll", r, n, k->transport, 60000); /* no operation may time out */
   CHECK(gt_comm_rank(c) == r && gt_comm_size(c) == n);
@@ -228,8 +231,8 @@ static int rank_main(int r, int n, void *arg) {
   return RANK_OK;
 }
 
-static void run(int n, gt_comm_transport t, bool big) {
-  cfg k = {t, big};
+static void run_with(int n, gt_comm_transport t, bool big, bool enc) {
+  cfg k = {t, big, enc};
   int codes[HARNESS_MAX];
   /* One group's checks: 1-3 s on two loaded cores (8 ranks, optimized
    * build), so 120 s is > 10x with sanitizers too; only a hang gets there. */
@@ -238,6 +241,8 @@ static void run(int n, gt_comm_transport t, bool big) {
     if (codes[r] != RANK_OK) print_error("rank %d exited with %d\n", r, codes[r]);
   assert_int_equal(bad, 0);
 }
+
+static void run(int n, gt_comm_transport t, bool big) { run_with(n, t, big, false); }
 
 static void tcp_2(void **s) {
   (void)s;
@@ -254,6 +259,14 @@ static void tcp_4(void **s) {
 static void tcp_8(void **s) {
   (void)s;
   run(8, GT_COMM_TCP, false);
+}
+static void tcp_encrypted_2(void **s) {
+  (void)s;
+  run_with(2, GT_COMM_TCP, true, true);
+}
+static void tcp_encrypted_3(void **s) {
+  (void)s;
+  run_with(3, GT_COMM_TCP, false, true);
 }
 static void shm_2(void **s) {
   (void)s;
@@ -309,9 +322,10 @@ static void single_rank(void **s) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(single_rank), cmocka_unit_test(tcp_2), cmocka_unit_test(tcp_3),
-      cmocka_unit_test(tcp_4),       cmocka_unit_test(tcp_8), cmocka_unit_test(shm_2),
-      cmocka_unit_test(shm_3),       cmocka_unit_test(shm_4), cmocka_unit_test(shm_8),
+      cmocka_unit_test(single_rank),     cmocka_unit_test(tcp_2), cmocka_unit_test(tcp_3),
+      cmocka_unit_test(tcp_4),           cmocka_unit_test(tcp_8), cmocka_unit_test(tcp_encrypted_2),
+      cmocka_unit_test(tcp_encrypted_3), cmocka_unit_test(shm_2), cmocka_unit_test(shm_3),
+      cmocka_unit_test(shm_4),           cmocka_unit_test(shm_8),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -163,11 +163,11 @@ enum { ROGUE = 3, GROUP = 3 };
 /* A handshake that sends a made-up proof; returns the server's verdict. */
 static gt_status bad_proof(int fd, const char *ctx) {
   (void)ctx;
-  uint8_t hello[36] = {1, 2, 3};
-  hello[32] = 2; /* claims rank 2 */
+  uint8_t hello[37] = {1, 2, 3}; /* nonce, id, mode (comm/auth.c) */
+  hello[32] = 2;                 /* claims rank 2 */
   if (gt_wire_send_frame(fd, GT_MSG_HELLO, 0, hello, sizeof hello, gt_wire_deadline(WIRE_MS), NULL)) return GT_EIO;
   gt_wire_hdr h;
-  uint8_t ch[64];
+  uint8_t ch[65];
   if (gt_wire_recv_frame(fd, GT_MSG_CHALLENGE, &h, ch, sizeof ch, gt_wire_deadline(WIRE_MS), NULL)) return GT_EIO;
   uint8_t proof[32] = {0};
   if (gt_wire_send_frame(fd, GT_MSG_PROOF, 0, proof, sizeof proof, gt_wire_deadline(WIRE_MS), NULL)) return GT_EIO;
@@ -207,14 +207,17 @@ static int stranger_main(int r, int n, void *arg) {
     close(fd);
     /* 3. a client with the wrong secret learns the server is not its peer */
     CHECK_OK(gt_wire_connect(host, port, gt_wire_deadline(WIRE_MS), &fd));
-    CHECK(gt_wire_auth_client(fd, "wrong", "comm:door", 1, gt_wire_deadline(WIRE_MS), NULL) == GT_EAUTH);
+    CHECK(gt_wire_auth_client(fd, "wrong", "comm:door", GT_WIRE_HEADERS, 1, gt_wire_deadline(WIRE_MS), NULL) ==
+          GT_EAUTH);
     close(fd);
     /* 4. the right secret, but a rank that is not a peer of rank 0 */
     CHECK_OK(gt_wire_connect(host, port, gt_wire_deadline(WIRE_MS), &fd));
-    /* The integrity mode and the transport (TCP, below) are part of the group's handshake context. */
-    const char *integrity = getenv("GT_COMM_INTEGRITY");
-    const char *door = integrity && !strcmp(integrity, "mac") ? "comm:door:mac:tcp" : "comm:door:headers:tcp";
-    CHECK_OK(gt_wire_auth_client(fd, HARNESS_SECRET, door, 0, gt_wire_deadline(WIRE_MS), NULL));
+    /* The transport (TCP, below) is part of the group's handshake context, the payload mode of the handshake. */
+    const char *integrity = getenv("GT_COMM_INTEGRITY"), *encrypt = getenv("GT_COMM_ENCRYPT");
+    gt_wire_mode mode = encrypt && !strcmp(encrypt, "1")         ? GT_WIRE_ENCRYPT
+                        : integrity && !strcmp(integrity, "mac") ? GT_WIRE_MAC
+                                                                 : GT_WIRE_HEADERS;
+    CHECK_OK(gt_wire_auth_client(fd, HARNESS_SECRET, "comm:door:tcp", mode, 0, gt_wire_deadline(WIRE_MS), NULL));
     close(fd);
     CHECK_OK(gt_store_set(s, "rogue/done", "1", 1));
     gt_store_destroy(s);

@@ -11,10 +11,18 @@
  * operation, before the attack, computes right. A payload bit flipped with
  * headers alone sealed goes through (the sum is wrong, and nothing fails):
  * that is what payload integrity (GT_COMM_INTEGRITY_MAC) is for, and with
- * it the same flip is refused.
+ * it the same flip is refused. With encryption (GT_COMM_ENCRYPT_ON) a
+ * flipped ciphertext bit fails the frame's AES-GCM tag, whether the frame
+ * is received into a staging piece and reduced (frame 2, the reduce-
+ * scatter's) or straight into the user's buffer (frame 3, the all-
+ * gather's), and a replayed frame is refused. Ranks that disagree on
+ * encryption fail the handshake on both sides, naming both settings.
  *
  * In one process: the store's sealed frames refuse a forged, a replayed and
- * a reordered frame, and the keys differ by direction and context. */
+ * a reordered frame, and the keys differ by direction and context; an
+ * encrypted frame round-trips and hides its payload, and a flipped
+ * ciphertext or tag byte, a replayed, a reordered or a spliced frame
+ * fails. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -52,7 +60,8 @@ typedef struct shared {
 
 typedef struct acfg {
   attack kind;
-  bool mac;
+  bool mac, enc;
+  int frame;        /* the frame tampered with: ATTACK_FRAME unless set */
   const char *log0; /* rank 0's stderr */
   shared *sh;
 } acfg;
@@ -165,13 +174,13 @@ static void *proxy_main(void *arg) {
     size_t hn = k < 0 ? GT_WIRE_HDR : GT_WIRE_SEALED_HDR;
     uint8_t hdr[GT_WIRE_SEALED_HDR];
     if (!read_n(cfd, hdr, hn)) break;
-    size_t len = le32(hdr + 12), n = hn + len + (k >= 0 && cfg->mac ? GT_WIRE_TAG : 0);
+    size_t len = le32(hdr + 12), n = hn + len + (k >= 0 && (cfg->mac || cfg->enc) ? GT_WIRE_TAG : 0);
     CHECK(len < (64u << 20));
     cur = malloc(n);
     CHECK(cur);
     memcpy(cur, hdr, hn);
     if (!read_n(cfd, cur + hn, n - hn)) break;
-    if (k == ATTACK_FRAME) {
+    if (k == (cfg->frame ? cfg->frame : ATTACK_FRAME)) {
       cfg->sh->tampered++;
       if (cfg->kind == FORGE_HEADER) cur[8] ^= 1; /* the sequence number */
       if (cfg->kind == FORGE_PAYLOAD) cur[hn + 5] ^= 0x40;
@@ -223,7 +232,9 @@ static int rank_main(int r, int n, void *arg) {
     s = &wrapped;
   }
   gt_comm_config cc = {.store = s,
-                       .prefix = cfg->mac ? "frames-mac" : "frames",
+                       .prefix = cfg->enc   ? "frames-enc"
+                                 : cfg->mac ? "frames-mac"
+                                            : "frames",
                        .rank = r,
                        .size = n,
                        .secret = HARNESS_SECRET,
@@ -231,7 +242,8 @@ static int rank_main(int r, int n, void *arg) {
                        .transport = GT_COMM_TCP,
                        .init_timeout_ms = WAIT_MS,
                        .op_timeout_ms = WAIT_MS,
-                       .integrity = cfg->mac ? GT_COMM_INTEGRITY_MAC : GT_COMM_INTEGRITY_HEADERS};
+                       .integrity = cfg->mac ? GT_COMM_INTEGRITY_MAC : GT_COMM_INTEGRITY_HEADERS,
+                       .encrypt = cfg->enc ? GT_COMM_ENCRYPT_ON : GT_COMM_ENCRYPT_OFF};
   gt_comm *c;
   CHECK_OK(gt_comm_init(&cc, &c));
   float *x = malloc(N * sizeof *x);
@@ -261,12 +273,12 @@ static int rank_main(int r, int n, void *arg) {
   return RANK_OK;
 }
 
-static shared *run_attack(attack kind, bool mac, char **log) {
+static shared *run_attack_on(attack kind, bool mac, bool enc, int frame, char **log) {
   shared *sh = harness_shared(sizeof *sh);
   memset(sh, 0, sizeof *sh);
   static char path[64];
   snprintf(path, sizeof path, "/tmp/giant-frames-%d.log", (int)getpid());
-  acfg cfg = {.kind = kind, .mac = mac, .log0 = path, .sh = sh};
+  acfg cfg = {.kind = kind, .mac = mac, .enc = enc, .frame = frame, .log0 = path, .sh = sh};
   int codes[2];
   if (harness_run(2, rank_main, &cfg, 120, codes)) /* a fraction of a second */
     fail_msg("a rank failed (codes %d %d)", codes[0], codes[1]);
@@ -281,6 +293,8 @@ static shared *run_attack(attack kind, bool mac, char **log) {
   assert_int_equal(sh->tampered, 1);
   return sh;
 }
+
+static shared *run_attack(attack kind, bool mac, char **log) { return run_attack_on(kind, mac, false, 0, log); }
 
 /* The attacked operation fails on rank 0, the one before it was right, and
  * nothing after it runs. A two-rank all-reduce sends two frames each way:
@@ -346,6 +360,77 @@ static void test_payload_integrity(void **state) {
   assert_non_null(strstr(sh->msg[0], "the payload of frame 3 from rank 1"));
 }
 
+/* Encrypted: a flipped ciphertext bit fails the frame's AES-GCM tag, in the
+ * frame reduced through a staging piece (2) and in the one received into
+ * the user's buffer (3); the operation fails on both ranks with the frame
+ * named, and nothing after it runs. */
+static void test_encrypted_payload_forgery(void **state) {
+  (void)state;
+  char *log;
+  for (int frame = 2; frame <= 3; frame++) {
+    shared *sh = run_attack_on(FORGE_PAYLOAD, false, true, frame, &log);
+    both_fail_at_the_attack(sh);
+    assert_int_equal(sh->status[0], GT_EAUTH);
+    char want[128];
+    snprintf(want, sizeof want, "frame %d from rank 1 of group 'frames-enc' failed its AES-GCM tag", frame);
+    assert_non_null(strstr(sh->msg[0], want));
+    assert_non_null(strstr(sh->msg[0], "corrupted or forged"));
+    assert_non_null(strstr(log, want)); /* and logged */
+  }
+  /* A frame played again is refused by its header's tag, as without encryption. */
+  shared *sh = run_attack_on(REPLAY, false, true, 0, &log);
+  both_fail_at_the_attack(sh);
+  refused_by_rank0(sh, log);
+}
+
+/* ---- ranks that disagree on encryption ---- */
+
+typedef struct mismatch {
+  int status[2];
+  char msg[2][512];
+} mismatch;
+
+static int mismatch_main(int r, int n, void *arg) {
+  mismatch *m = arg;
+  gt_store *s = harness_store();
+  gt_comm_config cc = {.store = s,
+                       .prefix = "frames-mismatch",
+                       .rank = r,
+                       .size = n,
+                       .secret = HARNESS_SECRET,
+                       .host = "127.0.0.1",
+                       .transport = GT_COMM_TCP,
+                       .init_timeout_ms = WAIT_MS,
+                       .op_timeout_ms = WAIT_MS,
+                       .encrypt = r == 0 ? GT_COMM_ENCRYPT_ON : GT_COMM_ENCRYPT_OFF};
+  gt_comm *c = NULL;
+  m->status[r] = gt_comm_init(&cc, &c);
+  snprintf(m->msg[r], sizeof m->msg[r], "%s", gt_last_error());
+  gt_comm_destroy(c);
+  gt_store_destroy(s);
+  return RANK_OK;
+}
+
+/* Rank 0 encrypts, rank 1 does not: rank 1 (which connects) and rank 0
+ * (which accepts) both fail at the handshake, with both settings named,
+ * not by the wait for the peer running out. */
+static void test_encryption_mismatch_fails_the_handshake(void **state) {
+  (void)state;
+  mismatch *m = harness_shared(sizeof *m);
+  memset(m, 0, sizeof *m);
+  int codes[2];
+  if (harness_run(2, mismatch_main, m, 120, codes)) fail_msg("a rank failed (codes %d %d)", codes[0], codes[1]);
+  for (int r = 0; r < 2; r++) {
+    print_message("rank %d: %s\n", r, m->msg[r]);
+    assert_int_equal(m->status[r], GT_EINVAL);
+    assert_non_null(strstr(m->msg[r], "--comm-encrypt"));
+  }
+  assert_non_null(strstr(m->msg[0], "the peer's frames are not encrypted (headers tagged), this end's encrypted"));
+  assert_non_null(strstr(m->msg[0], "rank 1"));
+  assert_non_null(strstr(m->msg[1], "the peer's frames are encrypted (AES-256-GCM), this end's not encrypted"));
+  assert_non_null(strstr(m->msg[1], "connecting to rank 0"));
+}
+
 /* ---- the store's frames, in one process ---- */
 
 static void test_sealed_store_frames(void **state) {
@@ -396,11 +481,164 @@ static void test_sealed_store_frames(void **state) {
   gt_wire_session_close(&srv);
 }
 
+/* ---- encrypted frames, in one process ---- */
+
+/* Sessions of both ends of one connection, encrypting. */
+static void encrypted_pair(gt_wire_session *cli, gt_wire_session *srv) {
+  uint8_t nonces[64], c2s[GT_WIRE_KEY], s2c[GT_WIRE_KEY];
+  for (int i = 0; i < 64; i++) nonces[i] = (uint8_t)(i * 11);
+  assert_int_equal(gt_wire_derive_keys(HARNESS_SECRET, "comm:enc", nonces, 64, 1, c2s, s2c), GT_OK);
+  assert_int_equal(gt_wire_session_open(cli, c2s, s2c), GT_OK);
+  assert_int_equal(gt_wire_session_open(srv, s2c, c2s), GT_OK);
+  cli->mode = srv->mode = GT_WIRE_ENCRYPT;
+}
+
+enum { MSG = 3000, FRAME = GT_WIRE_SEALED_HDR + MSG + GT_WIRE_TAG };
+
+/* Reads one frame off fd into the session; its status, *out the payload. */
+static gt_status deliver(int wfd, int rfd, gt_wire_session *srv, const uint8_t *frame, uint8_t *out) {
+  double dl = gt_wire_deadline(5000); /* a socketpair in one process: microseconds */
+  assert_int_equal(gt_wire_send_all(wfd, frame, FRAME, dl, NULL), GT_OK);
+  gt_wire_hdr h;
+  gt_status st = gt_wire_recv_sealed_header(rfd, srv, &h, "rank 1", dl, NULL);
+  if (st != GT_OK) {
+    uint8_t rest[MSG + GT_WIRE_TAG]; /* the frame's remains, so the stream stays in step */
+    assert_int_equal(gt_wire_recv_all(rfd, rest, sizeof rest, dl, NULL), GT_OK);
+    return st;
+  }
+  assert_int_equal(h.len, MSG);
+  return gt_wire_recv_sealed_payload(rfd, srv, out, h.len, "rank 1", dl, NULL);
+}
+
+static void test_encrypted_frames(void **state) {
+  (void)state;
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  double dl = gt_wire_deadline(5000);
+  static uint8_t msg[2][MSG], f[3][FRAME], out[MSG];
+  for (int i = 0; i < MSG; i++) {
+    msg[0][i] = (uint8_t)(i * 37 + 1);
+    msg[1][i] = (uint8_t)(i * 53 + 7);
+  }
+  /* Three frames captured on the way: two of the first message, one of the second. */
+  gt_wire_session cli, srv;
+  encrypted_pair(&cli, &srv);
+  for (int k = 0; k < 3; k++) {
+    assert_int_equal(gt_wire_send_sealed(sv[0], &cli, GT_MSG_DATA, 7, msg[k == 2], MSG, dl, NULL), GT_OK);
+    assert_int_equal(gt_wire_recv_all(sv[1], f[k], FRAME, dl, NULL), GT_OK);
+  }
+  /* The payload is not on the wire, nor any 16 bytes of it; the same
+   * message twice gives two ciphertexts. */
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i + 16 <= MSG; i += 16) assert_null(memmem(f[k], FRAME, msg[0] + i, 16));
+  assert_memory_not_equal(f[0] + GT_WIRE_SEALED_HDR, f[1] + GT_WIRE_SEALED_HDR, MSG);
+  /* As sent: each round-trips. */
+  assert_int_equal(deliver(sv[0], sv[1], &srv, f[0], out), GT_OK);
+  assert_memory_equal(out, msg[0], MSG);
+  /* The first again (a replay): its header's tag fails. */
+  assert_int_equal(deliver(sv[0], sv[1], &srv, f[0], out), GT_EAUTH);
+  assert_non_null(strstr(gt_last_error(), "frame 1 from rank 1 failed authentication"));
+  /* The third before the second (reordered): refused alike. */
+  assert_int_equal(deliver(sv[0], sv[1], &srv, f[2], out), GT_EAUTH);
+  assert_non_null(strstr(gt_last_error(), "failed authentication"));
+  /* Frame 1's header with frame 0's payload and tag (the same length): the
+   * header passes, the payload fails its AES-GCM tag (its nonce differs). */
+  static uint8_t spliced[FRAME];
+  memcpy(spliced, f[1], GT_WIRE_SEALED_HDR);
+  memcpy(spliced + GT_WIRE_SEALED_HDR, f[0] + GT_WIRE_SEALED_HDR, MSG + GT_WIRE_TAG);
+  assert_int_equal(deliver(sv[0], sv[1], &srv, spliced, out), GT_EAUTH);
+  assert_non_null(strstr(gt_last_error(), "frame 1 from rank 1 failed its AES-GCM tag: corrupted or forged"));
+  for (int i = 0; i < MSG; i++) assert_int_equal(out[i], 0); /* nothing unverified left to read */
+  gt_wire_session_close(&cli);
+  gt_wire_session_close(&srv);
+
+  /* A flipped byte of ciphertext, then of the tag, each in a fresh
+   * connection's frame 0: the header passes, the payload fails. */
+  for (int where = 0; where < 2; where++) {
+    encrypted_pair(&cli, &srv);
+    assert_int_equal(gt_wire_send_sealed(sv[0], &cli, GT_MSG_DATA, 1, msg[0], MSG, dl, NULL), GT_OK);
+    assert_int_equal(gt_wire_recv_all(sv[1], f[0], FRAME, dl, NULL), GT_OK);
+    f[0][where ? FRAME - 3 : GT_WIRE_SEALED_HDR + MSG / 2] ^= 0x10;
+    assert_int_equal(deliver(sv[0], sv[1], &srv, f[0], out), GT_EAUTH);
+    assert_non_null(strstr(gt_last_error(), "frame 0 from rank 1 failed its AES-GCM tag: corrupted or forged"));
+    /* The same frame unchanged still opens: the failure counted nothing. */
+    f[0][where ? FRAME - 3 : GT_WIRE_SEALED_HDR + MSG / 2] ^= 0x10;
+    assert_int_equal(deliver(sv[0], sv[1], &srv, f[0], out), GT_OK);
+    assert_memory_equal(out, msg[0], MSG);
+    gt_wire_session_close(&cli);
+    gt_wire_session_close(&srv);
+  }
+  close(sv[0]);
+  close(sv[1]);
+}
+
+/* Settings differ between the ends of one connection: both fail with both
+ * named, after the peer proved the secret; the same settings pass. */
+typedef struct side_arg {
+  int fd;
+  gt_wire_mode mode;
+  gt_status st;
+  char msg[512];
+  uint32_t id;
+} side_arg;
+
+static void *server_side(void *arg) {
+  side_arg *a = arg;
+  gt_wire_session s;
+  a->st = gt_wire_auth_server(a->fd, HARNESS_SECRET, "comm:m", a->mode, &a->id, gt_wire_deadline(5000), &s);
+  snprintf(a->msg, sizeof a->msg, "%s", gt_last_error());
+  if (a->st == GT_OK) gt_wire_session_close(&s);
+  return NULL;
+}
+
+static void handshake(gt_wire_mode client, gt_wire_mode server, side_arg *c, side_arg *s) {
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  *s = (side_arg){.fd = sv[1], .mode = server};
+  *c = (side_arg){.fd = sv[0], .mode = client};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, server_side, s), 0);
+  gt_wire_session cs;
+  c->st = gt_wire_auth_client(sv[0], HARNESS_SECRET, "comm:m", client, 5, gt_wire_deadline(5000), &cs);
+  snprintf(c->msg, sizeof c->msg, "%s", gt_last_error());
+  if (c->st == GT_OK) {
+    assert_int_equal(cs.mode, client);
+    gt_wire_session_close(&cs);
+  }
+  pthread_join(t, NULL);
+  close(sv[0]);
+  close(sv[1]);
+}
+
+static void test_handshake_modes(void **state) {
+  (void)state;
+  side_arg c, s;
+  handshake(GT_WIRE_ENCRYPT, GT_WIRE_ENCRYPT, &c, &s);
+  assert_int_equal(c.st, GT_OK);
+  assert_int_equal(s.st, GT_OK);
+  handshake(GT_WIRE_ENCRYPT, GT_WIRE_HEADERS, &c, &s);
+  assert_int_equal(c.st, GT_EINVAL);
+  assert_int_equal(s.st, GT_EINVAL);
+  assert_int_equal(s.id, 5); /* the peer's proven id, to name it */
+  assert_non_null(strstr(c.msg, "the peer's frames are not encrypted (headers tagged), this end's encrypted"));
+  assert_non_null(strstr(s.msg, "the peer's frames are encrypted (AES-256-GCM), this end's not encrypted"));
+  handshake(GT_WIRE_MAC, GT_WIRE_ENCRYPT, &c, &s);
+  assert_int_equal(c.st, GT_EINVAL);
+  assert_int_equal(s.st, GT_EINVAL);
+  assert_non_null(strstr(c.msg, "--comm-encrypt (GT_COMM_ENCRYPT) and --comm-integrity"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sealed_store_frames),       cmocka_unit_test(test_forged_header_is_refused),
-      cmocka_unit_test(test_replayed_frame_is_refused), cmocka_unit_test(test_truncated_frame_fails_the_group),
+      cmocka_unit_test(test_sealed_store_frames),
+      cmocka_unit_test(test_encrypted_frames),
+      cmocka_unit_test(test_handshake_modes),
+      cmocka_unit_test(test_forged_header_is_refused),
+      cmocka_unit_test(test_replayed_frame_is_refused),
+      cmocka_unit_test(test_truncated_frame_fails_the_group),
       cmocka_unit_test(test_payload_integrity),
+      cmocka_unit_test(test_encrypted_payload_forgery),
+      cmocka_unit_test(test_encryption_mismatch_fails_the_handshake),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

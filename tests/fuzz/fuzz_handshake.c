@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint32_t id = 0;
   gt_wire_session session;
   double start = gt_now();
-  gt_status st = gt_wire_auth_server(sv[0], SECRET, "giant-store", &id, start + 0.2, &session);
+  gt_status st = gt_wire_auth_server(sv[0], SECRET, "giant-store", GT_WIRE_MAC, &id, start + 0.2, &session);
   if (st == GT_OK) abort(); /* a proof made without the nonce */
   /* The deadline bounds the handshake; a second is room for a loaded machine. */
   if (gt_now() - start > 1.2) abort();

@@ -163,7 +163,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint32_t id = 0;
   double deadline = gt_now() + 5;
   if (gt_wire_connect("127.0.0.1", port, deadline, &fd) != GT_OK ||
-      gt_wire_auth_client(fd, SECRET, STORE_CTX, id, deadline, &sess) != GT_OK) {
+      gt_wire_auth_client(fd, SECRET, STORE_CTX, GT_WIRE_MAC, id, deadline, &sess) != GT_OK) {
     fprintf(stderr, "fuzz_store_proto: the store refused a real client's handshake: %s\n", gt_last_error());
     abort();
   }

@@ -71,6 +71,17 @@ typedef enum gt_comm_integrity {
   GT_COMM_INTEGRITY_MAC = 2,
 } gt_comm_integrity;
 
+/* Whether TCP frames' payloads are encrypted (docs/security.md): with ON,
+ * every payload between ranks over TCP is AES-256-GCM's ciphertext under a
+ * per-connection key, and its GCM tag authenticates it (so INTEGRITY_MAC
+ * adds nothing); headers stay in the clear, tagged. Shared memory stays
+ * inside a host and is not encrypted; NCCL's traffic is NCCL's. */
+typedef enum gt_comm_encrypt {
+  GT_COMM_ENCRYPT_DEFAULT = 0, /* $GT_COMM_ENCRYPT: 1 on, 0 or unset off */
+  GT_COMM_ENCRYPT_OFF = 1,
+  GT_COMM_ENCRYPT_ON = 2,
+} gt_comm_encrypt;
+
 typedef struct gt_comm_config {
   gt_store *store;             /* bootstrap store, shared by the group */
   const char *prefix;          /* key namespace, unique per communicator and
@@ -86,6 +97,7 @@ typedef struct gt_comm_config {
                             or 300 s. A stopped peer is caught by this. */
   gt_comm_integrity integrity; /* TCP frames: DEFAULT = $GT_COMM_INTEGRITY (headers|mac),
                                   else HEADERS; every rank of a group uses the same */
+  gt_comm_encrypt encrypt;     /* TCP payloads encrypted; every rank of a group uses the same */
 } gt_comm_config;
 
 typedef struct gt_comm gt_comm;
