@@ -31,6 +31,7 @@ typedef struct agent_opts {
   const char *user, *password_file; /* etcd authentication: --rdzv-user, --rdzv-password-file */
   char password[256];               /* read from password_file */
   const char *comm_integrity;       /* --comm-integrity headers|mac, given to workers as GT_COMM_INTEGRITY */
+  bool comm_encrypt;                /* --comm-encrypt, given to workers as GT_COMM_ENCRYPT=1 */
   const char *ckpt_dir;             /* checkpoints: given to workers as GT_CKPT_DIR, _EVERY, _KEEP */
   int ckpt_every, ckpt_keep;
   int nproc, max_restarts, restart_window_s, ttl_s, rdzv_timeout_s;

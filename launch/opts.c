@@ -55,6 +55,8 @@ static const char usage[] =
     "                             per worker, two more with --standalone (docs/launching.md)\n"
     "  --comm-integrity MODE      headers (default): every TCP frame's header is authenticated;\n"
     "                             mac: every payload too (GT_COMM_INTEGRITY; docs/security.md)\n"
+    "  --comm-encrypt             encrypt every TCP payload between ranks with AES-256-GCM\n"
+    "                             (GT_COMM_ENCRYPT=1; shared memory within a host stays plain)\n"
     "  --rdzv-ttl S               lease TTL: a node silent S seconds is out (default 10)\n"
     "  --rdzv-settle S            wait for more than MIN nodes (default 5)\n"
     "  --rdzv-timeout S           give up a rendezvous after S seconds (default 600)\n"
@@ -186,6 +188,7 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
       {"--rdzv-key", GT_OPT_STR, &o->key, 0, 0},
       {"--rdzv-user", GT_OPT_STR, &o->user, 0, 0},
       {"--comm-integrity", GT_OPT_STR, &o->comm_integrity, 0, 0},
+      {"--comm-encrypt", GT_OPT_FLAG, &o->comm_encrypt, 0, 0},
       {"--rdzv-password-file", GT_OPT_STR, &o->password_file, 0, 0},
       {"--rdzv-ttl", GT_OPT_INT, &o->ttl_s, 1, 3600},
       {"--rdzv-settle", GT_OPT_FLOAT, &o->settle_s, 0, 3600},
@@ -250,6 +253,10 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
     o->comm_integrity = getenv(GT_ENV_COMM_INTEGRITY); /* the workers get it as they would have */
   if (o->comm_integrity && strcmp(o->comm_integrity, "headers") && strcmp(o->comm_integrity, "mac"))
     return usage_error("--comm-integrity '%s': use headers or mac", o->comm_integrity);
+  const char *enc = getenv(GT_ENV_COMM_ENCRYPT); /* the workers get it as they would have */
+  if (!o->comm_encrypt && enc && *enc && strcmp(enc, "0") && strcmp(enc, "1"))
+    return usage_error("GT_COMM_ENCRYPT=%s: use 1 (or --comm-encrypt) or 0", enc);
+  if (!o->comm_encrypt && enc && !strcmp(enc, "1")) o->comm_encrypt = true;
   if (o->log_dir && !*o->log_dir) return usage_error("--log-dir is empty%s", "");
   if (o->ckpt_dir && !*o->ckpt_dir) return usage_error("--ckpt-dir is empty%s", "");
   if (o->plan && strlen(o->plan) >= 128)

@@ -43,6 +43,7 @@ static const char *const our_vars[] = {GT_ENV_RANK "=",
                                        GT_ENV_PLAN "=",
                                        GT_ENV_COMM_INTEGRITY "=",
                                        GT_ENV_COMM_PORTS "=",
+                                       GT_ENV_COMM_ENCRYPT "=",
                                        GT_ENV_PROGRESS_FD "=",
                                        GT_ENV_CKPT_DIR "=",
                                        GT_ENV_CKPT_EVERY "=",
@@ -127,6 +128,7 @@ static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, in
   if (o->plan) bad |= env_add(e, GT_ENV_PLAN "=%s", o->plan);
   if (o->comm_integrity) bad |= env_add(e, GT_ENV_COMM_INTEGRITY "=%s", o->comm_integrity);
   if (o->comm_ports) bad |= env_add(e, GT_ENV_COMM_PORTS "=%d-%d", o->ports.lo, o->ports.hi);
+  if (o->comm_encrypt) bad |= env_add(e, GT_ENV_COMM_ENCRYPT "=1");
   if (o->reshape) bad |= env_add(e, GT_ENV_RESHAPE "=1");
   bad |= env_add(e, GT_ENV_PROGRESS_FD "=%d", progress_fd);
   bad |= env_add(e, GT_ENV_COORD "=" GT_COORD_LEADER); /* the agents campaign: a leader decides mitigation */

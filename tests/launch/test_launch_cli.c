@@ -84,6 +84,8 @@ static void test_usage_errors(void **state) {
   expect((const char *[]){"--rdzv-endpoint", "127.0.0.1:2379", "--rdzv-cacert", "/nonexistent.pem", w, NULL}, 2,
          "cannot read TLS file", 5);
   expect((const char *[]){"--help", NULL}, 0, "usage: giantrun [options] PROGRAM", 5);
+  expect((const char *[]){"--help", NULL}, 0, "--comm-encrypt             encrypt every TCP payload", 5);
+  expect((const char *[]){"--standalone", "--comm-encrypt=yes", w, NULL}, 2, "--comm-encrypt takes no value", 5);
   expect((const char *[]){"--version", NULL}, 0, "giantrun (Giant) ", 5);
 }
 

@@ -30,7 +30,8 @@ static int teardown(void **state) {
 /* Runs the example on `nproc` workers at `plan` (with extra flags, one
  * flag and its value per word), into *r; fails unless it exits with
  * want_exit and prints each of `words` (NULL-terminated, may be NULL). */
-static char agent_flag[2][32]; /* one giantrun flag and its value for the next run, or "" */
+static char agent_flag[2][32]; /* one giantrun flag and its value (or "") for the next run, or "" */
+static char *transport_env;    /* the workers' GT_COMM_TRANSPORT=..., or NULL */
 
 static void run_example(int nproc, const char *plan, const char *extra, int want_exit, const char *const *words,
                         run_result *r) {
@@ -38,10 +39,8 @@ static void run_example(int nproc, const char *plan, const char *extra, int want
   snprintf(np, sizeof np, "%d", nproc);
   char *argv[40] = {giantrun, "--standalone", "--nproc-per-node", np, "--plan", (char *)plan};
   int n = 6;
-  if (agent_flag[0][0]) {
-    argv[n++] = agent_flag[0];
-    argv[n++] = agent_flag[1];
-  }
+  if (agent_flag[0][0]) argv[n++] = agent_flag[0];
+  if (agent_flag[0][0] && agent_flag[1][0]) argv[n++] = agent_flag[1];
   char *tail[] = {gpt, "--corpus",   text, "--data",        data, "--steps", "8",  "--layers",
                   "2", "--channels", "32", "--heads",       "4",  "--seq",   "16", "--batch",
                   "4", "--sample",   "0",  "--print-every", "0"};
@@ -52,7 +51,7 @@ static void run_example(int nproc, const char *plan, const char *extra, int want
   argv[n] = NULL;
   /* A standalone etcd and a few small steps on up to four workers: 1-3 s
    * on busy cores; 120 s is > 40x. */
-  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 120, r);
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", transport_env, NULL}, 120, r);
   bool missing = false;
   for (int i = 0; words && words[i]; i++) missing |= !strstr(r->output, words[i]);
   if (r->exit_code != want_exit || missing)
@@ -95,7 +94,7 @@ static void test_every_layout_trains_and_agrees(void **state) {
 }
 
 /* giantrun --comm-integrity mac: every payload between the ranks carries
- * its tag too, and training is the same. */
+ * its tag too, and training is the same; so with --comm-encrypt. */
 static void test_payload_integrity_trains_the_same(void **state) {
   (void)state;
   float plain = run_plan(4, "dp=2,tp=2", "--no-overlap", 0, NULL);
@@ -104,6 +103,14 @@ static void test_payload_integrity_trains_the_same(void **state) {
   close_to(run_plan(4, "dp=2,tp=2", "--no-overlap", 0, NULL), plain);
   snprintf(agent_flag[1], sizeof agent_flag[1], "sha1");
   run_plan(2, "dp=2", NULL, 2, "--comm-integrity 'sha1': use headers or mac");
+  /* giantrun --comm-encrypt, over TCP (the shared memory a node's workers
+   * would use is not encrypted): every payload encrypted, the same
+   * training. */
+  snprintf(agent_flag[0], sizeof agent_flag[0], "--comm-encrypt");
+  agent_flag[1][0] = 0;
+  transport_env = "GT_COMM_TRANSPORT=tcp";
+  close_to(run_plan(4, "dp=2,tp=2", "--no-overlap", 0, NULL), plain);
+  transport_env = NULL;
   agent_flag[0][0] = 0;
 }
 
