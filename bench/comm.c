@@ -26,18 +26,20 @@
  * copying alone.
  *
  * Each figure is the best of a few rounds' mean time (see ROUNDS), for
- * Giant, Gloo and MPI alike. TCP runs twice: with frame headers sealed (the
- * default) and with payload integrity (GT_COMM_INTEGRITY_MAC). The last line
- * is machine-readable, every ratio at 64 MiB on two ranks:
+ * Giant, Gloo and MPI alike. TCP runs three times: with frame headers
+ * sealed (the default), with payload integrity (GT_COMM_INTEGRITY_MAC) and
+ * with payloads encrypted (GT_COMM_ENCRYPT_ON). The last line is
+ * machine-readable, every ratio at 64 MiB on two ranks:
  *   allreduce_64MiB_2ranks_GBps=<x> vs_gloo=<r> tcp_vs_gloo=<t> shm_vs_mpi=<s>
- *     of_copy_limit=<c> tcp_mac_vs_headers=<m>
- *     hier_vs_flat=<h>
+ *     of_copy_limit=<c> tcp_mac_vs_headers=<m> hier_vs_flat=<h>
+ *     encrypt_cost=<e>
  * x is Giant's faster transport, r that against Gloo; t is Giant over TCP
  * against Gloo (both TCP on loopback); s is Giant's shared memory against
- * MPI's; m is TCP with payload integrity over headers alone; h is the flat
- * TCP ring's time over the two-level all-reduce's on 2 emulated hosts of
- * 2 ranks each, their links held to 10 Gbit/s (comm_hier.h; as root only,
- * else n/a).
+ * MPI's; m is TCP with payload integrity over headers alone (a speed); h is
+ * the flat TCP ring's time over the two-level all-reduce's on 2 emulated
+ * hosts of 2 ranks each, their links held to 10 Gbit/s (comm_hier.h; as
+ * root only, else n/a); e is the encrypted all-reduce's time over the
+ * plain one's, both over TCP (a cost: 1 is free).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -62,9 +64,10 @@ enum { OP_AR, OP_AG, OP_RS, NOPS };
 static const char *const op_names[NOPS] = {"allreduce", "allgather", "reducescatter"};
 
 /* The transports measured: TCP (frame headers sealed, the default), shared
- * memory, and TCP with payload integrity (every payload's tag too). */
-enum { T_TCP, T_SHM, T_TCP_MAC, NTRANSPORTS };
-static const char *const transport_names[NTRANSPORTS] = {"tcp", "shm", "tcp+mac"};
+ * memory, TCP with payload integrity (every payload's tag too) and TCP with
+ * payloads encrypted. */
+enum { T_TCP, T_SHM, T_TCP_MAC, T_TCP_ENC, NTRANSPORTS };
+static const char *const transport_names[NTRANSPORTS] = {"tcp", "shm", "tcp+mac", "tcp+enc"};
 
 typedef struct result {
   double us[NTRANSPORTS][NOPS][MAX_SIZES]; /* [transport][op][size]: slowest rank's mean */
@@ -125,7 +128,8 @@ static int rank_main(int rank, int n, gt_comm_transport t, int ti, result *res) 
                        .host = "127.0.0.1",
                        .transport = t,
                        .op_timeout_ms = 120000,
-                       .integrity = ti == T_TCP_MAC ? GT_COMM_INTEGRITY_MAC : GT_COMM_INTEGRITY_HEADERS};
+                       .integrity = ti == T_TCP_MAC ? GT_COMM_INTEGRITY_MAC : GT_COMM_INTEGRITY_HEADERS,
+                       .encrypt = ti == T_TCP_ENC ? GT_COMM_ENCRYPT_ON : GT_COMM_ENCRYPT_OFF};
   gt_status st = gt_store_tcp_open(&sc, &s);
   if (st == GT_OK) {
     cc.store = s;
@@ -400,9 +404,9 @@ int main(int argc, char **argv) {
   printf("# algbw = bytes/time; busbw = algbw*2(n-1)/n (allreduce), algbw*(n-1)/n (others)\n");
   printf("%-14s %5s %-8s %12s %12s %10s %10s %9s\n", "op", "ranks", "alg", "bytes", "time_us", "algbw_GBs", "busbw_GBs",
          "vs_memcpy");
-  double headline = 0, headline_gloo = 0, tcp64 = 0, tcp_mac64 = 0, shm64 = 0, mpi64 = 0, limit64 = 0;
+  double headline = 0, headline_gloo = 0, tcp64 = 0, tcp_mac64 = 0, tcp_enc64 = 0, shm64 = 0, mpi64 = 0, limit64 = 0;
   const int ranks[2] = {2, 4};
-  const gt_comm_transport tr[NTRANSPORTS] = {GT_COMM_TCP, GT_COMM_SHM, GT_COMM_TCP};
+  const gt_comm_transport tr[NTRANSPORTS] = {GT_COMM_TCP, GT_COMM_SHM, GT_COMM_TCP, GT_COMM_TCP};
   const char *const *trn = transport_names;
   for (int ri = 0; ri < 2; ri++) {
     int n = ranks[ri];
@@ -439,10 +443,11 @@ int main(int argc, char **argv) {
           printf("%-14s %5d %-8s %12zu %12.1f %10.3f %10.3f %9.2f\n", op_names[op], n, trn[ti], sizes[k], us, alg, bus,
                  bus / mc);
           bool head = op == OP_AR && n == 2 && sizes[k] == (64u << 20);
-          if (head && ti != T_TCP_MAC && alg > headline) headline = alg;
+          if (head && (ti == T_TCP || ti == T_SHM) && alg > headline) headline = alg;
           if (head && ti == T_TCP) tcp64 = alg;
           if (head && ti == T_SHM) shm64 = alg;
           if (head && ti == T_TCP_MAC) tcp_mac64 = alg;
+          if (head && ti == T_TCP_ENC) tcp_enc64 = alg;
         }
       }
     }
@@ -514,6 +519,9 @@ int main(int argc, char **argv) {
       break;
     }
   }
+  /* What encryption costs: the same all-reduce's time encrypted over plain. */
+  char enc[64] = "n/a";
+  if (tcp64 > 0 && tcp_enc64 > 0) snprintf(enc, sizeof enc, "%.2f", tcp64 / tcp_enc64);
   char vs[64] = "n/a", tg[64] = "n/a", sm[64] = "n/a", cl[64] = "n/a";
   if (headline_gloo > 0) snprintf(vs, sizeof vs, "%.2f", headline / headline_gloo);
   if (headline_gloo > 0 && tcp64 > 0) snprintf(tg, sizeof tg, "%.2f", tcp64 / headline_gloo);
@@ -521,7 +529,7 @@ int main(int argc, char **argv) {
   if (limit64 > 0 && shm64 > 0) snprintf(cl, sizeof cl, "%.2f", shm64 / limit64);
   printf(
       "allreduce_64MiB_2ranks_GBps=%.3f vs_gloo=%s tcp_vs_gloo=%s shm_vs_mpi=%s of_copy_limit=%s "
-      "tcp_mac_vs_headers=%s hier_vs_flat=%s\n",
-      headline, vs, tg, sm, cl, mac, hv);
+      "tcp_mac_vs_headers=%s hier_vs_flat=%s encrypt_cost=%s\n",
+      headline, vs, tg, sm, cl, mac, hv, enc);
   return 0;
 }
