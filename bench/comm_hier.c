@@ -1,5 +1,5 @@
 /* See comm_hier.h. Each rank enters its host's namespace, reaches the
- * parent's TCP store on the bridge, and forms two groups of the same four
+ * run's TCP store on the bridge, and forms two groups of the same four
  * ranks: one left to choose (it finds two hosts of two ranks, and takes
  * two levels) and one held to TCP (the flat ring through every rank, what
  * a group across hosts did before). Each round times one all-reduce of
@@ -25,7 +25,7 @@
 
 typedef struct shared {
   chaos_net net;
-  int port, rounds;
+  int rounds;
   size_t count;
   double hier[MAX_ROUNDS], flat[MAX_ROUNDS];
   char transport[16];
@@ -59,9 +59,7 @@ static int rank_main(int rank, int n, void *arg) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   CHECK(fd >= 0 && setns(fd, CLONE_NEWNET) == 0);
   close(fd);
-  gt_store_tcp_config sc = {.host = sh->net.host_ip, .port = sh->port, .secret = HARNESS_SECRET, .timeout_ms = 10000};
-  gt_store *s = NULL;
-  CHECK_OK(gt_store_tcp_open(&sc, &s));
+  gt_store *s = harness_store();
   gt_comm *hier = group(sh, s, "hier", rank, GT_COMM_AUTO), *flat = group(sh, s, "flat", rank, GT_COMM_TCP);
   if (rank == 0) snprintf(sh->transport, sizeof sh->transport, "%s", gt_comm_transport_name(hier));
   float *x = malloc(sh->count * sizeof *x);
@@ -102,26 +100,18 @@ int bench_comm_hier(size_t bytes, int rounds, int link_mbit, double *hier_s, dou
       chaos_net_destroy(&sh->net);
       return -1;
     }
-  gt_store *server = NULL;
-  gt_store_tcp_config sc = {
-      .host = sh->net.host_ip, .port = 0, .is_host = true, .secret = HARNESS_SECRET, .timeout_ms = 10000};
-  int rc = -1;
-  if (gt_store_tcp_open(&sc, &server) != GT_OK) {
-    snprintf(why, whylen, "no store on the bridge: %s", gt_last_error());
+  harness_store_host(sh->net.host_ip); /* the run's store, on the bridge */
+  int rc = -1, codes[HOSTS * PER_HOST];
+  if (harness_run(HOSTS * PER_HOST, rank_main, sh, 600, codes) != 0) {
+    snprintf(why, whylen, "a rank failed");
+  } else if (strcmp(sh->transport, "tcp+shm")) {
+    snprintf(why, whylen, "the group across hosts took '%s', not two levels", sh->transport);
   } else {
-    sh->port = gt_store_tcp_port(server);
-    int codes[HOSTS * PER_HOST];
-    if (harness_run(HOSTS * PER_HOST, rank_main, sh, 600, codes) != 0) {
-      snprintf(why, whylen, "a rank failed");
-    } else if (strcmp(sh->transport, "tcp+shm")) {
-      snprintf(why, whylen, "the group across hosts took '%s', not two levels", sh->transport);
-    } else {
-      *hier_s = bench_median(sh->hier, sh->rounds);
-      *flat_s = bench_median(sh->flat, sh->rounds);
-      rc = 0;
-    }
+    *hier_s = bench_median(sh->hier, sh->rounds);
+    *flat_s = bench_median(sh->flat, sh->rounds);
+    rc = 0;
   }
-  gt_store_destroy(server);
+  harness_store_host("127.0.0.1");
   chaos_net_destroy(&sh->net);
   return rc;
 }

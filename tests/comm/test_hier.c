@@ -35,13 +35,12 @@
 
 typedef struct shared {
   chaos_net net;
-  int store_port;
   int victim; /* the rank that kills itself in the failure case, or -1 */
 } shared;
 
 static shared *sh;
 
-/* In a rank: into its node's namespace, and a client of the parent's store
+/* In a rank: into its node's namespace, and a client of the run's store
  * on the bridge. */
 static gt_store *enter_node(int rank, int per_node) {
   int node = rank / per_node;
@@ -51,11 +50,7 @@ static gt_store *enter_node(int rank, int per_node) {
   CHECK(fd >= 0);
   CHECK(setns(fd, CLONE_NEWNET) == 0);
   close(fd);
-  gt_store_tcp_config cfg = {
-      .host = sh->net.host_ip, .port = sh->store_port, .secret = HARNESS_SECRET, .timeout_ms = 10000};
-  gt_store *s = NULL;
-  CHECK_OK(gt_store_tcp_open(&cfg, &s));
-  return s;
+  return harness_store();
 }
 
 static gt_comm *group(gt_store *s, const char *prefix, int rank, int n, int per_node, gt_comm_transport t) {
@@ -129,9 +124,7 @@ static int one_per_host_main(int rank, int n, void *arg) {
 static int failure_main(int rank, int n, void *arg) {
   (void)arg;
   gt_store *s = enter_node(rank, PER_NODE);
-  char prefix[32]; /* a group of its own per case: the store keeps the last one's addresses */
-  snprintf(prefix, sizeof prefix, "dies%d", sh->victim);
-  gt_comm *h = group(s, prefix, rank, n, PER_NODE, GT_COMM_AUTO);
+  gt_comm *h = group(s, "dies", rank, n, PER_NODE, GT_COMM_AUTO);
   check_sum(h, 1001, rank, n, GT_COMM_SUM);
   if (rank == sh->victim) raise(SIGKILL);
   float *x = calloc(BIG, sizeof *x);
@@ -147,22 +140,16 @@ static int failure_main(int rank, int n, void *arg) {
   return RANK_OK;
 }
 
-static gt_store *server;
-
 static int setup(void **state) {
   (void)state;
   sh = harness_shared(sizeof *sh);
   if (chaos_net_create(&sh->net, NODES) != 0) return -1;
-  gt_store_tcp_config cfg = {
-      .host = sh->net.host_ip, .port = 0, .is_host = true, .secret = HARNESS_SECRET, .timeout_ms = 10000};
-  if (gt_store_tcp_open(&cfg, &server) != GT_OK) return -1;
-  sh->store_port = gt_store_tcp_port(server);
+  harness_store_host(sh->net.host_ip); /* each run's store, on the bridge */
   return 0;
 }
 
 static int teardown(void **state) {
   (void)state;
-  gt_store_destroy(server);
   chaos_net_destroy(&sh->net);
   return 0;
 }

@@ -17,6 +17,9 @@ int harness_rank = -1;
  * skips the at-exit leak check, so each rank runs it itself. */
 extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
 static int store_port;
+static char store_host[64] = "127.0.0.1";
+
+void harness_store_host(const char *host) { snprintf(store_host, sizeof store_host, "%s", host); }
 
 void *harness_shared(size_t bytes) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -53,7 +56,7 @@ int harness_cuda_devices(int most) {
 }
 
 gt_store *harness_store(void) {
-  gt_store_tcp_config cfg = {.host = "127.0.0.1", .port = store_port, .secret = HARNESS_SECRET, .timeout_ms = 10000};
+  gt_store_tcp_config cfg = {.host = store_host, .port = store_port, .secret = HARNESS_SECRET, .timeout_ms = 10000};
   gt_store *s = NULL;
   CHECK_OK(gt_store_tcp_open(&cfg, &s));
   return s;
@@ -87,7 +90,7 @@ static pid_t start_store(int *ctl) {
     close(port_pipe[0]);
     close(ctl_pipe[1]);
     gt_store_tcp_config cfg = {
-        .host = "127.0.0.1", .port = 0, .is_host = true, .secret = HARNESS_SECRET, .timeout_ms = 5000};
+        .host = store_host, .port = 0, .is_host = true, .secret = HARNESS_SECRET, .timeout_ms = 5000};
     gt_store *server = NULL;
     int port = -1;
     if (gt_store_tcp_open(&cfg, &server) == GT_OK)

@@ -45,6 +45,9 @@ int harness_run(int n, harness_fn fn, void *arg, double timeout_s, int *codes);
 
 /* In a rank: a client of the parent's store. */
 gt_store *harness_store(void);
+/* The address the store of later runs listens on (default 127.0.0.1):
+ * ranks in network namespaces of their own reach it on their bridge. */
+void harness_store_host(const char *host);
 /* In a rank: a communicator of all n ranks under prefix. */
 gt_comm *harness_comm(gt_store *s, const char *prefix, int rank, int n, gt_comm_transport t, int op_timeout_ms);
 /* Memory shared by the parent and every rank (created before forking). */
