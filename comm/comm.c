@@ -527,8 +527,8 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
      * thread runs first; the transport switches before the group is
      * handed out, so no operation of the caller's sees it change. */
     if (st == GT_OK) st = gt_comm_start(c);
-    if (st == GT_OK && tr != GT_COMM_TCP && c->size > 1) {
-      st = gt_comm_shm_setup(c);
+    if (st == GT_OK && c->size > 1) {
+      st = gt_comm_shm_setup(c, tr);
       if (st == GT_EUNSUPPORTED && tr == GT_COMM_AUTO)
         st = c->host_of ? gt_comm_hier_setup(c, c->host_of, c->nhosts) : GT_OK;
     }

@@ -150,9 +150,12 @@ gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline);
 /* Takes the group's higher ranks in on listening socket lfd (accept.c):
  * handshakes run concurrently, so silent strangers cannot stall it. */
 gt_status gt_comm_accept_peers(gt_comm *c, int lfd, const char *ctx, gt_wire_mode mode, double deadline);
-/* Shared memory when every rank is on this host; otherwise GT_EUNSUPPORTED,
- * with each rank's host left in c->host_of for gt_comm_hier_setup. */
-gt_status gt_comm_shm_setup(gt_comm *c);
+/* The transport, agreed over the TCP mesh: every rank must ask for the
+ * same one (tr: AUTO, TCP or SHM), or all fail with a message naming the
+ * ranks; TCP stays. Otherwise shared memory when every rank is on this
+ * host, else GT_EUNSUPPORTED, with each rank's host left in c->host_of for
+ * gt_comm_hier_setup. */
+gt_status gt_comm_shm_setup(gt_comm *c, gt_comm_transport tr);
 /* The node and leader groups, where nhosts hosts hold the group's ranks
  * and some host holds more than one; GT_OK and flat otherwise. */
 gt_status gt_comm_hier_setup(gt_comm *c, const int *host_of, int nhosts);

@@ -400,17 +400,37 @@ char *gt_comm_shm_map_peer(const char *group, const char *name, int rank, int pi
   return m;
 }
 
-gt_status gt_comm_shm_setup(gt_comm *c) {
+static const char *transport_word(int t) { return t == GT_COMM_TCP ? "tcp" : t == GT_COMM_SHM ? "shm" : "auto"; }
+
+gt_status gt_comm_shm_setup(gt_comm *c, gt_comm_transport tr) {
   int n = c->size;
   char id[400], mine[480];
   host_id(id, sizeof id);
-  snprintf(mine, sizeof mine, "%d %s", (int)getpid(), id);
+  snprintf(mine, sizeof mine, "%d %d %s", (int)tr, (int)getpid(), id);
   char **vals = calloc((size_t)n, sizeof *vals);
   if (!vals) return gt_errorf(GT_ENOMEM, "out of memory");
   gt_status st = exchange(c, mine, vals);
+  /* One transport for all, or none: every rank sees the same requests. */
+  for (int j = 0; st == GT_OK && j < n; j++)
+    if (atoi(vals[j]) != (int)tr)
+      st = gt_errorf(GT_EINVAL,
+                     "rank %d asked for the %s transport and this rank for %s: every rank of a group must ask for "
+                     "the same (GT_COMM_TRANSPORT, or the config's transport)",
+                     j, transport_word(atoi(vals[j])), transport_word((int)tr));
+  if (st == GT_OK && tr == GT_COMM_TCP) {
+    free_all(vals, n);
+    free(vals);
+    return GT_OK;
+  }
   if (st != GT_OK) {
+    free_all(vals, n);
     free(vals);
     return st;
+  }
+  /* Past the transport: "PID HOST-ID". */
+  for (int j = 0; j < n; j++) {
+    char *sp = strchr(vals[j], ' ');
+    if (sp) memmove(vals[j], sp + 1, strlen(sp + 1) + 1);
   }
   int *pids = calloc((size_t)n, sizeof *pids);
   bool same = pids != NULL;

@@ -364,13 +364,12 @@ gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline) {
   int lfd = -1, port = 0;
   GT_TRY(gt_wire_listen(host, 0, &lfd, &port));
   char key[320], val[128], ctx[256];
-  /* The transport asked for is in the context, and each end's payload
-   * mode in the handshake, which names both when they differ: ranks that
-   * disagree on either fail the handshake rather than misread each other's
-   * frames (shared memory is negotiated over this mesh). */
+  /* Each end's payload mode is in the handshake, which names both when
+   * they differ: ranks that disagree fail the handshake rather than
+   * misread each other's frames. (The transport is agreed over this mesh
+   * next, gt_comm_shm_setup.) */
   gt_wire_mode mode = c->encrypt ? GT_WIRE_ENCRYPT : c->payload_mac ? GT_WIRE_MAC : GT_WIRE_HEADERS;
-  static const char *const transport[] = {[GT_COMM_AUTO] = "auto", [GT_COMM_TCP] = "tcp", [GT_COMM_SHM] = "shm"};
-  snprintf(ctx, sizeof ctx, "comm:%s:%s", c->prefix, transport[c->cfg.transport]);
+  snprintf(ctx, sizeof ctx, "comm:%s", c->prefix);
   gt_comm_key(c, key, sizeof key, "addr/%d", c->rank);
   int vl = snprintf(val, sizeof val, "%s %d", host, port);
   gt_status st = gt_store_set(c->store, key, val, (size_t)vl);

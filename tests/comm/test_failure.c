@@ -212,12 +212,12 @@ static int stranger_main(int r, int n, void *arg) {
     close(fd);
     /* 4. the right secret, but a rank that is not a peer of rank 0 */
     CHECK_OK(gt_wire_connect(host, port, gt_wire_deadline(WIRE_MS), &fd));
-    /* The transport (TCP, below) is part of the group's handshake context, the payload mode of the handshake. */
+    /* The payload mode is part of the handshake. */
     const char *integrity = getenv("GT_COMM_INTEGRITY"), *encrypt = getenv("GT_COMM_ENCRYPT");
     gt_wire_mode mode = encrypt && !strcmp(encrypt, "1")         ? GT_WIRE_ENCRYPT
                         : integrity && !strcmp(integrity, "mac") ? GT_WIRE_MAC
                                                                  : GT_WIRE_HEADERS;
-    CHECK_OK(gt_wire_auth_client(fd, HARNESS_SECRET, "comm:door:tcp", mode, 0, gt_wire_deadline(WIRE_MS), NULL));
+    CHECK_OK(gt_wire_auth_client(fd, HARNESS_SECRET, "comm:door", mode, 0, gt_wire_deadline(WIRE_MS), NULL));
     close(fd);
     CHECK_OK(gt_store_set(s, "rogue/done", "1", 1));
     gt_store_destroy(s);
@@ -355,6 +355,36 @@ static void mismatch_shm(void **st) {
   gt_comm_transport t = GT_COMM_SHM;
   int codes[HARNESS_MAX];
   assert_int_equal(harness_run(3, mismatch_main, &t, RUN_S, codes), 0);
+}
+
+/* Ranks that ask for different transports (rank 0 for TCP, the others
+ * for whatever suits) all fail to form the group, at once, with a message
+ * naming both: none waits for a negotiation another skipped. */
+static int transports_main(int r, int n, void *arg) {
+  (void)arg;
+  gt_store *s = harness_store();
+  gt_comm_config cfg = {.store = s,
+                        .prefix = "transports",
+                        .rank = r,
+                        .size = n,
+                        .secret = HARNESS_SECRET,
+                        .host = "127.0.0.1",
+                        .transport = r == 0 ? GT_COMM_TCP : GT_COMM_AUTO,
+                        .init_timeout_ms = 20000,
+                        .op_timeout_ms = OP_TIMEOUT_MS};
+  gt_comm *c = NULL;
+  double t0 = gt_now();
+  CHECK(gt_comm_init(&cfg, &c) == GT_EINVAL && c == NULL);
+  CHECK(gt_now() - t0 < 5.0); /* not the 20 s of the formation's timeout */
+  CHECK(strstr(gt_last_error(), "asked for the tcp transport") || strstr(gt_last_error(), "this rank for tcp"));
+  gt_store_destroy(s);
+  return RANK_OK;
+}
+
+static void transports_disagree(void **st) {
+  (void)st;
+  int codes[HARNESS_MAX];
+  assert_int_equal(harness_run(3, transports_main, NULL, RUN_S, codes), 0);
 }
 
 /* ---- abort from another thread ---- */
@@ -538,11 +568,21 @@ static void bad_address(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(kill_tcp),          cmocka_unit_test(kill_shm),         cmocka_unit_test(kill_tcp_2),
-      cmocka_unit_test(kill_shm_3),        cmocka_unit_test(stop_tcp),         cmocka_unit_test(stop_shm),
-      cmocka_unit_test(strangers_refused), cmocka_unit_test(silent_strangers), cmocka_unit_test(mismatch_tcp),
-      cmocka_unit_test(mismatch_shm),      cmocka_unit_test(abort_tcp),        cmocka_unit_test(abort_shm),
-      cmocka_unit_test(abort_split_tcp),   cmocka_unit_test(bad_address),
+      cmocka_unit_test(kill_tcp),
+      cmocka_unit_test(kill_shm),
+      cmocka_unit_test(kill_tcp_2),
+      cmocka_unit_test(kill_shm_3),
+      cmocka_unit_test(stop_tcp),
+      cmocka_unit_test(stop_shm),
+      cmocka_unit_test(strangers_refused),
+      cmocka_unit_test(silent_strangers),
+      cmocka_unit_test(mismatch_tcp),
+      cmocka_unit_test(mismatch_shm),
+      cmocka_unit_test(transports_disagree),
+      cmocka_unit_test(abort_tcp),
+      cmocka_unit_test(abort_shm),
+      cmocka_unit_test(abort_split_tcp),
+      cmocka_unit_test(bad_address),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,8 @@
  *
  * Between two ranks a man in the middle (a proxy in rank 1's process, which
  * rank 1 reaches through a store that gives it the proxy's address for
- * rank 0) changes the 4th frame rank 1 sends: a flipped header bit, a
+ * rank 0) changes the 5th frame rank 1 sends (the 1st is the group's
+ * agreement on its transport, then two a two-rank all-reduce): a flipped header bit, a
  * flipped payload bit, the previous frame replayed in its place, or the
  * frame cut off halfway with the connection. Rank 0 must refuse the frame
  * (GT_EAUTH, logged), or see the connection gone (truncation), and the
@@ -13,8 +14,8 @@
  * that is what payload integrity (GT_COMM_INTEGRITY_MAC) is for, and with
  * it the same flip is refused. With encryption (GT_COMM_ENCRYPT_ON) a
  * flipped ciphertext bit fails the frame's AES-GCM tag, whether the frame
- * is received into a staging piece and reduced (frame 2, the reduce-
- * scatter's) or straight into the user's buffer (frame 3, the all-
+ * is received into a staging piece and reduced (frame 3, the reduce-
+ * scatter's) or straight into the user's buffer (frame 4, the all-
  * gather's), and a replayed frame is refused. Ranks that disagree on
  * encryption fail the handshake on both sides, naming both settings.
  *
@@ -45,7 +46,7 @@
 /* WAIT_MS bounds every wait for the proxy, a connection or an operation:
  * each takes milliseconds (the whole test about 1 s on loaded cores), and
  * a refused or cut frame fails the group at once, not by a timeout. */
-enum { N = 4096, OPS = 4, ATTACK_FRAME = 3, WAIT_MS = 20000 };
+enum { N = 4096, OPS = 4, ATTACK_FRAME = 4, WAIT_MS = 20000 };
 
 typedef enum { FORGE_HEADER, FORGE_PAYLOAD, REPLAY, TRUNCATE } attack;
 
@@ -297,8 +298,9 @@ static shared *run_attack_on(attack kind, bool mac, bool enc, int frame, char **
 static shared *run_attack(attack kind, bool mac, char **log) { return run_attack_on(kind, mac, false, 0, log); }
 
 /* The attacked operation fails on rank 0, the one before it was right, and
- * nothing after it runs. A two-rank all-reduce sends two frames each way:
- * frames 2 and 3 are operation 1's. Rank 1 may finish its part of it (rank
+ * nothing after it runs. A two-rank all-reduce sends two frames each way,
+ * after the group's agreement on its transport (frame 0): frames 3 and 4
+ * are operation 1's. Rank 1 may finish its part of it (rank
  * 0's frames were good) and then fails at the next. */
 static void both_fail_at_the_attack(const shared *sh) {
   for (int r = 0; r < 2; r++) {
@@ -322,7 +324,7 @@ static void test_forged_header_is_refused(void **state) {
   shared *sh = run_attack(FORGE_HEADER, false, &log);
   both_fail_at_the_attack(sh);
   refused_by_rank0(sh, log);
-  assert_non_null(strstr(sh->msg[0], "frame 3 from rank 1"));
+  assert_non_null(strstr(sh->msg[0], "frame 4 from rank 1"));
 }
 
 static void test_replayed_frame_is_refused(void **state) {
@@ -357,17 +359,17 @@ static void test_payload_integrity(void **state) {
   sh = run_attack(FORGE_PAYLOAD, true, &log);
   both_fail_at_the_attack(sh);
   refused_by_rank0(sh, log);
-  assert_non_null(strstr(sh->msg[0], "the payload of frame 3 from rank 1"));
+  assert_non_null(strstr(sh->msg[0], "the payload of frame 4 from rank 1"));
 }
 
 /* Encrypted: a flipped ciphertext bit fails the frame's AES-GCM tag, in the
- * frame reduced through a staging piece (2) and in the one received into
- * the user's buffer (3); the operation fails on both ranks with the frame
+ * frame reduced through a staging piece (3) and in the one received into
+ * the user's buffer (4); the operation fails on both ranks with the frame
  * named, and nothing after it runs. */
 static void test_encrypted_payload_forgery(void **state) {
   (void)state;
   char *log;
-  for (int frame = 2; frame <= 3; frame++) {
+  for (int frame = 3; frame <= 4; frame++) {
     shared *sh = run_attack_on(FORGE_PAYLOAD, false, true, frame, &log);
     both_fail_at_the_attack(sh);
     assert_int_equal(sh->status[0], GT_EAUTH);
