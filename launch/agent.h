@@ -86,6 +86,10 @@ typedef struct worker_group {
   worker *w;
   int n;
   long generation;
+  /* A worker of the round reported a step. Kept apart from the workers'
+   * step_at, which a closed progress pipe (a worker that died) clears: a
+   * node's only worker, dead, must still tell that the job trains. */
+  int stepped;
 } worker_group;
 
 /* Starts the round's workers, each in its own process group. */
@@ -104,7 +108,7 @@ int workers_failed_index(const worker_group *g);
 /* A worker's exit status that asks for a restart of every worker (the
  * in-process reshape failed: EX_TEMPFAIL; giant/protocol.h holds the protocol). */
 #define WORKER_EXIT_RESTART GT_RUN_EXIT_RESTART
-/* 1 when a worker of the round, released or not, has reported a step:
+/* 1 when a worker of the round, dead, released or not, has reported a step:
  * the job is training. */
 int workers_any_stepped(const worker_group *g);
 /* 1 while a worker that is not released still runs. */

@@ -342,9 +342,10 @@ void workers_pump(worker_group *g, int timeout_ms) {
         worker *w = &g->w[who[k] / 3];
         int s = who[k] % 3;
         ssize_t r = read(w->fd[s], buf, sizeof buf);
-        if (r > 0 && s == 2)
+        if (r > 0 && s == 2) {
           progress_take(w, (const unsigned char *)buf, (size_t)r);
-        else if (r > 0)
+          if (w->step_at > 0) g->stepped = 1;
+        } else if (r > 0)
           take(w, s, buf, (size_t)r);
         else if (r == 0 || (errno != EAGAIN && errno != EINTR))
           close_stream(w, s);
@@ -389,11 +390,7 @@ int workers_failed(const worker_group *g, char *why, size_t n) {
   return 0;
 }
 
-int workers_any_stepped(const worker_group *g) {
-  for (int i = 0; i < g->n; i++)
-    if (g->w[i].step_at > 0) return 1;
-  return 0;
-}
+int workers_any_stepped(const worker_group *g) { return g->stepped; }
 
 int workers_fatal(const worker_group *g, char *why, size_t n) {
   for (int i = 0; i < g->n; i++) {
