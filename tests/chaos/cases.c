@@ -167,6 +167,43 @@ static void case_kill_worker(chaos_env *env, chaos_result *r) {
   chaos_job_free(&j);
 }
 
+/* ---- SIGKILL a node's only worker (one worker a node, as on nodes of one
+ * GPU): the other nodes' ranks reshape in-process (dp=2), as for one of
+ * several; its agent restarts it alone and it joins the running job (dp=3
+ * again). The job never restarts a generation. Every step takes at least
+ * 100 ms (GT_FAULT pace): the 110 steps after the fault (11 s) outlast the
+ * restart and the join (~0.3 s measured, a few s loaded) on any machine;
+ * few steps, so that the loss stays within CROSS_LAYOUT_TOL of one
+ * process (600 steps of dp=3 drift 3e-3 from it without any fault). */
+static void case_kill_lone_worker(chaos_env *env, chaos_result *r) {
+  enum { STEPS = 120, AT = 10, RANK = 1 };
+  chaos_job_cfg c = base("kill-lone-worker", STEPS);
+  c.nproc = 1;
+  c.fault = "crash:rank=1,at=10;pace:rank=all,ms=100";
+  chaos_job j;
+  REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
+  chaos_job_wait_step(&j, AT - 1, START_S);
+  double t_fault = now_s();
+  int after = chaos_job_wait_step(&j, AT + 1, RECOVER_S);
+  r->recover_ms = after >= 0 ? (now_s() - t_fault) * 1e3 : -1;
+  chaos_job_wait(&j, SHORT_JOB_S);
+  double ms, back_ms;
+  int n = reshaped(j.out, c.nodes - 1, &ms), back = reshaped(j.out, c.nodes, &back_ms);
+  /* A generation left, or a node's workers stopped for one: a restart. */
+  int restarts = count_of(j.out, "giantrun: leaving gen") + count_of(j.out, "stopping this node's workers");
+  bool alone = j.out && strstr(j.out, "giantrun: worker rank 1 restarted alone");
+  snprintf(r->summary, sizeof r->summary,
+           "node %d's only worker (rank %d) killed at step %d; %d ranks reshaped in-process without it (slowest "
+           "%.0f ms); it %s; %d ranks reshaped with it back; %d generation restart(s)",
+           RANK, RANK, AT, n, ms, alone ? "restarted alone" : "was NOT restarted alone", back, restarts);
+  if (after < 0 || n != c.nodes - 1 || !alone || back != c.nodes || restarts != 0) {
+    failf(r, "%s\n%s", r->summary, tail(&j));
+  } else {
+    check_job(&j, r, ALL_OK, CROSS_LAYOUT_TOL, 1);
+  }
+  chaos_job_free(&j);
+}
+
 /* ---- SIGKILL an agent: its workers go with it; the others reshape. */
 static void case_kill_agent(chaos_env *env, chaos_result *r) {
   enum { STEPS = 40, AT = 8, NODE = 2 };
@@ -664,6 +701,9 @@ static void case_etcd_quorum(chaos_env *env, chaos_result *r) {
 const chaos_case chaos_cases[] = {
     {"kill-worker", "SIGKILL a worker (GT_FAULT crash)", "in-process reshape; at most 1 step lost", CHAOS_NODES, true,
      case_kill_worker},
+    {"kill-lone-worker", "SIGKILL a node's only worker (one worker a node)",
+     "the other nodes reshape in-process; it restarts alone and joins; no restart", CHAOS_NODES, true,
+     case_kill_lone_worker},
     {"kill-agent", "SIGKILL an agent", "its workers gone with it; the others reshape", CHAOS_NODES, true,
      case_kill_agent},
     {"slow-rank", "a rank slowed x3 (GT_FAULT slow)", "detected within 10 steps; left out (S3)", CHAOS_NODES, true,

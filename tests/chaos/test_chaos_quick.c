@@ -1,13 +1,14 @@
 /* The chaos suite's quick subset (cases.h, docs/chaos.md): kill a worker,
  * kill an agent, slow a rank, partition a node, each on three emulated
- * nodes of two workers (dp=6) under giantrun --reshape, with etcd on the
- * nodes' bridge. Each case checks its own outcome, then the final loss
+ * nodes of two workers (dp=6), and kill a node's only worker on three
+ * nodes of one (dp=3), under giantrun --reshape, with etcd on the nodes'
+ * bridge. Each case checks its own outcome, then the final loss
  * against one process without faults, the sample ledger and the steps
  * lost, that no process of the job is left, that only the job's
  * documented records are left in etcd (and go when it is removed), and
- * that nothing of the emulated network is left afterwards. Two ctest
- * tests of this program: test_chaos_quick (the faults) and test_chaos_slow
- * (the slow rank).
+ * that nothing of the emulated network is left afterwards. Three ctest
+ * tests of this program: test_chaos_quick (the faults), test_chaos_slow
+ * (the slow rank) and test_chaos_lone (a node's only worker).
  *
  * Without root, `ip` or etcd the suite says so and exits 77 (skipped). */
 #include <setjmp.h>
@@ -42,6 +43,11 @@ static void test_kill_a_worker(void **state) {
   run_case("kill-worker");
 }
 
+static void test_kill_a_lone_worker(void **state) {
+  (void)state;
+  run_case("kill-lone-worker");
+}
+
 static void test_kill_an_agent(void **state) {
   (void)state;
   run_case("kill-agent");
@@ -58,8 +64,9 @@ static void test_partition(void **state) {
 }
 
 /* argv[1] picks the group: `faults` (kill a worker, kill an agent,
- * partition a node) or `slow` (the slow rank, which judges speeds: ctest
- * runs it under the lock of the tests that do). */
+ * partition a node), `slow` (the slow rank, which judges speeds: ctest
+ * runs it under the lock of the tests that do) or `lone` (kill a node's
+ * only worker). */
 int main(int argc, char **argv) {
   SKIP_PROGRAM_WITHOUT_FAULTS();
   /* Every case needs the emulated nodes: without them the whole program is
@@ -77,8 +84,12 @@ int main(int argc, char **argv) {
   const struct CMUnitTest slow[] = {
       cmocka_unit_test(test_slow_rank),
   };
+  const struct CMUnitTest lone[] = {
+      cmocka_unit_test(test_kill_a_lone_worker),
+  };
   if (argc == 2 && !strcmp(argv[1], "faults")) return gt_test_exit(cmocka_run_group_tests(faults, NULL, NULL));
   if (argc == 2 && !strcmp(argv[1], "slow")) return gt_test_exit(cmocka_run_group_tests(slow, NULL, NULL));
-  fprintf(stderr, "usage: %s faults|slow\n", argc ? argv[0] : "test_chaos_quick");
+  if (argc == 2 && !strcmp(argv[1], "lone")) return gt_test_exit(cmocka_run_group_tests(lone, NULL, NULL));
+  fprintf(stderr, "usage: %s faults|slow|lone\n", argc ? argv[0] : "test_chaos_quick");
   return 2;
 }
