@@ -18,7 +18,7 @@ giant_install_deps() {
   $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q $missing
 }
 
-# For the Slurm test (tests/launch/test_launch_slurm.sh) and
+# For the Slurm test (tests/launch/test_launch_slurm.c) and
 # tools/slurm_cluster.sh, which runs a Slurm cluster on emulated nodes.
 GIANT_SLURM_PACKAGES="slurmctld slurmd slurm-client munge"
 
