@@ -481,6 +481,9 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
   c->cfg.transport = tr; /* and with this, which the handshake checks */
   c->op_timeout = (cfg->op_timeout_ms > 0 ? cfg->op_timeout_ms : env_int("GT_COMM_TIMEOUT_MS", 300000)) / 1000.0;
   c->init_timeout_ms = cfg->init_timeout_ms > 0 ? cfg->init_timeout_ms : 60000;
+  c->connect_timeout_ms =
+      cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : env_int("GT_COMM_CONNECT_TIMEOUT_MS", 10000);
+  c->cfg.connect_timeout_ms = c->connect_timeout_ms; /* groups split from this one keep it */
   double deadline = gt_wire_deadline(c->init_timeout_ms);
   c->cfg.store = NULL;
   c->cfg.prefix = NULL;
@@ -509,7 +512,7 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
   } else {
     c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (c->wake_fd < 0) st = gt_errorf(GT_EIO, "eventfd: %s", strerror(errno));
-    const char *host = cfg->host ? cfg->host : getenv("GT_COMM_HOST");
+    const char *host = cfg->host ? cfg->host : getenv(GT_ENV_COMM_HOST);
     if (!host || !*host) host = "127.0.0.1";
     if (!(c->host = strdup(host))) st = gt_errorf(GT_ENOMEM, "out of memory");
     if (st == GT_OK) st = gt_comm_mesh_connect(c, host, deadline);

@@ -77,7 +77,8 @@ struct gt_comm {
   gt_store *store;
   double op_timeout; /* seconds */
   int init_timeout_ms;
-  gt_comm_config cfg; /* for split */
+  int connect_timeout_ms; /* reaching a peer whose address is known (tcp.c) */
+  gt_comm_config cfg;     /* for split */
 
   int *fds;                     /* socket to each peer, -1 for self */
   struct gt_wire_session *sess; /* per peer: the keys and frame counts that seal its frames */

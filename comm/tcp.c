@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "giant/log.h"
+#include "giant/protocol.h"
 #include "comm/comm_internal.h"
 #include "comm/wire.h"
 #include "giant/engine/comm.h"
@@ -336,34 +337,78 @@ out:
 
 /* ---- forming the mesh ---- */
 
-/* A peer's "HOST PORT" as the store holds it: bytes anyone with the store
- * could have written, not a C string. Refused, and shown with anything
- * unprintable as '?', unless it is one host name (letters, digits and
- * ".-:_[]%") and a port in 1..65535. */
-static gt_status parse_addr(const void *v, size_t len, int rank, char host[100], int *port) {
-  char s[128], shown[128];
+/* The longest node name a rank's address carries (giantrun's node ids are
+ * at most 100 characters of [A-Za-z0-9._-]). */
+#define NODE_MAX 100
+
+static bool node_name_ok(const char *s) {
+  if (!*s || strlen(s) > NODE_MAX) return false;
+  for (const char *q = s; *q; q++)
+    if (!isalnum((unsigned char)*q) && !strchr("._-", *q)) return false;
+  return true;
+}
+
+/* This rank's node, as giantrun names it ($GT_NODE_ID), or NULL: published
+ * with its address, so that a peer that cannot reach the address can say
+ * which node advertised it. */
+static const char *own_node(void) {
+  const char *n = getenv(GT_ENV_NODE_ID);
+  return n && node_name_ok(n) ? n : NULL;
+}
+
+/* A peer's "HOST PORT [NODE]" as the store holds it: bytes anyone with the
+ * store could have written, not a C string. Refused, and shown with
+ * anything unprintable as '?', unless it is one host name (letters, digits
+ * and ".-:_[]%"), a port in 1..65535 and perhaps a node name. */
+static gt_status parse_addr(const void *v, size_t len, int rank, char host[100], int *port, char node[NODE_MAX + 1]) {
+  char s[256], shown[256];
   size_t n = len < sizeof s - 1 ? len : sizeof s - 1;
   memcpy(s, v, n);
   s[n] = '\0';
   for (size_t i = 0; i <= n; i++) shown[i] = s[i] && (s[i] < 0x20 || s[i] > 0x7e) ? '?' : s[i];
   char extra = 0;
-  int got = n == len && strlen(s) == len ? sscanf(s, "%99s %d %c", host, port, &extra) : 0;
+  node[0] = 0;
+  int got = n == len && strlen(s) == len ? sscanf(s, "%99s %d %100s %c", host, port, node, &extra) : 0;
   /* A host is a name or an IPv4/IPv6 literal. */
-  for (const char *q = host; got == 2 && *q; q++)
+  for (const char *q = host; (got == 2 || got == 3) && *q; q++)
     if (!isalnum((unsigned char)*q) && !strchr(".-:_[]%", *q)) got = 0;
-  if (got != 2 || *port <= 0 || *port > 65535)
+  if (got == 3 && !node_name_ok(node)) got = 0;
+  if ((got != 2 && got != 3) || *port <= 0 || *port > 65535)
     return gt_errorf(GT_EFORMAT,
-                     "malformed address '%s%s' of rank %d in the store (want 'HOST PORT'): the store is shared "
-                     "with something that is not this job, or was damaged; use a fresh store or prefix",
+                     "malformed address '%s%s' of rank %d in the store (want 'HOST PORT [NODE]'): the store is "
+                     "shared with something that is not this job, or was damaged; use a fresh store or prefix",
                      shown, n < len ? "..." : "", rank);
   return GT_OK;
+}
+
+/* Connects to rank j at the address it published. Its listener was open
+ * before it published, so the connection is up in a round trip (or
+ * queued in its backlog while it still connects to ranks below it); one
+ * that no attempt reaches for connect_timeout_ms will not be reached at
+ * all: an address of another network, a firewall. That fails the group
+ * then, naming the address and whose it is, rather than at the group's
+ * timeout, which is for peers that have not published yet. */
+static gt_status reach(gt_comm *c, int j, const char *h, int p, const char *node, double deadline) {
+  double t0 = gt_now(), by = t0 + c->connect_timeout_ms / 1000.0;
+  int err = 0;
+  gt_status st = gt_wire_connect_err(h, p, by < deadline ? by : deadline, &c->fds[j], &err);
+  if (st != GT_ETIMEDOUT) return st;
+  char whose[160];
+  if (*node)
+    snprintf(whose, sizeof whose, "the address node %s advertised; set giantrun's --comm-host or --comm-iface there",
+             node);
+  else
+    snprintf(whose, sizeof whose,
+             "the address it advertised; set giantrun's --comm-host or --comm-iface, or GT_COMM_HOST, on its node");
+  return gt_errorf(GT_ETIMEDOUT, "cannot reach rank %d at %s:%d (%s if it is wrong): no connection in %.1f s (%s)", j,
+                   h, p, whose, gt_now() - t0, strerror(err));
 }
 
 gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline) {
   if (c->size == 1) return GT_OK;
   int lfd = -1, port = 0;
   GT_TRY(gt_wire_listen(host, 0, &lfd, &port));
-  char key[320], val[128], ctx[256];
+  char key[320], val[256], ctx[256];
   /* Each end's payload mode is in the handshake, which names both when
    * they differ: ranks that disagree fail the handshake rather than
    * misread each other's frames. (The transport is agreed over this mesh
@@ -371,7 +416,8 @@ gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline) {
   gt_wire_mode mode = c->encrypt ? GT_WIRE_ENCRYPT : c->payload_mac ? GT_WIRE_MAC : GT_WIRE_HEADERS;
   snprintf(ctx, sizeof ctx, "comm:%s", c->prefix);
   gt_comm_key(c, key, sizeof key, "addr/%d", c->rank);
-  int vl = snprintf(val, sizeof val, "%s %d", host, port);
+  const char *node = own_node();
+  int vl = snprintf(val, sizeof val, "%.99s %d%s%s", host, port, node ? " " : "", node ? node : "");
   gt_status st = gt_store_set(c->store, key, val, (size_t)vl);
   /* Connect to every lower rank; they accept us. */
   for (int j = 0; st == GT_OK && j < c->rank; j++) {
@@ -381,12 +427,13 @@ gt_status gt_comm_mesh_connect(gt_comm *c, const char *host, double deadline) {
     int ms = (int)((deadline - gt_now()) * 1000);
     st = gt_store_get(c->store, key, &v, &len, ms > 0 ? ms : 0);
     if (st != GT_OK) break;
-    char h[100] = "";
+    char h[100] = "", peer_node[NODE_MAX + 1];
     int p = 0;
-    st = parse_addr(v, len, j, h, &p);
+    st = parse_addr(v, len, j, h, &p, peer_node);
     free(v);
     if (st != GT_OK) break;
-    st = gt_wire_connect(h, p, deadline, &c->fds[j]);
+    st = reach(c, j, h, p, peer_node, deadline);
+    if (st == GT_ETIMEDOUT) break; /* its message names the peer */
     if (st == GT_OK)
       st = gt_wire_auth_client(c->fds[j], c->secret, ctx, mode, (uint32_t)c->rank, deadline, &c->sess[j]);
     if (st != GT_OK) st = gt_error_context(st, "connecting to rank %d at %s:%d", j, h, p);

@@ -188,6 +188,12 @@ gt_status gt_wire_listen(const char *host, int port, int *fd_out, int *port_out)
 }
 
 gt_status gt_wire_connect(const char *host, int port, double deadline, int *fd_out) {
+  int err;
+  return gt_wire_connect_err(host, port, deadline, fd_out, &err);
+}
+
+gt_status gt_wire_connect_err(const char *host, int port, double deadline, int *fd_out, int *err_out) {
+  *err_out = 0;
   struct addrinfo *ai;
   GT_TRY(resolve(host, port, 0, &ai));
   int delay_ms = 5;
@@ -218,6 +224,7 @@ gt_status gt_wire_connect(const char *host, int port, double deadline, int *fd_o
     close(fd);
     if (gt_now() >= deadline) {
       freeaddrinfo(ai);
+      *err_out = err;
       return gt_errorf(GT_ETIMEDOUT, "cannot connect to %s:%d: %s (is the peer up and reachable?)", host, port,
                        strerror(err));
     }

@@ -59,6 +59,9 @@ gt_status gt_wire_recv_frame(int fd, uint16_t type, gt_wire_hdr *h, void *payloa
 gt_status gt_wire_listen(const char *host, int port, int *fd, int *port_out);
 /* Connects, retrying refused connections until the deadline. */
 gt_status gt_wire_connect(const char *host, int port, double deadline, int *fd);
+/* The same; on a timeout *err is the last attempt's errno (ETIMEDOUT,
+ * ECONNREFUSED, ENETUNREACH...), for a caller that words its own message. */
+gt_status gt_wire_connect_err(const char *host, int port, double deadline, int *fd, int *err);
 /* Accepts one connection before the deadline. */
 gt_status gt_wire_accept(int lfd, double deadline, const atomic_int *abort_flag, int *fd, char *peer, size_t peer_len);
 /* Non-blocking, no Nagle, keepalive and a user timeout so a lost host is

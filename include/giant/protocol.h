@@ -16,9 +16,10 @@
 #define GT_ENV_GENERATION "GT_GENERATION" /* the rendezvous round it was started in */
 #define GT_ENV_RESTART_COUNT "GT_RESTART_COUNT"
 #define GT_ENV_JOB_ID "GT_JOB_ID"
+#define GT_ENV_NODE_ID "GT_NODE_ID" /* its node's --node-id: named in errors about the node's address */
 /* How it reaches the others: the store (etcd://HOST:PORT[,...]/PREFIX or
  * tcp://HOST:PORT), its TLS and login, the job's secret, the links'
- * integrity checks, and the plan. */
+ * integrity checks, the address its peers reach it at, and the plan. */
 #define GT_ENV_STORE "GT_STORE"
 #define GT_ENV_STORE_CACERT "GT_STORE_CACERT"
 #define GT_ENV_STORE_CERT "GT_STORE_CERT"
@@ -29,6 +30,7 @@
 #define GT_ENV_COMM_INTEGRITY "GT_COMM_INTEGRITY" /* headers or mac */
 #define GT_ENV_COMM_PORTS "GT_COMM_PORTS"         /* A-B: every listening port inside it */
 #define GT_ENV_COMM_ENCRYPT "GT_COMM_ENCRYPT"     /* 1: TCP payloads encrypted (--comm-encrypt) */
+#define GT_ENV_COMM_HOST "GT_COMM_HOST"           /* the address its peers reach it at (--comm-host) */
 #define GT_ENV_PLAN "GT_PLAN"                     /* --plan */
 /* What the agent watches and asks: the pipe the worker reports its steps
  * on (gt_job_step), checkpoints (--ckpt-dir, --ckpt-every, --ckpt-keep),

@@ -528,14 +528,16 @@ static int bad_address_main(int r, int n, void *arg) {
       {"", 0, "''"},
       {"\x01\x02host\xff 80", 10, "'??host? 80'"},
       {"127.0.0.1 99999", 15, "'127.0.0.1 99999'"},
-      {"127.0.0.1 80 extra", 18, "'127.0.0.1 80 extra'"},
+      {"127.0.0.1 80 n1 extra", 21, "'127.0.0.1 80 n1 extra'"},
+      {"127.0.0.1 80 n/1", 16, "'127.0.0.1 80 n/1'"}, /* a node name is [A-Za-z0-9._-] */
       {"127.0.0.1 8\0000", 13, "'127.0.0.1 8'"},
   };
-  for (int k = 0; k < 6; k++) {
+  enum { NCASES = sizeof cases / sizeof *cases };
+  for (int k = 0; k <= NCASES; k++) {
     char prefix[32], key[96];
     snprintf(prefix, sizeof prefix, "badaddr%d", k);
     snprintf(key, sizeof key, "comm/%s/addr/0", prefix);
-    if (k < 5)
+    if (k < NCASES)
       CHECK_OK(gt_store_set(s, key, cases[k].bytes, cases[k].len));
     else
       CHECK_OK(gt_store_set(s, key, longest, sizeof longest));
@@ -553,7 +555,7 @@ static int bad_address_main(int r, int n, void *arg) {
     const char *msg = gt_last_error();
     CHECK(st == GT_EFORMAT && c == NULL);
     CHECK(strstr(msg, "malformed address") != NULL && strstr(msg, "of rank 0") != NULL);
-    CHECK(strstr(msg, k < 5 ? cases[k].shown : "aaaa...' of rank 0") != NULL);
+    CHECK(strstr(msg, k < NCASES ? cases[k].shown : "aaaa...' of rank 0") != NULL);
     CHECK(strstr(msg, "connecting to rank 0 at") == NULL);
   }
   gt_store_destroy(s);

@@ -89,10 +89,13 @@ typedef struct gt_comm_config {
   int rank, size;              /* this rank's index in the group, group size */
   gt_backend *backend;         /* NULL or CPU: host buffers; CUDA: device (NCCL) */
   const char *secret;          /* job secret, at least 16 bytes; NULL = $GT_JOB_SECRET */
-  const char *host;            /* address peers reach us at; NULL = $GT_COMM_HOST,
-                            else 127.0.0.1 (set it when ranks span hosts) */
+  const char *host;            /* address peers reach us at; NULL = $GT_COMM_HOST (giantrun
+                            sets it to the node's address), else 127.0.0.1 */
   gt_comm_transport transport; /* $GT_COMM_TRANSPORT=tcp|shm overrides AUTO */
   int init_timeout_ms;         /* forming the group; 0 = 60 s */
+  int connect_timeout_ms;      /* reaching a peer once its address is in the store; 0 =
+                            $GT_COMM_CONNECT_TIMEOUT_MS or 10 s. A peer that has not
+                            published yet is waited for up to init_timeout_ms. */
   int op_timeout_ms;           /* one operation, once it runs; 0 = $GT_COMM_TIMEOUT_MS
                             or 300 s. A stopped peer is caught by this. */
   gt_comm_integrity integrity; /* TCP frames: DEFAULT = $GT_COMM_INTEGRITY (headers|mac),
