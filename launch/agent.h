@@ -45,6 +45,10 @@ typedef struct agent_opts {
   const char *comm_ports;
   gt_port_range ports;
   char node_buf[GT_RDZV_ID_MAX + 1];
+  /* The address the workers advertise (GT_COMM_HOST): --comm-host or
+   * --comm-iface as given, then as found (agent_comm_addr), and whence. */
+  const char *comm_host, *comm_iface;
+  char comm_addr[100], comm_addr_from[160];
   char **prog_argv;         /* PROGRAM ARGS..., NULL-terminated */
   char prog_path[PATH_MAX]; /* PROGRAM resolved against PATH */
   slurm_info slurm;
@@ -56,6 +60,23 @@ extern volatile sig_atomic_t agent_stop_signal;
 /* Parses argv into o. Returns -1 to go on, else the exit status (0 after
  * --help or --version, 2 after a usage error). */
 int agent_parse(int argc, char **argv, agent_opts *o);
+
+/* ---- the workers' address (addr.c) ---------------------------------------- */
+
+/* Fills o->comm_addr (and o->comm_addr_from) with the first of:
+ * --comm-host, --comm-iface's IPv4 address, $GT_COMM_HOST, the local
+ * address of the route to the first of the etcd endpoints (a list as
+ * --rdzv-endpoint takes) that has one. An address this node cannot
+ * listen on is an error. With endpoints NULL (etcd not known yet) the
+ * route is left for a later call: o->comm_addr stays empty. */
+gt_status agent_comm_addr(agent_opts *o, const char *endpoints);
+/* The local IPv4 address of this node's route to the first endpoint that
+ * has one (HOST:PORT, a name or an IPv4 literal, with or without
+ * http(s)://), into out. */
+gt_status agent_route_addr(const char *endpoints, char *out, size_t n);
+/* The IPv4 address of network interface iface into out; an unknown
+ * interface, or one without such an address, is an error naming it. */
+gt_status agent_iface_addr(const char *iface, char *out, size_t n);
 
 /* ---- workers -------------------------------------------------------------- */
 

@@ -316,6 +316,20 @@ static int run_job(const agent_opts *o, const char *endpoints) {
   return code;
 }
 
+/* The address this node's workers advertise (agent_comm_addr): -1 to go
+ * on, else giantrun's exit status. */
+static int comm_addr(agent_opts *o, const char *endpoints) {
+  gt_status st = agent_comm_addr(o, endpoints);
+  if (st != GT_OK) {
+    fprintf(stderr, "giantrun: the address of this node's workers: %s\n", gt_last_error());
+    return st == GT_EINVAL ? 2 : 1;
+  }
+  if (o->comm_addr[0])
+    gt_info("giantrun: node %s: workers advertise %s to their peers (from %s)", o->node_id, o->comm_addr,
+            o->comm_addr_from);
+  return -1;
+}
+
 int main(int argc, char **argv) {
   install_signals();
   agent_opts o;
@@ -326,12 +340,21 @@ int main(int argc, char **argv) {
   gt_status ks = keeper_start();
   if (ks != GT_OK) return fail_status(ks, "starting");
   char endpoints[1024];
+  /* The workers' address first: a bad --comm-iface is told before an etcd
+   * starts. --standalone's etcd listens on loopback (standalone.c); the
+   * route to Slurm's is known once it runs. */
+  int code = comm_addr(&o, o.slurm.etcd ? NULL : o.standalone ? "127.0.0.1" : o.endpoint);
+  if (code >= 0) return code;
   standalone_etcd etcd = {0};
   slurm_etcd setcd = {0};
   if (o.slurm.etcd) {
     gt_status st = slurm_etcd_start(&setcd, &o);
     if (st != GT_OK) return fail_status(st, "Slurm");
     snprintf(endpoints, sizeof endpoints, "%s", o.endpoint);
+    if (!o.comm_addr[0] && (code = comm_addr(&o, o.endpoint)) >= 0) {
+      slurm_etcd_stop(&setcd, &o);
+      return code;
+    }
   } else if (o.standalone) {
     gt_status st = standalone_start(&etcd, NULL, &o.ports);
     if (st != GT_OK) return fail_status(st, "standalone");
@@ -343,7 +366,7 @@ int main(int argc, char **argv) {
   } else {
     snprintf(endpoints, sizeof endpoints, "%s", o.endpoint);
   }
-  int code = agent_stop_signal ? 128 + agent_stop_signal : run_job(&o, endpoints);
+  code = agent_stop_signal ? 128 + agent_stop_signal : run_job(&o, endpoints);
   if (o.standalone) standalone_stop(&etcd);
   if (o.slurm.etcd) slurm_etcd_stop(&setcd, &o);
   return code;

@@ -57,6 +57,13 @@ static const char usage[] =
     "                             mac: every payload too (GT_COMM_INTEGRITY; docs/security.md)\n"
     "  --comm-encrypt             encrypt every TCP payload between ranks with AES-256-GCM\n"
     "                             (GT_COMM_ENCRYPT=1; shared memory within a host stays plain)\n"
+    "  --comm-host ADDR           the address this node's workers listen on and advertise to\n"
+    "                             their peers (given to them as GT_COMM_HOST); by default the\n"
+    "                             local address of this node's route to etcd (127.0.0.1 for\n"
+    "                             an etcd on loopback)\n"
+    "  --comm-iface NAME          the IPv4 address of interface NAME (eth0, ib0) instead.\n"
+    "                             The first given wins: --comm-host, --comm-iface,\n"
+    "                             $GT_COMM_HOST, the route to etcd\n"
     "  --rdzv-ttl S               lease TTL: a node silent S seconds is out (default 10)\n"
     "  --rdzv-settle S            wait for more than MIN nodes (default 5)\n"
     "  --rdzv-timeout S           give up a rendezvous after S seconds (default 600)\n"
@@ -72,7 +79,7 @@ static const char usage[] =
     "Workers get GT_RANK, GT_LOCAL_RANK, GT_WORLD_SIZE, GT_LOCAL_WORLD_SIZE,\n"
     "GT_NODE_RANK, GT_NNODES, GT_GENERATION, GT_RESTART_COUNT, GT_JOB_ID, GT_STORE\n"
     "(etcd://ENDPOINTS/giant/<job>/gen<N>/store/, etcds:// for https endpoints),\n"
-    "GT_STORE_CACERT/CERT/KEY,\n"
+    "GT_STORE_CACERT/CERT/KEY, GT_COMM_HOST, GT_NODE_ID,\n"
     "GT_JOB_SECRET, GT_PLAN and, with --ckpt-*, GT_CKPT_DIR, GT_CKPT_EVERY, GT_CKPT_KEEP.\n"
     "Restarts wait 1 s, doubling to 30 s, with jitter. A worker exiting 2, 126\n"
     "or 127 (bad usage, cannot execute, not found) ends the job at once.\n"
@@ -189,6 +196,8 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
       {"--rdzv-user", GT_OPT_STR, &o->user, 0, 0},
       {"--comm-integrity", GT_OPT_STR, &o->comm_integrity, 0, 0},
       {"--comm-encrypt", GT_OPT_FLAG, &o->comm_encrypt, 0, 0},
+      {"--comm-host", GT_OPT_STR, &o->comm_host, 0, 0},
+      {"--comm-iface", GT_OPT_STR, &o->comm_iface, 0, 0},
       {"--rdzv-password-file", GT_OPT_STR, &o->password_file, 0, 0},
       {"--rdzv-ttl", GT_OPT_INT, &o->ttl_s, 1, 3600},
       {"--rdzv-settle", GT_OPT_FLOAT, &o->settle_s, 0, 3600},
@@ -257,6 +266,9 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
   if (!o->comm_encrypt && enc && *enc && strcmp(enc, "0") && strcmp(enc, "1"))
     return usage_error("GT_COMM_ENCRYPT=%s: use 1 (or --comm-encrypt) or 0", enc);
   if (!o->comm_encrypt && enc && !strcmp(enc, "1")) o->comm_encrypt = true;
+  if (o->comm_host && (!*o->comm_host || strlen(o->comm_host) >= sizeof o->comm_addr))
+    return usage_error("--comm-host '%s': give an address or host name of at most 99 characters", o->comm_host);
+  if (o->comm_iface && !*o->comm_iface) return usage_error("--comm-iface is empty%s", "");
   if (o->log_dir && !*o->log_dir) return usage_error("--log-dir is empty%s", "");
   if (o->ckpt_dir && !*o->ckpt_dir) return usage_error("--ckpt-dir is empty%s", "");
   if (o->plan && strlen(o->plan) >= 128)

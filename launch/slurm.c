@@ -276,28 +276,6 @@ static gt_status resolve(const char *host, char *ip, size_t n) {
   return st;
 }
 
-/* GT_COMM_HOST, unless set: this node's address on its route to the etcd
- * host, which the peers reach it at as they reach etcd. */
-static void set_comm_host(const char *etcd_ip) {
-  const char *set = getenv("GT_COMM_HOST");
-  if (set && *set) return;
-  struct addrinfo hints = {.ai_socktype = SOCK_DGRAM, .ai_flags = AI_NUMERICHOST}, *res = NULL;
-  if (getaddrinfo(etcd_ip, "9", &hints, &res)) return;
-  int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_storage me;
-  socklen_t len = sizeof me;
-  char ip[INET6_ADDRSTRLEN] = "";
-  /* connect() on UDP sends nothing: it only picks the route and source. */
-  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
-      getsockname(fd, (struct sockaddr *)&me, &len) == 0 &&
-      getnameinfo((struct sockaddr *)&me, len, ip, sizeof ip, NULL, 0, NI_NUMERICHOST) == 0) {
-    setenv("GT_COMM_HOST", ip, 1);
-    gt_info("giantrun: Slurm: workers listen on %s (GT_COMM_HOST), this node's address towards etcd", ip);
-  }
-  if (fd >= 0) close(fd);
-  freeaddrinfo(res);
-}
-
 /* Copies src to dir/name, created 0600 (never readable by others). */
 static gt_status copy_file(const char *src, const char *dir, const char *name, char *path, size_t n) {
   snprintf(path, n, "%s/%s", dir, name);
@@ -412,7 +390,6 @@ gt_status slurm_etcd_start(slurm_etcd *se, agent_opts *o) {
     slurm_etcd_stop(se, o);
     return st;
   }
-  set_comm_host(ip);
   o->endpoint = se->endpoint;
   o->cacert = se->ca;
   o->cert = se->cert;

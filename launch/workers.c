@@ -44,6 +44,8 @@ static const char *const our_vars[] = {GT_ENV_RANK "=",
                                        GT_ENV_COMM_INTEGRITY "=",
                                        GT_ENV_COMM_PORTS "=",
                                        GT_ENV_COMM_ENCRYPT "=",
+                                       GT_ENV_NODE_ID "=",
+                                       GT_ENV_COMM_HOST "=",
                                        GT_ENV_PROGRESS_FD "=",
                                        GT_ENV_CKPT_DIR "=",
                                        GT_ENV_CKPT_EVERY "=",
@@ -115,6 +117,7 @@ static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, in
   bad |= env_add(e, GT_ENV_GENERATION "=%ld", r->generation);
   bad |= env_add(e, GT_ENV_RESTART_COUNT "=%d", r->restarts);
   bad |= env_add(e, GT_ENV_JOB_ID "=%s", o->job_id);
+  bad |= env_add(e, GT_ENV_NODE_ID "=%s", o->node_id);
   bad |= env_add(e, GT_ENV_STORE "=%s://%s%s", tls ? "etcds" : "etcd", eps, r->store_prefix);
   bad |= env_add(e, GT_ENV_JOB_SECRET "=%s", r->secret);
   if (o->cacert) bad |= env_add(e, GT_ENV_STORE_CACERT "=%s", o->cacert);
@@ -129,6 +132,8 @@ static int make_env(env_list *e, const agent_opts *o, const gt_rdzv_round *r, in
   if (o->comm_integrity) bad |= env_add(e, GT_ENV_COMM_INTEGRITY "=%s", o->comm_integrity);
   if (o->comm_ports) bad |= env_add(e, GT_ENV_COMM_PORTS "=%d-%d", o->ports.lo, o->ports.hi);
   if (o->comm_encrypt) bad |= env_add(e, GT_ENV_COMM_ENCRYPT "=1");
+  /* The node's address (agent_comm_addr), in place of one inherited. */
+  if (o->comm_addr[0]) bad |= env_add(e, GT_ENV_COMM_HOST "=%s", o->comm_addr);
   if (o->reshape) bad |= env_add(e, GT_ENV_RESHAPE "=1");
   bad |= env_add(e, GT_ENV_PROGRESS_FD "=%d", progress_fd);
   bad |= env_add(e, GT_ENV_COORD "=" GT_COORD_LEADER); /* the agents campaign: a leader decides mitigation */

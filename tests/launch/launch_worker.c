@@ -142,10 +142,15 @@ int main(int argc, char **argv) {
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
   if (f) {
-    static const char *const vars[] = {"GT_RANK",      "GT_LOCAL_RANK", "GT_WORLD_SIZE",   "GT_LOCAL_WORLD_SIZE",
-                                       "GT_NODE_RANK", "GT_NNODES",     "GT_GENERATION",   "GT_RESTART_COUNT",
-                                       "GT_JOB_ID",    "GT_STORE",      "GT_STORE_CACERT", "GT_STORE_CERT",
-                                       "GT_STORE_KEY", "GT_JOB_SECRET", "GT_PLAN",         NULL};
+    static const char *const vars[] = {"GT_RANK",         "GT_LOCAL_RANK",
+                                       "GT_WORLD_SIZE",   "GT_LOCAL_WORLD_SIZE",
+                                       "GT_NODE_RANK",    "GT_NNODES",
+                                       "GT_GENERATION",   "GT_RESTART_COUNT",
+                                       "GT_JOB_ID",       "GT_STORE",
+                                       "GT_STORE_CACERT", "GT_STORE_CERT",
+                                       "GT_STORE_KEY",    "GT_JOB_SECRET",
+                                       "GT_PLAN",         "GT_COMM_HOST",
+                                       "GT_NODE_ID",      NULL};
     for (int i = 0; vars[i]; i++) fprintf(f, "%s=%s\n", vars[i], getenv(vars[i]) ? getenv(vars[i]) : "");
     fprintf(f, "pid=%ld\nppid=%ld\npgid=%ld\nstarted=%.6f\nallreduce=%g\n", (long)getpid(), (long)getppid(),
             (long)getpgrp(), started, sum);
