@@ -698,6 +698,104 @@ static void case_etcd_quorum(chaos_env *env, chaos_result *r) {
   chaos_job_free(&j);
 }
 
+/* ---- No address set on any node (no GT_COMM_HOST, no --comm-host): each
+ * agent takes the address of its route to etcd, which is its own on the
+ * bridge, and the job trains across the nodes as with the addresses set. */
+static void case_auto_address(chaos_env *env, chaos_result *r) {
+  enum { STEPS = 20 };
+  chaos_job_cfg c = base("auto-address", STEPS);
+  c.auto_host = true;
+  chaos_job j;
+  REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
+  chaos_job_wait(&j, SHORT_JOB_S);
+  int found = 0;
+  char want[200] = "";
+  for (int i = 0; i < c.nodes; i++) {
+    snprintf(want, sizeof want,
+             "giantrun: node n%d: workers advertise %s to their peers (from this node's route to etcd)", i,
+             env->net.ip[i]);
+    if (!j.out || !strstr(j.out, want)) break;
+    found++;
+  }
+  snprintf(r->summary, sizeof r->summary,
+           "no address given: %d of %d nodes advertised their own, found from the route to etcd", found, c.nodes);
+  if (found != c.nodes)
+    failf(r, "%s; missing: '%s'\n%s", r->summary, want, tail(&j));
+  else
+    check_job(&j, r, ALL_OK, CROSS_LAYOUT_TOL, 0);
+  chaos_job_free(&j);
+}
+
+/* ---- Node 0 advertises an address of its own that no other node has a
+ * route to (--comm-host on an address of its loopback): the ranks of the
+ * other nodes cannot connect to its ranks, and the job fails within the
+ * connect bound (10 s), not the group's timeout (60 s), with a message
+ * naming the rank, the address, its port and the node that advertised it. */
+#define UNREACHABLE "10.255.255.1"
+/* From the workers' start to every agent's exit: the 10 s bound, a worker
+ * start (~1 s, 3 loaded) and the stop of the others, blocked in forming
+ * their group (--stop-grace 3): ~15 s, 30 s is the bound the case asserts. */
+#define UNREACHABLE_FAIL_S 30.0
+static void case_unreachable_address(chaos_env *env, chaos_result *r) {
+  enum { STEPS = 20 };
+  r->recover_ms = -1;
+  if (chaos_sh("ip netns exec %s ip addr add " UNREACHABLE "/32 dev lo", env->net.ns[0]) != 0) {
+    failf(r, "cannot add " UNREACHABLE " to node 0's loopback");
+    return;
+  }
+  chaos_job_cfg c = base("unreachable-address", STEPS);
+  c.auto_host = true;
+  c.no_reshape = true;
+  c.agent_flags = "--max-restarts 0"; /* after the suite's 3: the failure ends the job */
+  c.node_flags[0] = "--comm-host " UNREACHABLE;
+  chaos_job j;
+  REQUIRE(&j, chaos_job_start(&j, env, &c) == 0, "cannot start the job");
+  char running[64];
+  snprintf(running, sizeof running, "ranks 0..%d of %d running", CHAOS_NPROC - 1, WORLD);
+  bool started = chaos_job_wait_log(&j, 0, running, START_S);
+  double t_start = now_s();
+  chaos_job_wait(&j, SHORT_JOB_S);
+  double took = j.t_end - t_start;
+  /* The first worker's message: "cannot reach rank R at HOST:PORT (the
+   * address node N advertised; ...): no connection in S s (...)". */
+  int rank = -1, port = 0;
+  char host[64] = "", node[32] = "";
+  double in_s = -1;
+  const char *m = j.out ? strstr(j.out, "cannot reach rank ") : NULL;
+  const char *in = m ? strstr(m, "no connection in ") : NULL;
+  if (m) sscanf(m, "cannot reach rank %d at %63[^:]:%d (the address node %31s advertised;", &rank, host, &port, node);
+  if (in) sscanf(in, "no connection in %lf s", &in_s);
+  int failed = count_of(j.out, "giantrun: the job failed");
+  snprintf(r->summary, sizeof r->summary,
+           "node 0 advertised " UNREACHABLE
+           ": rank %d at %s:%d of node %s unreachable after %.1f s; every agent "
+           "exited %.1f s after the workers started",
+           rank, host, port, node, in_s, took);
+  bool named = rank >= 0 && rank < CHAOS_NPROC && !strcmp(host, UNREACHABLE) && port > 0 && !strcmp(node, "n0") &&
+               strstr(m, "set giantrun's --comm-host or --comm-iface there if it is wrong");
+  bool codes = true;
+  for (int i = 0; i < c.nodes; i++) codes &= j.code[i] == 1;
+  int procs = 0;
+  for (double end = now_s() + GONE_S; (procs = chaos_job_processes(&j)) > 0 && now_s() < end;) usleep(50000);
+  char why[1024];
+  if (!started)
+    failf(r, "node 0's workers never started\n%s", tail(&j));
+  else if (!named)
+    failf(r, "no message naming the rank, " UNREACHABLE ", its port and node n0: %s\n%s", r->summary, tail(&j));
+  else if (in_s < 0 || in_s >= 12)
+    failf(r, "the connect bound took %.1f s, want under 12: %s\n%s", in_s, r->summary, tail(&j));
+  else if (took >= UNREACHABLE_FAIL_S || !codes || failed != c.nodes)
+    failf(r, "the job did not fail within %.0f s (took %.1f s; exit codes %d %d %d; %d agents said it failed)\n%s",
+          UNREACHABLE_FAIL_S, took, j.code[0], j.code[1], j.code[2], failed, tail(&j));
+  else if (procs != 0)
+    failf(r, "%d process(es) of the job still running", procs);
+  else if (chaos_job_keys(&j, why, sizeof why) != 0)
+    failf(r, "etcd: %s", why);
+  else
+    r->passed = true;
+  chaos_job_free(&j);
+}
+
 const chaos_case chaos_cases[] = {
     {"kill-worker", "SIGKILL a worker (GT_FAULT crash)", "in-process reshape; at most 1 step lost", CHAOS_NODES, true,
      case_kill_worker},
@@ -728,6 +826,12 @@ const chaos_case chaos_cases[] = {
     {"etcd-member", "one etcd member of three killed", "no effect on training", CHAOS_NODES, false, case_etcd_member},
     {"etcd-quorum", "etcd's quorum lost for 10 s (two members killed, then restarted)",
      "training goes on; no node leaves; one job", CHAOS_NODES, false, case_etcd_quorum},
+    {"auto-address", "no address set on any node (no GT_COMM_HOST, --comm-host or --comm-iface)",
+     "each node advertises its address on the route to etcd; the job trains as with them set", CHAOS_NODES, true,
+     case_auto_address},
+    {"unreachable-address", "node 0 advertises an address no other node can reach (--comm-host)",
+     "the job fails within the 10 s connect bound, naming the rank, address, port and node", CHAOS_NODES, true,
+     case_unreachable_address},
 };
 const int chaos_ncases = (int)(sizeof chaos_cases / sizeof *chaos_cases);
 

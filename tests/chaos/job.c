@@ -138,9 +138,13 @@ int chaos_job_start_node(chaos_job *j, int i) {
     dup2(fd, 2);
   }
   char endpoint[256], host[64], node[16], fault[300], nnodes[16], nproc[16], plan[32], steps[16], metrics[200];
-  char agent_flags[512], gpt_flags[512], model_flags[512];
+  char agent_flags[512], node_flags[256], gpt_flags[512], model_flags[512];
   snprintf(endpoint, sizeof endpoint, "%s", env->etcd.endpoints);
-  snprintf(host, sizeof host, "GT_COMM_HOST=%s", env->net.ip[i]);
+  /* The node's address, or (auto_host) none: giantrun finds it. */
+  if (c->auto_host)
+    snprintf(host, sizeof host, "--unset=GT_COMM_HOST");
+  else
+    snprintf(host, sizeof host, "GT_COMM_HOST=%s", env->net.ip[i]);
   snprintf(node, sizeof node, "n%d", i);
   snprintf(fault, sizeof fault, "GT_FAULT=%s", c->fault ? c->fault : "");
   snprintf(nnodes, sizeof nnodes, "%d", c->nodes);
@@ -151,6 +155,7 @@ int chaos_job_start_node(chaos_job *j, int i) {
     snprintf(plan, sizeof plan, "dp=%d", c->nodes * c->nproc);
   snprintf(metrics, sizeof metrics, "%s", j->metrics);
   snprintf(agent_flags, sizeof agent_flags, "%s", c->agent_flags ? c->agent_flags : "");
+  snprintf(node_flags, sizeof node_flags, "%s", c->node_flags[i] ? c->node_flags[i] : "");
   snprintf(gpt_flags, sizeof gpt_flags, "--metrics %s %s", metrics, c->gpt_flags ? c->gpt_flags : "");
   char *argv[MAX_ARGS];
   int n = 0;
@@ -198,6 +203,7 @@ int chaos_job_start_node(chaos_job *j, int i) {
   for (size_t k = 0; k < sizeof head / sizeof *head; k++) argv[n++] = (char *)head[k];
   if (!c->no_reshape) argv[n++] = "--reshape";
   n = split(agent_flags, argv, n, MAX_ARGS);
+  n = split(node_flags, argv, n, MAX_ARGS);
   if (c->wrap) {
     argv[n++] = "/bin/sh";
     argv[n++] = "-c";

@@ -56,6 +56,9 @@ typedef struct chaos_job_cfg {
   const char *wrap;
   bool no_reshape;  /* without giantrun --reshape */
   int global_batch; /* 0: CHAOS_GLOBAL_BATCH */
+  /* No GT_COMM_HOST: each agent finds its node's address itself. */
+  bool auto_host;
+  const char *node_flags[CHAOS_MAX_NODES]; /* more giantrun flags of node i's agent, or NULL */
 } chaos_job_cfg;
 
 typedef struct chaos_job {

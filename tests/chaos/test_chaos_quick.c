@@ -2,13 +2,15 @@
  * kill an agent, slow a rank, partition a node, each on three emulated
  * nodes of two workers (dp=6), and kill a node's only worker on three
  * nodes of one (dp=3), under giantrun --reshape, with etcd on the nodes'
- * bridge. Each case checks its own outcome, then the final loss
+ * bridge; and the nodes' addresses: none given, and one no other node can
+ * reach. Each case checks its own outcome, then the final loss
  * against one process without faults, the sample ledger and the steps
  * lost, that no process of the job is left, that only the job's
  * documented records are left in etcd (and go when it is removed), and
- * that nothing of the emulated network is left afterwards. Three ctest
+ * that nothing of the emulated network is left afterwards. Four ctest
  * tests of this program: test_chaos_quick (the faults), test_chaos_slow
- * (the slow rank) and test_chaos_lone (a node's only worker).
+ * (the slow rank), test_chaos_lone (a node's only worker) and
+ * test_chaos_addr (the addresses).
  *
  * Without root, `ip` or etcd the suite says so and exits 77 (skipped). */
 #include <setjmp.h>
@@ -63,10 +65,20 @@ static void test_partition(void **state) {
   run_case("partition");
 }
 
+static void test_auto_address(void **state) {
+  (void)state;
+  run_case("auto-address");
+}
+
+static void test_unreachable_address(void **state) {
+  (void)state;
+  run_case("unreachable-address");
+}
+
 /* argv[1] picks the group: `faults` (kill a worker, kill an agent,
  * partition a node), `slow` (the slow rank, which judges speeds: ctest
- * runs it under the lock of the tests that do) or `lone` (kill a node's
- * only worker). */
+ * runs it under the lock of the tests that do), `lone` (kill a node's
+ * only worker) or `addr` (no address given, an unreachable one). */
 int main(int argc, char **argv) {
   SKIP_PROGRAM_WITHOUT_FAULTS();
   /* Every case needs the emulated nodes: without them the whole program is
@@ -87,9 +99,14 @@ int main(int argc, char **argv) {
   const struct CMUnitTest lone[] = {
       cmocka_unit_test(test_kill_a_lone_worker),
   };
+  const struct CMUnitTest addr[] = {
+      cmocka_unit_test(test_auto_address),
+      cmocka_unit_test(test_unreachable_address),
+  };
   if (argc == 2 && !strcmp(argv[1], "faults")) return gt_test_exit(cmocka_run_group_tests(faults, NULL, NULL));
   if (argc == 2 && !strcmp(argv[1], "slow")) return gt_test_exit(cmocka_run_group_tests(slow, NULL, NULL));
   if (argc == 2 && !strcmp(argv[1], "lone")) return gt_test_exit(cmocka_run_group_tests(lone, NULL, NULL));
-  fprintf(stderr, "usage: %s faults|slow|lone\n", argc ? argv[0] : "test_chaos_quick");
+  if (argc == 2 && !strcmp(argv[1], "addr")) return gt_test_exit(cmocka_run_group_tests(addr, NULL, NULL));
+  fprintf(stderr, "usage: %s faults|slow|lone|addr\n", argc ? argv[0] : "test_chaos_quick");
   return 2;
 }
