@@ -163,7 +163,8 @@ int main(int argc, char **argv) {
     return 77;
   }
   SKIP_PROGRAM_WITHOUT_FAULTS();
-  const char *need[] = {"ip", "slurmctld", "slurmd", "munged", "sbatch", "scontrol", "srun", "sinfo", "nsenter", "etcd"};
+  const char *need[] = {"ip",       "slurmctld", "slurmd", "munged",  "sbatch",
+                        "scontrol", "srun",      "sinfo",  "nsenter", "etcd"};
   for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "command -v %s >/dev/null 2>&1", need[i]);
