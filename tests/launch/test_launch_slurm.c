@@ -54,7 +54,10 @@ static char *read_file(const char *path) {
 static char *run_job(const char *name, char *const env[]) {
   char cmd[2048], out[256];
   snprintf(out, sizeof out, "%s/%s.out", work, name);
-  snprintf(cmd, sizeof cmd, "sbatch --wait --chdir='%s' --job-name=%s -o '%s' '%s/examples/slurm/train.sbatch'", work,
+  /* Submitted from the work directory: the script's shared files (data,
+   * checkpoints, logs) go under the submit directory, and job ids start
+   * again with each cluster. */
+  snprintf(cmd, sizeof cmd, "cd '%s' && sbatch --wait --job-name=%s -o '%s' '%s/examples/slurm/train.sbatch'", work,
            name, out, root);
   run_result *r = malloc(sizeof *r);
   assert_non_null(r);
