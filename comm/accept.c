@@ -8,9 +8,9 @@
  * milliseconds, so evicting the oldest handshake when the slots are full
  * evicts a stranger. A finished handshake rings the loop's bell (an
  * eventfd), so the group forms as soon as its last peer has proved itself
- * rather than at the loop's next turn; a connection whose handshake fails, or that claims a rank
- * that is not an expected peer (lower, out of range, or already here), is
- * refused with a warning and closed. A peer that proves the secret but
+ * rather than at the loop's next turn. A connection whose handshake fails,
+ * or that claims a rank that is not an expected peer (lower, out of range,
+ * or already here), is refused with a warning and closed. A peer that proves the secret but
  * protects its frames otherwise (GT_EINVAL from the handshake) is a rank
  * of the job started with other settings: that fails the group at once,
  * as it fails on the peer's side. */
