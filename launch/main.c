@@ -13,8 +13,6 @@
 #include "launch/keeper.h"
 #include "resilience/rdzv/rdzv.h"
 
-volatile sig_atomic_t agent_stop_signal = 0;
-
 static void on_signal(int sig) { agent_stop_signal = sig; }
 
 static void install_signals(void) {

@@ -20,6 +20,11 @@
 #include "launch/keeper.h"
 #include "resilience/rdzv/rdzv.h"
 
+/* Here, in the agent's layer, not in giantrun's main(): the parts of the
+ * agent that wait (the Slurm etcd's hand-over, the workers) read it, and
+ * programs other than giantrun link them (the option parser's fuzzer). */
+volatile sig_atomic_t agent_stop_signal = 0;
+
 extern char **environ;
 
 #define LINE_MAX_BYTES 65536
