@@ -478,7 +478,7 @@ gt_status gt_comm_init(const gt_comm_config *cfg, gt_comm **out) {
   c->encrypt = encrypt == GT_COMM_ENCRYPT_ON;
   c->cfg.integrity = integrity; /* groups split from this one agree with them */
   c->cfg.encrypt = encrypt;
-  c->cfg.transport = tr; /* and with this, which the handshake checks */
+  c->cfg.transport = tr; /* and with this, which the group agrees on over its mesh (shm.c) */
   c->op_timeout = (cfg->op_timeout_ms > 0 ? cfg->op_timeout_ms : env_int("GT_COMM_TIMEOUT_MS", 300000)) / 1000.0;
   c->init_timeout_ms = cfg->init_timeout_ms > 0 ? cfg->init_timeout_ms : 60000;
   c->connect_timeout_ms =

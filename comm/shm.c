@@ -417,12 +417,7 @@ gt_status gt_comm_shm_setup(gt_comm *c, gt_comm_transport tr) {
                      "rank %d asked for the %s transport and this rank for %s: every rank of a group must ask for "
                      "the same (GT_COMM_TRANSPORT, or the config's transport)",
                      j, transport_word(atoi(vals[j])), transport_word((int)tr));
-  if (st == GT_OK && tr == GT_COMM_TCP) {
-    free_all(vals, n);
-    free(vals);
-    return GT_OK;
-  }
-  if (st != GT_OK) {
+  if (st != GT_OK || tr == GT_COMM_TCP) { /* TCP stays */
     free_all(vals, n);
     free(vals);
     return st;
