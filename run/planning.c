@@ -162,9 +162,10 @@ gt_status run_print_memory(gt_backend *be, const gt_model *m, int optim_states, 
   fprintf(f, "device memory, this rank (one micro-batch in flight; %s):\n", budget);
   fprintf(f,
           "  weights %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, bf16 copy %.1f MiB, offload slots "
-          "%.1f MiB, activations %.1f MiB, scratch %.1f MiB: %.1f MiB\n",
+          "%.1f MiB, activations %.1f MiB, scratch %.1f MiB, recomputation %.1f MiB: %.1f MiB\n",
           mib((double)e.weights), mib((double)e.grads), mib((double)e.optimizer), mib((double)e.bf16_copy),
-          mib((double)e.slots), mib((double)e.activations), mib((double)e.scratch), mib((double)e.total));
+          mib((double)e.slots), mib((double)e.activations), mib((double)e.scratch), mib((double)e.recompute),
+          mib((double)e.total));
   if (dm.limit && e.total > dm.limit)
     fprintf(f, "  over the budget by %.1f MiB: %s\n", mib((double)(e.total - dm.limit)),
             gt_model_offloaded(m) ? "a smaller micro-batch (--batch) or sequence (--seq)"

@@ -19,7 +19,14 @@
  * token rows: LayerNorms and residual adds run on N/p rows, an all-gather
  * before each column-parallel product rebuilds the whole input, and a
  * reduce-scatter after each row-parallel product replaces the all-reduce
- * (the same bytes moved, and the LayerNorm work divided by p). */
+ * (the same bytes moved, and the LayerNorm work divided by p).
+ *
+ * Recomputing attention (GT_RECOMPUTE_ATTENTION), the block does not save
+ * its attention core's output and softmax state (att, atty): forward makes
+ * them in scratch, and backward makes them again there from the saved qkv
+ * before it needs them. Recomputed whole (ctx->recompute), forward stops
+ * once the saved activations are made: the MLP's second product, its
+ * reduction and the residual add only make the output. */
 #include <math.h>
 
 #include "core/layers/layer_util.h"
@@ -34,13 +41,15 @@ typedef struct block_cfg {
   int Cl, NHl, Hl; /* this rank's share: attention width, heads, MLP width */
 } block_cfg;
 
-/* Offsets (in floats) of the saved activations for one (B,T). */
+/* Offsets (in floats) of the saved activations for one (B,T). Without
+ * `core`, att and atty take no room (NULL): place_core puts them in scratch. */
 typedef struct block_acts {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
   size_t total;
+  size_t att_floats, core_floats; /* att, and att with atty */
 } block_acts;
 
-static block_acts layout(const block_cfg *c, float *base, int B, int T) {
+static block_acts layout(const block_cfg *c, float *base, int B, int T, bool core) {
   size_t BT = (size_t)B * (size_t)T, C = (size_t)c->C, Cl = (size_t)c->Cl, Hl = (size_t)c->Hl;
   size_t att = (size_t)B * (size_t)c->NHl * (size_t)T * (size_t)T;
   size_t sizes[12] = {BT * C, BT, BT, 3 * BT * Cl, att, BT * Cl, BT * C, BT * C, BT, BT, BT * Hl, BT * Hl};
@@ -58,14 +67,20 @@ static block_acts layout(const block_cfg *c, float *base, int B, int T) {
   slots[9] = &a.ln2_rstd;
   slots[10] = &a.fch;
   slots[11] = &a.fch_gelu;
+  a.att_floats = sizes[4];
+  a.core_floats = sizes[4] + sizes[5];
+  if (!core) sizes[4] = sizes[5] = 0;
   size_t off = 0;
   for (int i = 0; i < 12; i++) {
-    *slots[i] = base ? base + off : NULL;
+    *slots[i] = base && sizes[i] ? base + off : NULL;
     off += sizes[i];
   }
   a.total = off;
   return a;
 }
+
+/* Whether the saved activations hold the attention core. */
+static bool keeps_core(const gt_layer *self) { return gt_layer_recompute(self) != GT_RECOMPUTE_ATTENTION; }
 
 static gt_status block_build(gt_layer *self, const void *config) {
   const gt_block_config *u = config;
@@ -100,9 +115,12 @@ static gt_status block_build(gt_layer *self, const void *config) {
   return GT_OK;
 }
 
-static size_t block_acts_floats(const gt_layer *self, int B, int T) { return layout(self->state, NULL, B, T).total; }
+static size_t block_acts_floats(const gt_layer *self, int B, int T) {
+  return layout(self->state, NULL, B, T, keeps_core(self)).total;
+}
 
-static size_t block_scratch(const gt_layer *self, int B, int T) {
+/* What forward and backward use of the scratch, the core aside. */
+static size_t scratch_base(const gt_layer *self, int B, int T) {
   const block_cfg *c = self->state;
   size_t BT = (size_t)B * (size_t)T;
   if (gt_layer_seq_parallel(self)) /* backward_sp: dfull, dln (C each) + dsh, dres2 (C) + the rest, + 2C */
@@ -113,12 +131,30 @@ static size_t block_scratch(const gt_layer *self, int B, int T) {
          (size_t)B * (size_t)c->NHl * (size_t)T * (size_t)T;
 }
 
+/* Recomputing attention, the core lies past the rest of the scratch. */
+static size_t block_scratch(const gt_layer *self, int B, int T) {
+  return scratch_base(self, B, T) + (keeps_core(self) ? 0 : layout(self->state, NULL, B, T, true).core_floats);
+}
+
+static void place_core(const gt_layer *self, const gt_layer_ctx *ctx, block_acts *a) {
+  if (a->att || !a->core_floats) return;
+  a->att = ctx->scratch + scratch_base(self, ctx->B, ctx->T);
+  a->atty = a->att + a->att_floats;
+}
+
 #define P(i) gt_layer_param(self, i)
 #define G(i) gt_layer_grad(self, i)
 
 /* Completes a row-parallel partial sum across the tensor-parallel group. */
 static gt_status tp_sum(gt_layer *self, float *buf, size_t n) {
   return self->tp ? self->tp->allreduce_sum(self->tp, buf, n) : GT_OK;
+}
+
+/* Backward, recomputing attention: the core again, from the saved qkv. */
+static gt_status recompute_core(gt_layer *self, const gt_layer_ctx *ctx, block_acts *a, const block_cfg *c) {
+  if (a->att) return GT_OK;
+  place_core(self, ctx, a);
+  return gt_layer_attention_forward(self, ctx, a->atty, a->att, a->qkv, ctx->B, ctx->T, c->Cl, c->NHl);
 }
 
 static gt_status block_forward_sp(gt_layer *self, const gt_layer_ctx *ctx, const float *in, float *out, float *acts);
@@ -131,7 +167,8 @@ static gt_status block_forward(gt_layer *self, const gt_layer_ctx *ctx, const fl
   gt_backend *be = ctx->be;
   int B = ctx->B, T = ctx->T, N = B * T, C = c->C, Cl = c->Cl, Hl = c->Hl;
   size_t NC = (size_t)N * (size_t)C;
-  block_acts a = layout(c, acts, B, T);
+  block_acts a = layout(c, acts, B, T, keeps_core(self));
+  place_core(self, ctx, &a);
   float *tmp = ctx->scratch; /* (N, C) branch output before the residual add */
   /* A row-parallel bias is added by one rank, before the sum. */
   bool bias_here = gt_layer_tp_rank(self) == 0;
@@ -145,6 +182,7 @@ static gt_status block_forward(gt_layer *self, const gt_layer_ctx *ctx, const fl
   GT_TRY(gt_op_layernorm_forward(be, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(LN2W), P(LN2B), N, C));
   GT_TRY(gt_layer_linear_forward(self, ctx, a.fch, a.ln2, FC1W, P(FC1B), N, C, Hl));
   GT_TRY(gt_op_gelu_forward(be, a.fch_gelu, a.fch, (size_t)N * (size_t)Hl));
+  if (ctx->recompute) return GT_OK;
   GT_TRY(gt_layer_linear_forward(self, ctx, tmp, a.fch_gelu, FC2W, bias_here ? P(FC2B) : NULL, N, Hl, C));
   GT_TRY(tp_sum(self, tmp, NC));
   return gt_op_residual_forward(be, out, a.res2, tmp, NC);
@@ -157,7 +195,8 @@ static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const f
   gt_backend *be = ctx->be;
   int B = ctx->B, T = ctx->T, N = B * T, C = c->C, Cl = c->Cl, Hl = c->Hl;
   size_t NC = (size_t)N * (size_t)C, NCl = (size_t)N * (size_t)Cl, NHl = (size_t)N * (size_t)Hl;
-  block_acts a = layout(c, acts, B, T);
+  block_acts a = layout(c, acts, B, T, keeps_core(self));
+  GT_TRY(recompute_core(self, ctx, &a, c));
   float *dres2 = ctx->scratch, *dln = dres2 + NC, *datty = dln + NC, *dqkv = datty + NCl;
   float *dfch_gelu = dqkv + 3 * NCl, *dfch = dfch_gelu + NHl, *datt = dfch + NHl;
 
@@ -196,7 +235,8 @@ static gt_status block_forward_sp(gt_layer *self, const gt_layer_ctx *ctx, const
   int B = ctx->B, T = ctx->T, N = B * T, C = c->C, Cl = c->Cl, Hl = c->Hl, rows = 0;
   GT_TRY(gt_layer_rows(self, ctx, &rows));
   size_t RC = (size_t)rows * (size_t)C, NC = (size_t)N * (size_t)C;
-  block_acts a = layout(c, acts, B, T);
+  block_acts a = layout(c, acts, B, T, keeps_core(self));
+  place_core(self, ctx, &a);
   float *sh = ctx->scratch, *tmp = sh + RC; /* a shard (rows, C) and a whole (N, C) */
   bool bias_here = g->rank == 0;
 
@@ -211,6 +251,7 @@ static gt_status block_forward_sp(gt_layer *self, const gt_layer_ctx *ctx, const
   GT_TRY(g->allgather(g, sh, a.ln2, RC));
   GT_TRY(gt_layer_linear_forward(self, ctx, a.fch, a.ln2, FC1W, P(FC1B), N, C, Hl));
   GT_TRY(gt_op_gelu_forward(be, a.fch_gelu, a.fch, (size_t)N * (size_t)Hl));
+  if (ctx->recompute) return GT_OK;
   GT_TRY(gt_layer_linear_forward(self, ctx, tmp, a.fch_gelu, FC2W, bias_here ? P(FC2B) : NULL, N, Hl, C));
   (void)NC;
   GT_TRY(g->reduce_scatter_sum(g, tmp, sh, RC));
@@ -226,7 +267,8 @@ static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, cons
   GT_TRY(gt_layer_rows(self, ctx, &rows));
   size_t RC = (size_t)rows * (size_t)C, NC = (size_t)N * (size_t)C, NCl = (size_t)N * (size_t)Cl;
   size_t NHl = (size_t)N * (size_t)Hl;
-  block_acts a = layout(c, acts, B, T);
+  block_acts a = layout(c, acts, B, T, keeps_core(self));
+  GT_TRY(recompute_core(self, ctx, &a, c));
   float *dfull = ctx->scratch, *dln = dfull + NC, *dsh = dln + NC, *dres2 = dsh + RC, *datty = dres2 + RC;
   float *dqkv = datty + NCl, *dfch_gelu = dqkv + 3 * NCl, *dfch = dfch_gelu + NHl, *datt = dfch + NHl;
   float *lntmp = datt + (size_t)B * (size_t)c->NHl * (size_t)T * (size_t)T;

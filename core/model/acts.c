@@ -20,7 +20,8 @@ static gt_status each_request(const gt_model *m, gt_acts *a, gt_status (*take)(v
     if (!l->local) continue;
     GT_TRY(take(ctx, BT * (size_t)l->out_dim * sizeof(float), a ? (void **)&a->out[i] : NULL));
     size_t n = l->type->acts_floats(l, m->cfg.B_max, m->cfg.T_max);
-    if (n) GT_TRY(take(ctx, n * sizeof(float), a ? (void **)&a->saved[i] : NULL));
+    /* A layer recomputed whole saves into the model's one area instead. */
+    if (n && !gt_model_recomputes(m, i)) GT_TRY(take(ctx, n * sizeof(float), a ? (void **)&a->saved[i] : NULL));
   }
   for (int k = 0; k < 2; k++)
     GT_TRY(take(ctx, BT * (size_t)m->max_dim * sizeof(float), a ? (void **)&a->dbuf[k] : NULL));
@@ -93,6 +94,7 @@ static void make_ctx(gt_model *m, gt_acts *a, float loss_scale, gt_layer_ctx *ct
   ctx->loss_scale = loss_scale;
   ctx->scratch = m->scratch;
   ctx->precision = m->precision;
+  ctx->recompute = false;
 }
 
 /* Token ids are checked on the host before they reach a device, where an
@@ -214,7 +216,7 @@ static gt_status forward_layers(gt_model *m, gt_acts *a, int lo, int hi, const f
     float *out = a->out[i];
     if (r.g && i == r.g->lo) in = share_of(&r, a, in, l->in_dim);
     if (r.g && i == r.g->hi) out = a->rbuf;
-    gt_status s = l->type->forward(l, &r.ctx, in, out, a->saved[i]);
+    gt_status s = l->type->forward(l, &r.ctx, in, out, gt_model_saved(m, a, i));
     if (s != GT_OK) return gt_error_context(s, "forward of layer '%s'", l->name);
     if (m->off) GT_TRY(gt_offload_layer_done(m, i));
     if (r.g && i == r.g->hi) GT_TRY(region_gather(m, a, &r, a->rbuf, a->out[i], l->out_dim));
@@ -269,7 +271,9 @@ static gt_status backward_layers(gt_model *m, gt_acts *a, int lo, int hi, const 
       GT_TRY(gt_offload_layer_ready(m, i, lo, hi, -1));
       GT_TRY(gt_offload_grads_begin(m, i));
     }
-    gt_status s = l->type->backward(l, &r.ctx, in, dout, ldin, a->saved[i]);
+    /* Offloaded, the layer's weights are in their slot by now. */
+    if (gt_model_recomputes(m, i)) GT_TRY(gt_model_recompute(m, i, &r.ctx, in));
+    gt_status s = l->type->backward(l, &r.ctx, in, dout, ldin, gt_model_saved(m, a, i));
     if (s != GT_OK) return gt_error_context(s, "backward of layer '%s'", l->name);
     if (gather) GT_TRY(region_gather(m, a, &r, ldin, din, l->in_dim));
     if (m->off) {

@@ -17,6 +17,7 @@ static const char *scope_name(gt_scope_kind k) {
     case GT_SCOPE_STAGE: return "stage";
     case GT_SCOPE_PIPELINE: return "pipeline";
     case GT_SCOPE_OFFLOAD: return "offload";
+    case GT_SCOPE_RECOMPUTE: return "recompute";
   }
   return "?";
 }
@@ -25,7 +26,7 @@ gt_status gt_model_scope_begin(gt_model *m, gt_scope_kind kind, int count) {
   if (m->built) return gt_errorf(GT_ESTATE, "annotation after gt_model_build");
   if (m->nopen == GT_MODEL_MAX_SCOPE_DEPTH)
     return gt_errorf(GT_EINVAL, "annotation scopes nest deeper than %d", GT_MODEL_MAX_SCOPE_DEPTH);
-  if ((unsigned)kind > GT_SCOPE_OFFLOAD) return gt_errorf(GT_EINVAL, "unknown annotation scope %d", (int)kind);
+  if ((unsigned)kind > GT_SCOPE_RECOMPUTE) return gt_errorf(GT_EINVAL, "unknown annotation scope %d", (int)kind);
   const char *at = m->nlayers ? m->layers[m->nlayers - 1]->name : NULL;
   if (count < 0)
     return gt_errorf(GT_EINVAL, "%s(%d)%s%s%s: a scope's count cannot be negative", scope_name(kind), count,
@@ -34,6 +35,11 @@ gt_status gt_model_scope_begin(gt_model *m, gt_scope_kind kind, int count) {
     return gt_errorf(GT_EINVAL, "a pipeline scope needs at least 1 micro-batch, got %d", count);
   if (kind == GT_SCOPE_OFFLOAD && count < 1)
     return gt_errorf(GT_EINVAL, "an offload scope needs a window of at least 1 layer, got %d", count);
+  if (kind == GT_SCOPE_RECOMPUTE && count > GT_RECOMPUTE_BLOCK)
+    return gt_errorf(GT_EINVAL,
+                     "recompute(%d)%s%s%s: unknown recomputation mode; use GT_RECOMPUTE_NONE (0), "
+                     "GT_RECOMPUTE_ATTENTION (1) or GT_RECOMPUTE_BLOCK (2)",
+                     count, at ? " after layer '" : "", at ? at : "", at ? "'" : "");
   for (int i = 0; i < m->nopen; i++) {
     const gt_scope_rec *o = &m->recs[m->open[i]];
     if (o->kind == kind && (kind == GT_SCOPE_STAGE || kind == GT_SCOPE_PIPELINE || kind == GT_SCOPE_OFFLOAD))
@@ -62,13 +68,17 @@ gt_status gt_model_scope_end(gt_model *m) {
   return GT_OK;
 }
 
-/* A layer added now: the stage it is in, and whether a split scope holds it. */
+/* A layer added now: the stage it is in, whether a split scope holds it,
+ * and how it recomputes (the innermost recompute scope, else the model's
+ * default). */
 void gt_model_annotate_layer(gt_model *m, gt_layer *l) {
   l->stage = m->stages > 0 ? m->stages - 1 : 0;
+  l->recompute = m->cfg.recompute;
   for (int i = 0; i < m->nopen; i++) {
     const gt_scope_rec *o = &m->recs[m->open[i]];
     if (o->kind == GT_SCOPE_SPLIT) l->split = true;
     if (o->kind == GT_SCOPE_STAGE) l->stage = o->arg;
+    if (o->kind == GT_SCOPE_RECOMPUTE) l->recompute = (gt_recompute)o->arg;
   }
 }
 
@@ -172,6 +182,7 @@ gt_status gt_model_annotations(const gt_model *m, gt_annotations *out) {
         out->offload_window = r->arg;
         name_into(out->offload_at, first);
         break;
+      case GT_SCOPE_RECOMPUTE: break; /* a layer's own business, decided as it is added */
     }
   }
   if (split0) {

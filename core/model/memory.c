@@ -24,7 +24,8 @@ gt_status gt_model_device_estimate(const gt_model *m, int optim_states, gt_devic
   }
   out->activations = gt_acts_device_bytes(m);
   out->scratch = gt_arena_block_size((m->scratch_floats ? m->scratch_floats : 1) * sizeof(float));
-  out->total =
-      out->weights + out->grads + out->optimizer + out->bf16_copy + out->slots + out->activations + out->scratch;
+  out->recompute = gt_model_recompute_bytes(m);
+  out->total = out->weights + out->grads + out->optimizer + out->bf16_copy + out->slots + out->activations +
+               out->scratch + out->recompute;
   return GT_OK;
 }

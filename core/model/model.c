@@ -16,6 +16,9 @@ gt_status gt_model_create(gt_backend *be, const gt_model_config *cfg, gt_model *
   if (cfg->B_max <= 0 || cfg->T_max <= 0)
     return gt_errorf(GT_EINVAL, "model B_max and T_max must be positive (got B_max=%d, T_max=%d)", cfg->B_max,
                      cfg->T_max);
+  if ((unsigned)cfg->recompute > GT_RECOMPUTE_BLOCK)
+    return gt_errorf(GT_EINVAL, "unknown recomputation mode %d: use GT_RECOMPUTE_NONE, _ATTENTION or _BLOCK",
+                     (int)cfg->recompute);
   gt_model *m = calloc(1, sizeof *m);
   if (!m) return gt_errorf(GT_ENOMEM, "out of memory creating a model");
   m->be = be;
@@ -45,6 +48,7 @@ void gt_model_destroy(gt_model *m) {
   gt_model_state_free(m, m->param_buf);
   gt_model_state_free(m, m->grad_buf);
   gt_arena_free(m->arena, m->scratch);
+  gt_model_recompute_free(m);
   gt_model_precision_destroy(m);
   gt_arena_destroy(m->arena);
   free(m);
@@ -443,6 +447,7 @@ gt_status gt_model_build(gt_model *m) {
   GT_TRY(gt_model_state_alloc(m, bytes, (void **)&m->grad_buf));
   GT_TRY(gt_offload_create(m));
   GT_TRY(gt_arena_alloc(m->arena, (m->scratch_floats ? m->scratch_floats : 1) * sizeof(float), (void **)&m->scratch));
+  GT_TRY(gt_model_recompute_alloc(m));
   m->host_losses = malloc((size_t)B * (size_t)T * sizeof(float));
   if (!m->host_losses) return gt_errorf(GT_ENOMEM, "out of host memory for the loss buffer");
   m->built = true;

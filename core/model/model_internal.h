@@ -74,6 +74,11 @@ struct gt_model {
   /* offloading (offload.c): NULL unless cfg.offload_window > 0 */
   gt_offload *off;
   gt_backend *host_be; /* offloaded from a device that is not the CPU: the state's backend */
+  /* activation recomputation (recompute.c): the saved activations and the
+   * output of the layer whose forward runs again, one area for every layer
+   * that recomputes whole; NULL when none does */
+  float *rc_saved, *rc_out;
+  size_t rc_saved_floats, rc_out_floats;
 };
 
 struct gt_acts {
@@ -102,6 +107,19 @@ int gt_model_region_ways(const gt_model *m);
 
 /* acts.c: the device bytes one gt_acts takes, as the arena sets them aside. */
 size_t gt_acts_device_bytes(const gt_model *m);
+
+/* recompute.c: whether layer i recomputes whole (GT_RECOMPUTE_BLOCK, not
+ * the loss layer, with something to save), so that a micro-batch keeps
+ * none of its saved activations; the shared area, made at build, and its
+ * bytes; where layer i's saved activations go for micro-batch a; and the
+ * forward that makes them again before layer i's backward, on the same
+ * input and context (a replicated region's rows). */
+bool gt_model_recomputes(const gt_model *m, int i);
+gt_status gt_model_recompute_alloc(gt_model *m);
+void gt_model_recompute_free(gt_model *m);
+size_t gt_model_recompute_bytes(const gt_model *m);
+float *gt_model_saved(const gt_model *m, const gt_acts *a, int i);
+gt_status gt_model_recompute(gt_model *m, int i, const gt_layer_ctx *ctx, const float *in);
 
 /* precision.c: frees the bf16 buffers; converts the parameters to bf16
  * when they changed (before a forward). */

@@ -85,7 +85,26 @@ typedef struct gt_layer_ctx {
   float loss_scale;       /* d(step loss)/d(per-token loss), for loss layers */
   float *scratch;         /* device scratch of the largest scratch_floats() of any layer */
   gt_precision precision; /* of the model's matrix products (gt_model_set_precision) */
+  /* This forward runs again just before the layer's backward, to make the
+   * saved activations that activation recomputation did not keep: only
+   * `acts` is read afterwards, so a layer may leave `out` unwritten (it is
+   * a scratch area then). A layer's forward must be a pure function of its
+   * input, its parameters and the batch for recomputation to be exact. */
+  bool recompute;
 } gt_layer_ctx;
+
+/* Activation recomputation (docs/memory.md): what a layer keeps of a
+ * micro-batch for its backward. */
+typedef enum gt_recompute {
+  GT_RECOMPUTE_NONE = 0,      /* every saved activation */
+  GT_RECOMPUTE_ATTENTION = 1, /* a transformer block keeps all but its attention core's output and softmax
+                                 state, which its backward computes again from the saved qkv; other layer
+                                 types keep everything */
+  GT_RECOMPUTE_BLOCK = 2,     /* only the layer's input (the previous layer's output): backward runs the
+                                 layer's forward again first, into one area the model shares between such
+                                 layers. The loss layer keeps everything: its backward follows its
+                                 forward at once */
+} gt_recompute;
 
 /* Annotation scopes, in the manner of Whale: opened and closed around the
  * layers a user adds (gt_model_scope_begin / gt_model_scope_end), each
@@ -98,6 +117,8 @@ typedef enum gt_scope_kind {
   GT_SCOPE_STAGE = 2,     /* stage(i): the layers inside form pipeline stage i (0, 1, ... in order) */
   GT_SCOPE_PIPELINE = 3,  /* pipeline(m): the stages inside run as a pipeline of m micro-batches */
   GT_SCOPE_OFFLOAD = 4,   /* offload(w): around the whole model, offloaded with a window of w layers */
+  GT_SCOPE_RECOMPUTE = 5, /* recompute(mode): the layers inside recompute their activations as the
+                             gt_recompute mode says, whatever the model's default; the innermost wins */
 } gt_scope_kind;
 
 typedef struct gt_layer_type {
@@ -144,7 +165,8 @@ struct gt_layer {
   int first_param; /* this layer's parameters are model params [first, first+n) */
   int nparams;
   gt_model *model;
-  void *state; /* the layer type's own data (its config) */
+  void *state;            /* the layer type's own data (its config) */
+  gt_recompute recompute; /* set when added: the innermost recompute scope's mode, else the model's */
 };
 
 /* During build: declare a parameter; *index receives its position among the
@@ -194,6 +216,9 @@ int gt_layer_tp_rank(const gt_layer *self);
 /* Whether this layer runs on sequence shards (split, and the model has
  * sequence parallelism on). */
 bool gt_layer_seq_parallel(const gt_layer *self);
+/* This layer's recomputation mode (gt_recompute), from its add on: a layer
+ * type sizes its saved activations (acts_floats) by it. */
+gt_recompute gt_layer_recompute(const gt_layer *self);
 
 GT_API_END
 #endif

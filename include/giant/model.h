@@ -36,7 +36,16 @@ typedef struct gt_model_config {
    * window of an offload(w) annotation, if any; < 0 is off whatever the
    * annotations say. */
   int offload_window, offload_prefetch;
+  /* Activation recomputation for the layers outside every recompute(mode)
+   * scope (docs/memory.md); GT_RECOMPUTE_NONE, the default, keeps every
+   * saved activation. */
+  gt_recompute recompute;
 } gt_model_config;
+
+/* "none", "attention" or "block" into *out; anything else fails with
+ * GT_EINVAL and a message naming the three. */
+gt_status gt_recompute_parse(const char *name, gt_recompute *out);
+const char *gt_recompute_name(gt_recompute mode);
 
 gt_status gt_model_create(gt_backend *be, const gt_model_config *cfg, gt_model **out);
 void gt_model_destroy(gt_model *m);
@@ -103,6 +112,7 @@ typedef struct gt_device_estimate {
   size_t weights, grads, optimizer, bf16_copy; /* the flat buffers on the device */
   size_t slots;                                /* offloaded: the window and gradient slots */
   size_t activations, scratch;
+  size_t recompute; /* the one area layers that recompute (GT_RECOMPUTE_BLOCK) share, once per model */
   size_t total;
 } gt_device_estimate;
 gt_status gt_model_device_estimate(const gt_model *m, int optim_states, gt_device_estimate *out);
