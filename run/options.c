@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "giant/backend.h"
+#include "giant/model.h"
 #include "giant/optim.h"
 #include "giant/engine/pipeline.h"
 #include "giant/protocol.h"
@@ -17,6 +18,7 @@ void gt_run_options_init(gt_run_options *o) {
   *o = (gt_run_options){.data = "data/fortunes.tok",
                         .device = "cpu",
                         .precision = "fp32",
+                        .recompute = "none",
                         .optimizer = "adamw",
                         .steps = 300,
                         .batch = 8,
@@ -59,6 +61,10 @@ static const char *run_usage =
     "  --seed N            initialisation seed (default 1)\n"
     "  --precision NAME    fp32, or bf16: bf16 matrix products with fp32 master weights,\n"
     "                      accumulation and optimizer state (default fp32)\n"
+    "  --recompute MODE    activations computed again in backward instead of kept (docs/memory.md):\n"
+    "                      none; attention, each block's attention core (its softmax state and\n"
+    "                      output); block, each layer from its input, one layer's worth at a time\n"
+    "                      (default none; a model's recompute scopes override it where they are)\n"
     "parallelism (under giantrun):\n"
     "  --plan LAYOUT       dp=2,tp=2,pp=1 or auto (default: $GT_PLAN, else auto: the planner chooses);\n"
     "                      a factor left out comes from the annotations, else from the planner\n"
@@ -135,7 +141,7 @@ static const char *run_usage =
 
 const char *gt_run_usage(void) { return run_usage; }
 
-#define RUN_SPECS 55
+#define RUN_SPECS 56
 
 static int run_specs(gt_run_options *o, gt_opt_spec *s) {
   gt_opt_spec t[] = {
@@ -155,6 +161,7 @@ static int run_specs(gt_run_options *o, gt_opt_spec *s) {
       {"--skip-nonfinite", GT_OPT_INT, &o->skip_nonfinite, 0, 1e6},
       {"--seed", GT_OPT_U64, &o->seed, 0, 0},
       {"--precision", GT_OPT_STR, &o->precision, 0, 0},
+      {"--recompute", GT_OPT_STR, &o->recompute, 0, 0},
       {"--plan", GT_OPT_STR, &o->plan, 0, 0},
       {"--zero1", GT_OPT_FLAG, &o->zero1, 0, 0},
       {"--seq-parallel", GT_OPT_FLAG, &o->seq_parallel, 0, 0},
@@ -217,10 +224,13 @@ static gt_status env_int(const char *name, int *out) {
 static gt_status from_env_and_check(gt_run_options *o) {
   gt_optim_kind kind;
   gt_precision precision;
+  gt_recompute recompute;
   gt_pp_kind schedule;
   gt_backend_config bc;
   GT_TRY(gt_optim_parse(o->optimizer, &kind));
   GT_TRY(gt_precision_parse(o->precision, &precision));
+  gt_status s = gt_recompute_parse(o->recompute, &recompute);
+  if (s != GT_OK) return gt_error_context(s, "--recompute");
   GT_TRY(gt_pp_parse(o->schedule, &schedule));
   GT_TRY(gt_device_parse(o->device, &bc));
   if (!o->ckpt_dir && getenv(GT_ENV_CKPT_DIR) && *getenv(GT_ENV_CKPT_DIR)) o->ckpt_dir = getenv(GT_ENV_CKPT_DIR);

@@ -48,6 +48,7 @@ gt_status gt_run_open(const gt_run_options *o, gt_run **out) {
   gt_backend_config bc;
   gt_status s = gt_optim_parse(o->optimizer, &r->kind); /* gt_run_parse checked them */
   if (s == GT_OK) s = gt_precision_parse(o->precision, &r->precision);
+  if (s == GT_OK) s = gt_recompute_parse(o->recompute ? o->recompute : "none", &r->recompute);
   if (s == GT_OK) s = gt_pp_parse(o->schedule, &r->schedule);
   if (s == GT_OK) s = gt_device_parse(o->device, &bc);
   if (s == GT_OK) s = run_ladder_parse(o->ladder, &r->ladder);

@@ -26,6 +26,7 @@ struct gt_run {
   gt_job *job;
   gt_backend *be;
   gt_precision precision;
+  gt_recompute recompute; /* --recompute: the model's default */
   gt_optim_kind kind;
   gt_pp_kind schedule;
   const char *state_dir; /* --offload-optimizer disk:DIR */

@@ -290,7 +290,8 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
                             .T_max = a->seq,
                             .seed = a->seed,
                             .offload_window = a->offload ? a->offload : -1,
-                            .offload_prefetch = a->offload_prefetch};
+                            .offload_prefetch = a->offload_prefetch,
+                            .recompute = r->recompute};
   r->mp = r->dist ? gt_dist_model_parallel(r->dist) : (gt_model_parallel){0};
   if (!r->joining && (s = run_build_model(r, &r->mc, &r->mp, &r->plan, rows, speeds, NULL, &r->m)) != GT_OK)
     /* GT_EINVAL: the model does not fit the plan, and a restart would fail alike. */

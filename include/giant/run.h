@@ -58,6 +58,7 @@ typedef struct gt_run_options {
   /* training */
   int steps, batch, global_batch, seq, accum, warmup, skip_nonfinite;
   const char *optimizer, *precision;
+  const char *recompute;                /* --recompute: none, attention or block (gt_recompute) */
   float lr, min_lr, clip, weight_decay; /* weight_decay < 0: the optimizer's default */
   uint64_t seed;
   /* parallelism */

@@ -4,7 +4,7 @@
  * every activation, bit for bit (AdamW, fp32 and bf16, offloaded, modes
  * mixed by scopes); the activations of a micro-batch shrink by exactly the
  * saved tensors of the layers recomputed, with the model's one shared area
- * counted once; and unknown modes, in the config or a scope, fail
+ * counted once; and unknown modes, in the flag, the config or a scope, fail
  * with a message that names the modes there are. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +22,7 @@
 #include "giant/engine/device.h"
 #include "giant/engine/model.h"
 #include "giant/engine/trainer.h"
+#include "giant/run.h"
 
 enum { V = 61, T = 16, B = 4, C = 32, NH = 4, L = 3, M = 2, STEPS = 4 };
 
@@ -274,6 +275,16 @@ static void test_unknown_modes(void **state) {
   expect_error(gt_model_scope_begin(m, GT_SCOPE_RECOMPUTE, 3), GT_EINVAL,
                "recompute(3) after layer 'embed': unknown recomputation mode");
   gt_model_destroy(m);
+  /* The run's flag: usage status, and the message names the flag. */
+  char *argv[] = {"test_recompute", "--recompute", "full", NULL};
+  gt_run_options o;
+  gt_run_options_init(&o);
+  assert_int_equal(gt_run_parse(3, argv, NULL, NULL, 0, &o), GT_RUN_EXIT_USAGE);
+  assert_non_null(strstr(gt_last_error(), "--recompute: unknown recomputation mode 'full'"));
+  char *good[] = {"test_recompute", "--recompute", "block", NULL};
+  gt_run_options_init(&o);
+  assert_int_equal(gt_run_parse(3, good, NULL, NULL, 0, &o), -1);
+  assert_string_equal(o.recompute, "block");
 }
 
 int main(void) {
