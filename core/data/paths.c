@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/data/bpe.h"
 #include "core/data/text.h"
 #include "giant/data.h"
 
@@ -24,7 +25,7 @@ typedef struct reading {
 } reading;
 
 typedef struct job {
-  gt_tokfile_writer *w;
+  gt_text_sink sink;
   reading r;
   struct stat out, tmp; /* st_ino 0 where absent */
   int nfiles;
@@ -37,7 +38,7 @@ static bool is_output(const job *j, const struct stat *st) {
 
 static gt_status add_file(job *j, const char *path, const struct stat *st) {
   if (is_output(j, st)) return GT_OK;
-  GT_TRY(gt_text_tokenize_file(j->w, path, j->r.sep, j->r.each_line));
+  GT_TRY(gt_text_tokenize_file(&j->sink, path, j->r.sep, j->r.each_line));
   j->nfiles++;
   return GT_OK;
 }
@@ -105,16 +106,64 @@ static gt_status add_all(job *j, const char *const *inputs, int ninputs) {
   return GT_OK;
 }
 
-static gt_status tokenize(const char *const *inputs, int ninputs, reading r, const char *out_path, uint64_t *ntokens) {
+/* The bytes the inputs hold, for progress reports (a guess: files may
+ * change, and the output is counted if it lies among them). */
+static uint64_t input_bytes(const char *const *inputs, int ninputs) {
+  uint64_t total = 0;
+  for (int i = 0; i < ninputs; i++) {
+    struct stat st;
+    if (!inputs[i] || stat(inputs[i], &st) != 0) continue;
+    if (!S_ISDIR(st.st_mode)) {
+      total += (uint64_t)st.st_size;
+      continue;
+    }
+    DIR *d = opendir(inputs[i]);
+    if (!d) continue;
+    int fd = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+      if (fstatat(fd, e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode)) total += (uint64_t)st.st_size;
+    closedir(d);
+  }
+  return total;
+}
+
+static gt_status open_output(job *j, const char *out_path, const gt_bpe *bpe) {
+  if (!bpe) return gt_tokfile_writer_open(out_path, GT_BYTE_VOCAB, GT_BYTE_DOC_SEP, &j->sink.w);
+  GT_TRY(gt_tokfile_writer_open(out_path, gt_bpe_vocab_size(bpe), gt_bpe_eot(bpe, NULL), &j->sink.w));
+  gt_status s = gt_bpe_stream_open(bpe, j->sink.w, &j->sink.bpe);
+  if (s != GT_OK) gt_tokfile_writer_abort(j->sink.w);
+  return s;
+}
+
+static void close_output(job *j) {
+  gt_tokfile_writer_abort(j->sink.w);
+  gt_bpe_stream_free(j->sink.bpe);
+}
+
+static gt_status tokenize(const char *const *inputs, int ninputs, reading r, const gt_text_options *o,
+                          const char *out_path, uint64_t *ntokens) {
   if (!inputs || ninputs <= 0) return gt_errorf(GT_EINVAL, "no inputs to tokenize");
   if (r.sep && strchr(r.sep, '\n'))
     return gt_errorf(GT_EINVAL, "the document separator line must not contain a newline");
   job j = {.r = r};
-  GT_TRY(gt_tokfile_writer_open(out_path, GT_BYTE_VOCAB, GT_BYTE_DOC_SEP, &j.w));
+  gt_bpe *bpe = NULL;
+  if (o && o->tokenizer) GT_TRY(gt_bpe_load(o->tokenizer, &bpe));
+  gt_status s = open_output(&j, out_path, bpe);
+  if (s != GT_OK) {
+    gt_bpe_free(bpe);
+    return s;
+  }
+  if (o && o->progress) {
+    j.sink.progress = o->progress;
+    j.sink.progress_user = o->progress_user;
+    j.sink.total = input_bytes(inputs, ninputs);
+  }
   size_t n = strlen(out_path);
   char *tmp = malloc(n + 5);
   if (!tmp) {
-    gt_tokfile_writer_abort(j.w);
+    close_output(&j);
+    gt_bpe_free(bpe);
     return gt_errorf(GT_ENOMEM, "out of memory tokenizing into %s", out_path);
   }
   memcpy(tmp, out_path, n);
@@ -122,13 +171,16 @@ static gt_status tokenize(const char *const *inputs, int ninputs, reading r, con
   if (stat(out_path, &j.out) != 0) j.out.st_ino = 0;
   if (stat(tmp, &j.tmp) != 0) j.tmp.st_ino = 0;
   free(tmp);
-  gt_status s = add_all(&j, inputs, ninputs);
-  uint64_t count = gt_tokfile_writer_count(j.w);
+  s = add_all(&j, inputs, ninputs);
+  if (s == GT_OK && j.sink.bpe) s = gt_bpe_stream_flush(j.sink.bpe);
+  uint64_t count = gt_tokfile_writer_count(j.sink.w);
+  gt_bpe_stream_free(j.sink.bpe);
+  gt_bpe_free(bpe);
   if (s != GT_OK) {
-    gt_tokfile_writer_abort(j.w);
+    gt_tokfile_writer_abort(j.sink.w);
     return s;
   }
-  GT_TRY(gt_tokfile_writer_commit(j.w));
+  GT_TRY(gt_tokfile_writer_commit(j.sink.w));
   if (ntokens) *ntokens = count;
   return GT_OK;
 }
@@ -170,10 +222,10 @@ gt_status gt_tokenize_text(const char *const *inputs, int ninputs, const gt_text
       break;
     default: return gt_errorf(GT_EINVAL, "unknown kind of record %d", (int)o.records);
   }
-  return tokenize(inputs, ninputs, r, out_path, ntokens);
+  return tokenize(inputs, ninputs, r, &o, out_path, ntokens);
 }
 
 gt_status gt_tokenize_paths(const char *const *inputs, int ninputs, const char *separator_line, const char *out_path,
                             uint64_t *ntokens) {
-  return tokenize(inputs, ninputs, (reading){.sep = separator_line, .skip_index = true}, out_path, ntokens);
+  return tokenize(inputs, ninputs, (reading){.sep = separator_line, .skip_index = true}, NULL, out_path, ntokens);
 }

@@ -25,6 +25,18 @@ gt_status gt_tokfile_writer_commit(gt_tokfile_writer *w);
 
 void gt_tokfile_writer_abort(gt_tokfile_writer *w);
 
+typedef struct gt_bpe_stream gt_bpe_stream;
+
+/* Where a text file's tokens go: bytes to the writer, or through a BPE
+ * stream (bpe.h) to it; and who hears of the bytes read. */
+typedef struct gt_text_sink {
+  gt_tokfile_writer *w;
+  gt_bpe_stream *bpe; /* NULL: byte tokens */
+  void (*progress)(void *user, uint64_t done, uint64_t total);
+  void *progress_user;
+  uint64_t done, total; /* bytes read so far, and of all inputs */
+} gt_text_sink;
+
 /* Tokenizes a text file byte by byte. If `separator_line` is non-NULL, a
  * line consisting of exactly that text (e.g. "%" in fortune files) ends a
  * document: it is replaced by GT_BYTE_DOC_SEP. Writes a token file. */
@@ -34,10 +46,11 @@ gt_status gt_tokenize_bytes(const char *text_path, const char *separator_line, c
  * the file ending a document). `w` must have vocabulary GT_BYTE_VOCAB. */
 gt_status gt_tokenize_bytes_into(gt_tokfile_writer *w, const char *text_path, const char *separator_line);
 
-/* Appends the byte tokens of the text file at path to w, each record ended
- * by GT_BYTE_DOC_SEP, the file's end ending one too. With each_line every
+/* Appends the tokens of the text file at path to the sink, each record
+ * ended by GT_BYTE_DOC_SEP (with BPE: the vocabulary's end-of-text token,
+ * if any), the file's end ending one too. With each_line every
  * line is a record; otherwise a line reading exactly separator_line ends
  * one ("" : an empty line; NULL: none, the file is one record). */
-gt_status gt_text_tokenize_file(gt_tokfile_writer *w, const char *path, const char *separator_line, bool each_line);
+gt_status gt_text_tokenize_file(gt_text_sink *sink, const char *path, const char *separator_line, bool each_line);
 
 #endif

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/data/bpe.h"
 #include "core/data/text.h"
 #include "giant/data.h"
 
@@ -22,7 +23,7 @@
 #define IN_BYTES 65536
 
 typedef struct tk {
-  gt_tokfile_writer *w;
+  gt_text_sink *sink;
   const char *sep; /* NULL: no separator lines */
   size_t seplen;
   bool each_line;  /* every line a document; sep unused */
@@ -32,14 +33,37 @@ typedef struct tk {
   uint64_t doc_len;
   size_t n;
   uint32_t out[OUT_TOKENS];
+  unsigned char text[OUT_TOKENS]; /* out's bytes, for a BPE stream */
   unsigned char in[IN_BYTES];
 } tk;
 
-static gt_status emit(tk *t, uint32_t id) {
-  if (t->n == OUT_TOKENS) {
-    GT_TRY(gt_tokfile_writer_append(t->w, t->out, t->n));
+/* The byte tokens gathered go to the file, or as text to the BPE stream
+ * (a separator there ends a document). */
+static gt_status flush_out(tk *t) {
+  gt_text_sink *k = t->sink;
+  if (!k->bpe) {
+    if (t->n) GT_TRY(gt_tokfile_writer_append(k->w, t->out, t->n));
     t->n = 0;
+    return GT_OK;
   }
+  unsigned char *text = t->text;
+  size_t m = 0;
+  for (size_t i = 0; i < t->n; i++) {
+    if (t->out[i] != GT_BYTE_DOC_SEP) {
+      text[m++] = (unsigned char)t->out[i];
+      continue;
+    }
+    GT_TRY(gt_bpe_stream_feed(k->bpe, text, m));
+    m = 0;
+    GT_TRY(gt_bpe_stream_end(k->bpe, true));
+  }
+  GT_TRY(gt_bpe_stream_feed(k->bpe, text, m));
+  t->n = 0;
+  return GT_OK;
+}
+
+static gt_status emit(tk *t, uint32_t id) {
+  if (t->n == OUT_TOKENS) GT_TRY(flush_out(t));
   t->out[t->n++] = id;
   if (id != GT_BYTE_DOC_SEP) t->doc_len++;
   return GT_OK;
@@ -98,19 +122,20 @@ static gt_status feed(tk *t, unsigned char c) {
 static gt_status tokenize_stream(tk *t, FILE *fp, const char *path) {
   unsigned char *in = t->in;
   size_t got;
-  while ((got = fread(in, 1, IN_BYTES, fp)) > 0)
+  gt_text_sink *k = t->sink;
+  while ((got = fread(in, 1, IN_BYTES, fp)) > 0) {
     for (size_t i = 0; i < got; i++) GT_TRY(feed(t, in[i]));
+    k->done += got;
+    if (k->progress) k->progress(k->progress_user, k->done, k->total);
+  }
   if (ferror(fp)) return gt_errorf(GT_EIO, "reading %s: %s", path, strerror(errno));
   /* A last line cut short of the separator is text; an empty one is no line. */
   if (t->sep && t->in_prefix && t->matched > 0 && t->matched != t->seplen) GT_TRY(flush_held(t));
   GT_TRY(end_document(t));
-  if (t->n) GT_TRY(gt_tokfile_writer_append(t->w, t->out, t->n));
-  t->n = 0;
-  return GT_OK;
+  return flush_out(t);
 }
 
-gt_status gt_text_tokenize_file(gt_tokfile_writer *w, const char *text_path, const char *separator_line,
-                                bool each_line) {
+gt_status gt_text_tokenize_file(gt_text_sink *sink, const char *text_path, const char *separator_line, bool each_line) {
   if (each_line) separator_line = NULL;
   if (separator_line && strchr(separator_line, '\n'))
     return gt_errorf(GT_EINVAL, "the document separator line must not contain a newline");
@@ -126,7 +151,7 @@ gt_status gt_text_tokenize_file(gt_tokfile_writer *w, const char *text_path, con
     fclose(fp);
     return gt_errorf(GT_ENOMEM, "out of memory tokenizing %s", text_path);
   }
-  t->w = w;
+  t->sink = sink;
   t->sep = separator_line;
   t->seplen = separator_line ? strlen(separator_line) : 0;
   t->each_line = each_line;
@@ -138,7 +163,8 @@ gt_status gt_text_tokenize_file(gt_tokfile_writer *w, const char *text_path, con
 }
 
 gt_status gt_tokenize_bytes_into(gt_tokfile_writer *w, const char *text_path, const char *separator_line) {
-  return gt_text_tokenize_file(w, text_path, separator_line, false);
+  gt_text_sink sink = {.w = w};
+  return gt_text_tokenize_file(&sink, text_path, separator_line, false);
 }
 
 gt_status gt_tokenize_bytes(const char *text_path, const char *separator_line, const char *out_path,

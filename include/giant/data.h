@@ -72,6 +72,18 @@ typedef enum gt_text_records {
 typedef struct gt_text_options {
   gt_text_records records;
   const char *separator; /* GT_RECORDS_SEPARATOR's line: no newline in it */
+  /* A Hugging Face tokenizers tokenizer.json holding a byte-level BPE
+   * vocabulary (GPT-2's or Llama 3's kind) to encode with; NULL: bytes.
+   * Records are then separated by the vocabulary's end-of-text token
+   * ("<|endoftext|>", else "<|end_of_text|>", else "</s>"; none if it has
+   * none of them), which is the token file's document separator; invalid
+   * UTF-8 is read as U+FFFD, as Python's errors="replace" does
+   * (docs/interop.md). */
+  const char *tokenizer;
+  /* Called after each block read, with the bytes read so far and the
+   * inputs' total size (NULL: none). */
+  void (*progress)(void *user, uint64_t done, uint64_t total);
+  void *progress_user;
 } gt_text_options;
 
 /* The names of gt_text_records, as giant-tokenize's --records takes them:
