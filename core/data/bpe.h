@@ -49,5 +49,8 @@ gt_status gt_bpe_stream_end(gt_bpe_stream *st, bool end_of_text);
 /* Flushes the ids held for the writer. */
 gt_status gt_bpe_stream_flush(gt_bpe_stream *st);
 void gt_bpe_stream_free(gt_bpe_stream *st);
+/* How much text the stream gathers before pre-tokenizing (default 256 KiB):
+ * tests make it tiny so that buffer ends fall everywhere. */
+void gt_bpe_stream_set_chunk(gt_bpe_stream *st, size_t bytes);
 
 #endif

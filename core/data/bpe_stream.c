@@ -20,7 +20,7 @@
 #include "core/data/bpe_impl.h"
 #include "giant/data.h"
 
-#define CHUNK (256u << 10) /* text held before pre-tokenizing */
+#define CHUNK (256u << 10) /* text held before pre-tokenizing, by default */
 #define OUT_IDS 4096
 #define CACHE_SLOTS (1u << 16)
 #define CACHE_BYTES (8u << 20)
@@ -51,7 +51,7 @@ struct gt_bpe_stream {
   unsigned char lo, hi;
   /* Repaired text not yet encoded. */
   unsigned char *buf;
-  size_t len, cap, next_at;
+  size_t len, cap, next_at, chunk;
   uint32_t out[OUT_IDS];
   size_t nout;
   sym *syms;
@@ -267,7 +267,7 @@ static gt_status process(gt_bpe_stream *st, bool final) {
   st->len -= pos;
   /* Pre-tokenize again only once the buffer has doubled, so that one long
    * piece is not rescanned at every byte. */
-  st->next_at = st->len * 2 > CHUNK ? st->len * 2 : CHUNK;
+  st->next_at = st->len * 2 > st->chunk ? st->len * 2 : st->chunk;
   return GT_OK;
 }
 
@@ -352,7 +352,7 @@ gt_status gt_bpe_stream_open(const gt_bpe *b, gt_tokfile_writer *w, gt_bpe_strea
   if (!st) return oom();
   st->b = b;
   st->w = w;
-  st->next_at = CHUNK;
+  st->next_at = st->chunk = CHUNK;
   st->cache = calloc(CACHE_SLOTS, sizeof *st->cache);
   st->arena = malloc(CACHE_BYTES);
   if (!st->cache || !st->arena) {
@@ -362,6 +362,8 @@ gt_status gt_bpe_stream_open(const gt_bpe *b, gt_tokfile_writer *w, gt_bpe_strea
   *out = st;
   return GT_OK;
 }
+
+void gt_bpe_stream_set_chunk(gt_bpe_stream *st, size_t bytes) { st->chunk = st->next_at = bytes ? bytes : 1; }
 
 void gt_bpe_stream_free(gt_bpe_stream *st) {
   if (!st) return;
