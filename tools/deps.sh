@@ -18,6 +18,27 @@ giant_install_deps() {
   $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q $missing
 }
 
+# Python packages the tests use as independent references (test_bpe:
+# Hugging Face's tokenizers), pinned; pip installs them for the python3 on
+# PATH, the one CMake finds for the tests. Debian's python3 marks itself
+# externally managed: --break-system-packages lets pip add to it all the
+# same (these are wheels of their own, not Debian's).
+GIANT_PY_PACKAGES="tokenizers==0.15.2"
+
+# giant_install_py_deps: installs those of GIANT_PY_PACKAGES missing (with
+# pip, and pip itself from Debian if python3 lacks it).
+giant_install_py_deps() {
+  local missing=""
+  for p in $GIANT_PY_PACKAGES; do
+    python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('${p%%==*}') != '${p#*==}')" 2>/dev/null ||
+      missing="$missing $p"
+  done
+  [ -z "$missing" ] && return 0
+  python3 -m pip --version >/dev/null 2>&1 || giant_install_deps "python3-pip"
+  echo "installing (pip):$missing"
+  python3 -m pip install -q --break-system-packages $missing
+}
+
 # For the Slurm test (tests/launch/test_launch_slurm.c) and
 # tools/slurm_cluster.sh, which runs a Slurm cluster on emulated nodes.
 GIANT_SLURM_PACKAGES="slurmctld slurmd slurm-client munge"

@@ -7,6 +7,7 @@ set -euo pipefail
 GIANT_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 . "$GIANT_ROOT/tools/deps.sh"
 giant_install_deps
+giant_install_py_deps
 BUILD="${GIANT_BUILD_DIR:-$GIANT_ROOT/build}"
 mkdir -p "$BUILD"
 giant_build "$BUILD" -DGIANT_FAULTS=ON ${GIANT_CMAKE_ARGS:-}
