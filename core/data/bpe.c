@@ -39,18 +39,14 @@ static uint64_t mix(uint64_t k) {
   return k;
 }
 
-/* GPT-2's byte-to-unicode alphabet, backwards: code point -> byte, -1. */
+/* GPT-2's byte-to-unicode alphabet, backwards: code point -> byte, -1.
+ * The printable bytes stand for themselves; the other 68 (0x00-0x20,
+ * 0x7F-0xA0, 0xAD), in order, are U+0100 onwards. */
 static int unicode_to_byte(uint32_t cp) {
   if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF)) return (int)cp;
   if (cp < 256 || cp >= 256 + 68) return -1;
-  int n = 0;
-  for (int b = 0; b < 256; b++) {
-    bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    if (printable) continue;
-    if ((uint32_t)n == cp - 256) return b;
-    n++;
-  }
-  return -1;
+  uint32_t n = cp - 256;
+  return n < 33 ? (int)n : n < 67 ? (int)(0x7F + n - 33) : 0xAD;
 }
 
 /* A token's text in the byte alphabet -> its bytes (out has room for len);

@@ -14,6 +14,7 @@
  * first, the leftmost among equals, with a heap; a cache keeps the ids of
  * short pieces seen before.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +173,8 @@ static gt_status encode_piece(gt_bpe_stream *st, const unsigned char *s, size_t 
       return GT_OK;
     }
   }
+  if (n > INT32_MAX)
+    return gt_errorf(GT_EUNSUPPORTED, "a piece of text of %zu bytes (one run of letters, spaces...) is too long", n);
   GT_TRY(reserve(st, n));
   int32_t m = 0;
   for (size_t i = 0; i < n; i++) {

@@ -261,6 +261,46 @@ static void test_buffer_ends(void **state) {
   free(text);
 }
 
+/* The ids of text encoded with the tokenizer.json text given. */
+static size_t encode_small(const char *json, const char *text, uint32_t *ids, size_t cap) {
+  const char *tj = path_in("small.json");
+  FILE *f = fopen(tj, "wb");
+  assert_non_null(f);
+  fputs(json, f);
+  fclose(f);
+  gt_bpe *b;
+  assert_int_equal(gt_bpe_load(tj, &b), GT_OK);
+  size_t n;
+  uint32_t *got = encode_with_chunk(b, (const unsigned char *)text, strlen(text), 0, 1, &n);
+  assert_true(n <= cap);
+  memcpy(ids, got, n * 4);
+  free(got);
+  gt_bpe_free(b);
+  return n;
+}
+
+/* ignore_merges (Llama 3 sets it): a piece that is a token is that token,
+ * whatever the merges would make; merges given as pairs; a byte without a
+ * token dropped, as tokenizers drops it. */
+static void test_ignore_merges(void **state) {
+  (void)state;
+  static const char fmt[] =
+      "{\"model\": {\"type\": \"BPE\", \"ignore_merges\": %s, \"vocab\": "
+      "{\"a\": 0, \"b\": 1, \"c\": 2, \"bc\": 3, \"abc\": 4, \"\\u0120\": 5}, "
+      "\"merges\": [[\"b\", \"c\"]]}, \"normalizer\": null, "
+      "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false}}";
+  char json[512];
+  uint32_t ids[16];
+  snprintf(json, sizeof json, fmt, "true");
+  size_t n = encode_small(json, "abc abcd", ids, 16);
+  assert_int_equal(n, 4);
+  assert_memory_equal(ids, ((uint32_t[]){4, 5, 0, 3}), 4 * 4);
+  snprintf(json, sizeof json, fmt, "false");
+  n = encode_small(json, "abc abcd", ids, 16);
+  assert_int_equal(n, 5);
+  assert_memory_equal(ids, ((uint32_t[]){0, 3, 5, 0, 3}), 5 * 4);
+}
+
 static void test_json(void **state) {
   (void)state;
   static const char ok[] = " {\"a\": [1, -2.5e1, true, null, {\"b\": \"\\u00e9\\ud83d\\ude00\\n\\\"\"}], \"c\": {}} ";
@@ -375,9 +415,11 @@ static int teardown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_json),        cmocka_unit_test(test_gpt2_fortunes),  cmocka_unit_test(test_llama3_fortunes),
-      cmocka_unit_test(test_gpt2_layout), cmocka_unit_test(test_random_bytes),   cmocka_unit_test(test_whole_files),
-      cmocka_unit_test(test_buffer_ends), cmocka_unit_test(test_bad_tokenizers),
+      cmocka_unit_test(test_json),           cmocka_unit_test(test_ignore_merges),
+      cmocka_unit_test(test_gpt2_fortunes),  cmocka_unit_test(test_llama3_fortunes),
+      cmocka_unit_test(test_gpt2_layout),    cmocka_unit_test(test_random_bytes),
+      cmocka_unit_test(test_whole_files),    cmocka_unit_test(test_buffer_ends),
+      cmocka_unit_test(test_bad_tokenizers),
   };
   return gt_test_exit(cmocka_run_group_tests(tests, setup, teardown));
 }
