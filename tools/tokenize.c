@@ -1,4 +1,5 @@
-/* giant-tokenize: turns text files into one byte-level token file.
+/* giant-tokenize: turns text files into one token file, of bytes or of a
+ * byte-level BPE vocabulary.
  *
  *   giant-tokenize [--tokenizer tokenizer.json] [--records MODE]
  *                  [--doc-sep LINE | --no-doc-sep] OUT.tok INPUT...
@@ -58,7 +59,7 @@ typedef struct progress_state {
 static void progress(void *user, uint64_t done, uint64_t total) {
   progress_state *ps = user;
   double now = gt_now();
-  if (now - ps->last < 0.1) return;
+  if (now - ps->last < 0.1 && done < total) return; /* the last one always shows */
   ps->last = now;
   ps->shown = true;
   double frac = total ? (double)done / (double)total : 0;

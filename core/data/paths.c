@@ -108,7 +108,7 @@ static gt_status add_all(job *j, const char *const *inputs, int ninputs) {
 
 /* The bytes the inputs hold, for progress reports (a guess: files may
  * change, and the output is counted if it lies among them). */
-static uint64_t input_bytes(const char *const *inputs, int ninputs) {
+static uint64_t input_bytes(const char *const *inputs, int ninputs, bool skip_index) {
   uint64_t total = 0;
   for (int i = 0; i < ninputs; i++) {
     struct stat st;
@@ -121,8 +121,10 @@ static uint64_t input_bytes(const char *const *inputs, int ninputs) {
     if (!d) continue;
     int fd = dirfd(d);
     struct dirent *e;
-    while ((e = readdir(d)) != NULL)
+    while ((e = readdir(d)) != NULL) {
+      if (skip_index && (ends_with(e->d_name, ".dat") || ends_with(e->d_name, ".u8"))) continue;
       if (fstatat(fd, e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode)) total += (uint64_t)st.st_size;
+    }
     closedir(d);
   }
   return total;
@@ -157,7 +159,7 @@ static gt_status tokenize(const char *const *inputs, int ninputs, reading r, con
   if (o && o->progress) {
     j.sink.progress = o->progress;
     j.sink.progress_user = o->progress_user;
-    j.sink.total = input_bytes(inputs, ninputs);
+    j.sink.total = input_bytes(inputs, ninputs, r.skip_index);
   }
   size_t n = strlen(out_path);
   char *tmp = malloc(n + 5);

@@ -384,6 +384,33 @@ static void test_bad_tokenizers(void **state) {
   assert_int_equal(tokenize(log, path_in("absent.json"), NULL, path_in("x.tok"), FORTUNES), 1);
 }
 
+static bool file_has(const char *path, const char *words) {
+  char buf[8192] = {0};
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
+  fclose(f);
+  return strstr(buf, words) != NULL;
+}
+
+/* The flag's usage: named in --help with its end-of-text token; misuse is
+ * exit 2. */
+static void test_cli(void **state) {
+  (void)state;
+  if (!getenv("GT_BUILD_DIR")) SKIP_CASE("GT_BUILD_DIR is not set (run under ctest)");
+  const char *log = path_in("cli.log");
+  char *help[] = {(char *)tool(), "--help", NULL};
+  assert_int_equal(run(log, help, 60), 0);
+  assert_true(file_has(log, "--tokenizer FILE"));
+  assert_true(file_has(log, "<|endoftext|>"));
+  char *bare[] = {(char *)tool(), "--tokenizer", NULL};
+  assert_int_equal(run(log, bare, 60), 2);
+  assert_true(file_has(log, "--tokenizer needs a tokenizer.json"));
+  char *mixed[] = {(char *)tool(), "--tokenizer", "t.json", "--doc-sep", "x", "o.tok", "in", NULL};
+  assert_int_equal(run(log, mixed, 60), 2);
+  assert_true(file_has(log, "does not go with --tokenizer"));
+}
+
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw) {
   (void)st, (void)flag, (void)ftw;
   return remove(p);
@@ -415,10 +442,9 @@ static int teardown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_json),           cmocka_unit_test(test_ignore_merges),
-      cmocka_unit_test(test_gpt2_fortunes),  cmocka_unit_test(test_llama3_fortunes),
-      cmocka_unit_test(test_gpt2_layout),    cmocka_unit_test(test_random_bytes),
-      cmocka_unit_test(test_whole_files),    cmocka_unit_test(test_buffer_ends),
+      cmocka_unit_test(test_json),           cmocka_unit_test(test_ignore_merges),   cmocka_unit_test(test_cli),
+      cmocka_unit_test(test_gpt2_fortunes),  cmocka_unit_test(test_llama3_fortunes), cmocka_unit_test(test_gpt2_layout),
+      cmocka_unit_test(test_random_bytes),   cmocka_unit_test(test_whole_files),     cmocka_unit_test(test_buffer_ends),
       cmocka_unit_test(test_bad_tokenizers),
   };
   return gt_test_exit(cmocka_run_group_tests(tests, setup, teardown));
