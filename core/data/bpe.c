@@ -114,7 +114,10 @@ static gt_status build_tokmap(gt_bpe *b) {
         break;
       }
       const gt_bpe_tok *o = &b->toks[u - 1];
-      if (o->len == k->len && memcmp(b->bytes + o->off, b->bytes + k->off, k->len) == 0) break; /* first wins */
+      if (o->len == k->len && memcmp(b->bytes + o->off, b->bytes + k->off, k->len) == 0) {
+        b->tokmap[i] = t + 1; /* a repeated entry: the later wins, as in a map read by serde */
+        break;
+      }
     }
   }
   return GT_OK;
@@ -237,9 +240,11 @@ static gt_status read_vocab(gt_bpe *b, const gt_json *vocab, const char *name) {
   GT_TRY(want(vocab, GT_JSON_OBJECT, name, "model.vocab"));
   for (const gt_json *m = vocab->child; m; m = m->next) {
     uint32_t id = 0;
-    char what[96];
-    snprintf(what, sizeof what, "the id of vocabulary entry %.40s", m->key);
-    GT_TRY(read_id(m, name, what, &id));
+    if (read_id(m, name, "", &id) != GT_OK) /* named only now: vocabularies are large */
+      return gt_errorf(GT_EFORMAT,
+                       "%s: the id of vocabulary entry %.40s is not a token id (a whole number from 0 "
+                       "to 2^31-1)",
+                       name, m->key);
     if (id + 1 > b->vocab_size) b->vocab_size = id + 1;
     GT_TRY(grow_tokens(b, m->key_len));
     size_t n;
