@@ -23,8 +23,8 @@
 
 #define CHUNK (256u << 10) /* text held before pre-tokenizing, by default */
 #define OUT_IDS 4096
-#define CACHE_SLOTS (1u << 16)
-#define CACHE_BYTES (8u << 20)
+#define CACHE_SLOTS (1u << 18)
+#define CACHE_BYTES (16u << 20)
 #define CACHE_MAX_PIECE 64
 
 typedef struct sym {
