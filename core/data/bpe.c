@@ -165,10 +165,19 @@ static gt_status read_id(const gt_json *v, const char *name, const char *what, u
   return GT_OK;
 }
 
-static gt_status check_bytelevel(const gt_json *p, const char *name, bool regex) {
-  if (is_true(gt_json_get(p, "add_prefix_space")))
-    return gt_errorf(GT_EUNSUPPORTED,
-                     "%s: the ByteLevel pre-tokenizer's add_prefix_space is true; only false is supported", name);
+/* add_prefix_space puts a space before each piece of text between added
+ * tokens that lacks one: read for ByteLevel alone (GPT-2's kind, RoBERTa's);
+ * after a Split it would put one before every split piece, which no
+ * published vocabulary does. */
+static gt_status check_bytelevel(gt_bpe *b, const gt_json *p, const char *name, bool regex) {
+  if (is_true(gt_json_get(p, "add_prefix_space"))) {
+    if (!regex)
+      return gt_errorf(GT_EUNSUPPORTED,
+                       "%s: the ByteLevel pre-tokenizer after a Split has add_prefix_space true; only false is "
+                       "supported there",
+                       name);
+    b->add_prefix_space = true;
+  }
   const gt_json *u = gt_json_get(p, "use_regex");
   bool uses = !u || is_true(u);
   if (uses != regex)
@@ -190,7 +199,7 @@ static gt_status read_pretok(gt_bpe *b, const gt_json *root, const char *name) {
   GT_TRY(want(p, GT_JSON_OBJECT, name, "pre_tokenizer"));
   if (type_is(p, "ByteLevel")) {
     b->kind = GT_PRETOK_GPT2;
-    return check_bytelevel(p, name, true);
+    return check_bytelevel(b, p, name, true);
   }
   const gt_json *seq = gt_json_get(p, "pretokenizers");
   if (type_is(p, "Sequence") && seq && seq->type == GT_JSON_ARRAY && seq->count == 2) {
@@ -210,7 +219,7 @@ static gt_status read_pretok(gt_bpe *b, const gt_json *root, const char *name) {
                          "%s: the Split pre-tokenizer's pattern is neither GPT-2's nor Llama 3's; "
                          "no other is supported",
                          name);
-      return check_bytelevel(bl, name, false);
+      return check_bytelevel(b, bl, name, false);
     }
   }
   const gt_json *ty = gt_json_get(p, "type");

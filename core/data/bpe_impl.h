@@ -29,7 +29,8 @@ typedef struct gt_bpe_added {
 struct gt_bpe {
   gt_pretok_kind kind;
   bool ignore_merges, fuse_unk;
-  int64_t unk; /* the unknown token's id, -1 none: bytes without a token are then dropped */
+  bool add_prefix_space; /* ByteLevel's: a space before text between added tokens that lacks one */
+  int64_t unk;           /* the unknown token's id, -1 none: bytes without a token are then dropped */
   uint32_t vocab_size, eot;
   const char *eot_name;
   /* The byte-level tokens, as bytes, and a hash map from bytes to them. */

@@ -53,6 +53,7 @@ struct gt_bpe_stream {
   /* Repaired text not yet encoded. */
   unsigned char *buf;
   size_t len, cap, next_at, chunk;
+  bool piece_start; /* buf[0] begins a piece of text between added tokens */
   uint32_t out[OUT_IDS];
   size_t nout;
   sym *syms;
@@ -234,6 +235,34 @@ static const gt_bpe_added *find_added(const gt_bpe *b, const unsigned char *buf,
   return NULL;
 }
 
+static gt_status grow(gt_bpe_stream *st, size_t n) {
+  if (st->len + n <= st->cap) return GT_OK;
+  size_t cap = st->cap ? st->cap : CHUNK;
+  while (cap < st->len + n) cap *= 2;
+  unsigned char *p = realloc(st->buf, cap);
+  if (!p) return oom();
+  st->buf = p;
+  st->cap = cap;
+  return GT_OK;
+}
+
+static gt_status put_text(gt_bpe_stream *st, const unsigned char *s, size_t n) {
+  GT_TRY(grow(st, n));
+  memcpy(st->buf + st->len, s, n);
+  st->len += n;
+  return GT_OK;
+}
+
+/* add_prefix_space's space, before the piece at pos (once per piece: the
+ * copy is bounded by the text held). */
+static gt_status insert_space(gt_bpe_stream *st, size_t pos) {
+  GT_TRY(grow(st, 1));
+  memmove(st->buf + pos + 1, st->buf + pos, st->len - pos);
+  st->buf[pos] = ' ';
+  st->len++;
+  return GT_OK;
+}
+
 /* Encodes what can be known of buf; all of it when final. */
 static gt_status process(gt_bpe_stream *st, bool final) {
   const gt_bpe *b = st->b;
@@ -242,17 +271,27 @@ static gt_status process(gt_bpe_stream *st, bool final) {
     size_t end = st->len, at = 0;
     bool end_final = final;
     const gt_bpe_added *a = b->nadded ? find_added(b, st->buf, pos, st->len, &at) : NULL;
-    if (a && !final && at + b->added_max > st->len) { /* a longer one, or an earlier, may be cut off */
-      a = NULL;
-      end = at;
-      end_final = false;
-    } else if (a) {
+    if (a && (final || at + b->added_max <= st->len)) {
       end = at;
       end_final = true;
-    } else if (b->nadded && !final) { /* an added token may begin in the last bytes */
+    } else if (b->nadded && !final) {
+      /* An added token may begin in the last bytes, cut off by the end of
+       * what is known: a longer one where one was found, or an earlier. */
       size_t hold = b->added_max - 1;
+      a = NULL;
       end = st->len - pos > hold ? st->len - hold : pos;
       end_final = false;
+    }
+    if (st->piece_start && b->add_prefix_space) {
+      if (pos < end) { /* the piece's first byte is known */
+        if (st->buf[pos] != ' ') {
+          GT_TRY(insert_space(st, pos));
+          end++, at++;
+        }
+        st->piece_start = false;
+      } else if (end_final) { /* an empty piece */
+        st->piece_start = false;
+      }
     }
     while (pos < end) {
       size_t m = gt_pretok_next(b->kind, st->buf + pos, end - pos, end_final);
@@ -264,6 +303,7 @@ static gt_status process(gt_bpe_stream *st, bool final) {
     if (a) {
       GT_TRY(put_id(st, a->id));
       pos += a->len;
+      st->piece_start = true;
     }
   }
   memmove(st->buf, st->buf + pos, st->len - pos);
@@ -271,20 +311,6 @@ static gt_status process(gt_bpe_stream *st, bool final) {
   /* Pre-tokenize again only once the buffer has doubled, so that one long
    * piece is not rescanned at every byte. */
   st->next_at = st->len * 2 > st->chunk ? st->len * 2 : st->chunk;
-  return GT_OK;
-}
-
-static gt_status put_text(gt_bpe_stream *st, const unsigned char *s, size_t n) {
-  if (st->len + n > st->cap) {
-    size_t cap = st->cap ? st->cap : CHUNK;
-    while (cap < st->len + n) cap *= 2;
-    unsigned char *p = realloc(st->buf, cap);
-    if (!p) return oom();
-    st->buf = p;
-    st->cap = cap;
-  }
-  memcpy(st->buf + st->len, s, n);
-  st->len += n;
   return GT_OK;
 }
 
@@ -345,6 +371,7 @@ gt_status gt_bpe_stream_end(gt_bpe_stream *st, bool end_of_text) {
     GT_TRY(put_text(st, replacement, 3));
   }
   GT_TRY(process(st, true));
+  st->piece_start = true;
   if (end_of_text && st->b->eot != GT_TOKFILE_NO_SEP) GT_TRY(put_id(st, st->b->eot));
   return GT_OK;
 }
@@ -356,6 +383,7 @@ gt_status gt_bpe_stream_open(const gt_bpe *b, gt_tokfile_writer *w, gt_bpe_strea
   st->b = b;
   st->w = w;
   st->next_at = st->chunk = CHUNK;
+  st->piece_start = true;
   st->cache = calloc(CACHE_SLOTS, sizeof *st->cache);
   st->arena = malloc(CACHE_BYTES);
   if (!st->cache || !st->arena) {

@@ -33,6 +33,8 @@
 static char dir[64];
 static bool have_python; /* python3 with tokenizers, and the corpus */
 
+static const char *edited(const char *name, const char *edit);
+
 static const char *path_in(const char *name) {
   static char p[64][256];
   static int k;
@@ -209,6 +211,27 @@ static void test_random_bytes(void **state) {
   same_as_reference(path_in("llama3.json"), "file", in, 0);
 }
 
+/* Added tokens where pieces begin and end, empty pieces between them, and
+ * ByteLevel's add_prefix_space (a space before each piece lacking one). */
+static void test_added_tokens(void **state) {
+  (void)state;
+  if (!have_python) SKIP_CASE("no python3 with tokenizers, or no " FORTUNES);
+  const char *in = path_in("lines.txt");
+  FILE *f = fopen(in, "wb");
+  assert_non_null(f);
+  for (int i = 0; i < 200; i++)
+    fprintf(f,
+            "<|endoftext|>\n<|endoftext|>abc\nabc<|endoftext|>\n x%d\nx\nx<|endoftext|><|endoftext|> y\n"
+            "<|endoftext|> \n  \nhello world <|endoftext\n",
+            i);
+  fclose(f);
+  const char *prefix = edited("prefix_space.json", "d['pre_tokenizer']['add_prefix_space']=True");
+  same_as_reference(path_in("gpt2.json"), "line", in, 0);
+  same_as_reference(path_in("llama3.json"), "line", in, 0);
+  same_as_reference(prefix, "line", in, 0);
+  same_as_reference(prefix, NULL, FORTUNES, 0);
+}
+
 /* Each fortune file (and index file) one record: pieces far longer than
  * the stream's buffer, binary among them. */
 static void test_whole_files(void **state) {
@@ -243,9 +266,11 @@ static void test_buffer_ends(void **state) {
   size_t n;
   unsigned char *text = slurp(path_in("random.txt"), &n);
   if (n > 120000) n = 120000;
-  for (int kind = 0; kind < 2; kind++) {
+  const char *files[] = {path_in("gpt2.json"), path_in("llama3.json"),
+                         edited("prefix_space.json", "d['pre_tokenizer']['add_prefix_space']=True")};
+  for (int kind = 0; kind < 3; kind++) {
     gt_bpe *b;
-    assert_int_equal(gt_bpe_load(path_in(kind ? "llama3.json" : "gpt2.json"), &b), GT_OK);
+    assert_int_equal(gt_bpe_load(files[kind], &b), GT_OK);
     size_t nwant, ngot;
     uint32_t *want = encode_with_chunk(b, text, n, 0, n, &nwant);
     const size_t chunks[][2] = {{1, 1}, {2, 3}, {7, 5}, {64, 4096}, {1000, 17}};
@@ -338,17 +363,24 @@ static void test_json(void **state) {
   }
 }
 
-/* A tokenizer.json rewritten by a Python expression on d, then refused by
- * giant-tokenize with `words` in its message and no output left. */
-static void refused(const char *name, const char *edit, const char *words) {
-  const char *tj = path_in(name), *log = path_in("bad.log"), *out = path_in("bad.tok");
+/* gpt2.json rewritten by a Python statement on d (the JSON, or a string
+ * written as it is) into name. */
+static const char *edited(const char *name, const char *edit) {
+  const char *tj = path_in(name);
   char code[1024];
   snprintf(code, sizeof code,
            "import json,sys; d=json.load(open(sys.argv[1])); %s; "
            "open(sys.argv[2],'w').write(d if isinstance(d,str) else json.dumps(d))",
            edit);
   char *argv[] = {GT_PYTHON3, "-c", code, (char *)path_in("gpt2.json"), (char *)tj, NULL};
-  assert_int_equal(run(log, argv, 120), 0);
+  assert_int_equal(run(path_in("edit.log"), argv, 120), 0);
+  return tj;
+}
+
+/* A tokenizer.json edited so, refused by giant-tokenize with `words` in
+ * its message and no output left. */
+static void refused(const char *name, const char *edit, const char *words) {
+  const char *tj = edited(name, edit), *log = path_in("bad.log"), *out = path_in("bad.tok");
   int rc = tokenize(log, tj, NULL, out, FORTUNES);
   char buf[4096] = {0};
   FILE *f = fopen(log, "rb");
@@ -372,7 +404,12 @@ static void test_bad_tokenizers(void **state) {
   refused("wordpiece.json", "d['model']['type']='WordPiece'", "the model is WordPiece, not BPE");
   refused("no_model.json", "del d['model']", "model is missing");
   refused("normalizer.json", "d['normalizer']={'type':'NFC'}", "a normalizer is set");
-  refused("prefix.json", "d['pre_tokenizer']['add_prefix_space']=True", "add_prefix_space is true");
+  refused("prefix.json",
+          "d['pre_tokenizer']={'type':'Sequence','pretokenizers':[{'type':'Split','pattern':{'Regex':"
+          "json.load(open(sys.argv[1].replace('gpt2','llama3')))['pre_tokenizer']['pretokenizers'][0]['pattern']"
+          "['Regex']},'behavior':'Isolated','invert':False},{'type':'ByteLevel','use_regex':False,"
+          "'add_prefix_space':True}]}",
+          "has add_prefix_space true");
   refused("pattern.json",
           "d['pre_tokenizer']={'type':'Sequence','pretokenizers':[{'type':'Split','pattern':{'Regex':'x'},"
           "'behavior':'Isolated','invert':False},{'type':'ByteLevel','use_regex':False}]}",
@@ -442,10 +479,10 @@ static int teardown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_json),           cmocka_unit_test(test_ignore_merges),   cmocka_unit_test(test_cli),
-      cmocka_unit_test(test_gpt2_fortunes),  cmocka_unit_test(test_llama3_fortunes), cmocka_unit_test(test_gpt2_layout),
-      cmocka_unit_test(test_random_bytes),   cmocka_unit_test(test_whole_files),     cmocka_unit_test(test_buffer_ends),
-      cmocka_unit_test(test_bad_tokenizers),
+      cmocka_unit_test(test_json),          cmocka_unit_test(test_ignore_merges),   cmocka_unit_test(test_cli),
+      cmocka_unit_test(test_gpt2_fortunes), cmocka_unit_test(test_llama3_fortunes), cmocka_unit_test(test_gpt2_layout),
+      cmocka_unit_test(test_random_bytes),  cmocka_unit_test(test_added_tokens),    cmocka_unit_test(test_whole_files),
+      cmocka_unit_test(test_buffer_ends),   cmocka_unit_test(test_bad_tokenizers),
   };
   return gt_test_exit(cmocka_run_group_tests(tests, setup, teardown));
 }
