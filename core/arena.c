@@ -19,6 +19,8 @@
 typedef struct block {
   void *ptr;
   size_t size; /* class size */
+  size_t part; /* of it, bytes counted as part_kind; the rest as kind */
+  gt_mem_kind kind, part_kind;
   struct block *next;
 } block;
 
@@ -28,6 +30,8 @@ struct gt_arena {
   gt_backend *be;
   pthread_mutex_t mu;
   size_t budget, current, peak, cached, device_allocs;
+  /* The ledger: bytes held by category now, and when current peaked. */
+  size_t kinds[GT_MEM_KINDS], peak_kinds[GT_MEM_KINDS];
   block *live[NBUCKETS];
   block *free_list; /* cached blocks, any size, unsorted */
 };
@@ -83,8 +87,27 @@ void gt_arena_destroy(gt_arena *a) {
   free(a);
 }
 
+/* Counts a block's bytes into its categories (sign -1 takes them out). */
+static void count_kinds(gt_arena *a, gt_mem_kind kind, gt_mem_kind part_kind, size_t cls, size_t part, int sign) {
+  size_t rest = cls - part;
+  a->kinds[kind] = sign > 0 ? a->kinds[kind] + rest : a->kinds[kind] - rest;
+  a->kinds[part_kind] = sign > 0 ? a->kinds[part_kind] + part : a->kinds[part_kind] - part;
+}
+
 gt_status gt_arena_alloc(gt_arena *a, size_t bytes, void **ptr) {
+  return gt_arena_alloc_parts(a, GT_MEM_OTHER, bytes, GT_MEM_OTHER, 0, ptr);
+}
+
+gt_status gt_arena_alloc_as(gt_arena *a, gt_mem_kind kind, size_t bytes, void **ptr) {
+  return gt_arena_alloc_parts(a, kind, bytes, kind, 0, ptr);
+}
+
+gt_status gt_arena_alloc_parts(gt_arena *a, gt_mem_kind kind, size_t bytes, gt_mem_kind part_kind, size_t part,
+                               void **ptr) {
+  if ((unsigned)kind >= GT_MEM_KINDS) kind = GT_MEM_OTHER;
+  if ((unsigned)part_kind >= GT_MEM_KINDS) part_kind = GT_MEM_OTHER;
   size_t cls = size_class(bytes);
+  if (part > cls) part = cls;
   pthread_mutex_lock(&a->mu);
   if (a->budget && a->current + cls > a->budget) {
     size_t cur = a->current, budget = a->budget;
@@ -97,7 +120,11 @@ gt_status gt_arena_alloc(gt_arena *a, size_t bytes, void **ptr) {
   /* Counted now, under the lock that checked the budget, so that threads
    * allocating together cannot all pass the check; undone on failure. */
   a->current += cls;
-  if (a->current > a->peak) a->peak = a->current;
+  count_kinds(a, kind, part_kind, cls, part, 1);
+  if (a->current > a->peak) {
+    a->peak = a->current;
+    memcpy(a->peak_kinds, a->kinds, sizeof a->kinds);
+  }
   /* Reuse a cached block of exactly this class. */
   block **pp = &a->free_list, *b = NULL;
   for (; *pp; pp = &(*pp)->next) {
@@ -123,11 +150,15 @@ gt_status gt_arena_alloc(gt_arena *a, size_t bytes, void **ptr) {
       free(b);
       pthread_mutex_lock(&a->mu);
       a->current -= cls;
+      count_kinds(a, kind, part_kind, cls, part, -1);
       pthread_mutex_unlock(&a->mu);
       return s;
     }
     b->size = cls;
   }
+  b->part = part;
+  b->kind = kind;
+  b->part_kind = part_kind;
   pthread_mutex_lock(&a->mu);
   if (fresh) a->device_allocs++;
   size_t k = bucket_of(b->ptr);
@@ -147,6 +178,7 @@ void gt_arena_free(gt_arena *a, void *ptr) {
   if (b) {
     *pp = b->next;
     a->current -= b->size;
+    count_kinds(a, b->kind, b->part_kind, b->size, b->part, -1);
     a->cached += b->size;
     b->next = a->free_list;
     a->free_list = b;
@@ -176,7 +208,15 @@ size_t gt_arena_reserved(const gt_arena *a) {
 void gt_arena_reset_peak(gt_arena *a) {
   pthread_mutex_lock(&a->mu);
   a->peak = a->current;
+  memcpy(a->peak_kinds, a->kinds, sizeof a->kinds);
   pthread_mutex_unlock(&a->mu);
+}
+
+void gt_arena_kinds(const gt_arena *a, size_t *current, size_t *peak) {
+  pthread_mutex_lock((pthread_mutex_t *)&a->mu);
+  if (current) memcpy(current, a->kinds, sizeof a->kinds);
+  if (peak) memcpy(peak, a->peak_kinds, sizeof a->peak_kinds);
+  pthread_mutex_unlock((pthread_mutex_t *)&a->mu);
 }
 
 void gt_arena_set_budget(gt_arena *a, size_t budget_bytes) {

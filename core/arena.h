@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 
+#include "giant/model.h"
 #include "giant/status.h"
 
 struct gt_backend;
@@ -22,8 +23,16 @@ gt_status gt_arena_create(struct gt_backend *be, size_t budget_bytes, gt_arena *
 /* Frees cached blocks; blocks still in use are freed too and reported. */
 void gt_arena_destroy(gt_arena *a);
 
-/* 256-byte aligned; zero-size requests return a valid unique pointer. */
+/* 256-byte aligned; zero-size requests return a valid unique pointer.
+ * The block counts as GT_MEM_OTHER in the ledger. */
 gt_status gt_arena_alloc(gt_arena *a, size_t bytes, void **ptr);
+/* The same, the block counted as `kind`. */
+gt_status gt_arena_alloc_as(gt_arena *a, gt_mem_kind kind, size_t bytes, void **ptr);
+/* The same, `part` bytes of the block counted as part_kind and the rest of
+ * its size class as kind: one block that holds two things (a layer's
+ * saved tensors, of which some are attention). */
+gt_status gt_arena_alloc_parts(gt_arena *a, gt_mem_kind kind, size_t bytes, gt_mem_kind part_kind, size_t part,
+                               void **ptr);
 void gt_arena_free(gt_arena *a, void *ptr);
 /* Returns cached blocks to the device allocator. */
 void gt_arena_trim(gt_arena *a);
@@ -36,6 +45,9 @@ size_t gt_arena_current(const gt_arena *a);  /* bytes handed out and not freed *
 size_t gt_arena_peak(const gt_arena *a);     /* max of current since reset */
 size_t gt_arena_reserved(const gt_arena *a); /* current + cached */
 void gt_arena_reset_peak(gt_arena *a);
+/* By category: the bytes held now, and those held when current last
+ * reached its peak (GT_MEM_KINDS entries each; either may be NULL). */
+void gt_arena_kinds(const gt_arena *a, size_t *current, size_t *peak);
 size_t gt_arena_budget(const gt_arena *a);
 void gt_arena_set_budget(gt_arena *a, size_t budget_bytes);
 /* Device allocator calls so far (to check the steady state makes none). */

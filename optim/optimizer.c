@@ -97,7 +97,7 @@ gt_status gt_optimizer_create_range(gt_model *m, const gt_optim_config *cfg, siz
   }
   size_t bytes = (hi - lo ? hi - lo : 1) * sizeof(float);
   for (int i = 0; i < nstate; i++) {
-    gt_status s = gt_model_state_alloc(m, bytes, (void **)&o->state[i]);
+    gt_status s = gt_model_state_alloc_as(m, GT_MEM_OPTIMIZER, bytes, (void **)&o->state[i]);
     if (s == GT_OK) s = gt_backend_memset(be, o->state[i], 0, bytes, NULL);
     if (s != GT_OK) {
       gt_optimizer_destroy(o);

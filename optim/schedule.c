@@ -34,7 +34,7 @@ gt_status gt_grad_norm(gt_model *m, double *norm) {
   int np = gt_model_num_params(m);
   double *dev = NULL, *host = calloc((size_t)(np ? np : 1), sizeof *host);
   if (!host) return gt_errorf(GT_ENOMEM, "out of memory");
-  gt_status s = gt_model_state_alloc(m, (size_t)(np ? np : 1) * sizeof(double), (void **)&dev);
+  gt_status s = gt_model_state_alloc_as(m, GT_MEM_SCRATCH, (size_t)(np ? np : 1) * sizeof(double), (void **)&dev);
   const float *g = gt_model_grads(m);
   for (int i = 0; i < np && s == GT_OK; i++) {
     const gt_param *p = gt_model_param(m, i);
@@ -57,7 +57,7 @@ gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards,
   gt_backend *be = gt_model_state_backend(m);
   int np = gt_model_num_params(m);
   double *dev = NULL;
-  GT_TRY(gt_model_state_alloc(m, (size_t)(np ? np : 1) * sizeof(double), (void **)&dev));
+  GT_TRY(gt_model_state_alloc_as(m, GT_MEM_SCRATCH, (size_t)(np ? np : 1) * sizeof(double), (void **)&dev));
   double *host = calloc((size_t)(np ? np : 1), sizeof *host);
   gt_status s = host ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory");
   /* One partial sum per parameter, so split and whole ones can be told apart. */
@@ -85,7 +85,7 @@ gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards,
   free(host);
   float part[2] = {(float)sums[0], (float)sums[1]}, *dpart = NULL;
   bool reduce = (shards && shards->size > 1) || (tp && tp->size > 1) || (pp && pp->size > 1);
-  if (s == GT_OK && reduce) s = gt_arena_alloc(gt_model_arena(m), sizeof part, (void **)&dpart);
+  if (s == GT_OK && reduce) s = gt_arena_alloc_as(gt_model_arena(m), GT_MEM_COMM, sizeof part, (void **)&dpart);
   if (s == GT_OK && reduce) s = gt_backend_upload(be, dpart, part, sizeof part);
   if (s == GT_OK && shards && shards->size > 1) s = shards->allreduce_sum(shards, dpart, 2);
   if (s == GT_OK && pp && pp->size > 1) s = pp->allreduce_sum(pp, dpart, 2); /* stages hold disjoint layers */

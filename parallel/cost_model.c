@@ -2,9 +2,11 @@
  * (see parallel/planner.h for the formulas), the search over layouts, and the
  * printed plan. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/arena.h"
 #include "giant/engine/grid.h"
 #include "parallel/planner.h"
 #include "giant/engine/pipeline.h"
@@ -66,6 +68,9 @@ static double fetch_bytes(const gt_planner_layer *x, bool bf16) {
   return w - mm / 2;
 }
 
+/* The bytes the arena sets aside for a flat buffer of `bytes`. */
+static double block_bytes(double bytes) { return (double)gt_arena_block_size((size_t)ceil(bytes)); }
+
 static double slot_bytes(const gt_planner_layer *x, bool bf16) {
   double w = held_bytes(x), mm = bf16 ? fmin(x->matmul_bytes, w) : 0;
   return bf16 ? (w - mm) * 1.5 + mm / 2 : w;
@@ -102,11 +107,27 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
         budget[s] = fmin(budget[s], hw->mem_bytes ? hw->mem_bytes[r] : INFINITY);
       }
   }
-  double state_factor = job->zero1 ? 2 + 2.0 / dp : 4;
+  /* Weights, gradients, the optimizer's states (sharded by ZeRO-1) and,
+   * under bf16, the parameters' bf16 copy: bytes per parameter byte. */
+  bool off = job->offload_window > 0, bf16 = job->precision == GT_PRECISION_BF16;
+  int states = job->optim_states > 0 ? job->optim_states : 2;
+  double shards = job->zero1 ? dp : 1, state_factor = 2 + states / shards + (bf16 ? 0.5 : 0);
+  /* Micro-batches in flight on each pipeline rank, and what the rank holds
+   * beside its layers whatever the cut: per micro-batch the gradient
+   * buffers and the batch, once the scratch and the trainer's buffers. */
+  double flight[GT_PLANNER_MAX_STAGES] = {0}, fixed[GT_PLANNER_MAX_STAGES];
+  for (int r = 0; r < pp; r++) {
+    int live = 0;
+    for (int i = 0; i < sched->nsteps[r]; i++) {
+      live += sched->steps[r][i].op == GT_PP_FORWARD ? 1 : -1;
+      if (live > flight[r]) flight[r] = live;
+    }
+    fixed[r] =
+        job->extras.scratch_bytes + (hw->world > 1 ? job->extras.comm_bytes : 0) + job->extras.act_bytes * flight[r];
+  }
   /* Offloaded, a rank holds `window` weight slots and 2 gradient slots of
    * the widest layer (its share of it under tp) whatever the cut, and the
    * activations. */
-  bool off = job->offload_window > 0, bf16 = job->precision == GT_PRECISION_BF16;
   double widest_w = 0, widest_g = 0;
   for (int i = 0; i < L; i++) {
     widest_w = fmax(widest_w, slot_bytes(&job->layers[i], bf16));
@@ -140,7 +161,7 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
     }
     for (int j = 0; j < n; j++) {
       vspeed[j] = speed[j % pp];
-      vmem[j] = fmax(0, budget[j % pp] - slots) * tp / v;
+      vmem[j] = fmax(0, budget[j % pp] - slots - fixed[j % pp]) * tp / v;
     }
     gt_planner_stages spec = {.n = n,
                               .speed = vspeed,
@@ -155,6 +176,7 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
 
   double fwd[GT_PLANNER_MAX_STAGES], bwd[GT_PLANNER_MAX_STAGES], act[GT_PLANNER_MAX_STAGES];
   double params[GT_PLANNER_MAX_STAGES] = {0}, boundary = 0;
+  double act_rank[GT_PLANNER_MAX_STAGES] = {0}, attn_rank[GT_PLANNER_MAX_STAGES] = {0};
   int held[GT_PLANNER_MAX_STAGES] = {0}; /* layers per pipeline rank */
   for (int j = 0; j < n; j++) held[j % pp] += cut[j + 1] - cut[j];
   double moved[GT_PLANNER_MAX_STAGES] = {0}; /* offloaded: bytes a step, per pipeline rank */
@@ -166,6 +188,8 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
       const gt_planner_layer *x = &job->layers[i];
       flops += x->flops;
       act[j] += x->act_bytes / tp;
+      act_rank[j % pp] += x->act_bytes / tp;
+      attn_rank[j % pp] += x->attn_bytes / tp;
       params[j % pp] += x->param_bytes / tp;
       comm += x->tp_allreduces * ring_allreduce(x->tp_allreduce_bytes, tp, hw);
     }
@@ -198,7 +222,22 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
   out->pipeline_seconds = sim.makespan;
   out->bubble = sim.bubble;
   for (int s = 0; s < pp; s++) {
-    out->mem_bytes[s] = (off ? slots : state_factor * params[s]) + sim.peak_act_bytes[s];
+    double *k = out->mem_kinds[s];
+    if (off) {
+      k[GT_MEM_OFFLOAD] = slots;
+    } else {
+      k[GT_MEM_PARAMS] = k[GT_MEM_GRADS] = block_bytes(params[s]);
+      k[GT_MEM_OPTIMIZER] = states * block_bytes(params[s] / shards);
+      if (bf16) k[GT_MEM_BF16_COPY] = block_bytes(params[s] / 2);
+    }
+    /* The attention share of the rank's saved tensors, of its peak. */
+    double attn = act_rank[s] > 0 ? sim.peak_act_bytes[s] * attn_rank[s] / act_rank[s] : 0;
+    k[GT_MEM_ATTENTION] = attn;
+    k[GT_MEM_ACTIVATIONS] = sim.peak_act_bytes[s] - attn + job->extras.act_bytes * flight[s];
+    k[GT_MEM_SCRATCH] = job->extras.scratch_bytes;
+    k[GT_MEM_COMM] = hw->world > 1 ? job->extras.comm_bytes : 0;
+    out->mem_bytes[s] = 0;
+    for (int c = 0; c < GT_MEM_KINDS; c++) out->mem_bytes[s] += k[c];
     if (moved[s] > out->offload_bytes) out->offload_bytes = moved[s];
     out->dp_seconds = fmax(out->dp_seconds, ring_allreduce(params[s], dp, hw));
   }
@@ -265,11 +304,14 @@ gt_status gt_planner_choose(const gt_planner_hw *hw, const gt_planner_job *job, 
     gt_grid_coords c;
     gt_grid_coords_of(&near->layout, near->short_rank, &c);
     double near_need = near->mem_bytes[c.pp];
+    char parts[512];
+    gt_planner_mem_text(near->mem_kinds[c.pp], parts, sizeof parts);
     st = gt_errorf(GT_ENOMEM,
                    "no layout of %d ranks fits in memory: the closest, dp=%d,tp=%d,pp=%d, needs %.1f MiB more on rank "
-                   "%d (%.1f MiB); add ranks or memory, allow tensor parallelism, use ZeRO-1 or smaller micro-batches",
+                   "%d: its expected peak is %.1f MiB (%s); add ranks or memory, allow tensor parallelism, use ZeRO-1 "
+                   "or smaller micro-batches",
                    W, near->layout.dp, near->layout.tp, near->layout.pp, near->mem_shortfall / (1 << 20),
-                   near->short_rank, near_need / (1 << 20));
+                   near->short_rank, near_need / (1 << 20), parts);
     *out = *near;
   } else {
     *out = *best;
@@ -279,6 +321,17 @@ end:
   free(near);
   free(cur);
   return st;
+}
+
+void gt_planner_mem_text(const double *kinds, char *buf, size_t n) {
+  size_t used = 0;
+  if (n) buf[0] = '\0';
+  for (int k = 0; k < GT_MEM_KINDS && used < n; k++) {
+    if (!(kinds[k] > 0)) continue;
+    int w = snprintf(buf + used, n - used, "%s%s %.1f MiB", used ? ", " : "", gt_mem_kind_name((gt_mem_kind)k),
+                     kinds[k] / (1 << 20));
+    used += w < 0 ? 0 : (size_t)w;
+  }
 }
 
 void gt_planner_print(const gt_planner_result *e, const gt_planner_job *job, FILE *f) {
@@ -294,11 +347,15 @@ void gt_planner_print(const gt_planner_result *e, const gt_planner_job *job, FIL
     fprintf(f, "%-6d %-5d %-12s %-7d %.4g s\n", j, j % e->layout.pp, range, e->first[j + 1] - e->first[j],
             e->stage_seconds[j]);
   }
-  for (int s = 0; s < e->layout.pp; s++)
-    fprintf(f, "memory, pipeline rank %d: %.1f MiB%s\n", s, e->mem_bytes[s] / (1 << 20),
+  for (int s = 0; s < e->layout.pp; s++) {
+    char parts[512];
+    gt_planner_mem_text(e->mem_kinds[s], parts, sizeof parts);
+    fprintf(f, "memory, pipeline rank %d: %.1f MiB%s: %s\n", s, e->mem_bytes[s] / (1 << 20),
             job && job->offload_window > 0 ? " (offloaded: the window and activations)"
             : job && job->zero1            ? " (ZeRO-1)"
-                                           : "");
+                                           : "",
+            parts);
+  }
   if (job && job->offload_window > 0)
     fprintf(f,
             "offloaded, window %d: %.1f MiB a step between host and device, %.4g s of transfers beside "

@@ -3,8 +3,13 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/arena.h"
 #include "giant/layers.h"
 #include "parallel/planner.h"
+
+/* The bytes the arena sets aside for a request, as the model's estimate
+ * counts them. */
+static double block_bytes(double bytes) { return (double)gt_arena_block_size((size_t)bytes); }
 
 gt_status gt_planner_layers_from_model(const gt_model *m, int B, int T, gt_planner_layer **out, int *n) {
   *out = NULL;
@@ -20,8 +25,12 @@ gt_status gt_planner_layers_from_model(const gt_model *m, int B, int T, gt_plann
     gt_planner_layer *x = &ls[i];
     x->flops = ly->type->flops ? ly->type->flops(ly, B, T) : 0;
     x->out_bytes = tokens * ly->out_dim * sizeof(float);
-    /* The output stays alive too: it is the next layer's saved input. */
-    x->act_bytes = (ly->type->acts_floats ? (double)ly->type->acts_floats(ly, B, T) * sizeof(float) : 0) + x->out_bytes;
+    /* The output stays alive too: it is the next layer's saved input. Each
+     * is one request of the arena (gt_acts_create). */
+    size_t saved = ly->type->acts_floats ? ly->type->acts_floats(ly, B, T) : 0;
+    size_t attn = ly->type->attn_floats ? ly->type->attn_floats(ly, B, T) : 0;
+    x->act_bytes = (saved ? block_bytes((double)saved * sizeof(float)) : 0) + block_bytes(x->out_bytes);
+    x->attn_bytes = (double)(attn < saved ? attn : saved) * sizeof(float);
     for (int k = 0; k < ly->nparams; k++) {
       const gt_param *p = gt_layer_param_info(ly, k);
       if (!p) continue;
@@ -38,6 +47,26 @@ gt_status gt_planner_layers_from_model(const gt_model *m, int B, int T, gt_plann
   }
   *out = ls;
   *n = L;
+  return GT_OK;
+}
+
+gt_status gt_planner_model_extras(const gt_model *m, int B, int T, gt_planner_extras *out) {
+  *out = (gt_planner_extras){0};
+  if (!m || B < 1 || T < 1) return gt_errorf(GT_EINVAL, "planner extras need a model and B, T >= 1 (got %d, %d)", B, T);
+  double BT = (double)B * T;
+  size_t widest = 1, scratch = 0;
+  for (int i = 0; i < gt_model_num_layers(m); i++) {
+    const gt_layer *ly = gt_model_layer(m, i);
+    if ((size_t)ly->in_dim > widest) widest = (size_t)ly->in_dim;
+    if ((size_t)ly->out_dim > widest) widest = (size_t)ly->out_dim;
+    size_t sc = ly->type->scratch_floats ? ly->type->scratch_floats(ly, B, T) : 0;
+    if (sc > scratch) scratch = sc;
+  }
+  int np = gt_model_num_params(m);
+  out->act_bytes = 2 * block_bytes(BT * (double)widest * sizeof(float)) + 2 * block_bytes(BT * sizeof(int32_t));
+  out->scratch_bytes = block_bytes((double)(scratch ? scratch : 1) * sizeof(float)) +
+                       block_bytes((double)(np ? np : 1) * sizeof(double));
+  out->comm_bytes = block_bytes(64 * sizeof(float));
   return GT_OK;
 }
 

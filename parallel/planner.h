@@ -15,9 +15,14 @@
  * The pipeline makespan comes from gt_pp_simulate on the chosen schedule.
  * The data-parallel all-reduce of the gradients (fp32, the size of the
  * parameters) overlaps backward by the fraction dp_overlap; the rest adds
- * to the step. Memory per rank = parameter bytes / tp * (4: weights,
- * gradients, Adam's two moments; 2 + 2/dp with ZeRO-1) + the peak bytes of
- * activations in flight under the schedule, / tp.
+ * to the step. Memory per rank is the model's expected peak
+ * (gt_model_device_estimate_ex) by the same categories: parameters,
+ * gradients and the optimizer's states (/ dp with ZeRO-1) of the rank's
+ * parameter bytes / tp, each in the arena's size class, the bf16 copy under
+ * bf16, the peak bytes of activations in flight under the schedule / tp
+ * (their attention part apart), and what the model adds beside its layers
+ * (gt_planner_model_extras): the gradient buffers between layers and the
+ * batch per micro-batch in flight, scratch, the trainer's buffers.
  */
 #ifndef GIANT_PLANNER_H
 #define GIANT_PLANNER_H
@@ -41,6 +46,7 @@ typedef struct gt_planner_layer {
    * which a window holds in bf16 alone under bf16. fp32 bytes. */
   double window_bytes, matmul_bytes;
   double act_bytes;          /* activations saved for backward, one micro-batch */
+  double attn_bytes;         /* of act_bytes, the saved attention tensors (gt_layer_type.attn_floats) */
   double out_bytes;          /* output handed to the next layer, one micro-batch */
   int tp_allreduces;         /* all-reduces over the tensor-parallel group per forward (as many in backward) */
   double tp_allreduce_bytes; /* bytes of each */
@@ -53,6 +59,18 @@ typedef struct gt_planner_layer {
  * B*T*C floats per transformer block. Build the model without tensor
  * parallelism: split parameters count only this rank's part. Free *out. */
 gt_status gt_planner_layers_from_model(const gt_model *m, int B, int T, gt_planner_layer **out, int *n);
+
+/* What a rank holds beside its layers' parameters and saved tensors, as the
+ * model's estimate counts it, read from a model whose layers are added
+ * (built or not) for micro-batches of (B, T): per micro-batch in flight,
+ * the two gradient buffers between layers and the batch's tokens and
+ * targets; once, the layers' largest scratch and the gradient norm's sums;
+ * and, with more than one rank, the trainer's buffer for its reductions.
+ * Each in the arena's size class. */
+typedef struct gt_planner_extras {
+  double act_bytes, scratch_bytes, comm_bytes;
+} gt_planner_extras;
+gt_status gt_planner_model_extras(const gt_model *m, int B, int T, gt_planner_extras *out);
 
 typedef struct gt_planner_stages {
   int n;                   /* stages */
@@ -112,6 +130,8 @@ typedef struct gt_planner_job {
   /* Factors already decided (by flags or annotations, gt_plan_preview):
    * the planner chooses only among layouts that keep them; 0: free. */
   gt_grid_layout fixed;
+  int optim_states;         /* floats of optimizer state per parameter; 0: AdamW's 2 */
+  gt_planner_extras extras; /* 0: none counted */
 } gt_planner_job;
 
 typedef struct gt_planner_result {
@@ -126,8 +146,10 @@ typedef struct gt_planner_result {
   double pipeline_seconds;                     /* simulated makespan */
   double dp_seconds;                           /* the slowest stage's gradient all-reduce */
   double bubble;                               /* simulated idle share of the pipeline */
-  double mem_bytes[GT_PLANNER_MAX_STAGES];     /* per pipeline rank */
-  double mem_shortfall;                        /* largest need - budget over world ranks; <= 0: fits */
+  double mem_bytes[GT_PLANNER_MAX_STAGES];     /* per pipeline rank: the expected peak */
+  /* Of it, by category (gt_mem_kind), as the memory ledger will count it. */
+  double mem_kinds[GT_PLANNER_MAX_STAGES][GT_MEM_KINDS];
+  double mem_shortfall; /* largest need - budget over world ranks; <= 0: fits */
   /* Offloaded: bytes a step moves between host and device on the busiest
    * pipeline rank, and the time they take at copy_bandwidth (overlapped
    * with compute; a stage's time is the longer of the two). */
@@ -142,10 +164,14 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
                               const int *first, gt_planner_result *out);
 /* Every (dp, tp, pp) with dp*tp*pp == world, tp allowed, pp*chunks <= layers,
  * dp <= micro-batches (and, interleaved, the per-replica micro-batches a
- * multiple of pp): the fastest that fits. GT_ENOMEM naming the layout that
- * comes closest and its shortfall when none fits; GT_EINVAL when no layout
- * is possible at all. Ties go to the smaller pp, then the smaller tp. */
+ * multiple of pp): the fastest whose expected peak fits every rank's
+ * budget. GT_ENOMEM naming the layout that comes closest, its expected
+ * peak, what that is made of and its shortfall when none fits (*out is
+ * that layout's estimate); GT_EINVAL when no layout is possible at all. Ties go to the smaller pp, then the smaller tp. */
 gt_status gt_planner_choose(const gt_planner_hw *hw, const gt_planner_job *job, gt_planner_result *out);
 void gt_planner_print(const gt_planner_result *e, const gt_planner_job *job, FILE *f);
+/* "parameters 2.0 MiB, gradients 2.0 MiB, ..." of a rank's mem_kinds,
+ * over the categories that hold anything. */
+void gt_planner_mem_text(const double *kinds, char *buf, size_t n);
 
 #endif

@@ -127,7 +127,8 @@ static gt_status post_receives(gt_pp_exec *e, int dir, const gt_batch *batches) 
     if (dir == GT_PP_DIR_FWD) {
       if (e->in[slot])
         return gt_errorf(GT_ESTATE, "schedule runs the forward of micro-batch %d twice", st->micro_batch);
-      GT_TRY(gt_arena_alloc(gt_model_arena(e->m), e->in_floats * sizeof(float), (void **)&e->in[slot]));
+      GT_TRY(gt_arena_alloc_as(gt_model_arena(e->m), GT_MEM_ACTIVATIONS, e->in_floats * sizeof(float),
+                               (void **)&e->in[slot]));
       buf = e->in[slot];
       count = boundary(e, vs - 1, b);
     } else {
@@ -238,8 +239,8 @@ gt_status gt_pp_exec_create(gt_dist *d, gt_model *m, int micro_batches, gt_pp_ex
   gt_arena *ar = gt_model_arena(m);
   e->in_floats = BT * widest;
   for (int k = 0; k < PP_AHEAD && s == GT_OK; k++)
-    s = gt_arena_alloc(ar, BT * widest * sizeof(float), (void **)&e->grad[k]);
-  if (s == GT_OK) s = gt_arena_alloc(ar, sizeof(float), (void **)&e->scalar);
+    s = gt_arena_alloc_as(ar, GT_MEM_ACTIVATIONS, BT * widest * sizeof(float), (void **)&e->grad[k]);
+  if (s == GT_OK) s = gt_arena_alloc_as(ar, GT_MEM_COMM, sizeof(float), (void **)&e->scalar);
   if (s != GT_OK) {
     gt_pp_exec_destroy(e);
     return gt_error_context(s, "pipeline executor");

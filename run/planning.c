@@ -13,6 +13,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+double run_plan_budget(const gt_run_options *o) {
+  return (double)(o->mem_mib ? o->mem_mib : o->device_mem_mib) * (1 << 20);
+}
+
 gt_planner_hw run_planner_hw(int world, double peak_flops) {
   gt_planner_hw hw = {.world = world,
                       .peak_flops = peak_flops,
@@ -25,11 +29,14 @@ gt_planner_hw run_planner_hw(int world, double peak_flops) {
   return hw;
 }
 
-/* The layers of the whole model (no tensor parallelism), declared only. */
-static gt_status whole_layers(gt_backend *be, const gt_run_model *model, int B, int T, gt_planner_layer **out, int *n) {
+/* The layers of the whole model (no tensor parallelism), declared only,
+ * and what the model holds beside them. */
+static gt_status whole_layers(gt_backend *be, const gt_run_model *model, int B, int T, gt_planner_layer **out, int *n,
+                              gt_planner_extras *extras) {
   gt_model *m;
   GT_TRY(gt_model_create(be, &(gt_model_config){.B_max = B, .T_max = T, .seed = 1}, &m));
   gt_status s = model->add_layers(m, model->user);
+  if (s == GT_OK) s = gt_planner_model_extras(m, B, T, extras);
   if (s == GT_OK) s = gt_planner_layers_from_model(m, B, T, out, n);
   gt_model_destroy(m);
   return s;
@@ -55,14 +62,15 @@ static int tp_sizes(const gt_run_model *model, int world, int *out) {
 
 gt_status run_choose_layout(gt_backend *be, const gt_run_model *model, int B, int T, int world, int micro_batches,
                             double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, bool zero1,
-                            int offload_window, gt_precision precision, const gt_grid_layout *fixed, char *layout,
-                            size_t n) {
+                            int offload_window, gt_precision precision, int optim_states, const gt_grid_layout *fixed,
+                            char *layout, size_t n) {
   gt_planner_layer *layers;
+  gt_planner_extras extras;
   int nl, tp[32];
   double *budget = mem_bytes > 0 ? malloc((size_t)world * sizeof *budget) : NULL;
   if (mem_bytes > 0 && !budget) return gt_errorf(GT_ENOMEM, "out of memory");
   for (int r = 0; budget && r < world; r++) budget[r] = mem_bytes;
-  gt_status st = whole_layers(be, model, B, T, &layers, &nl);
+  gt_status st = whole_layers(be, model, B, T, &layers, &nl, &extras);
   if (st != GT_OK) {
     free(budget);
     return st;
@@ -78,7 +86,9 @@ gt_status run_choose_layout(gt_backend *be, const gt_run_model *model, int B, in
                         .tp_allowed = tp,
                         .ntp_allowed = tp_sizes(model, world, tp),
                         .offload_window = offload_window,
-                        .precision = precision};
+                        .precision = precision,
+                        .optim_states = optim_states,
+                        .extras = extras};
   if (fixed) job.fixed = *fixed;
   /* A tensor-parallel size the flags or annotations fixed is taken as it
    * is: where the model cannot split so, its build names the layer. */
@@ -96,10 +106,11 @@ gt_status run_choose_layout(gt_backend *be, const gt_run_model *model, int B, in
 
 gt_status run_print_prediction(gt_backend *be, const gt_run_model *model, const gt_plan *plan, const gt_model *m, int B,
                                int T, int micro_batches, double peak_flops, int offload_window, gt_precision precision,
-                               FILE *f) {
+                               int optim_states, FILE *f) {
   gt_planner_layer *layers;
+  gt_planner_extras extras;
   int nl, tp[32];
-  GT_TRY(whole_layers(be, model, B, T, &layers, &nl));
+  GT_TRY(whole_layers(be, model, B, T, &layers, &nl, &extras));
   int S = gt_model_num_pipeline_stages(m), first[GT_PLANNER_MAX_STAGES + 1] = {0};
   gt_status s = GT_OK;
   for (int v = 0; v < S && s == GT_OK; v++) {
@@ -118,7 +129,9 @@ gt_status run_print_prediction(gt_backend *be, const gt_run_model *model, const 
                         .tp_allowed = tp,
                         .ntp_allowed = tp_sizes(model, plan->world, tp),
                         .offload_window = offload_window,
-                        .precision = precision};
+                        .precision = precision,
+                        .optim_states = optim_states,
+                        .extras = extras};
   gt_planner_result r;
   if (s == GT_OK) s = gt_planner_estimate(&hw, &job, plan->layout, first, &r);
   if (s == GT_OK) {
@@ -153,19 +166,21 @@ static double copy_bandwidth(gt_backend *be) {
   return best;
 }
 
-gt_status run_print_memory(gt_backend *be, const gt_model *m, int optim_states, int micro_batches, FILE *f) {
+gt_status run_print_memory(gt_backend *be, const gt_model *m, const gt_estimate_config *ec, int micro_batches,
+                           FILE *f) {
   gt_device_estimate e;
-  GT_TRY(gt_model_device_estimate(m, optim_states, &e));
+  GT_TRY(gt_model_device_estimate_ex(m, ec, &e));
+  int optim_states = ec->optim_states;
   gt_device_mem dm = gt_backend_mem(be);
   char budget[64] = "no budget";
   if (dm.limit) snprintf(budget, sizeof budget, "budget %.1f MiB", mib((double)dm.limit));
-  fprintf(f, "device memory, this rank (one micro-batch in flight; %s):\n", budget);
-  fprintf(f,
-          "  weights %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, bf16 copy %.1f MiB, offload slots "
-          "%.1f MiB, activations %.1f MiB, scratch %.1f MiB, recomputation %.1f MiB: %.1f MiB\n",
-          mib((double)e.weights), mib((double)e.grads), mib((double)e.optimizer), mib((double)e.bf16_copy),
-          mib((double)e.slots), mib((double)e.activations), mib((double)e.scratch), mib((double)e.recompute),
+  fprintf(f, "device memory, expected peak per rank (one micro-batch in flight; %s): %.1f MiB\n", budget,
           mib((double)e.total));
+  fprintf(f, "  ");
+  for (int k = 0; k < GT_MEM_OTHER; k++)
+    fprintf(f, "%s%s %.1f MiB", k ? ", " : "", gt_mem_kind_name((gt_mem_kind)k),
+            mib((double)gt_device_estimate_bytes(&e, (gt_mem_kind)k)));
+  fprintf(f, "%s\n", ec->optim_shards > 1 ? " (optimizer state: one of the ZeRO-1 shards)" : "");
   if (dm.limit && e.total > dm.limit)
     fprintf(f, "  over the budget by %.1f MiB: %s\n", mib((double)(e.total - dm.limit)),
             gt_model_offloaded(m) ? "a smaller micro-batch (--batch) or sequence (--seq)"

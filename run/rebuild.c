@@ -74,9 +74,9 @@ static gt_status reshape_layout(const gt_run *r, int world, char *out, size_t n)
     return GT_OK;
   }
   int B = (r->total + world - 1) / world;
-  return run_choose_layout(r->be, &r->model, B, r->o.seq, world, r->o.accum * world, r->peak,
-                           (double)r->o.mem_mib * (1 << 20), r->schedule, r->o.chunks, r->o.zero1, r->o.offload,
-                           r->precision, NULL, out, n);
+  return run_choose_layout(r->be, &r->model, B, r->o.seq, world, r->o.accum * world, r->peak, run_plan_budget(&r->o),
+                           r->schedule, r->o.chunks, r->o.zero1, r->o.offload, r->precision,
+                           r->kind == GT_OPTIM_ADAMW ? 2 : 1, NULL, out, n);
 }
 
 /* The newest committed checkpoint's step directory, where the state that

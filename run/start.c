@@ -113,9 +113,9 @@ static gt_status choose_plan(gt_run *r, const gt_annotations *ann) {
     char chosen[64];
     bool autom;
     GT_TRY(run_choose_layout(r->be, &r->model, B, a->seq, job->world_size, accum * job->world_size, r->peak,
-                             (double)a->mem_mib * (1 << 20), r->schedule, a->chunks, a->zero1,
-                             a->offload ? a->offload : ann->offload_window, r->precision, &fixed, chosen,
-                             sizeof chosen));
+                             run_plan_budget(a), r->schedule, a->chunks, a->zero1,
+                             a->offload ? a->offload : ann->offload_window, r->precision,
+                             r->kind == GT_OPTIM_ADAMW ? 2 : 1, &fixed, chosen, sizeof chosen));
     GT_TRY(gt_plan_parse(chosen, job->world_size, &chosen_layout, &autom));
     if (r->lead) printf("plan auto: the planner chose %s\n", chosen);
     pc.planner = &chosen_layout;
@@ -198,8 +198,11 @@ static gt_status print_plan(gt_run *r, int rows) {
   if (!r->lead) return GT_OK;
   gt_plan_print(&r->plan, r->m, stdout);
   GT_TRY(run_print_prediction(r->be, &r->model, &r->plan, r->m, rows, r->o.seq, r->o.accum * r->plan.layout.dp, r->peak,
-                              r->o.offload, r->precision, stdout));
-  return run_print_memory(r->be, r->m, r->kind == GT_OPTIM_ADAMW ? 2 : 1, r->o.accum, stdout);
+                              r->o.offload, r->precision, r->kind == GT_OPTIM_ADAMW ? 2 : 1, stdout));
+  gt_estimate_config ec = {.optim_states = r->kind == GT_OPTIM_ADAMW ? 2 : 1,
+                           .optim_shards = r->plan.zero1 ? r->plan.layout.dp : 1,
+                           .distributed = r->dist != NULL};
+  return run_print_memory(r->be, r->m, &ec, r->o.accum, stdout);
 }
 
 /* Whether --rebalance has anything to move at the layout now: rows between

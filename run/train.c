@@ -16,6 +16,7 @@
 #include "giant/engine/checkpoint.h"
 #include "giant/engine/dist.h"
 #include "giant/engine/init.h"
+#include "giant/engine/model.h"
 #include "giant/engine/trainer.h"
 #include "resilience/detect/failslow.h"
 #include "resilience/members/members.h"
@@ -98,6 +99,16 @@ static bool input_failed(const gt_run *r) { return gt_loader_file_failed(r->load
  * restarting into the same steps. */
 static bool diverged(const gt_run *r) { return gt_trainer_diverged(r->tr); }
 
+/* Where this rank's device memory peaked, by category (the ledger). */
+static void log_memory_peak(const gt_run *r) {
+  gt_memory_ledger l;
+  if (!r->m || gt_model_memory_ledger(r->m, &l) != GT_OK) return;
+  char line[512];
+  gt_memory_ledger_format(&l, false, line, sizeof line);
+  gt_info("device memory, rank %d: %s (the backend's peak %.1f MiB)", r->job->rank, line,
+          (double)l.device_peak / (1 << 20));
+}
+
 gt_status gt_run_train(gt_run *r) {
   if (!r || !r->started || r->rsh.job_finished) return GT_OK; /* --print-plan, or nothing left to join */
   const gt_run_options *a = &r->o;
@@ -163,6 +174,7 @@ gt_status gt_run_train(gt_run *r) {
     printf("loss %.6f -> %.6f over steps %d..%d\n", first.loss, st.loss, start, a->steps);
   else if (r->lead)
     printf("no steps left: resumed at step %d of %d\n", start, a->steps);
+  log_memory_peak(r);
   r->trained = true;
   r->rc = GT_RUN_EXIT_OK;
   return GT_OK;

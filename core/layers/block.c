@@ -119,6 +119,12 @@ static size_t block_acts_floats(const gt_layer *self, int B, int T) {
   return layout(self->state, NULL, B, T, keeps_core(self)).total;
 }
 
+/* Of the saved tensors, the attention probabilities (slot att of layout);
+ * none when attention is recomputed. */
+static size_t block_attn_floats(const gt_layer *self, int B, int T) {
+  return keeps_core(self) ? layout(self->state, NULL, B, T, true).att_floats : 0;
+}
+
 /* What forward and backward use of the scratch, the core aside. */
 static size_t scratch_base(const gt_layer *self, int B, int T) {
   const block_cfg *c = self->state;
@@ -322,4 +328,5 @@ const gt_layer_type gt_block_layer = {
     .flops = block_flops,
     .destroy = gt_layer_free_state,
     .supports_seq_parallel = true,
+    .attn_floats = block_attn_floats,
 };

@@ -8,41 +8,52 @@
 #include "giant/group.h"
 
 /* The arena requests one micro-batch's activations make, in order: each
- * local layer's output and saved tensors, the two gradient buffers, the
- * tokens and the targets. `take` gets each request's bytes and where its
- * block goes (NULL when only counting): gt_acts_create allocates them and
- * the device estimate adds them up, from this one list. */
-static gt_status each_request(const gt_model *m, gt_acts *a, gt_status (*take)(void *ctx, size_t bytes, void **dst),
-                              void *ctx) {
+ * local layer's output and saved tensors (of which attn_floats are
+ * attention), the two gradient buffers, the tokens and the targets. `take`
+ * gets each request's bytes, the bytes of it that are attention, and where
+ * its block goes (NULL when only counting): gt_acts_create allocates them
+ * and the device estimate adds them up, from this one list. */
+typedef gt_status (*take_fn)(void *ctx, size_t bytes, size_t attn, void **dst);
+
+static gt_status each_request(const gt_model *m, gt_acts *a, take_fn take, void *ctx) {
   size_t BT = (size_t)m->cfg.B_max * (size_t)m->cfg.T_max;
   for (int i = 0; i < m->nlayers; i++) {
     gt_layer *l = m->layers[i];
     if (!l->local) continue;
-    GT_TRY(take(ctx, BT * (size_t)l->out_dim * sizeof(float), a ? (void **)&a->out[i] : NULL));
+    GT_TRY(take(ctx, BT * (size_t)l->out_dim * sizeof(float), 0, a ? (void **)&a->out[i] : NULL));
     size_t n = l->type->acts_floats(l, m->cfg.B_max, m->cfg.T_max);
+    size_t attn = l->type->attn_floats ? l->type->attn_floats(l, m->cfg.B_max, m->cfg.T_max) : 0;
     /* A layer recomputed whole saves into the model's one area instead. */
-    if (n && !gt_model_recomputes(m, i)) GT_TRY(take(ctx, n * sizeof(float), a ? (void **)&a->saved[i] : NULL));
+    if (n && !gt_model_recomputes(m, i))
+      GT_TRY(take(ctx, n * sizeof(float), (attn < n ? attn : n) * sizeof(float), a ? (void **)&a->saved[i] : NULL));
   }
   for (int k = 0; k < 2; k++)
-    GT_TRY(take(ctx, BT * (size_t)m->max_dim * sizeof(float), a ? (void **)&a->dbuf[k] : NULL));
+    GT_TRY(take(ctx, BT * (size_t)m->max_dim * sizeof(float), 0, a ? (void **)&a->dbuf[k] : NULL));
   if (m->nregions && gt_model_region_ways(m) > 1)
-    GT_TRY(take(ctx, BT * (size_t)m->max_dim * sizeof(float), a ? (void **)&a->rbuf : NULL));
-  GT_TRY(take(ctx, BT * sizeof(int32_t), a ? (void **)&a->tokens : NULL));
-  return take(ctx, BT * sizeof(int32_t), a ? (void **)&a->targets : NULL);
+    GT_TRY(take(ctx, BT * (size_t)m->max_dim * sizeof(float), 0, a ? (void **)&a->rbuf : NULL));
+  GT_TRY(take(ctx, BT * sizeof(int32_t), 0, a ? (void **)&a->tokens : NULL));
+  return take(ctx, BT * sizeof(int32_t), 0, a ? (void **)&a->targets : NULL);
 }
 
-static gt_status take_block(void *ctx, size_t bytes, void **dst) { return gt_arena_alloc(ctx, bytes, dst); }
+static gt_status take_block(void *ctx, size_t bytes, size_t attn, void **dst) {
+  return gt_arena_alloc_parts(ctx, GT_MEM_ACTIVATIONS, bytes, GT_MEM_ATTENTION, attn, dst);
+}
 
-static gt_status count_block(void *ctx, size_t bytes, void **dst) {
+/* Adds a request as the arena sets it aside: the attention part exact, the
+ * rest of the size class activations. */
+static gt_status count_block(void *ctx, size_t bytes, size_t attn, void **dst) {
   (void)dst;
-  *(size_t *)ctx += gt_arena_block_size(bytes);
+  size_t *sum = ctx, cls = gt_arena_block_size(bytes);
+  sum[1] += attn;
+  sum[0] += cls - attn;
   return GT_OK;
 }
 
-size_t gt_acts_device_bytes(const gt_model *m) {
-  size_t total = 0;
-  (void)each_request(m, NULL, count_block, &total);
-  return total;
+void gt_acts_device_bytes(const gt_model *m, size_t *acts, size_t *attn) {
+  size_t sum[2] = {0, 0};
+  (void)each_request(m, NULL, count_block, sum);
+  *acts = sum[0];
+  *attn = sum[1];
 }
 
 gt_status gt_acts_create(gt_model *m, gt_acts **out) {

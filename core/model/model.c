@@ -443,10 +443,11 @@ gt_status gt_model_build(gt_model *m) {
     if (sc > m->scratch_floats) m->scratch_floats = sc;
   }
   size_t bytes = (m->nfloats ? m->nfloats : 1) * sizeof(float);
-  GT_TRY(gt_model_state_alloc(m, bytes, (void **)&m->param_buf));
-  GT_TRY(gt_model_state_alloc(m, bytes, (void **)&m->grad_buf));
+  GT_TRY(gt_model_state_alloc_as(m, GT_MEM_PARAMS, bytes, (void **)&m->param_buf));
+  GT_TRY(gt_model_state_alloc_as(m, GT_MEM_GRADS, bytes, (void **)&m->grad_buf));
   GT_TRY(gt_offload_create(m));
-  GT_TRY(gt_arena_alloc(m->arena, (m->scratch_floats ? m->scratch_floats : 1) * sizeof(float), (void **)&m->scratch));
+  GT_TRY(gt_arena_alloc_as(m->arena, GT_MEM_SCRATCH, (m->scratch_floats ? m->scratch_floats : 1) * sizeof(float),
+                           (void **)&m->scratch));
   GT_TRY(gt_model_recompute_alloc(m));
   m->host_losses = malloc((size_t)B * (size_t)T * sizeof(float));
   if (!m->host_losses) return gt_errorf(GT_ENOMEM, "out of host memory for the loss buffer");
@@ -475,7 +476,11 @@ bool gt_model_offloaded(const gt_model *m) { return m->cfg.offload_window > 0; }
 gt_backend *gt_model_state_backend(const gt_model *m) { return m->host_be ? m->host_be : m->be; }
 
 gt_status gt_model_state_alloc(gt_model *m, size_t bytes, void **ptr) {
-  if (!gt_model_offloaded(m)) return gt_arena_alloc(m->arena, bytes, ptr);
+  return gt_model_state_alloc_as(m, GT_MEM_OTHER, bytes, ptr);
+}
+
+gt_status gt_model_state_alloc_as(gt_model *m, gt_mem_kind kind, size_t bytes, void **ptr) {
+  if (!gt_model_offloaded(m)) return gt_arena_alloc_as(m->arena, kind, bytes, ptr);
   gt_status s = gt_backend_host_alloc(m->be, bytes ? bytes : 1, ptr);
   return s == GT_OK ? s : gt_error_context(s, "host memory for offloaded state (%zu bytes)", bytes);
 }

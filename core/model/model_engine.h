@@ -118,6 +118,9 @@ void gt_model_wait_readers(gt_model *m);
  * a ZeRO-1 shard): the model's device arena, or host memory when the model
  * is offloaded. Freeing NULL does nothing. */
 gt_status gt_model_state_alloc(gt_model *m, size_t bytes, void **ptr);
+/* The same, counted in the memory ledger as `kind` (gt_model_state_alloc:
+ * GT_MEM_OTHER). */
+gt_status gt_model_state_alloc_as(gt_model *m, gt_mem_kind kind, size_t bytes, void **ptr);
 
 void gt_model_state_free(gt_model *m, void *ptr);
 

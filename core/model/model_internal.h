@@ -105,8 +105,9 @@ void gt_model_annotations_destroy(gt_model *m);
 const struct gt_region *gt_model_region_of(const gt_model *m, int layer);
 int gt_model_region_ways(const gt_model *m);
 
-/* acts.c: the device bytes one gt_acts takes, as the arena sets them aside. */
-size_t gt_acts_device_bytes(const gt_model *m);
+/* acts.c: the device bytes one gt_acts takes, as the arena sets them
+ * aside: the saved attention tensors and the rest. */
+void gt_acts_device_bytes(const gt_model *m, size_t *acts, size_t *attn);
 
 /* recompute.c: whether layer i recomputes whole (GT_RECOMPUTE_BLOCK, not
  * the loss layer, with something to save), so that a micro-batch keeps

@@ -233,7 +233,7 @@ static gt_status make_weight_slots(gt_model *m, gt_offload *o) {
     o->slot_layer[s] = -1;
     o->slot_tick[s] = 0;
     o->slot_bf16_ok[s] = false;
-    gt_status st = gt_arena_alloc(m->arena, o->slot_bytes, (void **)&o->slot[s]);
+    gt_status st = gt_arena_alloc_as(m->arena, GT_MEM_OFFLOAD, o->slot_bytes, (void **)&o->slot[s]);
     if (st != GT_OK)
       return gt_error_context(st, "offloading: weight slot %d of %d (%zu bytes each)", s, o->window, o->slot_bytes);
   }
@@ -305,7 +305,7 @@ gt_status gt_offload_create(gt_model *m) {
   size_t bytes = o->grad_floats * sizeof(float);
   for (int k = 0; k < 2; k++) {
     o->g_layer[k] = -1;
-    gt_status st = gt_arena_alloc(m->arena, bytes, (void **)&o->g32[k]);
+    gt_status st = gt_arena_alloc_as(m->arena, GT_MEM_OFFLOAD, bytes, (void **)&o->g32[k]);
     if (st == GT_OK) st = gt_event_create(be, &o->g_done[k]);
     if (st != GT_OK) return gt_error_context(st, "offloading: gradient slot %d (%zu bytes)", k, bytes);
   }

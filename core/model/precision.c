@@ -70,7 +70,7 @@ gt_status gt_model_set_precision(gt_model *m, gt_precision p) {
     return GT_OK;
   }
   size_t bytes = (m->nfloats ? m->nfloats : 1) * sizeof(uint16_t);
-  gt_status s = gt_arena_alloc(m->arena, bytes, (void **)&m->param_bf16);
+  gt_status s = gt_arena_alloc_as(m->arena, GT_MEM_BF16_COPY, bytes, (void **)&m->param_bf16);
   if (s != GT_OK) return gt_error_context(s, "allocating the bf16 copy of %zu parameters", m->nfloats);
   m->precision = p;
   m->bf16_stale = true;
@@ -111,7 +111,7 @@ static gt_status mp_scratch(gt_model *m, size_t elems, uint16_t **out) {
     gt_arena_free(m->arena, m->mp_scratch);
     m->mp_scratch = NULL;
     m->mp_scratch_bytes = 0;
-    gt_status s = gt_arena_alloc(m->arena, bytes, (void **)&m->mp_scratch);
+    gt_status s = gt_arena_alloc_as(m->arena, GT_MEM_SCRATCH, bytes, (void **)&m->mp_scratch);
     if (s != GT_OK) return gt_error_context(s, "allocating %zu bytes of bf16 scratch", bytes);
     m->mp_scratch_bytes = bytes;
   }

@@ -148,6 +148,10 @@ typedef struct gt_layer_type {
    * as sequence shards: each tensor-parallel rank holds rows [r*N/p,
    * (r+1)*N/p) of the N = B*T token rows. A type that can run so says so. */
   bool supports_seq_parallel;
+  /* Optional: of acts_floats, the floats that are attention (its
+   * probabilities or what stands for them), which the memory ledger counts
+   * apart from the other activations. NULL counts as zero. */
+  size_t (*attn_floats)(const gt_layer *self, int B, int T);
 } gt_layer_type;
 
 struct gt_layer {

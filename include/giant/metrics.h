@@ -54,6 +54,10 @@ typedef struct gt_step_stats {
    * same samples; they were skipped and nothing changed
    * (gt_trainer_config.skip_nonfinite). No metrics line is written. */
   bool skipped;
+  /* The most device memory the model's arena has held, in bytes: the
+   * memory ledger's peak (giant/engine/model.h), since the model was built
+   * or its peak was last reset. */
+  size_t mem_peak;
   gt_step_telemetry telemetry;
 } gt_step_stats;
 

@@ -101,21 +101,62 @@ gt_status gt_model_probs(gt_model *m, gt_acts *a, int b, int t, float *host_out)
 gt_status gt_model_set_precision(gt_model *m, gt_precision p);
 gt_precision gt_model_get_precision(const gt_model *m);
 
+/* What a block of device memory is for: the categories of the memory
+ * ledger (giant/engine/model.h) and of the estimate below, so that the two
+ * compare category by category. */
+typedef enum gt_mem_kind {
+  GT_MEM_PARAMS,      /* the flat parameter buffer (master weights) */
+  GT_MEM_GRADS,       /* the flat gradient buffer, and a held copy of it */
+  GT_MEM_OPTIMIZER,   /* optimizer state (AdamW's moments, momentum) */
+  GT_MEM_ACTIVATIONS, /* layers' outputs and saved tensors, gradient buffers, the batch */
+  GT_MEM_ATTENTION,   /* the part of the saved tensors that is attention (gt_layer_type.attn_floats) */
+  GT_MEM_BF16_COPY,   /* mixed precision's bf16 copy of the parameters */
+  GT_MEM_OFFLOAD,     /* offloading's weight and gradient slots */
+  GT_MEM_SCRATCH,     /* layers' scratch, bf16 operands, the gradient norm's sums */
+  GT_MEM_COMM,        /* buffers the groups reduce through */
+  GT_MEM_OTHER,       /* anything not tagged */
+  GT_MEM_KINDS
+} gt_mem_kind;
+
+/* "parameters", "gradients", ...; "?" for a value out of range. */
+const char *gt_mem_kind_name(gt_mem_kind k);
+
 /* The device memory a built model will hold while it trains in a plain
  * loop (one micro-batch's activations in flight; a pipeline holds more),
- * by what it is for, in bytes as the arena sets them aside.
- * optim_states: floats of optimizer state per parameter (AdamW 2, SGD
- * with momentum 1), which offloading moves to the host. The bf16 operand
- * scratch of mixed precision, which grows to the largest product, is not
- * counted. */
+ * by what it is for, in bytes as the arena sets them aside: the same
+ * requests the model, its activations, its offload slots, an optimizer
+ * and the trainer make, so that the peak the ledger measures equals it
+ * category by category. The bf16 operand scratch of mixed precision, which
+ * grows to the largest product, is not counted. */
 typedef struct gt_device_estimate {
   size_t weights, grads, optimizer, bf16_copy; /* the flat buffers on the device */
   size_t slots;                                /* offloaded: the window and gradient slots */
-  size_t activations, scratch;
-  size_t recompute; /* the one area layers that recompute (GT_RECOMPUTE_BLOCK) share, once per model */
+  size_t activations;                          /* without the attention below */
+  size_t attention;                            /* layers' saved attention tensors */
+  size_t scratch;                              /* layers' scratch and the gradient norm's sums */
+  size_t comm;                                 /* the trainer's buffers for reductions over groups */
+  size_t recompute;                            /* the one area recomputed layers (GT_RECOMPUTE_BLOCK) share:
+                                                  counted as activations */
   size_t total;
 } gt_device_estimate;
+
+/* What the estimate assumes of training. */
+typedef struct gt_estimate_config {
+  /* Floats of optimizer state per parameter (AdamW 2, SGD with momentum
+   * 1), which offloading moves to the host. */
+  int optim_states;
+  /* ZeRO-1: the optimizer state is one of this many equal shards of the
+   * flat buffer (data-parallel ranks); 0 or 1: all of it. */
+  int optim_shards;
+  /* The trainer reduces over groups (it has a dist): its small device
+   * buffer for the step's counts. */
+  bool distributed;
+} gt_estimate_config;
+gt_status gt_model_device_estimate_ex(const gt_model *m, const gt_estimate_config *c, gt_device_estimate *out);
+/* One process, optim_states floats of optimizer state per parameter. */
 gt_status gt_model_device_estimate(const gt_model *m, int optim_states, gt_device_estimate *out);
+/* An estimate's bytes of one category (GT_MEM_OTHER: 0). */
+size_t gt_device_estimate_bytes(const gt_device_estimate *e, gt_mem_kind k);
 
 /* Copies between the device parameter buffer and host memory (for
  * checkpoints and inspection). n = gt_model_buffer_floats floats

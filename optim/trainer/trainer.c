@@ -222,7 +222,8 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
     s = gt_optimizer_create(m, &cfg->optim, &t->opt);
   }
   if (cfg->grad_accum > 64) s = gt_errorf(GT_EINVAL, "at most 64 micro-batches a step, got %d", cfg->grad_accum);
-  if (s == GT_OK && t->dist) s = gt_arena_alloc(gt_model_arena(m), 64 * sizeof(float), (void **)&t->counts);
+  if (s == GT_OK && t->dist)
+    s = gt_arena_alloc_as(gt_model_arena(m), GT_MEM_COMM, 64 * sizeof(float), (void **)&t->counts);
   if (s == GT_OK && plan && plan->layout.pp > 1) s = gt_pp_exec_create(t->dist, m, cfg->grad_accum, &t->pipe);
   if (s == GT_OK && (t->pipe || (t->sync && cfg->grad_accum > 1))) s = hold_batches(t);
   if (s == GT_OK && !t->pipe) s = gt_acts_create(m, &t->acts); /* a pipeline keeps its own per micro-batch */
@@ -242,10 +243,10 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
     for (int i = 0; s == GT_OK && i < L; i++) t->tied_across[i] = tied_across_stages(m, i);
   }
   if (s == GT_OK && cfg->delayed_update)
-    s = gt_model_state_alloc(m, gt_model_buffer_floats(m) * sizeof(float), (void **)&t->held_grads);
+    s = gt_model_state_alloc_as(m, GT_MEM_GRADS, gt_model_buffer_floats(m) * sizeof(float), (void **)&t->held_grads);
   if (s == GT_OK && gt_model_offloaded(m) && !t->dist && !by_layer) {
     size_t n = (size_t)(gt_model_num_params(m) ? gt_model_num_params(m) : 1);
-    s = gt_model_state_alloc(m, n * sizeof(double), (void **)&t->sumsq);
+    s = gt_model_state_alloc_as(m, GT_MEM_SCRATCH, n * sizeof(double), (void **)&t->sumsq);
     if (s == GT_OK && !(t->sumsq_host = malloc(n * sizeof(double)))) s = gt_errorf(GT_ENOMEM, "out of memory");
   }
   if (s == GT_OK) s = gt_metrics_open(cfg->metrics_path, &t->metrics);
@@ -619,6 +620,7 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
   st.seconds = st.telemetry.step_s = gt_now() - t0;
   st.tokens_per_s = st.tokens / st.seconds;
   st.mfu = gt_backend_peak_flops(be) > 0 ? st.flops / st.seconds / gt_backend_peak_flops(be) : 0;
+  st.mem_peak = gt_arena_peak(gt_model_arena(t->m));
   GT_TRY(gt_metrics_write(t->metrics, &st));
   if (t->cfg.print_every > 0 && t->step % t->cfg.print_every == 0) gt_metrics_print(stdout, &st);
   t->step++;

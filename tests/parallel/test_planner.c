@@ -367,6 +367,69 @@ static void test_offload(void **state) {
   expect_error(gt_planner_estimate(&hw, &off, (gt_grid_layout){2, 1, 1}, NULL, &e), GT_EINVAL, "copy bandwidth");
 }
 
+/* The planner's memory is the model's expected peak: for one rank,
+ * category by category what gt_model_device_estimate_ex says of the built
+ * model (the flat buffers within their size class: the model pads each
+ * parameter to 64 bytes). And a budget between two layouts' peaks makes the
+ * planner take the one that fits, though the other is faster. */
+static void test_budget_from_estimate(void **state) {
+  (void)state;
+  enum { B = 1, T = 8 };
+  gt_backend *be;
+  OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
+  gt_model *m;
+  OK(gt_model_create(be, &(gt_model_config){.B_max = B, .T_max = T, .seed = 1}, &m));
+  OK(gpt_add_layers(m, &(gpt_config){.vocab_size = 64, .T_max = T, .C = 128, .NH = 4, .L = 4, .tie_weights = true}));
+  OK(gt_model_build(m));
+  gt_planner_layer *ls;
+  int n;
+  OK(gt_planner_layers_from_model(m, B, T, &ls, &n));
+  gt_planner_job job = {.layers = ls, .nlayers = n, .micro_batches = 2, .schedule = GT_PP_1F1B, .chunks = 1};
+  OK(gt_planner_model_extras(m, B, T, &job.extras));
+  gt_planner_hw hw = {.world = 1,
+                      .peak_flops = 1e10,
+                      .p2p_bandwidth = 2e9,
+                      .p2p_latency = 50e-6,
+                      .ar_bandwidth = 2e9,
+                      .ar_latency = 50e-6,
+                      .dp_overlap = 0.4};
+  gt_planner_result e;
+  OK(gt_planner_estimate(&hw, &job, (gt_grid_layout){1, 1, 1}, NULL, &e));
+  gt_device_estimate want;
+  OK(gt_model_device_estimate_ex(m, &(gt_estimate_config){.optim_states = 2}, &want));
+  for (int k = 0; k < GT_MEM_KINDS; k++) {
+    double w = (double)gt_device_estimate_bytes(&want, (gt_mem_kind)k), got = e.mem_kinds[0][k];
+    if (k == GT_MEM_PARAMS || k == GT_MEM_GRADS || k == GT_MEM_OPTIMIZER)
+      assert_true(fabs(got - w) <= w / 8);
+    else
+      NEAR(got, w, 0);
+  }
+  assert_true(fabs(e.mem_bytes[0] - (double)want.total) <= (double)want.total / 16);
+
+  /* Two ranks: dp=2 holds every parameter, pp=2 about half of them. */
+  hw.world = 2;
+  gt_planner_result dp, pp;
+  OK(gt_planner_estimate(&hw, &job, (gt_grid_layout){2, 1, 1}, NULL, &dp));
+  OK(gt_planner_estimate(&hw, &job, (gt_grid_layout){1, 1, 2}, NULL, &pp));
+  double pp_peak = fmax(pp.mem_bytes[0], pp.mem_bytes[1]);
+  assert_true(pp_peak < dp.mem_bytes[0]);
+  OK(gt_planner_choose(&hw, &job, &e));
+  assert_int_equal(e.layout.dp, 2); /* the faster without a budget */
+  double budget[2] = {(pp_peak + dp.mem_bytes[0]) / 2, (pp_peak + dp.mem_bytes[0]) / 2};
+  hw.mem_bytes = budget;
+  OK(gt_planner_choose(&hw, &job, &e));
+  assert_true(e.layout.pp == 2 && e.mem_shortfall <= 0);
+  /* Under both: the error names the smallest peak and its parts. */
+  budget[0] = budget[1] = pp_peak / 2;
+  char msg[128];
+  snprintf(msg, sizeof msg, "its expected peak is %.1f MiB (parameters ", pp_peak / (1 << 20));
+  expect_error(gt_planner_choose(&hw, &job, &e), GT_ENOMEM, msg);
+  assert_non_null(strstr(gt_last_error(), "attention"));
+  free(ls);
+  gt_model_destroy(m);
+  gt_backend_destroy(be);
+}
+
 static void test_layers_from_gpt(void **state) {
   (void)state;
   gt_backend *be;
@@ -446,10 +509,11 @@ static void test_bad_input(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_partition_cases),     cmocka_unit_test(test_partition_matches_brute_force),
-      cmocka_unit_test(test_batch_split),         cmocka_unit_test_setup(test_estimate_by_hand, setup),
-      cmocka_unit_test_setup(test_choose, setup), cmocka_unit_test_setup(test_offload, setup),
-      cmocka_unit_test(test_layers_from_gpt),     cmocka_unit_test_setup(test_bad_input, setup),
+      cmocka_unit_test(test_partition_cases),      cmocka_unit_test(test_partition_matches_brute_force),
+      cmocka_unit_test(test_batch_split),          cmocka_unit_test_setup(test_estimate_by_hand, setup),
+      cmocka_unit_test_setup(test_choose, setup),  cmocka_unit_test_setup(test_offload, setup),
+      cmocka_unit_test(test_layers_from_gpt),      cmocka_unit_test_setup(test_bad_input, setup),
+      cmocka_unit_test(test_budget_from_estimate),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -77,5 +77,27 @@ bool gt_model_offloaded(const gt_model *m);
 /* Zero when not offloaded. */
 gt_offload_stats gt_model_offload_stats(const gt_model *m);
 
+/* The memory ledger: where a rank's device memory goes. Every block the
+ * model's arena hands out (the model's buffers, its activations, the
+ * optimizer's state, the trainer's buffers) carries a category
+ * (gt_mem_kind); the ledger counts each category's bytes now and, at the
+ * moment the total was highest, the breakdown of that peak. Bytes are the
+ * arena's size classes, as gt_model_device_estimate counts them. */
+typedef struct gt_memory_ledger {
+  size_t current[GT_MEM_KINDS]; /* held now, by category */
+  size_t peak[GT_MEM_KINDS];    /* held at the peak, by category */
+  size_t current_total, peak_total;
+  size_t cached; /* freed blocks the arena keeps for reuse */
+  /* The backend's count of all its device memory (cached blocks and
+   * memory outside the arena too) and its budget (0: none). */
+  size_t device_in_use, device_peak, device_limit;
+} gt_memory_ledger;
+gt_status gt_model_memory_ledger(const gt_model *m, gt_memory_ledger *out);
+/* Starts a new peak from what is held now (the backend's peak too). */
+void gt_model_memory_reset_peak(gt_model *m);
+/* One line: "peak 12.5 MiB: parameters 1.0 MiB, gradients ..." over the
+ * categories that hold anything (of the peak, or with now, of current). */
+void gt_memory_ledger_format(const gt_memory_ledger *l, bool now, char *buf, size_t n);
+
 GT_API_END
 #endif
