@@ -6,6 +6,11 @@
  * destroy. A side table maps each live pointer to its class, because device
  * memory cannot carry an inline header. A mutex makes it safe to share
  * between a training thread and communication threads.
+ *
+ * Each live block also remembers its category (gt_mem_kind), and part of
+ * it another's, so that the arena keeps the memory ledger: the bytes of
+ * each category now, and their breakdown when the total last peaked, which
+ * costs a copy of a few counters at each new peak.
  */
 #include "core/arena.h"
 

@@ -29,8 +29,8 @@ static int compare(const gt_model *m, const gt_memory_ledger *l, const gt_device
     size_t want = gt_device_estimate_bytes(e, (gt_mem_kind)k);
     if (k == GT_MEM_SCRATCH && m->mp_scratch_bytes) want += gt_arena_block_size(m->mp_scratch_bytes);
     if (l->peak[k] != want) {
-      snprintf(why, n, "%s: measured %zu bytes at the peak, expected %zu", gt_mem_kind_name((gt_mem_kind)k),
-               l->peak[k], want);
+      snprintf(why, n, "%s: measured %zu bytes at the peak, expected %zu", gt_mem_kind_name((gt_mem_kind)k), l->peak[k],
+               want);
       return 1;
     }
   }
@@ -120,8 +120,8 @@ static run_cfg rank_cfg;
 
 static int rank_main(int rank, int world, void *arg) {
   (void)arg;
-  shared->bad[rank] = train_and_check(rank, world, &rank_cfg, &shared->optim[rank], shared->why[rank],
-                                      sizeof shared->why[rank]);
+  shared->bad[rank] =
+      train_and_check(rank, world, &rank_cfg, &shared->optim[rank], shared->why[rank], sizeof shared->why[rank]);
   return RANK_OK;
 }
 
