@@ -3,7 +3,7 @@
  * giant/run.h. It includes the user's API (giant/giant.h) and adds:
  *
  *   engine/device.h      streams, events, measured peak speed
- *   engine/model.h       a model's flat buffers, layout and annotations
+ *   engine/model.h       a model's flat buffers, layout, annotations, memory ledger
  *   engine/store.h       key-value stores (TCP; etcd in engine/etcd.h)
  *   engine/comm.h        communicators and their collectives
  *   engine/grid.h        the dp x tp x pp process grid
