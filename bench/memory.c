@@ -262,6 +262,8 @@ static size_t max_peak(const row *r) {
   return p;
 }
 
+static const char *verdict(gt_status s) { return s == GT_OK ? "trains" : s == GT_ENOMEM ? "out of memory" : "failed"; }
+
 /* The largest layer count that trains (builds and runs 2 steps) under the
  * budget, for a row's knobs at --search-seq: doubling from `from` until a
  * count does not fit, then bisecting. 0: not even one layer; -1: a failure
@@ -275,8 +277,7 @@ static int largest(cfg *c, const row *knobs, int from, int *probes) {
     r.L = hi;
     gt_status s = run_row(c, &r);
     (*probes)++;
-    printf("  %s, %d layers at T=%d under %d MiB: %s\n", knobs->name, hi, r.T, c->budget_mib,
-           s == GT_OK ? "trains" : s == GT_ENOMEM ? "out of memory" : "failed");
+    printf("  %s, %d layers at T=%d under %d MiB: %s\n", knobs->name, hi, r.T, c->budget_mib, verdict(s));
     fflush(stdout);
     if (s == GT_ENOMEM) break;
     if (s != GT_OK) return -1;
@@ -288,8 +289,7 @@ static int largest(cfg *c, const row *knobs, int from, int *probes) {
     r.L = (lo + hi) / 2;
     gt_status s = run_row(c, &r);
     (*probes)++;
-    printf("  %s, %d layers at T=%d under %d MiB: %s\n", knobs->name, r.L, r.T, c->budget_mib,
-           s == GT_OK ? "trains" : s == GT_ENOMEM ? "out of memory" : "failed");
+    printf("  %s, %d layers at T=%d under %d MiB: %s\n", knobs->name, r.L, r.T, c->budget_mib, verdict(s));
     fflush(stdout);
     if (s != GT_OK && s != GT_ENOMEM) return -1;
     if (s == GT_OK)
@@ -336,12 +336,13 @@ int main(int argc, char **argv) {
                         "                     --device-mem-mib M --no-search]\n",
                         NULL);
   if (rc >= 0) return rc;
-  printf("config: dp=%d (%d processes x %d thread, loopback), byte-level GPT L=%d C=%d NH=%d T=%d V=%d, B=%d per "
-         "rank, AdamW, fp32; %d warm-up + %d measured steps a row; largest model at T=%d under --device-mem-mib "
-         "%d\n",
-         DP, DP, c->threads, c->L, c->C, c->NH, c->T, c->V, c->B, c->warmup, c->steps, c->search_T, c->budget_mib);
-  printf("features in this build: ZeRO-2/3 %s, recomputation %s, tiled attention %s\n",
-         HAVE_ZERO_STAGES ? "yes" : "no", HAVE_RECOMPUTE ? "yes" : "no", HAVE_TILED_ATTENTION ? "yes" : "no");
+  printf(
+      "config: dp=%d (%d processes x %d thread, loopback), byte-level GPT L=%d C=%d NH=%d T=%d V=%d, B=%d per "
+      "rank, AdamW, fp32; %d warm-up + %d measured steps a row; largest model at T=%d under --device-mem-mib "
+      "%d\n",
+      DP, DP, c->threads, c->L, c->C, c->NH, c->T, c->V, c->B, c->warmup, c->steps, c->search_T, c->budget_mib);
+  printf("features in this build: ZeRO-2/3 %s, recomputation %s, tiled attention %s\n", HAVE_ZERO_STAGES ? "yes" : "no",
+         HAVE_RECOMPUTE ? "yes" : "no", HAVE_TILED_ATTENTION ? "yes" : "no");
   /* The table's rows are trained without a budget. */
   int budget = c->budget_mib;
   c->budget_mib = 0;

@@ -45,7 +45,7 @@ typedef struct gt_planner_layer {
    * the ones read only by matrix products (gt_param_spec.matmul_only),
    * which a window holds in bf16 alone under bf16. fp32 bytes. */
   double window_bytes, matmul_bytes;
-  double act_bytes;          /* activations saved for backward, one micro-batch */
+  double act_bytes;          /* activations saved for backward, one micro-batch (as the arena sets them aside) */
   double attn_bytes;         /* of act_bytes, the saved attention tensors (gt_layer_type.attn_floats) */
   double out_bytes;          /* output handed to the next layer, one micro-batch */
   int tp_allreduces;         /* all-reduces over the tensor-parallel group per forward (as many in backward) */
