@@ -116,14 +116,14 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
    * beside its layers whatever the cut: per micro-batch the gradient
    * buffers and the batch, once the scratch and the trainer's buffers. */
   double flight[GT_PLANNER_MAX_STAGES] = {0}, fixed[GT_PLANNER_MAX_STAGES];
+  double scratch = job->extras.scratch_bytes + (off ? 0 : job->extras.norm_bytes);
   for (int r = 0; r < pp; r++) {
     int live = 0;
     for (int i = 0; i < sched->nsteps[r]; i++) {
       live += sched->steps[r][i].op == GT_PP_FORWARD ? 1 : -1;
       if (live > flight[r]) flight[r] = live;
     }
-    fixed[r] =
-        job->extras.scratch_bytes + (hw->world > 1 ? job->extras.comm_bytes : 0) + job->extras.act_bytes * flight[r];
+    fixed[r] = scratch + (hw->world > 1 ? job->extras.comm_bytes : 0) + job->extras.act_bytes * flight[r];
   }
   /* Offloaded, a rank holds `window` weight slots and 2 gradient slots of
    * the widest layer (its share of it under tp) whatever the cut, and the
@@ -234,7 +234,7 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
     double attn = act_rank[s] > 0 ? sim.peak_act_bytes[s] * attn_rank[s] / act_rank[s] : 0;
     k[GT_MEM_ATTENTION] = attn;
     k[GT_MEM_ACTIVATIONS] = sim.peak_act_bytes[s] - attn + job->extras.act_bytes * flight[s];
-    k[GT_MEM_SCRATCH] = job->extras.scratch_bytes;
+    k[GT_MEM_SCRATCH] = scratch;
     k[GT_MEM_COMM] = hw->world > 1 ? job->extras.comm_bytes : 0;
     out->mem_bytes[s] = 0;
     for (int c = 0; c < GT_MEM_KINDS; c++) out->mem_bytes[s] += k[c];

@@ -64,8 +64,8 @@ gt_status gt_planner_model_extras(const gt_model *m, int B, int T, gt_planner_ex
   }
   int np = gt_model_num_params(m);
   out->act_bytes = 2 * block_bytes(BT * (double)widest * sizeof(float)) + 2 * block_bytes(BT * sizeof(int32_t));
-  out->scratch_bytes = block_bytes((double)(scratch ? scratch : 1) * sizeof(float)) +
-                       block_bytes((double)(np ? np : 1) * sizeof(double));
+  out->scratch_bytes = block_bytes((double)(scratch ? scratch : 1) * sizeof(float));
+  out->norm_bytes = block_bytes((double)(np ? np : 1) * sizeof(double));
   out->comm_bytes = block_bytes(64 * sizeof(float));
   return GT_OK;
 }

@@ -64,11 +64,11 @@ gt_status gt_planner_layers_from_model(const gt_model *m, int B, int T, gt_plann
  * model's estimate counts it, read from a model whose layers are added
  * (built or not) for micro-batches of (B, T): per micro-batch in flight,
  * the two gradient buffers between layers and the batch's tokens and
- * targets; once, the layers' largest scratch and the gradient norm's sums;
- * and, with more than one rank, the trainer's buffer for its reductions.
- * Each in the arena's size class. */
+ * targets; once, the layers' largest scratch and the gradient norm's sums
+ * (host memory when offloaded); and, with more than one rank, the
+ * trainer's buffer for its reductions. Each in the arena's size class. */
 typedef struct gt_planner_extras {
-  double act_bytes, scratch_bytes, comm_bytes;
+  double act_bytes, scratch_bytes, norm_bytes, comm_bytes;
 } gt_planner_extras;
 gt_status gt_planner_model_extras(const gt_model *m, int B, int T, gt_planner_extras *out);
 
