@@ -43,7 +43,7 @@
 /* What this build has. Each is one line to change when its feature lands,
  * with the field it sets (set_features below) named beside it. */
 #define HAVE_ZERO_STAGES 0     /* ZeRO-2/3: gt_plan_config.zero, the stage (1..3) */
-#define HAVE_RECOMPUTE 0       /* gt_model_config.recompute: none, attention, block */
+#define HAVE_RECOMPUTE 1       /* gt_model_config.recompute: none, attention, block */
 #define HAVE_TILED_ATTENTION 0 /* gt_model_config.attention: tiled or full */
 
 enum { DP = 4, MAX_ROWS = 16 };
@@ -100,7 +100,7 @@ static void set_features(const row *r, gt_plan_config *pc, gt_model_config *mc) 
   pc->zero = r->zero;
 #endif
 #if HAVE_RECOMPUTE
-  mc->recompute = gt_recompute_parse(r->recompute);
+  (void)gt_recompute_parse(r->recompute, &mc->recompute); /* the table's names are valid */
 #endif
 #if HAVE_TILED_ATTENTION
   mc->attention = gt_attention_parse(r->attention);
