@@ -102,7 +102,9 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
         budget[s] = fmin(budget[s], hw->mem_bytes ? hw->mem_bytes[r] : INFINITY);
       }
   }
-  double state_factor = job->zero1 ? 2 + 2.0 / dp : 4;
+  /* Floats per parameter: weights, gradients, two moments; ZeRO-1 shards
+   * the moments, ZeRO-2 the gradients too (its staging is not counted). */
+  double state_factor = job->zero >= 2 ? 1 + 3.0 / dp : job->zero1 ? 2 + 2.0 / dp : 4;
   /* Offloaded, a rank holds `window` weight slots and 2 gradient slots of
    * the widest layer (its share of it under tp) whatever the cut, and the
    * activations. */
@@ -297,6 +299,7 @@ void gt_planner_print(const gt_planner_result *e, const gt_planner_job *job, FIL
   for (int s = 0; s < e->layout.pp; s++)
     fprintf(f, "memory, pipeline rank %d: %.1f MiB%s\n", s, e->mem_bytes[s] / (1 << 20),
             job && job->offload_window > 0 ? " (offloaded: the window and activations)"
+            : job && job->zero >= 2        ? " (ZeRO-2)"
             : job && job->zero1            ? " (ZeRO-1)"
                                            : "");
   if (job && job->offload_window > 0)

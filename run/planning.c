@@ -115,6 +115,7 @@ gt_status run_print_prediction(gt_backend *be, const gt_run_model *model, const 
                         .schedule = plan->schedule,
                         .chunks = plan->chunks,
                         .zero1 = plan->zero1,
+                        .zero = plan->zero,
                         .tp_allowed = tp,
                         .ntp_allowed = tp_sizes(model, plan->world, tp),
                         .offload_window = offload_window,

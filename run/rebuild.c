@@ -75,7 +75,7 @@ static gt_status reshape_layout(const gt_run *r, int world, char *out, size_t n)
   }
   int B = (r->total + world - 1) / world;
   return run_choose_layout(r->be, &r->model, B, r->o.seq, world, r->o.accum * world, r->peak,
-                           (double)r->o.mem_mib * (1 << 20), r->schedule, r->o.chunks, r->o.zero1, r->o.offload,
+                           (double)r->o.mem_mib * (1 << 20), r->schedule, r->o.chunks, r->o.zero >= 1, r->o.offload,
                            r->precision, NULL, out, n);
 }
 
@@ -134,6 +134,9 @@ gt_status run_reshape_now(gt_run *r, bool planned) {
                        .rank = rank,
                        .layout = layout,
                        .zero1 = r->o.zero1,
+                       .zero = r->o.zero < 0 ? 0
+                               : r->o.zero   ? r->o.zero
+                                             : -1,
                        .seq_parallel = r->o.seq_parallel,
                        .bucket_bytes = (size_t)r->o.bucket_kib << 10,
                        .schedule = r->schedule,

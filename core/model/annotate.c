@@ -17,6 +17,7 @@ static const char *scope_name(gt_scope_kind k) {
     case GT_SCOPE_STAGE: return "stage";
     case GT_SCOPE_PIPELINE: return "pipeline";
     case GT_SCOPE_OFFLOAD: return "offload";
+    case GT_SCOPE_ZERO: return "zero";
   }
   return "?";
 }
@@ -25,7 +26,7 @@ gt_status gt_model_scope_begin(gt_model *m, gt_scope_kind kind, int count) {
   if (m->built) return gt_errorf(GT_ESTATE, "annotation after gt_model_build");
   if (m->nopen == GT_MODEL_MAX_SCOPE_DEPTH)
     return gt_errorf(GT_EINVAL, "annotation scopes nest deeper than %d", GT_MODEL_MAX_SCOPE_DEPTH);
-  if ((unsigned)kind > GT_SCOPE_OFFLOAD) return gt_errorf(GT_EINVAL, "unknown annotation scope %d", (int)kind);
+  if ((unsigned)kind > GT_SCOPE_ZERO) return gt_errorf(GT_EINVAL, "unknown annotation scope %d", (int)kind);
   const char *at = m->nlayers ? m->layers[m->nlayers - 1]->name : NULL;
   if (count < 0)
     return gt_errorf(GT_EINVAL, "%s(%d)%s%s%s: a scope's count cannot be negative", scope_name(kind), count,
@@ -34,9 +35,12 @@ gt_status gt_model_scope_begin(gt_model *m, gt_scope_kind kind, int count) {
     return gt_errorf(GT_EINVAL, "a pipeline scope needs at least 1 micro-batch, got %d", count);
   if (kind == GT_SCOPE_OFFLOAD && count < 1)
     return gt_errorf(GT_EINVAL, "an offload scope needs a window of at least 1 layer, got %d", count);
+  if (kind == GT_SCOPE_ZERO && (count < 1 || count > 3))
+    return gt_errorf(GT_EINVAL, "zero(%d): a ZeRO scope names stage 1, 2 or 3", count);
   for (int i = 0; i < m->nopen; i++) {
     const gt_scope_rec *o = &m->recs[m->open[i]];
-    if (o->kind == kind && (kind == GT_SCOPE_STAGE || kind == GT_SCOPE_PIPELINE || kind == GT_SCOPE_OFFLOAD))
+    if (o->kind == kind &&
+        (kind == GT_SCOPE_STAGE || kind == GT_SCOPE_PIPELINE || kind == GT_SCOPE_OFFLOAD || kind == GT_SCOPE_ZERO))
       return gt_errorf(GT_EINVAL, "%s(%d) opened inside %s(%d), which begins at layer '%s': %s scopes cannot nest",
                        scope_name(kind), count, scope_name(o->kind), o->arg,
                        o->first < m->nlayers ? m->layers[o->first]->name : "(none yet)", scope_name(kind));
@@ -171,6 +175,15 @@ gt_status gt_model_annotations(const gt_model *m, gt_annotations *out) {
                            r->arg, first, lname(m, r->last));
         out->offload_window = r->arg;
         name_into(out->offload_at, first);
+        break;
+      case GT_SCOPE_ZERO:
+        if (!whole(m, r))
+          return gt_errorf(GT_EINVAL,
+                           "zero(%d) around '%s'..'%s' must enclose the whole model: the flat buffers are "
+                           "sharded all or nothing",
+                           r->arg, first, lname(m, r->last));
+        out->zero = r->arg;
+        name_into(out->zero_at, first);
         break;
     }
   }

@@ -14,10 +14,15 @@ gt_status gt_model_device_estimate(const gt_model *m, int optim_states, gt_devic
   if (optim_states < 0) return gt_errorf(GT_EINVAL, "optimizer states per parameter must be >= 0");
   size_t flat = (m->nfloats ? m->nfloats : 1) * sizeof(float);
   bool bf16 = m->precision == GT_PRECISION_BF16;
+  /* ZeRO-1 and up over dp ranks: the optimizer's state is a shard's; from
+   * ZeRO-2 the gradients too, with their staging (zero.c). */
+  int dp = m->par.dp_size > 1 && m->par.zero >= 1 ? m->par.dp_size : 1;
+  size_t shard = (m->nfloats / (size_t)dp ? m->nfloats / (size_t)dp : 1) * sizeof(float);
   if (!m->off) {
     out->weights = gt_arena_block_size(flat);
-    out->grads = gt_arena_block_size(flat);
-    out->optimizer = (size_t)optim_states * gt_arena_block_size(flat);
+    out->grads = gt_arena_block_size(m->zero ? shard : flat);
+    out->slots = gt_zero_device_bytes(m);
+    out->optimizer = (size_t)optim_states * gt_arena_block_size(shard);
     if (bf16) out->bf16_copy = gt_arena_block_size((m->nfloats ? m->nfloats : 1) * sizeof(uint16_t));
   } else {
     out->slots = gt_offload_device_bytes(m);

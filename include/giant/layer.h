@@ -98,6 +98,7 @@ typedef enum gt_scope_kind {
   GT_SCOPE_STAGE = 2,     /* stage(i): the layers inside form pipeline stage i (0, 1, ... in order) */
   GT_SCOPE_PIPELINE = 3,  /* pipeline(m): the stages inside run as a pipeline of m micro-batches */
   GT_SCOPE_OFFLOAD = 4,   /* offload(w): around the whole model, offloaded with a window of w layers */
+  GT_SCOPE_ZERO = 5,      /* zero(s): around the whole model, ZeRO stage s (1: optimizer state, 2: and gradients) */
 } gt_scope_kind;
 
 typedef struct gt_layer_type {

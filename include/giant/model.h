@@ -101,7 +101,7 @@ gt_precision gt_model_get_precision(const gt_model *m);
  * counted. */
 typedef struct gt_device_estimate {
   size_t weights, grads, optimizer, bf16_copy; /* the flat buffers on the device */
-  size_t slots;                                /* offloaded: the window and gradient slots */
+  size_t slots; /* offloaded: the window and gradient slots; ZeRO-2: the gradients' staging */
   size_t activations, scratch;
   size_t total;
 } gt_device_estimate;

@@ -204,10 +204,13 @@ int cr_rank(int rank, int world, void *arg) {
   gt_store *store;
   gt_dist *dist;
   gt_plan plan;
-  train_rank_dist(
-      &(gt_plan_config){
-          .world = world, .rank = rank, .layout = cfg->layout, .schedule = GT_PP_1F1B, .zero1 = cfg->zero1},
-      "gen0", &store, &plan, &dist);
+  train_rank_dist(&(gt_plan_config){.world = world,
+                                    .rank = rank,
+                                    .layout = cfg->layout,
+                                    .schedule = GT_PP_1F1B,
+                                    .zero1 = cfg->zero1,
+                                    .zero = cfg->zero},
+                  "gen0", &store, &plan, &dist);
   int rows = CR_ROWS / plan.layout.dp;
   gt_model *m;
   gt_trainer *tr;

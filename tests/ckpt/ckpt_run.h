@@ -22,6 +22,7 @@ typedef struct cr_state {
 typedef struct cr_cfg {
   const char *layout; /* NULL: one process */
   bool zero1;
+  int zero;         /* the ZeRO stage (gt_plan_config.zero: 0 leaves it to zero1) */
   const char *data; /* token file */
   const char *dir;  /* checkpoint root */
   int s0, s1;       /* run steps [s0, s1); s0 > 0 loads the newest checkpoint first, which must be at s0 */
