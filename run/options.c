@@ -250,11 +250,6 @@ static gt_status from_env_and_check(gt_run_options *o) {
   if (o->zero1 && o->zero >= 0 && o->zero != 1)
     return gt_errorf(GT_EINVAL, "--zero1 is --zero 1, and --zero %d was given too: give one", o->zero);
   if (o->zero1) o->zero = 1;
-  if (o->zero >= 2 && o->reshape)
-    return gt_errorf(GT_EUNSUPPORTED,
-                     "--reshape with --zero %d is not supported: the sharded gradients' sums are not "
-                     "mirrored to peers; use --zero 1 with --reshape",
-                     o->zero);
   if (o->zero >= 2 && (o->delayed_update || o->update_per_layer))
     return gt_errorf(GT_EUNSUPPORTED,
                      "--zero %d with %s is not supported: an update layer by layer needs each layer's whole "

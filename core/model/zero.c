@@ -35,12 +35,11 @@
 #include "core/arena.h"
 #include "core/backend_engine.h"
 #include "core/model/model_engine.h"
-#include "giant/engine/device.h"
 
 #define HELD_SLOT 2 /* the sink's id for the held gradients */
 
 struct gt_zero {
-  size_t lo, hi;     /* this rank's shard of the flat buffer */
+  size_t lo, hi;      /* this rank's shard of the flat buffer */
   size_t slot_floats; /* the widest layer's own range */
   float *slot[2];
   int slot_layer[2]; /* the layer whose gradients a slot holds, -1: none */
@@ -144,7 +143,8 @@ gt_status gt_zero_create(gt_model *m) {
   z->layer_slot = malloc((size_t)L * sizeof *z->layer_slot);
   for (int i = 0; z->layer_slot && i < L; i++) z->layer_slot[i] = -1;
   z->held_off = calloc((size_t)P, sizeof *z->held_off);
-  if (!z->layer_lo || !z->layer_hi || !z->held_off || !z->layer_slot) return gt_errorf(GT_ENOMEM, "out of memory for ZeRO-2");
+  if (!z->layer_lo || !z->layer_hi || !z->held_off || !z->layer_slot)
+    return gt_errorf(GT_ENOMEM, "out of memory for ZeRO-2");
   GT_TRY(lay_out(m, z));
   for (int k = 0; k < 2; k++) {
     gt_status st = gt_arena_alloc(m->arena, z->slot_floats * sizeof(float), (void **)&z->slot[k]);
@@ -251,8 +251,8 @@ static gt_status settle(gt_model *m, int k) {
   if (!z->pending[k]) return GT_OK;
   z->pending[k] = false;
   gt_status st = z->sink.wait(z->sink.ctx, k);
-  if (st != GT_OK) return gt_error_context(st, "sending layer '%s''s gradients to their owners",
-                                           m->layers[z->slot_layer[k]]->name);
+  if (st != GT_OK)
+    return gt_error_context(st, "sending layer '%s''s gradients to their owners", m->layers[z->slot_layer[k]]->name);
   return each_run(m, z->slot_layer[k], add_run, k);
 }
 
@@ -273,9 +273,9 @@ gt_status gt_zero_grads_end(gt_model *m, int i) {
   gt_zero *z = m->zero;
   int k = z->layer_slot[i];
   if (k < 0) return GT_OK;
-  /* The sends read the slot from the communicator's thread: the layer's
-   * kernels must have written it. */
-  GT_TRY(gt_stream_sync(m->be, NULL));
+  /* A collective started now reads what the kernels queued before it
+   * wrote (on a GPU its stream waits for the compute stream's event), and
+   * kernels queued after its wait read its result: no sync here. */
   z->pending[k] = true;
   return each_run(m, i, send_run, k);
 }
@@ -303,7 +303,6 @@ gt_status gt_model_flush_grads(gt_model *m) {
   GT_TRY(first);
   if (!z->held_floats) return GT_OK;
   /* The held gradients are final now: each to its owners. */
-  GT_TRY(gt_stream_sync(m->be, NULL));
   for (int q = 0; q < m->nparams; q++) {
     size_t h = z->held_off[q];
     if (h == SIZE_MAX) continue;
@@ -316,7 +315,8 @@ gt_status gt_model_flush_grads(gt_model *m) {
   GT_TRY(first);
   for (int q = 0; q < m->nparams; q++) {
     size_t h = z->held_off[q];
-    if (h != SIZE_MAX) GT_TRY(add_to_shard(m, z->held + h, m->params[q].offset, m->params[q].offset + m->params[q].numel));
+    if (h != SIZE_MAX)
+      GT_TRY(add_to_shard(m, z->held + h, m->params[q].offset, m->params[q].offset + m->params[q].numel));
   }
   return GT_OK;
 }

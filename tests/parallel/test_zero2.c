@@ -1,8 +1,9 @@
 /* ZeRO-2 against ZeRO-1: the gradients sharded (each rank holds its shard
  * and two layers' staging), each layer's sent to its owners after its
  * backward on every micro-batch, give ZeRO-1's losses, gradient norms and
- * final parameters within the cross-layout tolerance (1e-5) over 20 steps
- * of two micro-batches each, at dp=2, dp=4, dp=2,tp=2 and dp=2,pp=2. The
+ * final parameters within twice the cross-layout tolerance (2e-5) over 20 steps
+ * of two micro-batches each, at dp=2, dp=4, dp=2,tp=2 and dp=2,pp=2, and
+ * under bf16 within the bf16 tolerance across layouts. The
  * device memory the model takes, as its arena counts it, shrinks by what
  * the computed sizes say: the whole gradient buffer gives way to a shard
  * and the staging. Bad stages and combinations are refused with a message.
@@ -37,6 +38,7 @@ enum { V = 64, T = 16, C = 32, NH = 4, L = 2, B = 8, ACCUM = 2, STEPS = 20 };
 typedef struct run_cfg {
   const char *layout;
   int zero, layers; /* layers: 0 is L */
+  gt_precision precision;
   train_result *out;
   /* shared, or NULL: per rank, the model's arena bytes after build, the
    * estimate's gradients and staging, and the bytes the test computes
@@ -76,8 +78,10 @@ static int train(int rank, int world, void *arg) {
   int rows = B / plan.layout.dp / ACCUM, row0 = plan.me.dp * rows * ACCUM;
   gt_model *m;
   CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = rows, .T_max = T, .seed = 42}, &m));
-  gt_model_parallel mp = gt_dist_model_parallel(dist);
-  CHECK_OK(gt_model_set_parallel(m, &mp));
+  if (dist) {
+    gt_model_parallel mp = gt_dist_model_parallel(dist);
+    CHECK_OK(gt_model_set_parallel(m, &mp));
+  }
   int layers = cfg->layers ? cfg->layers : L;
   CHECK_OK(gpt_add_layers(
       m, &(gpt_config){.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = layers, .tie_weights = true}));
@@ -114,7 +118,8 @@ static int train(int rank, int world, void *arg) {
                           .grad_clip = 1.0f,
                           .grad_accum = ACCUM,
                           .schedule = {3e-3f, 3e-4f, 3, STEPS},
-                          .dist = dist};
+                          .dist = dist,
+                          .precision = cfg->precision};
   gt_trainer *tr;
   CHECK_OK(gt_trainer_create(m, &tc, &tr));
   int32_t in[B * T], tg[B * T];
@@ -134,8 +139,9 @@ static int train(int rank, int world, void *arg) {
   float *p = calloc(n, sizeof *p);
   CHECK(p);
   CHECK_OK(gt_model_get_params(m, p, n));
+  if (!dist) train_result_set_layout(cfg->out, m);
   if (plan.me.dp == 0 && layers == L) train_result_write(cfg->out, m, p, plan.me.tp);
-  CHECK_OK(gt_comm_barrier(gt_grid_world(gt_dist_grid(dist))));
+  if (dist) CHECK_OK(gt_comm_barrier(gt_grid_world(gt_dist_grid(dist))));
   free(p);
   gt_trainer_destroy(tr);
   gt_model_destroy(m);
@@ -145,61 +151,53 @@ static int train(int rank, int world, void *arg) {
   return RANK_OK;
 }
 
-/* The single-process layout the results are written in. */
-static int lay_out(int rank, int world, void *arg) {
-  (void)rank;
-  (void)world;
-  train_result *r = arg;
-  gt_backend *be;
-  CHECK_OK(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU, .num_threads = 1}, &be));
-  gt_model *m;
-  CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = 1, .T_max = T, .seed = 42}, &m));
-  CHECK_OK(
-      gpt_add_layers(m, &(gpt_config){.vocab_size = V, .T_max = T, .C = C, .NH = NH, .L = L, .tie_weights = true}));
-  CHECK_OK(gt_model_build(m));
-  train_result_set_layout(r, m);
-  gt_model_destroy(m);
-  gt_backend_destroy(be);
-  return RANK_OK;
-}
-
+/* One process: the layout results are written in. */
 static train_result *layout_ref;
 
 static int setup(void **state) {
   (void)state;
   layout_ref = train_result_new(NULL);
+  run_cfg cfg = {.out = layout_ref};
   int codes[1];
-  return harness_run(1, lay_out, layout_ref, 120, codes) == 0 ? 0 : -1;
+  return harness_run(1, train, &cfg, 120, codes) == 0 ? 0 : -1;
 }
 
 static int world_of(const char *layout) {
   int w = 1;
-  for (const char *s = layout; *s; s++)
+  for (const char *s = layout; s && *s; s++)
     if (*s == '=') w *= atoi(s + 1);
   return w;
 }
 
 /* 20 steps at `layout`, ZeRO stage `zero`. Each run takes well under 2 s
  * on two busy cores; the bound is 240 s. */
-static train_result *run(const char *layout, int zero, size_t *bytes, int layers) {
+static train_result *run_at(const char *layout, int zero, size_t *bytes, int layers, gt_precision precision) {
   train_result *r = train_result_new(layout_ref);
-  run_cfg cfg = {.layout = layout, .zero = zero, .layers = layers, .out = r, .bytes = bytes};
+  run_cfg cfg = {.layout = layout, .zero = zero, .layers = layers, .precision = precision, .out = r, .bytes = bytes};
   int codes[4];
   int bad = harness_run(world_of(layout), train, &cfg, 240, codes);
   if (bad) fail_msg("%s ZeRO-%d: %d rank(s) failed", layout, zero, bad);
   return r;
 }
 
+static train_result *run(const char *layout, int zero, size_t *bytes, int layers) {
+  return run_at(layout, zero, bytes, layers, GT_PRECISION_FP32);
+}
+
+/* test_hybrid holds a layout within 1e-5 of one process; two layouts are
+ * then within 2e-5 of each other. Release builds give under 4e-6 here;
+ * builds with other kernels' summation orders (the sanitizers') more. */
 static void against_zero1(const char *layout) {
   train_result *one = run(layout, 1, NULL, 0), *two = run(layout, 2, NULL, 0);
   train_diff d = train_result_compare(one, two, STEPS, C);
-  print_message("%-12s ZeRO-2 vs ZeRO-1: loss %.4f -> %.4f, max relative difference: loss %.2e, norm %.2e, "
-                "parameters %.2e (%s)\n",
-                layout, two->losses[0], two->losses[STEPS - 1], d.loss, d.norm, d.param, d.worst);
+  print_message(
+      "%-12s ZeRO-2 vs ZeRO-1: loss %.4f -> %.4f, max relative difference: loss %.2e, norm %.2e, "
+      "parameters %.2e (%s)\n",
+      layout, two->losses[0], two->losses[STEPS - 1], d.loss, d.norm, d.param, d.worst);
   assert_true(two->losses[STEPS - 1] < two->losses[0] - 0.5f); /* it trained */
-  assert_true(d.loss <= 1e-5);
-  assert_true(d.norm <= 1e-5);
-  assert_true(d.param <= 1e-5);
+  assert_true(d.loss <= 2e-5);
+  assert_true(d.norm <= 2e-5);
+  assert_true(d.param <= 2e-5);
 }
 
 static void test_dp2(void **state) {
@@ -219,6 +217,24 @@ static void test_dp2_pp2(void **state) {
   against_zero1("dp=2,pp=2");
 }
 
+/* Mixed precision: the layers' bf16 products write their fp32 gradients
+ * into the staging as into the flat buffer. The sums differ from ZeRO-1's
+ * by rounding, which now and then moves an operand across a bf16 rounding
+ * boundary: the bounds are test_hybrid's for bf16 across layouts. */
+static void test_dp2_bf16(void **state) {
+  (void)state;
+  train_result *one = run_at("dp=2", 1, NULL, 0, GT_PRECISION_BF16),
+               *two = run_at("dp=2", 2, NULL, 0, GT_PRECISION_BF16);
+  train_diff d = train_result_compare(one, two, STEPS, C);
+  print_message(
+      "dp=2 bf16    ZeRO-2 vs ZeRO-1: loss %.4f -> %.4f, max relative difference: loss %.2e, "
+      "parameters %.2e (%s)\n",
+      two->losses[0], two->losses[STEPS - 1], d.loss, d.param, d.worst);
+  assert_true(two->losses[STEPS - 1] < two->losses[0] - 0.5f);
+  assert_true(d.loss <= 1e-3);
+  assert_true(d.param <= 1e-2);
+}
+
 /* dp=4, 12 layers: ZeRO-2's model holds a quarter of the gradient buffer
  * plus its staging where ZeRO-1's holds all of it. The arena's count (the
  * device bytes handed out) falls by exactly the difference of the sizes
@@ -233,9 +249,10 @@ static void test_memory_is_sharded(void **state) {
   run("dp=4", 2, b2, LAYERS);
   for (int k = 0; k < 4; k++) {
     const size_t *one = b1 + NBYTES * k, *two = b2 + NBYTES * k;
-    print_message("rank %d: model arena %zu bytes at ZeRO-1, %zu at ZeRO-2; gradients %zu -> %zu "
-                  "(computed %zu -> %zu)\n",
-                  k, one[0], two[0], one[1], two[1], two[2], two[3]);
+    print_message(
+        "rank %d: model arena %zu bytes at ZeRO-1, %zu at ZeRO-2; gradients %zu -> %zu "
+        "(computed %zu -> %zu)\n",
+        k, one[0], two[0], one[1], two[1], two[2], two[3]);
     assert_int_equal(one[1], two[2]); /* ZeRO-1: the whole buffer */
     assert_int_equal(two[1], two[3]); /* ZeRO-2: shard + staging, as computed */
     assert_int_equal(one[0] - two[0], two[2] - two[3]);
@@ -253,8 +270,7 @@ static void test_bad_input(void **state) {
   s = gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=4", .zero = 3}, &p);
   assert_int_equal(s, GT_EUNSUPPORTED);
   assert_non_null(strstr(gt_last_error(), "use ZeRO-2"));
-  s = gt_plan_resolve(
-      &(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=4", .zero = 2, .offload_window = 2}, &p);
+  s = gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=4", .zero = 2, .offload_window = 2}, &p);
   assert_int_equal(s, GT_EUNSUPPORTED);
   assert_non_null(strstr(gt_last_error(), "ZeRO-2 with offloading"));
   /* dp = 1: nothing to shard, and nothing is: the plan keeps the stage. */
@@ -264,15 +280,15 @@ static void test_bad_input(void **state) {
   assert_int_equal(gt_plan_resolve(&(gt_plan_config){.world = 2, .rank = 0, .layout = "dp=2", .zero1 = true}, &p),
                    GT_OK);
   assert_int_equal(p.zero, 1);
-  assert_int_equal(gt_plan_resolve(&(gt_plan_config){.world = 2, .rank = 0, .layout = "dp=2", .zero = -1}, &p),
-                   GT_OK);
+  assert_int_equal(gt_plan_resolve(&(gt_plan_config){.world = 2, .rank = 0, .layout = "dp=2", .zero = -1}, &p), GT_OK);
   assert_int_equal(p.zero, 0);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_dp2),     cmocka_unit_test(test_dp4),
-      cmocka_unit_test(test_dp2_tp2),       cmocka_unit_test(test_dp2_pp2), cmocka_unit_test(test_memory_is_sharded),
+      cmocka_unit_test(test_bad_input),         cmocka_unit_test(test_dp2),     cmocka_unit_test(test_dp4),
+      cmocka_unit_test(test_dp2_tp2),           cmocka_unit_test(test_dp2_pp2), cmocka_unit_test(test_dp2_bf16),
+      cmocka_unit_test(test_memory_is_sharded),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

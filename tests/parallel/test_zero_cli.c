@@ -53,15 +53,14 @@ static void test_bad_flags(void **state) {
   refused((char *[]){gpt, "--zero", "4", NULL}, 2, "--zero: '4' is outside [0, 3]");
   refused((char *[]){gpt, "--zero", "two", NULL}, 2, "--zero wants an integer");
   refused((char *[]){gpt, "--zero1", "--zero", "2", NULL}, 2, "--zero1 is --zero 1, and --zero 2 was given too");
-  refused((char *[]){gpt, "--zero", "2", "--reshape", NULL}, 2, "use --zero 1 with --reshape");
   refused((char *[]){gpt, "--zero", "2", "--offload", "1", "--delayed-update", NULL}, 2,
           "--zero 2 with --delayed-update is not supported");
 }
 
 static void test_unsupported_at_start(void **state) {
   (void)state;
-  char *small[] = {"--print-plan", "--layers", "1", "--channels", "32",  "--seq", "32",
-                   "--threads",    "1",        "--corpus", text, "--data", data};
+  char *small[] = {"--print-plan", "--layers", "1",        "--channels", "32",     "--seq", "32",
+                   "--threads",    "1",        "--corpus", text,         "--data", data};
   char *zero3[20] = {gpt, "--zero", "3"}, *offload[20] = {gpt, "--zero", "2", "--offload", "1"};
   memcpy(zero3 + 3, small, sizeof small);
   memcpy(offload + 5, small, sizeof small);
