@@ -75,8 +75,8 @@ static gt_status reshape_layout(const gt_run *r, int world, char *out, size_t n)
   }
   int B = (r->total + world - 1) / world;
   return run_choose_layout(r->be, &r->model, B, r->o.seq, world, r->o.accum * world, r->peak,
-                           (double)r->o.mem_mib * (1 << 20), r->schedule, r->o.chunks, r->o.zero >= 1, r->o.offload,
-                           r->precision, NULL, out, n);
+                           (double)r->o.mem_mib * (1 << 20), r->schedule, r->o.chunks, r->launch_plan.zero1,
+                           r->o.offload, r->precision, NULL, out, n);
 }
 
 /* The newest committed checkpoint's step directory, where the state that
@@ -133,10 +133,8 @@ gt_status run_reshape_now(gt_run *r, bool planned) {
   gt_plan_config pc = {.world = world,
                        .rank = rank,
                        .layout = layout,
-                       .zero1 = r->o.zero1,
-                       .zero = r->o.zero < 0 ? 0
-                               : r->o.zero   ? r->o.zero
-                                             : -1,
+                       /* the stage the job launched with, from the flag or the model's zero(s) */
+                       .zero = r->launch_plan.zero ? r->launch_plan.zero : -1,
                        .seq_parallel = r->o.seq_parallel,
                        .bucket_bytes = (size_t)r->o.bucket_kib << 10,
                        .schedule = r->schedule,
