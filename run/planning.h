@@ -20,7 +20,7 @@ gt_planner_hw run_planner_hw(int world, double peak_flops);
  * (0: no limit) and keeps the factors `fixed` gives (NULL, or 0 in a
  * factor: free), written as "dp=..,tp=..,pp=..". */
 gt_status run_choose_layout(gt_backend *be, const gt_run_model *model, int B, int T, int world, int micro_batches,
-                            double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, bool zero1,
+                            double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, int zero,
                             int offload_window, gt_precision precision, const gt_grid_layout *fixed, char *layout,
                             size_t n);
 

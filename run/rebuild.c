@@ -75,7 +75,7 @@ static gt_status reshape_layout(const gt_run *r, int world, char *out, size_t n)
   }
   int B = (r->total + world - 1) / world;
   return run_choose_layout(r->be, &r->model, B, r->o.seq, world, r->o.accum * world, r->peak,
-                           (double)r->o.mem_mib * (1 << 20), r->schedule, r->o.chunks, r->launch_plan.zero1,
+                           (double)r->o.mem_mib * (1 << 20), r->schedule, r->o.chunks, r->launch_plan.zero,
                            r->o.offload, r->precision, NULL, out, n);
 }
 

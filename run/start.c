@@ -116,7 +116,7 @@ static gt_status choose_plan(gt_run *r, const gt_annotations *ann) {
     char chosen[64];
     bool autom;
     GT_TRY(run_choose_layout(r->be, &r->model, B, a->seq, job->world_size, accum * job->world_size, r->peak,
-                             (double)a->mem_mib * (1 << 20), r->schedule, a->chunks, a->zero >= 1,
+                             (double)a->mem_mib * (1 << 20), r->schedule, a->chunks, a->zero >= 0 ? a->zero : ann->zero,
                              a->offload ? a->offload : ann->offload_window, r->precision, &fixed, chosen,
                              sizeof chosen));
     GT_TRY(gt_plan_parse(chosen, job->world_size, &chosen_layout, &autom));
