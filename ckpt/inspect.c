@@ -30,7 +30,8 @@ gt_status gt_ckpt_describe(const char *path, gt_ckpt_summary *out) {
     for (int i = 0; i < 4; i++) plan[i] = ck_get_u32(&r);
     if (!r.bad) {
       out->layout = (gt_grid_layout){(int)plan[0], (int)plan[1], (int)plan[2]};
-      out->zero1 = plan[3];
+      out->zero1 = plan[3] != 0;
+      out->zero = (int)plan[3]; /* the ZeRO stage; checkpoints before stage 2 wrote 0 or 1 */
     }
   }
   ck_manifest_free(&m);

@@ -366,6 +366,7 @@ gt_status gt_ckpt_load(gt_ckpt *c, const char *path, gt_ckpt_info *info) {
                                .fallbacks = fallbacks,
                                .layout = {(int)l.tr.plan[0], (int)l.tr.plan[1], (int)l.tr.plan[2]},
                                .zero1 = l.tr.plan[3] != 0,
+                               .zero = (int)l.tr.plan[3],
                                .bytes_read = l.bytes_read};
         snprintf(info->path, sizeof info->path, "%.4095s", dir);
       }

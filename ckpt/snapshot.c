@@ -163,7 +163,7 @@ static gt_status trainer_blob(gt_ckpt *c) {
   ck_put_u64(&b, (uint64_t)gt_optimizer_steps(c->opt));
   ck_put_u64(&b, gt_model_get_config(c->m)->seed);
   const gt_plan *p = &c->plan;
-  uint32_t plan[] = {(uint32_t)p->layout.dp, (uint32_t)p->layout.tp, (uint32_t)p->layout.pp, p->zero1,
+  uint32_t plan[] = {(uint32_t)p->layout.dp, (uint32_t)p->layout.tp, (uint32_t)p->layout.pp, (uint32_t)p->zero,
                      p->seq_parallel,        (uint32_t)p->schedule,  (uint32_t)p->chunks,    (uint32_t)p->world};
   for (size_t i = 0; i < sizeof plan / sizeof *plan; i++) ck_put_u32(&b, plan[i]);
   gt_status s =

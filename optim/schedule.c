@@ -34,6 +34,10 @@ gt_status gt_grad_norm(gt_model *m, double *norm) {
   int np = gt_model_num_params(m);
   double *dev = NULL, *host = calloc((size_t)(np ? np : 1), sizeof *host);
   if (!host) return gt_errorf(GT_ENOMEM, "out of memory");
+  if (gt_model_grads_sharded(m)) {
+    free(host);
+    return gt_errorf(GT_EUNSUPPORTED, "the gradients are sharded (ZeRO-2): their norm is gt_grad_norm_dist's");
+  }
   gt_status s = gt_model_state_alloc_as(m, GT_MEM_SCRATCH, (size_t)(np ? np : 1) * sizeof(double), (void **)&dev);
   const float *g = gt_model_grads(m);
   for (int i = 0; i < np && s == GT_OK; i++) {
@@ -61,7 +65,6 @@ gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards,
   double *host = calloc((size_t)(np ? np : 1), sizeof *host);
   gt_status s = host ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory");
   /* One partial sum per parameter, so split and whole ones can be told apart. */
-  const float *g = gt_model_grads(m);
   for (int i = 0; i < np && s == GT_OK; i++) {
     const gt_param *p = gt_model_param(m, i);
     /* A mirror of a tied parameter is counted once, by its owner's stage;
@@ -73,7 +76,9 @@ gt_status gt_grad_norm_dist(gt_model *m, size_t lo, size_t hi, gt_group *shards,
       s = gt_backend_memset(be, dev + i, 0, sizeof(double), NULL);
       continue;
     }
-    s = gt_op_sum_squares(be, dev + i, g + a, b - a);
+    const float *g = gt_model_grad_at(m, a); /* [lo, hi) is within what this rank holds */
+    s = g ? gt_op_sum_squares(be, dev + i, g, b - a)
+          : gt_errorf(GT_EINVAL, "the gradient norm of floats [%zu, %zu): not held by this rank", lo, hi);
   }
   if (s == GT_OK) s = gt_backend_download(be, host, dev, (size_t)np * sizeof(double));
   gt_model_state_free(m, dev);

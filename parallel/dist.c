@@ -62,6 +62,9 @@ gt_model_parallel gt_dist_model_parallel(gt_dist *d) {
                          .buffer_multiple = 16 * (size_t)d->plan.layout.dp,
                          .pp_rank = d->plan.me.pp,
                          .pp_size = d->plan.layout.pp,
-                         .pp_chunks = d->plan.chunks};
+                         .pp_chunks = d->plan.chunks,
+                         .zero = d->plan.zero,
+                         .dp_rank = d->plan.me.dp,
+                         .dp_size = d->plan.layout.dp};
   return p;
 }

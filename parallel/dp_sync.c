@@ -32,7 +32,13 @@
  * layer), ZeRO-1 all-reduces the buckets instead: twice the bytes, every
  * rank gets every sum, and each updates the part of each layer its shard
  * holds. The sums are the same either way at dp = 2 (one addition); at
- * more replicas a float may be summed in another order. */
+ * more replicas a float may be summed in another order.
+ *
+ * ZeRO-2 has no buckets: the model holds only its shard of the gradients
+ * (core/model/zero.c) and hands each layer's to the sink below after the
+ * layer's backward, on every micro-batch; the sink reduces each owner's
+ * piece to its owner with the same reduce as ZeRO-1's buckets, and the
+ * owner adds it to its shard. finish() flushes the model's last sends. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,6 +68,11 @@ struct gt_dp_sync {
   int next_layer;   /* the highest layer not yet announced this step */
   size_t *layer_lo; /* per layer: its lowest float (SIZE_MAX: none of its own) */
   size_t shard_lo, shard_hi;
+  int stage; /* ZeRO stage: 0, 1, or 2 (the gradients sharded, sent by the sink) */
+  struct {
+    gt_comm_req **req;
+    int n, cap;
+  } sends[3]; /* ZeRO-2: the sink's requests in flight, per slot */
   gt_dp_sync_stats stats;
 };
 
@@ -116,6 +127,11 @@ static gt_status on_layer_done(void *ctx, int layer) {
 
 gt_status gt_dp_sync_on_reduced(gt_dp_sync *s, gt_status (*fn)(void *ctx, int layer), void *ctx) {
   gt_model *m = s->m;
+  if (fn && s->stage >= 2)
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "ZeRO-%d does not announce layers as they are reduced (an update layer by layer): "
+                     "use ZeRO-1",
+                     s->stage);
   int nl = gt_model_num_layers(m);
   if (fn && !s->layer_lo) {
     if (!(s->layer_lo = malloc((size_t)(nl ? nl : 1) * sizeof *s->layer_lo)))
@@ -145,6 +161,40 @@ static void cut_at_shards(gt_dp_sync *s) {
   }
 }
 
+/* ZeRO-2's sink: the floats [lo, hi) at g go to their owners, one reduce
+ * per owner's piece. */
+static gt_status sink_send(void *ctx, int slot, float *g, size_t lo, size_t hi) {
+  gt_dp_sync *s = ctx;
+  size_t S = s->shard_hi - s->shard_lo;
+  for (size_t a = lo; a < hi;) {
+    size_t owner = a / S, b = (owner + 1) * S < hi ? (owner + 1) * S : hi;
+    if (s->sends[slot].n == s->sends[slot].cap) {
+      int cap = s->sends[slot].cap ? 2 * s->sends[slot].cap : 16;
+      gt_comm_req **r = realloc(s->sends[slot].req, (size_t)cap * sizeof *r);
+      if (!r) return gt_errorf(GT_ENOMEM, "out of memory for gradient sends");
+      s->sends[slot].req = r;
+      s->sends[slot].cap = cap;
+    }
+    float *p = g + (a - lo);
+    GT_TRY(gt_comm_reduce_to_start(s->dp, p, p, b - a, GT_F32, GT_COMM_SUM, (int)owner,
+                                   &s->sends[slot].req[s->sends[slot].n]));
+    s->sends[slot].n++;
+    a = b;
+  }
+  return GT_OK;
+}
+
+static gt_status sink_wait(void *ctx, int slot) {
+  gt_dp_sync *s = ctx;
+  gt_status first = GT_OK;
+  for (int i = 0; i < s->sends[slot].n; i++) {
+    gt_status st = gt_comm_wait(s->sends[slot].req[i], -1);
+    if (st != GT_OK && first == GT_OK) first = st;
+  }
+  s->sends[slot].n = 0;
+  return first;
+}
+
 static gt_status make_buckets(gt_dp_sync *s, size_t bucket_floats) {
   gt_model *m = s->m;
   int np = gt_model_num_params(m);
@@ -171,27 +221,47 @@ static gt_status make_buckets(gt_dp_sync *s, size_t bucket_floats) {
   return GT_OK;
 }
 
-gt_status gt_dp_sync_create(gt_model *m, gt_comm *dp, size_t bucket_bytes, bool zero1, gt_dp_sync **out) {
+/* ZeRO-2: the model must hold the same shard, and take the sink. */
+static gt_status attach_sink(gt_dp_sync *s) {
+  size_t lo, hi;
+  gt_model_grad_range(s->m, &lo, &hi);
+  if (!gt_model_grads_sharded(s->m) || lo != s->shard_lo || hi != s->shard_hi)
+    return gt_errorf(GT_EINVAL,
+                     "ZeRO-%d: the model's gradients are not sharded as the data-parallel group's rank %d "
+                     "needs; build the model with the plan's parallel context (gt_dist_model_parallel)",
+                     s->stage, gt_comm_rank(s->dp));
+  return gt_model_set_grad_sink(s->m, &(gt_grad_sink){.send = sink_send, .wait = sink_wait, .ctx = s});
+}
+
+gt_status gt_dp_sync_create(gt_model *m, gt_comm *dp, size_t bucket_bytes, int zero, gt_dp_sync **out) {
   *out = NULL;
+  if (zero < 0 || zero > 2)
+    return gt_errorf(GT_EINVAL, "ZeRO stage %d: the gradient sync runs stages 0, 1 and 2", zero);
   gt_dp_sync *s = calloc(1, sizeof *s);
   if (!s) return gt_errorf(GT_ENOMEM, "out of memory creating gradient sync");
   s->m = m;
   s->dp = dp;
-  s->zero1 = zero1;
+  s->stage = zero;
+  s->zero1 = zero >= 1;
+  bool zero1 = s->zero1;
   size_t n = gt_model_buffer_floats(m);
   int P = gt_comm_size(dp), r = gt_comm_rank(dp);
   if (zero1 && n % (size_t)P) {
     free(s);
     return gt_errorf(GT_EINVAL,
-                     "ZeRO-1 needs the parameter buffer (%zu floats) padded to a multiple of dp=%d; "
+                     "ZeRO-%d needs the parameter buffer (%zu floats) padded to a multiple of dp=%d; "
                      "set the model's buffer_multiple from the plan",
-                     n, P);
+                     zero, n, P);
   }
   size_t S = zero1 ? n / (size_t)P : n;
   s->shard_lo = zero1 ? S * (size_t)r : 0;
   s->shard_hi = zero1 ? s->shard_lo + S : n;
-  gt_status st = make_buckets(s, bucket_bytes / sizeof(float) ? bucket_bytes / sizeof(float) : 1);
-  if (st == GT_OK) st = gt_model_set_grad_hook(m, on_layer_done, s);
+  gt_status st = GT_OK;
+  if (zero >= 2 && P > 1)
+    st = attach_sink(s);
+  else
+    st = make_buckets(s, bucket_bytes / sizeof(float) ? bucket_bytes / sizeof(float) : 1);
+  if (st == GT_OK && !(zero >= 2 && P > 1)) st = gt_model_set_grad_hook(m, on_layer_done, s);
   if (st != GT_OK) {
     gt_dp_sync_destroy(s);
     return st;
@@ -204,7 +274,15 @@ void gt_dp_sync_destroy(gt_dp_sync *s) {
   if (!s) return;
   for (int i = 0; i < s->next; i++)
     if (s->b[i].req) gt_comm_wait(s->b[i].req, -1);
-  gt_model_set_grad_hook(s->m, NULL, NULL);
+  if (gt_model_grads_sharded(s->m) && s->stage >= 2) {
+    gt_model_set_grad_sink(s->m, NULL); /* waits for the sends in flight */
+  } else {
+    gt_model_set_grad_hook(s->m, NULL, NULL);
+  }
+  for (int k = 0; k < 3; k++) {
+    (void)sink_wait(s, k);
+    free(s->sends[k].req);
+  }
   free(s->layer_lo);
   free(s->b);
   free(s);
@@ -224,6 +302,11 @@ gt_status gt_dp_sync_finish(gt_dp_sync *s) {
   double t0 = gt_now();
   s->stats.buckets = s->nb;
   gt_status first = GT_OK;
+  if (s->stage >= 2 && gt_model_grads_sharded(s->m)) {
+    first = gt_model_flush_grads(s->m);
+    s->stats.wait_seconds = gt_now() - t0;
+    return first == GT_OK ? GT_OK : gt_error_context(first, "summing gradients to their shards' owners (ZeRO-2)");
+  }
   while (s->next < s->nb) {
     gt_status st = start_bucket(s, &s->b[s->next++]);
     if (st != GT_OK && first == GT_OK) first = st;
@@ -251,4 +334,5 @@ void gt_dp_sync_shard(const gt_dp_sync *s, size_t *lo, size_t *hi) {
 }
 
 bool gt_dp_sync_zero1(const gt_dp_sync *s) { return s->zero1; }
+int gt_dp_sync_stage(const gt_dp_sync *s) { return s->stage; }
 const gt_dp_sync_stats *gt_dp_sync_last(const gt_dp_sync *s) { return &s->stats; }

@@ -17,7 +17,9 @@
  * gradients are reduce-scattered instead, bucket by bucket as they end, each
  * bucket reduced to the rank whose shard holds it: each rank keeps the
  * average of its shard only, updates that shard, and the parameters are
- * all-gathered. */
+ * all-gathered. With ZeRO-2 the model holds only its shard of the
+ * gradients, and each layer's are reduced to their owners after its
+ * backward (core/model/zero.c). */
 typedef struct gt_dp_sync gt_dp_sync;
 
 typedef struct gt_dp_sync_stats {
@@ -25,7 +27,11 @@ typedef struct gt_dp_sync_stats {
   double wait_seconds; /* time finish() spent waiting after backward ended */
 } gt_dp_sync_stats;
 
-gt_status gt_dp_sync_create(gt_model *m, gt_comm *dp, size_t bucket_bytes, bool zero1, gt_dp_sync **out);
+/* zero: the ZeRO stage, 0 (all-reduce), 1 (reduce to the owners) or 2
+ * (the model's gradients sharded: each layer's sent to its owners after
+ * its backward, on every micro-batch; the model must be built with the
+ * plan's parallel context, gt_dist_model_parallel). */
+gt_status gt_dp_sync_create(gt_model *m, gt_comm *dp, size_t bucket_bytes, int zero, gt_dp_sync **out);
 void gt_dp_sync_destroy(gt_dp_sync *s);
 /* Before a micro-batch's backward: reduce = true on the step's last
  * micro-batch (the others only accumulate). overlap = false holds every
@@ -48,7 +54,9 @@ gt_status gt_dp_sync_on_reduced(gt_dp_sync *s, gt_status (*fn)(void *ctx, int la
 gt_status gt_dp_sync_gather_params(gt_dp_sync *s);
 /* The floats [lo, hi) of the flat buffer this rank updates. */
 void gt_dp_sync_shard(const gt_dp_sync *s, size_t *lo, size_t *hi);
+/* Whether the optimizer's work is sharded (stage >= 1), and the stage. */
 bool gt_dp_sync_zero1(const gt_dp_sync *s);
+int gt_dp_sync_stage(const gt_dp_sync *s);
 const gt_dp_sync_stats *gt_dp_sync_last(const gt_dp_sync *s);
 
 #endif

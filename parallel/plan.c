@@ -145,7 +145,17 @@ gt_status gt_plan_resolve(const gt_plan_config *cfg, gt_plan *out) {
                      out->layout.tp);
   out->world = W;
   out->rank = cfg->rank;
-  out->zero1 = cfg->zero1;
+  /* ZeRO: the flag's stage, else zero(stage) around the model, else off. */
+  int zero = cfg->zero < 0 ? 0 : cfg->zero ? cfg->zero : cfg->zero1 ? 1 : a ? a->zero : 0;
+  out->from_zero = cfg->zero || cfg->zero1 ? GT_FROM_FLAG : a && a->zero ? GT_FROM_ANNOTATION : GT_FROM_PLANNER;
+  if (zero > 3)
+    return gt_errorf(GT_EINVAL, "ZeRO stage %d: the stages are 0 (off), 1 (optimizer state), 2 (and gradients)", zero);
+  if (zero == 3)
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "ZeRO-3 (parameters sharded too) is not available yet: use ZeRO-2 (gradients and "
+                     "optimizer state sharded) or offloading (--offload) for parameters larger than a device");
+  out->zero = zero;
+  out->zero1 = zero >= 1;
   out->seq_parallel = cfg->seq_parallel;
   out->bucket_bytes = cfg->bucket_bytes ? cfg->bucket_bytes : (size_t)4 << 20;
   out->schedule = cfg->schedule;
@@ -158,6 +168,12 @@ gt_status gt_plan_resolve(const gt_plan_config *cfg, gt_plan *out) {
                         : a                 ? a->offload_window
                                             : 0;
   out->from_offload = cfg->offload_window ? GT_FROM_FLAG : out->offload_window ? GT_FROM_ANNOTATION : GT_FROM_PLANNER;
+  if (out->zero >= 2 && out->offload_window > 0)
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "ZeRO-%d with offloading (a window of %d layers, from %s) is not supported: offloading "
+                     "keeps the gradients in host memory already; use ZeRO-1 with offloading, or ZeRO-%d "
+                     "without it",
+                     out->zero, out->offload_window, gt_plan_source_name(out->from_offload), out->zero);
   return gt_grid_coords_of(&out->layout, cfg->rank, &out->me);
 }
 

@@ -74,6 +74,10 @@ static void print_decisions(const gt_plan *p, const gt_model *m, FILE *f) {
     fprintf(f, "decide offload=%d from %s%s\n", p->offload_window, gt_plan_source_name(p->from_offload), why);
   else
     fprintf(f, "decide offload=off from %s\n", gt_plan_source_name(p->from_offload));
+  why[0] = 0;
+  if (p->from_zero == GT_FROM_ANNOTATION) snprintf(why, sizeof why, " (zero(%d) from '%s')", a.zero, a.zero_at);
+  if (p->zero && p->layout.dp < 2) snprintf(why + strlen(why), sizeof why - strlen(why), " (dp=1: nothing to shard)");
+  fprintf(f, "decide zero=%d from %s%s\n", p->zero, gt_plan_source_name(p->from_zero), why);
   if (a.regions)
     fprintf(f, "decide replicate=%s..%s over %d ranks from annotation%s\n", a.region_at, a.region_end, p->layout.tp,
             a.regions > 1 ? " (and the other regions)" : "");
@@ -82,8 +86,8 @@ static void print_decisions(const gt_plan *p, const gt_model *m, FILE *f) {
 void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
   fprintf(f, "plan: world %d = dp %d x tp %d x pp %d%s; rank %d is dp %d, tp %d, pp %d\n", p->world, p->layout.dp,
           p->layout.tp, p->layout.pp, p->automatic ? " (auto)" : "", p->rank, p->me.dp, p->me.tp, p->me.pp);
-  fprintf(f, "      ZeRO-1 %s, sequence parallel %s, gradient buckets %zu KiB\n", p->zero1 ? "on" : "off",
-          p->seq_parallel ? "on" : "off", p->bucket_bytes >> 10);
+  fprintf(f, "      ZeRO-%d%s, sequence parallel %s, gradient buckets %zu KiB\n", p->zero ? p->zero : 1,
+          p->zero ? " on" : " off", p->seq_parallel ? "on" : "off", p->bucket_bytes >> 10);
   print_decisions(p, m, f);
   if (p->layout.pp > 1)
     fprintf(f, "      pipeline: %s, %d stages (%d per rank)\n", gt_pp_name(p->schedule), p->layout.pp * p->chunks,
@@ -133,6 +137,11 @@ void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
             shard * (size_t)(p->me.dp + 1) < n ? shard * (size_t)(p->me.dp + 1) : n, p->me.dp + 1, dp);
   else
     fprintf(f, "optimizer state: all of it (replicated over dp)\n");
+  if (p->zero >= 2 && dp > 1)
+    fprintf(f,
+            "gradients: the same floats of the flat buffer, plus two layers' staging and the tied parameters' "
+            "whole gradients (ZeRO-%d, docs/memory.md)\n",
+            p->zero);
   if (gt_model_offloaded(m))
     fprintf(f,
             "offloaded: parameters, gradients and optimizer state live in host memory; the device holds the "

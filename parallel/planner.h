@@ -117,6 +117,7 @@ typedef struct gt_planner_job {
   gt_pp_kind schedule;
   int chunks;            /* virtual stages per rank (interleaved), else 1 */
   bool zero1;            /* optimizer state sharded over data parallelism */
+  int zero;              /* the ZeRO stage, when more than zero1 says (2: gradients sharded too); 0: zero1's */
   const int *tp_allowed; /* tensor-parallel sizes the model takes (heads, hidden, vocabulary); */
   int ntp_allowed;       /* NULL / 0: only 1 */
   /* Offloading (docs/offload.md) with a window of this many layers, 0:

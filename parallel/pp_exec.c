@@ -337,13 +337,12 @@ gt_status gt_pp_exec_run(gt_pp_exec *e, const gt_batch *batches, const double *w
 gt_status gt_pp_exec_sync_tied(gt_pp_exec *e) {
   if (!e->tied || e->P < 2) return GT_OK;
   gt_model *m = e->m;
-  float *g = gt_model_grads(m);
   /* In declaration order on both ends: the owner finds its parameter tied
    * by a layer it does not hold; the other end holds the mirror. */
   for (int i = 0; i < gt_model_num_params(m); i++) {
     const gt_param *p = gt_model_param(m, i);
-    if (gt_model_param_tied_across_stages(m, i))
-      GT_TRY(gt_comm_allreduce(e->tied, g + p->offset, p->numel, GT_F32, GT_COMM_SUM));
+    if (gt_model_param_tied_across_stages(m, i)) /* held whole by this rank, also under ZeRO-2 */
+      GT_TRY(gt_comm_allreduce(e->tied, gt_model_param_grad(m, i), p->numel, GT_F32, GT_COMM_SUM));
   }
   return GT_OK;
 }

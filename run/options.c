@@ -27,6 +27,7 @@ void gt_run_options_init(gt_run_options *o) {
                         .print_every = 10,
                         .lr = 1e-3f,
                         .bucket_kib = 4096,
+                        .zero = -1,
                         .schedule = "1f1b",
                         .min_lr = 1e-4f,
                         .clip = 1.0f,
@@ -68,7 +69,10 @@ static const char *run_usage =
     "parallelism (under giantrun):\n"
     "  --plan LAYOUT       dp=2,tp=2,pp=1 or auto (default: $GT_PLAN, else auto: the planner chooses);\n"
     "                      a factor left out comes from the annotations, else from the planner\n"
-    "  --zero1             shard the optimizer state over data-parallel ranks (ZeRO-1)\n"
+    "  --zero S            ZeRO stage over data-parallel ranks: 0 off, 1 the optimizer state\n"
+    "                      sharded, 2 the gradients too (default: the model's zero(s), else 0;\n"
+    "                      docs/memory.md)\n"
+    "  --zero1             the same as --zero 1\n"
     "  --seq-parallel      sequence parallelism in tensor-parallel layers\n"
     "  --bucket-kib N      gradient all-reduce bucket size (default 4096)\n"
     "  --no-overlap        reduce gradients only after backward ends\n"
@@ -142,7 +146,7 @@ static const char *run_usage =
 
 const char *gt_run_usage(void) { return run_usage; }
 
-#define RUN_SPECS 56
+#define RUN_SPECS 57
 
 static int run_specs(gt_run_options *o, gt_opt_spec *s) {
   gt_opt_spec t[] = {
@@ -165,6 +169,7 @@ static int run_specs(gt_run_options *o, gt_opt_spec *s) {
       {"--recompute", GT_OPT_STR, &o->recompute, 0, 0},
       {"--plan", GT_OPT_STR, &o->plan, 0, 0},
       {"--zero1", GT_OPT_FLAG, &o->zero1, 0, 0},
+      {"--zero", GT_OPT_INT, &o->zero, 0, 3},
       {"--seq-parallel", GT_OPT_FLAG, &o->seq_parallel, 0, 0},
       {"--bucket-kib", GT_OPT_INT, &o->bucket_kib, 1, 1 << 22},
       {"--no-overlap", GT_OPT_FLAG, &o->no_overlap, 0, 0},
@@ -253,6 +258,14 @@ static gt_status from_env_and_check(gt_run_options *o) {
                      "--offload-optimizer takes disk:DIR (the state in a file in DIR) or host (in memory, "
                      "the default), not '%s'",
                      o->offload_optimizer);
+  if (o->zero1 && o->zero >= 0 && o->zero != 1)
+    return gt_errorf(GT_EINVAL, "--zero1 is --zero 1, and --zero %d was given too: give one", o->zero);
+  if (o->zero1) o->zero = 1;
+  if (o->zero >= 2 && (o->delayed_update || o->update_per_layer))
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "--zero %d with %s is not supported: an update layer by layer needs each layer's whole "
+                     "gradients; use --zero 1",
+                     o->zero, o->delayed_update ? "--delayed-update" : "--update-per-layer");
   if (o->delayed_update && o->reshape)
     return gt_errorf(GT_EINVAL,
                      "--delayed-update holds a step's gradients for the next, and a reshape rebuilds the "

@@ -61,7 +61,7 @@ static int tp_sizes(const gt_run_model *model, int world, int *out) {
 }
 
 gt_status run_choose_layout(gt_backend *be, const gt_run_model *model, int B, int T, int world, int micro_batches,
-                            double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, bool zero1,
+                            double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, int zero,
                             int offload_window, gt_precision precision, int optim_states, const gt_grid_layout *fixed,
                             char *layout, size_t n) {
   gt_planner_layer *layers;
@@ -82,7 +82,8 @@ gt_status run_choose_layout(gt_backend *be, const gt_run_model *model, int B, in
                         .micro_batches = micro_batches,
                         .schedule = schedule,
                         .chunks = schedule == GT_PP_INTERLEAVED ? chunks : 1,
-                        .zero1 = zero1,
+                        .zero1 = zero >= 1,
+                        .zero = zero,
                         .tp_allowed = tp,
                         .ntp_allowed = tp_sizes(model, world, tp),
                         .offload_window = offload_window,
@@ -126,6 +127,7 @@ gt_status run_print_prediction(gt_backend *be, const gt_run_model *model, const 
                         .schedule = plan->schedule,
                         .chunks = plan->chunks,
                         .zero1 = plan->zero1,
+                        .zero = plan->zero,
                         .tp_allowed = tp,
                         .ntp_allowed = tp_sizes(model, plan->world, tp),
                         .offload_window = offload_window,

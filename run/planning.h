@@ -23,7 +23,7 @@ double run_plan_budget(const gt_run_options *o);
  * memory fits in mem_bytes per rank (0: no limit) and keeps the factors `fixed` gives (NULL, or 0 in a
  * factor: free), written as "dp=..,tp=..,pp=..". */
 gt_status run_choose_layout(gt_backend *be, const gt_run_model *model, int B, int T, int world, int micro_batches,
-                            double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, bool zero1,
+                            double peak_flops, double mem_bytes, gt_pp_kind schedule, int chunks, int zero,
                             int offload_window, gt_precision precision, int optim_states, const gt_grid_layout *fixed,
                             char *layout, size_t n);
 

@@ -75,7 +75,7 @@ static gt_status reshape_layout(const gt_run *r, int world, char *out, size_t n)
   }
   int B = (r->total + world - 1) / world;
   return run_choose_layout(r->be, &r->model, B, r->o.seq, world, r->o.accum * world, r->peak, run_plan_budget(&r->o),
-                           r->schedule, r->o.chunks, r->o.zero1, r->o.offload, r->precision,
+                           r->schedule, r->o.chunks, r->launch_plan.zero, r->o.offload, r->precision,
                            r->kind == GT_OPTIM_ADAMW ? 2 : 1, NULL, out, n);
 }
 
@@ -133,7 +133,8 @@ gt_status run_reshape_now(gt_run *r, bool planned) {
   gt_plan_config pc = {.world = world,
                        .rank = rank,
                        .layout = layout,
-                       .zero1 = r->o.zero1,
+                       /* the stage the job launched with, from the flag or the model's zero(s) */
+                       .zero = r->launch_plan.zero ? r->launch_plan.zero : -1,
                        .seq_parallel = r->o.seq_parallel,
                        .bucket_bytes = (size_t)r->o.bucket_kib << 10,
                        .schedule = r->schedule,

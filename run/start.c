@@ -93,6 +93,9 @@ static gt_status choose_plan(gt_run *r, const gt_annotations *ann) {
                        .rank = job->rank,
                        .layout = layout,
                        .zero1 = a->zero1,
+                       .zero = a->zero < 0 ? 0
+                               : a->zero   ? a->zero
+                                           : -1,
                        .seq_parallel = a->seq_parallel,
                        .bucket_bytes = (size_t)a->bucket_kib << 10,
                        .schedule = r->schedule,
@@ -113,7 +116,7 @@ static gt_status choose_plan(gt_run *r, const gt_annotations *ann) {
     char chosen[64];
     bool autom;
     GT_TRY(run_choose_layout(r->be, &r->model, B, a->seq, job->world_size, accum * job->world_size, r->peak,
-                             run_plan_budget(a), r->schedule, a->chunks, a->zero1,
+                             run_plan_budget(a), r->schedule, a->chunks, a->zero >= 0 ? a->zero : ann->zero,
                              a->offload ? a->offload : ann->offload_window, r->precision,
                              r->kind == GT_OPTIM_ADAMW ? 2 : 1, &fixed, chosen, sizeof chosen));
     GT_TRY(gt_plan_parse(chosen, job->world_size, &chosen_layout, &autom));
@@ -348,7 +351,10 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
         r->o.program, gt_model_param_count_whole(r->m), gt_model_num_layers(r->m), a->seq, rows, a->accum,
         gt_backend_name(r->be), gt_backend_kernels(r->be), gt_precision_name(r->precision),
         gt_backend_num_threads(r->be), gt_backend_peak_flops(r->be) / 1e9, r->plan.world, r->plan.layout.dp,
-        r->plan.layout.tp, r->plan.layout.pp, r->plan.zero1 ? ", ZeRO-1" : "",
+        r->plan.layout.tp, r->plan.layout.pp,
+        r->plan.zero == 2 ? ", ZeRO-2"
+        : r->plan.zero1   ? ", ZeRO-1"
+                          : "",
         r->plan.seq_parallel ? ", sequence parallel" : "", gt_model_offloaded(r->m) ? ", offloaded" : "");
   r->ckpt_args = (run_ckpt_args){.dir = a->ckpt_dir, .every = a->ckpt_every, .keep = a->ckpt_keep};
   if (!r->joining && (s = run_ckpt_start(&r->ckpt_args, r->job, r->tr, r->loader, &r->ckpt)) != GT_OK)

@@ -209,7 +209,7 @@ gt_status gt_model_sum_region_grads(gt_model *m, size_t lo, size_t hi) {
     const gt_param *p = &m->params[i];
     if (!p->local || p->tied_to >= 0 || !gt_model_region_of(m, p->layer)) continue;
     size_t s = p->offset > lo ? p->offset : lo, e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-    if (s < e) GT_TRY(tp->allreduce_sum(tp, m->grad_buf + s, e - s));
+    if (s < e) GT_TRY(tp->allreduce_sum(tp, gt_model_grad_at(m, s), e - s));
   }
   return GT_OK;
 }
@@ -284,9 +284,11 @@ static gt_status backward_layers(gt_model *m, gt_acts *a, int lo, int hi, const 
     }
     /* Offloaded, the layer's weights are in their slot by now. */
     if (gt_model_recomputes(m, i)) GT_TRY(gt_model_recompute(m, i, &r.ctx, in));
+    if (m->zero) GT_TRY(gt_zero_grads_begin(m, i));
     gt_status s = l->type->backward(l, &r.ctx, in, dout, ldin, gt_model_saved(m, a, i));
     if (s != GT_OK) return gt_error_context(s, "backward of layer '%s'", l->name);
     if (gather) GT_TRY(region_gather(m, a, &r, ldin, din, l->in_dim));
+    if (m->zero) GT_TRY(gt_zero_grads_end(m, i));
     if (m->off) {
       GT_TRY(gt_offload_layer_done(m, i));
       GT_TRY(gt_offload_grads_end(m, i));

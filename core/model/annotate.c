@@ -18,6 +18,7 @@ static const char *scope_name(gt_scope_kind k) {
     case GT_SCOPE_PIPELINE: return "pipeline";
     case GT_SCOPE_OFFLOAD: return "offload";
     case GT_SCOPE_RECOMPUTE: return "recompute";
+    case GT_SCOPE_ZERO: return "zero";
   }
   return "?";
 }
@@ -26,7 +27,7 @@ gt_status gt_model_scope_begin(gt_model *m, gt_scope_kind kind, int count) {
   if (m->built) return gt_errorf(GT_ESTATE, "annotation after gt_model_build");
   if (m->nopen == GT_MODEL_MAX_SCOPE_DEPTH)
     return gt_errorf(GT_EINVAL, "annotation scopes nest deeper than %d", GT_MODEL_MAX_SCOPE_DEPTH);
-  if ((unsigned)kind > GT_SCOPE_RECOMPUTE) return gt_errorf(GT_EINVAL, "unknown annotation scope %d", (int)kind);
+  if ((unsigned)kind > GT_SCOPE_ZERO) return gt_errorf(GT_EINVAL, "unknown annotation scope %d", (int)kind);
   const char *at = m->nlayers ? m->layers[m->nlayers - 1]->name : NULL;
   if (count < 0)
     return gt_errorf(GT_EINVAL, "%s(%d)%s%s%s: a scope's count cannot be negative", scope_name(kind), count,
@@ -40,9 +41,12 @@ gt_status gt_model_scope_begin(gt_model *m, gt_scope_kind kind, int count) {
                      "recompute(%d)%s%s%s: unknown recomputation mode; use GT_RECOMPUTE_NONE (0), "
                      "GT_RECOMPUTE_ATTENTION (1) or GT_RECOMPUTE_BLOCK (2)",
                      count, at ? " after layer '" : "", at ? at : "", at ? "'" : "");
+  if (kind == GT_SCOPE_ZERO && (count < 1 || count > 3))
+    return gt_errorf(GT_EINVAL, "zero(%d): a ZeRO scope names stage 1, 2 or 3", count);
   for (int i = 0; i < m->nopen; i++) {
     const gt_scope_rec *o = &m->recs[m->open[i]];
-    if (o->kind == kind && (kind == GT_SCOPE_STAGE || kind == GT_SCOPE_PIPELINE || kind == GT_SCOPE_OFFLOAD))
+    if (o->kind == kind &&
+        (kind == GT_SCOPE_STAGE || kind == GT_SCOPE_PIPELINE || kind == GT_SCOPE_OFFLOAD || kind == GT_SCOPE_ZERO))
       return gt_errorf(GT_EINVAL, "%s(%d) opened inside %s(%d), which begins at layer '%s': %s scopes cannot nest",
                        scope_name(kind), count, scope_name(o->kind), o->arg,
                        o->first < m->nlayers ? m->layers[o->first]->name : "(none yet)", scope_name(kind));
@@ -183,6 +187,15 @@ gt_status gt_model_annotations(const gt_model *m, gt_annotations *out) {
         name_into(out->offload_at, first);
         break;
       case GT_SCOPE_RECOMPUTE: break; /* a layer's own business, decided as it is added */
+      case GT_SCOPE_ZERO:
+        if (!whole(m, r))
+          return gt_errorf(GT_EINVAL,
+                           "zero(%d) around '%s'..'%s' must enclose the whole model: the flat buffers are "
+                           "sharded all or nothing",
+                           r->arg, first, lname(m, r->last));
+        out->zero = r->arg;
+        name_into(out->zero_at, first);
+        break;
     }
   }
   if (split0) {

@@ -45,6 +45,7 @@ void gt_model_destroy(gt_model *m) {
   free(m->host_losses);
   gt_model_annotations_destroy(m);
   gt_offload_destroy(m);
+  gt_zero_destroy(m);
   gt_model_state_free(m, m->param_buf);
   gt_model_state_free(m, m->grad_buf);
   gt_arena_free(m->arena, m->scratch);
@@ -143,7 +144,7 @@ size_t gt_model_param_count_whole(const gt_model *m) {
   return n;
 }
 float *gt_model_params(const gt_model *m) { return m->param_buf; }
-float *gt_model_grads(const gt_model *m) { return m->grad_buf; }
+float *gt_model_grads(const gt_model *m) { return m->zero ? NULL : m->grad_buf; }
 gt_backend *gt_model_backend(const gt_model *m) { return m->be; }
 gt_arena *gt_model_arena(const gt_model *m) { return m->arena; }
 const gt_model_config *gt_model_get_config(const gt_model *m) { return &m->cfg; }
@@ -256,6 +257,7 @@ float *gt_layer_param(const gt_layer *self, int i) {
 }
 float *gt_layer_grad(const gt_layer *self, int i) {
   if (self->model->off) return gt_offload_grad(self, i);
+  if (self->model->zero) return gt_zero_grad(self, i);
   return self->model->grad_buf + self->model->params[self->first_param + i].offset;
 }
 gt_status gt_layer_grads_final(const gt_layer *self, int first, int n) {
@@ -444,7 +446,8 @@ gt_status gt_model_build(gt_model *m) {
   }
   size_t bytes = (m->nfloats ? m->nfloats : 1) * sizeof(float);
   GT_TRY(gt_model_state_alloc_as(m, GT_MEM_PARAMS, bytes, (void **)&m->param_buf));
-  GT_TRY(gt_model_state_alloc_as(m, GT_MEM_GRADS, bytes, (void **)&m->grad_buf));
+  GT_TRY(gt_zero_create(m)); /* ZeRO-2: the gradients' shard and staging */
+  if (!m->zero) GT_TRY(gt_model_state_alloc_as(m, GT_MEM_GRADS, bytes, (void **)&m->grad_buf));
   GT_TRY(gt_offload_create(m));
   GT_TRY(gt_arena_alloc_as(m->arena, GT_MEM_SCRATCH, (m->scratch_floats ? m->scratch_floats : 1) * sizeof(float),
                            (void **)&m->scratch));
@@ -468,6 +471,7 @@ gt_status gt_model_set_grad_hook(gt_model *m, gt_status (*hook)(void *ctx, int l
 gt_status gt_model_zero_grads(gt_model *m) {
   if (!m->built) return gt_errorf(GT_ESTATE, "the model is not built yet (call gt_model_build)");
   gt_offload_grads_zeroed(m);
+  if (m->zero) return gt_zero_zero_grads(m);
   return gt_backend_memset(gt_model_state_backend(m), m->grad_buf, 0, m->nfloats * sizeof(float), NULL);
 }
 
@@ -512,5 +516,12 @@ gt_status gt_model_set_params(gt_model *m, const float *host, size_t n) {
 
 gt_status gt_model_get_grads(gt_model *m, float *host, size_t n) {
   GT_TRY(check_n(m, n));
+  if (m->zero) {
+    size_t lo, hi;
+    gt_model_grad_range(m, &lo, &hi);
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "the gradients are sharded (ZeRO-%d): this rank holds floats [%zu, %zu) of %zu only", m->par.zero,
+                     lo, hi, m->nfloats);
+  }
   return gt_backend_download(gt_model_state_backend(m), host, m->grad_buf, n * sizeof(float));
 }

@@ -82,6 +82,47 @@ gt_status gt_model_check_rows(const gt_model *m, int B);
  * layers below are still computing theirs. NULL removes the hook. */
 gt_status gt_model_set_grad_hook(gt_model *m, gt_status (*hook)(void *ctx, int layer), void *ctx);
 
+/* ZeRO-2 (gt_model_parallel.zero >= 2 over dp_size > 1): the gradient
+ * buffer holds only this rank's shard, the floats [lo, hi) of the flat
+ * buffer. A layer's gradients are staged on the device while it runs
+ * backward, then handed to the sink, which sums each owner's piece over
+ * the data-parallel group to that owner; the model adds the sums into its
+ * shard once the sink says they arrived. */
+typedef struct gt_grad_sink {
+  /* Starts summing the flat floats [lo, hi), at g on every rank, to the
+   * ranks whose shards hold them, into g in place on each owner; `slot`
+   * (0, 1, or 2 for the gradients held to the step's end) names the
+   * group of sends wait() ends. g stays untouched until then. */
+  gt_status (*send)(void *ctx, int slot, float *g, size_t lo, size_t hi);
+  /* Returns once every send of `slot` since its last wait has ended. */
+  gt_status (*wait)(void *ctx, int slot);
+  void *ctx;
+} gt_grad_sink;
+
+bool gt_model_grads_sharded(const gt_model *m);
+
+/* Refused unless the gradients are sharded; NULL removes it. Sends in
+ * flight end first, their sums dropped. */
+gt_status gt_model_set_grad_sink(gt_model *m, const gt_grad_sink *sink);
+
+/* After the step's last backward: every send is waited for and added to
+ * the shard, and the gradients held to the end (tied parameters) are
+ * summed to their owners too. The shard is then the step's sum. Nothing
+ * to do unless sharded. */
+gt_status gt_model_flush_grads(gt_model *m);
+
+/* The floats [*lo, *hi) of the flat buffer whose gradients this rank
+ * holds (all of them unless sharded), and the gradient of flat float i,
+ * which must lie in that range or be its end (NULL otherwise). */
+void gt_model_grad_range(const gt_model *m, size_t *lo, size_t *hi);
+
+float *gt_model_grad_at(const gt_model *m, size_t i);
+
+/* Parameter i's whole gradient where this rank holds it whole: always
+ * unless sharded; sharded, only for the parameters summed from several
+ * places (tied ones, held to the step's end); NULL otherwise. */
+float *gt_model_param_grad(const gt_model *m, int i);
+
 /* Whoever writes the parameter buffer directly (an optimizer, a checkpoint
  * loader) calls this before writing, so that readers registered below are
  * done with the bytes, and so that the bf16 copy is refreshed before the

@@ -8,6 +8,7 @@
 #include "giant/engine/model.h"
 
 typedef struct gt_offload gt_offload;
+typedef struct gt_zero gt_zero;
 
 #define GT_MODEL_MAX_SCOPE_DEPTH 16
 
@@ -79,6 +80,8 @@ struct gt_model {
    * that recomputes whole; NULL when none does */
   float *rc_saved, *rc_out;
   size_t rc_saved_floats, rc_out_floats;
+  /* ZeRO-2 (zero.c): NULL unless the gradients are sharded */
+  gt_zero *zero;
 };
 
 struct gt_acts {
@@ -161,5 +164,17 @@ void gt_offload_grads_zeroed(gt_model *m);
 float *gt_offload_param(const gt_layer *self, int i);
 const uint16_t *gt_offload_param_bf16(const gt_layer *self, int i);
 float *gt_offload_grad(const gt_layer *self, int i);
+
+/* zero.c: the sharded gradients (ZeRO-2). create does nothing unless
+ * par.zero >= 2 over more than one rank; it allocates the shard as
+ * grad_buf. Backward brackets each layer with grads_begin / grads_end;
+ * layers read their gradients through gt_zero_grad. */
+gt_status gt_zero_create(gt_model *m);
+void gt_zero_destroy(gt_model *m);
+size_t gt_zero_device_bytes(const gt_model *m);
+gt_status gt_zero_grads_begin(gt_model *m, int i);
+gt_status gt_zero_grads_end(gt_model *m, int i);
+gt_status gt_zero_zero_grads(gt_model *m);
+float *gt_zero_grad(const gt_layer *self, int i);
 
 #endif

@@ -25,8 +25,8 @@ static gt_status add_layer(gt_model *m, const gpt_config *c, int i) {
   return gt_model_add(m, &gt_lm_head_layer, "lm_head", &head, NULL);
 }
 
-/* The scopes, outermost first: replicate(n) around the model, offload(w)
- * and pipeline(m) inside it, then stage(i) around each even share of the
+/* The scopes, outermost first: replicate(n) around the model, offload(w),
+ * zero(s) and pipeline(m) inside it, then stage(i) around each even share of the
  * layers, and in each stage a split(k) around its layers, except for the
  * embedding and first block when they form a replicated region (Whale's
  * replicated embedding before a split body; its weights cannot be tied to
@@ -43,6 +43,7 @@ gt_status gpt_add_layers(gt_model *m, const gpt_config *c) {
     return gt_errorf(GT_EINVAL, "stages=%d: the model has %d layers, and each stage needs one", a->stages, n);
   GT_TRY(gt_model_scope_begin(m, GT_SCOPE_REPLICATE, a->replicate));
   if (a->offload) GT_TRY(gt_model_scope_begin(m, GT_SCOPE_OFFLOAD, a->offload));
+  if (a->zero) GT_TRY(gt_model_scope_begin(m, GT_SCOPE_ZERO, a->zero));
   if (a->pipeline) GT_TRY(gt_model_scope_begin(m, GT_SCOPE_PIPELINE, a->pipeline));
   int stage = -1;
   bool in_split = false, in_region = false;
@@ -68,7 +69,7 @@ gt_status gpt_add_layers(gt_model *m, const gpt_config *c) {
     }
     GT_TRY(add_layer(m, c, i));
   }
-  int open = (in_split || in_region) + (stage >= 0) + (a->pipeline > 0) + (a->offload > 0) + 1;
+  int open = (in_split || in_region) + (stage >= 0) + (a->pipeline > 0) + (a->offload > 0) + (a->zero > 0) + 1;
   for (int k = 0; k < open; k++) GT_TRY(gt_model_scope_end(m));
   return GT_OK;
 }
@@ -83,17 +84,17 @@ gt_status gpt_parse_annotations(const char *text, gpt_annotations *out) {
     if (len == 5 && !strncmp(p, "embed", 5)) {
       out->replicate_embed = true;
     } else {
-      static const char *const keys[] = {"replicate", "split", "stages", "pipeline", "offload"};
-      int *vals[] = {&out->replicate, &out->split, &out->stages, &out->pipeline, &out->offload};
+      static const char *const keys[] = {"replicate", "split", "stages", "pipeline", "offload", "zero"};
+      int *vals[] = {&out->replicate, &out->split, &out->stages, &out->pipeline, &out->offload, &out->zero};
       int k = -1;
-      for (int j = 0; eq && j < 5; j++)
+      for (int j = 0; eq && j < 6; j++)
         if ((size_t)(eq - p) == strlen(keys[j]) && !strncmp(p, keys[j], strlen(keys[j]))) k = j;
       char *end = NULL;
       long v = eq ? strtol(eq + 1, &end, 10) : -1;
       if (k < 0)
         return gt_errorf(GT_EINVAL,
                          "annotations '%s': unknown '%.*s' (use replicate=, split=, stages=, "
-                         "pipeline=, offload= and embed)",
+                         "pipeline=, offload=, zero= and embed)",
                          text, (int)len, p);
       if (end != p + len || v < 0 || v > 1 << 20)
         return gt_errorf(GT_EINVAL, "annotations '%s': '%.*s' needs a count of 0 or more", text, (int)len, p);

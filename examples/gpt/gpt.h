@@ -17,6 +17,7 @@ typedef struct gpt_annotations {
   int stages;           /* stage(0) .. stage(stages-1), cutting the layers evenly; 0: none */
   int pipeline;         /* pipeline(m) around the stages; 0: none */
   int offload;          /* offload(w) around the model; 0: none */
+  int zero;             /* zero(s) around the model, the ZeRO stage; 0: none */
   bool replicate_embed; /* the embedding and the first block in a replicated region, outside the split */
 } gpt_annotations;
 
@@ -28,7 +29,7 @@ typedef struct gpt_config {
 
 /* Adds the GPT's layers to an empty model (the caller then builds it). */
 gt_status gpt_add_layers(gt_model *m, const gpt_config *c);
-/* "replicate=2,split=2,stages=4,pipeline=8,offload=2,embed" (any subset;
+/* "replicate=2,split=2,stages=4,pipeline=8,offload=2,zero=2,embed" (any subset;
  * "embed" alone is replicate_embed) into *out. */
 gt_status gpt_parse_annotations(const char *text, gpt_annotations *out);
 

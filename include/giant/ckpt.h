@@ -46,6 +46,7 @@ typedef struct gt_ckpt_summary {
   int step;
   gt_grid_layout layout;
   bool zero1;
+  int zero; /* the ZeRO stage it was taken at */
   int tensors, slices, files, blobs;
   uint64_t bytes; /* of all slices */
 } gt_ckpt_summary;

@@ -119,6 +119,7 @@ typedef enum gt_scope_kind {
   GT_SCOPE_OFFLOAD = 4,   /* offload(w): around the whole model, offloaded with a window of w layers */
   GT_SCOPE_RECOMPUTE = 5, /* recompute(mode): the layers inside recompute their activations as the
                              gt_recompute mode says, whatever the model's default; the innermost wins */
+  GT_SCOPE_ZERO = 6,      /* zero(s): around the whole model, ZeRO stage s (1: optimizer state, 2: and gradients) */
 } gt_scope_kind;
 
 typedef struct gt_layer_type {

@@ -130,7 +130,8 @@ const char *gt_mem_kind_name(gt_mem_kind k);
  * grows to the largest product, is not counted. */
 typedef struct gt_device_estimate {
   size_t weights, grads, optimizer, bf16_copy; /* the flat buffers on the device */
-  size_t slots;                                /* offloaded: the window and gradient slots */
+  size_t slots;                                /* offloaded: the window and gradient slots; ZeRO-2: the
+                                                  gradients' staging */
   size_t activations;                          /* without the attention below */
   size_t attention;                            /* layers' saved attention tensors */
   size_t scratch;                              /* layers' scratch and the gradient norm's sums */

@@ -64,6 +64,7 @@ typedef struct gt_run_options {
   /* parallelism */
   const char *plan, *schedule, *speeds;
   int chunks, bucket_kib, mem_mib, mirror_every;
+  int zero; /* --zero: the ZeRO stage, -1 not given (--zero1 is --zero 1) */
   bool zero1, seq_parallel, print_plan, no_overlap, rebalance, rebalance_local, reshape;
   const char *ladder; /* --ladder: auto (the cheapest rung), or none, rows, recut, exclude, restart */
   /* the device and offloading */

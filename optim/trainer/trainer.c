@@ -212,8 +212,7 @@ gt_status gt_trainer_create(gt_model *m, const gt_trainer_config *cfg, gt_traine
   gt_status s = GT_OK;
   const gt_plan *plan = t->dist ? gt_dist_plan(t->dist) : NULL;
   if (plan && plan->layout.dp > 1)
-    s = gt_dp_sync_create(m, gt_grid_comm(gt_dist_grid(t->dist), GT_GRID_DP), plan->bucket_bytes, plan->zero1,
-                          &t->sync);
+    s = gt_dp_sync_create(m, gt_grid_comm(gt_dist_grid(t->dist), GT_GRID_DP), plan->bucket_bytes, plan->zero, &t->sync);
   if (s == GT_OK && t->sync && gt_dp_sync_zero1(t->sync)) {
     size_t lo, hi;
     gt_dp_sync_shard(t->sync, &lo, &hi);
@@ -553,7 +552,9 @@ static gt_status run_step(gt_trainer *t, gt_loader *loader, const gt_batch *batc
    * accumulated and reduced, as a flipped bit would put there. */
   if (gt_fault_nangrad(&t->faults, t->step)) {
     float nan = NAN;
-    GT_TRY(gt_backend_upload(gt_model_state_backend(t->m), gt_model_grads(t->m), &nan, sizeof nan));
+    size_t lo, hi; /* the first float this rank holds (all of them, unless ZeRO-2 shards them) */
+    gt_model_grad_range(t->m, &lo, &hi);
+    GT_TRY(gt_backend_upload(gt_model_state_backend(t->m), gt_model_grad_at(t->m, lo), &nan, sizeof nan));
     gt_model_grads_changed(t->m);
   }
   if (t->pipe) {

@@ -161,11 +161,14 @@ static bool live_change(const cr_cfg *cfg, gt_backend *be, gt_store *store, int 
   CHECK(gt_loader_next_row(l->data) == row);
   cr_live n = {0};
   int rank2 = rank - (lost >= 0 && rank > lost), world2 = world - (lost >= 0);
-  train_rank_dist_on(
-      store,
-      &(gt_plan_config){
-          .world = world2, .rank = rank2, .layout = cfg->live_layout, .schedule = GT_PP_1F1B, .zero1 = cfg->live_zero1},
-      "live1", &n.plan, &n.dist);
+  train_rank_dist_on(store,
+                     &(gt_plan_config){.world = world2,
+                                       .rank = rank2,
+                                       .layout = cfg->live_layout,
+                                       .schedule = GT_PP_1F1B,
+                                       .zero1 = cfg->live_zero1,
+                                       .zero = cfg->live_zero},
+                     "live1", &n.plan, &n.dist);
   n.rows = CR_ROWS / n.plan.layout.dp;
   build(cfg, be, n.dist, &n.plan, n.rows, NULL, &n.m, &n.tr);
   if (rank == empty) { /* a restarted rank: nothing of its own */
@@ -204,10 +207,13 @@ int cr_rank(int rank, int world, void *arg) {
   gt_store *store;
   gt_dist *dist;
   gt_plan plan;
-  train_rank_dist(
-      &(gt_plan_config){
-          .world = world, .rank = rank, .layout = cfg->layout, .schedule = GT_PP_1F1B, .zero1 = cfg->zero1},
-      "gen0", &store, &plan, &dist);
+  train_rank_dist(&(gt_plan_config){.world = world,
+                                    .rank = rank,
+                                    .layout = cfg->layout,
+                                    .schedule = GT_PP_1F1B,
+                                    .zero1 = cfg->zero1,
+                                    .zero = cfg->zero},
+                  "gen0", &store, &plan, &dist);
   int rows = CR_ROWS / plan.layout.dp;
   gt_model *m;
   gt_trainer *tr;

@@ -22,6 +22,7 @@ typedef struct cr_state {
 typedef struct cr_cfg {
   const char *layout; /* NULL: one process */
   bool zero1;
+  int zero;         /* the ZeRO stage (gt_plan_config.zero: 0 leaves it to zero1) */
   const char *data; /* token file */
   const char *dir;  /* checkpoint root */
   int s0, s1;       /* run steps [s0, s1); s0 > 0 loads the newest checkpoint first, which must be at s0 */
@@ -72,6 +73,7 @@ typedef struct cr_cfg {
   int live_at, live_lost, live_empty;
   const char *live_layout, *live_fallback;
   bool live_zero1;
+  int live_zero;                  /* the ZeRO stage there (0: live_zero1's) */
   bool live_mirror;               /* keep copies of single-owner state on a peer, updated every step (gt_ckpt_mirror) */
   int *live_status;               /* shared: rank 0's status of the move; the run stops after it when not GT_OK */
   char *live_error;               /* shared, 1024 bytes: its message */

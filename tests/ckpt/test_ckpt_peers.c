@@ -28,12 +28,12 @@
 enum { LIVE = 6, END = 10 };
 
 /* The same change through a checkpoint in dir: loaded at `to` on world ranks. */
-static void through_checkpoint(const char *dir, const char *to, bool zero1, int world, cr_state *loaded,
+static void through_checkpoint(const char *dir, const char *to, int zero, int world, cr_state *loaded,
                                cr_state *final) {
   *loaded = cr_state_new(cr_fx.layout);
   *final = cr_state_new(cr_fx.layout);
   cr_cfg cfg = {.layout = to,
-                .zero1 = zero1,
+                .zero = zero,
                 .data = cr_fx.data,
                 .dir = dir,
                 .s0 = LIVE,
@@ -43,16 +43,21 @@ static void through_checkpoint(const char *dir, const char *to, bool zero1, int 
   cr_run(world, &cfg);
 }
 
-static void same_as_checkpoint(const char *what, const cr_state *live_loaded, const cr_state *live_final,
-                               const char *dir, const char *to, int world) {
+static void same_as_checkpoint_at(const char *what, const cr_state *live_loaded, const cr_state *live_final,
+                                  const char *dir, const char *to, int zero, int world) {
   cr_state loaded, final;
-  through_checkpoint(dir, to, false, world, &loaded, &final);
+  through_checkpoint(dir, to, zero, world, &loaded, &final);
   char w[160];
   snprintf(w, sizeof w, "%s: after the move", what);
   cr_fixture_same_state(w, &loaded, live_loaded);
   snprintf(w, sizeof w, "%s: %d steps later", what, END - LIVE);
   cr_fixture_same_state(w, &final, live_final);
   for (int k = LIVE; k < END; k++) assert_memory_equal(&final.p->losses[k], &live_final->p->losses[k], sizeof(float));
+}
+
+static void same_as_checkpoint(const char *what, const cr_state *live_loaded, const cr_state *live_final,
+                               const char *dir, const char *to, int world) {
+  same_as_checkpoint_at(what, live_loaded, live_final, dir, to, 0, world);
 }
 
 static gt_ckpt_peer_stats *shared_stats(void) {
@@ -212,12 +217,48 @@ static void test_lost_zero1_shard_from_mirror(void **state) {
   free(scratch);
 }
 
+/* ZeRO-2 holds no more single-owner state between steps than ZeRO-1 (its
+ * gradients' shards are summed and spent within a step): a rank lost at
+ * dp=4 reshapes to dp=3, still ZeRO-2, with the lost optimizer shard from
+ * a peer's copy, exactly as through the checkpoint of the same step. */
+static void test_lost_zero2_shard_from_mirror(void **state) {
+  (void)state;
+  char *dir = cr_fixture_dir("peers"), *scratch = cr_fixture_dir("peers");
+  cr_cfg save = {.layout = "dp=4", .zero = 2, .data = cr_fx.data, .dir = dir, .s1 = LIVE, .save_at = LIVE};
+  cr_run(4, &save);
+  cr_state loaded = cr_state_new(cr_fx.layout), final = cr_state_new(cr_fx.layout);
+  gt_ckpt_peer_stats *st = shared_stats();
+  cr_cfg cfg = {.layout = "dp=4",
+                .zero = 2,
+                .data = cr_fx.data,
+                .dir = scratch,
+                .s1 = END,
+                .live_at = LIVE,
+                .live_lost = 1 + 1,
+                .live_layout = "dp=3",
+                .live_zero = 2,
+                .live_mirror = true,
+                .loaded = loaded,
+                .final = final,
+                .live_stats = st};
+  cr_run(4, &cfg);
+  for (int r = 0; r < 4; r++) assert_int_equal(st[r].floats_from_ckpt, 0);
+  assert_true(st[3].floats_mirrored > 0);
+  same_as_checkpoint_at("dp=4 + ZeRO-2 without rank 1, its shard from a peer's copy -> dp=3 + ZeRO-2", &loaded, &final,
+                        dir, "dp=3", 2, 3);
+  cr_rmtree(dir);
+  cr_rmtree(scratch);
+  free(dir);
+  free(scratch);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lost_rank_dp2_tp2_to_pp3),
       cmocka_unit_test(test_empty_rank_dp2_pp2_to_dp2_tp2),
       cmocka_unit_test(test_lost_zero1_shard),
       cmocka_unit_test(test_lost_zero1_shard_from_mirror),
+      cmocka_unit_test(test_lost_zero2_shard_from_mirror),
   };
   return cmocka_run_group_tests(tests, cr_fixture_setup, cr_fixture_teardown);
 }

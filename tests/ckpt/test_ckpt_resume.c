@@ -4,7 +4,10 @@
  * A checkpoint taken at dp=2,tp=2 loads at tp=4, at dp=4 with ZeRO-1, at
  * pp=2 and on one process, and one taken at pp=4 loads at dp=2,tp=2, each
  * with exactly the source's parameters and optimizer state; training then
- * goes on with the source's losses within the hybrid tests' 1e-5.
+ * goes on with the source's losses within the hybrid tests' 1e-5. ZeRO-2
+ * (sharded gradients) resumes bit-identically, a checkpoint it took at
+ * dp=4 loads at ZeRO-1, and one ZeRO-1 took at dp=2,tp=2 loads at ZeRO-2
+ * dp=4, each exactly.
  *
  * Ranks are forked (tests/comm/harness); each writes what it holds into
  * shared memory in the single-process layout, so states taken at different
@@ -30,6 +33,7 @@ enum { SAVE = 10 };
 typedef struct source {
   const char *layout;
   bool zero1;
+  int zero; /* the ZeRO stage, 0: zero1's */
   int world;
   uint64_t chunk; /* bytes per hashed chunk (0: the default) */
   char *dir;
@@ -42,6 +46,7 @@ static source sources[] = {
     {.layout = "dp=2,tp=2", .zero1 = true, .world = 4},
     {.layout = "pp=4", .world = 4},
     {.layout = NULL, .world = 1, .chunk = 256},
+    {.layout = "dp=4", .zero = 2, .world = 4},
 };
 
 static source *get_source(int i) {
@@ -52,6 +57,7 @@ static source *get_source(int i) {
   s->final = cr_state_new(cr_fx.layout);
   cr_cfg cfg = {.layout = s->layout,
                 .zero1 = s->zero1,
+                .zero = s->zero,
                 .data = cr_fx.data,
                 .dir = s->dir,
                 .s1 = CR_STEPS,
@@ -68,6 +74,7 @@ static void resume_case(int i) {
   cr_state loaded = cr_state_new(cr_fx.layout), final = cr_state_new(cr_fx.layout);
   cr_cfg cfg = {.layout = s->layout,
                 .zero1 = s->zero1,
+                .zero = s->zero,
                 .data = cr_fx.data,
                 .dir = s->dir,
                 .s0 = SAVE,
@@ -76,7 +83,11 @@ static void resume_case(int i) {
                 .final = final};
   cr_run(s->world, &cfg);
   char what[96];
-  snprintf(what, sizeof what, "%s%s resumed at step %d", s->layout, s->zero1 ? " + ZeRO-1" : "", SAVE);
+  snprintf(what, sizeof what, "%s%s resumed at step %d", s->layout,
+           s->zero == 2 ? " + ZeRO-2"
+           : s->zero1   ? " + ZeRO-1"
+                        : "",
+           SAVE);
   cr_fixture_same_state(what, &s->saved, &loaded);
   cr_fixture_same_state(what, &s->final, &final);
   /* ... and the ten steps after the load moved them. */
@@ -101,11 +112,11 @@ static void test_resume_dp2_tp2_zero1(void **state) {
 
 /* Loads source i's checkpoint at another layout: exactly its state, then
  * its losses within the cross-layout tolerance. */
-static void reshard_case(int i, const char *to, bool zero1, int world) {
+static void reshard_zero_case(int i, const char *to, int zero, int world) {
   source *s = get_source(i);
   cr_state loaded = cr_state_new(cr_fx.layout), final = cr_state_new(cr_fx.layout);
   cr_cfg cfg = {.layout = to,
-                .zero1 = zero1,
+                .zero = zero,
                 .data = cr_fx.data,
                 .dir = s->dir,
                 .s0 = SAVE,
@@ -114,7 +125,14 @@ static void reshard_case(int i, const char *to, bool zero1, int world) {
                 .final = final};
   cr_run(world, &cfg);
   char what[96];
-  snprintf(what, sizeof what, "%s -> %s%s", s->layout, to ? to : "one process", zero1 ? " + ZeRO-1" : "");
+  snprintf(what, sizeof what, "%s%s -> %s%s", s->layout,
+           s->zero == 2 ? " + ZeRO-2"
+           : s->zero1   ? " + ZeRO-1"
+                        : "",
+           to ? to : "one process",
+           zero == 2   ? " + ZeRO-2"
+           : zero == 1 ? " + ZeRO-1"
+                       : "");
   cr_fixture_same_state(what, &s->saved, &loaded);
   double worst = 0;
   for (int k = SAVE; k < CR_STEPS; k++) {
@@ -125,6 +143,20 @@ static void reshard_case(int i, const char *to, bool zero1, int world) {
   assert_true(worst <= 1e-5);
 }
 
+static void reshard_case(int i, const char *to, bool zero1, int world) { reshard_zero_case(i, to, zero1, world); }
+
+static void test_resume_dp4_zero2(void **state) {
+  (void)state;
+  resume_case(5);
+}
+static void test_reshard_dp4_zero2_to_zero1(void **state) {
+  (void)state;
+  reshard_zero_case(5, "dp=4", 1, 4);
+}
+static void test_reshard_dp2_tp2_zero1_to_dp4_zero2(void **state) {
+  (void)state;
+  reshard_zero_case(2, "dp=4", 2, 4);
+}
 static void test_reshard_dp2_tp2_to_tp4(void **state) {
   (void)state;
   reshard_case(0, "tp=4", false, 4);
@@ -193,6 +225,9 @@ int main(void) {
       cmocka_unit_test(test_reshard_dp2_tp2_to_one_process),
       cmocka_unit_test(test_reshard_pp4_to_dp2_tp2),
       cmocka_unit_test(test_reshard_reads_only_needed_chunks),
+      cmocka_unit_test(test_resume_dp4_zero2),
+      cmocka_unit_test(test_reshard_dp4_zero2_to_zero1),
+      cmocka_unit_test(test_reshard_dp2_tp2_zero1_to_dp4_zero2),
   };
   int rc = cmocka_run_group_tests(tests, cr_fixture_setup, cr_fixture_teardown);
   for (size_t i = 0; i < sizeof sources / sizeof *sources; i++)

@@ -132,6 +132,25 @@ static void test_each_annotation_decides_its_field(void **state) {
   has(t, "[host; device in a window slot]");
   free(t);
   t = NULL;
+  /* zero(2): the ZeRO stage, over the replicas; a flag's stage wins. */
+  OK(plan_and_print("zero=2,replicate=2", NULL, 2, NULL, &p, &t));
+  assert_true(p.zero == 2 && p.zero1 && p.from_zero == GT_FROM_ANNOTATION);
+  has(t, "decide zero=2 from annotation (zero(2) from 'embed')");
+  has(t, "ZeRO-2 on");
+  has(t, "gradients: the same floats of the flat buffer");
+  free(t);
+  t = NULL;
+  OK(plan_and_print("zero=2", "dp=2", 2, &(gt_plan_config){.zero = -1}, &p, &t));
+  assert_true(p.zero == 0 && !p.zero1 && p.from_zero == GT_FROM_FLAG);
+  has(t, "decide zero=0 from flag");
+  free(t);
+  t = NULL;
+  OK(plan_and_print("", "tp=2", 2, &(gt_plan_config){.zero = 2}, &p, &t));
+  has(t, "decide zero=2 from flag (dp=1: nothing to shard)");
+  free(t);
+  t = NULL;
+  expect_error(plan_and_print("zero=2,offload=2", NULL, 2, NULL, &p, &t), GT_EUNSUPPORTED,
+               "ZeRO-2 with offloading (a window of 2 layers, from annotation) is not supported");
   /* A replicated region: tp from the split, the region's layers whole. */
   OK(plan_and_print("embed,split=2", NULL, 2, NULL, &p, &t));
   has(t, "decide tp=2 from annotation (split(2) from 'h1')");
@@ -290,12 +309,16 @@ static void test_every_conflict_is_refused_with_its_layer(void **state) {
   expect_error(gt_model_scope_begin(m, GT_SCOPE_SPLIT, -2), GT_EINVAL, "a scope's count cannot be negative");
   expect_error(gt_model_scope_begin(m, GT_SCOPE_PIPELINE, 0), GT_EINVAL, "needs at least 1 micro-batch");
   expect_error(gt_model_scope_begin(m, GT_SCOPE_OFFLOAD, 0), GT_EINVAL, "needs a window of at least 1 layer");
+  expect_error(gt_model_scope_begin(m, GT_SCOPE_ZERO, 0), GT_EINVAL, "a ZeRO scope names stage 1, 2 or 3");
+  expect_error(gt_model_scope_begin(m, GT_SCOPE_ZERO, 4), GT_EINVAL, "a ZeRO scope names stage 1, 2 or 3");
   OK(gt_model_scope_begin(m, GT_SCOPE_STAGE, 0));
   OK(gt_model_add(m, &gt_embedding_layer, "embed", &(gt_embedding_config){V, C, T, true}, NULL));
   expect_error(gt_model_scope_begin(m, GT_SCOPE_STAGE, 1), GT_EINVAL,
                "begins at layer 'embed': stage scopes cannot nest");
   gt_model_destroy(m);
 
+  const scope_op part_zero[] = {EMB, B_(ZERO, 2), BLK, END, HEAD};
+  expect_error(RUN(part_zero, NULL), GT_EINVAL, "zero(2) around 'h0'..'h0' must enclose the whole model");
   const scope_op empty[] = {EMB, B_(SPLIT, 0), END, BLK, HEAD};
   expect_error(RUN(empty, NULL), GT_EINVAL, "split(0) holds no layer (it closes before layer 'h0')");
   const scope_op open[] = {B_(SPLIT, 0), EMB, BLK, HEAD};
@@ -396,8 +419,8 @@ static void test_every_conflict_is_refused_with_its_layer(void **state) {
 static void test_gpt_annotation_list(void **state) {
   (void)state;
   gpt_annotations a;
-  OK(gpt_parse_annotations("replicate=2,split=4,stages=3,pipeline=8,offload=2,embed", &a));
-  assert_true(a.replicate == 2 && a.split == 4 && a.stages == 3 && a.pipeline == 8 && a.offload == 2 &&
+  OK(gpt_parse_annotations("replicate=2,split=4,stages=3,pipeline=8,offload=2,zero=2,embed", &a));
+  assert_true(a.replicate == 2 && a.split == 4 && a.stages == 3 && a.pipeline == 8 && a.offload == 2 && a.zero == 2 &&
               a.replicate_embed);
   OK(gpt_parse_annotations("", &a));
   assert_true(!a.replicate && !a.split && !a.replicate_embed);

@@ -62,7 +62,7 @@ typedef struct batch_shape {
 
 static const batch_shape launch_shape = {12, 2};
 
-static void run_job(int n, const char *plan, bool zero1, int steps, int every, const char *ck, const char *fault,
+static void run_job(int n, const char *plan, int zero, int steps, int every, const char *ck, const char *fault,
                     bool reshape, bool rejoin, batch_shape bs, run_result *r) {
   char np[8], st[8], ev[8], fenv[128], gb[16], ac[16];
   snprintf(gb, sizeof gb, "%d", bs.rows);
@@ -83,7 +83,10 @@ static void run_job(int n, const char *plan, bool zero1, int steps, int every, c
                   "2", "--channels", "32", "--heads",  "4",  "--seq",         "16", "--global-batch",
                   gb,  "--accum",    ac,   "--sample", "0",  "--print-every", "1",  NULL};
   for (int i = 0; rest[i]; i++) argv[k++] = rest[i];
-  if (zero1) argv[k++] = "--zero1";
+  if (zero) { /* the ZeRO stage */
+    argv[k++] = "--zero";
+    argv[k++] = zero == 2 ? "2" : "1";
+  }
   if (reshape) { /* so that a ZeRO-1 shard's loss loses nothing */
     argv[k++] = "--mirror-every";
     argv[k++] = "1";
@@ -129,7 +132,7 @@ static const char *reshape_line(const char *out, int nth, char layout[64], int *
 
 /* second >= 0: that rank is killed too, in the middle of the reshape
  * (GT_FAULT crashreshape): the two left try the next epoch. */
-static void reshape_case(const char *plan, bool zero1, bool rejoin, int second) {
+static void reshape_case(const char *plan, int zero, bool rejoin, int second) {
   srand((unsigned)time(NULL) ^ (unsigned)getpid());
   const int steps = STEPS;
   int kill_at = 5 + rand() % 10, victim = 1 + rand() % 3;
@@ -144,9 +147,9 @@ static void reshape_case(const char *plan, bool zero1, bool rejoin, int second) 
    * loaded cores: the 30 s are > 15x, and end as it asks. */
   if (rejoin) snprintf(fault + strlen(fault), sizeof fault - strlen(fault), ";holdjoin:rank=0,seconds=30");
   int left = second >= 0 ? 2 : 3;
-  snprintf(ck, sizeof ck, "%s/ck-%s%s%s%d", dir, plan, zero1 ? "-zero1" : "", rejoin ? "-rejoin" : "", second);
-  print_message("%s%s: %s\n", plan, zero1 ? " + ZeRO-1" : "", fault);
-  run_job(4, plan, zero1, steps, steps, ck, fault, true, rejoin, launch_shape, &res);
+  snprintf(ck, sizeof ck, "%s/ck-%s-zero%d%s%d", dir, plan, zero, rejoin ? "-rejoin" : "", second);
+  print_message("%s + ZeRO-%d: %s\n", plan, zero, fault);
+  run_job(4, plan, zero, steps, steps, ck, fault, true, rejoin, launch_shape, &res);
   /* The survivors reshaped: same processes, one layout, one step. */
   char layout[64], layout4[64] = "";
   int resumed = -1, world = 0, joined = -1, world4 = 0;
@@ -184,15 +187,15 @@ static void reshape_case(const char *plan, bool zero1, bool rejoin, int second) 
   assert_non_null(strstr(res.output, "over steps 0.."));
   /* The reference: the same change through a checkpoint. */
   char ref[128];
-  snprintf(ref, sizeof ref, "%s/ref-%s%s%s%d", dir, plan, zero1 ? "-zero1" : "", rejoin ? "-rejoin" : "", second);
+  snprintf(ref, sizeof ref, "%s/ref-%s-zero%d%s%d", dir, plan, zero, rejoin ? "-rejoin" : "", second);
   run_result *rr = malloc(sizeof *rr);
   assert_non_null(rr);
-  run_job(4, plan, zero1, resumed, resumed, ref, NULL, false, false, launch_shape, rr);
+  run_job(4, plan, zero, resumed, resumed, ref, NULL, false, false, launch_shape, rr);
   if (rejoin) {
-    run_job(3, layout, zero1, joined, joined, ref, NULL, false, false, bs, rr);
-    run_job(4, layout4, zero1, steps, steps, ref, NULL, false, false, bs4, rr);
+    run_job(3, layout, zero, joined, joined, ref, NULL, false, false, bs, rr);
+    run_job(4, layout4, zero, steps, steps, ref, NULL, false, false, bs4, rr);
   } else {
-    run_job(left, layout, zero1, steps, steps, ref, NULL, false, false, bs, rr);
+    run_job(left, layout, zero, steps, steps, ref, NULL, false, false, bs, rr);
   }
   assert_non_null(strstr(rr->output, "resumed from"));
   free(rr);
@@ -221,7 +224,13 @@ static void test_reshape_dp2_tp2(void **state) {
 }
 static void test_reshape_dp4_zero1(void **state) {
   (void)state;
-  reshape_case("dp=4", true, false, -1);
+  reshape_case("dp=4", 1, false, -1);
+}
+/* ZeRO-2's sharded gradients live within a step: its reshape moves what
+ * ZeRO-1's does. */
+static void test_reshape_dp4_zero2(void **state) {
+  (void)state;
+  reshape_case("dp=4", 2, false, -1);
 }
 /* The dead worker restarted alone joins the running job: 4 -> 3 -> 4. */
 static void test_reshape_dp2_tp2_rejoin(void **state) {
@@ -272,6 +281,7 @@ int main(void) {
       cmocka_unit_test(test_reshape_dp2_pp2),
       cmocka_unit_test(test_reshape_dp2_tp2),
       cmocka_unit_test(test_reshape_dp4_zero1),
+      cmocka_unit_test(test_reshape_dp4_zero2),
       cmocka_unit_test(test_reshape_dp2_tp2_rejoin),
       cmocka_unit_test(test_reshape_dp4_zero1_rejoin),
       cmocka_unit_test(test_reshape_kill_during_reshape),

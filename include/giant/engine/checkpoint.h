@@ -78,6 +78,7 @@ typedef struct gt_ckpt_info {
   char path[4096];       /* its directory */
   gt_grid_layout layout; /* the layout it was taken at */
   bool zero1;
+  int zero;            /* the ZeRO stage it was taken at */
   int fallbacks;       /* newer committed checkpoints that failed to load and were passed over */
   uint64_t bytes_read; /* of shard files, by this rank, for the checkpoint it loaded (each byte checked) */
 } gt_ckpt_info;

@@ -21,6 +21,10 @@ typedef struct gt_model_parallel {
    * evenly by layer count); this rank holds stages s with s % pp_size ==
    * pp_rank, and only their layers get memory. 0 means 1. */
   int pp_rank, pp_size, pp_chunks;
+  /* ZeRO stage (0..3) over a data-parallel group of dp_size ranks, this
+   * one dp_rank: from 2 on, the gradient buffer holds only this rank's
+   * shard of the flat buffer (core/model/zero.c). 0 or dp_size < 2: whole. */
+  int zero, dp_rank, dp_size;
 } gt_model_parallel;
 
 /* What a model's annotations ask of its layout, read from a model whose
@@ -34,9 +38,10 @@ typedef struct gt_annotations {
   int stages;         /* stage scopes (0: none) */
   int micro_batches;  /* pipeline(m): m (0: none) */
   int offload_window; /* offload(w) around the whole model: w (0: none) */
+  int zero;           /* zero(stage) around the whole model: the ZeRO stage (0: none) */
   int regions;        /* replicate scopes around part of the model */
   int region_ways;    /* their count (0: none given) */
-  char dp_at[64], tp_at[64], stage_at[64], pipeline_at[64], offload_at[64], region_at[64], region_end[64];
+  char dp_at[64], tp_at[64], stage_at[64], pipeline_at[64], offload_at[64], region_at[64], region_end[64], zero_at[64];
 } gt_annotations;
 
 typedef struct gt_offload_stats {
@@ -67,6 +72,7 @@ size_t gt_model_buffer_floats(const gt_model *m);
  * the parameters through this pointer calls gt_model_params_changed. */
 float *gt_model_params(const gt_model *m);
 
+/* NULL when the gradients are sharded (ZeRO-2): gt_model_grad_at. */
 float *gt_model_grads(const gt_model *m);
 
 gt_backend *gt_model_backend(const gt_model *m);

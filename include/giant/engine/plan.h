@@ -28,7 +28,9 @@ typedef struct gt_plan {
   gt_grid_layout layout;
   int world, rank;
   gt_grid_coords me;
-  bool zero1;          /* optimizer state sharded over the data-parallel group */
+  bool zero1; /* optimizer state sharded over the data-parallel group (zero >= 1) */
+  int zero;   /* ZeRO stage: 0, 1 (optimizer state), 2 (and gradients) */
+  gt_plan_source from_zero;
   bool seq_parallel;   /* sequence parallelism in split layers */
   size_t bucket_bytes; /* gradient all-reduce bucket size */
   bool automatic;      /* the layout was chosen by "auto" */
@@ -47,6 +49,9 @@ typedef struct gt_plan_config {
   int world, rank;
   const char *layout; /* NULL: $GT_PLAN, else "auto" */
   bool zero1, seq_parallel;
+  /* The ZeRO stage a flag gave: 1..3, or < 0 for off; 0: not given
+   * (zero1, else the annotation's zero(stage), else off). */
+  int zero;
   size_t bucket_bytes; /* 0: 4 MiB */
   gt_pp_kind schedule; /* GT_PP_GPIPE (0), GT_PP_1F1B or GT_PP_INTERLEAVED */
   int chunks;          /* virtual stages per rank for interleaved (0: 2); 1 otherwise */
