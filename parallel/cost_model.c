@@ -112,7 +112,8 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
    * bf16 copy: bytes per parameter byte. */
   bool off = job->offload_window > 0, bf16 = job->precision == GT_PRECISION_BF16;
   int states = job->optim_states > 0 ? job->optim_states : 2;
-  double shards = job->zero1 ? dp : 1, state_factor = 1 + (job->zero >= 2 ? 1.0 / dp : 1) + states / shards + (bf16 ? 0.5 : 0);
+  double shards = job->zero1 ? dp : 1,
+         state_factor = 1 + (job->zero >= 2 ? 1.0 / dp : 1) + states / shards + (bf16 ? 0.5 : 0);
   /* Micro-batches in flight on each pipeline rank, and what the rank holds
    * beside its layers whatever the cut: per micro-batch the gradient
    * buffers and the batch, once the scratch and the trainer's buffers. */

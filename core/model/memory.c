@@ -34,7 +34,8 @@ gt_status gt_model_device_estimate_ex(const gt_model *m, const gt_estimate_confi
     size_t shards = c->optim_shards > 1 ? (size_t)c->optim_shards : 1, shard = (m->nfloats + shards - 1) / shards;
     out->weights = gt_arena_block_size(flat);
     /* ZeRO-2's staging is gradients too. */
-    out->grads = m->zero ? gt_arena_block_size(gshard * sizeof(float)) + gt_zero_device_bytes(m) : gt_arena_block_size(flat);
+    out->grads =
+        m->zero ? gt_arena_block_size(gshard * sizeof(float)) + gt_zero_device_bytes(m) : gt_arena_block_size(flat);
     out->optimizer = (size_t)c->optim_states * gt_arena_block_size((shard ? shard : 1) * sizeof(float));
     if (bf16) out->bf16_copy = gt_arena_block_size(nf * sizeof(uint16_t));
     /* The gradient norm's sums, one double per parameter, live through a

@@ -54,8 +54,10 @@ gt_status gt_model_recompute_alloc(gt_model *m) {
     if (o > m->rc_out_floats) m->rc_out_floats = o;
   }
   if (!m->rc_saved_floats) return GT_OK;
-  gt_status s = gt_arena_alloc_as(m->arena, GT_MEM_ACTIVATIONS, m->rc_saved_floats * sizeof(float), (void **)&m->rc_saved);
-  if (s == GT_OK) s = gt_arena_alloc_as(m->arena, GT_MEM_ACTIVATIONS, m->rc_out_floats * sizeof(float), (void **)&m->rc_out);
+  gt_status s =
+      gt_arena_alloc_as(m->arena, GT_MEM_ACTIVATIONS, m->rc_saved_floats * sizeof(float), (void **)&m->rc_saved);
+  if (s == GT_OK)
+    s = gt_arena_alloc_as(m->arena, GT_MEM_ACTIVATIONS, m->rc_out_floats * sizeof(float), (void **)&m->rc_out);
   return s == GT_OK ? s : gt_error_context(s, "allocating the area of recomputed activations");
 }
 
