@@ -42,7 +42,7 @@
 
 /* What this build has. Each is one line to change when its feature lands,
  * with the field it sets (set_features below) named beside it. */
-#define HAVE_ZERO_STAGES 0     /* ZeRO-2/3: gt_plan_config.zero, the stage (1..3) */
+#define MAX_ZERO_STAGE 2       /* the highest ZeRO stage: gt_plan_config.zero */
 #define HAVE_RECOMPUTE 1       /* gt_model_config.recompute: none, attention, block */
 #define HAVE_TILED_ATTENTION 0 /* gt_model_config.attention: tiled or full */
 
@@ -71,6 +71,7 @@ static row rows[] = {
     {.name = "zero3", .zero = 3, .recompute = "none", .attention = "full"},
     {.name = "zero1_recompute_attention", .zero = 1, .recompute = "attention", .attention = "full"},
     {.name = "zero1_recompute_block", .zero = 1, .recompute = "block", .attention = "full"},
+    {.name = "zero2_recompute_block", .zero = 2, .recompute = "block", .attention = "full"},
     {.name = "zero1_tiled", .zero = 1, .recompute = "none", .attention = "tiled"},
     {.name = "full_4096", .zero = 1, .recompute = "none", .attention = "full", .T = 4096, .estimate = true},
     {.name = "tiled_4096", .zero = 1, .recompute = "none", .attention = "tiled", .T = 4096, .estimate = true},
@@ -86,7 +87,7 @@ typedef struct cfg {
 } cfg;
 
 static bool feature_ok(const row *r) {
-  if (r->zero >= 2 && !HAVE_ZERO_STAGES) return false;
+  if (r->zero > MAX_ZERO_STAGE) return false;
   if (strcmp(r->recompute, "none") && !HAVE_RECOMPUTE) return false;
   if (!strcmp(r->attention, "tiled") && !HAVE_TILED_ATTENTION) return false;
   return true;
@@ -96,9 +97,7 @@ static bool feature_ok(const row *r) {
  * as the features land. */
 static void set_features(const row *r, gt_plan_config *pc, gt_model_config *mc) {
   pc->zero1 = r->zero >= 1;
-#if HAVE_ZERO_STAGES
   pc->zero = r->zero;
-#endif
 #if HAVE_RECOMPUTE
   (void)gt_recompute_parse(r->recompute, &mc->recompute); /* the table's names are valid */
 #endif
@@ -341,7 +340,7 @@ int main(int argc, char **argv) {
       "rank, AdamW, fp32; %d warm-up + %d measured steps a row; largest model at T=%d under --device-mem-mib "
       "%d\n",
       DP, DP, c->threads, c->L, c->C, c->NH, c->T, c->V, c->B, c->warmup, c->steps, c->search_T, c->budget_mib);
-  printf("features in this build: ZeRO-2/3 %s, recomputation %s, tiled attention %s\n", HAVE_ZERO_STAGES ? "yes" : "no",
+  printf("features in this build: ZeRO stages up to %d, recomputation %s, tiled attention %s\n", MAX_ZERO_STAGE,
          HAVE_RECOMPUTE ? "yes" : "no", HAVE_TILED_ATTENTION ? "yes" : "no");
   /* The table's rows are trained without a budget. */
   int budget = c->budget_mib;
@@ -389,7 +388,7 @@ int main(int argc, char **argv) {
       break;
     }
 
-  int largest1 = 0, largest3 = 0, probes = 0;
+  int largest1 = 0, largest2 = 0, largest3 = 0, probes = 0;
   if (!no_search) {
     printf("largest model: layers of C=%d at T=%d, B=%d, under %d MiB per rank\n", c->C, c->search_T, c->B,
            c->budget_mib);
@@ -403,10 +402,17 @@ int main(int argc, char **argv) {
     printf("largest: ZeRO-1 %d layers; ZeRO-3 + block %s (%d probes)\n", largest1,
            feature_ok(&z3b) ? "measured" : "n/a (not in this build)", probes);
     if (feature_ok(&z3b)) printf("largest: ZeRO-3 + block %d layers\n", largest3);
+    /* The most sharding and recomputation this build has, beside. */
+    const row *z2b = find("zero2_recompute_block");
+    if (feature_ok(z2b)) {
+      largest2 = largest(c, z2b, search_from, &probes);
+      printf("largest: ZeRO-2 + block %d layers\n", largest2);
+    }
   }
 
   /* The last line, from the rows. */
-  const row *z0 = find("zero0"), *z1 = find("zero1"), *z3 = find("zero3"), *rb = find("zero1_recompute_block");
+  const row *z0 = find("zero0"), *z1 = find("zero1"), *z2 = find("zero2"), *z3 = find("zero3");
+  const row *rb = find("zero1_recompute_block");
   const row *full = find("full_4096"), *tiled = find("tiled_4096");
   printf("bench_memory:");
   if (z3->done) {
@@ -433,6 +439,24 @@ int main(int argc, char **argv) {
     printf(" largest_model_ratio=%.3f", (double)largest3 / largest1);
   else
     print_na("largest_model_ratio");
+  /* What the stages this build has reach, beside the goals' fields. */
+  if (z2->done) {
+    /* Weights whole, gradients and AdamW's moments over dp. */
+    double theory =
+        (4.0 + 12.0 / DP) * z2->params + (double)(z2->kinds[GT_MEM_ACTIVATIONS] + z2->kinds[GT_MEM_ATTENTION]);
+    printf(" zero2_of_theory=%.3f", (double)max_peak(z2) / theory);
+  } else {
+    print_na("zero2_of_theory");
+  }
+  if (z2->done && z1->done)
+    printf(" zero2_step_vs_zero1=%.3f zero2_vs_zero1_peak=%.3f", z2->step_s / z1->step_s,
+           (double)max_peak(z2) / (double)max_peak(z1));
+  else
+    print_na("zero2_step_vs_zero1");
+  if (largest1 > 0 && largest2 > 0)
+    printf(" largest_model_ratio_zero2_block=%.3f", (double)largest2 / largest1);
+  else
+    print_na("largest_model_ratio_zero2_block");
   if (z1->done)
     printf(" zero1_peak_mib=%.1f", mib((double)max_peak(z1)));
   else
