@@ -4,8 +4,8 @@
  * The example GPT with the byte tokenizer (vocabulary 320), C=768 and 14
  * layers by default (about 100M parameters), at dp=4 on four CPU ranks
  * forked on loopback, one thread each, T=256 and B=1 a rank by default (a
- * step at T=1024, --seq 1024, takes minutes on two cores). The table below is the benchmark:
- * one row per configuration (ZeRO stage, recomputation, attention kind, T,
+ * step at T=1024, --seq 1024, takes minutes on two cores). The table
+ * below is the benchmark: one row per configuration (ZeRO stage, recomputation, attention kind, T,
  * layers). A row that runs trains warm-up + measured steps and reports,
  * per rank, the memory ledger's peak by category (gt_model_memory_ledger)
  * with the process's VmHWM beside it, and rank 0's mean step time. A row
@@ -17,7 +17,8 @@
  * Then the largest model: a binary search on the layer count at the same
  * width under --device-mem-mib (every rank's backend enforces it), where a
  * model "trains" when it builds and runs 2 steps without GT_ENOMEM; once
- * with ZeRO-1 alone, once with ZeRO-3 and block recomputation.
+ * with ZeRO-1 alone, once with ZeRO-3 and block recomputation, and once
+ * with the highest stage this build has (ZeRO-2) and block recomputation.
  *
  * Last line, computed from the rows:
  *   zero3_of_theory      ZeRO-3's peak over 16 Psi / dp + its activations
@@ -25,6 +26,11 @@
  *   recompute_step_ratio step time, block recomputation over none
  *   attn_mem_ratio_4096  attention bytes at T=4096, tiled over full
  *   largest_model_ratio  largest layer count, ZeRO-3 + block over ZeRO-1
+ *   zero2_of_theory      ZeRO-2's peak over (4 + 12 / dp) Psi + its activations
+ *   zero2_step_vs_zero1, zero2_vs_zero1_peak: step time and peak, ZeRO-2
+ *                        over ZeRO-1
+ *   largest_model_ratio_zero2_block: largest layer count, ZeRO-2 + block
+ *                        over ZeRO-1
  *   zero1_peak_mib, zero1_vs_zero0_peak, largest_layers_zero1: what runs
  *                        in every build
  * (n/a where a row could not run). */
