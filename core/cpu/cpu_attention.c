@@ -34,8 +34,8 @@ static void causal_softmax(float *a, int T, int r0, int r1) {
   }
 }
 
-gt_status GT_CPU_KERNEL(attention_forward)(gt_backend *be, float *out, float *att, const float *qkv, int B, int T,
-                                           int C, int NH) {
+gt_status GT_CPU_KERNEL(attention_full_forward)(gt_backend *be, float *out, float *att, const float *qkv, int B, int T,
+                                                int C, int NH) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   int nt = gt_cpu_threads(be);
   int hs = C / NH, C3 = 3 * C, BH = B * NH;
@@ -73,8 +73,8 @@ static void causal_softmax_backward(float *da, const float *a, int T, int r0, in
   }
 }
 
-gt_status GT_CPU_KERNEL(attention_backward)(gt_backend *be, float *dqkv, float *datt, const float *dout,
-                                            const float *qkv, const float *att, int B, int T, int C, int NH) {
+gt_status GT_CPU_KERNEL(attention_full_backward)(gt_backend *be, float *dqkv, float *datt, const float *dout,
+                                                 const float *qkv, const float *att, int B, int T, int C, int NH) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   int nt = gt_cpu_threads(be);
   int hs = C / NH, C3 = 3 * C, BH = B * NH;

@@ -16,6 +16,9 @@ gt_status gt_model_create(gt_backend *be, const gt_model_config *cfg, gt_model *
   if (cfg->B_max <= 0 || cfg->T_max <= 0)
     return gt_errorf(GT_EINVAL, "model B_max and T_max must be positive (got B_max=%d, T_max=%d)", cfg->B_max,
                      cfg->T_max);
+  if (cfg->attention != GT_ATTENTION_TILED && cfg->attention != GT_ATTENTION_FULL)
+    return gt_errorf(GT_EINVAL, "unknown attention kind %d: use GT_ATTENTION_TILED or GT_ATTENTION_FULL",
+                     (int)cfg->attention);
   gt_model *m = calloc(1, sizeof *m);
   if (!m) return gt_errorf(GT_ENOMEM, "out of memory creating a model");
   m->be = be;
