@@ -1,4 +1,13 @@
-/* Causal multi-head self-attention on the CPU.
+/* Causal multi-head self-attention on the CPU on the whole score matrix
+ * (attention_full_*), and the causal softmax on its own.
+ *
+ * Forward keeps the B*NH*T*T probabilities for backward, and backward
+ * needs as much again as scratch: a model chooses these kernels with
+ * GT_ATTENTION_FULL, and mixed-precision attention (core/attention_bf16.c)
+ * is built on the same matrices and this file's softmax. The default,
+ * GT_ATTENTION_TILED, is cpu_attention_tiled.c: the same function with a
+ * log-sum-exp per row saved instead, the probabilities recomputed tile by
+ * tile in backward.
  *
  * Each (batch, head) pair is a few small matrix products on strided views of
  * qkv: head h's queries start at column h*hs of rows 3C apart, its keys C
