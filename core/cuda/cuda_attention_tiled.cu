@@ -150,8 +150,8 @@ __global__ void attention_tiled_dq_kernel(float *dqkv, const float *dout, const 
       int i = e / cols, j = e % cols;
       float p;
       dSs[i * bt + j] = c0 + j > r0 + i ? 0.0f
-                                         : score_grad(Qs + i * hs, dOs + i * hs, Ks + j * hs, Vs + j * hs, Ls[i], Ds[i],
-                                                      hs, scale, &p);
+                                        : score_grad(Qs + i * hs, dOs + i * hs, Ks + j * hs, Vs + j * hs, Ls[i], Ds[i],
+                                                     hs, scale, &p);
     }
     __syncthreads();
     for (int e = threadIdx.x; e < rows * hs; e += blockDim.x) {
@@ -227,8 +227,8 @@ static gt_status tiled_check(int bt, int B, int NH, int hs, const char *op) {
   return GT_OK;
 }
 
-gt_status gt_cuda_attention_tiled_forward(gt_backend *be, float *out, float *lse, const float *qkv, int B, int T,
-                                          int C, int NH) {
+gt_status gt_cuda_attention_tiled_forward(gt_backend *be, float *out, float *lse, const float *qkv, int B, int T, int C,
+                                          int NH) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
   int hs = C / NH, bt = tile_rows(hs, 4, 1, 3);

@@ -168,13 +168,15 @@ void test_attention_tiled(void **state) {
   kt_seed(31);
   /* The suite runs on two threads: B*NH = 1 spreads one pair's query
    * blocks over both, B*NH >= 2 gives each thread whole pairs. */
-  check_tiled(2, 1, 8, 2, 1);   /* one token */
-  check_tiled(1, 7, 9, 3, 1);   /* odd head size */
-  check_tiled(1, 7, 6, 1, 1);   /* one pair */
-  check_tiled(2, 64, 32, 4, 61); /* exactly one query block */
+  check_tiled(2, 1, 8, 2, 1);    /* one token */
+  check_tiled(1, 7, 9, 3, 1);    /* odd head size */
+  check_tiled(1, 7, 6, 1, 1);    /* one pair */
+  check_tiled(2, 64, 32, 4, 61); /* the diagonal in bands */
   check_tiled(1, 129, 16, 1, 0);
   check_tiled(1, 129, 24, 2, 0);
-  check_tiled(3, 65, 12, 1, 0); /* more pairs than threads, a block and one row */
+  check_tiled(3, 65, 12, 1, 0);  /* more pairs than threads */
+  check_tiled(1, 300, 16, 1, 0); /* a partial second block, spread */
+  check_tiled(2, 300, 8, 2, 0);
   /* Long sequences: many key blocks per query block, small heads to stay
    * quick under sanitizers. */
   check_tiled(1, 1024, 16, 2, 0);
