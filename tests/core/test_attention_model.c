@@ -1,6 +1,7 @@
 /* The model's attention kind (gt_model_config.attention): tiled and full
  * attention train the example GPT to the same losses, the block saves and
- * scratches by the kind chosen, and an unknown kind is refused. */
+ * scratches by the kind chosen, bf16 products reach attention only when it
+ * is full, and an unknown kind is refused. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -100,6 +101,37 @@ static void test_tiled_saves_a_tenth_of_full_at_2048(void **state) {
   assert_int_equal(acts[1] - acts[0], (size_t)B * 4 * T * (T - 1));
 }
 
+static float first_loss(gt_attention_kind kind, gt_precision p) {
+  enum { B = 2, T = 24 };
+  int32_t tok[B * T + 1];
+  for (int i = 0; i < B * T + 1; i++) tok[i] = (int32_t)((i * 7 + 3) % 53);
+  gt_model *m = gpt(kind, B, T, 32, 4, 2);
+  OK(gt_model_build(m));
+  OK(gt_model_set_precision(m, p));
+  gt_acts *a = NULL;
+  OK(gt_acts_create(m, &a));
+  gt_batch b = {.B = B, .T = T, .inputs = tok, .targets = tok + 1};
+  float loss = 0;
+  OK(gt_model_forward(m, a, &b, &loss));
+  gt_acts_destroy(a);
+  gt_model_destroy(m);
+  return loss;
+}
+
+/* Under bf16, full attention takes its products in bf16 (the composed
+ * path) and tiled attention stays fp32: both near the fp32 loss, but not
+ * equal to each other. */
+static void test_bf16_takes_bf16_products_only_with_full_attention(void **state) {
+  (void)state;
+  float l32 = first_loss(GT_ATTENTION_TILED, GT_PRECISION_FP32);
+  float tiled = first_loss(GT_ATTENTION_TILED, GT_PRECISION_BF16);
+  float full = first_loss(GT_ATTENTION_FULL, GT_PRECISION_BF16);
+  print_message("loss fp32 %.7f, bf16 tiled %.7f, bf16 full %.7f\n", (double)l32, (double)tiled, (double)full);
+  assert_true(fabsf(tiled - l32) < 2e-3f * l32);
+  assert_true(fabsf(full - l32) < 2e-3f * l32);
+  assert_true(fabsf(full - tiled) > 1e-7f * l32);
+}
+
 static void test_unknown_attention_kind_is_refused(void **state) {
   (void)state;
   gt_model *m = NULL;
@@ -113,6 +145,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tiled_and_full_train_to_the_same_losses),
       cmocka_unit_test(test_tiled_saves_a_tenth_of_full_at_2048),
+      cmocka_unit_test(test_bf16_takes_bf16_products_only_with_full_attention),
       cmocka_unit_test(test_unknown_attention_kind_is_refused),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
