@@ -49,12 +49,12 @@ static void fill(float *x, size_t n, uint64_t seed) {
   }
 }
 
-#define CHECK(expr)                                                   \
-  do {                                                                \
-    if ((expr) != GT_OK) {                                            \
+#define CHECK(expr)                                                         \
+  do {                                                                      \
+    if ((expr) != GT_OK) {                                                  \
       fprintf(stderr, "bench_attention: %s: %s\n", #expr, gt_last_error()); \
-      exit(1);                                                        \
-    }                                                                 \
+      exit(1);                                                              \
+    }                                                                       \
   } while (0)
 
 int main(int argc, char **argv) {
@@ -78,8 +78,8 @@ int main(int argc, char **argv) {
   int C = NH * hs;
   char cpu[256];
   bench_cpu_features(cpu, sizeof cpu);
-  printf("bench_attention: B=%d NH=%d hs=%d (C=%d), %d threads, kernels %s, %d rounds (median), cpu %s\n", B, NH, hs,
-         C, threads, gt_backend_kernels(be), rounds, cpu);
+  printf("bench_attention: B=%d NH=%d hs=%d (C=%d), %d threads, kernels %s, %d rounds (median), cpu %s\n", B, NH, hs, C,
+         threads, gt_backend_kernels(be), rounds, cpu);
   printf("%6s %12s %12s %8s %14s %14s %8s\n", "T", "tiled_s", "full_s", "ratio", "tiled_bytes", "full_bytes", "ratio");
   char last[1024] = "";
   size_t used = 0;
