@@ -34,7 +34,9 @@ typedef struct block_cfg {
   int Cl, NHl, Hl; /* this rank's share: attention width, heads, MLP width */
 } block_cfg;
 
-/* Offsets (in floats) of the saved activations for one (B,T). */
+/* Offsets (in floats) of the saved activations for one (B,T). att is what
+ * attention keeps for backward, sized by the model's attention kind
+ * (gt_layer_attention_saved_floats). */
 typedef struct block_acts {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
   size_t total;

@@ -11,8 +11,9 @@
  * A product's activations are rounded to bf16 as they enter it, into a
  * scratch buffer the model grows to the largest product it has seen and
  * then reuses. Full attention's four products go the same way
- * (gt_attention_forward_bf16); tiled attention stays fp32. Saved activations stay fp32: LayerNorm,
- * softmax, GELU and the residual stream read them at full precision.
+ * (gt_attention_forward_bf16); tiled attention stays fp32. Saved
+ * activations stay fp32: LayerNorm, softmax, GELU and the residual stream
+ * read them at full precision.
  */
 #include "core/model/model_internal.h"
 #include "core/arena.h"

@@ -183,9 +183,10 @@ gt_status gt_layer_linear_backward(gt_layer *self, const gt_layer_ctx *ctx, floa
  * every precision); or full, the backend's attention_full kernels, or
  * under bf16 gt_attention_forward_bf16 and its backward (bf16 operands for
  * the four products, fp32 softmax). `saved` is what forward keeps for
- * backward, of gt_layer_attention_saved_floats; `datt` backward's scratch,
- * of gt_layer_attention_scratch_floats (NULL when that is 0). Backward
- * reads forward's out as well; dqkv accumulates. */
+ * backward, gt_layer_attention_saved_floats of it (tiled: a log-sum-exp
+ * per row and head; full: the probabilities); `datt` is backward's
+ * scratch, gt_layer_attention_scratch_floats of it (0 when tiled, and then
+ * not read). Backward reads forward's out as well; dqkv accumulates. */
 size_t gt_layer_attention_saved_floats(const gt_layer *self, int B, int T, int NH);
 size_t gt_layer_attention_scratch_floats(const gt_layer *self, int B, int T, int NH);
 gt_status gt_layer_attention_forward(gt_layer *self, const gt_layer_ctx *ctx, float *out, float *saved,
