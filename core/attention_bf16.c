@@ -1,5 +1,6 @@
-/* Causal self-attention with bf16 matrix products, composed of backend
- * operations: gemm_ex for the four products (strided-batched over the heads
+/* Causal self-attention with bf16 matrix products on the whole score
+ * matrix (full attention; tiled attention has no bf16 path and stays fp32),
+ * composed of backend operations: gemm_ex for the four products (strided-batched over the heads
  * of one sequence, as the backends' own attention kernels do), the causal
  * softmax and the bf16 conversions. Mixed-precision training uses it so that
  * attention's products run where the linear layers' do (tensor cores, AMX

@@ -30,18 +30,21 @@ void gt_backend_reset_mem_peak(gt_backend *be);
 /* The same for host memory from gt_backend_host_alloc (host_mem_limit). */
 gt_device_mem gt_backend_host_mem(const gt_backend *be);
 
-/* Causal self-attention with bf16 products: as gt_op_attention_forward and
- * gt_op_attention_backward, but q, k, v, the probabilities and the output
- * gradient are rounded to bf16 for the four matrix products (gemm_ex, fp32
- * accumulation); scores, softmax, att and every output stay fp32. Composed
- * of the operations above, so it runs on every backend with gemm_ex.
- * scratch is device memory of gt_attention_bf16_scratch bytes. */
+/* Causal self-attention with bf16 products: as gt_op_attention_full_forward
+ * and gt_op_attention_full_backward, but q, k, v, the probabilities and the
+ * output gradient are rounded to bf16 for the four matrix products
+ * (gemm_ex, fp32 accumulation); scores, softmax, att and every output stay
+ * fp32. Composed of the operations above, so it runs on every backend with
+ * gemm_ex. It keeps the whole B*NH*T*T probabilities, as full attention
+ * does: there is no tiled bf16 path, and tiled attention stays fp32 under
+ * mixed precision (gt_layer_attention_forward). scratch is device memory
+ * of gt_attention_bf16_scratch bytes. */
 size_t gt_attention_bf16_scratch(int B, int T, int C, int NH);
 
 gt_status gt_attention_forward_bf16(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
                                     int NH, void *scratch);
 
-/* dqkv accumulates; datt is scratch of att's size, as in attention_backward. */
+/* dqkv accumulates; datt is scratch of att's size, as in attention_full_backward. */
 gt_status gt_attention_backward_bf16(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
                                      const float *att, int B, int T, int C, int NH, void *scratch);
 

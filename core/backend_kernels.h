@@ -48,9 +48,13 @@
   X(residual_forward, (gt_backend *be, float *out, const float *a, const float *b, size_t n))                          \
   X(residual_backward, (gt_backend *be, float *da, float *db, const float *dout, size_t n))                            \
   /* attention */                                                                                                      \
-  X(attention_forward, (gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C, int NH))        \
-  X(attention_backward, (gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,                \
-                         const float *att, int B, int T, int C, int NH))                                               \
+  X(attention_tiled_forward, (gt_backend *be, float *out, float *lse, const float *qkv, int B, int T, int C,         \
+                              int NH))                                                                                 \
+  X(attention_tiled_backward, (gt_backend *be, float *dqkv, const float *dout, const float *qkv, const float *out,     \
+                               const float *lse, int B, int T, int C, int NH))                                         \
+  X(attention_full_forward, (gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C, int NH))   \
+  X(attention_full_backward, (gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,           \
+                              const float *att, int B, int T, int C, int NH))                                          \
   X(causal_softmax_forward, (gt_backend *be, float *att, int BH, int T))                                               \
   X(causal_softmax_backward, (gt_backend *be, float *datt, const float *att, int BH, int T, float scale))              \
   /* softmax cross-entropy over whole rows of logits */                                                                \

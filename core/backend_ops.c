@@ -160,20 +160,38 @@ gt_status gt_op_residual_backward(gt_backend *be, float *da, float *db, const fl
   NEED(be, op, (B) >= 0 && (T) >= 0 && (C) >= 0 && (NH) >= 1 && (C) % (NH) == 0, \
        "need B, T, C >= 0 and NH >= 1 dividing C, got B=%d T=%d C=%d NH=%d", B, T, C, NH)
 
-gt_status gt_op_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
-                                  int NH) {
-  NEED_OP(be, attention_forward);
-  NEED_HEADS(be, "attention_forward", B, T, C, NH);
-  NEED_PTRS(be, "attention_forward", B && T && C, out && att && qkv, "out, att and qkv");
-  return be->ops->kernels.attention_forward(be, out, att, qkv, B, T, C, NH);
+gt_status gt_op_attention_tiled_forward(gt_backend *be, float *out, float *lse, const float *qkv, int B, int T, int C,
+                                        int NH) {
+  NEED_OP(be, attention_tiled_forward);
+  NEED_HEADS(be, "attention_tiled_forward", B, T, C, NH);
+  NEED_PTRS(be, "attention_tiled_forward", B && T && C, out && lse && qkv, "out, lse and qkv");
+  return be->ops->kernels.attention_tiled_forward(be, out, lse, qkv, B, T, C, NH);
 }
 
-gt_status gt_op_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
-                                   const float *att, int B, int T, int C, int NH) {
-  NEED_OP(be, attention_backward);
-  NEED_HEADS(be, "attention_backward", B, T, C, NH);
-  NEED_PTRS(be, "attention_backward", B && T && C, dqkv && datt && dout && qkv && att, "dqkv, datt, dout, qkv and att");
-  return be->ops->kernels.attention_backward(be, dqkv, datt, dout, qkv, att, B, T, C, NH);
+gt_status gt_op_attention_tiled_backward(gt_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                         const float *out, const float *lse, int B, int T, int C, int NH) {
+  NEED_OP(be, attention_tiled_backward);
+  NEED_HEADS(be, "attention_tiled_backward", B, T, C, NH);
+  NEED_PTRS(be, "attention_tiled_backward", B && T && C, dqkv && dout && qkv && out && lse,
+            "dqkv, dout, qkv, out and lse");
+  return be->ops->kernels.attention_tiled_backward(be, dqkv, dout, qkv, out, lse, B, T, C, NH);
+}
+
+gt_status gt_op_attention_full_forward(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
+                                       int NH) {
+  NEED_OP(be, attention_full_forward);
+  NEED_HEADS(be, "attention_full_forward", B, T, C, NH);
+  NEED_PTRS(be, "attention_full_forward", B && T && C, out && att && qkv, "out, att and qkv");
+  return be->ops->kernels.attention_full_forward(be, out, att, qkv, B, T, C, NH);
+}
+
+gt_status gt_op_attention_full_backward(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
+                                        const float *att, int B, int T, int C, int NH) {
+  NEED_OP(be, attention_full_backward);
+  NEED_HEADS(be, "attention_full_backward", B, T, C, NH);
+  NEED_PTRS(be, "attention_full_backward", B && T && C, dqkv && datt && dout && qkv && att,
+            "dqkv, datt, dout, qkv and att");
+  return be->ops->kernels.attention_full_backward(be, dqkv, datt, dout, qkv, att, B, T, C, NH);
 }
 
 gt_status gt_op_causal_softmax_forward(gt_backend *be, float *att, int BH, int T) {

@@ -1,4 +1,13 @@
-/* Causal multi-head self-attention on the CPU.
+/* Causal multi-head self-attention on the CPU on the whole score matrix
+ * (attention_full_*), and the causal softmax on its own.
+ *
+ * Forward keeps the B*NH*T*T probabilities for backward, and backward
+ * needs as much again as scratch: a model chooses these kernels with
+ * GT_ATTENTION_FULL, and mixed-precision attention (core/attention_bf16.c)
+ * is built on the same matrices and this file's softmax. The default,
+ * GT_ATTENTION_TILED, is cpu_attention_tiled.c: the same function with a
+ * log-sum-exp per row saved instead, the probabilities recomputed tile by
+ * tile in backward.
  *
  * Each (batch, head) pair is a few small matrix products on strided views of
  * qkv: head h's queries start at column h*hs of rows 3C apart, its keys C
@@ -34,8 +43,8 @@ static void causal_softmax(float *a, int T, int r0, int r1) {
   }
 }
 
-gt_status GT_CPU_KERNEL(attention_forward)(gt_backend *be, float *out, float *att, const float *qkv, int B, int T,
-                                           int C, int NH) {
+gt_status GT_CPU_KERNEL(attention_full_forward)(gt_backend *be, float *out, float *att, const float *qkv, int B, int T,
+                                                int C, int NH) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   int nt = gt_cpu_threads(be);
   int hs = C / NH, C3 = 3 * C, BH = B * NH;
@@ -73,8 +82,8 @@ static void causal_softmax_backward(float *da, const float *a, int T, int r0, in
   }
 }
 
-gt_status GT_CPU_KERNEL(attention_backward)(gt_backend *be, float *dqkv, float *datt, const float *dout,
-                                            const float *qkv, const float *att, int B, int T, int C, int NH) {
+gt_status GT_CPU_KERNEL(attention_full_backward)(gt_backend *be, float *dqkv, float *datt, const float *dout,
+                                                 const float *qkv, const float *att, int B, int T, int C, int NH) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   int nt = gt_cpu_threads(be);
   int hs = C / NH, C3 = 3 * C, BH = B * NH;

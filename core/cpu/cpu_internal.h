@@ -54,7 +54,7 @@ gt_status gt_cpu_gemm_bf16_amx(gt_backend *be, const gt_gemm_ex_args *g, int64_t
 #ifdef GT_CPU_ISA
 /* The ops table and the kernels of this level: gt_cpu_<name>_<level> for
  * each kernel of the list, defined as GT_CPU_KERNEL(name) by family in
- * cpu_gemm.c, cpu_gemm_ex.c, cpu_kernels_*.c and cpu_attention.c. Only the
+ * cpu_gemm.c, cpu_gemm_ex.c, cpu_kernels_*.c and cpu_attention*.c. Only the
  * level's own files see them; the rest of the backend reaches a level
  * through the table gt_cpu_isa_choose hands it. */
 extern const gt_backend_ops gt_cpu_ops;

@@ -1,6 +1,6 @@
 /* One CPU backend, compiled once per instruction-set level.
  *
- * The kernel files (cpu_kernels_*.c, cpu_attention.c, cpu_gemm*.c,
+ * The kernel files (cpu_kernels_*.c, cpu_attention*.c, cpu_gemm*.c,
  * cpu_reduce.c) and the ops table (cpu_ops.c) are built several times, each
  * time with GT_CPU_ISA set to the level's name and the compiler flags of that
  * level (core/cpu/CMakeLists.txt): x86-64 baseline, AVX2+FMA (x86-64-v3) and

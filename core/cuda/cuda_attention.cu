@@ -48,8 +48,8 @@ __global__ void causal_softmax_backward_kernel(float *datt, const float *att, in
 
 static unsigned row_threads(int T) { return T <= 64 ? 32 : T <= 512 ? 128 : 256; }
 
-gt_status gt_cuda_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
-                                    int NH) {
+gt_status gt_cuda_attention_full_forward(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
+                                         int NH) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
   int hs = C / NH;
@@ -72,8 +72,8 @@ gt_status gt_cuda_attention_forward(gt_backend *be, float *out, float *att, cons
   return GT_OK;
 }
 
-gt_status gt_cuda_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
-                                     const float *att, int B, int T, int C, int NH) {
+gt_status gt_cuda_attention_full_backward(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
+                                          const float *att, int B, int T, int C, int NH) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
   int hs = C / NH;

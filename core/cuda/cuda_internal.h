@@ -108,7 +108,8 @@ void gt_cuda_destroy(gt_backend *be);
 
 /* The kernels, one for each entry of the list (core/backend_kernels.h), by
  * family: products (cuda_gemm.cu); embedding, layernorm, linear, bias, gelu
- * and residual (cuda_kernels_nn.cu); attention (cuda_attention.cu); softmax
+ * and residual (cuda_kernels_nn.cu); attention (cuda_attention.cu, in tiles
+ * cuda_attention_tiled.cu); softmax
  * cross-entropy (cuda_kernels_loss.cu); a slice of the vocabulary
  * (cuda_kernels_vocab.cu); optimizers, reductions and conversions
  * (cuda_kernels_optim.cu). */

@@ -41,17 +41,20 @@ typedef struct block_cfg {
   int Cl, NHl, Hl; /* this rank's share: attention width, heads, MLP width */
 } block_cfg;
 
-/* Offsets (in floats) of the saved activations for one (B,T). Without
- * `core`, att and atty take no room (NULL): place_core puts them in scratch. */
+/* Offsets (in floats) of the saved activations for one (B,T). att is what
+ * attention keeps for backward, sized by the model's attention kind
+ * (gt_layer_attention_saved_floats). Without `core`, att and atty take no
+ * room (NULL): place_core puts them in scratch. */
 typedef struct block_acts {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
   size_t total;
   size_t att_floats, core_floats; /* att, and att with atty */
 } block_acts;
 
-static block_acts layout(const block_cfg *c, float *base, int B, int T, bool core) {
+static block_acts layout(const gt_layer *self, float *base, int B, int T, bool core) {
+  const block_cfg *c = self->state;
   size_t BT = (size_t)B * (size_t)T, C = (size_t)c->C, Cl = (size_t)c->Cl, Hl = (size_t)c->Hl;
-  size_t att = (size_t)B * (size_t)c->NHl * (size_t)T * (size_t)T;
+  size_t att = gt_layer_attention_saved_floats(self, B, T, c->NHl);
   size_t sizes[12] = {BT * C, BT, BT, 3 * BT * Cl, att, BT * Cl, BT * C, BT * C, BT, BT, BT * Hl, BT * Hl};
   float **slots[12];
   block_acts a;
@@ -116,30 +119,29 @@ static gt_status block_build(gt_layer *self, const void *config) {
 }
 
 static size_t block_acts_floats(const gt_layer *self, int B, int T) {
-  return layout(self->state, NULL, B, T, keeps_core(self)).total;
+  return layout(self, NULL, B, T, keeps_core(self)).total;
 }
 
-/* Of the saved tensors, the attention probabilities (slot att of layout);
- * none when attention is recomputed. */
+/* Of the saved tensors, what attention keeps (slot att of layout: the
+ * probabilities, or with tiled attention a log-sum-exp per row); none when
+ * attention is recomputed. */
 static size_t block_attn_floats(const gt_layer *self, int B, int T) {
-  return keeps_core(self) ? layout(self->state, NULL, B, T, true).att_floats : 0;
+  return keeps_core(self) ? layout(self, NULL, B, T, true).att_floats : 0;
 }
 
 /* What forward and backward use of the scratch, the core aside. */
 static size_t scratch_base(const gt_layer *self, int B, int T) {
   const block_cfg *c = self->state;
-  size_t BT = (size_t)B * (size_t)T;
+  size_t BT = (size_t)B * (size_t)T, datt = gt_layer_attention_scratch_floats(self, B, T, c->NHl);
   if (gt_layer_seq_parallel(self)) /* backward_sp: dfull, dln (C each) + dsh, dres2 (C) + the rest, + 2C */
-    return BT * (4 * (size_t)c->C + 4 * (size_t)c->Cl + 2 * (size_t)c->Hl) +
-           (size_t)B * (size_t)c->NHl * (size_t)T * (size_t)T + 2 * (size_t)c->C;
-  /* backward: dres2, dln (C each), datty (Cl), dqkv (3Cl), dfch_gelu, dfch (Hl each), datt */
-  return BT * (2 * (size_t)c->C + 4 * (size_t)c->Cl + 2 * (size_t)c->Hl) +
-         (size_t)B * (size_t)c->NHl * (size_t)T * (size_t)T;
+    return BT * (4 * (size_t)c->C + 4 * (size_t)c->Cl + 2 * (size_t)c->Hl) + datt + 2 * (size_t)c->C;
+  /* backward: dres2, dln (C each), datty (Cl), dqkv (3Cl), dfch_gelu, dfch (Hl each), datt (full attention) */
+  return BT * (2 * (size_t)c->C + 4 * (size_t)c->Cl + 2 * (size_t)c->Hl) + datt;
 }
 
 /* Recomputing attention, the core lies past the rest of the scratch. */
 static size_t block_scratch(const gt_layer *self, int B, int T) {
-  return scratch_base(self, B, T) + (keeps_core(self) ? 0 : layout(self->state, NULL, B, T, true).core_floats);
+  return scratch_base(self, B, T) + (keeps_core(self) ? 0 : layout(self, NULL, B, T, true).core_floats);
 }
 
 static void place_core(const gt_layer *self, const gt_layer_ctx *ctx, block_acts *a) {
@@ -173,7 +175,7 @@ static gt_status block_forward(gt_layer *self, const gt_layer_ctx *ctx, const fl
   gt_backend *be = ctx->be;
   int B = ctx->B, T = ctx->T, N = B * T, C = c->C, Cl = c->Cl, Hl = c->Hl;
   size_t NC = (size_t)N * (size_t)C;
-  block_acts a = layout(c, acts, B, T, keeps_core(self));
+  block_acts a = layout(self, acts, B, T, keeps_core(self));
   place_core(self, ctx, &a);
   float *tmp = ctx->scratch; /* (N, C) branch output before the residual add */
   /* A row-parallel bias is added by one rank, before the sum. */
@@ -201,7 +203,7 @@ static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const f
   gt_backend *be = ctx->be;
   int B = ctx->B, T = ctx->T, N = B * T, C = c->C, Cl = c->Cl, Hl = c->Hl;
   size_t NC = (size_t)N * (size_t)C, NCl = (size_t)N * (size_t)Cl, NHl = (size_t)N * (size_t)Hl;
-  block_acts a = layout(c, acts, B, T, keeps_core(self));
+  block_acts a = layout(self, acts, B, T, keeps_core(self));
   GT_TRY(recompute_core(self, ctx, &a, c));
   float *dres2 = ctx->scratch, *dln = dres2 + NC, *datty = dln + NC, *dqkv = datty + NCl;
   float *dfch_gelu = dqkv + 3 * NCl, *dfch = dfch_gelu + NHl, *datt = dfch + NHl;
@@ -224,7 +226,7 @@ static gt_status block_backward(gt_layer *self, const gt_layer_ctx *ctx, const f
   GT_TRY(gt_layer_linear_backward(self, ctx, datty, G(PROJB), dres2, a.atty, PROJW, N, Cl, C));
   GT_TRY(gt_layer_grads_final(self, PROJW, 4)); /* proj, ln2 */
   GT_TRY(GT_ZERO(be, dqkv, 3 * NCl));
-  GT_TRY(gt_layer_attention_backward(self, ctx, dqkv, datt, datty, a.qkv, a.att, B, T, Cl, c->NHl));
+  GT_TRY(gt_layer_attention_backward(self, ctx, dqkv, datt, datty, a.qkv, a.atty, a.att, B, T, Cl, c->NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
   GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(QKVB), dqkv, a.ln1, QKVW, N, C, 3 * Cl));
   GT_TRY(gt_layer_grads_final(self, QKVW, 2));
@@ -241,7 +243,7 @@ static gt_status block_forward_sp(gt_layer *self, const gt_layer_ctx *ctx, const
   int B = ctx->B, T = ctx->T, N = B * T, C = c->C, Cl = c->Cl, Hl = c->Hl, rows = 0;
   GT_TRY(gt_layer_rows(self, ctx, &rows));
   size_t RC = (size_t)rows * (size_t)C, NC = (size_t)N * (size_t)C;
-  block_acts a = layout(c, acts, B, T, keeps_core(self));
+  block_acts a = layout(self, acts, B, T, keeps_core(self));
   place_core(self, ctx, &a);
   float *sh = ctx->scratch, *tmp = sh + RC; /* a shard (rows, C) and a whole (N, C) */
   bool bias_here = g->rank == 0;
@@ -273,11 +275,11 @@ static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, cons
   GT_TRY(gt_layer_rows(self, ctx, &rows));
   size_t RC = (size_t)rows * (size_t)C, NC = (size_t)N * (size_t)C, NCl = (size_t)N * (size_t)Cl;
   size_t NHl = (size_t)N * (size_t)Hl;
-  block_acts a = layout(c, acts, B, T, keeps_core(self));
+  block_acts a = layout(self, acts, B, T, keeps_core(self));
   GT_TRY(recompute_core(self, ctx, &a, c));
   float *dfull = ctx->scratch, *dln = dfull + NC, *dsh = dln + NC, *dres2 = dsh + RC, *datty = dres2 + RC;
   float *dqkv = datty + NCl, *dfch_gelu = dqkv + 3 * NCl, *dfch = dfch_gelu + NHl, *datt = dfch + NHl;
-  float *lntmp = datt + (size_t)B * (size_t)c->NHl * (size_t)T * (size_t)T;
+  float *lntmp = datt + gt_layer_attention_scratch_floats(self, B, T, c->NHl);
 
   /* MLP branch, with the whole output gradient gathered for the products. */
   GT_TRY(gt_backend_memcpy(be, dres2, dout, RC * sizeof(float), GT_COPY_D2D, NULL));
@@ -300,7 +302,7 @@ static gt_status block_backward_sp(gt_layer *self, const gt_layer_ctx *ctx, cons
   GT_TRY(gt_layer_linear_backward(self, ctx, datty, G(PROJB), dfull, a.atty, PROJW, N, Cl, C));
   GT_TRY(gt_layer_grads_final(self, PROJW, 4)); /* proj, ln2 */
   GT_TRY(GT_ZERO(be, dqkv, 3 * NCl));
-  GT_TRY(gt_layer_attention_backward(self, ctx, dqkv, datt, datty, a.qkv, a.att, B, T, Cl, c->NHl));
+  GT_TRY(gt_layer_attention_backward(self, ctx, dqkv, datt, datty, a.qkv, a.atty, a.att, B, T, Cl, c->NHl));
   GT_TRY(GT_ZERO(be, dln, NC));
   GT_TRY(gt_layer_linear_backward(self, ctx, dln, G(QKVB), dqkv, a.ln1, QKVW, N, C, 3 * Cl));
   GT_TRY(gt_layer_grads_final(self, QKVW, 2));

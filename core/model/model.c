@@ -19,6 +19,9 @@ gt_status gt_model_create(gt_backend *be, const gt_model_config *cfg, gt_model *
   if ((unsigned)cfg->recompute > GT_RECOMPUTE_BLOCK)
     return gt_errorf(GT_EINVAL, "unknown recomputation mode %d: use GT_RECOMPUTE_NONE, _ATTENTION or _BLOCK",
                      (int)cfg->recompute);
+  if (cfg->attention != GT_ATTENTION_TILED && cfg->attention != GT_ATTENTION_FULL)
+    return gt_errorf(GT_EINVAL, "unknown attention kind %d: use GT_ATTENTION_TILED or GT_ATTENTION_FULL",
+                     (int)cfg->attention);
   gt_model *m = calloc(1, sizeof *m);
   if (!m) return gt_errorf(GT_ENOMEM, "out of memory creating a model");
   m->be = be;

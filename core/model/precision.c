@@ -10,9 +10,10 @@
  *
  * A product's activations are rounded to bf16 as they enter it, into a
  * scratch buffer the model grows to the largest product it has seen and
- * then reuses. Attention's four products go the same way
- * (gt_attention_forward_bf16). Saved activations stay fp32: LayerNorm,
- * softmax, GELU and the residual stream read them at full precision.
+ * then reuses. Full attention's four products go the same way
+ * (gt_attention_forward_bf16); tiled attention stays fp32. Saved
+ * activations stay fp32: LayerNorm, softmax, GELU and the residual stream
+ * read them at full precision.
  */
 #include "core/model/model_internal.h"
 #include "core/arena.h"
@@ -219,23 +220,41 @@ gt_status gt_layer_linear_backward(gt_layer *self, const gt_layer_ctx *ctx, floa
   return dbias ? gt_op_bias_backward(be, dbias, dout, N, OC) : GT_OK;
 }
 
-/* Attention in the model's precision: the backend's fp32 kernels, or under
- * bf16 the same attention with its products on bf16 operands. */
-gt_status gt_layer_attention_forward(gt_layer *self, const gt_layer_ctx *ctx, float *out, float *att, const float *qkv,
-                                     int B, int T, int C, int NH) {
+/* Attention as the model is configured: tiled in fp32 whatever the
+ * precision (its saved state is a row's log-sum-exp, which the bf16 path,
+ * built on whole score matrices, does not produce), or full, in the
+ * backend's fp32 kernels or under bf16 with its products on bf16 operands. */
+static bool tiled(const gt_layer *self) {
+  return !self->model || gt_model_get_config(self->model)->attention == GT_ATTENTION_TILED;
+}
+
+size_t gt_layer_attention_saved_floats(const gt_layer *self, int B, int T, int NH) {
+  size_t rows = (size_t)B * (size_t)NH * (size_t)T;
+  return tiled(self) ? rows : rows * (size_t)T;
+}
+
+size_t gt_layer_attention_scratch_floats(const gt_layer *self, int B, int T, int NH) {
+  return tiled(self) ? 0 : (size_t)B * (size_t)NH * (size_t)T * (size_t)T;
+}
+
+gt_status gt_layer_attention_forward(gt_layer *self, const gt_layer_ctx *ctx, float *out, float *saved,
+                                     const float *qkv, int B, int T, int C, int NH) {
   gt_backend *be = ctx->be;
-  if (ctx->precision != GT_PRECISION_BF16) return gt_op_attention_forward(be, out, att, qkv, B, T, C, NH);
+  if (tiled(self)) return gt_op_attention_tiled_forward(be, out, saved, qkv, B, T, C, NH);
+  if (ctx->precision != GT_PRECISION_BF16) return gt_op_attention_full_forward(be, out, saved, qkv, B, T, C, NH);
   uint16_t *ws = NULL;
   GT_TRY(mp_scratch(self->model, gt_attention_bf16_scratch(B, T, C, NH) / sizeof(uint16_t), &ws));
-  return gt_attention_forward_bf16(be, out, att, qkv, B, T, C, NH, ws);
+  return gt_attention_forward_bf16(be, out, saved, qkv, B, T, C, NH, ws);
 }
 
 gt_status gt_layer_attention_backward(gt_layer *self, const gt_layer_ctx *ctx, float *dqkv, float *datt,
-                                      const float *dout, const float *qkv, const float *att, int B, int T, int C,
-                                      int NH) {
+                                      const float *dout, const float *qkv, const float *out, const float *saved, int B,
+                                      int T, int C, int NH) {
   gt_backend *be = ctx->be;
-  if (ctx->precision != GT_PRECISION_BF16) return gt_op_attention_backward(be, dqkv, datt, dout, qkv, att, B, T, C, NH);
+  if (tiled(self)) return gt_op_attention_tiled_backward(be, dqkv, dout, qkv, out, saved, B, T, C, NH);
+  if (ctx->precision != GT_PRECISION_BF16)
+    return gt_op_attention_full_backward(be, dqkv, datt, dout, qkv, saved, B, T, C, NH);
   uint16_t *ws = NULL;
   GT_TRY(mp_scratch(self->model, gt_attention_bf16_scratch(B, T, C, NH) / sizeof(uint16_t), &ws));
-  return gt_attention_backward_bf16(be, dqkv, datt, dout, qkv, att, B, T, C, NH, ws);
+  return gt_attention_backward_bf16(be, dqkv, datt, dout, qkv, saved, B, T, C, NH, ws);
 }

@@ -219,13 +219,24 @@ gt_status gt_op_residual_backward(gt_backend *be, float *da, float *db, const fl
 /* ---- attention ---- */
 
 /* Causal self-attention. qkv is (B,T,3C): q, k, v side by side, each C =
- * NH heads of C/NH. out is (B,T,C). att (B,NH,T,T) keeps the softmax
- * probabilities for backward (entries above the diagonal are zero). */
-gt_status gt_op_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
-                                  int NH);
-/* datt is scratch of att's size. */
-gt_status gt_op_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
-                                   const float *att, int B, int T, int C, int NH);
+ * NH heads of C/NH. out is (B,T,C). Two implementations of the same
+ * function, differing in what forward keeps for backward.
+ *
+ * Tiled (FlashAttention-2's order): lse (B,NH,T) keeps each row's
+ * log-sum-exp of the scaled scores; backward recomputes the probabilities
+ * tile by tile from q, k and lse, and needs out (the forward's) as well.
+ * Memory beyond the operands grows with T, not T^2. dqkv accumulates. */
+gt_status gt_op_attention_tiled_forward(gt_backend *be, float *out, float *lse, const float *qkv, int B, int T, int C,
+                                        int NH);
+gt_status gt_op_attention_tiled_backward(gt_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                         const float *out, const float *lse, int B, int T, int C, int NH);
+/* Full: att (B,NH,T,T) keeps the softmax probabilities for backward
+ * (entries above the diagonal are zero); backward takes datt, scratch of
+ * att's size. dqkv accumulates. */
+gt_status gt_op_attention_full_forward(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,
+                                       int NH);
+gt_status gt_op_attention_full_backward(gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
+                                        const float *att, int B, int T, int C, int NH);
 
 /* ---- loss ---- */
 

@@ -205,14 +205,22 @@ gt_status gt_layer_linear_forward(gt_layer *self, const gt_layer_ctx *ctx, float
  * products take bf16 operands and accumulate in fp32 into fp32 gradients. */
 gt_status gt_layer_linear_backward(gt_layer *self, const gt_layer_ctx *ctx, float *din, float *dbias, const float *dout,
                                    const float *in, int w, int N, int C, int OC);
-/* Causal self-attention in the model's precision: the backend's
- * attention_forward/backward, or under bf16 gt_attention_forward_bf16 and
- * its backward (bf16 operands for the four products, fp32 softmax). */
-gt_status gt_layer_attention_forward(gt_layer *self, const gt_layer_ctx *ctx, float *out, float *att, const float *qkv,
-                                     int B, int T, int C, int NH);
+/* Causal self-attention as the model is configured (gt_model_config's
+ * attention): tiled, the backend's attention_tiled kernels (fp32 under
+ * every precision); or full, the backend's attention_full kernels, or
+ * under bf16 gt_attention_forward_bf16 and its backward (bf16 operands for
+ * the four products, fp32 softmax). `saved` is what forward keeps for
+ * backward, gt_layer_attention_saved_floats of it (tiled: a log-sum-exp
+ * per row and head; full: the probabilities); `datt` is backward's
+ * scratch, gt_layer_attention_scratch_floats of it (0 when tiled, and then
+ * not read). Backward reads forward's out as well; dqkv accumulates. */
+size_t gt_layer_attention_saved_floats(const gt_layer *self, int B, int T, int NH);
+size_t gt_layer_attention_scratch_floats(const gt_layer *self, int B, int T, int NH);
+gt_status gt_layer_attention_forward(gt_layer *self, const gt_layer_ctx *ctx, float *out, float *saved,
+                                     const float *qkv, int B, int T, int C, int NH);
 gt_status gt_layer_attention_backward(gt_layer *self, const gt_layer_ctx *ctx, float *dqkv, float *datt,
-                                      const float *dout, const float *qkv, const float *att, int B, int T, int C,
-                                      int NH);
+                                      const float *dout, const float *qkv, const float *out, const float *saved, int B,
+                                      int T, int C, int NH);
 
 /* The size of the tensor-parallel group this layer is split across (1 when
  * it is not split), and this rank's index in it. Valid from build on. */

@@ -19,6 +19,17 @@ GT_API_BEGIN
 
 typedef struct gt_acts gt_acts;
 
+/* How attention keeps what its backward needs (gt_op_attention_tiled_* and
+ * gt_op_attention_full_*). Tiled saves a log-sum-exp per row, B*NH*T
+ * floats, and recomputes the probabilities in backward; full saves the
+ * B*NH*T*T probabilities and needs as much again as backward scratch. Both
+ * compute the same function; tiled always takes its products in fp32, full
+ * takes them in bf16 under GT_PRECISION_BF16 (gt_model_set_precision). */
+typedef enum gt_attention_kind {
+  GT_ATTENTION_TILED = 0, /* the default */
+  GT_ATTENTION_FULL = 1,
+} gt_attention_kind;
+
 typedef struct gt_model_config {
   int B_max, T_max;    /* the largest micro-batch the model will run */
   uint64_t seed;       /* initialisation */
@@ -40,6 +51,7 @@ typedef struct gt_model_config {
    * scope (docs/memory.md); GT_RECOMPUTE_NONE, the default, keeps every
    * saved activation. */
   gt_recompute recompute;
+  gt_attention_kind attention; /* of the layers that call gt_layer_attention_* */
 } gt_model_config;
 
 /* "none", "attention" or "block" into *out; anything else fails with

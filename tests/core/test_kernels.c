@@ -166,6 +166,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_residual),
       cmocka_unit_test(test_attention),
       cmocka_unit_test(test_attention_errors),
+      cmocka_unit_test(test_attention_tiled),
       cmocka_unit_test(test_softmax_xent),
       cmocka_unit_test(test_softmax_xent_errors),
       cmocka_unit_test(test_adamw),

@@ -69,6 +69,7 @@ void test_gelu(void **state);
 void test_residual(void **state);
 void test_attention(void **state);
 void test_attention_errors(void **state);
+void test_attention_tiled(void **state);
 void test_softmax_xent(void **state);
 void test_softmax_xent_errors(void **state);
 void test_adamw(void **state);

@@ -1,4 +1,6 @@
-/* Causal multi-head self-attention, forward and backward. */
+/* Causal multi-head self-attention on the whole score matrix
+ * (attention_full_*), forward and backward; the tiled kernels are checked
+ * against these and a reference in test_kernels_attn_tiled.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,8 +62,8 @@ static void attn_run(gt_backend *be, int B, int T, int C, int NH, const float *q
   float *nan = kt_xmalloc(na * 4);
   for (size_t i = 0; i < na; i++) nan[i] = NAN;
   float *scratch = kt_dput(be, nan, na * 4);
-  KT_OK(gt_op_attention_forward(be, o, a, dq_in, B, T, C, NH));
-  KT_OK(gt_op_attention_backward(be, g, scratch, dy, dq_in, a, B, T, C, NH));
+  KT_OK(gt_op_attention_full_forward(be, o, a, dq_in, B, T, C, NH));
+  KT_OK(gt_op_attention_full_backward(be, g, scratch, dy, dq_in, a, B, T, C, NH));
   kt_dget(be, out, o, no * 4);
   kt_dget(be, att, a, na * 4);
   kt_dget(be, dqkv, g, nq * 4);
@@ -134,9 +136,15 @@ void test_attention_errors(void **state) {
   (void)state;
   gt_backend *be = kt_be;
   float *buf = kt_dput(be, NULL, 64 * 4);
-  assert_int_equal(gt_op_attention_forward(be, buf, buf, buf, 1, 2, 6, 4), GT_EINVAL);
+  assert_int_equal(gt_op_attention_full_forward(be, buf, buf, buf, 1, 2, 6, 4), GT_EINVAL);
   if (gt_backend_kind(be) == GT_DEVICE_CPU) assert_non_null(strstr(gt_last_error(), "NH"));
-  assert_int_equal(gt_op_attention_forward(be, buf, buf, buf, 1, 2, 6, 0), GT_EINVAL);
-  assert_int_equal(gt_op_attention_backward(be, buf, buf, buf, buf, buf, -1, 2, 6, 2), GT_EINVAL);
+  assert_int_equal(gt_op_attention_full_forward(be, buf, buf, buf, 1, 2, 6, 0), GT_EINVAL);
+  assert_int_equal(gt_op_attention_full_backward(be, buf, buf, buf, buf, buf, -1, 2, 6, 2), GT_EINVAL);
+  assert_int_equal(gt_op_attention_tiled_forward(be, buf, buf, buf, 1, 2, 6, 4), GT_EINVAL);
+  assert_int_equal(gt_op_attention_tiled_forward(be, buf, NULL, buf, 1, 2, 6, 2), GT_EINVAL);
+  if (gt_backend_kind(be) == GT_DEVICE_CPU) assert_non_null(strstr(gt_last_error(), "lse"));
+  assert_int_equal(gt_op_attention_tiled_backward(be, buf, buf, buf, buf, buf, 1, -2, 6, 2), GT_EINVAL);
+  assert_int_equal(gt_op_attention_tiled_backward(be, buf, buf, buf, NULL, buf, 1, 2, 6, 2), GT_EINVAL);
+  KT_OK(gt_op_attention_tiled_forward(be, NULL, NULL, NULL, 0, 2, 6, 2)); /* nothing to do */
   kt_dfree(be, buf);
 }

@@ -134,18 +134,23 @@ void test_determinism(void **state) {
   float *first = kt_xmalloc((nq + no + 2 * C) * 4), *now = kt_xmalloc((nq + no + 2 * C) * 4);
   float *d_qkv = kt_dput(be, qkv, nq * 4), *d_dy = kt_dput(be, dy, no * 4), *d_w = kt_dput(be, w, C * 4);
   float *out = kt_dput(be, NULL, no * 4), *att = kt_dput(be, NULL, na * 4), *datt = kt_dput(be, NULL, na * 4);
-  float *mean = kt_dput(be, NULL, N * 4), *rstd = kt_dput(be, NULL, N * 4);
+  float *mean = kt_dput(be, NULL, N * 4), *rstd = kt_dput(be, NULL, N * 4), *lse = kt_dput(be, NULL, N * NH * 4);
   float *g = kt_dput(be, NULL, (nq + no + 2 * C) * 4);
   for (int rep = 0; rep < 3; rep++) {
     KT_OK(gt_backend_memset(be, g, 0, (nq + no + 2 * C) * 4, NULL));
-    KT_OK(gt_op_attention_forward(be, out, att, d_qkv, B, T, C, NH));
-    KT_OK(gt_op_attention_backward(be, g, datt, d_dy, d_qkv, att, B, T, C, NH));
+    KT_OK(gt_op_attention_full_forward(be, out, att, d_qkv, B, T, C, NH));
+    KT_OK(gt_op_attention_full_backward(be, g, datt, d_dy, d_qkv, att, B, T, C, NH));
+    /* Tiled, over (batch, head) pairs and, with one pair, over query blocks. */
+    KT_OK(gt_op_attention_tiled_forward(be, out, lse, d_qkv, B, T, C, NH));
+    KT_OK(gt_op_attention_tiled_backward(be, g, d_dy, d_qkv, out, lse, B, T, C, NH));
+    KT_OK(gt_op_attention_tiled_forward(be, out, lse, d_qkv, 1, T, C, 1));
+    KT_OK(gt_op_attention_tiled_backward(be, g, d_dy, d_qkv, out, lse, 1, T, C, 1));
     KT_OK(gt_op_layernorm_forward(be, out, mean, rstd, d_dy, d_w, d_w, N, C));
     KT_OK(gt_op_layernorm_backward(be, g + nq, g + nq + no, g + nq + no + C, d_dy, d_dy, d_w, mean, rstd, N, C));
     kt_dget(be, rep ? now : first, g, (nq + no + 2 * C) * 4);
     if (rep) kt_check_exact("repeated backward", now, first, nq + no + 2 * C);
   }
-  float *all[] = {d_qkv, d_dy, d_w, out, att, datt, mean, rstd, g};
+  float *all[] = {d_qkv, d_dy, d_w, out, att, datt, mean, rstd, lse, g};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) kt_dfree(be, all[i]);
   free(qkv);
   free(dy);

@@ -84,8 +84,9 @@ static int train_and_check(int rank, int world, const run_cfg *cfg, size_t *opti
   gt_memory_ledger l;
   CHECK_OK(gt_model_memory_ledger(m, &l));
   int bad = compare(m, &l, &e, why, n);
-  /* The attention tensors are the blocks' B*NH*T*T probabilities. */
-  CHECK(l.peak[GT_MEM_ATTENTION] == (size_t)L * ROWS * NH * T * T * sizeof(float));
+  /* The attention tensors are the blocks' log-sum-exps, B*NH*T floats
+   * (tiled attention, the default). */
+  CHECK(l.peak[GT_MEM_ATTENTION] == (size_t)L * ROWS * NH * T * sizeof(float));
   CHECK(l.peak[GT_MEM_OTHER] == 0);
   size_t sum = 0;
   for (int k = 0; k < GT_MEM_KINDS; k++) sum += l.peak[k];
