@@ -26,7 +26,10 @@ giant_install_deps() {
 GIANT_PY_PACKAGES="tokenizers==0.15.2"
 
 # giant_install_py_deps: installs those of GIANT_PY_PACKAGES missing (with
-# pip, and pip itself from Debian if python3 lacks it).
+# pip, and pip itself from Debian if python3 lacks it). Where the package
+# index cannot be reached it warns and goes on: the tests that compare
+# against those packages then skip (and CI, which must run them, fails on
+# the skip).
 giant_install_py_deps() {
   local missing=""
   for p in $GIANT_PY_PACKAGES; do
@@ -36,7 +39,8 @@ giant_install_py_deps() {
   [ -z "$missing" ] && return 0
   python3 -m pip --version >/dev/null 2>&1 || giant_install_deps "python3-pip"
   echo "installing (pip):$missing"
-  python3 -m pip install -q --break-system-packages $missing
+  python3 -m pip install -q --break-system-packages $missing ||
+    echo "warning: could not install$missing with pip: the tests that compare against them will skip" >&2
 }
 
 # For the Slurm test (tests/launch/test_launch_slurm.c) and
