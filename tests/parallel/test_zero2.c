@@ -48,16 +48,6 @@ typedef struct run_cfg {
 
 enum { NBYTES = 4 };
 
-static void batch_for(int step, int32_t *in, int32_t *tg) {
-  for (int r = 0; r < B; r++) {
-    int stride = 1 + (r + step) % 5, start = (step * 13 + r * 7) % V;
-    for (int t = 0; t < T; t++) {
-      in[r * T + t] = (start + t * stride) % V;
-      tg[r * T + t] = (start + (t + 1) * stride) % V;
-    }
-  }
-}
-
 static int train(int rank, int world, void *arg) {
   run_cfg *cfg = arg;
   gt_log_set_rank(rank);
@@ -124,7 +114,7 @@ static int train(int rank, int world, void *arg) {
   CHECK_OK(gt_trainer_create(m, &tc, &tr));
   int32_t in[B * T], tg[B * T];
   for (int s = 0; s < STEPS; s++) {
-    batch_for(s, in, tg);
+    train_batch_for(s, 0, V, T, B, in, tg); /* the step's global batch, which every layout cuts the same */
     gt_batch b[ACCUM];
     for (int k = 0; k < ACCUM; k++)
       b[k] = (gt_batch){.B = rows, .T = T, .inputs = in + (row0 + k * rows) * T, .targets = tg + (row0 + k * rows) * T};
