@@ -26,16 +26,13 @@ gt_status gt_model_device_estimate_ex(const gt_model *m, const gt_estimate_confi
     return gt_errorf(GT_EINVAL, "optimizer states per parameter and shards must be >= 0");
   size_t nf = m->nfloats ? m->nfloats : 1, flat = nf * sizeof(float);
   bool bf16 = m->precision == GT_PRECISION_BF16;
-  /* From ZeRO-2 the gradients are a shard of the dp ranks', with their
-   * staging (zero.c). */
-  size_t dp = m->par.dp_size > 1 ? (size_t)m->par.dp_size : 1, gshard = m->nfloats / dp ? m->nfloats / dp : 1;
   if (!m->off) {
     /* ZeRO-1's shard: the buffer is padded to a multiple of the shards. */
     size_t shards = c->optim_shards > 1 ? (size_t)c->optim_shards : 1, shard = (m->nfloats + shards - 1) / shards;
     out->weights = gt_arena_block_size(flat);
-    /* ZeRO-2's staging is gradients too. */
-    out->grads =
-        m->zero ? gt_arena_block_size(gshard * sizeof(float)) + gt_zero_device_bytes(m) : gt_arena_block_size(flat);
+    /* From ZeRO-2 the gradients are this rank's shard, with their staging
+     * (zero.c). */
+    out->grads = m->zero ? gt_zero_device_bytes(m) : gt_arena_block_size(flat);
     out->optimizer = (size_t)c->optim_states * gt_arena_block_size((shard ? shard : 1) * sizeof(float));
     if (bf16) out->bf16_copy = gt_arena_block_size(nf * sizeof(uint16_t));
     /* The gradient norm's sums, one double per parameter, live through a

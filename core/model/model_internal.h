@@ -171,6 +171,8 @@ float *gt_offload_grad(const gt_layer *self, int i);
  * layers read their gradients through gt_zero_grad. */
 gt_status gt_zero_create(gt_model *m);
 void gt_zero_destroy(gt_model *m);
+/* What gt_zero_create holds on the device: the shard, the staging slots
+ * and the held gradients (0 without ZeRO-2). */
 size_t gt_zero_device_bytes(const gt_model *m);
 gt_status gt_zero_grads_begin(gt_model *m, int i);
 gt_status gt_zero_grads_end(gt_model *m, int i);

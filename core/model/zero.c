@@ -175,7 +175,8 @@ void gt_zero_destroy(gt_model *m) {
 size_t gt_zero_device_bytes(const gt_model *m) {
   const gt_zero *z = m->zero;
   if (!z) return 0;
-  return 2 * gt_arena_block_size(z->slot_floats * sizeof(float)) +
+  size_t S = z->hi - z->lo;
+  return gt_arena_block_size((S ? S : 1) * sizeof(float)) + 2 * gt_arena_block_size(z->slot_floats * sizeof(float)) +
          (z->held_floats ? gt_arena_block_size(z->held_floats * sizeof(float)) : 0);
 }
 
