@@ -70,6 +70,7 @@ run_target() {
   local before
   before="$(count_inputs "$crashes")"
   local rc=0 dict=()
+  : >"$dir/log.start"
   # A dictionary (tests/fuzz/dict/<target>.dict) gives the mutator the
   # format's words: keys and numbers at the edges of what is allowed.
   [ -f "$GIANT_ROOT/tests/fuzz/dict/$t.dict" ] && dict=(-dict="$GIANT_ROOT/tests/fuzz/dict/$t.dict")
@@ -88,7 +89,21 @@ run_target() {
   # A failed run that left no input (a crash outside any input) still counts.
   [ "$rc" -ne 0 ] && [ "$found" -eq 0 ] && found=1
   echo "fuzz $t: execs=${execs:-0} cov=${cov:-0} crashes=$found ft=${ft:-0} seconds=$seconds" >"$runs/$t.result"
-  [ "$found" -eq 0 ] || echo "fuzz.sh: $t crashed; its log is $dir/log, its inputs are in $crashes/" >&2
+  [ "$found" -eq 0 ] || report_crash "$t" "$dir/log" "$crashes"
+}
+
+# report_crash T LOG DIR: says where T's evidence is, and prints it, since
+# CI's machine and its files are gone once the run ends: the sanitizer's
+# or libFuzzer's report from the log, and each new input in hex.
+report_crash() {
+  local t="$1" log="$2" dir="$3"
+  echo "fuzz.sh: $t crashed; its log is $log, its inputs are in $dir/" >&2
+  grep -n -m1 -E "^==[0-9]+==|ERROR: libFuzzer|runtime error|SUMMARY:" "$log" >/dev/null &&
+    sed -n "$(grep -n -m1 -E '^==[0-9]+==|ERROR: libFuzzer|runtime error' "$log" | cut -d: -f1),+40p" "$log" >&2
+  find "$dir" -maxdepth 1 -type f -newer "$log.start" | head -3 | while read -r f; do
+    echo "fuzz.sh: input $f ($(stat -c %s "$f") bytes, the first 1024 in hex):" >&2
+    head -c 1024 "$f" | od -A d -t x1 -v >&2
+  done
 }
 
 running=0
