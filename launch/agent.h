@@ -38,7 +38,8 @@ typedef struct agent_opts {
   float settle_s, stop_grace_s, monitor_s;
   float hang_timeout_s; /* 0: 3x the longest step seen, at least 30 s */
   bool standalone, version;
-  bool reshape; /* a dead worker's siblings reshape in-process (GT_RESHAPE=1) */
+  bool status, watch; /* --status [--watch]: print the job's state from etcd (status.c) */
+  bool reshape;       /* a dead worker's siblings reshape in-process (GT_RESHAPE=1) */
   int min_nodes, max_nodes;
   /* --comm-ports A-B, given to workers as GT_COMM_PORTS, and parsed ({0, 0}
    * without) */
@@ -56,6 +57,9 @@ typedef struct agent_opts {
 
 /* Set by the SIGINT/SIGTERM handler: the signal number. */
 extern volatile sig_atomic_t agent_stop_signal;
+
+/* giantrun --status [--watch]: prints the job's state; the exit status. */
+int agent_status(const agent_opts *o);
 
 /* Parses argv into o. Returns -1 to go on, else the exit status (0 after
  * --help or --version, 2 after a usage error). */

@@ -333,6 +333,7 @@ int main(int argc, char **argv) {
   agent_opts o;
   int r = agent_parse(argc, argv, &o);
   if (r >= 0) return r;
+  if (o.status) return agent_status(&o);
   /* Before any thread: whatever ends this agent, its workers' children go
    * with it (keeper.h). */
   gt_status ks = keeper_start();

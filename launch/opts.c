@@ -69,6 +69,10 @@ static const char usage[] =
     "  --rdzv-timeout S           give up a rendezvous after S seconds (default 600)\n"
     "  --monitor-interval S       how often workers and etcd are checked (default 0.1)\n"
     "  --stop-grace S             SIGTERM to SIGKILL when stopping workers (default 5)\n"
+    "  --status                   print the state of job --job-id from etcd (--rdzv-endpoint) and exit:\n"
+    "                             generation, layout, each rank's step and step time, fail-slow\n"
+    "                             verdicts, the mitigation, the newest checkpoint, the ETA\n"
+    "  --watch                    with --status: print it again every second, in place\n"
     "  --help, --version\n"
     "Inside a Slurm allocation (one giantrun per node: srun --ntasks-per-node=1 giantrun ...)\n"
     "--nnodes, --node-id, --job-id and --nproc-per-node default to Slurm's (GT_NPROC_PER_NODE,\n"
@@ -157,6 +161,23 @@ static int resolve_program(agent_opts *o) {
   return usage_error("cannot run '%s': not found on PATH", p);
 }
 
+/* --status: the job and its etcd, and nothing to run. */
+static int status_opts(agent_opts *o, const char *program) {
+  if (program) return usage_error("--status runs nothing: drop '%s' and what follows it", program);
+  if (!o->endpoint) return usage_error("--status reads the job from etcd: give --rdzv-endpoint HOST:PORT%s", "");
+  if (o->standalone) return usage_error("--status cannot reach a --standalone job's private etcd%s", "");
+  if (!o->job_id) o->job_id = "default";
+  if (!gt_rdzv_valid_id(o->job_id))
+    return usage_error("--job-id '%s': use 1 to 100 of the characters A-Z a-z 0-9 . _ -", o->job_id);
+  if ((o->cert == NULL) != (o->key == NULL))
+    return usage_error("TLS: give both --rdzv-cert and --rdzv-key, or neither%s", "");
+  if ((o->user == NULL) != (o->password_file == NULL))
+    return usage_error("etcd authentication: give both --rdzv-user and --rdzv-password-file, or neither%s", "");
+  if (o->password_file && gt_etcd_read_password(o->password_file, o->password, sizeof o->password) != GT_OK)
+    return usage_error("%s", gt_last_error());
+  return -1;
+}
+
 int agent_parse(int argc, char **argv, agent_opts *o) {
   memset(o, 0, sizeof *o); /* nnodes, job_id NULL and nproc 0 until given: Slurm may fill them */
   o->backend = "etcd";
@@ -206,6 +227,8 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
       {"--stop-grace", GT_OPT_FLOAT, &o->stop_grace_s, 0, 600},
       {"--comm-ports", GT_OPT_STR, &o->comm_ports, 0, 0},
       {"--version", GT_OPT_FLAG, &o->version, 0, 0},
+      {"--status", GT_OPT_FLAG, &o->status, 0, 0},
+      {"--watch", GT_OPT_FLAG, &o->watch, 0, 0},
   };
   int rest = argc;
   int r = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]), usage, &rest);
@@ -214,6 +237,8 @@ int agent_parse(int argc, char **argv, agent_opts *o) {
     printf("giantrun (Giant) %s\n", GIANT_VERSION);
     return 0;
   }
+  if (o->watch && !o->status) return usage_error("--watch goes with --status%s", "");
+  if (o->status) return status_opts(o, rest < argc ? argv[rest] : NULL);
   if (rest >= argc) return usage_error("no PROGRAM given%s: giantrun [options] PROGRAM [ARGS...]", "");
   o->prog_argv = argv + rest;
   if ((r = slurm_defaults(o)) >= 0) return r;

@@ -104,6 +104,7 @@ int gt_run_exit_status(gt_run *r, gt_status s) {
 void gt_run_destroy(gt_run *r) {
   if (!r) return;
   if (r->job) gt_job_done(r->job); /* what is left (threads, saves) is winding down, not a stall */
+  run_progress_close(r->progress); /* before the job: it writes on the job's etcd client */
   run_reshape_destroy(&r->rsh);
   run_rebalance_destroy(r->rb);
   free(r->shares);

@@ -14,6 +14,7 @@
 #include "giant/engine/trainer.h"
 #include "checkpoint.h"
 #include "ladder.h"
+#include "progress.h"
 #include "rebalance.h"
 #include "reshape.h"
 #include "giant/engine/checkpoint.h"
@@ -53,6 +54,7 @@ struct gt_run {
   gt_failslow *failslow;
   run_ladder_caps ladder; /* --ladder, parsed once; what the job can do is filled at each decision */
   run_reshape rsh;        /* --reshape: the membership, and the copies on a peer */
+  run_progress *progress; /* the step and ETA on etcd, for giantrun --status; NULL without etcd */
   char metrics[4096];     /* this rank's metrics file, "" for none */
   char reshaped_gen[96];
 };

@@ -9,6 +9,7 @@
 
 #include "giant/engine/grid.h"
 #include "giant/log.h"
+#include "events.h"
 #include "failslow.h"
 #include "ladder.h"
 #include "run_internal.h"
@@ -52,6 +53,8 @@ static gt_status reshape_and_go_on(gt_run *r, bool failed, int step) {
   gt_failslow_destroy(r->failslow);
   r->failslow = NULL;
   if (!failed) gt_job_step(r->job, step);
+  char why[256];
+  snprintf(why, sizeof why, "%s", failed ? gt_last_error() : "");
   gt_status s = run_reshape_now(r, !failed);
   for (int retry = 0; s != GT_OK && s != GT_ECANCELED && !r->rsh.state_lost && retry < RUN_RESHAPE_RETRIES; retry++) {
     run_report(r, "reshaping (trying the next membership epoch)", s);
@@ -59,7 +62,28 @@ static gt_status reshape_and_go_on(gt_run *r, bool failed, int step) {
   }
   if (s != GT_OK) /* GT_ECANCELED: the job went on without this rank */
     return run_fail(r, s == GT_ECANCELED ? GT_RUN_EXIT_FAILED : GT_RUN_EXIT_RESTART, "reshaping", s);
-  return run_after_reshape(r);
+  GT_TRY(run_after_reshape(r));
+  /* Written by the lead after the reshape: the old lead may be the rank lost. */
+  if (failed) run_event(r, "fault", step, "step %d failed: %s", step, why);
+  run_event(r, "reshape", step, "reshaped to dp=%d tp=%d pp=%d (world %d)", r->plan.layout.dp, r->plan.layout.tp,
+            r->plan.layout.pp, r->job->world_size);
+  return GT_OK;
+}
+
+/* The fail-slow monitor's verdicts of this step, and the ladder's act. */
+static void note_failslow(const gt_run *r, const gt_failslow_report *rep, const run_ladder_action *act, int step) {
+  for (int k = 0; rep->gathered && k < rep->nverdicts; k++) {
+    const gt_failslow_verdict *v = &rep->verdicts[k];
+    if (v->kind == GT_FAILSLOW_LINK && v->peer >= 0)
+      run_event(r, v->flagged ? "flagged" : "recovered", step, "link %d-%d %s x%.2f", v->rank, v->peer,
+                v->flagged ? "slow" : "recovered", v->ratio);
+    else
+      run_event(r, v->flagged ? "flagged" : "recovered", step, "rank %d %s%s x%.2f", v->rank,
+                v->kind == GT_FAILSLOW_LINK ? "link " : "", v->flagged ? "slow" : "recovered", v->ratio);
+  }
+  if (act->rung != GT_LADDER_NONE)
+    run_event(r, "ladder", step, "ladder: %s%s", gt_ladder_rung_name(act->rung),
+              act->rung == GT_LADDER_EXCLUDE && act->n > 0 ? " (ranks leave)" : "");
 }
 
 /* What the ladder may do in this job now (ladder.h). */
@@ -117,6 +141,11 @@ gt_status gt_run_train(gt_run *r) {
   gt_failslow_report report;
   int cut_first[GT_REBALANCE_MAX_STAGES + 1];
   int start = gt_trainer_step_index(r->tr);
+  if (!r->progress && (s = run_progress_open(r, &r->progress)) != GT_OK)
+    return run_fail(r, GT_RUN_EXIT_FAILED, "starting the progress records", s);
+  if (start > 0 && !r->joining)
+    run_event(r, "resume", start, "resumed at step %d (generation %ld, world %d)", start, r->job->generation,
+              r->job->world_size);
   for (int i = start; i < a->steps; i++) {
     bool failed = (s = gt_trainer_step(r->tr, r->loader, &st)) != GT_OK ||
                   (s = run_ckpt_after_step(&r->ckpt_args, r->ckpt, r->tr, r->lead)) != GT_OK ||
@@ -127,6 +156,7 @@ gt_status gt_run_train(gt_run *r) {
       run_ladder_caps caps = ladder_caps(r);
       run_ladder_decide(&r->rsh, r->job, &r->plan, &report, &caps, a->steps - (i + 1), r->lead, &act);
     }
+    if (!failed && r->failslow) note_failslow(r, &report, &act, i + 1);
     bool urge = act.rung == GT_LADDER_REBALANCE || act.rung == GT_LADDER_RECUT;
     failed = failed ||
              (r->rb && (s = run_rebalance_after_step(r->rb, r->tr, &st, r->failslow ? &report : NULL, urge, r->lead)) !=
@@ -156,6 +186,7 @@ gt_status gt_run_train(gt_run *r) {
     }
     if (i == start) first = st;
     gt_job_step(r->job, i + 1); /* giantrun's hang detection watches this */
+    run_progress_step(r->progress, r, &st, i + 1);
     if (run_ckpt_stop_signal()) {
       if (r->lead) printf("%s: signal %d: stopping after step %d\n", r->o.program, run_ckpt_stop_signal(), i + 1);
       r->rc = 128 + run_ckpt_stop_signal();
@@ -165,6 +196,7 @@ gt_status gt_run_train(gt_run *r) {
   /* --delayed-update: the last step's gradients are still held. */
   if ((s = gt_trainer_flush(r->tr)) != GT_OK) return run_fail(r, GT_RUN_EXIT_FAILED, "applying the last update", s);
   run_ckpt_finish(&r->ckpt_args, r->ckpt, r->tr, r->lead);
+  run_progress_ckpt(r->progress, r);
   if (a->reshape && r->lead) run_reshape_finish(&r->rsh, r->job); /* for a rank still asking to join */
   gt_job_done(r->job);
   run_failslow_summary(r->failslow, r->lead);

@@ -429,6 +429,13 @@ void rdzv_purge(gt_rdzv *r) {
      * found slow, and what was done about it, is worth reading after it
      * ended (giant-etcd health JOB). */
     if (!strncmp(k + rl, "health/", 7) || !strncmp(k + rl, "mitigation/", 11)) continue;
+    /* So does the job's last progress (giantrun --status shows where it
+     * ended); the ranks' records go, one by one. */
+    if (!strcmp(k + rl, "progress/job")) continue;
+    if (!strncmp(k + rl, "progress/", 9)) {
+      gt_etcd_del(r->cli, k, 0, NULL);
+      continue;
+    }
     if (gen[0] && !strncmp(k, gen, strlen(gen))) continue; /* deleted with its generation */
     const char *slash = strchr(k + rl, '/');
     if (slash && (size_t)(slash - k) + 1 < sizeof gen) {

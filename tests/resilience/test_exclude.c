@@ -57,6 +57,29 @@ static int cmp(const void *a, const void *b) {
  * the world has ranks then). Compute is CPU time on this backend plus
  * what GT_FAULT adds, so the load beside the test moves it little, where
  * a step's wall time moves with whatever else the cores run. */
+/* The whole file, malloc'ed (NULL when unreadable). */
+static char *slurp_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap + 1);
+  for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
+    n += got;
+    if (n == cap) {
+      char *more = realloc(buf, 2 * cap + 1);
+      if (!more) {
+        free(buf);
+        buf = NULL;
+      }
+      buf = more;
+      cap *= 2;
+    }
+  }
+  fclose(f);
+  if (buf) buf[n] = '\0';
+  return buf;
+}
+
 static double median_slowest(const char *metrics, int a, int b) {
   FILE *f = fopen(metrics, "r");
   assert_non_null(f);
@@ -176,6 +199,21 @@ static bool try_job(int k) {
   bool recorded = false;
   for (int i = 0; i < m; i++) recorded |= rec[i].rank == SLOW && rec[i].state == GT_HEALTH_EXCLUDED;
   assert_true(recorded);
+  /* The lead's metrics tell the same story in its event lines, in order:
+   * the verdict, the ladder's exclusion, the reshape to three ranks. */
+  char flagged[64];
+  snprintf(flagged, sizeof flagged, "\"text\":\"rank %d slow x", SLOW);
+  const char *story[] = {flagged, "\"event\":\"ladder\"", "\"text\":\"ladder: S3 exclude",
+                         "\"text\":\"reshaped to dp=3 tp=1 pp=1 (world 3)\""};
+  char *text = slurp_file(metrics);
+  assert_non_null(text);
+  const char *at = text;
+  for (int i = 0; i < 4; i++) {
+    const char *p = strstr(at, story[i]);
+    if (!p) text_fail("the lead's metrics", text, "no event %s after the ones before it", story[i]);
+    at = p;
+  }
+  free(text);
   /* And the slowest rank's compute, what every step waits for, fell
    * back: each period's excess over the clean steps before the fault is
    * compared; the slow rank's x4 adds three times the compute, three ranks
