@@ -126,7 +126,10 @@ static const char *run_usage =
     "  --ckpt-keep K       keep the newest K checkpoints, 0 = all (default: $GT_CKPT_KEEP, else 0)\n"
     "  --metrics FILE      append one JSON line per step (the lead rank's; a %r in FILE gives\n"
     "                      every rank its own file, %r replaced by the rank)\n"
-    "  --print-every N     print every N steps (default 10)\n"
+    "  --print-every N     print every N steps, with the fraction done and the time left (default 10)\n"
+    "  --tensorboard DIR   write TensorBoard event files into DIR (made if missing): the lead's\n"
+    "                      scalars every step, and faults, fail-slow verdicts, the ladder's\n"
+    "                      decisions and reshapes as text (docs/observability.md)\n"
     "fail-slow detection (2 or more ranks):\n"
     "  --failslow          gather every rank's step telemetry and flag slow ranks and links\n"
     "  --failslow-theta X  slowdown that counts, as a fraction (default 0.25; a rank of two: 0.4)\n"
@@ -146,7 +149,7 @@ static const char *run_usage =
 
 const char *gt_run_usage(void) { return run_usage; }
 
-#define RUN_SPECS 57
+#define RUN_SPECS 58
 
 static int run_specs(gt_run_options *o, gt_opt_spec *s) {
   gt_opt_spec t[] = {
@@ -196,6 +199,7 @@ static int run_specs(gt_run_options *o, gt_opt_spec *s) {
       {"--ckpt-keep", GT_OPT_INT, &o->ckpt_keep, 0, 1e6},
       {"--metrics", GT_OPT_STR, &o->metrics, 0, 0},
       {"--print-every", GT_OPT_INT, &o->print_every, 0, 1e9},
+      {"--tensorboard", GT_OPT_STR, &o->tensorboard, 0, 0},
       {"--failslow", GT_OPT_FLAG, &o->failslow, 0, 0},
       {"--failslow-theta", GT_OPT_FLOAT, &o->failslow_theta, 0.01, 100},
       {"--failslow-k", GT_OPT_INT, &o->failslow_k, 1, 1000},

@@ -14,6 +14,7 @@
 #include "giant/engine/trainer.h"
 #include "checkpoint.h"
 #include "ladder.h"
+#include "observe.h"
 #include "rebalance.h"
 #include "reshape.h"
 #include "giant/engine/checkpoint.h"
@@ -54,6 +55,7 @@ struct gt_run {
   run_ladder_caps ladder; /* --ladder, parsed once; what the job can do is filled at each decision */
   run_reshape rsh;        /* --reshape: the membership, and the copies on a peer */
   char metrics[4096];     /* this rank's metrics file, "" for none */
+  run_observe obs;        /* the metrics line, the step line and TensorBoard's events, written by the run */
   char reshaped_gen[96];
 };
 

@@ -99,6 +99,24 @@ static bool input_failed(const gt_run *r) { return gt_loader_file_failed(r->load
  * restarting into the same steps. */
 static bool diverged(const gt_run *r) { return gt_trainer_diverged(r->tr); }
 
+/* A failed step, in the event file: what failed, before the run reshapes,
+ * restarts or ends. */
+static void note_fault(gt_run *r, int step, gt_status s) {
+  char why[512];
+  snprintf(why, sizeof why, "%s", gt_last_error());
+  run_observe_text(&r->obs, r->lead, step, "events/fault", "step %d failed: %s (%s)", step, why, gt_status_name(s));
+}
+
+/* The ladder's decision, in the event file. */
+static void note_ladder(gt_run *r, int step, const run_ladder_action *act) {
+  if (act->rung == GT_LADDER_NONE) return;
+  char ranks[256] = "";
+  for (int k = 0, at = 0; k < act->n && at < (int)sizeof ranks - 16; k++)
+    at += snprintf(ranks + at, sizeof ranks - (size_t)at, "%s%d", k ? "," : " ranks ", act->ranks[k]);
+  run_observe_text(&r->obs, r->lead, step, "events/ladder", "after step %d: %s%s", step, gt_ladder_rung_name(act->rung),
+                   ranks);
+}
+
 /* Where this rank's device memory peaked, by category (the ledger). */
 static void log_memory_peak(const gt_run *r) {
   gt_memory_ledger l;
@@ -119,19 +137,25 @@ gt_status gt_run_train(gt_run *r) {
   int start = gt_trainer_step_index(r->tr);
   for (int i = start; i < a->steps; i++) {
     bool failed = (s = gt_trainer_step(r->tr, r->loader, &st)) != GT_OK ||
+                  (!st.skipped && (s = run_observe_step(&r->obs, r->lead, &st)) != GT_OK) ||
                   (s = run_ckpt_after_step(&r->ckpt_args, r->ckpt, r->tr, r->lead)) != GT_OK ||
                   (s = run_failslow_after_step(r->failslow, &st, &report)) != GT_OK;
+    if (failed) note_fault(r, i, s);
+    if (!failed && r->failslow) run_observe_failslow(&r->obs, r->lead, &report);
     /* The ladder's one decision on what the monitor found, then its rung. */
     run_ladder_action act = {.rung = GT_LADDER_NONE};
     if (!failed && r->failslow) {
       run_ladder_caps caps = ladder_caps(r);
       run_ladder_decide(&r->rsh, r->job, &r->plan, &report, &caps, a->steps - (i + 1), r->lead, &act);
+      note_ladder(r, i, &act);
     }
+    bool already_failed = failed;
     bool urge = act.rung == GT_LADDER_REBALANCE || act.rung == GT_LADDER_RECUT;
     failed = failed ||
              (r->rb && (s = run_rebalance_after_step(r->rb, r->tr, &st, r->failslow ? &report : NULL, urge, r->lead)) !=
                            GT_OK) ||
              (a->reshape && (s = run_mirror_after_step(&r->rsh, r->tr, st.seconds, r->lead)) != GT_OK);
+    if (failed && !already_failed) note_fault(r, i, s);
     if (failed && input_failed(r)) return run_fail(r, GT_RUN_EXIT_INPUT, "training", s);
     if (failed && diverged(r)) return run_fail(r, GT_RUN_EXIT_DIVERGED, "training", s);
     if (!failed && act.rung == GT_LADDER_RESTART) return restart_now(r);
@@ -144,6 +168,9 @@ gt_status gt_run_train(gt_run *r) {
       if (failed) run_fail(r, GT_RUN_EXIT_FAILED, "training", s);
       if (failed && (!a->reshape || r->job->world_size == 1 || run_ckpt_stop_signal())) return s;
       GT_TRY(reshape_and_go_on(r, failed, i + 1));
+      run_observe_text(&r->obs, r->lead, i, "events/reshape",
+                       "after step %d: world %d = dp %d x tp %d x pp %d, going on at step %d", i, r->plan.world,
+                       r->plan.layout.dp, r->plan.layout.tp, r->plan.layout.pp, gt_trainer_step_index(r->tr));
       i = gt_trainer_step_index(r->tr) - 1;
       continue;
     }

@@ -76,6 +76,7 @@ typedef struct gt_run_options {
   int ckpt_every, ckpt_keep;
   const char *metrics;
   int print_every;
+  const char *tensorboard; /* --tensorboard DIR: the lead's TensorBoard event files (docs/observability.md) */
   /* fail-slow detection */
   bool failslow;
   const char *failslow_clock; /* auto, cpu or wall: how a CPU rank's compute is timed (gt_trainer_config) */
