@@ -63,7 +63,7 @@ gt_status run_observe_step(run_observe *o, bool lead, gt_step_stats *st) {
   st->done = o->steps > 0 ? (double)(st->step + 1) / o->steps : 0;
   st->eta_s = left > 0 ? left * o->step_avg : 0;
   GT_TRY(gt_metrics_write(o->metrics, st));
-  if (lead && o->print_every > 0 && st->step % o->print_every == 0) gt_metrics_print(stdout, st);
+  if (lead && ((o->print_every > 0 && st->step % o->print_every == 0) || st->has_eval)) gt_metrics_print(stdout, st);
   run_tboard *tb = tboard(o, lead);
   if (!tb) return GT_OK;
   run_tboard_scalar v[] = {
@@ -75,8 +75,11 @@ gt_status run_observe_step(run_observe *o, bool lead, gt_step_stats *st) {
       {"perf/step_time_s", (float)st->seconds},
       {"memory/peak_mib", (float)((double)st->mem_peak / (1 << 20))},
       {"progress/eta_s", (float)st->eta_s},
+      {NULL, 0}, /* eval/loss, on the steps evaluated */
   };
-  tboard_check(o, run_tboard_scalars(tb, st->step, v, (int)(sizeof v / sizeof v[0])));
+  int n = (int)(sizeof v / sizeof v[0]) - 1;
+  if (st->has_eval) v[n++] = (run_tboard_scalar){"eval/loss", st->eval_loss};
+  tboard_check(o, run_tboard_scalars(tb, st->step, v, n));
   return GT_OK;
 }
 

@@ -13,6 +13,7 @@
 #include "giant/run.h"
 #include "giant/engine/trainer.h"
 #include "checkpoint.h"
+#include "eval.h"
 #include "ladder.h"
 #include "observe.h"
 #include "rebalance.h"
@@ -55,6 +56,7 @@ struct gt_run {
   run_ladder_caps ladder; /* --ladder, parsed once; what the job can do is filled at each decision */
   run_reshape rsh;        /* --reshape: the membership, and the copies on a peer */
   char metrics[4096];     /* this rank's metrics file, "" for none */
+  run_eval eval;          /* --eval-every: the validation loss's rows */
   run_observe obs;        /* the metrics line, the step line and TensorBoard's events, written by the run */
   char reshaped_gen[96];
 };

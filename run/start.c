@@ -301,6 +301,19 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
   if (!r->joining && (s = run_build_model(r, &r->mc, &r->mp, &r->plan, rows, speeds, NULL, &r->m)) != GT_OK)
     /* GT_EINVAL: the model does not fit the plan, and a restart would fail alike. */
     return run_fail(r, s == GT_EINVAL ? GT_RUN_EXIT_USAGE : GT_RUN_EXIT_FAILED, "building the model", s);
+  /* --eval-split: training reads the rows before the held-out ones. */
+  if (a->eval_split > 0 && r->source)
+    return run_fail(r, GT_RUN_EXIT_USAGE, "opening the evaluation data",
+                    gt_errorf(GT_EINVAL,
+                              "--eval-split holds out the end of --data, and this program gives its own rows: "
+                              "use --eval-data FILE"));
+  if ((s = run_eval_open(&r->eval, a, &r->source)) != GT_OK)
+    return run_fail(r, run_input_code(s), "opening the evaluation data", s);
+  if (r->eval.every && r->plan.layout.pp > 1)
+    return run_fail(
+        r, GT_RUN_EXIT_USAGE, "planning",
+        gt_errorf(GT_EUNSUPPORTED, "--eval-every is not supported at pipeline layouts (pp %d): evaluate with pp 1",
+                  r->plan.layout.pp));
   /* Each data-parallel replica reads its own share; tensor-parallel ranks of
    * one replica read the same one. The loader is opened for `cap` rows and
    * then given its share; every id in the file must be one the model takes. */

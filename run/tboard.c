@@ -71,10 +71,10 @@ gt_status run_tboard_open(const char *dir, run_tboard **out) {
   long long now = (long long)time(NULL);
   tb->fd = -1;
   for (int k = 0; k < 100 && tb->fd < 0; k++) {
-    int len =
-        k ? snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%010lld.%s.%d.%d", dir, now, host,
-                     (int)getpid(), k)
-          : snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%010lld.%s.%d", dir, now, host, (int)getpid());
+    char suffix[16] = "";
+    if (k) snprintf(suffix, sizeof suffix, ".%d", k);
+    int len = snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%010lld.%s.%d%s", dir, now, host,
+                       (int)getpid(), suffix);
     if (len >= (int)sizeof tb->path) {
       free(tb);
       return gt_errorf(GT_EINVAL, "--tensorboard %s: path too long", dir);

@@ -99,6 +99,16 @@ static bool input_failed(const gt_run *r) { return gt_loader_file_failed(r->load
  * restarting into the same steps. */
 static bool diverged(const gt_run *r) { return gt_trainer_diverged(r->tr); }
 
+/* --eval-every: the validation loss after the step, on every rank (the
+ * data-parallel replicas share the rows); none at a pipeline layout, which
+ * a reshape may have come to. */
+static gt_status evaluate(gt_run *r, gt_step_stats *st) {
+  if (!run_eval_due(&r->eval, st->step, r->o.steps) || r->plan.layout.pp > 1 || !r->m) return GT_OK;
+  GT_TRY(run_eval_loss(&r->eval, r->m, r->dist, &r->plan, r->cap, &st->eval_loss));
+  st->has_eval = true;
+  return GT_OK;
+}
+
 /* A failed step, in the event file: what failed, before the run reshapes,
  * restarts or ends. */
 static void note_fault(gt_run *r, int step, gt_status s) {
@@ -137,6 +147,7 @@ gt_status gt_run_train(gt_run *r) {
   int start = gt_trainer_step_index(r->tr);
   for (int i = start; i < a->steps; i++) {
     bool failed = (s = gt_trainer_step(r->tr, r->loader, &st)) != GT_OK ||
+                  (!st.skipped && (s = evaluate(r, &st)) != GT_OK) ||
                   (!st.skipped && (s = run_observe_step(&r->obs, r->lead, &st)) != GT_OK) ||
                   (s = run_ckpt_after_step(&r->ckpt_args, r->ckpt, r->tr, r->lead)) != GT_OK ||
                   (s = run_failslow_after_step(r->failslow, &st, &report)) != GT_OK;

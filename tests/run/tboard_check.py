@@ -80,6 +80,14 @@ def check_scalars(acc, lines, allow_missing_last=False):
             w = l[field] * scale
             if not close(got[l["step"]], w, prec * scale + abs(w) * 1e-6):
                 fail("%s at step %d: %r, the metrics file says %r" % (tag, l["step"], got[l["step"]], w))
+    evals = [l for l in lines if "eval_loss" in l]
+    if evals:
+        got = {e.step: e.value for e in acc.Scalars("eval/loss")} if "eval/loss" in tags else {}
+        if sorted(got) != [l["step"] for l in evals]:
+            fail("eval/loss: steps %s, the metrics file has %s" % (sorted(got), [l["step"] for l in evals]))
+        for l in evals:
+            if not close(got[l["step"]], l["eval_loss"], 1e-6):
+                fail("eval/loss at step %d: %r, the metrics file says %r" % (l["step"], got[l["step"]], l["eval_loss"]))
     return len(acc.Scalars("train/loss"))
 
 
@@ -88,8 +96,10 @@ def cmd_scalars(d, mpath):
     acc = load(d)
     if acc.file_version != 2.0:
         fail("file_version %r, want 2 (brain.Event:2)" % acc.file_version)
-    n = check_scalars(acc, metrics(mpath))
-    print("tboard_check: %d steps, %d scalars each, agree with %s" % (n, len(FIELDS), mpath))
+    lines = metrics(mpath)
+    n = check_scalars(acc, lines)
+    print("tboard_check: %d steps, %d scalars each, and %d validation losses agree with %s" %
+          (n, len(FIELDS), sum("eval_loss" in l for l in lines), mpath))
 
 
 def cmd_text(d, tag, step, want):

@@ -1,7 +1,8 @@
 /* --tensorboard, read back by TensorBoard's own reader (EventAccumulator,
  * through tests/run/tboard_check.py): examples/gpt trains 25 steps and
  * every scalar is in the event file at every step with the metrics file's
- * value; the step line shows the fraction done and the time left, and the
+ * value, the validation loss (--eval-every) at the steps evaluated; the
+ * step line shows the fraction done and the time left, and the
  * metrics lines hold them. A step that fails (GT_FAULT's nan, with
  * --skip-nonfinite 0) is a text summary the text plugin reads. A run
  * killed with SIGKILL mid-run (GT_FAULT's crash) leaves a file that reads
@@ -53,39 +54,25 @@ static int teardown(void **state) {
   return scratch_remove(dir);
 }
 
-/* gpt, small, with --tensorboard dir/<name> and --metrics dir/<name>.jsonl. */
-static void run_gpt(const char *name, const char *steps, char *const env[], run_result *r) {
+/* gpt, small, with --tensorboard dir/<name> and --metrics dir/<name>.jsonl,
+ * and --eval-every eval_every on a held-out 5% where that is not NULL. */
+static void run_gpt(const char *name, const char *steps, const char *eval_every, char *const env[], run_result *r) {
   char tb[128], metrics[128];
   snprintf(tb, sizeof tb, "%s/%s", dir, name);
   snprintf(metrics, sizeof metrics, "%s/%s.jsonl", dir, name);
-  char *argv[] = {gpt,
-                  "--corpus",
-                  text,
-                  "--data",
-                  data,
-                  "--steps",
-                  (char *)steps,
-                  "--layers",
-                  "1",
-                  "--channels",
-                  "32",
-                  "--heads",
-                  "4",
-                  "--seq",
-                  "16",
-                  "--batch",
-                  "4",
-                  "--sample",
-                  "0",
-                  "--print-every",
-                  "5",
-                  "--skip-nonfinite",
-                  "0",
-                  "--metrics",
-                  metrics,
-                  "--tensorboard",
-                  tb,
-                  NULL};
+  char *argv[40] = {gpt,           "--corpus",      text, "--data",           data, "--steps",
+                    (char *)steps, "--layers",      "1",  "--channels",       "32", "--heads",
+                    "4",           "--seq",         "16", "--batch",          "4",  "--sample",
+                    "0",           "--print-every", "5",  "--skip-nonfinite", "0",  "--metrics",
+                    metrics,       "--tensorboard", tb};
+  int n = 27;
+  if (eval_every) {
+    argv[n++] = "--eval-every";
+    argv[n++] = (char *)eval_every;
+    argv[n++] = "--eval-split";
+    argv[n++] = "0.05";
+  }
+  argv[n] = NULL;
   run_cmd(argv, env, 120, r); /* 25 small steps: 1-2 s on busy cores */
 }
 
@@ -115,7 +102,7 @@ static void test_scalars_match_metrics(void **state) {
   if (!have_tensorboard) SKIP_CASE("no python3 with tensorboard (tools/deps.sh giant_install_py_deps)");
   char steps[16], tb[128], metrics[128];
   snprintf(steps, sizeof steps, "%d", STEPS);
-  run_gpt("plain", steps, NULL, &res);
+  run_gpt("plain", steps, "10", NULL, &res);
   if (res.exit_code != 0) run_fail(&res, "gpt: exit %d", res.exit_code);
   /* Step 20 of 25: 21 done. */
   if (!strstr(res.output, "| 84.0% | ETA ")) run_fail(&res, "no '84.0%% | ETA' on step 20's line");
@@ -123,6 +110,10 @@ static void test_scalars_match_metrics(void **state) {
   assert_true(metrics_field("plain", 0, "done") > 0.039 && metrics_field("plain", 0, "done") < 0.041);
   assert_true(metrics_field("plain", STEPS - 1, "done") == 1.0);
   assert_true(metrics_field("plain", STEPS - 1, "eta_s") == 0.0);
+  /* --eval-every 10: after steps 9 and 19, and after the last. */
+  assert_true(metrics_field("plain", 9, "eval_loss") > 0 && metrics_field("plain", 8, "eval_loss") < 0);
+  assert_true(metrics_field("plain", STEPS - 1, "eval_loss") > 0);
+  if (!strstr(res.output, "| eval ")) run_fail(&res, "no '| eval' on a step line");
   snprintf(tb, sizeof tb, "%s/plain", dir);
   snprintf(metrics, sizeof metrics, "%s/plain.jsonl", dir);
   check((char *[]){"scalars", tb, metrics, NULL});
@@ -135,7 +126,7 @@ static void test_failed_step_is_text(void **state) {
 #endif
   if (!have_tensorboard) SKIP_CASE("no python3 with tensorboard (tools/deps.sh giant_install_py_deps)");
   char tb[128];
-  run_gpt("nan", "12", (char *[]){"GT_FAULT=nan:rank=0,at=6", NULL}, &res);
+  run_gpt("nan", "12", NULL, (char *[]){"GT_FAULT=nan:rank=0,at=6", NULL}, &res);
   if (res.exit_code != 70)
     run_fail(&res, "gpt with a NaN at step 6 and --skip-nonfinite 0: exit %d, want 70", res.exit_code);
   snprintf(tb, sizeof tb, "%s/nan", dir);
@@ -149,7 +140,7 @@ static void test_killed_run_reads_cleanly(void **state) {
 #endif
   if (!have_tensorboard) SKIP_CASE("no python3 with tensorboard (tools/deps.sh giant_install_py_deps)");
   char tb[128], metrics[128];
-  run_gpt("killed", "1000", (char *[]){"GT_FAULT=crash:rank=0,at=15", NULL}, &res);
+  run_gpt("killed", "1000", NULL, (char *[]){"GT_FAULT=crash:rank=0,at=15", NULL}, &res);
   if (res.exit_code != 128 + 9) run_fail(&res, "gpt crashed at step 15: exit %d, want 137", res.exit_code);
   assert_true(metrics_field("killed", 14, "loss") > 0);
   snprintf(tb, sizeof tb, "%s/killed", dir);
