@@ -2,6 +2,8 @@
  * what to install, and nothing else changes. */
 #include "tboard.h"
 
+#include <stddef.h>
+
 gt_status run_tboard_open(const char *dir, run_tboard **out) {
   (void)dir;
   *out = NULL;
