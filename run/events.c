@@ -1,4 +1,5 @@
-/* The job's events in the lead's metrics file (events.h). The file is
+/* The job's events in the lead's metrics file and its TensorBoard events
+ * (events.h). The metrics file is
  * opened for each event (they are rare) in append mode, and each line goes
  * out in one write, so that it never interleaves with the step lines the
  * trainer appends through its own handle. */
@@ -28,13 +29,17 @@ static void escape(const char *text, char *out, size_t cap) {
   out[j] = '\0';
 }
 
-void run_event(const gt_run *r, const char *kind, int step, const char *fmt, ...) {
-  if (!r->lead || !r->metrics[0]) return;
+void run_event(gt_run *r, const char *kind, int step, const char *fmt, ...) {
+  if (!r->lead) return;
   char text[512], esc[1024], line[1400];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
+  char tag[64];
+  snprintf(tag, sizeof tag, "events/%s", kind);
+  run_observe_text(&r->obs, r->lead, step, tag, "%s", text);
+  if (!r->metrics[0]) return;
   escape(text, esc, sizeof esc);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);

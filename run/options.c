@@ -126,7 +126,19 @@ static const char *run_usage =
     "  --ckpt-keep K       keep the newest K checkpoints, 0 = all (default: $GT_CKPT_KEEP, else 0)\n"
     "  --metrics FILE      append one JSON line per step (the lead rank's; a %r in FILE gives\n"
     "                      every rank its own file, %r replaced by the rank)\n"
-    "  --print-every N     print every N steps (default 10)\n"
+    "  --print-every N     print every N steps, with the fraction done and the time left (default 10)\n"
+    "  --tensorboard DIR   write TensorBoard event files into DIR (made if missing): the lead's\n"
+    "                      scalars every step, and faults, fail-slow verdicts, the ladder's\n"
+    "                      decisions and reshapes as text (docs/observability.md)\n"
+    "evaluation:\n"
+    "  --eval-every N      the validation loss every N steps and after the last, forward only over\n"
+    "                      a fixed set of rows, the same at every layout (default 0: never; not at\n"
+    "                      pipeline layouts)\n"
+    "  --eval-data FILE    the token file to evaluate on\n"
+    "  --eval-split F      evaluate on the last fraction F (up to 0.5) of --data instead, which\n"
+    "                      training then leaves out\n"
+    "  --eval-rows N       rows of --seq tokens evaluated, from the start (default 64, or fewer if\n"
+    "                      the data has fewer)\n"
     "fail-slow detection (2 or more ranks):\n"
     "  --failslow          gather every rank's step telemetry and flag slow ranks and links\n"
     "  --failslow-theta X  slowdown that counts, as a fraction (default 0.25; a rank of two: 0.4)\n"
@@ -146,7 +158,7 @@ static const char *run_usage =
 
 const char *gt_run_usage(void) { return run_usage; }
 
-#define RUN_SPECS 57
+#define RUN_SPECS 62
 
 static int run_specs(gt_run_options *o, gt_opt_spec *s) {
   gt_opt_spec t[] = {
@@ -196,6 +208,11 @@ static int run_specs(gt_run_options *o, gt_opt_spec *s) {
       {"--ckpt-keep", GT_OPT_INT, &o->ckpt_keep, 0, 1e6},
       {"--metrics", GT_OPT_STR, &o->metrics, 0, 0},
       {"--print-every", GT_OPT_INT, &o->print_every, 0, 1e9},
+      {"--tensorboard", GT_OPT_STR, &o->tensorboard, 0, 0},
+      {"--eval-every", GT_OPT_INT, &o->eval_every, 0, 1e9},
+      {"--eval-data", GT_OPT_STR, &o->eval_data, 0, 0},
+      {"--eval-split", GT_OPT_FLOAT, &o->eval_split, 0, 0.5},
+      {"--eval-rows", GT_OPT_INT, &o->eval_rows, 0, 1e7},
       {"--failslow", GT_OPT_FLAG, &o->failslow, 0, 0},
       {"--failslow-theta", GT_OPT_FLOAT, &o->failslow_theta, 0.01, 100},
       {"--failslow-k", GT_OPT_INT, &o->failslow_k, 1, 1000},
@@ -258,6 +275,14 @@ static gt_status from_env_and_check(gt_run_options *o) {
                      "--offload-optimizer takes disk:DIR (the state in a file in DIR) or host (in memory, "
                      "the default), not '%s'",
                      o->offload_optimizer);
+  if (!o->eval_every && (o->eval_data || o->eval_split > 0 || o->eval_rows))
+    return gt_errorf(GT_EINVAL, "--eval-data, --eval-split and --eval-rows say what to evaluate: give --eval-every N");
+  if (o->eval_every && !o->eval_data == !(o->eval_split > 0))
+    return gt_errorf(GT_EINVAL, "--eval-every N needs one of --eval-data FILE or --eval-split F");
+  if (o->eval_split > 0 && o->documents)
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "--eval-split with --documents is not supported (the held-out rows are fixed-length): "
+                     "use --eval-data FILE");
   if (o->zero1 && o->zero >= 0 && o->zero != 1)
     return gt_errorf(GT_EINVAL, "--zero1 is --zero 1, and --zero %d was given too: give one", o->zero);
   if (o->zero1) o->zero = 1;

@@ -206,7 +206,6 @@ gt_status run_reshape_now(gt_run *r, bool planned) {
   gt_trainer_config ntc = r->tc;
   ntc.dist = nd;
   ntc.grad_accum = accum;
-  ntc.print_every = rp.rank == 0 ? r->o.print_every : 0;
   if (s == GT_OK) s = gt_trainer_create(nm, &ntc, &nt);
   char fallback[4200];
   newest_checkpoint(r, fallback, sizeof fallback);

@@ -109,6 +109,8 @@ void gt_run_destroy(gt_run *r) {
   run_rebalance_destroy(r->rb);
   free(r->shares);
   gt_failslow_destroy(r->failslow);
+  run_observe_close(&r->obs);
+  run_eval_close(&r->eval);
   gt_ckpt_destroy(r->ckpt);
   gt_trainer_destroy(r->tr);
   gt_model_destroy(r->m);

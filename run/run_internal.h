@@ -13,7 +13,9 @@
 #include "giant/run.h"
 #include "giant/engine/trainer.h"
 #include "checkpoint.h"
+#include "eval.h"
 #include "ladder.h"
+#include "observe.h"
 #include "progress.h"
 #include "rebalance.h"
 #include "reshape.h"
@@ -56,6 +58,8 @@ struct gt_run {
   run_reshape rsh;        /* --reshape: the membership, and the copies on a peer */
   run_progress *progress; /* the step and ETA on etcd, for giantrun --status; NULL without etcd */
   char metrics[4096];     /* this rank's metrics file, "" for none */
+  run_eval eval;          /* --eval-every: the validation loss's rows */
+  run_observe obs;        /* the metrics line, the step line and TensorBoard's events, written by the run */
   char reshaped_gen[96];
 };
 

@@ -229,7 +229,6 @@ static gt_status start_rebalance(gt_run *r, int rows) {
 gt_status run_after_reshape(gt_run *r) {
   gt_status s;
   r->lead = r->job->rank == 0;
-  r->tc.print_every = r->lead ? r->o.print_every : 0;
   if ((s = start_rebalance(r, r->shares[r->plan.me.dp])) != GT_OK)
     return run_fail(r, GT_RUN_EXIT_FAILED, "setting up --rebalance again", s);
   if (r->o.failslow && r->job->world_size >= 2 &&
@@ -302,6 +301,19 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
   if (!r->joining && (s = run_build_model(r, &r->mc, &r->mp, &r->plan, rows, speeds, NULL, &r->m)) != GT_OK)
     /* GT_EINVAL: the model does not fit the plan, and a restart would fail alike. */
     return run_fail(r, s == GT_EINVAL ? GT_RUN_EXIT_USAGE : GT_RUN_EXIT_FAILED, "building the model", s);
+  /* --eval-split: training reads the rows before the held-out ones. */
+  if (a->eval_split > 0 && r->source)
+    return run_fail(r, GT_RUN_EXIT_USAGE, "opening the evaluation data",
+                    gt_errorf(GT_EINVAL,
+                              "--eval-split holds out the end of --data, and this program gives its own rows: "
+                              "use --eval-data FILE"));
+  if ((s = run_eval_open(&r->eval, a, &r->source)) != GT_OK)
+    return run_fail(r, run_input_code(s), "opening the evaluation data", s);
+  if (r->eval.every && r->plan.layout.pp > 1)
+    return run_fail(
+        r, GT_RUN_EXIT_USAGE, "planning",
+        gt_errorf(GT_EUNSUPPORTED, "--eval-every is not supported at pipeline layouts (pp %d): evaluate with pp 1",
+                  r->plan.layout.pp));
   /* Each data-parallel replica reads its own share; tensor-parallel ranks of
    * one replica read the same one. The loader is opened for `cap` rows and
    * then given its share; every id in the file must be one the model takes. */
@@ -325,12 +337,15 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
   if (!a->metrics || !metrics_per_rank(a->metrics, r->job->rank, r->metrics, sizeof r->metrics))
     snprintf(r->metrics, sizeof r->metrics, "%s", r->lead && a->metrics ? a->metrics : "");
   const char *metrics = r->metrics[0] ? r->metrics : NULL;
+  /* The run writes the metrics line and prints the step line (observe.h):
+   * they carry its progress, which the trainer does not know. */
+  if ((s = run_observe_open(&r->obs, metrics, a->tensorboard, r->lead, a->steps, a->print_every)) != GT_OK)
+    return run_fail(r, s == GT_ENOMEM ? GT_RUN_EXIT_FAILED : GT_RUN_EXIT_USAGE, "opening --metrics or --tensorboard",
+                    s);
   r->tc =
       (gt_trainer_config){.optim = gt_optim_defaults(r->kind),
                           .grad_clip = a->clip,
                           .grad_accum = a->accum,
-                          .metrics_path = metrics,
-                          .print_every = r->lead ? a->print_every : 0,
                           .schedule = {.lr_max = a->lr, .lr_min = a->min_lr, .warmup = a->warmup, .total = a->steps},
                           .dist = r->dist,
                           .no_overlap = a->no_overlap,

@@ -53,6 +53,9 @@ static gt_status reshape_and_go_on(gt_run *r, bool failed, int step) {
   gt_failslow_destroy(r->failslow);
   r->failslow = NULL;
   if (!failed) gt_job_step(r->job, step);
+  /* The fault is the lead's to tell (note_fault); when the lead is the
+   * rank lost, the new lead tells it after the reshape. */
+  bool was_lead = r->lead;
   char why[256];
   snprintf(why, sizeof why, "%s", failed ? gt_last_error() : "");
   gt_status s = run_reshape_now(r, !failed);
@@ -63,27 +66,11 @@ static gt_status reshape_and_go_on(gt_run *r, bool failed, int step) {
   if (s != GT_OK) /* GT_ECANCELED: the job went on without this rank */
     return run_fail(r, s == GT_ECANCELED ? GT_RUN_EXIT_FAILED : GT_RUN_EXIT_RESTART, "reshaping", s);
   GT_TRY(run_after_reshape(r));
-  /* Written by the lead after the reshape: the old lead may be the rank lost. */
-  if (failed) run_event(r, "fault", step, "step %d failed: %s", step, why);
-  run_event(r, "reshape", step, "reshaped to dp=%d tp=%d pp=%d (world %d)", r->plan.layout.dp, r->plan.layout.tp,
-            r->plan.layout.pp, r->job->world_size);
+  int at = gt_trainer_step_index(r->tr);
+  if (failed && !was_lead) run_event(r, "fault", step - 1, "step %d failed: %s", step - 1, why);
+  run_event(r, "reshape", at, "reshaped to dp=%d tp=%d pp=%d (world %d), going on at step %d", r->plan.layout.dp,
+            r->plan.layout.tp, r->plan.layout.pp, r->job->world_size, at);
   return GT_OK;
-}
-
-/* The fail-slow monitor's verdicts of this step, and the ladder's act. */
-static void note_failslow(const gt_run *r, const gt_failslow_report *rep, const run_ladder_action *act, int step) {
-  for (int k = 0; rep->gathered && k < rep->nverdicts; k++) {
-    const gt_failslow_verdict *v = &rep->verdicts[k];
-    if (v->kind == GT_FAILSLOW_LINK && v->peer >= 0)
-      run_event(r, v->flagged ? "flagged" : "recovered", step, "link %d-%d %s x%.2f", v->rank, v->peer,
-                v->flagged ? "slow" : "recovered", v->ratio);
-    else
-      run_event(r, v->flagged ? "flagged" : "recovered", step, "rank %d %s%s x%.2f", v->rank,
-                v->kind == GT_FAILSLOW_LINK ? "link " : "", v->flagged ? "slow" : "recovered", v->ratio);
-  }
-  if (act->rung != GT_LADDER_NONE)
-    run_event(r, "ladder", step, "ladder: %s%s", gt_ladder_rung_name(act->rung),
-              act->rung == GT_LADDER_EXCLUDE && act->n > 0 ? " (ranks leave)" : "");
 }
 
 /* What the ladder may do in this job now (ladder.h). */
@@ -123,6 +110,46 @@ static bool input_failed(const gt_run *r) { return gt_loader_file_failed(r->load
  * restarting into the same steps. */
 static bool diverged(const gt_run *r) { return gt_trainer_diverged(r->tr); }
 
+/* --eval-every: the validation loss after the step, on every rank (the
+ * data-parallel replicas share the rows); none at a pipeline layout, which
+ * a reshape may have come to. */
+static gt_status evaluate(gt_run *r, gt_step_stats *st) {
+  if (!run_eval_due(&r->eval, st->step, r->o.steps) || r->plan.layout.pp > 1 || !r->m) return GT_OK;
+  GT_TRY(run_eval_loss(&r->eval, r->m, r->dist, &r->plan, r->cap, &st->eval_loss));
+  st->has_eval = true;
+  return GT_OK;
+}
+
+/* A failed step, in the event file: what failed, before the run reshapes,
+ * restarts or ends. */
+static void note_fault(gt_run *r, int step, gt_status s) {
+  char why[512];
+  snprintf(why, sizeof why, "%s", gt_last_error());
+  run_event(r, "fault", step, "step %d failed: %s (%s)", step, why, gt_status_name(s));
+  gt_errorf(s, "%s", why); /* what the run reports next */
+}
+
+/* The fail-slow monitor's verdicts of this step, in the event file. */
+static void note_verdicts(gt_run *r, const gt_failslow_report *rep) {
+  for (int k = 0; rep->gathered && k < rep->nverdicts; k++) {
+    const gt_failslow_verdict *v = &rep->verdicts[k];
+    char what[64] = "";
+    if (v->kind == GT_FAILSLOW_LINK && v->peer >= 0) snprintf(what, sizeof what, " link to rank %d", v->peer);
+    if (v->kind == GT_FAILSLOW_LINK && v->peer < 0) snprintf(what, sizeof what, " links (its node's)");
+    run_event(r, v->flagged ? "flagged" : "recovered", v->step, "rank %d%s %s x%.2f (evidence from step %d)", v->rank,
+              what, v->flagged ? "slow" : "recovered", v->ratio, v->onset);
+  }
+}
+
+/* The ladder's decision, in the event file. */
+static void note_ladder(gt_run *r, int step, const run_ladder_action *act) {
+  if (act->rung == GT_LADDER_NONE) return;
+  char ranks[256] = "";
+  for (int k = 0, at = 0; k < act->n && at < (int)sizeof ranks - 16; k++)
+    at += snprintf(ranks + at, sizeof ranks - (size_t)at, "%s%d", k ? "," : " ranks ", act->ranks[k]);
+  run_event(r, "ladder", step, "after step %d: %s%s", step, gt_ladder_rung_name(act->rung), ranks);
+}
+
 /* Where this rank's device memory peaked, by category (the ledger). */
 static void log_memory_peak(const gt_run *r) {
   gt_memory_ledger l;
@@ -148,20 +175,29 @@ gt_status gt_run_train(gt_run *r) {
               r->job->world_size);
   for (int i = start; i < a->steps; i++) {
     bool failed = (s = gt_trainer_step(r->tr, r->loader, &st)) != GT_OK ||
+                  (!st.skipped && (s = evaluate(r, &st)) != GT_OK) ||
+                  (!st.skipped && (s = run_observe_step(&r->obs, r->lead, &st)) != GT_OK) ||
                   (s = run_ckpt_after_step(&r->ckpt_args, r->ckpt, r->tr, r->lead)) != GT_OK ||
                   (s = run_failslow_after_step(r->failslow, &st, &report)) != GT_OK;
+    if (failed) note_fault(r, i, s);
+    if (!failed && r->failslow) {
+      run_observe_failslow(&r->obs, r->lead, &report);
+      note_verdicts(r, &report);
+    }
     /* The ladder's one decision on what the monitor found, then its rung. */
     run_ladder_action act = {.rung = GT_LADDER_NONE};
     if (!failed && r->failslow) {
       run_ladder_caps caps = ladder_caps(r);
       run_ladder_decide(&r->rsh, r->job, &r->plan, &report, &caps, a->steps - (i + 1), r->lead, &act);
+      note_ladder(r, i, &act);
     }
-    if (!failed && r->failslow) note_failslow(r, &report, &act, i + 1);
+    bool already_failed = failed;
     bool urge = act.rung == GT_LADDER_REBALANCE || act.rung == GT_LADDER_RECUT;
     failed = failed ||
              (r->rb && (s = run_rebalance_after_step(r->rb, r->tr, &st, r->failslow ? &report : NULL, urge, r->lead)) !=
                            GT_OK) ||
              (a->reshape && (s = run_mirror_after_step(&r->rsh, r->tr, st.seconds, r->lead)) != GT_OK);
+    if (failed && !already_failed) note_fault(r, i, s);
     if (failed && input_failed(r)) return run_fail(r, GT_RUN_EXIT_INPUT, "training", s);
     if (failed && diverged(r)) return run_fail(r, GT_RUN_EXIT_DIVERGED, "training", s);
     if (!failed && act.rung == GT_LADDER_RESTART) return restart_now(r);

@@ -19,11 +19,12 @@ giant_install_deps() {
 }
 
 # Python packages the tests use as independent references (test_bpe:
-# Hugging Face's tokenizers), pinned; pip installs them for the python3 on
+# Hugging Face's tokenizers; test_tboard: TensorBoard's event reader, with
+# the numpy 1.x it was built against), pinned; pip installs them for the python3 on
 # PATH, the one CMake finds for the tests. Debian's python3 marks itself
 # externally managed: --break-system-packages lets pip add to it all the
 # same (these are wheels of their own, not Debian's).
-GIANT_PY_PACKAGES="tokenizers==0.15.2"
+GIANT_PY_PACKAGES="tokenizers==0.15.2 tensorboard==2.15.2 numpy==1.26.4"
 
 # giant_install_py_deps: installs those of GIANT_PY_PACKAGES missing (with
 # pip, and pip itself from Debian if python3 lacks it). Where the package

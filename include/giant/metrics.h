@@ -58,6 +58,15 @@ typedef struct gt_step_stats {
    * memory ledger's peak (giant/engine/model.h), since the model was built
    * or its peak was last reset. */
   size_t mem_peak;
+  /* Progress, filled by the run (giant/run.h) from --steps: the fraction
+   * of training done after this step, and the seconds left at the
+   * measured step time (0 when unknown or done). */
+  double done, eta_s;
+  /* The validation loss after this step, where the run evaluated
+   * (--eval-every): the sum of the token losses over the tokens of a fixed
+   * set of rows, all replicas together. */
+  bool has_eval;
+  float eval_loss;
   gt_step_telemetry telemetry;
 } gt_step_stats;
 
@@ -67,7 +76,8 @@ typedef struct gt_metrics gt_metrics;
 gt_status gt_metrics_open(const char *path, gt_metrics **out);
 void gt_metrics_close(gt_metrics *m);
 gt_status gt_metrics_write(gt_metrics *m, const gt_step_stats *s);
-/* "step 12 | loss 3.2101 | lr 3.00e-04 | ..." to f. */
+/* "step 12 | loss 3.2101 | lr 3.00e-04 | ..." to f, ending "| eval 3.3012"
+ * when s->has_eval and "| 40.0% | ETA 1m05s" when s->done is set. */
 void gt_metrics_print(FILE *f, const gt_step_stats *s);
 
 GT_API_END

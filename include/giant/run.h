@@ -16,8 +16,9 @@
  * What gt_run_start and gt_run_train do, in order: plan from the model's
  * annotations, --plan and the planner with the measured peak; build the
  * model and its trainer; resume from the newest committed checkpoint at
- * whatever layout it was taken; train, writing metrics and saving
- * checkpoints asynchronously (--ckpt-*); watch for fail-slow ranks
+ * whatever layout it was taken; train, writing metrics (--metrics,
+ * --tensorboard), evaluating (--eval-every; docs/observability.md) and
+ * saving checkpoints asynchronously (--ckpt-*); watch for fail-slow ranks
  * (--failslow) and carry out the mitigation ladder's decision: rows
  * between replicas and the pipeline re-cut (--rebalance), leaving a slow
  * rank out (--reshape), or a restart from a checkpoint of the step
@@ -76,6 +77,13 @@ typedef struct gt_run_options {
   int ckpt_every, ckpt_keep;
   const char *metrics;
   int print_every;
+  const char *tensorboard; /* --tensorboard DIR: the lead's TensorBoard event files (docs/observability.md) */
+  /* the validation loss: every eval_every steps (0 never), over eval_rows
+   * rows (0: 64) of eval_data, or of the last eval_split of --data, which
+   * training then leaves out */
+  int eval_every, eval_rows;
+  const char *eval_data;
+  float eval_split;
   /* fail-slow detection */
   bool failslow;
   const char *failslow_clock; /* auto, cpu or wall: how a CPU rank's compute is timed (gt_trainer_config) */

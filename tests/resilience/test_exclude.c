@@ -203,8 +203,8 @@ static bool try_job(int k) {
    * the verdict, the ladder's exclusion, the reshape to three ranks. */
   char flagged[64];
   snprintf(flagged, sizeof flagged, "\"text\":\"rank %d slow x", SLOW);
-  const char *story[] = {flagged, "\"event\":\"ladder\"", "\"text\":\"ladder: S3 exclude",
-                         "\"text\":\"reshaped to dp=3 tp=1 pp=1 (world 3)\""};
+  const char *story[] = {flagged, "\"event\":\"ladder\"", ": S3 exclude ranks ",
+                         "\"text\":\"reshaped to dp=3 tp=1 pp=1 (world 3), going on at step "};
   char *text = slurp_file(metrics);
   assert_non_null(text);
   const char *at = text;
