@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/hf.h"
 #include "giant/engine/grid.h"
 #include "giant/log.h"
 #include "parallel/planner.h"
@@ -302,6 +303,9 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
   if (!r->joining && (s = run_build_model(r, &r->mc, &r->mp, &r->plan, rows, speeds, NULL, &r->m)) != GT_OK)
     /* GT_EINVAL: the model does not fit the plan, and a restart would fail alike. */
     return run_fail(r, s == GT_EINVAL ? GT_RUN_EXIT_USAGE : GT_RUN_EXIT_FAILED, "building the model", s);
+  /* Before the trainer, which may copy the weights (bf16, offloading). */
+  if (!r->joining && r->m && a->init_from && (s = ck_hf_import(r->m, a->init_from, a->init_names)) != GT_OK)
+    return run_fail(r, s == GT_ENOMEM ? GT_RUN_EXIT_FAILED : GT_RUN_EXIT_INPUT, "loading --init-from", s);
   /* Each data-parallel replica reads its own share; tensor-parallel ranks of
    * one replica read the same one. The loader is opened for `cap` rows and
    * then given its share; every id in the file must be one the model takes. */

@@ -74,6 +74,7 @@ typedef struct gt_run_options {
   /* checkpoints and metrics */
   const char *ckpt_dir;
   int ckpt_every, ckpt_keep;
+  const char *init_from, *init_names; /* --init-from, --init-names: the weights to start from */
   const char *metrics;
   int print_every;
   /* fail-slow detection */
