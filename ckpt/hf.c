@@ -134,6 +134,34 @@ static gt_status check_config(const char *path) {
   return s;
 }
 
+/* A model whose output matrix is its embedding cannot take a file whose
+ * two differ: it would compute another function. (The other way round,
+ * an untied model takes a tied file's embedding for both.) */
+static gt_status check_tied(ck_st *st, const char *file, const gt_model *m, const ck_hf_naming *n) {
+  const gt_param *head = NULL;
+  for (int i = 0; i < gt_model_num_params(m); i++)
+    if (gt_model_param(m, i)->tied_to >= 0 || gt_model_param(m, i)->mirror_of >= 0) head = gt_model_param(m, i);
+  if (!head) return GT_OK;
+  ck_hf_map hm, em;
+  const gt_param *owner = gt_model_param(m, head->tied_to >= 0 ? head->tied_to : head->mirror_of);
+  if (ck_hf_map_param(n, head->name, &hm) != GT_OK || ck_hf_map_param(n, owner->name, &em) != GT_OK) return GT_OK;
+  const ck_st_tensor *h = ck_st_find(st, hm.name), *e = find(st, &em);
+  if (!h || !e || h == e) return GT_OK;
+  if (h->numel != e->numel) return GT_OK; /* import_param names the shape */
+  float *a = malloc((h->numel ? h->numel : 1) * sizeof *a), *b = malloc((h->numel ? h->numel : 1) * sizeof *b);
+  gt_status s = a && b ? GT_OK : gt_errorf(GT_ENOMEM, "out of memory reading %s", file);
+  if (s == GT_OK) s = ck_st_read(st, h, a);
+  if (s == GT_OK) s = ck_st_read(st, e, b);
+  if (s == GT_OK && memcmp(a, b, h->numel * sizeof *a))
+    s = gt_errorf(GT_EFORMAT,
+                  "%s holds an output matrix %s apart from its embedding %s, and the model ties them: build "
+                  "the model untied (examples/gpt: --untied)",
+                  file, h->name, e->name);
+  free(a);
+  free(b);
+  return s;
+}
+
 gt_status ck_hf_import(gt_model *m, const char *path, const char *names) {
   const ck_hf_naming *n;
   GT_TRY(ck_hf_naming_find(names, &n));
@@ -150,7 +178,8 @@ gt_status ck_hf_import(gt_model *m, const char *path, const char *names) {
   GT_TRY(ck_st_open(file, &st));
   size_t nbuf = gt_model_buffer_floats(m);
   float *host = malloc((nbuf ? nbuf : 1) * sizeof *host);
-  gt_status s = host ? gt_model_get_params(m, host, nbuf) : gt_errorf(GT_ENOMEM, "out of memory loading %s", file);
+  gt_status s = host ? check_tied(st, file, m, n) : gt_errorf(GT_ENOMEM, "out of memory loading %s", file);
+  if (s == GT_OK) s = gt_model_get_params(m, host, nbuf);
   for (int i = 0; s == GT_OK && i < gt_model_num_params(m); i++) {
     const gt_param *p = gt_model_param(m, i);
     if (p->tied_to >= 0 || !p->local || !p->numel) continue;

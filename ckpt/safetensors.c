@@ -200,8 +200,8 @@ gt_status ck_st_open(const char *path, ck_st **out) {
     s = gt_errorf(GT_EFORMAT, "%s: the header claims %llu bytes and the file holds %lld after the length (at most %u)",
                   path, (unsigned long long)hlen, (long long)sb.st_size - 8, CK_ST_MAX_HEADER);
   if (s == GT_OK && !(st->header = malloc(hlen ? hlen : 1))) s = gt_errorf(GT_ENOMEM, "out of memory reading %s", path);
-  if (s == GT_OK && ck_transfer(st->fd, false, st->header, hlen, 8) != 0)
-    s = gt_errorf(GT_EIO, "reading the header of %s: %s", path, strerror(errno));
+  int e = s == GT_OK ? ck_transfer(st->fd, false, st->header, hlen, 8) : 0;
+  if (e) s = gt_errorf(GT_EIO, "reading the header of %s: %s", path, strerror(e));
   st->data_at = 8 + hlen;
   if (s == GT_OK) s = parse_into(st, st->header, hlen, (uint64_t)sb.st_size - st->data_at, path);
   if (s != GT_OK) {

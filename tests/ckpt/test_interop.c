@@ -2,7 +2,8 @@
  * through safetensors files, with hf_gpt2_reference.py as the independent
  * reference:
  *   - a random model made there and imported here gives the same
- *     log-probabilities (within 1e-5) and loss, tied and untied;
+ *     log-probabilities (within 1e-5) and loss, tied and untied (and a
+ *     tied model refuses the untied file);
  *   - imported at tp=2 and at pp=2, every rank holds its exact slice of the
  *     same weights, and the first step's loss is the one process's;
  *   - a model trained 20 steps here, exported with giant-ckpt, loads there
@@ -164,6 +165,12 @@ static void import_case(bool tied) {
   assert_int_equal(ck_hf_import(wide, dir, "hf-gpt2"), GT_EFORMAT);
   assert_non_null(strstr(gt_last_error(), "transformer.wte.weight is 64x32 and the model's embed.wte needs 64x64"));
   gt_model_destroy(wide);
+  if (!tied) { /* a tied model cannot take two matrices */
+    gt_model *t = new_model(be, true);
+    assert_int_equal(ck_hf_import(t, dir, "hf-gpt2"), GT_EFORMAT);
+    assert_non_null(strstr(gt_last_error(), "lm_head.weight apart from its embedding"));
+    gt_model_destroy(t);
+  }
   gt_model_destroy(m);
   gt_backend_destroy(be);
   free(ref);
