@@ -90,6 +90,8 @@ static gt_status write_config(const char *path, const ck_manifest *m, int heads,
 gt_status gt_ckpt_export_safetensors(const char *path, const char *names, int heads, const char *out_dir) {
   const ck_hf_naming *n;
   GT_TRY(ck_hf_naming_find(names, &n));
+  if (ck_hf_naming_is_gpt2(n) && heads <= 0) /* before any tensor is read or directory made */
+    return gt_errorf(GT_EINVAL, "hf-gpt2's config.json needs the model's head count (--heads N)");
   ck_manifest m;
   GT_TRY(ck_manifest_read(path, &m));
   exported e = {.t = calloc((size_t)m.ntensors + 1, sizeof *e.t), .names = calloc((size_t)m.ntensors + 1, 160)};

@@ -97,7 +97,7 @@ gt_status ck_hf_map_param(const ck_hf_naming *n, const char *param, ck_hf_map *o
   }
   return gt_errorf(GT_ENOTFOUND,
                    "parameter %s has no name under %s: that naming is for a GPT-2 model built as "
-                   "examples/gpt builds it (use --names giant for any other)",
+                   "examples/gpt builds it (the naming giant takes any model)",
                    param, n->name);
 }
 

@@ -4,7 +4,8 @@
  * about its length, a dtype not taken, ranges that overlap, leave a gap,
  * run past the end or disagree with the shape, a name twice). Importing
  * into a model refuses a missing tensor, a shape of another configuration
- * and a config.json of another GELU. */
+ * and a config.json of another GELU. A checkpoint exported under both
+ * namings imports back bit for bit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,8 @@
 #include "ckpt/hf.h"
 #include "ckpt/safetensors.h"
 #include "examples/gpt/gpt.h"
+#include "giant/ckpt.h"
+#include "giant/engine/model.h"
 
 static char dir[] = "/tmp/giant-st-XXXXXX";
 static char path[256];
@@ -187,6 +190,71 @@ static void test_import_refusals(void **state) {
   gt_backend_destroy(be);
 }
 
+/* A checkpoint exported under both namings and imported back gives its
+ * weights bit for bit; hf-gpt2's file holds GPT-2's names and layouts (no
+ * python here: test_interop checks them against transformers). */
+static void test_export_import(void **state) {
+  (void)state;
+  char *data = cr_make_data(), ck[4200], step[4300], out[4300];
+  snprintf(ck, sizeof ck, "%s.ck", data);
+  cr_cfg c = {.data = data, .dir = ck, .s1 = 2, .save_at = 2, .saved = cr_state_new(NULL)};
+  cr_run(1, &c);
+  snprintf(step, sizeof step, "%s/step-%08d", ck, 2);
+  snprintf(out, sizeof out, "%s.hf", data);
+  assert_int_equal(gt_ckpt_export_safetensors(step, "hf-gpt2", 0, out), GT_EINVAL);
+  assert_non_null(strstr(gt_last_error(), "needs the model's head count"));
+  assert_int_equal(gt_ckpt_export_safetensors(step, "hf-gpt3", 4, out), GT_EINVAL);
+  gt_backend *be;
+  assert_int_equal(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU}, &be), GT_OK);
+  const train_result *saved = c.saved.p;
+  static const char *const names[] = {"hf-gpt2", "giant"};
+  for (int k = 0; k < 2; k++) {
+    snprintf(out, sizeof out, "%s.%s", data, names[k]);
+    assert_int_equal(gt_ckpt_export_safetensors(step, names[k], CR_NH, out), GT_OK);
+    gt_model *m;
+    assert_int_equal(gt_model_create(be, &(gt_model_config){.B_max = 1, .T_max = CR_T, .seed = 5}, &m), GT_OK);
+    gpt_config gc = {.vocab_size = CR_V, .T_max = CR_T, .C = CR_C, .NH = CR_NH, .L = CR_L, .tie_weights = true};
+    assert_int_equal(gpt_add_layers(m, &gc), GT_OK);
+    assert_int_equal(gt_model_build(m), GT_OK);
+    gt_status s = ck_hf_import(m, out, names[k]);
+    if (s != GT_OK) fail_msg("%s: %s", names[k], gt_last_error());
+    float *p = malloc(saved->nparams * sizeof *p);
+    assert_int_equal(gt_model_get_params(m, p, saved->nparams), GT_OK);
+    assert_memory_equal(p, saved->params, saved->nparams * sizeof *p);
+    if (k == 0) { /* c_attn is qkv.w (3C, C) transposed: [C, 3C] */
+      char f[4400];
+      snprintf(f, sizeof f, "%s/model.safetensors", out);
+      ck_st *st;
+      assert_int_equal(ck_st_open(f, &st), GT_OK);
+      assert_null(ck_st_find(st, "lm_head.weight")); /* tied */
+      const ck_st_tensor *t = ck_st_find(st, "transformer.h.1.attn.c_attn.weight");
+      assert_non_null(t);
+      assert_int_equal(t->ndim, 2);
+      assert_int_equal(t->shape[0], CR_C);
+      assert_int_equal(t->shape[1], 3 * CR_C);
+      float *w = malloc(t->numel * sizeof *w);
+      assert_int_equal(ck_st_read(st, t, w), GT_OK);
+      const gt_param *q = NULL;
+      for (int i = 0; i < gt_model_num_params(m); i++)
+        if (!strcmp(gt_model_param(m, i)->name, "h1.qkv.w")) q = gt_model_param(m, i);
+      assert_non_null(q);
+      for (int r = 0; r < 3 * CR_C; r++)
+        for (int col = 0; col < CR_C; col++)
+          assert_true(w[col * 3 * CR_C + r] == p[q->offset + (size_t)r * CR_C + col]);
+      free(w);
+      ck_st_close(st);
+      snprintf(f, sizeof f, "%s/config.json", out);
+      assert_int_equal(access(f, R_OK), 0);
+    }
+    free(p);
+    gt_model_destroy(m);
+    cr_rmtree(out);
+  }
+  gt_backend_destroy(be);
+  cr_rmtree(ck);
+  cr_free_data(data);
+}
+
 static int setup(void **state) {
   (void)state;
   if (!mkdtemp(dir)) return -1;
@@ -202,10 +270,8 @@ static int teardown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_roundtrip),
-      cmocka_unit_test(test_half_widths),
-      cmocka_unit_test(test_malformed),
-      cmocka_unit_test(test_import_refusals),
+      cmocka_unit_test(test_roundtrip),       cmocka_unit_test(test_half_widths),   cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_import_refusals), cmocka_unit_test(test_export_import),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
