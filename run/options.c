@@ -13,6 +13,7 @@
 #include "giant/run.h"
 #include "giant/engine/trainer.h"
 #include "ladder.h"
+#include "ckpt/hf.h"
 
 void gt_run_options_init(gt_run_options *o) {
   *o = (gt_run_options){.data = "data/fortunes.tok",
@@ -35,7 +36,8 @@ void gt_run_options_init(gt_run_options *o) {
                         .seed = 1,
                         .skip_nonfinite = 3,
                         .failslow_clock = "auto",
-                        .ladder = "auto"};
+                        .ladder = "auto",
+                        .init_names = "hf-gpt2"};
 }
 
 static const char *run_usage =
@@ -124,6 +126,11 @@ static const char *run_usage =
     "                      in flight commit\n"
     "  --ckpt-every N      save every N steps (default: $GT_CKPT_EVERY)\n"
     "  --ckpt-keep K       keep the newest K checkpoints, 0 = all (default: $GT_CKPT_KEEP, else 0)\n"
+    "  --init-from PATH    start from the weights of a safetensors file, or of a directory holding\n"
+    "                      model.safetensors and config.json, at any layout (a checkpoint to resume\n"
+    "                      from comes first; docs/interop.md)\n"
+    "  --init-names N      the file's tensor names: hf-gpt2 (Hugging Face's GPT2LMHeadModel, the\n"
+    "                      default) or giant (giant-ckpt export's own)\n"
     "  --metrics FILE      append one JSON line per step (the lead rank's; a %r in FILE gives\n"
     "                      every rank its own file, %r replaced by the rank)\n"
     "  --print-every N     print every N steps, with the fraction done and the time left (default 10)\n"
@@ -158,7 +165,7 @@ static const char *run_usage =
 
 const char *gt_run_usage(void) { return run_usage; }
 
-#define RUN_SPECS 62
+#define RUN_SPECS 64
 
 static int run_specs(gt_run_options *o, gt_opt_spec *s) {
   gt_opt_spec t[] = {
@@ -206,6 +213,8 @@ static int run_specs(gt_run_options *o, gt_opt_spec *s) {
       {"--ckpt-dir", GT_OPT_STR, &o->ckpt_dir, 0, 0},
       {"--ckpt-every", GT_OPT_INT, &o->ckpt_every, 1, 1e9},
       {"--ckpt-keep", GT_OPT_INT, &o->ckpt_keep, 0, 1e6},
+      {"--init-from", GT_OPT_STR, &o->init_from, 0, 0},
+      {"--init-names", GT_OPT_STR, &o->init_names, 0, 0},
       {"--metrics", GT_OPT_STR, &o->metrics, 0, 0},
       {"--print-every", GT_OPT_INT, &o->print_every, 0, 1e9},
       {"--tensorboard", GT_OPT_STR, &o->tensorboard, 0, 0},
@@ -261,6 +270,7 @@ static gt_status from_env_and_check(gt_run_options *o) {
   GT_TRY(env_int(GT_ENV_CKPT_KEEP, &o->ckpt_keep));
   if (o->ckpt_dir && !o->ckpt_every)
     return gt_errorf(GT_EINVAL, "checkpoints in %s need --ckpt-every N (or GT_CKPT_EVERY)", o->ckpt_dir);
+  GT_TRY(ck_hf_check_names(o->init_names));
   const char *env_reshape = getenv(GT_ENV_RESHAPE);
   if (env_reshape && !strcmp(env_reshape, "1")) o->reshape = true;
   if (strcmp(o->failslow_clock, "auto") && strcmp(o->failslow_clock, "cpu") && strcmp(o->failslow_clock, "wall"))

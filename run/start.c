@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/hf.h"
 #include "giant/engine/grid.h"
 #include "giant/log.h"
 #include "parallel/planner.h"
@@ -314,6 +315,9 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
         r, GT_RUN_EXIT_USAGE, "planning",
         gt_errorf(GT_EUNSUPPORTED, "--eval-every is not supported at pipeline layouts (pp %d): evaluate with pp 1",
                   r->plan.layout.pp));
+  /* Before the trainer, which may copy the weights (bf16, offloading). */
+  if (!r->joining && r->m && a->init_from && (s = ck_hf_import(r->m, a->init_from, a->init_names)) != GT_OK)
+    return run_fail(r, s == GT_ENOMEM ? GT_RUN_EXIT_FAILED : GT_RUN_EXIT_INPUT, "loading --init-from", s);
   /* Each data-parallel replica reads its own share; tensor-parallel ranks of
    * one replica read the same one. The loader is opened for `cap` rows and
    * then given its share; every id in the file must be one the model takes. */

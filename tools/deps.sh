@@ -20,11 +20,16 @@ giant_install_deps() {
 
 # Python packages the tests use as independent references (test_bpe:
 # Hugging Face's tokenizers; test_tboard: TensorBoard's event reader, with
-# the numpy 1.x it was built against), pinned; pip installs them for the python3 on
-# PATH, the one CMake finds for the tests. Debian's python3 marks itself
-# externally managed: --break-system-packages lets pip add to it all the
-# same (these are wheels of their own, not Debian's).
-GIANT_PY_PACKAGES="tokenizers==0.15.2 tensorboard==2.15.2 numpy==1.26.4"
+# the numpy 1.x it was built against; test_interop: transformers'
+# GPT2LMHeadModel, read and written through safetensors, on Debian's
+# PyTorch 1.13), pinned; pip installs them for the python3 on PATH, the one
+# CMake finds for the tests. Debian's python3 marks itself externally
+# managed: --break-system-packages lets pip add to it all the same (these
+# are wheels of their own, not Debian's). transformers 4.36.2 takes both
+# tokenizers 0.15 and Debian's PyTorch 1.13 (4.30 would want tokenizers
+# below 0.14).
+GIANT_PY_PACKAGES="tokenizers==0.15.2 tensorboard==2.15.2 numpy==1.26.4 transformers==4.36.2 safetensors==0.4.1"
+GIANT_PY_DEBIAN_PACKAGES="python3-torch"
 
 # giant_install_py_deps: installs those of GIANT_PY_PACKAGES missing (with
 # pip, and pip itself from Debian if python3 lacks it). Where the package
@@ -32,6 +37,8 @@ GIANT_PY_PACKAGES="tokenizers==0.15.2 tensorboard==2.15.2 numpy==1.26.4"
 # against those packages then skip (and CI, which must run them, fails on
 # the skip).
 giant_install_py_deps() {
+  giant_install_deps "$GIANT_PY_DEBIAN_PACKAGES" ||
+    echo "warning: could not install $GIANT_PY_DEBIAN_PACKAGES: the tests that compare against it will skip" >&2
   local missing=""
   for p in $GIANT_PY_PACKAGES; do
     python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('${p%%==*}') != '${p#*==}')" 2>/dev/null ||

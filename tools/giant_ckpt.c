@@ -4,12 +4,16 @@
  *   giant-ckpt verify PATH       every slice's SHA-256
  *   giant-ckpt convert PATH OUT  one file in the single-process layout
  *   giant-ckpt diff A B          largest relative difference per tensor
+ *   giant-ckpt export --format safetensors [--names hf-gpt2 --heads NH] PATH OUT
+ *                                the parameters as OUT/model.safetensors
  *
  * PATH is a step directory, or a checkpoint root (its newest committed
  * checkpoint). Exit status: 0 done (verify: every hash good), 1 failed,
  * 2 bad usage.
  */
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -17,11 +21,15 @@
 
 static int usage(FILE *f, int rc) {
   fprintf(f,
-          "usage: giant-ckpt ls DIR | verify PATH | convert PATH OUT | diff A B\n"
+          "usage: giant-ckpt ls DIR | verify PATH | convert PATH OUT | diff A B |\n"
+          "       export --format safetensors [--names giant|hf-gpt2] [--heads NH] PATH OUT\n"
           "  ls       the committed checkpoints under DIR, newest first: step, layout, tensors, bytes\n"
           "  verify   reads every slice of PATH and checks its SHA-256\n"
           "  convert  writes PATH as one file OUT in the single-process layout, for export\n"
           "  diff     the largest relative difference of every tensor of A and B\n"
+          "  export   writes PATH's parameters to the directory OUT: model.safetensors (fp32) under\n"
+          "           Giant's names (giant, the default) or Hugging Face's GPT2LMHeadModel's (hf-gpt2,\n"
+          "           with config.json; --heads gives the model's head count)\n"
           "PATH is a step directory (DIR/step-00001200) or a root DIR (its newest committed one).\n");
   return rc;
 }
@@ -76,6 +84,42 @@ static int cmd_ls(const char *root) {
   return 0;
 }
 
+/* export --format safetensors [--names N] [--heads H] PATH OUT */
+static int cmd_export(int argc, char **argv) {
+  const char *format = NULL, *names = "giant", *args[2];
+  int heads = 0, nargs = 0;
+  for (int i = 2; i < argc; i++) {
+    bool value = i + 1 < argc;
+    if (!strcmp(argv[i], "--format") && value) {
+      format = argv[++i];
+    } else if (!strcmp(argv[i], "--names") && value) {
+      names = argv[++i];
+    } else if (!strcmp(argv[i], "--heads") && value) {
+      char *end;
+      long v = strtol(argv[++i], &end, 10);
+      if (*end || v < 1 || v > 1 << 20) {
+        fprintf(stderr, "giant-ckpt: --heads needs a count of 1 or more, got '%s'\n", argv[i]);
+        return 2;
+      }
+      heads = (int)v;
+    } else if (argv[i][0] == '-' || nargs == 2) {
+      return usage(stderr, 2);
+    } else {
+      args[nargs++] = argv[i];
+    }
+  }
+  if (nargs != 2 || !format) return usage(stderr, 2);
+  if (strcmp(format, "safetensors")) {
+    fprintf(stderr, "giant-ckpt: unknown export format '%s' (safetensors is the one there is)\n", format);
+    return 2;
+  }
+  char a[4200];
+  if (resolve(args[0], a, sizeof a)) return 1;
+  if (gt_ckpt_export_safetensors(a, names, heads, args[1]) != GT_OK) return fail("exporting");
+  printf("%s -> %s/model.safetensors (%s names)\n", a, args[1], names);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return usage(stderr, 2);
   const char *cmd = argv[1];
@@ -96,6 +140,7 @@ int main(int argc, char **argv) {
     printf("%s -> %s\n", a, argv[3]);
     return 0;
   }
+  if (!strcmp(cmd, "export")) return cmd_export(argc, argv);
   if (!strcmp(cmd, "diff") && argc == 4) {
     if (resolve(argv[2], a, sizeof a) || resolve(argv[3], b, sizeof b)) return 1;
     double worst;

@@ -62,6 +62,12 @@ gt_status gt_ckpt_verify(const char *path, FILE *report, int *bad);
  * files and no slices, every tensor whole as a blob `data/<tensor>`
  * (row-major little-endian fp32), and the checkpoint's own blobs. */
 gt_status gt_ckpt_export(const char *path, const char *out_file);
+/* Writes a step directory's parameters, whole, to out_dir/model.safetensors
+ * (fp32) under a naming: "giant" (Giant's own names and layouts) or
+ * "hf-gpt2" (Hugging Face's GPT2LMHeadModel, with out_dir/config.json for
+ * it; `heads`, the model's head count, which the checkpoint does not
+ * record, is needed there and ignored otherwise). docs/interop.md. */
+gt_status gt_ckpt_export_safetensors(const char *path, const char *names, int heads, const char *out_dir);
 /* For every tensor of `a`: the largest |a - b| over the largest |a| of the
  * tensor, one line each on `out`; *max_rel gets the largest. Tensors
  * missing from `b` or of another shape are an error naming them. */

@@ -75,6 +75,7 @@ typedef struct gt_run_options {
   /* checkpoints and metrics */
   const char *ckpt_dir;
   int ckpt_every, ckpt_keep;
+  const char *init_from, *init_names; /* --init-from, --init-names: the weights to start from */
   const char *metrics;
   int print_every;
   const char *tensorboard; /* --tensorboard DIR: the lead's TensorBoard event files (docs/observability.md) */

@@ -17,6 +17,7 @@
 #include "giant/engine/dist.h"
 #include "giant/layer.h"
 #include "giant/engine/plan.h"
+#include "ckpt/hf.h"
 #include "ckpt/peers_api.h"
 #include "core/data/loader_engine.h"
 #include "giant/engine/checkpoint.h"
@@ -218,6 +219,10 @@ int cr_rank(int rank, int world, void *arg) {
   gt_model *m;
   gt_trainer *tr;
   build(cfg, be, dist, &plan, rows, NULL, &m, &tr);
+  if (cfg->init_from) {
+    CHECK_OK(ck_hf_import(m, cfg->init_from, "hf-gpt2"));
+    capture(tr, &plan, &cfg->loaded);
+  }
   gt_loader *data = open_data(cfg, &plan, rows);
   if (cfg->share0) CHECK_OK(gt_loader_reshare(data, rows, plan.me.dp * rows, CR_ROWS)); /* even until share_at */
   gt_ckpt *ck;

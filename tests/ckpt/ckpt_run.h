@@ -78,6 +78,9 @@ typedef struct cr_cfg {
   int *live_status;               /* shared: rank 0's status of the move; the run stops after it when not GT_OK */
   char *live_error;               /* shared, 1024 bytes: its message */
   gt_ckpt_peer_stats *live_stats; /* shared, one per old rank (NULL: not recorded) */
+  /* A safetensors file or directory every rank imports (hf-gpt2 names)
+   * right after the build, captured in `loaded` (NULL: none). */
+  const char *init_from;
 } cr_cfg;
 
 /* A cr_state in shared memory, with the single-process layout of `layout`

@@ -1,0 +1,275 @@
+/* Hugging Face's GPT2LMHeadModel (transformers, on PyTorch) against Giant,
+ * through safetensors files, with hf_gpt2_reference.py as the independent
+ * reference:
+ *   - a random model made there and imported here gives the same
+ *     log-probabilities (within 1e-5) and loss, tied and untied (and a
+ *     tied model refuses the untied file);
+ *   - imported at tp=2 and at pp=2, every rank holds its exact slice of the
+ *     same weights, and the first step's loss is the one process's;
+ *   - a model trained 20 steps here, exported with giant-ckpt, loads there
+ *     and gives the same log-probabilities and loss.
+ * Skipped (77) without a python3 that has torch, transformers and
+ * safetensors (tools/deps.sh giant_install_py_deps). Nothing is downloaded. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "ckpt/ckpt_run.h"
+#include "ckpt/hf.h"
+#include "common/gt_skip.h"
+#include "common/run_cmd.h"
+#include "examples/gpt/gpt.h"
+#include "giant/engine/model.h"
+
+enum { B = 2 };
+#define TOL 1e-5
+
+static const char *python; /* the first with the packages, or NULL */
+static char script[4200], tool[512];
+
+static void find_python(void) {
+  static const char *const candidates[] = {GT_PYTHON3, "/usr/bin/python3"};
+  snprintf(script, sizeof script, "%s/tests/ckpt/hf_gpt2_reference.py", GT_SOURCE_DIR);
+  for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+    if (!candidates[i][0] || access(candidates[i], X_OK) != 0) continue;
+    char *argv[] = {(char *)candidates[i], "-c", "import torch, transformers, safetensors", NULL};
+    static run_result r;
+    run_cmd(argv, NULL, 300, &r);
+    if (r.exit_code == 0) {
+      python = candidates[i];
+      return;
+    }
+  }
+}
+
+static void py(char *const args[], int n) {
+  char *argv[16] = {(char *)python, script};
+  for (int i = 0; i < n; i++) argv[2 + i] = args[i];
+  argv[2 + n] = NULL;
+  static run_result r;
+  run_cmd(argv, NULL, 600, &r); /* importing torch takes seconds; 600 s for a loaded machine */
+  if (r.exit_code != 0) run_fail(&r, "%s %s: exit %d", script, args[0], r.exit_code);
+}
+
+/* A fixed batch: inputs and their next tokens as targets. */
+static void batch(int32_t *in, int32_t *tg) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < CR_T; t++) {
+      in[b * CR_T + t] = (7 * b + 5 * t * t + 3) % CR_V;
+      tg[b * CR_T + t] = (7 * b + 5 * (t + 1) * (t + 1) + 3) % CR_V;
+    }
+}
+
+static void write_batch(const char *path, const int32_t *in, const int32_t *tg) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  int32_t hdr[2] = {B, CR_T};
+  assert_int_equal(fwrite(hdr, sizeof hdr, 1, f), 1);
+  assert_int_equal(fwrite(in, sizeof(int32_t), B * CR_T, f), B * CR_T);
+  assert_int_equal(fwrite(tg, sizeof(int32_t), B * CR_T, f), B * CR_T);
+  assert_int_equal(fclose(f), 0);
+}
+
+/* Transformers' log-probabilities of the batch for the model in dir, and its loss. */
+static float *hf_logp(const char *dir, const char *tag, float *loss) {
+  char bpath[4300], opath[4300];
+  int32_t in[B * CR_T], tg[B * CR_T];
+  batch(in, tg);
+  snprintf(bpath, sizeof bpath, "%s.%s.batch", cr_fx.data, tag);
+  snprintf(opath, sizeof opath, "%s.%s.logp", cr_fx.data, tag);
+  write_batch(bpath, in, tg);
+  py((char *[]){"run", (char *)dir, bpath, opath}, 4);
+  size_t n = (size_t)B * CR_T * CR_V;
+  float *logp = malloc((n + 1) * sizeof *logp);
+  FILE *f = fopen(opath, "rb");
+  assert_non_null(f);
+  assert_int_equal(fread(logp, sizeof(float), n + 1, f), n + 1);
+  fclose(f);
+  *loss = logp[n];
+  unlink(bpath);
+  unlink(opath);
+  return logp;
+}
+
+static gt_model *new_model(gt_backend *be, bool tied) {
+  gt_model *m;
+  assert_int_equal(gt_model_create(be, &(gt_model_config){.B_max = B, .T_max = CR_T, .seed = 9}, &m), GT_OK);
+  gpt_config gc = {.vocab_size = CR_V, .T_max = CR_T, .C = CR_C, .NH = CR_NH, .L = CR_L, .tie_weights = tied};
+  assert_int_equal(gpt_add_layers(m, &gc), GT_OK);
+  assert_int_equal(gt_model_build(m), GT_OK);
+  return m;
+}
+
+/* Giant's log-probabilities of the batch against the reference's. */
+static void compare(gt_model *m, const float *ref, float ref_loss, const char *what) {
+  int32_t in[B * CR_T], tg[B * CR_T];
+  batch(in, tg);
+  gt_acts *a;
+  assert_int_equal(gt_acts_create(m, &a), GT_OK);
+  gt_batch b = {.B = B, .T = CR_T, .inputs = in, .targets = tg};
+  float loss, probs[CR_V];
+  assert_int_equal(gt_model_forward(m, a, &b, &loss), GT_OK);
+  double worst = 0;
+  for (int r = 0; r < B; r++)
+    for (int t = 0; t < CR_T; t++) {
+      assert_int_equal(gt_model_probs(m, a, r, t, probs), GT_OK);
+      for (int v = 0; v < CR_V; v++) {
+        double e = fabs(log((double)probs[v]) - ref[((size_t)r * CR_T + t) * CR_V + v]);
+        worst = e > worst ? e : worst;
+      }
+    }
+  gt_acts_destroy(a);
+  print_message("%s: largest log-probability difference %.2e, loss %.7f (transformers %.7f)\n", what, worst, loss,
+                ref_loss);
+  if (worst > TOL || fabs(loss - ref_loss) > TOL)
+    fail_msg("%s: log-probabilities differ by %.2e and losses by %.2e (tolerance %.0e)", what, worst,
+             fabs(loss - ref_loss), TOL);
+}
+
+static char *make_hf(const char *tag, bool tied, int seed) {
+  char *dir = cr_fixture_dir(tag), V[16], T[16], C[16], L[16], NH[16], tie[4], sd[16];
+  snprintf(V, sizeof V, "%d", CR_V);
+  snprintf(T, sizeof T, "%d", CR_T);
+  snprintf(C, sizeof C, "%d", CR_C);
+  snprintf(L, sizeof L, "%d", CR_L);
+  snprintf(NH, sizeof NH, "%d", CR_NH);
+  snprintf(tie, sizeof tie, "%d", tied);
+  snprintf(sd, sizeof sd, "%d", seed);
+  py((char *[]){"make", dir, V, T, C, L, NH, tie, sd}, 9);
+  return dir;
+}
+
+static void import_case(bool tied) {
+  if (!python) SKIP_CASE("no python3 with torch, transformers and safetensors (tools/deps.sh)");
+  char *dir = make_hf(tied ? "hf-tied" : "hf-untied", tied, tied ? 1 : 2);
+  float loss;
+  float *ref = hf_logp(dir, "import", &loss);
+  gt_backend *be;
+  assert_int_equal(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU}, &be), GT_OK);
+  gt_model *m = new_model(be, tied);
+  gt_status s = ck_hf_import(m, dir, "hf-gpt2");
+  if (s != GT_OK) fail_msg("importing %s: %s", dir, gt_last_error());
+  compare(m, ref, loss, tied ? "imported, tied" : "imported, untied");
+  /* A model of another configuration is refused, naming the tensor. */
+  gt_model *wide;
+  assert_int_equal(gt_model_create(be, &(gt_model_config){.B_max = B, .T_max = CR_T, .seed = 9}, &wide), GT_OK);
+  gpt_config gc = {.vocab_size = CR_V, .T_max = CR_T, .C = 2 * CR_C, .NH = CR_NH, .L = CR_L, .tie_weights = tied};
+  assert_int_equal(gpt_add_layers(wide, &gc), GT_OK);
+  assert_int_equal(gt_model_build(wide), GT_OK);
+  assert_int_equal(ck_hf_import(wide, dir, "hf-gpt2"), GT_EFORMAT);
+  assert_non_null(strstr(gt_last_error(), "transformer.wte.weight is 64x32 and the model's embed.wte needs 64x64"));
+  gt_model_destroy(wide);
+  if (!tied) { /* a tied model cannot take two matrices */
+    gt_model *t = new_model(be, true);
+    assert_int_equal(ck_hf_import(t, dir, "hf-gpt2"), GT_EFORMAT);
+    assert_non_null(strstr(gt_last_error(), "lm_head.weight apart from its embedding"));
+    gt_model_destroy(t);
+  }
+  gt_model_destroy(m);
+  gt_backend_destroy(be);
+  free(ref);
+  cr_rmtree(dir);
+  free(dir);
+}
+
+static void test_import_tied(void **state) {
+  (void)state;
+  import_case(true);
+}
+
+static void test_import_untied(void **state) {
+  (void)state;
+  import_case(false);
+}
+
+/* The same file imported at tp=2 and pp=2: the ranks' slices put together
+ * are the one process's weights exactly, and the first step's loss agrees. */
+static void test_import_layouts(void **state) {
+  (void)state;
+  if (!python) SKIP_CASE("no python3 with torch, transformers and safetensors (tools/deps.sh)");
+  char *dir = make_hf("hf-layouts", true, 3);
+  cr_cfg one = {.data = cr_fx.data,
+                .dir = "/nonexistent-unused",
+                .s1 = 1,
+                .init_from = dir,
+                .loaded = cr_state_new(cr_fx.layout),
+                .final = cr_state_new(cr_fx.layout)};
+  cr_run(1, &one);
+  static const char *const layouts[] = {"tp=2", "pp=2"};
+  for (int i = 0; i < 2; i++) {
+    cr_cfg c = {.layout = layouts[i],
+                .data = cr_fx.data,
+                .dir = "/nonexistent-unused",
+                .s1 = 1,
+                .init_from = dir,
+                .loaded = cr_state_new(cr_fx.layout),
+                .final = cr_state_new(cr_fx.layout)};
+    cr_run(2, &c);
+    size_t n = cr_fx.layout->nparams;
+    for (size_t k = 0; k < n; k++)
+      if (c.loaded.p->params[k] != one.loaded.p->params[k])
+        fail_msg("%s: float %zu of the imported weights is %g, and %g in one process", layouts[i], k,
+                 (double)c.loaded.p->params[k], (double)one.loaded.p->params[k]);
+    print_message("%s: first loss %.7f, one process %.7f\n", layouts[i], c.final.p->losses[0], one.final.p->losses[0]);
+    assert_true(fabs(c.final.p->losses[0] - one.final.p->losses[0]) <= TOL);
+  }
+  cr_rmtree(dir);
+  free(dir);
+}
+
+/* Trained here, exported by giant-ckpt, read by transformers. */
+static void test_export_loads_in_hf(void **state) {
+  (void)state;
+  if (!python) SKIP_CASE("no python3 with torch, transformers and safetensors (tools/deps.sh)");
+  char *ck = cr_fixture_dir("trained"), *out = cr_fixture_dir("exported"), step[4300];
+  cr_cfg c = {.data = cr_fx.data, .dir = ck, .s1 = CR_STEPS, .save_at = CR_STEPS, .final = cr_state_new(cr_fx.layout)};
+  cr_run(1, &c);
+  snprintf(step, sizeof step, "%s/step-%08d", ck, CR_STEPS);
+  static run_result r;
+  char heads[16];
+  snprintf(heads, sizeof heads, "%d", CR_NH);
+  char *argv[] = {tool, "export", "--format", "safetensors", "--names", "hf-gpt2", "--heads", heads, ck, out, NULL};
+  run_cmd(argv, NULL, 120, &r);
+  if (r.exit_code != 0) run_fail(&r, "giant-ckpt export: exit %d", r.exit_code);
+  float loss;
+  float *ref = hf_logp(out, "export", &loss);
+  gt_backend *be;
+  assert_int_equal(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU}, &be), GT_OK);
+  gt_model *m = new_model(be, true);
+  assert_int_equal(gt_model_buffer_floats(m), cr_fx.layout->nparams);
+  assert_int_equal(gt_model_set_params(m, c.final.p->params, cr_fx.layout->nparams), GT_OK);
+  compare(m, ref, loss, "trained 20 steps, exported");
+  /* And back: the exported file imported gives the trained weights exactly. */
+  gt_model *back = new_model(be, true);
+  assert_int_equal(ck_hf_import(back, out, "hf-gpt2"), GT_OK);
+  float *p = malloc(cr_fx.layout->nparams * sizeof *p);
+  assert_int_equal(gt_model_get_params(back, p, cr_fx.layout->nparams), GT_OK);
+  assert_memory_equal(p, c.final.p->params, cr_fx.layout->nparams * sizeof *p);
+  free(p);
+  gt_model_destroy(back);
+  gt_model_destroy(m);
+  gt_backend_destroy(be);
+  free(ref);
+  cr_rmtree(ck);
+  cr_rmtree(out);
+  free(ck);
+  free(out);
+}
+
+int main(void) {
+  find_python();
+  build_path("tools/giant-ckpt", tool, sizeof tool);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_import_tied),
+      cmocka_unit_test(test_import_untied),
+      cmocka_unit_test(test_import_layouts),
+      cmocka_unit_test(test_export_loads_in_hf),
+  };
+  return gt_test_exit(cmocka_run_group_tests(tests, cr_fixture_setup, cr_fixture_teardown));
+}
