@@ -57,6 +57,7 @@ static void test_bad_flags(void **state) {
           "--zero 2 with --delayed-update is not supported");
   refused((char *[]){gpt, "--zero", "3", "--update-per-layer", NULL}, 2,
           "--zero 3 with --update-per-layer is not supported");
+  refused((char *[]){gpt, "--zero", "3", "--reshape", NULL}, 2, "--zero 3 with --reshape is not supported");
 }
 
 static void test_unsupported_at_start(void **state) {
