@@ -9,7 +9,9 @@
  * memory the model takes, as its arena counts it, shrinks by what the
  * computed sizes say: the whole gradient buffer gives way to a shard and
  * the staging, and at ZeRO-3 the whole parameter buffer to a shard and
- * two slots. Bad stages and combinations are refused with a message.
+ * two slots. Bad stages and combinations are refused with a message, and
+ * at ZeRO-3 so is what would read whole parameters on each rank (a peer's
+ * mirror, moving the state in process).
  *
  * Every run happens in forked processes (the parent never starts OpenMP,
  * which does not survive fork); results come back through shared memory. */
@@ -20,6 +22,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "ckpt/peers_api.h"
 #include "core/arena.h"
 #include "core/model/model_engine.h"
 #include "examples/gpt/gpt.h"
@@ -33,6 +36,7 @@
 #include "giant/engine/trainer.h"
 #include "giant/log.h"
 #include "localkit/ranks.h"
+#include "optim/trainer/trainer_engine.h"
 #include "parallel/plan_engine.h"
 #include "parallel/train_result.h"
 
@@ -123,6 +127,15 @@ static int train(int rank, int world, void *arg) {
                           .precision = cfg->precision};
   gt_trainer *tr;
   CHECK_OK(gt_trainer_create(m, &tc, &tr));
+  if (gt_model_params_sharded(m)) {
+    /* What reads whole parameters on each rank is refused, saying so. */
+    gt_ckpt_mirror *mirror = NULL;
+    CHECK(gt_ckpt_mirror_create(tr, 1, &mirror) == GT_EUNSUPPORTED && !mirror);
+    CHECK(strstr(gt_last_error(), "not supported with ZeRO-3"));
+    CHECK(gt_trainer_move_state(tr, tr) == GT_EUNSUPPORTED);
+    CHECK(strstr(gt_last_error(), "use ZeRO-2"));
+    CHECK(!gt_model_params(m));
+  }
   int32_t in[B * T], tg[B * T];
   for (int s = 0; s < STEPS; s++) {
     train_batch_for(s, 0, V, T, B, in, tg); /* the step's global batch, which every layout cuts the same */
