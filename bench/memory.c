@@ -18,7 +18,7 @@
  * width under --device-mem-mib (every rank's backend enforces it), where a
  * model "trains" when it builds and runs 2 steps without GT_ENOMEM; once
  * with ZeRO-1 alone, once with ZeRO-3 and block recomputation, and once
- * with the highest stage this build has (ZeRO-2) and block recomputation.
+ * with ZeRO-2 and block recomputation.
  *
  * Last line, computed from the rows:
  *   zero3_of_theory      ZeRO-3's peak over 16 Psi / dp + its activations
@@ -50,7 +50,7 @@
 
 /* What this build has. Each is one line to change when its feature lands,
  * with the field it sets (set_features below) named beside it. */
-#define MAX_ZERO_STAGE 2       /* the highest ZeRO stage: gt_plan_config.zero */
+#define MAX_ZERO_STAGE 3       /* the highest ZeRO stage: gt_plan_config.zero */
 #define HAVE_RECOMPUTE 1       /* gt_model_config.recompute: none, attention, block */
 #define HAVE_TILED_ATTENTION 1 /* gt_model_config.attention: tiled or full */
 
@@ -423,7 +423,7 @@ int main(int argc, char **argv) {
     printf("largest: ZeRO-1 %d layers; ZeRO-3 + block %s (%d probes)\n", largest1,
            feature_ok(&z3b) ? "measured" : "n/a (not in this build)", probes);
     if (feature_ok(&z3b)) printf("largest: ZeRO-3 + block %d layers\n", largest3);
-    /* The most sharding and recomputation this build has, beside. */
+    /* ZeRO-2 with block recomputation, beside. */
     const row *z2b = find("zero2_recompute_block");
     if (feature_ok(z2b)) {
       largest2 = largest(c, z2b, search_from, &probes);

@@ -12,6 +12,7 @@
 #include "giant/engine/dist.h"
 #include "giant/log.h"
 #include "ckpt/peers_api.h"
+#include "core/model/model_engine.h"
 #include "giant/engine/comm.h"
 #include "giant/engine/grid.h"
 #include "giant/engine/model.h"
@@ -64,6 +65,10 @@ static gt_status unique_of(const held *v, int count, int rank, bool keep_at, pr_
 
 gt_status gt_ckpt_mirror_create(gt_trainer *tr, int stride, gt_ckpt_mirror **out) {
   *out = NULL;
+  if (gt_model_params_sharded(gt_trainer_model(tr)))
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "copying the state to a peer (--mirror-every) is not supported with ZeRO-3 (sharded "
+                     "parameters): use ZeRO-2, or checkpoints alone");
   gt_dist *dist = gt_trainer_dist(tr);
   gt_ckpt_mirror *m = calloc(1, sizeof *m);
   if (!m) return gt_errorf(GT_ENOMEM, "out of memory");

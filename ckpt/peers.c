@@ -22,6 +22,7 @@
 #include "ckpt/peers.h"
 #include "giant/log.h"
 #include "ckpt/peers_api.h"
+#include "core/model/model_engine.h"
 #include "giant/engine/comm.h"
 #include "giant/engine/dist.h"
 #include "giant/engine/grid.h"
@@ -298,6 +299,10 @@ static gt_status agree(gt_comm *world, gt_status mine) {
 
 gt_status gt_ckpt_reshard_peers(gt_trainer *from, gt_trainer *to, const gt_ckpt_mirror *mirror, const char *fallback,
                                 gt_ckpt_peer_stats *out) {
+  if ((from && gt_model_params_sharded(gt_trainer_model(from))) || gt_model_params_sharded(gt_trainer_model(to)))
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "resharding from peers is not supported with ZeRO-3 (sharded parameters): use ZeRO-2, "
+                     "or load the last checkpoint");
   gt_ckpt_peer_stats st = {0};
   gt_dist *dist = gt_trainer_dist(to);
   gt_comm *world = dist ? gt_grid_world(gt_dist_grid(dist)) : NULL;

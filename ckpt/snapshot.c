@@ -115,17 +115,27 @@ static gt_status describe_param(gt_ckpt *c, int file, int i, const int *param_sl
   char name[CK_NAME + 32];
   ck_box blk = ck_param_box(p);
   add_ctx a = {.c = c, .file = file, .offset = offset};
-  if (writes(plan, p, param_slot, i, true)) {
+  /* The optimizer holds floats [lo, hi) of the flat buffer: the part of
+   * this parameter inside it, cut into boxes of the global tensor. */
+  size_t lo = p->offset > c->lo ? p->offset : c->lo;
+  size_t hi = p->offset + p->numel < c->hi ? p->offset + p->numel : c->hi;
+  if (gt_model_params_sharded(c->m)) {
+    /* ZeRO-3: the parameters are held as the state is, by the same
+     * range, from the model's shard. */
+    if (lo < hi && writes(plan, p, state_slot, i, false)) {
+      ck_param_tensor(p->name, name, sizeof name);
+      GT_TRY(add_tensor(c, name, p, &a.tensor));
+      a.which = 0;
+      a.shift = (int64_t)p->offset - (int64_t)c->lo;
+      GT_TRY(ck_range_boxes(&blk, lo - p->offset, hi - p->offset, add_slice, &a));
+    }
+  } else if (writes(plan, p, param_slot, i, true)) {
     ck_param_tensor(p->name, name, sizeof name);
     GT_TRY(add_tensor(c, name, p, &a.tensor));
     a.which = 0;
     a.shift = (int64_t)p->offset;
     GT_TRY(add_slice(&a, &blk, 0));
   }
-  /* The optimizer holds floats [lo, hi) of the flat buffer: the part of
-   * this parameter inside it, cut into boxes of the global tensor. */
-  size_t lo = p->offset > c->lo ? p->offset : c->lo;
-  size_t hi = p->offset + p->numel < c->hi ? p->offset + p->numel : c->hi;
   if (lo >= hi || !writes(plan, p, state_slot, i, !plan->zero1)) return GT_OK;
   gt_optim_kind kind = gt_optimizer_get_config(c->opt)->kind;
   for (int k = 0; k < c->nstates; k++) {
@@ -211,7 +221,11 @@ gt_status ck_snapshot_copy(gt_ckpt *c) {
   const float *base[3] = {0};
   for (int w = 0; w <= c->nstates; w++) {
     float *host = w ? c->state[w - 1] : c->params;
-    const float *dev = w ? gt_optimizer_state(c->opt, w - 1) : gt_model_params(c->m);
+    /* Sharded (ZeRO-3), the parameters' slices are placed from the
+     * shard's start, as the state's are. */
+    const float *dev = w                               ? gt_optimizer_state(c->opt, w - 1)
+                       : gt_model_params_sharded(c->m) ? gt_model_param_at(c->m, c->lo)
+                                                       : gt_model_params(c->m);
     base[w] = host;
     if (w && c->state_fd >= 0) {
       /* Every state at once, when this rank writes any of it. */

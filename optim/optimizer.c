@@ -185,7 +185,6 @@ static gt_status update_param(const update *u, int i, size_t lo, size_t hi, floa
   gt_optimizer *o = u->o;
   gt_model *m = o->m;
   gt_backend *be = gt_model_state_backend(m);
-  float *p = gt_model_params(m);
   float lr = u->lr, grad_scale = u->grad_scale;
   uint16_t *bf16 = u->bf16;
   const gt_param *pi = gt_model_param(m, i);
@@ -198,6 +197,11 @@ static gt_status update_param(const update *u, int i, size_t lo, size_t hi, floa
   const float *g = u->grads ? u->grads + a : gt_model_grad_at(m, a);
   if (!g)
     return gt_errorf(GT_ESTATE, "the gradients of floats [%zu, %zu) are not on this rank (sharded elsewhere)", a, b);
+  /* The parameters too are sharded under ZeRO-3: the model holds this
+   * optimizer's range. */
+  float *p = gt_model_param_at(m, a);
+  if (!p)
+    return gt_errorf(GT_ESTATE, "the parameters of floats [%zu, %zu) are not on this rank (sharded elsewhere)", a, b);
   float wd = pi->decay ? o->cfg.weight_decay : 0.0f;
   m0 += a - lo;
   if (m1) m1 += a - lo;
@@ -209,12 +213,12 @@ static gt_status update_param(const update *u, int i, size_t lo, size_t hi, floa
                         .weight_decay = wd,
                         .step = o->steps,
                         .grad_scale = grad_scale};
-    if (bf16) return gt_op_adamw_update_bf16(be, p + a, g, m0, m1, bf16 + a, b - a, &ar);
-    return gt_op_adamw_update(be, p + a, g, m0, m1, b - a, &ar);
+    if (bf16) return gt_op_adamw_update_bf16(be, p, g, m0, m1, bf16 + a, b - a, &ar);
+    return gt_op_adamw_update(be, p, g, m0, m1, b - a, &ar);
   }
   gt_sgd_args ar = {
       .lr = lr, .momentum = o->cfg.momentum, .weight_decay = wd, .nesterov = o->cfg.nesterov, .grad_scale = grad_scale};
-  return gt_op_sgd_update(be, p + a, g, m0, b - a, &ar);
+  return gt_op_sgd_update(be, p, g, m0, b - a, &ar);
 }
 
 /* A chunk of the state on disk, staged: the parameters that meet it. */

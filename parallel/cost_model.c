@@ -107,13 +107,15 @@ gt_status gt_planner_estimate(const gt_planner_hw *hw, const gt_planner_job *job
         budget[s] = fmin(budget[s], hw->mem_bytes ? hw->mem_bytes[r] : INFINITY);
       }
   }
-  /* Weights, gradients (sharded by ZeRO-2; its staging is not counted), the
-   * optimizer's states (sharded by ZeRO-1) and, under bf16, the parameters'
-   * bf16 copy: bytes per parameter byte. */
+  /* Weights (sharded by ZeRO-3; its slots are not counted), gradients
+   * (sharded by ZeRO-2; its staging is not counted), the optimizer's
+   * states (sharded by ZeRO-1) and, under bf16, the parameters' bf16 copy
+   * (ZeRO-3: only the slots'): bytes per parameter byte. */
   bool off = job->offload_window > 0, bf16 = job->precision == GT_PRECISION_BF16;
   int states = job->optim_states > 0 ? job->optim_states : 2;
-  double shards = job->zero1 ? dp : 1,
-         state_factor = 1 + (job->zero >= 2 ? 1.0 / dp : 1) + states / shards + (bf16 ? 0.5 : 0);
+  double shards = job->zero1 ? dp : 1, state_factor = (job->zero >= 3 ? 1.0 / dp : 1) +
+                                                      (job->zero >= 2 ? 1.0 / dp : 1) + states / shards +
+                                                      (bf16 && job->zero < 3 ? 0.5 : 0);
   /* Micro-batches in flight on each pipeline rank, and what the rank holds
    * beside its layers whatever the cut: per micro-batch the gradient
    * buffers and the batch, once the scratch and the trainer's buffers. */
@@ -354,6 +356,7 @@ void gt_planner_print(const gt_planner_result *e, const gt_planner_job *job, FIL
     gt_planner_mem_text(e->mem_kinds[s], parts, sizeof parts);
     fprintf(f, "memory, pipeline rank %d: %.1f MiB%s: %s\n", s, e->mem_bytes[s] / (1 << 20),
             job && job->offload_window > 0 ? " (offloaded: the window and activations)"
+            : job && job->zero >= 3        ? " (ZeRO-3)"
             : job && job->zero >= 2        ? " (ZeRO-2)"
             : job && job->zero1            ? " (ZeRO-1)"
                                            : "",

@@ -38,7 +38,14 @@
  * (core/model/zero.c) and hands each layer's to the sink below after the
  * layer's backward, on every micro-batch; the sink reduces each owner's
  * piece to its owner with the same reduce as ZeRO-1's buckets, and the
- * owner adds it to its shard. finish() flushes the model's last sends. */
+ * owner adds it to its shard. finish() flushes the model's last sends.
+ *
+ * ZeRO-3 adds the parameters: the model holds only its shard of them too
+ * (core/model/zero3.c) and gathers each layer's before the layer runs,
+ * through the source below: one broadcast from each owner of its piece,
+ * on the same communicator, in the order every rank's forward and
+ * backward ask for them. The optimizer updates the shard in place, so
+ * nothing is gathered after the step. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +55,9 @@
 #include "giant/engine/plan.h"
 #include "core/model/model_engine.h"
 #include "giant/engine/model.h"
+
+#define SOURCE_SLOT0 3 /* the sink's slots 0..2, then the source's */
+#define NSENDS 5
 
 typedef struct bucket {
   size_t lo, hi; /* floats of the flat buffer */
@@ -68,11 +78,11 @@ struct gt_dp_sync {
   int next_layer;   /* the highest layer not yet announced this step */
   size_t *layer_lo; /* per layer: its lowest float (SIZE_MAX: none of its own) */
   size_t shard_lo, shard_hi;
-  int stage; /* ZeRO stage: 0, 1, or 2 (the gradients sharded, sent by the sink) */
+  int stage; /* ZeRO stage: 0, 1, 2 (the gradients sharded, sent by the sink) or 3 (the parameters too) */
   struct {
     gt_comm_req **req;
     int n, cap;
-  } sends[3]; /* ZeRO-2: the sink's requests in flight, per slot */
+  } sends[NSENDS]; /* ZeRO-2: the sink's requests in flight, per slot; ZeRO-3: the source's after them */
   gt_dp_sync_stats stats;
 };
 
@@ -161,6 +171,17 @@ static void cut_at_shards(gt_dp_sync *s) {
   }
 }
 
+/* Room for one more request in flight of `slot`. */
+static gt_status more_sends(gt_dp_sync *s, int slot) {
+  if (s->sends[slot].n < s->sends[slot].cap) return GT_OK;
+  int cap = s->sends[slot].cap ? 2 * s->sends[slot].cap : 16;
+  gt_comm_req **r = realloc(s->sends[slot].req, (size_t)cap * sizeof *r);
+  if (!r) return gt_errorf(GT_ENOMEM, "out of memory for ZeRO's requests in flight");
+  s->sends[slot].req = r;
+  s->sends[slot].cap = cap;
+  return GT_OK;
+}
+
 /* ZeRO-2's sink: the floats [lo, hi) at g go to their owners, one reduce
  * per owner's piece. */
 static gt_status sink_send(void *ctx, int slot, float *g, size_t lo, size_t hi) {
@@ -168,13 +189,7 @@ static gt_status sink_send(void *ctx, int slot, float *g, size_t lo, size_t hi) 
   size_t S = s->shard_hi - s->shard_lo;
   for (size_t a = lo; a < hi;) {
     size_t owner = a / S, b = (owner + 1) * S < hi ? (owner + 1) * S : hi;
-    if (s->sends[slot].n == s->sends[slot].cap) {
-      int cap = s->sends[slot].cap ? 2 * s->sends[slot].cap : 16;
-      gt_comm_req **r = realloc(s->sends[slot].req, (size_t)cap * sizeof *r);
-      if (!r) return gt_errorf(GT_ENOMEM, "out of memory for gradient sends");
-      s->sends[slot].req = r;
-      s->sends[slot].cap = cap;
-    }
+    GT_TRY(more_sends(s, slot));
     float *p = g + (a - lo);
     GT_TRY(gt_comm_reduce_to_start(s->dp, p, p, b - a, GT_F32, GT_COMM_SUM, (int)owner,
                                    &s->sends[slot].req[s->sends[slot].n]));
@@ -184,8 +199,28 @@ static gt_status sink_send(void *ctx, int slot, float *g, size_t lo, size_t hi) 
   return GT_OK;
 }
 
+/* ZeRO-3's source: the floats [lo, hi) at dst come from their owners, one
+ * broadcast per owner's piece. */
+static gt_status source_gather(void *ctx, int slot, float *dst, size_t lo, size_t hi) {
+  gt_dp_sync *s = ctx;
+  if (slot < 0 || SOURCE_SLOT0 + slot >= NSENDS)
+    return gt_errorf(GT_EINVAL, "ZeRO-3: gather slot %d out of range", slot);
+  slot += SOURCE_SLOT0;
+  size_t S = s->shard_hi - s->shard_lo;
+  for (size_t a = lo; a < hi;) {
+    size_t owner = a / S, b = (owner + 1) * S < hi ? (owner + 1) * S : hi;
+    GT_TRY(more_sends(s, slot));
+    GT_TRY(gt_comm_broadcast_start(s->dp, dst + (a - lo), b - a, GT_F32, (int)owner,
+                                   &s->sends[slot].req[s->sends[slot].n]));
+    s->sends[slot].n++;
+    a = b;
+  }
+  return GT_OK;
+}
+
 static gt_status sink_wait(void *ctx, int slot) {
   gt_dp_sync *s = ctx;
+  if (slot < 0 || slot >= NSENDS) return gt_errorf(GT_EINVAL, "ZeRO: request slot %d out of range", slot);
   gt_status first = GT_OK;
   for (int i = 0; i < s->sends[slot].n; i++) {
     gt_status st = gt_comm_wait(s->sends[slot].req[i], -1);
@@ -193,6 +228,12 @@ static gt_status sink_wait(void *ctx, int slot) {
   }
   s->sends[slot].n = 0;
   return first;
+}
+
+static gt_status source_wait(void *ctx, int slot) {
+  if (slot < 0 || SOURCE_SLOT0 + slot >= NSENDS)
+    return gt_errorf(GT_EINVAL, "ZeRO-3: gather slot %d out of range", slot);
+  return sink_wait(ctx, SOURCE_SLOT0 + slot);
 }
 
 static gt_status make_buckets(gt_dp_sync *s, size_t bucket_floats) {
@@ -230,13 +271,20 @@ static gt_status attach_sink(gt_dp_sync *s) {
                      "ZeRO-%d: the model's gradients are not sharded as the data-parallel group's rank %d "
                      "needs; build the model with the plan's parallel context (gt_dist_model_parallel)",
                      s->stage, gt_comm_rank(s->dp));
-  return gt_model_set_grad_sink(s->m, &(gt_grad_sink){.send = sink_send, .wait = sink_wait, .ctx = s});
+  GT_TRY(gt_model_set_grad_sink(s->m, &(gt_grad_sink){.send = sink_send, .wait = sink_wait, .ctx = s}));
+  if (s->stage < 3) return GT_OK;
+  gt_model_param_range(s->m, &lo, &hi);
+  if (!gt_model_params_sharded(s->m) || lo != s->shard_lo || hi != s->shard_hi)
+    return gt_errorf(GT_EINVAL,
+                     "ZeRO-3: the model's parameters are not sharded as the data-parallel group's rank %d "
+                     "needs; build the model with the plan's parallel context (gt_dist_model_parallel)",
+                     gt_comm_rank(s->dp));
+  return gt_model_set_param_source(s->m, &(gt_param_source){.gather = source_gather, .wait = source_wait, .ctx = s});
 }
 
 gt_status gt_dp_sync_create(gt_model *m, gt_comm *dp, size_t bucket_bytes, int zero, gt_dp_sync **out) {
   *out = NULL;
-  if (zero < 0 || zero > 2)
-    return gt_errorf(GT_EINVAL, "ZeRO stage %d: the gradient sync runs stages 0, 1 and 2", zero);
+  if (zero < 0 || zero > 3) return gt_errorf(GT_EINVAL, "ZeRO stage %d: the gradient sync runs stages 0 to 3", zero);
   gt_dp_sync *s = calloc(1, sizeof *s);
   if (!s) return gt_errorf(GT_ENOMEM, "out of memory creating gradient sync");
   s->m = m;
@@ -274,12 +322,13 @@ void gt_dp_sync_destroy(gt_dp_sync *s) {
   if (!s) return;
   for (int i = 0; i < s->next; i++)
     if (s->b[i].req) gt_comm_wait(s->b[i].req, -1);
+  if (gt_model_params_sharded(s->m) && s->stage >= 3) gt_model_set_param_source(s->m, NULL);
   if (gt_model_grads_sharded(s->m) && s->stage >= 2) {
     gt_model_set_grad_sink(s->m, NULL); /* waits for the sends in flight */
   } else {
     gt_model_set_grad_hook(s->m, NULL, NULL);
   }
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < NSENDS; k++) {
     (void)sink_wait(s, k);
     free(s->sends[k].req);
   }
@@ -321,7 +370,8 @@ gt_status gt_dp_sync_finish(gt_dp_sync *s) {
 }
 
 gt_status gt_dp_sync_gather_params(gt_dp_sync *s) {
-  if (!s->zero1) return GT_OK;
+  /* ZeRO-3 gathers each layer's parameters when it runs instead. */
+  if (!s->zero1 || gt_model_params_sharded(s->m)) return GT_OK;
   size_t S = s->shard_hi - s->shard_lo;
   float *p = gt_model_params(s->m);
   gt_model_params_changed(s->m);

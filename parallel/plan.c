@@ -149,11 +149,10 @@ gt_status gt_plan_resolve(const gt_plan_config *cfg, gt_plan *out) {
   int zero = cfg->zero < 0 ? 0 : cfg->zero ? cfg->zero : cfg->zero1 ? 1 : a ? a->zero : 0;
   out->from_zero = cfg->zero || cfg->zero1 ? GT_FROM_FLAG : a && a->zero ? GT_FROM_ANNOTATION : GT_FROM_PLANNER;
   if (zero > 3)
-    return gt_errorf(GT_EINVAL, "ZeRO stage %d: the stages are 0 (off), 1 (optimizer state), 2 (and gradients)", zero);
-  if (zero == 3)
-    return gt_errorf(GT_EUNSUPPORTED,
-                     "ZeRO-3 (parameters sharded too) is not available yet: use ZeRO-2 (gradients and "
-                     "optimizer state sharded) or offloading (--offload) for parameters larger than a device");
+    return gt_errorf(GT_EINVAL,
+                     "ZeRO stage %d: the stages are 0 (off), 1 (optimizer state), 2 (and gradients), 3 (and "
+                     "parameters)",
+                     zero);
   out->zero = zero;
   out->zero1 = zero >= 1;
   out->seq_parallel = cfg->seq_parallel;
@@ -171,9 +170,10 @@ gt_status gt_plan_resolve(const gt_plan_config *cfg, gt_plan *out) {
   if (out->zero >= 2 && out->offload_window > 0)
     return gt_errorf(GT_EUNSUPPORTED,
                      "ZeRO-%d with offloading (a window of %d layers, from %s) is not supported: offloading "
-                     "keeps the gradients in host memory already; use ZeRO-1 with offloading, or ZeRO-%d "
+                     "keeps the %s in host memory already; use ZeRO-1 with offloading, or ZeRO-%d "
                      "without it",
-                     out->zero, out->offload_window, gt_plan_source_name(out->from_offload), out->zero);
+                     out->zero, out->offload_window, gt_plan_source_name(out->from_offload),
+                     out->zero >= 3 ? "parameters and gradients" : "gradients", out->zero);
   return gt_grid_coords_of(&out->layout, cfg->rank, &out->me);
 }
 

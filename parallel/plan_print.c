@@ -142,6 +142,10 @@ void gt_plan_print(const gt_plan *p, const gt_model *m, FILE *f) {
             "gradients: the same floats of the flat buffer, plus two layers' staging and the tied parameters' "
             "whole gradients (ZeRO-%d, docs/memory.md)\n",
             p->zero);
+  if (p->zero >= 3 && dp > 1)
+    fprintf(f,
+            "parameters: the same floats again, plus two slots that hold whole layers, gathered before each "
+            "layer's forward and backward (ZeRO-3, docs/memory.md)\n");
   if (gt_model_offloaded(m))
     fprintf(f,
             "offloaded: parameters, gradients and optimizer state live in host memory; the device holds the "

@@ -67,9 +67,10 @@ gt_status run_ckpt_start(const run_ckpt_args *a, gt_job *job, gt_trainer *tr, gt
   if (job->rank == 0)
     printf("checkpoints: resumed from %s (step %d, taken at dp=%d,tp=%d,pp=%d%s)%s; steps lost: %d\n", info.path,
            info.step, info.layout.dp, info.layout.tp, info.layout.pp,
-           info.zero == 2 ? " with ZeRO-2"
-           : info.zero1   ? " with ZeRO-1"
-                          : "",
+           info.zero == 3   ? " with ZeRO-3"
+           : info.zero == 2 ? " with ZeRO-2"
+           : info.zero1     ? " with ZeRO-1"
+                            : "",
            info.fallbacks ? " after passing over newer ones that failed to load" : "",
            progress > info.step ? progress - info.step : 0);
   return GT_OK;

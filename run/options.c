@@ -301,6 +301,11 @@ static gt_status from_env_and_check(gt_run_options *o) {
                      "--zero %d with %s is not supported: an update layer by layer needs each layer's whole "
                      "gradients; use --zero 1",
                      o->zero, o->delayed_update ? "--delayed-update" : "--update-per-layer");
+  if (o->zero >= 3 && o->reshape)
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "--zero 3 with --reshape is not supported: a reshape moves whole parameters from the "
+                     "ranks left, and ZeRO-3 holds only their shards; use --zero 2, or restart from the last "
+                     "checkpoint (without --reshape)");
   if (o->delayed_update && o->reshape)
     return gt_errorf(GT_EINVAL,
                      "--delayed-update holds a step's gradients for the next, and a reshape rebuilds the "

@@ -371,9 +371,10 @@ gt_status gt_run_start(gt_run *r, const gt_run_model *model) {
         gt_backend_name(r->be), gt_backend_kernels(r->be), gt_precision_name(r->precision),
         gt_backend_num_threads(r->be), gt_backend_peak_flops(r->be) / 1e9, r->plan.world, r->plan.layout.dp,
         r->plan.layout.tp, r->plan.layout.pp,
-        r->plan.zero == 2 ? ", ZeRO-2"
-        : r->plan.zero1   ? ", ZeRO-1"
-                          : "",
+        r->plan.zero == 3   ? ", ZeRO-3"
+        : r->plan.zero == 2 ? ", ZeRO-2"
+        : r->plan.zero1     ? ", ZeRO-1"
+                            : "",
         r->plan.seq_parallel ? ", sequence parallel" : "", gt_model_offloaded(r->m) ? ", offloaded" : "");
   r->ckpt_args = (run_ckpt_args){.dir = a->ckpt_dir, .every = a->ckpt_every, .keep = a->ckpt_keep};
   if (!r->joining && (s = run_ckpt_start(&r->ckpt_args, r->job, r->tr, r->loader, &r->ckpt)) != GT_OK)

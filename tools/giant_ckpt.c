@@ -61,9 +61,10 @@ static int resolve(const char *path, char *out, size_t cap) {
 static void describe(const char *path, const gt_ckpt_summary *s) {
   printf("%-40s step %8d  dp=%d,tp=%d,pp=%d%s  %d tensors in %d slices, %d shard files, %.2f MiB\n", path, s->step,
          s->layout.dp, s->layout.tp, s->layout.pp,
-         s->zero == 2 ? " ZeRO-2"
-         : s->zero1   ? " ZeRO-1"
-                      : "",
+         s->zero == 3   ? " ZeRO-3"
+         : s->zero == 2 ? " ZeRO-2"
+         : s->zero1     ? " ZeRO-1"
+                        : "",
          s->tensors, s->slices, s->files, (double)s->bytes / (1 << 20));
 }
 

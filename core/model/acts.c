@@ -222,6 +222,7 @@ static gt_status forward_layers(gt_model *m, gt_acts *a, int lo, int hi, const f
   for (int i = lo; i <= hi; i++) {
     gt_layer *l = m->layers[i];
     if (m->off) GT_TRY(gt_offload_layer_ready(m, i, lo, hi, +1));
+    if (m->zero3) GT_TRY(gt_zero3_layer_ready(m, i, lo, hi, +1));
     region_io r;
     GT_TRY(region_enter(m, a, &ctx, i, &r));
     float *out = a->out[i];
@@ -282,6 +283,7 @@ static gt_status backward_layers(gt_model *m, gt_acts *a, int lo, int hi, const 
       GT_TRY(gt_offload_layer_ready(m, i, lo, hi, -1));
       GT_TRY(gt_offload_grads_begin(m, i));
     }
+    if (m->zero3) GT_TRY(gt_zero3_layer_ready(m, i, lo, hi, -1));
     /* Offloaded, the layer's weights are in their slot by now. */
     if (gt_model_recomputes(m, i)) GT_TRY(gt_model_recompute(m, i, &r.ctx, in));
     if (m->zero) GT_TRY(gt_zero_grads_begin(m, i));

@@ -29,12 +29,15 @@ gt_status gt_model_device_estimate_ex(const gt_model *m, const gt_estimate_confi
   if (!m->off) {
     /* ZeRO-1's shard: the buffer is padded to a multiple of the shards. */
     size_t shards = c->optim_shards > 1 ? (size_t)c->optim_shards : 1, shard = (m->nfloats + shards - 1) / shards;
-    out->weights = gt_arena_block_size(flat);
+    /* From ZeRO-3 the parameters are this rank's shard, with the slots
+     * that hold whole layers (zero3.c). */
+    size_t slots16 = 0;
+    out->weights = m->zero3 ? gt_zero3_device_bytes(m, &slots16) : gt_arena_block_size(flat);
     /* From ZeRO-2 the gradients are this rank's shard, with their staging
      * (zero.c). */
     out->grads = m->zero ? gt_zero_device_bytes(m) : gt_arena_block_size(flat);
     out->optimizer = (size_t)c->optim_states * gt_arena_block_size((shard ? shard : 1) * sizeof(float));
-    if (bf16) out->bf16_copy = gt_arena_block_size(nf * sizeof(uint16_t));
+    if (bf16) out->bf16_copy = m->zero3 ? slots16 : gt_arena_block_size(nf * sizeof(uint16_t));
     /* The gradient norm's sums, one double per parameter, live through a
      * step's norm; offloaded they are host memory. */
     out->scratch = gt_arena_block_size((size_t)(m->nparams ? m->nparams : 1) * sizeof(double));

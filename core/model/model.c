@@ -49,6 +49,7 @@ void gt_model_destroy(gt_model *m) {
   gt_model_annotations_destroy(m);
   gt_offload_destroy(m);
   gt_zero_destroy(m);
+  gt_zero3_destroy(m);
   gt_model_state_free(m, m->param_buf);
   gt_model_state_free(m, m->grad_buf);
   gt_arena_free(m->arena, m->scratch);
@@ -146,7 +147,7 @@ size_t gt_model_param_count_whole(const gt_model *m) {
   }
   return n;
 }
-float *gt_model_params(const gt_model *m) { return m->param_buf; }
+float *gt_model_params(const gt_model *m) { return m->zero3 ? NULL : m->param_buf; }
 float *gt_model_grads(const gt_model *m) { return m->zero ? NULL : m->grad_buf; }
 gt_backend *gt_model_backend(const gt_model *m) { return m->be; }
 gt_arena *gt_model_arena(const gt_model *m) { return m->arena; }
@@ -253,9 +254,11 @@ gt_status gt_layer_param_matmul_only(gt_layer *self, int i) {
 }
 
 /* Offloaded, a layer's parameters and gradients are in its device slots
- * while it runs (offload.c). */
+ * while it runs (offload.c); sharded (ZeRO-3), its parameters are in a
+ * slot of their own (zero3.c). */
 float *gt_layer_param(const gt_layer *self, int i) {
   if (self->model->off) return gt_offload_param(self, i);
+  if (self->model->zero3) return gt_zero3_param(self, i);
   return self->model->param_buf + self->model->params[self->first_param + i].offset;
 }
 float *gt_layer_grad(const gt_layer *self, int i) {
@@ -315,7 +318,10 @@ static gt_status init_params(gt_model *m) {
     for (size_t j = 0; j < p->numel; j++)
       host[p->offset + j] = gt_init_value(m->cfg.seed, name, gt_param_global_index(p, j), p->init, p->std);
   }
-  gt_status s = gt_backend_upload(gt_model_state_backend(m), m->param_buf, host, m->nfloats * sizeof *host);
+  /* Sharded (ZeRO-3), this rank keeps its range only. */
+  size_t lo, hi;
+  gt_model_param_range(m, &lo, &hi);
+  gt_status s = gt_backend_upload(gt_model_state_backend(m), m->param_buf, host + lo, (hi - lo) * sizeof *host);
   free(host);
   return s;
 }
@@ -447,8 +453,9 @@ gt_status gt_model_build(gt_model *m) {
     size_t sc = l->type->scratch_floats ? l->type->scratch_floats(l, B, T) : 0;
     if (sc > m->scratch_floats) m->scratch_floats = sc;
   }
-  size_t bytes = (m->nfloats ? m->nfloats : 1) * sizeof(float);
-  GT_TRY(gt_model_state_alloc_as(m, GT_MEM_PARAMS, bytes, (void **)&m->param_buf));
+  size_t bytes = (m->nfloats ? m->nfloats : 1) * sizeof(float), held;
+  GT_TRY(gt_zero3_create(m, &held)); /* ZeRO-3: the parameters' shard is all this rank holds */
+  GT_TRY(gt_model_state_alloc_as(m, GT_MEM_PARAMS, (held ? held : 1) * sizeof(float), (void **)&m->param_buf));
   GT_TRY(gt_zero_create(m)); /* ZeRO-2: the gradients' shard and staging */
   if (!m->zero) GT_TRY(gt_model_state_alloc_as(m, GT_MEM_GRADS, bytes, (void **)&m->grad_buf));
   GT_TRY(gt_offload_create(m));
@@ -459,7 +466,7 @@ gt_status gt_model_build(gt_model *m) {
   if (!m->host_losses) return gt_errorf(GT_ENOMEM, "out of host memory for the loss buffer");
   m->built = true;
   if (m->cfg.no_init)
-    GT_TRY(gt_backend_memset(gt_model_state_backend(m), m->param_buf, 0, m->nfloats * sizeof(float), NULL));
+    GT_TRY(gt_backend_memset(gt_model_state_backend(m), m->param_buf, 0, held * sizeof(float), NULL));
   else
     GT_TRY(init_params(m));
   return gt_model_zero_grads(m);
@@ -508,13 +515,16 @@ static gt_status check_n(const gt_model *m, size_t n) {
 
 gt_status gt_model_get_params(gt_model *m, float *host, size_t n) {
   GT_TRY(check_n(m, n));
+  if (m->zero3) return gt_zero3_get_params(m, host);
   return gt_backend_download(gt_model_state_backend(m), host, m->param_buf, n * sizeof(float));
 }
 
 gt_status gt_model_set_params(gt_model *m, const float *host, size_t n) {
   GT_TRY(check_n(m, n));
   gt_model_params_changed(m);
-  return gt_backend_upload(gt_model_state_backend(m), m->param_buf, host, n * sizeof(float));
+  size_t lo, hi;
+  gt_model_param_range(m, &lo, &hi);
+  return gt_backend_upload(gt_model_state_backend(m), m->param_buf, host + lo, (hi - lo) * sizeof(float));
 }
 
 gt_status gt_model_get_grads(gt_model *m, float *host, size_t n) {

@@ -123,6 +123,36 @@ float *gt_model_grad_at(const gt_model *m, size_t i);
  * places (tied ones, held to the step's end); NULL otherwise. */
 float *gt_model_param_grad(const gt_model *m, int i);
 
+/* ZeRO-3 (gt_model_parallel.zero >= 3 over dp_size > 1): the parameter
+ * buffer holds only this rank's shard, the floats [lo, hi) of the flat
+ * buffer (the gradients' shard, as ZeRO-2 keeps it). Before a layer runs
+ * its parameters are gathered into a slot on the device: the model copies
+ * this rank's pieces in and the source brings the others'. */
+typedef struct gt_param_source {
+  /* Starts filling the flat floats [lo, hi) at dst on every rank of the
+   * data-parallel group, each owner's piece from the owner, whose dst
+   * already holds it; `slot` (0 or 1) names the group of gathers wait()
+   * ends. dst is not to be read until then. */
+  gt_status (*gather)(void *ctx, int slot, float *dst, size_t lo, size_t hi);
+  /* Returns once every gather of `slot` since its last wait has ended. */
+  gt_status (*wait)(void *ctx, int slot);
+  void *ctx;
+} gt_param_source;
+
+bool gt_model_params_sharded(const gt_model *m);
+
+/* Refused unless the parameters are sharded; NULL removes it. Gathers in
+ * flight end first. */
+gt_status gt_model_set_param_source(gt_model *m, const gt_param_source *src);
+
+/* The floats [*lo, *hi) of the flat buffer whose parameters this rank
+ * holds (all of them unless sharded), and parameter float i, which must
+ * lie in that range or be its end (NULL otherwise). An optimizer updates
+ * through this. */
+void gt_model_param_range(const gt_model *m, size_t *lo, size_t *hi);
+
+float *gt_model_param_at(const gt_model *m, size_t i);
+
 /* Whoever writes the parameter buffer directly (an optimizer, a checkpoint
  * loader) calls this before writing, so that readers registered below are
  * done with the bytes, and so that the bf16 copy is refreshed before the

@@ -9,6 +9,7 @@
 
 typedef struct gt_offload gt_offload;
 typedef struct gt_zero gt_zero;
+typedef struct gt_zero3 gt_zero3;
 
 #define GT_MODEL_MAX_SCOPE_DEPTH 16
 
@@ -82,6 +83,9 @@ struct gt_model {
   size_t rc_saved_floats, rc_out_floats;
   /* ZeRO-2 (zero.c): NULL unless the gradients are sharded */
   gt_zero *zero;
+  /* ZeRO-3 (zero3.c): NULL unless the parameters are sharded; param_buf
+   * then holds this rank's shard only */
+  gt_zero3 *zero3;
 };
 
 struct gt_acts {
@@ -178,5 +182,26 @@ gt_status gt_zero_grads_begin(gt_model *m, int i);
 gt_status gt_zero_grads_end(gt_model *m, int i);
 gt_status gt_zero_zero_grads(gt_model *m);
 float *gt_zero_grad(const gt_layer *self, int i);
+
+/* zero3.c: the sharded parameters (ZeRO-3). create does nothing unless
+ * par.zero >= 3 over more than one rank; *shard_floats gets what the
+ * parameter buffer must hold (the shard, or every float). Forward and
+ * backward call layer_ready before a layer runs (dir: +1 forward, -1
+ * backward; [lo, hi] bounds the prefetch); layers read their parameters
+ * through gt_zero3_param and gt_zero3_param_bf16. */
+gt_status gt_zero3_create(gt_model *m, size_t *shard_floats);
+void gt_zero3_destroy(gt_model *m);
+/* What ZeRO-3 holds on the device: the shard and the slots, and in *bf16
+ * (when not NULL) the slots' bf16 twins as bf16 precision allocates them. */
+size_t gt_zero3_device_bytes(const gt_model *m, size_t *bf16);
+/* The slots' bf16 twins made or freed for the model's (new) precision. */
+gt_status gt_zero3_set_precision(gt_model *m);
+void gt_zero3_params_changed(gt_model *m);
+gt_status gt_zero3_layer_ready(gt_model *m, int i, int lo, int hi, int dir);
+float *gt_zero3_param(const gt_layer *self, int i);
+const uint16_t *gt_zero3_param_bf16(const gt_layer *self, int i);
+/* Every float of the parameters, gathered over the data-parallel group
+ * (every rank of it calls this). */
+gt_status gt_zero3_get_params(gt_model *m, float *host);
 
 #endif

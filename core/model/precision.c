@@ -26,6 +26,7 @@ void gt_model_params_changed(gt_model *m) {
   gt_model_wait_readers(m);
   m->bf16_stale = true;
   gt_offload_params_changed(m);
+  gt_zero3_params_changed(m);
 }
 
 void gt_model_layer_params_changed(gt_model *m, int layer) {
@@ -65,6 +66,14 @@ gt_status gt_model_set_precision(gt_model *m, gt_precision p) {
     }
     return s;
   }
+  if (m->zero3) {
+    /* Sharded, the slots that hold whole layers have their bf16 twins. */
+    gt_precision was = m->precision;
+    m->precision = p;
+    gt_status s = gt_zero3_set_precision(m);
+    if (s != GT_OK) m->precision = was;
+    return s;
+  }
   if (p == GT_PRECISION_FP32) {
     free_bf16(m);
     m->precision = p;
@@ -92,7 +101,7 @@ void gt_model_layer_bf16_written(gt_model *m, int layer) {
 }
 
 gt_status gt_model_refresh_bf16(gt_model *m) {
-  if (m->precision != GT_PRECISION_BF16 || !m->bf16_stale || m->off) return GT_OK;
+  if (m->precision != GT_PRECISION_BF16 || !m->bf16_stale || m->off || m->zero3) return GT_OK;
   GT_TRY(gt_op_f32_to_bf16(m->be, m->param_bf16, m->param_buf, m->nfloats));
   m->bf16_stale = false;
   return GT_OK;
@@ -101,6 +110,7 @@ gt_status gt_model_refresh_bf16(gt_model *m) {
 const uint16_t *gt_layer_param_bf16(const gt_layer *self, int i) {
   const gt_model *m = self->model;
   if (m->off) return gt_offload_param_bf16(self, i);
+  if (m->zero3) return gt_zero3_param_bf16(self, i);
   return m->param_bf16 ? m->param_bf16 + m->params[self->first_param + i].offset : NULL;
 }
 

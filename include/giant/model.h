@@ -173,7 +173,10 @@ size_t gt_device_estimate_bytes(const gt_device_estimate *e, gt_mem_kind k);
 
 /* Copies between the device parameter buffer and host memory (for
  * checkpoints and inspection). n = gt_model_buffer_floats floats
- * (giant/engine/model.h): the parameters with their padding. */
+ * (giant/engine/model.h): the parameters with their padding. With the
+ * parameters sharded over data parallelism (ZeRO-3), get gathers them
+ * from the data-parallel group, so every rank of it calls it together,
+ * and set keeps this rank's shard of what it is given. */
 gt_status gt_model_get_params(gt_model *m, float *host, size_t n);
 gt_status gt_model_set_params(gt_model *m, const float *host, size_t n);
 

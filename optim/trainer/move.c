@@ -125,6 +125,10 @@ static gt_status move_all(gt_trainer *from, gt_trainer *to, float *tmp) {
 }
 
 gt_status gt_trainer_move_state(gt_trainer *from, gt_trainer *to) {
+  if (gt_model_params_sharded(gt_trainer_model(from)) || gt_model_params_sharded(gt_trainer_model(to)))
+    return gt_errorf(GT_EUNSUPPORTED,
+                     "moving the training state in process (a reshape) is not supported with ZeRO-3 (sharded "
+                     "parameters): use ZeRO-2, or restart from the last checkpoint");
   GT_TRY(check(from, to));
   bool staged = gt_optimizer_on_disk(gt_trainer_optimizer(from)) || gt_optimizer_on_disk(gt_trainer_optimizer(to));
   float *tmp = NULL;

@@ -7,7 +7,9 @@
  * goes on with the source's losses within the hybrid tests' 1e-5. ZeRO-2
  * (sharded gradients) resumes bit-identically, a checkpoint it took at
  * dp=4 loads at ZeRO-1, and one ZeRO-1 took at dp=2,tp=2 loads at ZeRO-2
- * dp=4, each exactly.
+ * dp=4, each exactly. ZeRO-3 (sharded parameters, written by each rank's
+ * range) does the same: it resumes bit-identically at dp=4, loads at
+ * ZeRO-1, and loads what ZeRO-1 took, each exactly.
  *
  * Ranks are forked (tests/comm/harness); each writes what it holds into
  * shared memory in the single-process layout, so states taken at different
@@ -47,6 +49,7 @@ static source sources[] = {
     {.layout = "pp=4", .world = 4},
     {.layout = NULL, .world = 1, .chunk = 256},
     {.layout = "dp=4", .zero = 2, .world = 4},
+    {.layout = "dp=4", .zero = 3, .world = 4},
 };
 
 static source *get_source(int i) {
@@ -84,9 +87,10 @@ static void resume_case(int i) {
   cr_run(s->world, &cfg);
   char what[96];
   snprintf(what, sizeof what, "%s%s resumed at step %d", s->layout,
-           s->zero == 2 ? " + ZeRO-2"
-           : s->zero1   ? " + ZeRO-1"
-                        : "",
+           s->zero == 3   ? " + ZeRO-3"
+           : s->zero == 2 ? " + ZeRO-2"
+           : s->zero1     ? " + ZeRO-1"
+                          : "",
            SAVE);
   cr_fixture_same_state(what, &s->saved, &loaded);
   cr_fixture_same_state(what, &s->final, &final);
@@ -126,11 +130,13 @@ static void reshard_zero_case(int i, const char *to, int zero, int world) {
   cr_run(world, &cfg);
   char what[96];
   snprintf(what, sizeof what, "%s%s -> %s%s", s->layout,
-           s->zero == 2 ? " + ZeRO-2"
-           : s->zero1   ? " + ZeRO-1"
-                        : "",
+           s->zero == 3   ? " + ZeRO-3"
+           : s->zero == 2 ? " + ZeRO-2"
+           : s->zero1     ? " + ZeRO-1"
+                          : "",
            to ? to : "one process",
-           zero == 2   ? " + ZeRO-2"
+           zero == 3   ? " + ZeRO-3"
+           : zero == 2 ? " + ZeRO-2"
            : zero == 1 ? " + ZeRO-1"
                        : "");
   cr_fixture_same_state(what, &s->saved, &loaded);
@@ -156,6 +162,18 @@ static void test_reshard_dp4_zero2_to_zero1(void **state) {
 static void test_reshard_dp2_tp2_zero1_to_dp4_zero2(void **state) {
   (void)state;
   reshard_zero_case(2, "dp=4", 2, 4);
+}
+static void test_resume_dp4_zero3(void **state) {
+  (void)state;
+  resume_case(6);
+}
+static void test_reshard_dp4_zero3_to_zero1(void **state) {
+  (void)state;
+  reshard_zero_case(6, "dp=4", 1, 4);
+}
+static void test_reshard_dp2_tp2_zero1_to_dp4_zero3(void **state) {
+  (void)state;
+  reshard_zero_case(2, "dp=4", 3, 4);
 }
 static void test_reshard_dp2_tp2_to_tp4(void **state) {
   (void)state;
@@ -228,6 +246,9 @@ int main(void) {
       cmocka_unit_test(test_resume_dp4_zero2),
       cmocka_unit_test(test_reshard_dp4_zero2_to_zero1),
       cmocka_unit_test(test_reshard_dp2_tp2_zero1_to_dp4_zero2),
+      cmocka_unit_test(test_resume_dp4_zero3),
+      cmocka_unit_test(test_reshard_dp4_zero3_to_zero1),
+      cmocka_unit_test(test_reshard_dp2_tp2_zero1_to_dp4_zero3),
   };
   int rc = cmocka_run_group_tests(tests, cr_fixture_setup, cr_fixture_teardown);
   for (size_t i = 0; i < sizeof sources / sizeof *sources; i++)

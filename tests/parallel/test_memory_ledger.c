@@ -2,7 +2,8 @@
  * and the peak the ledger measured, category by category, must equal what
  * gt_model_device_estimate_ex predicted (both in the arena's size classes),
  * on one process and at dp=2 with ZeRO-1 (each rank's optimizer state one
- * half of the buffer's), in fp32 and bf16. The one thing the estimate
+ * half of the buffer's) and with ZeRO-3 (the parameters and gradients
+ * sharded too, with their slots), in fp32 and bf16. The one thing the estimate
  * leaves out, the bf16 operand scratch that grows to the largest product,
  * is added from the model's own record of it. */
 #include <setjmp.h>
@@ -40,6 +41,7 @@ static int compare(const gt_model *m, const gt_memory_ledger *l, const gt_device
 typedef struct run_cfg {
   gt_precision precision;
   int world; /* 1: one process, no dist */
+  int zero;  /* the ZeRO stage with dist: 1 or more */
 } run_cfg;
 
 /* Trains STEPS steps and checks the ledger on this rank; the bytes of its
@@ -53,8 +55,8 @@ static int train_and_check(int rank, int world, const run_cfg *cfg, size_t *opti
   char layout[16];
   snprintf(layout, sizeof layout, "dp=%d", world);
   if (world > 1)
-    train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = layout, .zero1 = true}, "ledger", &store,
-                    &plan, &dist);
+    train_rank_dist(&(gt_plan_config){.world = world, .rank = rank, .layout = layout, .zero1 = true, .zero = cfg->zero},
+                    "ledger", &store, &plan, &dist);
   gt_model *m;
   CHECK_OK(gt_model_create(be, &(gt_model_config){.B_max = ROWS, .T_max = T, .seed = 7}, &m));
   if (dist) {
@@ -133,14 +135,14 @@ static void one_process(gt_precision p, size_t *optim) {
   if (bad) fail_msg("%s, one process: %s", gt_precision_name(p), why);
 }
 
-static void dp2_zero1(gt_precision p, size_t whole_optim) {
-  rank_cfg = (run_cfg){.precision = p, .world = 2};
+static void dp2(gt_precision p, size_t whole_optim, int zero) {
+  rank_cfg = (run_cfg){.precision = p, .world = 2, .zero = zero};
   memset(shared, 0, sizeof *shared);
   int codes[HARNESS_MAX];
   /* Well under a second a rank; only a hang gets near the bound. */
   assert_int_equal(harness_run(2, rank_main, NULL, 120, codes), 0);
   for (int r = 0; r < 2; r++) {
-    if (shared->bad[r]) fail_msg("%s, dp=2 ZeRO-1, rank %d: %s", gt_precision_name(p), r, shared->why[r]);
+    if (shared->bad[r]) fail_msg("%s, dp=2 ZeRO-%d, rank %d: %s", gt_precision_name(p), zero, r, shared->why[r]);
     /* Each rank holds half of the moments (the buffer padded to 2). */
     assert_true(shared->optim[r] <= whole_optim / 2 + 2 * gt_arena_block_size(1));
     assert_true(shared->optim[r] >= whole_optim / 2 - whole_optim / 8);
@@ -151,14 +153,16 @@ static void fp32(void **state) {
   (void)state;
   size_t optim;
   one_process(GT_PRECISION_FP32, &optim);
-  dp2_zero1(GT_PRECISION_FP32, optim);
+  dp2(GT_PRECISION_FP32, optim, 1);
+  dp2(GT_PRECISION_FP32, optim, 3);
 }
 
 static void bf16(void **state) {
   (void)state;
   size_t optim;
   one_process(GT_PRECISION_BF16, &optim);
-  dp2_zero1(GT_PRECISION_BF16, optim);
+  dp2(GT_PRECISION_BF16, optim, 1);
+  dp2(GT_PRECISION_BF16, optim, 3);
 }
 
 /* The arena's categories: a block in two parts, freed and reused. */

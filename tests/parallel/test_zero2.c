@@ -1,12 +1,17 @@
-/* ZeRO-2 against ZeRO-1: the gradients sharded (each rank holds its shard
- * and two layers' staging), each layer's sent to its owners after its
- * backward on every micro-batch, give ZeRO-1's losses, gradient norms and
- * final parameters within twice the cross-layout tolerance (2e-5) over 20 steps
- * of two micro-batches each, at dp=2, dp=4, dp=2,tp=2 and dp=2,pp=2, and
- * under bf16 within the bf16 tolerance across layouts. The
- * device memory the model takes, as its arena counts it, shrinks by what
- * the computed sizes say: the whole gradient buffer gives way to a shard
- * and the staging. Bad stages and combinations are refused with a message.
+/* ZeRO-2 and ZeRO-3 against ZeRO-1: the gradients sharded (each rank
+ * holds its shard and two layers' staging), each layer's sent to its
+ * owners after its backward on every micro-batch, and at ZeRO-3 the
+ * parameters sharded too (each layer's gathered into a slot before its
+ * forward and its backward), give ZeRO-1's losses, gradient norms and
+ * final parameters within twice the cross-layout tolerance (2e-5) over 20
+ * steps of two micro-batches each, at dp=2, dp=4, dp=2,tp=2 and dp=2,pp=2,
+ * and under bf16 within the bf16 tolerance across layouts. The device
+ * memory the model takes, as its arena counts it, shrinks by what the
+ * computed sizes say: the whole gradient buffer gives way to a shard and
+ * the staging, and at ZeRO-3 the whole parameter buffer to a shard and
+ * two slots. Bad stages and combinations are refused with a message, and
+ * at ZeRO-3 so is what would read whole parameters on each rank (a peer's
+ * mirror, moving the state in process).
  *
  * Every run happens in forked processes (the parent never starts OpenMP,
  * which does not survive fork); results come back through shared memory. */
@@ -17,6 +22,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "ckpt/peers_api.h"
 #include "core/arena.h"
 #include "core/model/model_engine.h"
 #include "examples/gpt/gpt.h"
@@ -30,6 +36,7 @@
 #include "giant/engine/trainer.h"
 #include "giant/log.h"
 #include "localkit/ranks.h"
+#include "optim/trainer/trainer_engine.h"
 #include "parallel/plan_engine.h"
 #include "parallel/train_result.h"
 
@@ -41,12 +48,14 @@ typedef struct run_cfg {
   gt_precision precision;
   train_result *out;
   /* shared, or NULL: per rank, the model's arena bytes after build, the
-   * estimate's gradients and staging, and the bytes the test computes
-   * for the whole gradient buffer and for a shard plus staging */
+   * estimate's gradients and staging, the bytes the test computes for the
+   * whole gradient buffer and for a shard plus staging, the estimate's
+   * parameters, and the bytes the test computes for a parameter shard
+   * plus two slots */
   size_t *bytes;
 } run_cfg;
 
-enum { NBYTES = 4 };
+enum { NBYTES = 6 };
 
 static int train(int rank, int world, void *arg) {
   run_cfg *cfg = arg;
@@ -78,6 +87,7 @@ static int train(int rank, int world, void *arg) {
   CHECK_OK(gt_model_build(m));
   CHECK_OK(gt_plan_check_model(&plan, m));
   CHECK(gt_model_grads_sharded(m) == (cfg->zero >= 2 && plan.layout.dp > 1));
+  CHECK(gt_model_params_sharded(m) == (cfg->zero >= 3 && plan.layout.dp > 1));
   if (cfg->bytes) {
     gt_device_estimate e;
     CHECK_OK(gt_model_device_estimate(m, 2, &e));
@@ -86,23 +96,28 @@ static int train(int rank, int world, void *arg) {
     out[1] = e.grads + e.slots;
     /* By hand: ZeRO-2 holds a shard, two slots as wide as the widest
      * layer's own parameters, and the tied table's whole gradient. */
-    size_t n = gt_model_buffer_floats(m), widest = 0, tied = 0;
+    size_t n = gt_model_buffer_floats(m), widest = 0, tied = 0, whole = 0;
     for (int i = 0; i < gt_model_num_layers(m); i++) {
       const gt_layer *l = gt_model_layer(m, i);
-      size_t own = 0;
+      size_t own = 0, all = 0;
       for (int k = 0; k < l->nparams; k++) {
         const gt_param *q = gt_layer_param_info(l, k);
         size_t a = (q->numel + 15) & ~(size_t)15;
+        all += a; /* ZeRO-3's slot holds a tied user's too */
         if (q->tied_to >= 0)
           tied += (gt_model_param(m, q->tied_to)->numel + 15) & ~(size_t)15;
         else if (strcmp(q->name, "wte") && !strstr(q->name, ".wte"))
           own += a;
       }
       if (own > widest) widest = own;
+      if (all > whole) whole = all;
     }
     out[2] = gt_arena_block_size(n * sizeof(float));
     out[3] = gt_arena_block_size(n / (size_t)plan.layout.dp * sizeof(float)) +
              2 * gt_arena_block_size(widest * sizeof(float)) + gt_arena_block_size(tied * sizeof(float));
+    out[4] = e.weights;
+    out[5] = gt_arena_block_size(n / (size_t)plan.layout.dp * sizeof(float)) +
+             2 * gt_arena_block_size(whole * sizeof(float));
   }
   gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
                           .grad_clip = 1.0f,
@@ -112,6 +127,15 @@ static int train(int rank, int world, void *arg) {
                           .precision = cfg->precision};
   gt_trainer *tr;
   CHECK_OK(gt_trainer_create(m, &tc, &tr));
+  if (gt_model_params_sharded(m)) {
+    /* What reads whole parameters on each rank is refused, saying so. */
+    gt_ckpt_mirror *mirror = NULL;
+    CHECK(gt_ckpt_mirror_create(tr, 1, &mirror) == GT_EUNSUPPORTED && !mirror);
+    CHECK(strstr(gt_last_error(), "not supported with ZeRO-3"));
+    CHECK(gt_trainer_move_state(tr, tr) == GT_EUNSUPPORTED);
+    CHECK(strstr(gt_last_error(), "use ZeRO-2"));
+    CHECK(!gt_model_params(m));
+  }
   int32_t in[B * T], tg[B * T];
   for (int s = 0; s < STEPS; s++) {
     train_batch_for(s, 0, V, T, B, in, tg); /* the step's global batch, which every layout cuts the same */
@@ -178,16 +202,19 @@ static train_result *run(const char *layout, int zero, size_t *bytes, int layers
  * then within 2e-5 of each other. Release builds give under 4e-6 here;
  * builds with other kernels' summation orders (the sanitizers') more. */
 static void against_zero1(const char *layout) {
-  train_result *one = run(layout, 1, NULL, 0), *two = run(layout, 2, NULL, 0);
-  train_diff d = train_result_compare(one, two, STEPS, C);
-  print_message(
-      "%-12s ZeRO-2 vs ZeRO-1: loss %.4f -> %.4f, max relative difference: loss %.2e, norm %.2e, "
-      "parameters %.2e (%s)\n",
-      layout, two->losses[0], two->losses[STEPS - 1], d.loss, d.norm, d.param, d.worst);
-  assert_true(two->losses[STEPS - 1] < two->losses[0] - 0.5f); /* it trained */
-  assert_true(d.loss <= 2e-5);
-  assert_true(d.norm <= 2e-5);
-  assert_true(d.param <= 2e-5);
+  train_result *one = run(layout, 1, NULL, 0);
+  for (int stage = 2; stage <= 3; stage++) {
+    train_result *two = run(layout, stage, NULL, 0);
+    train_diff d = train_result_compare(one, two, STEPS, C);
+    print_message(
+        "%-12s ZeRO-%d vs ZeRO-1: loss %.4f -> %.4f, max relative difference: loss %.2e, norm %.2e, "
+        "parameters %.2e (%s)\n",
+        layout, stage, two->losses[0], two->losses[STEPS - 1], d.loss, d.norm, d.param, d.worst);
+    assert_true(two->losses[STEPS - 1] < two->losses[0] - 0.5f); /* it trained */
+    assert_true(d.loss <= 2e-5);
+    assert_true(d.norm <= 2e-5);
+    assert_true(d.param <= 2e-5);
+  }
 }
 
 static void test_dp2(void **state) {
@@ -213,16 +240,18 @@ static void test_dp2_pp2(void **state) {
  * boundary: the bounds are test_hybrid's for bf16 across layouts. */
 static void test_dp2_bf16(void **state) {
   (void)state;
-  train_result *one = run_at("dp=2", 1, NULL, 0, GT_PRECISION_BF16),
-               *two = run_at("dp=2", 2, NULL, 0, GT_PRECISION_BF16);
-  train_diff d = train_result_compare(one, two, STEPS, C);
-  print_message(
-      "dp=2 bf16    ZeRO-2 vs ZeRO-1: loss %.4f -> %.4f, max relative difference: loss %.2e, "
-      "parameters %.2e (%s)\n",
-      two->losses[0], two->losses[STEPS - 1], d.loss, d.param, d.worst);
-  assert_true(two->losses[STEPS - 1] < two->losses[0] - 0.5f);
-  assert_true(d.loss <= 1e-3);
-  assert_true(d.param <= 1e-2);
+  train_result *one = run_at("dp=2", 1, NULL, 0, GT_PRECISION_BF16);
+  for (int stage = 2; stage <= 3; stage++) {
+    train_result *two = run_at("dp=2", stage, NULL, 0, GT_PRECISION_BF16);
+    train_diff d = train_result_compare(one, two, STEPS, C);
+    print_message(
+        "dp=2 bf16    ZeRO-%d vs ZeRO-1: loss %.4f -> %.4f, max relative difference: loss %.2e, "
+        "parameters %.2e (%s)\n",
+        stage, two->losses[0], two->losses[STEPS - 1], d.loss, d.param, d.worst);
+    assert_true(two->losses[STEPS - 1] < two->losses[0] - 0.5f);
+    assert_true(d.loss <= 1e-3);
+    assert_true(d.param <= 1e-2);
+  }
 }
 
 /* dp=4, 12 layers: ZeRO-2's model holds a quarter of the gradient buffer
@@ -234,11 +263,23 @@ static void test_dp2_bf16(void **state) {
 static void test_memory_is_sharded(void **state) {
   (void)state;
   enum { LAYERS = 12 };
-  size_t *b1 = harness_shared(4 * NBYTES * sizeof *b1), *b2 = harness_shared(4 * NBYTES * sizeof *b2);
+  size_t *b1 = harness_shared(4 * NBYTES * sizeof *b1), *b2 = harness_shared(4 * NBYTES * sizeof *b2),
+         *b3 = harness_shared(4 * NBYTES * sizeof *b3);
   run("dp=4", 1, b1, LAYERS);
   run("dp=4", 2, b2, LAYERS);
+  run("dp=4", 3, b3, LAYERS);
   for (int k = 0; k < 4; k++) {
-    const size_t *one = b1 + NBYTES * k, *two = b2 + NBYTES * k;
+    const size_t *one = b1 + NBYTES * k, *two = b2 + NBYTES * k, *three = b3 + NBYTES * k;
+    /* ZeRO-3: the parameter buffer (ZeRO-2's estimate of it: the whole)
+     * gives way to a shard and two slots, and the gradients stay as at
+     * ZeRO-2. */
+    print_message("rank %d: model arena %zu bytes at ZeRO-3; parameters %zu -> %zu (computed %zu)\n", k, three[0],
+                  two[4], three[4], three[5]);
+    assert_int_equal(two[4], two[2]);
+    assert_int_equal(three[4], three[5]);
+    assert_int_equal(three[1], two[1]);
+    assert_int_equal(two[0] - three[0], two[4] - three[5]);
+    assert_true(three[5] * 2 < two[4]);
     print_message(
         "rank %d: model arena %zu bytes at ZeRO-1, %zu at ZeRO-2; gradients %zu -> %zu "
         "(computed %zu -> %zu)\n",
@@ -257,9 +298,11 @@ static void test_bad_input(void **state) {
   gt_status s = gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=4", .zero = 4}, &p);
   assert_int_equal(s, GT_EINVAL);
   assert_non_null(strstr(gt_last_error(), "ZeRO stage 4"));
-  s = gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=4", .zero = 3}, &p);
+  assert_int_equal(gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=4", .zero = 3}, &p), GT_OK);
+  assert_int_equal(p.zero, 3);
+  s = gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=4", .zero = 3, .offload_window = 2}, &p);
   assert_int_equal(s, GT_EUNSUPPORTED);
-  assert_non_null(strstr(gt_last_error(), "use ZeRO-2"));
+  assert_non_null(strstr(gt_last_error(), "ZeRO-3 with offloading"));
   s = gt_plan_resolve(&(gt_plan_config){.world = 4, .rank = 0, .layout = "dp=4", .zero = 2, .offload_window = 2}, &p);
   assert_int_equal(s, GT_EUNSUPPORTED);
   assert_non_null(strstr(gt_last_error(), "ZeRO-2 with offloading"));

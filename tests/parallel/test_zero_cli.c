@@ -1,8 +1,8 @@
 /* The ZeRO stage from the command line: --zero takes 0..3, --zero1 is
  * --zero 1 and refuses another stage beside it, --print-plan says the
- * stage, where it came from, and what dp = 1 leaves to shard (nothing),
- * and each combination not supported is refused at start, naming it and
- * what to use instead. */
+ * stage (3 included), where it came from, and what dp = 1 leaves to
+ * shard (nothing), and each combination not supported is refused at
+ * start, naming it and what to use instead. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -55,27 +55,35 @@ static void test_bad_flags(void **state) {
   refused((char *[]){gpt, "--zero1", "--zero", "2", NULL}, 2, "--zero1 is --zero 1, and --zero 2 was given too");
   refused((char *[]){gpt, "--zero", "2", "--offload", "1", "--delayed-update", NULL}, 2,
           "--zero 2 with --delayed-update is not supported");
+  refused((char *[]){gpt, "--zero", "3", "--update-per-layer", NULL}, 2,
+          "--zero 3 with --update-per-layer is not supported");
+  refused((char *[]){gpt, "--zero", "3", "--reshape", NULL}, 2, "--zero 3 with --reshape is not supported");
 }
 
 static void test_unsupported_at_start(void **state) {
   (void)state;
   char *small[] = {"--print-plan", "--layers", "1",        "--channels", "32",     "--seq", "32",
                    "--threads",    "1",        "--corpus", text,         "--data", data};
-  char *zero3[20] = {gpt, "--zero", "3"}, *offload[20] = {gpt, "--zero", "2", "--offload", "1"};
-  memcpy(zero3 + 3, small, sizeof small);
+  char *zero3[20] = {gpt, "--zero", "3", "--offload", "1"}, *offload[20] = {gpt, "--zero", "2", "--offload", "1"};
+  memcpy(zero3 + 5, small, sizeof small);
   memcpy(offload + 5, small, sizeof small);
-  refused(zero3, 2, "ZeRO-3 (parameters sharded too) is not available yet: use ZeRO-2");
+  refused(zero3, 2, "ZeRO-3 with offloading (a window of 1 layers, from flag) is not supported");
   refused(offload, 2, "ZeRO-2 with offloading (a window of 1 layers, from flag) is not supported");
 }
 
 static void test_print_plan_at_dp1(void **state) {
   (void)state;
-  run_result r;
-  run_cmd((char *[]){gpt, "--zero", "2", "--print-plan", "--layers", "1", "--channels", "32", "--seq", "32",
-                     "--threads", "1", "--corpus", text, "--data", data, NULL},
-          NULL, TIMEOUT_S, &r);
-  if (r.exit_code != 0 || !strstr(r.output, "decide zero=2 from flag (dp=1: nothing to shard)"))
-    run_fail(&r, "exit %d; the plan above should say zero=2 with nothing to shard", r.exit_code);
+  for (int stage = 2; stage <= 3; stage++) {
+    run_result r;
+    char arg[4], says[64];
+    snprintf(arg, sizeof arg, "%d", stage);
+    snprintf(says, sizeof says, "decide zero=%d from flag (dp=1: nothing to shard)", stage);
+    run_cmd((char *[]){gpt, "--zero", arg, "--print-plan", "--layers", "1", "--channels", "32", "--seq", "32",
+                       "--threads", "1", "--corpus", text, "--data", data, NULL},
+            NULL, TIMEOUT_S, &r);
+    if (r.exit_code != 0 || !strstr(r.output, says))
+      run_fail(&r, "exit %d; the plan above should say zero=%d with nothing to shard", r.exit_code, stage);
+  }
 }
 
 int main(void) {

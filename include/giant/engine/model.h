@@ -69,7 +69,8 @@ gt_status gt_model_annotations(const gt_model *m, gt_annotations *out);
 size_t gt_model_buffer_floats(const gt_model *m);
 
 /* The flat parameter and gradient buffers (device memory). Whoever writes
- * the parameters through this pointer calls gt_model_params_changed. */
+ * the parameters through this pointer calls gt_model_params_changed. NULL
+ * when the parameters are sharded (ZeRO-3): gt_model_param_at. */
 float *gt_model_params(const gt_model *m);
 
 /* NULL when the gradients are sharded (ZeRO-2): gt_model_grad_at. */
