@@ -54,8 +54,9 @@ static gt_status spawn(worker *w, const char *dir, const bench_torch_shape *s, i
   snprintf(blas, sizeof blas, "OPENBLAS_NUM_THREADS=%d", blas_threads);
   snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%d", torch_threads);
   snprintf(tt, sizeof tt, "%d", torch_threads);
-  snprintf(shape, sizeof shape, "%d,%d,%d,%d,%d,%d", s->B, s->T, s->V, s->C, s->NH, s->L);
-  const char *args[] = {dir, shape, tt, device, precision, NULL};
+  int len = snprintf(shape, sizeof shape, "%d,%d,%d,%d,%d,%d", s->B, s->T, s->V, s->C, s->NH, s->L);
+  if (s->llama) snprintf(shape + len, sizeof shape - (size_t)len, ",%d,%d", s->NKV, s->H);
+  const char *args[] = {dir, shape, tt, device, precision, s->llama ? "llama" : "gpt", NULL};
   const char *env[] = {blas, omp, NULL};
   /* Lines before "ready" say why the script cannot run ("unavailable: ..."). */
   GT_TRY(bench_peer_start_env("train_step_torch.py", args, env, stdout, &w->peer));

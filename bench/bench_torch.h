@@ -12,6 +12,8 @@
 typedef struct bench_torch bench_torch;
 typedef struct bench_torch_shape {
   int B, T, V, C, NH, L;
+  int llama;  /* the peer runs llama_torch.py (examples/llama), else gpt_torch.py */
+  int NKV, H; /* llama: key/value heads and the MLP's width */
 } bench_torch_shape;
 
 /* Writes the model's parameters (params.bin, params.txt) and the token

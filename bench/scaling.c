@@ -96,7 +96,9 @@ static int start_ddp(cfg *c, bench_ddp **out) {
     rc = 1;
   }
   bench_ddp *d = NULL;
-  if (!rc && bench_ddp_start(c->dir, &(bench_torch_shape){c->B, c->T, c->V, c->C, c->NH, c->L}, 2, &d) != GT_OK)
+  if (!rc &&
+      bench_ddp_start(c->dir, &(bench_torch_shape){.B = c->B, .T = c->T, .V = c->V, .C = c->C, .NH = c->NH, .L = c->L},
+                      2, &d) != GT_OK)
     printf("pytorch DDP: not available (%s); Giant alone\n", gt_last_error());
   float tl[MAX_CHECK];
   if (d && bench_ddp_losses(d, c->check, tl) != GT_OK) {

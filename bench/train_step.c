@@ -1,6 +1,10 @@
 /* bench/train_step: one GPT training step, Giant against PyTorch.
  *
- * Trains GPT (default L=4, C=256, NH=4, T=128, B=8, V=8192, AdamW,
+ * Trains GPT, or with --model llama the Llama of examples/llama
+ * (grouped-query attention, --kv-heads default NH/2, SwiGLU of
+ * --mlp-hidden default 2/3 of 4C rounded up to 32, untied head; its peer
+ * a plain nn.Module, llama_torch.py), (default L=4, C=256, NH=4, T=128,
+ * B=8, V=8192, AdamW,
  * global-norm clipping) in fp32 or mixed bf16 precision (--precision) and
  * reports ms/step, tokens/s, GFLOP/s and MFU against the peak of the same
  * kind of matrix product (fp32 gemm, or bf16 x bf16 -> fp32 gemm_ex)
@@ -15,7 +19,8 @@
  * FLOPs per step = 3 x forward, forward = 2 x (multiply-adds of every
  * matrix product): 6*N*tokens for the N weights used in matrix products
  * (the tied output matrix included, the embedding lookup not), plus the
- * attention term 12*L*T*C per token (QK^T and AV over the full T x T).
+ * attention term 12*L*T*C per token (QK^T and AV over the full T x T);
+ * the layers' own counts (gt_model_flops).
  *
  * The peer runs on the CPU under each of its thread settings (torch's
  * default, one pool in BLAS, torch's own pool: bench_torch.h), each timed
@@ -25,7 +30,8 @@
  *
  * The last line is machine-readable:
  * vs_pytorch=<ratio> mfu=<fraction> cpu=<model name>/<ISA flags>
- * kernels=<the level Giant chose>. */
+ * kernels=<the level Giant chose>; with --model llama it starts
+ * llama_vs_pytorch=. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,19 +44,24 @@
 #include "bench_torch.h"
 #include "giant/options.h"
 #include "gpt.h"
+#include "llama.h"
 #include "giant/engine/device.h"
 #include "giant/engine/trainer.h"
 
 typedef struct args {
-  const char *device, *precision_name;
+  const char *device, *precision_name, *model;
   gt_precision precision;
   int L, C, NH, T, B, V, threads, rounds, steps, check_steps;
-  bool no_torch;
+  int kv_heads, mlp_hidden; /* llama */
+  bool no_torch, llama;
 } args;
 
 static const char *usage =
     "usage: bench_train_step [options]\n"
     "  --device NAME   cpu or cuda (default cpu)\n"
+    "  --model M       gpt or llama (examples/llama; default gpt)\n"
+    "  --kv-heads K    llama: key/value heads (default NH/2, or NH when odd)\n"
+    "  --mlp-hidden H  llama: the MLP's width (default 2/3 of 4C, rounded up to 32)\n"
     "  --precision P   fp32 or bf16: matrix products in fp32, or bf16 with fp32\n"
     "                  accumulation and master weights (default fp32)\n"
     "  --layers L --channels C --heads NH --seq T --batch B --vocab V\n"
@@ -73,11 +84,22 @@ static void giant_free(giant_run *g) {
   g->m = NULL;
 }
 
+static llama_config llama_of(const args *a) {
+  return (llama_config){.vocab_size = a->V,
+                        .T_max = a->T,
+                        .C = a->C,
+                        .NH = a->NH,
+                        .L = a->L,
+                        .n_kv_heads = a->kv_heads,
+                        .mlp_hidden = a->mlp_hidden};
+}
+
 static gt_status giant_setup(giant_run *g, const args *a) {
   gpt_config gc = {.vocab_size = a->V, .T_max = a->T, .C = a->C, .NH = a->NH, .L = a->L, .tie_weights = true};
+  llama_config lc = llama_of(a);
   gt_model_config mc = {.B_max = a->B, .T_max = a->T, .seed = 1};
   GT_TRY(gt_model_create(g->be, &mc, &g->m));
-  GT_TRY(gpt_add_layers(g->m, &gc));
+  GT_TRY(a->llama ? llama_add_layers(g->m, &lc) : gpt_add_layers(g->m, &gc));
   GT_TRY(gt_model_build(g->m));
   gt_trainer_config tc = {.optim = gt_optim_defaults(GT_OPTIM_ADAMW),
                           .grad_clip = 1.0f,
@@ -95,6 +117,7 @@ static int die(const char *what) {
 int main(int argc, char **argv) {
   args a = {.device = "cpu",
             .precision_name = "fp32",
+            .model = "gpt",
             .L = 4,
             .C = 256,
             .NH = 4,
@@ -106,16 +129,35 @@ int main(int argc, char **argv) {
             .steps = 5,
             .check_steps = 3};
   gt_opt_spec specs[] = {
-      {"--device", GT_OPT_STR, &a.device, 0, 0},      {"--precision", GT_OPT_STR, &a.precision_name, 0, 0},
-      {"--layers", GT_OPT_INT, &a.L, 1, 1000},        {"--channels", GT_OPT_INT, &a.C, 1, 65536},
-      {"--heads", GT_OPT_INT, &a.NH, 1, 1024},        {"--seq", GT_OPT_INT, &a.T, 1, 65536},
-      {"--batch", GT_OPT_INT, &a.B, 1, 65536},        {"--vocab", GT_OPT_INT, &a.V, 2, 1 << 22},
-      {"--threads", GT_OPT_INT, &a.threads, 1, 1024}, {"--rounds", GT_OPT_INT, &a.rounds, 1, 1000},
-      {"--steps", GT_OPT_INT, &a.steps, 1, 100000},   {"--no-torch", GT_OPT_FLAG, &a.no_torch, 0, 0},
+      {"--device", GT_OPT_STR, &a.device, 0, 0},
+      {"--precision", GT_OPT_STR, &a.precision_name, 0, 0},
+      {"--layers", GT_OPT_INT, &a.L, 1, 1000},
+      {"--channels", GT_OPT_INT, &a.C, 1, 65536},
+      {"--heads", GT_OPT_INT, &a.NH, 1, 1024},
+      {"--seq", GT_OPT_INT, &a.T, 1, 65536},
+      {"--batch", GT_OPT_INT, &a.B, 1, 65536},
+      {"--vocab", GT_OPT_INT, &a.V, 2, 1 << 22},
+      {"--threads", GT_OPT_INT, &a.threads, 1, 1024},
+      {"--rounds", GT_OPT_INT, &a.rounds, 1, 1000},
+      {"--steps", GT_OPT_INT, &a.steps, 1, 100000},
+      {"--no-torch", GT_OPT_FLAG, &a.no_torch, 0, 0},
+      {"--model", GT_OPT_STR, &a.model, 0, 0},
+      {"--kv-heads", GT_OPT_INT, &a.kv_heads, 0, 1024},
+      {"--mlp-hidden", GT_OPT_INT, &a.mlp_hidden, 0, 1 << 24},
   };
   int rc = gt_opt_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]), usage, NULL);
   if (rc >= 0) return rc;
   rc = 0;
+  if (strcmp(a.model, "gpt") && strcmp(a.model, "llama")) {
+    fprintf(stderr, "bench_train_step: --model: '%s' is not a model here; use gpt or llama\n", a.model);
+    return 2;
+  }
+  a.llama = !strcmp(a.model, "llama");
+  if (a.llama && !a.kv_heads) a.kv_heads = a.NH % 2 ? a.NH : a.NH / 2;
+  if (a.llama) {
+    llama_config lc = llama_of(&a);
+    a.mlp_hidden = llama_mlp_hidden(&lc);
+  }
   if (gt_precision_parse(a.precision_name, &a.precision) != GT_OK) {
     fprintf(stderr, "bench_train_step: --precision: %s\n", gt_last_error());
     return 2;
@@ -143,25 +185,26 @@ int main(int argc, char **argv) {
   double flops = 3.0 * gt_model_flops(g.m, a.B, a.T);
   const char *prec = gt_precision_name(a.precision);
   bool on_cpu = gt_backend_kind(g.be) == GT_DEVICE_CPU;
+  if (a.llama) printf("config: Llama (NKV=%d, MLP %d, untied) ", a.kv_heads, a.mlp_hidden);
   printf(
-      "config: GPT L=%d C=%d NH=%d T=%d B=%d V=%d, precision %s%s, AdamW + clip 1.0, device %s", a.L, a.C, a.NH, a.T,
-      a.B, a.V, prec,
+      "%s L=%d C=%d NH=%d T=%d B=%d V=%d, precision %s%s, AdamW + clip 1.0, device %s", a.llama ? "" : "config: GPT",
+      a.L, a.C, a.NH, a.T, a.B, a.V, prec,
       a.precision == GT_PRECISION_BF16 ? " (bf16 matrix products, fp32 accumulation, master weights, optimizer)" : "",
       gt_backend_name(g.be));
   if (on_cpu) printf(", %d threads", gt_backend_num_threads(g.be));
   printf("\n");
   /* Chosen at run time from what the processor reports (GT_CPU_KERNELS overrides). */
   printf("kernels: %s: %s\n", on_cpu ? "cpu" : gt_backend_name(g.be), gt_backend_kernels(g.be));
-  printf("params: %zu (tied); FLOPs/step: %.3f G = 6*N*tokens + 12*L*T*C*tokens (N = matmul weights)\n",
-         gt_model_param_count(g.m), flops / 1e9);
+  printf("params: %zu (%s); FLOPs/step: %.3f G = 6*N*tokens + 12*L*T*C*tokens (N = matmul weights)\n",
+         gt_model_param_count(g.m), a.llama ? "untied" : "tied", flops / 1e9);
 
   bench_torch *torch = NULL;
   if (!a.no_torch) {
     char dir[] = "/tmp/giant-bench-XXXXXX";
     if (!mkdtemp(dir)) return die("mkdtemp");
     if (bench_torch_export(g.m, tokens, BT + 1, dir) != GT_OK) return die("exporting weights");
-    if (bench_torch_start(dir, &(bench_torch_shape){a.B, a.T, a.V, a.C, a.NH, a.L}, a.threads,
-                          on_cpu ? "cpu" : gt_backend_name(g.be), prec, &torch) != GT_OK) {
+    if (bench_torch_start(dir, &(bench_torch_shape){a.B, a.T, a.V, a.C, a.NH, a.L, a.llama, a.kv_heads, a.mlp_hidden},
+                          a.threads, on_cpu ? "cpu" : gt_backend_name(g.be), prec, &torch) != GT_OK) {
       printf("pytorch: not available (%s); Giant alone\n", gt_last_error());
       torch = NULL;
     }
@@ -260,10 +303,11 @@ int main(int argc, char **argv) {
   }
   char cpu[256];
   bench_cpu_features(cpu, sizeof cpu);
+  const char *key = a.llama ? "llama_vs_pytorch" : "vs_pytorch";
   if (torch)
-    printf("vs_pytorch=%.3f mfu=%.3f cpu=%s kernels=%s\n", tm / gm, mfu, cpu, gt_backend_kernels(g.be));
+    printf("%s=%.3f mfu=%.3f cpu=%s kernels=%s\n", key, tm / gm, mfu, cpu, gt_backend_kernels(g.be));
   else
-    printf("vs_pytorch=nan mfu=%.3f cpu=%s kernels=%s\n", mfu, cpu, gt_backend_kernels(g.be));
+    printf("%s=nan mfu=%.3f cpu=%s kernels=%s\n", key, mfu, cpu, gt_backend_kernels(g.be));
   bench_torch_stop(torch);
   free(peak);
   free(gms);

@@ -1,11 +1,13 @@
 """PyTorch baseline for bench/train_step: the same GPT, step and weights.
 
 Started by bench_train_step as:
-  python3 train_step_torch.py DIR B,T,V,C,NH,L THREADS DEVICE PRECISION
+  python3 train_step_torch.py DIR SHAPE THREADS DEVICE PRECISION [MODEL]
+MODEL is gpt (SHAPE B,T,V,C,NH,L; gpt_torch.py) or llama (SHAPE
+B,T,V,C,NH,L,NKV,H; llama_torch.py).
 DEVICE is cpu, cuda or cuda:N; PRECISION is fp32 or bf16 (torch.autocast to bfloat16
 around forward and loss, with fp32 weights, gradients and AdamW state: the
 usual PyTorch mixed precision). Loads DIR/params.txt + params.bin (Giant's
-parameter buffer) and tokens.bin (the model: gpt_torch.py), prints "ready" (or "unavailable: WHY" and
+parameter buffer) and tokens.bin (the model: gpt_torch.py or llama_torch.py), prints "ready" (or "unavailable: WHY" and
 exits), then answers commands on stdin, one line each:
   losses N  -> the losses of N training steps, space separated
   time N    -> mean milliseconds per step over N steps
@@ -15,17 +17,21 @@ exits), then answers commands on stdin, one line each:
 """
 import contextlib
 import ctypes
+import importlib
 import os
 import sys
 import time
 
 import torch
 
-import gpt_torch as gpt
-
 DIR, SHAPE, THREADS = sys.argv[1], sys.argv[2], int(sys.argv[3])
 DEVICE = sys.argv[4] if len(sys.argv) > 4 else "cpu"
 PRECISION = sys.argv[5] if len(sys.argv) > 5 else "fp32"
+MODEL = sys.argv[6] if len(sys.argv) > 6 else "gpt"
+if MODEL not in ("gpt", "llama"):
+    print(f"unavailable: model {MODEL!r} not supported; use gpt or llama", flush=True)
+    sys.exit(0)
+gpt = importlib.import_module(f"{MODEL}_torch")
 SHAPE_ = gpt.Shape(SHAPE)
 DEVICE_TYPE = DEVICE.split(":")[0]
 if DEVICE_TYPE not in ("cpu", "cuda") or PRECISION not in ("fp32", "bf16"):

@@ -47,11 +47,28 @@
   X(gelu_backward, (gt_backend *be, float *dinp, const float *inp, const float *dout, size_t n))                       \
   X(residual_forward, (gt_backend *be, float *out, const float *a, const float *b, size_t n))                          \
   X(residual_backward, (gt_backend *be, float *da, float *db, const float *dout, size_t n))                            \
+  /* the layers of the Llama family: RMSNorm, rotary positions, SwiGLU */                                              \
+  X(rmsnorm_forward, (gt_backend *be, float *out, float *rstd, const float *inp, const float *w, float eps, int N,     \
+                      int C))                                                                                          \
+  X(rmsnorm_backward, (gt_backend *be, float *dinp, float *dw, const float *dout, const float *inp, const float *w,    \
+                       const float *rstd, int N, int C))                                                               \
+  X(rope_forward, (gt_backend *be, float *out, const float *inp, int B, int T, int NH, int hs, int ld, float theta,    \
+                   float scale))                                                                                       \
+  X(rope_backward, (gt_backend *be, float *dinp, const float *dout, int B, int T, int NH, int hs, int ld,              \
+                    float theta, float scale))                                                                         \
+  X(swiglu_forward, (gt_backend *be, float *out, const float *gate, const float *up, size_t n))                        \
+  X(swiglu_backward, (gt_backend *be, float *dgate, float *dup, const float *dout, const float *gate,                  \
+                     const float *up, size_t n))                                                                       \
   /* attention */                                                                                                      \
   X(attention_tiled_forward, (gt_backend *be, float *out, float *lse, const float *qkv, int B, int T, int C,         \
                               int NH))                                                                                 \
   X(attention_tiled_backward, (gt_backend *be, float *dqkv, const float *dout, const float *qkv, const float *out,     \
                                const float *lse, int B, int T, int C, int NH))                                         \
+  X(attention_gqa_forward, (gt_backend *be, float *out, float *lse, const float *q, const float *k, const float *v,    \
+                            int B, int T, int C, int NH, int NKV))                                                     \
+  X(attention_gqa_backward, (gt_backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,       \
+                             const float *k, const float *v, const float *out, const float *lse, int B, int T, int C,  \
+                             int NH, int NKV))                                                                         \
   X(attention_full_forward, (gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C, int NH))   \
   X(attention_full_backward, (gt_backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,           \
                               const float *att, int B, int T, int C, int NH))                                          \

@@ -154,6 +154,64 @@ gt_status gt_op_residual_backward(gt_backend *be, float *da, float *db, const fl
   return be->ops->kernels.residual_backward(be, da, db, dout, n);
 }
 
+/* ---- the layers of the Llama family ---- */
+
+gt_status gt_op_rmsnorm_forward(gt_backend *be, float *out, float *rstd, const float *inp, const float *w, float eps,
+                                int N, int C) {
+  NEED_OP(be, rmsnorm_forward);
+  NEED(be, "rmsnorm_forward", N >= 0 && C >= 0, "sizes must not be negative, got N=%d C=%d", N, C);
+  NEED(be, "rmsnorm_forward", eps > 0.0f, "eps must be positive, got %g", (double)eps);
+  NEED_PTRS(be, "rmsnorm_forward", N && C, out && rstd && inp && w, "out, rstd, inp and w");
+  return be->ops->kernels.rmsnorm_forward(be, out, rstd, inp, w, eps, N, C);
+}
+
+gt_status gt_op_rmsnorm_backward(gt_backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                                 const float *w, const float *rstd, int N, int C) {
+  NEED_OP(be, rmsnorm_backward);
+  NEED(be, "rmsnorm_backward", N >= 0 && C >= 0, "sizes must not be negative, got N=%d C=%d", N, C);
+  NEED_PTRS(be, "rmsnorm_backward", N && C, dinp && dw && dout && inp && w && rstd, "dinp, dw, dout, inp, w and rstd");
+  return be->ops->kernels.rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, N, C);
+}
+
+#define NEED_ROPE(be, op, B, T, NH, hs, ld, theta, scale)                                                   \
+  do {                                                                                                      \
+    NEED(be, op, (B) >= 0 && (T) >= 0 && (NH) >= 0 && (hs) >= 0 && (hs) % 2 == 0,                           \
+         "need B, T, NH >= 0 and an even head size, got B=%d T=%d NH=%d hs=%d", B, T, NH, hs);              \
+    NEED(be, op, (int64_t)(NH) * (hs) <= (ld), "the heads (NH*hs = %lld) must fit a row of ld = %d floats", \
+         (long long)(NH) * (hs), ld);                                                                       \
+    NEED(be, op, (theta) > 1.0f && (scale) > 0.0f, "need theta > 1 and scale > 0, got theta=%g scale=%g",   \
+         (double)(theta), (double)(scale));                                                                 \
+  } while (0)
+
+gt_status gt_op_rope_forward(gt_backend *be, float *out, const float *inp, int B, int T, int NH, int hs, int ld,
+                             float theta, float scale) {
+  NEED_OP(be, rope_forward);
+  NEED_ROPE(be, "rope_forward", B, T, NH, hs, ld, theta, scale);
+  NEED_PTRS(be, "rope_forward", B && T && NH && hs, out && inp, "out and inp");
+  return be->ops->kernels.rope_forward(be, out, inp, B, T, NH, hs, ld, theta, scale);
+}
+
+gt_status gt_op_rope_backward(gt_backend *be, float *dinp, const float *dout, int B, int T, int NH, int hs, int ld,
+                              float theta, float scale) {
+  NEED_OP(be, rope_backward);
+  NEED_ROPE(be, "rope_backward", B, T, NH, hs, ld, theta, scale);
+  NEED_PTRS(be, "rope_backward", B && T && NH && hs, dinp && dout, "dinp and dout");
+  return be->ops->kernels.rope_backward(be, dinp, dout, B, T, NH, hs, ld, theta, scale);
+}
+
+gt_status gt_op_swiglu_forward(gt_backend *be, float *out, const float *gate, const float *up, size_t n) {
+  NEED_OP(be, swiglu_forward);
+  NEED_PTRS(be, "swiglu_forward", n, out && gate && up, "out, gate and up");
+  return be->ops->kernels.swiglu_forward(be, out, gate, up, n);
+}
+
+gt_status gt_op_swiglu_backward(gt_backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                                const float *up, size_t n) {
+  NEED_OP(be, swiglu_backward);
+  NEED_PTRS(be, "swiglu_backward", n, dgate && dup && dout && gate && up, "dgate, dup, dout, gate and up");
+  return be->ops->kernels.swiglu_backward(be, dgate, dup, dout, gate, up, n);
+}
+
 /* ---- attention ---- */
 
 #define NEED_HEADS(be, op, B, T, C, NH)                                          \
@@ -175,6 +233,31 @@ gt_status gt_op_attention_tiled_backward(gt_backend *be, float *dqkv, const floa
   NEED_PTRS(be, "attention_tiled_backward", B && T && C, dqkv && dout && qkv && out && lse,
             "dqkv, dout, qkv, out and lse");
   return be->ops->kernels.attention_tiled_backward(be, dqkv, dout, qkv, out, lse, B, T, C, NH);
+}
+
+#define NEED_GROUPS(be, op, B, T, C, NH, NKV)                                                                          \
+  do {                                                                                                                 \
+    NEED_HEADS(be, op, B, T, C, NH);                                                                                   \
+    NEED(be, op, (NKV) >= 1 && (NH) % (NKV) == 0, "the key/value heads must divide the query heads, got NH=%d NKV=%d", \
+         NH, NKV);                                                                                                     \
+  } while (0)
+
+gt_status gt_op_attention_gqa_forward(gt_backend *be, float *out, float *lse, const float *q, const float *k,
+                                      const float *v, int B, int T, int C, int NH, int NKV) {
+  NEED_OP(be, attention_gqa_forward);
+  NEED_GROUPS(be, "attention_gqa_forward", B, T, C, NH, NKV);
+  NEED_PTRS(be, "attention_gqa_forward", B && T && C, out && lse && q && k && v, "out, lse, q, k and v");
+  return be->ops->kernels.attention_gqa_forward(be, out, lse, q, k, v, B, T, C, NH, NKV);
+}
+
+gt_status gt_op_attention_gqa_backward(gt_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                       const float *q, const float *k, const float *v, const float *out,
+                                       const float *lse, int B, int T, int C, int NH, int NKV) {
+  NEED_OP(be, attention_gqa_backward);
+  NEED_GROUPS(be, "attention_gqa_backward", B, T, C, NH, NKV);
+  NEED_PTRS(be, "attention_gqa_backward", B && T && C, dq && dk && dv && dout && q && k && v && out && lse,
+            "dq, dk, dv, dout, q, k, v, out and lse");
+  return be->ops->kernels.attention_gqa_backward(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, C, NH, NKV);
 }
 
 gt_status gt_op_attention_full_forward(gt_backend *be, float *out, float *att, const float *qkv, int B, int T, int C,

@@ -14,11 +14,19 @@
  * dV += P^T dO, dP = dO V^T, dS = P (dP - D) scale, dQ += dS K,
  * dK += dS^T Q. One tile's products are five single-threaded sgemm calls.
  *
- * Threads: each takes whole (batch, head) pairs, which own their rows of
- * out and their columns of dqkv. With fewer pairs than threads the query
- * blocks of one pair are spread instead; in backward each thread then sums
- * dK and dV into a private (T, hs) pair, added up in thread order after,
- * so the result depends only on the thread count.
+ * Grouped-query attention is the same walk with fewer key/value heads:
+ * query head h reads key and value head h / (NH / NKV). Its q, k and v
+ * are separate tensors; multi-head attention is the case NKV = NH, with
+ * q, k and v side by side in rows of 3C.
+ *
+ * Threads: forward, each takes whole (batch, head) pairs, which own their
+ * rows of out; backward, whole (batch, key/value head) pairs, which own
+ * the columns of dqkv of the group's query heads and of their key and
+ * value head, the group's query heads added in order. With fewer pairs
+ * than threads the query blocks of one (batch, query head) pair are spread
+ * instead; in backward each thread then sums dK and dV into a private
+ * (T, hs) pair, added up in thread order after, so the result depends only
+ * on the thread count.
  *
  * Memory beyond the operands: per thread two tiles of QB x KB, a few rows
  * of QB, and in the spread case the private (T, hs) pair; allocated per
@@ -39,16 +47,33 @@
  * sees, so the masked triangle costs DB/2 wasted columns a row, not QB/2. */
 enum { QB = 256, KB = 256, DB = 64 };
 
+/* Where q, k and v lie (or their gradients): q's rows ldq floats apart,
+ * k's and v's ldkv; a batch is T rows. */
+typedef struct qkv_io {
+  const float *q, *k, *v;
+  int ldq, ldkv;
+} qkv_io;
+
+/* One query head and its key and value head. C is out's row width (NH
+ * heads of hs). */
 typedef struct head_view {
-  const float *q, *k, *v; /* rows C3 apart */
-  int T, hs, C, C3;
+  const float *q, *k, *v; /* q's rows ldq apart, k's and v's ldkv */
+  int T, hs, C, ldq, ldkv;
   float scale;
 } head_view;
 
-static head_view view(const float *qkv, int b, int h, int T, int C, int NH) {
-  int hs = C / NH, C3 = 3 * C;
-  const float *q = qkv + (int64_t)b * T * C3 + h * hs;
-  return (head_view){q, q + C, q + 2 * C, T, hs, C, C3, 1.0f / sqrtf((float)hs)};
+static head_view view(const qkv_io *io, int b, int h, int T, int C, int NH, int NKV) {
+  int hs = C / NH, kvh = h / (NH / NKV);
+  int64_t kv = (int64_t)b * T * io->ldkv + kvh * hs;
+  return (head_view){io->q + (int64_t)b * T * io->ldq + h * hs,
+                     io->k + kv,
+                     io->v + kv,
+                     T,
+                     hs,
+                     C,
+                     io->ldq,
+                     io->ldkv,
+                     1.0f / sqrtf((float)hs)};
 }
 
 static float *scratch_alloc(size_t floats) { return aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64); }
@@ -80,9 +105,9 @@ static int visible(int t, int c0, int cols) {
  * rows) (m, l indexed from t0), and y += P v. */
 static void forward_tile(const head_view *hv, float *y, int t0, int rows, int c0, int cols, float *s, float *m,
                          float *l) {
-  int hs = hv->hs, C = hv->C, C3 = hv->C3;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, hv->scale, hv->q + (int64_t)t0 * C3, C3,
-              hv->k + (int64_t)c0 * C3, C3, 0.0f, s, KB);
+  int hs = hv->hs, C = hv->C, ldq = hv->ldq, ldkv = hv->ldkv;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, hv->scale, hv->q + (int64_t)t0 * ldq, ldq,
+              hv->k + (int64_t)c0 * ldkv, ldkv, 0.0f, s, KB);
   for (int i = 0; i < rows; i++) {
     float *sr = s + (int64_t)i * KB;
     int n = visible(t0 + i, c0, cols);
@@ -102,7 +127,7 @@ static void forward_tile(const head_view *hv, float *y, int t0, int rows, int c0
       for (int d = 0; d < hs; d++) yr[d] *= alpha;
     }
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, s, KB, hv->v + (int64_t)c0 * C3, C3,
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, s, KB, hv->v + (int64_t)c0 * ldkv, ldkv,
               1.0f, y + (int64_t)t0 * C, C);
 }
 
@@ -131,8 +156,8 @@ static void forward_block(const head_view *hv, float *y, float *lse, int r0, int
 /* Floats of one thread's forward scratch: the score tile, m and l. */
 static size_t forward_scratch(void) { return (size_t)QB * KB + 2 * QB; }
 
-gt_status GT_CPU_KERNEL(attention_tiled_forward)(gt_backend *be, float *out, float *lse, const float *qkv, int B, int T,
-                                                 int C, int NH) {
+static gt_status tiled_forward(gt_backend *be, float *out, float *lse, const qkv_io *io, int B, int T, int C, int NH,
+                               int NKV) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   int nt = gt_cpu_threads(be), BH = B * NH, nb = (T + QB - 1) / QB;
   size_t per = forward_scratch();
@@ -142,7 +167,7 @@ gt_status GT_CPU_KERNEL(attention_tiled_forward)(gt_backend *be, float *out, flo
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int bh = 0; bh < BH; bh++) {
       float *s = scratch + (size_t)omp_get_thread_num() * per;
-      head_view hv = view(qkv, bh / NH, bh % NH, T, C, NH);
+      head_view hv = view(io, bh / NH, bh % NH, T, C, NH, NKV);
       float *y = out + (int64_t)(bh / NH) * T * C + (bh % NH) * hv.hs;
       for (int r0 = 0; r0 < T; r0 += QB)
         forward_block(&hv, y, lse + (int64_t)bh * T, r0, r0 + QB < T ? r0 + QB : T, s, s + QB * KB, s + QB * KB + QB);
@@ -151,7 +176,7 @@ gt_status GT_CPU_KERNEL(attention_tiled_forward)(gt_backend *be, float *out, flo
     /* Few pairs: every thread takes blocks of each pair in turn, the
      * longest (last) rows first so the causal triangle's work evens out. */
     for (int bh = 0; bh < BH; bh++) {
-      head_view hv = view(qkv, bh / NH, bh % NH, T, C, NH);
+      head_view hv = view(io, bh / NH, bh % NH, T, C, NH, NKV);
       float *y = out + (int64_t)(bh / NH) * T * C + (bh % NH) * hv.hs;
 #pragma omp parallel for num_threads(nt) schedule(static, 1)
       for (int ib = 0; ib < nb; ib++) {
@@ -165,25 +190,37 @@ gt_status GT_CPU_KERNEL(attention_tiled_forward)(gt_backend *be, float *out, flo
   return GT_OK;
 }
 
-/* Gradients of query rows [r0, r1) of one head. dq has rows C3 apart; dk
- * and dv rows ldkv apart (dqkv's, or a thread's private pair). s and dp are
+gt_status GT_CPU_KERNEL(attention_tiled_forward)(gt_backend *be, float *out, float *lse, const float *qkv, int B, int T,
+                                                 int C, int NH) {
+  qkv_io io = {qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C};
+  return tiled_forward(be, out, lse, &io, B, T, C, NH, NH);
+}
+
+gt_status GT_CPU_KERNEL(attention_gqa_forward)(gt_backend *be, float *out, float *lse, const float *q, const float *k,
+                                               const float *v, int B, int T, int C, int NH, int NKV) {
+  qkv_io io = {q, k, v, C, NKV * (C / NH)};
+  return tiled_forward(be, out, lse, &io, B, T, C, NH, NKV);
+}
+
+/* Gradients of query rows [r0, r1) of one head. dq has rows ldq apart; dk
+ * and dv rows ldkv apart (the inputs', or a thread's private pair). s and dp are
  * QB x KB, dd QB floats. */
 typedef struct head_grads {
   const float *dy, *y, *lse; /* dy, y rows C apart; lse this head's T */
   float *dq, *dk, *dv;
-  int ldkv;
+  int ldq, ldkv;
 } head_grads;
 
 /* One tile of the backward: rows [t0, t0 + rows) (dd indexed from t0),
  * keys [c0, c0 + cols). */
 static void backward_tile(const head_view *hv, const head_grads *g, int t0, int rows, int c0, int cols, float *s,
                           float *dp, const float *dd) {
-  int hs = hv->hs, C = hv->C, C3 = hv->C3;
-  const float *qr = hv->q + (int64_t)t0 * C3, *dyr = g->dy + (int64_t)t0 * C;
-  const float *kc = hv->k + (int64_t)c0 * C3, *vc = hv->v + (int64_t)c0 * C3;
+  int hs = hv->hs, C = hv->C, ldq = hv->ldq, ldkv = hv->ldkv;
+  const float *qr = hv->q + (int64_t)t0 * ldq, *dyr = g->dy + (int64_t)t0 * C;
+  const float *kc = hv->k + (int64_t)c0 * ldkv, *vc = hv->v + (int64_t)c0 * ldkv;
   float *dkc = g->dk + (int64_t)c0 * g->ldkv, *dvc = g->dv + (int64_t)c0 * g->ldkv;
   /* P = e^(scale q k^T - lse), zero beyond the diagonal */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, hv->scale, qr, C3, kc, C3, 0.0f, s, KB);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, hv->scale, qr, ldq, kc, ldkv, 0.0f, s, KB);
   for (int i = 0; i < rows; i++) {
     float *sr = s + (int64_t)i * KB, L = g->lse[t0 + i];
     int n = visible(t0 + i, c0, cols);
@@ -192,7 +229,7 @@ static void backward_tile(const head_view *hv, const head_grads *g, int t0, int 
   }
   /* dv += P^T dy; dP = dy v^T */
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, s, KB, dyr, C, 1.0f, dvc, g->ldkv);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, 1.0f, dyr, C, vc, C3, 0.0f, dp, KB);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, 1.0f, dyr, C, vc, ldkv, 0.0f, dp, KB);
   /* dS = P (dP - D) scale, in dp */
   for (int i = 0; i < rows; i++) {
     const float *sr = s + (int64_t)i * KB;
@@ -200,9 +237,9 @@ static void backward_tile(const head_view *hv, const head_grads *g, int t0, int 
     for (int j = 0; j < cols; j++) dr[j] = sr[j] * (dr[j] - D) * sc;
   }
   /* dq += dS k; dk += dS^T q */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, dp, KB, kc, C3, 1.0f,
-              g->dq + (int64_t)t0 * C3, C3);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, dp, KB, qr, C3, 1.0f, dkc, g->ldkv);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, dp, KB, kc, ldkv, 1.0f,
+              g->dq + (int64_t)t0 * g->ldq, g->ldq);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, dp, KB, qr, ldq, 1.0f, dkc, g->ldkv);
 }
 
 static void backward_block(const head_view *hv, const head_grads *g, int r0, int r1, float *s, float *dp, float *dd) {
@@ -220,37 +257,43 @@ static void backward_block(const head_view *hv, const head_grads *g, int r0, int
 /* Floats of one thread's backward scratch: two tiles and D. */
 static size_t backward_scratch(void) { return 2 * (size_t)QB * KB + QB; }
 
-gt_status GT_CPU_KERNEL(attention_tiled_backward)(gt_backend *be, float *dqkv, const float *dout, const float *qkv,
-                                                  const float *out, const float *lse, int B, int T, int C, int NH) {
+/* The gradients go to d (dq, dk, dv, at io's strides), accumulated. */
+static gt_status tiled_backward(gt_backend *be, const qkv_io *d, const float *dout, const qkv_io *io, const float *out,
+                                const float *lse, int B, int T, int C, int NH, int NKV) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
-  int nt = gt_cpu_threads(be), BH = B * NH, nb = (T + QB - 1) / QB, hs = C / NH, C3 = 3 * C;
-  bool spread = BH < nt;
+  int nt = gt_cpu_threads(be), BH = B * NH, BKV = B * NKV, nb = (T + QB - 1) / QB, hs = C / NH, group = NH / NKV;
+  int ldq = io->ldq, ldkv = io->ldkv;
+  float *dq0 = (float *)d->q, *dk0 = (float *)d->k, *dv0 = (float *)d->v;
+  bool spread = BKV < nt;
   /* Spread: each thread's dk and dv follow its tiles. */
   size_t per = backward_scratch() + (spread ? 2 * (size_t)T * hs : 0);
   float *scratch = scratch_alloc((size_t)nt * per);
   if (!scratch) return gt_errorf(GT_ENOMEM, "cpu: attention_tiled_backward: out of memory for %d threads' tiles", nt);
   if (!spread) {
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int bh = 0; bh < BH; bh++) {
-      int b = bh / NH, h = bh % NH;
+    for (int bk = 0; bk < BKV; bk++) {
+      int b = bk / NKV, kvh = bk % NKV;
       float *s = scratch + (size_t)omp_get_thread_num() * per;
-      head_view hv = view(qkv, b, h, T, C, NH);
-      float *dq = dqkv + (int64_t)b * T * C3 + h * hs;
-      head_grads g = {dout + (int64_t)b * T * C + h * hs,
-                      out + (int64_t)b * T * C + h * hs,
-                      lse + (int64_t)bh * T,
-                      dq,
-                      dq + C,
-                      dq + 2 * C,
-                      C3};
-      for (int r0 = 0; r0 < T; r0 += QB)
-        backward_block(&hv, &g, r0, r0 + QB < T ? r0 + QB : T, s, s + QB * KB, s + 2 * QB * KB);
+      int64_t kv = (int64_t)b * T * ldkv + kvh * hs;
+      for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+        head_view hv = view(io, b, h, T, C, NH, NKV);
+        head_grads g = {dout + (int64_t)b * T * C + h * hs,
+                        out + (int64_t)b * T * C + h * hs,
+                        lse + ((int64_t)b * NH + h) * T,
+                        dq0 + (int64_t)b * T * ldq + h * hs,
+                        dk0 + kv,
+                        dv0 + kv,
+                        ldq,
+                        ldkv};
+        for (int r0 = 0; r0 < T; r0 += QB)
+          backward_block(&hv, &g, r0, r0 + QB < T ? r0 + QB : T, s, s + QB * KB, s + 2 * QB * KB);
+      }
     }
   } else {
     for (int bh = 0; bh < BH; bh++) {
       int b = bh / NH, h = bh % NH;
-      head_view hv = view(qkv, b, h, T, C, NH);
-      float *dq = dqkv + (int64_t)b * T * C3 + h * hs;
+      head_view hv = view(io, b, h, T, C, NH, NKV);
+      int64_t kv = (int64_t)b * T * ldkv + (h / group) * hs;
 #pragma omp parallel num_threads(nt)
       {
         int tid = omp_get_thread_num(), team = omp_get_num_threads();
@@ -259,9 +302,10 @@ gt_status GT_CPU_KERNEL(attention_tiled_backward)(gt_backend *be, float *dqkv, c
         head_grads g = {dout + (int64_t)b * T * C + h * hs,
                         out + (int64_t)b * T * C + h * hs,
                         lse + (int64_t)bh * T,
-                        dq,
+                        dq0 + (int64_t)b * T * ldq + h * hs,
                         pk,
                         pv,
+                        ldq,
                         hs};
         for (int ib = tid; ib < nb; ib += team) {
           int r0 = (nb - 1 - ib) * QB;
@@ -274,10 +318,10 @@ gt_status GT_CPU_KERNEL(attention_tiled_backward)(gt_backend *be, float *dqkv, c
         for (int u = 0; u < team; u++) {
           const float *uk = scratch + (size_t)u * per + backward_scratch(), *uv = uk + (size_t)T * hs;
           for (int64_t t = lo; t < hi; t++) {
-            float *dk = dq + C + t * C3, *dv = dq + 2 * C + t * C3;
-            for (int d = 0; d < hs; d++) {
-              dk[d] += uk[t * hs + d];
-              dv[d] += uv[t * hs + d];
+            float *dk = dk0 + kv + t * ldkv, *dv = dv0 + kv + t * ldkv;
+            for (int e = 0; e < hs; e++) {
+              dk[e] += uk[t * hs + e];
+              dv[e] += uv[t * hs + e];
             }
           }
         }
@@ -286,4 +330,18 @@ gt_status GT_CPU_KERNEL(attention_tiled_backward)(gt_backend *be, float *dqkv, c
   }
   free(scratch);
   return GT_OK;
+}
+
+gt_status GT_CPU_KERNEL(attention_tiled_backward)(gt_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                                  const float *out, const float *lse, int B, int T, int C, int NH) {
+  qkv_io io = {qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C}, d = {dqkv, dqkv + C, dqkv + 2 * C, 3 * C, 3 * C};
+  return tiled_backward(be, &d, dout, &io, out, lse, B, T, C, NH, NH);
+}
+
+gt_status GT_CPU_KERNEL(attention_gqa_backward)(gt_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                                const float *q, const float *k, const float *v, const float *out,
+                                                const float *lse, int B, int T, int C, int NH, int NKV) {
+  int KV = NKV * (C / NH);
+  qkv_io io = {q, k, v, C, KV}, d = {dq, dk, dv, C, KV};
+  return tiled_backward(be, &d, dout, &io, out, lse, B, T, C, NH, NKV);
 }

@@ -15,6 +15,11 @@
  * dK += dS^T Q over the query tiles from the diagonal on, where
  * dS = P (dO V^T - D) scale.
  *
+ * Grouped-query attention is the same with fewer key/value heads: query
+ * head h reads key and value head h / (NH / NKV), and the block of a key
+ * tile walks the query tiles of each of its group's heads in turn, so dK
+ * and dV still have one writer. Multi-head attention is NKV = NH.
+ *
  * Tiles are square, bt rows, the largest of 32, 16, ... whose shared
  * memory fits the 48 KiB every device grants without opting in; head sizes
  * past about 1500 do not fit even at bt = 1 and are refused.
@@ -43,6 +48,28 @@ __device__ void load_rows(float *s, const float *src, int r0, int rows, int hs, 
   for (int e = threadIdx.x; e < rows * hs; e += blockDim.x) s[e] = src[(int64_t)(r0 + e / hs) * ld + e % hs];
 }
 
+/* Where q, k and v lie: q's rows ldq floats apart, k's and v's ldkv (one
+ * (B,T,3C) tensor for multi-head attention, three for grouped-query). The
+ * gradients lie at the same strides. */
+struct qkv_io {
+  const float *q, *k, *v;
+  int ldq, ldkv;
+};
+struct qkv_grads {
+  float *q, *k, *v;
+};
+
+/* A (batch, query head)'s q, and its key and value head's k and v. */
+struct head_ptrs {
+  const float *q, *k, *v;
+};
+
+__device__ head_ptrs head_of(const qkv_io &io, int b, int h, int T, int C, int NH, int NKV) {
+  int hs = C / NH;
+  int64_t kv = (int64_t)b * T * io.ldkv + (h / (NH / NKV)) * hs;
+  return head_ptrs{io.q + (int64_t)b * T * io.ldq + h * hs, io.k + kv, io.v + kv};
+}
+
 __device__ float dot_rows(const float *a, const float *b, int hs) {
   float s = 0.0f;
   for (int d = 0; d < hs; d++) s += a[d] * b[d];
@@ -50,15 +77,16 @@ __device__ float dot_rows(const float *a, const float *b, int hs) {
 }
 
 /* Shared memory: Q, K, V, O (bt x hs), S (bt x bt), m, l, alpha (bt). */
-__global__ void attention_tiled_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, int bt,
+__global__ void attention_tiled_forward_kernel(float *out, float *lse, qkv_io io, int T, int C, int NH, int NKV, int bt,
                                                float scale) {
   extern __shared__ float sm[];
-  int hs = C / NH, C3 = 3 * C, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  int hs = C / NH, bh = blockIdx.y, b = bh / NH, h = bh % NH;
   int r0 = blockIdx.x * bt, rows = min(bt, T - r0), r1 = r0 + rows;
-  const float *q = qkv + (int64_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+  head_ptrs hp = head_of(io, b, h, T, C, NH, NKV);
+  const float *q = hp.q, *k = hp.k, *v = hp.v;
   float *Qs = sm, *Ks = Qs + bt * hs, *Vs = Ks + bt * hs, *Os = Vs + bt * hs, *Ss = Os + bt * hs;
   float *ms = Ss + bt * bt, *ls = ms + bt, *al = ls + bt;
-  load_rows(Qs, q, r0, rows, hs, C3);
+  load_rows(Qs, q, r0, rows, hs, io.ldq);
   for (int e = threadIdx.x; e < rows * hs; e += blockDim.x) Os[e] = 0.0f;
   for (int i = threadIdx.x; i < rows; i += blockDim.x) {
     ms[i] = -INFINITY;
@@ -67,8 +95,8 @@ __global__ void attention_tiled_forward_kernel(float *out, float *lse, const flo
   for (int c0 = 0; c0 < r1; c0 += bt) {
     int cols = min(bt, r1 - c0);
     __syncthreads(); /* the previous tile's K, V and S are done with */
-    load_rows(Ks, k, c0, cols, hs, C3);
-    load_rows(Vs, v, c0, cols, hs, C3);
+    load_rows(Ks, k, c0, cols, hs, io.ldkv);
+    load_rows(Vs, v, c0, cols, hs, io.ldkv);
     __syncthreads();
     for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
       int i = e / cols, j = e % cols;
@@ -127,24 +155,25 @@ __device__ float score_grad(const float *Qi, const float *dOi, const float *Kj, 
 
 /* One block per query tile: dq. Shared memory: Q, dO, dQ, K, V (bt x hs),
  * dS (bt x bt), D, lse (bt). */
-__global__ void attention_tiled_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *out,
-                                          const float *lse, int T, int C, int NH, int bt, float scale) {
+__global__ void attention_tiled_dq_kernel(qkv_grads d, const float *dout, qkv_io io, const float *out, const float *lse,
+                                          int T, int C, int NH, int NKV, int bt, float scale) {
   extern __shared__ float sm[];
-  int hs = C / NH, C3 = 3 * C, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  int hs = C / NH, bh = blockIdx.y, b = bh / NH, h = bh % NH;
   int r0 = blockIdx.x * bt, rows = min(bt, T - r0), r1 = r0 + rows;
-  const float *q = qkv + (int64_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+  head_ptrs hp = head_of(io, b, h, T, C, NH, NKV);
+  const float *q = hp.q, *k = hp.k, *v = hp.v;
   const float *dy = dout + (int64_t)b * T * C + h * hs, *y = out + (int64_t)b * T * C + h * hs;
   float *Qs = sm, *dOs = Qs + bt * hs, *dQs = dOs + bt * hs, *Ks = dQs + bt * hs, *Vs = Ks + bt * hs;
   float *dSs = Vs + bt * hs, *Ds = dSs + bt * bt, *Ls = Ds + bt;
-  load_rows(Qs, q, r0, rows, hs, C3);
+  load_rows(Qs, q, r0, rows, hs, io.ldq);
   load_rows(dOs, dy, r0, rows, hs, C);
   for (int e = threadIdx.x; e < rows * hs; e += blockDim.x) dQs[e] = 0.0f;
   row_terms(Ds, Ls, dy, y, lse + (int64_t)bh * T, r0, rows, hs, C);
   for (int c0 = 0; c0 < r1; c0 += bt) {
     int cols = min(bt, r1 - c0);
     __syncthreads();
-    load_rows(Ks, k, c0, cols, hs, C3);
-    load_rows(Vs, v, c0, cols, hs, C3);
+    load_rows(Ks, k, c0, cols, hs, io.ldkv);
+    load_rows(Vs, v, c0, cols, hs, io.ldkv);
     __syncthreads();
     for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
       int i = e / cols, j = e % cols;
@@ -162,55 +191,62 @@ __global__ void attention_tiled_dq_kernel(float *dqkv, const float *dout, const 
     }
   }
   __syncthreads();
-  float *dq = dqkv + (int64_t)b * T * C3 + h * hs;
-  for (int e = threadIdx.x; e < rows * hs; e += blockDim.x) dq[(int64_t)(r0 + e / hs) * C3 + e % hs] += dQs[e];
+  float *dq = d.q + (int64_t)b * T * io.ldq + h * hs;
+  for (int e = threadIdx.x; e < rows * hs; e += blockDim.x) dq[(int64_t)(r0 + e / hs) * io.ldq + e % hs] += dQs[e];
 }
 
-/* One block per key tile: dk and dv. Shared memory: K, V, dK, dV, Q, dO
- * (bt x hs), P, dS (bt x bt), D, lse (bt). */
-__global__ void attention_tiled_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *out,
-                                           const float *lse, int T, int C, int NH, int bt, float scale) {
+/* One block per key tile of a (batch, key/value head): dk and dv, over the
+ * query tiles from the diagonal on of each query head of the group in
+ * turn. Shared memory: K, V, dK, dV, Q, dO (bt x hs), P, dS (bt x bt), D,
+ * lse (bt). */
+__global__ void attention_tiled_dkv_kernel(qkv_grads d, const float *dout, qkv_io io, const float *out,
+                                           const float *lse, int T, int C, int NH, int NKV, int bt, float scale) {
   extern __shared__ float sm[];
-  int hs = C / NH, C3 = 3 * C, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  int hs = C / NH, group = NH / NKV, bk = blockIdx.y, b = bk / NKV, kvh = bk % NKV;
   int c0 = blockIdx.x * bt, cols = min(bt, T - c0);
-  const float *q = qkv + (int64_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-  const float *dy = dout + (int64_t)b * T * C + h * hs, *y = out + (int64_t)b * T * C + h * hs;
+  head_ptrs hp = head_of(io, b, kvh * group, T, C, NH, NKV);
   float *Ks = sm, *Vs = Ks + bt * hs, *dKs = Vs + bt * hs, *dVs = dKs + bt * hs, *Qs = dVs + bt * hs;
   float *dOs = Qs + bt * hs, *Ps = dOs + bt * hs, *dSs = Ps + bt * bt, *Ds = dSs + bt * bt, *Ls = Ds + bt;
-  load_rows(Ks, k, c0, cols, hs, C3);
-  load_rows(Vs, v, c0, cols, hs, C3);
+  load_rows(Ks, hp.k, c0, cols, hs, io.ldkv);
+  load_rows(Vs, hp.v, c0, cols, hs, io.ldkv);
   for (int e = threadIdx.x; e < cols * hs; e += blockDim.x) dKs[e] = dVs[e] = 0.0f;
-  for (int r0 = c0; r0 < T; r0 += bt) {
-    int rows = min(bt, T - r0);
-    __syncthreads();
-    load_rows(Qs, q, r0, rows, hs, C3);
-    load_rows(dOs, dy, r0, rows, hs, C);
-    row_terms(Ds, Ls, dy, y, lse + (int64_t)bh * T, r0, rows, hs, C);
-    __syncthreads();
-    for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
-      int i = e / cols, j = e % cols;
-      float p = 0.0f, ds = 0.0f;
-      if (c0 + j <= r0 + i)
-        ds = score_grad(Qs + i * hs, dOs + i * hs, Ks + j * hs, Vs + j * hs, Ls[i], Ds[i], hs, scale, &p);
-      Ps[i * bt + j] = p;
-      dSs[i * bt + j] = ds;
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < cols * hs; e += blockDim.x) {
-      int j = e / hs, d = e % hs;
-      float dv = dVs[e], dk = dKs[e];
-      for (int i = 0; i < rows; i++) {
-        dv += Ps[i * bt + j] * dOs[i * hs + d];
-        dk += dSs[i * bt + j] * Qs[i * hs + d];
+  for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+    const float *q = io.q + (int64_t)b * T * io.ldq + h * hs;
+    const float *dy = dout + (int64_t)b * T * C + h * hs, *y = out + (int64_t)b * T * C + h * hs;
+    const float *lh = lse + ((int64_t)b * NH + h) * T;
+    for (int r0 = c0; r0 < T; r0 += bt) {
+      int rows = min(bt, T - r0);
+      __syncthreads();
+      load_rows(Qs, q, r0, rows, hs, io.ldq);
+      load_rows(dOs, dy, r0, rows, hs, C);
+      row_terms(Ds, Ls, dy, y, lh, r0, rows, hs, C);
+      __syncthreads();
+      for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
+        int i = e / cols, j = e % cols;
+        float p = 0.0f, ds = 0.0f;
+        if (c0 + j <= r0 + i)
+          ds = score_grad(Qs + i * hs, dOs + i * hs, Ks + j * hs, Vs + j * hs, Ls[i], Ds[i], hs, scale, &p);
+        Ps[i * bt + j] = p;
+        dSs[i * bt + j] = ds;
       }
-      dVs[e] = dv;
-      dKs[e] = dk;
+      __syncthreads();
+      for (int e = threadIdx.x; e < cols * hs; e += blockDim.x) {
+        int j = e / hs, d = e % hs;
+        float dv = dVs[e], dk = dKs[e];
+        for (int i = 0; i < rows; i++) {
+          dv += Ps[i * bt + j] * dOs[i * hs + d];
+          dk += dSs[i * bt + j] * Qs[i * hs + d];
+        }
+        dVs[e] = dv;
+        dKs[e] = dk;
+      }
     }
   }
   __syncthreads();
-  float *dk = dqkv + (int64_t)b * T * C3 + C + h * hs, *dv = dk + C;
+  int64_t kv = (int64_t)b * T * io.ldkv + kvh * hs;
+  float *dk = d.k + kv, *dv = d.v + kv;
   for (int e = threadIdx.x; e < cols * hs; e += blockDim.x) {
-    int64_t o = (int64_t)(c0 + e / hs) * C3 + e % hs;
+    int64_t o = (int64_t)(c0 + e / hs) * io.ldkv + e % hs;
     dk[o] += dKs[e];
     dv[o] += dVs[e];
   }
@@ -227,30 +263,53 @@ static gt_status tiled_check(int bt, int B, int NH, int hs, const char *op) {
   return GT_OK;
 }
 
-gt_status gt_cuda_attention_tiled_forward(gt_backend *be, float *out, float *lse, const float *qkv, int B, int T, int C,
-                                          int NH) {
+static gt_status tiled_forward(gt_backend *be, float *out, float *lse, qkv_io io, int B, int T, int C, int NH,
+                               int NKV) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
   int hs = C / NH, bt = tile_rows(hs, 4, 1, 3);
   GT_TRY(tiled_check(bt, B, NH, hs, "attention_tiled_forward"));
   dim3 grid((unsigned)((T + bt - 1) / bt), (unsigned)(B * NH));
   attention_tiled_forward_kernel<<<grid, TILED_THREADS, tile_bytes(bt, hs, 4, 1, 3), gt_cuda_stream(be)>>>(
-      out, lse, qkv, T, C, NH, bt, 1.0f / sqrtf((float)hs));
+      out, lse, io, T, C, NH, NKV, bt, 1.0f / sqrtf((float)hs));
   return gt_cuda_launched(be, "attention_tiled_forward");
 }
 
-gt_status gt_cuda_attention_tiled_backward(gt_backend *be, float *dqkv, const float *dout, const float *qkv,
-                                           const float *out, const float *lse, int B, int T, int C, int NH) {
+static gt_status tiled_backward(gt_backend *be, qkv_grads d, const float *dout, qkv_io io, const float *out,
+                                const float *lse, int B, int T, int C, int NH, int NKV) {
   if (B == 0 || T == 0 || C == 0) return GT_OK;
   GT_TRY(gt_cuda_enter(be));
   int hs = C / NH, bq = tile_rows(hs, 5, 1, 2), bk = tile_rows(hs, 6, 2, 2);
   GT_TRY(tiled_check(bk, B, NH, hs, "attention_tiled_backward"));
   float scale = 1.0f / sqrtf((float)hs);
-  dim3 gq((unsigned)((T + bq - 1) / bq), (unsigned)(B * NH)), gk((unsigned)((T + bk - 1) / bk), (unsigned)(B * NH));
+  dim3 gq((unsigned)((T + bq - 1) / bq), (unsigned)(B * NH)), gk((unsigned)((T + bk - 1) / bk), (unsigned)(B * NKV));
   attention_tiled_dq_kernel<<<gq, TILED_THREADS, tile_bytes(bq, hs, 5, 1, 2), gt_cuda_stream(be)>>>(
-      dqkv, dout, qkv, out, lse, T, C, NH, bq, scale);
+      d, dout, io, out, lse, T, C, NH, NKV, bq, scale);
   GT_TRY(gt_cuda_launched(be, "attention_tiled_dq"));
   attention_tiled_dkv_kernel<<<gk, TILED_THREADS, tile_bytes(bk, hs, 6, 2, 2), gt_cuda_stream(be)>>>(
-      dqkv, dout, qkv, out, lse, T, C, NH, bk, scale);
+      d, dout, io, out, lse, T, C, NH, NKV, bk, scale);
   return gt_cuda_launched(be, "attention_tiled_dkv");
+}
+
+gt_status gt_cuda_attention_tiled_forward(gt_backend *be, float *out, float *lse, const float *qkv, int B, int T, int C,
+                                          int NH) {
+  return tiled_forward(be, out, lse, qkv_io{qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C}, B, T, C, NH, NH);
+}
+
+gt_status gt_cuda_attention_tiled_backward(gt_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                           const float *out, const float *lse, int B, int T, int C, int NH) {
+  return tiled_backward(be, qkv_grads{dqkv, dqkv + C, dqkv + 2 * C}, dout,
+                        qkv_io{qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C}, out, lse, B, T, C, NH, NH);
+}
+
+gt_status gt_cuda_attention_gqa_forward(gt_backend *be, float *out, float *lse, const float *q, const float *k,
+                                        const float *v, int B, int T, int C, int NH, int NKV) {
+  return tiled_forward(be, out, lse, qkv_io{q, k, v, C, NKV * (C / NH)}, B, T, C, NH, NKV);
+}
+
+gt_status gt_cuda_attention_gqa_backward(gt_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                         const float *q, const float *k, const float *v, const float *out,
+                                         const float *lse, int B, int T, int C, int NH, int NKV) {
+  return tiled_backward(be, qkv_grads{dq, dk, dv}, dout, qkv_io{q, k, v, C, NKV * (C / NH)}, out, lse, B, T, C, NH,
+                        NKV);
 }

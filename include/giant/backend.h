@@ -216,6 +216,32 @@ gt_status gt_op_residual_forward(gt_backend *be, float *out, const float *a, con
 /* da += dout; db += dout. Either may be NULL (that branch has no gradient). */
 gt_status gt_op_residual_backward(gt_backend *be, float *da, float *db, const float *dout, size_t n);
 
+/* ---- the layers of the Llama family ---- */
+
+/* RMSNorm per row of C: out = x * rstd * w, rstd = 1 / sqrt(mean(x^2) +
+ * eps), saved (N) for backward. Backward accumulates into dinp and dw. */
+gt_status gt_op_rmsnorm_forward(gt_backend *be, float *out, float *rstd, const float *inp, const float *w, float eps,
+                                int N, int C);
+gt_status gt_op_rmsnorm_backward(gt_backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                                 const float *w, const float *rstd, int N, int C);
+/* Rotary position embeddings, in Hugging Face Llama's layout: each row
+ * (B*T rows, ld floats apart, position t = row % T) holds NH heads of hs
+ * (even) side by side from column 0, and each head's pair (i, i + hs/2)
+ * is turned by the angle (t / scale) * theta^(-2i/hs): theta is the base
+ * (10000 in Llama 2), scale the linear position scaling (1 for none).
+ * Columns past NH*hs are left alone. Forward writes out = R x; backward
+ * writes dinp = R^T dout (it does not accumulate). Both may work in place
+ * (out == inp, dinp == dout). */
+gt_status gt_op_rope_forward(gt_backend *be, float *out, const float *inp, int B, int T, int NH, int hs, int ld,
+                             float theta, float scale);
+gt_status gt_op_rope_backward(gt_backend *be, float *dinp, const float *dout, int B, int T, int NH, int hs, int ld,
+                              float theta, float scale);
+/* SwiGLU: out = silu(gate) * up, silu(g) = g / (1 + e^-g). Backward
+ * accumulates into dgate and dup. */
+gt_status gt_op_swiglu_forward(gt_backend *be, float *out, const float *gate, const float *up, size_t n);
+gt_status gt_op_swiglu_backward(gt_backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                                const float *up, size_t n);
+
 /* ---- attention ---- */
 
 /* Causal self-attention. qkv is (B,T,3C): q, k, v side by side, each C =
@@ -230,6 +256,17 @@ gt_status gt_op_attention_tiled_forward(gt_backend *be, float *out, float *lse, 
                                         int NH);
 gt_status gt_op_attention_tiled_backward(gt_backend *be, float *dqkv, const float *dout, const float *qkv,
                                          const float *out, const float *lse, int B, int T, int C, int NH);
+/* Grouped-query attention, tiled as above: NKV key/value heads (NKV
+ * divides NH), each serving NH/NKV consecutive query heads. q is (B,T,C),
+ * NH heads of C/NH; k and v are (B,T,KV), KV = NKV*C/NH. out (B,T,C), lse
+ * (B,NH,T). Backward sums each key and value head's gradient over its
+ * group; dq, dk and dv accumulate. With NKV == NH and q, k, v side by side
+ * in one (B,T,3C) tensor this is attention_tiled. */
+gt_status gt_op_attention_gqa_forward(gt_backend *be, float *out, float *lse, const float *q, const float *k,
+                                      const float *v, int B, int T, int C, int NH, int NKV);
+gt_status gt_op_attention_gqa_backward(gt_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                       const float *q, const float *k, const float *v, const float *out,
+                                       const float *lse, int B, int T, int C, int NH, int NKV);
 /* Full: att (B,NH,T,T) keeps the softmax probabilities for backward
  * (entries above the diagonal are zero); backward takes datt, scratch of
  * att's size. dqkv accumulates. */

@@ -42,5 +42,36 @@ typedef struct gt_lm_head_config {
 } gt_lm_head_config;
 extern const gt_layer_type gt_lm_head_layer;
 
+/* The Llama family's decoder block, pre-RMSNorm, without biases:
+ *   x = x + o(gqa(rope(q(n)), rope(k(n)), v(n))), n = rmsnorm(x)
+ *   x = x + down(silu(gate(n)) * up(n)),          n = rmsnorm(x)
+ * Grouped-query attention (n_kv_heads key/value heads, each for
+ * NH/n_kv_heads query heads), rotary position embeddings in Hugging Face's
+ * layout. Parameters, with Hugging Face LlamaForCausalLM's names within a
+ * decoder layer and its shapes (out, in): "input_layernorm.weight" (C),
+ * "self_attn.q_proj.weight" (C,C), "self_attn.k_proj.weight" and
+ * "self_attn.v_proj.weight" (KV,C) with KV = n_kv_heads*C/NH,
+ * "self_attn.o_proj.weight" (C,C), "post_attention_layernorm.weight" (C),
+ * "mlp.gate_proj.weight" and "mlp.up_proj.weight" (mlp_hidden,C),
+ * "mlp.down_proj.weight" (C,mlp_hidden). Split over tp ranks, tp must
+ * divide NH, n_kv_heads and mlp_hidden; no sequence parallelism. */
+typedef struct gt_llama_block_config {
+  int C, NH;
+  int n_kv_heads;   /* 0 = NH (multi-head attention) */
+  int mlp_hidden;   /* the MLP's intermediate size */
+  float eps;        /* RMSNorm's; 0 = 1e-5 */
+  float rope_theta; /* the rotary base; 0 = 10000 */
+  float rope_scale; /* linear position scaling (positions divided by it); 0 = 1, none */
+  float init_std;   /* the matrices' N(0, std) init; 0 = 0.02 */
+} gt_llama_block_config;
+extern const gt_layer_type gt_llama_block_layer;
+
+/* RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight. */
+typedef struct gt_rmsnorm_config {
+  int C;
+  float eps; /* 0 = 1e-5 */
+} gt_rmsnorm_config;
+extern const gt_layer_type gt_rmsnorm_layer; /* param "weight" (C) */
+
 GT_API_END
 #endif

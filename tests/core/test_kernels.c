@@ -187,6 +187,11 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_bias),
       cmocka_unit_test(test_causal_softmax),
       cmocka_unit_test(test_attention_bf16),
+      cmocka_unit_test(test_rmsnorm),
+      cmocka_unit_test(test_rope),
+      cmocka_unit_test(test_swiglu),
+      cmocka_unit_test(test_llama_errors),
+      cmocka_unit_test(test_attention_gqa),
   };
   int failed = cmocka_run_group_tests_name(dev, tests, NULL, NULL);
   gt_backend_destroy(kt_ref);

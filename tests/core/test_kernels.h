@@ -90,5 +90,10 @@ void test_gemm_ex_errors(void **state);
 void test_bias(void **state);
 void test_causal_softmax(void **state);
 void test_attention_bf16(void **state);
+void test_rmsnorm(void **state);
+void test_rope(void **state);
+void test_swiglu(void **state);
+void test_llama_errors(void **state);
+void test_attention_gqa(void **state);
 
 #endif
