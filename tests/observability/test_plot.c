@@ -147,6 +147,18 @@ static void test_cut_short(void **state) {
   expect_in("giant-plot's output", res.output, ":4: the last line is cut short");
   expect_in("giant-plot's output", res.output, "(3 step lines");
   expect_png(png, 800, 600);
+  /* Nothing finite to draw in a panel: the panel says so. */
+  write_file(m, "{\"step\":1,\"loss\":nan,\"rank\":0}\n{\"step\":2,\"loss\":inf,\"rank\":0}\n");
+  char svg[128];
+  snprintf(svg, sizeof svg, "%s/cut.svg", dir);
+  run_plot((const char *[]){m, "-o", png, "--svg", svg, NULL}, NULL);
+  if (res.exit_code != 0) run_fail(&res, "giant-plot: exit %d", res.exit_code);
+  char *s = slurp(svg, NULL);
+  assert_non_null(s);
+  expect_in("the SVG", s, "no finite loss in these metrics");
+  expect_in("the SVG", s, "no tokens/s or MFU in these metrics");
+  expect_in("the SVG", s, "no per-rank timing in these metrics");
+  free(s);
 }
 
 /* The step and layout of rank 0's first "gpt: reshaped in" line ("...

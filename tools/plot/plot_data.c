@@ -75,6 +75,8 @@ static double num_or_nan(const gt_json *o, const char *key) {
 /* A step line: the lead rank's values are picked in plot_finish. */
 static int read_step(plot_data *d, const gt_json *o, int step, int rank, int *last_step) {
   d->step_lines++;
+  if (step < d->first_step) d->first_step = step;
+  if (step > d->last_step) d->last_step = step;
   if (d->lead_rank < 0 || rank < d->lead_rank) d->lead_rank = rank;
   /* A step at or before the last this file's first rank wrote: a restart
    * appended to the file, resumed from a checkpoint. */
@@ -257,8 +259,11 @@ int plot_read_file(plot_data *d, const char *path) {
       fprintf(stderr, "giant-plot: warning: %s:%zu: the last line is cut short (a job killed mid-write?): skipped\n",
               path, lineno);
     } else if (s != GT_OK) {
+      /* The reader's message names its line 1 (it was given one line): the
+       * column is what tells. */
+      const char *why = root ? "valid JSON, but no object" : gt_last_error(), *col = strstr(why, "column ");
       fprintf(stderr, "giant-plot: %s:%zu: not a JSON object, so not a metrics line (%s)\n", path, lineno,
-              root ? "valid JSON, but no object" : gt_last_error());
+              col ? col : why);
       rc = -1;
     } else {
       int r = read_object(d, root, path, lineno, last_step);

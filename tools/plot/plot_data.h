@@ -45,7 +45,8 @@ typedef struct plot_data {
   plot_mark *marks;
   size_t nmarks, cap_marks;
   size_t step_lines, seq;
-  int lead_rank; /* the lowest rank whose step lines were read */
+  int lead_rank;             /* the lowest rank whose step lines were read */
+  int first_step, last_step; /* of the step lines, finite values or not */
   /* Ranks (and links) the fail-slow verdicts hold slow, so that only the
    * step each turned slow is marked: "kind:rank:peer" keys. */
   char (*slow)[32];

@@ -113,7 +113,7 @@ static double heat_half_width(const plot_series *s) {
 }
 
 static void write_script(FILE *f, const plot_data *d, const plot_sheet_opts *o, const char *dir) {
-  int lo = 1 << 30, hi = -1, max_rank = 0;
+  int lo = d->first_step, hi = d->last_step, max_rank = 0;
   range_of(&d->loss, &lo, &hi, NULL);
   range_of(&d->eval, &lo, &hi, NULL);
   range_of(d->heat, &lo, &hi, &max_rank);
@@ -137,20 +137,36 @@ static void write_script(FILE *f, const plot_data *d, const plot_sheet_opts *o, 
           "set style textbox opaque noborder margins 1,1\n",
           lo, hi);
   write_marks(f, d);
-  fprintf(f,
-          "set title 'Loss'\nset ylabel 'loss'\nplot '%s/loss.dat' using 1:2 with lines lw 2 lc rgb '#1f4e9c' "
-          "title 'train'",
-          dir);
-  if (d->eval.n)
-    fprintf(f, ", '%s/eval.dat' using 1:2 with linespoints pt 7 ps 1.2 lw 2 lc rgb '#d6007e' title 'eval'", dir);
-  fprintf(f, "\n");
-  fprintf(f,
-          "set title 'Throughput'\nset ylabel 'tokens/s'\nset y2label 'MFU %%'\nset ytics nomirror\nset y2tics\n"
-          "set yrange [0:*]\nset y2range [0:*]\n"
-          "plot '%s/tps.dat' using 1:2 with lines lw 2 lc rgb '#1f4e9c' title 'tokens/s' axes x1y1, "
-          "'%s/mfu.dat' using 1:2 with lines lw 2 lc rgb '#8c564b' title 'MFU %%' axes x1y2\n"
-          "unset y2tics\nunset y2label\nset ytics mirror\n",
-          dir, dir);
+  /* A panel whose series are all empty says so in words: gnuplot will not
+   * plot a file without points. */
+  const char *note =
+      "set label 998 '%s' at graph 0.5, graph 0.5 center front\nset yrange [0:1]\nunset key\n"
+      "plot 2 with points notitle\nunset label 998\nset yrange [*:*]\nset key\n";
+  fprintf(f, "set title 'Loss'\nset ylabel 'loss'\n");
+  if (d->loss.n || d->eval.n) {
+    fprintf(f, "plot ");
+    if (d->loss.n) fprintf(f, "'%s/loss.dat' using 1:2 with lines lw 2 lc rgb '#1f4e9c' title 'train'", dir);
+    if (d->eval.n)
+      fprintf(f, "%s'%s/eval.dat' using 1:2 with linespoints pt 7 ps 1.2 lw 2 lc rgb '#d6007e' title 'eval'",
+              d->loss.n ? ", " : "", dir);
+    fprintf(f, "\n");
+  } else {
+    fprintf(f, note, "no finite loss in these metrics");
+  }
+  /* tokens/s on the left axis, MFU on the right; MFU alone takes the left. */
+  fprintf(f, "set title 'Throughput'\nset ylabel '%s'\nset yrange [0:*]\n", d->tokens_per_s.n ? "tokens/s" : "MFU %");
+  if (d->tokens_per_s.n && d->mfu.n)
+    fprintf(f,
+            "set y2label 'MFU %%'\nset ytics nomirror\nset y2tics\nset y2range [0:*]\n"
+            "plot '%s/tps.dat' using 1:2 with lines lw 2 lc rgb '#1f4e9c' title 'tokens/s' axes x1y1, "
+            "'%s/mfu.dat' using 1:2 with lines lw 2 lc rgb '#8c564b' title 'MFU %%' axes x1y2\n"
+            "unset y2tics\nunset y2label\nset ytics mirror\n",
+            dir, dir);
+  else if (d->tokens_per_s.n || d->mfu.n)
+    fprintf(f, "plot '%s/%s' using 1:2 with lines lw 2 lc rgb '#1f4e9c' title '%s'\n", dir,
+            d->tokens_per_s.n ? "tps.dat" : "mfu.dat", d->tokens_per_s.n ? "tokens/s" : "MFU %");
+  else
+    fprintf(f, note, "no tokens/s or MFU in these metrics");
   fprintf(f,
           "set title \"Each rank's compute time per step (from %s)\"\nset ylabel 'rank'\nset xlabel 'step'\n"
           "set yrange [-0.5:%d.5]\nset ytics %d\nset grid noytics\n"
@@ -163,9 +179,7 @@ static void write_script(FILE *f, const plot_data *d, const plot_sheet_opts *o, 
     fprintf(f, "plot '%s/heat.dat' using 1:2:(%g):(0.5):3 with boxxyerror fill solid 1.0 noborder lc palette\n", dir,
             heat_half_width(d->heat));
   else
-    fprintf(f,
-            "set label 999 'no per-rank timing in these metrics' at graph 0.5, graph 0.5 center\n"
-            "plot NaN notitle\n");
+    fprintf(f, note, "no per-rank timing in these metrics");
   fprintf(f, "unset multiplot\n");
 }
 
