@@ -109,9 +109,9 @@ static void test_bad_inputs(void **state) {
   write_file(arr, "[1,2,3]\n");
   write_file(range, "{\"step\":-4,\"loss\":1.0}\n");
 
-  expect_failure((const char *[]){"/nonexistent/m.jsonl", "-o", png, NULL}, NULL, 1,
-                 "cannot open /nonexistent/m.jsonl");
-  char where[160];
+  char where[160], path_env[128];
+  snprintf(where, sizeof where, "cannot open %s/missing.jsonl", dir);
+  expect_failure((const char *[]){where + strlen("cannot open "), "-o", png, NULL}, NULL, 1, where);
   snprintf(where, sizeof where, "%s:2: not a JSON object", bad);
   expect_failure((const char *[]){good, bad, "-o", png, NULL}, NULL, 1, where);
   snprintf(where, sizeof where, "%s:1: not a JSON object", arr);
@@ -124,7 +124,8 @@ static void test_bad_inputs(void **state) {
   expect_failure((const char *[]){good, "-o", png, "--size", "12", NULL}, NULL, 2, "--size 12");
   expect_failure((const char *[]){good, "-o", png, "--frobnicate", NULL}, NULL, 2, "unknown option");
   /* Without gnuplot, it says what to install. */
-  expect_failure((const char *[]){good, "-o", png, NULL}, "PATH=/nonexistent", 1, "gnuplot-nox");
+  snprintf(path_env, sizeof path_env, "PATH=%s", dir); /* a PATH with no gnuplot on it */
+  expect_failure((const char *[]){good, "-o", png, NULL}, path_env, 1, "gnuplot-nox");
   struct stat st;
   assert_true(stat(png, &st) != 0); /* none of these drew anything */
 }
