@@ -11,7 +11,8 @@
  * inputs: a file that does not exist, a line that is not JSON, files with
  *   no step lines, bad usage and a missing gnuplot give a clear message and
  *   a non-zero exit; a last line cut short (a job killed mid-write) and a
- *   non-finite loss (as C prints it) are drawn past.
+ *   non-finite loss (as C prints it) are drawn past; a restart appended to
+ *   a file is marked where its steps go back.
  * Where gnuplot is missing the cases that draw skip (exit 77). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -162,6 +163,29 @@ static void test_cut_short(void **state) {
   free(s);
 }
 
+/* A restart appended to the file: steps go back, and the sheet marks it
+ * where they do (the job wrote no resume event). */
+static void test_restart(void **state) {
+  (void)state;
+  if (!have_gnuplot()) SKIP_CASE("gnuplot not found (Debian: gnuplot-nox)");
+  char m[128], png[128], svg[128];
+  snprintf(m, sizeof m, "%s/restart.jsonl", dir);
+  snprintf(png, sizeof png, "%s/restart.png", dir);
+  snprintf(svg, sizeof svg, "%s/restart.svg", dir);
+  FILE *f = fopen(m, "w");
+  assert_non_null(f);
+  for (int s = 0; s < 8; s++) fprintf(f, "{\"step\":%d,\"loss\":%.2f,\"rank\":0}\n", s, 5.0 - 0.1 * s);
+  for (int s = 5; s < 12; s++) fprintf(f, "{\"step\":%d,\"loss\":%.2f,\"rank\":0}\n", s, 4.0 - 0.1 * s);
+  assert_int_equal(fclose(f), 0);
+  run_plot((const char *[]){m, "-o", png, "--svg", svg, NULL}, NULL);
+  if (res.exit_code != 0) run_fail(&res, "giant-plot: exit %d", res.exit_code);
+  expect_in("giant-plot's output", res.output, "(15 step lines, 1 marks)");
+  char *s = slurp(svg, NULL);
+  assert_non_null(s);
+  expect_in("the SVG", s, ">restart<");
+  free(s);
+}
+
 /* The step and layout of rank 0's first "gpt: reshaped in" line ("...
  * dp=3, ... step N, ..."); 0 when there is none. */
 static int reshape_of(const char *out, char layout[64], int *step) {
@@ -287,7 +311,8 @@ static int teardown(void **state) {
 
 int main(int argc, char **argv) {
   const char *group = argc > 1 ? argv[1] : "inputs";
-  const struct CMUnitTest inputs[] = {cmocka_unit_test(test_bad_inputs), cmocka_unit_test(test_cut_short)};
+  const struct CMUnitTest inputs[] = {cmocka_unit_test(test_bad_inputs), cmocka_unit_test(test_cut_short),
+                                      cmocka_unit_test(test_restart)};
   const struct CMUnitTest job[] = {cmocka_unit_test(test_job_sheet)};
   if (!strcmp(group, "job")) return gt_test_exit(cmocka_run_group_tests(job, setup, teardown));
   return gt_test_exit(cmocka_run_group_tests(inputs, setup, teardown));

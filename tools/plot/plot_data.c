@@ -80,7 +80,10 @@ static int read_step(plot_data *d, const gt_json *o, int step, int rank, int *la
   if (d->lead_rank < 0 || rank < d->lead_rank) d->lead_rank = rank;
   /* A step at or before the last this file's first rank wrote: a restart
    * appended to the file, resumed from a checkpoint. */
-  if (last_step[0] == rank && step <= last_step[1] && add_mark(d, step, PLOT_RESUME, 1, "restart")) return -1;
+  if (last_step[0] == rank && step <= last_step[1]) {
+    if (add_mark(d, step, PLOT_RESUME, 1, "restart")) return -1;
+    d->nslow = 0; /* the new run's monitor starts with every rank well */
+  }
   if (last_step[0] < 0) last_step[0] = rank;
   if (last_step[0] == rank) last_step[1] = step;
   double compute = num_or_nan(o, "compute_s");
