@@ -25,7 +25,11 @@ const char *plot_find_gnuplot(char *buf, size_t n) {
   for (const char *p = path ? path : ""; *p;) {
     const char *end = strchr(p, ':');
     size_t len = end ? (size_t)(end - p) : strlen(p);
-    if (len && snprintf(buf, n, "%.*s/gnuplot", (int)len, p) < (int)n && access(buf, X_OK) == 0) return buf;
+    if (len && len + sizeof "/gnuplot" <= n) {
+      memcpy(buf, p, len);
+      memcpy(buf + len, "/gnuplot", sizeof "/gnuplot");
+      if (access(buf, X_OK) == 0) return buf;
+    }
     p += len + (end != NULL);
   }
   fprintf(stderr,
