@@ -106,7 +106,7 @@ static void range_of(const plot_series *s, int *lo, int *hi, int *max_rank) {
   }
 }
 
-/* The heat strip's boxes are as wide as the usual gap between its steps
+/* The heat strip's boxes are as wide as the least gap between its steps
  * (the monitor may gather every few steps). */
 static double heat_half_width(const plot_series *s) {
   int gap = 0;
