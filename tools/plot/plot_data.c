@@ -146,6 +146,33 @@ static int read_failslow(plot_data *d, const gt_json *o, int step) {
   return 0;
 }
 
+/* An event's label, short: the sheet has room for a few words a mark, and
+ * the step is on the axis. The job's own texts (run/events.c) are cut to
+ * their point ("reshaped to dp=3 tp=1 pp=1 (world 3)": "reshape dp=3");
+ * another text is its kind and the text, or the text alone where it names
+ * its subject ("rank 3 slow x2.10", "ladder: S3 exclude"), cut at 40
+ * characters. */
+static void short_label(plot_mark_kind kind, const char *event, const char *text, char *label, size_t cap) {
+  int dp, tp, pp, world;
+  long gen;
+  if (kind == PLOT_FAULT) {
+    snprintf(label, cap, "fault"); /* "step N failed: why": its why is in the log */
+  } else if (kind == PLOT_RESHAPE && sscanf(text, "reshaped to dp=%d tp=%d pp=%d", &dp, &tp, &pp) == 3) {
+    int n = snprintf(label, cap, "reshape dp=%d", dp);
+    if (tp > 1 && n > 0 && (size_t)n < cap) n += snprintf(label + n, cap - (size_t)n, " tp=%d", tp);
+    if (pp > 1 && n > 0 && (size_t)n < cap) snprintf(label + n, cap - (size_t)n, " pp=%d", pp);
+  } else if (kind == PLOT_RESUME && sscanf(text, "resumed at step %*d (generation %ld, world %d)", &gen, &world) == 2) {
+    snprintf(label, cap, "resume, world %d", world);
+  } else if (!*text) {
+    snprintf(label, cap, "%s", event);
+  } else if (!strncmp(text, event, strlen(event)) || !strncmp(text, "rank ", 5) || !strncmp(text, "link ", 5)) {
+    snprintf(label, cap, "%s", text);
+  } else {
+    snprintf(label, cap, "%s %s", event, text);
+  }
+  if (strlen(label) > 40 && cap > 41) memcpy(label + 37, "...", 4);
+}
+
 /* An event line: a mark labelled by its kind and text ("reshape dp=3"). */
 static int read_event(plot_data *d, const gt_json *o, const char *event, int step) {
   static const struct {
@@ -162,17 +189,9 @@ static int read_event(plot_data *d, const gt_json *o, const char *event, int ste
   d->have_flagged_events |= kind == PLOT_FLAGGED;
   d->have_resume_events |= kind == PLOT_RESUME;
   const gt_json *t = gt_json_get(o, "text");
-  const char *text = t && t->type == GT_JSON_STRING ? t->str : "";
   char label[64];
-  /* A text that names its kind already ("rank 3 slow x2.1" for flagged
-   * does not) stands alone; a long one is cut, the sheet has no room. */
-  if (!*text || !strncmp(text, event, strlen(event)))
-    snprintf(label, sizeof label, "%s", *text ? text : event);
-  else
-    snprintf(label, sizeof label, "%s %s", kind == PLOT_FLAGGED ? "" : event, text);
-  char *l = label[0] == ' ' ? label + 1 : label;
-  if (strlen(l) > 40) memcpy(l + 37, "...", 4);
-  return add_mark(d, step, kind, 0, l);
+  short_label(kind, event, t && t->type == GT_JSON_STRING ? t->str : "", label, sizeof label);
+  return add_mark(d, step, kind, 0, label);
 }
 
 /* One parsed line. 1: fine; 0: a line of a kind not drawn; -1: failure

@@ -74,27 +74,22 @@ static const char *mark_colour(plot_mark_kind k) {
   }
 }
 
-/* The marks, as gnuplot arrows and labels in every panel: one a step, the
- * labels of several events at one step joined. */
+/* The marks, as gnuplot arrows and labels in every panel: one line a
+ * step, a label an event. */
 static void write_marks(FILE *f, const plot_data *d) {
-  int id = 1;
+  int arrow = 1, label = 1;
   for (size_t i = 0; i < d->nmarks;) {
-    char label[256] = "";
-    size_t j = i;
-    for (; j < d->nmarks && d->marks[j].step == d->marks[i].step; j++) {
-      size_t used = strlen(label);
-      snprintf(label + used, sizeof label - used, "%s%s", used ? ", " : "", d->marks[j].label);
+    int step = d->marks[i].step;
+    fprintf(f, "set arrow %d from %d, graph 0 to %d, graph 1 nohead lw 2 dt 2 lc rgb '%s' front\n", arrow++, step, step,
+            mark_colour(d->marks[i].kind));
+    /* Each event at the step a label of its own colour, side by side left
+     * of the line, on a white box: readable over the heat strip. */
+    for (int k = 0; i < d->nmarks && d->marks[i].step == step; i++, k++) {
+      fprintf(f, "set label %d ", label++);
+      put_str(f, d->marks[i].label);
+      fprintf(f, " at %d, graph 0.97 right rotate by 90 offset character %.1f,0 font ',10' tc rgb '%s' boxed front\n",
+              step, -1.2 - 2.0 * k, mark_colour(d->marks[i].kind));
     }
-    const char *c = mark_colour(d->marks[i].kind);
-    fprintf(f, "set arrow %d from %d, graph 0 to %d, graph 1 nohead lw 2 dt 2 lc rgb '%s' front\n", id,
-            d->marks[i].step, d->marks[i].step, c);
-    fprintf(f, "set label %d ", id);
-    put_str(f, label);
-    /* Left of its line, on a white box: readable over the heat strip. */
-    fprintf(f, " at %d, graph 0.97 right rotate by 90 offset character -1.1,0 font ',10' tc rgb '%s' boxed front\n",
-            d->marks[i].step, c);
-    id++;
-    i = j;
   }
 }
 
@@ -138,7 +133,7 @@ static void write_script(FILE *f, const plot_data *d, const plot_sheet_opts *o, 
           "set key top right box opaque\n"
           "set border lc rgb '#444444'\n"
           "set title font ',14'\n"
-          "set style textbox opaque noborder margins 1,1\n",
+          "set style textbox opaque noborder margins 0.5,0.5\n",
           lo, hi);
   write_marks(f, d);
   /* A panel whose series are all empty says so in words: gnuplot will not
