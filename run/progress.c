@@ -101,13 +101,6 @@ gt_status run_progress_open(gt_run *r, run_progress **out) {
   return GT_OK;
 }
 
-double run_progress_step_s(const run_progress *p) { return p && p->timed ? p->step_s : 0; }
-
-double run_progress_eta_s(const run_progress *p, int step_done, int steps) {
-  if (!p || !p->timed) return -1;
-  return steps > step_done ? (steps - step_done) * p->step_s : 0;
-}
-
 /* Rank 0 learns that a save committed when its writer ends. */
 static void note_ckpt(run_progress *p, const gt_run *r) {
   gt_ckpt_stats cs;
@@ -157,7 +150,7 @@ void run_progress_step(run_progress *p, const gt_run *r, const gt_step_stats *st
     j->tokens_per_s = st->tokens_per_s;
     j->mfu = st->mfu;
     j->loss = isfinite(st->loss) ? st->loss : -1;
-    j->eta_s = run_progress_eta_s(p, step_done, r->o.steps);
+    j->eta_s = st->eta_s; /* the step line's estimate (observe.c) */
     j->time = p->rank.time;
     note_ckpt(p, r);
   }
@@ -188,10 +181,6 @@ gt_status run_progress_open(struct gt_run *r, run_progress **out) {
 }
 void run_progress_step(run_progress *p, const struct gt_run *r, const gt_step_stats *st, int step_done) {
   (void)p, (void)r, (void)st, (void)step_done;
-}
-double run_progress_step_s(const run_progress *p) { return (void)p, 0; }
-double run_progress_eta_s(const run_progress *p, int step_done, int steps) {
-  return (void)p, (void)step_done, (void)steps, -1;
 }
 void run_progress_ckpt(run_progress *p, const struct gt_run *r) { (void)p, (void)r; }
 void run_progress_close(run_progress *p) { (void)p; }

@@ -15,10 +15,6 @@ struct gt_run;
 gt_status run_progress_open(struct gt_run *r, run_progress **out);
 /* After step step_done (1-based) ended with st. */
 void run_progress_step(run_progress *p, const struct gt_run *r, const gt_step_stats *st, int step_done);
-/* The step time smoothed over the last steps, and the time left to
- * `steps` at that pace: 0 and -1 before a step was timed. */
-double run_progress_step_s(const run_progress *p);
-double run_progress_eta_s(const run_progress *p, int step_done, int steps);
 /* The newest committed checkpoint again, after the last save ended. */
 void run_progress_ckpt(run_progress *p, const struct gt_run *r);
 /* Writes what is pending, then stops the thread. NULL is a no-op. */

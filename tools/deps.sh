@@ -1,8 +1,9 @@
 # Installs the Debian packages Giant needs, when any is missing.
 # Sourced by the quick-start scripts and by .ci/run.
+# gnuplot-nox: giant-plot draws with it (its tests skip without it).
 GIANT_PACKAGES="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev fortunes \
 libgrpc-dev libprotobuf-c-dev protobuf-c-compiler etcd-server etcd-client libssl-dev openssl iproute2 \
-procps util-linux"
+procps util-linux gnuplot-nox"
 
 # giant_install_deps [PACKAGES]: installs those missing of PACKAGES (default:
 # GIANT_PACKAGES).
