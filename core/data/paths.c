@@ -9,6 +9,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -230,4 +231,29 @@ gt_status gt_tokenize_text(const char *const *inputs, int ninputs, const gt_text
 gt_status gt_tokenize_paths(const char *const *inputs, int ninputs, const char *separator_line, const char *out_path,
                             uint64_t *ntokens) {
   return tokenize(inputs, ninputs, (reading){.sep = separator_line, .skip_index = true}, NULL, out_path, ntokens);
+}
+
+gt_status gt_tokenize_if_missing(const char *corpus, const char *out_path, bool *made, uint64_t *ntokens) {
+  *made = false;
+  *ntokens = 0;
+  struct stat st;
+  if (stat(out_path, &st) == 0) return GT_OK;
+  if (errno != ENOENT) return gt_errorf(GT_EIO, "cannot read %s: %s", out_path, strerror(errno));
+  if (stat(corpus, &st) != 0)
+    return gt_errorf(GT_ENOTFOUND,
+                     "%s is missing and so is the corpus %s (%s): give --corpus a text file or "
+                     "directory, or --data an existing token file",
+                     out_path, corpus, strerror(errno));
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", out_path);
+  char *slash = strrchr(dir, '/');
+  if (slash && slash != dir) {
+    *slash = '\0';
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+      return gt_errorf(GT_EIO, "cannot create %s: %s", dir, strerror(errno));
+  }
+  const char *inputs[1] = {corpus};
+  GT_TRY(gt_tokenize_paths(inputs, 1, "%", out_path, ntokens));
+  *made = true;
+  return GT_OK;
 }

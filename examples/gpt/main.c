@@ -10,12 +10,10 @@
  * --plan, checkpoints, fail-slow mitigation, reshaping when a rank dies)
  * is Giant's run API (giant/run.h), which this program hands its model,
  * its data and its flags. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "giant/giant.h"
 #include "gpt.h"
@@ -45,27 +43,10 @@ static const char *usage =
 /* Tokenize the corpus on first use; an existing token file is reused. */
 static gt_status ensure_data(const gt_run_options *o, void *user) {
   const gpt_args *g = user;
-  struct stat st;
-  if (stat(o->data, &st) == 0) return GT_OK;
-  if (errno != ENOENT) return gt_errorf(GT_EIO, "cannot read %s: %s", o->data, strerror(errno));
-  /* Check the corpus first: a typo must not leave directories behind. */
-  if (stat(g->corpus, &st) != 0)
-    return gt_errorf(GT_ENOTFOUND,
-                     "%s is missing and so is the corpus %s (%s): give --corpus a text file or "
-                     "directory, or --data an existing token file",
-                     o->data, g->corpus, strerror(errno));
-  char dir[512];
-  snprintf(dir, sizeof dir, "%s", o->data);
-  char *slash = strrchr(dir, '/');
-  if (slash) {
-    *slash = '\0';
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-      return gt_errorf(GT_EIO, "cannot create %s: %s", dir, strerror(errno));
-  }
-  uint64_t n = 0;
-  const char *inputs[1] = {g->corpus};
-  GT_TRY(gt_tokenize_paths(inputs, 1, "%", o->data, &n));
-  printf("tokenized %s into %s: %llu tokens\n", g->corpus, o->data, (unsigned long long)n);
+  bool made;
+  uint64_t n;
+  GT_TRY(gt_tokenize_if_missing(g->corpus, o->data, &made, &n));
+  if (made) printf("tokenized %s into %s: %llu tokens\n", g->corpus, o->data, (unsigned long long)n);
   return GT_OK;
 }
 

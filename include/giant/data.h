@@ -107,6 +107,14 @@ gt_status gt_tokenize_text(const char *const *inputs, int ninputs, const gt_text
 gt_status gt_tokenize_paths(const char *const *inputs, int ninputs, const char *separator_line, const char *out_path,
                             uint64_t *ntokens);
 
+/* What an example program does at start: a token file made from a corpus
+ * on first use. When out_path exists, nothing (*made false). Otherwise the
+ * corpus (a text file or directory of fortune-style records, "%" lines
+ * between them) is checked first, so that a typo leaves no directory
+ * behind, out_path's directory is made, and the corpus tokenized into it
+ * (*made true, *ntokens its tokens). Errors name both paths. */
+gt_status gt_tokenize_if_missing(const char *corpus, const char *out_path, bool *made, uint64_t *ntokens);
+
 /* Turns byte-level tokens back into text (separator shown as "\n%\n",
  * negative ids (padding) skipped, ids above 256 shown as '?'). Writes whole
  * tokens while they fit, always NUL-terminates when out_len > 0, and returns

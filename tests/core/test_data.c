@@ -553,6 +553,33 @@ static void test_tokenize_paths(void **state) {
   assert_int_equal(gt_tokenize_paths(inputs, 0, "%", out, &n), GT_EINVAL);
 }
 
+/* A token file made on first use, then reused; a missing corpus leaves
+ * no directory behind. */
+static void test_tokenize_if_missing(void **state) {
+  (void)state;
+  char corpus[256], out[256];
+  snprintf(corpus, sizeof corpus, "%s", path_in("once.txt"));
+  snprintf(out, sizeof out, "%s", path_in("made/once.tok"));
+  write_bytes(corpus, "ab\n%\nc\n%\n", 9);
+  bool made = false;
+  uint64_t n = 0;
+  assert_int_equal(gt_tokenize_if_missing(corpus, out, &made, &n), GT_OK);
+  assert_true(made);
+  const uint32_t want[] = {'a', 'b', S_, 'c', S_};
+  assert_int_equal(n, 5);
+  expect_tokens(out, want, 5);
+  write_bytes(corpus, "zz\n", 3); /* an existing token file is kept as it is */
+  assert_int_equal(gt_tokenize_if_missing(corpus, out, &made, &n), GT_OK);
+  assert_false(made);
+  expect_tokens(out, want, 5);
+  char gone[256];
+  snprintf(out, sizeof out, "%s", path_in("never/x.tok"));
+  snprintf(gone, sizeof gone, "%s", path_in("no-such-corpus"));
+  assert_int_equal(gt_tokenize_if_missing(gone, out, &made, &n), GT_ENOTFOUND);
+  assert_non_null(strstr(gt_last_error(), "and so is the corpus"));
+  assert_int_not_equal(access(path_in("never"), F_OK), 0);
+}
+
 /* ---- the text reader's records ---- */
 
 /* Tokenizes the one file at `txt` holding `text` as `r` says and checks the
@@ -961,6 +988,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_uneven_shares, setup, teardown),
       cmocka_unit_test_setup_teardown(test_seek_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tokenizer, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tokenize_if_missing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tokenize_paths, setup, teardown),
       cmocka_unit_test_setup_teardown(test_text_records, setup, teardown),
       cmocka_unit_test_setup_teardown(test_text_records_bad, setup, teardown),
