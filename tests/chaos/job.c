@@ -554,10 +554,11 @@ int chaos_node_processes(const chaos_env *env, int i) {
   return n;
 }
 
-/* Keys a finished job may leave: its end, and what was found slow and done
- * about it (docs/launching.md). */
+/* Keys a finished job may leave: its end, its last progress, and what was
+ * found slow and done about it (docs/launching.md). */
 static bool documented(const char *rest) {
-  return !strcmp(rest, "done") || !strncmp(rest, "health/", 7) || !strncmp(rest, "mitigation/", 11);
+  return !strcmp(rest, "done") || !strcmp(rest, "progress/job") || !strncmp(rest, "health/", 7) ||
+         !strncmp(rest, "mitigation/", 11);
 }
 
 int chaos_job_keys(chaos_job *j, char *why, size_t n) {
