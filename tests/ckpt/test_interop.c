@@ -36,7 +36,7 @@ enum { B = 2 };
 #define TOL 1e-5
 
 static const char *python; /* the first with the packages, or NULL */
-static char script[4200], lscript[4200], tool[512], llama_bin[512];
+static char script[4200], lscript[4200], tool[512], llama_bin[512], giantrun[512];
 
 static void find_python(void) {
   static const char *const candidates[] = {GT_PYTHON3, "/usr/bin/python3"};
@@ -332,6 +332,87 @@ static void test_llama_import(void **state) {
   free(dir);
 }
 
+/* The first loss of examples/llama started from the file (run option
+ * --init-from), in one process or through giantrun at `plan`. */
+static double llama_first_loss(const char *dir, const char *plan, const char *metrics) {
+  char L[16], C[16], NH[16], NKV[16], H[16], T[16], line[512];
+  snprintf(L, sizeof L, "%d", CR_L);
+  snprintf(C, sizeof C, "%d", CR_C);
+  snprintf(NH, sizeof NH, "%d", CR_NH);
+  snprintf(NKV, sizeof NKV, "%d", LL_NKV);
+  snprintf(H, sizeof H, "%d", LL_H);
+  snprintf(T, sizeof T, "%d", CR_T);
+  char *argv[40] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", (char *)plan};
+  int n = plan ? 6 : 0;
+  char *rest[] = {llama_bin,
+                  "--data",
+                  cr_fx.data,
+                  "--steps",
+                  "1",
+                  "--layers",
+                  L,
+                  "--channels",
+                  C,
+                  "--heads",
+                  NH,
+                  "--kv-heads",
+                  NKV,
+                  "--mlp-hidden",
+                  H,
+                  "--seq",
+                  T,
+                  "--batch",
+                  "4",
+                  "--init-from",
+                  (char *)dir,
+                  "--init-names",
+                  "hf-llama",
+                  "--metrics",
+                  (char *)metrics,
+                  "--print-every",
+                  "0"};
+  for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) argv[n++] = rest[i];
+  argv[n] = NULL;
+  static run_result r;
+  /* One small step, and a standalone etcd under giantrun: seconds on busy cores. */
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 240, &r);
+  if (r.exit_code != 0) run_fail(&r, "llama %s: exit %d", plan ? plan : "(one process)", r.exit_code);
+  FILE *f = fopen(metrics, "r");
+  assert_non_null(f);
+  double loss = NAN;
+  assert_non_null(fgets(line, sizeof line, f));
+  const char *p = strstr(line, "\"loss\":");
+  assert_non_null(p);
+  assert_int_equal(sscanf(p, "\"loss\":%lf", &loss), 1);
+  fclose(f);
+  unlink(metrics);
+  return loss;
+}
+
+/* The same file imported at tp=2, each rank its rows or columns of every
+ * matrix and its share of the heads: the first step's loss is the one
+ * process's. */
+static void test_llama_import_tp2(void **state) {
+  (void)state;
+  if (!python) SKIP_CASE("no python3 with torch, transformers and safetensors (tools/deps.sh)");
+  if (access("/usr/bin/etcd", X_OK) != 0 && system("command -v etcd >/dev/null 2>&1") != 0)
+    SKIP_CASE("etcd not found (giantrun --standalone)");
+  char *dir = cr_fixture_dir("hf-llama-tp"), V[16], C[16], L[16], NH[16], NKV[16], H[16], metrics[4300];
+  snprintf(V, sizeof V, "%d", CR_V);
+  snprintf(C, sizeof C, "%d", CR_C);
+  snprintf(L, sizeof L, "%d", CR_L);
+  snprintf(NH, sizeof NH, "%d", CR_NH);
+  snprintf(NKV, sizeof NKV, "%d", LL_NKV);
+  snprintf(H, sizeof H, "%d", LL_H);
+  py_with(lscript, (char *[]){"make", dir, V, C, L, NH, NKV, H, "10000", "5"}, 10);
+  snprintf(metrics, sizeof metrics, "%s.metrics", dir);
+  double one = llama_first_loss(dir, NULL, metrics), tp = llama_first_loss(dir, "tp=2", metrics);
+  print_message("Llama at tp=2: first loss %.6f, one process %.6f\n", tp, one);
+  assert_true(fabs(tp - one) <= TOL);
+  cr_rmtree(dir);
+  free(dir);
+}
+
 /* Trained by examples/llama, exported by giant-ckpt under hf-llama, read by
  * transformers; imported back it is the checkpoint's weights exactly. */
 static void test_llama_export(void **state) {
@@ -389,10 +470,12 @@ int main(void) {
   find_python();
   build_path("tools/giant-ckpt", tool, sizeof tool);
   build_path("examples/llama", llama_bin, sizeof llama_bin);
+  build_path("launch/giantrun", giantrun, sizeof giantrun);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_import_tied),    cmocka_unit_test(test_import_untied),
       cmocka_unit_test(test_import_layouts), cmocka_unit_test(test_export_loads_in_hf),
-      cmocka_unit_test(test_llama_import),   cmocka_unit_test(test_llama_export),
+      cmocka_unit_test(test_llama_import),   cmocka_unit_test(test_llama_import_tp2),
+      cmocka_unit_test(test_llama_export),
   };
   return gt_test_exit(cmocka_run_group_tests(tests, cr_fixture_setup, cr_fixture_teardown));
 }
