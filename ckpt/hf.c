@@ -12,6 +12,7 @@
 #include "core/data/json.h"
 #include "giant/engine/model.h"
 #include "giant/layer.h"
+#include "giant/layers.h"
 
 gt_status ck_hf_check_names(const char *names) {
   const ck_hf_naming *n;
@@ -93,10 +94,66 @@ static const gt_json *member(const gt_json *cfg, const char *key, gt_json_type t
   return v && v->type == type ? v : NULL;
 }
 
-/* A config.json beside the file must describe Giant's GPT-2 block: a
- * model that computes another function would load without complaint and
- * then be wrong. */
-static gt_status check_config(const char *path) {
+static bool near(double a, double b) { return a >= b * (1 - 1e-6) && a <= b * (1 + 1e-6); }
+
+/* A number of the config or its default in transformers' LlamaConfig. */
+static double number(const gt_json *cfg, const char *key, double dflt) {
+  const gt_json *v = member(cfg, key, GT_JSON_NUMBER);
+  return v ? v->number : dflt;
+}
+
+/* Hugging Face's Llama configuration against the model's blocks: heads,
+ * key/value heads, RMSNorm epsilon, rotary base and scaling all change the
+ * function while leaving every tensor's shape as it is. */
+static gt_status check_llama(const gt_json *cfg, const char *path, const gt_model *m) {
+  gt_llama_block_config b = {0};
+  bool found = false;
+  for (int i = 0; !found && i < gt_model_num_layers(m); i++) {
+    const gt_layer *l = gt_model_layer(m, i);
+    found = l->type == &gt_llama_block_layer && gt_llama_block_settings(l, &b) == GT_OK;
+  }
+  const gt_json *v;
+  if ((v = member(cfg, "model_type", GT_JSON_STRING)) && strcmp(v->str, "llama"))
+    return gt_errorf(GT_EFORMAT, "%s: model_type is %.64s; hf-llama reads llama", path, v->str);
+  if ((v = member(cfg, "hidden_act", GT_JSON_STRING)) && strcmp(v->str, "silu"))
+    return gt_errorf(GT_EFORMAT, "%s: hidden_act %.64s is not Giant's SwiGLU (silu)", path, v->str);
+  static const char *const biases[] = {"attention_bias", "mlp_bias"};
+  for (int i = 0; i < 2; i++)
+    if ((v = member(cfg, biases[i], GT_JSON_BOOL)) && v->boolean)
+      return gt_errorf(GT_EFORMAT, "%s: %s is true and Giant's Llama block has no biases", path, biases[i]);
+  if (!found) return GT_OK; /* a pipeline stage without blocks: the shapes are checked */
+  double nh = number(cfg, "num_attention_heads", b.NH), nkv = number(cfg, "num_key_value_heads", nh);
+  double eps = number(cfg, "rms_norm_eps", 1e-6), theta = number(cfg, "rope_theta", 10000.0), scale = 1.0;
+  const gt_json *rs = member(cfg, "rope_scaling", GT_JSON_OBJECT);
+  if (rs) {
+    const gt_json *t = member(rs, "rope_type", GT_JSON_STRING);
+    if (!t) t = member(rs, "type", GT_JSON_STRING);
+    if (!t || strcmp(t->str, "linear"))
+      return gt_errorf(GT_EFORMAT, "%s: rope_scaling of type %.64s; Giant's rotary scaling is linear", path,
+                       t ? t->str : "(none)");
+    scale = number(rs, "factor", 1.0);
+  }
+  if (nh != b.NH || nkv != b.n_kv_heads)
+    return gt_errorf(GT_EFORMAT,
+                     "%s: %g attention heads and %g key/value heads, and the model has %d and %d: build it with "
+                     "those (--heads, --kv-heads)",
+                     path, nh, nkv, b.NH, b.n_kv_heads);
+  if (!near(eps, b.eps))
+    return gt_errorf(GT_EFORMAT, "%s: rms_norm_eps %g, and the model's RMSNorm epsilon is %g", path, eps,
+                     (double)b.eps);
+  if (!near(theta, b.rope_theta) || !near(scale, b.rope_scale))
+    return gt_errorf(GT_EFORMAT,
+                     "%s: rope_theta %g (scaling %g), and the model's is %g (%g): build it with those "
+                     "(--rope-theta, --rope-scale)",
+                     path, theta, scale, (double)b.rope_theta, (double)b.rope_scale);
+  return GT_OK;
+}
+
+/* A config.json beside the file must describe the model's block: a model
+ * that computes another function would load without complaint and then be
+ * wrong. GPT-2's is checked against Giant's fixed block, Llama's against
+ * the model's settings. */
+static gt_status check_config(const char *path, const ck_hf_naming *n, const gt_model *m) {
   FILE *f = fopen(path, "rb");
   if (!f) return GT_OK; /* optional */
   char *text = malloc(1 << 20);
@@ -116,6 +173,12 @@ static gt_status check_config(const char *path) {
   }
   const gt_json *v;
   if (cfg->type != GT_JSON_OBJECT) s = gt_errorf(GT_EFORMAT, "%s is no JSON object", path);
+  if (s == GT_OK && ck_hf_naming_is_llama(n)) {
+    s = check_llama(cfg, path, m);
+    gt_json_free(doc);
+    free(text);
+    return s;
+  }
   if (s == GT_OK && (v = member(cfg, "model_type", GT_JSON_STRING)) && strcmp(v->str, "gpt2"))
     s = gt_errorf(GT_EFORMAT, "%s: model_type is %.64s; Giant reads gpt2", path, v->str);
   if (s == GT_OK && (v = member(cfg, "activation_function", GT_JSON_STRING)) && strcmp(v->str, "gelu_new") &&
@@ -171,7 +234,7 @@ gt_status ck_hf_import(gt_model *m, const char *path, const char *names) {
   if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
     char cfg[4200];
     snprintf(cfg, sizeof cfg, "%s/config.json", path);
-    if (ck_hf_naming_is_gpt2(n)) GT_TRY(check_config(cfg));
+    if (ck_hf_naming_is_gpt2(n) || ck_hf_naming_is_llama(n)) GT_TRY(check_config(cfg, n, m));
     snprintf(file, sizeof file, "%s/model.safetensors", path);
   }
   ck_st *st;

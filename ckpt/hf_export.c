@@ -87,11 +87,52 @@ static gt_status write_config(const char *path, const ck_manifest *m, int heads,
   return ck_write_durable(out_dir, "config.json", text, (size_t)len);
 }
 
+/* LlamaForCausalLM's configuration, read off the tensors' shapes. The
+ * checkpoint keeps no RMSNorm epsilon nor rotary base: those written are
+ * examples/llama's defaults (1e-5, 10000). Giant's rotary embedding has
+ * no table, so max_position_embeddings only bounds transformers' use. */
+static gt_status write_llama_config(const char *path, const ck_manifest *m, int heads, const char *out_dir) {
+  const ck_tensor *emb = tensor(m, PARAM_PREFIX "model.embed_tokens.wte");
+  const ck_tensor *k = tensor(m, PARAM_PREFIX "model.layers.0.self_attn.k_proj.weight");
+  const ck_tensor *gate = tensor(m, PARAM_PREFIX "model.layers.0.mlp.gate_proj.weight");
+  if (!emb || !k || !gate || emb->ndim != 2 || k->ndim != 2 || gate->ndim != 2)
+    return gt_errorf(GT_EFORMAT,
+                     "%s holds no Llama model (model.embed_tokens.wte, model.layers.0's k_proj and gate_proj): it "
+                     "is of another model",
+                     path);
+  int layers = 0;
+  char name[CK_NAME];
+  for (;; layers++) {
+    snprintf(name, sizeof name, PARAM_PREFIX "model.layers.%d.input_layernorm.weight", layers);
+    if (!tensor(m, name)) break;
+  }
+  int64_t C = emb->shape[1], hs = heads > 0 ? C / heads : 0;
+  if (heads <= 0 || C % heads || k->shape[0] % hs)
+    return gt_errorf(GT_EINVAL,
+                     "hf-llama needs the model's query head count, which divides %lld channels and makes the "
+                     "key/value width %lld a whole number of heads (--heads N)",
+                     (long long)C, (long long)k->shape[0]);
+  bool tied = !tensor(m, PARAM_PREFIX "lm_head.w");
+  char text[2048];
+  int len = snprintf(text, sizeof text,
+                     "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+                     "  \"vocab_size\": %lld,\n  \"hidden_size\": %lld,\n  \"intermediate_size\": %lld,\n"
+                     "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
+                     "  \"num_key_value_heads\": %lld,\n  \"head_dim\": %lld,\n  \"hidden_act\": \"silu\",\n"
+                     "  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": 10000.0,\n  \"rope_scaling\": null,\n"
+                     "  \"max_position_embeddings\": 2048,\n  \"attention_bias\": false,\n"
+                     "  \"mlp_bias\": false,\n  \"attention_dropout\": 0.0,\n  \"initializer_range\": 0.02,\n"
+                     "  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
+                     (long long)emb->shape[0], (long long)C, (long long)gate->shape[0], layers, heads,
+                     (long long)(k->shape[0] / hs), (long long)hs, tied ? "true" : "false");
+  return ck_write_durable(out_dir, "config.json", text, (size_t)len);
+}
+
 gt_status gt_ckpt_export_safetensors(const char *path, const char *names, int heads, const char *out_dir) {
   const ck_hf_naming *n;
   GT_TRY(ck_hf_naming_find(names, &n));
-  if (ck_hf_naming_is_gpt2(n) && heads <= 0) /* before any tensor is read or directory made */
-    return gt_errorf(GT_EINVAL, "hf-gpt2's config.json needs the model's head count (--heads N)");
+  if ((ck_hf_naming_is_gpt2(n) || ck_hf_naming_is_llama(n)) && heads <= 0) /* before any tensor is read */
+    return gt_errorf(GT_EINVAL, "%s's config.json needs the model's head count (--heads N)", names);
   ck_manifest m;
   GT_TRY(ck_manifest_read(path, &m));
   exported e = {.t = calloc((size_t)m.ntensors + 1, sizeof *e.t), .names = calloc((size_t)m.ntensors + 1, 160)};
@@ -102,6 +143,7 @@ gt_status gt_ckpt_export_safetensors(const char *path, const char *names, int he
   if (s == GT_OK && e.n == 0) s = gt_errorf(GT_EFORMAT, "%s holds no parameters", path);
   if (s == GT_OK) s = ck_mkdir(out_dir);
   if (s == GT_OK && ck_hf_naming_is_gpt2(n)) s = write_config(path, &m, heads, out_dir);
+  if (s == GT_OK && ck_hf_naming_is_llama(n)) s = write_llama_config(path, &m, heads, out_dir);
   if (s == GT_OK) s = ck_st_write(out_dir, "model.safetensors", e.t, e.n);
   exported_free(&e);
   ck_manifest_free(&m);

@@ -43,9 +43,31 @@ static const row gpt2[] = {
     {"lm_head.w", "lm_head.weight", "transformer.wte.weight", CK_HF_SAME},
 };
 
+/* Hugging Face's LlamaForCausalLM. Giant's Llama block already carries its
+ * names and nn.Linear's [out, in] layout (docs/llama.md); only the
+ * embedding and the head are named otherwise. Its q and k are stored for
+ * rotate-half RoPE, Giant's layout, so nothing is permuted. */
+static const row llama[] = {
+    {"model.embed_tokens.wte", "model.embed_tokens.weight", NULL, CK_HF_SAME},
+    {"model.layers.%d.input_layernorm.weight", "model.layers.%d.input_layernorm.weight", NULL, CK_HF_SAME},
+    {"model.layers.%d.self_attn.q_proj.weight", "model.layers.%d.self_attn.q_proj.weight", NULL, CK_HF_SAME},
+    {"model.layers.%d.self_attn.k_proj.weight", "model.layers.%d.self_attn.k_proj.weight", NULL, CK_HF_SAME},
+    {"model.layers.%d.self_attn.v_proj.weight", "model.layers.%d.self_attn.v_proj.weight", NULL, CK_HF_SAME},
+    {"model.layers.%d.self_attn.o_proj.weight", "model.layers.%d.self_attn.o_proj.weight", NULL, CK_HF_SAME},
+    {"model.layers.%d.post_attention_layernorm.weight", "model.layers.%d.post_attention_layernorm.weight", NULL,
+     CK_HF_SAME},
+    {"model.layers.%d.mlp.gate_proj.weight", "model.layers.%d.mlp.gate_proj.weight", NULL, CK_HF_SAME},
+    {"model.layers.%d.mlp.up_proj.weight", "model.layers.%d.mlp.up_proj.weight", NULL, CK_HF_SAME},
+    {"model.layers.%d.mlp.down_proj.weight", "model.layers.%d.mlp.down_proj.weight", NULL, CK_HF_SAME},
+    {"model.norm.weight", "model.norm.weight", NULL, CK_HF_SAME},
+    /* Tied (tie_word_embeddings), transformers saves the embedding alone. */
+    {"lm_head.w", "lm_head.weight", "model.embed_tokens.weight", CK_HF_SAME},
+};
+
 static const ck_hf_naming namings[] = {
     {"giant", NULL, 0},
     {"hf-gpt2", gpt2, (int)(sizeof gpt2 / sizeof gpt2[0])},
+    {"hf-llama", llama, (int)(sizeof llama / sizeof llama[0])},
 };
 
 gt_status ck_hf_naming_find(const char *names, const ck_hf_naming **out) {
@@ -54,11 +76,12 @@ gt_status ck_hf_naming_find(const char *names, const ck_hf_naming **out) {
       *out = &namings[i];
       return GT_OK;
     }
-  return gt_errorf(GT_EINVAL, "unknown tensor names '%s': use giant or hf-gpt2", names ? names : "(none)");
+  return gt_errorf(GT_EINVAL, "unknown tensor names '%s': use giant, hf-gpt2 or hf-llama", names ? names : "(none)");
 }
 
 const char *ck_hf_naming_name(const ck_hf_naming *n) { return n->name; }
 bool ck_hf_naming_is_gpt2(const ck_hf_naming *n) { return n->rows == gpt2; }
+bool ck_hf_naming_is_llama(const ck_hf_naming *n) { return n->rows == llama; }
 
 /* name matches pattern (at most one %d, a layer number): *layer gets it. */
 static bool match(const char *pattern, const char *name, int *layer) {
@@ -96,9 +119,9 @@ gt_status ck_hf_map_param(const ck_hf_naming *n, const char *param, ck_hf_map *o
     return GT_OK;
   }
   return gt_errorf(GT_ENOTFOUND,
-                   "parameter %s has no name under %s: that naming is for a GPT-2 model built as "
-                   "examples/gpt builds it (the naming giant takes any model)",
-                   param, n->name);
+                   "parameter %s has no name under %s: that naming is for a %s model built as "
+                   "examples/%s builds it (the naming giant takes any model)",
+                   param, n->name, n->rows == llama ? "Llama" : "GPT-2", n->rows == llama ? "llama" : "gpt");
 }
 
 int ck_hf_shape(ck_hf_layout l, int ndim, const int64_t *shape, int64_t *out) {

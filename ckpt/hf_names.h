@@ -31,6 +31,8 @@ gt_status ck_hf_naming_find(const char *names, const ck_hf_naming **out);
 const char *ck_hf_naming_name(const ck_hf_naming *n);
 /* Whether it is Hugging Face's GPT-2 (export writes a config.json). */
 bool ck_hf_naming_is_gpt2(const ck_hf_naming *n);
+/* Whether it is Hugging Face's Llama (export writes its config.json). */
+bool ck_hf_naming_is_llama(const ck_hf_naming *n);
 /* Where parameter `param` goes; an error naming it when the table has no row. */
 gt_status ck_hf_map_param(const ck_hf_naming *n, const char *param, ck_hf_map *out);
 

@@ -130,7 +130,7 @@ static const char *run_usage =
     "                      model.safetensors and config.json, at any layout (a checkpoint to resume\n"
     "                      from comes first; docs/interop.md)\n"
     "  --init-names N      the file's tensor names: hf-gpt2 (Hugging Face's GPT2LMHeadModel, the\n"
-    "                      default) or giant (giant-ckpt export's own)\n"
+    "                      default), hf-llama (its LlamaForCausalLM) or giant (giant-ckpt export's)\n"
     "  --metrics FILE      append one JSON line per step (the lead rank's; a %r in FILE gives\n"
     "                      every rank its own file, %r replaced by the rank)\n"
     "  --print-every N     print every N steps, with the fraction done and the time left (default 10)\n"

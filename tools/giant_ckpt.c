@@ -4,7 +4,7 @@
  *   giant-ckpt verify PATH       every slice's SHA-256
  *   giant-ckpt convert PATH OUT  one file in the single-process layout
  *   giant-ckpt diff A B          largest relative difference per tensor
- *   giant-ckpt export --format safetensors [--names hf-gpt2 --heads NH] PATH OUT
+ *   giant-ckpt export --format safetensors [--names hf-gpt2|hf-llama --heads NH] PATH OUT
  *                                the parameters as OUT/model.safetensors
  *
  * PATH is a step directory, or a checkpoint root (its newest committed
@@ -22,14 +22,15 @@
 static int usage(FILE *f, int rc) {
   fprintf(f,
           "usage: giant-ckpt ls DIR | verify PATH | convert PATH OUT | diff A B |\n"
-          "       export --format safetensors [--names giant|hf-gpt2] [--heads NH] PATH OUT\n"
+          "       export --format safetensors [--names giant|hf-gpt2|hf-llama] [--heads NH] PATH OUT\n"
           "  ls       the committed checkpoints under DIR, newest first: step, layout, tensors, bytes\n"
           "  verify   reads every slice of PATH and checks its SHA-256\n"
           "  convert  writes PATH as one file OUT in the single-process layout, for export\n"
           "  diff     the largest relative difference of every tensor of A and B\n"
           "  export   writes PATH's parameters to the directory OUT: model.safetensors (fp32) under\n"
-          "           Giant's names (giant, the default) or Hugging Face's GPT2LMHeadModel's (hf-gpt2,\n"
-          "           with config.json; --heads gives the model's head count)\n"
+          "           Giant's names (giant, the default) or Hugging Face's GPT2LMHeadModel's (hf-gpt2)\n"
+          "           or LlamaForCausalLM's (hf-llama), both with config.json; --heads gives the\n"
+          "           model's (query) head count\n"
           "PATH is a step directory (DIR/step-00001200) or a root DIR (its newest committed one).\n");
   return rc;
 }

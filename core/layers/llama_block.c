@@ -208,6 +208,20 @@ static gt_status llama_backward(gt_layer *self, const gt_layer_ctx *ctx, const f
   return gt_op_rmsnorm_backward(be, din, G(NORM1), dn, in, P(NORM1), a.rstd1, N, C);
 }
 
+gt_status gt_llama_block_settings(const gt_layer *l, gt_llama_block_config *out) {
+  if (!l || l->type != &gt_llama_block_layer || !l->state)
+    return gt_errorf(GT_EINVAL, "gt_llama_block_settings: the layer is no built llama block");
+  const llama_cfg *c = l->state;
+  *out = (gt_llama_block_config){.C = c->C,
+                                 .NH = c->NH,
+                                 .n_kv_heads = c->NKV,
+                                 .mlp_hidden = c->H,
+                                 .eps = c->eps,
+                                 .rope_theta = c->theta,
+                                 .rope_scale = c->scale};
+  return GT_OK;
+}
+
 /* This rank's share of the work. */
 static double llama_flops(const gt_layer *self, int B, int T) {
   const llama_cfg *c = self->state;

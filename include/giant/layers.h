@@ -65,6 +65,10 @@ typedef struct gt_llama_block_config {
   float init_std;   /* the matrices' N(0, std) init; 0 = 0.02 */
 } gt_llama_block_config;
 extern const gt_layer_type gt_llama_block_layer;
+/* A built llama block's settings, defaults filled in (the whole block's,
+ * not a rank's share; init_std is not kept): what a file's configuration
+ * is checked against. GT_EINVAL for any other layer. */
+gt_status gt_llama_block_settings(const gt_layer *l, gt_llama_block_config *out);
 
 /* RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight. */
 typedef struct gt_rmsnorm_config {

@@ -1,13 +1,17 @@
-/* Hugging Face's GPT2LMHeadModel (transformers, on PyTorch) against Giant,
- * through safetensors files, with hf_gpt2_reference.py as the independent
- * reference:
+/* Hugging Face's GPT2LMHeadModel and LlamaForCausalLM (transformers, on
+ * PyTorch) against Giant, through safetensors files, with
+ * hf_gpt2_reference.py and hf_llama_reference.py as the independent
+ * references:
  *   - a random model made there and imported here gives the same
  *     log-probabilities (within 1e-5) and loss, tied and untied (and a
  *     tied model refuses the untied file);
  *   - imported at tp=2 and at pp=2, every rank holds its exact slice of the
  *     same weights, and the first step's loss is the one process's;
  *   - a model trained 20 steps here, exported with giant-ckpt, loads there
- *     and gives the same log-probabilities and loss.
+ *     and gives the same log-probabilities and loss;
+ *   - the same for examples/llama's model with grouped-query attention
+ *     (hf-llama): imported, with a configuration of other heads or another
+ *     rotary base refused, and trained by examples/llama then exported.
  * Skipped (77) without a python3 that has torch, transformers and
  * safetensors (tools/deps.sh giant_install_py_deps). Nothing is downloaded. */
 #include <math.h>
@@ -25,17 +29,19 @@
 #include "common/gt_skip.h"
 #include "common/run_cmd.h"
 #include "examples/gpt/gpt.h"
+#include "examples/llama/llama.h"
 #include "giant/engine/model.h"
 
 enum { B = 2 };
 #define TOL 1e-5
 
 static const char *python; /* the first with the packages, or NULL */
-static char script[4200], tool[512];
+static char script[4200], lscript[4200], tool[512], llama_bin[512], giantrun[512];
 
 static void find_python(void) {
   static const char *const candidates[] = {GT_PYTHON3, "/usr/bin/python3"};
   snprintf(script, sizeof script, "%s/tests/ckpt/hf_gpt2_reference.py", GT_SOURCE_DIR);
+  snprintf(lscript, sizeof lscript, "%s/tests/ckpt/hf_llama_reference.py", GT_SOURCE_DIR);
   for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
     if (!candidates[i][0] || access(candidates[i], X_OK) != 0) continue;
     char *argv[] = {(char *)candidates[i], "-c", "import torch, transformers, safetensors", NULL};
@@ -48,14 +54,16 @@ static void find_python(void) {
   }
 }
 
-static void py(char *const args[], int n) {
-  char *argv[16] = {(char *)python, script};
+static void py_with(const char *scr, char *const args[], int n) {
+  char *argv[16] = {(char *)python, (char *)scr};
   for (int i = 0; i < n; i++) argv[2 + i] = args[i];
   argv[2 + n] = NULL;
   static run_result r;
   run_cmd(argv, NULL, 600, &r); /* importing torch takes seconds; 600 s for a loaded machine */
-  if (r.exit_code != 0) run_fail(&r, "%s %s: exit %d", script, args[0], r.exit_code);
+  if (r.exit_code != 0) run_fail(&r, "%s %s: exit %d", scr, args[0], r.exit_code);
 }
+
+static void py(char *const args[], int n) { py_with(script, args, n); }
 
 /* A fixed batch: inputs and their next tokens as targets. */
 static void batch(int32_t *in, int32_t *tg) {
@@ -77,14 +85,14 @@ static void write_batch(const char *path, const int32_t *in, const int32_t *tg) 
 }
 
 /* Transformers' log-probabilities of the batch for the model in dir, and its loss. */
-static float *hf_logp(const char *dir, const char *tag, float *loss) {
+static float *hf_logp_with(const char *scr, const char *dir, const char *tag, float *loss) {
   char bpath[4300], opath[4300];
   int32_t in[B * CR_T], tg[B * CR_T];
   batch(in, tg);
   snprintf(bpath, sizeof bpath, "%s.%s.batch", cr_fx.data, tag);
   snprintf(opath, sizeof opath, "%s.%s.logp", cr_fx.data, tag);
   write_batch(bpath, in, tg);
-  py((char *[]){"run", (char *)dir, bpath, opath}, 4);
+  py_with(scr, (char *[]){"run", (char *)dir, bpath, opath}, 4);
   size_t n = (size_t)B * CR_T * CR_V;
   float *logp = malloc((n + 1) * sizeof *logp);
   FILE *f = fopen(opath, "rb");
@@ -96,6 +104,8 @@ static float *hf_logp(const char *dir, const char *tag, float *loss) {
   unlink(opath);
   return logp;
 }
+
+static float *hf_logp(const char *dir, const char *tag, float *loss) { return hf_logp_with(script, dir, tag, loss); }
 
 static gt_model *new_model(gt_backend *be, bool tied) {
   gt_model *m;
@@ -262,14 +272,210 @@ static void test_export_loads_in_hf(void **state) {
   free(out);
 }
 
+/* The Llama's: grouped-query attention, two query heads to a key/value
+ * head, an MLP width of its own. */
+enum { LL_NKV = CR_NH / 2, LL_H = 48 };
+
+static gt_model *new_llama(gt_backend *be, int nkv, float theta) {
+  gt_model *m;
+  assert_int_equal(gt_model_create(be, &(gt_model_config){.B_max = B, .T_max = CR_T, .seed = 9}, &m), GT_OK);
+  llama_config lc = {.vocab_size = CR_V,
+                     .T_max = CR_T,
+                     .C = CR_C,
+                     .NH = CR_NH,
+                     .L = CR_L,
+                     .n_kv_heads = nkv,
+                     .mlp_hidden = LL_H,
+                     .rope_theta = theta};
+  assert_int_equal(llama_add_layers(m, &lc), GT_OK);
+  assert_int_equal(gt_model_build(m), GT_OK);
+  return m;
+}
+
+static void test_llama_import(void **state) {
+  (void)state;
+  if (!python) SKIP_CASE("no python3 with torch, transformers and safetensors (tools/deps.sh)");
+  char *dir = cr_fixture_dir("hf-llama"), V[16], C[16], L[16], NH[16], NKV[16], H[16];
+  snprintf(V, sizeof V, "%d", CR_V);
+  snprintf(C, sizeof C, "%d", CR_C);
+  snprintf(L, sizeof L, "%d", CR_L);
+  snprintf(NH, sizeof NH, "%d", CR_NH);
+  snprintf(NKV, sizeof NKV, "%d", LL_NKV);
+  snprintf(H, sizeof H, "%d", LL_H);
+  py_with(lscript, (char *[]){"make", dir, V, C, L, NH, NKV, H, "10000", "4"}, 10);
+  float loss;
+  float *ref = hf_logp_with(lscript, dir, "llama", &loss);
+  gt_backend *be;
+  assert_int_equal(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU}, &be), GT_OK);
+  gt_model *m = new_llama(be, LL_NKV, 0);
+  if (ck_hf_import(m, dir, "hf-llama") != GT_OK) fail_msg("importing %s: %s", dir, gt_last_error());
+  compare(m, ref, loss, "Llama imported, grouped-query attention");
+  /* Models computing another function from tensors of the same shapes are
+   * refused by the configuration: other heads, another rotary base. */
+  gt_model *other = new_llama(be, 0, 0);
+  assert_int_equal(ck_hf_import(other, dir, "hf-llama"), GT_EFORMAT);
+  assert_non_null(strstr(gt_last_error(), "4 attention heads and 2 key/value heads, and the model has 4 and 4"));
+  gt_model_destroy(other);
+  other = new_llama(be, LL_NKV, 500000.0f);
+  assert_int_equal(ck_hf_import(other, dir, "hf-llama"), GT_EFORMAT);
+  assert_non_null(strstr(gt_last_error(), "rope_theta 10000"));
+  gt_model_destroy(other);
+  /* And it is no GPT-2. */
+  other = new_llama(be, LL_NKV, 0);
+  assert_int_equal(ck_hf_import(other, dir, "hf-gpt2"), GT_EFORMAT);
+  assert_non_null(strstr(gt_last_error(), "model_type is llama; Giant reads gpt2"));
+  gt_model_destroy(other);
+  gt_model_destroy(m);
+  gt_backend_destroy(be);
+  free(ref);
+  cr_rmtree(dir);
+  free(dir);
+}
+
+/* The first loss of examples/llama started from the file (run option
+ * --init-from), in one process or through giantrun at `plan`. */
+static double llama_first_loss(const char *dir, const char *plan, const char *metrics) {
+  char L[16], C[16], NH[16], NKV[16], H[16], T[16], line[512];
+  snprintf(L, sizeof L, "%d", CR_L);
+  snprintf(C, sizeof C, "%d", CR_C);
+  snprintf(NH, sizeof NH, "%d", CR_NH);
+  snprintf(NKV, sizeof NKV, "%d", LL_NKV);
+  snprintf(H, sizeof H, "%d", LL_H);
+  snprintf(T, sizeof T, "%d", CR_T);
+  char *argv[40] = {giantrun, "--standalone", "--nproc-per-node", "2", "--plan", (char *)plan};
+  int n = plan ? 6 : 0;
+  char *rest[] = {llama_bin,
+                  "--data",
+                  cr_fx.data,
+                  "--steps",
+                  "1",
+                  "--layers",
+                  L,
+                  "--channels",
+                  C,
+                  "--heads",
+                  NH,
+                  "--kv-heads",
+                  NKV,
+                  "--mlp-hidden",
+                  H,
+                  "--seq",
+                  T,
+                  "--batch",
+                  "4",
+                  "--init-from",
+                  (char *)dir,
+                  "--init-names",
+                  "hf-llama",
+                  "--metrics",
+                  (char *)metrics,
+                  "--print-every",
+                  "0"};
+  for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) argv[n++] = rest[i];
+  argv[n] = NULL;
+  static run_result r;
+  /* One small step, and a standalone etcd under giantrun: seconds on busy cores. */
+  run_cmd(argv, (char *[]){"OMP_NUM_THREADS=1", NULL}, 240, &r);
+  if (r.exit_code != 0) run_fail(&r, "llama %s: exit %d", plan ? plan : "(one process)", r.exit_code);
+  FILE *f = fopen(metrics, "r");
+  assert_non_null(f);
+  double loss = NAN;
+  assert_non_null(fgets(line, sizeof line, f));
+  const char *p = strstr(line, "\"loss\":");
+  assert_non_null(p);
+  assert_int_equal(sscanf(p, "\"loss\":%lf", &loss), 1);
+  fclose(f);
+  unlink(metrics);
+  return loss;
+}
+
+/* The same file imported at tp=2, each rank its rows or columns of every
+ * matrix and its share of the heads: the first step's loss is the one
+ * process's. */
+static void test_llama_import_tp2(void **state) {
+  (void)state;
+  if (!python) SKIP_CASE("no python3 with torch, transformers and safetensors (tools/deps.sh)");
+  if (access("/usr/bin/etcd", X_OK) != 0 && system("command -v etcd >/dev/null 2>&1") != 0)
+    SKIP_CASE("etcd not found (giantrun --standalone)");
+  char *dir = cr_fixture_dir("hf-llama-tp"), V[16], C[16], L[16], NH[16], NKV[16], H[16], metrics[4300];
+  snprintf(V, sizeof V, "%d", CR_V);
+  snprintf(C, sizeof C, "%d", CR_C);
+  snprintf(L, sizeof L, "%d", CR_L);
+  snprintf(NH, sizeof NH, "%d", CR_NH);
+  snprintf(NKV, sizeof NKV, "%d", LL_NKV);
+  snprintf(H, sizeof H, "%d", LL_H);
+  py_with(lscript, (char *[]){"make", dir, V, C, L, NH, NKV, H, "10000", "5"}, 10);
+  snprintf(metrics, sizeof metrics, "%s.metrics", dir);
+  double one = llama_first_loss(dir, NULL, metrics), tp = llama_first_loss(dir, "tp=2", metrics);
+  print_message("Llama at tp=2: first loss %.6f, one process %.6f\n", tp, one);
+  assert_true(fabs(tp - one) <= TOL);
+  cr_rmtree(dir);
+  free(dir);
+}
+
+/* Trained by examples/llama, exported by giant-ckpt under hf-llama, read by
+ * transformers; imported back it is the checkpoint's weights exactly. */
+static void test_llama_export(void **state) {
+  (void)state;
+  if (!python) SKIP_CASE("no python3 with torch, transformers and safetensors (tools/deps.sh)");
+  char *ck = cr_fixture_dir("llama-trained"), *out = cr_fixture_dir("llama-exported");
+  char *own = cr_fixture_dir("llama-own"), L[16], C[16], NH[16], NKV[16], H[16], T[16];
+  snprintf(L, sizeof L, "%d", CR_L);
+  snprintf(C, sizeof C, "%d", CR_C);
+  snprintf(NH, sizeof NH, "%d", CR_NH);
+  snprintf(NKV, sizeof NKV, "%d", LL_NKV);
+  snprintf(H, sizeof H, "%d", LL_H);
+  snprintf(T, sizeof T, "%d", CR_T);
+  static run_result r;
+  char *train[] = {llama_bin, "--data",  cr_fx.data, "--steps",    "20", "--layers",     L,    "--channels",
+                   C,         "--heads", NH,         "--kv-heads", NKV,  "--mlp-hidden", H,    "--seq",
+                   T,         "--batch", "4",        "--ckpt-dir", ck,   "--ckpt-every", "20", "--print-every",
+                   "0",       NULL};
+  run_cmd(train, NULL, 300, &r); /* 20 small steps: seconds, also under ASan on busy cores */
+  if (r.exit_code != 0) run_fail(&r, "llama: exit %d", r.exit_code);
+  char *hf[] = {tool, "export", "--format", "safetensors", "--names", "hf-llama", "--heads", NH, ck, out, NULL};
+  run_cmd(hf, NULL, 120, &r);
+  if (r.exit_code != 0) run_fail(&r, "giant-ckpt export --names hf-llama: exit %d", r.exit_code);
+  char *mine[] = {tool, "export", "--format", "safetensors", "--names", "giant", ck, own, NULL};
+  run_cmd(mine, NULL, 120, &r);
+  if (r.exit_code != 0) run_fail(&r, "giant-ckpt export --names giant: exit %d", r.exit_code);
+  float loss;
+  float *ref = hf_logp_with(lscript, out, "lexport", &loss);
+  gt_backend *be;
+  assert_int_equal(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU}, &be), GT_OK);
+  gt_model *m = new_llama(be, LL_NKV, 0), *ref_m = new_llama(be, LL_NKV, 0);
+  if (ck_hf_import(m, out, "hf-llama") != GT_OK) fail_msg("importing %s: %s", out, gt_last_error());
+  assert_int_equal(ck_hf_import(ref_m, own, "giant"), GT_OK);
+  size_t n = gt_model_buffer_floats(m);
+  float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+  assert_int_equal(gt_model_get_params(m, a, n), GT_OK);
+  assert_int_equal(gt_model_get_params(ref_m, b, n), GT_OK);
+  assert_memory_equal(a, b, n * sizeof *a);
+  compare(m, ref, loss, "Llama trained 20 steps, exported");
+  free(a);
+  free(b);
+  gt_model_destroy(ref_m);
+  gt_model_destroy(m);
+  gt_backend_destroy(be);
+  free(ref);
+  cr_rmtree(ck);
+  cr_rmtree(out);
+  cr_rmtree(own);
+  free(ck);
+  free(out);
+  free(own);
+}
+
 int main(void) {
   find_python();
   build_path("tools/giant-ckpt", tool, sizeof tool);
+  build_path("examples/llama", llama_bin, sizeof llama_bin);
+  build_path("launch/giantrun", giantrun, sizeof giantrun);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_import_tied),
-      cmocka_unit_test(test_import_untied),
-      cmocka_unit_test(test_import_layouts),
-      cmocka_unit_test(test_export_loads_in_hf),
+      cmocka_unit_test(test_import_tied),    cmocka_unit_test(test_import_untied),
+      cmocka_unit_test(test_import_layouts), cmocka_unit_test(test_export_loads_in_hf),
+      cmocka_unit_test(test_llama_import),   cmocka_unit_test(test_llama_import_tp2),
+      cmocka_unit_test(test_llama_export),
   };
   return gt_test_exit(cmocka_run_group_tests(tests, cr_fixture_setup, cr_fixture_teardown));
 }

@@ -181,8 +181,10 @@ static void test_import_refusals(void **state) {
   fclose(f);
   assert_int_equal(ck_hf_import(m, dir, "hf-gpt2"), GT_EFORMAT);
   assert_non_null(strstr(gt_last_error(), "activation_function relu is not Giant's GELU"));
-  assert_int_equal(ck_hf_import(m, dir, "hf-llama"), GT_EINVAL);
-  assert_non_null(strstr(gt_last_error(), "unknown tensor names 'hf-llama'"));
+  assert_int_equal(ck_hf_import(m, dir, "hf-llama"), GT_EFORMAT);
+  assert_non_null(strstr(gt_last_error(), "model_type is gpt2; hf-llama reads llama"));
+  assert_int_equal(ck_hf_import(m, dir, "hf-bert"), GT_EINVAL);
+  assert_non_null(strstr(gt_last_error(), "unknown tensor names 'hf-bert'"));
   unlink(cfg);
   snprintf(cfg, sizeof cfg, "%s/model.safetensors", dir);
   unlink(cfg);
@@ -204,6 +206,11 @@ static void test_export_import(void **state) {
   assert_int_equal(gt_ckpt_export_safetensors(step, "hf-gpt2", 0, out), GT_EINVAL);
   assert_non_null(strstr(gt_last_error(), "needs the model's head count"));
   assert_int_equal(gt_ckpt_export_safetensors(step, "hf-gpt3", 4, out), GT_EINVAL);
+  assert_int_equal(gt_ckpt_export_safetensors(step, "hf-llama", 0, out), GT_EINVAL);
+  assert_non_null(strstr(gt_last_error(), "hf-llama's config.json needs the model's head count"));
+  /* A GPT-2 checkpoint has no name under Llama's naming. */
+  assert_int_equal(gt_ckpt_export_safetensors(step, "hf-llama", CR_NH, out), GT_ENOTFOUND);
+  assert_non_null(strstr(gt_last_error(), "for a Llama model built as examples/llama builds it"));
   gt_backend *be;
   assert_int_equal(gt_backend_create(&(gt_backend_config){.kind = GT_DEVICE_CPU}, &be), GT_OK);
   const train_result *saved = c.saved.p;
