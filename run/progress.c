@@ -1,7 +1,7 @@
 /* The run's progress on etcd (progress.h). The training loop hands each
  * step's numbers over under a mutex; the thread writes them once a second.
- * The step time is smoothed (one long step, a checkpoint's or a
- * reshape's, moves the ETA for a few steps only). */
+ * The job's step time and ETA are the step line's (observe.c): one
+ * smoothed pace for both. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -19,7 +19,6 @@
 #endif
 
 #define PUBLISH_EVERY_S 1.0
-#define SMOOTHING 0.2 /* weight of the newest step in the smoothed step time */
 
 #ifdef GIANT_HAVE_ETCD
 struct run_progress {
@@ -31,8 +30,6 @@ struct run_progress {
   bool stop, dirty, lead;
   gt_progress_rank rank;
   gt_progress_job job;
-  double step_s; /* smoothed */
-  int timed;     /* steps timed */
   bool warned;
 };
 
@@ -121,15 +118,6 @@ void run_progress_ckpt(run_progress *p, const gt_run *r) {
 void run_progress_step(run_progress *p, const gt_run *r, const gt_step_stats *st, int step_done) {
   if (!p) return;
   pthread_mutex_lock(&p->mu);
-  /* The first step after a start, a resume or a reshape carries the
-   * warm-up: it is not the pace. */
-  if (p->rank.gen != r->job->generation || p->rank.world != r->job->world_size || st->step == 0) p->timed = -1;
-  if (p->timed >= 0) {
-    p->step_s = p->timed ? (1 - SMOOTHING) * p->step_s + SMOOTHING * st->seconds : st->seconds;
-    p->timed++;
-  } else {
-    p->timed = 0;
-  }
   p->lead = r->lead;
   p->rank.rank = r->job->rank;
   p->rank.gen = r->job->generation;
@@ -146,7 +134,7 @@ void run_progress_step(run_progress *p, const gt_run *r, const gt_step_stats *st
     j->pp = r->plan.layout.pp;
     j->step = step_done;
     j->steps = r->o.steps;
-    j->step_ms = (p->timed ? p->step_s : st->seconds) * 1e3;
+    j->step_ms = (r->obs.step_avg > 0 ? r->obs.step_avg : st->seconds) * 1e3; /* the ETA's pace */
     j->tokens_per_s = st->tokens_per_s;
     j->mfu = st->mfu;
     j->loss = isfinite(st->loss) ? st->loss : -1;
